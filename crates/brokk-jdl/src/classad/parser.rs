@@ -1,0 +1,406 @@
+//! A recursive-descent parser for ClassAd expressions and records.
+
+use super::ast::{BinOp, Expr, Kind, Scope, UnOp};
+use super::lexer::{lex, Tok, Token};
+use super::value::Value;
+use crate::diag::Diagnostic;
+
+/// Nesting deeper than this is refused rather than risking the stack.
+const MAX_DEPTH: usize = 100;
+
+pub(crate) struct Parser<'a> {
+    full: &'a str,
+    toks: Vec<Token>,
+    i: usize,
+    depth: usize,
+}
+
+/// One `name = expr` entry of a record, with the position of its name.
+pub(crate) struct Entry {
+    pub name: String,
+    pub name_pos: usize,
+    pub expr: Expr,
+}
+
+impl<'a> Parser<'a> {
+    /// A parser over `full[start..end]`, reporting positions in `full`.
+    pub fn new(full: &'a str, start: usize, end: usize) -> Result<Self, Diagnostic> {
+        let toks = lex(&full[start..end], start, full)?;
+        Ok(Parser {
+            full,
+            toks,
+            i: 0,
+            depth: 0,
+        })
+    }
+
+    fn peek(&self) -> &Tok {
+        &self.toks[self.i].tok
+    }
+
+    fn pos(&self) -> usize {
+        self.toks[self.i].start
+    }
+
+    fn bump(&mut self) -> Token {
+        let t = self.toks[self.i].clone();
+        if self.i + 1 < self.toks.len() {
+            self.i += 1;
+        }
+        t
+    }
+
+    fn is(&self, p: &str) -> bool {
+        matches!(self.peek(), Tok::Punct(q) if *q == p)
+    }
+
+    fn err(&self, expected: &str) -> Diagnostic {
+        let found = match self.peek() {
+            Tok::Eof => "end of input".to_string(),
+            Tok::Int(n) => format!("`{n}`"),
+            Tok::Real(r) => format!("`{r}`"),
+            Tok::Str(s) => format!("string \"{s}\""),
+            Tok::Ident(s) => format!("`{s}`"),
+            Tok::Punct(p) => format!("`{p}`"),
+        };
+        Diagnostic::error_at(
+            self.full,
+            self.pos(),
+            format!("expected {expected}, found {found}"),
+        )
+    }
+
+    fn expect(&mut self, p: &str) -> Result<usize, Diagnostic> {
+        if self.is(p) {
+            Ok(self.bump().end)
+        } else {
+            Err(self.err(&format!("`{p}`")))
+        }
+    }
+
+    pub fn at_eof(&self) -> bool {
+        matches!(self.peek(), Tok::Eof)
+    }
+
+    /// Fails unless all input was consumed.
+    pub fn finish(&self) -> Result<(), Diagnostic> {
+        if self.at_eof() {
+            Ok(())
+        } else {
+            Err(self.err("an operator or end of input"))
+        }
+    }
+
+    /// Whether the next token opens a record with `[`.
+    pub fn at_bracket(&self) -> bool {
+        self.is("[")
+    }
+
+    /// Record entries `name = expr` separated by `;`, with or without the brackets.
+    pub fn entries(&mut self, bracketed: bool) -> Result<Vec<Entry>, Diagnostic> {
+        if bracketed {
+            self.expect("[")?;
+        }
+        let mut out = Vec::new();
+        loop {
+            if (bracketed && self.is("]")) || (!bracketed && self.at_eof()) {
+                break;
+            }
+            let name_pos = self.pos();
+            let Tok::Ident(name) = self.peek().clone() else {
+                return Err(self.err("an attribute name"));
+            };
+            self.bump();
+            self.expect("=")?;
+            let expr = self.expr()?;
+            out.push(Entry {
+                name,
+                name_pos,
+                expr,
+            });
+            if self.is(";") {
+                self.bump();
+            } else if (bracketed && !self.is("]")) || (!bracketed && !self.at_eof()) {
+                return Err(self.err("`;` between attributes"));
+            }
+        }
+        if bracketed {
+            self.expect("]")?;
+        }
+        Ok(out)
+    }
+
+    /// One expression.
+    pub fn expr(&mut self) -> Result<Expr, Diagnostic> {
+        self.depth += 1;
+        if self.depth > MAX_DEPTH {
+            return Err(Diagnostic::error_at(
+                self.full,
+                self.pos(),
+                "expression nested too deeply",
+            ));
+        }
+        let r = self.cond();
+        self.depth -= 1;
+        r
+    }
+
+    fn cond(&mut self) -> Result<Expr, Diagnostic> {
+        let c = self.binary(0)?;
+        if self.is("?") {
+            self.bump();
+            let a = self.expr()?;
+            self.expect(":")?;
+            let b = self.expr()?;
+            let (start, end) = (c.start, b.end);
+            return Ok(Expr {
+                kind: Kind::Cond(Box::new(c), Box::new(a), Box::new(b)),
+                start,
+                end,
+            });
+        }
+        Ok(c)
+    }
+
+    fn binop(&self, level: usize) -> Option<BinOp> {
+        let op = match self.peek() {
+            Tok::Punct(p) => match *p {
+                "||" => BinOp::Or,
+                "&&" => BinOp::And,
+                "|" => BinOp::BitOr,
+                "^" => BinOp::BitXor,
+                "&" => BinOp::BitAnd,
+                "==" => BinOp::Eq,
+                "!=" => BinOp::Ne,
+                "=?=" => BinOp::Is,
+                "=!=" => BinOp::Isnt,
+                "<" => BinOp::Lt,
+                "<=" => BinOp::Le,
+                ">" => BinOp::Gt,
+                ">=" => BinOp::Ge,
+                "<<" => BinOp::Shl,
+                ">>" => BinOp::Shr,
+                ">>>" => BinOp::UShr,
+                "+" => BinOp::Add,
+                "-" => BinOp::Sub,
+                "*" => BinOp::Mul,
+                "/" => BinOp::Div,
+                "%" => BinOp::Mod,
+                _ => return None,
+            },
+            Tok::Ident(s) if s.eq_ignore_ascii_case("is") => BinOp::Is,
+            Tok::Ident(s) if s.eq_ignore_ascii_case("isnt") => BinOp::Isnt,
+            _ => return None,
+        };
+        (precedence(op) == level).then_some(op)
+    }
+
+    fn binary(&mut self, level: usize) -> Result<Expr, Diagnostic> {
+        if level > 9 {
+            return self.unary();
+        }
+        let mut lhs = self.binary(level + 1)?;
+        while let Some(op) = self.binop(level) {
+            self.bump();
+            let rhs = self.binary(level + 1)?;
+            let (start, end) = (lhs.start, rhs.end);
+            lhs = Expr {
+                kind: Kind::Binary(op, Box::new(lhs), Box::new(rhs)),
+                start,
+                end,
+            };
+        }
+        Ok(lhs)
+    }
+
+    fn unary(&mut self) -> Result<Expr, Diagnostic> {
+        let op = match self.peek() {
+            Tok::Punct("-") => Some(UnOp::Neg),
+            Tok::Punct("+") => Some(UnOp::Plus),
+            Tok::Punct("!") => Some(UnOp::Not),
+            Tok::Punct("~") => Some(UnOp::BitNot),
+            _ => None,
+        };
+        if let Some(op) = op {
+            let start = self.bump().start;
+            self.depth += 1;
+            if self.depth > MAX_DEPTH {
+                return Err(Diagnostic::error_at(
+                    self.full,
+                    start,
+                    "expression nested too deeply",
+                ));
+            }
+            let e = self.unary();
+            self.depth -= 1;
+            let e = e?;
+            let end = e.end;
+            return Ok(Expr {
+                kind: Kind::Unary(op, Box::new(e)),
+                start,
+                end,
+            });
+        }
+        self.postfix()
+    }
+
+    fn postfix(&mut self) -> Result<Expr, Diagnostic> {
+        let mut e = self.primary()?;
+        loop {
+            if self.is(".") {
+                self.bump();
+                let Tok::Ident(name) = self.peek().clone() else {
+                    return Err(self.err("an attribute name after `.`"));
+                };
+                let t = self.bump();
+                let start = e.start;
+                e = Expr {
+                    kind: Kind::Select(Box::new(e), name),
+                    start,
+                    end: t.end,
+                };
+            } else if self.is("[") {
+                self.bump();
+                let idx = self.expr()?;
+                let end = self.expect("]")?;
+                let start = e.start;
+                e = Expr {
+                    kind: Kind::Index(Box::new(e), Box::new(idx)),
+                    start,
+                    end,
+                };
+            } else {
+                return Ok(e);
+            }
+        }
+    }
+
+    fn primary(&mut self) -> Result<Expr, Diagnostic> {
+        let start = self.pos();
+        let lit = |v: Value, end: usize| {
+            Ok(Expr {
+                kind: Kind::Lit(v),
+                start,
+                end,
+            })
+        };
+        match self.peek().clone() {
+            Tok::Int(n) => {
+                let t = self.bump();
+                lit(Value::Int(n), t.end)
+            }
+            Tok::Real(r) => {
+                let t = self.bump();
+                lit(Value::Real(r), t.end)
+            }
+            Tok::Str(s) => {
+                let t = self.bump();
+                lit(Value::Str(s), t.end)
+            }
+            Tok::Punct("(") => {
+                self.bump();
+                let mut e = self.expr()?;
+                e.end = self.expect(")")?;
+                e.start = start;
+                Ok(e)
+            }
+            Tok::Punct("{") => {
+                self.bump();
+                let mut items = Vec::new();
+                while !self.is("}") {
+                    items.push(self.expr()?);
+                    if self.is(",") {
+                        self.bump();
+                    } else if !self.is("}") {
+                        return Err(self.err("`,` or `}` in a list"));
+                    }
+                }
+                let end = self.expect("}")?;
+                Ok(Expr {
+                    kind: Kind::List(items),
+                    start,
+                    end,
+                })
+            }
+            Tok::Punct("[") => {
+                let entries = self.entries(true)?;
+                let end = self.toks[self.i.saturating_sub(1)].end;
+                Ok(Expr {
+                    kind: Kind::Record(entries.into_iter().map(|e| (e.name, e.expr)).collect()),
+                    start,
+                    end,
+                })
+            }
+            Tok::Ident(name) => {
+                let t = self.bump();
+                let lower = name.to_ascii_lowercase();
+                match lower.as_str() {
+                    "true" => return lit(Value::Bool(true), t.end),
+                    "false" => return lit(Value::Bool(false), t.end),
+                    "undefined" => return lit(Value::Undefined, t.end),
+                    "error" => return lit(Value::Error, t.end),
+                    _ => {}
+                }
+                let scope = match lower.as_str() {
+                    "my" | "self" => Some(Scope::My),
+                    "target" | "other" => Some(Scope::Target),
+                    "parent" => Some(Scope::Parent),
+                    _ => None,
+                };
+                if let Some(scope) = scope {
+                    if self.is(".") {
+                        self.bump();
+                        let Tok::Ident(attr) = self.peek().clone() else {
+                            return Err(self.err("an attribute name after the scope"));
+                        };
+                        let n = self.bump();
+                        return Ok(Expr {
+                            kind: Kind::Attr(Some(scope), attr),
+                            start,
+                            end: n.end,
+                        });
+                    }
+                }
+                if self.is("(") {
+                    self.bump();
+                    let mut args = Vec::new();
+                    while !self.is(")") {
+                        args.push(self.expr()?);
+                        if self.is(",") {
+                            self.bump();
+                        } else if !self.is(")") {
+                            return Err(self.err("`,` or `)` in the argument list"));
+                        }
+                    }
+                    let end = self.expect(")")?;
+                    return Ok(Expr {
+                        kind: Kind::Call(name, args),
+                        start,
+                        end,
+                    });
+                }
+                Ok(Expr {
+                    kind: Kind::Attr(None, name),
+                    start,
+                    end: t.end,
+                })
+            }
+            _ => Err(self.err("an expression")),
+        }
+    }
+}
+
+fn precedence(op: BinOp) -> usize {
+    match op {
+        BinOp::Or => 0,
+        BinOp::And => 1,
+        BinOp::BitOr => 2,
+        BinOp::BitXor => 3,
+        BinOp::BitAnd => 4,
+        BinOp::Eq | BinOp::Ne | BinOp::Is | BinOp::Isnt => 5,
+        BinOp::Lt | BinOp::Le | BinOp::Gt | BinOp::Ge => 6,
+        BinOp::Shl | BinOp::Shr | BinOp::UShr => 7,
+        BinOp::Add | BinOp::Sub => 8,
+        BinOp::Mul | BinOp::Div | BinOp::Mod => 9,
+    }
+}

@@ -1,0 +1,923 @@
+//! HTCondor submit description files.
+//!
+//! Commands are `key = value` lines (with `\` continuation and `#` comments);
+//! macros `$(name)` and `$(name:default)` expand when a `queue` statement runs,
+//! so every job sees the values in force at its own `queue`. `queue N`,
+//! `queue v in (...)` and `queue v1,v2 from (...)` / `from FILE` expand to
+//! several jobs with `$(Process)`, `$(Step)`, `$(Item)`, `$(ItemIndex)` and
+//! `$(Row)` set; `$(Cluster)` is left for the scheduler that assigns it.
+
+use std::collections::HashMap;
+
+use brokk_model::{Duration, EnvVar, InputFile, Job, Memory, MemoryScope, OutputFile, Time};
+
+use crate::classad::{BinOp, Parser, Value};
+use crate::diag::Diagnostic;
+use crate::requirements::{atom, combine, lift, Atom};
+use crate::{Dropped, ParseError, Parsed, ReadOptions, Written};
+
+/// Commands that are common and harmless for brokering; accepted without a warning.
+const HARMLESS: &[&str] = &[
+    "universe",
+    "log",
+    "should_transfer_files",
+    "when_to_transfer_output",
+    "notification",
+    "notify_user",
+    "getenv",
+    "stream_output",
+    "stream_error",
+    "periodic_remove",
+    "periodic_hold",
+    "periodic_release",
+    "on_exit_remove",
+    "on_exit_hold",
+    "max_retries",
+    "priority",
+    "nice_user",
+    "job_max_vacate_time",
+    "leave_in_queue",
+    "hold",
+    "want_graceful_removal",
+    "log_xml",
+    "job_ad_information_attrs",
+    "transfer_executable",
+    "copy_to_spool",
+    "coresize",
+    "max_idle",
+    "max_materialize",
+];
+
+/// Jobs beyond this from one file are refused, so a typo cannot exhaust memory.
+const MAX_JOBS: usize = 100_000;
+
+struct Line {
+    text: String,
+    pos: usize,
+}
+
+/// Logical lines: continuations joined, comments and blank lines dropped.
+fn logical_lines(src: &str) -> Vec<Line> {
+    let mut out = Vec::new();
+    let mut cur: Option<Line> = None;
+    let mut offset = 0;
+    for raw in src.split_inclusive('\n') {
+        let here = offset;
+        offset += raw.len();
+        let body = raw.trim_end_matches(['\n', '\r']);
+        let trimmed = body.trim_start();
+        let lead = body.len() - trimmed.len();
+        if cur.is_none() && (trimmed.is_empty() || trimmed.starts_with('#')) {
+            continue;
+        }
+        let (piece, cont) = match body.trim_end().strip_suffix('\\') {
+            Some(p) => (p, true),
+            None => (body, false),
+        };
+        match &mut cur {
+            Some(l) => l.text.push_str(piece.trim_start()),
+            None => {
+                cur = Some(Line {
+                    text: piece[lead..].to_string(),
+                    pos: here + lead,
+                })
+            }
+        }
+        if !cont {
+            out.extend(cur.take());
+        }
+    }
+    out.extend(cur);
+    out
+}
+
+#[derive(Default)]
+struct Macros {
+    /// Lower-cased name -> (raw value, byte offset of the value).
+    vars: HashMap<String, (String, usize)>,
+    /// Submit commands in the order first set.
+    order: Vec<String>,
+}
+
+impl Macros {
+    fn set(&mut self, name: &str, value: String, pos: usize) {
+        let k = name.to_ascii_lowercase();
+        if !self.vars.contains_key(&k) {
+            self.order.push(k.clone());
+        }
+        self.vars.insert(k, (value, pos));
+    }
+
+    /// Expands `$(...)` references; undefined macros become empty, as in HTCondor.
+    fn expand(&self, s: &str, local: &HashMap<String, String>, depth: usize) -> String {
+        if depth > 32 || !s.contains("$(") {
+            return s.to_string();
+        }
+        let mut out = String::new();
+        let mut rest = s;
+        while let Some(i) = rest.find("$(") {
+            // `$$(...)` is expanded from the machine ad at match time; keep it.
+            if i > 0 && rest.as_bytes()[i - 1] == b'$' {
+                out.push_str(&rest[..i + 2]);
+                rest = &rest[i + 2..];
+                continue;
+            }
+            out.push_str(&rest[..i]);
+            let after = &rest[i + 2..];
+            let Some(close) = matching_paren(after) else {
+                out.push_str(&rest[i..]);
+                return out;
+            };
+            let inner = &after[..close];
+            let (name, default) = match inner.split_once(':') {
+                Some((n, d)) => (n.trim(), Some(d)),
+                None => (inner.trim(), None),
+            };
+            let k = name.to_ascii_lowercase();
+            if k == "cluster" || k == "clusterid" {
+                out.push_str(&format!("$({name})"));
+            } else if let Some(v) = local.get(&k) {
+                out.push_str(v);
+            } else if let Some((v, _)) = self.vars.get(&k) {
+                out.push_str(&self.expand(v, local, depth + 1));
+            } else if let Some(d) = default {
+                out.push_str(&self.expand(d, local, depth + 1));
+            }
+            rest = &after[close + 1..];
+        }
+        out.push_str(rest);
+        out
+    }
+
+    fn get(&self, name: &str, local: &HashMap<String, String>) -> Option<(String, usize)> {
+        let (raw, pos) = self.vars.get(name)?;
+        let v = self.expand(raw, local, 0).trim().to_string();
+        (!v.is_empty()).then_some((v, *pos))
+    }
+}
+
+fn matching_paren(s: &str) -> Option<usize> {
+    let mut depth = 0;
+    for (i, c) in s.char_indices() {
+        match c {
+            '(' => depth += 1,
+            ')' if depth == 0 => return Some(i),
+            ')' => depth -= 1,
+            _ => {}
+        }
+    }
+    None
+}
+
+/// Reads a submit description into one job per queued instance.
+pub(crate) fn read(src: &str, opts: &ReadOptions) -> Result<Parsed, ParseError> {
+    let lines = logical_lines(src);
+    let mut m = Macros::default();
+    let mut jobs = Vec::new();
+    let mut warnings = Vec::new();
+    let mut warned: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < lines.len() {
+        let line = &lines[i];
+        i += 1;
+        let t = line.text.trim();
+        let lower = t.to_ascii_lowercase();
+        if lower == "queue" || lower.starts_with("queue ") || lower.starts_with("queue\t") {
+            let (items, consumed) = queue_items(src, &lines, i - 1, &m, opts)?;
+            i += consumed;
+            let count = items.count;
+            let rows: Vec<HashMap<String, String>> = if items.rows.is_empty() {
+                vec![HashMap::new()]
+            } else {
+                items.rows
+            };
+            for (row_idx, row) in rows.iter().enumerate() {
+                for step in 0..count {
+                    if jobs.len() >= MAX_JOBS {
+                        return Err(Diagnostic::error_at(
+                            src,
+                            line.pos,
+                            format!("more than {MAX_JOBS} jobs queued"),
+                        )
+                        .into());
+                    }
+                    let mut local = row.clone();
+                    let process = jobs.len().to_string();
+                    local.insert("process".into(), process.clone());
+                    local.insert("procid".into(), process);
+                    local.insert("step".into(), step.to_string());
+                    local.insert("itemindex".into(), row_idx.to_string());
+                    local.insert("row".into(), row_idx.to_string());
+                    jobs.push(make_job(src, &m, &local, &mut warnings, &mut warned)?);
+                }
+            }
+            continue;
+        }
+        let first = lower.split_whitespace().next().unwrap_or("");
+        if matches!(
+            first,
+            "if" | "elif" | "else" | "endif" | "include" | "error" | "warning"
+        ) || t.starts_with('@')
+        {
+            return Err(Diagnostic::error_at(
+                src,
+                line.pos,
+                format!("`{first}` statements are not supported; expand them before submitting"),
+            )
+            .into());
+        }
+        let Some((k, v)) = t.split_once('=') else {
+            return Err(Diagnostic::error_at(
+                src,
+                line.pos,
+                "expected `command = value` or a `queue` statement",
+            )
+            .into());
+        };
+        let key = k.trim();
+        if key.is_empty() || key.contains(char::is_whitespace) {
+            return Err(Diagnostic::error_at(
+                src,
+                line.pos,
+                format!("expected a command name before `=`, found `{key}`"),
+            )
+            .into());
+        }
+        let vpos = line.pos + t.find('=').map_or(0, |e| e + 1) + (v.len() - v.trim_start().len());
+        m.set(key, v.trim().to_string(), vpos);
+    }
+    if jobs.is_empty() {
+        return Err(Diagnostic::error_at(
+            src,
+            src.len(),
+            "no `queue` statement: the file submits no job",
+        )
+        .into());
+    }
+    Ok(Parsed { jobs, warnings })
+}
+
+struct QueueItems {
+    count: usize,
+    rows: Vec<HashMap<String, String>>,
+}
+
+/// Parses one queue statement (which may continue on following lines); returns the
+/// items and how many extra lines it used.
+fn queue_items(
+    src: &str,
+    lines: &[Line],
+    at: usize,
+    m: &Macros,
+    opts: &ReadOptions,
+) -> Result<(QueueItems, usize), Diagnostic> {
+    let line = &lines[at];
+    let err = |msg: String| Diagnostic::error_at(src, line.pos, msg);
+    let rest = m.expand(line.text.trim()[5..].trim(), &HashMap::new(), 0);
+    let mut words = rest.as_str();
+    let mut count = 1usize;
+    let first = words.split_whitespace().next().unwrap_or("");
+    if let Ok(n) = first.parse::<usize>() {
+        count = n;
+        words = words[first.len()..].trim_start();
+    } else if first.chars().next().is_some_and(|c| c.is_ascii_digit()) {
+        return Err(err(format!(
+            "queue count must be a whole number, found `{first}`"
+        )));
+    }
+    if count > MAX_JOBS {
+        return Err(err(format!("queue count {count} is more than {MAX_JOBS}")));
+    }
+    if words.is_empty() {
+        return Ok((
+            QueueItems {
+                count,
+                rows: Vec::new(),
+            },
+            0,
+        ));
+    }
+    let lw = words.to_ascii_lowercase();
+    let (kw_at, kw) = [" in ", " from ", " matching "]
+        .iter()
+        .filter_map(|k| lw.find(k).map(|p| (p, k.trim())))
+        .min()
+        .or_else(|| {
+            ["in ", "from ", "matching "]
+                .iter()
+                .find(|k| lw.starts_with(*k))
+                .map(|k| (0, k.trim()))
+        })
+        .ok_or_else(|| {
+            err(format!(
+                "expected `queue [N] [vars] in|from|matching ...`, found `queue {rest}`"
+            ))
+        })?;
+    let vars: Vec<String> = words[..kw_at]
+        .split([',', ' ', '\t'])
+        .filter(|s| !s.is_empty())
+        .map(|s| s.to_ascii_lowercase())
+        .collect();
+    let vars = if vars.is_empty() {
+        vec!["item".to_string()]
+    } else {
+        vars
+    };
+    let list_text = words[kw_at..].trim_start()[kw.len()..].trim();
+    let mut consumed = 0;
+    let body: Vec<String> = if let Some(open) = list_text.strip_prefix('(') {
+        match open.rfind(')') {
+            Some(close) => vec![open[..close].to_string()],
+            None => {
+                let mut acc = vec![open.to_string()];
+                loop {
+                    let Some(l) = lines.get(at + 1 + consumed) else {
+                        return Err(err("the item list is not closed with `)`".into()));
+                    };
+                    consumed += 1;
+                    let t = l.text.trim();
+                    if t == ")" {
+                        break;
+                    }
+                    if let Some(last) = t.strip_suffix(')') {
+                        acc.push(last.to_string());
+                        break;
+                    }
+                    acc.push(t.to_string());
+                }
+                acc
+            }
+        }
+    } else if kw == "from" {
+        let Some(dir) = &opts.base_dir else {
+            return Err(err(format!("`queue ... from {list_text}` reads a file; give the submit file by path, or list the items inline in ( )")));
+        };
+        let path = dir.join(list_text);
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| err(format!("cannot read `{}`: {e}", path.display())))?;
+        text.lines().map(str::to_string).collect()
+    } else if kw == "in" {
+        vec![list_text.to_string()]
+    } else {
+        return Err(err("`queue ... matching` needs the submit machine's files; list the items with `in` or `from`".into()));
+    };
+    let mut rows = Vec::new();
+    if kw == "in" {
+        for item in body
+            .join(",")
+            .split([',', ' ', '\t'])
+            .filter(|s| !s.is_empty())
+        {
+            rows.push(HashMap::from([
+                (vars[0].clone(), item.trim().to_string()),
+                ("item".into(), item.trim().to_string()),
+            ]));
+        }
+    } else {
+        for row in body
+            .iter()
+            .map(|r| r.trim())
+            .filter(|r| !r.is_empty() && !r.starts_with('#'))
+        {
+            let fields: Vec<String> = if row.contains(',') {
+                row.splitn(vars.len(), ',')
+                    .map(|f| f.trim().to_string())
+                    .collect()
+            } else {
+                row.splitn(vars.len(), char::is_whitespace)
+                    .map(|f| f.trim().to_string())
+                    .collect()
+            };
+            let mut map = HashMap::new();
+            for (k, v) in vars
+                .iter()
+                .zip(fields.iter().chain(std::iter::repeat(&String::new())))
+            {
+                map.insert(k.clone(), v.clone());
+            }
+            rows.push(map);
+        }
+    }
+    if rows.len().saturating_mul(count) > MAX_JOBS {
+        return Err(err(format!("more than {MAX_JOBS} jobs queued")));
+    }
+    Ok((QueueItems { count, rows }, consumed))
+}
+
+fn make_job(
+    src: &str,
+    m: &Macros,
+    local: &HashMap<String, String>,
+    warnings: &mut Vec<Diagnostic>,
+    warned: &mut Vec<String>,
+) -> Result<Job, Diagnostic> {
+    let mut job = Job::default();
+    let get = |k: &str| m.get(k, local);
+    let bad = |pos: usize, msg: String| Diagnostic::error_at(src, pos, msg);
+    if let Some((v, _)) = get("executable") {
+        job.executable = Some(v);
+    }
+    if let Some((v, pos)) = get("arguments") {
+        job.arguments =
+            arguments(&v).ok_or_else(|| bad(pos, "unbalanced quote in `arguments`".into()))?;
+    }
+    if let Some((v, pos)) = get("environment") {
+        job.environment = environment(&v)
+            .ok_or_else(|| bad(pos, "`environment` must be NAME=value pairs".into()))?;
+    }
+    job.stdin = get("input").map(|v| v.0);
+    job.stdout = get("output").map(|v| v.0);
+    job.stderr = get("error").map(|v| v.0);
+    job.working_directory = get("initialdir").map(|v| v.0);
+    job.name = get("batch_name").map(|v| v.0);
+    job.project = get("accounting_group")
+        .or_else(|| get("+projectname"))
+        .map(|v| unquote(&v.0));
+    if let Some((v, _)) = get("transfer_input_files") {
+        job.input_files = v
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(input_file)
+            .collect();
+    }
+    if let Some((v, _)) = get("transfer_output_files") {
+        let remaps = get("transfer_output_remaps")
+            .map(|r| unquote(&r.0))
+            .unwrap_or_default();
+        let targets: Vec<(String, String)> = remaps
+            .split(';')
+            .filter_map(|p| {
+                p.split_once('=')
+                    .map(|(a, b)| (a.trim().to_string(), b.trim().to_string()))
+            })
+            .collect();
+        job.output_files = v
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(|n| OutputFile {
+                name: n.to_string(),
+                target: targets.iter().find(|(a, _)| a == n).map(|(_, b)| b.clone()),
+                size_estimate: None,
+            })
+            .collect();
+    }
+    let int = |k: &str| -> Result<Option<u32>, Diagnostic> {
+        match get(k) {
+            Some((v, pos)) => v
+                .parse()
+                .map(Some)
+                .map_err(|_| bad(pos, format!("`{k}` must be a whole number, found `{v}`"))),
+            None => Ok(None),
+        }
+    };
+    job.cpus = int("request_cpus")?;
+    job.nodes = int("machine_count")?;
+    if let Some((v, pos)) = get("request_memory") {
+        let mib = size(&v, true).ok_or_else(|| {
+            bad(
+                pos,
+                format!("`request_memory` must be a size such as 2048 or 2GB, found `{v}`"),
+            )
+        })?;
+        job.memory = Some(Memory {
+            mib,
+            per: MemoryScope::Job,
+        });
+    }
+    if let Some((v, pos)) = get("request_disk") {
+        let mib = size(&v, false).ok_or_else(|| {
+            bad(
+                pos,
+                format!("`request_disk` must be a size such as 1048576 (KiB) or 1GB, found `{v}`"),
+            )
+        })?;
+        job.disk_mib = Some(mib);
+    }
+    for key in ["allowed_job_duration", "+maxruntime"] {
+        if let Some((v, pos)) = get(key) {
+            let secs: i64 = v
+                .parse()
+                .ok()
+                .filter(|s| *s >= 0)
+                .ok_or_else(|| bad(pos, format!("`{key}` must be seconds, found `{v}`")))?;
+            job.wall_time = Some(Duration(secs));
+            break;
+        }
+    }
+    if let Some((v, pos)) = get("deferral_time") {
+        let t: i64 = v.parse().map_err(|_| {
+            bad(
+                pos,
+                format!("`deferral_time` must be Unix seconds, found `{v}`"),
+            )
+        })?;
+        job.earliest_start = Some(Time(t));
+    }
+    if let Some((v, pos)) = get("requirements") {
+        job.requirements = requirements(src, &v, pos, &mut job)?;
+    }
+    if let Some((v, pos)) = get("rank") {
+        let mut p = Parser::new(&v, 0, v.len()).map_err(|d| shift(src, pos, &v, d))?;
+        p.expr()
+            .and_then(|_| p.finish())
+            .map_err(|d| shift(src, pos, &v, d))?;
+        job.rank = Some(v);
+    }
+    for k in &m.order {
+        let known = matches!(
+            k.as_str(),
+            "executable"
+                | "arguments"
+                | "environment"
+                | "input"
+                | "output"
+                | "error"
+                | "initialdir"
+                | "batch_name"
+                | "accounting_group"
+                | "+projectname"
+                | "transfer_input_files"
+                | "transfer_output_files"
+                | "transfer_output_remaps"
+                | "request_cpus"
+                | "machine_count"
+                | "request_memory"
+                | "request_disk"
+                | "allowed_job_duration"
+                | "+maxruntime"
+                | "deferral_time"
+                | "requirements"
+                | "rank"
+        ) || HARMLESS.contains(&k.as_str())
+            || !k
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '+' || c == '.')
+            || local.contains_key(k);
+        if !known && !warned.contains(k) && m.vars.get(k).is_some_and(|(v, _)| !v.is_empty()) {
+            warned.push(k.clone());
+            let pos = m.vars[k].1;
+            // A lower-case name used only as a macro elsewhere is a variable, not a command.
+            let used = m
+                .vars
+                .values()
+                .any(|(v, _)| v.to_ascii_lowercase().contains(&format!("$({k}")));
+            if !used {
+                warnings.push(Diagnostic::warning_at(
+                    src,
+                    pos,
+                    format!("submit command `{k}` has no meaning for Brokk's model; ignored"),
+                ));
+            }
+        }
+    }
+    Ok(job)
+}
+
+/// Moves a diagnostic from a value's own text to its place in the file, when the
+/// value was not changed by macro expansion.
+fn shift(src: &str, pos: usize, value: &str, d: Diagnostic) -> Diagnostic {
+    let raw_here = src.get(pos..pos + value.len()) == Some(value);
+    let off = if raw_here {
+        let line_start: usize = value.lines().take(d.line - 1).map(|l| l.len() + 1).sum();
+        line_start
+            + value.lines().nth(d.line - 1).map_or(0, |l| {
+                l.char_indices()
+                    .nth(d.column - 1)
+                    .map_or(l.len(), |(i, _)| i)
+            })
+    } else {
+        0
+    };
+    Diagnostic::error_at(src, pos + off, format!("in the expression: {}", d.message))
+}
+
+fn requirements(
+    src: &str,
+    v: &str,
+    pos: usize,
+    job: &mut Job,
+) -> Result<Option<String>, Diagnostic> {
+    let mut p = Parser::new(v, 0, v.len()).map_err(|d| shift(src, pos, v, d))?;
+    let e = p.expr().map_err(|d| shift(src, pos, v, d))?;
+    p.finish().map_err(|d| shift(src, pos, v, d))?;
+    Ok(lift(v, &e, |c| match atom(c, true) {
+        Some(Atom::Cmp(attr, BinOp::Eq, Value::Str(s))) => {
+            let slot = match attr.as_str() {
+                "arch" => &mut job.architecture,
+                "opsys" => &mut job.operating_system,
+                _ => return false,
+            };
+            if slot.is_some() {
+                return false;
+            }
+            *slot = Some(s.clone());
+            true
+        }
+        _ => false,
+    }))
+}
+
+fn unquote(s: &str) -> String {
+    let t = s.trim();
+    if t.len() >= 2 && t.starts_with('"') && t.ends_with('"') {
+        t[1..t.len() - 1].to_string()
+    } else {
+        t.to_string()
+    }
+}
+
+/// A size in MiB, rounded up, from a number with an optional unit; a bare number
+/// counts MiB (`request_memory`) or KiB (`request_disk`), as HTCondor reads them.
+fn size(v: &str, bare_is_mib: bool) -> Option<u64> {
+    let v = v.trim();
+    let digits = v.find(|c: char| !c.is_ascii_digit()).unwrap_or(v.len());
+    let n: u64 = v[..digits].parse().ok()?;
+    let unit_kib: u64 = match v[digits..].trim().to_ascii_uppercase().as_str() {
+        "" if bare_is_mib => 1024,
+        "" | "K" | "KB" => 1,
+        "M" | "MB" => 1024,
+        "G" | "GB" => 1024 * 1024,
+        "T" | "TB" => 1024 * 1024 * 1024,
+        _ => return None,
+    };
+    Some(n.checked_mul(unit_kib)?.div_ceil(1024))
+}
+
+fn input_file(f: &str) -> InputFile {
+    if f.contains("://") {
+        let name = f
+            .trim_end_matches('/')
+            .rsplit('/')
+            .next()
+            .unwrap_or(f)
+            .to_string();
+        InputFile {
+            name,
+            source: Some(f.to_string()),
+            size: None,
+        }
+    } else {
+        InputFile {
+            name: f.to_string(),
+            source: None,
+            size: None,
+        }
+    }
+}
+
+/// The new (double-quoted) or old argument syntax.
+fn arguments(v: &str) -> Option<Vec<String>> {
+    match v.strip_prefix('"').and_then(|r| r.strip_suffix('"')) {
+        Some(inner) => new_syntax_words(inner),
+        None => Some(
+            v.split_whitespace()
+                .map(|w| w.replace("\\\"", "\""))
+                .collect(),
+        ),
+    }
+}
+
+/// Words of the new syntax: whitespace separates, `'...'` groups, `''` and `""` escape.
+fn new_syntax_words(s: &str) -> Option<Vec<String>> {
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    let mut in_word = false;
+    let mut chars = s.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\'' => {
+                in_word = true;
+                loop {
+                    match chars.next()? {
+                        '\'' if chars.peek() == Some(&'\'') => {
+                            chars.next();
+                            cur.push('\'');
+                        }
+                        '\'' => break,
+                        '"' if chars.peek() == Some(&'"') => {
+                            chars.next();
+                            cur.push('"');
+                        }
+                        ch => cur.push(ch),
+                    }
+                }
+            }
+            '"' if chars.peek() == Some(&'"') => {
+                chars.next();
+                in_word = true;
+                cur.push('"');
+            }
+            c if c.is_whitespace() => {
+                if in_word {
+                    out.push(std::mem::take(&mut cur));
+                    in_word = false;
+                }
+            }
+            c => {
+                in_word = true;
+                cur.push(c);
+            }
+        }
+    }
+    if in_word {
+        out.push(cur);
+    }
+    Some(out)
+}
+
+fn environment(v: &str) -> Option<Vec<EnvVar>> {
+    let pairs: Vec<String> = match v.strip_prefix('"').and_then(|r| r.strip_suffix('"')) {
+        Some(inner) => new_syntax_words(inner)?,
+        None => v
+            .split(';')
+            .map(|p| p.trim().to_string())
+            .filter(|p| !p.is_empty())
+            .collect(),
+    };
+    pairs
+        .into_iter()
+        .map(|p| {
+            p.split_once('=').map(|(n, val)| EnvVar {
+                name: n.to_string(),
+                value: val.to_string(),
+            })
+        })
+        .collect()
+}
+
+fn quote_word(w: &str) -> String {
+    if !w.is_empty()
+        && !w
+            .chars()
+            .any(|c| c.is_whitespace() || c == '\'' || c == '"')
+    {
+        w.to_string()
+    } else {
+        format!("'{}'", w.replace('\'', "''").replace('"', "\"\""))
+    }
+}
+
+/// Writes each job as a block of commands and a `queue`; commands a later job does
+/// not set are cleared so that it does not inherit them.
+pub(crate) fn write(jobs: &[Job]) -> Written {
+    let mut d = Dropped::default();
+    let mut out = String::new();
+    let mut seen: Vec<&'static str> = Vec::new();
+    for (i, job) in jobs.iter().enumerate() {
+        if i > 0 {
+            out.push('\n');
+        }
+        let cmds = commands(job, &mut d);
+        for k in &seen {
+            if !cmds.iter().any(|(c, _)| c == k) {
+                out.push_str(&format!("{k} =\n"));
+            }
+        }
+        for (k, v) in &cmds {
+            out.push_str(&format!("{k} = {v}\n"));
+            if !seen.contains(k) {
+                seen.push(k);
+            }
+        }
+        out.push_str("queue\n");
+    }
+    d.finish(out)
+}
+
+fn commands(job: &Job, d: &mut Dropped) -> Vec<(&'static str, String)> {
+    let mut c: Vec<(&'static str, String)> = Vec::new();
+    if let Some(n) = &job.name {
+        c.push(("batch_name", n.clone()));
+    }
+    if let Some(e) = &job.executable {
+        c.push(("executable", e.clone()));
+    }
+    if !job.arguments.is_empty() {
+        c.push((
+            "arguments",
+            format!(
+                "\"{}\"",
+                job.arguments
+                    .iter()
+                    .map(|a| quote_word(a))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            ),
+        ));
+    }
+    if !job.environment.is_empty() {
+        let env: Vec<String> = job
+            .environment
+            .iter()
+            .map(|e| quote_word(&format!("{}={}", e.name, e.value)))
+            .collect();
+        c.push(("environment", format!("\"{}\"", env.join(" "))));
+    }
+    for (k, v) in [
+        ("input", &job.stdin),
+        ("output", &job.stdout),
+        ("error", &job.stderr),
+        ("initialdir", &job.working_directory),
+    ] {
+        if let Some(v) = v {
+            c.push((k, v.clone()));
+        }
+    }
+    if let Some(p) = &job.project {
+        c.push(("accounting_group", p.clone()));
+    }
+    if !job.input_files.is_empty() {
+        let files: Vec<String> = job
+            .input_files
+            .iter()
+            .map(|f| match &f.source {
+                Some(s) => {
+                    if input_file(s).name != f.name {
+                        d.note(format!("input_files: `{}` is renamed from its source, which HTCondor cannot do", f.name));
+                    }
+                    s.clone()
+                }
+                None => f.name.clone(),
+            })
+            .collect();
+        c.push(("transfer_input_files", files.join(", ")));
+    }
+    if !job.output_files.is_empty() {
+        c.push((
+            "transfer_output_files",
+            job.output_files
+                .iter()
+                .map(|f| f.name.clone())
+                .collect::<Vec<_>>()
+                .join(", "),
+        ));
+        let remaps: Vec<String> = job
+            .output_files
+            .iter()
+            .filter_map(|f| Some(format!("{} = {}", f.name, f.target.as_ref()?)))
+            .collect();
+        if !remaps.is_empty() {
+            c.push((
+                "transfer_output_remaps",
+                format!("\"{}\"", remaps.join("; ")),
+            ));
+        }
+    }
+    if let Some(n) = job.cpus {
+        c.push(("request_cpus", n.to_string()));
+    }
+    if let Some(n) = job.nodes {
+        c.push(("machine_count", n.to_string()));
+    }
+    if job.memory.is_some() {
+        match job.memory_total_mib() {
+            Some(m) => c.push(("request_memory", format!("{m}MB"))),
+            None => d.note("memory: cannot be turned into the job total that request_memory needs"),
+        }
+    }
+    if let Some(disk) = job.disk_mib {
+        c.push(("request_disk", format!("{disk}MB")));
+    }
+    if let Some(w) = job.wall_time {
+        c.push(("allowed_job_duration", w.0.to_string()));
+    }
+    if let Some(t) = job.earliest_start {
+        c.push(("deferral_time", t.0.to_string()));
+    }
+    let mut gen = Vec::new();
+    if let Some(a) = &job.architecture {
+        gen.push(format!("TARGET.Arch == {}", Value::Str(a.clone())));
+    }
+    if let Some(o) = &job.operating_system {
+        gen.push(format!("TARGET.OpSys == {}", Value::Str(o.clone())));
+    }
+    if let Some(r) = combine(&gen, job.requirements.as_deref()) {
+        c.push(("requirements", r));
+    }
+    if let Some(r) = &job.rank {
+        c.push(("rank", r.clone()));
+    }
+    if job.input_files.iter().any(|f| f.size.is_some())
+        || job.output_files.iter().any(|f| f.size_estimate.is_some())
+    {
+        d.note("file sizes: HTCondor cannot express them");
+    }
+    d.unsupported(
+        "HTCondor",
+        job,
+        &[
+            "script",
+            "cpus_per_node",
+            "cpus_per_task",
+            "cpu_time",
+            "runtime_environments",
+            "queue",
+            "reservation",
+            "deadline",
+            "benchmarks",
+        ],
+    );
+    c
+}

@@ -1,0 +1,114 @@
+//! Diagnostics with line and column, rendered with the offending line and a caret.
+
+use std::fmt;
+
+use serde::Serialize;
+
+/// How bad a diagnostic is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    /// The description cannot be read.
+    Error,
+    /// Read, but something was ignored or guessed.
+    Warning,
+}
+
+/// One message about a position in a job description. Lines and columns count from 1;
+/// columns count characters, not bytes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Diagnostic {
+    /// Error or warning.
+    pub severity: Severity,
+    /// 1-based line.
+    pub line: usize,
+    /// 1-based column in characters.
+    pub column: usize,
+    /// What is wrong and, for errors, what was expected.
+    pub message: String,
+}
+
+impl Diagnostic {
+    /// An error at byte offset `offset` of `src`.
+    pub fn error_at(src: &str, offset: usize, message: impl Into<String>) -> Self {
+        let (line, column) = line_col(src, offset);
+        Diagnostic {
+            severity: Severity::Error,
+            line,
+            column,
+            message: message.into(),
+        }
+    }
+
+    /// A warning at byte offset `offset` of `src`.
+    pub fn warning_at(src: &str, offset: usize, message: impl Into<String>) -> Self {
+        Diagnostic {
+            severity: Severity::Warning,
+            ..Diagnostic::error_at(src, offset, message)
+        }
+    }
+
+    /// Renders `file:line:column: severity: message`, the source line and a caret.
+    pub fn render(&self, file: &str, src: &str) -> String {
+        let kind = match self.severity {
+            Severity::Error => "error",
+            Severity::Warning => "warning",
+        };
+        let text = src.lines().nth(self.line.saturating_sub(1)).unwrap_or("");
+        let pad: String = text
+            .chars()
+            .take(self.column.saturating_sub(1))
+            .map(|c| if c == '\t' { '\t' } else { ' ' })
+            .collect();
+        let gutter = self.line.to_string();
+        let blank = " ".repeat(gutter.len());
+        format!(
+            "{file}:{}:{}: {kind}: {}\n{blank} |\n{gutter} | {text}\n{blank} | {pad}^\n",
+            self.line, self.column, self.message
+        )
+    }
+}
+
+impl fmt::Display for Diagnostic {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}: {}", self.line, self.column, self.message)
+    }
+}
+
+/// The 1-based line and character column of byte `offset` in `src` (clamped to the end,
+/// and to the nearest character boundary).
+pub fn line_col(src: &str, offset: usize) -> (usize, usize) {
+    let mut offset = offset.min(src.len());
+    while !src.is_char_boundary(offset) {
+        offset -= 1;
+    }
+    let before = &src[..offset];
+    let line = before.bytes().filter(|&b| b == b'\n').count() + 1;
+    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+    let column = before[line_start..].chars().count() + 1;
+    (line, column)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn line_and_column_count_characters() {
+        let src = "ab\ncé d";
+        assert_eq!(line_col(src, 0), (1, 1));
+        assert_eq!(line_col(src, 3), (2, 1));
+        assert_eq!(line_col(src, 6), (2, 3));
+        assert_eq!(line_col(src, 99), (2, 5));
+    }
+
+    #[test]
+    fn render_points_at_the_column() {
+        let src = "&(count = x)\n";
+        let d = Diagnostic::error_at(src, 10, "expected an integer");
+        assert_eq!(
+            d.render("job.xrsl", src),
+            "job.xrsl:1:11: error: expected an integer\n  |\n1 | &(count = x)\n  |           ^\n"
+        );
+    }
+}

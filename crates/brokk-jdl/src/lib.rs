@@ -1,0 +1,271 @@
+//! Readers and writers for every job description language Brokk speaks, and
+//! the ClassAd expression language that JDL and HTCondor requirements use.
+//!
+//! Every reader turns text into [`Job`]s plus warnings, or fails with
+//! [`Diagnostic`]s that carry a line and column; no input makes a reader panic.
+//! Every writer turns jobs into text and lists what the target language could
+//! not express.
+//!
+//! Architecture invariant: this crate does no IO except where a description
+//! names a file to read (`queue ... from FILE`), and then only through
+//! [`ReadOptions::base_dir`].
+
+pub mod classad;
+mod condor;
+mod detect;
+mod diag;
+mod jdl;
+mod jsdl;
+mod json;
+mod requirements;
+mod rsl;
+mod rsl_syntax;
+mod shellwords;
+mod slurm;
+mod units;
+mod xrsl;
+
+use std::fmt;
+use std::path::PathBuf;
+use std::str::FromStr;
+
+use brokk_model::Job;
+use serde::Serialize;
+
+pub use detect::detect;
+pub use diag::{line_col, Diagnostic, Severity};
+
+/// A job description language.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Format {
+    /// OGF JSDL 1.0 with the POSIX and HPC Profile application extensions.
+    Jsdl,
+    /// NorduGrid ARC extended RSL.
+    Xrsl,
+    /// Globus RSL as GRAM5 accepts it.
+    Rsl,
+    /// gLite / LCG-2 JDL in ClassAd syntax.
+    Jdl,
+    /// HTCondor submit description file.
+    Condor,
+    /// Slurm batch script with `#SBATCH` options.
+    Slurm,
+    /// Brokk's canonical JSON (one job object or an array of them).
+    Json,
+}
+
+impl Format {
+    /// Every format, in the order the CLI lists them.
+    pub const ALL: [Format; 7] = [
+        Format::Jsdl,
+        Format::Xrsl,
+        Format::Rsl,
+        Format::Jdl,
+        Format::Condor,
+        Format::Slurm,
+        Format::Json,
+    ];
+
+    /// The short name used on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Format::Jsdl => "jsdl",
+            Format::Xrsl => "xrsl",
+            Format::Rsl => "rsl",
+            Format::Jdl => "jdl",
+            Format::Condor => "condor",
+            Format::Slurm => "slurm",
+            Format::Json => "json",
+        }
+    }
+}
+
+impl fmt::Display for Format {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A format name that Brokk does not know.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("unknown format `{0}` (expected one of jsdl, xrsl, rsl, jdl, condor, slurm, json)")]
+pub struct UnknownFormat(pub String);
+
+impl FromStr for Format {
+    type Err = UnknownFormat;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(match s.to_ascii_lowercase().as_str() {
+            "jsdl" | "xml" => Format::Jsdl,
+            "xrsl" | "arc" => Format::Xrsl,
+            "rsl" | "globus" | "gram" => Format::Rsl,
+            "jdl" | "glite" | "classad" => Format::Jdl,
+            "condor" | "htcondor" | "sub" | "submit" => Format::Condor,
+            "slurm" | "sbatch" | "sh" => Format::Slurm,
+            "json" => Format::Json,
+            _ => return Err(UnknownFormat(s.to_string())),
+        })
+    }
+}
+
+/// Options for readers.
+#[derive(Debug, Clone, Default)]
+pub struct ReadOptions {
+    /// Directory that relative file names inside a description resolve against
+    /// (HTCondor `queue ... from FILE`); `None` forbids reading files.
+    pub base_dir: Option<PathBuf>,
+}
+
+/// What a reader produced: one or more jobs and any warnings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Parsed {
+    /// The jobs, in the order the description gives them.
+    pub jobs: Vec<Job>,
+    /// Things that were read but ignored or guessed.
+    pub warnings: Vec<Diagnostic>,
+}
+
+/// A description that could not be read.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{}", .diagnostics.iter().map(|d| d.to_string()).collect::<Vec<_>>().join("; "))]
+pub struct ParseError {
+    /// At least one error, with its position.
+    pub diagnostics: Vec<Diagnostic>,
+}
+
+impl From<Diagnostic> for ParseError {
+    fn from(d: Diagnostic) -> Self {
+        ParseError {
+            diagnostics: vec![d],
+        }
+    }
+}
+
+/// What a writer produced: the text and what the language could not express.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Written {
+    /// The description in the target language.
+    pub text: String,
+    /// One line per dropped or approximated attribute.
+    pub dropped: Vec<String>,
+}
+
+/// Jobs that a writer cannot put into one document.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WriteError {
+    /// The language holds one job per document.
+    #[error("{format} holds one job per document, and this description has {count}")]
+    OneJobOnly {
+        /// Target format.
+        format: Format,
+        /// Number of jobs given.
+        count: usize,
+    },
+    /// There was nothing to write.
+    #[error("no job to write")]
+    Empty,
+}
+
+/// Reads a description in `format`.
+pub fn read(format: Format, text: &str, opts: &ReadOptions) -> Result<Parsed, ParseError> {
+    match format {
+        Format::Jsdl => jsdl::read(text),
+        Format::Xrsl => xrsl::read(text),
+        Format::Rsl => rsl::read(text),
+        Format::Jdl => jdl::read(text),
+        Format::Condor => condor::read(text, opts),
+        Format::Slurm => slurm::read(text),
+        Format::Json => json::read(text),
+    }
+}
+
+/// Writes `jobs` in `format`.
+pub fn write(format: Format, jobs: &[Job]) -> Result<Written, WriteError> {
+    if jobs.is_empty() {
+        return Err(WriteError::Empty);
+    }
+    let single = |f: fn(&Job) -> Written| {
+        if jobs.len() == 1 {
+            Ok(f(&jobs[0]))
+        } else {
+            Err(WriteError::OneJobOnly {
+                format,
+                count: jobs.len(),
+            })
+        }
+    };
+    match format {
+        Format::Jsdl => single(jsdl::write),
+        Format::Xrsl => Ok(xrsl::write(jobs)),
+        Format::Rsl => Ok(rsl::write(jobs)),
+        Format::Jdl => Ok(jdl::write(jobs)),
+        Format::Condor => Ok(condor::write(jobs)),
+        Format::Slurm => single(slurm::write),
+        Format::Json => Ok(json::write(jobs)),
+    }
+}
+
+/// Collects what a writer drops, so each writer only says what and why.
+#[derive(Debug, Default)]
+pub(crate) struct Dropped(Vec<String>);
+
+impl Dropped {
+    pub fn note(&mut self, what: impl Into<String>) {
+        let s = what.into();
+        if !self.0.contains(&s) {
+            self.0.push(s);
+        }
+    }
+
+    /// Notes each named field that is set on `job` but that the writer cannot say.
+    pub fn unsupported(&mut self, format: &str, job: &Job, fields: &[&str]) {
+        for &f in fields {
+            if field_is_set(job, f) {
+                self.note(format!("{f}: {format} cannot express it"));
+            }
+        }
+    }
+
+    pub fn finish(self, text: String) -> Written {
+        Written {
+            text,
+            dropped: self.0,
+        }
+    }
+}
+
+fn field_is_set(job: &Job, field: &str) -> bool {
+    match field {
+        "name" => job.name.is_some(),
+        "executable" => job.executable.is_some(),
+        "arguments" => !job.arguments.is_empty(),
+        "script" => job.script.is_some(),
+        "environment" => !job.environment.is_empty(),
+        "stdin" => job.stdin.is_some(),
+        "stdout" => job.stdout.is_some(),
+        "stderr" => job.stderr.is_some(),
+        "working_directory" => job.working_directory.is_some(),
+        "input_files" => !job.input_files.is_empty(),
+        "output_files" => !job.output_files.is_empty(),
+        "cpus" => job.cpus.is_some(),
+        "cpus_per_node" => job.cpus_per_node.is_some(),
+        "nodes" => job.nodes.is_some(),
+        "cpus_per_task" => job.cpus_per_task.is_some(),
+        "memory" => job.memory.is_some(),
+        "disk_mib" => job.disk_mib.is_some(),
+        "wall_time" => job.wall_time.is_some(),
+        "cpu_time" => job.cpu_time.is_some(),
+        "architecture" => job.architecture.is_some(),
+        "operating_system" => job.operating_system.is_some(),
+        "runtime_environments" => !job.runtime_environments.is_empty(),
+        "queue" => job.queue.is_some(),
+        "project" => job.project.is_some(),
+        "reservation" => job.reservation.is_some(),
+        "earliest_start" => job.earliest_start.is_some(),
+        "deadline" => job.deadline.is_some(),
+        "benchmarks" => !job.benchmarks.is_empty(),
+        "requirements" => job.requirements.is_some(),
+        "rank" => job.rank.is_some(),
+        _ => false,
+    }
+}

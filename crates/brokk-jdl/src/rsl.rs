@@ -1,0 +1,293 @@
+//! Globus RSL as GRAM5 accepts it. Attribute names are case-insensitive and
+//! underscores in them are ignored (`max_wall_time` = `maxWallTime`), as in GRAM.
+
+use brokk_model::{EnvVar, InputFile, Job, Memory, MemoryScope, OutputFile};
+
+use crate::diag::Diagnostic;
+use crate::rsl_syntax::lower::{self, seq, Vars};
+use crate::rsl_syntax::{self, quote, Relation};
+use crate::units::{format_minutes, parse_duration};
+use crate::{Dropped, ParseError, Parsed, Written};
+
+/// GRAM5 attributes that concern the job manager, not the job's needs.
+const IGNORED: &[&str] = &[
+    "resourcemanagercontact",
+    "label",
+    "filecleanup",
+    "filestageinshared",
+    "gasscache",
+    "librarypath",
+    "remoteiourl",
+    "scratchdir",
+    "twophase",
+    "savestate",
+    "restart",
+    "proxytimeout",
+    "dryrun",
+    "username",
+    "savejobdescription",
+    "emailaddress",
+    "emailonabort",
+    "emailonexecution",
+    "emailonsuspend",
+    "emailontermination",
+    "minmemory",
+    "stdoutposition",
+    "stderrposition",
+    "exclusive",
+    "jobtype",
+    "minlocalport",
+    "maxlocalport",
+];
+
+/// Reads a GRAM5 RSL description, including `+` multi-requests.
+pub(crate) fn read(src: &str) -> Result<Parsed, ParseError> {
+    let spec = rsl_syntax::parse(src)?;
+    let mut jobs = Vec::new();
+    let mut warnings = Vec::new();
+    for (rels, ors) in lower::jobs(src, spec)? {
+        for pos in ors {
+            warnings.push(Diagnostic::warning_at(
+                src,
+                pos,
+                "`|` alternatives are not used by Brokk; ignored",
+            ));
+        }
+        jobs.push(read_job(src, &rels, &mut warnings)?);
+    }
+    Ok(Parsed { jobs, warnings })
+}
+
+fn canonical(attr: &str) -> String {
+    attr.chars()
+        .filter(|c| *c != '_')
+        .flat_map(char::to_lowercase)
+        .collect()
+}
+
+fn read_job(
+    src: &str,
+    rels: &[Relation],
+    warnings: &mut Vec<Diagnostic>,
+) -> Result<Job, Diagnostic> {
+    let mut job = Job::default();
+    let mut vars = Vars::default();
+    for rel in rels {
+        match canonical(&rel.attr).as_str() {
+            "rslsubstitution" => vars.define(src, rel)?,
+            "executable" => job.executable = Some(vars.single(src, rel)?),
+            "arguments" => job.arguments = vars.list(src, rel)?,
+            "directory" => job.working_directory = Some(vars.single(src, rel)?),
+            "stdin" => job.stdin = Some(vars.single(src, rel)?),
+            "stdout" => job.stdout = Some(vars.single(src, rel)?),
+            "stderr" => job.stderr = Some(vars.single(src, rel)?),
+            "count" => job.cpus = Some(vars.number(src, rel)?),
+            "hostcount" => job.nodes = Some(vars.number(src, rel)?),
+            "queue" => job.queue = Some(vars.single(src, rel)?),
+            "project" => job.project = Some(vars.single(src, rel)?),
+            "maxwalltime" | "maxtime" => job.wall_time = Some(minutes(src, rel, &vars)?),
+            "maxcputime" => job.cpu_time = Some(minutes(src, rel, &vars)?),
+            "maxmemory" => {
+                job.memory = Some(Memory {
+                    mib: vars.number(src, rel)?,
+                    per: MemoryScope::Cpu,
+                })
+            }
+            "environment" => {
+                for v in &rel.values {
+                    let pair = seq(src, v, 2, 2, "(NAME value)")?;
+                    job.environment.push(EnvVar {
+                        name: vars.text(src, &pair[0])?,
+                        value: vars.text(src, &pair[1])?,
+                    });
+                }
+            }
+            "filestagein" => {
+                for v in &rel.values {
+                    let pair = seq(src, v, 2, 2, "(source_url destination)")?;
+                    let source = vars.text(src, &pair[0])?;
+                    let name = vars.text(src, &pair[1])?;
+                    job.input_files.push(InputFile {
+                        name,
+                        source: Some(source),
+                        size: None,
+                    });
+                }
+            }
+            "filestageout" => {
+                for v in &rel.values {
+                    let pair = seq(src, v, 2, 2, "(source destination_url)")?;
+                    let name = vars.text(src, &pair[0])?;
+                    let target = vars.text(src, &pair[1])?;
+                    job.output_files.push(OutputFile {
+                        name,
+                        target: Some(target),
+                        size_estimate: None,
+                    });
+                }
+            }
+            a if IGNORED.contains(&a) => warnings.push(Diagnostic::warning_at(
+                src,
+                rel.pos,
+                format!(
+                    "`{}` concerns the GRAM job manager, not the job; ignored",
+                    rel.attr
+                ),
+            )),
+            _ => warnings.push(Diagnostic::warning_at(
+                src,
+                rel.pos,
+                format!("unknown RSL attribute `{}`; ignored", rel.attr),
+            )),
+        }
+    }
+    Ok(job)
+}
+
+fn minutes(src: &str, rel: &Relation, vars: &Vars) -> Result<brokk_model::Duration, Diagnostic> {
+    let s = vars.single(src, rel)?;
+    parse_duration(&s, 60).ok_or_else(|| {
+        Diagnostic::error_at(
+            src,
+            rel.values[0].pos(),
+            format!("`{}` expects minutes, found `{s}`", rel.attr),
+        )
+    })
+}
+
+/// Writes jobs as RSL; several jobs become a `+` multi-request.
+pub(crate) fn write(jobs: &[Job]) -> Written {
+    let mut dropped = Dropped::default();
+    let text = if jobs.len() == 1 {
+        write_job(&jobs[0], &mut dropped)
+    } else {
+        let mut s = String::from("+");
+        for j in jobs {
+            s.push_str(&format!("( {})\n", write_job(j, &mut dropped).trim_end()));
+        }
+        s
+    };
+    dropped.finish(text)
+}
+
+fn write_job(job: &Job, dropped: &mut Dropped) -> String {
+    let mut out = String::from("&");
+    let mut rel = |attr: &str, value: String| out.push_str(&format!("({attr} = {value})\n "));
+    if let Some(v) = &job.executable {
+        rel("executable", quote(v));
+    }
+    if !job.arguments.is_empty() {
+        rel(
+            "arguments",
+            job.arguments
+                .iter()
+                .map(|a| quote(a))
+                .collect::<Vec<_>>()
+                .join(" "),
+        );
+    }
+    if let Some(v) = &job.working_directory {
+        rel("directory", quote(v));
+    }
+    for (attr, v) in [
+        ("stdin", &job.stdin),
+        ("stdout", &job.stdout),
+        ("stderr", &job.stderr),
+    ] {
+        if let Some(v) = v {
+            rel(attr, quote(v));
+        }
+    }
+    if !job.environment.is_empty() {
+        let env: Vec<String> = job
+            .environment
+            .iter()
+            .map(|e| format!("({} {})", quote(&e.name), quote(&e.value)))
+            .collect();
+        rel("environment", env.join(""));
+    }
+    if let Some(n) = job.cpus {
+        rel("count", n.to_string());
+    }
+    if let Some(n) = job.nodes {
+        rel("hostCount", n.to_string());
+    }
+    if job.memory.is_some() {
+        match job.memory_per_cpu_mib() {
+            Some(m) => rel("maxMemory", m.to_string()),
+            None => dropped.note("memory: RSL counts maxMemory per process and the processor counts do not divide it"),
+        }
+    }
+    if let Some(d) = job.wall_time {
+        rel("maxWallTime", quote(&format_minutes(d)));
+    }
+    if let Some(d) = job.cpu_time {
+        rel("maxCpuTime", quote(&format_minutes(d)));
+    }
+    if let Some(v) = &job.queue {
+        rel("queue", quote(v));
+    }
+    if let Some(v) = &job.project {
+        rel("project", quote(v));
+    }
+    let stage_in: Vec<String> = job
+        .input_files
+        .iter()
+        .filter_map(|f| match &f.source {
+            Some(s) => Some(format!("({} {})", quote(s), quote(&f.name))),
+            None => {
+                dropped.note(format!(
+                    "input_files: `{}` has no source URL, which RSL needs",
+                    f.name
+                ));
+                None
+            }
+        })
+        .collect();
+    if !stage_in.is_empty() {
+        rel("file_stage_in", stage_in.join(""));
+    }
+    let stage_out: Vec<String> = job
+        .output_files
+        .iter()
+        .filter_map(|f| match &f.target {
+            Some(t) => Some(format!("({} {})", quote(&f.name), quote(t))),
+            None => {
+                dropped.note(format!(
+                    "output_files: `{}` has no target URL, which RSL needs",
+                    f.name
+                ));
+                None
+            }
+        })
+        .collect();
+    if !stage_out.is_empty() {
+        rel("file_stage_out", stage_out.join(""));
+    }
+    if job.input_files.iter().any(|f| f.size.is_some())
+        || job.output_files.iter().any(|f| f.size_estimate.is_some())
+    {
+        dropped.note("file sizes: RSL cannot express them");
+    }
+    dropped.unsupported(
+        "RSL",
+        job,
+        &[
+            "name",
+            "script",
+            "cpus_per_node",
+            "cpus_per_task",
+            "disk_mib",
+            "architecture",
+            "operating_system",
+            "runtime_environments",
+            "reservation",
+            "earliest_start",
+            "deadline",
+            "benchmarks",
+            "requirements",
+            "rank",
+        ],
+    );
+    out.trim_end().to_string() + "\n"
+}

@@ -1,0 +1,583 @@
+//! Slurm batch scripts: the `#SBATCH` options that map to the model, and the body.
+//!
+//! As sbatch does, options are read from `#SBATCH` lines before the first
+//! command; later ones are ignored (with a warning). A body that is one plain
+//! command becomes `executable` + `arguments`; anything else is kept as `script`.
+
+use brokk_model::{Duration, EnvVar, Job, Memory, MemoryScope, Time};
+
+use crate::diag::Diagnostic;
+use crate::{shellwords, Dropped, ParseError, Parsed, Written};
+
+/// Options sbatch knows that do not map to the model.
+const IGNORED: &[&str] = &[
+    "mail-type",
+    "mail-user",
+    "qos",
+    "exclusive",
+    "array",
+    "gres",
+    "gpus",
+    "dependency",
+    "requeue",
+    "no-requeue",
+    "constraint",
+    "C",
+    "signal",
+    "open-mode",
+    "parsable",
+    "wait",
+    "hold",
+    "H",
+    "nice",
+    "licenses",
+    "L",
+    "comment",
+    "wckey",
+    "exclude",
+    "x",
+    "nodelist",
+    "w",
+    "distribution",
+    "m",
+    "kill-on-invalid-dep",
+    "switches",
+    "get-user-env",
+    "propagate",
+    "threads-per-core",
+    "hint",
+    "cores-per-socket",
+    "sockets-per-node",
+    "mem-bind",
+    "cpu-freq",
+    "priority",
+    "profile",
+    "uid",
+    "gid",
+    "oversubscribe",
+    "s",
+    "spread-job",
+    "use-min-nodes",
+    "verbose",
+    "v",
+    "quiet",
+    "Q",
+];
+
+struct Opts {
+    ntasks: Option<u32>,
+    cpt: Option<u32>,
+    tasks_per_node: Option<u32>,
+}
+
+/// Reads one batch script.
+pub(crate) fn read(src: &str) -> Result<Parsed, ParseError> {
+    let mut job = Job::default();
+    let mut warnings = Vec::new();
+    let mut o = Opts {
+        ntasks: None,
+        cpt: None,
+        tasks_per_node: None,
+    };
+    let mut offset = 0;
+    let mut body_start = None;
+    for (i, line) in src.split_inclusive('\n').enumerate() {
+        let t = line.trim();
+        let here = offset;
+        offset += line.len();
+        if i == 0 && t.starts_with("#!") {
+            continue;
+        }
+        if let Some(rest) = t.strip_prefix("#SBATCH") {
+            let lead = line.len() - line.trim_start().len();
+            let at = here + lead + "#SBATCH".len();
+            if body_start.is_some() {
+                warnings.push(Diagnostic::warning_at(
+                    src,
+                    here,
+                    "#SBATCH after the first command is ignored, as sbatch does",
+                ));
+            } else {
+                directive(src, rest, at, &mut job, &mut o, &mut warnings)?;
+            }
+            continue;
+        }
+        if body_start.is_none() && !t.is_empty() && !t.starts_with('#') {
+            body_start = Some(here);
+        }
+    }
+    if o.ntasks.is_some() || o.cpt.is_some() || o.tasks_per_node.is_some() {
+        let cpt = o.cpt.unwrap_or(1);
+        let tasks = match (o.ntasks, o.tasks_per_node, job.nodes) {
+            (Some(n), _, _) => Some(n),
+            (None, Some(tpn), Some(nodes)) => tpn.checked_mul(nodes),
+            (None, Some(_), None) => None,
+            (None, None, _) => Some(1),
+        };
+        job.cpus = tasks.and_then(|t| t.checked_mul(cpt));
+        job.cpus_per_task = o.cpt;
+        job.cpus_per_node = o.tasks_per_node.and_then(|t| t.checked_mul(cpt));
+    }
+    if let Some(start) = body_start {
+        let body = &src[start..];
+        match simple_command(body) {
+            Some(mut words) => {
+                job.executable = Some(words.remove(0));
+                job.arguments = words;
+            }
+            None => job.script = Some(body.trim_end().to_string() + "\n"),
+        }
+    }
+    Ok(Parsed {
+        jobs: vec![job],
+        warnings,
+    })
+}
+
+/// Splits a directive line into shell words; `#` at the start of a word ends it.
+fn words(src: &str, line: &str, at: usize) -> Result<Vec<(String, usize)>, Diagnostic> {
+    let mut out = Vec::new();
+    let mut chars = line.char_indices().peekable();
+    while let Some(&(i, c)) = chars.peek() {
+        if c.is_whitespace() {
+            chars.next();
+            continue;
+        }
+        if c == '#' {
+            break;
+        }
+        let mut w = String::new();
+        while let Some(&(j, c)) = chars.peek() {
+            if c.is_whitespace() {
+                break;
+            }
+            chars.next();
+            match c {
+                '"' | '\'' => loop {
+                    match chars.next() {
+                        Some((_, q)) if q == c => break,
+                        Some((_, '\\')) if c == '"' => {
+                            if let Some((_, e)) = chars.next() {
+                                w.push(e);
+                            }
+                        }
+                        Some((_, ch)) => w.push(ch),
+                        None => {
+                            return Err(Diagnostic::error_at(
+                                src,
+                                at + j,
+                                format!("unterminated `{c}` quote"),
+                            ))
+                        }
+                    }
+                },
+                '\\' => {
+                    if let Some((_, e)) = chars.next() {
+                        w.push(e);
+                    }
+                }
+                _ => w.push(c),
+            }
+        }
+        out.push((w, at + i));
+    }
+    Ok(out)
+}
+
+fn directive(
+    src: &str,
+    rest: &str,
+    at: usize,
+    job: &mut Job,
+    o: &mut Opts,
+    warnings: &mut Vec<Diagnostic>,
+) -> Result<(), Diagnostic> {
+    let ws = words(src, rest, at)?;
+    let mut k = 0;
+    while k < ws.len() {
+        let (w, pos) = (&ws[k].0, ws[k].1);
+        k += 1;
+        let (name, inline): (String, Option<String>) = if let Some(long) = w.strip_prefix("--") {
+            match long.split_once('=') {
+                Some((n, v)) => (n.to_string(), Some(v.to_string())),
+                None => (long.to_string(), None),
+            }
+        } else if let Some(short) = w.strip_prefix('-') {
+            let mut cs = short.chars();
+            match cs.next() {
+                Some(c) => {
+                    let v: String = cs.collect();
+                    (
+                        c.to_string(),
+                        (!v.is_empty()).then_some(v.trim_start_matches('=').to_string()),
+                    )
+                }
+                None => {
+                    return Err(Diagnostic::error_at(
+                        src,
+                        pos,
+                        "expected an option after `-`",
+                    ))
+                }
+            }
+        } else {
+            return Err(Diagnostic::error_at(
+                src,
+                pos,
+                format!("expected an option such as `--ntasks=4`, found `{w}`"),
+            ));
+        };
+        let flag = matches!(
+            name.as_str(),
+            "exclusive"
+                | "requeue"
+                | "no-requeue"
+                | "parsable"
+                | "wait"
+                | "hold"
+                | "H"
+                | "get-user-env"
+                | "use-min-nodes"
+                | "spread-job"
+                | "verbose"
+                | "v"
+                | "quiet"
+                | "Q"
+                | "kill-on-invalid-dep"
+                | "oversubscribe"
+                | "s"
+        );
+        let value = if flag {
+            inline.unwrap_or_default()
+        } else {
+            match inline {
+                Some(v) => v,
+                None if k < ws.len() => {
+                    k += 1;
+                    ws[k - 1].0.clone()
+                }
+                None => {
+                    return Err(Diagnostic::error_at(
+                        src,
+                        pos,
+                        format!("option `{w}` needs a value"),
+                    ))
+                }
+            }
+        };
+        let bad = |what: &str| {
+            Diagnostic::error_at(src, pos, format!("`{w}` expects {what}, found `{value}`"))
+        };
+        let count = |v: &str| -> Result<u32, Diagnostic> {
+            // `--nodes=2-4` asks for at least 2; Brokk plans with the minimum.
+            v.split('-')
+                .next()
+                .unwrap_or("")
+                .trim()
+                .parse()
+                .map_err(|_| bad("a count"))
+        };
+        match name.as_str() {
+            "J" | "job-name" => job.name = Some(value.clone()),
+            "n" | "ntasks" => o.ntasks = Some(count(&value)?),
+            "c" | "cpus-per-task" => o.cpt = Some(count(&value)?),
+            "N" | "nodes" => job.nodes = Some(count(&value)?),
+            "ntasks-per-node" => o.tasks_per_node = Some(count(&value)?),
+            "mem" => job.memory = Some(Memory { mib: mem(&value).ok_or_else(|| bad("a size such as 4G"))?, per: MemoryScope::Node }),
+            "mem-per-cpu" => {
+                job.memory = Some(Memory { mib: mem(&value).ok_or_else(|| bad("a size such as 2000M"))?, per: MemoryScope::Cpu })
+            }
+            "tmp" => job.disk_mib = Some(mem(&value).ok_or_else(|| bad("a size such as 10G"))?),
+            "t" | "time" => job.wall_time = Some(time_limit(&value).ok_or_else(|| bad("a time such as 1-12:00:00"))?),
+            "o" | "output" => job.stdout = Some(value.clone()),
+            "e" | "error" => job.stderr = Some(value.clone()),
+            "i" | "input" => job.stdin = Some(value.clone()),
+            "p" | "partition" => job.queue = Some(value.clone()),
+            "reservation" => job.reservation = Some(value.clone()),
+            "A" | "account" => job.project = Some(value.clone()),
+            "D" | "chdir" => job.working_directory = Some(value.clone()),
+            "b" | "begin" => match Time::parse(&value) {
+                Ok(t) => job.earliest_start = Some(t),
+                Err(_) => warnings.push(Diagnostic::warning_at(
+                    src,
+                    pos,
+                    format!("--begin={value} is relative to submission; Brokk keeps only absolute times; ignored"),
+                )),
+            },
+            "deadline" => job.deadline = Some(Time::parse(&value).map_err(|_| bad("an absolute time such as 2026-11-22T18:00:00"))?),
+            "export" => {
+                for item in value.split(',') {
+                    match item.split_once('=') {
+                        Some((n, v)) => job.environment.push(EnvVar { name: n.to_string(), value: v.to_string() }),
+                        None if matches!(item, "ALL" | "NONE" | "NIL") => {}
+                        None => warnings.push(Diagnostic::warning_at(
+                            src,
+                            pos,
+                            format!("--export of `{item}` passes the submitting shell's value; ignored"),
+                        )),
+                    }
+                }
+            }
+            n if IGNORED.contains(&n) => {
+                warnings.push(Diagnostic::warning_at(src, pos, format!("`{w}` has no meaning for Brokk's model; ignored")))
+            }
+            _ => warnings.push(Diagnostic::warning_at(src, pos, format!("unknown sbatch option `{w}`; ignored"))),
+        }
+    }
+    Ok(())
+}
+
+/// MiB from a Slurm size (`4000`, `4G`, `512M`, `1T`); megabytes when no suffix.
+fn mem(v: &str) -> Option<u64> {
+    let v = v.trim();
+    let (num, mult) = match v.char_indices().last()? {
+        (i, 'K' | 'k') => (&v[..i], 0),
+        (i, 'M' | 'm') => (&v[..i], 1),
+        (i, 'G' | 'g') => (&v[..i], 1024),
+        (i, 'T' | 't') => (&v[..i], 1024 * 1024),
+        _ => (v, 1),
+    };
+    let n: u64 = num.parse().ok()?;
+    if mult == 0 {
+        Some(n.div_ceil(1024))
+    } else {
+        n.checked_mul(mult)
+    }
+}
+
+/// A Slurm time limit: `M`, `M:S`, `H:M:S`, `D-H`, `D-H:M`, `D-H:M:S`; `infinite`/`UNLIMITED` are refused.
+fn time_limit(v: &str) -> Option<Duration> {
+    let v = v.trim();
+    let num = |s: &str| s.parse::<i64>().ok().filter(|n| *n >= 0);
+    let secs = if let Some((d, rest)) = v.split_once('-') {
+        let d = num(d)?;
+        let p: Vec<&str> = rest.split(':').collect();
+        let (h, m, s) = match p.as_slice() {
+            [h] => (num(h)?, 0, 0),
+            [h, m] => (num(h)?, num(m)?, 0),
+            [h, m, s] => (num(h)?, num(m)?, num(s)?),
+            _ => return None,
+        };
+        d.checked_mul(86400)?
+            .checked_add(h.checked_mul(3600)?)?
+            .checked_add(m.checked_mul(60)?)?
+            .checked_add(s)?
+    } else {
+        let p: Vec<&str> = v.split(':').collect();
+        match p.as_slice() {
+            [m] => num(m)?.checked_mul(60)?,
+            [m, s] => num(m)?.checked_mul(60)?.checked_add(num(s)?)?,
+            [h, m, s] => num(h)?
+                .checked_mul(3600)?
+                .checked_add(num(m)?.checked_mul(60)?)?
+                .checked_add(num(s)?)?,
+            _ => return None,
+        }
+    };
+    Some(Duration(secs))
+}
+
+fn format_time_limit(d: Duration) -> String {
+    let s = d.0.max(0);
+    let (days, h, m, sec) = (s / 86400, s % 86400 / 3600, s % 3600 / 60, s % 60);
+    if days > 0 {
+        format!("{days}-{h:02}:{m:02}:{sec:02}")
+    } else {
+        format!("{h:02}:{m:02}:{sec:02}")
+    }
+}
+
+const SHELL_SPECIAL: &[char] = &[
+    '|', '&', ';', '<', '>', '(', ')', '$', '`', '*', '?', '[', ']', '{', '}', '~', '\n', '#', '!',
+];
+
+/// The words of a body that is exactly one plain command, or `None`.
+fn simple_command(body: &str) -> Option<Vec<String>> {
+    let mut lines = body
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'));
+    let line = lines.next()?;
+    if lines.next().is_some() || line.ends_with('\\') {
+        return None;
+    }
+    let mut words = Vec::new();
+    let mut cur = String::new();
+    let mut in_word = false;
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\'' => {
+                in_word = true;
+                loop {
+                    match chars.next()? {
+                        '\'' => break,
+                        ch => cur.push(ch),
+                    }
+                }
+            }
+            '"' | '\\' => return None,
+            c if c.is_whitespace() => {
+                if in_word {
+                    words.push(std::mem::take(&mut cur));
+                    in_word = false;
+                }
+            }
+            c if SHELL_SPECIAL.contains(&c) => return None,
+            c => {
+                in_word = true;
+                cur.push(c);
+            }
+        }
+    }
+    if in_word {
+        words.push(cur);
+    }
+    // `NAME=value cmd` is an assignment, not a program called `NAME=value`.
+    if line
+        .split_whitespace()
+        .next()
+        .is_some_and(|w| w.contains('=') && !w.starts_with('\''))
+    {
+        return None;
+    }
+    (!words.is_empty()).then_some(words)
+}
+
+/// Quotes an `#SBATCH` value if it has spaces or quotes.
+fn opt_value(v: &str) -> String {
+    if v.chars()
+        .any(|c| c.is_whitespace() || c == '"' || c == '\'' || c == '#' || c == '\\')
+        || v.is_empty()
+    {
+        format!("\"{}\"", v.replace('\\', "\\\\").replace('"', "\\\""))
+    } else {
+        v.to_string()
+    }
+}
+
+/// Writes one job as a batch script.
+pub(crate) fn write(job: &Job) -> Written {
+    let mut d = Dropped::default();
+    let mut s = String::from("#!/bin/bash\n");
+    let mut opt = |k: &str, v: &str| s.push_str(&format!("#SBATCH --{k}={}\n", opt_value(v)));
+    if let Some(v) = &job.name {
+        opt("job-name", v);
+    }
+    let cpt = job.cpus_per_task.unwrap_or(1).max(1);
+    if let Some(c) = job.cpus {
+        if c % cpt == 0 {
+            opt("ntasks", &(c / cpt).to_string());
+        } else {
+            d.note("cpus: not a multiple of cpus_per_task, which Slurm needs");
+        }
+    }
+    if let Some(c) = job.cpus_per_task {
+        opt("cpus-per-task", &c.to_string());
+    }
+    if let Some(n) = job.nodes {
+        opt("nodes", &n.to_string());
+    }
+    if let Some(per) = job.cpus_per_node {
+        if per % cpt == 0 {
+            opt("ntasks-per-node", &(per / cpt).to_string());
+        } else {
+            d.note("cpus_per_node: not a multiple of cpus_per_task, which Slurm needs");
+        }
+    }
+    if let Some(m) = job.memory {
+        let choice = match m.per {
+            MemoryScope::Node => Some(("mem", m.mib)),
+            MemoryScope::Cpu => Some(("mem-per-cpu", m.mib)),
+            MemoryScope::Job => job
+                .memory_per_node_mib()
+                .map(|v| ("mem", v))
+                .or_else(|| job.memory_per_cpu_mib().map(|v| ("mem-per-cpu", v))),
+        };
+        match choice {
+            Some((k, v)) => opt(k, &format!("{v}M")),
+            None => d.note("memory: the job total does not divide over its nodes or processors"),
+        }
+    }
+    if let Some(t) = job.disk_mib {
+        opt("tmp", &format!("{t}M"));
+    }
+    if let Some(t) = job.wall_time {
+        opt("time", &format_time_limit(t));
+    }
+    for (k, v) in [
+        ("input", &job.stdin),
+        ("output", &job.stdout),
+        ("error", &job.stderr),
+        ("partition", &job.queue),
+        ("reservation", &job.reservation),
+        ("account", &job.project),
+        ("chdir", &job.working_directory),
+    ] {
+        if let Some(v) = v {
+            opt(k, v);
+        }
+    }
+    if let Some(t) = job.earliest_start {
+        opt("begin", &t.to_naive_string().replace(' ', "T"));
+    }
+    if let Some(t) = job.deadline {
+        opt("deadline", &t.to_naive_string().replace(' ', "T"));
+    }
+    if !job.environment.is_empty() {
+        let mut items = vec!["ALL".to_string()];
+        for e in &job.environment {
+            if e.value.contains(',') || e.name.contains(',') || e.name.contains('=') {
+                d.note(format!(
+                    "environment: `{}` has a comma or `=`, which --export cannot carry",
+                    e.name
+                ));
+            } else {
+                items.push(format!("{}={}", e.name, e.value));
+            }
+        }
+        opt("export", &items.join(","));
+    }
+    s.push('\n');
+    match (&job.script, &job.executable) {
+        (Some(script), exe) => {
+            if exe.is_some() {
+                d.note(
+                    "executable: the script is the job in Slurm; executable and arguments dropped",
+                );
+            }
+            s.push_str(script);
+        }
+        (None, Some(exe)) => {
+            // An `=` in the program word would read back as an assignment.
+            let program = if exe.contains('=') {
+                format!("'{}'", exe.replace('\'', "'\\''"))
+            } else {
+                shellwords::quote(exe)
+            };
+            s.push_str(&program);
+            for a in &job.arguments {
+                s.push(' ');
+                s.push_str(&shellwords::quote(a));
+            }
+            s.push('\n');
+        }
+        (None, None) => d.note("executable: none given; the script has no command"),
+    }
+    d.unsupported(
+        "Slurm",
+        job,
+        &[
+            "input_files",
+            "output_files",
+            "cpu_time",
+            "architecture",
+            "operating_system",
+            "runtime_environments",
+            "benchmarks",
+            "requirements",
+            "rank",
+        ],
+    );
+    d.finish(s)
+}

@@ -1,0 +1,285 @@
+//! The job: everything a JSDL, xRSL, RSL, JDL, HTCondor or Slurm description can say
+//! that a broker needs, in one canonical form.
+
+use serde::{Deserialize, Serialize};
+
+use crate::time::{Duration, Time};
+
+/// One job as Brokk understands it, whatever language it was written in.
+///
+/// Every field is optional: readers fill what their language says, writers
+/// report what their language cannot say. The canonical JSON form is this
+/// struct through serde, with empty fields left out.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Job {
+    /// Human-readable job name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Program to run (a path on the execution host or a staged file name).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub executable: Option<String>,
+    /// Command-line arguments, one string each, unquoted.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub arguments: Vec<String>,
+    /// An inline shell script (a Slurm batch script's body) run instead of, or
+    /// before, `executable`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub script: Option<String>,
+    /// Environment variables, in the order given.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub environment: Vec<EnvVar>,
+    /// File the job reads as standard input.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stdin: Option<String>,
+    /// File that receives standard output.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stdout: Option<String>,
+    /// File that receives standard error.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stderr: Option<String>,
+    /// Directory the job starts in.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub working_directory: Option<String>,
+    /// Files staged in before the job starts.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub input_files: Vec<InputFile>,
+    /// Files staged out after the job ends.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub output_files: Vec<OutputFile>,
+    /// Total number of processors (slots, xRSL `count`, Slurm ntasks x cpus-per-task).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpus: Option<u32>,
+    /// Processors wanted on each node.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpus_per_node: Option<u32>,
+    /// Number of nodes (hosts).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nodes: Option<u32>,
+    /// Processors per task, for languages that group processors into tasks (Slurm).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpus_per_task: Option<u32>,
+    /// Memory requirement and what it is counted per.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory: Option<Memory>,
+    /// Scratch disk for the whole job, in MiB.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub disk_mib: Option<u64>,
+    /// Wall-clock limit.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub wall_time: Option<Duration>,
+    /// CPU-time limit, summed over all processors.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu_time: Option<Duration>,
+    /// Required processor architecture (`x86_64`, `aarch64`, ...).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub architecture: Option<String>,
+    /// Required operating system (`linux`, ...).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub operating_system: Option<String>,
+    /// Runtime environments / installed software the job needs.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub runtime_environments: Vec<String>,
+    /// Queue, partition or share to submit to.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub queue: Option<String>,
+    /// Project or account to charge.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub project: Option<String>,
+    /// Advance reservation the job claims.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reservation: Option<String>,
+    /// The job must not start before this instant.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub earliest_start: Option<Time>,
+    /// The job should be finished by this instant.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub deadline: Option<Time>,
+    /// Benchmark triples {name, result, time} for execution-time prediction.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub benchmarks: Vec<Benchmark>,
+    /// Requirement expression in ClassAd syntax, kept as written.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub requirements: Option<String>,
+    /// Rank expression in ClassAd syntax, kept as written.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rank: Option<String>,
+}
+
+/// One environment variable.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EnvVar {
+    /// Variable name.
+    pub name: String,
+    /// Value, unquoted.
+    pub value: String,
+}
+
+/// A file staged in before the job runs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InputFile {
+    /// Name in the job's working directory.
+    pub name: String,
+    /// Where it comes from; `None` means uploaded by the client.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
+    /// Size in bytes, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<u64>,
+}
+
+/// A file staged out after the job ends.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OutputFile {
+    /// Name in the job's working directory.
+    pub name: String,
+    /// Where it goes; `None` means kept for the client to fetch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
+    /// Estimated size in bytes (xRSL `outputfilesizes`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size_estimate: Option<u64>,
+}
+
+/// A benchmark triple {b, r, t}: the job takes `time` on a system where benchmark
+/// `name` scores `result` (seed 003, 3.1.1).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Benchmark {
+    /// Benchmark name, e.g. `nas-lu-c`.
+    pub name: String,
+    /// The benchmark's result on the reference system (higher is faster).
+    pub result: f64,
+    /// The job's execution time on that reference system.
+    pub time: Duration,
+}
+
+/// A memory requirement: an amount in MiB and what it is counted per.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Memory {
+    /// Amount in MiB.
+    pub mib: u64,
+    /// What the amount is counted per.
+    pub per: MemoryScope,
+}
+
+/// What a memory amount is counted per; languages differ and a translation
+/// converts only when the processor counts make it exact.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MemoryScope {
+    /// For the whole job (HTCondor `request_memory`, JSDL `TotalPhysicalMemory`).
+    Job,
+    /// On each node (Slurm `--mem`, JSDL `IndividualPhysicalMemory`).
+    Node,
+    /// For each processor (xRSL `memory`, Slurm `--mem-per-cpu`, RSL `maxMemory`).
+    Cpu,
+}
+
+impl Job {
+    /// Memory for the whole job in MiB, when it can be known exactly.
+    pub fn memory_total_mib(&self) -> Option<u64> {
+        let m = self.memory?;
+        match m.per {
+            MemoryScope::Job => Some(m.mib),
+            MemoryScope::Cpu => m.mib.checked_mul(u64::from(self.cpus.unwrap_or(1))),
+            MemoryScope::Node => m.mib.checked_mul(u64::from(self.node_count()?)),
+        }
+    }
+
+    /// Memory per processor in MiB, when it can be known exactly.
+    pub fn memory_per_cpu_mib(&self) -> Option<u64> {
+        let m = self.memory?;
+        match m.per {
+            MemoryScope::Cpu => Some(m.mib),
+            MemoryScope::Job => exact_div(m.mib, u64::from(self.cpus.unwrap_or(1))),
+            MemoryScope::Node => exact_div(m.mib, u64::from(self.cpus_on_each_node()?)),
+        }
+    }
+
+    /// Memory per node in MiB, when it can be known exactly.
+    pub fn memory_per_node_mib(&self) -> Option<u64> {
+        let m = self.memory?;
+        match m.per {
+            MemoryScope::Node => Some(m.mib),
+            MemoryScope::Cpu => m.mib.checked_mul(u64::from(self.cpus_on_each_node()?)),
+            MemoryScope::Job => exact_div(m.mib, u64::from(self.node_count()?)),
+        }
+    }
+
+    /// Number of nodes, given or implied (a job without node or per-node counts runs on one).
+    pub fn node_count(&self) -> Option<u32> {
+        match (self.nodes, self.cpus_per_node, self.cpus) {
+            (Some(n), _, _) => Some(n),
+            (None, Some(per), Some(total)) if per > 0 && total % per == 0 => Some(total / per),
+            (None, None, _) => Some(1),
+            _ => None,
+        }
+    }
+
+    fn cpus_on_each_node(&self) -> Option<u32> {
+        if let Some(per) = self.cpus_per_node {
+            return Some(per);
+        }
+        let total = self.cpus.unwrap_or(1);
+        let nodes = self.nodes.unwrap_or(1);
+        (nodes > 0 && total.is_multiple_of(nodes)).then(|| total / nodes)
+    }
+
+    /// Parses the canonical JSON form (one job object).
+    pub fn from_json(text: &str) -> Result<Job, serde_json::Error> {
+        serde_json::from_str(text)
+    }
+}
+
+fn exact_div(a: u64, b: u64) -> Option<u64> {
+    (b > 0 && a.is_multiple_of(b)).then(|| a / b)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn memory_scopes_convert_only_when_exact() {
+        let job = Job {
+            cpus: Some(8),
+            nodes: Some(2),
+            memory: Some(Memory {
+                mib: 1000,
+                per: MemoryScope::Cpu,
+            }),
+            ..Job::default()
+        };
+        assert_eq!(job.memory_total_mib(), Some(8000));
+        assert_eq!(job.memory_per_node_mib(), Some(4000));
+        let job = Job {
+            cpus: Some(3),
+            memory: Some(Memory {
+                mib: 1000,
+                per: MemoryScope::Job,
+            }),
+            ..Job::default()
+        };
+        assert_eq!(job.memory_per_cpu_mib(), None);
+        assert_eq!(job.memory_per_node_mib(), Some(1000));
+    }
+
+    #[test]
+    fn canonical_json_leaves_out_empty_fields_and_rejects_unknown_ones() {
+        let job = Job {
+            name: Some("a".into()),
+            wall_time: Some(Duration(60)),
+            ..Job::default()
+        };
+        let text = serde_json::to_string(&job).unwrap();
+        assert_eq!(text, r#"{"name":"a","wall_time":60}"#);
+        assert_eq!(Job::from_json(&text).unwrap(), job);
+        let err = Job::from_json(r#"{"nmae":"a"}"#).unwrap_err();
+        assert!(err.to_string().contains("unknown field `nmae`"), "{err}");
+    }
+}

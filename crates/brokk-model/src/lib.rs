@@ -1,0 +1,13 @@
+//! Brokk's domain model: the vocabulary every other crate speaks.
+//!
+//! Architecture invariant: this crate does no IO and reads no clock. Time is
+//! integer seconds ([`Time`], [`Duration`]); quantities are integers with the
+//! unit in the name.
+
+mod job;
+mod prefs;
+mod time;
+
+pub use job::{Benchmark, EnvVar, InputFile, Job, Memory, MemoryScope, OutputFile};
+pub use prefs::{JobPreferences, Objective, StartBound, DEFAULT_PENALTY_FACTOR};
+pub use time::{Duration, Time, TimeParseError};

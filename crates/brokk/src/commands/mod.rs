@@ -1,0 +1,62 @@
+//! One module per subcommand, plus the input handling they share.
+
+pub mod translate;
+pub mod validate;
+
+use std::io::Read;
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use brokk_jdl::{detect, Format, ReadOptions};
+
+/// A job description read from a file or standard input.
+pub struct Input {
+    /// The name used in diagnostics (`-` reads standard input and is shown as `<stdin>`).
+    pub name: String,
+    /// The text.
+    pub text: String,
+    /// Options for readers: relative files resolve next to the input file.
+    pub opts: ReadOptions,
+}
+
+impl Input {
+    /// Reads `path`, or standard input for `-`.
+    pub fn load(path: &str) -> Result<Input> {
+        if path == "-" {
+            let mut text = String::new();
+            std::io::stdin()
+                .read_to_string(&mut text)
+                .context("reading standard input")?;
+            return Ok(Input {
+                name: "<stdin>".into(),
+                text,
+                opts: ReadOptions::default(),
+            });
+        }
+        let bytes = std::fs::read(path).with_context(|| format!("reading {path}"))?;
+        let text = String::from_utf8(bytes).with_context(|| format!("{path} is not UTF-8 text"))?;
+        let base_dir = Path::new(path)
+            .parent()
+            .map(|p| {
+                if p.as_os_str().is_empty() {
+                    Path::new(".")
+                } else {
+                    p
+                }
+            })
+            .map(Path::to_path_buf);
+        Ok(Input {
+            name: path.to_string(),
+            text,
+            opts: ReadOptions { base_dir },
+        })
+    }
+
+    /// The format given, or the one detected from content and extension.
+    pub fn format(&self, given: Option<Format>) -> Option<Format> {
+        given.or_else(|| {
+            let ext = Path::new(&self.name).extension().and_then(|e| e.to_str());
+            detect(&self.text, ext)
+        })
+    }
+}

@@ -1,0 +1,74 @@
+//! `brokk translate`: read a description in one language, write it in another.
+
+use std::process::ExitCode;
+
+use anyhow::{anyhow, Result};
+use brokk_jdl::{read, write, Format};
+use serde_json::json;
+
+use super::Input;
+
+/// Arguments of `brokk translate`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// Source language; detected from the content when absent.
+    #[arg(long)]
+    from: Option<Format>,
+    /// Target language: jsdl, xrsl, rsl, jdl, condor, slurm or json.
+    #[arg(long)]
+    to: Format,
+    /// Print one JSON object with the text, what was dropped and the warnings.
+    #[arg(long)]
+    json: bool,
+    /// The description to translate, or `-` for standard input.
+    file: String,
+}
+
+/// Runs the translation; exit 1 when the input cannot be read.
+pub fn run(a: Args) -> Result<ExitCode> {
+    let input = Input::load(&a.file)?;
+    let format = input.format(a.from).ok_or_else(|| {
+        anyhow!(
+            "cannot tell the language of {}; give it with --from",
+            input.name
+        )
+    })?;
+    let parsed = match read(format, &input.text, &input.opts) {
+        Ok(p) => p,
+        Err(e) => {
+            if a.json {
+                println!(
+                    "{}",
+                    json!({ "ok": false, "format": format, "errors": e.diagnostics })
+                );
+            } else {
+                for d in &e.diagnostics {
+                    eprint!("{}", d.render(&input.name, &input.text));
+                }
+            }
+            return Ok(ExitCode::from(1));
+        }
+    };
+    let written = write(a.to, &parsed.jobs)?;
+    if a.json {
+        let v = json!({
+            "ok": true,
+            "from": format,
+            "to": a.to,
+            "jobs": parsed.jobs.len(),
+            "text": written.text,
+            "dropped": written.dropped,
+            "warnings": parsed.warnings,
+        });
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        for w in &parsed.warnings {
+            eprint!("{}", w.render(&input.name, &input.text));
+        }
+        for d in &written.dropped {
+            eprintln!("warning: not translated to {}: {d}", a.to);
+        }
+        print!("{}", written.text);
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,101 @@
+//! `brokk validate`: check descriptions; exit 0 only when every file is valid.
+
+use std::process::ExitCode;
+
+use anyhow::Result;
+use brokk_jdl::{read, Diagnostic, Format};
+use serde_json::json;
+
+use super::Input;
+
+/// Arguments of `brokk validate`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// Language of every file; detected per file when absent.
+    #[arg(long)]
+    from: Option<Format>,
+    /// Print one JSON object per file: file, format, ok, jobs, errors[], warnings[].
+    #[arg(long)]
+    json: bool,
+    /// Files to check (`-` for standard input).
+    #[arg(required = true)]
+    files: Vec<String>,
+}
+
+/// Checks every file and reports each one.
+pub fn run(a: Args) -> Result<ExitCode> {
+    let mut all_ok = true;
+    for f in &a.files {
+        let (format, outcome) = match Input::load(f) {
+            Err(e) => (None, Err((vec![plain(format!("{e:#}"))], None))),
+            Ok(input) => match input.format(a.from) {
+                None => (
+                    None,
+                    Err((
+                        vec![plain(
+                            "cannot tell the language; give it with --from".into(),
+                        )],
+                        Some(input),
+                    )),
+                ),
+                Some(fmt) => match read(fmt, &input.text, &input.opts) {
+                    Ok(p) => (Some(fmt), Ok((p, input))),
+                    Err(e) => (Some(fmt), Err((e.diagnostics, Some(input)))),
+                },
+            },
+        };
+        all_ok &= outcome.is_ok();
+        report(f, format, &outcome, a.json);
+    }
+    Ok(if all_ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+type Outcome = std::result::Result<(brokk_jdl::Parsed, Input), (Vec<Diagnostic>, Option<Input>)>;
+
+fn plain(message: String) -> Diagnostic {
+    Diagnostic {
+        severity: brokk_jdl::Severity::Error,
+        line: 1,
+        column: 1,
+        message,
+    }
+}
+
+fn report(file: &str, format: Option<Format>, outcome: &Outcome, as_json: bool) {
+    match (outcome, as_json) {
+        (Ok((p, _)), true) => println!(
+            "{}",
+            json!({"file": file, "format": format, "ok": true, "jobs": p.jobs.len(), "errors": [], "warnings": p.warnings})
+        ),
+        (Err((errors, _)), true) => {
+            println!(
+                "{}",
+                json!({"file": file, "format": format, "ok": false, "jobs": 0, "errors": errors, "warnings": []})
+            )
+        }
+        (Ok((p, input)), false) => {
+            for w in &p.warnings {
+                eprint!("{}", w.render(file, &input.text));
+            }
+            let n = p.jobs.len();
+            println!(
+                "{file}: ok ({}, {n} job{})",
+                format.map_or("?", |f| f.name()),
+                if n == 1 { "" } else { "s" }
+            );
+        }
+        (Err((errors, input)), false) => {
+            for e in errors {
+                match input {
+                    Some(i) => eprint!("{}", e.render(file, &i.text)),
+                    None => eprintln!("{file}: error: {}", e.message),
+                }
+            }
+            println!("{file}: invalid");
+        }
+    }
+}

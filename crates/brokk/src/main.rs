@@ -1,0 +1,42 @@
+//! The `brokk` command line.
+
+mod commands;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Brokk: grid resource broker, meta-scheduler and scheduling simulator.
+#[derive(Parser)]
+#[command(name = "brokk", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Translate a job description from one language to another.
+    Translate(commands::translate::Args),
+    /// Check job descriptions and report every error with its position.
+    Validate(commands::validate::Args),
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_env("BROKK_LOG"))
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Translate(a) => commands::translate::run(a),
+        Command::Validate(a) => commands::validate::run(a),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}

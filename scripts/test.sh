@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Brokk's whole test suite, from a fresh machine with only the Rust toolchain.
+# Installs what the tests need, then runs format, lint, tests and cross-checks.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+echo "== format and lint"
+cargo fmt --all -- --check
+cargo clippy --locked --workspace --all-targets -- -D warnings
+
+echo "== architecture invariants"
+scripts/check-invariants.sh
+
+echo "== tests"
+if command -v cargo-nextest >/dev/null 2>&1; then
+  cargo nextest run --locked --workspace --no-fail-fast
+else
+  cargo test --locked --workspace --no-fail-fast
+fi
+cargo test --locked --workspace --doc
+
+echo "== ClassAd cross-check against HTCondor's own evaluator"
+scripts/classad-crosscheck.sh
+
+echo "== all tests passed"
