@@ -3,6 +3,7 @@
 //! Each benchmark reads every valid corpus file of one language and writes the
 //! jobs as canonical JSON and as xRSL; the baseline in the same run is the JSON
 //! reader on the same jobs, so figures can be read as ratios.
+#![allow(missing_docs)] // criterion_group! generates undocumented items
 
 use std::path::Path;
 

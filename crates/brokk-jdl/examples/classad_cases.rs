@@ -17,13 +17,7 @@ fn leaf(r: &mut ChaCha8Rng) -> String {
         4 | 5 => STRS[r.gen_range(0..STRS.len())].to_string(),
         6 => ["true", "false"][r.gen_range(0..2)].to_string(),
         7 => ["undefined", "error"][r.gen_range(0..2)].to_string(),
-        8 => [
-            "missing",
-            "[a = 3; b = \"x\"].a",
-            "[a = 3; b = \"x\"].b",
-            "[a = 3].c",
-        ][r.gen_range(0..4)]
-        .to_string(),
+        8 => ["missing", "[a = 3; b = \"x\"].a", "[a = 3; b = \"x\"].b", "[a = 3].c"][r.gen_range(0..4)].to_string(),
         _ => format!(
             "{{{}, {}}}[{}]",
             r.gen_range(0..5),
@@ -38,8 +32,7 @@ fn expr(r: &mut ChaCha8Rng, depth: u32) -> String {
         return leaf(r);
     }
     const BIN: &[&str] = &[
-        "+", "-", "*", "/", "%", "==", "!=", "<", "<=", ">", ">=", "=?=", "=!=", "&&", "||", "&",
-        "|", "^", "<<", ">>",
+        "+", "-", "*", "/", "%", "==", "!=", "<", "<=", ">", ">=", "=?=", "=!=", "&&", "||", "&", "|", "^", "<<", ">>",
     ];
     const UN: &[&str] = &["-", "!", "~"];
     const FN1: &[&str] = &[
@@ -60,12 +53,7 @@ fn expr(r: &mut ChaCha8Rng, depth: u32) -> String {
     ];
     let d = depth - 1;
     match r.gen_range(0..10) {
-        0..=4 => format!(
-            "({} {} {})",
-            expr(r, d),
-            BIN[r.gen_range(0..BIN.len())],
-            expr(r, d)
-        ),
+        0..=4 => format!("({} {} {})", expr(r, d), BIN[r.gen_range(0..BIN.len())], expr(r, d)),
         5 => format!("{}({})", UN[r.gen_range(0..UN.len())], expr(r, d)),
         6 => format!("({} ? {} : {})", expr(r, d), expr(r, d), expr(r, d)),
         7 => format!("{}({})", FN1[r.gen_range(0..FN1.len())], expr(r, d)),

@@ -97,6 +97,8 @@ struct Macros {
     vars: HashMap<String, (String, usize)>,
     /// Submit commands in the order first set.
     order: Vec<String>,
+    /// Lower-cased name -> the name as first written, for messages.
+    spelled: HashMap<String, String>,
 }
 
 impl Macros {
@@ -104,6 +106,7 @@ impl Macros {
         let k = name.to_ascii_lowercase();
         if !self.vars.contains_key(&k) {
             self.order.push(k.clone());
+            self.spelled.insert(k.clone(), name.to_string());
         }
         self.vars.insert(k, (value, pos));
     }
@@ -194,12 +197,9 @@ pub(crate) fn read(src: &str, opts: &ReadOptions) -> Result<Parsed, ParseError> 
             for (row_idx, row) in rows.iter().enumerate() {
                 for step in 0..count {
                     if jobs.len() >= MAX_JOBS {
-                        return Err(Diagnostic::error_at(
-                            src,
-                            line.pos,
-                            format!("more than {MAX_JOBS} jobs queued"),
-                        )
-                        .into());
+                        return Err(
+                            Diagnostic::error_at(src, line.pos, format!("more than {MAX_JOBS} jobs queued")).into(),
+                        );
                     }
                     let mut local = row.clone();
                     let process = jobs.len().to_string();
@@ -214,10 +214,12 @@ pub(crate) fn read(src: &str, opts: &ReadOptions) -> Result<Parsed, ParseError> 
             continue;
         }
         let first = lower.split_whitespace().next().unwrap_or("");
-        if matches!(
-            first,
-            "if" | "elif" | "else" | "endif" | "include" | "error" | "warning"
-        ) || t.starts_with('@')
+        let is_assignment = t[first.len().min(t.len())..].trim_start().starts_with('=');
+        if !is_assignment
+            && matches!(
+                first,
+                "if" | "elif" | "else" | "endif" | "include" | "error" | "warning"
+            )
         {
             return Err(Diagnostic::error_at(
                 src,
@@ -227,12 +229,9 @@ pub(crate) fn read(src: &str, opts: &ReadOptions) -> Result<Parsed, ParseError> 
             .into());
         }
         let Some((k, v)) = t.split_once('=') else {
-            return Err(Diagnostic::error_at(
-                src,
-                line.pos,
-                "expected `command = value` or a `queue` statement",
-            )
-            .into());
+            return Err(
+                Diagnostic::error_at(src, line.pos, "expected `command = value` or a `queue` statement").into(),
+            );
         };
         let key = k.trim();
         if key.is_empty() || key.contains(char::is_whitespace) {
@@ -247,12 +246,7 @@ pub(crate) fn read(src: &str, opts: &ReadOptions) -> Result<Parsed, ParseError> 
         m.set(key, v.trim().to_string(), vpos);
     }
     if jobs.is_empty() {
-        return Err(Diagnostic::error_at(
-            src,
-            src.len(),
-            "no `queue` statement: the file submits no job",
-        )
-        .into());
+        return Err(Diagnostic::error_at(src, src.len(), "no `queue` statement: the file submits no job").into());
     }
     Ok(Parsed { jobs, warnings })
 }
@@ -281,9 +275,7 @@ fn queue_items(
         count = n;
         words = words[first.len()..].trim_start();
     } else if first.chars().next().is_some_and(|c| c.is_ascii_digit()) {
-        return Err(err(format!(
-            "queue count must be a whole number, found `{first}`"
-        )));
+        return Err(err(format!("queue count must be a whole number, found `{first}`")));
     }
     if count > MAX_JOBS {
         return Err(err(format!("queue count {count} is more than {MAX_JOBS}")));
@@ -353,21 +345,18 @@ fn queue_items(
             return Err(err(format!("`queue ... from {list_text}` reads a file; give the submit file by path, or list the items inline in ( )")));
         };
         let path = dir.join(list_text);
-        let text = std::fs::read_to_string(&path)
-            .map_err(|e| err(format!("cannot read `{}`: {e}", path.display())))?;
+        let text = std::fs::read_to_string(&path).map_err(|e| err(format!("cannot read `{}`: {e}", path.display())))?;
         text.lines().map(str::to_string).collect()
     } else if kw == "in" {
         vec![list_text.to_string()]
     } else {
-        return Err(err("`queue ... matching` needs the submit machine's files; list the items with `in` or `from`".into()));
+        return Err(err(
+            "`queue ... matching` needs the submit machine's files; list the items with `in` or `from`".into(),
+        ));
     };
     let mut rows = Vec::new();
     if kw == "in" {
-        for item in body
-            .join(",")
-            .split([',', ' ', '\t'])
-            .filter(|s| !s.is_empty())
-        {
+        for item in body.join(",").split([',', ' ', '\t']).filter(|s| !s.is_empty()) {
             rows.push(HashMap::from([
                 (vars[0].clone(), item.trim().to_string()),
                 ("item".into(), item.trim().to_string()),
@@ -380,19 +369,14 @@ fn queue_items(
             .filter(|r| !r.is_empty() && !r.starts_with('#'))
         {
             let fields: Vec<String> = if row.contains(',') {
-                row.splitn(vars.len(), ',')
-                    .map(|f| f.trim().to_string())
-                    .collect()
+                row.splitn(vars.len(), ',').map(|f| f.trim().to_string()).collect()
             } else {
                 row.splitn(vars.len(), char::is_whitespace)
                     .map(|f| f.trim().to_string())
                     .collect()
             };
             let mut map = HashMap::new();
-            for (k, v) in vars
-                .iter()
-                .zip(fields.iter().chain(std::iter::repeat(&String::new())))
-            {
+            for (k, v) in vars.iter().zip(fields.iter().chain(std::iter::repeat(&String::new()))) {
                 map.insert(k.clone(), v.clone());
             }
             rows.push(map);
@@ -418,12 +402,10 @@ fn make_job(
         job.executable = Some(v);
     }
     if let Some((v, pos)) = get("arguments") {
-        job.arguments =
-            arguments(&v).ok_or_else(|| bad(pos, "unbalanced quote in `arguments`".into()))?;
+        job.arguments = arguments(&v).ok_or_else(|| bad(pos, "unbalanced quote in `arguments`".into()))?;
     }
     if let Some((v, pos)) = get("environment") {
-        job.environment = environment(&v)
-            .ok_or_else(|| bad(pos, "`environment` must be NAME=value pairs".into()))?;
+        job.environment = environment(&v).ok_or_else(|| bad(pos, "`environment` must be NAME=value pairs".into()))?;
     }
     job.stdin = get("input").map(|v| v.0);
     job.stdout = get("output").map(|v| v.0);
@@ -442,9 +424,7 @@ fn make_job(
             .collect();
     }
     if let Some((v, _)) = get("transfer_output_files") {
-        let remaps = get("transfer_output_remaps")
-            .map(|r| unquote(&r.0))
-            .unwrap_or_default();
+        let remaps = get("transfer_output_remaps").map(|r| unquote(&r.0)).unwrap_or_default();
         let targets: Vec<(String, String)> = remaps
             .split(';')
             .filter_map(|p| {
@@ -472,8 +452,21 @@ fn make_job(
             None => Ok(None),
         }
     };
-    job.cpus = int("request_cpus")?;
+    // In the parallel universe each of the `machine_count` slots gets `request_cpus`
+    // and `request_memory`; otherwise they describe the job's one slot.
+    let slot_cpus = int("request_cpus")?;
     job.nodes = int("machine_count")?;
+    let scope = match job.nodes {
+        Some(n) => {
+            job.cpus_per_node = slot_cpus;
+            job.cpus = slot_cpus.map(|c| c.saturating_mul(n));
+            MemoryScope::Node
+        }
+        None => {
+            job.cpus = slot_cpus;
+            MemoryScope::Job
+        }
+    };
     if let Some((v, pos)) = get("request_memory") {
         let mib = size(&v, true).ok_or_else(|| {
             bad(
@@ -481,10 +474,7 @@ fn make_job(
                 format!("`request_memory` must be a size such as 2048 or 2GB, found `{v}`"),
             )
         })?;
-        job.memory = Some(Memory {
-            mib,
-            per: MemoryScope::Job,
-        });
+        job.memory = Some(Memory { mib, per: scope });
     }
     if let Some((v, pos)) = get("request_disk") {
         let mib = size(&v, false).ok_or_else(|| {
@@ -507,12 +497,9 @@ fn make_job(
         }
     }
     if let Some((v, pos)) = get("deferral_time") {
-        let t: i64 = v.parse().map_err(|_| {
-            bad(
-                pos,
-                format!("`deferral_time` must be Unix seconds, found `{v}`"),
-            )
-        })?;
+        let t: i64 = v
+            .parse()
+            .map_err(|_| bad(pos, format!("`deferral_time` must be Unix seconds, found `{v}`")))?;
         job.earliest_start = Some(Time(t));
     }
     if let Some((v, pos)) = get("requirements") {
@@ -520,9 +507,7 @@ fn make_job(
     }
     if let Some((v, pos)) = get("rank") {
         let mut p = Parser::new(&v, 0, v.len()).map_err(|d| shift(src, pos, &v, d))?;
-        p.expr()
-            .and_then(|_| p.finish())
-            .map_err(|d| shift(src, pos, &v, d))?;
+        p.expr().and_then(|_| p.finish()).map_err(|d| shift(src, pos, &v, d))?;
         job.rank = Some(v);
     }
     for k in &m.order {
@@ -567,7 +552,10 @@ fn make_job(
                 warnings.push(Diagnostic::warning_at(
                     src,
                     pos,
-                    format!("submit command `{k}` has no meaning for Brokk's model; ignored"),
+                    format!(
+                        "submit command `{}` has no meaning for Brokk's model; ignored",
+                        m.spelled[k]
+                    ),
                 ));
             }
         }
@@ -582,23 +570,17 @@ fn shift(src: &str, pos: usize, value: &str, d: Diagnostic) -> Diagnostic {
     let off = if raw_here {
         let line_start: usize = value.lines().take(d.line - 1).map(|l| l.len() + 1).sum();
         line_start
-            + value.lines().nth(d.line - 1).map_or(0, |l| {
-                l.char_indices()
-                    .nth(d.column - 1)
-                    .map_or(l.len(), |(i, _)| i)
-            })
+            + value
+                .lines()
+                .nth(d.line - 1)
+                .map_or(0, |l| l.char_indices().nth(d.column - 1).map_or(l.len(), |(i, _)| i))
     } else {
         0
     };
     Diagnostic::error_at(src, pos + off, format!("in the expression: {}", d.message))
 }
 
-fn requirements(
-    src: &str,
-    v: &str,
-    pos: usize,
-    job: &mut Job,
-) -> Result<Option<String>, Diagnostic> {
+fn requirements(src: &str, v: &str, pos: usize, job: &mut Job) -> Result<Option<String>, Diagnostic> {
     let mut p = Parser::new(v, 0, v.len()).map_err(|d| shift(src, pos, v, d))?;
     let e = p.expr().map_err(|d| shift(src, pos, v, d))?;
     p.finish().map_err(|d| shift(src, pos, v, d))?;
@@ -647,12 +629,7 @@ fn size(v: &str, bare_is_mib: bool) -> Option<u64> {
 
 fn input_file(f: &str) -> InputFile {
     if f.contains("://") {
-        let name = f
-            .trim_end_matches('/')
-            .rsplit('/')
-            .next()
-            .unwrap_or(f)
-            .to_string();
+        let name = f.trim_end_matches('/').rsplit('/').next().unwrap_or(f).to_string();
         InputFile {
             name,
             source: Some(f.to_string()),
@@ -671,11 +648,7 @@ fn input_file(f: &str) -> InputFile {
 fn arguments(v: &str) -> Option<Vec<String>> {
     match v.strip_prefix('"').and_then(|r| r.strip_suffix('"')) {
         Some(inner) => new_syntax_words(inner),
-        None => Some(
-            v.split_whitespace()
-                .map(|w| w.replace("\\\"", "\""))
-                .collect(),
-        ),
+        None => Some(v.split_whitespace().map(|w| w.replace("\\\"", "\"")).collect()),
     }
 }
 
@@ -748,11 +721,7 @@ fn environment(v: &str) -> Option<Vec<EnvVar>> {
 }
 
 fn quote_word(w: &str) -> String {
-    if !w.is_empty()
-        && !w
-            .chars()
-            .any(|c| c.is_whitespace() || c == '\'' || c == '"')
-    {
+    if !w.is_empty() && !w.chars().any(|c| c.is_whitespace() || c == '\'' || c == '"') {
         w.to_string()
     } else {
         format!("'{}'", w.replace('\'', "''").replace('"', "\"\""))
@@ -835,7 +804,10 @@ fn commands(job: &Job, d: &mut Dropped) -> Vec<(&'static str, String)> {
             .map(|f| match &f.source {
                 Some(s) => {
                     if input_file(s).name != f.name {
-                        d.note(format!("input_files: `{}` is renamed from its source, which HTCondor cannot do", f.name));
+                        d.note(format!(
+                            "input_files: `{}` is renamed from its source, which HTCondor cannot do",
+                            f.name
+                        ));
                     }
                     s.clone()
                 }
@@ -859,22 +831,40 @@ fn commands(job: &Job, d: &mut Dropped) -> Vec<(&'static str, String)> {
             .filter_map(|f| Some(format!("{} = {}", f.name, f.target.as_ref()?)))
             .collect();
         if !remaps.is_empty() {
-            c.push((
-                "transfer_output_remaps",
-                format!("\"{}\"", remaps.join("; ")),
-            ));
+            c.push(("transfer_output_remaps", format!("\"{}\"", remaps.join("; "))));
         }
     }
-    if let Some(n) = job.cpus {
-        c.push(("request_cpus", n.to_string()));
-    }
-    if let Some(n) = job.nodes {
-        c.push(("machine_count", n.to_string()));
-    }
-    if job.memory.is_some() {
-        match job.memory_total_mib() {
-            Some(m) => c.push(("request_memory", format!("{m}MB"))),
-            None => d.note("memory: cannot be turned into the job total that request_memory needs"),
+    match job.nodes {
+        Some(n) => {
+            c.push(("machine_count", n.to_string()));
+            let per_node = job
+                .cpus_per_node
+                .or_else(|| job.cpus.filter(|c| n > 0 && c % n == 0).map(|c| c / n));
+            match per_node {
+                Some(p) => c.push(("request_cpus", p.to_string())),
+                None if job.cpus.is_some() => d.note("cpus: do not divide evenly over machine_count"),
+                None => {}
+            }
+            if job.memory.is_some() {
+                match job.memory_per_node_mib() {
+                    Some(m) => c.push(("request_memory", format!("{m}MB"))),
+                    None => d.note("memory: cannot be turned into the per-machine amount request_memory needs"),
+                }
+            }
+        }
+        None => {
+            if let Some(n) = job.cpus {
+                c.push(("request_cpus", n.to_string()));
+            }
+            if job.memory.is_some() {
+                match job.memory_total_mib() {
+                    Some(m) => c.push(("request_memory", format!("{m}MB"))),
+                    None => d.note("memory: cannot be turned into the job total that request_memory needs"),
+                }
+            }
+            if job.cpus_per_node.is_some() {
+                d.note("cpus_per_node: HTCondor says it only with machine_count");
+            }
         }
     }
     if let Some(disk) = job.disk_mib {
@@ -899,9 +889,7 @@ fn commands(job: &Job, d: &mut Dropped) -> Vec<(&'static str, String)> {
     if let Some(r) = &job.rank {
         c.push(("rank", r.clone()));
     }
-    if job.input_files.iter().any(|f| f.size.is_some())
-        || job.output_files.iter().any(|f| f.size_estimate.is_some())
-    {
+    if job.input_files.iter().any(|f| f.size.is_some()) || job.output_files.iter().any(|f| f.size_estimate.is_some()) {
         d.note("file sizes: HTCondor cannot express them");
     }
     d.unsupported(

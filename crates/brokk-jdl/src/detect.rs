@@ -84,9 +84,7 @@ pub fn detect(text: &str, extension: Option<&str>) -> Option<Format> {
 fn skip_comments(text: &str) -> &str {
     let mut t = text.trim_start();
     loop {
-        if t.starts_with("//")
-            || (t.starts_with('#') && !t.starts_with("#!") && !t.starts_with("#SBATCH"))
-        {
+        if t.starts_with("//") || (t.starts_with('#') && !t.starts_with("#!") && !t.starts_with("#SBATCH")) {
             t = t.find('\n').map_or("", |i| &t[i..]).trim_start();
         } else if t.starts_with("(*") {
             t = t.find("*)").map_or("", |i| &t[i + 2..]).trim_start();
@@ -112,31 +110,16 @@ mod tests {
             detect("<?xml version=\"1.0\"?><jsdl:JobDefinition/>", None),
             Some(Format::Jsdl)
         );
-        assert_eq!(
-            detect("&(executable=a)(jobname=x)", None),
-            Some(Format::Xrsl)
-        );
-        assert_eq!(
-            detect("&(executable=a)(maxWallTime=5)", None),
-            Some(Format::Rsl)
-        );
+        assert_eq!(detect("&(executable=a)(jobname=x)", None), Some(Format::Xrsl));
+        assert_eq!(detect("&(executable=a)(maxWallTime=5)", None), Some(Format::Rsl));
         assert_eq!(detect("&(executable=a)", Some("rsl")), Some(Format::Rsl));
-        assert_eq!(
-            detect("[ Executable = \"/bin/ls\"; ]", None),
-            Some(Format::Jdl)
-        );
+        assert_eq!(detect("[ Executable = \"/bin/ls\"; ]", None), Some(Format::Jdl));
         assert_eq!(
             detect("Executable = \"/bin/ls\";\nStdOutput = \"o\";", None),
             Some(Format::Jdl)
         );
-        assert_eq!(
-            detect("executable = /bin/ls\nqueue 3\n", None),
-            Some(Format::Condor)
-        );
-        assert_eq!(
-            detect("#!/bin/bash\n#SBATCH -n 4\nsrun a\n", None),
-            Some(Format::Slurm)
-        );
+        assert_eq!(detect("executable = /bin/ls\nqueue 3\n", None), Some(Format::Condor));
+        assert_eq!(detect("#!/bin/bash\n#SBATCH -n 4\nsrun a\n", None), Some(Format::Slurm));
         assert_eq!(detect("{\"executable\": \"a\"}", None), Some(Format::Json));
         assert_eq!(detect("", None), None);
     }

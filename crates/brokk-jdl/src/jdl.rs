@@ -76,30 +76,19 @@ pub(crate) fn read(src: &str) -> Result<Parsed, ParseError> {
         }
         "collection" => {
             let Some(nodes) = get("Nodes") else {
-                return Err(Diagnostic::error_at(
-                    src,
-                    0,
-                    "a Collection needs `Nodes = { [ ... ], ... }`",
-                )
-                .into());
+                return Err(Diagnostic::error_at(src, 0, "a Collection needs `Nodes = { [ ... ], ... }`").into());
             };
             let Kind::List(items) = &nodes.expr.kind else {
-                return Err(Diagnostic::error_at(
-                    src,
-                    nodes.expr.start,
-                    "`Nodes` must be a list of job records",
-                )
-                .into());
+                return Err(
+                    Diagnostic::error_at(src, nodes.expr.start, "`Nodes` must be a list of job records").into(),
+                );
             };
             let mut jobs = Vec::new();
             for item in items {
                 let Kind::Record(fields) = &item.kind else {
-                    return Err(Diagnostic::error_at(
-                        src,
-                        item.start,
-                        "expected a job record `[ ... ]` in `Nodes`",
-                    )
-                    .into());
+                    return Err(
+                        Diagnostic::error_at(src, item.start, "expected a job record `[ ... ]` in `Nodes`").into(),
+                    );
                 };
                 let own: Vec<Entry> = fields
                     .iter()
@@ -138,11 +127,7 @@ fn parametric(src: &str, entries: &[Entry], job: Job) -> Result<Vec<Job>, Diagno
     let get = |name: &str| entries.iter().find(|e| e.name.eq_ignore_ascii_case(name));
     let konst = |e: &Entry| eval(&e.expr, Env::new(None, None, 0));
     let Some(params) = get("Parameters") else {
-        return Err(Diagnostic::error_at(
-            src,
-            0,
-            "a Parametric job needs `Parameters`",
-        ));
+        return Err(Diagnostic::error_at(src, 0, "a Parametric job needs `Parameters`"));
     };
     let values: Vec<String> = match konst(params) {
         Value::Int(n) => {
@@ -178,15 +163,13 @@ fn parametric(src: &str, entries: &[Entry], job: Job) -> Result<Vec<Job>, Diagno
             ))
         }
     };
-    let template =
-        serde_json::to_value(&job).map_err(|e| Diagnostic::error_at(src, 0, e.to_string()))?;
+    let template = serde_json::to_value(&job).map_err(|e| Diagnostic::error_at(src, 0, e.to_string()))?;
     values
         .iter()
         .map(|v| {
             let mut j = template.clone();
             substitute(&mut j, v);
-            serde_json::from_value(j)
-                .map_err(|e| Diagnostic::error_at(src, params.expr.start, e.to_string()))
+            serde_json::from_value(j).map_err(|e| Diagnostic::error_at(src, params.expr.start, e.to_string()))
         })
         .collect()
 }
@@ -200,11 +183,7 @@ fn substitute(v: &mut serde_json::Value, param: &str) {
     }
 }
 
-fn read_job(
-    src: &str,
-    entries: &[&Entry],
-    warnings: &mut Vec<Diagnostic>,
-) -> Result<Job, Diagnostic> {
+fn read_job(src: &str, entries: &[&Entry], warnings: &mut Vec<Diagnostic>) -> Result<Job, Diagnostic> {
     let mut job = Job::default();
     let mut sandbox_out: Vec<String> = Vec::new();
     let mut dest: Option<(Vec<String>, usize)> = None;
@@ -226,11 +205,7 @@ fn read_job(
                     other => Err(Diagnostic::error_at(
                         src,
                         e.expr.start,
-                        format!(
-                            "`{}` must be a list of strings, found a {}",
-                            e.name,
-                            other.type_name()
-                        ),
+                        format!("`{}` must be a list of strings, found a {}", e.name, other.type_name()),
                     )),
                 })
                 .collect::<Result<Vec<_>, _>>(),
@@ -238,11 +213,7 @@ fn read_job(
             other => Err(Diagnostic::error_at(
                 src,
                 e.expr.start,
-                format!(
-                    "`{}` must be a list of strings, found {}",
-                    e.name,
-                    other.type_name()
-                ),
+                format!("`{}` must be a list of strings, found {}", e.name, other.type_name()),
             )),
         };
         let count = || match v() {
@@ -257,9 +228,8 @@ fn read_job(
             "executable" => job.executable = Some(string()?),
             "arguments" => {
                 let s = string()?;
-                job.arguments = shellwords::split(&s).ok_or_else(|| {
-                    Diagnostic::error_at(src, e.expr.start, "unbalanced quote in `Arguments`")
-                })?;
+                job.arguments = shellwords::split(&s)
+                    .ok_or_else(|| Diagnostic::error_at(src, e.expr.start, "unbalanced quote in `Arguments`"))?;
             }
             "stdinput" => job.stdin = Some(string()?),
             "stdoutput" => job.stdout = Some(string()?),
@@ -295,12 +265,7 @@ fn read_job(
             n if IGNORED.contains(&n) => {
                 if !matches!(
                     n,
-                    "type"
-                        | "jobtype"
-                        | "nodes"
-                        | "parameters"
-                        | "parameterstart"
-                        | "parameterstep"
+                    "type" | "jobtype" | "nodes" | "parameters" | "parameterstart" | "parameterstep"
                 ) {
                     warnings.push(Diagnostic::warning_at(
                         src,
@@ -351,12 +316,7 @@ fn read_job(
 /// A sandbox entry: a URI is fetched from there, a plain path is uploaded by the client.
 fn input_file(f: String) -> InputFile {
     if f.contains("://") {
-        let name = f
-            .trim_end_matches('/')
-            .rsplit('/')
-            .next()
-            .unwrap_or(&f)
-            .to_string();
+        let name = f.trim_end_matches('/').rsplit('/').next().unwrap_or(&f).to_string();
         InputFile {
             name,
             source: Some(f),
@@ -404,9 +364,7 @@ fn requirements(src: &str, expr: &Expr, job: &mut Job) -> Option<String> {
             *slot = Some(s.clone());
             true
         }
-        Some(Atom::Member(Value::Str(s), attr))
-            if attr == "gluehostapplicationsoftwareruntimeenvironment" =>
-        {
+        Some(Atom::Member(Value::Str(s), attr)) if attr == "gluehostapplicationsoftwareruntimeenvironment" => {
             job.runtime_environments.push(s.clone());
             true
         }
@@ -439,11 +397,7 @@ fn s(v: &str) -> String {
 fn list(items: impl IntoIterator<Item = String>) -> String {
     format!(
         "{{{}}}",
-        items
-            .into_iter()
-            .map(|i| s(&i))
-            .collect::<Vec<_>>()
-            .join(", ")
+        items.into_iter().map(|i| s(&i)).collect::<Vec<_>>().join(", ")
     )
 }
 
@@ -481,12 +435,8 @@ fn body(job: &Job, d: &mut Dropped, ind: &str) -> String {
         attr("InputSandbox", list(items.collect::<Vec<_>>()));
     }
     if !job.output_files.is_empty() {
-        attr(
-            "OutputSandbox",
-            list(job.output_files.iter().map(|f| f.name.clone())),
-        );
-        let targets: Option<Vec<String>> =
-            job.output_files.iter().map(|f| f.target.clone()).collect();
+        attr("OutputSandbox", list(job.output_files.iter().map(|f| f.name.clone())));
+        let targets: Option<Vec<String>> = job.output_files.iter().map(|f| f.target.clone()).collect();
         match targets {
             Some(t) => attr("OutputSandboxDestURI", list(t)),
             None if job.output_files.iter().any(|f| f.target.is_some()) => {
@@ -498,11 +448,7 @@ fn body(job: &Job, d: &mut Dropped, ind: &str) -> String {
     if !job.environment.is_empty() {
         attr(
             "Environment",
-            list(
-                job.environment
-                    .iter()
-                    .map(|e| format!("{}={}", e.name, e.value)),
-            ),
+            list(job.environment.iter().map(|e| format!("{}={}", e.name, e.value))),
         );
     }
     if let Some(p) = &job.project {
@@ -528,10 +474,7 @@ fn body(job: &Job, d: &mut Dropped, ind: &str) -> String {
         }
     }
     if let Some(c) = job.cpu_time {
-        gen.push(format!(
-            "other.GlueCEPolicyMaxCPUTime >= {}",
-            (c.0 + 59).div_euclid(60)
-        ));
+        gen.push(format!("other.GlueCEPolicyMaxCPUTime >= {}", (c.0 + 59).div_euclid(60)));
         if c.0 % 60 != 0 {
             d.note("cpu_time: GLUE counts minutes; rounded up");
         }
@@ -539,14 +482,13 @@ fn body(job: &Job, d: &mut Dropped, ind: &str) -> String {
     if job.memory.is_some() {
         match job.memory_per_node_mib() {
             Some(m) => gen.push(format!("other.GlueHostMainMemoryRAMSize >= {m}")),
-            None => d.note("memory: GLUE publishes memory per host and the job's memory does not divide over its nodes"),
+            None => {
+                d.note("memory: GLUE publishes memory per host and the job's memory does not divide over its nodes")
+            }
         }
     }
     if let Some(a) = &job.architecture {
-        gen.push(format!(
-            "other.GlueHostArchitecturePlatformType == {}",
-            s(a)
-        ));
+        gen.push(format!("other.GlueHostArchitecturePlatformType == {}", s(a)));
     }
     if let Some(o) = &job.operating_system {
         gen.push(format!("other.GlueHostOperatingSystemName == {}", s(o)));
@@ -566,9 +508,7 @@ fn body(job: &Job, d: &mut Dropped, ind: &str) -> String {
     if let Some(r) = &job.rank {
         attr("Rank", r.clone());
     }
-    if job.input_files.iter().any(|f| f.size.is_some())
-        || job.output_files.iter().any(|f| f.size_estimate.is_some())
-    {
+    if job.input_files.iter().any(|f| f.size.is_some()) || job.output_files.iter().any(|f| f.size_estimate.is_some()) {
         d.note("file sizes: JDL cannot express them");
     }
     d.unsupported(

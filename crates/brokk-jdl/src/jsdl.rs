@@ -15,6 +15,8 @@ use crate::{Dropped, ParseError, Parsed, Written};
 const NS_JSDL: &str = "http://schemas.ggf.org/jsdl/2005/11/jsdl";
 const NS_POSIX: &str = "http://schemas.ggf.org/jsdl/2005/11/jsdl-posix";
 const NS_HPCPA: &str = "http://schemas.ggf.org/jsdl/2006/07/jsdl-hpcpa";
+/// NorduGrid's JSDL extension, which ARC clients use for runtime environments and queues.
+const NS_ARC: &str = "http://www.nordugrid.org/ws/schemas/jsdl-arc";
 const MIB: f64 = 1024.0 * 1024.0;
 
 #[derive(Debug, Default)]
@@ -62,12 +64,10 @@ fn parse_tree(src: &str) -> Result<Element, Diagnostic> {
                     ..Element::default()
                 };
                 for a in e.attributes() {
-                    let a = a.map_err(|err| {
-                        Diagnostic::error_at(src, pos, format!("malformed attribute: {err}"))
-                    })?;
-                    let v = a.unescape_value().map_err(|err| {
-                        Diagnostic::error_at(src, pos, format!("malformed attribute value: {err}"))
-                    })?;
+                    let a = a.map_err(|err| Diagnostic::error_at(src, pos, format!("malformed attribute: {err}")))?;
+                    let v = a
+                        .unescape_value()
+                        .map_err(|err| Diagnostic::error_at(src, pos, format!("malformed attribute value: {err}")))?;
                     el.attrs.push((
                         String::from_utf8_lossy(a.key.local_name().as_ref()).into_owned(),
                         v.into_owned(),
@@ -113,11 +113,7 @@ fn parse_tree(src: &str) -> Result<Element, Diagnostic> {
     let mut root = stack.pop().unwrap_or_default();
     match root.children.len() {
         1 => Ok(root.children.remove(0)),
-        0 => Err(Diagnostic::error_at(
-            src,
-            0,
-            "expected a <jsdl:JobDefinition> element",
-        )),
+        0 => Err(Diagnostic::error_at(src, 0, "expected a <jsdl:JobDefinition> element")),
         _ => Err(Diagnostic::error_at(
             src,
             root.children[1].pos,
@@ -141,12 +137,7 @@ pub(crate) fn read(src: &str) -> Result<Parsed, ParseError> {
         .into());
     }
     let Some(desc) = root.child(NS_JSDL, "JobDescription") else {
-        return Err(Diagnostic::error_at(
-            src,
-            root.pos,
-            "expected a <JobDescription> inside <JobDefinition>",
-        )
-        .into());
+        return Err(Diagnostic::error_at(src, root.pos, "expected a <JobDescription> inside <JobDefinition>").into());
     };
     let mut r = JsdlReader {
         src,
@@ -198,9 +189,7 @@ impl JsdlReader<'_> {
     fn application(&mut self, app: &Element) -> Result<(), Diagnostic> {
         for el in &app.children {
             match (el.ns.as_str(), el.name.as_str()) {
-                (NS_POSIX, "POSIXApplication") | (NS_HPCPA, "HPCProfileApplication") => {
-                    self.posix(el)?
-                }
+                (NS_POSIX, "POSIXApplication") | (NS_HPCPA, "HPCProfileApplication") => self.posix(el)?,
                 (NS_JSDL, "ApplicationName" | "ApplicationVersion" | "Description") => {}
                 _ => self.ignore(el),
             }
@@ -235,12 +224,8 @@ impl JsdlReader<'_> {
                         value: el.text.clone(),
                     });
                 }
-                "WallTimeLimit" if ns == NS_POSIX => {
-                    self.job.wall_time = Some(Duration(self.integer(el)? as i64))
-                }
-                "CPUTimeLimit" if ns == NS_POSIX => {
-                    self.job.cpu_time = Some(Duration(self.integer(el)? as i64))
-                }
+                "WallTimeLimit" if ns == NS_POSIX => self.job.wall_time = Some(Duration(self.integer(el)? as i64)),
+                "CPUTimeLimit" if ns == NS_POSIX => self.job.cpu_time = Some(Duration(self.integer(el)? as i64)),
                 "MemoryLimit" if ns == NS_POSIX => {
                     if self.job.memory.is_none() {
                         let mib = (self.integer(el)? as f64 / MIB).ceil() as u64;
@@ -276,15 +261,9 @@ impl JsdlReader<'_> {
         let pick = el
             .child(NS_JSDL, "Exact")
             .or_else(|| el.child(NS_JSDL, "LowerBoundedRange"))
-            .or_else(|| {
-                el.child(NS_JSDL, "Range")
-                    .and_then(|r| r.child(NS_JSDL, "LowerBound"))
-            })
+            .or_else(|| el.child(NS_JSDL, "Range").and_then(|r| r.child(NS_JSDL, "LowerBound")))
             .or_else(|| el.child(NS_JSDL, "UpperBoundedRange"))
-            .or_else(|| {
-                el.child(NS_JSDL, "Range")
-                    .and_then(|r| r.child(NS_JSDL, "UpperBound"))
-            });
+            .or_else(|| el.child(NS_JSDL, "Range").and_then(|r| r.child(NS_JSDL, "UpperBound")));
         match pick {
             Some(v) => self.integer(v),
             None if !el.text().is_empty() => self.integer(el),
@@ -300,13 +279,24 @@ impl JsdlReader<'_> {
     }
 
     fn count(&self, el: &Element) -> Result<u32, Diagnostic> {
-        u32::try_from(self.range(el)?).map_err(|_| {
-            Diagnostic::error_at(self.src, el.pos, format!("<{}> is too large", el.name))
-        })
+        u32::try_from(self.range(el)?)
+            .map_err(|_| Diagnostic::error_at(self.src, el.pos, format!("<{}> is too large", el.name)))
     }
 
     fn resources(&mut self, res: &Element) -> Result<(), Diagnostic> {
         for el in &res.children {
+            if el.ns == NS_ARC && el.name == "RunTimeEnvironment" {
+                if let Some(n) = el.child(NS_ARC, "Name") {
+                    self.job.runtime_environments.push(n.text());
+                }
+                continue;
+            }
+            if el.ns == NS_ARC && el.name == "CandidateTarget" {
+                if let Some(q) = el.child(NS_ARC, "QueueName") {
+                    self.job.queue = Some(q.text());
+                }
+                continue;
+            }
             if el.ns != NS_JSDL {
                 self.ignore(el);
                 continue;
@@ -342,9 +332,7 @@ impl JsdlReader<'_> {
                         per: MemoryScope::Node,
                     });
                 }
-                "TotalDiskSpace" => {
-                    self.job.disk_mib = Some((self.range(el)? as f64 / MIB).ceil() as u64)
-                }
+                "TotalDiskSpace" => self.job.disk_mib = Some((self.range(el)? as f64 / MIB).ceil() as u64),
                 "TotalCPUTime" => self.job.cpu_time = Some(Duration(self.range(el)? as i64)),
                 _ => self.ignore(el),
             }
@@ -396,14 +384,10 @@ pub(crate) fn write(job: &Job) -> Written {
     let mut d = Dropped::default();
     let mut x = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
     x.push_str(&format!(
-        "<jsdl:JobDefinition xmlns:jsdl=\"{NS_JSDL}\" xmlns:jsdl-posix=\"{NS_POSIX}\">\n  <jsdl:JobDescription>\n"
+        "<jsdl:JobDefinition xmlns:jsdl=\"{NS_JSDL}\" xmlns:jsdl-posix=\"{NS_POSIX}\" xmlns:arc=\"{NS_ARC}\">\n  <jsdl:JobDescription>\n"
     ));
     let el = |x: &mut String, indent: usize, tag: &str, text: &str| {
-        x.push_str(&format!(
-            "{}<{tag}>{}</{tag}>\n",
-            " ".repeat(indent),
-            escape(text)
-        ));
+        x.push_str(&format!("{}<{tag}>{}</{tag}>\n", " ".repeat(indent), escape(text)));
     };
     if job.name.is_some() || job.project.is_some() {
         x.push_str("    <jsdl:JobIdentification>\n");
@@ -487,24 +471,31 @@ pub(crate) fn write(job: &Job) -> Written {
     if let Some(disk) = job.disk_mib {
         exact(&mut res, "TotalDiskSpace", disk.saturating_mul(1 << 20));
     }
+    for r in &job.runtime_environments {
+        res.push_str(&format!(
+            "      <arc:RunTimeEnvironment><arc:Name>{}</arc:Name></arc:RunTimeEnvironment>\n",
+            escape(r)
+        ));
+    }
+    if let Some(q) = &job.queue {
+        res.push_str(&format!(
+            "      <arc:CandidateTarget><arc:QueueName>{}</arc:QueueName></arc:CandidateTarget>\n",
+            escape(q)
+        ));
+    }
     if !res.is_empty() {
         x.push_str("    <jsdl:Resources>\n");
         x.push_str(&res);
         x.push_str("    </jsdl:Resources>\n");
     }
-    let inputs = job
-        .input_files
-        .iter()
-        .map(|f| (&f.name, &f.source, "input", "Source"));
+    let inputs = job.input_files.iter().map(|f| (&f.name, &f.source, "input", "Source"));
     let outputs = job
         .output_files
         .iter()
         .map(|f| (&f.name, &f.target, "output", "Target"));
     for (name, uri, kind, side) in inputs.chain(outputs) {
         let Some(uri) = uri else {
-            d.note(format!(
-                "{kind}_files: `{name}` has no URI, which JSDL staging needs"
-            ));
+            d.note(format!("{kind}_files: `{name}` has no URI, which JSDL staging needs"));
             continue;
         };
         x.push_str("    <jsdl:DataStaging>\n");
@@ -517,9 +508,7 @@ pub(crate) fn write(job: &Job) -> Written {
         x.push_str("    </jsdl:DataStaging>\n");
     }
     x.push_str("  </jsdl:JobDescription>\n</jsdl:JobDefinition>\n");
-    if job.input_files.iter().any(|f| f.size.is_some())
-        || job.output_files.iter().any(|f| f.size_estimate.is_some())
-    {
+    if job.input_files.iter().any(|f| f.size.is_some()) || job.output_files.iter().any(|f| f.size_estimate.is_some()) {
         d.note("file sizes: JSDL cannot express them");
     }
     d.unsupported(
@@ -528,8 +517,6 @@ pub(crate) fn write(job: &Job) -> Written {
         &[
             "script",
             "cpus_per_task",
-            "runtime_environments",
-            "queue",
             "reservation",
             "earliest_start",
             "deadline",

@@ -135,9 +135,7 @@ pub struct ParseError {
 
 impl From<Diagnostic> for ParseError {
     fn from(d: Diagnostic) -> Self {
-        ParseError {
-            diagnostics: vec![d],
-        }
+        ParseError { diagnostics: vec![d] }
     }
 }
 
@@ -227,10 +225,7 @@ impl Dropped {
     }
 
     pub fn finish(self, text: String) -> Written {
-        Written {
-            text,
-            dropped: self.0,
-        }
+        Written { text, dropped: self.0 }
     }
 }
 

@@ -23,12 +23,10 @@ pub(crate) fn atom(e: &Expr, unscoped: bool) -> Option<Atom<'_>> {
             (_, Kind::Lit(v)) => Some(Atom::Cmp(target_attr(a)?, *op, v)),
             _ => None,
         },
-        Kind::Call(name, args) if name.eq_ignore_ascii_case("member") && args.len() == 2 => {
-            match &args[0].kind {
-                Kind::Lit(v) => Some(Atom::Member(v, target_attr(&args[1])?)),
-                _ => None,
-            }
-        }
+        Kind::Call(name, args) if name.eq_ignore_ascii_case("member") && args.len() == 2 => match &args[0].kind {
+            Kind::Lit(v) => Some(Atom::Member(v, target_attr(&args[1])?)),
+            _ => None,
+        },
         _ => None,
     }
 }

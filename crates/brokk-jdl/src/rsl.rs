@@ -65,16 +65,16 @@ fn canonical(attr: &str) -> String {
         .collect()
 }
 
-fn read_job(
-    src: &str,
-    rels: &[Relation],
-    warnings: &mut Vec<Diagnostic>,
-) -> Result<Job, Diagnostic> {
+fn read_job(src: &str, rels: &[Relation], warnings: &mut Vec<Diagnostic>) -> Result<Job, Diagnostic> {
     let mut job = Job::default();
     let mut vars = Vars::default();
+    // Substitutions apply wherever they are written, so define them first.
+    for rel in rels.iter().filter(|r| canonical(&r.attr) == "rslsubstitution") {
+        vars.define(src, rel)?;
+    }
     for rel in rels {
         match canonical(&rel.attr).as_str() {
-            "rslsubstitution" => vars.define(src, rel)?,
+            "rslsubstitution" => {}
             "executable" => job.executable = Some(vars.single(src, rel)?),
             "arguments" => job.arguments = vars.list(src, rel)?,
             "directory" => job.working_directory = Some(vars.single(src, rel)?),
@@ -129,10 +129,7 @@ fn read_job(
             a if IGNORED.contains(&a) => warnings.push(Diagnostic::warning_at(
                 src,
                 rel.pos,
-                format!(
-                    "`{}` concerns the GRAM job manager, not the job; ignored",
-                    rel.attr
-                ),
+                format!("`{}` concerns the GRAM job manager, not the job; ignored", rel.attr),
             )),
             _ => warnings.push(Diagnostic::warning_at(
                 src,
@@ -179,21 +176,13 @@ fn write_job(job: &Job, dropped: &mut Dropped) -> String {
     if !job.arguments.is_empty() {
         rel(
             "arguments",
-            job.arguments
-                .iter()
-                .map(|a| quote(a))
-                .collect::<Vec<_>>()
-                .join(" "),
+            job.arguments.iter().map(|a| quote(a)).collect::<Vec<_>>().join(" "),
         );
     }
     if let Some(v) = &job.working_directory {
         rel("directory", quote(v));
     }
-    for (attr, v) in [
-        ("stdin", &job.stdin),
-        ("stdout", &job.stdout),
-        ("stderr", &job.stderr),
-    ] {
+    for (attr, v) in [("stdin", &job.stdin), ("stdout", &job.stdout), ("stderr", &job.stderr)] {
         if let Some(v) = v {
             rel(attr, quote(v));
         }
@@ -236,10 +225,7 @@ fn write_job(job: &Job, dropped: &mut Dropped) -> String {
         .filter_map(|f| match &f.source {
             Some(s) => Some(format!("({} {})", quote(s), quote(&f.name))),
             None => {
-                dropped.note(format!(
-                    "input_files: `{}` has no source URL, which RSL needs",
-                    f.name
-                ));
+                dropped.note(format!("input_files: `{}` has no source URL, which RSL needs", f.name));
                 None
             }
         })
@@ -253,10 +239,7 @@ fn write_job(job: &Job, dropped: &mut Dropped) -> String {
         .filter_map(|f| match &f.target {
             Some(t) => Some(format!("({} {})", quote(&f.name), quote(t))),
             None => {
-                dropped.note(format!(
-                    "output_files: `{}` has no target URL, which RSL needs",
-                    f.name
-                ));
+                dropped.note(format!("output_files: `{}` has no target URL, which RSL needs", f.name));
                 None
             }
         })
@@ -264,9 +247,7 @@ fn write_job(job: &Job, dropped: &mut Dropped) -> String {
     if !stage_out.is_empty() {
         rel("file_stage_out", stage_out.join(""));
     }
-    if job.input_files.iter().any(|f| f.size.is_some())
-        || job.output_files.iter().any(|f| f.size_estimate.is_some())
-    {
+    if job.input_files.iter().any(|f| f.size.is_some()) || job.output_files.iter().any(|f| f.size_estimate.is_some()) {
         dropped.note("file sizes: RSL cannot express them");
     }
     dropped.unsupported(

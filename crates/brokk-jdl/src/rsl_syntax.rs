@@ -188,11 +188,7 @@ impl<'a> Parser<'a> {
             (Some(b'>'), Some(b'=')) => (Op::Ge, 2),
             (Some(b'<'), _) => (Op::Lt, 1),
             (Some(b'>'), _) => (Op::Gt, 1),
-            _ => {
-                return Err(self.err(&format!(
-                    "expected an operator (=, !=, <, <=, >, >=) after `{attr}`"
-                )))
-            }
+            _ => return Err(self.err(&format!("expected an operator (=, !=, <, <=, >, >=) after `{attr}`"))),
         };
         self.i += op.1;
         let values = self.value_seq()?;
@@ -271,6 +267,13 @@ impl<'a> Parser<'a> {
                     parts.push(Part::Text(self.src[start..self.i].to_string()));
                 }
                 _ => return Err(self.err("expected a value")),
+            }
+            // Pieces that touch (`$(HOME)/bin`) concatenate implicitly.
+            if self.peek().is_some_and(|c| {
+                c == b'"' || c == b'\'' || c == b'$' || (!c.is_ascii_whitespace() && !SPECIAL.contains(&c))
+            }) && !self.b[self.i..].starts_with(b"(*")
+            {
+                continue;
             }
             // `#` concatenates with the next piece, whitespace allowed around it.
             let save = self.i;
@@ -360,11 +363,7 @@ mod tests {
     fn errors_point_at_the_problem() {
         let e = parse("&(count 4)").unwrap_err();
         assert_eq!((e.line, e.column), (1, 9));
-        assert!(
-            e.message.starts_with("expected an operator"),
-            "{}",
-            e.message
-        );
+        assert!(e.message.starts_with("expected an operator"), "{}", e.message);
         let e = parse("&(a = \"x)").unwrap_err();
         assert_eq!((e.line, e.column), (1, 7));
         let e = parse("&(a = b)\n(* open").unwrap_err();
@@ -412,9 +411,7 @@ pub(crate) mod lower {
     fn flatten(spec: Spec, rels: &mut Vec<Relation>, ors: &mut Vec<usize>) {
         match spec {
             Spec::Rel(r) => rels.push(r),
-            Spec::And(items) | Spec::Multi(items) => {
-                items.into_iter().for_each(|s| flatten(s, rels, ors))
-            }
+            Spec::And(items) | Spec::Multi(items) => items.into_iter().for_each(|s| flatten(s, rels, ors)),
             Spec::Or(items) => {
                 if let Some(pos) = items.iter().find_map(first_pos) {
                     ors.push(pos);
@@ -489,10 +486,7 @@ pub(crate) mod lower {
                 [_, v, ..] => Err(Diagnostic::error_at(
                     src,
                     v.pos(),
-                    format!(
-                        "`{}` takes one value; quote it if it contains spaces",
-                        rel.attr
-                    ),
+                    format!("`{}` takes one value; quote it if it contains spaces", rel.attr),
                 )),
             }
         }
@@ -504,11 +498,7 @@ pub(crate) mod lower {
         }
 
         /// A non-negative integer value.
-        pub fn number<T: std::str::FromStr>(
-            &self,
-            src: &str,
-            rel: &Relation,
-        ) -> Result<T, Diagnostic> {
+        pub fn number<T: std::str::FromStr>(&self, src: &str, rel: &Relation) -> Result<T, Diagnostic> {
             let s = self.single(src, rel)?;
             s.trim().parse().map_err(|_| {
                 Diagnostic::error_at(
@@ -521,20 +511,12 @@ pub(crate) mod lower {
     }
 
     /// The items of a `(...)` sequence value with between `min` and `max` entries.
-    pub fn seq<'v>(
-        src: &str,
-        v: &'v Value,
-        min: usize,
-        max: usize,
-        shape: &str,
-    ) -> Result<&'v [Value], Diagnostic> {
+    pub fn seq<'v>(src: &str, v: &'v Value, min: usize, max: usize, shape: &str) -> Result<&'v [Value], Diagnostic> {
         match v {
             Value::Seq { items, pos } if items.len() >= min && items.len() <= max => Ok(items),
-            Value::Seq { pos, .. } | Value::Lit { pos, .. } => Err(Diagnostic::error_at(
-                src,
-                *pos,
-                format!("expected a sequence {shape}"),
-            )),
+            Value::Seq { pos, .. } | Value::Lit { pos, .. } => {
+                Err(Diagnostic::error_at(src, *pos, format!("expected a sequence {shape}")))
+            }
         }
     }
 

@@ -73,12 +73,7 @@ mod tests {
 
     #[test]
     fn split_and_join_round_trip() {
-        let words = vec![
-            "a b".to_string(),
-            "it's".into(),
-            String::new(),
-            "x=1".into(),
-        ];
+        let words = vec!["a b".to_string(), "it's".into(), String::new(), "x=1".into()];
         assert_eq!(split(&join(&words)).unwrap(), words);
         assert_eq!(split("a \"b c\" d\\ e").unwrap(), ["a", "b c", "d e"]);
         assert_eq!(split("'open"), None);

@@ -162,13 +162,7 @@ fn words(src: &str, line: &str, at: usize) -> Result<Vec<(String, usize)>, Diagn
                             }
                         }
                         Some((_, ch)) => w.push(ch),
-                        None => {
-                            return Err(Diagnostic::error_at(
-                                src,
-                                at + j,
-                                format!("unterminated `{c}` quote"),
-                            ))
-                        }
+                        None => return Err(Diagnostic::error_at(src, at + j, format!("unterminated `{c}` quote"))),
                     }
                 },
                 '\\' => {
@@ -212,13 +206,7 @@ fn directive(
                         (!v.is_empty()).then_some(v.trim_start_matches('=').to_string()),
                     )
                 }
-                None => {
-                    return Err(Diagnostic::error_at(
-                        src,
-                        pos,
-                        "expected an option after `-`",
-                    ))
-                }
+                None => return Err(Diagnostic::error_at(src, pos, "expected an option after `-`")),
             }
         } else {
             return Err(Diagnostic::error_at(
@@ -256,18 +244,10 @@ fn directive(
                     k += 1;
                     ws[k - 1].0.clone()
                 }
-                None => {
-                    return Err(Diagnostic::error_at(
-                        src,
-                        pos,
-                        format!("option `{w}` needs a value"),
-                    ))
-                }
+                None => return Err(Diagnostic::error_at(src, pos, format!("option `{w}` needs a value"))),
             }
         };
-        let bad = |what: &str| {
-            Diagnostic::error_at(src, pos, format!("`{w}` expects {what}, found `{value}`"))
-        };
+        let bad = |what: &str| Diagnostic::error_at(src, pos, format!("`{w}` expects {what}, found `{value}`"));
         let count = |v: &str| -> Result<u32, Diagnostic> {
             // `--nodes=2-4` asks for at least 2; Brokk plans with the minimum.
             v.split('-')
@@ -283,9 +263,17 @@ fn directive(
             "c" | "cpus-per-task" => o.cpt = Some(count(&value)?),
             "N" | "nodes" => job.nodes = Some(count(&value)?),
             "ntasks-per-node" => o.tasks_per_node = Some(count(&value)?),
-            "mem" => job.memory = Some(Memory { mib: mem(&value).ok_or_else(|| bad("a size such as 4G"))?, per: MemoryScope::Node }),
+            "mem" => {
+                job.memory = Some(Memory {
+                    mib: mem(&value).ok_or_else(|| bad("a size such as 4G"))?,
+                    per: MemoryScope::Node,
+                })
+            }
             "mem-per-cpu" => {
-                job.memory = Some(Memory { mib: mem(&value).ok_or_else(|| bad("a size such as 2000M"))?, per: MemoryScope::Cpu })
+                job.memory = Some(Memory {
+                    mib: mem(&value).ok_or_else(|| bad("a size such as 2000M"))?,
+                    per: MemoryScope::Cpu,
+                })
             }
             "tmp" => job.disk_mib = Some(mem(&value).ok_or_else(|| bad("a size such as 10G"))?),
             "t" | "time" => job.wall_time = Some(time_limit(&value).ok_or_else(|| bad("a time such as 1-12:00:00"))?),
@@ -304,11 +292,17 @@ fn directive(
                     format!("--begin={value} is relative to submission; Brokk keeps only absolute times; ignored"),
                 )),
             },
-            "deadline" => job.deadline = Some(Time::parse(&value).map_err(|_| bad("an absolute time such as 2026-11-22T18:00:00"))?),
+            "deadline" => {
+                job.deadline =
+                    Some(Time::parse(&value).map_err(|_| bad("an absolute time such as 2026-11-22T18:00:00"))?)
+            }
             "export" => {
                 for item in value.split(',') {
                     match item.split_once('=') {
-                        Some((n, v)) => job.environment.push(EnvVar { name: n.to_string(), value: v.to_string() }),
+                        Some((n, v)) => job.environment.push(EnvVar {
+                            name: n.to_string(),
+                            value: v.to_string(),
+                        }),
                         None if matches!(item, "ALL" | "NONE" | "NIL") => {}
                         None => warnings.push(Diagnostic::warning_at(
                             src,
@@ -318,10 +312,16 @@ fn directive(
                     }
                 }
             }
-            n if IGNORED.contains(&n) => {
-                warnings.push(Diagnostic::warning_at(src, pos, format!("`{w}` has no meaning for Brokk's model; ignored")))
-            }
-            _ => warnings.push(Diagnostic::warning_at(src, pos, format!("unknown sbatch option `{w}`; ignored"))),
+            n if IGNORED.contains(&n) => warnings.push(Diagnostic::warning_at(
+                src,
+                pos,
+                format!("`{w}` has no meaning for Brokk's model; ignored"),
+            )),
+            _ => warnings.push(Diagnostic::warning_at(
+                src,
+                pos,
+                format!("unknown sbatch option `{w}`; ignored"),
+            )),
         }
     }
     Ok(())
@@ -542,9 +542,7 @@ pub(crate) fn write(job: &Job) -> Written {
     match (&job.script, &job.executable) {
         (Some(script), exe) => {
             if exe.is_some() {
-                d.note(
-                    "executable: the script is the job in Slurm; executable and arguments dropped",
-                );
+                d.note("executable: the script is the job in Slurm; executable and arguments dropped");
             }
             s.push_str(script);
         }

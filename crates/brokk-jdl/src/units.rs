@@ -23,12 +23,7 @@ pub(crate) fn parse_size(s: &str) -> Option<u64> {
 
 /// Bytes with the largest binary suffix that keeps the value exact (`230MB`, `5GB`, `17`).
 pub(crate) fn format_size(bytes: u64) -> String {
-    for (suffix, mult) in [
-        ("TB", KIB.pow(4)),
-        ("GB", KIB.pow(3)),
-        ("MB", KIB.pow(2)),
-        ("kB", KIB),
-    ] {
+    for (suffix, mult) in [("TB", KIB.pow(4)), ("GB", KIB.pow(3)), ("MB", KIB.pow(2)), ("kB", KIB)] {
         if bytes >= mult && bytes.is_multiple_of(mult) {
             return format!("{}{suffix}", bytes / mult);
         }
@@ -67,17 +62,13 @@ pub(crate) fn parse_duration(s: &str, default_unit: i64) -> Option<Duration> {
     let mut total: i64 = 0;
     let mut rest = s;
     while !rest.is_empty() {
-        let digits = rest
-            .find(|c: char| !c.is_ascii_digit())
-            .unwrap_or(rest.len());
+        let digits = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
         if digits == 0 {
             return None;
         }
         let n: i64 = rest[..digits].parse().ok()?;
         rest = rest[digits..].trim_start();
-        let unit_len = rest
-            .find(|c: char| !c.is_ascii_alphabetic())
-            .unwrap_or(rest.len());
+        let unit_len = rest.find(|c: char| !c.is_ascii_alphabetic()).unwrap_or(rest.len());
         let unit = match rest[..unit_len].to_ascii_lowercase().as_str() {
             "s" | "sec" | "secs" | "second" | "seconds" => 1,
             "m" | "min" | "mins" | "minute" | "minutes" => 60,
@@ -120,10 +111,7 @@ mod tests {
     #[test]
     fn durations() {
         assert_eq!(parse_duration("65", 60), Some(Duration(3900)));
-        assert_eq!(
-            parse_duration("1 hour 30 minutes", 60),
-            Some(Duration(5400))
-        );
+        assert_eq!(parse_duration("1 hour 30 minutes", 60), Some(Duration(5400)));
         assert_eq!(parse_duration("90s", 60), Some(Duration(90)));
         assert_eq!(parse_duration("1:02:03", 60), Some(Duration(3723)));
         assert_eq!(parse_duration("soon", 60), None);

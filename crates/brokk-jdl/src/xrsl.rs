@@ -59,19 +59,19 @@ pub(crate) fn read(src: &str) -> Result<Parsed, ParseError> {
     Ok(Parsed { jobs, warnings })
 }
 
-fn read_job(
-    src: &str,
-    rels: &[Relation],
-    warnings: &mut Vec<Diagnostic>,
-) -> Result<Job, Diagnostic> {
+fn read_job(src: &str, rels: &[Relation], warnings: &mut Vec<Diagnostic>) -> Result<Job, Diagnostic> {
     let mut job = Job::default();
     let mut vars = Vars::default();
+    // Substitutions apply wherever they are written, so define them first.
+    for rel in rels.iter().filter(|r| r.attr.eq_ignore_ascii_case("rsl_substitution")) {
+        vars.define(src, rel)?;
+    }
     let mut join = false;
     let mut sizes: Vec<(String, u64, usize)> = Vec::new();
     for rel in rels {
         let attr = rel.attr.to_ascii_lowercase();
         match attr.as_str() {
-            "rsl_substitution" => vars.define(src, rel)?,
+            "rsl_substitution" => {}
             "executable" => job.executable = Some(vars.single(src, rel)?),
             "arguments" => job.arguments = vars.list(src, rel)?,
             "stdin" => job.stdin = Some(vars.single(src, rel)?),
@@ -148,11 +148,7 @@ fn read_job(
             "outputfilesizes" => {
                 for v in &rel.values {
                     let f = seq(src, v, 2, 2, "(name size)")?;
-                    sizes.push((
-                        vars.text(src, &f[0])?,
-                        size_value(src, &f[1], &vars)?,
-                        f[0].pos(),
-                    ));
+                    sizes.push((vars.text(src, &f[0])?, size_value(src, &f[1], &vars)?, f[0].pos()));
                 }
             }
             "benchmarks" => {
@@ -208,9 +204,7 @@ fn duration(src: &str, rel: &Relation, vars: &Vars) -> Result<brokk_model::Durat
         Diagnostic::error_at(
             src,
             rel.values[0].pos(),
-            format!(
-                "expected a time in minutes or with units (e.g. `90` or `2 hours`), found `{s}`"
-            ),
+            format!("expected a time in minutes or with units (e.g. `90` or `2 hours`), found `{s}`"),
         )
     })
 }
@@ -232,11 +226,7 @@ fn size_value(src: &str, v: &crate::rsl_syntax::Value, vars: &Vars) -> Result<u6
 }
 
 /// `(name result:minutes)` as in seed 003's Figure 3, or `(name result minutes)`.
-fn benchmark(
-    src: &str,
-    v: &crate::rsl_syntax::Value,
-    vars: &Vars,
-) -> Result<Benchmark, Diagnostic> {
+fn benchmark(src: &str, v: &crate::rsl_syntax::Value, vars: &Vars) -> Result<Benchmark, Diagnostic> {
     let f = seq(src, v, 2, 3, "(name result:time)")?;
     let name = vars.text(src, &f[0])?;
     let (result, time, pos) = if f.len() == 3 {
@@ -266,13 +256,8 @@ fn benchmark(
                 format!("benchmark result must be a positive number, found `{result}`"),
             )
         })?;
-    let time = parse_duration(&time, 60).ok_or_else(|| {
-        Diagnostic::error_at(
-            src,
-            pos,
-            format!("benchmark time must be minutes, found `{time}`"),
-        )
-    })?;
+    let time = parse_duration(&time, 60)
+        .ok_or_else(|| Diagnostic::error_at(src, pos, format!("benchmark time must be minutes, found `{time}`")))?;
     Ok(Benchmark { name, result, time })
 }
 
@@ -307,18 +292,10 @@ fn write_job(job: &Job, dropped: &mut Dropped) -> String {
     if !job.arguments.is_empty() {
         rel(
             "arguments",
-            job.arguments
-                .iter()
-                .map(|a| quote(a))
-                .collect::<Vec<_>>()
-                .join(" "),
+            job.arguments.iter().map(|a| quote(a)).collect::<Vec<_>>().join(" "),
         );
     }
-    for (attr, v) in [
-        ("stdin", &job.stdin),
-        ("stdout", &job.stdout),
-        ("stderr", &job.stderr),
-    ] {
+    for (attr, v) in [("stdin", &job.stdin), ("stdout", &job.stdout), ("stderr", &job.stderr)] {
         if let Some(v) = v {
             rel(attr, quote(v));
         }
@@ -338,11 +315,7 @@ fn write_job(job: &Job, dropped: &mut Dropped) -> String {
             .input_files
             .iter()
             .map(|f| {
-                let mut s = format!(
-                    "({} {}",
-                    quote(&f.name),
-                    quote(f.source.as_deref().unwrap_or(""))
-                );
+                let mut s = format!("({} {}", quote(&f.name), quote(f.source.as_deref().unwrap_or("")));
                 if let Some(size) = f.size {
                     s.push_str(&format!(" {size}"));
                 }
@@ -355,25 +328,13 @@ fn write_job(job: &Job, dropped: &mut Dropped) -> String {
         let files: Vec<String> = job
             .output_files
             .iter()
-            .map(|f| {
-                format!(
-                    "({} {})",
-                    quote(&f.name),
-                    quote(f.target.as_deref().unwrap_or(""))
-                )
-            })
+            .map(|f| format!("({} {})", quote(&f.name), quote(f.target.as_deref().unwrap_or(""))))
             .collect();
         rel("outputfiles", files.join(""));
         let sizes: Vec<String> = job
             .output_files
             .iter()
-            .filter_map(|f| {
-                Some(format!(
-                    "({} {})",
-                    quote(&f.name),
-                    format_size(f.size_estimate?)
-                ))
-            })
+            .filter_map(|f| Some(format!("({} {})", quote(&f.name), format_size(f.size_estimate?))))
             .collect();
         if !sizes.is_empty() {
             rel("outputfilesizes", sizes.join(""));
@@ -388,9 +349,7 @@ fn write_job(job: &Job, dropped: &mut Dropped) -> String {
     if job.memory.is_some() {
         match job.memory_per_cpu_mib() {
             Some(m) => rel("memory", m.to_string()),
-            None => dropped.note(
-                "memory: xRSL counts memory per process and the processor counts do not divide it",
-            ),
+            None => dropped.note("memory: xRSL counts memory per process and the processor counts do not divide it"),
         }
     }
     if let Some(d) = job.disk_mib {
@@ -423,17 +382,9 @@ fn write_job(job: &Job, dropped: &mut Dropped) -> String {
             .iter()
             .map(|b| {
                 if b.time.0 % 60 != 0 {
-                    dropped.note(format!(
-                        "benchmarks: time of `{}` rounded up to whole minutes",
-                        b.name
-                    ));
+                    dropped.note(format!("benchmarks: time of `{}` rounded up to whole minutes", b.name));
                 }
-                format!(
-                    "({} {}:{})",
-                    quote(&b.name),
-                    b.result,
-                    (b.time.0 + 59).div_euclid(60)
-                )
+                format!("({} {}:{})", quote(&b.name), b.result, (b.time.0 + 59).div_euclid(60))
             })
             .collect();
         rel("benchmarks", b.join(""));

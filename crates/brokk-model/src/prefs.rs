@@ -91,10 +91,7 @@ mod tests {
         .unwrap();
         assert_eq!(p.objective(), Objective::EarliestStart);
         assert_eq!(p.earliest_start.unwrap().resolve(Time(1000)), Time(1600));
-        assert_eq!(
-            p.latest_start.unwrap().resolve(Time(1000)),
-            Time(1_795_341_600)
-        );
+        assert_eq!(p.latest_start.unwrap().resolve(Time(1000)), Time(1_795_341_600));
         assert_eq!(JobPreferences::default().penalty_factor(), 1.25);
     }
 }

@@ -7,9 +7,7 @@ use std::str::FromStr;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// A span of time in whole seconds (may be negative as the result of a subtraction).
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct Duration(pub i64);
 
@@ -169,10 +167,7 @@ mod tests {
     #[test]
     fn json_form_is_rfc3339() {
         let t = Time(60);
-        assert_eq!(
-            serde_json::to_string(&t).unwrap(),
-            "\"1970-01-01T00:01:00Z\""
-        );
+        assert_eq!(serde_json::to_string(&t).unwrap(), "\"1970-01-01T00:01:00Z\"");
         let back: Time = serde_json::from_str("\"1970-01-01T00:01:00Z\"").unwrap();
         assert_eq!(back, t);
     }

@@ -121,24 +121,11 @@ pub enum Kind {
 }
 
 fn write_name(f: &mut fmt::Formatter<'_>, name: &str) -> fmt::Result {
-    let plain = name
-        .chars()
-        .next()
-        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+    let plain = name.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
         && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
         && !matches!(
             name.to_ascii_lowercase().as_str(),
-            "true"
-                | "false"
-                | "undefined"
-                | "error"
-                | "is"
-                | "isnt"
-                | "my"
-                | "target"
-                | "other"
-                | "self"
-                | "parent"
+            "true" | "false" | "undefined" | "error" | "is" | "isnt" | "my" | "target" | "other" | "self" | "parent"
         );
     if plain {
         f.write_str(name)

@@ -85,18 +85,14 @@ pub(crate) fn call(name: &str, args: &[Expr], env: Env<'_>) -> Value {
         ("member", [x, list]) => member(x, list, false),
         ("identicalmember", [x, list]) => member(x, list, true),
         ("regexp", [p, t, rest @ ..]) if rest.len() <= 1 => regexp(p, t, rest.first()),
-        ("stringlistmember", [x, l, rest @ ..]) if rest.len() <= 1 => {
-            string_list(l, rest.first(), |items| match x {
-                Value::Str(x) => Value::Bool(items.iter().any(|i| i == x)),
-                _ => Value::Error,
-            })
-        }
-        ("stringlistimember", [x, l, rest @ ..]) if rest.len() <= 1 => {
-            string_list(l, rest.first(), |items| match x {
-                Value::Str(x) => Value::Bool(items.iter().any(|i| i.eq_ignore_ascii_case(x))),
-                _ => Value::Error,
-            })
-        }
+        ("stringlistmember", [x, l, rest @ ..]) if rest.len() <= 1 => string_list(l, rest.first(), |items| match x {
+            Value::Str(x) => Value::Bool(items.iter().any(|i| i == x)),
+            _ => Value::Error,
+        }),
+        ("stringlistimember", [x, l, rest @ ..]) if rest.len() <= 1 => string_list(l, rest.first(), |items| match x {
+            Value::Str(x) => Value::Bool(items.iter().any(|i| i.eq_ignore_ascii_case(x))),
+            _ => Value::Error,
+        }),
         ("stringlistsize", [l, rest @ ..]) if rest.len() <= 1 => {
             string_list(l, rest.first(), |items| Value::Int(items.len() as i64))
         }
@@ -104,9 +100,7 @@ pub(crate) fn call(name: &str, args: &[Expr], env: Env<'_>) -> Value {
             Value::List(items.into_iter().map(Value::Str).collect())
         }),
         ("min" | "max" | "sum" | "avg", [list]) => aggregate(&lower, list),
-        ("anycompare" | "allcompare", [op, list, x]) => {
-            compare_all(lower == "anycompare", op, list, x)
-        }
+        ("anycompare" | "allcompare", [op, list, x]) => compare_all(lower == "anycompare", op, list, x),
         ("time", []) => Value::Int(env.now),
         _ => Value::Error,
     }
@@ -207,11 +201,7 @@ fn substr(s: &Value, off: &Value, len: Option<&Value>) -> Value {
         };
     };
     let n = s.len() as i64;
-    let start = if *off < 0 {
-        (n + off).max(0)
-    } else {
-        (*off).min(n)
-    };
+    let start = if *off < 0 { (n + off).max(0) } else { (*off).min(n) };
     let end = match len {
         None => n,
         Some(Value::Int(l)) if *l < 0 => (n + l).max(start),

@@ -89,15 +89,9 @@ pub fn eval(e: &Expr, env: Env<'_>) -> Value {
                 items
                     .into_iter()
                     .map(|v| match v {
-                        Value::Ad(ad) => ad.get(name).map_or(Value::Undefined, |x| {
-                            eval(
-                                x,
-                                Env {
-                                    my: Some(&ad),
-                                    ..env
-                                },
-                            )
-                        }),
+                        Value::Ad(ad) => ad
+                            .get(name)
+                            .map_or(Value::Undefined, |x| eval(x, Env { my: Some(&ad), ..env })),
                         _ => Value::Error,
                     })
                     .collect(),
@@ -112,13 +106,7 @@ pub fn eval(e: &Expr, env: Env<'_>) -> Value {
                 .and_then(|i| items.get(i).cloned())
                 .unwrap_or(Value::Error),
             (Value::Ad(ad), Value::Str(name)) => match ad.get(&name) {
-                Some(x) => eval(
-                    x,
-                    Env {
-                        my: Some(&ad),
-                        ..env
-                    },
-                ),
+                Some(x) => eval(x, Env { my: Some(&ad), ..env }),
                 None => Value::Undefined,
             },
             _ => Value::Error,
@@ -242,9 +230,7 @@ fn binary(op: BinOp, a: Value, b: Value) -> Value {
         return Value::Undefined;
     }
     match op {
-        BinOp::Eq | BinOp::Ne | BinOp::Lt | BinOp::Le | BinOp::Gt | BinOp::Ge => {
-            compare(op, &a, &b)
-        }
+        BinOp::Eq | BinOp::Ne | BinOp::Lt | BinOp::Le | BinOp::Gt | BinOp::Ge => compare(op, &a, &b),
         BinOp::Add | BinOp::Sub | BinOp::Mul | BinOp::Div | BinOp::Mod => arith(op, &a, &b),
         _ => match (&a, &b) {
             (Value::Int(x), Value::Int(y)) => Value::Int(match op {
@@ -322,9 +308,7 @@ fn compare(op: BinOp, a: &Value, b: &Value) -> Value {
 pub(crate) fn identical(a: &Value, b: &Value) -> bool {
     match (a, b) {
         (Value::Real(x), Value::Real(y)) => x == y || (x.is_nan() && y.is_nan()),
-        (Value::List(x), Value::List(y)) => {
-            x.len() == y.len() && x.iter().zip(y).all(|(p, q)| identical(p, q))
-        }
+        (Value::List(x), Value::List(y)) => x.len() == y.len() && x.iter().zip(y).all(|(p, q)| identical(p, q)),
         (Value::Ad(x), Value::Ad(y)) => Rc::ptr_eq(x, y),
         _ => a == b,
     }

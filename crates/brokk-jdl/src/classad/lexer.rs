@@ -23,8 +23,8 @@ pub(crate) struct Token {
 
 /// Longest operators first so that `=?=` wins over `=`.
 const PUNCT: &[&str] = &[
-    ">>>", "=?=", "=!=", "==", "!=", "<=", ">=", "&&", "||", "<<", ">>", "(", ")", "[", "]", "{",
-    "}", ",", ";", ".", "?", ":", "+", "-", "*", "/", "%", "!", "~", "<", ">", "&", "|", "^", "=",
+    ">>>", "=?=", "=!=", "==", "!=", "<=", ">=", "&&", "||", "<<", ">>", "(", ")", "[", "]", "{", "}", ",", ";", ".",
+    "?", ":", "+", "-", "*", "/", "%", "!", "~", "<", ">", "&", "|", "^", "=",
 ];
 
 pub(crate) fn lex(src: &str, base: usize, full: &str) -> Result<Vec<Token>, Diagnostic> {
@@ -52,38 +52,33 @@ pub(crate) fn lex(src: &str, base: usize, full: &str) -> Result<Vec<Token>, Diag
             continue;
         }
         let start = i;
-        let tok =
-            if c.is_ascii_digit() || (c == b'.' && b.get(i + 1).is_some_and(u8::is_ascii_digit)) {
-                number(src, &mut i).ok_or_else(|| {
-                    err(
-                        start,
-                        format!("malformed number `{}`", &src[start..i.max(start + 1)]),
-                    )
-                })?
-            } else if c == b'"' || c == b'\'' {
-                let s = string(src, &mut i, c).ok_or_else(|| {
-                    err(
-                        start,
-                        format!("unterminated string: expected a closing `{}`", c as char),
-                    )
-                })?;
-                if c == b'"' {
-                    Tok::Str(s)
-                } else {
-                    Tok::Ident(s)
-                }
-            } else if c.is_ascii_alphabetic() || c == b'_' {
-                while i < b.len() && (b[i].is_ascii_alphanumeric() || b[i] == b'_') {
-                    i += 1;
-                }
-                Tok::Ident(src[start..i].to_string())
-            } else if let Some(p) = PUNCT.iter().find(|p| b[i..].starts_with(p.as_bytes())) {
-                i += p.len();
-                Tok::Punct(p)
+        let tok = if c.is_ascii_digit() || (c == b'.' && b.get(i + 1).is_some_and(u8::is_ascii_digit)) {
+            number(src, &mut i)
+                .ok_or_else(|| err(start, format!("malformed number `{}`", &src[start..i.max(start + 1)])))?
+        } else if c == b'"' || c == b'\'' {
+            let s = string(src, &mut i, c).ok_or_else(|| {
+                err(
+                    start,
+                    format!("unterminated string: expected a closing `{}`", c as char),
+                )
+            })?;
+            if c == b'"' {
+                Tok::Str(s)
             } else {
-                let ch = src[i..].chars().next().unwrap_or('?');
-                return Err(err(i, format!("unexpected character `{ch}`")));
-            };
+                Tok::Ident(s)
+            }
+        } else if c.is_ascii_alphabetic() || c == b'_' {
+            while i < b.len() && (b[i].is_ascii_alphanumeric() || b[i] == b'_') {
+                i += 1;
+            }
+            Tok::Ident(src[start..i].to_string())
+        } else if let Some(p) = PUNCT.iter().find(|p| b[i..].starts_with(p.as_bytes())) {
+            i += p.len();
+            Tok::Punct(p)
+        } else {
+            let ch = src[i..].chars().next().unwrap_or('?');
+            return Err(err(i, format!("unexpected character `{ch}`")));
+        };
         out.push(Token {
             tok,
             start: base + start,
@@ -106,9 +101,7 @@ fn number(src: &str, i: &mut usize) -> Option<Tok> {
         while *i < b.len() && b[*i].is_ascii_hexdigit() {
             *i += 1;
         }
-        return i64::from_str_radix(&src[start + 2..*i], 16)
-            .ok()
-            .map(Tok::Int);
+        return i64::from_str_radix(&src[start + 2..*i], 16).ok().map(Tok::Int);
     }
     let mut real = false;
     while *i < b.len() && b[*i].is_ascii_digit() {

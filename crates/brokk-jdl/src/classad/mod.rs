@@ -51,11 +51,7 @@ impl ClassAd {
 
     /// Sets `name` to `expr`, replacing an attribute of the same name in any case.
     pub fn insert(&mut self, name: &str, expr: Expr) {
-        match self
-            .attrs
-            .iter_mut()
-            .find(|(k, _)| k.eq_ignore_ascii_case(name))
-        {
+        match self.attrs.iter_mut().find(|(k, _)| k.eq_ignore_ascii_case(name)) {
             Some(slot) => slot.1 = expr,
             None => self.attrs.push((name.to_string(), expr)),
         }
@@ -175,10 +171,7 @@ mod tests {
         assert_eq!(ev("1 / 0"), Value::Error);
         assert_eq!(ev("true + 1"), Value::Int(2));
         assert_eq!(ev("9223372036854775807 + 1"), Value::Int(i64::MIN));
-        assert_eq!(
-            ev("strcat(\"a\", 2.5)"),
-            Value::Str("a2.500000000000000E+00".into())
-        );
+        assert_eq!(ev("strcat(\"a\", 2.5)"), Value::Str("a2.500000000000000E+00".into()));
         assert_eq!(ev("round(2.5)"), Value::Int(2));
         assert_eq!(ev("[a = 1; b = a + 1].b"), Value::Int(2));
     }

@@ -63,11 +63,7 @@ impl<'a> Parser<'a> {
             Tok::Ident(s) => format!("`{s}`"),
             Tok::Punct(p) => format!("`{p}`"),
         };
-        Diagnostic::error_at(
-            self.full,
-            self.pos(),
-            format!("expected {expected}, found {found}"),
-        )
+        Diagnostic::error_at(self.full, self.pos(), format!("expected {expected}, found {found}"))
     }
 
     fn expect(&mut self, p: &str) -> Result<usize, Diagnostic> {
@@ -113,11 +109,7 @@ impl<'a> Parser<'a> {
             self.bump();
             self.expect("=")?;
             let expr = self.expr()?;
-            out.push(Entry {
-                name,
-                name_pos,
-                expr,
-            });
+            out.push(Entry { name, name_pos, expr });
             if self.is(";") {
                 self.bump();
             } else if (bracketed && !self.is("]")) || (!bracketed && !self.at_eof()) {
@@ -225,11 +217,7 @@ impl<'a> Parser<'a> {
             let start = self.bump().start;
             self.depth += 1;
             if self.depth > MAX_DEPTH {
-                return Err(Diagnostic::error_at(
-                    self.full,
-                    start,
-                    "expression nested too deeply",
-                ));
+                return Err(Diagnostic::error_at(self.full, start, "expression nested too deeply"));
             }
             let e = self.unary();
             self.depth -= 1;

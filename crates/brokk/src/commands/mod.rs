@@ -37,13 +37,7 @@ impl Input {
         let text = String::from_utf8(bytes).with_context(|| format!("{path} is not UTF-8 text"))?;
         let base_dir = Path::new(path)
             .parent()
-            .map(|p| {
-                if p.as_os_str().is_empty() {
-                    Path::new(".")
-                } else {
-                    p
-                }
-            })
+            .map(|p| if p.as_os_str().is_empty() { Path::new(".") } else { p })
             .map(Path::to_path_buf);
         Ok(Input {
             name: path.to_string(),

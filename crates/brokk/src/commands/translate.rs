@@ -27,20 +27,14 @@ pub struct Args {
 /// Runs the translation; exit 1 when the input cannot be read.
 pub fn run(a: Args) -> Result<ExitCode> {
     let input = Input::load(&a.file)?;
-    let format = input.format(a.from).ok_or_else(|| {
-        anyhow!(
-            "cannot tell the language of {}; give it with --from",
-            input.name
-        )
-    })?;
+    let format = input
+        .format(a.from)
+        .ok_or_else(|| anyhow!("cannot tell the language of {}; give it with --from", input.name))?;
     let parsed = match read(format, &input.text, &input.opts) {
         Ok(p) => p,
         Err(e) => {
             if a.json {
-                println!(
-                    "{}",
-                    json!({ "ok": false, "format": format, "errors": e.diagnostics })
-                );
+                println!("{}", json!({ "ok": false, "format": format, "errors": e.diagnostics }));
             } else {
                 for d in &e.diagnostics {
                     eprint!("{}", d.render(&input.name, &input.text));

@@ -32,9 +32,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
                 None => (
                     None,
                     Err((
-                        vec![plain(
-                            "cannot tell the language; give it with --from".into(),
-                        )],
+                        vec![plain("cannot tell the language; give it with --from".into())],
                         Some(input),
                     )),
                 ),
@@ -47,11 +45,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         all_ok &= outcome.is_ok();
         report(f, format, &outcome, a.json);
     }
-    Ok(if all_ok {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    })
+    Ok(if all_ok { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }
 
 type Outcome = std::result::Result<(brokk_jdl::Parsed, Input), (Vec<Diagnostic>, Option<Input>)>;
