@@ -48,6 +48,9 @@ const HARMLESS: &[&str] = &[
     "max_materialize",
 ];
 
+/// Macro expansion stops growing a value past this many bytes (mutual references can double it at every step).
+const MAX_EXPANSION: usize = 1 << 16;
+
 /// Jobs beyond this from one file are refused, so a typo cannot exhaust memory.
 const MAX_JOBS: usize = 100_000;
 
@@ -104,6 +107,13 @@ struct Macros {
 impl Macros {
     fn set(&mut self, name: &str, value: String, pos: usize) {
         let k = name.to_ascii_lowercase();
+        // A macro that names itself means its previous value, as in HTCondor (`PATH = $(PATH):/x`).
+        let value = if value.to_ascii_lowercase().contains(&format!("$({k})")) {
+            let old = self.vars.get(&k).map(|(v, _)| v.clone()).unwrap_or_default();
+            replace_ignore_case(&value, &format!("$({k})"), &old)
+        } else {
+            value
+        };
         if !self.vars.contains_key(&k) {
             self.order.push(k.clone());
             self.spelled.insert(k.clone(), name.to_string());
@@ -112,8 +122,9 @@ impl Macros {
     }
 
     /// Expands `$(...)` references; undefined macros become empty, as in HTCondor.
+    /// Cycles stop at a fixed depth, and expansion stops growing past [`MAX_EXPANSION`].
     fn expand(&self, s: &str, local: &HashMap<String, String>, depth: usize) -> String {
-        if depth > 32 || !s.contains("$(") {
+        if depth > 16 || !s.contains("$(") || s.len() > MAX_EXPANSION {
             return s.to_string();
         }
         let mut out = String::new();
@@ -147,6 +158,10 @@ impl Macros {
                 out.push_str(&self.expand(d, local, depth + 1));
             }
             rest = &after[close + 1..];
+            if out.len() > MAX_EXPANSION {
+                out.push_str(rest);
+                return out;
+            }
         }
         out.push_str(rest);
         out
@@ -157,6 +172,19 @@ impl Macros {
         let v = self.expand(raw, local, 0).trim().to_string();
         (!v.is_empty()).then_some((v, *pos))
     }
+}
+
+fn replace_ignore_case(s: &str, pat: &str, with: &str) -> String {
+    let lower = s.to_ascii_lowercase();
+    let mut out = String::new();
+    let mut last = 0;
+    for (i, _) in lower.match_indices(pat) {
+        out.push_str(&s[last..i]);
+        out.push_str(with);
+        last = i + pat.len();
+    }
+    out.push_str(&s[last..]);
+    out
 }
 
 fn matching_paren(s: &str) -> Option<usize> {
@@ -897,7 +925,6 @@ fn commands(job: &Job, d: &mut Dropped) -> Vec<(&'static str, String)> {
         job,
         &[
             "script",
-            "cpus_per_node",
             "cpus_per_task",
             "cpu_time",
             "runtime_environments",

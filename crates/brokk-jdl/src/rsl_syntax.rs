@@ -132,6 +132,11 @@ impl<'a> Parser<'a> {
         match self.peek() {
             Some(b'&') => {
                 self.i += 1;
+                self.skip_ws()?;
+                // A bare `&` is an empty job, which is how a job with no attributes is written.
+                if matches!(self.peek(), None | Some(b')')) {
+                    return Ok(Spec::And(Vec::new()));
+                }
                 Ok(Spec::And(self.spec_list()?))
             }
             Some(b'|') => {

@@ -71,6 +71,11 @@ impl Time {
     /// (`2026-11-22 09:00`, `2026-11-22 09:00:00`, `2026-11-22`).
     pub fn parse(s: &str) -> Result<Time, TimeParseError> {
         let t = s.trim();
+        // Four-digit years only: what every job language writes, and what RFC 3339 can print back.
+        let b = t.as_bytes();
+        if b.len() < 5 || !b[..4].iter().all(u8::is_ascii_digit) || b[4] != b'-' {
+            return Err(TimeParseError(s.to_string()));
+        }
         if let Ok(dt) = chrono::DateTime::parse_from_rfc3339(t) {
             return Ok(Time(dt.timestamp()));
         }
@@ -162,6 +167,9 @@ mod tests {
         assert_eq!(Time::parse("2026-11-22T10:00:00+01:00").unwrap(), t);
         assert_eq!(t.to_string(), "2026-11-22T09:00:00Z");
         assert!(Time::parse("tomorrow").is_err());
+        // Regression (fuzzing): a negative year was read but could not be written back.
+        assert!(Time::parse("-1013-11-23 02:00").is_err());
+        assert!(Time::parse("3-0Θ").is_err());
     }
 
     #[test]

@@ -109,6 +109,20 @@ impl ClassAd {
     }
 }
 
+impl ClassAd {
+    /// The ad a job is matched with: its `Requirements` and `Rank` as written
+    /// (`true` and `0` when absent). Errors point into the expression's text.
+    pub fn for_job(job: &brokk_model::Job) -> Result<ClassAd, Diagnostic> {
+        let mut ad = ClassAd::default();
+        ad.insert(
+            "Requirements",
+            parse_expr(job.requirements.as_deref().unwrap_or("true"))?,
+        );
+        ad.insert("Rank", parse_expr(job.rank.as_deref().unwrap_or("0"))?);
+        Ok(ad)
+    }
+}
+
 impl fmt::Display for ClassAd {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("[")?;

@@ -1,0 +1,3 @@
+#!/bin/bash
+#SBATCH --ntasks=four
+srun a

@@ -1,0 +1,3 @@
+#!/bin/bash
+#SBATCH --mem=lots
+srun a

@@ -1,0 +1,2 @@
+#!/bin/bash
+#SBATCH --job-name

@@ -1,0 +1,3 @@
+#!/bin/bash
+#SBATCH ntasks=4
+srun a

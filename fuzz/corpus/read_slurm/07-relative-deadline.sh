@@ -1,0 +1,3 @@
+#!/bin/bash
+#SBATCH --deadline=tomorrow
+srun a

@@ -1,0 +1,5 @@
+#!/bin/bash
+#SBATCH --ntasks=2        # two tasks
+#SBATCH --mem=4G          # per node
+#SBATCH --job-name="my job"
+srun hostname
