@@ -552,7 +552,7 @@ fn round_trip(format: Format, jobs: &[Job]) -> Result<(), TestCaseError> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: cases(300), ..ProptestConfig::default() })]
 
     #[test]
     fn xrsl_round_trips(jobs in vec(xrsl_job().prop_map(uniq), 1..3)) { round_trip(Format::Xrsl, &jobs)?; }
@@ -682,4 +682,12 @@ fn classad_text(mut seed: u64, depth: u32) -> String {
         }
     }
     go(&mut next, depth)
+}
+
+/// The number of cases: the default, or `PROPTEST_CASES` for longer runs.
+fn cases(default: u32) -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
 }

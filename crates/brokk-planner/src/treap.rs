@@ -1,0 +1,470 @@
+//! The time-exclusive free list: change points of usage in a treap augmented
+//! with subtree minimum and maximum and a lazy range-add.
+//!
+//! Each node is the start of a segment of constant usage that lasts until the
+//! next node's time. Adding a span inserts (or references) its two end points
+//! and adds the amount to every segment between them with one lazy update, so
+//! it costs O(log n) however many change points it covers. Fit queries take
+//! `&self` and skip every subtree whose maximum (or minimum) rules it out, so an
+//! earliest-fit query costs O((k + 1) log n) for k blocked runs it jumps over.
+//! Points that no span references any more are removed, so the tree holds at
+//! most two points per live span.
+
+use crate::profile::Profile;
+
+const NIL: u32 = u32::MAX;
+
+#[derive(Debug, Clone, Copy)]
+struct Node {
+    key: i64,
+    /// Usage of this node's segment, including this node's own pending `lazy`,
+    /// excluding the pending adds of its ancestors.
+    val: i32,
+    /// Add owed to both children subtrees.
+    lazy: i32,
+    /// Subtree maximum and minimum of `val`, on the same footing as `val`.
+    max: i32,
+    min: i32,
+    left: u32,
+    right: u32,
+    prio: u32,
+    /// How many span ends sit at this point.
+    refs: u32,
+}
+
+/// The free-list profile (see the module documentation).
+#[derive(Debug, Clone)]
+pub struct FreeList {
+    nodes: Vec<Node>,
+    spare: Vec<u32>,
+    root: u32,
+    rng: u64,
+}
+
+impl Default for FreeList {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl FreeList {
+    /// An empty profile: zero usage everywhere.
+    pub fn new() -> Self {
+        let mut f = FreeList {
+            nodes: Vec::new(),
+            spare: Vec::new(),
+            root: NIL,
+            rng: 0x9E37_79B9_7F4A_7C15,
+        };
+        // A sentinel at the start of time keeps every instant inside a segment.
+        let s = f.alloc(i64::MIN, 0);
+        f.nodes[s as usize].refs = u32::MAX;
+        f.root = s;
+        f
+    }
+
+    /// Number of change points (including the sentinel).
+    pub fn points(&self) -> usize {
+        self.nodes.len() - self.spare.len()
+    }
+
+    fn next_prio(&mut self) -> u32 {
+        // xorshift64*: deterministic, so the same operations build the same tree.
+        self.rng ^= self.rng >> 12;
+        self.rng ^= self.rng << 25;
+        self.rng ^= self.rng >> 27;
+        (self.rng.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 32) as u32
+    }
+
+    fn alloc(&mut self, key: i64, val: i32) -> u32 {
+        let prio = self.next_prio();
+        let n = Node {
+            key,
+            val,
+            lazy: 0,
+            max: val,
+            min: val,
+            left: NIL,
+            right: NIL,
+            prio,
+            refs: 0,
+        };
+        match self.spare.pop() {
+            Some(i) => {
+                self.nodes[i as usize] = n;
+                i
+            }
+            None => {
+                self.nodes.push(n);
+                (self.nodes.len() - 1) as u32
+            }
+        }
+    }
+
+    fn apply(&mut self, n: u32, add: i32) {
+        if n != NIL {
+            let x = &mut self.nodes[n as usize];
+            x.val += add;
+            x.max += add;
+            x.min += add;
+            x.lazy += add;
+        }
+    }
+
+    fn push(&mut self, n: u32) {
+        let (l, r, lazy) = {
+            let x = &self.nodes[n as usize];
+            (x.left, x.right, x.lazy)
+        };
+        if lazy != 0 {
+            self.apply(l, lazy);
+            self.apply(r, lazy);
+            self.nodes[n as usize].lazy = 0;
+        }
+    }
+
+    fn pull(&mut self, n: u32) {
+        let x = self.nodes[n as usize];
+        let (mut max, mut min) = (x.val, x.val);
+        for c in [x.left, x.right] {
+            if c != NIL {
+                max = max.max(self.nodes[c as usize].max);
+                min = min.min(self.nodes[c as usize].min);
+            }
+        }
+        let x = &mut self.nodes[n as usize];
+        x.max = max;
+        x.min = min;
+    }
+
+    /// Splits `t` into keys `< key` and keys `>= key`.
+    fn split(&mut self, t: u32, key: i64) -> (u32, u32) {
+        if t == NIL {
+            return (NIL, NIL);
+        }
+        self.push(t);
+        if self.nodes[t as usize].key < key {
+            let (a, b) = self.split(self.nodes[t as usize].right, key);
+            self.nodes[t as usize].right = a;
+            self.pull(t);
+            (t, b)
+        } else {
+            let (a, b) = self.split(self.nodes[t as usize].left, key);
+            self.nodes[t as usize].left = b;
+            self.pull(t);
+            (a, t)
+        }
+    }
+
+    /// Joins two treaps where every key of `a` is below every key of `b`.
+    fn merge(&mut self, a: u32, b: u32) -> u32 {
+        if a == NIL {
+            return b;
+        }
+        if b == NIL {
+            return a;
+        }
+        if self.nodes[a as usize].prio > self.nodes[b as usize].prio {
+            self.push(a);
+            let r = self.merge(self.nodes[a as usize].right, b);
+            self.nodes[a as usize].right = r;
+            self.pull(a);
+            a
+        } else {
+            self.push(b);
+            let l = self.merge(a, self.nodes[b as usize].left);
+            self.nodes[b as usize].left = l;
+            self.pull(b);
+            b
+        }
+    }
+
+    /// The node with the largest key `<= t`, and its true usage.
+    fn floor(&self, t: i64) -> (u32, i32) {
+        let (mut n, mut acc) = (self.root, 0);
+        let mut best = (NIL, 0);
+        while n != NIL {
+            let x = &self.nodes[n as usize];
+            if x.key <= t {
+                best = (n, x.val + acc);
+                acc += x.lazy;
+                n = x.right;
+            } else {
+                acc += x.lazy;
+                n = x.left;
+            }
+        }
+        best
+    }
+
+    fn find(&self, key: i64) -> u32 {
+        match self.floor(key) {
+            (n, _) if n != NIL && self.nodes[n as usize].key == key => n,
+            _ => NIL,
+        }
+    }
+
+    /// Adds a reference to the point `key`, creating it with the usage of the segment it splits.
+    fn acquire(&mut self, key: i64) {
+        let n = self.find(key);
+        if n != NIL {
+            self.nodes[n as usize].refs += 1;
+            return;
+        }
+        let (_, used) = self.floor(key);
+        let node = self.alloc(key, used);
+        self.nodes[node as usize].refs = 1;
+        let (a, b) = self.split(self.root, key);
+        let left = self.merge(a, node);
+        self.root = self.merge(left, b);
+    }
+
+    /// Drops a reference to the point `key`, removing it when no span ends there.
+    fn release(&mut self, key: i64) {
+        let n = self.find(key);
+        if n == NIL {
+            return;
+        }
+        self.nodes[n as usize].refs -= 1;
+        if self.nodes[n as usize].refs > 0 {
+            return;
+        }
+        let (a, b) = self.split(self.root, key);
+        let (m, c) = self.split(b, key.saturating_add(1));
+        if m != NIL {
+            self.spare.push(m);
+        }
+        self.root = self.merge(a, c);
+    }
+
+    fn range_add(&mut self, start: i64, end: i64, amount: i32) {
+        let (a, b) = self.split(self.root, start);
+        let (m, c) = self.split(b, end);
+        self.apply(m, amount);
+        let left = self.merge(a, m);
+        self.root = self.merge(left, c);
+    }
+
+    /// First key in `[lo, hi)` whose usage exceeds `thr`.
+    fn first_over(&self, n: u32, lo: i64, hi: i64, thr: i32, acc: i32) -> Option<i64> {
+        if n == NIL {
+            return None;
+        }
+        let x = &self.nodes[n as usize];
+        if x.max + acc <= thr {
+            return None;
+        }
+        let inner = acc + x.lazy;
+        if x.key >= lo {
+            if let Some(k) = self.first_over(x.left, lo, hi, thr, inner) {
+                return Some(k);
+            }
+            if x.key < hi && x.val + acc > thr {
+                return Some(x.key);
+            }
+        }
+        if x.key < hi {
+            return self.first_over(x.right, lo, hi, thr, inner);
+        }
+        None
+    }
+
+    /// Last key in `[lo, hi)` whose usage exceeds `thr`.
+    fn last_over(&self, n: u32, lo: i64, hi: i64, thr: i32, acc: i32) -> Option<i64> {
+        if n == NIL {
+            return None;
+        }
+        let x = &self.nodes[n as usize];
+        if x.max + acc <= thr {
+            return None;
+        }
+        let inner = acc + x.lazy;
+        if x.key < hi {
+            if let Some(k) = self.last_over(x.right, lo, hi, thr, inner) {
+                return Some(k);
+            }
+            if x.key >= lo && x.val + acc > thr {
+                return Some(x.key);
+            }
+        }
+        if x.key >= lo {
+            return self.last_over(x.left, lo, hi, thr, inner);
+        }
+        None
+    }
+
+    /// First key `>= lo` whose usage is at most `thr`.
+    fn first_at_most(&self, n: u32, lo: i64, thr: i32, acc: i32) -> Option<i64> {
+        if n == NIL {
+            return None;
+        }
+        let x = &self.nodes[n as usize];
+        if x.min + acc > thr {
+            return None;
+        }
+        let inner = acc + x.lazy;
+        if x.key >= lo {
+            if let Some(k) = self.first_at_most(x.left, lo, thr, inner) {
+                return Some(k);
+            }
+            if x.val + acc <= thr {
+                return Some(x.key);
+            }
+        }
+        self.first_at_most(x.right, lo, thr, inner)
+    }
+
+    fn max_from(&self, n: u32, lo: i64, hi: i64, acc: i32) -> i32 {
+        if n == NIL {
+            return i32::MIN;
+        }
+        let x = &self.nodes[n as usize];
+        let inner = acc + x.lazy;
+        let mut best = i32::MIN;
+        if x.key >= lo && x.key < hi {
+            best = x.val + acc;
+        }
+        if x.key >= lo {
+            best = best.max(self.max_from(x.left, lo, hi, inner));
+        }
+        if x.key < hi {
+            best = best.max(self.max_from(x.right, lo, hi, inner));
+        }
+        best
+    }
+
+    fn walk(&self, n: u32, acc: i32, from: i64, to: i64, out: &mut Vec<(i64, i32)>) {
+        if n == NIL {
+            return;
+        }
+        let x = &self.nodes[n as usize];
+        let inner = acc + x.lazy;
+        if x.key > from {
+            self.walk(x.left, inner, from, to, out);
+        }
+        if x.key >= from && x.key < to {
+            out.push((x.key, x.val + acc));
+        }
+        if x.key < to {
+            self.walk(x.right, inner, from, to, out);
+        }
+    }
+}
+
+impl Profile for FreeList {
+    fn add(&mut self, start: i64, end: i64, amount: i32) {
+        if start >= end {
+            return;
+        }
+        self.acquire(start);
+        self.acquire(end);
+        self.range_add(start, end, amount);
+    }
+
+    fn remove(&mut self, start: i64, end: i64, amount: i32) {
+        if start >= end {
+            return;
+        }
+        self.range_add(start, end, -amount);
+        self.release(start);
+        self.release(end);
+    }
+
+    fn earliest_fit(&self, thr: i32, d: i64, earliest: i64, latest: i64) -> Option<i64> {
+        let mut t = earliest;
+        while t <= latest {
+            let (_, used) = self.floor(t);
+            if used > thr {
+                t = self.first_at_most(self.root, t.saturating_add(1), thr, 0)?;
+                continue;
+            }
+            match self.first_over(self.root, t.saturating_add(1), t.saturating_add(d), thr, 0) {
+                None => return Some(t),
+                Some(b) => t = self.first_at_most(self.root, b.saturating_add(1), thr, 0)?,
+            }
+        }
+        None
+    }
+
+    fn latest_fit(&self, thr: i32, d: i64, earliest: i64, latest: i64) -> Option<i64> {
+        let mut t = latest;
+        while t >= earliest {
+            let blocked = self
+                .last_over(self.root, t.saturating_add(1), t.saturating_add(d), thr, 0)
+                .or_else(|| {
+                    let (n, used) = self.floor(t);
+                    (used > thr).then(|| self.nodes[n as usize].key)
+                });
+            match blocked {
+                None => return Some(t),
+                Some(k) => t = k.saturating_sub(d),
+            }
+        }
+        None
+    }
+
+    fn max_used(&self, start: i64, end: i64) -> i32 {
+        if start >= end {
+            return 0;
+        }
+        let (_, at_start) = self.floor(start);
+        at_start.max(self.max_from(self.root, start.saturating_add(1), end, 0))
+    }
+
+    fn segments(&self, from: i64, to: i64) -> Vec<(i64, i64, i32)> {
+        if from >= to {
+            return Vec::new();
+        }
+        let (_, first) = self.floor(from);
+        let mut points = vec![(from, first)];
+        self.walk(self.root, 0, from.saturating_add(1), to, &mut points);
+        let mut out = Vec::with_capacity(points.len());
+        for (i, &(s, u)) in points.iter().enumerate() {
+            let e = points.get(i + 1).map_or(to, |p| p.0);
+            match out.last_mut() {
+                Some((_, end, used)) if *used == u => *end = e,
+                _ => out.push((s, e, u)),
+            }
+        }
+        out
+    }
+
+    fn heap_bytes(&self) -> usize {
+        self.nodes.capacity() * std::mem::size_of::<Node>() + self.spare.capacity() * 4
+    }
+
+    fn check_invariants(&self) {
+        fn go(f: &FreeList, n: u32, lo: i64, hi: i64, acc: i32, prev: &mut Option<i32>) -> (i32, i32) {
+            let x = &f.nodes[n as usize];
+            assert!(x.key >= lo && x.key <= hi, "key {} out of order", x.key);
+            let inner = acc + x.lazy;
+            let (mut max, mut min) = (x.val, x.val);
+            for c in [x.left, x.right] {
+                if c != NIL {
+                    assert!(f.nodes[c as usize].prio <= x.prio, "heap order broken at {}", x.key);
+                }
+            }
+            if x.left != NIL {
+                let (a, b) = go(f, x.left, lo, x.key - 1, inner, prev);
+                max = max.max(a + x.lazy);
+                min = min.min(b + x.lazy);
+            }
+            let v = x.val + acc;
+            assert!(v >= 0, "negative usage {v} at {}", x.key);
+            if x.refs != u32::MAX {
+                assert!(x.refs > 0, "unreferenced point {}", x.key);
+            }
+            *prev = Some(v);
+            if x.right != NIL {
+                let (a, b) = go(f, x.right, x.key + 1, hi, inner, prev);
+                max = max.max(a + x.lazy);
+                min = min.min(b + x.lazy);
+            }
+            assert_eq!((x.max, x.min), (max, min), "stale max/min at {}", x.key);
+            (x.max, x.min)
+        }
+        if self.root != NIL {
+            go(self, self.root, i64::MIN, i64::MAX, 0, &mut None);
+        }
+    }
+}

@@ -1,0 +1,91 @@
+//! The `brokk` binary end to end: exit codes, diagnostics on stderr, JSON shapes.
+
+use std::io::Write;
+use std::process::{Command, Output, Stdio};
+
+fn brokk(args: &[&str], stdin: Option<&str>) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_brokk"))
+        .args(args)
+        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    if let Some(s) = stdin {
+        child.stdin.take().unwrap().write_all(s.as_bytes()).unwrap();
+    }
+    drop(child.stdin.take());
+    child.wait_with_output().unwrap()
+}
+
+const INVALID: &str = "crates/brokk-jdl/tests/corpus/xrsl/invalid/01-count-not-number.xrsl";
+const FIG3: &str = "examples/jobs/fig3-benchmarks.xrsl";
+
+#[test]
+fn translate_writes_the_target_and_warns_about_what_it_drops() {
+    let out = brokk(&["translate", "--to", "slurm", FIG3], None);
+    assert!(out.status.success());
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        stdout.starts_with("#!/bin/bash\n#SBATCH --input=my_app.in\n"),
+        "{stdout}"
+    );
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(stderr.contains("not translated to slurm: benchmarks"), "{stderr}");
+}
+
+#[test]
+fn translate_reads_standard_input_and_prints_json() {
+    let out = brokk(
+        &["translate", "--to", "jdl", "--json", "-"],
+        Some("executable = a\nqueue 2\n"),
+    );
+    assert!(out.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["from"], "condor");
+    assert_eq!(v["jobs"], 2);
+    assert!(v["text"].as_str().unwrap().contains("Type = \"Collection\""));
+}
+
+#[test]
+fn translate_of_an_invalid_file_fails_with_a_caret() {
+    let out = brokk(&["translate", "--to", "json", INVALID], None);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        stderr.contains("01-count-not-number.xrsl:2:11: error: `count` expects a non-negative integer"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("2 |  (count = four)\n  |           ^"), "{stderr}");
+}
+
+#[test]
+fn validate_exits_one_when_any_file_is_invalid() {
+    assert!(brokk(&["validate", FIG3], None).status.success());
+    let out = brokk(&["validate", "--json", FIG3, INVALID, "no/such/file.jdl"], None);
+    assert_eq!(out.status.code(), Some(1));
+    let lines: Vec<serde_json::Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 3);
+    assert_eq!(lines[0]["ok"], true);
+    assert_eq!(lines[0]["format"], "xrsl");
+    assert_eq!(lines[1]["ok"], false);
+    assert_eq!(lines[1]["errors"][0]["line"], 2);
+    assert_eq!(lines[1]["errors"][0]["column"], 11);
+    assert_eq!(lines[2]["ok"], false);
+    assert!(lines[2]["errors"][0]["message"]
+        .as_str()
+        .unwrap()
+        .contains("no/such/file.jdl"));
+}
+
+#[test]
+fn an_unknown_format_is_a_usage_error() {
+    let out = brokk(&["translate", "--to", "pbs", FIG3], None);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8(out.stderr).unwrap().contains("unknown format `pbs`"));
+}
