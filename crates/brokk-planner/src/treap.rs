@@ -137,25 +137,6 @@ impl FreeList {
         x.min = min;
     }
 
-    /// Splits `t` into keys `< key` and keys `>= key`.
-    fn split(&mut self, t: u32, key: i64) -> (u32, u32) {
-        if t == NIL {
-            return (NIL, NIL);
-        }
-        self.push(t);
-        if self.nodes[t as usize].key < key {
-            let (a, b) = self.split(self.nodes[t as usize].right, key);
-            self.nodes[t as usize].right = a;
-            self.pull(t);
-            (t, b)
-        } else {
-            let (a, b) = self.split(self.nodes[t as usize].left, key);
-            self.nodes[t as usize].left = b;
-            self.pull(t);
-            (a, t)
-        }
-    }
-
     /// Joins two treaps where every key of `a` is below every key of `b`.
     fn merge(&mut self, a: u32, b: u32) -> u32 {
         if a == NIL {
@@ -197,76 +178,108 @@ impl FreeList {
         best
     }
 
-    fn find(&self, key: i64) -> u32 {
-        match self.floor(key) {
-            (n, _) if n != NIL && self.nodes[n as usize].key == key => n,
-            _ => NIL,
-        }
+    fn rotate_right(&mut self, n: u32) -> u32 {
+        let l = self.nodes[n as usize].left;
+        self.push(l);
+        self.nodes[n as usize].left = self.nodes[l as usize].right;
+        self.pull(n);
+        self.nodes[l as usize].right = n;
+        self.pull(l);
+        l
     }
 
-    /// Adds a reference to the point `key`, creating it with the usage of the segment it splits.
-    fn acquire(&mut self, key: i64) {
-        let n = self.find(key);
-        if n != NIL {
-            self.nodes[n as usize].refs += 1;
-            return;
-        }
-        let (_, used) = self.floor(key);
-        let node = self.alloc(key, used);
-        self.nodes[node as usize].refs = 1;
-        let (a, b) = self.split(self.root, key);
-        let left = self.merge(a, node);
-        self.root = self.merge(left, b);
+    fn rotate_left(&mut self, n: u32) -> u32 {
+        let r = self.nodes[n as usize].right;
+        self.push(r);
+        self.nodes[n as usize].right = self.nodes[r as usize].left;
+        self.pull(n);
+        self.nodes[r as usize].left = n;
+        self.pull(r);
+        r
     }
 
-    /// Drops a reference to the point `key`, removing it when no span ends there.
-    fn release(&mut self, key: i64) {
-        let n = self.find(key);
+    /// Adds a reference to the point `key` in the subtree `n`, creating the point with
+    /// `before` (the usage of the segment it splits, found on the way down) if new.
+    fn acquire_in(&mut self, n: u32, key: i64, before: i32) -> u32 {
         if n == NIL {
+            let node = self.alloc(key, before);
+            self.nodes[node as usize].refs = 1;
+            return node;
+        }
+        self.push(n);
+        let x = self.nodes[n as usize];
+        if key == x.key {
+            self.nodes[n as usize].refs += 1;
+            return n;
+        }
+        if key < x.key {
+            let l = self.acquire_in(x.left, key, before);
+            self.nodes[n as usize].left = l;
+            if self.nodes[l as usize].prio > x.prio {
+                return self.rotate_right(n);
+            }
+        } else {
+            // This node's segment is the one `key` falls in unless a later node is closer.
+            let r = self.acquire_in(x.right, key, x.val);
+            self.nodes[n as usize].right = r;
+            if self.nodes[r as usize].prio > x.prio {
+                return self.rotate_left(n);
+            }
+        }
+        self.pull(n);
+        n
+    }
+
+    /// Drops a reference to the point `key` in the subtree `n`, removing the point
+    /// when no span ends there any more.
+    fn release_in(&mut self, n: u32, key: i64) -> u32 {
+        if n == NIL {
+            return NIL;
+        }
+        self.push(n);
+        let x = self.nodes[n as usize];
+        if key == x.key {
+            self.nodes[n as usize].refs -= 1;
+            if self.nodes[n as usize].refs > 0 {
+                return n;
+            }
+            self.spare.push(n);
+            return self.merge(x.left, x.right);
+        }
+        if key < x.key {
+            let l = self.release_in(x.left, key);
+            self.nodes[n as usize].left = l;
+        } else {
+            let r = self.release_in(x.right, key);
+            self.nodes[n as usize].right = r;
+        }
+        self.pull(n);
+        n
+    }
+
+    /// Adds `amount` to every segment starting in `[start, end)`, for the subtree `n`
+    /// whose keys all lie strictly between `lo` and `hi`.
+    fn add_in(&mut self, n: u32, lo: i64, hi: i64, start: i64, end: i64, amount: i32) {
+        if n == NIL || hi <= start || lo >= end {
             return;
         }
-        self.nodes[n as usize].refs -= 1;
-        if self.nodes[n as usize].refs > 0 {
+        if lo >= start.saturating_sub(1) && hi <= end {
+            // Every key in the subtree is inside the range.
+            self.apply(n, amount);
             return;
         }
-        let (a, b) = self.split(self.root, key);
-        let (m, c) = self.split(b, key.saturating_add(1));
-        if m != NIL {
-            self.spare.push(m);
+        self.push(n);
+        let x = self.nodes[n as usize];
+        if x.key >= start && x.key < end {
+            self.nodes[n as usize].val += amount;
         }
-        self.root = self.merge(a, c);
+        self.add_in(x.left, lo, x.key, start, end, amount);
+        self.add_in(x.right, x.key, hi, start, end, amount);
+        self.pull(n);
     }
 
     fn range_add(&mut self, start: i64, end: i64, amount: i32) {
-        let (a, b) = self.split(self.root, start);
-        let (m, c) = self.split(b, end);
-        self.apply(m, amount);
-        let left = self.merge(a, m);
-        self.root = self.merge(left, c);
-    }
-
-    /// First key in `[lo, hi)` whose usage exceeds `thr`.
-    fn first_over(&self, n: u32, lo: i64, hi: i64, thr: i32, acc: i32) -> Option<i64> {
-        if n == NIL {
-            return None;
-        }
-        let x = &self.nodes[n as usize];
-        if x.max + acc <= thr {
-            return None;
-        }
-        let inner = acc + x.lazy;
-        if x.key >= lo {
-            if let Some(k) = self.first_over(x.left, lo, hi, thr, inner) {
-                return Some(k);
-            }
-            if x.key < hi && x.val + acc > thr {
-                return Some(x.key);
-            }
-        }
-        if x.key < hi {
-            return self.first_over(x.right, lo, hi, thr, inner);
-        }
-        None
+        self.add_in(self.root, i64::MIN, i64::MAX, start, end, amount);
     }
 
     /// Last key in `[lo, hi)` whose usage exceeds `thr`.
@@ -293,25 +306,11 @@ impl FreeList {
         None
     }
 
-    /// First key `>= lo` whose usage is at most `thr`.
-    fn first_at_most(&self, n: u32, lo: i64, thr: i32, acc: i32) -> Option<i64> {
-        if n == NIL {
-            return None;
+    fn leftmost(&self, mut n: u32) -> i64 {
+        while self.nodes[n as usize].left != NIL {
+            n = self.nodes[n as usize].left;
         }
-        let x = &self.nodes[n as usize];
-        if x.min + acc > thr {
-            return None;
-        }
-        let inner = acc + x.lazy;
-        if x.key >= lo {
-            if let Some(k) = self.first_at_most(x.left, lo, thr, inner) {
-                return Some(k);
-            }
-            if x.val + acc <= thr {
-                return Some(x.key);
-            }
-        }
-        self.first_at_most(x.right, lo, thr, inner)
+        self.nodes[n as usize].key
     }
 
     fn max_from(&self, n: u32, lo: i64, hi: i64, acc: i32) -> i32 {
@@ -356,8 +355,8 @@ impl Profile for FreeList {
         if start >= end {
             return;
         }
-        self.acquire(start);
-        self.acquire(end);
+        self.root = self.acquire_in(self.root, start, 0);
+        self.root = self.acquire_in(self.root, end, 0);
         self.range_add(start, end, amount);
     }
 
@@ -366,24 +365,79 @@ impl Profile for FreeList {
             return;
         }
         self.range_add(start, end, -amount);
-        self.release(start);
-        self.release(end);
+        self.root = self.release_in(self.root, start);
+        self.root = self.release_in(self.root, end);
     }
 
+    /// One forward walk over the change points from `earliest`, carrying the start of
+    /// the current free run; subtrees that are wholly free or wholly blocked for
+    /// `thr` are taken in one step, so the walk visits only where usage crosses `thr`.
     fn earliest_fit(&self, thr: i32, d: i64, earliest: i64, latest: i64) -> Option<i64> {
-        let mut t = earliest;
-        while t <= latest {
-            let (_, used) = self.floor(t);
-            if used > thr {
-                t = self.first_at_most(self.root, t.saturating_add(1), thr, 0)?;
-                continue;
-            }
-            match self.first_over(self.root, t.saturating_add(1), t.saturating_add(d), thr, 0) {
-                None => return Some(t),
-                Some(b) => t = self.first_at_most(self.root, b.saturating_add(1), thr, 0)?,
+        // Stack of (node, sum of ancestors' pending adds, whole subtree?).
+        let mut stack: Vec<(u32, i32, bool)> = Vec::with_capacity(64);
+        let (mut n, mut acc) = (self.root, 0);
+        let mut run: Option<i64> = None;
+        while n != NIL {
+            let x = &self.nodes[n as usize];
+            if x.key <= earliest {
+                // The segment containing `earliest` starts at the last such node.
+                run = if x.val + acc <= thr { Some(earliest) } else { None };
+                acc += x.lazy;
+                n = x.right;
+            } else {
+                stack.push((n, acc, false));
+                acc += x.lazy;
+                n = x.left;
             }
         }
-        None
+        while let Some((n, acc, whole)) = stack.pop() {
+            let x = &self.nodes[n as usize];
+            if whole {
+                if x.min + acc > thr {
+                    if let Some(s) = run {
+                        if self.leftmost(n) - s >= d {
+                            return Some(s);
+                        }
+                    }
+                    run = None;
+                } else if run.is_none() {
+                    let k = self.leftmost(n);
+                    if k > latest {
+                        return None;
+                    }
+                    run = Some(k);
+                }
+                continue;
+            }
+            if let Some(s) = run {
+                if x.key - s >= d {
+                    return Some(s);
+                }
+            }
+            if x.val + acc <= thr {
+                if run.is_none() {
+                    if x.key > latest {
+                        return None;
+                    }
+                    run = Some(x.key);
+                }
+            } else {
+                run = None;
+            }
+            // Queue the right subtree, taking wholly free or blocked subtrees as one step.
+            let (mut m, mut a) = (x.right, acc + x.lazy);
+            while m != NIL {
+                let y = &self.nodes[m as usize];
+                if y.max + a <= thr || y.min + a > thr {
+                    stack.push((m, a, true));
+                    break;
+                }
+                stack.push((m, a, false));
+                a += y.lazy;
+                m = y.left;
+            }
+        }
+        run.filter(|&s| s <= latest)
     }
 
     fn latest_fit(&self, thr: i32, d: i64, earliest: i64, latest: i64) -> Option<i64> {

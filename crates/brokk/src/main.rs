@@ -20,6 +20,8 @@ enum Command {
     Translate(commands::translate::Args),
     /// Check job descriptions and report every error with its position.
     Validate(commands::validate::Args),
+    /// Measure Brokk's components against baselines run alongside.
+    Bench(commands::bench::Args),
 }
 
 fn main() -> ExitCode {
@@ -31,6 +33,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Translate(a) => commands::translate::run(a),
         Command::Validate(a) => commands::validate::run(a),
+        Command::Bench(a) => commands::bench::run(a),
     };
     match result {
         Ok(code) => code,

@@ -1,5 +1,6 @@
 //! One module per subcommand, plus the input handling they share.
 
+pub mod bench;
 pub mod translate;
 pub mod validate;
 

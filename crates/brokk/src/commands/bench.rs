@@ -1,0 +1,225 @@
+//! `brokk bench`: measurements printed as ratios against a baseline run in the
+//! same process, so figures compare across machines.
+
+use std::process::ExitCode;
+use std::time::Instant;
+
+use anyhow::Result;
+use brokk_model::{Duration, Time};
+use brokk_planner::{Change, FreeList, Planner, Profile, Reply, Request, ReservationId, Slotted};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde::Serialize;
+
+/// Arguments of `brokk bench`.
+#[derive(clap::Args)]
+pub struct Args {
+    #[command(subcommand)]
+    what: What,
+}
+
+#[derive(clap::Subcommand)]
+enum What {
+    /// The reservation planner: free list against the slotted baseline.
+    Planner(PlannerArgs),
+}
+
+#[derive(clap::Args)]
+struct PlannerArgs {
+    /// Live reservation counts to measure at.
+    #[arg(long, value_delimiter = ',', default_value = "1000,10000,100000")]
+    sizes: Vec<usize>,
+    /// Seconds of mixed operations per implementation and size.
+    #[arg(long, default_value_t = 1.0)]
+    seconds: f64,
+    /// Slot width of the slotted baseline in seconds; 1 gives the same answers as the free list.
+    #[arg(long, default_value_t = 1)]
+    slot_seconds: i64,
+    /// Seed of the operation stream.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Print one JSON object per size.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Runs the chosen benchmark.
+pub fn run(a: Args) -> Result<ExitCode> {
+    match a.what {
+        What::Planner(p) => planner(p),
+    }
+}
+
+const CAPACITY: u32 = 512;
+/// Share of capacity x time the live reservations fill when spread evenly.
+const LOAD: f64 = 0.6;
+
+#[derive(Serialize)]
+struct PlannerFigures {
+    live: usize,
+    free_list_ops_per_s: f64,
+    slotted_ops_per_s: f64,
+    ratio: f64,
+    bytes_per_reservation: f64,
+    /// Slot width of the baseline.
+    slot_seconds: i64,
+    /// Share of capacity x time reserved over the stream's span at the end (free list run).
+    utilization: f64,
+    /// Share of reservation attempts granted in the mixed phase (free list run).
+    acceptance: f64,
+}
+
+/// The stream's shape: amounts 1..=64 of 512, durations 10 minutes to 2 hours,
+/// start windows of up to a day, spread so the schedule runs at about 70% load.
+struct Stream {
+    rng: ChaCha8Rng,
+    span: i64,
+}
+
+impl Stream {
+    fn new(seed: u64, live: usize) -> Self {
+        // Mean amount 32.5 x mean duration 3900 s per reservation, at 70% of 512 units.
+        let span = (live as f64 * 32.5 * 3900.0 / (LOAD * f64::from(CAPACITY))) as i64 + 86_400;
+        Stream {
+            rng: ChaCha8Rng::seed_from_u64(seed),
+            span,
+        }
+    }
+
+    fn request(&mut self) -> Request {
+        let e = self.rng.gen_range(0..self.span);
+        Request {
+            amount: self.rng.gen_range(1..=64),
+            duration: Duration(self.rng.gen_range(600..=7200)),
+            earliest: Time(e),
+            latest: Time(e + self.rng.gen_range(0..86_400)),
+            flexible: false,
+        }
+    }
+}
+
+fn horizon(stream: &Stream) -> i64 {
+    stream.span + 3 * 86_400
+}
+
+struct Measured {
+    ops_per_s: f64,
+    bytes: usize,
+    utilization: f64,
+    acceptance: f64,
+}
+
+/// Fills a planner to `live` reservations, then runs the 70/20/10 mix for `seconds`.
+fn measure<P: Profile>(mut p: Planner<P>, live: usize, seed: u64, seconds: f64) -> Measured {
+    let mut s = Stream::new(seed, live);
+    let mut ids: Vec<ReservationId> = Vec::with_capacity(live * 2);
+    let before = ALLOCATED.allocated();
+    while ids.len() < live {
+        if let Reply::Granted { id, .. } = p.reserve("bench", &s.request(), None) {
+            ids.push(id);
+        }
+    }
+    let bytes = ALLOCATED.allocated().saturating_sub(before) - ids.capacity() * std::mem::size_of::<ReservationId>();
+    let (mut ops, mut attempts, mut granted) = (0u64, 0u64, 0u64);
+    let started = Instant::now();
+    loop {
+        for _ in 0..256 {
+            // Hold the live count near its target: above it, the next operation is a cancel.
+            let roll = if ids.len() > live + live / 20 {
+                7
+            } else {
+                s.rng.gen_range(0..10)
+            };
+            if roll < 7 {
+                let req = s.request();
+                // let _ = p.probe(&req, 2);
+                attempts += 1;
+                if let Reply::Granted { id, .. } = p.reserve("bench", &req, None) {
+                    ids.push(id);
+                    granted += 1;
+                }
+            } else if roll < 9 {
+                if !ids.is_empty() {
+                    let i = s.rng.gen_range(0..ids.len());
+                    let id = ids.swap_remove(i);
+                    let _ = p.cancel(id);
+                }
+            } else if !ids.is_empty() {
+                let id = ids[s.rng.gen_range(0..ids.len())];
+                let e = s.rng.gen_range(0..s.span);
+                let change = Change {
+                    amount: Some(s.rng.gen_range(1..=64)),
+                    duration: None,
+                    window: Some((Time(e), Time(e + 43_200))),
+                };
+                let _ = p.modify(id, change);
+            }
+            ops += 1;
+        }
+        if started.elapsed().as_secs_f64() >= seconds {
+            break;
+        }
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    Measured {
+        ops_per_s: ops as f64 / elapsed,
+        bytes,
+        utilization: p.utilization(Time(0), Time(s.span)),
+        acceptance: granted as f64 / attempts.max(1) as f64,
+    }
+}
+
+fn planner(a: PlannerArgs) -> Result<ExitCode> {
+    if !a.json {
+        println!(
+            "{:>8} {:>16} {:>16} {:>8} {:>10} {:>12} {:>10}",
+            "live", "free list ops/s", "slotted ops/s", "ratio", "bytes/res", "utilization", "accepted"
+        );
+    }
+    for &live in &a.sizes {
+        let stream = Stream::new(a.seed, live);
+        let end = horizon(&stream);
+        let free = measure(
+            Planner::new(CAPACITY, Time(end), FreeList::new()),
+            live,
+            a.seed,
+            a.seconds,
+        );
+        let slots = (end / a.slot_seconds + 1) as usize;
+        let slotted = measure(
+            Planner::new(CAPACITY, Time(end), Slotted::new(0, a.slot_seconds, slots)),
+            live,
+            a.seed,
+            a.seconds,
+        );
+        let f = PlannerFigures {
+            live,
+            free_list_ops_per_s: free.ops_per_s.round(),
+            slotted_ops_per_s: slotted.ops_per_s.round(),
+            ratio: (free.ops_per_s / slotted.ops_per_s * 10.0).round() / 10.0,
+            bytes_per_reservation: (free.bytes as f64 / live as f64).round(),
+            slot_seconds: a.slot_seconds,
+            utilization: (free.utilization * 1000.0).round() / 1000.0,
+            acceptance: (free.acceptance * 1000.0).round() / 1000.0,
+        };
+        if a.json {
+            println!("{}", serde_json::to_string(&f)?);
+        } else {
+            println!(
+                "{:>8} {:>16.0} {:>16.0} {:>7.1}x {:>10.0} {:>12.3} {:>10.3}",
+                f.live,
+                f.free_list_ops_per_s,
+                f.slotted_ops_per_s,
+                f.ratio,
+                f.bytes_per_reservation,
+                f.utilization,
+                f.acceptance
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Counts live heap bytes so the benchmark can report memory per reservation.
+#[global_allocator]
+static ALLOCATED: cap::Cap<std::alloc::System> = cap::Cap::new(std::alloc::System, usize::MAX);
