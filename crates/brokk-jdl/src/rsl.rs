@@ -4,8 +4,8 @@
 use brokk_model::{EnvVar, InputFile, Job, Memory, MemoryScope, OutputFile};
 
 use crate::diag::Diagnostic;
-use crate::rsl_syntax::lower::{self, seq, Vars};
-use crate::rsl_syntax::{self, quote, Relation};
+use crate::rsl_syntax::lower::{self, Vars};
+use crate::rsl_syntax::{quote, Relation};
 use crate::units::{format_minutes, parse_duration};
 use crate::{Dropped, ParseError, Parsed, Written};
 
@@ -42,20 +42,7 @@ const IGNORED: &[&str] = &[
 
 /// Reads a GRAM5 RSL description, including `+` multi-requests.
 pub(crate) fn read(src: &str) -> Result<Parsed, ParseError> {
-    let spec = rsl_syntax::parse(src)?;
-    let mut jobs = Vec::new();
-    let mut warnings = Vec::new();
-    for (rels, ors) in lower::jobs(src, spec)? {
-        for pos in ors {
-            warnings.push(Diagnostic::warning_at(
-                src,
-                pos,
-                "`|` alternatives are not used by Brokk; ignored",
-            ));
-        }
-        jobs.push(read_job(src, &rels, &mut warnings)?);
-    }
-    Ok(Parsed { jobs, warnings })
+    lower::read_jobs(src, |rels, warnings| read_job(src, rels, warnings))
 }
 
 fn canonical(attr: &str) -> String {
@@ -94,19 +81,12 @@ fn read_job(src: &str, rels: &[Relation], warnings: &mut Vec<Diagnostic>) -> Res
                 })
             }
             "environment" => {
-                for v in &rel.values {
-                    let pair = seq(src, v, 2, 2, "(NAME value)")?;
-                    job.environment.push(EnvVar {
-                        name: vars.text(src, &pair[0])?,
-                        value: vars.text(src, &pair[1])?,
-                    });
+                for (name, value) in vars.pairs(src, rel, "(NAME value)")? {
+                    job.environment.push(EnvVar { name, value });
                 }
             }
             "filestagein" => {
-                for v in &rel.values {
-                    let pair = seq(src, v, 2, 2, "(source_url destination)")?;
-                    let source = vars.text(src, &pair[0])?;
-                    let name = vars.text(src, &pair[1])?;
+                for (source, name) in vars.pairs(src, rel, "(source_url destination)")? {
                     job.input_files.push(InputFile {
                         name,
                         source: Some(source),
@@ -115,10 +95,7 @@ fn read_job(src: &str, rels: &[Relation], warnings: &mut Vec<Diagnostic>) -> Res
                 }
             }
             "filestageout" => {
-                for v in &rel.values {
-                    let pair = seq(src, v, 2, 2, "(source destination_url)")?;
-                    let name = vars.text(src, &pair[0])?;
-                    let target = vars.text(src, &pair[1])?;
+                for (name, target) in vars.pairs(src, rel, "(source destination_url)")? {
                     job.output_files.push(OutputFile {
                         name,
                         target: Some(target),
@@ -154,17 +131,7 @@ fn minutes(src: &str, rel: &Relation, vars: &Vars) -> Result<brokk_model::Durati
 
 /// Writes jobs as RSL; several jobs become a `+` multi-request.
 pub(crate) fn write(jobs: &[Job]) -> Written {
-    let mut dropped = Dropped::default();
-    let text = if jobs.len() == 1 {
-        write_job(&jobs[0], &mut dropped)
-    } else {
-        let mut s = String::from("+");
-        for j in jobs {
-            s.push_str(&format!("( {})\n", write_job(j, &mut dropped).trim_end()));
-        }
-        s
-    };
-    dropped.finish(text)
+    lower::write_jobs(jobs, write_job)
 }
 
 fn write_job(job: &Job, dropped: &mut Dropped) -> String {

@@ -432,6 +432,48 @@ pub(crate) mod lower {
         }
     }
 
+    /// Parses an RSL text and reads each of its jobs with `read_job`, warning about
+    /// `|` alternatives, which Brokk does not use.
+    pub fn read_jobs(
+        src: &str,
+        mut read_job: impl FnMut(&[Relation], &mut Vec<Diagnostic>) -> Result<brokk_model::Job, Diagnostic>,
+    ) -> Result<crate::Parsed, crate::ParseError> {
+        let spec = super::parse(src)?;
+        let mut jobs = Vec::new();
+        let mut warnings = Vec::new();
+        for (rels, ors) in self::jobs(src, spec)? {
+            for pos in ors {
+                warnings.push(Diagnostic::warning_at(
+                    src,
+                    pos,
+                    "`|` alternatives are not used by Brokk; ignored",
+                ));
+            }
+            jobs.push(read_job(&rels, &mut warnings)?);
+        }
+        Ok(crate::Parsed { jobs, warnings })
+    }
+
+    /// Writes jobs with `write_job`; several become a `+` multi-request.
+    pub fn write_jobs(
+        jobs: &[brokk_model::Job],
+        mut write_job: impl FnMut(&brokk_model::Job, &mut crate::Dropped) -> String,
+    ) -> crate::Written {
+        let mut dropped = crate::Dropped::default();
+        let text = if jobs.len() == 1 {
+            write_job(&jobs[0], &mut dropped)
+        } else {
+            let mut s = String::from("+");
+            for j in jobs {
+                s.push('(');
+                s.push_str(write_job(j, &mut dropped).trim_end());
+                s.push_str(")\n");
+            }
+            s
+        };
+        dropped.finish(text)
+    }
+
     /// Variables from `rsl_substitution` relations, resolved in order.
     #[derive(Default)]
     pub struct Vars(HashMap<String, String>);
@@ -476,6 +518,17 @@ pub(crate) mod lower {
                     "expected a single value, found a `(...)` sequence",
                 )),
             }
+        }
+
+        /// The `(first second)` pairs of a relation, e.g. `(NAME value)` environment entries.
+        pub fn pairs(&self, src: &str, rel: &Relation, shape: &str) -> Result<Vec<(String, String)>, Diagnostic> {
+            rel.values
+                .iter()
+                .map(|v| {
+                    let pair = seq(src, v, 2, 2, shape)?;
+                    Ok((self.text(src, &pair[0])?, self.text(src, &pair[1])?))
+                })
+                .collect()
         }
 
         /// The one literal value of a relation.

@@ -5,7 +5,7 @@ use brokk_model::{Benchmark, EnvVar, InputFile, Job, Memory, MemoryScope, Output
 
 use crate::diag::Diagnostic;
 use crate::rsl_syntax::lower::{self, seq, Vars};
-use crate::rsl_syntax::{self, quote, Op, Relation};
+use crate::rsl_syntax::{quote, Op, Relation};
 use crate::units::{format_minutes, format_size, parse_duration, parse_size};
 use crate::{Dropped, ParseError, Parsed, Written};
 
@@ -43,20 +43,7 @@ const IGNORED: &[&str] = &[
 
 /// Reads an xRSL description (one job, or several joined by `+`).
 pub(crate) fn read(src: &str) -> Result<Parsed, ParseError> {
-    let spec = rsl_syntax::parse(src)?;
-    let mut jobs = Vec::new();
-    let mut warnings = Vec::new();
-    for (rels, ors) in lower::jobs(src, spec)? {
-        for pos in ors {
-            warnings.push(Diagnostic::warning_at(
-                src,
-                pos,
-                "`|` alternatives are not used by Brokk; ignored",
-            ));
-        }
-        jobs.push(read_job(src, &rels, &mut warnings)?);
-    }
-    Ok(Parsed { jobs, warnings })
+    lower::read_jobs(src, |rels, warnings| read_job(src, rels, warnings))
 }
 
 fn read_job(src: &str, rels: &[Relation], warnings: &mut Vec<Diagnostic>) -> Result<Job, Diagnostic> {
@@ -107,12 +94,8 @@ fn read_job(src: &str, rels: &[Relation], warnings: &mut Vec<Diagnostic>) -> Res
                 }
             }
             "environment" => {
-                for v in &rel.values {
-                    let pair = seq(src, v, 2, 2, "(NAME value)")?;
-                    job.environment.push(EnvVar {
-                        name: vars.text(src, &pair[0])?,
-                        value: vars.text(src, &pair[1])?,
-                    });
+                for (name, value) in vars.pairs(src, rel, "(NAME value)")? {
+                    job.environment.push(EnvVar { name, value });
                 }
             }
             "inputfiles" => {
@@ -263,19 +246,7 @@ fn benchmark(src: &str, v: &crate::rsl_syntax::Value, vars: &Vars) -> Result<Ben
 
 /// Writes jobs as xRSL; several jobs become a `+` multi-request.
 pub(crate) fn write(jobs: &[Job]) -> Written {
-    let mut dropped = Dropped::default();
-    let text = if jobs.len() == 1 {
-        write_job(&jobs[0], &mut dropped)
-    } else {
-        let mut s = String::from("+");
-        for j in jobs {
-            s.push('(');
-            s.push_str(write_job(j, &mut dropped).trim_end());
-            s.push_str(")\n");
-        }
-        s
-    };
-    dropped.finish(text)
+    lower::write_jobs(jobs, write_job)
 }
 
 fn write_job(job: &Job, dropped: &mut Dropped) -> String {

@@ -9,7 +9,9 @@
 //! nothing moves. One move per request keeps the cost bounded and the outcome
 //! easy to explain; the moved reservation never leaves the window its owner gave.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
+
+use rustc_hash::FxHashMap as HashMap;
 
 use brokk_model::{Duration, Time};
 
@@ -53,11 +55,11 @@ impl<P: Profile> Planner<P> {
             capacity,
             horizon: horizon.0,
             profile,
-            entries: HashMap::new(),
+            entries: HashMap::default(),
             holds: BTreeSet::new(),
             flexible: BTreeMap::new(),
             owners: Vec::new(),
-            owner_ids: HashMap::new(),
+            owner_ids: HashMap::default(),
             next_id: 1,
         }
     }

@@ -123,13 +123,14 @@ impl FreeList {
         }
     }
 
+    /// Recomputes a node's subtree extremes; its children's figures owe its `lazy`.
     fn pull(&mut self, n: u32) {
         let x = self.nodes[n as usize];
         let (mut max, mut min) = (x.val, x.val);
         for c in [x.left, x.right] {
             if c != NIL {
-                max = max.max(self.nodes[c as usize].max);
-                min = min.min(self.nodes[c as usize].min);
+                max = max.max(self.nodes[c as usize].max + x.lazy);
+                min = min.min(self.nodes[c as usize].min + x.lazy);
             }
         }
         let x = &mut self.nodes[n as usize];
@@ -179,6 +180,7 @@ impl FreeList {
     }
 
     fn rotate_right(&mut self, n: u32) -> u32 {
+        self.push(n);
         let l = self.nodes[n as usize].left;
         self.push(l);
         self.nodes[n as usize].left = self.nodes[l as usize].right;
@@ -189,6 +191,7 @@ impl FreeList {
     }
 
     fn rotate_left(&mut self, n: u32) -> u32 {
+        self.push(n);
         let r = self.nodes[n as usize].right;
         self.push(r);
         self.nodes[n as usize].right = self.nodes[r as usize].left;
@@ -198,29 +201,30 @@ impl FreeList {
         r
     }
 
-    /// Adds a reference to the point `key` in the subtree `n`, creating the point with
-    /// `before` (the usage of the segment it splits, found on the way down) if new.
-    fn acquire_in(&mut self, n: u32, key: i64, before: i32) -> u32 {
+    /// Adds a reference to the point `key` in the subtree `n` (whose ancestors owe it
+    /// `acc`), creating the point with usage `before`, the true usage of the segment
+    /// it splits, found on the way down. Lazy adds are pushed only where a rotation
+    /// moves nodes between levels.
+    fn acquire_in(&mut self, n: u32, key: i64, before: i32, acc: i32) -> u32 {
         if n == NIL {
-            let node = self.alloc(key, before);
+            let node = self.alloc(key, before - acc);
             self.nodes[node as usize].refs = 1;
             return node;
         }
-        self.push(n);
         let x = self.nodes[n as usize];
         if key == x.key {
             self.nodes[n as usize].refs += 1;
             return n;
         }
         if key < x.key {
-            let l = self.acquire_in(x.left, key, before);
+            let l = self.acquire_in(x.left, key, before, acc + x.lazy);
             self.nodes[n as usize].left = l;
             if self.nodes[l as usize].prio > x.prio {
                 return self.rotate_right(n);
             }
         } else {
             // This node's segment is the one `key` falls in unless a later node is closer.
-            let r = self.acquire_in(x.right, key, x.val);
+            let r = self.acquire_in(x.right, key, x.val + acc, acc + x.lazy);
             self.nodes[n as usize].right = r;
             if self.nodes[r as usize].prio > x.prio {
                 return self.rotate_left(n);
@@ -236,15 +240,17 @@ impl FreeList {
         if n == NIL {
             return NIL;
         }
-        self.push(n);
         let x = self.nodes[n as usize];
         if key == x.key {
             self.nodes[n as usize].refs -= 1;
             if self.nodes[n as usize].refs > 0 {
                 return n;
             }
+            // The children move up a level, so they take this node's pending add with them.
+            self.push(n);
             self.spare.push(n);
-            return self.merge(x.left, x.right);
+            let (l, r) = (self.nodes[n as usize].left, self.nodes[n as usize].right);
+            return self.merge(l, r);
         }
         if key < x.key {
             let l = self.release_in(x.left, key);
@@ -268,7 +274,7 @@ impl FreeList {
             self.apply(n, amount);
             return;
         }
-        self.push(n);
+        // Adds commute, so nothing needs pushing: children's figures stay relative to this node.
         let x = self.nodes[n as usize];
         if x.key >= start && x.key < end {
             self.nodes[n as usize].val += amount;
@@ -355,8 +361,8 @@ impl Profile for FreeList {
         if start >= end {
             return;
         }
-        self.root = self.acquire_in(self.root, start, 0);
-        self.root = self.acquire_in(self.root, end, 0);
+        self.root = self.acquire_in(self.root, start, 0, 0);
+        self.root = self.acquire_in(self.root, end, 0, 0);
         self.range_add(start, end, amount);
     }
 
