@@ -10,6 +10,7 @@
 //! easy to explain; the moved reservation never leaves the window its owner gave.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use rustc_hash::FxHashMap as HashMap;
 
@@ -42,8 +43,8 @@ pub struct Planner<P: Profile> {
     entries: HashMap<u64, Entry>,
     holds: BTreeSet<(i64, u64)>,
     flexible: BTreeMap<u64, (i64, i64)>,
-    owners: Vec<String>,
-    owner_ids: HashMap<String, u32>,
+    owners: Vec<Arc<str>>,
+    owner_ids: HashMap<Arc<str>, u32>,
     next_id: u64,
 }
 
@@ -123,8 +124,9 @@ impl<P: Profile> Planner<P> {
             return id;
         }
         let id = self.owners.len() as u32;
-        self.owners.push(owner.to_string());
-        self.owner_ids.insert(owner.to_string(), id);
+        let name: Arc<str> = Arc::from(owner);
+        self.owners.push(name.clone());
+        self.owner_ids.insert(name, id);
         id
     }
 

@@ -1,5 +1,7 @@
 //! The reservation protocol's vocabulary: requests, the three replies, reservations.
 
+use std::sync::Arc;
+
 use brokk_model::{Duration, Time};
 use serde::{Deserialize, Serialize};
 
@@ -101,8 +103,8 @@ pub enum State {
 pub struct Reservation {
     /// Its identity.
     pub id: ReservationId,
-    /// The identity that made it.
-    pub owner: String,
+    /// The identity that made it (shared, so reading a reservation does not copy it).
+    pub owner: Arc<str>,
     /// First second it holds.
     pub start: Time,
     /// First second after it.
