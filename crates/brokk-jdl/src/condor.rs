@@ -148,7 +148,9 @@ impl Macros {
                 None => (inner.trim(), None),
             };
             let k = name.to_ascii_lowercase();
-            if k == "cluster" || k == "clusterid" {
+            if k == "dollar" {
+                out.push('$');
+            } else if k == "cluster" || k == "clusterid" {
                 out.push_str(&format!("$({name})"));
             } else if let Some(v) = local.get(&k) {
                 out.push_str(v);
@@ -773,7 +775,7 @@ pub(crate) fn write(jobs: &[Job]) -> Written {
             }
         }
         for (k, v) in &cmds {
-            out.push_str(&format!("{k} = {v}\n"));
+            out.push_str(&format!("{k} = {}\n", escape_dollars(v)));
             if !seen.contains(k) {
                 seen.push(k);
             }
@@ -781,6 +783,30 @@ pub(crate) fn write(jobs: &[Job]) -> Written {
         out.push_str("queue\n");
     }
     d.finish(out)
+}
+
+/// Writes a literal `$` as `$(DOLLAR)` so that it is not read as a macro, keeping
+/// the `$(Cluster)` placeholders that only the scheduler can fill.
+fn escape_dollars(v: &str) -> String {
+    let mut out = String::with_capacity(v.len());
+    let mut rest = v;
+    while let Some(i) = rest.find('$') {
+        out.push_str(&rest[..i]);
+        let after = &rest[i..];
+        let keep = ["$(Cluster)", "$(ClusterId)"].iter().find(|p| after.starts_with(*p));
+        match keep {
+            Some(p) => {
+                out.push_str(p);
+                rest = &after[p.len()..];
+            }
+            None => {
+                out.push_str("$(DOLLAR)");
+                rest = &after[1..];
+            }
+        }
+    }
+    out.push_str(rest);
+    out
 }
 
 fn commands(job: &Job, d: &mut Dropped) -> Vec<(&'static str, String)> {
