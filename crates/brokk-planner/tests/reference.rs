@@ -227,6 +227,29 @@ proptest! {
         run(Planner::new(CAP, Time(HORIZON), FreeList::new()), &ops)?;
     }
 
+    /// With flexible reservations in the mix the planner may grant more than the
+    /// reference, but never over capacity and never outside a reservation's window.
+    #[test]
+    fn flexible_moves_stay_inside_windows(reqs in prop::collection::vec((1u32..11, 1i64..60, 0i64..200, 0i64..80, any::<bool>()), 1..40)) {
+        let mut p = Planner::new(CAP, Time(HORIZON), FreeList::new());
+        let mut naive = Naive { live: Vec::new() };
+        for (a, d, e, w, flexible) in reqs {
+            let req = Request { amount: a, duration: Duration(d), earliest: Time(e), latest: Time(e + w), flexible };
+            let fits_without_moving = naive.earliest(a, d, e, e + w).is_some();
+            let reply = p.reserve("alice", &req, None);
+            if fits_without_moving {
+                prop_assert!(matches!(reply, Reply::Granted { .. }), "a request that fits was refused: {reply:?}");
+            }
+            p.check_invariants();
+            naive.live = p.reservations().iter().map(|r| (r.id.0, r.start.0, r.end.0, r.amount, None)).collect();
+            for r in p.reservations() {
+                if let Some((lo, hi)) = r.window {
+                    prop_assert!(r.start >= lo && r.start <= hi, "{r:?} left its window");
+                }
+            }
+        }
+    }
+
     #[test]
     fn slotted_matches_the_reference_with_one_second_slots(ops in prop::collection::vec(op(), 1..60)) {
         run(Planner::new(CAP, Time(HORIZON), Slotted::new(0, 1, HORIZON as usize)), &ops)?;
