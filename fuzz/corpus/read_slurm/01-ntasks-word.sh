@@ -1,3 +1,0 @@
-#!/bin/bash
-#SBATCH --ntasks=four
-srun a

@@ -1,3 +1,0 @@
-#!/bin/bash
-#SBATCH --mem=lots
-srun a

@@ -1,2 +1,0 @@
-#!/bin/bash
-#SBATCH --job-name

@@ -1,3 +1,0 @@
-#!/bin/bash
-#SBATCH --job-name="unclosed
-srun a

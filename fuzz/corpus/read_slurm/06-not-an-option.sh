@@ -1,3 +1,0 @@
-#!/bin/bash
-#SBATCH ntasks=4
-srun a

@@ -1,3 +1,0 @@
-#!/bin/bash
-#SBATCH --deadline=tomorrow
-srun a
