@@ -9,7 +9,7 @@
 //! nothing moves. One move per request keeps the cost bounded and the outcome
 //! easy to explain; the moved reservation never leaves the window its owner gave.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use rustc_hash::FxHashMap as HashMap;
@@ -42,7 +42,7 @@ pub struct Planner<P: Profile> {
     profile: P,
     entries: HashMap<u64, Entry>,
     holds: BTreeSet<(i64, u64)>,
-    flexible: BTreeMap<u64, (i64, i64)>,
+    flexible: HashMap<u64, (i64, i64)>,
     owners: Vec<Arc<str>>,
     owner_ids: HashMap<Arc<str>, u32>,
     next_id: u64,
@@ -58,7 +58,7 @@ impl<P: Profile> Planner<P> {
             profile,
             entries: HashMap::default(),
             holds: BTreeSet::new(),
-            flexible: BTreeMap::new(),
+            flexible: HashMap::default(),
             owners: Vec::new(),
             owner_ids: HashMap::default(),
             next_id: 1,
@@ -236,7 +236,7 @@ impl<P: Profile> Planner<P> {
     /// The flexible-move rule of the module documentation. On success the new span
     /// is in the profile and the moved reservation is updated.
     fn place_by_moving(&mut self, amount: u32, d: i64, e: i64, l: i64) -> Option<(i64, i64)> {
-        let candidates: Vec<(u64, (i64, i64))> = self
+        let mut candidates: Vec<(u64, (i64, i64))> = self
             .flexible
             .iter()
             .filter(|(id, _)| {
@@ -246,6 +246,8 @@ impl<P: Profile> Planner<P> {
             })
             .map(|(id, w)| (*id, *w))
             .collect();
+        // In id order, so the outcome does not depend on hashing.
+        candidates.sort_unstable();
         for (id, (lo, hi)) in candidates {
             let f = self.entries[&id];
             self.profile.remove(f.start, f.end, f.amount as i32);
@@ -284,8 +286,12 @@ impl<P: Profile> Planner<P> {
         let r = self.get(id).ok_or(PlannerError::Unknown(id))?;
         let e = self.entries.remove(&id.0).ok_or(PlannerError::Unknown(id))?;
         self.profile.remove(e.start, e.end, e.amount as i32);
-        self.holds.remove(&(e.expires, id.0));
-        self.flexible.remove(&id.0);
+        if e.expires != COMMITTED {
+            self.holds.remove(&(e.expires, id.0));
+        }
+        if !self.flexible.is_empty() {
+            self.flexible.remove(&id.0);
+        }
         Ok(r)
     }
 
