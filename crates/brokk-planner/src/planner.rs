@@ -80,11 +80,6 @@ impl<P: Profile> Planner<P> {
         self.entries.is_empty()
     }
 
-    /// The availability structure underneath.
-    pub fn profile(&self) -> &P {
-        &self.profile
-    }
-
     fn never(&self, amount: u32, duration: i64, earliest: i64, latest: i64) -> Option<NeverReason> {
         if amount == 0 || duration <= 0 {
             Some(NeverReason::Empty)

@@ -26,8 +26,6 @@ pub trait Profile {
     }
     /// Forgets usage before `now`; the slotted baseline moves its ring forward.
     fn advance(&mut self, _now: i64) {}
-    /// Bytes of heap the structure holds, for the benchmark's per-reservation figure.
-    fn heap_bytes(&self) -> usize;
     /// Checks internal invariants; panics with a description when one is broken.
     fn check_invariants(&self) {}
 }

@@ -147,8 +147,4 @@ impl Profile for Slotted {
             self.base + steps as i64 * self.width
         };
     }
-
-    fn heap_bytes(&self) -> usize {
-        self.used.capacity() * 4
-    }
 }

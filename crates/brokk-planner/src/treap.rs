@@ -63,11 +63,6 @@ impl FreeList {
         f
     }
 
-    /// Number of change points (including the sentinel).
-    pub fn points(&self) -> usize {
-        self.nodes.len() - self.spare.len()
-    }
-
     fn next_prio(&mut self) -> u32 {
         // xorshift64*: deterministic, so the same operations build the same tree.
         self.rng ^= self.rng >> 12;
@@ -487,10 +482,6 @@ impl Profile for FreeList {
             }
         }
         out
-    }
-
-    fn heap_bytes(&self) -> usize {
-        self.nodes.capacity() * std::mem::size_of::<Node>() + self.spare.capacity() * 4
     }
 
     fn check_invariants(&self) {
