@@ -6,8 +6,10 @@
 
 mod job;
 mod prefs;
+mod resource;
 mod time;
 
 pub use job::{Benchmark, EnvVar, InputFile, Job, Memory, MemoryScope, OutputFile};
 pub use prefs::{JobPreferences, Objective, StartBound, DEFAULT_PENALTY_FACTOR};
+pub use resource::{Environment, PublishedBenchmark, ResourceInfo, Share};
 pub use time::{Duration, Time, TimeParseError};

@@ -1,0 +1,174 @@
+//! Predictors of the Total Time to Delivery (seed 003, 3.1; seed 000, 3.1).
+//!
+//! TTD = waiting + execution + stage-out, where waiting is the larger of the
+//! stage-in time and the queue wait (the job cannot start before both are over),
+//! and stage-out is left out when no output size is known. The time to start
+//! (TTS) is the waiting part alone.
+
+use brokk_model::{Benchmark, Duration, Job, PublishedBenchmark, ResourceInfo, Time};
+
+/// Execution time predicted from benchmarks: the average of the per-benchmark
+/// estimates ranks resources, the maximum is the wall time to request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExecutionEstimate {
+    /// Average of the estimates, for ranking.
+    pub ranking: Duration,
+    /// Maximum of the estimates, to request as the job's wall time.
+    pub requested: Duration,
+}
+
+/// Scales each benchmark triple {b, r, t} to the resource linearly: a resource
+/// scoring R on b runs the job in t * r / R. A benchmark the resource does not
+/// publish is taken as `penalty` times the longest estimate from those it does.
+/// `None` when the job names no benchmark or the resource publishes none of them.
+pub fn execution_time(
+    triples: &[Benchmark],
+    published: &[PublishedBenchmark],
+    penalty: f64,
+) -> Option<ExecutionEstimate> {
+    let scaled: Vec<Option<f64>> = triples
+        .iter()
+        .map(|b| {
+            published
+                .iter()
+                .find(|p| p.name.eq_ignore_ascii_case(&b.name))
+                .filter(|p| p.value > 0.0 && p.value.is_finite())
+                .map(|p| b.time.0 as f64 * b.result / p.value)
+        })
+        .collect();
+    let longest = scaled.iter().flatten().copied().fold(f64::NAN, f64::max);
+    if longest.is_nan() {
+        return None;
+    }
+    let estimates: Vec<f64> = scaled.iter().map(|s| s.unwrap_or(penalty * longest)).collect();
+    let mean = estimates.iter().sum::<f64>() / estimates.len() as f64;
+    let max = estimates.iter().copied().fold(0.0, f64::max);
+    Some(ExecutionEstimate {
+        ranking: whole_seconds(mean),
+        requested: whole_seconds(max),
+    })
+}
+
+/// Seconds rounded up: a prediction should not promise less than the computation.
+fn whole_seconds(s: f64) -> Duration {
+    Duration(s.ceil().clamp(0.0, i64::MAX as f64) as i64)
+}
+
+/// Time to move `bytes` at `bandwidth` bytes per second; `None` without a bandwidth.
+pub fn transfer_time(bytes: u64, bandwidth: Option<u64>) -> Option<Duration> {
+    let bw = bandwidth.filter(|b| *b > 0)?;
+    Some(Duration(bytes.div_ceil(bw).min(i64::MAX as u64) as i64))
+}
+
+/// Stage-in: the input files of known size (the executable among them when staged).
+pub fn stage_in(job: &Job, resource: &ResourceInfo) -> Option<Duration> {
+    let bytes: u64 = job.input_files.iter().filter_map(|f| f.size).sum();
+    if bytes == 0 {
+        return Some(Duration::ZERO);
+    }
+    transfer_time(bytes, resource.bandwidth_bytes_per_s)
+}
+
+/// Stage-out from the user's output size estimates; `None` when there are none
+/// (seed 003 then leaves stage-out out of the TTD).
+pub fn stage_out(job: &Job, resource: &ResourceInfo) -> Option<Duration> {
+    let sizes: Vec<u64> = job.output_files.iter().filter_map(|f| f.size_estimate).collect();
+    if sizes.is_empty() {
+        return None;
+    }
+    transfer_time(sizes.iter().sum(), resource.bandwidth_bytes_per_s)
+}
+
+/// How queue wait is estimated when the resource gives no reservation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LoadModel {
+    /// Typical run time of the jobs ahead in the queue.
+    pub mean_job_runtime: Duration,
+}
+
+impl Default for LoadModel {
+    fn default() -> Self {
+        LoadModel {
+            mean_job_runtime: Duration::hours(1),
+        }
+    }
+}
+
+/// Queue wait: from a reservation's start when there is one (exact); else the
+/// resource's own published estimate; else zero when enough slots are free and
+/// nothing waits; else the time for the resource to work through the waiting
+/// jobs at its full width, `waiting * mean_job_runtime / total_slots` (coarse,
+/// as seed 003, 3.1.3 warns).
+pub fn queue_wait(
+    resource: &ResourceInfo,
+    cpus: u32,
+    reservation_start: Option<Time>,
+    now: Time,
+    load: LoadModel,
+) -> Duration {
+    if let Some(start) = reservation_start {
+        return Duration((start - now).0.max(0));
+    }
+    if let Some(w) = resource.estimated_wait {
+        return w;
+    }
+    if resource.free_slots >= cpus.max(1) && resource.waiting_jobs == 0 {
+        return Duration::ZERO;
+    }
+    let width = i64::from(resource.total_slots.max(1));
+    Duration((i64::from(resource.waiting_jobs) + 1).saturating_mul(load.mean_job_runtime.0) / width)
+}
+
+/// The predicted components of a job's delivery on one resource.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Prediction {
+    /// Stage-in, when it can be estimated.
+    pub stage_in: Option<Duration>,
+    /// Queue wait.
+    pub queue_wait: Duration,
+    /// Execution time used for ranking.
+    pub execution: Option<Duration>,
+    /// Wall time to request at submission.
+    pub requested_wall_time: Option<Duration>,
+    /// Stage-out, when output sizes are known.
+    pub stage_out: Option<Duration>,
+}
+
+impl Prediction {
+    /// Waiting before execution: the larger of stage-in and queue wait.
+    pub fn waiting(&self) -> Duration {
+        self.queue_wait.max(self.stage_in.unwrap_or(Duration::ZERO))
+    }
+
+    /// Time to start (TTS).
+    pub fn tts(&self) -> Duration {
+        self.waiting()
+    }
+
+    /// Total Time to Delivery (TTD); unknown parts count as zero.
+    pub fn ttd(&self) -> Duration {
+        self.waiting() + self.execution.unwrap_or(Duration::ZERO) + self.stage_out.unwrap_or(Duration::ZERO)
+    }
+}
+
+/// Predicts a job on a resource. Benchmarks come from the job and its preferences;
+/// without usable benchmarks the job's own wall time stands in for execution.
+pub fn predict(
+    job: &Job,
+    extra_benchmarks: &[Benchmark],
+    penalty: f64,
+    resource: &ResourceInfo,
+    reservation_start: Option<Time>,
+    now: Time,
+    load: LoadModel,
+) -> Prediction {
+    let triples: Vec<Benchmark> = job.benchmarks.iter().chain(extra_benchmarks).cloned().collect();
+    let exec = execution_time(&triples, &resource.benchmarks, penalty);
+    Prediction {
+        stage_in: stage_in(job, resource),
+        queue_wait: queue_wait(resource, job.cpus.unwrap_or(1), reservation_start, now, load),
+        execution: exec.map(|e| e.ranking).or(job.wall_time),
+        requested_wall_time: exec.map(|e| e.requested).or(job.wall_time),
+        stage_out: stage_out(job, resource),
+    }
+}
