@@ -5,12 +5,13 @@
 //! Architecture invariant: nothing here sleeps, spawns threads, opens sockets or
 //! reads the wall clock; time comes from a [`Clock`] or as an argument.
 //!
-//! This first slice holds the clock seam and the predictors of seed 003, 3.1:
-//! benchmark-scaled execution time, file transfer time, queue wait and their sum,
-//! the Total Time to Delivery. Selection, submission, co-allocation and queue
-//! adaptation build on it.
+//! So far: the clock seam, the predictors of seed 003, 3.1 (benchmark-scaled
+//! execution time, file transfer time, queue wait, TTD and TTS) and selection
+//! (validation, filtering with reasons, TTD and TTS selectors). Submission,
+//! co-allocation and queue adaptation build on these.
 
 mod clock;
 pub mod predict;
+pub mod select;
 
 pub use clock::{Clock, ManualClock};

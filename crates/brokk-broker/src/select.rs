@@ -1,0 +1,201 @@
+//! Selection (seed 000, 3.1; seed 003, Algorithm 1 steps 5-8): validate the job,
+//! filter out resources that cannot run it, predict on the rest, rank them by the
+//! user's objective. A resource that is left out is left out with its reasons.
+
+use brokk_model::{Duration, Job, JobPreferences, Objective, ResourceInfo, Time};
+
+use crate::predict::{predict, LoadModel, Prediction};
+
+/// A job the broker cannot consider at all.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Invalid {
+    /// Neither an executable nor a script.
+    NothingToRun,
+    /// Zero processors or nodes asked for.
+    ZeroProcessors,
+}
+
+/// Checks the attributes every job needs.
+pub fn validate(job: &Job) -> Result<(), Invalid> {
+    if job.executable.is_none() && job.script.is_none() {
+        return Err(Invalid::NothingToRun);
+    }
+    if job.cpus == Some(0) || job.nodes == Some(0) || job.cpus_per_node == Some(0) {
+        return Err(Invalid::ZeroProcessors);
+    }
+    Ok(())
+}
+
+/// Why a resource cannot run a job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Mismatch {
+    /// Different processor architecture.
+    Architecture {
+        /// What the job needs.
+        wanted: String,
+        /// What the resource has.
+        offered: Option<String>,
+    },
+    /// Different operating system.
+    OperatingSystem {
+        /// What the job needs.
+        wanted: String,
+        /// What the resource has.
+        offered: Option<String>,
+    },
+    /// A runtime environment the resource does not have.
+    RuntimeEnvironment(String),
+    /// More processors than the resource (or the queue) has.
+    Processors {
+        /// Processors wanted.
+        wanted: u32,
+        /// Processors available at most.
+        offered: u32,
+    },
+    /// More memory per node than a node has.
+    Memory {
+        /// MiB per node wanted.
+        wanted: u64,
+        /// MiB per node offered.
+        offered: u64,
+    },
+    /// The named queue does not exist here.
+    Queue(String),
+    /// The wall time exceeds the queue's limit.
+    WallTime {
+        /// Wall time wanted.
+        wanted: Duration,
+        /// The queue's limit.
+        limit: Duration,
+    },
+}
+
+/// Every reason `resource` cannot run `job`; empty when it can.
+pub fn mismatches(job: &Job, resource: &ResourceInfo) -> Vec<Mismatch> {
+    let env = &resource.environment;
+    let mut out = Vec::new();
+    let same = |a: &str, b: &Option<String>| b.as_deref().is_some_and(|b| a.eq_ignore_ascii_case(b));
+    if let Some(a) = &job.architecture {
+        if !same(a, &env.architecture) {
+            out.push(Mismatch::Architecture {
+                wanted: a.clone(),
+                offered: env.architecture.clone(),
+            });
+        }
+    }
+    if let Some(o) = &job.operating_system {
+        if !same(o, &env.operating_system) {
+            out.push(Mismatch::OperatingSystem {
+                wanted: o.clone(),
+                offered: env.operating_system.clone(),
+            });
+        }
+    }
+    for r in &job.runtime_environments {
+        if !env.runtime_environments.iter().any(|x| x.eq_ignore_ascii_case(r)) {
+            out.push(Mismatch::RuntimeEnvironment(r.clone()));
+        }
+    }
+    let share = job
+        .queue
+        .as_ref()
+        .map(|q| resource.shares.iter().find(|s| s.name == *q));
+    if let (Some(q), Some(None)) = (&job.queue, &share) {
+        out.push(Mismatch::Queue(q.clone()));
+    }
+    let share = share.flatten();
+    let wanted = job.cpus.unwrap_or(1);
+    let offered = share
+        .and_then(|s| s.max_slots_per_job)
+        .map_or(resource.total_slots, |m| m.min(resource.total_slots));
+    if wanted > offered {
+        out.push(Mismatch::Processors { wanted, offered });
+    }
+    if let (Some(w), Some(o)) = (job.memory_per_node_mib(), env.memory_mib_per_node) {
+        if w > o {
+            out.push(Mismatch::Memory { wanted: w, offered: o });
+        }
+    }
+    if let (Some(w), Some(limit)) = (job.wall_time, share.and_then(|s| s.max_wall_time)) {
+        if w > limit {
+            out.push(Mismatch::WallTime { wanted: w, limit });
+        }
+    }
+    out
+}
+
+/// Chooses the order of resources from their predictions.
+pub trait Selector {
+    /// The figure to minimise.
+    fn score(&self, p: &Prediction) -> Duration;
+}
+
+/// Earliest completion: minimise the Total Time to Delivery.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TtdSelector;
+
+impl Selector for TtdSelector {
+    fn score(&self, p: &Prediction) -> Duration {
+        p.ttd()
+    }
+}
+
+/// Earliest start: minimise the Time To Start.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TtsSelector;
+
+impl Selector for TtsSelector {
+    fn score(&self, p: &Prediction) -> Duration {
+        p.tts()
+    }
+}
+
+/// The selector for an objective.
+pub fn selector_for(objective: Objective) -> &'static dyn Selector {
+    match objective {
+        Objective::EarliestCompletion => &TtdSelector,
+        Objective::EarliestStart => &TtsSelector,
+    }
+}
+
+/// A resource that can run the job, with its prediction and score.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Ranked {
+    /// The resource's endpoint.
+    pub endpoint: String,
+    /// The predicted components.
+    pub prediction: Prediction,
+    /// The selector's figure (lower is better).
+    pub score: Duration,
+}
+
+/// The outcome of selection: candidates best first, and what was left out and why.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Ranking {
+    /// Resources that can run the job, best first (ties by endpoint).
+    pub ranked: Vec<Ranked>,
+    /// Resources that cannot, with every reason.
+    pub excluded: Vec<(String, Vec<Mismatch>)>,
+}
+
+/// Filters, predicts and ranks `resources` for `job` at `now`.
+pub fn rank(job: &Job, prefs: &JobPreferences, resources: &[ResourceInfo], now: Time, load: LoadModel) -> Ranking {
+    let selector = selector_for(prefs.objective());
+    let mut out = Ranking::default();
+    for r in resources {
+        let m = mismatches(job, r);
+        if !m.is_empty() {
+            out.excluded.push((r.endpoint.clone(), m));
+            continue;
+        }
+        let prediction = predict(job, &prefs.benchmarks, prefs.penalty_factor(), r, None, now, load);
+        out.ranked.push(Ranked {
+            endpoint: r.endpoint.clone(),
+            score: selector.score(&prediction),
+            prediction,
+        });
+    }
+    out.ranked
+        .sort_by(|a, b| a.score.cmp(&b.score).then_with(|| a.endpoint.cmp(&b.endpoint)));
+    out
+}

@@ -1,0 +1,119 @@
+//! Filtering with reasons, and the two objectives ranking the same sites differently.
+
+use brokk_broker::predict::LoadModel;
+use brokk_broker::select::{mismatches, rank, validate, Invalid, Mismatch};
+use brokk_model::{
+    Benchmark, Duration, Environment, Job, JobPreferences, Objective, PublishedBenchmark, ResourceInfo, Share, Time,
+};
+
+fn site(endpoint: &str, bench: f64, wait: i64) -> ResourceInfo {
+    ResourceInfo {
+        endpoint: endpoint.into(),
+        total_slots: 128,
+        free_slots: 0,
+        estimated_wait: Some(Duration(wait)),
+        benchmarks: vec![PublishedBenchmark {
+            name: "app".into(),
+            value: bench,
+        }],
+        environment: Environment {
+            architecture: Some("x86_64".into()),
+            operating_system: Some("linux".into()),
+            memory_mib_per_node: Some(64_000),
+            runtime_environments: vec!["APPS/CHEM/GROMACS".into()],
+            ..Environment::default()
+        },
+        shares: vec![Share {
+            name: "batch".into(),
+            max_wall_time: Some(Duration::hours(24)),
+            max_slots_per_job: Some(64),
+        }],
+        ..ResourceInfo::default()
+    }
+}
+
+fn job() -> Job {
+    Job {
+        executable: Some("md".into()),
+        cpus: Some(16),
+        architecture: Some("X86_64".into()),
+        runtime_environments: vec!["APPS/CHEM/GROMACS".into()],
+        benchmarks: vec![Benchmark {
+            name: "app".into(),
+            result: 100.0,
+            time: Duration::hours(4),
+        }],
+        ..Job::default()
+    }
+}
+
+#[test]
+fn a_job_needs_something_to_run_and_processors() {
+    assert_eq!(validate(&Job::default()), Err(Invalid::NothingToRun));
+    assert_eq!(validate(&Job { cpus: Some(0), ..job() }), Err(Invalid::ZeroProcessors));
+    assert_eq!(validate(&job()), Ok(()));
+}
+
+#[test]
+fn every_reason_for_leaving_a_site_out_is_reported() {
+    let j = Job {
+        queue: Some("long".into()),
+        cpus: Some(200),
+        runtime_environments: vec!["APPS/X".into()],
+        ..job()
+    };
+    let mut s = site("a", 100.0, 0);
+    s.environment.architecture = Some("aarch64".into());
+    assert_eq!(
+        mismatches(&j, &s),
+        vec![
+            Mismatch::Architecture {
+                wanted: "X86_64".into(),
+                offered: Some("aarch64".into())
+            },
+            Mismatch::RuntimeEnvironment("APPS/X".into()),
+            Mismatch::Queue("long".into()),
+            Mismatch::Processors {
+                wanted: 200,
+                offered: 128
+            },
+        ]
+    );
+    let j = Job {
+        queue: Some("batch".into()),
+        wall_time: Some(Duration::hours(48)),
+        ..job()
+    };
+    assert_eq!(
+        mismatches(&j, &site("a", 100.0, 0)),
+        vec![Mismatch::WallTime {
+            wanted: Duration::hours(48),
+            limit: Duration::hours(24)
+        }]
+    );
+}
+
+#[test]
+fn earliest_completion_and_earliest_start_disagree_when_they_should() {
+    // "fast" runs the job in 2 h but starts in 1 h; "free" runs it in 4 h but starts now.
+    let sites = vec![site("fast", 200.0, 3600), site("free", 100.0, 0)];
+    let mut prefs = JobPreferences::default();
+    let r = rank(&job(), &prefs, &sites, Time(0), LoadModel::default());
+    assert_eq!(
+        r.ranked
+            .iter()
+            .map(|x| (x.endpoint.as_str(), x.score.0))
+            .collect::<Vec<_>>(),
+        vec![("fast", 3600 + 7200), ("free", 14_400)]
+    );
+    prefs.objective = Some(Objective::EarliestStart);
+    let r = rank(&job(), &prefs, &sites, Time(0), LoadModel::default());
+    assert_eq!(
+        r.ranked
+            .iter()
+            .map(|x| (x.endpoint.as_str(), x.score.0))
+            .collect::<Vec<_>>(),
+        vec![("free", 0), ("fast", 3600)]
+    );
+    assert!(r.excluded.is_empty());
+}
