@@ -5,13 +5,20 @@
 //! Architecture invariant: nothing here sleeps, spawns threads, opens sockets or
 //! reads the wall clock; time comes from a [`Clock`] or as an argument.
 //!
-//! So far: the clock seam, the predictors of seed 003, 3.1 (benchmark-scaled
-//! execution time, file transfer time, queue wait, TTD and TTS) and selection
-//! (validation, filtering with reasons, TTD and TTS selectors). Submission,
-//! co-allocation and queue adaptation build on these.
+//! So far: the clock seam; the [`Site`] trait and [`MemorySite`], an in-memory
+//! site on the planner; the predictors of seed 003, 3.1 (benchmark-scaled
+//! execution time, file transfer time, queue wait, TTD and TTS); selection
+//! (validation, filtering with reasons, TTD and TTS selectors); and submission
+//! with fallback and reservation release (seed 003, Algorithm 1). The
+//! information layer, co-allocation and queue adaptation come next.
 
 mod clock;
+mod memory_site;
 pub mod predict;
 pub mod select;
+mod site;
+pub mod submit;
 
 pub use clock::{Clock, ManualClock};
+pub use memory_site::MemorySite;
+pub use site::{JobHandle, JobState, Site, SiteError};

@@ -1,0 +1,76 @@
+//! The seam between the broker and a site: what a broker may ask of any resource,
+//! real (the site agent over HTTP, driven from a blocking pool) or simulated.
+
+use brokk_model::{Job, ResourceInfo, Time};
+use brokk_planner::{Candidate, Change, Reply, Request, ReservationId};
+
+/// A site's handle for a submitted job.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct JobHandle(pub String);
+
+/// Where a job is in its life on a site.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobState {
+    /// Accepted, not yet started.
+    Queued,
+    /// Running since the given time.
+    Running {
+        /// When it started.
+        since: Time,
+    },
+    /// Finished with an exit code.
+    Finished {
+        /// Exit code.
+        code: i32,
+    },
+    /// Failed on the site.
+    Failed,
+    /// Cancelled.
+    Cancelled,
+}
+
+/// A site that could not do what was asked.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SiteError {
+    /// The site did not answer (down, unreachable, timed out).
+    #[error("site {0} is unavailable")]
+    Unavailable(String),
+    /// The site refused the job or the operation.
+    #[error("site {site} refused: {reason}")]
+    Refused {
+        /// The site.
+        site: String,
+        /// Its reason.
+        reason: String,
+    },
+    /// The reservation or job belongs to someone else.
+    #[error("not yours")]
+    Forbidden,
+    /// No such reservation or job.
+    #[error("unknown reservation or job")]
+    Unknown,
+}
+
+/// What the broker may ask of a site.
+pub trait Site {
+    /// The site's endpoint, unique among sites.
+    fn endpoint(&self) -> &str;
+    /// Current resource information.
+    fn info(&self) -> Result<ResourceInfo, SiteError>;
+    /// Non-binding reservation candidates.
+    fn probe(&self, req: &Request, k: usize) -> Result<Vec<Candidate>, SiteError>;
+    /// Asks for a reservation, preliminary until `hold` when given.
+    fn reserve(&mut self, owner: &str, req: &Request, hold: Option<Time>) -> Result<Reply, SiteError>;
+    /// Changes a reservation atomically.
+    fn modify(&mut self, owner: &str, id: ReservationId, change: Change) -> Result<Time, SiteError>;
+    /// Makes a preliminary reservation permanent.
+    fn commit(&mut self, owner: &str, id: ReservationId) -> Result<(), SiteError>;
+    /// Releases a reservation.
+    fn cancel(&mut self, owner: &str, id: ReservationId) -> Result<(), SiteError>;
+    /// Submits a job, into a reservation when given.
+    fn submit(&mut self, owner: &str, job: &Job, reservation: Option<ReservationId>) -> Result<JobHandle, SiteError>;
+    /// A job's state.
+    fn status(&self, job: &JobHandle) -> Result<JobState, SiteError>;
+    /// Cancels a job.
+    fn cancel_job(&mut self, owner: &str, job: &JobHandle) -> Result<(), SiteError>;
+}

@@ -1,0 +1,181 @@
+//! Submission with fallback (seed 003, Algorithm 1): rank the sites, optionally
+//! reserve on the best few, submit to the best and fall back to the next on
+//! failure; release every reservation that is not used.
+
+use brokk_model::{Duration, Job, JobPreferences, Time};
+use brokk_planner::{Reply, Request, ReservationId};
+
+use crate::predict::{predict, LoadModel, Prediction};
+use crate::select::{rank, selector_for, validate, Invalid, Mismatch};
+use crate::site::{JobHandle, Site, SiteError};
+
+/// How to submit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SubmitOptions {
+    /// Reserve on this many of the best-ranked sites before choosing (0: none).
+    pub reserve_top_k: usize,
+    /// How long a reservation may start after the earliest possible start.
+    pub reservation_window: Duration,
+    /// Queue-wait estimation without reservations.
+    pub load: LoadModel,
+}
+
+impl Default for SubmitOptions {
+    fn default() -> Self {
+        SubmitOptions {
+            reserve_top_k: 0,
+            reservation_window: Duration::hours(24),
+            load: LoadModel::default(),
+        }
+    }
+}
+
+/// Where the job went.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Submission {
+    /// The chosen site.
+    pub endpoint: String,
+    /// The site's handle for the job.
+    pub handle: JobHandle,
+    /// The reservation the job runs in, if any.
+    pub reservation: Option<ReservationId>,
+    /// The prediction the choice was made on.
+    pub prediction: Prediction,
+    /// Sites tried before it, or that could not be asked, and why.
+    pub failed: Vec<(String, SiteError)>,
+}
+
+/// Why a job could not be submitted anywhere.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SubmitError {
+    /// The job itself is not acceptable.
+    #[error("invalid job: {0:?}")]
+    Invalid(Invalid),
+    /// No site could take it: those that cannot run it, and those that failed.
+    #[error("no site took the job ({} unsuitable, {} failed)", excluded.len(), failed.len())]
+    NoSite {
+        /// Sites that cannot run the job, with every reason.
+        excluded: Vec<(String, Vec<Mismatch>)>,
+        /// Sites that failed when asked, with the error.
+        failed: Vec<(String, SiteError)>,
+    },
+}
+
+/// Submits `job` for `owner` to the best of `sites` at `now`.
+pub fn submit(
+    job: &Job,
+    prefs: &JobPreferences,
+    owner: &str,
+    sites: &mut [&mut dyn Site],
+    now: Time,
+    opts: SubmitOptions,
+) -> Result<Submission, SubmitError> {
+    validate(job).map_err(SubmitError::Invalid)?;
+    let mut failed = Vec::new();
+    let mut infos = Vec::new();
+    for s in sites.iter() {
+        match s.info() {
+            Ok(i) => infos.push(i),
+            Err(e) => failed.push((s.endpoint().to_string(), e)),
+        }
+    }
+    let ranking = rank(job, prefs, &infos, now, opts.load);
+    let mut candidates: Vec<(String, Prediction, Option<ReservationId>)> = ranking
+        .ranked
+        .into_iter()
+        .map(|r| (r.endpoint, r.prediction, None))
+        .collect();
+
+    if opts.reserve_top_k > 0 && prefs.use_reservations != Some(false) {
+        let selector = selector_for(prefs.objective());
+        for (endpoint, prediction, reservation) in candidates.iter_mut().take(opts.reserve_top_k) {
+            let Some(info) = infos
+                .iter()
+                .find(|i| i.endpoint == *endpoint)
+                .filter(|i| i.reservations)
+            else {
+                continue;
+            };
+            let Some(site) = sites.iter_mut().find(|s| s.endpoint() == endpoint.as_str()) else {
+                continue;
+            };
+            let earliest = now + prediction.stage_in.unwrap_or(Duration::ZERO);
+            let req = Request {
+                amount: job.cpus.unwrap_or(1),
+                duration: prediction.requested_wall_time.unwrap_or(Duration::hours(1)),
+                earliest,
+                latest: earliest + opts.reservation_window,
+                flexible: false,
+            };
+            // Two-phase: a preliminary hold that the submission commits and that lapses if the broker dies.
+            let hold = Some(now + Duration::minutes(10));
+            if let Ok(Reply::Granted { id, start }) = site.reserve(owner, &req, hold) {
+                *reservation = Some(id);
+                *prediction = predict(
+                    job,
+                    &prefs.benchmarks,
+                    prefs.penalty_factor(),
+                    info,
+                    Some(start),
+                    now,
+                    opts.load,
+                );
+            }
+        }
+        candidates.sort_by(|a, b| {
+            selector
+                .score(&a.1)
+                .cmp(&selector.score(&b.1))
+                .then_with(|| a.0.cmp(&b.0))
+        });
+    }
+
+    let mut chosen = None;
+    for (i, (endpoint, prediction, reservation)) in candidates.iter().enumerate() {
+        let Some(site) = sites.iter_mut().find(|s| s.endpoint() == endpoint.as_str()) else {
+            continue;
+        };
+        // Request the predicted (conservative) execution time as the job's wall time.
+        let mut to_send = job.clone();
+        if let Some(w) = prediction.requested_wall_time {
+            to_send.wall_time = Some(w);
+        }
+        match site.submit(owner, &to_send, *reservation) {
+            Ok(handle) => {
+                chosen = Some((i, handle));
+                break;
+            }
+            Err(e) => failed.push((endpoint.clone(), e)),
+        }
+    }
+
+    // Step 14: release every reservation that the job does not use.
+    for (i, (endpoint, _, reservation)) in candidates.iter().enumerate() {
+        if chosen.as_ref().is_some_and(|(c, _)| *c == i) {
+            continue;
+        }
+        if let (Some(id), Some(site)) = (
+            reservation,
+            sites.iter_mut().find(|s| s.endpoint() == endpoint.as_str()),
+        ) {
+            let _ = site.cancel(owner, *id);
+        }
+    }
+
+    match chosen {
+        Some((i, handle)) => {
+            let (endpoint, prediction, reservation) = candidates.swap_remove(i);
+            Ok(Submission {
+                endpoint,
+                handle,
+                reservation,
+                prediction,
+                failed,
+            })
+        }
+        None => Err(SubmitError::NoSite {
+            excluded: ranking.excluded,
+            failed,
+        }),
+    }
+}
