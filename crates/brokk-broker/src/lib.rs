@@ -13,6 +13,7 @@
 //! information layer, co-allocation and queue adaptation come next.
 
 mod clock;
+pub mod coalloc;
 mod memory_site;
 pub mod predict;
 pub mod select;

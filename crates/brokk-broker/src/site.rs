@@ -49,6 +49,10 @@ pub enum SiteError {
     /// No such reservation or job.
     #[error("unknown reservation or job")]
     Unknown,
+    /// A modification that does not fit; the reservation is unchanged. Carries the
+    /// protocol reply (`Rejected` with the next possible start, or `Never`).
+    #[error("not granted: {0:?}")]
+    NotGranted(Reply),
 }
 
 /// What the broker may ask of a site.

@@ -1,0 +1,353 @@
+//! Co-allocation for a simultaneous start (seed 000, 3.2: Algorithms 1 and 2).
+//!
+//! A window [te, tl] of width delta slides through [Te, Tl]. In each iteration
+//! every job without a reservation starting in the window has its old one moved
+//! into it (or, failing that, cancelled) or gets a new one at its best resource
+//! that can take it; the earliest next start any refusal names is remembered.
+//! Jobs left without a reservation are matched by breadth-first augmenting paths
+//! through resources other jobs hold (Algorithm 2: create the new reservation at
+//! the end of the path first, then hand each held reservation down the path
+//! without moving its start). If some job still has none, the window moves so
+//! that it ends at the earliest remembered next start. On failure nothing stays
+//! reserved.
+
+use std::collections::VecDeque;
+
+use brokk_model::{Duration, Time};
+use brokk_planner::{Change, Reply, Request, ReservationId};
+
+use crate::site::{Site, SiteError};
+
+/// One job of a co-allocated request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CoJob {
+    /// Processors (or other units) to reserve.
+    pub amount: u32,
+    /// How long to hold them.
+    pub duration: Duration,
+    /// Memory per processor in MiB, used only to order jobs by size.
+    pub memory_mib: u64,
+    /// Indices of the sites that can run the job, best first.
+    pub resources: Vec<usize>,
+}
+
+/// The co-allocation request: jobs, the acceptable start window [Te, Tl] and delta.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CoRequest {
+    /// The jobs.
+    pub jobs: Vec<CoJob>,
+    /// Te: earliest acceptable start.
+    pub earliest: Time,
+    /// Tl: latest acceptable start.
+    pub latest: Time,
+    /// The largest allowed difference between the jobs' starts.
+    pub delta: Duration,
+}
+
+/// What happened, step by step, for tests and for explaining a result.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// A new iteration with window [te, tl].
+    Window(Time, Time),
+    /// A new reservation for a job at a site.
+    Created {
+        /// Job index as given.
+        job: usize,
+        /// Site index.
+        site: usize,
+        /// Its start.
+        start: Time,
+    },
+    /// A job's reservation moved into the window.
+    Moved {
+        /// Job index.
+        job: usize,
+        /// Site index.
+        site: usize,
+        /// Its new start.
+        start: Time,
+    },
+    /// A reservation that could not be moved into the window was released.
+    Cancelled {
+        /// Job index.
+        job: usize,
+        /// Site index.
+        site: usize,
+    },
+    /// An augmenting path J, R, J', R', ... was found for a job.
+    Path(Vec<PathStep>),
+    /// A reservation was handed from one job to another along a path.
+    HandedOver {
+        /// The job that held it.
+        from: usize,
+        /// The job that holds it now.
+        to: usize,
+        /// Site index.
+        site: usize,
+    },
+}
+
+/// One element of an augmenting path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PathStep {
+    /// A job (index as given).
+    Job(usize),
+    /// A site (index).
+    Site(usize),
+}
+
+/// A successful co-allocation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CoAllocation {
+    /// For each job as given: its site, reservation and start.
+    pub assignments: Vec<(usize, ReservationId, Time)>,
+    /// The trace of the run.
+    pub events: Vec<Event>,
+}
+
+/// A failed co-allocation; every reservation made along the way was released.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("no common start for the jobs within the window")]
+pub struct CoAllocError {
+    /// The trace of the run.
+    pub events: Vec<Event>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Held {
+    site: usize,
+    id: ReservationId,
+    start: Time,
+}
+
+/// Runs Algorithms 1 and 2 over `sites` on behalf of `owner`.
+pub fn coallocate(req: &CoRequest, sites: &mut [&mut dyn Site], owner: &str) -> Result<CoAllocation, CoAllocError> {
+    // Larger jobs first (processors, memory, run time) so that fewer paths are needed.
+    let mut order: Vec<usize> = (0..req.jobs.len()).collect();
+    order.sort_by(|&a, &b| {
+        let (x, y) = (&req.jobs[a], &req.jobs[b]);
+        (y.amount, y.memory_mib, y.duration).cmp(&(x.amount, x.memory_mib, x.duration))
+    });
+    let mut held: Vec<Option<Held>> = vec![None; req.jobs.len()];
+    let mut events = Vec::new();
+    let mut te = req.earliest;
+    let mut tl = req.earliest + req.delta;
+    loop {
+        events.push(Event::Window(te, tl));
+        let inside = |h: &Option<Held>| h.is_some_and(|h| h.start >= te && h.start <= tl);
+        let mut unmatched = Vec::new();
+        let mut best: Option<Time> = None;
+        for &j in &order {
+            if inside(&held[j]) {
+                continue;
+            }
+            if let Some(h) = held[j] {
+                let change = Change {
+                    window: Some((te, tl)),
+                    ..Change::default()
+                };
+                match sites[h.site].modify(owner, h.id, change) {
+                    Ok(start) => {
+                        held[j] = Some(Held { start, ..h });
+                        events.push(Event::Moved {
+                            job: j,
+                            site: h.site,
+                            start,
+                        });
+                        continue;
+                    }
+                    Err(_) => {
+                        let _ = sites[h.site].cancel(owner, h.id);
+                        held[j] = None;
+                        events.push(Event::Cancelled { job: j, site: h.site });
+                    }
+                }
+            }
+            match create(sites, owner, &req.jobs[j], &req.jobs[j].resources, te, tl) {
+                Ok((h, _)) => {
+                    held[j] = Some(h);
+                    events.push(Event::Created {
+                        job: j,
+                        site: h.site,
+                        start: h.start,
+                    });
+                }
+                Err(next) => {
+                    unmatched.push(j);
+                    best = min_time(best, next);
+                }
+            }
+        }
+        // Step 13: augment only if every unmatched job could use a resource another job holds.
+        let augmentable = !unmatched.is_empty()
+            && unmatched.iter().all(|&j| {
+                req.jobs[j].resources.iter().any(|&r| {
+                    held.iter()
+                        .enumerate()
+                        .any(|(k, h)| k != j && h.is_some_and(|h| h.site == r))
+                })
+            });
+        if augmentable {
+            for &j in &unmatched {
+                let Some(path) = augmenting_path(req, &held, j) else {
+                    continue;
+                };
+                events.push(Event::Path(path.clone()));
+                if let Err(next) = update_path(req, sites, owner, &mut held, &path, te, tl, &mut events) {
+                    best = min_time(best, next);
+                }
+            }
+        }
+        if held.iter().all(inside) {
+            let assignments = held.iter().flatten().map(|h| (h.site, h.id, h.start)).collect();
+            return Ok(CoAllocation { assignments, events });
+        }
+        // Step 20: move the window so it ends at the earliest next start seen.
+        match best {
+            Some(t) if t > tl && Time(t.0 - req.delta.0) <= req.latest => {
+                tl = t;
+                te = Time(t.0 - req.delta.0);
+            }
+            _ => {
+                for h in held.iter().flatten() {
+                    let _ = sites[h.site].cancel(owner, h.id);
+                }
+                return Err(CoAllocError { events });
+            }
+        }
+    }
+}
+
+fn min_time(a: Option<Time>, b: Option<Time>) -> Option<Time> {
+    match (a, b) {
+        (Some(x), Some(y)) => Some(x.min(y)),
+        (x, y) => x.or(y),
+    }
+}
+
+/// Step 9: the first of `resources` (best first) that grants a reservation starting
+/// in [te, tl]; on failure, the earliest next start any of them named.
+fn create(
+    sites: &mut [&mut dyn Site],
+    owner: &str,
+    job: &CoJob,
+    resources: &[usize],
+    te: Time,
+    tl: Time,
+) -> Result<(Held, Option<Time>), Option<Time>> {
+    let req = Request {
+        amount: job.amount,
+        duration: job.duration,
+        earliest: te,
+        latest: tl,
+        flexible: false,
+    };
+    let mut next = None;
+    for &r in resources {
+        match sites[r].reserve(owner, &req, None) {
+            Ok(Reply::Granted { id, start }) => return Ok((Held { site: r, id, start }, next)),
+            Ok(Reply::Rejected { next_start }) => next = min_time(next, next_start),
+            Ok(Reply::Never { .. }) | Err(_) => {}
+        }
+    }
+    Err(next)
+}
+
+/// Breadth-first search for the shortest path J, R1, J2, R2, ..., Jn, Rn where each
+/// Ri (i < n) is held by J(i+1) and Rn is a resource Jn could move to.
+fn augmenting_path(req: &CoRequest, held: &[Option<Held>], start: usize) -> Option<Vec<PathStep>> {
+    let n = req.jobs.len();
+    let mut parent: Vec<Option<(usize, usize)>> = vec![None; n];
+    let mut seen = vec![false; n];
+    seen[start] = true;
+    let mut queue = VecDeque::from([start]);
+    while let Some(j) = queue.pop_front() {
+        for &r in &req.jobs[j].resources {
+            for k in 0..n {
+                if seen[k] || !held[k].is_some_and(|h| h.site == r) {
+                    continue;
+                }
+                seen[k] = true;
+                parent[k] = Some((j, r));
+                // Can k move to a resource it does not hold?
+                if let Some(&free) = req.jobs[k].resources.iter().find(|&&x| x != r) {
+                    let mut path = vec![PathStep::Job(k), PathStep::Site(free)];
+                    let mut cur = k;
+                    while let Some((p, via)) = parent[cur] {
+                        path.splice(0..0, [PathStep::Job(p), PathStep::Site(via)]);
+                        cur = p;
+                    }
+                    return Some(path);
+                }
+                queue.push_back(k);
+            }
+        }
+    }
+    None
+}
+
+/// Algorithm 2: create the reservation at the end of the path, then hand each held
+/// reservation one step back along it, keeping its start.
+#[allow(clippy::too_many_arguments)]
+fn update_path(
+    req: &CoRequest,
+    sites: &mut [&mut dyn Site],
+    owner: &str,
+    held: &mut [Option<Held>],
+    path: &[PathStep],
+    te: Time,
+    tl: Time,
+    events: &mut Vec<Event>,
+) -> Result<(), Option<Time>> {
+    let steps: Vec<(usize, usize)> = path
+        .chunks(2)
+        .filter_map(|c| match c {
+            [PathStep::Job(j), PathStep::Site(r)] => Some((*j, *r)),
+            _ => None,
+        })
+        .collect();
+    let Some(&(last_job, last_site)) = steps.last() else {
+        return Err(None);
+    };
+    let (new, _) = create(sites, owner, &req.jobs[last_job], &[last_site], te, tl)?;
+    events.push(Event::Created {
+        job: last_job,
+        site: last_site,
+        start: new.start,
+    });
+    let mut incoming = new;
+    // Walk back: the reservation at steps[i].1 is held by steps[i + 1].0 and goes to steps[i].0.
+    for i in (0..steps.len() - 1).rev() {
+        let (to, site) = steps[i];
+        let from = steps[i + 1].0;
+        let Some(h) = held[from].filter(|h| h.site == site) else {
+            return Err(None);
+        };
+        let job = &req.jobs[to];
+        let change = Change {
+            amount: Some(job.amount),
+            duration: Some(job.duration),
+            window: None,
+        };
+        match sites[site].modify(owner, h.id, change) {
+            Ok(_) => {
+                held[from] = Some(incoming);
+                held[to] = Some(h);
+                events.push(Event::HandedOver { from, to, site });
+                incoming = h;
+            }
+            Err(e) => {
+                // `from` already has the reservation further along the path; its old one
+                // is no use to anyone now.
+                let _ = sites[site].cancel(owner, h.id);
+                held[from] = Some(incoming);
+                events.push(Event::Cancelled { job: from, site });
+                return Err(match e {
+                    SiteError::NotGranted(Reply::Rejected { next_start }) => next_start,
+                    _ => None,
+                });
+            }
+        }
+    }
+    Ok(())
+}
