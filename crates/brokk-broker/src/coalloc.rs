@@ -264,7 +264,7 @@ fn augmenting_path(req: &CoRequest, held: &[Option<Held>], start: usize) -> Opti
     while let Some(j) = queue.pop_front() {
         for &r in &req.jobs[j].resources {
             for k in 0..n {
-                if seen[k] || !held[k].is_some_and(|h| h.site == r) {
+                if seen[k] || held[k].is_none_or(|h| h.site != r) {
                     continue;
                 }
                 seen[k] = true;
