@@ -26,25 +26,26 @@ pub fn execution_time(
     published: &[PublishedBenchmark],
     penalty: f64,
 ) -> Option<ExecutionEstimate> {
-    let scaled: Vec<Option<f64>> = triples
-        .iter()
-        .map(|b| {
-            published
-                .iter()
-                .find(|p| p.name.eq_ignore_ascii_case(&b.name))
-                .filter(|p| p.value > 0.0 && p.value.is_finite())
-                .map(|p| b.time.0 as f64 * b.result / p.value)
-        })
-        .collect();
-    let longest = scaled.iter().flatten().copied().fold(f64::NAN, f64::max);
+    let scaled = |b: &Benchmark| {
+        published
+            .iter()
+            .find(|p| p.name.eq_ignore_ascii_case(&b.name))
+            .filter(|p| p.value > 0.0 && p.value.is_finite())
+            .map(|p| b.time.0 as f64 * b.result / p.value)
+    };
+    // Two passes instead of a buffer: the penalty needs the longest known estimate first.
+    let longest = triples.iter().filter_map(scaled).fold(f64::NAN, f64::max);
     if longest.is_nan() {
         return None;
     }
-    let estimates: Vec<f64> = scaled.iter().map(|s| s.unwrap_or(penalty * longest)).collect();
-    let mean = estimates.iter().sum::<f64>() / estimates.len() as f64;
-    let max = estimates.iter().copied().fold(0.0, f64::max);
+    let (mut sum, mut max) = (0.0, 0.0f64);
+    for b in triples {
+        let e = scaled(b).unwrap_or(penalty * longest);
+        sum += e;
+        max = max.max(e);
+    }
     Some(ExecutionEstimate {
-        ranking: whole_seconds(mean),
+        ranking: whole_seconds(sum / triples.len() as f64),
         requested: whole_seconds(max),
     })
 }
@@ -162,8 +163,12 @@ pub fn predict(
     now: Time,
     load: LoadModel,
 ) -> Prediction {
-    let triples: Vec<Benchmark> = job.benchmarks.iter().chain(extra_benchmarks).cloned().collect();
-    let exec = execution_time(&triples, &resource.benchmarks, penalty);
+    let exec = if extra_benchmarks.is_empty() {
+        execution_time(&job.benchmarks, &resource.benchmarks, penalty)
+    } else {
+        let triples: Vec<Benchmark> = job.benchmarks.iter().chain(extra_benchmarks).cloned().collect();
+        execution_time(&triples, &resource.benchmarks, penalty)
+    };
     Prediction {
         stage_in: stage_in(job, resource),
         queue_wait: queue_wait(resource, job.cpus.unwrap_or(1), reservation_start, now, load),

@@ -161,8 +161,8 @@ pub fn selector_for(objective: Objective) -> &'static dyn Selector {
 /// A resource that can run the job, with its prediction and score.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Ranked {
-    /// The resource's endpoint.
-    pub endpoint: String,
+    /// The resource's position in the list given to [`rank`].
+    pub index: usize,
     /// The predicted components.
     pub prediction: Prediction,
     /// The selector's figure (lower is better).
@@ -182,7 +182,7 @@ pub struct Ranking {
 pub fn rank(job: &Job, prefs: &JobPreferences, resources: &[ResourceInfo], now: Time, load: LoadModel) -> Ranking {
     let selector = selector_for(prefs.objective());
     let mut out = Ranking::default();
-    for r in resources {
+    for (index, r) in resources.iter().enumerate() {
         let m = mismatches(job, r);
         if !m.is_empty() {
             out.excluded.push((r.endpoint.clone(), m));
@@ -190,12 +190,16 @@ pub fn rank(job: &Job, prefs: &JobPreferences, resources: &[ResourceInfo], now: 
         }
         let prediction = predict(job, &prefs.benchmarks, prefs.penalty_factor(), r, None, now, load);
         out.ranked.push(Ranked {
-            endpoint: r.endpoint.clone(),
+            index,
             score: selector.score(&prediction),
             prediction,
         });
     }
-    out.ranked
-        .sort_by(|a, b| a.score.cmp(&b.score).then_with(|| a.endpoint.cmp(&b.endpoint)));
+    // Endpoints are unique, so the order is total and an unstable sort is deterministic.
+    out.ranked.sort_unstable_by(|a, b| {
+        a.score
+            .cmp(&b.score)
+            .then_with(|| resources[a.index].endpoint.cmp(&resources[b.index].endpoint))
+    });
     out
 }

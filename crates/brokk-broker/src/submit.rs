@@ -83,7 +83,7 @@ pub fn submit(
     let mut candidates: Vec<(String, Prediction, Option<ReservationId>)> = ranking
         .ranked
         .into_iter()
-        .map(|r| (r.endpoint, r.prediction, None))
+        .map(|r| (infos[r.index].endpoint.clone(), r.prediction, None))
         .collect();
 
     if opts.reserve_top_k > 0 && prefs.use_reservations != Some(false) {

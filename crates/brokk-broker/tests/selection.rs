@@ -102,7 +102,7 @@ fn earliest_completion_and_earliest_start_disagree_when_they_should() {
     assert_eq!(
         r.ranked
             .iter()
-            .map(|x| (x.endpoint.as_str(), x.score.0))
+            .map(|x| (sites[x.index].endpoint.as_str(), x.score.0))
             .collect::<Vec<_>>(),
         vec![("fast", 3600 + 7200), ("free", 14_400)]
     );
@@ -111,7 +111,7 @@ fn earliest_completion_and_earliest_start_disagree_when_they_should() {
     assert_eq!(
         r.ranked
             .iter()
-            .map(|x| (x.endpoint.as_str(), x.score.0))
+            .map(|x| (sites[x.index].endpoint.as_str(), x.score.0))
             .collect::<Vec<_>>(),
         vec![("free", 0), ("fast", 3600)]
     );
