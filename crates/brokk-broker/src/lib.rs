@@ -9,9 +9,11 @@
 //! site on the planner; the predictors of seed 003, 3.1 (benchmark-scaled
 //! execution time, file transfer time, queue wait, TTD and TTS); selection
 //! (validation, filtering with reasons, TTD and TTS selectors); and submission
-//! with fallback and reservation release (seed 003, Algorithm 1). The
-//! information layer, co-allocation and queue adaptation come next.
+//! with fallback and reservation release (seed 003, Algorithm 1); co-allocation
+//! (seed 000, Algorithms 1 and 2); queue adaptation (seed 003, 3.3). The
+//! information layer (fetching with timeouts, cache) comes next.
 
+pub mod adapt;
 mod clock;
 pub mod coalloc;
 mod memory_site;

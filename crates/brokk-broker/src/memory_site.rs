@@ -232,7 +232,9 @@ impl Site for MemorySite {
         }
         let r = self.planner.get(j.slot).ok_or(SiteError::Unknown)?;
         Ok(if self.now < r.start {
-            JobState::Queued
+            JobState::Queued {
+                expected_start: Some(r.start),
+            }
         } else if self.now < r.end {
             JobState::Running { since: r.start }
         } else {

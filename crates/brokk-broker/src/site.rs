@@ -11,8 +11,11 @@ pub struct JobHandle(pub String);
 /// Where a job is in its life on a site.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum JobState {
-    /// Accepted, not yet started.
-    Queued,
+    /// Accepted, not yet started; the site's expected start when it knows one.
+    Queued {
+        /// When the job should start.
+        expected_start: Option<Time>,
+    },
     /// Running since the given time.
     Running {
         /// When it started.
