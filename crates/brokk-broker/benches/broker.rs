@@ -3,7 +3,7 @@
 #![allow(missing_docs)] // criterion_group! generates undocumented items
 
 use brokk_broker::coalloc::{coallocate, CoJob, CoRequest};
-use brokk_broker::predict::LoadModel;
+use brokk_broker::predict::StandardPredictor;
 use brokk_broker::select::rank;
 use brokk_broker::{MemorySite, Site};
 use brokk_model::{Benchmark, Duration, Job, JobPreferences, PublishedBenchmark, ResourceInfo, Time};
@@ -100,7 +100,7 @@ fn bench(c: &mut Criterion) {
     };
     let prefs = JobPreferences::default();
     c.bench_function("rank_one_job_over_1000_sites", |b| {
-        b.iter(|| rank(&job, &prefs, &resources, NOW, LoadModel::default()))
+        b.iter(|| rank(&job, &prefs, &resources, NOW, &StandardPredictor::default()))
     });
     for (jobs, n) in [(3usize, 4usize), (20, 100)] {
         let mut r = ChaCha8Rng::seed_from_u64(7);

@@ -5,7 +5,7 @@
 
 use brokk_model::{Duration, Job, JobPreferences, Time};
 
-use crate::predict::LoadModel;
+use crate::predict::{Predictor, STANDARD_PREDICTOR};
 use crate::select::rank;
 use crate::site::{JobHandle, JobState, Site, SiteError};
 use crate::submit::{submit, SubmitOptions};
@@ -26,19 +26,19 @@ pub struct Tracked {
 }
 
 /// How eager adaptation is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct AdaptOptions {
+#[derive(Clone, Copy)]
+pub struct AdaptOptions<'a> {
     /// Move only when the predicted delivery is earlier by at least this much.
     pub margin: Duration,
-    /// Queue-wait estimation.
-    pub load: LoadModel,
+    /// How deliveries are predicted.
+    pub predictor: &'a dyn Predictor,
 }
 
-impl Default for AdaptOptions {
+impl Default for AdaptOptions<'static> {
     fn default() -> Self {
         AdaptOptions {
             margin: Duration::minutes(10),
-            load: LoadModel::default(),
+            predictor: &STANDARD_PREDICTOR,
         }
     }
 }
@@ -75,7 +75,7 @@ pub fn adapt(
         _ => return Ok(Adapted::Started),
     };
     let infos: Vec<_> = sites.iter().filter_map(|s| s.info().ok()).collect();
-    let ranking = rank(&t.job, &t.prefs, &infos, now, opts.load);
+    let ranking = rank(&t.job, &t.prefs, &infos, now, opts.predictor);
     let Some(here) = ranking.ranked.iter().find(|r| infos[r.index].endpoint == t.endpoint) else {
         return Ok(Adapted::Stayed);
     };
@@ -101,7 +101,7 @@ pub fn adapt(
         sites,
         now,
         SubmitOptions {
-            load: opts.load,
+            predictor: opts.predictor,
             ..SubmitOptions::default()
         },
     )

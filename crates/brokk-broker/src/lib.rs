@@ -10,12 +10,13 @@
 //! execution time, file transfer time, queue wait, TTD and TTS); selection
 //! (validation, filtering with reasons, TTD and TTS selectors); and submission
 //! with fallback and reservation release (seed 003, Algorithm 1); co-allocation
-//! (seed 000, Algorithms 1 and 2); queue adaptation (seed 003, 3.3). The
-//! information layer (fetching with timeouts, cache) comes next.
+//! (seed 000, Algorithms 1 and 2); queue adaptation (seed 003, 3.3); and the
+//! information layer (index, fetch with timeouts, conversion, TTL cache).
 
 pub mod adapt;
 mod clock;
 pub mod coalloc;
+pub mod info;
 mod memory_site;
 pub mod predict;
 pub mod select;

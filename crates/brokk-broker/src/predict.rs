@@ -5,7 +5,7 @@
 //! and stage-out is left out when no output size is known. The time to start
 //! (TTS) is the waiting part alone.
 
-use brokk_model::{Benchmark, Duration, Job, PublishedBenchmark, ResourceInfo, Time};
+use brokk_model::{Benchmark, Duration, Job, JobPreferences, PublishedBenchmark, ResourceInfo, Time};
 
 /// Execution time predicted from benchmarks: the average of the per-benchmark
 /// estimates ranks resources, the maximum is the wall time to request.
@@ -175,5 +175,56 @@ pub fn predict(
         execution: exec.map(|e| e.ranking).or(job.wall_time),
         requested_wall_time: exec.map(|e| e.requested).or(job.wall_time),
         stage_out: stage_out(job, resource),
+    }
+}
+
+/// Predicts a job's delivery on one resource: the pluggable part of ranking,
+/// chosen by configuration (seed 000, 3.1: Selectors over Predictors).
+pub trait Predictor {
+    /// The prediction for `job` with `prefs` on `resource` at `now`, with the start
+    /// of a reservation when one is held.
+    fn predict(
+        &self,
+        job: &Job,
+        prefs: &JobPreferences,
+        resource: &ResourceInfo,
+        reservation_start: Option<Time>,
+        now: Time,
+    ) -> Prediction;
+}
+
+/// Seed 003's predictors: benchmark scaling with the penalty factor, transfers from
+/// sizes and bandwidth, queue wait from a reservation, the published estimate or load.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct StandardPredictor {
+    /// How queue wait is estimated from load.
+    pub load: LoadModel,
+}
+
+/// The standard predictor with default settings, for options that borrow one.
+pub static STANDARD_PREDICTOR: StandardPredictor = StandardPredictor {
+    load: LoadModel {
+        mean_job_runtime: Duration(3600),
+    },
+};
+
+impl Predictor for StandardPredictor {
+    fn predict(
+        &self,
+        job: &Job,
+        prefs: &JobPreferences,
+        resource: &ResourceInfo,
+        reservation_start: Option<Time>,
+        now: Time,
+    ) -> Prediction {
+        predict(
+            job,
+            &prefs.benchmarks,
+            prefs.penalty_factor(),
+            resource,
+            reservation_start,
+            now,
+            self.load,
+        )
     }
 }

@@ -4,7 +4,7 @@
 
 use brokk_model::{Duration, Job, JobPreferences, Objective, ResourceInfo, Time};
 
-use crate::predict::{predict, LoadModel, Prediction};
+use crate::predict::{Prediction, Predictor};
 
 /// A job the broker cannot consider at all.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,6 +61,11 @@ pub enum Mismatch {
     },
     /// The named queue does not exist here.
     Queue(String),
+    /// The job's project is not among those the resource admits.
+    NotAuthorized {
+        /// The job's project, if it names one.
+        project: Option<String>,
+    },
     /// The wall time exceeds the queue's limit.
     WallTime {
         /// Wall time wanted.
@@ -74,6 +79,16 @@ pub enum Mismatch {
 pub fn mismatches(job: &Job, resource: &ResourceInfo) -> Vec<Mismatch> {
     let env = &resource.environment;
     let mut out = Vec::new();
+    if !resource.access.is_empty()
+        && !job
+            .project
+            .as_ref()
+            .is_some_and(|p| resource.access.iter().any(|a| a == p))
+    {
+        out.push(Mismatch::NotAuthorized {
+            project: job.project.clone(),
+        });
+    }
     let same = |a: &str, b: &Option<String>| b.as_deref().is_some_and(|b| a.eq_ignore_ascii_case(b));
     if let Some(a) = &job.architecture {
         if !same(a, &env.architecture) {
@@ -178,8 +193,14 @@ pub struct Ranking {
     pub excluded: Vec<(String, Vec<Mismatch>)>,
 }
 
-/// Filters, predicts and ranks `resources` for `job` at `now`.
-pub fn rank(job: &Job, prefs: &JobPreferences, resources: &[ResourceInfo], now: Time, load: LoadModel) -> Ranking {
+/// Filters, predicts (with `predictor`) and ranks `resources` for `job` at `now`.
+pub fn rank(
+    job: &Job,
+    prefs: &JobPreferences,
+    resources: &[ResourceInfo],
+    now: Time,
+    predictor: &dyn Predictor,
+) -> Ranking {
     let selector = selector_for(prefs.objective());
     let mut out = Ranking::default();
     for (index, r) in resources.iter().enumerate() {
@@ -188,7 +209,7 @@ pub fn rank(job: &Job, prefs: &JobPreferences, resources: &[ResourceInfo], now: 
             out.excluded.push((r.endpoint.clone(), m));
             continue;
         }
-        let prediction = predict(job, &prefs.benchmarks, prefs.penalty_factor(), r, None, now, load);
+        let prediction = predictor.predict(job, prefs, r, None, now);
         out.ranked.push(Ranked {
             index,
             score: selector.score(&prediction),

@@ -5,27 +5,27 @@
 use brokk_model::{Duration, Job, JobPreferences, Time};
 use brokk_planner::{Reply, Request, ReservationId};
 
-use crate::predict::{predict, LoadModel, Prediction};
+use crate::predict::{Prediction, Predictor, STANDARD_PREDICTOR};
 use crate::select::{rank, selector_for, validate, Invalid, Mismatch};
 use crate::site::{JobHandle, Site, SiteError};
 
 /// How to submit.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SubmitOptions {
+#[derive(Clone, Copy)]
+pub struct SubmitOptions<'a> {
     /// Reserve on this many of the best-ranked sites before choosing (0: none).
     pub reserve_top_k: usize,
     /// How long a reservation may start after the earliest possible start.
     pub reservation_window: Duration,
-    /// Queue-wait estimation without reservations.
-    pub load: LoadModel,
+    /// How deliveries are predicted.
+    pub predictor: &'a dyn Predictor,
 }
 
-impl Default for SubmitOptions {
+impl Default for SubmitOptions<'static> {
     fn default() -> Self {
         SubmitOptions {
             reserve_top_k: 0,
             reservation_window: Duration::hours(24),
-            load: LoadModel::default(),
+            predictor: &STANDARD_PREDICTOR,
         }
     }
 }
@@ -68,7 +68,7 @@ pub fn submit(
     owner: &str,
     sites: &mut [&mut dyn Site],
     now: Time,
-    opts: SubmitOptions,
+    opts: SubmitOptions<'_>,
 ) -> Result<Submission, SubmitError> {
     validate(job).map_err(SubmitError::Invalid)?;
     let mut failed = Vec::new();
@@ -79,7 +79,7 @@ pub fn submit(
             Err(e) => failed.push((s.endpoint().to_string(), e)),
         }
     }
-    let ranking = rank(job, prefs, &infos, now, opts.load);
+    let ranking = rank(job, prefs, &infos, now, opts.predictor);
     let mut candidates: Vec<(String, Prediction, Option<ReservationId>)> = ranking
         .ranked
         .into_iter()
@@ -111,15 +111,7 @@ pub fn submit(
             let hold = Some(now + Duration::minutes(10));
             if let Ok(Reply::Granted { id, start }) = site.reserve(owner, &req, hold) {
                 *reservation = Some(id);
-                *prediction = predict(
-                    job,
-                    &prefs.benchmarks,
-                    prefs.penalty_factor(),
-                    info,
-                    Some(start),
-                    now,
-                    opts.load,
-                );
+                *prediction = opts.predictor.predict(job, prefs, info, Some(start), now);
             }
         }
         candidates.sort_by(|a, b| {

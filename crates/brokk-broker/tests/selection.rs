@@ -1,6 +1,6 @@
 //! Filtering with reasons, and the two objectives ranking the same sites differently.
 
-use brokk_broker::predict::LoadModel;
+use brokk_broker::predict::StandardPredictor;
 use brokk_broker::select::{mismatches, rank, validate, Invalid, Mismatch};
 use brokk_model::{
     Benchmark, Duration, Environment, Job, JobPreferences, Objective, PublishedBenchmark, ResourceInfo, Share, Time,
@@ -98,7 +98,7 @@ fn earliest_completion_and_earliest_start_disagree_when_they_should() {
     // "fast" runs the job in 2 h but starts in 1 h; "free" runs it in 4 h but starts now.
     let sites = vec![site("fast", 200.0, 3600), site("free", 100.0, 0)];
     let mut prefs = JobPreferences::default();
-    let r = rank(&job(), &prefs, &sites, Time(0), LoadModel::default());
+    let r = rank(&job(), &prefs, &sites, Time(0), &StandardPredictor::default());
     assert_eq!(
         r.ranked
             .iter()
@@ -107,7 +107,7 @@ fn earliest_completion_and_earliest_start_disagree_when_they_should() {
         vec![("fast", 3600 + 7200), ("free", 14_400)]
     );
     prefs.objective = Some(Objective::EarliestStart);
-    let r = rank(&job(), &prefs, &sites, Time(0), LoadModel::default());
+    let r = rank(&job(), &prefs, &sites, Time(0), &StandardPredictor::default());
     assert_eq!(
         r.ranked
             .iter()

@@ -1,7 +1,6 @@
 //! Seed 003's Algorithm 1 against in-memory sites: fallback, reservation release,
 //! unreachable sites, and nothing left behind on failure.
 
-use brokk_broker::predict::LoadModel;
 use brokk_broker::submit::{submit, SubmitError, SubmitOptions};
 use brokk_broker::{JobState, MemorySite, Site, SiteError};
 use brokk_model::{Benchmark, Duration, Job, JobPreferences, PublishedBenchmark, ResourceInfo, Time};
@@ -123,7 +122,6 @@ fn when_every_site_fails_nothing_stays_reserved() {
     b.set_accepting(false);
     let opts = SubmitOptions {
         reserve_top_k: 2,
-        load: LoadModel::default(),
         ..SubmitOptions::default()
     };
     let err = submit(

@@ -36,6 +36,9 @@ pub struct ResourceInfo {
     pub bandwidth_bytes_per_s: Option<u64>,
     /// Whether the resource accepts advance reservations.
     pub reservations: bool,
+    /// Projects / virtual organisations allowed to use it (GLUE 2 access policy);
+    /// empty means open to all.
+    pub access: Vec<String>,
 }
 
 /// A queue / share of the resource.

@@ -1,0 +1,149 @@
+//! The information layer on virtual time: timeouts isolate slow sites, failures
+//! are reported, the cache expires after its time-to-live, and nothing depends on
+//! the order the index lists sites in.
+
+use std::cell::Cell;
+use std::collections::HashMap;
+
+use brokk_broker::info::{
+    fetch, BatchSummary, FetchFailure, FetchOptions, InfoCache, InfoSource, RawInfo, StaticIndex,
+};
+use brokk_broker::{Clock, ManualClock, SiteError};
+use brokk_model::{Duration, ResourceInfo, Time};
+
+/// An information service answering from a table, with a latency per site.
+struct Answers {
+    table: HashMap<String, (Result<RawInfo, SiteError>, Duration)>,
+    queries: Cell<u32>,
+}
+
+impl Answers {
+    fn new(entries: &[(&str, Option<u32>, i64)]) -> Self {
+        let table = entries
+            .iter()
+            .map(|&(e, slots, secs)| {
+                let answer = match slots {
+                    Some(n) => Ok(RawInfo::Glue(ResourceInfo {
+                        total_slots: n,
+                        ..ResourceInfo::default()
+                    })),
+                    None => Err(SiteError::Unavailable(e.to_string())),
+                };
+                (e.to_string(), (answer, Duration(secs)))
+            })
+            .collect();
+        Answers {
+            table,
+            queries: Cell::new(0),
+        }
+    }
+}
+
+impl InfoSource for Answers {
+    fn query(&self, endpoint: &str) -> Result<(RawInfo, Duration), SiteError> {
+        self.queries.set(self.queries.get() + 1);
+        let (answer, took) = self.table.get(endpoint).cloned().ok_or(SiteError::Unknown)?;
+        answer.map(|a| (a, took))
+    }
+}
+
+fn names(v: &[&str]) -> Vec<String> {
+    v.iter().map(|s| s.to_string()).collect()
+}
+
+#[test]
+fn slow_and_failing_sites_are_excluded_and_reported() {
+    let src = Answers::new(&[
+        ("a", Some(8), 2),
+        ("b", Some(16), 30),
+        ("c", None, 0),
+        ("d", Some(4), 5),
+    ]);
+    let opts = FetchOptions {
+        concurrency: 2,
+        timeout: Duration(10),
+    };
+    let r = fetch(&names(&["d", "c", "b", "a"]), &src, opts);
+    assert_eq!(
+        r.infos
+            .iter()
+            .map(|i| (i.endpoint.as_str(), i.total_slots))
+            .collect::<Vec<_>>(),
+        vec![("a", 8), ("d", 4)]
+    );
+    assert_eq!(
+        r.failures,
+        vec![
+            ("b".to_string(), FetchFailure::Timeout(Duration(30))),
+            ("c".to_string(), FetchFailure::Error(SiteError::Unavailable("c".into())))
+        ]
+    );
+    // Two workers: a (2 s) and b (cut at 10 s) in parallel, then c (0 s) and d (5 s) on a's worker: 10 s in all.
+    assert_eq!(r.elapsed, Duration(10));
+}
+
+#[test]
+fn batch_system_summaries_become_glue() {
+    let raw = RawInfo::BatchSummary(BatchSummary {
+        name: "cluster-a".into(),
+        nodes: 2,
+        cpus_per_node: 8,
+        cpus_idle: 5,
+        memory_mib_per_node: 32_000,
+        partitions: vec![("debug".into(), Some(Duration::hours(1)))],
+        running: 3,
+        pending: 7,
+    });
+    let g = brokk_broker::info::convert("https://a.example.org", raw);
+    assert_eq!(
+        (
+            g.total_slots,
+            g.free_slots,
+            g.used_slots,
+            g.running_jobs,
+            g.waiting_jobs
+        ),
+        (16, 5, 11, 3, 7)
+    );
+    assert_eq!(g.shares[0].max_wall_time, Some(Duration::hours(1)));
+    assert_eq!(g.environment.memory_mib_per_node, Some(32_000));
+}
+
+#[test]
+fn the_cache_answers_until_its_time_to_live_runs_out() {
+    let src = Answers::new(&[("a", Some(8), 1), ("b", Some(16), 1)]);
+    let index = StaticIndex(names(&["a", "b"]));
+    let clock = ManualClock::new(Time(0));
+    let mut cache = InfoCache::default();
+    let (infos, failures) = cache.resources(&index, &src, clock.now(), FetchOptions::default());
+    assert_eq!((infos.len(), failures.len(), src.queries.get()), (2, 0, 2));
+    clock.advance(Duration(59));
+    cache.resources(&index, &src, clock.now(), FetchOptions::default());
+    assert_eq!(
+        (cache.hits, cache.misses, src.queries.get()),
+        (2, 2, 2),
+        "fresh entries come from the cache"
+    );
+    clock.advance(Duration(1));
+    cache.resources(&index, &src, clock.now(), FetchOptions::default());
+    assert_eq!(
+        (cache.hits, cache.misses, src.queries.get()),
+        (2, 4, 4),
+        "after 60 s they are fetched again"
+    );
+}
+
+#[test]
+fn the_order_of_the_index_does_not_matter() {
+    let src = Answers::new(&[
+        ("a", Some(8), 1),
+        ("b", Some(16), 12),
+        ("c", Some(4), 3),
+        ("d", None, 0),
+    ]);
+    let opts = FetchOptions::default();
+    let one = fetch(&names(&["a", "b", "c", "d"]), &src, opts);
+    for order in [["d", "c", "b", "a"], ["b", "d", "a", "c"], ["c", "a", "d", "b"]] {
+        assert_eq!(fetch(&names(&order), &src, opts), one);
+    }
+}
