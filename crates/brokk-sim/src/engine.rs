@@ -86,6 +86,11 @@ impl<E> EventQueue<E> {
         Some((self.now, e))
     }
 
+    /// The time of the next event, if any.
+    pub fn peek_time(&self) -> Option<Time> {
+        self.heap.peek().map(|Reverse((t, _, _))| Time(*t))
+    }
+
     /// Number of pending events.
     pub fn len(&self) -> usize {
         self.heap.len()

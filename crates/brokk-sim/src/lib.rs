@@ -8,5 +8,6 @@
 //! Architecture invariant: simulated time is an integer and the only clock;
 //! the same input and seed give the same output, byte for byte.
 
+pub mod cluster;
 pub mod engine;
 pub mod swf;
