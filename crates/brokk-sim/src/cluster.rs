@@ -59,6 +59,41 @@ pub struct Outcome {
     pub size: u32,
 }
 
+/// Where the planning estimate of a trace job comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Estimates {
+    /// The scheduler knows each run time exactly.
+    Exact,
+    /// The user's requested time (SWF field 9), the run time when missing.
+    Requested,
+}
+
+/// Turns SWF records into simulator jobs. The size is the requested processors
+/// (field 8), else the allocated ones (field 5); the job runs for field 4. Records
+/// without a usable size or run time (-1) are left out, whatever their status.
+pub fn from_swf(records: &[crate::swf::SwfJob], estimates: Estimates) -> Vec<SimJob> {
+    records
+        .iter()
+        .filter_map(|r| {
+            let size = if r.req_procs > 0 { r.req_procs } else { r.procs };
+            if size <= 0 || r.run < 0 || r.submit < 0 {
+                return None;
+            }
+            let estimate = match estimates {
+                Estimates::Requested if r.req_time > 0 => r.req_time,
+                _ => r.run,
+            };
+            Some(SimJob {
+                id: r.id,
+                submit: Time(r.submit),
+                run: Duration(r.run),
+                size: u32::try_from(size).ok()?,
+                estimate: Duration(estimate),
+            })
+        })
+        .collect()
+}
+
 enum Event {
     Arrive(usize),
     Finish(usize),

@@ -38,3 +38,29 @@ fn kth_round_trips_through_the_writer() {
     write(&swf, &mut out).unwrap();
     assert_eq!(read(out.as_slice(), false).unwrap(), swf);
 }
+
+/// KTH-SP2 under EASY with the users' estimates: every job runs once, never before
+/// it arrives, and the machine is never over-full.
+#[test]
+fn kth_under_easy_respects_arrival_and_capacity() {
+    use brokk_sim::cluster::{from_swf, simulate, Estimates, Policy};
+    let swf = read_path(&trace("KTH-SP2-1996-2.1-cln.swf.gz"), false).unwrap();
+    let jobs = from_swf(&swf.jobs, Estimates::Requested);
+    let procs = swf.max_procs().unwrap() as u32;
+    let out = simulate(procs, &jobs, Policy::Backfill { reservations: 1 });
+    let runnable = jobs.iter().filter(|j| j.size <= procs).count();
+    assert_eq!(out.len(), runnable);
+    let mut edges: Vec<(i64, i64)> = Vec::new();
+    for (o, j) in out.iter().zip(jobs.iter().filter(|j| j.size <= procs)) {
+        assert!(o.start >= o.submit, "job {} started before it arrived", o.id);
+        assert_eq!(o.end - o.start, j.run, "job {} did not run for its run time", o.id);
+        edges.push((o.start.0, i64::from(o.size)));
+        edges.push((o.end.0, -i64::from(o.size)));
+    }
+    edges.sort();
+    let mut used = 0;
+    for (_, d) in edges {
+        used += d;
+        assert!(used <= i64::from(procs), "over capacity");
+    }
+}
