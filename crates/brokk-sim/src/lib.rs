@@ -1,13 +1,14 @@
 //! Brokk's discrete-event simulator, which runs the same scheduling code as the
 //! service against simulated grids.
 //!
-//! So far: the event engine ([`engine`]) and the Standard Workload Format
-//! ([`swf`]). Workload models, site policies, platforms, metrics and
-//! experiments build on them.
+//! So far: the event engine ([`engine`]), the Standard Workload Format
+//! ([`swf`]), a cluster under FCFS or backfilling ([`cluster`]) and the seeds'
+//! metrics ([`metrics`]). Workload models, platforms and experiments come next.
 //!
 //! Architecture invariant: simulated time is an integer and the only clock;
 //! the same input and seed give the same output, byte for byte.
 
 pub mod cluster;
 pub mod engine;
+pub mod metrics;
 pub mod swf;
