@@ -2,7 +2,7 @@
 //! service against simulated grids.
 //!
 //! So far: the event engine ([`engine`]), the Standard Workload Format
-//! ([`swf`]), a cluster under FCFS or backfilling ([`cluster`]) and the seeds'
+//! ([`swf`]) and the Grid Workloads Archive format ([`gwf`]), a cluster under FCFS or backfilling ([`cluster`]) and the seeds'
 //! metrics ([`metrics`]). Workload models, platforms and experiments come next.
 //!
 //! Architecture invariant: simulated time is an integer and the only clock;
@@ -10,5 +10,6 @@
 
 pub mod cluster;
 pub mod engine;
+pub mod gwf;
 pub mod metrics;
 pub mod swf;
