@@ -9,12 +9,12 @@
 
 use std::collections::HashMap;
 
-use brokk_model::{Duration, EnvVar, InputFile, Job, Memory, MemoryScope, OutputFile, Time};
+use brokk_model::{Duration, EnvVar, Job, Memory, MemoryScope, OutputFile, Time};
 
 use crate::classad::{BinOp, Parser, Value};
 use crate::diag::Diagnostic;
 use crate::requirements::{atom, combine, lift, Atom};
-use crate::{Dropped, ParseError, Parsed, ReadOptions, Written};
+use crate::{sandbox_input, Dropped, ParseError, Parsed, ReadOptions, Written};
 
 /// Commands that are common and harmless for brokering; accepted without a warning.
 const HARMLESS: &[&str] = &[
@@ -450,7 +450,7 @@ fn make_job(
             .split(',')
             .map(str::trim)
             .filter(|s| !s.is_empty())
-            .map(input_file)
+            .map(sandbox_input)
             .collect();
     }
     if let Some((v, _)) = get("transfer_output_files") {
@@ -657,23 +657,6 @@ fn size(v: &str, bare_is_mib: bool) -> Option<u64> {
     Some(n.checked_mul(unit_kib)?.div_ceil(1024))
 }
 
-fn input_file(f: &str) -> InputFile {
-    if f.contains("://") {
-        let name = f.trim_end_matches('/').rsplit('/').next().unwrap_or(f).to_string();
-        InputFile {
-            name,
-            source: Some(f.to_string()),
-            size: None,
-        }
-    } else {
-        InputFile {
-            name: f.to_string(),
-            source: None,
-            size: None,
-        }
-    }
-}
-
 /// The new (double-quoted) or old argument syntax.
 fn arguments(v: &str) -> Option<Vec<String>> {
     match v.strip_prefix('"').and_then(|r| r.strip_suffix('"')) {
@@ -857,7 +840,7 @@ fn commands(job: &Job, d: &mut Dropped) -> Vec<(&'static str, String)> {
             .iter()
             .map(|f| match &f.source {
                 Some(s) => {
-                    if input_file(s).name != f.name {
+                    if sandbox_input(s).name != f.name {
                         d.note(format!(
                             "input_files: `{}` is renamed from its source, which HTCondor cannot do",
                             f.name
@@ -943,9 +926,7 @@ fn commands(job: &Job, d: &mut Dropped) -> Vec<(&'static str, String)> {
     if let Some(r) = &job.rank {
         c.push(("rank", r.clone()));
     }
-    if job.input_files.iter().any(|f| f.size.is_some()) || job.output_files.iter().any(|f| f.size_estimate.is_some()) {
-        d.note("file sizes: HTCondor cannot express them");
-    }
+    d.sizes("HTCondor", job);
     d.unsupported(
         "HTCondor",
         job,

@@ -5,12 +5,12 @@
 //! the model's fields; the rest is kept as an expression. `Parametric` jobs and
 //! `Collection`s expand into several jobs.
 
-use brokk_model::{Duration, EnvVar, InputFile, Job, Memory, MemoryScope, OutputFile};
+use brokk_model::{Duration, EnvVar, Job, Memory, MemoryScope, OutputFile};
 
 use crate::classad::{eval, BinOp, Entry, Env, Expr, Kind, Parser, Value};
 use crate::diag::Diagnostic;
 use crate::requirements::{atom, combine, lift, Atom};
-use crate::{shellwords, Dropped, ParseError, Parsed, Written};
+use crate::{sandbox_input, shellwords, Dropped, ParseError, Parsed, Written};
 
 const IGNORED: &[&str] = &[
     "retrycount",
@@ -236,7 +236,7 @@ fn read_job(src: &str, entries: &[&Entry], warnings: &mut Vec<Diagnostic>) -> Re
             "stderror" => job.stderr = Some(string()?),
             "inputsandbox" => {
                 for f in strings()? {
-                    job.input_files.push(input_file(f));
+                    job.input_files.push(sandbox_input(&f));
                 }
             }
             "outputsandbox" => sandbox_out = strings()?,
@@ -311,24 +311,6 @@ fn read_job(src: &str, entries: &[&Entry], warnings: &mut Vec<Diagnostic>) -> Re
             .collect();
     }
     Ok(job)
-}
-
-/// A sandbox entry: a URI is fetched from there, a plain path is uploaded by the client.
-fn input_file(f: String) -> InputFile {
-    if f.contains("://") {
-        let name = f.trim_end_matches('/').rsplit('/').next().unwrap_or(&f).to_string();
-        InputFile {
-            name,
-            source: Some(f),
-            size: None,
-        }
-    } else {
-        InputFile {
-            name: f,
-            source: None,
-            size: None,
-        }
-    }
 }
 
 fn requirements(src: &str, expr: &Expr, job: &mut Job) -> Option<String> {
@@ -422,7 +404,7 @@ fn body(job: &Job, d: &mut Dropped, ind: &str) -> String {
     if !job.input_files.is_empty() {
         let items = job.input_files.iter().map(|f| match &f.source {
             Some(src) => {
-                if input_file(src.clone()).name != f.name {
+                if sandbox_input(src).name != f.name {
                     d.note(format!(
                         "input_files: `{}` is renamed from its source, which the sandbox cannot do",
                         f.name
@@ -508,9 +490,7 @@ fn body(job: &Job, d: &mut Dropped, ind: &str) -> String {
     if let Some(r) = &job.rank {
         attr("Rank", r.clone());
     }
-    if job.input_files.iter().any(|f| f.size.is_some()) || job.output_files.iter().any(|f| f.size_estimate.is_some()) {
-        d.note("file sizes: JDL cannot express them");
-    }
+    d.sizes("JDL", job);
     d.unsupported(
         "JDL",
         job,

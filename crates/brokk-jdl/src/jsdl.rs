@@ -508,9 +508,7 @@ pub(crate) fn write(job: &Job) -> Written {
         x.push_str("    </jsdl:DataStaging>\n");
     }
     x.push_str("  </jsdl:JobDescription>\n</jsdl:JobDefinition>\n");
-    if job.input_files.iter().any(|f| f.size.is_some()) || job.output_files.iter().any(|f| f.size_estimate.is_some()) {
-        d.note("file sizes: JSDL cannot express them");
-    }
+    d.sizes("JSDL", job);
     d.unsupported(
         "JSDL",
         job,

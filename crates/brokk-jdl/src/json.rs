@@ -9,19 +9,19 @@ use crate::{ParseError, Parsed, Written};
 pub(crate) fn read(src: &str) -> Result<Parsed, ParseError> {
     // Parse to a value first so that a structural error is reported where it is,
     // then map to jobs so that a field error names the field.
-    let value: serde_json::Value = serde_json::from_str(src).map_err(|e| diag(src, &e))?;
+    let value: serde_json::Value = serde_json::from_str(src).map_err(|e| diag(&e))?;
     let jobs = match value {
         serde_json::Value::Array(_) => serde_json::from_str::<Vec<Job>>(src),
         _ => serde_json::from_str::<Job>(src).map(|j| vec![j]),
     }
-    .map_err(|e| diag(src, &e))?;
+    .map_err(|e| diag(&e))?;
     Ok(Parsed {
         jobs,
         warnings: Vec::new(),
     })
 }
 
-fn diag(_src: &str, e: &serde_json::Error) -> ParseError {
+fn diag(e: &serde_json::Error) -> ParseError {
     let msg = e.to_string();
     // serde_json appends " at line L column C"; the diagnostic carries those itself.
     let message = msg

@@ -224,8 +224,33 @@ impl Dropped {
         }
     }
 
+    /// Notes that file sizes are lost, when the job has any.
+    pub fn sizes(&mut self, format: &str, job: &Job) {
+        if job.input_files.iter().any(|f| f.size.is_some())
+            || job.output_files.iter().any(|f| f.size_estimate.is_some())
+        {
+            self.note(format!("file sizes: {format} cannot express them"));
+        }
+    }
+
     pub fn finish(self, text: String) -> Written {
         Written { text, dropped: self.0 }
+    }
+}
+
+/// An input-sandbox entry (JDL `InputSandbox`, HTCondor `transfer_input_files`): a
+/// URL is fetched from there under its last path segment, a plain path is uploaded
+/// by the client under that path.
+pub(crate) fn sandbox_input(entry: &str) -> brokk_model::InputFile {
+    let source = entry.contains("://").then(|| entry.to_string());
+    let name = match &source {
+        Some(url) => url.trim_end_matches('/').rsplit('/').next().unwrap_or(url).to_string(),
+        None => entry.to_string(),
+    };
+    brokk_model::InputFile {
+        name,
+        source,
+        size: None,
     }
 }
 

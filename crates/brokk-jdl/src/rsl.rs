@@ -214,9 +214,7 @@ fn write_job(job: &Job, dropped: &mut Dropped) -> String {
     if !stage_out.is_empty() {
         rel("file_stage_out", stage_out.join(""));
     }
-    if job.input_files.iter().any(|f| f.size.is_some()) || job.output_files.iter().any(|f| f.size_estimate.is_some()) {
-        dropped.note("file sizes: RSL cannot express them");
-    }
+    dropped.sizes("RSL", job);
     dropped.unsupported(
         "RSL",
         job,
