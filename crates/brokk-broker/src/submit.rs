@@ -72,33 +72,32 @@ pub fn submit(
 ) -> Result<Submission, SubmitError> {
     validate(job).map_err(SubmitError::Invalid)?;
     let mut failed = Vec::new();
+    // The information of each site that answered, and which site it came from.
     let mut infos = Vec::new();
-    for s in sites.iter() {
+    let mut site_of = Vec::new();
+    for (k, s) in sites.iter().enumerate() {
         match s.info() {
-            Ok(i) => infos.push(i),
+            Ok(i) => {
+                infos.push(i);
+                site_of.push(k);
+            }
             Err(e) => failed.push((s.endpoint().to_string(), e)),
         }
     }
     let ranking = rank(job, prefs, &infos, now, opts.predictor);
-    let mut candidates: Vec<(String, Prediction, Option<ReservationId>)> = ranking
+    // (index into `infos`, prediction, reservation held there)
+    let mut candidates: Vec<(usize, Prediction, Option<ReservationId>)> = ranking
         .ranked
         .into_iter()
-        .map(|r| (infos[r.index].endpoint.clone(), r.prediction, None))
+        .map(|r| (r.index, r.prediction, None))
         .collect();
 
     if opts.reserve_top_k > 0 && prefs.use_reservations != Some(false) {
         let selector = selector_for(prefs.objective());
-        for (endpoint, prediction, reservation) in candidates.iter_mut().take(opts.reserve_top_k) {
-            let Some(info) = infos
-                .iter()
-                .find(|i| i.endpoint == *endpoint)
-                .filter(|i| i.reservations)
-            else {
+        for (info, prediction, reservation) in candidates.iter_mut().take(opts.reserve_top_k) {
+            if !infos[*info].reservations {
                 continue;
-            };
-            let Some(site) = sites.iter_mut().find(|s| s.endpoint() == endpoint.as_str()) else {
-                continue;
-            };
+            }
             let earliest = now + prediction.stage_in.unwrap_or(Duration::ZERO);
             let req = Request {
                 amount: job.cpus.unwrap_or(1),
@@ -109,56 +108,47 @@ pub fn submit(
             };
             // Two-phase: a preliminary hold that the submission commits and that lapses if the broker dies.
             let hold = Some(now + Duration::minutes(10));
-            if let Ok(Reply::Granted { id, start }) = site.reserve(owner, &req, hold) {
+            if let Ok(Reply::Granted { id, start }) = sites[site_of[*info]].reserve(owner, &req, hold) {
                 *reservation = Some(id);
-                *prediction = opts.predictor.predict(job, prefs, info, Some(start), now);
+                *prediction = opts.predictor.predict(job, prefs, &infos[*info], Some(start), now);
             }
         }
         candidates.sort_by(|a, b| {
             selector
                 .score(&a.1)
                 .cmp(&selector.score(&b.1))
-                .then_with(|| a.0.cmp(&b.0))
+                .then_with(|| infos[a.0].endpoint.cmp(&infos[b.0].endpoint))
         });
     }
 
     let mut chosen = None;
-    for (i, (endpoint, prediction, reservation)) in candidates.iter().enumerate() {
-        let Some(site) = sites.iter_mut().find(|s| s.endpoint() == endpoint.as_str()) else {
-            continue;
-        };
+    for (i, (info, prediction, reservation)) in candidates.iter().enumerate() {
         // Request the predicted (conservative) execution time as the job's wall time.
         let mut to_send = job.clone();
         if let Some(w) = prediction.requested_wall_time {
             to_send.wall_time = Some(w);
         }
-        match site.submit(owner, &to_send, *reservation) {
+        match sites[site_of[*info]].submit(owner, &to_send, *reservation) {
             Ok(handle) => {
                 chosen = Some((i, handle));
                 break;
             }
-            Err(e) => failed.push((endpoint.clone(), e)),
+            Err(e) => failed.push((infos[*info].endpoint.clone(), e)),
         }
     }
 
     // Step 14: release every reservation that the job does not use.
-    for (i, (endpoint, _, reservation)) in candidates.iter().enumerate() {
-        if chosen.as_ref().is_some_and(|(c, _)| *c == i) {
-            continue;
-        }
-        if let (Some(id), Some(site)) = (
-            reservation,
-            sites.iter_mut().find(|s| s.endpoint() == endpoint.as_str()),
-        ) {
-            let _ = site.cancel(owner, *id);
+    for (i, (info, _, reservation)) in candidates.iter().enumerate() {
+        if let (Some(id), false) = (reservation, chosen.as_ref().is_some_and(|(c, _)| *c == i)) {
+            let _ = sites[site_of[*info]].cancel(owner, *id);
         }
     }
 
     match chosen {
         Some((i, handle)) => {
-            let (endpoint, prediction, reservation) = candidates.swap_remove(i);
+            let (info, prediction, reservation) = candidates.swap_remove(i);
             Ok(Submission {
-                endpoint,
+                endpoint: infos[info].endpoint.clone(),
                 handle,
                 reservation,
                 prediction,
