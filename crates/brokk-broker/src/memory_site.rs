@@ -142,9 +142,10 @@ impl Site for MemorySite {
         };
         info.estimated_wait = self
             .planner
-            .probe(&probe, 1)
+            .earliest_start(&probe)
             .ok()
-            .and_then(|c| c.first().map(|c| c.start - self.now));
+            .flatten()
+            .map(|start| start - self.now);
         info.reservations = true;
         Ok(info)
     }

@@ -125,6 +125,16 @@ impl<P: Profile> Planner<P> {
         id
     }
 
+    /// The earliest start of `req` inside its window, without reserving or rating
+    /// anything; `Ok(None)` when it does not fit there.
+    pub fn earliest_start(&self, req: &Request) -> Result<Option<Time>, NeverReason> {
+        let (amount, d, e, l) = (req.amount, req.duration.0, req.earliest.0, req.latest.0);
+        if let Some(r) = self.never(amount, d, e, l) {
+            return Err(r);
+        }
+        Ok(self.fit(amount, d, e, l).map(Time))
+    }
+
     /// Up to `k` non-binding candidates: the earliest fit first, then starts spread
     /// over the window, the latest fit last, each rated by the fragmentation it
     /// would leave around itself.
