@@ -13,6 +13,7 @@ fn jobs(spec: &[(i64, i64, u32)]) -> Vec<SimJob> {
             run: Duration(r),
             size: n,
             estimate: Duration(r),
+            ..SimJob::default()
         })
         .collect()
 }
@@ -74,4 +75,51 @@ fn conservative_protects_every_queued_job_where_easy_protects_only_the_head() {
 fn jobs_larger_than_the_machine_are_left_out() {
     let js = jobs(&[(0, 5, 12), (0, 5, 2)]);
     assert_eq!(schedule(10, &js, Policy::Fcfs), vec![(2, 0, 5)]);
+}
+
+mod fast_path {
+    use super::*;
+    use brokk_sim::cluster::simulate_on_profile;
+    use proptest::prelude::*;
+
+    /// (gap to previous arrival, run, size, estimate) on a 16-processor machine;
+    /// estimates may be shorter than run times, as users' requests often are.
+    fn workload() -> impl Strategy<Value = Vec<SimJob>> {
+        prop::collection::vec((0i64..20, 0i64..60, 1u32..=16, 0i64..80), 1..60).prop_map(|spec| {
+            let mut t = 0;
+            spec.into_iter()
+                .enumerate()
+                .map(|(i, (gap, run, size, est))| {
+                    t += gap;
+                    SimJob {
+                        id: i as i64,
+                        submit: Time(t),
+                        run: Duration(run),
+                        size,
+                        estimate: Duration(est),
+                        ..SimJob::default()
+                    }
+                })
+                .collect()
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(cases(300)))]
+
+        /// The shadow-time walk gives exactly the planner profile's schedule.
+        #[test]
+        fn easy_and_unprotected_backfilling_match_the_profile(js in workload()) {
+            for policy in [Policy::EASY, Policy::Backfill { reservations: 0 }] {
+                prop_assert_eq!(simulate(16, &js, policy), simulate_on_profile(16, &js, policy));
+            }
+        }
+    }
+
+    fn cases(default: u32) -> u32 {
+        std::env::var("PROPTEST_CASES")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
+    }
 }
