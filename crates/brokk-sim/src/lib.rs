@@ -11,5 +11,6 @@
 pub mod cluster;
 pub mod engine;
 pub mod gwf;
+pub mod lublin;
 pub mod metrics;
 pub mod swf;
