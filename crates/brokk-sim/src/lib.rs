@@ -13,4 +13,6 @@ pub mod engine;
 pub mod gwf;
 pub mod lublin;
 pub mod metrics;
+pub mod platform;
 pub mod swf;
+pub mod transform;

@@ -1,5 +1,7 @@
 //! The seeds' metrics over simulated outcomes: wait, response, slowdown, bounded
-//! slowdown (threshold 10 s by default, seed 002), utilization and makespan.
+//! slowdown (threshold 10 s by default, seed 002), utilization, makespan,
+//! goodput and the percentage of finished jobs (seed 001), with or without
+//! seed 001's steady-state cut at the last arrival.
 
 use brokk_model::{Duration, Time};
 
@@ -33,11 +35,27 @@ pub fn job(o: &Outcome, bound: Duration) -> JobMetrics {
     }
 }
 
-/// Averages and totals over a set of outcomes on `procs` processors.
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// Where the measured period ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Horizon {
+    /// Seed 001's steady-state rule: stop at the last arrival, so jobs still
+    /// queued or running then do not finish.
+    SteadyState,
+    /// Run until every job has finished (the cool-down included).
+    #[default]
+    CoolDown,
+}
+
+/// Averages and totals over a set of outcomes.
+#[derive(Debug, Clone, Copy, PartialEq, Default, serde::Serialize)]
 pub struct Summary {
-    /// Jobs counted.
-    pub jobs: usize,
+    /// Jobs submitted (routed here, whether or not they ran).
+    pub submitted: usize,
+    /// Jobs that finished within the horizon; the averages are over these.
+    pub finished: usize,
+    /// Finished jobs as a percentage of submitted ones (seed 001's JF%).
+    pub finished_pct: f64,
     /// Mean wait in seconds.
     pub mean_wait: f64,
     /// Mean response in seconds.
@@ -46,44 +64,53 @@ pub struct Summary {
     pub mean_slowdown: f64,
     /// Mean bounded slowdown.
     pub mean_bounded_slowdown: f64,
-    /// First arrival to last end.
-    pub makespan: Duration,
-    /// Processor-seconds used over processors times makespan.
+    /// Processor-seconds of the finished jobs (seed 001's goodput).
+    pub goodput: f64,
+    /// First arrival to the end of the measured period, seconds.
+    pub makespan: i64,
+    /// Processor-seconds used within the measured period over processors
+    /// times its length.
     pub utilization: f64,
 }
 
-/// Summarises `outcomes` run on `procs` processors.
-pub fn summary(outcomes: &[Outcome], procs: u32, bound: Duration) -> Summary {
-    let n = outcomes.len();
-    if n == 0 || procs == 0 {
-        return Summary {
-            jobs: 0,
-            mean_wait: 0.0,
-            mean_response: 0.0,
-            mean_slowdown: 0.0,
-            mean_bounded_slowdown: 0.0,
-            makespan: Duration::ZERO,
-            utilization: 0.0,
-        };
-    }
-    let per: Vec<JobMetrics> = outcomes.iter().map(|o| job(o, bound)).collect();
-    let mean = |f: &dyn Fn(&JobMetrics) -> f64| per.iter().map(f).sum::<f64>() / n as f64;
+/// Summarises `outcomes` of `submitted` jobs run on `procs` processors. With
+/// `cut` (the steady-state rule's last arrival) only jobs ending by it count as
+/// finished and utilization counts work up to it.
+pub fn summary(outcomes: &[Outcome], submitted: usize, procs: u32, cut: Option<Time>, bound: Duration) -> Summary {
+    let finished: Vec<&Outcome> = outcomes.iter().filter(|o| cut.is_none_or(|c| o.end <= c)).collect();
+    let n = finished.len();
     let first = outcomes.iter().map(|o| o.submit).min().unwrap_or(Time::EPOCH);
-    let last = outcomes.iter().map(|o| o.end).max().unwrap_or(Time::EPOCH);
-    let makespan = last - first;
-    let work: f64 = outcomes
-        .iter()
-        .map(|o| (o.end - o.start).0 as f64 * f64::from(o.size))
-        .sum();
+    let last = match cut {
+        Some(c) => c,
+        None => outcomes.iter().map(|o| o.end).max().unwrap_or(first),
+    };
+    let per: Vec<JobMetrics> = finished.iter().map(|o| job(o, bound)).collect();
+    let mean = |f: &dyn Fn(&JobMetrics) -> f64| {
+        if n == 0 {
+            0.0
+        } else {
+            per.iter().map(f).sum::<f64>() / n as f64
+        }
+    };
+    let work_until = |o: &Outcome, end: Time| (o.end.min(end) - o.start).0.max(0) as f64 * f64::from(o.size);
+    let used: f64 = outcomes.iter().map(|o| work_until(o, last)).sum();
+    let makespan = (last - first).0.max(0);
     Summary {
-        jobs: n,
+        submitted,
+        finished: n,
+        finished_pct: if submitted > 0 {
+            100.0 * n as f64 / submitted as f64
+        } else {
+            0.0
+        },
         mean_wait: mean(&|m| m.wait.0 as f64),
         mean_response: mean(&|m| m.response.0 as f64),
         mean_slowdown: mean(&|m| m.slowdown),
         mean_bounded_slowdown: mean(&|m| m.bounded_slowdown),
+        goodput: finished.iter().map(|o| work_until(o, o.end)).sum(),
         makespan,
-        utilization: if makespan.0 > 0 {
-            work / (makespan.0 as f64 * f64::from(procs))
+        utilization: if makespan > 0 && procs > 0 {
+            used / (makespan as f64 * f64::from(procs))
         } else {
             0.0
         },
@@ -118,10 +145,32 @@ mod tests {
     #[test]
     fn summary_of_a_small_schedule() {
         // 10 processors: 6 busy for [0, 10) and 4 busy for [5, 20); makespan 20.
-        let s = summary(&[o(0, 0, 10, 6), o(0, 5, 20, 4)], 10, DEFAULT_BOUND);
-        assert_eq!(s.makespan, Duration(20));
+        let s = summary(&[o(0, 0, 10, 6), o(0, 5, 20, 4)], 3, 10, None, DEFAULT_BOUND);
+        assert_eq!(s.makespan, 20);
         assert!((s.utilization - (60.0 + 60.0) / 200.0).abs() < 1e-12);
         assert_eq!(s.mean_wait, 2.5);
         assert_eq!(s.mean_response, 15.0);
+        assert_eq!(s.goodput, 120.0);
+        // One of three submitted jobs never ran.
+        assert_eq!((s.finished, s.submitted), (2, 3));
+        assert!((s.finished_pct - 200.0 / 3.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn the_steady_state_rule_stops_at_the_last_arrival() {
+        // Last arrival at 12: the second job (ending at 20) has not finished.
+        let s = summary(
+            &[o(0, 0, 10, 6), o(12, 12, 20, 4)],
+            2,
+            10,
+            Some(Time(12)),
+            DEFAULT_BOUND,
+        );
+        assert_eq!((s.finished, s.finished_pct), (1, 50.0));
+        assert_eq!(s.goodput, 60.0);
+        assert_eq!(s.makespan, 12);
+        // 60 processor-seconds by the first job, none yet by the second.
+        assert!((s.utilization - 60.0 / 120.0).abs() < 1e-12);
+        assert_eq!(s.mean_wait, 0.0);
     }
 }

@@ -88,6 +88,23 @@ impl Swf {
         })
     }
 
+    /// The header's `Partition: N name` lines, as (number, name).
+    pub fn partitions(&self) -> Vec<(i64, String)> {
+        self.header
+            .iter()
+            .filter_map(|l| {
+                let body = l.trim_start().trim_start_matches(';').trim();
+                let (k, v) = body.split_once(':')?;
+                if !k.trim().eq_ignore_ascii_case("Partition") {
+                    return None;
+                }
+                let mut parts = v.split_whitespace();
+                let n = parts.next()?.parse().ok()?;
+                Some((n, parts.collect::<Vec<_>>().join(" ")))
+            })
+            .collect()
+    }
+
     /// The machine size the header declares (`MaxProcs`, else `MaxNodes`).
     pub fn max_procs(&self) -> Option<i64> {
         self.header_value("MaxProcs")

@@ -1,0 +1,228 @@
+//! Platforms of several clusters and the rule that routes each job to one:
+//! by the trace's partition field (independent clusters, seed 001's `sep-c`),
+//! round robin, or uniformly at random from a seed. Each cluster then runs its
+//! own local policy on the jobs it received.
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use crate::cluster::{simulate, Outcome, Policy, SimJob};
+use crate::swf::SwfJob;
+
+/// One cluster of a platform.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterSpec {
+    /// Name, for reports.
+    pub name: String,
+    /// Processors.
+    pub procs: u32,
+    /// Trace partitions routed here by [`Routing::Partition`].
+    pub partitions: Vec<i64>,
+}
+
+/// How jobs are spread over clusters. Only clusters large enough for a job are
+/// candidates; a job with none is counted as unrouted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Routing {
+    /// The cluster listing the job's partition.
+    Partition,
+    /// The next cluster after the last one used that is large enough.
+    RoundRobin,
+    /// A candidate drawn uniformly, from this seed.
+    Random(u64),
+}
+
+/// One cluster's share of a platform run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClusterRun {
+    /// The cluster.
+    pub spec: ClusterSpec,
+    /// Jobs routed here.
+    pub submitted: usize,
+    /// When they ran, in job order.
+    pub outcomes: Vec<Outcome>,
+}
+
+/// A whole platform run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlatformRun {
+    /// Per cluster, in the platform's order.
+    pub clusters: Vec<ClusterRun>,
+    /// Jobs no cluster could take.
+    pub unrouted: usize,
+}
+
+/// Routes `jobs` over `clusters` and simulates each cluster under `policy`.
+pub fn simulate_platform(clusters: &[ClusterSpec], jobs: &[SimJob], routing: Routing, policy: Policy) -> PlatformRun {
+    let mut shares: Vec<Vec<SimJob>> = vec![Vec::new(); clusters.len()];
+    let mut unrouted = 0;
+    let mut turn = 0usize;
+    let mut rng = ChaCha8Rng::seed_from_u64(match routing {
+        Routing::Random(seed) => seed,
+        _ => 0,
+    });
+    let by_partition: std::collections::HashMap<i64, usize> = clusters
+        .iter()
+        .enumerate()
+        .flat_map(|(c, s)| s.partitions.iter().map(move |&p| (p, c)))
+        .collect();
+    let mut candidates = Vec::with_capacity(clusters.len());
+    for j in jobs {
+        let target = match routing {
+            Routing::Partition => by_partition
+                .get(&j.partition)
+                .copied()
+                .filter(|&c| clusters[c].procs >= j.size),
+            Routing::RoundRobin => {
+                let n = clusters.len();
+                let c = (0..n).map(|k| (turn + k) % n).find(|&c| clusters[c].procs >= j.size);
+                if let Some(c) = c {
+                    turn = c + 1;
+                }
+                c
+            }
+            Routing::Random(_) => {
+                candidates.clear();
+                candidates.extend((0..clusters.len()).filter(|&c| clusters[c].procs >= j.size));
+                (!candidates.is_empty()).then(|| candidates[rng.gen_range(0..candidates.len())])
+            }
+        };
+        match target {
+            Some(c) => shares[c].push(*j),
+            None => unrouted += 1,
+        }
+    }
+    PlatformRun {
+        clusters: clusters
+            .iter()
+            .zip(shares)
+            .map(|(spec, share)| ClusterRun {
+                outcomes: simulate(spec.procs, &share, policy),
+                submitted: share.len(),
+                spec: spec.clone(),
+            })
+            .collect(),
+        unrouted,
+    }
+}
+
+/// One cluster per partition of a grid trace, named from the header's
+/// `Partition:` lines. Such traces do not record cluster sizes, so each
+/// cluster gets the most processors its partition's jobs used at once in the
+/// log (from their recorded start, submit + wait, and run time), at least the
+/// largest job routed there.
+pub fn clusters_from_partitions(header_partitions: &[(i64, String)], jobs: &[SwfJob]) -> Vec<ClusterSpec> {
+    let mut edges: std::collections::BTreeMap<i64, Vec<(i64, i64)>> = std::collections::BTreeMap::new();
+    let mut largest: std::collections::BTreeMap<i64, i64> = std::collections::BTreeMap::new();
+    for j in jobs {
+        let size = if j.req_procs > 0 { j.req_procs } else { j.procs };
+        if size <= 0 {
+            continue;
+        }
+        let l = largest.entry(j.partition).or_insert(0);
+        *l = (*l).max(size);
+        if j.wait >= 0 && j.run > 0 {
+            let start = j.submit + j.wait;
+            let e = edges.entry(j.partition).or_default();
+            e.push((start + j.run, -size));
+            e.push((start, size));
+        }
+    }
+    let name_of = |p: i64| {
+        header_partitions
+            .iter()
+            .find(|(n, _)| *n == p)
+            .map_or_else(|| format!("partition-{p}"), |(_, name)| name.clone())
+    };
+    largest
+        .iter()
+        .map(|(&p, &big)| {
+            let mut peak = 0;
+            if let Some(e) = edges.get_mut(&p) {
+                // Ends sort before starts at the same second: -size < size.
+                e.sort_unstable();
+                let mut used = 0;
+                for &(_, d) in e.iter() {
+                    used += d;
+                    peak = peak.max(used);
+                }
+            }
+            ClusterSpec {
+                name: name_of(p),
+                procs: u32::try_from(peak.max(big)).unwrap_or(u32::MAX),
+                partitions: vec![p],
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use brokk_model::{Duration, Time};
+
+    fn job(id: i64, size: u32, partition: i64) -> SimJob {
+        SimJob {
+            id,
+            submit: Time(id),
+            run: Duration(10),
+            size,
+            estimate: Duration(10),
+            partition,
+            user: -1,
+        }
+    }
+
+    fn spec(name: &str, procs: u32, partitions: Vec<i64>) -> ClusterSpec {
+        ClusterSpec {
+            name: name.into(),
+            procs,
+            partitions,
+        }
+    }
+
+    #[test]
+    fn partition_routing_keeps_clusters_independent() {
+        let cs = [spec("a", 4, vec![1]), spec("b", 8, vec![2, 3])];
+        let js = [job(1, 2, 1), job(2, 8, 3), job(3, 8, 1), job(4, 1, 9)];
+        let run = simulate_platform(&cs, &js, Routing::Partition, Policy::Fcfs);
+        let ids = |c: usize| run.clusters[c].outcomes.iter().map(|o| o.id).collect::<Vec<_>>();
+        assert_eq!((ids(0), ids(1)), (vec![1], vec![2]));
+        // Job 3 is too large for its partition's cluster; job 4's partition has none.
+        assert_eq!(run.unrouted, 2);
+    }
+
+    #[test]
+    fn round_robin_skips_clusters_too_small() {
+        let cs = [spec("a", 2, vec![]), spec("b", 8, vec![])];
+        let js = [job(1, 1, -1), job(2, 1, -1), job(3, 4, -1), job(4, 1, -1)];
+        let run = simulate_platform(&cs, &js, Routing::RoundRobin, Policy::Fcfs);
+        let counts: Vec<usize> = run.clusters.iter().map(|c| c.submitted).collect();
+        assert_eq!(counts, vec![2, 2]);
+        let random = |seed| simulate_platform(&cs, &js, Routing::Random(seed), Policy::Fcfs);
+        assert_eq!(random(5), random(5));
+    }
+
+    #[test]
+    fn partition_clusters_are_sized_by_their_peak_use() {
+        let rec = |submit, wait, run, procs, partition| SwfJob {
+            submit,
+            wait,
+            run,
+            procs,
+            req_procs: -1,
+            partition,
+            ..SwfJob::default()
+        };
+        // Partition 1: [0,10) x2 and [5,15) x3 overlap (5); [10,20) x1 starts as
+        // the first ends. Partition 2: one job of 7 that never ran.
+        let jobs = [
+            rec(0, 0, 10, 2, 1),
+            rec(0, 5, 10, 3, 1),
+            rec(10, 0, 10, 1, 1),
+            rec(0, -1, -1, 7, 2),
+        ];
+        let cs = clusters_from_partitions(&[(1, "alpha".into())], &jobs);
+        assert_eq!(cs, vec![spec("alpha", 5, vec![1]), spec("partition-2", 7, vec![2])]);
+    }
+}
