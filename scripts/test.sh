@@ -22,4 +22,7 @@ cargo test --locked --workspace --doc
 echo "== ClassAd cross-check against HTCondor's own evaluator"
 scripts/classad-crosscheck.sh
 
+echo "== simulator cross-check against AccaSim"
+scripts/accasim-crosscheck.sh
+
 echo "== all tests passed"

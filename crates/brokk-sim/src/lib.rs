@@ -10,9 +10,11 @@
 
 pub mod cluster;
 pub mod engine;
+pub mod experiment;
 pub mod gwf;
 pub mod lublin;
 pub mod metrics;
 pub mod platform;
+pub mod report;
 pub mod swf;
 pub mod transform;

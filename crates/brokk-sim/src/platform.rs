@@ -108,49 +108,71 @@ pub fn simulate_platform(clusters: &[ClusterSpec], jobs: &[SimJob], routing: Rou
 
 /// One cluster per partition of a grid trace, named from the header's
 /// `Partition:` lines. Such traces do not record cluster sizes, so each
-/// cluster gets the most processors its partition's jobs used at once in the
-/// log (from their recorded start, submit + wait, and run time), at least the
-/// largest job routed there.
-pub fn clusters_from_partitions(header_partitions: &[(i64, String)], jobs: &[SwfJob]) -> Vec<ClusterSpec> {
-    let mut edges: std::collections::BTreeMap<i64, Vec<(i64, i64)>> = std::collections::BTreeMap::new();
-    let mut largest: std::collections::BTreeMap<i64, i64> = std::collections::BTreeMap::new();
+/// cluster gets, at least the largest job routed there:
+/// - the most processors its partition's jobs used at once in the log, from
+///   their recorded start (submit + wait) and run time, when waits are
+///   recorded;
+/// - otherwise its share of `max_procs` (the header's MaxProcs) in proportion
+///   to its share of the trace's work (processors x run time), which gives
+///   every cluster the trace's overall offered load;
+/// - otherwise the most processors its jobs would use at once had none waited.
+pub fn clusters_from_partitions(
+    header_partitions: &[(i64, String)],
+    jobs: &[SwfJob],
+    max_procs: Option<i64>,
+) -> Vec<ClusterSpec> {
+    #[derive(Default)]
+    struct Part {
+        edges: Vec<(i64, i64)>,
+        largest: i64,
+        work: f64,
+        waits_recorded: bool,
+    }
+    let mut parts: std::collections::BTreeMap<i64, Part> = std::collections::BTreeMap::new();
     for j in jobs {
         let size = if j.req_procs > 0 { j.req_procs } else { j.procs };
         if size <= 0 {
             continue;
         }
-        let l = largest.entry(j.partition).or_insert(0);
-        *l = (*l).max(size);
-        if j.wait >= 0 && j.run > 0 {
-            let start = j.submit + j.wait;
-            let e = edges.entry(j.partition).or_default();
-            e.push((start + j.run, -size));
-            e.push((start, size));
+        let p = parts.entry(j.partition).or_default();
+        p.largest = p.largest.max(size);
+        if j.run > 0 {
+            p.work += size as f64 * j.run as f64;
+            p.waits_recorded |= j.wait >= 0;
+            let start = j.submit + j.wait.max(0);
+            p.edges.push((start + j.run, -size));
+            p.edges.push((start, size));
         }
     }
-    let name_of = |p: i64| {
+    let total_work: f64 = parts.values().map(|p| p.work).sum();
+    let name_of = |n: i64| {
         header_partitions
             .iter()
-            .find(|(n, _)| *n == p)
-            .map_or_else(|| format!("partition-{p}"), |(_, name)| name.clone())
+            .find(|(k, _)| *k == n)
+            .map_or_else(|| format!("partition-{n}"), |(_, name)| name.clone())
     };
-    largest
-        .iter()
-        .map(|(&p, &big)| {
-            let mut peak = 0;
-            if let Some(e) = edges.get_mut(&p) {
-                // Ends sort before starts at the same second: -size < size.
-                e.sort_unstable();
-                let mut used = 0;
-                for &(_, d) in e.iter() {
-                    used += d;
-                    peak = peak.max(used);
+    parts
+        .into_iter()
+        .map(|(n, mut p)| {
+            let size = match max_procs {
+                Some(total) if !p.waits_recorded && total_work > 0.0 => {
+                    (total as f64 * p.work / total_work).round() as i64
                 }
-            }
+                _ => {
+                    // Ends sort before starts at the same second: -size < size.
+                    p.edges.sort_unstable();
+                    let (mut used, mut peak) = (0, 0);
+                    for &(_, d) in &p.edges {
+                        used += d;
+                        peak = peak.max(used);
+                    }
+                    peak
+                }
+            };
             ClusterSpec {
-                name: name_of(p),
-                procs: u32::try_from(peak.max(big)).unwrap_or(u32::MAX),
-                partitions: vec![p],
+                name: name_of(n),
+                procs: u32::try_from(size.max(p.largest)).unwrap_or(u32::MAX),
+                partitions: vec![n],
             }
         })
         .collect()
@@ -222,7 +244,17 @@ mod tests {
             rec(10, 0, 10, 1, 1),
             rec(0, -1, -1, 7, 2),
         ];
-        let cs = clusters_from_partitions(&[(1, "alpha".into())], &jobs);
+        let cs = clusters_from_partitions(&[(1, "alpha".into())], &jobs, None);
         assert_eq!(cs, vec![spec("alpha", 5, vec![1]), spec("partition-2", 7, vec![2])]);
+        // Without waits, MaxProcs is shared by work: 300 and 100 processor-seconds.
+        let jobs = [rec(0, -1, 100, 3, 1), rec(0, -1, 100, 1, 2), rec(5, -1, 0, 2, 2)];
+        let cs = clusters_from_partitions(&[], &jobs, Some(40));
+        assert_eq!(
+            cs,
+            vec![spec("partition-1", 30, vec![1]), spec("partition-2", 10, vec![2])]
+        );
+        // Without MaxProcs either: the peak had no job waited.
+        let cs = clusters_from_partitions(&[], &jobs, None);
+        assert_eq!(cs[0].procs, 3);
     }
 }

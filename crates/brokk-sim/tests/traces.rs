@@ -64,3 +64,16 @@ fn kth_under_easy_respects_arrival_and_capacity() {
         assert!(used <= i64::from(procs), "over capacity");
     }
 }
+
+/// On a real trace, with users' estimates (often far above the run time), the
+/// fast EASY path gives exactly the planner profile's schedule.
+#[test]
+fn kth_easy_fast_path_matches_the_profile() {
+    use brokk_sim::cluster::{from_swf, simulate, simulate_on_profile, Estimates, Policy};
+    let swf = read_path(&trace("KTH-SP2-1996-2.1-cln.swf.gz"), false).unwrap();
+    let jobs = from_swf(&swf.jobs, Estimates::Requested);
+    assert_eq!(
+        simulate(100, &jobs, Policy::EASY),
+        simulate_on_profile(100, &jobs, Policy::EASY)
+    );
+}

@@ -22,6 +22,8 @@ enum Command {
     Validate(commands::validate::Args),
     /// Measure Brokk's components against baselines run alongside.
     Bench(commands::bench::Args),
+    /// Run scheduling experiments on the simulator.
+    Sim(commands::sim::Args),
 }
 
 fn main() -> ExitCode {
@@ -34,6 +36,7 @@ fn main() -> ExitCode {
         Command::Translate(a) => commands::translate::run(a),
         Command::Validate(a) => commands::validate::run(a),
         Command::Bench(a) => commands::bench::run(a),
+        Command::Sim(a) => commands::sim::run(a),
     };
     match result {
         Ok(code) => code,

@@ -89,3 +89,40 @@ fn an_unknown_format_is_a_usage_error() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8(out.stderr).unwrap().contains("unknown format `pbs`"));
 }
+
+#[test]
+fn sim_run_writes_its_reports_and_prints_json() {
+    let out = std::env::temp_dir().join(format!("brokk-cli-sim-{}", std::process::id()));
+    let o = brokk(
+        &[
+            "sim",
+            "run",
+            "examples/experiments/kth-sp2.toml",
+            "--json",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        None,
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let points = v["points"].as_array().unwrap();
+    assert_eq!(points.len(), 3);
+    assert_eq!(points[0]["policy"], "fcfs");
+    assert_eq!(points[1]["overall"]["submitted"], 27_992);
+    // EASY waits far less than FCFS on KTH-SP2.
+    let wait = |i: usize| points[i]["overall"]["mean_wait"].as_f64().unwrap();
+    assert!(wait(1) * 10.0 < wait(0));
+    for f in ["jobs.csv", "summary.json", "utilization.svg", "wait-cdf.svg"] {
+        assert!(out.join(f).exists(), "{f}");
+    }
+    std::fs::remove_dir_all(&out).unwrap();
+    // A broken experiment is an error naming the file and the line.
+    let bad = std::env::temp_dir().join(format!("brokk-cli-bad-{}.toml", std::process::id()));
+    std::fs::write(&bad, "name = \"x\"\npolicies = 3\n").unwrap();
+    let o = brokk(&["sim", "run", bad.to_str().unwrap()], None);
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("line 2"), "{err}");
+    std::fs::remove_file(&bad).unwrap();
+}

@@ -22,6 +22,8 @@ pub struct Args {
 enum What {
     /// The reservation planner: free list against the slotted baseline.
     Planner(PlannerArgs),
+    /// The simulator on real traces, against AccaSim run on the same trace.
+    Sim(super::bench_sim::SimArgs),
 }
 
 #[derive(clap::Args)]
@@ -47,6 +49,7 @@ struct PlannerArgs {
 pub fn run(a: Args) -> Result<ExitCode> {
     match a.what {
         What::Planner(p) => planner(p),
+        What::Sim(s) => super::bench_sim::run(s),
     }
 }
 

@@ -1,6 +1,8 @@
 //! One module per subcommand, plus the input handling they share.
 
 pub mod bench;
+pub mod bench_sim;
+pub mod sim;
 pub mod translate;
 pub mod validate;
 

@@ -1,0 +1,546 @@
+//! Experiments as TOML files: a workload (a trace or the Lublin-Feitelson
+//! model, with transformations), a platform, the policies to compare, the
+//! metrics' options and a sweep over load levels and seeds. Every point of the
+//! sweep (load x seed x policy) is an independent, deterministic simulation;
+//! [`run_points`] spreads them over threads and returns them in point order.
+//!
+//! ```toml
+//! name = "kth-easy"
+//! policies = ["fcfs", "easy", "conservative"]
+//! [workload]
+//! swf = "../../shared/data/traces/KTH-SP2-1996-2.1-cln.swf.gz"  # relative to this file
+//! estimates = "requested"
+//! [platform]
+//! clusters = [{ name = "kth-sp2", procs = 100 }]
+//! [sweep]
+//! loads = [0.6, 0.8]
+//! seeds = [1]
+//! ```
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+use brokk_model::{Duration, Time};
+use serde::Deserialize;
+
+use crate::cluster::{from_swf, Estimates, Policy};
+use crate::lublin;
+use crate::metrics::{summary, Horizon, Summary, DEFAULT_BOUND};
+use crate::platform::{clusters_from_partitions, simulate_platform, ClusterRun, ClusterSpec, Routing};
+use crate::swf::SwfJob;
+use crate::transform::{scale_load, window, Filter};
+
+/// An experiment that cannot be read or run.
+#[derive(Debug, thiserror::Error)]
+pub enum ExperimentError {
+    /// The TOML is malformed or has unknown or missing keys.
+    #[error("{path}: {message}")]
+    Toml {
+        /// The file.
+        path: String,
+        /// The parser's message, with line and column.
+        message: String,
+    },
+    /// The TOML is well-formed but says something impossible.
+    #[error("{0}")]
+    Invalid(String),
+    /// A workload file could not be read.
+    #[error("{path}: {message}")]
+    Workload {
+        /// The workload file.
+        path: String,
+        /// Why.
+        message: String,
+    },
+    /// The workload model refused its parameters.
+    #[error(transparent)]
+    Model(#[from] lublin::ModelError),
+}
+
+/// An experiment file as written.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Experiment {
+    /// Name, for reports.
+    pub name: String,
+    /// The jobs.
+    pub workload: WorkloadSpec,
+    /// The clusters and routing.
+    pub platform: PlatformSpec,
+    /// Local policies to compare: `fcfs`, `easy`, `conservative`, `backfill:K`.
+    #[serde(default = "default_policies")]
+    pub policies: Vec<String>,
+    /// How metrics are computed.
+    #[serde(default)]
+    pub metrics: MetricsSpec,
+    /// Load levels and seeds.
+    #[serde(default)]
+    pub sweep: SweepSpec,
+}
+
+fn default_policies() -> Vec<String> {
+    vec!["easy".into()]
+}
+
+/// Where jobs come from, and how they are transformed.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkloadSpec {
+    /// An SWF trace (optionally .gz), relative to the experiment file.
+    pub swf: Option<PathBuf>,
+    /// A GWF trace; its submitting sites become partitions.
+    pub gwf: Option<PathBuf>,
+    /// The Lublin-Feitelson model.
+    pub lublin: Option<LublinSpec>,
+    /// `exact` or `requested` (default) run-time estimates.
+    #[serde(default)]
+    pub estimates: EstimateSpec,
+    /// Skip malformed trace lines instead of failing.
+    #[serde(default)]
+    pub lenient: bool,
+    /// Keep jobs submitted in [from, to) seconds.
+    pub window: Option<[i64; 2]>,
+    /// Keep only jobs passing these bounds.
+    pub filter: Option<FilterSpec>,
+    /// Offered load to scale to when the sweep gives none.
+    pub load: Option<f64>,
+}
+
+/// `exact` or `requested` estimates.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum EstimateSpec {
+    /// The run time itself.
+    Exact,
+    /// SWF field 9, the run time when missing.
+    #[default]
+    Requested,
+}
+
+/// Lublin-Feitelson settings; the machine size is the platform's.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LublinSpec {
+    /// Days of arrivals.
+    pub days: f64,
+    /// Override of SERIAL_PROB (seed 001 uses 0.95).
+    pub serial_prob: Option<f64>,
+    /// Hour of day of the first arrival.
+    #[serde(default)]
+    pub start_hour: u32,
+}
+
+/// Job filter bounds, as in [`Filter`].
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FilterSpec {
+    /// Smallest size.
+    pub min_size: Option<i64>,
+    /// Largest size.
+    pub max_size: Option<i64>,
+    /// Shortest run time.
+    pub min_run: Option<i64>,
+    /// Longest run time.
+    pub max_run: Option<i64>,
+    /// Statuses to keep.
+    #[serde(default)]
+    pub statuses: Vec<i64>,
+    /// Partitions to keep.
+    #[serde(default)]
+    pub partitions: Vec<i64>,
+    /// Users to keep.
+    #[serde(default)]
+    pub users: Vec<i64>,
+}
+
+/// The clusters.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PlatformSpec {
+    /// Explicit clusters.
+    #[serde(default)]
+    pub clusters: Vec<ClusterToml>,
+    /// One cluster per trace partition, sized by its peak use in the log.
+    #[serde(default)]
+    pub from_partitions: bool,
+    /// `partition`, `round-robin` or `random`; by default `partition` for
+    /// clusters from partitions, else `round-robin`.
+    pub routing: Option<String>,
+}
+
+/// One explicit cluster.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterToml {
+    /// Name.
+    pub name: String,
+    /// Processors.
+    pub procs: u32,
+    /// Trace partitions routed here.
+    #[serde(default)]
+    pub partitions: Vec<i64>,
+}
+
+/// Metric options.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MetricsSpec {
+    /// Bounded-slowdown threshold, seconds.
+    #[serde(default = "default_bound")]
+    pub bound: i64,
+    /// `cool-down` (default) or `steady-state`.
+    #[serde(default)]
+    pub horizon: Horizon,
+}
+
+fn default_bound() -> i64 {
+    DEFAULT_BOUND.0
+}
+
+impl Default for MetricsSpec {
+    fn default() -> Self {
+        MetricsSpec {
+            bound: default_bound(),
+            horizon: Horizon::default(),
+        }
+    }
+}
+
+/// Load levels and seeds to sweep.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SweepSpec {
+    /// Offered loads; none means the workload as it is (or its `load`).
+    #[serde(default)]
+    pub loads: Vec<f64>,
+    /// Seeds for the model and random routing; none means seed 1.
+    #[serde(default)]
+    pub seeds: Vec<u64>,
+}
+
+/// Parses a policy name.
+pub fn parse_policy(name: &str) -> Option<Policy> {
+    match name {
+        "fcfs" => Some(Policy::Fcfs),
+        "easy" => Some(Policy::EASY),
+        "conservative" => Some(Policy::CONSERVATIVE),
+        _ => {
+            let k = name.strip_prefix("backfill:")?.parse().ok()?;
+            Some(Policy::Backfill { reservations: k })
+        }
+    }
+}
+
+/// An experiment read, checked and with its trace loaded, ready to run points.
+#[derive(Debug, Clone)]
+pub struct Prepared {
+    /// The experiment as written.
+    pub spec: Experiment,
+    /// Policies, parsed, with their names.
+    pub policies: Vec<(String, Policy)>,
+    /// The platform's clusters.
+    pub clusters: Vec<ClusterSpec>,
+    /// How jobs are routed (the seed of random routing is the point's).
+    pub routing: Routing,
+    /// Trace records after window and filter (empty for the model).
+    pub trace: Vec<SwfJob>,
+}
+
+/// One simulation of a sweep.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Point {
+    /// Index into [`Prepared::policies`].
+    pub policy: usize,
+    /// Offered load, if scaled.
+    pub load: Option<f64>,
+    /// Seed.
+    pub seed: u64,
+}
+
+/// What one point produced.
+#[derive(Debug, Clone)]
+pub struct PointResult {
+    /// The point.
+    pub point: Point,
+    /// Policy name.
+    pub policy: String,
+    /// The offered load of the jobs actually simulated.
+    pub offered_load: f64,
+    /// All clusters together.
+    pub overall: Summary,
+    /// Per cluster, in platform order.
+    pub clusters: Vec<(String, Summary)>,
+    /// Jobs no cluster could take.
+    pub unrouted: usize,
+    /// Every cluster's outcomes.
+    pub runs: Vec<ClusterRun>,
+}
+
+/// Reads and checks an experiment file, loading its trace.
+pub fn load(path: &Path) -> Result<Prepared, ExperimentError> {
+    let text = std::fs::read_to_string(path).map_err(|e| ExperimentError::Toml {
+        path: path.display().to_string(),
+        message: e.to_string(),
+    })?;
+    let spec: Experiment = toml::from_str(&text).map_err(|e| ExperimentError::Toml {
+        path: path.display().to_string(),
+        message: e.to_string(),
+    })?;
+    prepare(spec, path.parent().unwrap_or(Path::new(".")))
+}
+
+/// Checks an experiment, resolving trace paths against `base`.
+pub fn prepare(spec: Experiment, base: &Path) -> Result<Prepared, ExperimentError> {
+    let invalid = |m: String| Err(ExperimentError::Invalid(m));
+    let w = &spec.workload;
+    let sources = [w.swf.is_some(), w.gwf.is_some(), w.lublin.is_some()];
+    if sources.iter().filter(|&&s| s).count() != 1 {
+        return invalid("workload: give exactly one of swf, gwf or lublin".into());
+    }
+    let mut policies = Vec::new();
+    for name in &spec.policies {
+        match parse_policy(name) {
+            Some(p) => policies.push((name.clone(), p)),
+            None => {
+                return invalid(format!(
+                    "policies: unknown policy {name:?} (fcfs, easy, conservative, backfill:K)"
+                ))
+            }
+        }
+    }
+    if policies.is_empty() {
+        return invalid("policies: name at least one".into());
+    }
+    for &l in spec.sweep.loads.iter().chain(&w.load) {
+        if !(l.is_finite() && l > 0.0) {
+            return invalid(format!("load {l} must be a positive number"));
+        }
+    }
+    let (mut trace, partitions, max_procs) = read_trace(w, base)?;
+    if let Some([from, to]) = w.window {
+        trace = window(&trace, from, to);
+    }
+    if let Some(f) = &w.filter {
+        trace = Filter {
+            min_size: f.min_size,
+            max_size: f.max_size,
+            min_run: f.min_run,
+            max_run: f.max_run,
+            statuses: f.statuses.clone(),
+            partitions: f.partitions.clone(),
+            users: f.users.clone(),
+        }
+        .apply(&trace);
+    }
+    let p = &spec.platform;
+    let clusters: Vec<ClusterSpec> = if p.from_partitions {
+        if w.lublin.is_some() {
+            return invalid("platform: from_partitions needs a trace".into());
+        }
+        clusters_from_partitions(&partitions, &trace, max_procs)
+    } else {
+        p.clusters
+            .iter()
+            .map(|c| ClusterSpec {
+                name: c.name.clone(),
+                procs: c.procs,
+                partitions: c.partitions.clone(),
+            })
+            .collect()
+    };
+    if clusters.is_empty() || clusters.iter().any(|c| c.procs == 0) {
+        return invalid("platform: give clusters with at least one processor, or from_partitions = true".into());
+    }
+    let routing = match p.routing.as_deref() {
+        None if p.from_partitions => Routing::Partition,
+        None | Some("round-robin") => Routing::RoundRobin,
+        Some("partition") => Routing::Partition,
+        Some("random") => Routing::Random(0),
+        Some(other) => return invalid(format!("platform.routing: unknown rule {other:?}")),
+    };
+    Ok(Prepared {
+        spec,
+        policies,
+        clusters,
+        routing,
+        trace,
+    })
+}
+
+/// A trace's records, its partitions and its declared machine size.
+type Trace = (Vec<SwfJob>, Vec<(i64, String)>, Option<i64>);
+
+fn read_trace(w: &WorkloadSpec, base: &Path) -> Result<Trace, ExperimentError> {
+    let fail = |path: &Path, e: &dyn std::fmt::Display| ExperimentError::Workload {
+        path: path.display().to_string(),
+        message: e.to_string(),
+    };
+    if let Some(rel) = &w.swf {
+        let path = base.join(rel);
+        let swf = crate::swf::read_path(&path, w.lenient).map_err(|e| fail(&path, &e))?;
+        let (partitions, max_procs) = (swf.partitions(), swf.max_procs());
+        return Ok((swf.jobs, partitions, max_procs));
+    }
+    if let Some(rel) = &w.gwf {
+        let path = base.join(rel);
+        let file = std::fs::File::open(&path).map_err(|e| fail(&path, &e))?;
+        let jobs = crate::gwf::read(std::io::BufReader::new(file)).map_err(|e| fail(&path, &e))?;
+        // Submitting sites, numbered in name order, become partitions.
+        let mut sites: Vec<String> = jobs.iter().map(|j| j.orig_site.clone()).collect();
+        sites.sort();
+        sites.dedup();
+        let records = jobs
+            .iter()
+            .map(|j| SwfJob {
+                partition: sites.binary_search(&j.orig_site).map_or(-1, |i| i as i64 + 1),
+                ..j.swf
+            })
+            .collect();
+        let partitions = sites.into_iter().enumerate().map(|(i, s)| (i as i64 + 1, s)).collect();
+        return Ok((records, partitions, None));
+    }
+    Ok((Vec::new(), Vec::new(), None))
+}
+
+impl Prepared {
+    /// Every point of the sweep, in (load, seed, policy) order.
+    pub fn points(&self) -> Vec<Point> {
+        let loads: Vec<Option<f64>> = if self.spec.sweep.loads.is_empty() {
+            vec![self.spec.workload.load]
+        } else {
+            self.spec.sweep.loads.iter().map(|&l| Some(l)).collect()
+        };
+        let seeds = if self.spec.sweep.seeds.is_empty() {
+            vec![1]
+        } else {
+            self.spec.sweep.seeds.clone()
+        };
+        let mut out = Vec::new();
+        for &load in &loads {
+            for &seed in &seeds {
+                for policy in 0..self.policies.len() {
+                    out.push(Point { policy, load, seed });
+                }
+            }
+        }
+        out
+    }
+
+    /// The first point of each policy: a single run without the sweep.
+    pub fn single_points(&self) -> Vec<Point> {
+        let all = self.points();
+        all.iter().take(self.policies.len()).copied().collect()
+    }
+
+    fn total_procs(&self) -> u32 {
+        self.clusters.iter().map(|c| c.procs).sum()
+    }
+
+    /// The workload of a point, as SWF records, and its offered load.
+    pub fn workload(&self, load: Option<f64>, seed: u64) -> Result<(Vec<SwfJob>, f64), ExperimentError> {
+        let procs = self.total_procs();
+        if let Some(l) = &self.spec.workload.lublin {
+            let mut params = lublin::Params::typeless(procs);
+            if let Some(s) = l.serial_prob {
+                params.serial_prob = s;
+            }
+            params.start_hour = l.start_hour;
+            let span = (l.days * 86_400.0) as i64;
+            let jobs = match load {
+                Some(target) => lublin::at_load(params, procs, span, target, seed)?.0,
+                None => lublin::take_span(lublin::Generator::new(params, procs, seed)?, span),
+            };
+            let offered = lublin::offered_load(&jobs, procs, span);
+            return Ok((jobs, offered));
+        }
+        let span = |js: &[SwfJob]| {
+            let first = js.iter().map(|j| j.submit).min().unwrap_or(0);
+            let last = js.iter().map(|j| j.submit).max().unwrap_or(0);
+            last - first
+        };
+        let offered = lublin::offered_load(&self.trace, procs, span(&self.trace));
+        match load {
+            Some(target) if offered > 0.0 => {
+                let jobs = scale_load(&self.trace, target / offered);
+                let now = lublin::offered_load(&jobs, procs, span(&jobs));
+                Ok((jobs, now))
+            }
+            _ => Ok((self.trace.clone(), offered)),
+        }
+    }
+
+    /// Runs one point.
+    pub fn run(&self, point: Point) -> Result<PointResult, ExperimentError> {
+        let (records, offered_load) = self.workload(point.load, point.seed)?;
+        let estimates = match self.spec.workload.estimates {
+            EstimateSpec::Exact => Estimates::Exact,
+            EstimateSpec::Requested => Estimates::Requested,
+        };
+        let jobs = from_swf(&records, estimates);
+        let routing = match self.routing {
+            Routing::Random(_) => Routing::Random(point.seed),
+            r => r,
+        };
+        let (name, policy) = &self.policies[point.policy];
+        let run = simulate_platform(&self.clusters, &jobs, routing, *policy);
+        let cut = match self.spec.metrics.horizon {
+            Horizon::SteadyState => jobs.iter().map(|j| j.submit).max().or(Some(Time::EPOCH)),
+            Horizon::CoolDown => None,
+        };
+        let bound = Duration(self.spec.metrics.bound);
+        let clusters = run
+            .clusters
+            .iter()
+            .map(|c| {
+                let s = summary(&c.outcomes, c.submitted, c.spec.procs, cut, bound);
+                (c.spec.name.clone(), s)
+            })
+            .collect();
+        let all: Vec<_> = run.clusters.iter().flat_map(|c| c.outcomes.iter().copied()).collect();
+        // Jobs the trace record could not describe (no size or run time) never
+        // reach the simulator; they count as submitted but never finished.
+        let submitted = records.len();
+        let overall = summary(&all, submitted, self.total_procs(), cut, bound);
+        Ok(PointResult {
+            point,
+            policy: name.clone(),
+            offered_load,
+            overall,
+            clusters,
+            unrouted: run.unrouted,
+            runs: run.clusters,
+        })
+    }
+}
+
+/// Runs `points` on `threads` threads, calling `done` after each; results come
+/// back in point order whatever the threads' timing.
+pub fn run_points(
+    prepared: &Prepared,
+    points: &[Point],
+    threads: usize,
+    done: &(dyn Fn() + Sync),
+) -> Result<Vec<PointResult>, ExperimentError> {
+    let next = AtomicUsize::new(0);
+    let slots: Mutex<Vec<Option<Result<PointResult, ExperimentError>>>> =
+        Mutex::new((0..points.len()).map(|_| None).collect());
+    std::thread::scope(|s| {
+        for _ in 0..threads.clamp(1, points.len().max(1)) {
+            s.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(&p) = points.get(i) else { break };
+                let r = prepared.run(p);
+                if let Ok(mut slots) = slots.lock() {
+                    slots[i] = Some(r);
+                }
+                done();
+            });
+        }
+    });
+    let slots = slots.into_inner().unwrap_or_else(|e| e.into_inner());
+    slots
+        .into_iter()
+        .map(|r| r.unwrap_or_else(|| Err(ExperimentError::Invalid("a simulation thread failed".into()))))
+        .collect()
+}

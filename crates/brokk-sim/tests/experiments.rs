@@ -1,0 +1,129 @@
+//! Experiment files: the examples in the repository load, sweeps are
+//! deterministic whatever the thread count, and mistakes are reported.
+
+use std::path::{Path, PathBuf};
+
+use brokk_sim::experiment::{load, prepare, run_points, Experiment, ExperimentError};
+use brokk_sim::report;
+
+fn examples() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/experiments")
+}
+
+fn parse(text: &str) -> Result<brokk_sim::experiment::Prepared, ExperimentError> {
+    let spec: Experiment = toml::from_str(text).map_err(|e| ExperimentError::Invalid(e.to_string()))?;
+    prepare(spec, Path::new("."))
+}
+
+const SWEEP: &str = r#"
+name = "small-sweep"
+policies = ["fcfs", "easy"]
+[workload]
+lublin = { days = 7 }
+estimates = "exact"
+[platform]
+clusters = [{ name = "a", procs = 64 }, { name = "b", procs = 64 }]
+routing = "random"
+[metrics]
+horizon = "steady-state"
+[sweep]
+loads = [0.5, 0.8]
+seeds = [1, 2]
+"#;
+
+#[test]
+fn every_example_experiment_loads() {
+    let mut n = 0;
+    for entry in std::fs::read_dir(examples()).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "toml") {
+            let p = load(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            assert!(!p.points().is_empty());
+            n += 1;
+        }
+    }
+    assert!(n >= 3);
+}
+
+#[test]
+fn a_sweep_is_the_same_on_one_thread_or_four_and_meets_its_loads() {
+    let p = parse(SWEEP).unwrap();
+    let points = p.points();
+    assert_eq!(points.len(), 2 * 2 * 2);
+    let one = run_points(&p, &points, 1, &|| {}).unwrap();
+    let four = run_points(&p, &points, 4, &|| {}).unwrap();
+    let json = |r| serde_json::to_string(&report::report(&p, r)).unwrap();
+    assert_eq!(json(&one), json(&four));
+    assert_eq!(report::jobs_csv(&p, &one), report::jobs_csv(&p, &four));
+    for r in &one {
+        let target = r.point.load.unwrap();
+        assert!(
+            (r.offered_load - target).abs() < 0.02 * target,
+            "{} vs {target}",
+            r.offered_load
+        );
+        // Random routing spread the jobs over both clusters.
+        assert_eq!(r.clusters.len(), 2);
+        assert!(r.clusters.iter().all(|(_, s)| s.submitted > 0));
+        // Jobs wider than either cluster (the model sizes for 128) are unrouted.
+        assert!(r.unrouted > 0);
+        let routed: usize = r.clusters.iter().map(|(_, s)| s.submitted).sum();
+        assert_eq!(routed + r.unrouted, r.overall.submitted);
+        // The steady-state rule leaves the jobs still running at the last arrival unfinished.
+        assert!(r.overall.finished_pct < 100.0 && r.overall.finished_pct > 50.0);
+    }
+    // Backfilling finishes at least as many jobs as FCFS at the higher load.
+    let at = |policy: &str, seed: u64| {
+        one.iter()
+            .find(|r| r.policy == policy && r.point.seed == seed && r.point.load == Some(0.8))
+            .unwrap()
+            .overall
+    };
+    for seed in [1, 2] {
+        assert!(at("easy", seed).mean_wait < at("fcfs", seed).mean_wait);
+    }
+}
+
+#[test]
+fn reports_are_written() {
+    let p = parse(SWEEP).unwrap();
+    let results = run_points(&p, &p.points(), 2, &|| {}).unwrap();
+    let dir = std::env::temp_dir().join(format!("brokk-report-{}", std::process::id()));
+    report::write_all(&dir, &p, &results).unwrap();
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(summary["points"].as_array().unwrap().len(), 8);
+    assert!(summary["points"][0]["overall"]["goodput"].as_f64().unwrap() > 0.0);
+    let csv = std::fs::read_to_string(dir.join("jobs.csv")).unwrap();
+    assert!(csv.starts_with("policy,load,seed,cluster,job,"));
+    for svg in [
+        "load-mean_wait.svg",
+        "load-finished_pct.svg",
+        "utilization.svg",
+        "wait-cdf.svg",
+    ] {
+        let text = std::fs::read_to_string(dir.join(svg)).unwrap();
+        assert!(
+            text.starts_with("<svg") && text.contains("easy") && text.contains("fcfs"),
+            "{svg}"
+        );
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn mistakes_are_reported_with_their_place() {
+    let err = |text: &str| parse(text).err().map(|e| e.to_string()).unwrap_or_default();
+    let e = err("name = \"x\"\n[workload]\nlubln = { days = 1 }\n[platform]\nclusters = []\n");
+    assert!(e.contains("line 3") && e.contains("lubln"), "{e}");
+    let base =
+        "name = \"x\"\n[workload]\nlublin = { days = 1 }\n[platform]\nclusters = [{ name = \"a\", procs = 8 }]\n";
+    assert!(err(&format!("policies = [\"sjf\"]\n{base}")).contains("unknown policy \"sjf\""));
+    assert!(err(&format!("{base}[sweep]\nloads = [-1.0]\n")).contains("positive"));
+    assert!(err(&base.replace("procs = 8", "procs = 0")).contains("at least one processor"));
+    assert!(
+        err(&base.replace("lublin = { days = 1 }", "lublin = { days = 1 }\nswf = \"x.swf\"")).contains("exactly one")
+    );
+    let missing = base.replace("lublin = { days = 1 }", "swf = \"no/such.swf\"");
+    assert!(err(&missing).contains("no/such.swf"));
+}

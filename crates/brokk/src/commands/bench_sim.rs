@@ -1,0 +1,195 @@
+//! `brokk bench sim`: simulated jobs per second on KTH-SP2 under EASY and on
+//! LCG-2005-1 as 170 independent clusters, and the ratio to AccaSim (an
+//! independent Python simulator) run on KTH-SP2 in the same invocation.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use brokk_sim::cluster::{from_swf, simulate, Estimates, Policy, SimJob};
+use brokk_sim::platform::{clusters_from_partitions, simulate_platform, Routing};
+use brokk_sim::swf::{self, Swf};
+use serde::Serialize;
+
+/// Arguments of `brokk bench sim`.
+#[derive(clap::Args)]
+pub struct SimArgs {
+    /// Directory holding the Parallel Workloads Archive traces.
+    #[arg(long, default_value = "../shared/data/traces")]
+    traces: PathBuf,
+    /// Least seconds of repeated simulation per workload.
+    #[arg(long, default_value_t = 2.0)]
+    seconds: f64,
+    /// Python with AccaSim installed (scripts/accasim-crosscheck.sh makes one);
+    /// without it the ratio is null.
+    #[arg(long, default_value = ".venv/accasim/bin/python")]
+    accasim_python: PathBuf,
+    /// Skip the AccaSim run.
+    #[arg(long)]
+    no_accasim: bool,
+    /// Print one JSON object per workload.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Serialize)]
+struct SimFigures {
+    workload: String,
+    jobs: usize,
+    seconds: f64,
+    jobs_per_s: f64,
+    peak_rss_mb: f64,
+    accasim_ratio: Option<f64>,
+    /// AccaSim's jobs/s on the same trace and policy, requested-time estimates.
+    accasim_jobs_per_s: Option<f64>,
+    /// Brokk's jobs/s with AccaSim's estimate rule, the ratio's numerator.
+    same_rule_jobs_per_s: Option<f64>,
+}
+
+/// Repeats `f` until `seconds` have passed; returns (jobs per run, seconds per run).
+fn time_runs(seconds: f64, mut f: impl FnMut() -> usize) -> (usize, f64) {
+    let start = Instant::now();
+    let mut runs = 0u32;
+    let mut jobs = 0;
+    while runs == 0 || start.elapsed().as_secs_f64() < seconds {
+        jobs = f();
+        runs += 1;
+    }
+    (jobs, start.elapsed().as_secs_f64() / f64::from(runs))
+}
+
+fn read(dir: &Path, name: &str) -> Result<Swf> {
+    let path = dir.join(name);
+    swf::read_path(&path, false).with_context(|| format!("reading {}", path.display()))
+}
+
+/// The peak resident set of this process, from /proc (Linux); 0 elsewhere.
+fn peak_rss_mb() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
+        })
+        .map_or(0.0, |kb| kb / 1024.0)
+}
+
+/// AccaSim's EASY run on the trace: (jobs, seconds), timed inside Python.
+fn accasim(python: &Path, trace: &Swf) -> Result<(usize, f64)> {
+    if !python.exists() {
+        bail!(
+            "{} not found; run scripts/accasim-crosscheck.sh once to install AccaSim",
+            python.display()
+        );
+    }
+    let dir = std::env::temp_dir().join(format!("brokk-bench-accasim-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let swf_path = dir.join("trace.swf");
+    swf::write(trace, std::io::BufWriter::new(std::fs::File::create(&swf_path)?))?;
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/accasim_run.py");
+    let procs = trace.max_procs().unwrap_or(100).to_string();
+    let out = Command::new(python)
+        .arg(&script)
+        .args([
+            "--swf",
+            &swf_path.to_string_lossy(),
+            "--procs",
+            &procs,
+            "--policy",
+            "easy",
+        ])
+        .arg("--out")
+        .arg(dir.join("schedule.csv"))
+        .output()
+        .context("running AccaSim")?;
+    let _ = std::fs::remove_dir_all(&dir);
+    if !out.status.success() {
+        bail!("AccaSim failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    #[derive(serde::Deserialize)]
+    struct Timing {
+        jobs: usize,
+        seconds: f64,
+    }
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let t: Timing = serde_json::from_str(stdout.lines().last().unwrap_or("")).context("reading AccaSim's timing")?;
+    Ok((t.jobs, t.seconds))
+}
+
+/// Runs the benchmark.
+pub fn run(a: SimArgs) -> Result<ExitCode> {
+    let kth = read(&a.traces, "KTH-SP2-1996-2.1-cln.swf.gz")?;
+    let procs = u32::try_from(kth.max_procs().unwrap_or(100))?;
+    let exact = from_swf(&kth.jobs, Estimates::Exact);
+    let requested = from_swf(&kth.jobs, Estimates::Requested);
+    let easy = |jobs: &[SimJob]| simulate(procs, jobs, Policy::EASY).len();
+    let (jobs, seconds) = time_runs(a.seconds, || easy(&exact));
+    let (same_jobs, same_seconds) = time_runs(a.seconds, || easy(&requested));
+    let same_rule = same_jobs as f64 / same_seconds;
+    let acc = if a.no_accasim {
+        None
+    } else {
+        match accasim(&a.accasim_python, &kth) {
+            Ok((n, s)) => Some(n as f64 / s),
+            Err(e) => {
+                eprintln!("note: no AccaSim figure: {e:#}");
+                None
+            }
+        }
+    };
+    let mut rows = vec![SimFigures {
+        workload: "KTH-SP2, 100 processors, EASY, exact estimates".into(),
+        jobs,
+        seconds,
+        jobs_per_s: jobs as f64 / seconds,
+        peak_rss_mb: peak_rss_mb(),
+        accasim_ratio: acc.map(|x| same_rule / x),
+        accasim_jobs_per_s: acc,
+        same_rule_jobs_per_s: Some(same_rule),
+    }];
+
+    let lcg = read(&a.traces, "LCG-2005-1.swf.gz")?;
+    let clusters = clusters_from_partitions(&lcg.partitions(), &lcg.jobs, lcg.max_procs());
+    let lcg_jobs = from_swf(&lcg.jobs, Estimates::Requested);
+    let (jobs, seconds) = time_runs(a.seconds, || {
+        simulate_platform(&clusters, &lcg_jobs, Routing::Partition, Policy::EASY)
+            .clusters
+            .iter()
+            .map(|c| c.outcomes.len())
+            .sum()
+    });
+    rows.push(SimFigures {
+        workload: format!("LCG-2005-1, {} independent clusters, EASY", clusters.len()),
+        jobs,
+        seconds,
+        jobs_per_s: jobs as f64 / seconds,
+        peak_rss_mb: peak_rss_mb(),
+        accasim_ratio: None,
+        accasim_jobs_per_s: None,
+        same_rule_jobs_per_s: None,
+    });
+    for r in &rows {
+        if a.json {
+            println!("{}", serde_json::to_string(r)?);
+        } else {
+            println!(
+                "{}: {} jobs in {:.4} s = {:.0} jobs/s, peak RSS {:.0} MB{}",
+                r.workload,
+                r.jobs,
+                r.seconds,
+                r.jobs_per_s,
+                r.peak_rss_mb,
+                match (r.accasim_ratio, r.accasim_jobs_per_s) {
+                    (Some(ratio), Some(acc)) => format!(
+                        "; same estimates as AccaSim {:.0} jobs/s vs AccaSim {acc:.0} jobs/s = {ratio:.0}x",
+                        r.same_rule_jobs_per_s.unwrap_or(0.0)
+                    ),
+                    _ => String::new(),
+                }
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

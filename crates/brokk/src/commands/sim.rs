@@ -1,0 +1,104 @@
+//! `brokk sim`: run experiments (TOML) on the simulator and write their
+//! per-job CSV, summary JSON and plots.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+use brokk_sim::experiment::{load, run_points, Point, PointResult, Prepared};
+use brokk_sim::report;
+
+/// Arguments of `brokk sim`.
+#[derive(clap::Args)]
+pub struct Args {
+    #[command(subcommand)]
+    what: What,
+}
+
+#[derive(clap::Subcommand)]
+enum What {
+    /// Run each policy once, at the first load level and seed.
+    Run(RunArgs),
+    /// Run every load level x seed x policy, in parallel.
+    Sweep(RunArgs),
+}
+
+#[derive(clap::Args)]
+struct RunArgs {
+    /// The experiment file (TOML).
+    file: PathBuf,
+    /// Directory for jobs.csv, summary.json and the plots
+    /// [default: sim-results/<experiment name>].
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Threads for a sweep [default: all cores].
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Print the summary JSON on standard output instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Runs `brokk sim`.
+pub fn run(a: Args) -> Result<ExitCode> {
+    let (args, sweep) = match a.what {
+        What::Run(r) => (r, false),
+        What::Sweep(r) => (r, true),
+    };
+    let prepared = load(&args.file)?;
+    let points = if sweep {
+        prepared.points()
+    } else {
+        prepared.single_points()
+    };
+    let threads = args
+        .threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let bar = indicatif::ProgressBar::new(points.len() as u64);
+    if args.json {
+        bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+    }
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{elapsed_precise} [{bar:40}] {pos}/{len} simulations")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    let results = run_points(&prepared, &points, threads, &|| bar.inc(1))?;
+    bar.finish_and_clear();
+    let out = args
+        .out
+        .unwrap_or_else(|| PathBuf::from("sim-results").join(&prepared.spec.name));
+    report::write_all(&out, &prepared, &results).with_context(|| format!("writing {}", out.display()))?;
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report::report(&prepared, &results))?
+        );
+    } else {
+        print_table(&prepared, &points, &results);
+        println!("wrote {}", out.display());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_table(prepared: &Prepared, points: &[Point], results: &[PointResult]) {
+    println!(
+        "{:<14} {:>6} {:>5} {:>8} {:>9} {:>11} {:>9} {:>7} {:>7}",
+        "policy", "load", "seed", "jobs", "JF%", "wait (s)", "bsld", "util", "offered"
+    );
+    for (p, r) in points.iter().zip(results) {
+        let s = &r.overall;
+        println!(
+            "{:<14} {:>6} {:>5} {:>8} {:>9.2} {:>11.0} {:>9.2} {:>7.3} {:>7.3}",
+            r.policy,
+            p.load.map_or("-".into(), |l| format!("{l:.2}")),
+            p.seed,
+            s.submitted,
+            s.finished_pct,
+            s.mean_wait,
+            s.mean_bounded_slowdown,
+            s.utilization,
+            r.offered_load
+        );
+    }
+    let _ = prepared;
+}
