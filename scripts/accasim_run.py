@@ -10,6 +10,7 @@ import collections
 import collections.abc
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -61,6 +62,7 @@ def main():
                     if len(parts) == 4:
                         out.write(",".join(parts) + "\n")
                         rows += 1
+    shutil.rmtree(work, ignore_errors=True)
     print(json.dumps({"jobs": rows, "seconds": seconds}))
 
 
