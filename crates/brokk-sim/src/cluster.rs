@@ -39,8 +39,6 @@ pub struct SimJob {
     pub estimate: Duration,
     /// The trace's partition (SWF field 16; the site in grid logs), -1 if unknown.
     pub partition: i64,
-    /// The trace's user (SWF field 12), -1 if unknown.
-    pub user: i64,
 }
 
 /// The local scheduling policy.
@@ -111,7 +109,6 @@ pub fn from_swf(records: &[crate::swf::SwfJob], estimates: Estimates) -> Vec<Sim
                 size: u32::try_from(size).ok()?,
                 estimate: Duration(estimate),
                 partition: r.partition,
-                user: r.user,
             })
         })
         .collect()

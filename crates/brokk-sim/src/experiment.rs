@@ -298,6 +298,11 @@ pub fn prepare(spec: Experiment, base: &Path) -> Result<Prepared, ExperimentErro
     if sources.iter().filter(|&&s| s).count() != 1 {
         return invalid("workload: give exactly one of swf, gwf or lublin".into());
     }
+    if let Some(l) = &w.lublin {
+        if !(l.days.is_finite() && l.days > 0.0 && l.days <= 36_500.0) {
+            return invalid(format!("workload.lublin.days: {} is not between 0 and 36500", l.days));
+        }
+    }
     let mut policies = Vec::new();
     for name in &spec.policies {
         match parse_policy(name) {

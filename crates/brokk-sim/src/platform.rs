@@ -191,7 +191,6 @@ mod tests {
             size,
             estimate: Duration(10),
             partition,
-            user: -1,
         }
     }
 

@@ -120,6 +120,7 @@ fn mistakes_are_reported_with_their_place() {
         "name = \"x\"\n[workload]\nlublin = { days = 1 }\n[platform]\nclusters = [{ name = \"a\", procs = 8 }]\n";
     assert!(err(&format!("policies = [\"sjf\"]\n{base}")).contains("unknown policy \"sjf\""));
     assert!(err(&format!("{base}[sweep]\nloads = [-1.0]\n")).contains("positive"));
+    assert!(err(&base.replace("days = 1", "days = 0")).contains("lublin.days"));
     assert!(err(&base.replace("procs = 8", "procs = 0")).contains("at least one processor"));
     assert!(
         err(&base.replace("lublin = { days = 1 }", "lublin = { days = 1 }\nswf = \"x.swf\"")).contains("exactly one")

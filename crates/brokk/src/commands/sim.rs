@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
-use brokk_sim::experiment::{load, run_points, Point, PointResult, Prepared};
+use brokk_sim::experiment::{load, run_points, Point, PointResult};
 use brokk_sim::report;
 
 /// Arguments of `brokk sim`.
@@ -74,13 +74,13 @@ pub fn run(a: Args) -> Result<ExitCode> {
             serde_json::to_string_pretty(&report::report(&prepared, &results))?
         );
     } else {
-        print_table(&prepared, &points, &results);
+        print_table(&points, &results);
         println!("wrote {}", out.display());
     }
     Ok(ExitCode::SUCCESS)
 }
 
-fn print_table(prepared: &Prepared, points: &[Point], results: &[PointResult]) {
+fn print_table(points: &[Point], results: &[PointResult]) {
     println!(
         "{:<14} {:>6} {:>5} {:>8} {:>9} {:>11} {:>9} {:>7} {:>7}",
         "policy", "load", "seed", "jobs", "JF%", "wait (s)", "bsld", "util", "offered"
@@ -100,5 +100,4 @@ fn print_table(prepared: &Prepared, points: &[Point], results: &[PointResult]) {
             r.offered_load
         );
     }
-    let _ = prepared;
 }
