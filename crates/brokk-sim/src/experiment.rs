@@ -102,7 +102,7 @@ pub struct WorkloadSpec {
     /// Keep jobs submitted in [from, to) seconds.
     pub window: Option<[i64; 2]>,
     /// Keep only jobs passing these bounds.
-    pub filter: Option<FilterSpec>,
+    pub filter: Option<Filter>,
     /// Offered load to scale to when the sweep gives none.
     pub load: Option<f64>,
 }
@@ -129,29 +129,6 @@ pub struct LublinSpec {
     /// Hour of day of the first arrival.
     #[serde(default)]
     pub start_hour: u32,
-}
-
-/// Job filter bounds, as in [`Filter`].
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct FilterSpec {
-    /// Smallest size.
-    pub min_size: Option<i64>,
-    /// Largest size.
-    pub max_size: Option<i64>,
-    /// Shortest run time.
-    pub min_run: Option<i64>,
-    /// Longest run time.
-    pub max_run: Option<i64>,
-    /// Statuses to keep.
-    #[serde(default)]
-    pub statuses: Vec<i64>,
-    /// Partitions to keep.
-    #[serde(default)]
-    pub partitions: Vec<i64>,
-    /// Users to keep.
-    #[serde(default)]
-    pub users: Vec<i64>,
 }
 
 /// The clusters.
@@ -327,16 +304,7 @@ pub fn prepare(spec: Experiment, base: &Path) -> Result<Prepared, ExperimentErro
         trace = window(&trace, from, to);
     }
     if let Some(f) = &w.filter {
-        trace = Filter {
-            min_size: f.min_size,
-            max_size: f.max_size,
-            min_run: f.min_run,
-            max_run: f.max_run,
-            statuses: f.statuses.clone(),
-            partitions: f.partitions.clone(),
-            users: f.users.clone(),
-        }
-        .apply(&trace);
+        trace = f.apply(&trace);
     }
     let p = &spec.platform;
     let clusters: Vec<ClusterSpec> = if p.from_partitions {

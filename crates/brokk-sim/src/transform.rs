@@ -32,8 +32,10 @@ pub fn scale_load(jobs: &[SwfJob], factor: f64) -> Vec<SwfJob> {
         .collect()
 }
 
-/// Which jobs to keep; every bound that is set must hold.
-#[derive(Debug, Clone, Default, PartialEq)]
+/// Which jobs to keep; every bound that is set must hold. Experiments read it
+/// from TOML (`filter = { min_size = 2, statuses = [1] }`).
+#[derive(Debug, Clone, Default, PartialEq, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct Filter {
     /// Smallest size (requested processors, else allocated).
     pub min_size: Option<i64>,

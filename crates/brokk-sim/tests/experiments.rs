@@ -128,3 +128,23 @@ fn mistakes_are_reported_with_their_place() {
     let missing = base.replace("lublin = { days = 1 }", "swf = \"no/such.swf\"");
     assert!(err(&missing).contains("no/such.swf"));
 }
+
+#[test]
+fn window_and_filter_shape_a_trace() {
+    let text = r#"
+name = "kth-window"
+[workload]
+swf = "../../../shared/data/traces/KTH-SP2-1996-2.1-cln.swf.gz"
+window = [0, 2592000]
+filter = { min_size = 2, statuses = [1] }
+[platform]
+clusters = [{ name = "kth", procs = 100 }]
+"#;
+    let spec: Experiment = toml::from_str(text).unwrap();
+    let p = prepare(spec, &examples()).unwrap();
+    assert!(!p.trace.is_empty());
+    let first = p.trace.iter().map(|j| j.submit).min().unwrap();
+    assert!(p.trace.iter().all(|j| j.submit - first < 2_592_000 && j.procs >= 2 && j.status == 1));
+    let bad = text.replace("min_size", "min_sise");
+    assert!(toml::from_str::<Experiment>(&bad).unwrap_err().to_string().contains("min_sise"));
+}
