@@ -362,6 +362,46 @@ impl<P: Profile> Planner<P> {
         self.profile.advance(now.0);
     }
 
+    /// Puts back a reservation exactly as it was (id, owner, span, state and
+    /// window), as a site does when it reloads its schedule after a restart.
+    /// Fails, changing nothing, if the id is taken, the span is empty or beyond
+    /// the horizon, or the units are not free throughout it.
+    pub fn restore(&mut self, r: &Reservation) -> Result<(), PlannerError> {
+        let (s, e) = (r.start.0, r.end.0);
+        let fits = !self.entries.contains_key(&r.id.0)
+            && r.amount > 0
+            && s < e
+            && e <= self.horizon
+            && self.is_free(r.amount, r.start, Duration(e - s));
+        if !fits {
+            return Err(PlannerError::DoesNotFit(Reply::Rejected { next_start: None }));
+        }
+        self.profile.add(s, e, r.amount as i32);
+        let owner = self.owner_id(&r.owner);
+        let expires = match r.state {
+            State::Committed => COMMITTED,
+            State::Preliminary { expires } => expires.0,
+        };
+        self.entries.insert(
+            r.id.0,
+            Entry {
+                start: s,
+                end: e,
+                expires,
+                amount: r.amount,
+                owner,
+            },
+        );
+        if expires != COMMITTED {
+            self.holds.insert((expires, r.id.0));
+        }
+        if let Some((lo, hi)) = r.window {
+            self.flexible.insert(r.id.0, (lo.0, hi.0));
+        }
+        self.next_id = self.next_id.max(r.id.0 + 1);
+        Ok(())
+    }
+
     /// A reservation by id.
     pub fn get(&self, id: ReservationId) -> Option<Reservation> {
         let e = self.entries.get(&id.0)?;

@@ -259,3 +259,36 @@ fn a_failed_modify_leaves_the_reservation_as_it_was() {
         );
     });
 }
+
+#[test]
+fn a_schedule_restored_from_its_reservations_is_the_same_schedule() {
+    use brokk_model::{Duration, Time};
+    use brokk_planner::{FreeList, Planner, Reply, Request};
+    let mut p = Planner::new(10, Time(10_000), FreeList::new());
+    let req = |amount, earliest, latest, flexible| Request {
+        amount,
+        duration: Duration(100),
+        earliest: Time(earliest),
+        latest: Time(latest),
+        flexible,
+    };
+    p.reserve("ann", &req(6, 0, 0, false), None);
+    p.reserve("bob", &req(4, 0, 500, true), Some(Time(50)));
+    p.reserve("ann", &req(8, 0, 1000, false), None);
+    let mut q = Planner::new(10, Time(10_000), FreeList::new());
+    for r in p.reservations() {
+        q.restore(&r).unwrap();
+    }
+    assert_eq!(q.reservations(), p.reservations());
+    assert_eq!(q.free_slots(Time(0), Time(2000)), p.free_slots(Time(0), Time(2000)));
+    // New ids continue after the restored ones, and holds still lapse.
+    let Reply::Granted { id, .. } = q.reserve("cy", &req(1, 0, 0, false), None) else {
+        panic!()
+    };
+    assert_eq!(id.0, 4);
+    assert_eq!(q.expire(Time(50)).len(), 1);
+    // A clash or a taken id is refused without change.
+    let first = p.reservations()[0].clone();
+    assert!(q.restore(&first).is_err());
+    assert_eq!(q.len(), 3);
+}

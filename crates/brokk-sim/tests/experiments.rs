@@ -144,7 +144,13 @@ clusters = [{ name = "kth", procs = 100 }]
     let p = prepare(spec, &examples()).unwrap();
     assert!(!p.trace.is_empty());
     let first = p.trace.iter().map(|j| j.submit).min().unwrap();
-    assert!(p.trace.iter().all(|j| j.submit - first < 2_592_000 && j.procs >= 2 && j.status == 1));
+    assert!(p
+        .trace
+        .iter()
+        .all(|j| j.submit - first < 2_592_000 && j.procs >= 2 && j.status == 1));
     let bad = text.replace("min_size", "min_sise");
-    assert!(toml::from_str::<Experiment>(&bad).unwrap_err().to_string().contains("min_sise"));
+    assert!(toml::from_str::<Experiment>(&bad)
+        .unwrap_err()
+        .to_string()
+        .contains("min_sise"));
 }
