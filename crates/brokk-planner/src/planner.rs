@@ -402,6 +402,12 @@ impl<P: Profile> Planner<P> {
         Ok(())
     }
 
+    /// Never issues an id below `first` again: a site reloading its schedule
+    /// keeps the ids of cancelled and expired reservations retired.
+    pub fn issue_ids_from(&mut self, first: u64) {
+        self.next_id = self.next_id.max(first);
+    }
+
     /// A reservation by id.
     pub fn get(&self, id: ReservationId) -> Option<Reservation> {
         let e = self.entries.get(&id.0)?;

@@ -24,6 +24,8 @@ enum Command {
     Bench(commands::bench::Args),
     /// Run scheduling experiments on the simulator.
     Sim(commands::sim::Args),
+    /// Run a site agent: reservations, jobs and the site API for one cluster.
+    Site(commands::site::Args),
 }
 
 fn main() -> ExitCode {
@@ -37,6 +39,7 @@ fn main() -> ExitCode {
         Command::Validate(a) => commands::validate::run(a),
         Command::Bench(a) => commands::bench::run(a),
         Command::Sim(a) => commands::sim::run(a),
+        Command::Site(a) => commands::site::run(a),
     };
     match result {
         Ok(code) => code,

@@ -3,6 +3,7 @@
 pub mod bench;
 pub mod bench_sim;
 pub mod sim;
+pub mod site;
 pub mod translate;
 pub mod validate;
 

@@ -1,0 +1,251 @@
+//! A blocking client for a remote site agent. It must not be called from
+//! inside an async runtime's worker thread (the broker drives sites from a
+//! blocking pool).
+
+use std::time::SystemTime;
+
+use brokk_broker::{JobHandle, JobState, Site, SiteError};
+use brokk_model::{Job, ResourceInfo, Time};
+use brokk_planner::{Candidate, Change, Reply, Request, ReservationId};
+use reqwest::blocking::{Client, RequestBuilder, Response};
+use reqwest::StatusCode;
+use serde::de::DeserializeOwned;
+
+use crate::wire::{
+    Created, ErrorBody, Granted, InfoView, JobPhase, JobView, Never, ProbeResponse, Rejected, ReservationRequest,
+    ReservationView,
+};
+
+/// A site agent reached over HTTP with a bearer token.
+#[derive(Debug, Clone)]
+pub struct RemoteSite {
+    endpoint: String,
+    token: String,
+    http: Client,
+}
+
+fn wall_now() -> Time {
+    Time(
+        SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as i64),
+    )
+}
+
+impl RemoteSite {
+    /// A client for the agent at `endpoint` (`http://host:port`), acting as the
+    /// identity `token` maps to there.
+    pub fn new(endpoint: &str, token: &str) -> RemoteSite {
+        RemoteSite {
+            endpoint: endpoint.trim_end_matches('/').to_string(),
+            token: token.to_string(),
+            http: Client::builder()
+                .timeout(std::time::Duration::from_secs(30))
+                .build()
+                .unwrap_or_else(|_| Client::new()),
+        }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.endpoint)
+    }
+
+    fn send(&self, req: RequestBuilder) -> Result<Response, SiteError> {
+        req.bearer_auth(&self.token)
+            .send()
+            .map_err(|e| SiteError::Unavailable(format!("{}: {e}", self.endpoint)))
+    }
+
+    /// Maps a non-success status to the trait's errors.
+    fn fail(&self, resp: Response) -> SiteError {
+        let status = resp.status();
+        let reason = resp
+            .json::<ErrorBody>()
+            .map(|e| e.error)
+            .unwrap_or_else(|_| status.to_string());
+        match status {
+            StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => SiteError::Forbidden,
+            StatusCode::NOT_FOUND => SiteError::Unknown,
+            s if s.is_server_error() => SiteError::Unavailable(format!("{}: {reason}", self.endpoint)),
+            _ => SiteError::Refused {
+                site: self.endpoint.clone(),
+                reason,
+            },
+        }
+    }
+
+    fn json<T: DeserializeOwned>(&self, resp: Response) -> Result<T, SiteError> {
+        resp.json::<T>()
+            .map_err(|e| SiteError::Unavailable(format!("{}: bad answer: {e}", self.endpoint)))
+    }
+
+    /// The reply a 201, 409 or 422 carries.
+    fn reply(&self, resp: Response) -> Result<Reply, SiteError> {
+        match resp.status() {
+            StatusCode::CREATED | StatusCode::OK => {
+                let g: Granted = self.json(resp)?;
+                Ok(Reply::Granted {
+                    id: ReservationId(g.id),
+                    start: g.start,
+                })
+            }
+            StatusCode::CONFLICT => {
+                let r: Rejected = self.json(resp)?;
+                Ok(Reply::Rejected {
+                    next_start: r.next_start,
+                })
+            }
+            StatusCode::UNPROCESSABLE_ENTITY => {
+                let n: Never = self.json(resp)?;
+                Ok(Reply::Never { reason: n.reason })
+            }
+            _ => Err(self.fail(resp)),
+        }
+    }
+
+    /// `GET /v1/reservations/{id}`.
+    pub fn reservation(&self, id: ReservationId) -> Result<ReservationView, SiteError> {
+        let resp = self.send(self.http.get(self.url(&format!("/v1/reservations/{}", id.0))))?;
+        if resp.status().is_success() {
+            self.json(resp)
+        } else {
+            Err(self.fail(resp))
+        }
+    }
+
+    /// `GET /v1/jobs/{id}`.
+    pub fn job(&self, job: &JobHandle) -> Result<JobView, SiteError> {
+        let resp = self.send(self.http.get(self.url(&format!("/v1/jobs/{}", job.0))))?;
+        if resp.status().is_success() {
+            self.json(resp)
+        } else {
+            Err(self.fail(resp))
+        }
+    }
+
+    /// `GET /v1/jobs/{id}/files/{name}`: a file from the job's sandbox.
+    pub fn file(&self, job: &JobHandle, name: &str) -> Result<Vec<u8>, SiteError> {
+        let resp = self.send(self.http.get(self.url(&format!("/v1/jobs/{}/files/{name}", job.0))))?;
+        if resp.status().is_success() {
+            resp.bytes()
+                .map(|b| b.to_vec())
+                .map_err(|e| SiteError::Unavailable(e.to_string()))
+        } else {
+            Err(self.fail(resp))
+        }
+    }
+}
+
+impl Site for RemoteSite {
+    fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    fn info(&self) -> Result<ResourceInfo, SiteError> {
+        let resp = self.send(self.http.get(self.url("/v1/info")))?;
+        if !resp.status().is_success() {
+            return Err(self.fail(resp));
+        }
+        let v: InfoView = self.json(resp)?;
+        Ok(ResourceInfo {
+            endpoint: self.endpoint.clone(),
+            name: v.name,
+            benchmarks: v.benchmarks,
+            total_slots: v.capacity,
+            free_slots: v.free_now,
+            used_slots: v.capacity.saturating_sub(v.free_now),
+            running_jobs: v.running,
+            waiting_jobs: v.waiting,
+            estimated_wait: Some(v.estimated_wait),
+            bandwidth_bytes_per_s: v.bandwidth_bytes_per_s,
+            reservations: v.reservations,
+            ..ResourceInfo::default()
+        })
+    }
+
+    fn probe(&self, req: &Request, k: usize) -> Result<Vec<Candidate>, SiteError> {
+        let resp = self.send(self.http.post(self.url(&format!("/v1/probe?k={k}"))).json(req))?;
+        if !resp.status().is_success() {
+            return Err(self.fail(resp));
+        }
+        Ok(self.json::<ProbeResponse>(resp)?.candidates)
+    }
+
+    fn reserve(&mut self, _owner: &str, req: &Request, hold: Option<Time>) -> Result<Reply, SiteError> {
+        let body = ReservationRequest::new(req, hold.map(|t| (t.0 - wall_now().0).max(1)));
+        let resp = self.send(self.http.post(self.url("/v1/reservations")).json(&body))?;
+        self.reply(resp)
+    }
+
+    fn modify(&mut self, _owner: &str, id: ReservationId, change: Change) -> Result<Time, SiteError> {
+        let resp = self.send(
+            self.http
+                .patch(self.url(&format!("/v1/reservations/{}", id.0)))
+                .json(&change),
+        )?;
+        if resp.status().is_success() {
+            return Ok(self.json::<ReservationView>(resp)?.start);
+        }
+        match resp.status() {
+            StatusCode::CONFLICT | StatusCode::UNPROCESSABLE_ENTITY => Err(SiteError::NotGranted(self.reply(resp)?)),
+            _ => Err(self.fail(resp)),
+        }
+    }
+
+    fn commit(&mut self, _owner: &str, id: ReservationId) -> Result<(), SiteError> {
+        let resp = self.send(self.http.post(self.url(&format!("/v1/reservations/{}/commit", id.0))))?;
+        if resp.status().is_success() {
+            Ok(())
+        } else {
+            Err(self.fail(resp))
+        }
+    }
+
+    fn cancel(&mut self, _owner: &str, id: ReservationId) -> Result<(), SiteError> {
+        let resp = self.send(self.http.delete(self.url(&format!("/v1/reservations/{}", id.0))))?;
+        if resp.status().is_success() {
+            Ok(())
+        } else {
+            Err(self.fail(resp))
+        }
+    }
+
+    fn submit(&mut self, _owner: &str, job: &Job, reservation: Option<ReservationId>) -> Result<JobHandle, SiteError> {
+        let mut job = job.clone();
+        if let Some(r) = reservation {
+            job.reservation = Some(r.0.to_string());
+        }
+        let resp = self.send(self.http.post(self.url("/v1/jobs")).json(&job))?;
+        if resp.status().is_success() {
+            Ok(JobHandle(self.json::<Created>(resp)?.id))
+        } else {
+            Err(self.fail(resp))
+        }
+    }
+
+    fn status(&self, job: &JobHandle) -> Result<JobState, SiteError> {
+        let v = self.job(job)?;
+        Ok(match v.state {
+            JobPhase::Accepted | JobPhase::StagingIn | JobPhase::Queued => JobState::Queued {
+                expected_start: v.planned_start,
+            },
+            JobPhase::Running | JobPhase::StagingOut => JobState::Running {
+                since: v.started.unwrap_or(Time::EPOCH),
+            },
+            JobPhase::Finished => JobState::Finished {
+                code: v.exit_code.unwrap_or(0),
+            },
+            JobPhase::Failed => JobState::Failed,
+            JobPhase::Cancelled => JobState::Cancelled,
+        })
+    }
+
+    fn cancel_job(&mut self, _owner: &str, job: &JobHandle) -> Result<(), SiteError> {
+        let resp = self.send(self.http.delete(self.url(&format!("/v1/jobs/{}", job.0))))?;
+        if resp.status().is_success() {
+            Ok(())
+        } else {
+            Err(self.fail(resp))
+        }
+    }
+}

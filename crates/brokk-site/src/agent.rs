@@ -1,0 +1,617 @@
+//! The agent's state and operations: the planner, the job records and their
+//! controls, behind one async lock that is held until the change is durable,
+//! so the database always holds what the API has answered, in order.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use brokk_model::{Duration, Job, Time};
+use brokk_planner::{Candidate, Change, FreeList, Planner, PlannerError, Reply, Request, ReservationId, State};
+use brokk_proto::wire::{InfoView, JobPhase, JobView, ReservationRequest, ReservationState, ReservationView};
+use tokio::sync::{watch, Mutex, MutexGuard};
+
+use crate::config::Config;
+use crate::store::{JobRecord, Store, StoreError};
+
+/// Why an operation failed, as the API reports it.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum AgentError {
+    /// The request is malformed.
+    #[error("{0}")]
+    BadRequest(String),
+    /// Someone else's reservation or job.
+    #[error("{0} belongs to someone else")]
+    Forbidden(String),
+    /// No such reservation, job or file.
+    #[error("{0} not found")]
+    NotFound(String),
+    /// Not granted: the protocol reply (Rejected or Never).
+    #[error("not granted")]
+    NotGranted(Reply),
+    /// The operation conflicts with the current state.
+    #[error("{0}")]
+    Conflict(String),
+    /// The database failed; nothing was answered as done.
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl From<StoreError> for AgentError {
+    fn from(e: StoreError) -> Self {
+        AgentError::Internal(e.to_string())
+    }
+}
+
+/// The wall clock, in whole seconds: the agent runs in real time.
+pub fn now() -> Time {
+    Time(
+        SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as i64),
+    )
+}
+
+/// What the runner of one job listens to.
+#[derive(Debug, Clone)]
+pub struct Controls {
+    /// The planned start, which moves earlier when the queue compresses.
+    pub start: watch::Receiver<Time>,
+    /// Set when the owner cancels.
+    pub cancel: watch::Receiver<bool>,
+}
+
+#[derive(Debug)]
+struct Control {
+    start: watch::Sender<Time>,
+    cancel: watch::Sender<bool>,
+}
+
+/// Everything behind the lock.
+#[derive(Debug)]
+pub(crate) struct Inner {
+    planner: Planner<FreeList>,
+    jobs: BTreeMap<u64, JobRecord>,
+    controls: HashMap<u64, Control>,
+    next_job: u64,
+}
+
+/// The agent: share it by cloning.
+#[derive(Debug, Clone)]
+pub struct Agent {
+    config: Arc<Config>,
+    store: Store,
+    inner: Arc<Mutex<Inner>>,
+}
+
+fn view(r: &brokk_planner::Reservation) -> ReservationView {
+    let (state, expires) = match r.state {
+        State::Committed => (ReservationState::Committed, None),
+        State::Preliminary { expires } => (ReservationState::Preliminary, Some(expires)),
+    };
+    ReservationView {
+        id: r.id.0,
+        owner: r.owner.to_string(),
+        start: r.start,
+        end: r.end,
+        amount: r.amount,
+        state,
+        expires,
+        window: r.window,
+    }
+}
+
+fn job_view(j: &JobRecord) -> JobView {
+    JobView {
+        id: j.id.to_string(),
+        owner: j.owner.clone(),
+        state: j.state,
+        reason: j.reason.clone(),
+        exit_code: j.exit_code,
+        reservation: j.slot.map(|s| s.0),
+        planned_start: j.planned_start,
+        started: j.started,
+        ended: j.ended,
+    }
+}
+
+/// Jobs whose process cannot survive an agent restart.
+fn died_with_agent(p: JobPhase) -> bool {
+    matches!(p, JobPhase::Running | JobPhase::StagingOut)
+}
+
+impl Agent {
+    /// Opens the database and reloads the schedule and the jobs: holds that
+    /// lapsed while the agent was down expire now, and a job whose process died
+    /// with the agent is recorded as failed with that reason. Returns the agent
+    /// and the ids of jobs whose runner must (re)start.
+    pub async fn open(config: Config) -> Result<(Agent, Vec<u64>), AgentError> {
+        if let Some(dir) = config.database.parent() {
+            std::fs::create_dir_all(dir).map_err(|e| AgentError::Internal(e.to_string()))?;
+        }
+        std::fs::create_dir_all(&config.workdir).map_err(|e| AgentError::Internal(e.to_string()))?;
+        let store = Store::open(&config.database).await?;
+        let t = now();
+        let horizon = Time(t.0 + config.horizon_days * 86_400);
+        let mut planner = Planner::new(config.capacity, horizon, FreeList::new());
+        let mut dropped = Vec::new();
+        for r in store.live_reservations().await? {
+            if r.end <= t || planner.restore(&r).is_err() {
+                dropped.push(r.id);
+            }
+        }
+        store.end_reservations(&dropped, "released").await?;
+        planner.issue_ids_from(store.max_reservation_id().await? + 1);
+        let expired = planner.expire(t);
+        store.end_reservations(&expired, "expired").await?;
+        let mut jobs = BTreeMap::new();
+        let mut resume = Vec::new();
+        let mut next_job = 1;
+        for mut j in store.jobs().await? {
+            next_job = next_job.max(j.id + 1);
+            if died_with_agent(j.state) {
+                j.state = JobPhase::Failed;
+                j.reason = Some("the site agent stopped while the job was running".into());
+                j.ended = Some(t);
+                if let (Some(slot), false) = (j.slot, j.claimed) {
+                    if planner.cancel(slot).is_ok() {
+                        store.end_reservations(&[slot], "released").await?;
+                    }
+                }
+                store.save_job(&j).await?;
+            } else if !j.state.is_terminal() {
+                resume.push(j.id);
+            }
+            jobs.insert(j.id, j);
+        }
+        let agent = Agent {
+            config: Arc::new(config),
+            store,
+            inner: Arc::new(Mutex::new(Inner {
+                planner,
+                jobs,
+                controls: HashMap::new(),
+                next_job,
+            })),
+        };
+        Ok((agent, resume))
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    async fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().await
+    }
+
+    /// `GET /v1/info`.
+    pub async fn info(&self) -> InfoView {
+        let t = now();
+        let g = self.lock().await;
+        let free_now = g
+            .planner
+            .free_slots(t, Time(t.0 + 1))
+            .first()
+            .map_or(self.config.capacity, |s| s.free);
+        let running = g.jobs.values().filter(|j| j.state == JobPhase::Running).count() as u32;
+        let waiting = g
+            .jobs
+            .values()
+            .filter(|j| matches!(j.state, JobPhase::Accepted | JobPhase::StagingIn | JobPhase::Queued))
+            .count() as u32;
+        let probe = Request {
+            amount: 1,
+            duration: Duration(3600),
+            earliest: t,
+            latest: Time(i64::MAX / 2),
+            flexible: false,
+        };
+        let estimated_wait = match g.planner.earliest_start(&probe) {
+            Ok(Some(s)) => s - t,
+            _ => Duration(0),
+        };
+        InfoView {
+            name: self.config.name.clone(),
+            capacity: self.config.capacity,
+            free_now,
+            running,
+            waiting,
+            estimated_wait,
+            benchmarks: self.config.benchmarks.clone(),
+            bandwidth_bytes_per_s: self.config.bandwidth_bytes_per_s,
+            reservations: true,
+        }
+    }
+
+    /// `POST /v1/probe`.
+    pub async fn probe(&self, req: &Request, k: usize) -> Result<Vec<Candidate>, AgentError> {
+        let g = self.lock().await;
+        g.planner
+            .probe(req, k.clamp(1, 100))
+            .map_err(|reason| AgentError::NotGranted(Reply::Never { reason }))
+    }
+
+    /// Persists the live flexible reservations, which a grant may have moved.
+    async fn save_flexible(&self, g: &Inner) -> Result<(), AgentError> {
+        let moved: Vec<_> = g
+            .planner
+            .reservations()
+            .into_iter()
+            .filter(|r| r.window.is_some())
+            .collect();
+        if !moved.is_empty() {
+            self.store.save_reservations(&moved).await?;
+        }
+        Ok(())
+    }
+
+    /// `POST /v1/reservations`.
+    pub async fn reserve(&self, who: &str, body: &ReservationRequest) -> Result<ReservationView, AgentError> {
+        if let Some(h) = body.hold {
+            if h <= 0 {
+                return Err(AgentError::BadRequest(
+                    "hold: must be a positive number of seconds".into(),
+                ));
+            }
+        }
+        let mut g = self.lock().await;
+        g.planner.expire(now());
+        let hold = body.hold.map(|h| Time(now().0.saturating_add(h)));
+        match g.planner.reserve(who, &body.request(), hold) {
+            Reply::Granted { id, .. } => {
+                let r = g
+                    .planner
+                    .get(id)
+                    .ok_or_else(|| AgentError::Internal("lost a grant".into()))?;
+                self.store.save_reservations(std::slice::from_ref(&r)).await?;
+                self.save_flexible(&g).await?;
+                Ok(view(&r))
+            }
+            other => Err(AgentError::NotGranted(other)),
+        }
+    }
+
+    fn owned(g: &Inner, who: &str, id: ReservationId) -> Result<brokk_planner::Reservation, AgentError> {
+        let r = g
+            .planner
+            .get(id)
+            .ok_or_else(|| AgentError::NotFound(format!("reservation {}", id.0)))?;
+        if r.owner.as_ref() != who {
+            return Err(AgentError::Forbidden(format!("reservation {}", id.0)));
+        }
+        Ok(r)
+    }
+
+    /// `GET /v1/reservations/{id}`.
+    pub async fn reservation(&self, who: &str, id: ReservationId) -> Result<ReservationView, AgentError> {
+        let mut g = self.lock().await;
+        self.expire_locked(&mut g).await?;
+        Ok(view(&Self::owned(&g, who, id)?))
+    }
+
+    /// `PATCH /v1/reservations/{id}`: atomic; on failure nothing changes.
+    pub async fn modify(&self, who: &str, id: ReservationId, change: Change) -> Result<ReservationView, AgentError> {
+        let mut g = self.lock().await;
+        self.expire_locked(&mut g).await?;
+        Self::owned(&g, who, id)?;
+        if let Some(job) = g.jobs.values().find(|j| j.slot == Some(id) && !j.state.is_terminal()) {
+            return Err(AgentError::Conflict(format!(
+                "reservation {} is in use by job {}",
+                id.0, job.id
+            )));
+        }
+        match g.planner.modify(id, change) {
+            Ok(_) => {
+                let r = g
+                    .planner
+                    .get(id)
+                    .ok_or_else(|| AgentError::Internal("lost a reservation".into()))?;
+                self.store.save_reservations(std::slice::from_ref(&r)).await?;
+                Ok(view(&r))
+            }
+            Err(PlannerError::DoesNotFit(reply)) => Err(AgentError::NotGranted(reply)),
+            Err(PlannerError::Unknown(_)) => Err(AgentError::NotFound(format!("reservation {}", id.0))),
+        }
+    }
+
+    /// `POST /v1/reservations/{id}/commit`.
+    pub async fn commit(&self, who: &str, id: ReservationId) -> Result<ReservationView, AgentError> {
+        let mut g = self.lock().await;
+        self.expire_locked(&mut g).await?;
+        Self::owned(&g, who, id)?;
+        g.planner
+            .commit(id)
+            .map_err(|_| AgentError::NotFound(format!("reservation {}", id.0)))?;
+        let r = g
+            .planner
+            .get(id)
+            .ok_or_else(|| AgentError::Internal("lost a reservation".into()))?;
+        self.store.save_reservations(std::slice::from_ref(&r)).await?;
+        Ok(view(&r))
+    }
+
+    /// `DELETE /v1/reservations/{id}`.
+    pub async fn cancel(&self, who: &str, id: ReservationId) -> Result<(), AgentError> {
+        let mut g = self.lock().await;
+        self.expire_locked(&mut g).await?;
+        Self::owned(&g, who, id)?;
+        if let Some(job) = g.jobs.values().find(|j| j.slot == Some(id) && !j.state.is_terminal()) {
+            return Err(AgentError::Conflict(format!(
+                "reservation {} is in use by job {}; cancel the job first",
+                id.0, job.id
+            )));
+        }
+        g.planner
+            .cancel(id)
+            .map_err(|_| AgentError::NotFound(format!("reservation {}", id.0)))?;
+        self.store.end_reservations(&[id], "cancelled").await?;
+        Ok(())
+    }
+
+    async fn expire_locked(&self, g: &mut Inner) -> Result<(), AgentError> {
+        let gone = g.planner.expire(now());
+        if !gone.is_empty() {
+            self.store.end_reservations(&gone, "expired").await?;
+        }
+        Ok(())
+    }
+
+    /// Lets holds lapse on time; the agent calls it every second.
+    pub async fn expire(&self) -> Result<(), AgentError> {
+        let mut g = self.lock().await;
+        self.expire_locked(&mut g).await
+    }
+
+    /// `POST /v1/jobs`: records the job durably and places it (into its
+    /// claimed reservation, or at its earliest fit); returns its id.
+    pub async fn submit(&self, who: &str, spec: Job) -> Result<u64, AgentError> {
+        let amount = spec.cpus.unwrap_or(1).max(1);
+        let wall = spec.wall_time.map_or(self.config.default_wall_time, |d| d.0);
+        if wall <= 0 {
+            return Err(AgentError::BadRequest("wall_time: must be positive".into()));
+        }
+        if spec.executable.is_none() && spec.script.is_none() {
+            return Err(AgentError::BadRequest(
+                "executable: a job needs an executable or a script".into(),
+            ));
+        }
+        let mut g = self.lock().await;
+        self.expire_locked(&mut g).await?;
+        let t = now();
+        let (slot, claimed, start) = match &spec.reservation {
+            Some(text) => {
+                let id = text
+                    .parse::<u64>()
+                    .map(ReservationId)
+                    .map_err(|_| AgentError::BadRequest(format!("reservation: `{text}` is not a reservation id")))?;
+                let r = Self::owned(&g, who, id)?;
+                if let Some(job) = g.jobs.values().find(|j| j.slot == Some(id) && !j.state.is_terminal()) {
+                    return Err(AgentError::Conflict(format!(
+                        "reservation {} is already claimed by job {}",
+                        id.0, job.id
+                    )));
+                }
+                if amount > r.amount || r.end.0 - r.start.0 < wall {
+                    return Err(AgentError::BadRequest(format!(
+                        "reservation: {} slots for {} s cannot hold {amount} slots for {wall} s",
+                        r.amount,
+                        r.end.0 - r.start.0
+                    )));
+                }
+                if r.end <= t {
+                    return Err(AgentError::Conflict(format!("reservation {} has ended", id.0)));
+                }
+                // Claiming a hold makes it permanent.
+                let _ = g.planner.commit(id);
+                (id, true, r.start.max(t))
+            }
+            None => {
+                let req = Request {
+                    amount,
+                    duration: Duration(wall),
+                    earliest: t,
+                    latest: Time(i64::MAX / 2),
+                    flexible: false,
+                };
+                match g.planner.reserve(who, &req, None) {
+                    Reply::Granted { id, start } => (id, false, start),
+                    other => return Err(AgentError::NotGranted(other)),
+                }
+            }
+        };
+        let id = g.next_job;
+        g.next_job += 1;
+        let record = JobRecord {
+            id,
+            owner: who.to_string(),
+            spec,
+            slot: Some(slot),
+            claimed,
+            state: JobPhase::Accepted,
+            reason: None,
+            exit_code: None,
+            planned_start: Some(start),
+            started: None,
+            ended: None,
+        };
+        if let Some(r) = g.planner.get(slot) {
+            self.store.save_reservations(&[r]).await?;
+        }
+        self.store.save_job(&record).await?;
+        g.jobs.insert(id, record);
+        Ok(id)
+    }
+
+    fn job_of<'a>(g: &'a Inner, who: &str, id: u64) -> Result<&'a JobRecord, AgentError> {
+        let j = g
+            .jobs
+            .get(&id)
+            .ok_or_else(|| AgentError::NotFound(format!("job {id}")))?;
+        if j.owner != who {
+            return Err(AgentError::Forbidden(format!("job {id}")));
+        }
+        Ok(j)
+    }
+
+    /// `GET /v1/jobs/{id}`.
+    pub async fn job(&self, who: &str, id: u64) -> Result<JobView, AgentError> {
+        let g = self.lock().await;
+        Self::job_of(&g, who, id).map(job_view)
+    }
+
+    /// `DELETE /v1/jobs/{id}`: any state; a running process is terminated by
+    /// its runner, which records the end.
+    pub async fn cancel_job(&self, who: &str, id: u64) -> Result<JobView, AgentError> {
+        let mut g = self.lock().await;
+        let j = Self::job_of(&g, who, id)?.clone();
+        if j.state.is_terminal() {
+            return Ok(job_view(&j));
+        }
+        if let Some(c) = g.controls.get(&id) {
+            let _ = c.cancel.send(true);
+        }
+        // A job whose runner has not started yet (or is queued) ends here.
+        if matches!(j.state, JobPhase::Accepted | JobPhase::StagingIn | JobPhase::Queued) {
+            let mut r = j;
+            r.state = JobPhase::Cancelled;
+            r.reason = Some("cancelled by its owner".into());
+            r.ended = Some(now());
+            self.finish_locked(&mut g, r.clone()).await?;
+            return Ok(job_view(&r));
+        }
+        Ok(job_view(&j))
+    }
+
+    /// The sandbox of job `id`.
+    pub fn sandbox(&self, id: u64) -> PathBuf {
+        self.config.workdir.join(format!("job-{id}"))
+    }
+
+    /// `GET /v1/jobs/{id}/files/{name}`.
+    pub async fn file(&self, who: &str, id: u64, name: &str) -> Result<Vec<u8>, AgentError> {
+        {
+            let g = self.lock().await;
+            Self::job_of(&g, who, id)?;
+        }
+        if name.is_empty() || name.contains('/') || name.contains('\\') || name == "." || name == ".." {
+            return Err(AgentError::BadRequest(format!("name: `{name}` is not a file name")));
+        }
+        tokio::fs::read(self.sandbox(id).join(name))
+            .await
+            .map_err(|_| AgentError::NotFound(format!("file {name} of job {id}")))
+    }
+
+    /// Registers the runner of job `id` and returns what it listens to, or
+    /// `None` when the job has already ended.
+    pub async fn controls(&self, id: u64) -> Option<(Job, Controls)> {
+        let mut g = self.lock().await;
+        let j = g.jobs.get(&id)?.clone();
+        if j.state.is_terminal() {
+            return None;
+        }
+        let (start_tx, start_rx) = watch::channel(j.planned_start.unwrap_or_else(now));
+        let (cancel_tx, cancel_rx) = watch::channel(false);
+        g.controls.insert(
+            id,
+            Control {
+                start: start_tx,
+                cancel: cancel_tx,
+            },
+        );
+        Some((
+            j.spec,
+            Controls {
+                start: start_rx,
+                cancel: cancel_rx,
+            },
+        ))
+    }
+
+    /// Moves a job to `phase` (not a terminal one); false if it has ended.
+    pub async fn set_phase(&self, id: u64, phase: JobPhase) -> Result<bool, AgentError> {
+        let mut g = self.lock().await;
+        let Some(j) = g.jobs.get_mut(&id) else { return Ok(false) };
+        if j.state.is_terminal() {
+            return Ok(false);
+        }
+        j.state = phase;
+        if phase == JobPhase::Running {
+            j.started = Some(now());
+        }
+        let r = j.clone();
+        self.store.save_job(&r).await?;
+        Ok(true)
+    }
+
+    /// Records how a job ended and frees what it held.
+    pub async fn finish(
+        &self,
+        id: u64,
+        phase: JobPhase,
+        exit_code: Option<i32>,
+        reason: Option<String>,
+    ) -> Result<(), AgentError> {
+        let mut g = self.lock().await;
+        let Some(j) = g.jobs.get(&id) else { return Ok(()) };
+        if j.state.is_terminal() {
+            return Ok(());
+        }
+        let mut r = j.clone();
+        r.state = phase;
+        r.exit_code = exit_code;
+        r.reason = reason;
+        r.ended = Some(now());
+        self.finish_locked(&mut g, r).await
+    }
+
+    async fn finish_locked(&self, g: &mut Inner, r: JobRecord) -> Result<(), AgentError> {
+        g.controls.remove(&r.id);
+        if let (Some(slot), false) = (r.slot, r.claimed) {
+            if g.planner.cancel(slot).is_ok() {
+                self.store.end_reservations(&[slot], "released").await?;
+            }
+        }
+        self.store.save_job(&r).await?;
+        g.jobs.insert(r.id, r);
+        self.compress_locked(g).await
+    }
+
+    /// After capacity frees up, moves queued jobs' own slots as early as they
+    /// now fit, in planned-start order (conservative backfilling).
+    async fn compress_locked(&self, g: &mut Inner) -> Result<(), AgentError> {
+        let t = now();
+        let mut queued: Vec<(Time, u64, ReservationId)> = g
+            .jobs
+            .values()
+            .filter(|j| !j.claimed && matches!(j.state, JobPhase::Accepted | JobPhase::StagingIn | JobPhase::Queued))
+            .filter_map(|j| Some((j.planned_start?, j.id, j.slot?)))
+            .filter(|(s, _, _)| *s > t)
+            .collect();
+        queued.sort();
+        for (old, id, slot) in queued {
+            let change = Change {
+                window: Some((t, old)),
+                ..Change::default()
+            };
+            if let Ok(start) = g.planner.modify(slot, change) {
+                if start < old {
+                    if let Some(r) = g.planner.get(slot) {
+                        self.store.save_reservations(&[r]).await?;
+                    }
+                    if let Some(j) = g.jobs.get_mut(&id) {
+                        j.planned_start = Some(start);
+                        let rec = j.clone();
+                        self.store.save_job(&rec).await?;
+                    }
+                    if let Some(c) = g.controls.get(&id) {
+                        let _ = c.start.send(start);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,243 @@
+//! The site API over HTTP (axum): JSON bodies, bearer tokens mapped to
+//! identities, errors as `{"error": ...}` with their status codes.
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, Path, Query, Request as HttpRequest, State};
+use axum::http::{header, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Extension, Json, Router};
+use brokk_model::Job;
+use brokk_planner::{Change, Reply, Request, ReservationId};
+use brokk_proto::wire::{Created, ErrorBody, Granted, Never, ProbeResponse, Rejected, ReservationRequest};
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+
+use crate::agent::{Agent, AgentError};
+
+/// The caller's identity, from its bearer token.
+#[derive(Debug, Clone)]
+struct Identity(Arc<str>);
+
+/// An API failure with its status.
+struct ApiError(StatusCode, serde_json::Value);
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.0, Json(self.1)).into_response()
+    }
+}
+
+fn error(status: StatusCode, message: impl Into<String>) -> ApiError {
+    let body = ErrorBody { error: message.into() };
+    ApiError(status, serde_json::to_value(body).unwrap_or_default())
+}
+
+impl From<AgentError> for ApiError {
+    fn from(e: AgentError) -> Self {
+        match e {
+            AgentError::BadRequest(m) => error(StatusCode::BAD_REQUEST, m),
+            AgentError::Forbidden(_) => error(StatusCode::FORBIDDEN, e.to_string()),
+            AgentError::NotFound(_) => error(StatusCode::NOT_FOUND, e.to_string()),
+            AgentError::Conflict(m) => error(StatusCode::CONFLICT, m),
+            AgentError::Internal(m) => error(StatusCode::INTERNAL_SERVER_ERROR, m),
+            AgentError::NotGranted(Reply::Rejected { next_start }) => ApiError(
+                StatusCode::CONFLICT,
+                serde_json::to_value(Rejected {
+                    reply: "rejected".into(),
+                    next_start,
+                })
+                .unwrap_or_default(),
+            ),
+            AgentError::NotGranted(Reply::Never { reason }) => ApiError(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                serde_json::to_value(Never {
+                    reply: "never".into(),
+                    reason,
+                })
+                .unwrap_or_default(),
+            ),
+            AgentError::NotGranted(Reply::Granted { .. }) => error(StatusCode::INTERNAL_SERVER_ERROR, "granted"),
+        }
+    }
+}
+
+/// Parses a JSON body; the error names the field at fault.
+fn body<T: DeserializeOwned>(bytes: &Bytes) -> Result<T, ApiError> {
+    let de = &mut serde_json::Deserializer::from_slice(bytes);
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        if path == "." || path.is_empty() {
+            error(StatusCode::BAD_REQUEST, format!("body: {inner}"))
+        } else {
+            error(StatusCode::BAD_REQUEST, format!("{path}: {inner}"))
+        }
+    })
+}
+
+fn reservation_id(text: &str) -> Result<ReservationId, ApiError> {
+    text.parse()
+        .map(ReservationId)
+        .map_err(|_| error(StatusCode::NOT_FOUND, format!("reservation {text} not found")))
+}
+
+fn job_id(text: &str) -> Result<u64, ApiError> {
+    text.parse()
+        .map_err(|_| error(StatusCode::NOT_FOUND, format!("job {text} not found")))
+}
+
+async fn auth(State(agent): State<Agent>, mut req: HttpRequest, next: Next) -> Result<Response, ApiError> {
+    let token = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim);
+    let Some(who) = token.and_then(|t| agent.config().tokens.get(t)) else {
+        return Err(error(StatusCode::UNAUTHORIZED, "a valid bearer token is required"));
+    };
+    req.extensions_mut().insert(Identity(Arc::from(who.as_str())));
+    Ok(next.run(req).await)
+}
+
+async fn info(State(agent): State<Agent>) -> Response {
+    Json(agent.info().await).into_response()
+}
+
+#[derive(Deserialize)]
+struct ProbeQuery {
+    k: Option<usize>,
+}
+
+async fn probe(State(agent): State<Agent>, Query(q): Query<ProbeQuery>, bytes: Bytes) -> Result<Response, ApiError> {
+    let req: Request = body(&bytes)?;
+    let candidates = agent.probe(&req, q.k.unwrap_or(3)).await?;
+    Ok(Json(ProbeResponse { candidates }).into_response())
+}
+
+async fn reserve(
+    State(agent): State<Agent>,
+    Extension(who): Extension<Identity>,
+    bytes: Bytes,
+) -> Result<Response, ApiError> {
+    let req: ReservationRequest = body(&bytes)?;
+    let r = agent.reserve(&who.0, &req).await?;
+    let granted = Granted {
+        id: r.id,
+        start: r.start,
+        state: r.state,
+    };
+    Ok((StatusCode::CREATED, Json(granted)).into_response())
+}
+
+async fn get_reservation(
+    State(agent): State<Agent>,
+    Extension(who): Extension<Identity>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    Ok(Json(agent.reservation(&who.0, reservation_id(&id)?).await?).into_response())
+}
+
+async fn modify(
+    State(agent): State<Agent>,
+    Extension(who): Extension<Identity>,
+    Path(id): Path<String>,
+    bytes: Bytes,
+) -> Result<Response, ApiError> {
+    let change: Change = body(&bytes)?;
+    Ok(Json(agent.modify(&who.0, reservation_id(&id)?, change).await?).into_response())
+}
+
+async fn commit(
+    State(agent): State<Agent>,
+    Extension(who): Extension<Identity>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    Ok(Json(agent.commit(&who.0, reservation_id(&id)?).await?).into_response())
+}
+
+async fn cancel(
+    State(agent): State<Agent>,
+    Extension(who): Extension<Identity>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    agent.cancel(&who.0, reservation_id(&id)?).await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+async fn submit(
+    State(agent): State<Agent>,
+    Extension(who): Extension<Identity>,
+    bytes: Bytes,
+) -> Result<Response, ApiError> {
+    let job: Job = body(&bytes)?;
+    let id = agent.submit(&who.0, job).await?;
+    tokio::spawn(crate::runner::run(agent.clone(), id));
+    Ok((StatusCode::CREATED, Json(Created { id: id.to_string() })).into_response())
+}
+
+async fn get_job(
+    State(agent): State<Agent>,
+    Extension(who): Extension<Identity>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    Ok(Json(agent.job(&who.0, job_id(&id)?).await?).into_response())
+}
+
+async fn cancel_job(
+    State(agent): State<Agent>,
+    Extension(who): Extension<Identity>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    Ok(Json(agent.cancel_job(&who.0, job_id(&id)?).await?).into_response())
+}
+
+async fn file(
+    State(agent): State<Agent>,
+    Extension(who): Extension<Identity>,
+    Path((id, name)): Path<(String, String)>,
+) -> Result<Response, ApiError> {
+    let bytes = agent.file(&who.0, job_id(&id)?, &name).await?;
+    Ok(([(header::CONTENT_TYPE, "application/octet-stream")], bytes).into_response())
+}
+
+async fn healthz() -> &'static str {
+    "ok\n"
+}
+
+async fn openapi() -> Response {
+    Json(crate::openapi::document()).into_response()
+}
+
+async fn not_found() -> ApiError {
+    error(StatusCode::NOT_FOUND, "no such endpoint")
+}
+
+/// The router: `/healthz` and `/openapi.json` are open, `/v1` needs a token.
+pub fn router(agent: Agent) -> Router {
+    let limit = agent.config().max_body_bytes;
+    let v1 = Router::new()
+        .route("/v1/info", get(info))
+        .route("/v1/probe", post(probe))
+        .route("/v1/reservations", post(reserve))
+        .route(
+            "/v1/reservations/{id}",
+            get(get_reservation).patch(modify).delete(cancel),
+        )
+        .route("/v1/reservations/{id}/commit", post(commit))
+        .route("/v1/jobs", post(submit))
+        .route("/v1/jobs/{id}", get(get_job).delete(cancel_job))
+        .route("/v1/jobs/{id}/files/{name}", get(file))
+        .route_layer(middleware::from_fn_with_state(agent.clone(), auth));
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/openapi.json", get(openapi))
+        .merge(v1)
+        .fallback(not_found)
+        .layer(DefaultBodyLimit::max(limit))
+        .with_state(agent)
+}

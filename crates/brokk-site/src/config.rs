@@ -1,0 +1,122 @@
+//! The agent's TOML configuration.
+//!
+//! ```toml
+//! name = "alpha"
+//! listen = "127.0.0.1:8441"
+//! capacity = 8                     # slots (processors) the agent plans
+//! database = "alpha.db"            # SQLite file; relative to the config file
+//! workdir = "alpha-jobs"           # job sandboxes; relative to the config file
+//! bandwidth_bytes_per_s = 125000000
+//! [[benchmarks]]
+//! name = "specint2006"
+//! value = 20.0
+//! [tokens]
+//! "secret-token-of-ann" = "ann"
+//! ```
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use brokk_model::PublishedBenchmark;
+use serde::Deserialize;
+
+/// A configuration that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// Unreadable or malformed file (the message has line and column).
+    #[error("{path}: {message}")]
+    File {
+        /// The file.
+        path: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// A value out of range.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// The agent's settings.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Site name, published in `/v1/info`.
+    pub name: String,
+    /// Address to listen on; port 0 picks a free one.
+    #[serde(default = "default_listen")]
+    pub listen: SocketAddr,
+    /// Slots the planner manages.
+    pub capacity: u32,
+    /// SQLite database file.
+    pub database: PathBuf,
+    /// Directory for job sandboxes.
+    pub workdir: PathBuf,
+    /// How far ahead the planner books, in days.
+    #[serde(default = "default_horizon_days")]
+    pub horizon_days: i64,
+    /// Wall time assumed for jobs that state none, seconds.
+    #[serde(default = "default_wall_time")]
+    pub default_wall_time: i64,
+    /// Seconds between SIGTERM and SIGKILL when a job overruns or is cancelled.
+    #[serde(default = "default_grace")]
+    pub kill_grace: u64,
+    /// Largest request body accepted, bytes.
+    #[serde(default = "default_max_body")]
+    pub max_body_bytes: usize,
+    /// Published benchmark results.
+    #[serde(default)]
+    pub benchmarks: Vec<PublishedBenchmark>,
+    /// Network bandwidth to the site.
+    pub bandwidth_bytes_per_s: Option<u64>,
+    /// Bearer token -> identity.
+    #[serde(default)]
+    pub tokens: BTreeMap<String, String>,
+}
+
+fn default_listen() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 0))
+}
+fn default_horizon_days() -> i64 {
+    365
+}
+fn default_wall_time() -> i64 {
+    3600
+}
+fn default_grace() -> u64 {
+    5
+}
+fn default_max_body() -> usize {
+    1 << 20
+}
+
+impl Config {
+    /// Reads a configuration file; relative paths in it resolve next to it.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let file_err = |message: String| ConfigError::File {
+            path: path.display().to_string(),
+            message,
+        };
+        let text = std::fs::read_to_string(path).map_err(|e| file_err(e.to_string()))?;
+        let mut c: Config = toml::from_str(&text).map_err(|e| file_err(e.to_string()))?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        c.database = base.join(&c.database);
+        c.workdir = base.join(&c.workdir);
+        c.check()?;
+        Ok(c)
+    }
+
+    /// Checks ranges.
+    pub fn check(&self) -> Result<(), ConfigError> {
+        if self.capacity == 0 || self.capacity > i32::MAX as u32 {
+            return Err(ConfigError::Invalid("capacity must be between 1 and 2^31 - 1".into()));
+        }
+        if !(1..=36_500).contains(&self.horizon_days) {
+            return Err(ConfigError::Invalid("horizon_days must be between 1 and 36500".into()));
+        }
+        if self.default_wall_time <= 0 {
+            return Err(ConfigError::Invalid("default_wall_time must be positive".into()));
+        }
+        Ok(())
+    }
+}

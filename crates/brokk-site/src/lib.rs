@@ -1,0 +1,61 @@
+//! Brokk's site agent (`brokk site`): what a resource owner runs in front of a
+//! cluster. It decides reservations with the planner (the seeds' WS-Agreement
+//! provider side and the VRM's active interface), places jobs without a
+//! reservation at their earliest fit, runs jobs through the embedded backend
+//! (real local processes in per-job sandboxes), keeps every record in SQLite,
+//! and serves the site API over HTTP.
+
+pub mod agent;
+pub mod api;
+pub mod config;
+pub mod openapi;
+pub mod runner;
+pub mod store;
+
+use std::net::SocketAddr;
+
+pub use agent::{Agent, AgentError};
+pub use config::{Config, ConfigError};
+
+/// A running agent: where it listens, and the task serving it.
+#[derive(Debug)]
+pub struct Running {
+    /// The bound address (the real port when the config asked for port 0).
+    pub addr: SocketAddr,
+    /// The agent itself.
+    pub agent: Agent,
+    /// The server task; it runs until the process ends.
+    pub server: tokio::task::JoinHandle<()>,
+}
+
+/// Opens the agent's database, resumes its unfinished jobs, starts the hold
+/// expiry ticker and serves the API on `config.listen`.
+pub async fn start(config: Config) -> Result<Running, AgentError> {
+    let listen = config.listen;
+    let (agent, resume) = Agent::open(config).await?;
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .map_err(|e| AgentError::Internal(format!("listening on {listen}: {e}")))?;
+    let addr = listener.local_addr().map_err(|e| AgentError::Internal(e.to_string()))?;
+    for id in resume {
+        tokio::spawn(runner::run(agent.clone(), id));
+    }
+    let ticker = agent.clone();
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(std::time::Duration::from_millis(500));
+        loop {
+            every.tick().await;
+            if let Err(e) = ticker.expire().await {
+                tracing::error!("expiring holds: {e}");
+            }
+        }
+    });
+    let app = api::router(agent.clone());
+    let server = tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, app).await {
+            tracing::error!("serving the site API: {e}");
+        }
+    });
+    tracing::info!(%addr, "site agent listening");
+    Ok(Running { addr, agent, server })
+}

@@ -1,0 +1,88 @@
+//! The OpenAPI 3.1 description of the site API, served at `/openapi.json`.
+
+use serde_json::{json, Value};
+
+/// The document.
+pub fn document() -> Value {
+    let err = json!({"$ref": "#/components/schemas/Error"});
+    let ok = |schema: Value| json!({"description": "OK", "content": {"application/json": {"schema": schema}}});
+    let errors = |codes: &[&str]| {
+        codes
+            .iter()
+            .map(|c| {
+                (
+                    (*c).to_string(),
+                    json!({"description": c, "content": {"application/json": {"schema": err}}}),
+                )
+            })
+            .collect::<serde_json::Map<String, Value>>()
+    };
+    let with = |mut base: serde_json::Map<String, Value>, code: &str, v: Value| {
+        base.insert(code.to_string(), v);
+        Value::Object(base)
+    };
+    json!({
+        "openapi": "3.1.0",
+        "info": {"title": "Brokk site API", "version": env!("CARGO_PKG_VERSION"),
+                 "description": "Times are RFC 3339 UTC, durations whole seconds. Every /v1 call needs `Authorization: Bearer <token>`."},
+        "components": {
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+            "schemas": {
+                "Error": {"type": "object", "required": ["error"], "properties": {"error": {"type": "string"}}},
+                "Request": {"type": "object", "required": ["amount", "duration", "earliest", "latest"], "properties": {
+                    "amount": {"type": "integer", "minimum": 1}, "duration": {"type": "integer", "description": "seconds"},
+                    "earliest": {"type": "string", "format": "date-time"}, "latest": {"type": "string", "format": "date-time"},
+                    "flexible": {"type": "boolean", "default": false}}},
+                "ReservationRequest": {"allOf": [{"$ref": "#/components/schemas/Request"},
+                    {"type": "object", "properties": {"hold": {"type": "integer", "description": "seconds the reservation stays preliminary"}}}]},
+                "Granted": {"type": "object", "properties": {"id": {"type": "integer"}, "start": {"type": "string", "format": "date-time"},
+                    "state": {"enum": ["preliminary", "committed"]}}},
+                "Rejected": {"type": "object", "properties": {"reply": {"const": "rejected"}, "next_start": {"type": ["string", "null"], "format": "date-time"}}},
+                "Never": {"type": "object", "properties": {"reply": {"const": "never"}, "reason": {"type": "string"}}},
+                "Reservation": {"type": "object", "properties": {"id": {"type": "integer"}, "owner": {"type": "string"},
+                    "start": {"type": "string", "format": "date-time"}, "end": {"type": "string", "format": "date-time"},
+                    "amount": {"type": "integer"}, "state": {"enum": ["preliminary", "committed"]},
+                    "expires": {"type": ["string", "null"], "format": "date-time"}, "window": {"type": ["array", "null"]}}},
+                "Change": {"type": "object", "properties": {"amount": {"type": "integer"}, "duration": {"type": "integer"},
+                    "window": {"type": "array", "items": {"type": "string", "format": "date-time"}, "minItems": 2, "maxItems": 2}}},
+                "Info": {"type": "object", "properties": {"name": {"type": "string"}, "capacity": {"type": "integer"},
+                    "free_now": {"type": "integer"}, "running": {"type": "integer"}, "waiting": {"type": "integer"},
+                    "estimated_wait": {"type": "integer"}, "benchmarks": {"type": "array"},
+                    "bandwidth_bytes_per_s": {"type": ["integer", "null"]}, "reservations": {"type": "boolean"}}},
+                "Job": {"type": "object", "description": "Brokk's canonical job JSON; `reservation` claims a reservation by id."},
+                "JobView": {"type": "object", "properties": {"id": {"type": "string"}, "owner": {"type": "string"},
+                    "state": {"enum": ["accepted", "staging-in", "queued", "running", "staging-out", "finished", "failed", "cancelled"]},
+                    "reason": {"type": ["string", "null"]}, "exit_code": {"type": ["integer", "null"]},
+                    "reservation": {"type": ["integer", "null"]}, "planned_start": {"type": ["string", "null"]},
+                    "started": {"type": ["string", "null"]}, "ended": {"type": ["string", "null"]}}}
+            }
+        },
+        "security": [{"bearer": []}],
+        "paths": {
+            "/healthz": {"get": {"security": [], "responses": {"200": {"description": "alive"}}}},
+            "/v1/info": {"get": {"responses": with(errors(&["401"]), "200", ok(json!({"$ref": "#/components/schemas/Info"})))}},
+            "/v1/probe": {"post": {"parameters": [{"name": "k", "in": "query", "schema": {"type": "integer"}}],
+                "requestBody": {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/Request"}}}},
+                "responses": with(errors(&["400", "401", "413"]), "200", ok(json!({"type": "object", "properties": {"candidates": {"type": "array"}}})))}},
+            "/v1/reservations": {"post": {
+                "requestBody": {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/ReservationRequest"}}}},
+                "responses": {"201": ok(json!({"$ref": "#/components/schemas/Granted"})),
+                              "409": ok(json!({"$ref": "#/components/schemas/Rejected"})),
+                              "422": ok(json!({"$ref": "#/components/schemas/Never"})),
+                              "400": {"description": "malformed"}, "401": {"description": "no token"}}}},
+            "/v1/reservations/{id}": {
+                "get": {"responses": with(errors(&["401", "403", "404"]), "200", ok(json!({"$ref": "#/components/schemas/Reservation"})))},
+                "patch": {"requestBody": {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/Change"}}}},
+                    "responses": with(errors(&["400", "401", "403", "404", "409", "422"]), "200", ok(json!({"$ref": "#/components/schemas/Reservation"})))},
+                "delete": {"responses": with(errors(&["401", "403", "404", "409"]), "204", json!({"description": "cancelled"}))}},
+            "/v1/reservations/{id}/commit": {"post": {"responses": with(errors(&["401", "403", "404"]), "200", ok(json!({"$ref": "#/components/schemas/Reservation"})))}},
+            "/v1/jobs": {"post": {"requestBody": {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/Job"}}}},
+                "responses": with(errors(&["400", "401", "403", "404", "409", "413"]), "201", ok(json!({"type": "object", "properties": {"id": {"type": "string"}}})))}},
+            "/v1/jobs/{id}": {
+                "get": {"responses": with(errors(&["401", "403", "404"]), "200", ok(json!({"$ref": "#/components/schemas/JobView"})))},
+                "delete": {"responses": with(errors(&["401", "403", "404"]), "200", ok(json!({"$ref": "#/components/schemas/JobView"})))}},
+            "/v1/jobs/{id}/files/{name}": {"get": {"responses": with(errors(&["400", "401", "403", "404"]), "200",
+                json!({"description": "the file", "content": {"application/octet-stream": {}}}))}}
+        }
+    })
+}

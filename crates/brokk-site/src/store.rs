@@ -1,0 +1,225 @@
+//! Durable records in SQLite: every reservation and every job, written before
+//! the API answers. WAL journal with `synchronous = NORMAL`: a committed write
+//! survives the agent being killed (kill -9), though not necessarily a power
+//! cut of the host.
+
+use std::path::Path;
+use std::str::FromStr;
+use std::sync::Arc;
+
+use brokk_model::{Job, Time};
+use brokk_planner::{Reservation, ReservationId, State};
+use brokk_proto::wire::JobPhase;
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::{Row, SqlitePool};
+
+/// A store failure.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The database refused.
+    #[error("database: {0}")]
+    Db(#[from] sqlx::Error),
+    /// A stored job description no longer parses.
+    #[error("stored job {0}: {1}")]
+    Corrupt(u64, String),
+}
+
+/// What the agent remembers of a job.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobRecord {
+    /// Id on this site.
+    pub id: u64,
+    /// Who submitted it.
+    pub owner: String,
+    /// The canonical description.
+    pub spec: Job,
+    /// The reservation it runs in.
+    pub slot: Option<ReservationId>,
+    /// Whether that reservation is the owner's own (kept after the job) rather
+    /// than one the agent made for it.
+    pub claimed: bool,
+    /// Where it is.
+    pub state: JobPhase,
+    /// Why it failed or was cancelled.
+    pub reason: Option<String>,
+    /// Exit code once finished.
+    pub exit_code: Option<i32>,
+    /// Planned start.
+    pub planned_start: Option<Time>,
+    /// Actual start.
+    pub started: Option<Time>,
+    /// End.
+    pub ended: Option<Time>,
+}
+
+/// The agent's database.
+#[derive(Debug, Clone)]
+pub struct Store {
+    pool: SqlitePool,
+}
+
+const SCHEMA: &[&str] = &[
+    "CREATE TABLE IF NOT EXISTS reservations (
+        id INTEGER PRIMARY KEY, owner TEXT NOT NULL, start INTEGER NOT NULL, stop INTEGER NOT NULL,
+        amount INTEGER NOT NULL, expires INTEGER, win_lo INTEGER, win_hi INTEGER,
+        live INTEGER NOT NULL, ended TEXT)",
+    "CREATE TABLE IF NOT EXISTS jobs (
+        id INTEGER PRIMARY KEY, owner TEXT NOT NULL, spec TEXT NOT NULL, slot INTEGER,
+        claimed INTEGER NOT NULL, state TEXT NOT NULL, reason TEXT, exit_code INTEGER,
+        planned_start INTEGER, started INTEGER, ended INTEGER)",
+];
+
+fn phase_name(p: JobPhase) -> String {
+    serde_json::to_value(p)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default()
+}
+
+fn phase_of(s: &str) -> JobPhase {
+    serde_json::from_value(serde_json::Value::String(s.to_string())).unwrap_or(JobPhase::Failed)
+}
+
+impl Store {
+    /// Opens (creating if needed) the database at `path`.
+    pub async fn open(path: &Path) -> Result<Store, StoreError> {
+        let opts = SqliteConnectOptions::from_str("sqlite://")?
+            .filename(path)
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Normal);
+        let pool = SqlitePoolOptions::new().max_connections(1).connect_with(opts).await?;
+        for stmt in SCHEMA {
+            sqlx::query(stmt).execute(&pool).await?;
+        }
+        Ok(Store { pool })
+    }
+
+    /// Writes reservations as they now are (live).
+    pub async fn save_reservations(&self, rs: &[Reservation]) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin().await?;
+        for r in rs {
+            let expires = match r.state {
+                State::Committed => None,
+                State::Preliminary { expires } => Some(expires.0),
+            };
+            sqlx::query(
+                "INSERT OR REPLACE INTO reservations (id, owner, start, stop, amount, expires, win_lo, win_hi, live, ended)
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, 1, NULL)",
+            )
+            .bind(r.id.0 as i64)
+            .bind(r.owner.as_ref())
+            .bind(r.start.0)
+            .bind(r.end.0)
+            .bind(i64::from(r.amount))
+            .bind(expires)
+            .bind(r.window.map(|w| w.0 .0))
+            .bind(r.window.map(|w| w.1 .0))
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Marks reservations as gone (`cancelled`, `expired`, `released`).
+    pub async fn end_reservations(&self, ids: &[ReservationId], why: &str) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin().await?;
+        for id in ids {
+            sqlx::query("UPDATE reservations SET live = 0, ended = ? WHERE id = ?")
+                .bind(why)
+                .bind(id.0 as i64)
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Writes a job record as it now is.
+    pub async fn save_job(&self, j: &JobRecord) -> Result<(), StoreError> {
+        let spec = serde_json::to_string(&j.spec).map_err(|e| StoreError::Corrupt(j.id, e.to_string()))?;
+        sqlx::query(
+            "INSERT OR REPLACE INTO jobs (id, owner, spec, slot, claimed, state, reason, exit_code, planned_start, started, ended)
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        )
+        .bind(j.id as i64)
+        .bind(&j.owner)
+        .bind(spec)
+        .bind(j.slot.map(|s| s.0 as i64))
+        .bind(j.claimed)
+        .bind(phase_name(j.state))
+        .bind(&j.reason)
+        .bind(j.exit_code)
+        .bind(j.planned_start.map(|t| t.0))
+        .bind(j.started.map(|t| t.0))
+        .bind(j.ended.map(|t| t.0))
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// Every live reservation, by id.
+    pub async fn live_reservations(&self) -> Result<Vec<Reservation>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT id, owner, start, stop, amount, expires, win_lo, win_hi FROM reservations WHERE live = 1 ORDER BY id",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .iter()
+            .map(|r| {
+                let expires: Option<i64> = r.get("expires");
+                let lo: Option<i64> = r.get("win_lo");
+                let hi: Option<i64> = r.get("win_hi");
+                Reservation {
+                    id: ReservationId(r.get::<i64, _>("id") as u64),
+                    owner: Arc::from(r.get::<String, _>("owner")),
+                    start: Time(r.get("start")),
+                    end: Time(r.get("stop")),
+                    amount: r.get::<i64, _>("amount") as u32,
+                    state: expires.map_or(State::Committed, |e| State::Preliminary { expires: Time(e) }),
+                    window: lo.zip(hi).map(|(a, b)| (Time(a), Time(b))),
+                }
+            })
+            .collect())
+    }
+
+    /// The largest reservation id ever used (live or not).
+    pub async fn max_reservation_id(&self) -> Result<u64, StoreError> {
+        let v: Option<i64> = sqlx::query_scalar("SELECT MAX(id) FROM reservations")
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(v.unwrap_or(0) as u64)
+    }
+
+    /// Every job record, by id.
+    pub async fn jobs(&self) -> Result<Vec<JobRecord>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT id, owner, spec, slot, claimed, state, reason, exit_code, planned_start, started, ended FROM jobs ORDER BY id",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                let id = r.get::<i64, _>("id") as u64;
+                let spec: String = r.get("spec");
+                let spec: Job = serde_json::from_str(&spec).map_err(|e| StoreError::Corrupt(id, e.to_string()))?;
+                let state: String = r.get("state");
+                Ok(JobRecord {
+                    id,
+                    owner: r.get("owner"),
+                    spec,
+                    slot: r.get::<Option<i64>, _>("slot").map(|s| ReservationId(s as u64)),
+                    claimed: r.get("claimed"),
+                    state: phase_of(&state),
+                    reason: r.get("reason"),
+                    exit_code: r.get("exit_code"),
+                    planned_start: r.get::<Option<i64>, _>("planned_start").map(Time),
+                    started: r.get::<Option<i64>, _>("started").map(Time),
+                    ended: r.get::<Option<i64>, _>("ended").map(Time),
+                })
+            })
+            .collect()
+    }
+}

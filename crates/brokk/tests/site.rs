@@ -1,0 +1,543 @@
+//! The site agent end to end: `brokk site` runs as a real process on an
+//! ephemeral port with its own SQLite file and sandboxes, and the tests drive
+//! it through the Rust client (the broker's `Site` trait) and raw HTTP.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration as StdDuration, Instant, SystemTime};
+
+use brokk_broker::{JobHandle, Site, SiteError};
+use brokk_model::{Duration, EnvVar, InputFile, Job, OutputFile, Time};
+use brokk_planner::{Change, NeverReason, Reply, Request, ReservationId};
+use brokk_proto::wire::{JobPhase, JobView, ReservationState};
+use brokk_proto::RemoteSite;
+
+/// A `brokk site` process; killed (SIGKILL) when dropped.
+struct Agent {
+    child: Child,
+    url: String,
+    dir: PathBuf,
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("brokk-site-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+impl Agent {
+    fn start(dir: &Path) -> Agent {
+        let config = dir.join("site.toml");
+        if !config.exists() {
+            std::fs::write(
+                &config,
+                "name = \"test-site\"\ncapacity = 4\ndatabase = \"site.db\"\nworkdir = \"jobs\"\nkill_grace = 1\n\
+                 bandwidth_bytes_per_s = 1000000\n[tokens]\n\"tok-ann\" = \"ann\"\n\"tok-bob\" = \"bob\"\n",
+            )
+            .unwrap();
+        }
+        let mut child = Command::new(env!("CARGO_BIN_EXE_brokk"))
+            .args(["site", "--config"])
+            .arg(&config)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let url = line.trim().strip_prefix("listening on ").expect(&line).to_string();
+        Agent {
+            child,
+            url,
+            dir: dir.to_path_buf(),
+        }
+    }
+
+    fn client(&self, token: &str) -> RemoteSite {
+        RemoteSite::new(&self.url, token)
+    }
+
+    fn kill(mut self) -> PathBuf {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.dir.clone()
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn now() -> i64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64
+}
+
+fn req(amount: u32, duration: i64, earliest: i64, latest: i64) -> Request {
+    Request {
+        amount,
+        duration: Duration(duration),
+        earliest: Time(earliest),
+        latest: Time(latest),
+        flexible: false,
+    }
+}
+
+fn granted(r: Reply) -> (ReservationId, Time) {
+    match r {
+        Reply::Granted { id, start } => (id, start),
+        other => panic!("expected a grant, got {other:?}"),
+    }
+}
+
+/// Polls a job until `done` holds or 20 s pass.
+fn wait_for(site: &RemoteSite, job: &JobHandle, done: impl Fn(&JobView) -> bool) -> JobView {
+    let t = Instant::now();
+    loop {
+        let v = site.job(job).unwrap();
+        if done(&v) || t.elapsed() > StdDuration::from_secs(20) {
+            return v;
+        }
+        std::thread::sleep(StdDuration::from_millis(50));
+    }
+}
+
+fn terminal(v: &JobView) -> bool {
+    v.state.is_terminal()
+}
+
+fn shell(script: &str) -> Job {
+    Job {
+        executable: Some("/bin/sh".into()),
+        arguments: vec!["-c".into(), script.into()],
+        wall_time: Some(Duration(60)),
+        ..Job::default()
+    }
+}
+
+#[test]
+fn reservations_answer_with_all_three_replies() {
+    let agent = Agent::start(&scratch("replies"));
+    let mut ann = agent.client("tok-ann");
+    let t = now() + 3600;
+    let (full, start) = granted(ann.reserve("ann", &req(4, 100, t, t), None).unwrap());
+    assert_eq!(start, Time(t));
+    // The window is full: rejected, with the true next start (when `full` ends).
+    assert_eq!(
+        ann.reserve("ann", &req(1, 50, t, t + 50), None).unwrap(),
+        Reply::Rejected {
+            next_start: Some(Time(t + 100))
+        }
+    );
+    // More than the site has: never.
+    assert_eq!(
+        ann.reserve("ann", &req(5, 10, t, t), None).unwrap(),
+        Reply::Never {
+            reason: NeverReason::OverCapacity { amount: 5, capacity: 4 }
+        }
+    );
+    let probe = ann.probe(&req(2, 50, t, t + 500), 3).unwrap();
+    assert_eq!(probe[0].start, Time(t + 100));
+    let info = ann.info().unwrap();
+    assert_eq!(
+        (info.name.as_str(), info.total_slots, info.reservations),
+        ("test-site", 4, true)
+    );
+    assert_eq!(info.bandwidth_bytes_per_s, Some(1_000_000));
+    let v = ann.reservation(full).unwrap();
+    assert_eq!(
+        (v.owner.as_str(), v.amount, v.state),
+        ("ann", 4, ReservationState::Committed)
+    );
+    ann.cancel("ann", full).unwrap();
+    assert_eq!(ann.reservation(full).unwrap_err(), SiteError::Unknown);
+    // Cancelled capacity is free again.
+    granted(ann.reserve("ann", &req(4, 100, t, t), None).unwrap());
+}
+
+#[test]
+fn preliminary_holds_lapse_unless_committed() {
+    let agent = Agent::start(&scratch("holds"));
+    let mut ann = agent.client("tok-ann");
+    let t = now() + 3600;
+    let hold = Some(Time(now() + 2));
+    let (lapsing, _) = granted(ann.reserve("ann", &req(2, 100, t, t), hold).unwrap());
+    let (kept, _) = granted(ann.reserve("ann", &req(2, 100, t, t), hold).unwrap());
+    assert_eq!(ann.reservation(lapsing).unwrap().state, ReservationState::Preliminary);
+    ann.commit("ann", kept).unwrap();
+    std::thread::sleep(StdDuration::from_millis(3500));
+    assert_eq!(ann.reservation(lapsing).unwrap_err(), SiteError::Unknown);
+    assert_eq!(ann.reservation(kept).unwrap().state, ReservationState::Committed);
+    // The lapsed hold's two units are free again, the committed ones are not.
+    granted(ann.reserve("ann", &req(2, 100, t, t), None).unwrap());
+    assert!(matches!(
+        ann.reserve("ann", &req(1, 100, t, t), None).unwrap(),
+        Reply::Rejected { .. }
+    ));
+}
+
+#[test]
+fn modify_is_atomic() {
+    let agent = Agent::start(&scratch("modify"));
+    let mut ann = agent.client("tok-ann");
+    let t = now() + 3600;
+    let (a, _) = granted(ann.reserve("ann", &req(3, 100, t, t), None).unwrap());
+    let (b, _) = granted(ann.reserve("ann", &req(2, 100, t + 200, t + 200), None).unwrap());
+    let before = ann.reservation(b).unwrap();
+    // Into `a`'s span with 2 units: only 1 is free there; nothing changes.
+    let into_a = Change {
+        window: Some((Time(t), Time(t))),
+        ..Change::default()
+    };
+    match ann.modify("ann", b, into_a) {
+        Err(SiteError::NotGranted(Reply::Rejected { .. })) => {}
+        other => panic!("expected a rejection, got {other:?}"),
+    }
+    assert_eq!(ann.reservation(b).unwrap(), before);
+    // One unit fits beside `a`.
+    let one = Change {
+        amount: Some(1),
+        window: Some((Time(t), Time(t))),
+        ..Change::default()
+    };
+    assert_eq!(ann.modify("ann", b, one).unwrap(), Time(t));
+    assert_eq!(ann.reservation(b).unwrap().amount, 1);
+    ann.cancel("ann", a).unwrap();
+}
+
+#[test]
+fn identities_are_checked() {
+    let agent = Agent::start(&scratch("auth"));
+    let mut ann = agent.client("tok-ann");
+    let mut bob = agent.client("tok-bob");
+    let t = now() + 3600;
+    let (r, _) = granted(ann.reserve("ann", &req(1, 100, t, t), None).unwrap());
+    assert_eq!(bob.reservation(r).unwrap_err(), SiteError::Forbidden);
+    assert_eq!(bob.cancel("bob", r).unwrap_err(), SiteError::Forbidden);
+    assert_eq!(bob.commit("bob", r).unwrap_err(), SiteError::Forbidden);
+    let job = ann.submit("ann", &shell("true"), None).unwrap();
+    assert_eq!(bob.job(&job).unwrap_err(), SiteError::Forbidden);
+    assert_eq!(bob.cancel_job("bob", &job).unwrap_err(), SiteError::Forbidden);
+    // Claiming someone else's reservation is refused too.
+    assert_eq!(
+        bob.submit("bob", &shell("true"), Some(r)).unwrap_err(),
+        SiteError::Forbidden
+    );
+    let http = reqwest::blocking::Client::new();
+    let get = |path: &str, token: Option<&str>| {
+        let mut rq = http.get(format!("{}{path}", agent.url));
+        if let Some(t) = token {
+            rq = rq.bearer_auth(t);
+        }
+        rq.send().unwrap().status().as_u16()
+    };
+    assert_eq!(get("/v1/info", None), 401);
+    assert_eq!(get("/v1/info", Some("wrong")), 401);
+    assert_eq!(get("/healthz", None), 200);
+    let doc: serde_json::Value = http
+        .get(format!("{}/openapi.json", agent.url))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    assert_eq!(doc["openapi"], "3.1.0");
+    assert!(doc["paths"]["/v1/reservations/{id}/commit"].is_object());
+}
+
+#[test]
+fn bad_requests_get_clear_errors() {
+    let agent = Agent::start(&scratch("errors"));
+    let http = reqwest::blocking::Client::new();
+    let post = |path: &str, body: String| {
+        let r = http
+            .post(format!("{}{path}", agent.url))
+            .bearer_auth("tok-ann")
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .unwrap();
+        let status = r.status().as_u16();
+        (status, r.text().unwrap())
+    };
+    let (s, b) = post("/v1/reservations", "{not json".into());
+    assert_eq!(s, 400, "{b}");
+    let (s, b) = post(
+        "/v1/reservations",
+        r#"{"duration": 10, "earliest": "2030-01-01T00:00:00Z", "latest": "2030-01-01T00:00:00Z"}"#.into(),
+    );
+    assert!(s == 400 && b.contains("amount"), "{s} {b}");
+    let (s, b) = post(
+        "/v1/reservations",
+        r#"{"amount": "four", "duration": 10, "earliest": "2030-01-01T00:00:00Z", "latest": "2030-01-01T00:00:00Z"}"#
+            .into(),
+    );
+    assert!(s == 400 && b.contains("amount"), "{s} {b}");
+    let (s, b) = post(
+        "/v1/reservations",
+        r#"{"amount": 1, "duration": 10, "earliest": "yesterday", "latest": "2030-01-01T00:00:00Z"}"#.into(),
+    );
+    assert!(s == 400 && b.contains("earliest"), "{s} {b}");
+    let (s, b) = post("/v1/jobs", r#"{"arguments": ["x"]}"#.into());
+    assert!(s == 400 && b.contains("executable"), "{s} {b}");
+    // On its own connection: the agent closes it without reading the body.
+    let big = reqwest::blocking::Client::new()
+        .post(format!("{}/v1/probe", agent.url))
+        .bearer_auth("tok-ann")
+        .body(format!("{{\"pad\": \"{}\"}}", "x".repeat(2 << 20)))
+        .send()
+        .unwrap();
+    assert_eq!(big.status().as_u16(), 413);
+    for path in [
+        "/v1/reservations/999",
+        "/v1/reservations/abc",
+        "/v1/jobs/12345",
+        "/v1/nowhere",
+    ] {
+        let s = http
+            .get(format!("{}{path}", agent.url))
+            .bearer_auth("tok-ann")
+            .send()
+            .unwrap()
+            .status();
+        assert_eq!(s.as_u16(), 404, "{path}");
+    }
+    // The agent still answers after all that.
+    let ok = http
+        .get(format!("{}/v1/info", agent.url))
+        .bearer_auth("tok-ann")
+        .send()
+        .unwrap();
+    assert!(ok.status().is_success());
+}
+
+/// A tiny HTTP server for staging: GET /data, PUT /up, and /hang, which never answers.
+fn file_server() -> (String, Arc<Mutex<Vec<u8>>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let uploaded = Arc::new(Mutex::new(Vec::new()));
+    let up = uploaded.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let up = up.clone();
+            std::thread::spawn(move || {
+                let mut s = stream;
+                let mut reader = BufReader::new(s.try_clone().unwrap());
+                let mut first = String::new();
+                reader.read_line(&mut first).unwrap_or(0);
+                let mut len = 0usize;
+                loop {
+                    let mut h = String::new();
+                    if reader.read_line(&mut h).unwrap_or(0) == 0 || h == "\r\n" {
+                        break;
+                    }
+                    if let Some(v) = h.to_ascii_lowercase().strip_prefix("content-length:") {
+                        len = v.trim().parse().unwrap_or(0);
+                    }
+                }
+                if first.contains(" /hang") {
+                    std::thread::sleep(StdDuration::from_secs(60));
+                    return;
+                }
+                if first.starts_with("PUT /up") {
+                    let mut body = vec![0; len];
+                    reader.read_exact(&mut body).unwrap();
+                    *up.lock().unwrap() = body;
+                    let _ = s.write_all(b"HTTP/1.1 201 Created\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
+                    return;
+                }
+                let body = b"staged over http\n";
+                let _ = write!(
+                    s,
+                    "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                    body.len()
+                );
+                let _ = s.write_all(body);
+            });
+        }
+    });
+    (url, uploaded)
+}
+
+#[test]
+fn jobs_run_as_real_processes_with_staging() {
+    let dir = scratch("run");
+    let agent = Agent::start(&dir);
+    let (server, uploaded) = file_server();
+    let local = dir.join("local-input.txt");
+    std::fs::write(&local, "staged from a file\n").unwrap();
+    let delivered = dir.join("delivered/result.txt");
+    let mut ann = agent.client("tok-ann");
+    let mut job = shell("echo \"hello $WHO $1\"; cat local.txt remote.txt; echo oops >&2; cat > echo.txt; cp echo.txt result.txt; exit 3");
+    job.arguments.push("arg0".into());
+    job.arguments.push("first-arg".into());
+    job.environment = vec![EnvVar {
+        name: "WHO".into(),
+        value: "brokk".into(),
+    }];
+    job.stdin = Some("in.txt".into());
+    job.stdout = Some("out.txt".into());
+    job.stderr = Some("err.txt".into());
+    job.input_files = vec![
+        InputFile {
+            name: "local.txt".into(),
+            source: Some(format!("file://{}", local.display())),
+            size: None,
+        },
+        InputFile {
+            name: "remote.txt".into(),
+            source: Some(format!("{server}/data")),
+            size: None,
+        },
+        InputFile {
+            name: "in.txt".into(),
+            source: Some(format!("file://{}", local.display())),
+            size: None,
+        },
+    ];
+    job.output_files = vec![
+        OutputFile {
+            name: "result.txt".into(),
+            target: Some(format!("file://{}", delivered.display())),
+            size_estimate: None,
+        },
+        OutputFile {
+            name: "out.txt".into(),
+            target: Some(format!("{server}/up")),
+            size_estimate: None,
+        },
+    ];
+    let h = ann.submit("ann", &job, None).unwrap();
+    let v = wait_for(&ann, &h, terminal);
+    assert_eq!((v.state, v.exit_code), (JobPhase::Finished, Some(3)), "{v:?}");
+    assert!(v.started.is_some() && v.ended.is_some());
+    let out = String::from_utf8(ann.file(&h, "out.txt").unwrap()).unwrap();
+    assert_eq!(out, "hello brokk first-arg\nstaged from a file\nstaged over http\n");
+    assert_eq!(ann.file(&h, "err.txt").unwrap(), b"oops\n");
+    assert_eq!(std::fs::read_to_string(&delivered).unwrap(), "staged from a file\n");
+    assert_eq!(*uploaded.lock().unwrap(), out.as_bytes());
+    assert_eq!(ann.file(&h, "missing.txt").unwrap_err(), SiteError::Unknown);
+    // A failed stage-in fails the job with the reason.
+    let mut bad = shell("true");
+    bad.input_files = vec![InputFile {
+        name: "x".into(),
+        source: Some(format!("file://{}/does-not-exist", dir.display())),
+        size: None,
+    }];
+    let h = ann.submit("ann", &bad, None).unwrap();
+    let v = wait_for(&ann, &h, terminal);
+    assert_eq!(v.state, JobPhase::Failed);
+    assert!(v.reason.unwrap().contains("staging in x"));
+}
+
+#[test]
+fn wall_time_is_enforced() {
+    let agent = Agent::start(&scratch("walltime"));
+    let mut ann = agent.client("tok-ann");
+    let mut job = shell("trap '' TERM; sleep 30");
+    job.wall_time = Some(Duration(1));
+    let t = Instant::now();
+    let h = ann.submit("ann", &job, None).unwrap();
+    let v = wait_for(&ann, &h, terminal);
+    assert_eq!(v.state, JobPhase::Failed, "{v:?}");
+    assert!(v.reason.unwrap().contains("wall time"));
+    // SIGTERM is ignored, so SIGKILL after the 1 s grace: about 2 s in all.
+    assert!(t.elapsed() < StdDuration::from_secs(10), "{:?}", t.elapsed());
+}
+
+#[test]
+fn jobs_cancel_in_every_state() {
+    let agent = Agent::start(&scratch("cancel"));
+    let (server, _) = file_server();
+    let mut ann = agent.client("tok-ann");
+    // Running.
+    let running = ann.submit("ann", &shell("sleep 30"), None).unwrap();
+    wait_for(&ann, &running, |v| v.state == JobPhase::Running);
+    // Queued: in a reservation an hour ahead.
+    let t = now() + 3600;
+    let (r, _) = granted(ann.reserve("ann", &req(1, 600, t, t), None).unwrap());
+    let queued = ann.submit("ann", &shell("true"), Some(r)).unwrap();
+    let v = wait_for(&ann, &queued, |v| v.state == JobPhase::Queued);
+    assert_eq!(v.planned_start, Some(Time(t)));
+    // Staging in from a server that never answers.
+    let mut stuck_in = shell("true");
+    stuck_in.input_files = vec![InputFile {
+        name: "x".into(),
+        source: Some(format!("{server}/hang")),
+        size: None,
+    }];
+    let staging_in = ann.submit("ann", &stuck_in, None).unwrap();
+    wait_for(&ann, &staging_in, |v| v.state == JobPhase::StagingIn);
+    // Staging out to a server that never answers.
+    let mut stuck_out = shell("echo x > y");
+    stuck_out.output_files = vec![OutputFile {
+        name: "y".into(),
+        target: Some(format!("{server}/hang")),
+        size_estimate: None,
+    }];
+    let staging_out = ann.submit("ann", &stuck_out, None).unwrap();
+    wait_for(&ann, &staging_out, |v| v.state == JobPhase::StagingOut);
+    // Accepted: cancelled right after submission.
+    let accepted = ann.submit("ann", &shell("sleep 5"), None).unwrap();
+    for h in [&accepted, &running, &queued, &staging_in, &staging_out] {
+        ann.cancel_job("ann", h).unwrap();
+    }
+    for h in [&accepted, &running, &queued, &staging_in, &staging_out] {
+        let v = wait_for(&ann, h, terminal);
+        assert_eq!(v.state, JobPhase::Cancelled, "{v:?}");
+    }
+    // The claimed reservation stays with its owner; a finished job cancels as a no-op.
+    assert_eq!(ann.reservation(r).unwrap().amount, 1);
+    let done = ann.submit("ann", &shell("true"), None).unwrap();
+    wait_for(&ann, &done, terminal);
+    ann.cancel_job("ann", &done).unwrap();
+    assert_eq!(ann.job(&done).unwrap().state, JobPhase::Finished);
+}
+
+#[test]
+fn a_killed_agent_restarts_with_its_state() {
+    let dir = scratch("restart");
+    let agent = Agent::start(&dir);
+    let mut ann = agent.client("tok-ann");
+    let t = now() + 3600;
+    let (committed, _) = granted(ann.reserve("ann", &req(1, 600, t, t), None).unwrap());
+    let hold_until = now() + 4;
+    let (held, _) = granted(ann.reserve("ann", &req(1, 600, t, t), Some(Time(hold_until))).unwrap());
+    let queued = ann.submit("ann", &shell("true"), Some(committed)).unwrap();
+    wait_for(&ann, &queued, |v| v.state == JobPhase::Queued);
+    let done = ann.submit("ann", &shell("echo done"), None).unwrap();
+    wait_for(&ann, &done, terminal);
+    let running = ann.submit("ann", &shell("sleep 3"), None).unwrap();
+    wait_for(&ann, &running, |v| v.state == JobPhase::Running);
+    let dir = agent.kill();
+
+    let agent = Agent::start(&dir);
+    let mut ann = agent.client("tok-ann");
+    assert_eq!(ann.reservation(committed).unwrap().state, ReservationState::Committed);
+    assert_eq!(ann.reservation(held).unwrap().state, ReservationState::Preliminary);
+    assert_eq!(ann.job(&queued).unwrap().state, JobPhase::Queued);
+    assert_eq!(ann.job(&done).unwrap().state, JobPhase::Finished);
+    let v = ann.job(&running).unwrap();
+    assert_eq!(v.state, JobPhase::Failed);
+    assert!(v.reason.unwrap().contains("stopped while the job was running"));
+    // The hold still lapses on time after the restart.
+    while now() <= hold_until + 1 {
+        std::thread::sleep(StdDuration::from_millis(200));
+    }
+    assert_eq!(ann.reservation(held).unwrap_err(), SiteError::Unknown);
+    // New ids do not reuse old ones.
+    let (fresh, _) = granted(ann.reserve("ann", &req(1, 10, t, t), None).unwrap());
+    assert!(fresh.0 > held.0);
+    let new_job = ann.submit("ann", &shell("true"), None).unwrap();
+    assert!(new_job.0.parse::<u64>().unwrap() > running.0.parse::<u64>().unwrap());
+}
