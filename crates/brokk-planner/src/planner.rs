@@ -435,6 +435,13 @@ impl<P: Profile> Planner<P> {
         ids.into_iter().filter_map(|id| self.get(ReservationId(id))).collect()
     }
 
+    /// The live flexible reservations, by id: the ones a grant may move.
+    pub fn flexible_reservations(&self) -> Vec<Reservation> {
+        let mut ids: Vec<u64> = self.flexible.keys().copied().collect();
+        ids.sort_unstable();
+        ids.into_iter().filter_map(|id| self.get(ReservationId(id))).collect()
+    }
+
     /// Whether `amount` units are free throughout `[start, start + duration)`.
     pub fn is_free(&self, amount: u32, start: Time, duration: Duration) -> bool {
         amount <= self.capacity

@@ -2,7 +2,7 @@
 //! controls, behind one async lock that is held until the change is durable,
 //! so the database always holds what the API has answered, in order.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -73,8 +73,21 @@ struct Control {
 pub(crate) struct Inner {
     planner: Planner<FreeList>,
     jobs: BTreeMap<u64, JobRecord>,
+    /// Jobs not yet ended: every scan of live jobs goes over these only.
+    active: BTreeSet<u64>,
     controls: HashMap<u64, Control>,
     next_job: u64,
+}
+
+impl Inner {
+    fn active(&self) -> impl Iterator<Item = &JobRecord> {
+        self.active.iter().filter_map(|id| self.jobs.get(id))
+    }
+
+    /// The live job holding reservation `id`, if any.
+    fn holder(&self, id: ReservationId) -> Option<u64> {
+        self.active().find(|j| j.slot == Some(id)).map(|j| j.id)
+    }
 }
 
 /// The agent: share it by cloning.
@@ -147,6 +160,7 @@ impl Agent {
         store.end_reservations(&expired, "expired").await?;
         let mut jobs = BTreeMap::new();
         let mut resume = Vec::new();
+        let mut active = BTreeSet::new();
         let mut next_job = 1;
         for mut j in store.jobs().await? {
             next_job = next_job.max(j.id + 1);
@@ -163,6 +177,9 @@ impl Agent {
             } else if !j.state.is_terminal() {
                 resume.push(j.id);
             }
+            if !j.state.is_terminal() {
+                active.insert(j.id);
+            }
             jobs.insert(j.id, j);
         }
         let agent = Agent {
@@ -171,6 +188,7 @@ impl Agent {
             inner: Arc::new(Mutex::new(Inner {
                 planner,
                 jobs,
+                active,
                 controls: HashMap::new(),
                 next_job,
             })),
@@ -196,12 +214,11 @@ impl Agent {
             .free_slots(t, Time(t.0 + 1))
             .first()
             .map_or(self.config.capacity, |s| s.free);
-        let running = g.jobs.values().filter(|j| j.state == JobPhase::Running).count() as u32;
-        let waiting = g
-            .jobs
-            .values()
-            .filter(|j| matches!(j.state, JobPhase::Accepted | JobPhase::StagingIn | JobPhase::Queued))
+        let running = g
+            .active()
+            .filter(|j| matches!(j.state, JobPhase::Running | JobPhase::StagingOut))
             .count() as u32;
+        let waiting = g.active().count() as u32 - running;
         let probe = Request {
             amount: 1,
             duration: Duration(3600),
@@ -236,12 +253,7 @@ impl Agent {
 
     /// Persists the live flexible reservations, which a grant may have moved.
     async fn save_flexible(&self, g: &Inner) -> Result<(), AgentError> {
-        let moved: Vec<_> = g
-            .planner
-            .reservations()
-            .into_iter()
-            .filter(|r| r.window.is_some())
-            .collect();
+        let moved = g.planner.flexible_reservations();
         if !moved.is_empty() {
             self.store.save_reservations(&moved).await?;
         }
@@ -297,10 +309,10 @@ impl Agent {
         let mut g = self.lock().await;
         self.expire_locked(&mut g).await?;
         Self::owned(&g, who, id)?;
-        if let Some(job) = g.jobs.values().find(|j| j.slot == Some(id) && !j.state.is_terminal()) {
+        if let Some(job) = g.holder(id) {
             return Err(AgentError::Conflict(format!(
-                "reservation {} is in use by job {}",
-                id.0, job.id
+                "reservation {} is in use by job {job}",
+                id.0
             )));
         }
         match g.planner.modify(id, change) {
@@ -338,10 +350,10 @@ impl Agent {
         let mut g = self.lock().await;
         self.expire_locked(&mut g).await?;
         Self::owned(&g, who, id)?;
-        if let Some(job) = g.jobs.values().find(|j| j.slot == Some(id) && !j.state.is_terminal()) {
+        if let Some(job) = g.holder(id) {
             return Err(AgentError::Conflict(format!(
-                "reservation {} is in use by job {}; cancel the job first",
-                id.0, job.id
+                "reservation {} is in use by job {job}; cancel the job first",
+                id.0
             )));
         }
         g.planner
@@ -388,10 +400,10 @@ impl Agent {
                     .map(ReservationId)
                     .map_err(|_| AgentError::BadRequest(format!("reservation: `{text}` is not a reservation id")))?;
                 let r = Self::owned(&g, who, id)?;
-                if let Some(job) = g.jobs.values().find(|j| j.slot == Some(id) && !j.state.is_terminal()) {
+                if let Some(job) = g.holder(id) {
                     return Err(AgentError::Conflict(format!(
-                        "reservation {} is already claimed by job {}",
-                        id.0, job.id
+                        "reservation {} is already claimed by job {job}",
+                        id.0
                     )));
                 }
                 if amount > r.amount || r.end.0 - r.start.0 < wall {
@@ -442,6 +454,7 @@ impl Agent {
         }
         self.store.save_job(&record).await?;
         g.jobs.insert(id, record);
+        g.active.insert(id);
         Ok(id)
     }
 
@@ -531,6 +544,9 @@ impl Agent {
     }
 
     /// Moves a job to `phase` (not a terminal one); false if it has ended.
+    /// Only `running` is written at once: after a restart a job recorded as
+    /// running has lost its process and fails, while one recorded in an
+    /// earlier phase is simply staged and queued again.
     pub async fn set_phase(&self, id: u64, phase: JobPhase) -> Result<bool, AgentError> {
         let mut g = self.lock().await;
         let Some(j) = g.jobs.get_mut(&id) else { return Ok(false) };
@@ -540,9 +556,9 @@ impl Agent {
         j.state = phase;
         if phase == JobPhase::Running {
             j.started = Some(now());
+            let r = j.clone();
+            self.store.save_job(&r).await?;
         }
-        let r = j.clone();
-        self.store.save_job(&r).await?;
         Ok(true)
     }
 
@@ -569,6 +585,7 @@ impl Agent {
 
     async fn finish_locked(&self, g: &mut Inner, r: JobRecord) -> Result<(), AgentError> {
         g.controls.remove(&r.id);
+        g.active.remove(&r.id);
         if let (Some(slot), false) = (r.slot, r.claimed) {
             if g.planner.cancel(slot).is_ok() {
                 self.store.end_reservations(&[slot], "released").await?;

@@ -24,6 +24,8 @@ enum What {
     Planner(PlannerArgs),
     /// The simulator on real traces, against AccaSim run on the same trace.
     Sim(super::bench_sim::SimArgs),
+    /// A site agent over loopback: reservation operations and trivial jobs.
+    Site(super::bench_site::SiteArgs),
 }
 
 #[derive(clap::Args)]
@@ -50,6 +52,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
     match a.what {
         What::Planner(p) => planner(p),
         What::Sim(s) => super::bench_sim::run(s),
+        What::Site(s) => super::bench_site::run(s),
     }
 }
 

@@ -2,6 +2,7 @@
 
 pub mod bench;
 pub mod bench_sim;
+pub mod bench_site;
 pub mod sim;
 pub mod site;
 pub mod translate;
