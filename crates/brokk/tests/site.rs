@@ -541,3 +541,38 @@ fn a_killed_agent_restarts_with_its_state() {
     let new_job = ann.submit("ann", &shell("true"), None).unwrap();
     assert!(new_job.0.parse::<u64>().unwrap() > running.0.parse::<u64>().unwrap());
 }
+
+#[test]
+fn jobs_start_at_their_planned_place_and_move_up_when_capacity_frees() {
+    let agent = Agent::start(&scratch("queue"));
+    let mut ann = agent.client("tok-ann");
+    // A claimed reservation starts its job at the reservation's start.
+    let at = now() + 3;
+    let (r, _) = granted(ann.reserve("ann", &req(1, 60, at, at), None).unwrap());
+    let claimed = ann.submit("ann", &shell("true"), Some(r)).unwrap();
+    // Two jobs as wide as what the reservation leaves: the second is placed
+    // after the first's wall time...
+    let mut first = shell("sleep 1");
+    first.cpus = Some(3);
+    first.wall_time = Some(Duration(30));
+    let mut second = shell("true");
+    second.cpus = Some(3);
+    second.wall_time = Some(Duration(5));
+    let a = ann.submit("ann", &first, None).unwrap();
+    let b = ann.submit("ann", &second, None).unwrap();
+    let (va, vb) = (ann.job(&a).unwrap(), ann.job(&b).unwrap());
+    assert_eq!(vb.planned_start.unwrap().0 - va.planned_start.unwrap().0, 30);
+    // ...and moves up when the first ends early.
+    let va = wait_for(&ann, &a, terminal);
+    let vb = wait_for(&ann, &b, terminal);
+    assert_eq!((va.state, vb.state), (JobPhase::Finished, JobPhase::Finished));
+    let gap = vb.started.unwrap().0 - va.ended.unwrap().0;
+    assert!((0..=1).contains(&gap), "second started {gap} s after the first ended");
+    let vc = wait_for(&ann, &claimed, terminal);
+    assert_eq!(vc.state, JobPhase::Finished);
+    let late = vc.started.unwrap().0 - at;
+    assert!(
+        (0..=1).contains(&late),
+        "claimed job started {late} s after its reservation"
+    );
+}

@@ -1,0 +1,116 @@
+//! Any request, however malformed, gets an answer with a 2xx or 4xx status:
+//! never a panic, never a 5xx. The router runs in process on a real agent
+//! (SQLite file, sandboxes) without a socket.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use axum::body::Body;
+use axum::http::{Method, Request};
+use brokk_site::{api, Agent, Config};
+use proptest::prelude::*;
+use tower::ServiceExt;
+
+fn agent(rt: &tokio::runtime::Runtime) -> Agent {
+    static N: AtomicU64 = AtomicU64::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "brokk-site-requests-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    let config: Config = toml::from_str(&format!(
+        "name = \"t\"\ncapacity = 8\ndatabase = \"{}\"\nworkdir = \"{}\"\nmax_body_bytes = 4096\n[tokens]\n\"tok\" = \"ann\"\n",
+        dir.join("t.db").display(),
+        dir.join("jobs").display()
+    ))
+    .unwrap();
+    rt.block_on(Agent::open(config)).unwrap().0
+}
+
+const PATHS: &[&str] = &[
+    "/v1/info",
+    "/v1/probe",
+    "/v1/probe?k=abc",
+    "/v1/probe?k=100000",
+    "/v1/reservations",
+    "/v1/reservations/1",
+    "/v1/reservations/18446744073709551615",
+    "/v1/reservations/-1",
+    "/v1/reservations/1/commit",
+    "/v1/jobs",
+    "/v1/jobs/1",
+    "/v1/jobs/1/files/out.txt",
+    "/v1/jobs/1/files/..",
+    "/healthz",
+    "/openapi.json",
+    "/nope",
+];
+
+/// Bodies near the valid shapes, and arbitrary ones.
+fn bodies() -> impl Strategy<Value = Vec<u8>> {
+    let field = prop_oneof![
+        Just("\"amount\"".to_string()),
+        Just("\"duration\"".to_string()),
+        Just("\"earliest\"".to_string()),
+        Just("\"latest\"".to_string()),
+        Just("\"hold\"".to_string()),
+        Just("\"window\"".to_string()),
+        Just("\"executable\"".to_string()),
+        Just("\"reservation\"".to_string()),
+        Just("\"cpus\"".to_string()),
+        Just("\"wall_time\"".to_string()),
+        "\"[a-z]{1,6}\"",
+    ];
+    let value = prop_oneof![
+        Just("0".to_string()),
+        Just("-1".to_string()),
+        Just("4294967296".to_string()),
+        Just("9223372036854775807".to_string()),
+        Just("\"2030-01-01T00:00:00Z\"".to_string()),
+        Just("\"1970-01-01T00:00:00Z\"".to_string()),
+        Just("\"9999-12-31T23:59:59Z\"".to_string()),
+        Just("\"/bin/true\"".to_string()),
+        Just("[\"2030-01-01T00:00:00Z\", \"2029-01-01T00:00:00Z\"]".to_string()),
+        Just("null".to_string()),
+        Just("true".to_string()),
+        Just("{}".to_string()),
+        "-?[0-9]{1,20}",
+        "\"[ -~]{0,12}\"",
+    ];
+    prop_oneof![
+        prop::collection::vec((field, value), 0..8).prop_map(|kv| {
+            let inner: Vec<String> = kv.iter().map(|(k, v)| format!("{k}: {v}")).collect();
+            format!("{{{}}}", inner.join(", ")).into_bytes()
+        }),
+        prop::collection::vec(any::<u8>(), 0..64),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(
+        std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(300)
+    ))]
+
+    #[test]
+    fn every_request_gets_a_client_or_success_status(
+        requests in prop::collection::vec(
+            (0..5usize, 0..PATHS.len(), bodies(), any::<bool>()),
+            1..12,
+        )
+    ) {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let agent = agent(&rt);
+        let dir = agent.config().workdir.clone();
+        for (m, p, body, auth) in requests {
+            let method = [Method::GET, Method::POST, Method::PATCH, Method::DELETE, Method::PUT][m].clone();
+            let mut req = Request::builder().method(method.clone()).uri(PATHS[p]);
+            if auth {
+                req = req.header("authorization", "Bearer tok");
+            }
+            let req = req.header("content-type", "application/json").body(Body::from(body)).unwrap();
+            let status = rt.block_on(api::router(agent.clone()).oneshot(req)).unwrap().status();
+            prop_assert!(!status.is_server_error(), "{} {} -> {}", method, PATHS[p], status);
+        }
+        let _ = std::fs::remove_dir_all(dir.parent().unwrap());
+    }
+}
