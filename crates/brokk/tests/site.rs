@@ -576,3 +576,21 @@ fn jobs_start_at_their_planned_place_and_move_up_when_capacity_frees() {
         "claimed job started {late} s after its reservation"
     );
 }
+
+#[test]
+fn a_flexible_reservation_moves_inside_its_window_to_make_room() {
+    let agent = Agent::start(&scratch("flexible"));
+    let mut ann = agent.client("tok-ann");
+    let t = now() + 3600;
+    let mut flexible = req(4, 100, t, t + 500);
+    flexible.flexible = true;
+    let (a, start) = granted(ann.reserve("ann", &flexible, None).unwrap());
+    assert_eq!(start, Time(t));
+    // A rigid request for the same span fits only if `a` moves; it does, within its window.
+    let (b, start) = granted(ann.reserve("ann", &req(4, 100, t, t), None).unwrap());
+    assert_eq!(start, Time(t));
+    let moved = ann.reservation(a).unwrap();
+    assert_eq!(moved.start, Time(t + 100));
+    assert_eq!(moved.window, Some((Time(t), Time(t + 500))));
+    assert_eq!(ann.reservation(b).unwrap().start, Time(t));
+}
