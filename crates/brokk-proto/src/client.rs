@@ -22,6 +22,7 @@ pub struct RemoteSite {
     endpoint: String,
     token: String,
     http: Client,
+    idempotency_key: Option<String>,
 }
 
 fn wall_now() -> Time {
@@ -43,7 +44,14 @@ impl RemoteSite {
                 .timeout(std::time::Duration::from_secs(30))
                 .build()
                 .unwrap_or_else(|_| Client::new()),
+            idempotency_key: None,
         }
+    }
+
+    /// Sends `key` as the `Idempotency-Key` of the next submissions, so that a
+    /// submission repeated after a crash is the same job at the site.
+    pub fn set_idempotency_key(&mut self, key: Option<String>) {
+        self.idempotency_key = key;
     }
 
     fn url(&self, path: &str) -> String {
@@ -215,7 +223,11 @@ impl Site for RemoteSite {
         if let Some(r) = reservation {
             job.reservation = Some(r.0.to_string());
         }
-        let resp = self.send(self.http.post(self.url("/v1/jobs")).json(&job))?;
+        let mut rq = self.http.post(self.url("/v1/jobs")).json(&job);
+        if let Some(k) = &self.idempotency_key {
+            rq = rq.header("Idempotency-Key", k);
+        }
+        let resp = self.send(rq)?;
         if resp.status().is_success() {
             Ok(JobHandle(self.json::<Created>(resp)?.id))
         } else {

@@ -5,6 +5,7 @@
 //! Conventions: JSON bodies, times in RFC 3339 UTC, durations in whole
 //! seconds, bearer tokens; errors are `{"error": "..."}` with a status code.
 
+pub mod broker;
 pub mod client;
 pub mod wire;
 

@@ -206,3 +206,78 @@ pub struct ErrorBody {
     /// What went wrong.
     pub error: String,
 }
+
+/// `POST /v1/jobs` on the broker service: a description in any supported
+/// language.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SubmitRequest {
+    /// The job description text.
+    pub description: String,
+    /// Its language (`jsdl`, `xrsl`, `rsl`, `jdl`, `condor`, `slurm`, `json`);
+    /// detected from the text when absent.
+    #[serde(default)]
+    pub format: Option<String>,
+    /// Selection preferences (objective, start bounds, benchmarks, ...).
+    #[serde(default)]
+    pub preferences: Option<brokk_model::JobPreferences>,
+}
+
+/// `202` answer of the broker service: the job is stored.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Accepted {
+    /// The job's id at the broker (the first, when the description has several).
+    pub id: String,
+    /// Every job the description made (HTCondor `queue N`, JDL collections).
+    pub ids: Vec<String>,
+    /// Translation warnings, `line:column: message`.
+    pub warnings: Vec<String>,
+}
+
+/// One entry of a broker job's state history.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HistoryEntry {
+    /// When.
+    pub at: Time,
+    /// The state entered.
+    pub state: String,
+    /// Details (the site chosen, a failure's reason).
+    pub detail: Option<String>,
+}
+
+/// A job as the broker service reports it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BrokerJob {
+    /// Id at the broker.
+    pub id: String,
+    /// Its owner.
+    pub owner: String,
+    /// The language it was written in.
+    pub format: String,
+    /// `accepted`, `dispatched`, `running`, `finished`, `failed` or `cancelled`.
+    pub state: String,
+    /// The site it was sent to.
+    pub site: Option<String>,
+    /// Its id there.
+    pub site_job: Option<String>,
+    /// Predicted seconds from submission to start (TTS).
+    pub predicted_tts: Option<i64>,
+    /// Predicted seconds from submission to delivery (TTD).
+    pub predicted_ttd: Option<i64>,
+    /// When it was accepted.
+    pub submitted: Time,
+    /// When it started on the site.
+    pub started: Option<Time>,
+    /// When it ended.
+    pub ended: Option<Time>,
+    /// Exit code.
+    pub exit_code: Option<i32>,
+    /// Why it failed or was cancelled.
+    pub reason: Option<String>,
+    /// Translation warnings.
+    pub warnings: Vec<String>,
+    /// The job's standard output file, if it names one.
+    pub stdout: Option<String>,
+    /// State history.
+    pub history: Vec<HistoryEntry>,
+}

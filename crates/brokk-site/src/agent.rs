@@ -76,6 +76,8 @@ pub(crate) struct Inner {
     /// Jobs not yet ended: every scan of live jobs goes over these only.
     active: BTreeSet<u64>,
     controls: HashMap<u64, Control>,
+    /// (owner, idempotency key) -> job, so a repeated submission is one job.
+    keys: HashMap<(String, String), u64>,
     next_job: u64,
 }
 
@@ -161,6 +163,7 @@ impl Agent {
         let mut jobs = BTreeMap::new();
         let mut resume = Vec::new();
         let mut active = BTreeSet::new();
+        let mut keys = HashMap::new();
         let mut next_job = 1;
         for mut j in store.jobs().await? {
             next_job = next_job.max(j.id + 1);
@@ -180,6 +183,9 @@ impl Agent {
             if !j.state.is_terminal() {
                 active.insert(j.id);
             }
+            if let Some(k) = &j.key {
+                keys.insert((j.owner.clone(), k.clone()), j.id);
+            }
             jobs.insert(j.id, j);
         }
         let agent = Agent {
@@ -190,6 +196,7 @@ impl Agent {
                 jobs,
                 active,
                 controls: HashMap::new(),
+                keys,
                 next_job,
             })),
         };
@@ -378,8 +385,10 @@ impl Agent {
     }
 
     /// `POST /v1/jobs`: records the job durably and places it (into its
-    /// claimed reservation, or at its earliest fit); returns its id.
-    pub async fn submit(&self, who: &str, spec: Job) -> Result<u64, AgentError> {
+    /// claimed reservation, or at its earliest fit); returns its id and whether
+    /// it is new. A submission repeating an earlier one's idempotency key
+    /// returns that job instead of making another.
+    pub async fn submit(&self, who: &str, spec: Job, key: Option<String>) -> Result<(u64, bool), AgentError> {
         let amount = spec.cpus.unwrap_or(1).max(1);
         let wall = spec.wall_time.map_or(self.config.default_wall_time, |d| d.0);
         if wall <= 0 {
@@ -391,6 +400,11 @@ impl Agent {
             ));
         }
         let mut g = self.lock().await;
+        if let Some(k) = &key {
+            if let Some(&id) = g.keys.get(&(who.to_string(), k.clone())) {
+                return Ok((id, false));
+            }
+        }
         self.expire_locked(&mut g).await?;
         let t = now();
         let (slot, claimed, start) = match &spec.reservation {
@@ -448,6 +462,7 @@ impl Agent {
             planned_start: Some(start),
             started: None,
             ended: None,
+            key: key.clone(),
         };
         if let Some(r) = g.planner.get(slot) {
             self.store.save_reservations(&[r]).await?;
@@ -455,7 +470,10 @@ impl Agent {
         self.store.save_job(&record).await?;
         g.jobs.insert(id, record);
         g.active.insert(id);
-        Ok(id)
+        if let Some(k) = key {
+            g.keys.insert((who.to_string(), k), id);
+        }
+        Ok((id, true))
     }
 
     fn job_of<'a>(g: &'a Inner, who: &str, id: u64) -> Result<&'a JobRecord, AgentError> {

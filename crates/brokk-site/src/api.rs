@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, Path, Query, Request as HttpRequest, State};
-use axum::http::{header, StatusCode};
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -172,12 +172,21 @@ async fn cancel(
 async fn submit(
     State(agent): State<Agent>,
     Extension(who): Extension<Identity>,
+    headers: HeaderMap,
     bytes: Bytes,
 ) -> Result<Response, ApiError> {
     let job: Job = body(&bytes)?;
-    let id = agent.submit(&who.0, job).await?;
-    tokio::spawn(crate::runner::run(agent.clone(), id));
-    Ok((StatusCode::CREATED, Json(Created { id: id.to_string() })).into_response())
+    let key = headers
+        .get("idempotency-key")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let (id, new) = agent.submit(&who.0, job, key).await?;
+    if new {
+        tokio::spawn(crate::runner::run(agent.clone(), id));
+    }
+    // A repeated idempotency key answers 200 with the job it made before.
+    let status = if new { StatusCode::CREATED } else { StatusCode::OK };
+    Ok((status, Json(Created { id: id.to_string() })).into_response())
 }
 
 async fn get_job(

@@ -50,6 +50,8 @@ pub struct JobRecord {
     pub started: Option<Time>,
     /// End.
     pub ended: Option<Time>,
+    /// The submitter's idempotency key, if it gave one.
+    pub key: Option<String>,
 }
 
 /// The agent's database.
@@ -66,7 +68,7 @@ const SCHEMA: &[&str] = &[
     "CREATE TABLE IF NOT EXISTS jobs (
         id INTEGER PRIMARY KEY, owner TEXT NOT NULL, spec TEXT NOT NULL, slot INTEGER,
         claimed INTEGER NOT NULL, state TEXT NOT NULL, reason TEXT, exit_code INTEGER,
-        planned_start INTEGER, started INTEGER, ended INTEGER)",
+        planned_start INTEGER, started INTEGER, ended INTEGER, idem TEXT)",
 ];
 
 fn phase_name(p: JobPhase) -> String {
@@ -140,8 +142,8 @@ impl Store {
     pub async fn save_job(&self, j: &JobRecord) -> Result<(), StoreError> {
         let spec = serde_json::to_string(&j.spec).map_err(|e| StoreError::Corrupt(j.id, e.to_string()))?;
         sqlx::query(
-            "INSERT OR REPLACE INTO jobs (id, owner, spec, slot, claimed, state, reason, exit_code, planned_start, started, ended)
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT OR REPLACE INTO jobs (id, owner, spec, slot, claimed, state, reason, exit_code, planned_start, started, ended, idem)
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         )
         .bind(j.id as i64)
         .bind(&j.owner)
@@ -154,6 +156,7 @@ impl Store {
         .bind(j.planned_start.map(|t| t.0))
         .bind(j.started.map(|t| t.0))
         .bind(j.ended.map(|t| t.0))
+        .bind(&j.key)
         .execute(&self.pool)
         .await?;
         Ok(())
@@ -196,7 +199,7 @@ impl Store {
     /// Every job record, by id.
     pub async fn jobs(&self) -> Result<Vec<JobRecord>, StoreError> {
         let rows = sqlx::query(
-            "SELECT id, owner, spec, slot, claimed, state, reason, exit_code, planned_start, started, ended FROM jobs ORDER BY id",
+            "SELECT id, owner, spec, slot, claimed, state, reason, exit_code, planned_start, started, ended, idem FROM jobs ORDER BY id",
         )
         .fetch_all(&self.pool)
         .await?;
@@ -218,6 +221,7 @@ impl Store {
                     planned_start: r.get::<Option<i64>, _>("planned_start").map(Time),
                     started: r.get::<Option<i64>, _>("started").map(Time),
                     ended: r.get::<Option<i64>, _>("ended").map(Time),
+                    key: r.get("idem"),
                 })
             })
             .collect()

@@ -26,6 +26,22 @@ enum Command {
     Sim(commands::sim::Args),
     /// Run a site agent: reservations, jobs and the site API for one cluster.
     Site(commands::site::Args),
+    /// Run the broker service.
+    Serve(commands::serve::Args),
+    /// Submit a job description (any language) to the broker service.
+    Submit(commands::user::SubmitArgs),
+    /// Show your jobs, or one job with its history.
+    Status(commands::user::StatusArgs),
+    /// Follow a job until it ends.
+    Watch(commands::user::IdArgs),
+    /// Cancel a job.
+    Cancel(commands::user::IdArgs),
+    /// Print a job's output file.
+    Output(commands::user::OutputArgs),
+    /// Show the sites the broker knows.
+    Resources(commands::user::ResourcesArgs),
+    /// Start a broker with three embedded sites, run example jobs in every language, show where they ran.
+    Quickstart(commands::quickstart::Args),
 }
 
 fn main() -> ExitCode {
@@ -40,6 +56,14 @@ fn main() -> ExitCode {
         Command::Bench(a) => commands::bench::run(a),
         Command::Sim(a) => commands::sim::run(a),
         Command::Site(a) => commands::site::run(a),
+        Command::Serve(a) => commands::serve::run(a),
+        Command::Submit(a) => commands::user::submit(a),
+        Command::Status(a) => commands::user::status(a),
+        Command::Watch(a) => commands::user::watch_cmd(a),
+        Command::Cancel(a) => commands::user::cancel(a),
+        Command::Output(a) => commands::user::output(a),
+        Command::Resources(a) => commands::user::resources(a),
+        Command::Quickstart(a) => commands::quickstart::run(a),
     };
     match result {
         Ok(code) => code,

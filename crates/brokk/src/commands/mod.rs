@@ -3,9 +3,12 @@
 pub mod bench;
 pub mod bench_sim;
 pub mod bench_site;
+pub mod quickstart;
+pub mod serve;
 pub mod sim;
 pub mod site;
 pub mod translate;
+pub mod user;
 pub mod validate;
 
 use std::io::Read;

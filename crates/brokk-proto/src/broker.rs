@@ -1,0 +1,141 @@
+//! A blocking client for the broker service's client API.
+
+use brokk_model::{JobPreferences, ResourceInfo};
+use reqwest::blocking::{Client, Response};
+
+use crate::wire::{Accepted, BrokerJob, ErrorBody, SubmitRequest};
+
+/// A failed call: the HTTP status (0 when the service could not be reached)
+/// and the service's message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct CallError {
+    /// HTTP status, 0 if unreachable.
+    pub status: u16,
+    /// What went wrong.
+    pub message: String,
+}
+
+/// The broker service at `url`, acting as the identity of `token`.
+#[derive(Debug, Clone)]
+pub struct BrokerClient {
+    url: String,
+    token: String,
+    http: Client,
+}
+
+impl BrokerClient {
+    /// A client.
+    pub fn new(url: &str, token: &str) -> BrokerClient {
+        BrokerClient {
+            url: url.trim_end_matches('/').to_string(),
+            token: token.to_string(),
+            http: Client::new(),
+        }
+    }
+
+    fn check(&self, r: Result<Response, reqwest::Error>) -> Result<Response, CallError> {
+        let r = r.map_err(|e| CallError {
+            status: 0,
+            message: format!("{}: {e}", self.url),
+        })?;
+        if r.status().is_success() {
+            return Ok(r);
+        }
+        let status = r.status().as_u16();
+        let message = r
+            .json::<ErrorBody>()
+            .map(|e| e.error)
+            .unwrap_or_else(|_| format!("HTTP {status}"));
+        Err(CallError { status, message })
+    }
+
+    fn json<T: serde::de::DeserializeOwned>(r: Response) -> Result<T, CallError> {
+        r.json().map_err(|e| CallError {
+            status: 0,
+            message: format!("bad answer: {e}"),
+        })
+    }
+
+    /// Submits a description in any supported language.
+    pub fn submit(
+        &self,
+        description: &str,
+        format: Option<&str>,
+        preferences: Option<JobPreferences>,
+    ) -> Result<Accepted, CallError> {
+        let body = SubmitRequest {
+            description: description.to_string(),
+            format: format.map(str::to_string),
+            preferences,
+        };
+        let r = self
+            .http
+            .post(format!("{}/v1/jobs", self.url))
+            .bearer_auth(&self.token)
+            .json(&body)
+            .send();
+        Self::json(self.check(r)?)
+    }
+
+    /// One job.
+    pub fn job(&self, id: &str) -> Result<BrokerJob, CallError> {
+        let r = self
+            .http
+            .get(format!("{}/v1/jobs/{id}", self.url))
+            .bearer_auth(&self.token)
+            .send();
+        Self::json(self.check(r)?)
+    }
+
+    /// The caller's jobs, optionally in one state.
+    pub fn jobs(&self, state: Option<&str>) -> Result<Vec<BrokerJob>, CallError> {
+        let mut rq = self.http.get(format!("{}/v1/jobs", self.url)).bearer_auth(&self.token);
+        if let Some(s) = state {
+            rq = rq.query(&[("state", s)]);
+        }
+        Self::json(self.check(rq.send())?)
+    }
+
+    /// Cancels a job.
+    pub fn cancel(&self, id: &str) -> Result<BrokerJob, CallError> {
+        let r = self
+            .http
+            .delete(format!("{}/v1/jobs/{id}", self.url))
+            .bearer_auth(&self.token)
+            .send();
+        Self::json(self.check(r)?)
+    }
+
+    /// A file from the job's sandbox.
+    pub fn file(&self, id: &str, name: &str) -> Result<Vec<u8>, CallError> {
+        let r = self
+            .http
+            .get(format!("{}/v1/jobs/{id}/files/{name}", self.url))
+            .bearer_auth(&self.token)
+            .send();
+        self.check(r)?.bytes().map(|b| b.to_vec()).map_err(|e| CallError {
+            status: 0,
+            message: e.to_string(),
+        })
+    }
+
+    /// What the sites report (an `{"error": ...}` object for a site that failed).
+    pub fn resources(&self) -> Result<Vec<serde_json::Value>, CallError> {
+        let r = self
+            .http
+            .get(format!("{}/v1/resources", self.url))
+            .bearer_auth(&self.token)
+            .send();
+        Self::json(self.check(r)?)
+    }
+
+    /// One site's information, when it answered.
+    pub fn resource_infos(&self) -> Result<Vec<ResourceInfo>, CallError> {
+        Ok(self
+            .resources()?
+            .into_iter()
+            .filter_map(|v| serde_json::from_value(v).ok())
+            .collect())
+    }
+}

@@ -1,0 +1,186 @@
+//! The client API over HTTP (axum), with the site API's conventions: JSON,
+//! bearer tokens, `{"error": ...}` with a status code.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
+use axum::http::{header, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Extension, Json, Router};
+use brokk_proto::wire::{ErrorBody, SubmitRequest};
+use serde::Deserialize;
+
+use crate::service::{Service, ServiceError, LATENCY_BUCKETS};
+
+#[derive(Clone)]
+struct App {
+    service: Service,
+    tokens: Arc<BTreeMap<String, String>>,
+}
+
+#[derive(Clone)]
+struct Identity(Arc<str>);
+
+struct ApiError(StatusCode, String);
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.0, Json(ErrorBody { error: self.1 })).into_response()
+    }
+}
+
+impl From<ServiceError> for ApiError {
+    fn from(e: ServiceError) -> Self {
+        let status = match e {
+            ServiceError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            ServiceError::Forbidden(_) => StatusCode::FORBIDDEN,
+            ServiceError::NotFound(_) => StatusCode::NOT_FOUND,
+            ServiceError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+        };
+        ApiError(status, e.to_string())
+    }
+}
+
+async fn auth(State(app): State<App>, mut req: Request, next: Next) -> Result<Response, ApiError> {
+    let who = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .and_then(|t| app.tokens.get(t.trim()))
+        .ok_or_else(|| ApiError(StatusCode::UNAUTHORIZED, "a valid bearer token is required".into()))?;
+    req.extensions_mut().insert(Identity(Arc::from(who.as_str())));
+    Ok(next.run(req).await)
+}
+
+async fn submit(
+    State(app): State<App>,
+    Extension(who): Extension<Identity>,
+    bytes: Bytes,
+) -> Result<Response, ApiError> {
+    let t = Instant::now();
+    let de = &mut serde_json::Deserializer::from_slice(&bytes);
+    let req: SubmitRequest = serde_path_to_error::deserialize(de).map_err(|e| {
+        let path = e.path().to_string();
+        ApiError(StatusCode::BAD_REQUEST, format!("{path}: {}", e.into_inner()))
+    })?;
+    let accepted = app.service.accept(&who.0, req).await?;
+    app.service.observe_submit(t.elapsed().as_secs_f64());
+    Ok((StatusCode::ACCEPTED, Json(accepted)).into_response())
+}
+
+#[derive(Deserialize)]
+struct ListQuery {
+    state: Option<String>,
+}
+
+async fn list(
+    State(app): State<App>,
+    Extension(who): Extension<Identity>,
+    Query(q): Query<ListQuery>,
+) -> Result<Response, ApiError> {
+    Ok(Json(app.service.jobs(&who.0, q.state.as_deref()).await?).into_response())
+}
+
+async fn show(
+    State(app): State<App>,
+    Extension(who): Extension<Identity>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    Ok(Json(app.service.job(&who.0, &id).await?).into_response())
+}
+
+async fn cancel(
+    State(app): State<App>,
+    Extension(who): Extension<Identity>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    Ok(Json(app.service.cancel(&who.0, &id).await?).into_response())
+}
+
+async fn file(
+    State(app): State<App>,
+    Extension(who): Extension<Identity>,
+    Path((id, name)): Path<(String, String)>,
+) -> Result<Response, ApiError> {
+    let bytes = app.service.file(&who.0, &id, &name).await?;
+    Ok(([(header::CONTENT_TYPE, "application/octet-stream")], bytes).into_response())
+}
+
+async fn resources(State(app): State<App>) -> Response {
+    let all: Vec<serde_json::Value> = app
+        .service
+        .resources()
+        .await
+        .into_iter()
+        .map(|r| match r {
+            Ok(info) => serde_json::to_value(info).unwrap_or_default(),
+            Err(e) => serde_json::json!({ "error": e }),
+        })
+        .collect();
+    Json(all).into_response()
+}
+
+/// Prometheus text format.
+async fn metrics(State(app): State<App>) -> Result<Response, ApiError> {
+    let c = &app.service.counters;
+    let mut out = String::new();
+    let _ = writeln!(out, "# TYPE brokk_jobs gauge");
+    for (state, n) in app.service.db.count_by_state().await.map_err(ServiceError::from)? {
+        let _ = writeln!(out, "brokk_jobs{{state=\"{state}\"}} {n}");
+    }
+    for (name, v) in [
+        ("brokk_jobs_accepted_total", &c.accepted),
+        ("brokk_decisions_total", &c.decisions),
+        ("brokk_jobs_undispatchable_total", &c.undispatchable),
+        ("brokk_site_errors_total", &c.site_errors),
+    ] {
+        let _ = writeln!(out, "# TYPE {name} counter\n{name} {}", v.load(Ordering::Relaxed));
+    }
+    let _ = writeln!(out, "# TYPE brokk_submit_seconds histogram");
+    let mut cumulative = 0;
+    for (i, ub) in LATENCY_BUCKETS.iter().enumerate() {
+        cumulative += c.submit_latency[i].load(Ordering::Relaxed);
+        let _ = writeln!(out, "brokk_submit_seconds_bucket{{le=\"{ub}\"}} {cumulative}");
+    }
+    cumulative += c.submit_latency[LATENCY_BUCKETS.len()].load(Ordering::Relaxed);
+    let _ = writeln!(out, "brokk_submit_seconds_bucket{{le=\"+Inf\"}} {cumulative}");
+    let sum = c.submit_latency[LATENCY_BUCKETS.len() + 1].load(Ordering::Relaxed) as f64 / 1e6;
+    let _ = writeln!(
+        out,
+        "brokk_submit_seconds_sum {sum}\nbrokk_submit_seconds_count {cumulative}"
+    );
+    Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response())
+}
+
+async fn not_found() -> ApiError {
+    ApiError(StatusCode::NOT_FOUND, "no such endpoint".into())
+}
+
+/// The router: `/healthz` and `/metrics` are open, `/v1` needs a token.
+pub fn router(service: Service, tokens: BTreeMap<String, String>, max_body: usize) -> Router {
+    let app = App {
+        service,
+        tokens: Arc::new(tokens),
+    };
+    let v1 = Router::new()
+        .route("/v1/jobs", get(list).post(submit))
+        .route("/v1/jobs/{id}", get(show).delete(cancel))
+        .route("/v1/jobs/{id}/files/{name}", get(file))
+        .route("/v1/resources", get(resources))
+        .route_layer(middleware::from_fn_with_state(app.clone(), auth));
+    Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/metrics", get(metrics))
+        .merge(v1)
+        .fallback(not_found)
+        .layer(DefaultBodyLimit::max(max_body))
+        .with_state(app)
+}

@@ -1,0 +1,119 @@
+//! The broker service's TOML configuration: where it listens, its database,
+//! its users' tokens, and its sites (remote agents, or embedded ones it starts
+//! in-process).
+//!
+//! ```toml
+//! listen = "127.0.0.1:8440"
+//! database = "broker.db"
+//! state_dir = "broker-state"        # embedded sites' databases and sandboxes
+//! [tokens]
+//! "token-of-ann" = "ann"
+//! [[sites]]                          # a remote `brokk site`
+//! name = "alpha"
+//! url = "http://127.0.0.1:8441"
+//! token = "the broker's token there"
+//! [[embedded]]                       # started by the broker itself
+//! name = "small"
+//! capacity = 4
+//! bandwidth_bytes_per_s = 100000000
+//! benchmarks = [{ name = "specint2006", value = 20.0 }]
+//! ```
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use brokk_model::PublishedBenchmark;
+use serde::Deserialize;
+
+/// A configuration that cannot be used.
+#[derive(Debug, thiserror::Error)]
+#[error("{path}: {message}")]
+pub struct ConfigError {
+    /// The file.
+    pub path: String,
+    /// What is wrong (with line and column for TOML errors).
+    pub message: String,
+}
+
+/// The service's settings.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Address to listen on; port 0 picks a free one.
+    #[serde(default = "default_listen")]
+    pub listen: SocketAddr,
+    /// SQLite database file.
+    pub database: PathBuf,
+    /// Directory for embedded sites' state.
+    #[serde(default = "default_state")]
+    pub state_dir: PathBuf,
+    /// Bearer token -> identity.
+    #[serde(default)]
+    pub tokens: BTreeMap<String, String>,
+    /// Remote site agents.
+    #[serde(default)]
+    pub sites: Vec<RemoteSiteConfig>,
+    /// Sites the service starts in-process.
+    #[serde(default)]
+    pub embedded: Vec<EmbeddedSiteConfig>,
+    /// Largest request body, bytes.
+    #[serde(default = "default_max_body")]
+    pub max_body_bytes: usize,
+}
+
+/// A remote agent.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RemoteSiteConfig {
+    /// Name, for tables.
+    pub name: String,
+    /// Base URL.
+    pub url: String,
+    /// The broker's token at that agent.
+    pub token: String,
+}
+
+/// An embedded site.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EmbeddedSiteConfig {
+    /// Name.
+    pub name: String,
+    /// Slots.
+    pub capacity: u32,
+    /// Published benchmarks.
+    #[serde(default)]
+    pub benchmarks: Vec<PublishedBenchmark>,
+    /// Bandwidth to the site.
+    pub bandwidth_bytes_per_s: Option<u64>,
+}
+
+fn default_listen() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 0))
+}
+fn default_state() -> PathBuf {
+    PathBuf::from("brokk-state")
+}
+fn default_max_body() -> usize {
+    1 << 20
+}
+
+impl Config {
+    /// Reads a configuration file; relative paths resolve next to it.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let err = |message: String| ConfigError {
+            path: path.display().to_string(),
+            message,
+        };
+        let text = std::fs::read_to_string(path).map_err(|e| err(e.to_string()))?;
+        let mut c: Config = toml::from_str(&text).map_err(|e| err(e.to_string()))?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        c.database = base.join(&c.database);
+        c.state_dir = base.join(&c.state_dir);
+        if c.sites.is_empty() && c.embedded.is_empty() {
+            return Err(err("no sites: add [[sites]] or [[embedded]]".into()));
+        }
+        Ok(c)
+    }
+}

@@ -1,0 +1,212 @@
+//! The service's records in SQLite (sqlx): jobs and their state history. A job
+//! is written before `202 Accepted` is sent, so an accepted job survives any
+//! crash.
+
+use std::path::Path;
+use std::str::FromStr;
+
+use brokk_model::Time;
+use brokk_proto::wire::{BrokerJob, HistoryEntry};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::{Row, SqlitePool};
+
+/// A database failure.
+#[derive(Debug, thiserror::Error)]
+#[error("database: {0}")]
+pub struct DbError(#[from] sqlx::Error);
+
+/// A stored job: the public view plus what dispatching needs.
+#[derive(Debug, Clone)]
+pub struct StoredJob {
+    /// What clients see.
+    pub view: BrokerJob,
+    /// The canonical job, JSON.
+    pub spec: String,
+    /// Preferences, JSON.
+    pub prefs: String,
+}
+
+/// The service's database.
+#[derive(Debug, Clone)]
+pub struct Db {
+    pool: SqlitePool,
+}
+
+const SCHEMA: &[&str] = &[
+    "CREATE TABLE IF NOT EXISTS jobs (
+        id TEXT PRIMARY KEY, owner TEXT NOT NULL, format TEXT NOT NULL, spec TEXT NOT NULL, prefs TEXT NOT NULL,
+        warnings TEXT NOT NULL, state TEXT NOT NULL, site TEXT, site_job TEXT, predicted_tts BIGINT,
+        predicted_ttd BIGINT, submitted BIGINT NOT NULL, started BIGINT, ended BIGINT, exit_code BIGINT, reason TEXT)",
+    "CREATE INDEX IF NOT EXISTS jobs_by_owner ON jobs (owner, submitted)",
+    "CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs (state)",
+    "CREATE TABLE IF NOT EXISTS history (job TEXT NOT NULL, at BIGINT NOT NULL, state TEXT NOT NULL, detail TEXT)",
+    "CREATE INDEX IF NOT EXISTS history_by_job ON history (job)",
+];
+
+const COLUMNS: &str = "id, owner, format, spec, prefs, warnings, state, site, site_job, predicted_tts, predicted_ttd, \
+                       submitted, started, ended, exit_code, reason";
+
+fn row_to_job(r: &sqlx::sqlite::SqliteRow) -> StoredJob {
+    let warnings: String = r.get("warnings");
+    let spec: String = r.get("spec");
+    let stdout = serde_json::from_str::<brokk_model::Job>(&spec)
+        .ok()
+        .and_then(|j| j.stdout);
+    StoredJob {
+        view: BrokerJob {
+            id: r.get("id"),
+            owner: r.get("owner"),
+            format: r.get("format"),
+            state: r.get("state"),
+            site: r.get("site"),
+            site_job: r.get("site_job"),
+            predicted_tts: r.get("predicted_tts"),
+            predicted_ttd: r.get("predicted_ttd"),
+            submitted: Time(r.get("submitted")),
+            started: r.get::<Option<i64>, _>("started").map(Time),
+            ended: r.get::<Option<i64>, _>("ended").map(Time),
+            exit_code: r.get::<Option<i64>, _>("exit_code").map(|c| c as i32),
+            reason: r.get("reason"),
+            warnings: serde_json::from_str(&warnings).unwrap_or_default(),
+            stdout,
+            history: Vec::new(),
+        },
+        spec,
+        prefs: r.get("prefs"),
+    }
+}
+
+impl Db {
+    /// Opens (creating) the database file.
+    pub async fn open(path: &Path) -> Result<Db, DbError> {
+        if let Some(dir) = path.parent() {
+            let _ = std::fs::create_dir_all(dir);
+        }
+        let opts = SqliteConnectOptions::from_str("sqlite://")?
+            .filename(path)
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Normal);
+        let pool = SqlitePoolOptions::new().max_connections(4).connect_with(opts).await?;
+        for s in SCHEMA {
+            sqlx::query(s).execute(&pool).await?;
+        }
+        Ok(Db { pool })
+    }
+
+    /// Stores a new job with its first history entry.
+    pub async fn insert(&self, j: &StoredJob) -> Result<(), DbError> {
+        let v = &j.view;
+        let mut tx = self.pool.begin().await?;
+        sqlx::query(&format!(
+            "INSERT INTO jobs ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, NULL, NULL, NULL, NULL, ?, NULL, NULL, NULL, NULL)"
+        ))
+        .bind(&v.id)
+        .bind(&v.owner)
+        .bind(&v.format)
+        .bind(&j.spec)
+        .bind(&j.prefs)
+        .bind(serde_json::to_string(&v.warnings).unwrap_or_else(|_| "[]".into()))
+        .bind(&v.state)
+        .bind(v.submitted.0)
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query("INSERT INTO history (job, at, state, detail) VALUES (?, ?, ?, NULL)")
+            .bind(&v.id)
+            .bind(v.submitted.0)
+            .bind(&v.state)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Writes a job's mutable fields and, when its state changed, a history entry.
+    pub async fn update(&self, v: &BrokerJob, changed: Option<(Time, Option<String>)>) -> Result<(), DbError> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query(
+            "UPDATE jobs SET state = ?, site = ?, site_job = ?, predicted_tts = ?, predicted_ttd = ?, started = ?,
+             ended = ?, exit_code = ?, reason = ? WHERE id = ?",
+        )
+        .bind(&v.state)
+        .bind(&v.site)
+        .bind(&v.site_job)
+        .bind(v.predicted_tts)
+        .bind(v.predicted_ttd)
+        .bind(v.started.map(|t| t.0))
+        .bind(v.ended.map(|t| t.0))
+        .bind(v.exit_code.map(i64::from))
+        .bind(&v.reason)
+        .bind(&v.id)
+        .execute(&mut *tx)
+        .await?;
+        if let Some((at, detail)) = changed {
+            sqlx::query("INSERT INTO history (job, at, state, detail) VALUES (?, ?, ?, ?)")
+                .bind(&v.id)
+                .bind(at.0)
+                .bind(&v.state)
+                .bind(detail)
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// One job with its history.
+    pub async fn get(&self, id: &str) -> Result<Option<StoredJob>, DbError> {
+        let Some(row) = sqlx::query(&format!("SELECT {COLUMNS} FROM jobs WHERE id = ?"))
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?
+        else {
+            return Ok(None);
+        };
+        let mut j = row_to_job(&row);
+        let hist = sqlx::query("SELECT at, state, detail FROM history WHERE job = ? ORDER BY rowid")
+            .bind(id)
+            .fetch_all(&self.pool)
+            .await?;
+        j.view.history = hist
+            .iter()
+            .map(|h| HistoryEntry {
+                at: Time(h.get("at")),
+                state: h.get("state"),
+                detail: h.get("detail"),
+            })
+            .collect();
+        Ok(Some(j))
+    }
+
+    /// An owner's jobs, newest first, optionally in one state.
+    pub async fn list(&self, owner: &str, state: Option<&str>) -> Result<Vec<BrokerJob>, DbError> {
+        let rows = sqlx::query(&format!(
+            "SELECT {COLUMNS} FROM jobs WHERE owner = ? AND (? IS NULL OR state = ?) ORDER BY submitted DESC, id"
+        ))
+        .bind(owner)
+        .bind(state)
+        .bind(state)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows.iter().map(|r| row_to_job(r).view).collect())
+    }
+
+    /// Jobs in any of `states`, oldest first (for dispatch and polling).
+    pub async fn in_states(&self, states: &[&str]) -> Result<Vec<StoredJob>, DbError> {
+        let marks = vec!["?"; states.len()].join(", ");
+        let sql = format!("SELECT {COLUMNS} FROM jobs WHERE state IN ({marks}) ORDER BY submitted, id");
+        let mut q = sqlx::query(&sql);
+        for s in states {
+            q = q.bind(*s);
+        }
+        Ok(q.fetch_all(&self.pool).await?.iter().map(row_to_job).collect())
+    }
+
+    /// Jobs per state, for metrics.
+    pub async fn count_by_state(&self) -> Result<Vec<(String, i64)>, DbError> {
+        let rows = sqlx::query("SELECT state, COUNT(*) AS n FROM jobs GROUP BY state ORDER BY state")
+            .fetch_all(&self.pool)
+            .await?;
+        Ok(rows.iter().map(|r| (r.get("state"), r.get("n"))).collect())
+    }
+}

@@ -1,0 +1,116 @@
+//! Brokk's broker service (`brokk serve`), the seeds' JobSubmissionService:
+//! users send jobs in their own language, the service stores them, brokers
+//! them over its sites with the broker core (seed 003's Algorithm 1) and
+//! follows them to the end. Sites are remote `brokk site` agents or embedded
+//! ones the service starts in-process.
+
+pub mod api;
+pub mod config;
+pub mod db;
+pub mod service;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+pub use config::Config;
+use service::{Counters, Service, SiteEntry};
+
+/// The service failed to start.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct StartError(String);
+
+/// A running service.
+#[derive(Debug)]
+pub struct Running {
+    /// Where it listens.
+    pub addr: SocketAddr,
+    /// The service.
+    pub service: Service,
+    /// The HTTP server task.
+    pub server: tokio::task::JoinHandle<()>,
+}
+
+/// Starts embedded sites, opens the database, resumes dispatch and polling
+/// and serves the client API.
+pub async fn start(config: Config) -> Result<Running, StartError> {
+    let err = |e: &dyn std::fmt::Display| StartError(e.to_string());
+    let db = db::Db::open(&config.database).await.map_err(|e| err(&e))?;
+    // (name, url, token) of every site; the blocking clients are made on a
+    // blocking thread, as reqwest requires.
+    let mut endpoints: Vec<(String, String, String)> = config
+        .sites
+        .iter()
+        .map(|s| (s.name.clone(), s.url.clone(), s.token.clone()))
+        .collect();
+    for e in &config.embedded {
+        let token = uuid::Uuid::new_v4().simple().to_string();
+        let dir = config.state_dir.join(&e.name);
+        let site = brokk_site::Config {
+            name: e.name.clone(),
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            capacity: e.capacity,
+            database: dir.join("site.db"),
+            workdir: dir.join("jobs"),
+            horizon_days: 365,
+            default_wall_time: 3600,
+            kill_grace: 5,
+            max_body_bytes: 1 << 20,
+            benchmarks: e.benchmarks.clone(),
+            bandwidth_bytes_per_s: e.bandwidth_bytes_per_s,
+            tokens: [(token.clone(), "broker".to_string())].into_iter().collect(),
+        };
+        site.check().map_err(|e| err(&e))?;
+        let running = brokk_site::start(site).await.map_err(|e| err(&e))?;
+        endpoints.push((e.name.clone(), format!("http://{}", running.addr), token));
+    }
+    let sites = tokio::task::spawn_blocking(move || {
+        endpoints
+            .into_iter()
+            .map(|(name, url, token)| SiteEntry {
+                name,
+                client: brokk_proto::RemoteSite::new(&url, &token),
+            })
+            .collect::<Vec<_>>()
+    })
+    .await
+    .map_err(|e| err(&e))?;
+    let service = Service {
+        db,
+        sites: Arc::new(sites),
+        counters: Arc::new(Counters::default()),
+        wake: Arc::new(tokio::sync::Notify::new()),
+    };
+    // The dispatcher: on every submission, and every second for retries and
+    // for jobs accepted before a restart.
+    let d = service.clone();
+    tokio::spawn(async move {
+        loop {
+            if let Err(e) = d.dispatch_pending().await {
+                tracing::error!("dispatching: {e}");
+            }
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(1), d.wake.notified()).await;
+        }
+    });
+    let p = service.clone();
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(std::time::Duration::from_millis(250));
+        loop {
+            every.tick().await;
+            if let Err(e) = p.poll().await {
+                tracing::error!("polling sites: {e}");
+            }
+        }
+    });
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .map_err(|e| err(&e))?;
+    let addr = listener.local_addr().map_err(|e| err(&e))?;
+    let app = api::router(service.clone(), config.tokens.clone(), config.max_body_bytes);
+    let server = tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, app).await {
+            tracing::error!("serving the client API: {e}");
+        }
+    });
+    Ok(Running { addr, service, server })
+}

@@ -1,0 +1,390 @@
+//! The service's operations: accept (translate, validate, store), list, show,
+//! cancel, files and resources; dispatch through the broker core to the
+//! sites; and polling the sites for the jobs' progress.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use brokk_broker::submit::{submit, SubmitOptions};
+use brokk_broker::{JobHandle, Site};
+use brokk_jdl::{detect, read, Format, ReadOptions};
+use brokk_model::{Job, JobPreferences, ResourceInfo, Time};
+use brokk_proto::wire::{Accepted, BrokerJob, JobPhase, SubmitRequest};
+use brokk_proto::RemoteSite;
+use tokio::sync::Notify;
+
+use crate::db::{Db, DbError, StoredJob};
+
+/// Why a request failed.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ServiceError {
+    /// Malformed request or description (with line and column).
+    #[error("{0}")]
+    BadRequest(String),
+    /// Another user's job.
+    #[error("job {0} belongs to someone else")]
+    Forbidden(String),
+    /// No such job or file.
+    #[error("{0} not found")]
+    NotFound(String),
+    /// A site or the database failed.
+    #[error("{0}")]
+    Unavailable(String),
+}
+
+impl From<DbError> for ServiceError {
+    fn from(e: DbError) -> Self {
+        ServiceError::Unavailable(e.to_string())
+    }
+}
+
+/// A site the service dispatches to.
+#[derive(Debug, Clone)]
+pub struct SiteEntry {
+    /// Its name.
+    pub name: String,
+    /// The client.
+    pub client: RemoteSite,
+}
+
+/// Counters for `/metrics`.
+#[derive(Debug, Default)]
+pub struct Counters {
+    /// Jobs accepted.
+    pub accepted: AtomicU64,
+    /// Brokering decisions made.
+    pub decisions: AtomicU64,
+    /// Jobs no site took.
+    pub undispatchable: AtomicU64,
+    /// Calls to sites that failed.
+    pub site_errors: AtomicU64,
+    /// Submit latency histogram: counts per bucket of [`LATENCY_BUCKETS`], then the sum in microseconds.
+    pub submit_latency: [AtomicU64; LATENCY_BUCKETS.len() + 2],
+}
+
+/// Upper bounds of the submit-latency histogram, seconds.
+pub const LATENCY_BUCKETS: [f64; 8] = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 1.0];
+
+/// The service, shared by its handlers and tasks.
+#[derive(Debug, Clone)]
+pub struct Service {
+    /// Records.
+    pub db: Db,
+    /// Sites, in configuration order.
+    pub sites: Arc<Vec<SiteEntry>>,
+    /// Counters.
+    pub counters: Arc<Counters>,
+    /// Wakes the dispatcher.
+    pub wake: Arc<Notify>,
+}
+
+/// The wall clock.
+pub fn now() -> Time {
+    Time(
+        SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as i64),
+    )
+}
+
+/// The broker states a site's job phase maps to.
+fn broker_state(p: JobPhase) -> &'static str {
+    match p {
+        JobPhase::Accepted | JobPhase::StagingIn | JobPhase::Queued => "dispatched",
+        JobPhase::Running | JobPhase::StagingOut => "running",
+        JobPhase::Finished => "finished",
+        JobPhase::Failed => "failed",
+        JobPhase::Cancelled => "cancelled",
+    }
+}
+
+fn terminal(state: &str) -> bool {
+    matches!(state, "finished" | "failed" | "cancelled")
+}
+
+impl Service {
+    /// Records the latency of one submission.
+    pub fn observe_submit(&self, seconds: f64) {
+        let b = LATENCY_BUCKETS
+            .iter()
+            .position(|&ub| seconds <= ub)
+            .unwrap_or(LATENCY_BUCKETS.len());
+        self.counters.submit_latency[b].fetch_add(1, Ordering::Relaxed);
+        self.counters.submit_latency[LATENCY_BUCKETS.len() + 1].fetch_add((seconds * 1e6) as u64, Ordering::Relaxed);
+    }
+
+    /// Translates and stores a description's jobs; they are dispatched later.
+    pub async fn accept(&self, owner: &str, req: SubmitRequest) -> Result<Accepted, ServiceError> {
+        let format = match &req.format {
+            Some(f) => f
+                .parse::<Format>()
+                .map_err(|e| ServiceError::BadRequest(e.to_string()))?,
+            None => detect(&req.description, None).ok_or_else(|| {
+                ServiceError::BadRequest("format: cannot tell the description's language; give `format`".into())
+            })?,
+        };
+        let parsed = read(format, &req.description, &ReadOptions::default())
+            .map_err(|e| ServiceError::BadRequest(format!("description ({format}): {e}")))?;
+        if parsed.jobs.is_empty() {
+            return Err(ServiceError::BadRequest("description: it describes no job".into()));
+        }
+        for job in &parsed.jobs {
+            brokk_broker::select::validate(job).map_err(|e| ServiceError::BadRequest(format!("description: {e:?}")))?;
+        }
+        let warnings: Vec<String> = parsed.warnings.iter().map(|d| d.to_string()).collect();
+        let prefs = serde_json::to_string(&req.preferences.unwrap_or_default())
+            .map_err(|e| ServiceError::BadRequest(e.to_string()))?;
+        let mut ids = Vec::new();
+        for job in &parsed.jobs {
+            let id = uuid::Uuid::new_v4().simple().to_string()[..16].to_string();
+            let stored = StoredJob {
+                view: BrokerJob {
+                    id: id.clone(),
+                    owner: owner.to_string(),
+                    format: format.name().to_string(),
+                    state: "accepted".into(),
+                    site: None,
+                    site_job: None,
+                    predicted_tts: None,
+                    predicted_ttd: None,
+                    submitted: now(),
+                    started: None,
+                    ended: None,
+                    exit_code: None,
+                    reason: None,
+                    warnings: warnings.clone(),
+                    stdout: job.stdout.clone(),
+                    history: Vec::new(),
+                },
+                spec: serde_json::to_string(job).map_err(|e| ServiceError::BadRequest(e.to_string()))?,
+                prefs: prefs.clone(),
+            };
+            self.db.insert(&stored).await?;
+            self.counters.accepted.fetch_add(1, Ordering::Relaxed);
+            ids.push(id);
+        }
+        self.wake.notify_one();
+        Ok(Accepted {
+            id: ids[0].clone(),
+            ids,
+            warnings,
+        })
+    }
+
+    async fn owned(&self, owner: &str, id: &str) -> Result<StoredJob, ServiceError> {
+        let j = self
+            .db
+            .get(id)
+            .await?
+            .ok_or_else(|| ServiceError::NotFound(format!("job {id}")))?;
+        if j.view.owner != owner {
+            return Err(ServiceError::Forbidden(id.to_string()));
+        }
+        Ok(j)
+    }
+
+    /// A job with its history.
+    pub async fn job(&self, owner: &str, id: &str) -> Result<BrokerJob, ServiceError> {
+        Ok(self.owned(owner, id).await?.view)
+    }
+
+    /// The owner's jobs.
+    pub async fn jobs(&self, owner: &str, state: Option<&str>) -> Result<Vec<BrokerJob>, ServiceError> {
+        Ok(self.db.list(owner, state).await?)
+    }
+
+    fn site(&self, name: &str) -> Option<SiteEntry> {
+        self.sites.iter().find(|s| s.name == name).cloned()
+    }
+
+    /// Cancels a job wherever it is.
+    pub async fn cancel(&self, owner: &str, id: &str) -> Result<BrokerJob, ServiceError> {
+        let mut j = self.owned(owner, id).await?.view;
+        if terminal(&j.state) {
+            return Ok(j);
+        }
+        if let (Some(site), Some(handle)) = (j.site.clone().and_then(|s| self.site(&s)), j.site_job.clone()) {
+            let r = tokio::task::spawn_blocking(move || {
+                let mut c = site.client;
+                c.cancel_job("broker", &JobHandle(handle))
+            })
+            .await
+            .map_err(|e| ServiceError::Unavailable(e.to_string()))?;
+            if let Err(e) = r {
+                self.counters.site_errors.fetch_add(1, Ordering::Relaxed);
+                return Err(ServiceError::Unavailable(format!("cancelling at the site: {e}")));
+            }
+        }
+        j.state = "cancelled".into();
+        j.reason = Some("cancelled by its owner".into());
+        j.ended = Some(now());
+        self.db.update(&j, Some((now(), None))).await?;
+        Ok(j)
+    }
+
+    /// A file from the job's sandbox at its site.
+    pub async fn file(&self, owner: &str, id: &str, name: &str) -> Result<Vec<u8>, ServiceError> {
+        let j = self.owned(owner, id).await?.view;
+        let (Some(site), Some(handle)) = (j.site.and_then(|s| self.site(&s)), j.site_job) else {
+            return Err(ServiceError::NotFound(format!(
+                "file {name} of job {id} (not dispatched yet)"
+            )));
+        };
+        let name = name.to_string();
+        let fname = name.clone();
+        tokio::task::spawn_blocking(move || site.client.file(&JobHandle(handle), &fname))
+            .await
+            .map_err(|e| ServiceError::Unavailable(e.to_string()))?
+            .map_err(|_| ServiceError::NotFound(format!("file {name} of job {id}")))
+    }
+
+    /// What every site reports now.
+    pub async fn resources(&self) -> Vec<Result<ResourceInfo, String>> {
+        let sites = self.sites.clone();
+        tokio::task::spawn_blocking(move || {
+            sites
+                .iter()
+                .map(|s| {
+                    s.client.info().map(|mut i| {
+                        i.name = s.name.clone();
+                        i
+                    })
+                })
+                .map(|r| r.map_err(|e| e.to_string()))
+                .collect()
+        })
+        .await
+        .unwrap_or_default()
+    }
+
+    /// Dispatches every accepted job, oldest first.
+    pub async fn dispatch_pending(&self) -> Result<(), ServiceError> {
+        for j in self.db.in_states(&["accepted"]).await? {
+            self.dispatch(j).await?;
+        }
+        Ok(())
+    }
+
+    async fn dispatch(&self, stored: StoredJob) -> Result<(), ServiceError> {
+        let job: Job = serde_json::from_str(&stored.spec).map_err(|e| ServiceError::Unavailable(e.to_string()))?;
+        let prefs: JobPreferences = serde_json::from_str(&stored.prefs).unwrap_or_default();
+        let sites = self.sites.clone();
+        let key = stored.view.id.clone();
+        let t = now();
+        let outcome = tokio::task::spawn_blocking(move || {
+            let mut clients: Vec<RemoteSite> = sites
+                .iter()
+                .map(|s| {
+                    let mut c = s.client.clone();
+                    c.set_idempotency_key(Some(key.clone()));
+                    c
+                })
+                .collect();
+            let mut refs: Vec<&mut dyn Site> = clients.iter_mut().map(|c| c as &mut dyn Site).collect();
+            // Reservation-backed when the user asks for it: a hold on the best
+            // site, committed by the submission (seed 003's two phases).
+            let opts = SubmitOptions {
+                reserve_top_k: usize::from(prefs.use_reservations == Some(true)),
+                ..SubmitOptions::default()
+            };
+            submit(&job, &prefs, "broker", &mut refs, t, opts).map(|s| {
+                let name = sites
+                    .iter()
+                    .find(|e| e.client.endpoint() == s.endpoint)
+                    .map_or(s.endpoint.clone(), |e| e.name.clone());
+                (name, s)
+            })
+        })
+        .await
+        .map_err(|e| ServiceError::Unavailable(e.to_string()))?;
+        self.counters.decisions.fetch_add(1, Ordering::Relaxed);
+        let mut v = stored.view;
+        match outcome {
+            Ok((name, s)) => {
+                self.counters
+                    .site_errors
+                    .fetch_add(s.failed.len() as u64, Ordering::Relaxed);
+                v.state = "dispatched".into();
+                v.site = Some(name.clone());
+                v.site_job = Some(s.handle.0.clone());
+                v.predicted_tts = Some(s.prediction.tts().0);
+                v.predicted_ttd = Some(s.prediction.ttd().0);
+                let detail = match s.reservation {
+                    Some(r) => format!("to {name}, in reservation {}", r.0),
+                    None => format!("to {name}"),
+                };
+                self.db.update(&v, Some((now(), Some(detail)))).await?;
+            }
+            Err(brokk_broker::submit::SubmitError::NoSite { excluded, failed })
+                if excluded.is_empty() && !failed.is_empty() =>
+            {
+                // Every site failed to answer: keep the job for the next round.
+                self.counters
+                    .site_errors
+                    .fetch_add(failed.len() as u64, Ordering::Relaxed);
+            }
+            Err(e) => {
+                self.counters.undispatchable.fetch_add(1, Ordering::Relaxed);
+                v.state = "failed".into();
+                v.reason = Some(e.to_string());
+                v.ended = Some(now());
+                self.db.update(&v, Some((now(), Some(e.to_string())))).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Asks the sites about every dispatched or running job and records changes.
+    pub async fn poll(&self) -> Result<(), ServiceError> {
+        let active = self.db.in_states(&["dispatched", "running"]).await?;
+        if active.is_empty() {
+            return Ok(());
+        }
+        let sites = self.sites.clone();
+        let asks: Vec<(BrokerJob, Option<SiteEntry>)> = active
+            .into_iter()
+            .map(|j| {
+                let site = j
+                    .view
+                    .site
+                    .as_deref()
+                    .and_then(|n| sites.iter().find(|s| s.name == n))
+                    .cloned();
+                (j.view, site)
+            })
+            .collect();
+        let answers = tokio::task::spawn_blocking(move || {
+            asks.into_iter()
+                .map(|(v, site)| {
+                    let answer = match (&site, &v.site_job) {
+                        (Some(s), Some(h)) => s.client.job(&JobHandle(h.clone())).ok(),
+                        _ => None,
+                    };
+                    (v, answer)
+                })
+                .collect::<Vec<_>>()
+        })
+        .await
+        .map_err(|e| ServiceError::Unavailable(e.to_string()))?;
+        for (mut v, answer) in answers {
+            let Some(a) = answer else {
+                self.counters.site_errors.fetch_add(1, Ordering::Relaxed);
+                continue;
+            };
+            let state = broker_state(a.state);
+            let changed = state != v.state;
+            if !changed && a.started == v.started {
+                continue;
+            }
+            v.state = state.to_string();
+            v.started = a.started;
+            v.ended = a.ended;
+            v.exit_code = a.exit_code;
+            v.reason = a.reason.clone();
+            let entry = changed.then(|| (now(), a.reason.clone()));
+            self.db.update(&v, entry).await?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,279 @@
+//! The user's commands against a broker service: `submit`, `status`, `watch`,
+//! `cancel`, `output`, `resources`. The service comes from `--server` or
+//! `BROKK_SERVER`, the token from `--token` or `BROKK_TOKEN`.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use brokk_model::{JobPreferences, Time};
+use brokk_proto::broker::BrokerClient;
+use brokk_proto::wire::BrokerJob;
+
+/// Where the service is and who we are.
+#[derive(clap::Args, Clone)]
+pub struct Server {
+    /// The broker service's URL.
+    #[arg(long, env = "BROKK_SERVER", default_value = "http://127.0.0.1:8440")]
+    server: String,
+    /// Bearer token.
+    #[arg(long, env = "BROKK_TOKEN", default_value = "")]
+    token: String,
+}
+
+impl Server {
+    fn client(&self) -> BrokerClient {
+        BrokerClient::new(&self.server, &self.token)
+    }
+}
+
+/// `brokk submit`.
+#[derive(clap::Args)]
+pub struct SubmitArgs {
+    /// The job description (any supported language; `-` reads standard input).
+    file: String,
+    /// Its language, when detection is not enough.
+    #[arg(long)]
+    format: Option<String>,
+    /// Preferences (JSON: objective, start bounds, benchmarks, ...).
+    #[arg(long)]
+    prefs: Option<PathBuf>,
+    /// Follow the job until it ends.
+    #[arg(long)]
+    watch: bool,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    server: Server,
+}
+
+/// `brokk status`.
+#[derive(clap::Args)]
+pub struct StatusArgs {
+    /// A job; without one, all of yours.
+    id: Option<String>,
+    /// Only jobs in this state.
+    #[arg(long)]
+    state: Option<String>,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    server: Server,
+}
+
+/// `brokk watch`, `brokk cancel`.
+#[derive(clap::Args)]
+pub struct IdArgs {
+    /// The job.
+    id: String,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    server: Server,
+}
+
+/// `brokk output`.
+#[derive(clap::Args)]
+pub struct OutputArgs {
+    /// The job.
+    id: String,
+    /// The file [default: the job's standard output].
+    name: Option<String>,
+    #[command(flatten)]
+    server: Server,
+}
+
+/// `brokk resources`.
+#[derive(clap::Args)]
+pub struct ResourcesArgs {
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    server: Server,
+}
+
+fn when(t: Option<Time>) -> String {
+    t.map_or("-".into(), |t| t.to_string())
+}
+
+fn print_jobs(jobs: &[BrokerJob]) {
+    println!(
+        "{:<18} {:<8} {:<10} {:<10} {:>8} {:>8} {:<21} {:<21}",
+        "job", "format", "state", "site", "TTS (s)", "TTD (s)", "started", "ended"
+    );
+    for j in jobs {
+        println!(
+            "{:<18} {:<8} {:<10} {:<10} {:>8} {:>8} {:<21} {:<21}",
+            j.id,
+            j.format,
+            j.state,
+            j.site.as_deref().unwrap_or("-"),
+            j.predicted_tts.map_or("-".into(), |v| v.to_string()),
+            j.predicted_ttd.map_or("-".into(), |v| v.to_string()),
+            when(j.started),
+            when(j.ended)
+        );
+    }
+}
+
+fn terminal(j: &BrokerJob) -> bool {
+    matches!(j.state.as_str(), "finished" | "failed" | "cancelled")
+}
+
+/// Polls until the job ends, printing each state change; exits non-zero
+/// unless it finished with code 0.
+fn watch(c: &BrokerClient, id: &str, json: bool) -> Result<ExitCode> {
+    let mut last = String::new();
+    loop {
+        let j = c.job(id)?;
+        if j.state != last && !json {
+            println!(
+                "{} {}{}",
+                j.id,
+                j.state,
+                j.site.as_ref().map_or(String::new(), |s| format!(" at {s}"))
+            );
+            last = j.state.clone();
+        }
+        if terminal(&j) {
+            if json {
+                println!("{}", serde_json::to_string_pretty(&j)?);
+            }
+            let ok = j.state == "finished" && j.exit_code == Some(0);
+            return Ok(if ok { ExitCode::SUCCESS } else { ExitCode::from(1) });
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+/// Runs `brokk submit`.
+pub fn submit(a: SubmitArgs) -> Result<ExitCode> {
+    let input = super::Input::load(&a.file)?;
+    let prefs: Option<JobPreferences> = match &a.prefs {
+        Some(p) => Some(
+            serde_json::from_str(&std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?)
+                .with_context(|| format!("{}: not a preferences document", p.display()))?,
+        ),
+        None => None,
+    };
+    let format = a
+        .format
+        .clone()
+        .or_else(|| input.format(None).map(|f| f.name().to_string()));
+    let c = a.server.client();
+    let accepted = c.submit(&input.text, format.as_deref(), prefs)?;
+    for w in &accepted.warnings {
+        eprintln!("warning: {}: {w}", input.name);
+    }
+    if a.json && !a.watch {
+        println!("{}", serde_json::to_string_pretty(&accepted)?);
+    } else if !a.json {
+        for id in &accepted.ids {
+            println!("{id}");
+        }
+    }
+    if a.watch {
+        return watch(&c, &accepted.id, a.json);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Runs `brokk status`.
+pub fn status(a: StatusArgs) -> Result<ExitCode> {
+    let c = a.server.client();
+    match &a.id {
+        Some(id) => {
+            let j = c.job(id)?;
+            if a.json {
+                println!("{}", serde_json::to_string_pretty(&j)?);
+            } else {
+                print_jobs(std::slice::from_ref(&j));
+                for h in &j.history {
+                    println!(
+                        "  {} {}{}",
+                        h.at,
+                        h.state,
+                        h.detail.as_ref().map_or(String::new(), |d| format!(": {d}"))
+                    );
+                }
+                for w in &j.warnings {
+                    println!("  warning: {w}");
+                }
+            }
+        }
+        None => {
+            let jobs = c.jobs(a.state.as_deref())?;
+            if a.json {
+                println!("{}", serde_json::to_string_pretty(&jobs)?);
+            } else {
+                print_jobs(&jobs);
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Runs `brokk watch`.
+pub fn watch_cmd(a: IdArgs) -> Result<ExitCode> {
+    watch(&a.server.client(), &a.id, a.json)
+}
+
+/// Runs `brokk cancel`.
+pub fn cancel(a: IdArgs) -> Result<ExitCode> {
+    let j = a.server.client().cancel(&a.id)?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&j)?);
+    } else {
+        println!("{} {}", j.id, j.state);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Runs `brokk output`.
+pub fn output(a: OutputArgs) -> Result<ExitCode> {
+    let c = a.server.client();
+    let name = match a.name {
+        Some(n) => n,
+        None => c
+            .job(&a.id)?
+            .stdout
+            .context("the job names no standard output file; give a file name")?,
+    };
+    let bytes = c.file(&a.id, &name)?;
+    std::io::stdout().write_all(&bytes)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Runs `brokk resources`.
+pub fn resources(a: ResourcesArgs) -> Result<ExitCode> {
+    let all = a.server.client().resources()?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&all)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "{:<12} {:>6} {:>6} {:>8} {:>8} {:>10}",
+        "site", "slots", "free", "running", "waiting", "wait (s)"
+    );
+    for r in all {
+        match serde_json::from_value::<brokk_model::ResourceInfo>(r.clone()) {
+            Ok(i) => println!(
+                "{:<12} {:>6} {:>6} {:>8} {:>8} {:>10}",
+                i.name,
+                i.total_slots,
+                i.free_slots,
+                i.running_jobs,
+                i.waiting_jobs,
+                i.estimated_wait.map_or("-".into(), |d| d.0.to_string())
+            ),
+            Err(_) => println!("{:<12} unavailable: {}", "?", r["error"]),
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
