@@ -131,6 +131,17 @@ impl RemoteSite {
         }
     }
 
+    /// `GET /v1/jobs/by-key/{key}`: the job this client submitted with an
+    /// idempotency key, if the site has it.
+    pub fn job_by_key(&self, key: &str) -> Result<Option<JobView>, SiteError> {
+        let resp = self.send(self.http.get(self.url(&format!("/v1/jobs/by-key/{key}"))))?;
+        match resp.status() {
+            s if s.is_success() => self.json(resp).map(Some),
+            StatusCode::NOT_FOUND => Ok(None),
+            _ => Err(self.fail(resp)),
+        }
+    }
+
     /// `GET /v1/jobs/{id}/files/{name}`: a file from the job's sandbox.
     pub fn file(&self, job: &JobHandle, name: &str) -> Result<Vec<u8>, SiteError> {
         let resp = self.send(self.http.get(self.url(&format!("/v1/jobs/{}/files/{name}", job.0))))?;

@@ -80,6 +80,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         sites: Arc::new(sites),
         counters: Arc::new(Counters::default()),
         wake: Arc::new(tokio::sync::Notify::new()),
+        started: service::now(),
     };
     // The dispatcher: on every submission, and every second for retries and
     // for jobs accepted before a restart.

@@ -77,6 +77,9 @@ pub struct Service {
     pub counters: Arc<Counters>,
     /// Wakes the dispatcher.
     pub wake: Arc<Notify>,
+    /// When this process started: jobs accepted before it may have reached a
+    /// site before a crash, so their dispatch first asks the sites.
+    pub started: Time,
 }
 
 /// The wall clock.
@@ -266,7 +269,46 @@ impl Service {
         Ok(())
     }
 
+    /// For a job accepted before this process started: the site that already
+    /// has it under its idempotency key, if any, with the site's id for it.
+    async fn already_at(&self, key: &str) -> Result<Option<(String, String)>, ServiceError> {
+        let sites = self.sites.clone();
+        let key = key.to_string();
+        tokio::task::spawn_blocking(move || {
+            for s in sites.iter() {
+                match s.client.job_by_key(&key) {
+                    Ok(Some(v)) => return Ok(Some((s.name.clone(), v.id))),
+                    Ok(None) => {}
+                    // Unsure: do not risk a second copy; try again next round.
+                    Err(e) => return Err(ServiceError::Unavailable(format!("asking {}: {e}", s.name))),
+                }
+            }
+            Ok(None)
+        })
+        .await
+        .map_err(|e| ServiceError::Unavailable(e.to_string()))?
+    }
+
     async fn dispatch(&self, stored: StoredJob) -> Result<(), ServiceError> {
+        if stored.view.submitted <= self.started {
+            match self.already_at(&stored.view.id).await {
+                Ok(Some((name, site_job))) => {
+                    let mut v = stored.view;
+                    v.state = "dispatched".into();
+                    v.site = Some(name.clone());
+                    v.site_job = Some(site_job);
+                    let detail = format!("to {name} (found there after a restart)");
+                    self.db.update(&v, Some((now(), Some(detail)))).await?;
+                    return Ok(());
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    self.counters.site_errors.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!("not dispatching {} yet: {e}", stored.view.id);
+                    return Ok(());
+                }
+            }
+        }
         let job: Job = serde_json::from_str(&stored.spec).map_err(|e| ServiceError::Unavailable(e.to_string()))?;
         let prefs: JobPreferences = serde_json::from_str(&stored.prefs).unwrap_or_default();
         let sites = self.sites.clone();

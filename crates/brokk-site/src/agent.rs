@@ -493,6 +493,19 @@ impl Agent {
         Self::job_of(&g, who, id).map(job_view)
     }
 
+    /// `GET /v1/jobs/by-key/{key}`: the caller's job submitted with this
+    /// idempotency key, so a client that crashed mid-submission can tell
+    /// whether the site already has the job.
+    pub async fn job_by_key(&self, who: &str, key: &str) -> Result<JobView, AgentError> {
+        let g = self.lock().await;
+        let id = g
+            .keys
+            .get(&(who.to_string(), key.to_string()))
+            .copied()
+            .ok_or_else(|| AgentError::NotFound(format!("job with key {key}")))?;
+        Self::job_of(&g, who, id).map(job_view)
+    }
+
     /// `DELETE /v1/jobs/{id}`: any state; a running process is terminated by
     /// its runner, which records the end.
     pub async fn cancel_job(&self, who: &str, id: u64) -> Result<JobView, AgentError> {

@@ -197,6 +197,14 @@ async fn get_job(
     Ok(Json(agent.job(&who.0, job_id(&id)?).await?).into_response())
 }
 
+async fn job_by_key(
+    State(agent): State<Agent>,
+    Extension(who): Extension<Identity>,
+    Path(key): Path<String>,
+) -> Result<Response, ApiError> {
+    Ok(Json(agent.job_by_key(&who.0, &key).await?).into_response())
+}
+
 async fn cancel_job(
     State(agent): State<Agent>,
     Extension(who): Extension<Identity>,
@@ -240,6 +248,7 @@ pub fn router(agent: Agent) -> Router {
         .route("/v1/reservations/{id}/commit", post(commit))
         .route("/v1/jobs", post(submit))
         .route("/v1/jobs/{id}", get(get_job).delete(cancel_job))
+        .route("/v1/jobs/by-key/{key}", get(job_by_key))
         .route("/v1/jobs/{id}/files/{name}", get(file))
         .route_layer(middleware::from_fn_with_state(agent.clone(), auth));
     Router::new()

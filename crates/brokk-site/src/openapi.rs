@@ -81,6 +81,8 @@ pub fn document() -> Value {
             "/v1/jobs/{id}": {
                 "get": {"responses": with(errors(&["401", "403", "404"]), "200", ok(json!({"$ref": "#/components/schemas/JobView"})))},
                 "delete": {"responses": with(errors(&["401", "403", "404"]), "200", ok(json!({"$ref": "#/components/schemas/JobView"})))}},
+            "/v1/jobs/by-key/{key}": {"get": {"description": "the caller's job submitted with this Idempotency-Key",
+                "responses": with(errors(&["401", "404"]), "200", ok(json!({"$ref": "#/components/schemas/JobView"})))}},
             "/v1/jobs/{id}/files/{name}": {"get": {"responses": with(errors(&["400", "401", "403", "404"]), "200",
                 json!({"description": "the file", "content": {"application/octet-stream": {}}}))}}
         }

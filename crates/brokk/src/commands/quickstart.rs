@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use brokk_model::JobPreferences;
+use brokk_model::{Benchmark, JobPreferences};
 use brokk_proto::broker::BrokerClient;
 
 /// Arguments of `brokk quickstart`.
@@ -20,60 +20,40 @@ pub struct Args {
     dir: PathBuf,
 }
 
-/// One example job per language: (label, language, description).
+/// One example job per language (label, language, description), from
+/// `examples/quickstart/`.
 const EXAMPLES: [(&str, &str, &str); 7] = [
     (
         "jsdl",
         "jsdl",
-        r#"<?xml version="1.0" encoding="UTF-8"?>
-<jsdl:JobDefinition xmlns:jsdl="http://schemas.ggf.org/jsdl/2005/11/jsdl"
-                    xmlns:jsdl-posix="http://schemas.ggf.org/jsdl/2005/11/jsdl-posix">
-  <jsdl:JobDescription>
-    <jsdl:JobIdentification><jsdl:JobName>hello-jsdl</jsdl:JobName></jsdl:JobIdentification>
-    <jsdl:Application>
-      <jsdl-posix:POSIXApplication>
-        <jsdl-posix:Executable>/bin/echo</jsdl-posix:Executable>
-        <jsdl-posix:Argument>Hello from JSDL</jsdl-posix:Argument>
-        <jsdl-posix:Output>jsdl.out</jsdl-posix:Output>
-      </jsdl-posix:POSIXApplication>
-    </jsdl:Application>
-  </jsdl:JobDescription>
-</jsdl:JobDefinition>
-"#,
+        include_str!("../../../../examples/quickstart/hello.jsdl"),
     ),
     (
         "xrsl",
         "xrsl",
-        "&(executable = \"/bin/sh\")(arguments = \"-c\" \"echo Hello from xRSL on $(uname -s)\")(stdout = \"xrsl.out\")(count = 2)\n",
+        include_str!("../../../../examples/quickstart/hello.xrsl"),
     ),
-    (
-        "rsl",
-        "rsl",
-        "&(executable = /bin/echo)(arguments = \"Hello from GRAM RSL\")(stdout = rsl.out)\n",
-    ),
-    (
-        "jdl",
-        "jdl",
-        "[\n  Executable = \"/bin/echo\";\n  Arguments = \"Hello from gLite JDL\";\n  StdOutput = \"jdl.out\";\n]\n",
-    ),
+    ("rsl", "rsl", include_str!("../../../../examples/quickstart/hello.rsl")),
+    ("jdl", "jdl", include_str!("../../../../examples/quickstart/hello.jdl")),
     (
         "condor",
         "condor",
-        "executable = /bin/echo\narguments = \"Hello from HTCondor\"\noutput = condor.out\nrequest_cpus = 1\nqueue\n",
+        include_str!("../../../../examples/quickstart/hello.sub"),
     ),
     (
         "slurm",
         "slurm",
-        "#!/bin/sh\n#SBATCH --job-name=hello-slurm\n#SBATCH --output=slurm.out\n#SBATCH --time=00:05:00\necho \"Hello from a Slurm batch script\"\n",
+        include_str!("../../../../examples/quickstart/hello.sh"),
     ),
     (
         "json",
         "json",
-        r#"{"name": "hello-json", "executable": "/bin/echo", "arguments": ["Hello from Brokk's JSON"], "stdout": "json.out"}"#,
+        include_str!("../../../../examples/quickstart/hello.json"),
     ),
 ];
 
-const RESERVED: &str = r#"{"name": "reserved", "executable": "/bin/echo", "arguments": ["Hello from a reservation"], "stdout": "reserved.out", "wall_time": 600}"#;
+/// A job run in an advance reservation.
+const RESERVED: &str = include_str!("../../../../examples/quickstart/reserved.json");
 
 fn config(dir: &std::path::Path) -> String {
     format!(
@@ -118,19 +98,30 @@ pub fn run(a: Args) -> Result<ExitCode> {
     println!("broker at {url} with embedded sites small (4 slots), medium (16), large (64)");
     let client = BrokerClient::new(&url, "quickstart");
 
+    // Every example takes 2 minutes where SPECint2006 scores 20 (seed 003's
+    // benchmark triples), so the broker predicts it on each site from the
+    // site's own score.
+    let prefs = JobPreferences {
+        benchmarks: vec![Benchmark {
+            name: "specint2006".into(),
+            result: 20.0,
+            time: brokk_model::Duration(120),
+        }],
+        ..JobPreferences::default()
+    };
     let mut submitted = Vec::new();
     for (label, format, text) in EXAMPLES {
-        let accepted = client.submit(text, Some(format), None)?;
+        let accepted = client.submit(text, Some(format), Some(prefs.clone()))?;
         for w in &accepted.warnings {
             println!("  {label}: warning: {w}");
         }
         submitted.push((label.to_string(), accepted.id));
     }
-    let prefs = JobPreferences {
+    let reserved = JobPreferences {
         use_reservations: Some(true),
-        ..JobPreferences::default()
+        ..prefs
     };
-    let accepted = client.submit(RESERVED, Some("json"), Some(prefs))?;
+    let accepted = client.submit(RESERVED, Some("json"), Some(reserved))?;
     submitted.push(("reserved".to_string(), accepted.id));
 
     let start = Instant::now();

@@ -1,0 +1,251 @@
+//! The broker service end to end: `brokk serve` with embedded sites runs as a
+//! real process, and the user's commands (`brokk submit`, `status`, `cancel`,
+//! `output`, `resources`) talk to it.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// A `brokk serve` process, killed (SIGKILL) when dropped.
+struct Service {
+    child: Child,
+    url: String,
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("brokk-service-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+impl Service {
+    fn start(dir: &Path) -> Service {
+        let config = dir.join("broker.toml");
+        if !config.exists() {
+            std::fs::write(
+                &config,
+                "database = \"broker.db\"\nstate_dir = \"sites\"\n[tokens]\n\"tok-ann\" = \"ann\"\n\"tok-bob\" = \"bob\"\n\
+                 [[embedded]]\nname = \"small\"\ncapacity = 2\nbenchmarks = [{ name = \"specint2006\", value = 10.0 }]\n\
+                 [[embedded]]\nname = \"large\"\ncapacity = 8\nbenchmarks = [{ name = \"specint2006\", value = 40.0 }]\n",
+            )
+            .unwrap();
+        }
+        let mut child = Command::new(env!("CARGO_BIN_EXE_brokk"))
+            .args(["serve", "--config"])
+            .arg(&config)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let url = line.trim().strip_prefix("listening on ").expect(&line).to_string();
+        Service { child, url }
+    }
+
+    /// Runs a user command as `token`.
+    fn brokk(&self, token: &str, args: &[&str]) -> Output {
+        Command::new(env!("CARGO_BIN_EXE_brokk"))
+            .args(args)
+            .env("BROKK_SERVER", &self.url)
+            .env("BROKK_TOKEN", token)
+            .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
+            .output()
+            .unwrap()
+    }
+
+    fn json(&self, token: &str, args: &[&str]) -> serde_json::Value {
+        let o = self.brokk(token, args);
+        assert!(o.status.success(), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
+        serde_json::from_slice(&o.stdout).unwrap()
+    }
+
+    fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn text(o: &Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn every_language_runs_through_the_broker() {
+    let svc = Service::start(&scratch("languages"));
+    for (file, expect) in [
+        ("hello.jsdl", "Hello from JSDL\n"),
+        ("hello.xrsl", "Hello from xRSL on Linux\n"),
+        ("hello.rsl", "Hello from GRAM RSL\n"),
+        ("hello.jdl", "Hello from gLite JDL\n"),
+        ("hello.sub", "Hello from HTCondor\n"),
+        ("hello.sh", "Hello from a Slurm batch script\n"),
+        ("hello.json", "Hello from Brokk's JSON\n"),
+    ] {
+        let path = format!("examples/quickstart/{file}");
+        let done = svc.json("tok-ann", &["submit", &path, "--watch", "--json"]);
+        assert_eq!(done["state"], "finished", "{file}: {done}");
+        assert_eq!(done["exit_code"], 0, "{file}");
+        assert!(done["site"].is_string());
+        let history: Vec<&str> = done["history"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|h| h["state"].as_str().unwrap())
+            .collect();
+        assert_eq!(history.first(), Some(&"accepted"), "{file}");
+        assert_eq!(history.last(), Some(&"finished"), "{file}");
+        let out = svc.brokk("tok-ann", &["output", done["id"].as_str().unwrap()]);
+        assert_eq!(text(&out).0, expect, "{file}");
+    }
+    // The one with benchmark-free predictions still picks a site; resources list both.
+    let res = svc.json("tok-ann", &["resources", "--json"]);
+    let names: Vec<&str> = res
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, vec!["small", "large"]);
+}
+
+#[test]
+fn warnings_errors_and_other_users() {
+    let dir = scratch("users");
+    let svc = Service::start(&dir);
+    // A translation warning is shown to the user and kept with the job.
+    let desc = dir.join("w.xrsl");
+    std::fs::write(&desc, "&(executable = /bin/echo)(gridtime = 10)(stdout = o.txt)\n").unwrap();
+    let o = svc.brokk("tok-ann", &["submit", desc.to_str().unwrap()]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(err.contains("1:27") && err.contains("gridtime"), "{err}");
+    let id = out.trim().to_string();
+    let job = svc.json("tok-ann", &["status", &id, "--json"]);
+    assert!(job["warnings"][0].as_str().unwrap().contains("gridtime"));
+    // A malformed description is refused with its line and column.
+    let o = svc.brokk(
+        "tok-ann",
+        &[
+            "submit",
+            "crates/brokk-jdl/tests/corpus/xrsl/invalid/01-count-not-number.xrsl",
+        ],
+    );
+    let (_, err) = text(&o);
+    assert!(!o.status.success());
+    assert!(err.contains("2:11") && err.contains("count"), "{err}");
+    // Bob sees none of Ann's jobs and cannot touch them.
+    let mine = svc.json("tok-ann", &["status", "--json"]);
+    assert_eq!(mine.as_array().unwrap().len(), 1);
+    let his = svc.json("tok-bob", &["status", "--json"]);
+    assert_eq!(his.as_array().unwrap().len(), 0);
+    for args in [
+        vec!["status", id.as_str()],
+        vec!["cancel", id.as_str()],
+        vec!["output", id.as_str(), "o.txt"],
+    ] {
+        let o = svc.brokk("tok-bob", &args);
+        assert!(!o.status.success());
+        assert!(
+            text(&o).1.contains("belongs to someone else"),
+            "{args:?}: {}",
+            text(&o).1
+        );
+    }
+    // No token, no service.
+    let o = svc.brokk("", &["status"]);
+    assert!(text(&o).1.contains("bearer token"));
+    // Ann can cancel her own long job.
+    let long = dir.join("long.json");
+    std::fs::write(
+        &long,
+        r#"{"executable": "/bin/sleep", "arguments": ["30"], "wall_time": 60}"#,
+    )
+    .unwrap();
+    let id = text(&svc.brokk("tok-ann", &["submit", long.to_str().unwrap()]))
+        .0
+        .trim()
+        .to_string();
+    let t = Instant::now();
+    while svc.json("tok-ann", &["status", &id, "--json"])["state"] != "running" && t.elapsed() < Duration::from_secs(20)
+    {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let c = svc.json("tok-ann", &["cancel", &id, "--json"]);
+    assert_eq!(c["state"], "cancelled");
+}
+
+#[test]
+fn a_killed_service_finishes_every_accepted_job_exactly_once() {
+    let dir = scratch("crash");
+    let log = dir.join("ran.log");
+    let svc = Service::start(&dir);
+    let client = reqwest::blocking::Client::new();
+    let mut accepted = Vec::new();
+    let t = Instant::now();
+    // Stream jobs in; each appends its number to a shared log when it runs.
+    for n in 0..40 {
+        let desc = format!(
+            r#"{{"executable": "/bin/sh", "arguments": ["-c", "echo {n} >> {}"], "wall_time": 60}}"#,
+            log.display()
+        );
+        let r = client
+            .post(format!("{}/v1/jobs", svc.url))
+            .bearer_auth("tok-ann")
+            .json(&serde_json::json!({ "description": desc, "format": "json" }))
+            .send()
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 202);
+        let id = r.json::<serde_json::Value>().unwrap()["id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        accepted.push((n, id));
+        if n == 25 {
+            // Mid-stream, with some jobs dispatched and some not.
+            break;
+        }
+    }
+    svc.kill();
+    let svc = Service::start(&dir);
+    for (_, id) in &accepted {
+        let t = Instant::now();
+        loop {
+            let j = svc.json("tok-ann", &["status", id, "--json"]);
+            let state = j["state"].as_str().unwrap().to_string();
+            if ["finished", "failed", "cancelled"].contains(&state.as_str()) {
+                let ends = j["history"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .filter(|h| ["finished", "failed", "cancelled"].contains(&h["state"].as_str().unwrap()))
+                    .count();
+                assert_eq!(ends, 1, "job {id} ended {ends} times: {j}");
+                break;
+            }
+            assert!(t.elapsed() < Duration::from_secs(30), "job {id} stuck in {state}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    // No job ran twice.
+    let ran = std::fs::read_to_string(&log).unwrap_or_default();
+    for (n, _) in &accepted {
+        let times = ran.lines().filter(|l| l.trim() == n.to_string()).count();
+        assert!(times <= 1, "job {n} ran {times} times");
+    }
+    assert!(t.elapsed() < Duration::from_secs(120));
+}
