@@ -12,8 +12,8 @@ use reqwest::StatusCode;
 use serde::de::DeserializeOwned;
 
 use crate::wire::{
-    Created, ErrorBody, Granted, InfoView, JobPhase, JobView, Never, ProbeResponse, Rejected, ReservationRequest,
-    ReservationView,
+    ChangeFeed, Created, ErrorBody, Granted, InfoView, JobPhase, JobView, Never, ProbeResponse, Rejected,
+    ReservationRequest, ReservationView,
 };
 
 /// A site agent reached over HTTP with a bearer token.
@@ -124,6 +124,19 @@ impl RemoteSite {
     /// `GET /v1/jobs/{id}`.
     pub fn job(&self, job: &JobHandle) -> Result<JobView, SiteError> {
         let resp = self.send(self.http.get(self.url(&format!("/v1/jobs/{}", job.0))))?;
+        if resp.status().is_success() {
+            self.json(resp)
+        } else {
+            Err(self.fail(resp))
+        }
+    }
+
+    /// `GET /v1/jobs/changes`: this client's jobs changed since a version.
+    pub fn changes(&self, epoch: u64, after: u64) -> Result<ChangeFeed, SiteError> {
+        let resp = self.send(
+            self.http
+                .get(self.url(&format!("/v1/jobs/changes?epoch={epoch}&after={after}"))),
+        )?;
         if resp.status().is_success() {
             self.json(resp)
         } else {

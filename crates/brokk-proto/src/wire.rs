@@ -200,6 +200,19 @@ pub struct JobView {
     pub ended: Option<Time>,
 }
 
+/// `GET /v1/jobs/changes?epoch=E&after=V`: jobs changed since version `V` of
+/// the agent's run `E`, so a broker follows many jobs with one request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChangeFeed {
+    /// The agent's run; when it differs from the one asked about, the feed
+    /// started again from the beginning.
+    pub epoch: u64,
+    /// The version to ask after next time.
+    pub version: u64,
+    /// The changed jobs, as they are now.
+    pub jobs: Vec<JobView>,
+}
+
 /// An error body.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ErrorBody {

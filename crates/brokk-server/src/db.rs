@@ -39,6 +39,7 @@ const SCHEMA: &[&str] = &[
         predicted_ttd BIGINT, submitted BIGINT NOT NULL, started BIGINT, ended BIGINT, exit_code BIGINT, reason TEXT)",
     "CREATE INDEX IF NOT EXISTS jobs_by_owner ON jobs (owner, submitted)",
     "CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs (state)",
+    "CREATE INDEX IF NOT EXISTS jobs_by_site_job ON jobs (site, site_job)",
     "CREATE TABLE IF NOT EXISTS history (job TEXT NOT NULL, at BIGINT NOT NULL, state TEXT NOT NULL, detail TEXT)",
     "CREATE INDEX IF NOT EXISTS history_by_job ON history (job)",
 ];
@@ -176,6 +177,16 @@ impl Db {
             })
             .collect();
         Ok(Some(j))
+    }
+
+    /// The job sent to `site` under the site's id `site_job`.
+    pub async fn by_site_job(&self, site: &str, site_job: &str) -> Result<Option<StoredJob>, DbError> {
+        let row = sqlx::query(&format!("SELECT {COLUMNS} FROM jobs WHERE site = ? AND site_job = ?"))
+            .bind(site)
+            .bind(site_job)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(row.as_ref().map(row_to_job))
     }
 
     /// An owner's jobs, newest first, optionally in one state.

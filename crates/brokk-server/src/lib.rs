@@ -67,10 +67,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
     let sites = tokio::task::spawn_blocking(move || {
         endpoints
             .into_iter()
-            .map(|(name, url, token)| SiteEntry {
-                name,
-                client: brokk_proto::RemoteSite::new(&url, &token),
-            })
+            .map(|(name, url, token)| SiteEntry::new(name, brokk_proto::RemoteSite::new(&url, &token)))
             .collect::<Vec<_>>()
     })
     .await

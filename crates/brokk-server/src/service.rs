@@ -46,6 +46,114 @@ pub struct SiteEntry {
     pub name: String,
     /// The client.
     pub client: RemoteSite,
+    /// Its last information and when it was fetched: brokering decisions
+    /// within [`INFO_TTL`] share it, as the seeds' information cache does.
+    pub info: Arc<std::sync::Mutex<Option<(std::time::Instant, ResourceInfo)>>>,
+    /// Where the service is in the site's change feed: (epoch, version), and
+    /// since when it has waited on a change it cannot place yet.
+    pub cursor: Arc<std::sync::Mutex<Cursor>>,
+}
+
+/// A position in a site's change feed.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Cursor {
+    /// The site's run.
+    pub epoch: u64,
+    /// The last version applied.
+    pub version: u64,
+    /// Since when a change for a job the service has not recorded yet holds
+    /// the cursor back.
+    pub stalled: Option<std::time::Instant>,
+}
+
+/// How long a change for an unknown job may hold a feed back.
+const STALL_LIMIT: std::time::Duration = std::time::Duration::from_secs(30);
+
+impl SiteEntry {
+    /// A site entry with an empty cache.
+    pub fn new(name: String, client: RemoteSite) -> SiteEntry {
+        SiteEntry {
+            name,
+            client,
+            info: Arc::default(),
+            cursor: Arc::default(),
+        }
+    }
+}
+
+/// How long a site's information is reused for brokering decisions.
+pub const INFO_TTL: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Dispatches in flight at once.
+const DISPATCH_CONCURRENCY: usize = 8;
+
+/// A site as one dispatch sees it: the client, with information from the cache.
+struct CachedSite {
+    entry: SiteEntry,
+    client: RemoteSite,
+}
+
+impl Site for CachedSite {
+    fn endpoint(&self) -> &str {
+        self.client.endpoint()
+    }
+    fn info(&self) -> Result<ResourceInfo, brokk_broker::SiteError> {
+        if let Ok(cache) = self.entry.info.lock() {
+            if let Some((at, info)) = cache.as_ref() {
+                if at.elapsed() < INFO_TTL {
+                    return Ok(info.clone());
+                }
+            }
+        }
+        let info = self.client.info()?;
+        if let Ok(mut cache) = self.entry.info.lock() {
+            *cache = Some((std::time::Instant::now(), info.clone()));
+        }
+        Ok(info)
+    }
+    fn probe(
+        &self,
+        req: &brokk_planner::Request,
+        k: usize,
+    ) -> Result<Vec<brokk_planner::Candidate>, brokk_broker::SiteError> {
+        self.client.probe(req, k)
+    }
+    fn reserve(
+        &mut self,
+        owner: &str,
+        req: &brokk_planner::Request,
+        hold: Option<Time>,
+    ) -> Result<brokk_planner::Reply, brokk_broker::SiteError> {
+        self.client.reserve(owner, req, hold)
+    }
+    fn modify(
+        &mut self,
+        owner: &str,
+        id: brokk_planner::ReservationId,
+        change: brokk_planner::Change,
+    ) -> Result<Time, brokk_broker::SiteError> {
+        self.client.modify(owner, id, change)
+    }
+    fn commit(&mut self, owner: &str, id: brokk_planner::ReservationId) -> Result<(), brokk_broker::SiteError> {
+        self.client.commit(owner, id)
+    }
+    fn cancel(&mut self, owner: &str, id: brokk_planner::ReservationId) -> Result<(), brokk_broker::SiteError> {
+        self.client.cancel(owner, id)
+    }
+    fn submit(
+        &mut self,
+        owner: &str,
+        job: &Job,
+        reservation: Option<brokk_planner::ReservationId>,
+    ) -> Result<JobHandle, brokk_broker::SiteError> {
+        self.client.submit(owner, job, reservation)
+    }
+    fn status(&self, job: &JobHandle) -> Result<brokk_broker::JobState, brokk_broker::SiteError> {
+        self.client.status(job)
+    }
+    fn cancel_job(&mut self, owner: &str, job: &JobHandle) -> Result<(), brokk_broker::SiteError> {
+        self.client.cancel_job(owner, job)
+    }
 }
 
 /// Counters for `/metrics`.
@@ -261,10 +369,18 @@ impl Service {
         .unwrap_or_default()
     }
 
-    /// Dispatches every accepted job, oldest first.
+    /// Dispatches every accepted job, oldest first, a few at a time.
     pub async fn dispatch_pending(&self) -> Result<(), ServiceError> {
-        for j in self.db.in_states(&["accepted"]).await? {
-            self.dispatch(j).await?;
+        let pending = self.db.in_states(&["accepted"]).await?;
+        for chunk in pending.chunks(DISPATCH_CONCURRENCY) {
+            let mut set = tokio::task::JoinSet::new();
+            for j in chunk {
+                let (svc, j) = (self.clone(), j.clone());
+                set.spawn(async move { svc.dispatch(j).await });
+            }
+            while let Some(r) = set.join_next().await {
+                r.map_err(|e| ServiceError::Unavailable(e.to_string()))??;
+            }
         }
         Ok(())
     }
@@ -315,12 +431,15 @@ impl Service {
         let key = stored.view.id.clone();
         let t = now();
         let outcome = tokio::task::spawn_blocking(move || {
-            let mut clients: Vec<RemoteSite> = sites
+            let mut clients: Vec<CachedSite> = sites
                 .iter()
                 .map(|s| {
                     let mut c = s.client.clone();
                     c.set_idempotency_key(Some(key.clone()));
-                    c
+                    CachedSite {
+                        entry: s.clone(),
+                        client: c,
+                    }
                 })
                 .collect();
             let mut refs: Vec<&mut dyn Site> = clients.iter_mut().map(|c| c as &mut dyn Site).collect();
@@ -377,55 +496,72 @@ impl Service {
         Ok(())
     }
 
-    /// Asks the sites about every dispatched or running job and records changes.
+    /// Follows every site's change feed and records the jobs' progress.
     pub async fn poll(&self) -> Result<(), ServiceError> {
-        let active = self.db.in_states(&["dispatched", "running"]).await?;
-        if active.is_empty() {
-            return Ok(());
-        }
         let sites = self.sites.clone();
-        let asks: Vec<(BrokerJob, Option<SiteEntry>)> = active
-            .into_iter()
-            .map(|j| {
-                let site = j
-                    .view
-                    .site
-                    .as_deref()
-                    .and_then(|n| sites.iter().find(|s| s.name == n))
-                    .cloned();
-                (j.view, site)
-            })
-            .collect();
-        let answers = tokio::task::spawn_blocking(move || {
-            asks.into_iter()
-                .map(|(v, site)| {
-                    let answer = match (&site, &v.site_job) {
-                        (Some(s), Some(h)) => s.client.job(&JobHandle(h.clone())).ok(),
-                        _ => None,
-                    };
-                    (v, answer)
+        let feeds = tokio::task::spawn_blocking(move || {
+            sites
+                .iter()
+                .map(|s| {
+                    let c = s.cursor.lock().map(|c| *c).unwrap_or_default();
+                    (s.clone(), c, s.client.changes(c.epoch, c.version))
                 })
                 .collect::<Vec<_>>()
         })
         .await
         .map_err(|e| ServiceError::Unavailable(e.to_string()))?;
-        for (mut v, answer) in answers {
-            let Some(a) = answer else {
-                self.counters.site_errors.fetch_add(1, Ordering::Relaxed);
-                continue;
+        for (site, mut cursor, feed) in feeds {
+            let feed = match feed {
+                Ok(f) => f,
+                Err(e) => {
+                    self.counters.site_errors.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(site = %site.name, "reading the change feed: {e}");
+                    continue;
+                }
             };
-            let state = broker_state(a.state);
-            let changed = state != v.state;
-            if !changed && a.started == v.started {
-                continue;
+            if feed.epoch != cursor.epoch {
+                cursor = Cursor {
+                    epoch: feed.epoch,
+                    ..Cursor::default()
+                };
             }
-            v.state = state.to_string();
-            v.started = a.started;
-            v.ended = a.ended;
-            v.exit_code = a.exit_code;
-            v.reason = a.reason.clone();
-            let entry = changed.then(|| (now(), a.reason.clone()));
-            self.db.update(&v, entry).await?;
+            let mut complete = true;
+            for a in &feed.jobs {
+                let Some(stored) = self.db.by_site_job(&site.name, &a.id).await? else {
+                    // Not recorded yet (a dispatch in flight, or one a restart
+                    // has still to reconcile): wait for it, within reason.
+                    let since = *cursor.stalled.get_or_insert_with(std::time::Instant::now);
+                    tracing::debug!(site = %site.name, job = %a.id, "change for a job not recorded yet");
+                    if since.elapsed() < STALL_LIMIT {
+                        complete = false;
+                        break;
+                    }
+                    continue;
+                };
+                let mut v = stored.view;
+                if terminal(&v.state) {
+                    continue;
+                }
+                let state = broker_state(a.state);
+                let changed = state != v.state;
+                if !changed && a.started == v.started {
+                    continue;
+                }
+                v.state = state.to_string();
+                v.started = a.started;
+                v.ended = a.ended;
+                v.exit_code = a.exit_code;
+                v.reason = a.reason.clone();
+                let entry = changed.then(|| (now(), a.reason.clone()));
+                self.db.update(&v, entry).await?;
+            }
+            if complete {
+                cursor.version = feed.version;
+                cursor.stalled = None;
+            }
+            if let Ok(mut c) = site.cursor.lock() {
+                *c = cursor;
+            }
         }
         Ok(())
     }

@@ -9,7 +9,9 @@ use std::time::SystemTime;
 
 use brokk_model::{Duration, Job, Time};
 use brokk_planner::{Candidate, Change, FreeList, Planner, PlannerError, Reply, Request, ReservationId, State};
-use brokk_proto::wire::{InfoView, JobPhase, JobView, ReservationRequest, ReservationState, ReservationView};
+use brokk_proto::wire::{
+    ChangeFeed, InfoView, JobPhase, JobView, ReservationRequest, ReservationState, ReservationView,
+};
 use tokio::sync::{watch, Mutex, MutexGuard};
 
 use crate::config::Config;
@@ -78,12 +80,29 @@ pub(crate) struct Inner {
     controls: HashMap<u64, Control>,
     /// (owner, idempotency key) -> job, so a repeated submission is one job.
     keys: HashMap<(String, String), u64>,
+    /// The change feed: every job under the version of its latest change.
+    changes: BTreeMap<u64, u64>,
+    /// Each job's latest version.
+    versions: HashMap<u64, u64>,
+    /// The last version given out.
+    version: u64,
+    /// False until the queue has been compressed once after opening.
+    compressed_since_open: bool,
     next_job: u64,
 }
 
 impl Inner {
     fn active(&self) -> impl Iterator<Item = &JobRecord> {
         self.active.iter().filter_map(|id| self.jobs.get(id))
+    }
+
+    /// Records that job `id` changed, for the change feed.
+    fn touch(&mut self, id: u64) {
+        self.version += 1;
+        if let Some(old) = self.versions.insert(id, self.version) {
+            self.changes.remove(&old);
+        }
+        self.changes.insert(self.version, id);
     }
 
     /// The live job holding reservation `id`, if any.
@@ -97,6 +116,8 @@ impl Inner {
 pub struct Agent {
     config: Arc<Config>,
     store: Store,
+    /// Identifies this run of the agent: change-feed versions restart with it.
+    epoch: u64,
     inner: Arc<Mutex<Inner>>,
 }
 
@@ -188,17 +209,27 @@ impl Agent {
             }
             jobs.insert(j.id, j);
         }
+        let mut inner = Inner {
+            planner,
+            jobs,
+            active,
+            controls: HashMap::new(),
+            keys,
+            changes: BTreeMap::new(),
+            versions: HashMap::new(),
+            version: 0,
+            compressed_since_open: false,
+            next_job,
+        };
+        let ids: Vec<u64> = inner.jobs.keys().copied().collect();
+        for id in ids {
+            inner.touch(id);
+        }
         let agent = Agent {
             config: Arc::new(config),
             store,
-            inner: Arc::new(Mutex::new(Inner {
-                planner,
-                jobs,
-                active,
-                controls: HashMap::new(),
-                keys,
-                next_job,
-            })),
+            epoch: t.0 as u64 ^ (std::process::id() as u64) << 32,
+            inner: Arc::new(Mutex::new(inner)),
         };
         Ok((agent, resume))
     }
@@ -378,10 +409,18 @@ impl Agent {
         Ok(())
     }
 
-    /// Lets holds lapse on time; the agent calls it every second.
+    /// Lets holds lapse on time and moves queued jobs up into what lapsed or
+    /// was freed while the agent was down; the agent calls it twice a second.
     pub async fn expire(&self) -> Result<(), AgentError> {
         let mut g = self.lock().await;
-        self.expire_locked(&mut g).await
+        let before = g.planner.len();
+        self.expire_locked(&mut g).await?;
+        let first = !g.compressed_since_open;
+        g.compressed_since_open = true;
+        if first || g.planner.len() < before {
+            self.compress_locked(&mut g).await?;
+        }
+        Ok(())
     }
 
     /// `POST /v1/jobs`: records the job durably and places it (into its
@@ -470,6 +509,7 @@ impl Agent {
         self.store.save_job(&record).await?;
         g.jobs.insert(id, record);
         g.active.insert(id);
+        g.touch(id);
         if let Some(k) = key {
             g.keys.insert((who.to_string(), k), id);
         }
@@ -504,6 +544,34 @@ impl Agent {
             .copied()
             .ok_or_else(|| AgentError::NotFound(format!("job with key {key}")))?;
         Self::job_of(&g, who, id).map(job_view)
+    }
+
+    /// `GET /v1/jobs/changes?after=V`: the caller's jobs changed after version
+    /// `after` of this run (`epoch`), oldest change first, at most `limit`.
+    pub async fn changes(&self, who: &str, epoch: u64, after: u64, limit: usize) -> ChangeFeed {
+        let g = self.lock().await;
+        // Another run's versions mean nothing here: start from the beginning.
+        let after = if epoch == self.epoch { after } else { 0 };
+        let mut jobs = Vec::new();
+        let mut version = after;
+        for (&v, id) in g.changes.range(after + 1..) {
+            if jobs.len() >= limit {
+                break;
+            }
+            version = v;
+            if let Some(j) = g.jobs.get(id).filter(|j| j.owner == who) {
+                jobs.push(job_view(j));
+            }
+        }
+        ChangeFeed {
+            epoch: self.epoch,
+            version: if jobs.len() < limit {
+                g.version.max(version)
+            } else {
+                version
+            },
+            jobs,
+        }
     }
 
     /// `DELETE /v1/jobs/{id}`: any state; a running process is terminated by
@@ -585,9 +653,12 @@ impl Agent {
             return Ok(false);
         }
         j.state = phase;
-        if phase == JobPhase::Running {
+        let record = (phase == JobPhase::Running).then(|| {
             j.started = Some(now());
-            let r = j.clone();
+            j.clone()
+        });
+        g.touch(id);
+        if let Some(r) = record {
             self.store.save_job(&r).await?;
         }
         Ok(true)
@@ -623,7 +694,9 @@ impl Agent {
             }
         }
         self.store.save_job(&r).await?;
-        g.jobs.insert(r.id, r);
+        let id = r.id;
+        g.jobs.insert(id, r);
+        g.touch(id);
         self.compress_locked(g).await
     }
 
@@ -652,6 +725,7 @@ impl Agent {
                     if let Some(j) = g.jobs.get_mut(&id) {
                         j.planned_start = Some(start);
                         let rec = j.clone();
+                        g.touch(id);
                         self.store.save_job(&rec).await?;
                     }
                     if let Some(c) = g.controls.get(&id) {

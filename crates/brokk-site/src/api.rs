@@ -197,6 +197,24 @@ async fn get_job(
     Ok(Json(agent.job(&who.0, job_id(&id)?).await?).into_response())
 }
 
+#[derive(Deserialize)]
+struct ChangesQuery {
+    #[serde(default)]
+    epoch: u64,
+    #[serde(default)]
+    after: u64,
+    limit: Option<usize>,
+}
+
+async fn changes(
+    State(agent): State<Agent>,
+    Extension(who): Extension<Identity>,
+    Query(q): Query<ChangesQuery>,
+) -> Result<Response, ApiError> {
+    let limit = q.limit.unwrap_or(1000).clamp(1, 10_000);
+    Ok(Json(agent.changes(&who.0, q.epoch, q.after, limit).await).into_response())
+}
+
 async fn job_by_key(
     State(agent): State<Agent>,
     Extension(who): Extension<Identity>,
@@ -249,6 +267,7 @@ pub fn router(agent: Agent) -> Router {
         .route("/v1/jobs", post(submit))
         .route("/v1/jobs/{id}", get(get_job).delete(cancel_job))
         .route("/v1/jobs/by-key/{key}", get(job_by_key))
+        .route("/v1/jobs/changes", get(changes))
         .route("/v1/jobs/{id}/files/{name}", get(file))
         .route_layer(middleware::from_fn_with_state(agent.clone(), auth));
     Router::new()

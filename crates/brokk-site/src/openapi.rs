@@ -81,6 +81,13 @@ pub fn document() -> Value {
             "/v1/jobs/{id}": {
                 "get": {"responses": with(errors(&["401", "403", "404"]), "200", ok(json!({"$ref": "#/components/schemas/JobView"})))},
                 "delete": {"responses": with(errors(&["401", "403", "404"]), "200", ok(json!({"$ref": "#/components/schemas/JobView"})))}},
+            "/v1/jobs/changes": {"get": {"description": "the caller's jobs changed after version `after` of run `epoch`",
+                "parameters": [{"name": "epoch", "in": "query", "schema": {"type": "integer"}},
+                               {"name": "after", "in": "query", "schema": {"type": "integer"}},
+                               {"name": "limit", "in": "query", "schema": {"type": "integer"}}],
+                "responses": with(errors(&["400", "401"]), "200", ok(json!({"type": "object", "properties": {
+                    "epoch": {"type": "integer"}, "version": {"type": "integer"},
+                    "jobs": {"type": "array", "items": {"$ref": "#/components/schemas/JobView"}}}})))}},
             "/v1/jobs/by-key/{key}": {"get": {"description": "the caller's job submitted with this Idempotency-Key",
                 "responses": with(errors(&["401", "404"]), "200", ok(json!({"$ref": "#/components/schemas/JobView"})))}},
             "/v1/jobs/{id}/files/{name}": {"get": {"responses": with(errors(&["400", "401", "403", "404"]), "200",

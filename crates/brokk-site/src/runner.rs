@@ -81,14 +81,15 @@ async fn drive(agent: &Agent, id: u64, job: &Job, mut c: Controls, sandbox: &Pat
             _ = c.cancel.changed() => {}
         }
     }
+    // Recorded as running before the process exists: after a crash, a job
+    // not recorded as running never started, so resuming it cannot run it twice.
+    if !matches!(agent.set_phase(id, JobPhase::Running).await, Ok(true)) {
+        return End::Cancelled;
+    }
     let mut child = match spawn(job, sandbox).await {
         Ok(child) => child,
         Err(e) => return End::Failed(format!("starting the job: {e}")),
     };
-    if !matches!(agent.set_phase(id, JobPhase::Running).await, Ok(true)) {
-        terminate(&mut child, StdDuration::ZERO).await;
-        return End::Cancelled;
-    }
     let grace = StdDuration::from_secs(agent.config().kill_grace);
     let wall = job.wall_time.map_or(agent.config().default_wall_time, |d| d.0).max(1) as u64;
     let status = tokio::select! {

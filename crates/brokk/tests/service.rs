@@ -36,7 +36,12 @@ impl Service {
             .args(["serve", "--config"])
             .arg(&config)
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stderr(
+                std::fs::File::create(dir.join("service.log"))
+                    .map(Stdio::from)
+                    .unwrap_or(Stdio::null()),
+            )
+            .env("BROKK_LOG", "brokk_server=debug,brokk_site=info")
             .spawn()
             .unwrap();
         let mut line = String::new();
@@ -237,7 +242,7 @@ fn a_killed_service_finishes_every_accepted_job_exactly_once() {
                 assert_eq!(ends, 1, "job {id} ended {ends} times: {j}");
                 break;
             }
-            assert!(t.elapsed() < Duration::from_secs(30), "job {id} stuck in {state}");
+            assert!(t.elapsed() < Duration::from_secs(30), "job {id} stuck in {state}: {j}");
             std::thread::sleep(Duration::from_millis(100));
         }
     }

@@ -26,6 +26,8 @@ enum What {
     Sim(super::bench_sim::SimArgs),
     /// A site agent over loopback: reservation operations and trivial jobs.
     Site(super::bench_site::SiteArgs),
+    /// The broker service with embedded sites: accepted and dispatched jobs per second.
+    Submit(super::bench_submit::SubmitBenchArgs),
 }
 
 #[derive(clap::Args)]
@@ -53,6 +55,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         What::Planner(p) => planner(p),
         What::Sim(s) => super::bench_sim::run(s),
         What::Site(s) => super::bench_site::run(s),
+        What::Submit(s) => super::bench_submit::run(s),
     }
 }
 

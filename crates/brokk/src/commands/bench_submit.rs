@@ -1,0 +1,139 @@
+//! `brokk bench submit`: the broker service with three embedded sites, fed by
+//! concurrent clients: jobs accepted per second, jobs dispatched to a site per
+//! second, and submit latency percentiles.
+
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use brokk_model::JobPreferences;
+use brokk_proto::wire::SubmitRequest;
+use serde::Serialize;
+
+/// Arguments of `brokk bench submit`.
+#[derive(clap::Args)]
+pub struct SubmitBenchArgs {
+    /// Jobs to submit.
+    #[arg(long, default_value_t = 2000)]
+    jobs: usize,
+    /// Concurrent clients.
+    #[arg(long, default_value_t = 16)]
+    concurrency: usize,
+    /// Ask for advance reservations (seed 003's two phases) for every job.
+    #[arg(long)]
+    reserve: bool,
+    /// Print one JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Serialize)]
+struct SubmitFigures {
+    accepted_per_s: f64,
+    dispatched_per_s: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+    jobs: usize,
+    concurrency: usize,
+    reserve: bool,
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    sorted[(((sorted.len() - 1) as f64) * p).round() as usize]
+}
+
+/// Runs the benchmark.
+pub fn run(a: SubmitBenchArgs) -> Result<ExitCode> {
+    let dir = std::env::temp_dir().join(format!("brokk-bench-submit-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir)?;
+    let config_path = dir.join("broker.toml");
+    std::fs::write(
+        &config_path,
+        "database = \"broker.db\"\nstate_dir = \"sites\"\n[tokens]\n\"bench\" = \"bench\"\n\
+         [[embedded]]\nname = \"a\"\ncapacity = 4096\n[[embedded]]\nname = \"b\"\ncapacity = 4096\n\
+         [[embedded]]\nname = \"c\"\ncapacity = 4096\n",
+    )?;
+    let config = brokk_server::Config::load(&config_path)?;
+    let rt = tokio::runtime::Runtime::new()?;
+    let figures = rt.block_on(async {
+        let running = brokk_server::start(config).await?;
+        let url = format!("http://{}/v1/jobs", running.addr);
+        let http = reqwest::Client::new();
+        let body = SubmitRequest {
+            description: r#"{"executable": "/bin/true", "wall_time": 60}"#.into(),
+            format: Some("json".into()),
+            preferences: a.reserve.then(|| JobPreferences {
+                use_reservations: Some(true),
+                ..JobPreferences::default()
+            }),
+        };
+        let start = Instant::now();
+        let per = a.jobs.div_ceil(a.concurrency.max(1));
+        let mut tasks = Vec::new();
+        for i in 0..a.concurrency.max(1) {
+            let n = per.min(a.jobs.saturating_sub(i * per));
+            let (http, url, body) = (http.clone(), url.clone(), body.clone());
+            tasks.push(tokio::spawn(async move {
+                let mut lat = Vec::with_capacity(n);
+                for _ in 0..n {
+                    let t = Instant::now();
+                    let r = http.post(&url).bearer_auth("bench").json(&body).send().await;
+                    if matches!(&r, Ok(r) if r.status().as_u16() == 202) {
+                        lat.push(t.elapsed().as_secs_f64() * 1000.0);
+                    }
+                }
+                lat
+            }));
+        }
+        let mut lat = Vec::new();
+        for t in tasks {
+            lat.extend(t.await.unwrap_or_default());
+        }
+        let accepted_s = start.elapsed().as_secs_f64();
+        lat.sort_by(f64::total_cmp);
+        // Dispatched: no job is left in `accepted`.
+        loop {
+            let counts = running.service.db.count_by_state().await?;
+            let waiting = counts.iter().find(|(s, _)| s == "accepted").map_or(0, |c| c.1);
+            if waiting == 0 {
+                break;
+            }
+            if start.elapsed() > Duration::from_secs(600) {
+                anyhow::bail!("jobs were not dispatched within 10 minutes");
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let dispatched_s = start.elapsed().as_secs_f64();
+        Ok::<_, anyhow::Error>(SubmitFigures {
+            accepted_per_s: lat.len() as f64 / accepted_s,
+            dispatched_per_s: lat.len() as f64 / dispatched_s,
+            p50_ms: percentile(&lat, 0.5),
+            p99_ms: percentile(&lat, 0.99),
+            jobs: lat.len(),
+            concurrency: a.concurrency,
+            reserve: a.reserve,
+        })
+    });
+    let figures = figures.context("running the benchmark")?;
+    drop(rt);
+    let _ = std::fs::remove_dir_all(&dir);
+    if a.json {
+        println!("{}", serde_json::to_string(&figures)?);
+    } else {
+        println!(
+            "{} jobs, {} clients{}: {:.0} accepted/s, {:.0} dispatched/s, submit p50 {:.2} ms, p99 {:.2} ms",
+            figures.jobs,
+            figures.concurrency,
+            if figures.reserve { ", with reservations" } else { "" },
+            figures.accepted_per_s,
+            figures.dispatched_per_s,
+            figures.p50_ms,
+            figures.p99_ms
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
