@@ -3,7 +3,7 @@
 use brokk_model::{JobPreferences, ResourceInfo};
 use reqwest::blocking::{Client, Response};
 
-use crate::wire::{Accepted, BrokerJob, ErrorBody, SubmitRequest};
+use crate::wire::{Accepted, BrokerJob, CoallocRequest, Coallocated, ErrorBody, SubmitRequest};
 
 /// A failed call: the HTTP status (0 when the service could not be reached)
 /// and the service's message.
@@ -74,6 +74,17 @@ impl BrokerClient {
             .post(format!("{}/v1/jobs", self.url))
             .bearer_auth(&self.token)
             .json(&body)
+            .send();
+        Self::json(self.check(r)?)
+    }
+
+    /// Co-allocates jobs that must start together.
+    pub fn coallocate(&self, req: &CoallocRequest) -> Result<Coallocated, CallError> {
+        let r = self
+            .http
+            .post(format!("{}/v1/coallocations", self.url))
+            .bearer_auth(&self.token)
+            .json(req)
             .send();
         Self::json(self.check(r)?)
     }

@@ -294,3 +294,41 @@ pub struct BrokerJob {
     /// State history.
     pub history: Vec<HistoryEntry>,
 }
+
+/// `POST /v1/coallocations` on the broker service: jobs that must start
+/// together, within `delta` seconds of each other, somewhere in
+/// `[earliest, latest]` (seed 000, 3.2).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CoallocRequest {
+    /// One description per job, each in any supported language.
+    pub jobs: Vec<CoallocJob>,
+    /// Earliest acceptable start.
+    pub earliest: Time,
+    /// Latest acceptable start.
+    pub latest: Time,
+    /// Largest difference between the jobs' starts, seconds.
+    pub delta: Duration,
+}
+
+/// One job of a co-allocation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CoallocJob {
+    /// The description.
+    pub description: String,
+    /// Its language, detected when absent.
+    #[serde(default)]
+    pub format: Option<String>,
+}
+
+/// `201` answer to a co-allocation: the jobs, their sites and starts.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Coallocated {
+    /// Broker job ids, in request order.
+    pub ids: Vec<String>,
+    /// The site of each.
+    pub sites: Vec<String>,
+    /// The reserved start of each.
+    pub starts: Vec<Time>,
+}

@@ -14,7 +14,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Extension, Json, Router};
-use brokk_proto::wire::{ErrorBody, SubmitRequest};
+use brokk_proto::wire::{CoallocRequest, ErrorBody, SubmitRequest};
 use serde::Deserialize;
 
 use crate::service::{Service, ServiceError, LATENCY_BUCKETS};
@@ -74,6 +74,20 @@ async fn submit(
     let accepted = app.service.accept(&who.0, req).await?;
     app.service.observe_submit(t.elapsed().as_secs_f64());
     Ok((StatusCode::ACCEPTED, Json(accepted)).into_response())
+}
+
+async fn coallocate(
+    State(app): State<App>,
+    Extension(who): Extension<Identity>,
+    bytes: Bytes,
+) -> Result<Response, ApiError> {
+    let de = &mut serde_json::Deserializer::from_slice(&bytes);
+    let req: CoallocRequest = serde_path_to_error::deserialize(de).map_err(|e| {
+        let path = e.path().to_string();
+        ApiError(StatusCode::BAD_REQUEST, format!("{path}: {}", e.into_inner()))
+    })?;
+    let done = app.service.coallocate(&who.0, req).await?;
+    Ok((StatusCode::CREATED, Json(done)).into_response())
 }
 
 #[derive(Deserialize)]
@@ -175,6 +189,7 @@ pub fn router(service: Service, tokens: BTreeMap<String, String>, max_body: usiz
         .route("/v1/jobs/{id}", get(show).delete(cancel))
         .route("/v1/jobs/{id}/files/{name}", get(file))
         .route("/v1/resources", get(resources))
+        .route("/v1/coallocations", axum::routing::post(coallocate))
         .route_layer(middleware::from_fn_with_state(app.clone(), auth));
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))

@@ -6,11 +6,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::SystemTime;
 
+use brokk_broker::coalloc::{coallocate, CoJob, CoRequest};
 use brokk_broker::submit::{submit, SubmitOptions};
 use brokk_broker::{JobHandle, Site};
 use brokk_jdl::{detect, read, Format, ReadOptions};
 use brokk_model::{Job, JobPreferences, ResourceInfo, Time};
-use brokk_proto::wire::{Accepted, BrokerJob, JobPhase, SubmitRequest};
+use brokk_proto::wire::{Accepted, BrokerJob, CoallocRequest, Coallocated, JobPhase, SubmitRequest};
 use brokk_proto::RemoteSite;
 use tokio::sync::Notify;
 
@@ -248,32 +249,11 @@ impl Service {
             .map_err(|e| ServiceError::BadRequest(e.to_string()))?;
         let mut ids = Vec::new();
         for job in &parsed.jobs {
-            let id = uuid::Uuid::new_v4().simple().to_string()[..16].to_string();
-            let stored = StoredJob {
-                view: BrokerJob {
-                    id: id.clone(),
-                    owner: owner.to_string(),
-                    format: format.name().to_string(),
-                    state: "accepted".into(),
-                    site: None,
-                    site_job: None,
-                    predicted_tts: None,
-                    predicted_ttd: None,
-                    submitted: now(),
-                    started: None,
-                    ended: None,
-                    exit_code: None,
-                    reason: None,
-                    warnings: warnings.clone(),
-                    stdout: job.stdout.clone(),
-                    history: Vec::new(),
-                },
-                spec: serde_json::to_string(job).map_err(|e| ServiceError::BadRequest(e.to_string()))?,
-                prefs: prefs.clone(),
-            };
-            self.db.insert(&stored).await?;
-            self.counters.accepted.fetch_add(1, Ordering::Relaxed);
-            ids.push(id);
+            ids.push(
+                self.store_new(owner, job, format, warnings.clone(), prefs.clone())
+                    .await?
+                    .id,
+            );
         }
         self.wake.notify_one();
         Ok(Accepted {
@@ -281,6 +261,42 @@ impl Service {
             ids,
             warnings,
         })
+    }
+
+    /// Stores a new job in state `accepted`.
+    async fn store_new(
+        &self,
+        owner: &str,
+        job: &Job,
+        format: Format,
+        warnings: Vec<String>,
+        prefs: String,
+    ) -> Result<BrokerJob, ServiceError> {
+        let stored = StoredJob {
+            view: BrokerJob {
+                id: uuid::Uuid::new_v4().simple().to_string()[..16].to_string(),
+                owner: owner.to_string(),
+                format: format.name().to_string(),
+                state: "accepted".into(),
+                site: None,
+                site_job: None,
+                predicted_tts: None,
+                predicted_ttd: None,
+                submitted: now(),
+                started: None,
+                ended: None,
+                exit_code: None,
+                reason: None,
+                warnings,
+                stdout: job.stdout.clone(),
+                history: Vec::new(),
+            },
+            spec: serde_json::to_string(job).map_err(|e| ServiceError::BadRequest(e.to_string()))?,
+            prefs,
+        };
+        self.db.insert(&stored).await?;
+        self.counters.accepted.fetch_add(1, Ordering::Relaxed);
+        Ok(stored.view)
     }
 
     async fn owned(&self, owner: &str, id: &str) -> Result<StoredJob, ServiceError> {
@@ -307,6 +323,128 @@ impl Service {
 
     fn site(&self, name: &str) -> Option<SiteEntry> {
         self.sites.iter().find(|s| s.name == name).cloned()
+    }
+
+    /// Parses one description that must hold exactly one job.
+    fn one_job(description: &str, format: Option<&str>) -> Result<(Job, Format, Vec<String>), ServiceError> {
+        let format = match format {
+            Some(f) => f
+                .parse::<Format>()
+                .map_err(|e| ServiceError::BadRequest(e.to_string()))?,
+            None => detect(description, None)
+                .ok_or_else(|| ServiceError::BadRequest("format: cannot tell the description's language".into()))?,
+        };
+        let parsed = read(format, description, &ReadOptions::default())
+            .map_err(|e| ServiceError::BadRequest(format!("description ({format}): {e}")))?;
+        let [job] = <[Job; 1]>::try_from(parsed.jobs).map_err(|v| {
+            ServiceError::BadRequest(format!("a co-allocated description must hold one job, not {}", v.len()))
+        })?;
+        brokk_broker::select::validate(&job).map_err(|e| ServiceError::BadRequest(format!("description: {e:?}")))?;
+        Ok((job, format, parsed.warnings.iter().map(|d| d.to_string()).collect()))
+    }
+
+    /// Co-allocates jobs that must start together (seed 000's Algorithms 1
+    /// and 2 over the sites), then submits each into its reservation.
+    pub async fn coallocate(&self, owner: &str, req: CoallocRequest) -> Result<Coallocated, ServiceError> {
+        if req.jobs.is_empty() || req.latest < req.earliest || req.delta.0 < 0 {
+            return Err(ServiceError::BadRequest(
+                "jobs: give at least one, with earliest <= latest and delta >= 0".into(),
+            ));
+        }
+        let mut parsed = Vec::new();
+        for j in &req.jobs {
+            parsed.push(Self::one_job(&j.description, j.format.as_deref())?);
+        }
+        // Accepted first: durable before anything is reserved.
+        let mut stored = Vec::new();
+        for (job, format, warnings) in &parsed {
+            let v = self
+                .store_new(owner, job, *format, warnings.clone(), "{}".into())
+                .await?;
+            stored.push(v);
+        }
+        let sites = self.sites.clone();
+        let jobs: Vec<Job> = parsed.iter().map(|p| p.0.clone()).collect();
+        let keys: Vec<String> = stored.iter().map(|v| v.id.clone()).collect();
+        let (earliest, latest, delta) = (req.earliest, req.latest, req.delta);
+        let outcome = tokio::task::spawn_blocking(move || {
+            let mut clients: Vec<CachedSite> = sites
+                .iter()
+                .map(|s| CachedSite {
+                    entry: s.clone(),
+                    client: s.client.clone(),
+                })
+                .collect();
+            let infos: Vec<Option<ResourceInfo>> = clients.iter().map(|c| c.info().ok()).collect();
+            let co = CoRequest {
+                jobs: jobs
+                    .iter()
+                    .map(|j| CoJob {
+                        amount: j.cpus.unwrap_or(1).max(1),
+                        duration: j.wall_time.unwrap_or(brokk_model::Duration::hours(1)),
+                        memory_mib: 0,
+                        resources: (0..infos.len())
+                            .filter(|&k| infos[k].as_ref().is_some_and(|i| i.total_slots >= j.cpus.unwrap_or(1)))
+                            .collect(),
+                    })
+                    .collect(),
+                earliest,
+                latest,
+                delta,
+            };
+            let mut refs: Vec<&mut dyn Site> = clients.iter_mut().map(|c| c as &mut dyn Site).collect();
+            let plan = coallocate(&co, &mut refs, "broker")
+                .map_err(|_| ServiceError::BadRequest("no co-allocation fits the window on these sites".into()))?;
+            let mut placed = Vec::new();
+            for (k, &(site, rid, start)) in plan.assignments.iter().enumerate() {
+                let mut c = clients[site].client.clone();
+                c.set_idempotency_key(Some(keys[k].clone()));
+                match c.submit("broker", &jobs[k], Some(rid)) {
+                    Ok(h) => placed.push((sites[site].name.clone(), h.0, start)),
+                    Err(e) => {
+                        // Release everything the plan holds; the jobs fail below.
+                        for &(s2, r2, _) in &plan.assignments {
+                            let _ = clients[s2].client.clone().cancel("broker", r2);
+                        }
+                        return Err(ServiceError::Unavailable(format!(
+                            "submitting into the co-allocation: {e}"
+                        )));
+                    }
+                }
+            }
+            Ok(placed)
+        })
+        .await
+        .map_err(|e| ServiceError::Unavailable(e.to_string()))?;
+        match outcome {
+            Ok(placed) => {
+                let mut out = Coallocated {
+                    ids: Vec::new(),
+                    sites: Vec::new(),
+                    starts: Vec::new(),
+                };
+                for (mut v, (site, handle, start)) in stored.into_iter().zip(placed) {
+                    v.state = "dispatched".into();
+                    v.site = Some(site.clone());
+                    v.site_job = Some(handle);
+                    let detail = format!("to {site}, co-allocated to start at {start}");
+                    self.db.update(&v, Some((now(), Some(detail)))).await?;
+                    out.ids.push(v.id);
+                    out.sites.push(site);
+                    out.starts.push(start);
+                }
+                Ok(out)
+            }
+            Err(e) => {
+                for mut v in stored {
+                    v.state = "failed".into();
+                    v.reason = Some(e.to_string());
+                    v.ended = Some(now());
+                    self.db.update(&v, Some((now(), Some(e.to_string())))).await?;
+                }
+                Err(e)
+            }
+        }
     }
 
     /// Cancels a job wherever it is.

@@ -40,6 +40,8 @@ enum Command {
     Output(commands::user::OutputArgs),
     /// Show the sites the broker knows.
     Resources(commands::user::ResourcesArgs),
+    /// Reserve several jobs to start together (within --delta) and submit them.
+    Coalloc(commands::user::CoallocArgs),
     /// Start a broker with three embedded sites, run example jobs in every language, show where they ran.
     Quickstart(commands::quickstart::Args),
 }
@@ -63,6 +65,7 @@ fn main() -> ExitCode {
         Command::Cancel(a) => commands::user::cancel(a),
         Command::Output(a) => commands::user::output(a),
         Command::Resources(a) => commands::user::resources(a),
+        Command::Coalloc(a) => commands::user::coalloc(a),
         Command::Quickstart(a) => commands::quickstart::run(a),
     };
     match result {

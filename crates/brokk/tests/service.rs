@@ -254,3 +254,61 @@ fn a_killed_service_finishes_every_accepted_job_exactly_once() {
     }
     assert!(t.elapsed() < Duration::from_secs(120));
 }
+
+#[test]
+fn a_coallocation_starts_its_jobs_within_delta() {
+    let dir = scratch("coalloc");
+    let svc = Service::start(&dir);
+    let mut files = Vec::new();
+    // 2 + 6 slots: the small site (2) cannot hold the big part, so the parts
+    // land on different sites and must still start together.
+    for (k, n) in [2, 6, 2].iter().enumerate() {
+        let f = dir.join(format!("part{k}.json"));
+        std::fs::write(
+            &f,
+            format!(r#"{{"executable": "/bin/sh", "arguments": ["-c", "date +%s"], "cpus": {n}, "wall_time": 60, "stdout": "t.out"}}"#),
+        )
+        .unwrap();
+        files.push(f.to_str().unwrap().to_string());
+    }
+    let mut args = vec!["coalloc", "--delta", "5", "--json"];
+    args.extend(files.iter().map(String::as_str));
+    let done = svc.json("tok-ann", &args);
+    let ids: Vec<String> = done["ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(ids.len(), 3);
+    let mut starts = Vec::new();
+    for id in &ids {
+        let t = Instant::now();
+        let j = loop {
+            let j = svc.json("tok-ann", &["status", id, "--json"]);
+            if j["state"] == "finished" || t.elapsed() > Duration::from_secs(30) {
+                break j;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        assert_eq!(j["state"], "finished", "{j}");
+        // The site's own recorded start.
+        let started = j["started"].as_str().unwrap().to_string();
+        starts.push(brokk_model::Time::parse(&started).unwrap().0);
+    }
+    let spread = starts.iter().max().unwrap() - starts.iter().min().unwrap();
+    assert!(spread <= 5, "starts {starts:?}");
+    let sites: Vec<&str> = done["sites"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert_eq!(sites[1], "large");
+    // A part no site can hold: refused, nothing left reserved or running.
+    let big = dir.join("big.json");
+    std::fs::write(&big, r#"{"executable": "/bin/true", "cpus": 100}"#).unwrap();
+    let o = svc.brokk("tok-ann", &["coalloc", big.to_str().unwrap(), files[0].as_str()]);
+    assert!(!o.status.success());
+    assert!(text(&o).1.contains("no co-allocation"), "{}", text(&o).1);
+}

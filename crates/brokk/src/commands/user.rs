@@ -88,6 +88,64 @@ pub struct OutputArgs {
     server: Server,
 }
 
+/// `brokk coalloc`.
+#[derive(clap::Args)]
+pub struct CoallocArgs {
+    /// One description per job.
+    #[arg(required = true)]
+    files: Vec<String>,
+    /// Start window `EARLIEST,LATEST` (RFC 3339) [default: now to an hour from now].
+    #[arg(long)]
+    window: Option<String>,
+    /// Largest difference between the jobs' starts, seconds.
+    #[arg(long, default_value_t = 60)]
+    delta: i64,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    server: Server,
+}
+
+/// Runs `brokk coalloc`.
+pub fn coalloc(a: CoallocArgs) -> Result<ExitCode> {
+    let now = Time(
+        std::time::SystemTime::now()
+            .duration_since(std::time::SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as i64),
+    );
+    let (earliest, latest) = match &a.window {
+        Some(w) => {
+            let (e, l) = w.split_once(',').context("--window is EARLIEST,LATEST")?;
+            (Time::parse(e.trim())?, Time::parse(l.trim())?)
+        }
+        None => (now, now + brokk_model::Duration::hours(1)),
+    };
+    let mut jobs = Vec::new();
+    for f in &a.files {
+        let input = super::Input::load(f)?;
+        jobs.push(brokk_proto::wire::CoallocJob {
+            format: input.format(None).map(|f| f.name().to_string()),
+            description: input.text,
+        });
+    }
+    let req = brokk_proto::wire::CoallocRequest {
+        jobs,
+        earliest,
+        latest,
+        delta: brokk_model::Duration(a.delta),
+    };
+    let done = a.server.client().coallocate(&req)?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&done)?);
+    } else {
+        for ((id, site), start) in done.ids.iter().zip(&done.sites).zip(&done.starts) {
+            println!("{id} at {site}, starting {start}");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 /// `brokk resources`.
 #[derive(clap::Args)]
 pub struct ResourcesArgs {
