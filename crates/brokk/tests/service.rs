@@ -117,7 +117,29 @@ fn every_language_runs_through_the_broker() {
         let out = svc.brokk("tok-ann", &["output", done["id"].as_str().unwrap()]);
         assert_eq!(text(&out).0, expect, "{file}");
     }
-    // The one with benchmark-free predictions still picks a site; resources list both.
+    // --reserve runs the job in an advance reservation at the chosen site.
+    let done = svc.json(
+        "tok-ann",
+        &[
+            "submit",
+            "examples/quickstart/reserved.json",
+            "--reserve",
+            "--watch",
+            "--json",
+        ],
+    );
+    assert_eq!(done["state"], "finished", "{done}");
+    let dispatched = done["history"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|h| h["state"] == "dispatched")
+        .unwrap();
+    assert!(
+        dispatched["detail"].as_str().unwrap().contains("in reservation"),
+        "{done}"
+    );
+    // Resources list both sites.
     let res = svc.json("tok-ann", &["resources", "--json"]);
     let names: Vec<&str> = res
         .as_array()

@@ -40,6 +40,10 @@ pub struct SubmitArgs {
     /// Preferences (JSON: objective, start bounds, benchmarks, ...).
     #[arg(long)]
     prefs: Option<PathBuf>,
+    /// Run in an advance reservation: a hold on the best site, committed by
+    /// the submission (seed 003's two phases).
+    #[arg(long)]
+    reserve: bool,
     /// Follow the job until it ends.
     #[arg(long)]
     watch: bool,
@@ -213,13 +217,16 @@ fn watch(c: &BrokerClient, id: &str, json: bool) -> Result<ExitCode> {
 /// Runs `brokk submit`.
 pub fn submit(a: SubmitArgs) -> Result<ExitCode> {
     let input = super::Input::load(&a.file)?;
-    let prefs: Option<JobPreferences> = match &a.prefs {
+    let mut prefs: Option<JobPreferences> = match &a.prefs {
         Some(p) => Some(
             serde_json::from_str(&std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?)
                 .with_context(|| format!("{}: not a preferences document", p.display()))?,
         ),
         None => None,
     };
+    if a.reserve {
+        prefs.get_or_insert_with(JobPreferences::default).use_reservations = Some(true);
+    }
     let format = a
         .format
         .clone()
