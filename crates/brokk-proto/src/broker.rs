@@ -1,6 +1,6 @@
 //! A blocking client for the broker service's client API.
 
-use brokk_model::{JobPreferences, ResourceInfo};
+use brokk_model::JobPreferences;
 use reqwest::blocking::{Client, Response};
 
 use crate::wire::{Accepted, BrokerJob, CoallocRequest, Coallocated, ErrorBody, SubmitRequest};
@@ -139,14 +139,5 @@ impl BrokerClient {
             .bearer_auth(&self.token)
             .send();
         Self::json(self.check(r)?)
-    }
-
-    /// One site's information, when it answered.
-    pub fn resource_infos(&self) -> Result<Vec<ResourceInfo>, CallError> {
-        Ok(self
-            .resources()?
-            .into_iter()
-            .filter_map(|v| serde_json::from_value(v).ok())
-            .collect())
     }
 }
