@@ -11,6 +11,14 @@ cargo clippy --locked --workspace --all-targets -- -D warnings
 echo "== architecture invariants"
 scripts/check-invariants.sh
 
+echo "== PostgreSQL for the persistence tests"
+if url=$(scripts/postgres.sh); then
+  export BROKK_TEST_POSTGRES="$url"
+  echo "PostgreSQL at $url"
+else
+  echo "PostgreSQL unavailable: its persistence tests are skipped"
+fi
+
 echo "== tests"
 if command -v cargo-nextest >/dev/null 2>&1; then
   cargo nextest run --locked --workspace --no-fail-fast

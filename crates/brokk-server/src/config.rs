@@ -4,7 +4,7 @@
 //!
 //! ```toml
 //! listen = "127.0.0.1:8440"
-//! database = "broker.db"
+//! database = "broker.db"              # or "postgres://user@localhost/brokk"
 //! state_dir = "broker-state"        # embedded sites' databases and sandboxes
 //! [tokens]
 //! "token-of-ann" = "ann"
@@ -43,8 +43,8 @@ pub struct Config {
     /// Address to listen on; port 0 picks a free one.
     #[serde(default = "default_listen")]
     pub listen: SocketAddr,
-    /// SQLite database file.
-    pub database: PathBuf,
+    /// SQLite database file, or a `postgres://` URL.
+    pub database: String,
     /// Directory for embedded sites' state.
     #[serde(default = "default_state")]
     pub state_dir: PathBuf,
@@ -109,7 +109,9 @@ impl Config {
         let text = std::fs::read_to_string(path).map_err(|e| err(e.to_string()))?;
         let mut c: Config = toml::from_str(&text).map_err(|e| err(e.to_string()))?;
         let base = path.parent().unwrap_or(Path::new("."));
-        c.database = base.join(&c.database);
+        if !c.database.starts_with("postgres://") && !c.database.starts_with("postgresql://") {
+            c.database = base.join(&c.database).display().to_string();
+        }
         c.state_dir = base.join(&c.state_dir);
         if c.sites.is_empty() && c.embedded.is_empty() {
             return Err(err("no sites: add [[sites]] or [[embedded]]".into()));

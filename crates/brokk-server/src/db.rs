@@ -1,14 +1,15 @@
-//! The service's records in SQLite (sqlx): jobs and their state history. A job
-//! is written before `202 Accepted` is sent, so an accepted job survives any
-//! crash.
+//! The service's records: jobs and their state history, in SQLite (a file
+//! path, the default) or PostgreSQL (a `postgres://` URL, for several broker
+//! instances), through sqlx's Any driver with one schema and one set of
+//! queries for both. A job is written before `202 Accepted` is sent, so an
+//! accepted job survives any crash.
 
 use std::path::Path;
-use std::str::FromStr;
 
 use brokk_model::Time;
 use brokk_proto::wire::{BrokerJob, HistoryEntry};
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
-use sqlx::{Row, SqlitePool};
+use sqlx::any::{AnyPoolOptions, AnyRow};
+use sqlx::{AnyPool, Row};
 
 /// A database failure.
 #[derive(Debug, thiserror::Error)]
@@ -29,9 +30,10 @@ pub struct StoredJob {
 /// The service's database.
 #[derive(Debug, Clone)]
 pub struct Db {
-    pool: SqlitePool,
+    pool: AnyPool,
 }
 
+/// The schema, valid in both SQLite and PostgreSQL.
 const SCHEMA: &[&str] = &[
     "CREATE TABLE IF NOT EXISTS jobs (
         id TEXT PRIMARY KEY, owner TEXT NOT NULL, format TEXT NOT NULL, spec TEXT NOT NULL, prefs TEXT NOT NULL,
@@ -40,14 +42,19 @@ const SCHEMA: &[&str] = &[
     "CREATE INDEX IF NOT EXISTS jobs_by_owner ON jobs (owner, submitted)",
     "CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs (state)",
     "CREATE INDEX IF NOT EXISTS jobs_by_site_job ON jobs (site, site_job)",
-    "CREATE TABLE IF NOT EXISTS history (job TEXT NOT NULL, at BIGINT NOT NULL, state TEXT NOT NULL, detail TEXT)",
-    "CREATE INDEX IF NOT EXISTS history_by_job ON history (job)",
+    "CREATE TABLE IF NOT EXISTS history (
+        job TEXT NOT NULL, n BIGINT NOT NULL, at BIGINT NOT NULL, state TEXT NOT NULL, detail TEXT)",
+    "CREATE INDEX IF NOT EXISTS history_by_job ON history (job, n)",
 ];
 
 const COLUMNS: &str = "id, owner, format, spec, prefs, warnings, state, site, site_job, predicted_tts, predicted_ttd, \
                        submitted, started, ended, exit_code, reason";
 
-fn row_to_job(r: &sqlx::sqlite::SqliteRow) -> StoredJob {
+/// Appends a history entry numbered after the job's last one.
+const ADD_HISTORY: &str = "INSERT INTO history (job, n, at, state, detail)
+     SELECT $1, COUNT(*), $2, $3, $4 FROM history WHERE job = $1";
+
+fn row_to_job(r: &AnyRow) -> StoredJob {
     let warnings: String = r.get("warnings");
     let spec: String = r.get("spec");
     let stdout = serde_json::from_str::<brokk_model::Job>(&spec)
@@ -78,17 +85,23 @@ fn row_to_job(r: &sqlx::sqlite::SqliteRow) -> StoredJob {
 }
 
 impl Db {
-    /// Opens (creating) the database file.
-    pub async fn open(path: &Path) -> Result<Db, DbError> {
-        if let Some(dir) = path.parent() {
-            let _ = std::fs::create_dir_all(dir);
+    /// Opens the database: `postgres://...` URLs go to PostgreSQL, anything
+    /// else is a SQLite file (created if needed, WAL journal).
+    pub async fn open(database: &str) -> Result<Db, DbError> {
+        sqlx::any::install_default_drivers();
+        let url = if database.starts_with("postgres://") || database.starts_with("postgresql://") {
+            database.to_string()
+        } else {
+            if let Some(dir) = Path::new(database).parent() {
+                let _ = std::fs::create_dir_all(dir);
+            }
+            format!("sqlite://{database}?mode=rwc")
+        };
+        let pool = AnyPoolOptions::new().max_connections(4).connect(&url).await?;
+        if !url.starts_with("postgres") {
+            sqlx::query("PRAGMA journal_mode = WAL").execute(&pool).await?;
+            sqlx::query("PRAGMA synchronous = NORMAL").execute(&pool).await?;
         }
-        let opts = SqliteConnectOptions::from_str("sqlite://")?
-            .filename(path)
-            .create_if_missing(true)
-            .journal_mode(SqliteJournalMode::Wal)
-            .synchronous(SqliteSynchronous::Normal);
-        let pool = SqlitePoolOptions::new().max_connections(4).connect_with(opts).await?;
         for s in SCHEMA {
             sqlx::query(s).execute(&pool).await?;
         }
@@ -100,7 +113,7 @@ impl Db {
         let v = &j.view;
         let mut tx = self.pool.begin().await?;
         sqlx::query(&format!(
-            "INSERT INTO jobs ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, NULL, NULL, NULL, NULL, ?, NULL, NULL, NULL, NULL)"
+            "INSERT INTO jobs ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, NULL, NULL, NULL, NULL, $8, NULL, NULL, NULL, NULL)"
         ))
         .bind(&v.id)
         .bind(&v.owner)
@@ -112,10 +125,11 @@ impl Db {
         .bind(v.submitted.0)
         .execute(&mut *tx)
         .await?;
-        sqlx::query("INSERT INTO history (job, at, state, detail) VALUES (?, ?, ?, NULL)")
+        sqlx::query(ADD_HISTORY)
             .bind(&v.id)
             .bind(v.submitted.0)
             .bind(&v.state)
+            .bind(None::<String>)
             .execute(&mut *tx)
             .await?;
         tx.commit().await?;
@@ -126,8 +140,8 @@ impl Db {
     pub async fn update(&self, v: &BrokerJob, changed: Option<(Time, Option<String>)>) -> Result<(), DbError> {
         let mut tx = self.pool.begin().await?;
         sqlx::query(
-            "UPDATE jobs SET state = ?, site = ?, site_job = ?, predicted_tts = ?, predicted_ttd = ?, started = ?,
-             ended = ?, exit_code = ?, reason = ? WHERE id = ?",
+            "UPDATE jobs SET state = $1, site = $2, site_job = $3, predicted_tts = $4, predicted_ttd = $5, started = $6,
+             ended = $7, exit_code = $8, reason = $9 WHERE id = $10",
         )
         .bind(&v.state)
         .bind(&v.site)
@@ -142,7 +156,7 @@ impl Db {
         .execute(&mut *tx)
         .await?;
         if let Some((at, detail)) = changed {
-            sqlx::query("INSERT INTO history (job, at, state, detail) VALUES (?, ?, ?, ?)")
+            sqlx::query(ADD_HISTORY)
                 .bind(&v.id)
                 .bind(at.0)
                 .bind(&v.state)
@@ -156,7 +170,7 @@ impl Db {
 
     /// One job with its history.
     pub async fn get(&self, id: &str) -> Result<Option<StoredJob>, DbError> {
-        let Some(row) = sqlx::query(&format!("SELECT {COLUMNS} FROM jobs WHERE id = ?"))
+        let Some(row) = sqlx::query(&format!("SELECT {COLUMNS} FROM jobs WHERE id = $1"))
             .bind(id)
             .fetch_optional(&self.pool)
             .await?
@@ -164,7 +178,7 @@ impl Db {
             return Ok(None);
         };
         let mut j = row_to_job(&row);
-        let hist = sqlx::query("SELECT at, state, detail FROM history WHERE job = ? ORDER BY rowid")
+        let hist = sqlx::query("SELECT at, state, detail FROM history WHERE job = $1 ORDER BY n")
             .bind(id)
             .fetch_all(&self.pool)
             .await?;
@@ -181,7 +195,7 @@ impl Db {
 
     /// The job sent to `site` under the site's id `site_job`.
     pub async fn by_site_job(&self, site: &str, site_job: &str) -> Result<Option<StoredJob>, DbError> {
-        let row = sqlx::query(&format!("SELECT {COLUMNS} FROM jobs WHERE site = ? AND site_job = ?"))
+        let row = sqlx::query(&format!("SELECT {COLUMNS} FROM jobs WHERE site = $1 AND site_job = $2"))
             .bind(site)
             .bind(site_job)
             .fetch_optional(&self.pool)
@@ -191,21 +205,35 @@ impl Db {
 
     /// An owner's jobs, newest first, optionally in one state.
     pub async fn list(&self, owner: &str, state: Option<&str>) -> Result<Vec<BrokerJob>, DbError> {
-        let rows = sqlx::query(&format!(
-            "SELECT {COLUMNS} FROM jobs WHERE owner = ? AND (? IS NULL OR state = ?) ORDER BY submitted DESC, id"
-        ))
-        .bind(owner)
-        .bind(state)
-        .bind(state)
-        .fetch_all(&self.pool)
-        .await?;
+        let rows = match state {
+            Some(s) => {
+                sqlx::query(&format!(
+                    "SELECT {COLUMNS} FROM jobs WHERE owner = $1 AND state = $2 ORDER BY submitted DESC, id"
+                ))
+                .bind(owner)
+                .bind(s)
+                .fetch_all(&self.pool)
+                .await?
+            }
+            None => {
+                sqlx::query(&format!(
+                    "SELECT {COLUMNS} FROM jobs WHERE owner = $1 ORDER BY submitted DESC, id"
+                ))
+                .bind(owner)
+                .fetch_all(&self.pool)
+                .await?
+            }
+        };
         Ok(rows.iter().map(|r| row_to_job(r).view).collect())
     }
 
-    /// Jobs in any of `states`, oldest first (for dispatch and polling).
+    /// Jobs in any of `states`, oldest first (for dispatch).
     pub async fn in_states(&self, states: &[&str]) -> Result<Vec<StoredJob>, DbError> {
-        let marks = vec!["?"; states.len()].join(", ");
-        let sql = format!("SELECT {COLUMNS} FROM jobs WHERE state IN ({marks}) ORDER BY submitted, id");
+        let marks: Vec<String> = (1..=states.len()).map(|i| format!("${i}")).collect();
+        let sql = format!(
+            "SELECT {COLUMNS} FROM jobs WHERE state IN ({}) ORDER BY submitted, id",
+            marks.join(", ")
+        );
         let mut q = sqlx::query(&sql);
         for s in states {
             q = q.bind(*s);

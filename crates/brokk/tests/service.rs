@@ -22,11 +22,16 @@ fn scratch(name: &str) -> PathBuf {
 
 impl Service {
     fn start(dir: &Path) -> Service {
+        Service::start_with(dir, "broker.db")
+    }
+
+    /// Starts a service on `database` (a SQLite file or a PostgreSQL URL).
+    fn start_with(dir: &Path, database: &str) -> Service {
         let config = dir.join("broker.toml");
         if !config.exists() {
             std::fs::write(
                 &config,
-                "database = \"broker.db\"\nstate_dir = \"sites\"\n[tokens]\n\"tok-ann\" = \"ann\"\n\"tok-bob\" = \"bob\"\n\
+                format!("database = \"{database}\"\n") + "state_dir = \"sites\"\n[tokens]\n\"tok-ann\" = \"ann\"\n\"tok-bob\" = \"bob\"\n\
                  [[embedded]]\nname = \"small\"\ncapacity = 2\nbenchmarks = [{ name = \"specint2006\", value = 10.0 }]\n\
                  [[embedded]]\nname = \"large\"\ncapacity = 8\nbenchmarks = [{ name = \"specint2006\", value = 40.0 }]\n",
             )
@@ -218,9 +223,22 @@ fn warnings_errors_and_other_users() {
 
 #[test]
 fn a_killed_service_finishes_every_accepted_job_exactly_once() {
-    let dir = scratch("crash");
+    crash_and_recover(&scratch("crash"), "broker.db");
+}
+
+/// The same on PostgreSQL, when the test script provides one
+/// (`BROKK_TEST_POSTGRES`, a fresh database).
+#[test]
+fn a_killed_service_on_postgresql_finishes_every_accepted_job_exactly_once() {
+    match std::env::var("BROKK_TEST_POSTGRES") {
+        Ok(url) => crash_and_recover(&scratch("crash-pg"), &url),
+        Err(_) => eprintln!("BROKK_TEST_POSTGRES not set: PostgreSQL crash test skipped"),
+    }
+}
+
+fn crash_and_recover(dir: &Path, database: &str) {
     let log = dir.join("ran.log");
-    let svc = Service::start(&dir);
+    let svc = Service::start_with(dir, database);
     let client = reqwest::blocking::Client::new();
     let mut accepted = Vec::new();
     let t = Instant::now();
@@ -248,7 +266,7 @@ fn a_killed_service_finishes_every_accepted_job_exactly_once() {
         }
     }
     svc.kill();
-    let svc = Service::start(&dir);
+    let svc = Service::start_with(dir, database);
     for (_, id) in &accepted {
         let t = Instant::now();
         loop {
