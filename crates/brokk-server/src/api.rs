@@ -155,6 +155,8 @@ async fn metrics(State(app): State<App>) -> Result<Response, ApiError> {
         ("brokk_decisions_total", &c.decisions),
         ("brokk_jobs_undispatchable_total", &c.undispatchable),
         ("brokk_site_errors_total", &c.site_errors),
+        ("brokk_info_cache_hits_total", &c.cache_hits),
+        ("brokk_info_cache_misses_total", &c.cache_misses),
     ] {
         let _ = writeln!(out, "# TYPE {name} counter\n{name} {}", v.load(Ordering::Relaxed));
     }
@@ -194,6 +196,7 @@ pub fn router(service: Service, tokens: BTreeMap<String, String>, max_body: usiz
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/metrics", get(metrics))
+        .route("/openapi.json", get(|| async { Json(crate::openapi::document()) }))
         .merge(v1)
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(max_body))

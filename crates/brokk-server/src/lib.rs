@@ -7,6 +7,7 @@
 pub mod api;
 pub mod config;
 pub mod db;
+pub mod openapi;
 pub mod service;
 
 use std::net::SocketAddr;

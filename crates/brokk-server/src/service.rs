@@ -92,6 +92,7 @@ const DISPATCH_CONCURRENCY: usize = 8;
 struct CachedSite {
     entry: SiteEntry,
     client: RemoteSite,
+    counters: Arc<Counters>,
 }
 
 impl Site for CachedSite {
@@ -102,10 +103,12 @@ impl Site for CachedSite {
         if let Ok(cache) = self.entry.info.lock() {
             if let Some((at, info)) = cache.as_ref() {
                 if at.elapsed() < INFO_TTL {
+                    self.counters.cache_hits.fetch_add(1, Ordering::Relaxed);
                     return Ok(info.clone());
                 }
             }
         }
+        self.counters.cache_misses.fetch_add(1, Ordering::Relaxed);
         let info = self.client.info()?;
         if let Ok(mut cache) = self.entry.info.lock() {
             *cache = Some((std::time::Instant::now(), info.clone()));
@@ -168,6 +171,10 @@ pub struct Counters {
     pub undispatchable: AtomicU64,
     /// Calls to sites that failed.
     pub site_errors: AtomicU64,
+    /// Brokering decisions that reused a site's cached information.
+    pub cache_hits: AtomicU64,
+    /// ... and that had to ask the site.
+    pub cache_misses: AtomicU64,
     /// Submit latency histogram: counts per bucket of [`LATENCY_BUCKETS`], then the sum in microseconds.
     pub submit_latency: [AtomicU64; LATENCY_BUCKETS.len() + 2],
 }
@@ -364,6 +371,7 @@ impl Service {
             stored.push(v);
         }
         let sites = self.sites.clone();
+        let counters = self.counters.clone();
         let jobs: Vec<Job> = parsed.iter().map(|p| p.0.clone()).collect();
         let keys: Vec<String> = stored.iter().map(|v| v.id.clone()).collect();
         let (earliest, latest, delta) = (req.earliest, req.latest, req.delta);
@@ -373,6 +381,7 @@ impl Service {
                 .map(|s| CachedSite {
                     entry: s.clone(),
                     client: s.client.clone(),
+                    counters: counters.clone(),
                 })
                 .collect();
             let infos: Vec<Option<ResourceInfo>> = clients.iter().map(|c| c.info().ok()).collect();
@@ -566,6 +575,7 @@ impl Service {
         let job: Job = serde_json::from_str(&stored.spec).map_err(|e| ServiceError::Unavailable(e.to_string()))?;
         let prefs: JobPreferences = serde_json::from_str(&stored.prefs).unwrap_or_default();
         let sites = self.sites.clone();
+        let counters = self.counters.clone();
         let key = stored.view.id.clone();
         let t = now();
         let outcome = tokio::task::spawn_blocking(move || {
@@ -577,6 +587,7 @@ impl Service {
                     CachedSite {
                         entry: s.clone(),
                         client: c,
+                        counters: counters.clone(),
                     }
                 })
                 .collect();

@@ -144,6 +144,27 @@ fn every_language_runs_through_the_broker() {
         dispatched["detail"].as_str().unwrap().contains("in reservation"),
         "{done}"
     );
+    // The open endpoints: the API's description and Prometheus metrics.
+    let http = reqwest::blocking::Client::new();
+    let doc: serde_json::Value = http
+        .get(format!("{}/openapi.json", svc.url))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    assert!(doc["paths"]["/v1/coallocations"]["post"].is_object());
+    let metrics = http.get(format!("{}/metrics", svc.url)).send().unwrap().text().unwrap();
+    for line in [
+        "brokk_jobs{state=\"finished\"} 8",
+        "brokk_jobs_accepted_total 8",
+        "brokk_decisions_total 8",
+    ] {
+        assert!(metrics.contains(line), "{line} not in\n{metrics}");
+    }
+    assert!(
+        metrics.contains("brokk_info_cache_hits_total")
+            && metrics.contains("brokk_submit_seconds_bucket{le=\"+Inf\"} 8")
+    );
     // Resources list both sites.
     let res = svc.json("tok-ann", &["resources", "--json"]);
     let names: Vec<&str> = res

@@ -1,0 +1,64 @@
+//! The OpenAPI 3.1 description of the client API, served at `/openapi.json`.
+
+use serde_json::{json, Value};
+
+/// The document.
+pub fn document() -> Value {
+    let err = json!({"description": "error", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}});
+    let ok = |code: &str, schema: Value| {
+        json!({code: {"description": "OK", "content": {"application/json": {"schema": schema}}},
+               "400": err, "401": err, "403": err, "404": err, "503": err})
+    };
+    json!({
+        "openapi": "3.1.0",
+        "info": {"title": "Brokk broker service", "version": env!("CARGO_PKG_VERSION"),
+                 "description": "Jobs in any supported job description language, brokered over the service's sites. \
+                                 Times are RFC 3339 UTC, durations whole seconds; /v1 needs `Authorization: Bearer <token>`."},
+        "components": {
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+            "schemas": {
+                "Error": {"type": "object", "required": ["error"], "properties": {"error": {"type": "string"}}},
+                "Submit": {"type": "object", "required": ["description"], "properties": {
+                    "description": {"type": "string"},
+                    "format": {"enum": ["jsdl", "xrsl", "rsl", "jdl", "condor", "slurm", "json"]},
+                    "preferences": {"type": "object", "description": "objective, earliest_start, latest_start, benchmarks, penalty_factor, use_reservations, queue_adaptation"}}},
+                "Accepted": {"type": "object", "properties": {"id": {"type": "string"},
+                    "ids": {"type": "array", "items": {"type": "string"}}, "warnings": {"type": "array", "items": {"type": "string"}}}},
+                "Job": {"type": "object", "properties": {
+                    "id": {"type": "string"}, "owner": {"type": "string"}, "format": {"type": "string"},
+                    "state": {"enum": ["accepted", "dispatched", "running", "finished", "failed", "cancelled"]},
+                    "site": {"type": ["string", "null"]}, "site_job": {"type": ["string", "null"]},
+                    "predicted_tts": {"type": ["integer", "null"]}, "predicted_ttd": {"type": ["integer", "null"]},
+                    "submitted": {"type": "string", "format": "date-time"},
+                    "started": {"type": ["string", "null"]}, "ended": {"type": ["string", "null"]},
+                    "exit_code": {"type": ["integer", "null"]}, "reason": {"type": ["string", "null"]},
+                    "warnings": {"type": "array", "items": {"type": "string"}}, "stdout": {"type": ["string", "null"]},
+                    "history": {"type": "array", "items": {"type": "object", "properties": {
+                        "at": {"type": "string"}, "state": {"type": "string"}, "detail": {"type": ["string", "null"]}}}}}},
+                "Coalloc": {"type": "object", "required": ["jobs", "earliest", "latest", "delta"], "properties": {
+                    "jobs": {"type": "array", "items": {"type": "object", "properties": {
+                        "description": {"type": "string"}, "format": {"type": "string"}}}},
+                    "earliest": {"type": "string", "format": "date-time"}, "latest": {"type": "string", "format": "date-time"},
+                    "delta": {"type": "integer"}}},
+                "Coallocated": {"type": "object", "properties": {"ids": {"type": "array"}, "sites": {"type": "array"}, "starts": {"type": "array"}}}
+            }
+        },
+        "security": [{"bearer": []}],
+        "paths": {
+            "/healthz": {"get": {"security": [], "responses": {"200": {"description": "alive"}}}},
+            "/metrics": {"get": {"security": [], "responses": {"200": {"description": "Prometheus text format"}}}},
+            "/v1/jobs": {
+                "get": {"parameters": [{"name": "state", "in": "query", "schema": {"type": "string"}}],
+                        "responses": ok("200", json!({"type": "array", "items": {"$ref": "#/components/schemas/Job"}}))},
+                "post": {"requestBody": {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/Submit"}}}},
+                         "responses": ok("202", json!({"$ref": "#/components/schemas/Accepted"}))}},
+            "/v1/jobs/{id}": {
+                "get": {"responses": ok("200", json!({"$ref": "#/components/schemas/Job"}))},
+                "delete": {"responses": ok("200", json!({"$ref": "#/components/schemas/Job"}))}},
+            "/v1/jobs/{id}/files/{name}": {"get": {"responses": {"200": {"description": "the file", "content": {"application/octet-stream": {}}}, "404": err}}},
+            "/v1/coallocations": {"post": {"requestBody": {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/Coalloc"}}}},
+                "responses": ok("201", json!({"$ref": "#/components/schemas/Coallocated"}))}},
+            "/v1/resources": {"get": {"responses": ok("200", json!({"type": "array"}))}}
+        }
+    })
+}
