@@ -3,7 +3,10 @@
 use brokk_model::JobPreferences;
 use reqwest::blocking::{Client, Response};
 
-use crate::wire::{Accepted, BrokerJob, CoallocRequest, Coallocated, ErrorBody, SubmitRequest};
+use crate::wire::{
+    Accepted, BrokerJob, BrokerReservation, BrokerReservationRequest, CoallocRequest, Coallocated, ErrorBody,
+    SubmitRequest,
+};
 
 /// A failed call: the HTTP status (0 when the service could not be reached)
 /// and the service's message.
@@ -57,23 +60,47 @@ impl BrokerClient {
         })
     }
 
-    /// Submits a description in any supported language.
+    /// Submits a description in any supported language, optionally into a
+    /// reservation made through the broker.
     pub fn submit(
         &self,
         description: &str,
         format: Option<&str>,
         preferences: Option<JobPreferences>,
+        reservation: Option<&str>,
     ) -> Result<Accepted, CallError> {
         let body = SubmitRequest {
             description: description.to_string(),
             format: format.map(str::to_string),
             preferences,
+            reservation: reservation.map(str::to_string),
         };
         let r = self
             .http
             .post(format!("{}/v1/jobs", self.url))
             .bearer_auth(&self.token)
             .json(&body)
+            .send();
+        Self::json(self.check(r)?)
+    }
+
+    /// Reserves slots at the site where they start earliest.
+    pub fn reserve(&self, req: &BrokerReservationRequest) -> Result<BrokerReservation, CallError> {
+        let r = self
+            .http
+            .post(format!("{}/v1/reservations", self.url))
+            .bearer_auth(&self.token)
+            .json(req)
+            .send();
+        Self::json(self.check(r)?)
+    }
+
+    /// Cancels a reservation made through the broker.
+    pub fn cancel_reservation(&self, id: &str) -> Result<BrokerReservation, CallError> {
+        let r = self
+            .http
+            .delete(format!("{}/v1/reservations/{id}", self.url))
+            .bearer_auth(&self.token)
             .send();
         Self::json(self.check(r)?)
     }

@@ -234,6 +234,10 @@ pub struct SubmitRequest {
     /// Selection preferences (objective, start bounds, benchmarks, ...).
     #[serde(default)]
     pub preferences: Option<brokk_model::JobPreferences>,
+    /// A reservation made through the broker (`POST /v1/reservations`) for the
+    /// job to run in.
+    #[serde(default)]
+    pub reservation: Option<String>,
 }
 
 /// `202` answer of the broker service: the job is stored.
@@ -331,4 +335,40 @@ pub struct Coallocated {
     pub sites: Vec<String>,
     /// The reserved start of each.
     pub starts: Vec<Time>,
+}
+
+/// `POST /v1/reservations` on the broker service: a reservation made at the
+/// site where it starts earliest, on the caller's behalf.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BrokerReservationRequest {
+    /// Slots.
+    pub amount: u32,
+    /// Seconds.
+    pub duration: Duration,
+    /// Earliest acceptable start.
+    pub earliest: Time,
+    /// Latest acceptable start.
+    pub latest: Time,
+}
+
+/// A reservation held by the broker service for a user.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BrokerReservation {
+    /// Id at the broker; jobs claim it with `reservation` in the submission.
+    pub id: String,
+    /// Its owner.
+    pub owner: String,
+    /// The site holding it.
+    pub site: String,
+    /// The site's id for it.
+    pub site_reservation: u64,
+    /// Slots.
+    pub amount: u32,
+    /// Start.
+    pub start: Time,
+    /// End.
+    pub end: Time,
+    /// `committed` or `cancelled`.
+    pub state: String,
 }

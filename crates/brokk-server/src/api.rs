@@ -14,7 +14,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Extension, Json, Router};
-use brokk_proto::wire::{CoallocRequest, ErrorBody, SubmitRequest};
+use brokk_proto::wire::{BrokerReservationRequest, CoallocRequest, ErrorBody, SubmitRequest};
 use serde::Deserialize;
 
 use crate::service::{Service, ServiceError, LATENCY_BUCKETS};
@@ -42,6 +42,7 @@ impl From<ServiceError> for ApiError {
             ServiceError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ServiceError::Forbidden(_) => StatusCode::FORBIDDEN,
             ServiceError::NotFound(_) => StatusCode::NOT_FOUND,
+            ServiceError::Conflict(_) => StatusCode::CONFLICT,
             ServiceError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
         };
         ApiError(status, e.to_string())
@@ -88,6 +89,35 @@ async fn coallocate(
     })?;
     let done = app.service.coallocate(&who.0, req).await?;
     Ok((StatusCode::CREATED, Json(done)).into_response())
+}
+
+async fn reserve(
+    State(app): State<App>,
+    Extension(who): Extension<Identity>,
+    bytes: Bytes,
+) -> Result<Response, ApiError> {
+    let de = &mut serde_json::Deserializer::from_slice(&bytes);
+    let req: BrokerReservationRequest = serde_path_to_error::deserialize(de).map_err(|e| {
+        let path = e.path().to_string();
+        ApiError(StatusCode::BAD_REQUEST, format!("{path}: {}", e.into_inner()))
+    })?;
+    Ok((StatusCode::CREATED, Json(app.service.reserve(&who.0, req).await?)).into_response())
+}
+
+async fn show_reservation(
+    State(app): State<App>,
+    Extension(who): Extension<Identity>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    Ok(Json(app.service.reservation(&who.0, &id).await?).into_response())
+}
+
+async fn cancel_reservation(
+    State(app): State<App>,
+    Extension(who): Extension<Identity>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    Ok(Json(app.service.cancel_reservation(&who.0, &id).await?).into_response())
 }
 
 #[derive(Deserialize)]
@@ -192,6 +222,11 @@ pub fn router(service: Service, tokens: BTreeMap<String, String>, max_body: usiz
         .route("/v1/jobs/{id}/files/{name}", get(file))
         .route("/v1/resources", get(resources))
         .route("/v1/coallocations", axum::routing::post(coallocate))
+        .route("/v1/reservations", axum::routing::post(reserve))
+        .route(
+            "/v1/reservations/{id}",
+            get(show_reservation).delete(cancel_reservation),
+        )
         .route_layer(middleware::from_fn_with_state(app.clone(), auth));
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))

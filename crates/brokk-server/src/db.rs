@@ -7,7 +7,7 @@
 use std::path::Path;
 
 use brokk_model::Time;
-use brokk_proto::wire::{BrokerJob, HistoryEntry};
+use brokk_proto::wire::{BrokerJob, BrokerReservation, HistoryEntry};
 use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::{AnyPool, Row};
 
@@ -45,6 +45,9 @@ const SCHEMA: &[&str] = &[
     "CREATE TABLE IF NOT EXISTS history (
         job TEXT NOT NULL, n BIGINT NOT NULL, at BIGINT NOT NULL, state TEXT NOT NULL, detail TEXT)",
     "CREATE INDEX IF NOT EXISTS history_by_job ON history (job, n)",
+    "CREATE TABLE IF NOT EXISTS reservations (
+        id TEXT PRIMARY KEY, owner TEXT NOT NULL, site TEXT NOT NULL, site_reservation BIGINT NOT NULL,
+        amount BIGINT NOT NULL, start BIGINT NOT NULL, stop BIGINT NOT NULL, state TEXT NOT NULL)",
 ];
 
 const COLUMNS: &str = "id, owner, format, spec, prefs, warnings, state, site, site_job, predicted_tts, predicted_ttd, \
@@ -239,6 +242,51 @@ impl Db {
             q = q.bind(*s);
         }
         Ok(q.fetch_all(&self.pool).await?.iter().map(row_to_job).collect())
+    }
+
+    /// Stores or updates a reservation.
+    pub async fn save_reservation(&self, r: &BrokerReservation) -> Result<(), DbError> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("DELETE FROM reservations WHERE id = $1")
+            .bind(&r.id)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query(
+            "INSERT INTO reservations (id, owner, site, site_reservation, amount, start, stop, state)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+        )
+        .bind(&r.id)
+        .bind(&r.owner)
+        .bind(&r.site)
+        .bind(r.site_reservation as i64)
+        .bind(i64::from(r.amount))
+        .bind(r.start.0)
+        .bind(r.end.0)
+        .bind(&r.state)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// A reservation by id.
+    pub async fn reservation(&self, id: &str) -> Result<Option<BrokerReservation>, DbError> {
+        let row = sqlx::query(
+            "SELECT id, owner, site, site_reservation, amount, start, stop, state FROM reservations WHERE id = $1",
+        )
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(row.map(|r| BrokerReservation {
+            id: r.get("id"),
+            owner: r.get("owner"),
+            site: r.get("site"),
+            site_reservation: r.get::<i64, _>("site_reservation") as u64,
+            amount: r.get::<i64, _>("amount") as u32,
+            start: Time(r.get("start")),
+            end: Time(r.get("stop")),
+            state: r.get("state"),
+        }))
     }
 
     /// Jobs per state, for metrics.

@@ -11,7 +11,10 @@ use brokk_broker::submit::{submit, SubmitOptions};
 use brokk_broker::{JobHandle, Site};
 use brokk_jdl::{detect, read, Format, ReadOptions};
 use brokk_model::{Job, JobPreferences, ResourceInfo, Time};
-use brokk_proto::wire::{Accepted, BrokerJob, CoallocRequest, Coallocated, JobPhase, SubmitRequest};
+use brokk_proto::wire::{
+    Accepted, BrokerJob, BrokerReservation, BrokerReservationRequest, CoallocRequest, Coallocated, JobPhase,
+    SubmitRequest,
+};
 use brokk_proto::RemoteSite;
 use tokio::sync::Notify;
 
@@ -29,6 +32,9 @@ pub enum ServiceError {
     /// No such job or file.
     #[error("{0} not found")]
     NotFound(String),
+    /// The request conflicts with what the sites can do.
+    #[error("{0}")]
+    Conflict(String),
     /// A site or the database failed.
     #[error("{0}")]
     Unavailable(String),
@@ -252,10 +258,28 @@ impl Service {
             brokk_broker::select::validate(job).map_err(|e| ServiceError::BadRequest(format!("description: {e:?}")))?;
         }
         let warnings: Vec<String> = parsed.warnings.iter().map(|d| d.to_string()).collect();
+        let mut jobs = parsed.jobs;
+        if let Some(rid) = &req.reservation {
+            let r = self
+                .db
+                .reservation(rid)
+                .await?
+                .filter(|r| r.state == "committed")
+                .ok_or_else(|| ServiceError::NotFound(format!("reservation {rid}")))?;
+            if r.owner != owner {
+                return Err(ServiceError::Forbidden(format!("reservation {rid}")));
+            }
+            if jobs.len() != 1 {
+                return Err(ServiceError::BadRequest(
+                    "reservation: one reservation holds one job".into(),
+                ));
+            }
+            jobs[0].reservation = Some(rid.clone());
+        }
         let prefs = serde_json::to_string(&req.preferences.unwrap_or_default())
             .map_err(|e| ServiceError::BadRequest(e.to_string()))?;
         let mut ids = Vec::new();
-        for job in &parsed.jobs {
+        for job in &jobs {
             ids.push(
                 self.store_new(owner, job, format, warnings.clone(), prefs.clone())
                     .await?
@@ -573,6 +597,9 @@ impl Service {
             }
         }
         let job: Job = serde_json::from_str(&stored.spec).map_err(|e| ServiceError::Unavailable(e.to_string()))?;
+        if let Some(rid) = job.reservation.clone() {
+            return self.dispatch_into(stored, job, &rid).await;
+        }
         let prefs: JobPreferences = serde_json::from_str(&stored.prefs).unwrap_or_default();
         let sites = self.sites.clone();
         let counters = self.counters.clone();
@@ -643,6 +670,140 @@ impl Service {
             }
         }
         Ok(())
+    }
+
+    /// Sends a job into the broker reservation `rid` at its site.
+    async fn dispatch_into(&self, stored: StoredJob, job: Job, rid: &str) -> Result<(), ServiceError> {
+        let mut v = stored.view;
+        let Some(r) = self.db.reservation(rid).await? else {
+            v.state = "failed".into();
+            v.reason = Some(format!("reservation {rid} is gone"));
+            v.ended = Some(now());
+            return Ok(self.db.update(&v, Some((now(), v.reason.clone()))).await?);
+        };
+        let Some(site) = self.site(&r.site) else {
+            return Err(ServiceError::Unavailable(format!(
+                "site {} is no longer configured",
+                r.site
+            )));
+        };
+        let key = v.id.clone();
+        let outcome = tokio::task::spawn_blocking(move || {
+            let mut c = site.client.clone();
+            c.set_idempotency_key(Some(key));
+            c.submit("broker", &job, Some(brokk_planner::ReservationId(r.site_reservation)))
+        })
+        .await
+        .map_err(|e| ServiceError::Unavailable(e.to_string()))?;
+        self.counters.decisions.fetch_add(1, Ordering::Relaxed);
+        match outcome {
+            Ok(h) => {
+                v.state = "dispatched".into();
+                v.site = Some(r.site.clone());
+                v.site_job = Some(h.0);
+                v.predicted_tts = Some((r.start - now()).0.max(0));
+                let detail = format!("to {}, in reservation {}", r.site, r.id);
+                self.db.update(&v, Some((now(), Some(detail)))).await?;
+            }
+            Err(brokk_broker::SiteError::Unavailable(e)) => {
+                // The site is down: the job waits for the next round.
+                self.counters.site_errors.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!("dispatching {} into {rid}: {e}", v.id);
+            }
+            Err(e) => {
+                v.state = "failed".into();
+                v.reason = Some(format!("the site refused the job: {e}"));
+                v.ended = Some(now());
+                self.db.update(&v, Some((now(), v.reason.clone()))).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Reserves at the site where the request starts earliest, for `owner`.
+    pub async fn reserve(&self, owner: &str, req: BrokerReservationRequest) -> Result<BrokerReservation, ServiceError> {
+        if req.amount == 0 || req.duration.0 <= 0 || req.latest < req.earliest {
+            return Err(ServiceError::BadRequest(
+                "amount and duration must be positive, and earliest <= latest".into(),
+            ));
+        }
+        let sites = self.sites.clone();
+        let request = brokk_planner::Request {
+            amount: req.amount,
+            duration: req.duration,
+            earliest: req.earliest,
+            latest: req.latest,
+            flexible: false,
+        };
+        let got = tokio::task::spawn_blocking(move || {
+            // Earliest candidate start per site, then reserve in that order.
+            let mut order: Vec<(Time, usize)> = sites
+                .iter()
+                .enumerate()
+                .filter_map(|(k, s)| s.client.probe(&request, 1).ok()?.first().map(|c| (c.start, k)))
+                .collect();
+            order.sort();
+            for (_, k) in order {
+                let mut c = sites[k].client.clone();
+                if let Ok(brokk_planner::Reply::Granted { id, start }) = c.reserve("broker", &request, None) {
+                    return Some((sites[k].name.clone(), id.0, start));
+                }
+            }
+            None
+        })
+        .await
+        .map_err(|e| ServiceError::Unavailable(e.to_string()))?;
+        let (site, site_reservation, start) =
+            got.ok_or_else(|| ServiceError::Conflict("no site can hold the reservation in that window".into()))?;
+        let r = BrokerReservation {
+            id: format!("r{}", &uuid::Uuid::new_v4().simple().to_string()[..15]),
+            owner: owner.to_string(),
+            site,
+            site_reservation,
+            amount: req.amount,
+            start,
+            end: start + req.duration,
+            state: "committed".into(),
+        };
+        self.db.save_reservation(&r).await?;
+        Ok(r)
+    }
+
+    /// A reservation of `owner`'s.
+    pub async fn reservation(&self, owner: &str, id: &str) -> Result<BrokerReservation, ServiceError> {
+        let r = self
+            .db
+            .reservation(id)
+            .await?
+            .ok_or_else(|| ServiceError::NotFound(format!("reservation {id}")))?;
+        if r.owner != owner {
+            return Err(ServiceError::Forbidden(format!("reservation {id}")));
+        }
+        Ok(r)
+    }
+
+    /// Cancels a reservation at its site.
+    pub async fn cancel_reservation(&self, owner: &str, id: &str) -> Result<BrokerReservation, ServiceError> {
+        let mut r = self.reservation(owner, id).await?;
+        if r.state == "cancelled" {
+            return Ok(r);
+        }
+        let site = self
+            .site(&r.site)
+            .ok_or_else(|| ServiceError::Unavailable(format!("site {} is no longer configured", r.site)))?;
+        let sid = r.site_reservation;
+        let res = tokio::task::spawn_blocking(move || {
+            site.client.clone().cancel("broker", brokk_planner::ReservationId(sid))
+        })
+        .await
+        .map_err(|e| ServiceError::Unavailable(e.to_string()))?;
+        match res {
+            Ok(()) | Err(brokk_broker::SiteError::Unknown) => {}
+            Err(e) => return Err(ServiceError::Unavailable(format!("cancelling at {}: {e}", r.site))),
+        }
+        r.state = "cancelled".into();
+        self.db.save_reservation(&r).await?;
+        Ok(r)
     }
 
     /// Follows every site's change feed and records the jobs' progress.

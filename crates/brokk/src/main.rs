@@ -42,6 +42,8 @@ enum Command {
     Resources(commands::user::ResourcesArgs),
     /// Reserve several jobs to start together (within --delta) and submit them.
     Coalloc(commands::user::CoallocArgs),
+    /// Reserve slots at the site where they start earliest (or cancel a reservation).
+    Reserve(commands::user::ReserveArgs),
     /// Start a broker with three embedded sites, run example jobs in every language, show where they ran.
     Quickstart(commands::quickstart::Args),
 }
@@ -66,6 +68,7 @@ fn main() -> ExitCode {
         Command::Output(a) => commands::user::output(a),
         Command::Resources(a) => commands::user::resources(a),
         Command::Coalloc(a) => commands::user::coalloc(a),
+        Command::Reserve(a) => commands::user::reserve(a),
         Command::Quickstart(a) => commands::quickstart::run(a),
     };
     match result {

@@ -373,3 +373,66 @@ fn a_coallocation_starts_its_jobs_within_delta() {
     assert!(!o.status.success());
     assert!(text(&o).1.contains("no co-allocation"), "{}", text(&o).1);
 }
+
+#[test]
+fn reservations_are_made_and_claimed_on_behalf_of_their_owner() {
+    let dir = scratch("reserve");
+    let svc = Service::start(&dir);
+    let soon = brokk_model::Time(
+        std::time::SystemTime::now()
+            .duration_since(std::time::SystemTime::UNIX_EPOCH)
+            .unwrap()
+            .as_secs() as i64
+            + 3,
+    )
+    .to_string();
+    let r = svc.json(
+        "tok-ann",
+        &[
+            "reserve",
+            "--amount",
+            "2",
+            "--duration",
+            "60",
+            "--earliest",
+            &soon,
+            "--latest",
+            &soon,
+            "--json",
+        ],
+    );
+    let (rid, start) = (
+        r["id"].as_str().unwrap().to_string(),
+        r["start"].as_str().unwrap().to_string(),
+    );
+    assert_eq!(start, soon);
+    // Bob can neither use nor cancel Ann's reservation.
+    let job = dir.join("job.json");
+    std::fs::write(&job, r#"{"executable": "/bin/true", "cpus": 2, "wall_time": 30}"#).unwrap();
+    let o = svc.brokk("tok-bob", &["submit", job.to_str().unwrap(), "--reservation", &rid]);
+    assert!(text(&o).1.contains("belongs to someone else"), "{}", text(&o).1);
+    let o = svc.brokk("tok-bob", &["reserve", "--cancel", &rid]);
+    assert!(text(&o).1.contains("belongs to someone else"), "{}", text(&o).1);
+    // Ann's job runs in it: at its site, from its start.
+    let done = svc.json(
+        "tok-ann",
+        &[
+            "submit",
+            job.to_str().unwrap(),
+            "--reservation",
+            &rid,
+            "--watch",
+            "--json",
+        ],
+    );
+    assert_eq!(done["state"], "finished", "{done}");
+    assert_eq!(done["site"], r["site"]);
+    let started = brokk_model::Time::parse(done["started"].as_str().unwrap()).unwrap().0;
+    let at = brokk_model::Time::parse(&soon).unwrap().0;
+    assert!((0..=1).contains(&(started - at)), "started {started}, reserved {at}");
+    let c = svc.json("tok-ann", &["reserve", "--cancel", &rid, "--json"]);
+    assert_eq!(c["state"], "cancelled");
+    // An impossible window is refused.
+    let o = svc.brokk("tok-ann", &["reserve", "--amount", "100", "--duration", "60"]);
+    assert!(text(&o).1.contains("no site can hold"), "{}", text(&o).1);
+}

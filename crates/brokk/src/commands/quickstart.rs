@@ -113,7 +113,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
     };
     let mut submitted = Vec::new();
     for (label, format, text) in EXAMPLES {
-        let accepted = client.submit(text, Some(format), Some(prefs.clone()))?;
+        let accepted = client.submit(text, Some(format), Some(prefs.clone()), None)?;
         for w in &accepted.warnings {
             println!("  {label}: warning: {w}");
         }
@@ -123,7 +123,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         use_reservations: Some(true),
         ..prefs
     };
-    let accepted = client.submit(RESERVED, Some("json"), Some(reserved))?;
+    let accepted = client.submit(RESERVED, Some("json"), Some(reserved), None)?;
     submitted.push(("reserved".to_string(), accepted.id));
 
     // Three jobs of 2, 4 and 8 slots that must start within 10 s of each other.

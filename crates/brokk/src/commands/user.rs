@@ -44,6 +44,9 @@ pub struct SubmitArgs {
     /// the submission (seed 003's two phases).
     #[arg(long)]
     reserve: bool,
+    /// Run in this reservation, made earlier with `brokk reserve`.
+    #[arg(long, conflicts_with = "reserve")]
+    reservation: Option<String>,
     /// Follow the job until it ends.
     #[arg(long)]
     watch: bool,
@@ -150,6 +153,68 @@ pub fn coalloc(a: CoallocArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// `brokk reserve`.
+#[derive(clap::Args)]
+pub struct ReserveArgs {
+    /// Slots.
+    #[arg(long, default_value_t = 1)]
+    amount: u32,
+    /// Seconds.
+    #[arg(long, required_unless_present = "cancel")]
+    duration: Option<i64>,
+    /// Earliest start (RFC 3339) [default: now].
+    #[arg(long)]
+    earliest: Option<String>,
+    /// Latest start (RFC 3339) [default: a day after the earliest].
+    #[arg(long)]
+    latest: Option<String>,
+    /// Cancel this reservation instead.
+    #[arg(long, conflicts_with_all = ["earliest", "latest"])]
+    cancel: Option<String>,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    server: Server,
+}
+
+/// Runs `brokk reserve`.
+pub fn reserve(a: ReserveArgs) -> Result<ExitCode> {
+    let c = a.server.client();
+    let r = match &a.cancel {
+        Some(id) => c.cancel_reservation(id)?,
+        None => {
+            let now = Time(
+                std::time::SystemTime::now()
+                    .duration_since(std::time::SystemTime::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_secs() as i64),
+            );
+            let earliest = a.earliest.as_deref().map(Time::parse).transpose()?.unwrap_or(now);
+            let latest = a
+                .latest
+                .as_deref()
+                .map(Time::parse)
+                .transpose()?
+                .unwrap_or(earliest + brokk_model::Duration::hours(24));
+            c.reserve(&brokk_proto::wire::BrokerReservationRequest {
+                amount: a.amount,
+                duration: brokk_model::Duration(a.duration.unwrap_or(0)),
+                earliest,
+                latest,
+            })?
+        }
+    };
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&r)?);
+    } else {
+        println!(
+            "{} {} at {}: {} slots {} to {}",
+            r.id, r.state, r.site, r.amount, r.start, r.end
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 /// `brokk resources`.
 #[derive(clap::Args)]
 pub struct ResourcesArgs {
@@ -232,7 +297,7 @@ pub fn submit(a: SubmitArgs) -> Result<ExitCode> {
         .clone()
         .or_else(|| input.format(None).map(|f| f.name().to_string()));
     let c = a.server.client();
-    let accepted = c.submit(&input.text, format.as_deref(), prefs)?;
+    let accepted = c.submit(&input.text, format.as_deref(), prefs, a.reservation.as_deref())?;
     for w in &accepted.warnings {
         eprintln!("warning: {}: {w}", input.name);
     }
