@@ -21,6 +21,7 @@ pub fn document() -> Value {
                 "Submit": {"type": "object", "required": ["description"], "properties": {
                     "description": {"type": "string"},
                     "format": {"enum": ["jsdl", "xrsl", "rsl", "jdl", "condor", "slurm", "json"]},
+                    "reservation": {"type": "string", "description": "a reservation made with POST /v1/reservations"},
                     "preferences": {"type": "object", "description": "objective, earliest_start, latest_start, benchmarks, penalty_factor, use_reservations, queue_adaptation"}}},
                 "Accepted": {"type": "object", "properties": {"id": {"type": "string"},
                     "ids": {"type": "array", "items": {"type": "string"}}, "warnings": {"type": "array", "items": {"type": "string"}}}},
@@ -40,6 +41,10 @@ pub fn document() -> Value {
                         "description": {"type": "string"}, "format": {"type": "string"}}}},
                     "earliest": {"type": "string", "format": "date-time"}, "latest": {"type": "string", "format": "date-time"},
                     "delta": {"type": "integer"}}},
+                "Reservation": {"type": "object", "properties": {"id": {"type": "string"}, "owner": {"type": "string"},
+                    "site": {"type": "string"}, "site_reservation": {"type": "integer"}, "amount": {"type": "integer"},
+                    "start": {"type": "string", "format": "date-time"}, "end": {"type": "string", "format": "date-time"},
+                    "state": {"enum": ["committed", "cancelled"]}}},
                 "Coallocated": {"type": "object", "properties": {"ids": {"type": "array"}, "sites": {"type": "array"}, "starts": {"type": "array"}}}
             }
         },
@@ -58,6 +63,14 @@ pub fn document() -> Value {
             "/v1/jobs/{id}/files/{name}": {"get": {"responses": {"200": {"description": "the file", "content": {"application/octet-stream": {}}}, "404": err}}},
             "/v1/coallocations": {"post": {"requestBody": {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/Coalloc"}}}},
                 "responses": ok("201", json!({"$ref": "#/components/schemas/Coallocated"}))}},
+            "/v1/reservations": {"post": {"requestBody": {"content": {"application/json": {"schema": {"type": "object",
+                "required": ["amount", "duration", "earliest", "latest"], "properties": {"amount": {"type": "integer"},
+                "duration": {"type": "integer"}, "earliest": {"type": "string", "format": "date-time"},
+                "latest": {"type": "string", "format": "date-time"}}}}}},
+                "responses": ok("201", json!({"$ref": "#/components/schemas/Reservation"}))}},
+            "/v1/reservations/{id}": {
+                "get": {"responses": ok("200", json!({"$ref": "#/components/schemas/Reservation"}))},
+                "delete": {"responses": ok("200", json!({"$ref": "#/components/schemas/Reservation"}))}},
             "/v1/resources": {"get": {"responses": ok("200", json!({"type": "array"}))}}
         }
     })
