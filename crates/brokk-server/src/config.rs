@@ -60,6 +60,14 @@ pub struct Config {
     /// Largest request body, bytes.
     #[serde(default = "default_max_body")]
     pub max_body_bytes: usize,
+    /// Seconds between queue-adaptation rounds (seed 003, 3.3) for jobs that
+    /// ask for it.
+    #[serde(default = "default_adapt_every")]
+    pub adapt_every: u64,
+    /// Move a waiting job only if another site would deliver it this many
+    /// seconds sooner.
+    #[serde(default = "default_adapt_margin")]
+    pub adapt_margin: i64,
 }
 
 /// A remote agent.
@@ -97,6 +105,12 @@ fn default_state() -> PathBuf {
 }
 fn default_max_body() -> usize {
     1 << 20
+}
+fn default_adapt_every() -> u64 {
+    30
+}
+fn default_adapt_margin() -> i64 {
+    600
 }
 
 impl Config {

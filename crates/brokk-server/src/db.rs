@@ -45,6 +45,8 @@ const SCHEMA: &[&str] = &[
     "CREATE TABLE IF NOT EXISTS history (
         job TEXT NOT NULL, n BIGINT NOT NULL, at BIGINT NOT NULL, state TEXT NOT NULL, detail TEXT)",
     "CREATE INDEX IF NOT EXISTS history_by_job ON history (job, n)",
+    "CREATE TABLE IF NOT EXISTS retired (site TEXT NOT NULL, site_job TEXT NOT NULL)",
+    "CREATE INDEX IF NOT EXISTS retired_by_site_job ON retired (site, site_job)",
     "CREATE TABLE IF NOT EXISTS reservations (
         id TEXT PRIMARY KEY, owner TEXT NOT NULL, site TEXT NOT NULL, site_reservation BIGINT NOT NULL,
         amount BIGINT NOT NULL, start BIGINT NOT NULL, stop BIGINT NOT NULL, state TEXT NOT NULL)",
@@ -242,6 +244,36 @@ impl Db {
             q = q.bind(*s);
         }
         Ok(q.fetch_all(&self.pool).await?.iter().map(row_to_job).collect())
+    }
+
+    /// Jobs a crash caught in the middle of a move go back to `dispatched`;
+    /// the feed then tells where they are.
+    pub async fn reset_moving(&self) -> Result<(), DbError> {
+        sqlx::query("UPDATE jobs SET state = 'dispatched' WHERE state = 'moving'")
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// Remembers that a site's job was left behind by a move, so its later
+    /// changes are ignored rather than waited for.
+    pub async fn retire(&self, site: &str, site_job: &str) -> Result<(), DbError> {
+        sqlx::query("INSERT INTO retired (site, site_job) VALUES ($1, $2)")
+            .bind(site)
+            .bind(site_job)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// Whether a site's job was left behind by a move.
+    pub async fn is_retired(&self, site: &str, site_job: &str) -> Result<bool, DbError> {
+        let row = sqlx::query("SELECT site FROM retired WHERE site = $1 AND site_job = $2")
+            .bind(site)
+            .bind(site_job)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(row.is_some())
     }
 
     /// Stores or updates a reservation.

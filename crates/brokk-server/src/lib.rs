@@ -37,6 +37,7 @@ pub struct Running {
 pub async fn start(config: Config) -> Result<Running, StartError> {
     let err = |e: &dyn std::fmt::Display| StartError(e.to_string());
     let db = db::Db::open(&config.database).await.map_err(|e| err(&e))?;
+    db.reset_moving().await.map_err(|e| err(&e))?;
     // (name, url, token) of every site; the blocking clients are made on a
     // blocking thread, as reqwest requires.
     let mut endpoints: Vec<(String, String, String)> = config
@@ -79,7 +80,19 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         counters: Arc::new(Counters::default()),
         wake: Arc::new(tokio::sync::Notify::new()),
         started: service::now(),
+        adapt_margin: brokk_model::Duration(config.adapt_margin),
     };
+    let a = service.clone();
+    let every = std::time::Duration::from_secs(config.adapt_every.max(1));
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(every);
+        loop {
+            tick.tick().await;
+            if let Err(e) = a.adapt_round().await {
+                tracing::error!("adapting queues: {e}");
+            }
+        }
+    });
     // The dispatcher: on every submission, and every second for retries and
     // for jobs accepted before a restart.
     let d = service.clone();

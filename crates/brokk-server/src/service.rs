@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::SystemTime;
 
+use brokk_broker::adapt::{adapt, AdaptOptions, Adapted, Tracked};
 use brokk_broker::coalloc::{coallocate, CoJob, CoRequest};
 use brokk_broker::submit::{submit, SubmitOptions};
 use brokk_broker::{JobHandle, Site};
@@ -202,6 +203,8 @@ pub struct Service {
     /// When this process started: jobs accepted before it may have reached a
     /// site before a crash, so their dispatch first asks the sites.
     pub started: Time,
+    /// Queue adaptation's margin.
+    pub adapt_margin: brokk_model::Duration,
 }
 
 /// The wall clock.
@@ -806,6 +809,84 @@ impl Service {
         Ok(r)
     }
 
+    /// One round of queue adaptation (seed 003, 3.3) over the waiting jobs
+    /// that asked for it: each moves if another site would deliver it at
+    /// least the margin sooner, counting restaging and a restart.
+    pub async fn adapt_round(&self) -> Result<(), ServiceError> {
+        for stored in self.db.in_states(&["dispatched"]).await? {
+            let prefs: JobPreferences = serde_json::from_str(&stored.prefs).unwrap_or_default();
+            if prefs.queue_adaptation != Some(true) {
+                continue;
+            }
+            let job: Job = serde_json::from_str(&stored.spec).map_err(|e| ServiceError::Unavailable(e.to_string()))?;
+            let mut v = stored.view;
+            let (Some(site), Some(handle)) = (v.site.clone().and_then(|s| self.site(&s)), v.site_job.clone()) else {
+                continue;
+            };
+            // Held as `moving` while it may be cancelled at one site and
+            // submitted at another, so the feed does not record the cancel.
+            v.state = "moving".into();
+            self.db.update(&v, None).await?;
+            let sites = self.sites.clone();
+            let counters = self.counters.clone();
+            let margin = self.adapt_margin;
+            let key = format!("{}-{}", v.id, uuid::Uuid::new_v4().simple());
+            let owner = v.owner.clone();
+            let outcome = tokio::task::spawn_blocking(move || {
+                let mut clients: Vec<CachedSite> = sites
+                    .iter()
+                    .map(|s| {
+                        let mut c = s.client.clone();
+                        c.set_idempotency_key(Some(key.clone()));
+                        CachedSite {
+                            entry: s.clone(),
+                            client: c,
+                            counters: counters.clone(),
+                        }
+                    })
+                    .collect();
+                let mut tracked = Tracked {
+                    job,
+                    prefs,
+                    owner,
+                    endpoint: site.client.endpoint().to_string(),
+                    handle: JobHandle(handle),
+                };
+                let mut refs: Vec<&mut dyn Site> = clients.iter_mut().map(|c| c as &mut dyn Site).collect();
+                let opts = AdaptOptions {
+                    margin,
+                    ..AdaptOptions::default()
+                };
+                let r = adapt(&mut tracked, &mut refs, now(), opts);
+                let to = sites
+                    .iter()
+                    .find(|s| s.client.endpoint() == tracked.endpoint)
+                    .map(|s| s.name.clone());
+                (r, to, tracked.handle)
+            })
+            .await
+            .map_err(|e| ServiceError::Unavailable(e.to_string()))?;
+            let from = v.site.clone().unwrap_or_default();
+            let old_job = v.site_job.clone().unwrap_or_default();
+            v.state = "dispatched".into();
+            match outcome {
+                (Ok(Adapted::Moved { .. }), Some(to), handle) => {
+                    self.db.retire(&from, &old_job).await?;
+                    v.site = Some(to.clone());
+                    v.site_job = Some(handle.0);
+                    let detail = format!("moved from {from} to {to}: predicted to deliver sooner");
+                    self.db.update(&v, Some((now(), Some(detail)))).await?;
+                }
+                (Err(e), _, _) => {
+                    tracing::warn!("adapting {}: {e}", v.id);
+                    self.db.update(&v, None).await?;
+                }
+                _ => self.db.update(&v, None).await?,
+            }
+        }
+        Ok(())
+    }
+
     /// Follows every site's change feed and records the jobs' progress.
     pub async fn poll(&self) -> Result<(), ServiceError> {
         let sites = self.sites.clone();
@@ -838,6 +919,9 @@ impl Service {
             let mut complete = true;
             for a in &feed.jobs {
                 let Some(stored) = self.db.by_site_job(&site.name, &a.id).await? else {
+                    if self.db.is_retired(&site.name, &a.id).await? {
+                        continue;
+                    }
                     // Not recorded yet (a dispatch in flight, or one a restart
                     // has still to reconcile): wait for it, within reason.
                     let since = *cursor.stalled.get_or_insert_with(std::time::Instant::now);
@@ -849,7 +933,8 @@ impl Service {
                     continue;
                 };
                 let mut v = stored.view;
-                if terminal(&v.state) {
+                // A job being moved is the adaptation's to record.
+                if terminal(&v.state) || v.state == "moving" {
                     continue;
                 }
                 let state = broker_state(a.state);

@@ -436,3 +436,66 @@ fn reservations_are_made_and_claimed_on_behalf_of_their_owner() {
     let o = svc.brokk("tok-ann", &["reserve", "--amount", "100", "--duration", "60"]);
     assert!(text(&o).1.contains("no site can hold"), "{}", text(&o).1);
 }
+
+#[test]
+fn a_waiting_job_moves_to_a_site_that_frees_up() {
+    let dir = scratch("adapt");
+    std::fs::write(
+        dir.join("broker.toml"),
+        "database = \"broker.db\"\nstate_dir = \"sites\"\nadapt_every = 1\nadapt_margin = 10\n\
+         [tokens]\n\"tok-ann\" = \"ann\"\n\
+         [[embedded]]\nname = \"a\"\ncapacity = 2\n[[embedded]]\nname = \"b\"\ncapacity = 2\n",
+    )
+    .unwrap();
+    let svc = Service::start(&dir);
+    // Site a is held by a reservation for two minutes; site b runs a long job.
+    let r = svc.json("tok-ann", &["reserve", "--amount", "2", "--duration", "120", "--json"]);
+    assert_eq!(r["site"], "a");
+    let long = dir.join("long.json");
+    std::fs::write(
+        &long,
+        r#"{"executable": "/bin/sleep", "arguments": ["20"], "cpus": 2, "wall_time": 60}"#,
+    )
+    .unwrap();
+    let l = svc.json("tok-ann", &["submit", long.to_str().unwrap(), "--json"]);
+    // The adaptive job queues at b, behind the long one (a is blocked longer).
+    let job = dir.join("job.json");
+    std::fs::write(&job, r#"{"executable": "/bin/true", "cpus": 2, "wall_time": 30}"#).unwrap();
+    let j = svc.json("tok-ann", &["submit", job.to_str().unwrap(), "--adapt", "--json"]);
+    let id = j["id"].as_str().unwrap().to_string();
+    let t = Instant::now();
+    while svc.json("tok-ann", &["status", &id, "--json"])["state"] != "dispatched"
+        && t.elapsed() < Duration::from_secs(10)
+    {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(svc.json("tok-ann", &["status", &id, "--json"])["site"], "b");
+    // Freeing a: the next adaptation round moves the job there and it runs at once.
+    svc.json("tok-ann", &["reserve", "--cancel", r["id"].as_str().unwrap(), "--json"]);
+    let t = Instant::now();
+    let done = loop {
+        let v = svc.json("tok-ann", &["status", &id, "--json"]);
+        if v["state"] == "finished" || t.elapsed() > Duration::from_secs(15) {
+            break v;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(
+        (done["state"].as_str(), done["site"].as_str()),
+        (Some("finished"), Some("a")),
+        "{done}"
+    );
+    let moved = done["history"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|h| h["detail"].as_str().is_some_and(|d| d.contains("moved from b to a")));
+    assert!(moved, "{done}");
+    // It finished well before the long job would have let it start at b.
+    let long_id = l["id"].as_str().unwrap().to_string();
+    assert_ne!(
+        svc.json("tok-ann", &["status", &long_id, "--json"])["state"],
+        "accepted"
+    );
+    assert!(t.elapsed() < Duration::from_secs(15));
+}

@@ -44,6 +44,10 @@ pub struct SubmitArgs {
     /// the submission (seed 003's two phases).
     #[arg(long)]
     reserve: bool,
+    /// Keep looking for a site that would deliver the job sooner while it
+    /// waits, and move it there (seed 003's queue adaptation).
+    #[arg(long)]
+    adapt: bool,
     /// Run in this reservation, made earlier with `brokk reserve`.
     #[arg(long, conflicts_with = "reserve")]
     reservation: Option<String>,
@@ -291,6 +295,9 @@ pub fn submit(a: SubmitArgs) -> Result<ExitCode> {
     };
     if a.reserve {
         prefs.get_or_insert_with(JobPreferences::default).use_reservations = Some(true);
+    }
+    if a.adapt {
+        prefs.get_or_insert_with(JobPreferences::default).queue_adaptation = Some(true);
     }
     let format = a
         .format
