@@ -102,6 +102,22 @@ struct CachedSite {
     counters: Arc<Counters>,
 }
 
+/// The sites as one brokering decision sees them, submitting under `key`.
+fn cached_sites(sites: &[SiteEntry], counters: &Arc<Counters>, key: Option<&str>) -> Vec<CachedSite> {
+    sites
+        .iter()
+        .map(|s| {
+            let mut client = s.client.clone();
+            client.set_idempotency_key(key.map(str::to_string));
+            CachedSite {
+                entry: s.clone(),
+                client,
+                counters: counters.clone(),
+            }
+        })
+        .collect()
+}
+
 impl Site for CachedSite {
     fn endpoint(&self) -> &str {
         self.client.endpoint()
@@ -403,14 +419,7 @@ impl Service {
         let keys: Vec<String> = stored.iter().map(|v| v.id.clone()).collect();
         let (earliest, latest, delta) = (req.earliest, req.latest, req.delta);
         let outcome = tokio::task::spawn_blocking(move || {
-            let mut clients: Vec<CachedSite> = sites
-                .iter()
-                .map(|s| CachedSite {
-                    entry: s.clone(),
-                    client: s.client.clone(),
-                    counters: counters.clone(),
-                })
-                .collect();
+            let mut clients = cached_sites(&sites, &counters, None);
             let infos: Vec<Option<ResourceInfo>> = clients.iter().map(|c| c.info().ok()).collect();
             let co = CoRequest {
                 jobs: jobs
@@ -609,18 +618,7 @@ impl Service {
         let key = stored.view.id.clone();
         let t = now();
         let outcome = tokio::task::spawn_blocking(move || {
-            let mut clients: Vec<CachedSite> = sites
-                .iter()
-                .map(|s| {
-                    let mut c = s.client.clone();
-                    c.set_idempotency_key(Some(key.clone()));
-                    CachedSite {
-                        entry: s.clone(),
-                        client: c,
-                        counters: counters.clone(),
-                    }
-                })
-                .collect();
+            let mut clients = cached_sites(&sites, &counters, Some(&key));
             let mut refs: Vec<&mut dyn Site> = clients.iter_mut().map(|c| c as &mut dyn Site).collect();
             // Reservation-backed when the user asks for it: a hold on the best
             // site, committed by the submission (seed 003's two phases).
@@ -833,18 +831,7 @@ impl Service {
             let key = format!("{}-{}", v.id, uuid::Uuid::new_v4().simple());
             let owner = v.owner.clone();
             let outcome = tokio::task::spawn_blocking(move || {
-                let mut clients: Vec<CachedSite> = sites
-                    .iter()
-                    .map(|s| {
-                        let mut c = s.client.clone();
-                        c.set_idempotency_key(Some(key.clone()));
-                        CachedSite {
-                            entry: s.clone(),
-                            client: c,
-                            counters: counters.clone(),
-                        }
-                    })
-                    .collect();
+                let mut clients = cached_sites(&sites, &counters, Some(&key));
                 let mut tracked = Tracked {
                     job,
                     prefs,

@@ -2,10 +2,11 @@
 //! real process, and the user's commands (`brokk submit`, `status`, `cancel`,
 //! `output`, `resources`) talk to it.
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
+
+mod common;
 
 /// A `brokk serve` process, killed (SIGKILL) when dropped.
 struct Service {
@@ -14,10 +15,7 @@ struct Service {
 }
 
 fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("brokk-service-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+    common::scratch("service", name)
 }
 
 impl Service {
@@ -37,23 +35,17 @@ impl Service {
             )
             .unwrap();
         }
-        let mut child = Command::new(env!("CARGO_BIN_EXE_brokk"))
-            .args(["serve", "--config"])
-            .arg(&config)
-            .stdout(Stdio::piped())
-            .stderr(
-                std::fs::File::create(dir.join("service.log"))
-                    .map(Stdio::from)
-                    .unwrap_or(Stdio::null()),
-            )
-            .env("BROKK_LOG", "brokk_server=debug,brokk_site=info")
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let url = line.trim().strip_prefix("listening on ").expect(&line).to_string();
+        let (child, url) = common::spawn_listening(
+            Command::new(env!("CARGO_BIN_EXE_brokk"))
+                .args(["serve", "--config"])
+                .arg(&config)
+                .stderr(
+                    std::fs::File::create(dir.join("service.log"))
+                        .map(Stdio::from)
+                        .unwrap_or(Stdio::null()),
+                )
+                .env("BROKK_LOG", "brokk_server=debug,brokk_site=info"),
+        );
         Service { child, url }
     }
 

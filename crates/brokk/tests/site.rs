@@ -15,6 +15,8 @@ use brokk_planner::{Change, NeverReason, Reply, Request, ReservationId};
 use brokk_proto::wire::{JobPhase, JobView, ReservationState};
 use brokk_proto::RemoteSite;
 
+mod common;
+
 /// A `brokk site` process; killed (SIGKILL) when dropped.
 struct Agent {
     child: Child,
@@ -23,10 +25,7 @@ struct Agent {
 }
 
 fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("brokk-site-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+    common::scratch("site", name)
 }
 
 impl Agent {
@@ -40,18 +39,12 @@ impl Agent {
             )
             .unwrap();
         }
-        let mut child = Command::new(env!("CARGO_BIN_EXE_brokk"))
-            .args(["site", "--config"])
-            .arg(&config)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let url = line.trim().strip_prefix("listening on ").expect(&line).to_string();
+        let (child, url) = common::spawn_listening(
+            Command::new(env!("CARGO_BIN_EXE_brokk"))
+                .args(["site", "--config"])
+                .arg(&config)
+                .stderr(Stdio::null()),
+        );
         Agent {
             child,
             url,

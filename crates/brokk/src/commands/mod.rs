@@ -18,6 +18,26 @@ use std::path::Path;
 use anyhow::{Context, Result};
 use brokk_jdl::{detect, Format, ReadOptions};
 
+/// Runs a server on a new runtime: `start` binds it and returns its address
+/// and task; prints `listening on http://ADDR` (tests and scripts read it)
+/// and serves until the task ends or Ctrl-C.
+pub fn serve<F, E>(start: F) -> Result<std::process::ExitCode>
+where
+    F: std::future::Future<Output = std::result::Result<(std::net::SocketAddr, tokio::task::JoinHandle<()>), E>>,
+    E: std::error::Error + Send + Sync + 'static,
+{
+    let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    rt.block_on(async {
+        let (addr, server) = start.await?;
+        println!("listening on http://{addr}");
+        tokio::select! {
+            r = server => r.context("the server stopped")?,
+            _ = tokio::signal::ctrl_c() => {}
+        }
+        Ok(std::process::ExitCode::SUCCESS)
+    })
+}
+
 /// A job description read from a file or standard input.
 pub struct Input {
     /// The name used in diagnostics (`-` reads standard input and is shown as `<stdin>`).

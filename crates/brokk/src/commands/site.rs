@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use brokk_site::Config;
 
 /// Arguments of `brokk site`.
@@ -23,14 +23,5 @@ pub fn run(a: Args) -> Result<ExitCode> {
     if let Some(l) = a.listen {
         config.listen = l;
     }
-    let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
-    rt.block_on(async {
-        let running = brokk_site::start(config).await?;
-        println!("listening on http://{}", running.addr);
-        tokio::select! {
-            r = running.server => r.context("the server stopped")?,
-            _ = tokio::signal::ctrl_c() => {}
-        }
-        Ok(ExitCode::SUCCESS)
-    })
+    super::serve(async { brokk_site::start(config).await.map(|r| (r.addr, r.server)) })
 }
