@@ -198,13 +198,19 @@ impl Db {
         Ok(Some(j))
     }
 
-    /// The job sent to `site` under the site's id `site_job`.
+    /// The job sent to `site` under the site's id `site_job`. A site whose
+    /// database was replaced numbers its jobs afresh, so an unfinished job
+    /// wins over finished ones with the same id, and a newer over an older.
     pub async fn by_site_job(&self, site: &str, site_job: &str) -> Result<Option<StoredJob>, DbError> {
-        let row = sqlx::query(&format!("SELECT {COLUMNS} FROM jobs WHERE site = $1 AND site_job = $2"))
-            .bind(site)
-            .bind(site_job)
-            .fetch_optional(&self.pool)
-            .await?;
+        let row = sqlx::query(&format!(
+            "SELECT {COLUMNS} FROM jobs WHERE site = $1 AND site_job = $2
+             ORDER BY CASE WHEN state IN ('finished', 'failed', 'cancelled') THEN 1 ELSE 0 END, submitted DESC
+             LIMIT 1"
+        ))
+        .bind(site)
+        .bind(site_job)
+        .fetch_optional(&self.pool)
+        .await?;
         Ok(row.as_ref().map(row_to_job))
     }
 
