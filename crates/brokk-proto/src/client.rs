@@ -2,8 +2,6 @@
 //! inside an async runtime's worker thread (the broker drives sites from a
 //! blocking pool).
 
-use std::time::SystemTime;
-
 use brokk_broker::{JobHandle, JobState, Site, SiteError};
 use brokk_model::{Job, ResourceInfo, Time};
 use brokk_planner::{Candidate, Change, Reply, Request, ReservationId};
@@ -23,14 +21,6 @@ pub struct RemoteSite {
     token: String,
     http: Client,
     idempotency_key: Option<String>,
-}
-
-fn wall_now() -> Time {
-    Time(
-        SystemTime::now()
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs() as i64),
-    )
 }
 
 impl RemoteSite {
@@ -204,7 +194,7 @@ impl Site for RemoteSite {
     }
 
     fn reserve(&mut self, _owner: &str, req: &Request, hold: Option<Time>) -> Result<Reply, SiteError> {
-        let body = ReservationRequest::new(req, hold.map(|t| (t.0 - wall_now().0).max(1)));
+        let body = ReservationRequest::new(req, hold.map(|t| (t.0 - crate::wall_clock().0).max(1)));
         let resp = self.send(self.http.post(self.url("/v1/reservations")).json(&body))?;
         self.reply(resp)
     }

@@ -10,3 +10,10 @@ pub mod client;
 pub mod wire;
 
 pub use client::RemoteSite;
+
+/// The wall clock in whole seconds: what the service, the agents and the CLI
+/// read (the broker's algorithms and the simulator take time as an argument).
+pub fn wall_clock() -> brokk_model::Time {
+    let now = std::time::SystemTime::now().duration_since(std::time::SystemTime::UNIX_EPOCH);
+    brokk_model::Time(now.map_or(0, |d| d.as_secs() as i64))
+}

@@ -4,7 +4,6 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::SystemTime;
 
 use brokk_broker::adapt::{adapt, AdaptOptions, Adapted, Tracked};
 use brokk_broker::coalloc::{coallocate, CoJob, CoRequest};
@@ -223,14 +222,7 @@ pub struct Service {
     pub adapt_margin: brokk_model::Duration,
 }
 
-/// The wall clock.
-pub fn now() -> Time {
-    Time(
-        SystemTime::now()
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs() as i64),
-    )
-}
+pub use brokk_proto::wall_clock as now;
 
 /// The broker states a site's job phase maps to.
 fn broker_state(p: JobPhase) -> &'static str {

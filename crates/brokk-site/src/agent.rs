@@ -5,7 +5,6 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::SystemTime;
 
 use brokk_model::{Duration, Job, Time};
 use brokk_planner::{Candidate, Change, FreeList, Planner, PlannerError, Reply, Request, ReservationId, State};
@@ -46,14 +45,7 @@ impl From<StoreError> for AgentError {
     }
 }
 
-/// The wall clock, in whole seconds: the agent runs in real time.
-pub fn now() -> Time {
-    Time(
-        SystemTime::now()
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs() as i64),
-    )
-}
+pub use brokk_proto::wall_clock as now;
 
 /// What the runner of one job listens to.
 #[derive(Debug, Clone)]

@@ -370,14 +370,7 @@ fn a_coallocation_starts_its_jobs_within_delta() {
 fn reservations_are_made_and_claimed_on_behalf_of_their_owner() {
     let dir = scratch("reserve");
     let svc = Service::start(&dir);
-    let soon = brokk_model::Time(
-        std::time::SystemTime::now()
-            .duration_since(std::time::SystemTime::UNIX_EPOCH)
-            .unwrap()
-            .as_secs() as i64
-            + 3,
-    )
-    .to_string();
+    let soon = (brokk_proto::wall_clock() + brokk_model::Duration(3)).to_string();
     let r = svc.json(
         "tok-ann",
         &[

@@ -7,7 +7,7 @@ use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration as StdDuration, Instant, SystemTime};
+use std::time::{Duration as StdDuration, Instant};
 
 use brokk_broker::{JobHandle, Site, SiteError};
 use brokk_model::{Duration, EnvVar, InputFile, Job, OutputFile, Time};
@@ -71,10 +71,7 @@ impl Drop for Agent {
 }
 
 fn now() -> i64 {
-    SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .unwrap()
-        .as_secs() as i64
+    brokk_proto::wall_clock().0
 }
 
 fn req(amount: u32, duration: i64, earliest: i64, latest: i64) -> Request {

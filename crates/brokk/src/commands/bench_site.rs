@@ -6,7 +6,7 @@
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration as StdDuration, Instant, SystemTime};
+use std::time::{Duration as StdDuration, Instant};
 
 use anyhow::{Context, Result};
 use brokk_broker::Site;
@@ -56,12 +56,6 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[i.min(sorted.len() - 1)]
 }
 
-fn wall_now() -> i64 {
-    SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() as i64)
-}
-
 /// Starts an agent on a loopback port in a background runtime; returns its URL.
 fn start_agent(dir: &std::path::Path) -> Result<String> {
     let mut config: brokk_site::Config = toml::from_str(&format!(
@@ -101,7 +95,7 @@ fn start_agent(dir: &std::path::Path) -> Result<String> {
 async fn reservation_client(http: reqwest::Client, url: String, seed: u64, stop: Arc<AtomicBool>) -> Vec<f64> {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let mut lat = Vec::new();
-    let base = wall_now() + 3600;
+    let base = brokk_proto::wall_clock().0 + 3600;
     while !stop.load(Ordering::Relaxed) {
         let earliest = base + rng.gen_range(0..30 * 86_400);
         let req = Request {

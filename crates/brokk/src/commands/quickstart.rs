@@ -127,11 +127,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
     submitted.push(("reserved".to_string(), accepted.id));
 
     // Three jobs of 2, 4 and 8 slots that must start within 10 s of each other.
-    let now = brokk_model::Time(
-        std::time::SystemTime::now()
-            .duration_since(std::time::SystemTime::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs() as i64),
-    );
+    let now = brokk_proto::wall_clock();
     let co = CoallocRequest {
         jobs: [2, 4, 8]
             .iter()

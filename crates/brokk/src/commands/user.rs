@@ -120,11 +120,7 @@ pub struct CoallocArgs {
 
 /// Runs `brokk coalloc`.
 pub fn coalloc(a: CoallocArgs) -> Result<ExitCode> {
-    let now = Time(
-        std::time::SystemTime::now()
-            .duration_since(std::time::SystemTime::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs() as i64),
-    );
+    let now = brokk_proto::wall_clock();
     let (earliest, latest) = match &a.window {
         Some(w) => {
             let (e, l) = w.split_once(',').context("--window is EARLIEST,LATEST")?;
@@ -188,11 +184,7 @@ pub fn reserve(a: ReserveArgs) -> Result<ExitCode> {
     let r = match &a.cancel {
         Some(id) => c.cancel_reservation(id)?,
         None => {
-            let now = Time(
-                std::time::SystemTime::now()
-                    .duration_since(std::time::SystemTime::UNIX_EPOCH)
-                    .map_or(0, |d| d.as_secs() as i64),
-            );
+            let now = brokk_proto::wall_clock();
             let earliest = a.earliest.as_deref().map(Time::parse).transpose()?.unwrap_or(now);
             let latest = a
                 .latest
