@@ -4,6 +4,21 @@ use brokk_model::{Duration, PublishedBenchmark, Time};
 use brokk_planner::{Candidate, NeverReason, Request};
 use serde::{Deserialize, Serialize};
 
+/// Parses a JSON request body; the error names the field at fault
+/// (`amount: invalid type: ...`), or `body` when the whole document is wrong.
+pub fn from_json<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, String> {
+    let de = &mut serde_json::Deserializer::from_slice(bytes);
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        let path = e.path().to_string();
+        let at = if path == "." || path.is_empty() {
+            "body".to_string()
+        } else {
+            path
+        };
+        format!("{at}: {}", e.into_inner())
+    })
+}
+
 /// `POST /v1/reservations`: a planner request plus an optional hold. Spelled
 /// out rather than flattened so that a bad field is named in the error.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -49,6 +49,11 @@ impl From<ServiceError> for ApiError {
     }
 }
 
+/// Parses a JSON body; a 400 names the field at fault.
+fn body<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    brokk_proto::wire::from_json(bytes).map_err(|m| ApiError(StatusCode::BAD_REQUEST, m))
+}
+
 async fn auth(State(app): State<App>, mut req: Request, next: Next) -> Result<Response, ApiError> {
     let who = req
         .headers()
@@ -67,11 +72,7 @@ async fn submit(
     bytes: Bytes,
 ) -> Result<Response, ApiError> {
     let t = Instant::now();
-    let de = &mut serde_json::Deserializer::from_slice(&bytes);
-    let req: SubmitRequest = serde_path_to_error::deserialize(de).map_err(|e| {
-        let path = e.path().to_string();
-        ApiError(StatusCode::BAD_REQUEST, format!("{path}: {}", e.into_inner()))
-    })?;
+    let req: SubmitRequest = body(&bytes)?;
     let accepted = app.service.accept(&who.0, req).await?;
     app.service.observe_submit(t.elapsed().as_secs_f64());
     Ok((StatusCode::ACCEPTED, Json(accepted)).into_response())
@@ -82,11 +83,7 @@ async fn coallocate(
     Extension(who): Extension<Identity>,
     bytes: Bytes,
 ) -> Result<Response, ApiError> {
-    let de = &mut serde_json::Deserializer::from_slice(&bytes);
-    let req: CoallocRequest = serde_path_to_error::deserialize(de).map_err(|e| {
-        let path = e.path().to_string();
-        ApiError(StatusCode::BAD_REQUEST, format!("{path}: {}", e.into_inner()))
-    })?;
+    let req: CoallocRequest = body(&bytes)?;
     let done = app.service.coallocate(&who.0, req).await?;
     Ok((StatusCode::CREATED, Json(done)).into_response())
 }
@@ -96,11 +93,7 @@ async fn reserve(
     Extension(who): Extension<Identity>,
     bytes: Bytes,
 ) -> Result<Response, ApiError> {
-    let de = &mut serde_json::Deserializer::from_slice(&bytes);
-    let req: BrokerReservationRequest = serde_path_to_error::deserialize(de).map_err(|e| {
-        let path = e.path().to_string();
-        ApiError(StatusCode::BAD_REQUEST, format!("{path}: {}", e.into_inner()))
-    })?;
+    let req: BrokerReservationRequest = body(&bytes)?;
     Ok((StatusCode::CREATED, Json(app.service.reserve(&who.0, req).await?)).into_response())
 }
 

@@ -67,16 +67,7 @@ impl From<AgentError> for ApiError {
 
 /// Parses a JSON body; the error names the field at fault.
 fn body<T: DeserializeOwned>(bytes: &Bytes) -> Result<T, ApiError> {
-    let de = &mut serde_json::Deserializer::from_slice(bytes);
-    serde_path_to_error::deserialize(de).map_err(|e| {
-        let path = e.path().to_string();
-        let inner = e.into_inner();
-        if path == "." || path.is_empty() {
-            error(StatusCode::BAD_REQUEST, format!("body: {inner}"))
-        } else {
-            error(StatusCode::BAD_REQUEST, format!("{path}: {inner}"))
-        }
-    })
+    brokk_proto::wire::from_json(bytes).map_err(|m| error(StatusCode::BAD_REQUEST, m))
 }
 
 fn reservation_id(text: &str) -> Result<ReservationId, ApiError> {
