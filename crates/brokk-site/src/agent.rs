@@ -78,8 +78,6 @@ pub(crate) struct Inner {
     versions: HashMap<u64, u64>,
     /// The last version given out.
     version: u64,
-    /// False until the queue has been compressed once after opening.
-    compressed_since_open: bool,
     next_job: u64,
 }
 
@@ -97,9 +95,15 @@ impl Inner {
         self.changes.insert(self.version, id);
     }
 
-    /// The live job holding reservation `id`, if any.
-    fn holder(&self, id: ReservationId) -> Option<u64> {
-        self.active().find(|j| j.slot == Some(id)).map(|j| j.id)
+    /// A conflict when a live job holds reservation `id`.
+    fn free_of_jobs(&self, id: ReservationId, what: &str) -> Result<(), AgentError> {
+        match self.active().find(|j| j.slot == Some(id)) {
+            Some(job) => Err(AgentError::Conflict(format!(
+                "reservation {} is {what} job {}",
+                id.0, job.id
+            ))),
+            None => Ok(()),
+        }
     }
 }
 
@@ -210,7 +214,6 @@ impl Agent {
             changes: BTreeMap::new(),
             versions: HashMap::new(),
             version: 0,
-            compressed_since_open: false,
             next_job,
         };
         let ids: Vec<u64> = inner.jobs.keys().copied().collect();
@@ -223,6 +226,11 @@ impl Agent {
             epoch: t.0 as u64 ^ (std::process::id() as u64) << 32,
             inner: Arc::new(Mutex::new(inner)),
         };
+        // Queued jobs move up into what the jobs that died with the agent held.
+        {
+            let mut g = agent.lock().await;
+            agent.compress_locked(&mut g).await?;
+        }
         Ok((agent, resume))
     }
 
@@ -339,12 +347,7 @@ impl Agent {
         let mut g = self.lock().await;
         self.expire_locked(&mut g).await?;
         Self::owned(&g, who, id)?;
-        if let Some(job) = g.holder(id) {
-            return Err(AgentError::Conflict(format!(
-                "reservation {} is in use by job {job}",
-                id.0
-            )));
-        }
+        g.free_of_jobs(id, "in use by")?;
         match g.planner.modify(id, change) {
             Ok(_) => {
                 let r = g
@@ -380,12 +383,7 @@ impl Agent {
         let mut g = self.lock().await;
         self.expire_locked(&mut g).await?;
         Self::owned(&g, who, id)?;
-        if let Some(job) = g.holder(id) {
-            return Err(AgentError::Conflict(format!(
-                "reservation {} is in use by job {job}; cancel the job first",
-                id.0
-            )));
-        }
+        g.free_of_jobs(id, "in use by (cancel it first)")?;
         g.planner
             .cancel(id)
             .map_err(|_| AgentError::NotFound(format!("reservation {}", id.0)))?;
@@ -401,15 +399,13 @@ impl Agent {
         Ok(())
     }
 
-    /// Lets holds lapse on time and moves queued jobs up into what lapsed or
-    /// was freed while the agent was down; the agent calls it twice a second.
+    /// Lets holds lapse on time and moves queued jobs up into what lapsed; the
+    /// agent calls it twice a second.
     pub async fn expire(&self) -> Result<(), AgentError> {
         let mut g = self.lock().await;
         let before = g.planner.len();
         self.expire_locked(&mut g).await?;
-        let first = !g.compressed_since_open;
-        g.compressed_since_open = true;
-        if first || g.planner.len() < before {
+        if g.planner.len() < before {
             self.compress_locked(&mut g).await?;
         }
         Ok(())
@@ -445,12 +441,7 @@ impl Agent {
                     .map(ReservationId)
                     .map_err(|_| AgentError::BadRequest(format!("reservation: `{text}` is not a reservation id")))?;
                 let r = Self::owned(&g, who, id)?;
-                if let Some(job) = g.holder(id) {
-                    return Err(AgentError::Conflict(format!(
-                        "reservation {} is already claimed by job {job}",
-                        id.0
-                    )));
-                }
+                g.free_of_jobs(id, "already claimed by")?;
                 if amount > r.amount || r.end.0 - r.start.0 < wall {
                     return Err(AgentError::BadRequest(format!(
                         "reservation: {} slots for {} s cannot hold {amount} slots for {wall} s",
