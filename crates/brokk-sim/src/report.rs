@@ -117,10 +117,10 @@ pub fn write_all(dir: &Path, prepared: &Prepared, results: &[PointResult]) -> io
         Err(e) => Err(io::Error::other(format!("{name}: {e}"))),
     };
     if results.iter().any(|r| r.point.load.is_some()) {
-        for (key, label) in METRICS {
+        for (key, label, value) in METRICS {
             plot(
                 &format!("load-{key}.svg"),
-                metric_by_load(prepared, results, key, label),
+                metric_by_load(prepared, results, value, label),
             )?;
         }
     }
@@ -129,24 +129,17 @@ pub fn write_all(dir: &Path, prepared: &Prepared, results: &[PointResult]) -> io
     Ok(())
 }
 
-/// The metrics plotted against load: (summary key, axis label).
-const METRICS: [(&str, &str); 5] = [
-    ("mean_wait", "mean wait (s)"),
-    ("mean_bounded_slowdown", "mean bounded slowdown"),
-    ("utilization", "utilization"),
-    ("finished_pct", "finished jobs (%)"),
-    ("goodput", "goodput (CPU-s)"),
+/// The metrics plotted against load: (file key, axis label, value).
+type Metric = (&'static str, &'static str, fn(&Summary) -> f64);
+const METRICS: [Metric; 5] = [
+    ("mean_wait", "mean wait (s)", |s| s.mean_wait),
+    ("mean_bounded_slowdown", "mean bounded slowdown", |s| {
+        s.mean_bounded_slowdown
+    }),
+    ("utilization", "utilization", |s| s.utilization),
+    ("finished_pct", "finished jobs (%)", |s| s.finished_pct),
+    ("goodput", "goodput (CPU-s)", |s| s.goodput),
 ];
-
-fn metric(s: &Summary, key: &str) -> f64 {
-    match key {
-        "mean_wait" => s.mean_wait,
-        "mean_bounded_slowdown" => s.mean_bounded_slowdown,
-        "utilization" => s.utilization,
-        "finished_pct" => s.finished_pct,
-        _ => s.goodput,
-    }
-}
 
 /// A line chart with one series per policy.
 fn chart(title: &str, x_label: &str, y_label: &str, series: &[(String, Vec<(f64, f64)>)]) -> Result<String, String> {
@@ -197,8 +190,13 @@ fn chart(title: &str, x_label: &str, y_label: &str, series: &[(String, Vec<(f64,
     Ok(svg)
 }
 
-/// Overall `key` against load per policy, averaged over seeds.
-fn metric_by_load(prepared: &Prepared, results: &[PointResult], key: &str, label: &str) -> Result<String, String> {
+/// An overall metric against load per policy, averaged over seeds.
+fn metric_by_load(
+    prepared: &Prepared,
+    results: &[PointResult],
+    value: fn(&Summary) -> f64,
+    label: &str,
+) -> Result<String, String> {
     let series: Vec<(String, Vec<(f64, f64)>)> = prepared
         .policies
         .iter()
@@ -207,7 +205,7 @@ fn metric_by_load(prepared: &Prepared, results: &[PointResult], key: &str, label
             let mut by_load: Vec<(f64, f64, usize)> = Vec::new();
             for r in results.iter().filter(|r| r.point.policy == p) {
                 let Some(load) = r.point.load else { continue };
-                let v = metric(&r.overall, key);
+                let v = value(&r.overall);
                 match by_load.iter_mut().find(|(l, _, _)| *l == load) {
                     Some(e) => {
                         e.1 += v;
