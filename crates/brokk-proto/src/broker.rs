@@ -1,7 +1,8 @@
 //! A blocking client for the broker service's client API.
 
 use brokk_model::JobPreferences;
-use reqwest::blocking::{Client, Response};
+use reqwest::blocking::{Client, RequestBuilder, Response};
+use reqwest::Method;
 
 use crate::wire::{
     Accepted, BrokerJob, BrokerReservation, BrokerReservationRequest, CoallocRequest, Coallocated, ErrorBody,
@@ -37,8 +38,16 @@ impl BrokerClient {
         }
     }
 
-    fn check(&self, r: Result<Response, reqwest::Error>) -> Result<Response, CallError> {
-        let r = r.map_err(|e| CallError {
+    /// A request to `path` with the caller's token.
+    fn request(&self, method: Method, path: &str) -> RequestBuilder {
+        self.http
+            .request(method, format!("{}{path}", self.url))
+            .bearer_auth(&self.token)
+    }
+
+    /// Sends `rq`; a non-success status becomes the service's message.
+    fn send(&self, rq: RequestBuilder) -> Result<Response, CallError> {
+        let r = rq.send().map_err(|e| CallError {
             status: 0,
             message: format!("{}: {e}", self.url),
         })?;
@@ -53,8 +62,9 @@ impl BrokerClient {
         Err(CallError { status, message })
     }
 
-    fn json<T: serde::de::DeserializeOwned>(r: Response) -> Result<T, CallError> {
-        r.json().map_err(|e| CallError {
+    /// Sends `rq` and reads the JSON answer.
+    fn call<T: serde::de::DeserializeOwned>(&self, rq: RequestBuilder) -> Result<T, CallError> {
+        self.send(rq)?.json().map_err(|e| CallError {
             status: 0,
             message: format!("bad answer: {e}"),
         })
@@ -75,84 +85,47 @@ impl BrokerClient {
             preferences,
             reservation: reservation.map(str::to_string),
         };
-        let r = self
-            .http
-            .post(format!("{}/v1/jobs", self.url))
-            .bearer_auth(&self.token)
-            .json(&body)
-            .send();
-        Self::json(self.check(r)?)
+        self.call(self.request(Method::POST, "/v1/jobs").json(&body))
     }
 
     /// Reserves slots at the site where they start earliest.
     pub fn reserve(&self, req: &BrokerReservationRequest) -> Result<BrokerReservation, CallError> {
-        let r = self
-            .http
-            .post(format!("{}/v1/reservations", self.url))
-            .bearer_auth(&self.token)
-            .json(req)
-            .send();
-        Self::json(self.check(r)?)
+        self.call(self.request(Method::POST, "/v1/reservations").json(req))
     }
 
     /// Cancels a reservation made through the broker.
     pub fn cancel_reservation(&self, id: &str) -> Result<BrokerReservation, CallError> {
-        let r = self
-            .http
-            .delete(format!("{}/v1/reservations/{id}", self.url))
-            .bearer_auth(&self.token)
-            .send();
-        Self::json(self.check(r)?)
+        self.call(self.request(Method::DELETE, &format!("/v1/reservations/{id}")))
     }
 
     /// Co-allocates jobs that must start together.
     pub fn coallocate(&self, req: &CoallocRequest) -> Result<Coallocated, CallError> {
-        let r = self
-            .http
-            .post(format!("{}/v1/coallocations", self.url))
-            .bearer_auth(&self.token)
-            .json(req)
-            .send();
-        Self::json(self.check(r)?)
+        self.call(self.request(Method::POST, "/v1/coallocations").json(req))
     }
 
     /// One job.
     pub fn job(&self, id: &str) -> Result<BrokerJob, CallError> {
-        let r = self
-            .http
-            .get(format!("{}/v1/jobs/{id}", self.url))
-            .bearer_auth(&self.token)
-            .send();
-        Self::json(self.check(r)?)
+        self.call(self.request(Method::GET, &format!("/v1/jobs/{id}")))
     }
 
     /// The caller's jobs, optionally in one state.
     pub fn jobs(&self, state: Option<&str>) -> Result<Vec<BrokerJob>, CallError> {
-        let mut rq = self.http.get(format!("{}/v1/jobs", self.url)).bearer_auth(&self.token);
+        let mut rq = self.request(Method::GET, "/v1/jobs");
         if let Some(s) = state {
             rq = rq.query(&[("state", s)]);
         }
-        Self::json(self.check(rq.send())?)
+        self.call(rq)
     }
 
     /// Cancels a job.
     pub fn cancel(&self, id: &str) -> Result<BrokerJob, CallError> {
-        let r = self
-            .http
-            .delete(format!("{}/v1/jobs/{id}", self.url))
-            .bearer_auth(&self.token)
-            .send();
-        Self::json(self.check(r)?)
+        self.call(self.request(Method::DELETE, &format!("/v1/jobs/{id}")))
     }
 
     /// A file from the job's sandbox.
     pub fn file(&self, id: &str, name: &str) -> Result<Vec<u8>, CallError> {
-        let r = self
-            .http
-            .get(format!("{}/v1/jobs/{id}/files/{name}", self.url))
-            .bearer_auth(&self.token)
-            .send();
-        self.check(r)?.bytes().map(|b| b.to_vec()).map_err(|e| CallError {
+        let r = self.send(self.request(Method::GET, &format!("/v1/jobs/{id}/files/{name}")))?;
+        r.bytes().map(|b| b.to_vec()).map_err(|e| CallError {
             status: 0,
             message: e.to_string(),
         })
@@ -160,11 +133,6 @@ impl BrokerClient {
 
     /// What the sites report (an `{"error": ...}` object for a site that failed).
     pub fn resources(&self) -> Result<Vec<serde_json::Value>, CallError> {
-        let r = self
-            .http
-            .get(format!("{}/v1/resources", self.url))
-            .bearer_auth(&self.token)
-            .send();
-        Self::json(self.check(r)?)
+        self.call(self.request(Method::GET, "/v1/resources"))
     }
 }
