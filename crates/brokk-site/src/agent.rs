@@ -308,7 +308,7 @@ impl Agent {
             }
         }
         let mut g = self.lock().await;
-        g.planner.expire(now());
+        self.expire_locked(&mut g).await?;
         let hold = body.hold.map(|h| Time(now().0.saturating_add(h)));
         match g.planner.reserve(who, &body.request(), hold) {
             Reply::Granted { id, .. } => {

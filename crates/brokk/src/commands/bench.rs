@@ -59,6 +59,15 @@ pub fn run(a: Args) -> Result<ExitCode> {
     }
 }
 
+/// The `p` quantile (0 to 1) of ascending `sorted`, nearest rank; 0 when empty.
+pub fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let i = ((sorted.len() - 1) as f64 * p.clamp(0.0, 1.0)).round() as usize;
+    sorted[i]
+}
+
 const CAPACITY: u32 = 512;
 /// Share of capacity x time the live reservations fill when spread evenly.
 const LOAD: f64 = 0.6;

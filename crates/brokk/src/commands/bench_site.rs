@@ -48,14 +48,6 @@ struct SiteFigures {
     concurrency: usize,
 }
 
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i.min(sorted.len() - 1)]
-}
-
 /// Starts an agent on a loopback port in a background runtime; returns its URL.
 fn start_agent(dir: &std::path::Path) -> Result<String> {
     let mut config: brokk_site::Config = toml::from_str(&format!(
@@ -216,11 +208,11 @@ pub fn run(a: SiteArgs) -> Result<ExitCode> {
     let jobs_elapsed = start.elapsed().as_secs_f64();
     let figures = SiteFigures {
         reservation_ops_per_s: lat.len() as f64 / res_elapsed,
-        p50_ms: percentile(&lat, 0.5),
-        p99_ms: percentile(&lat, 0.99),
+        p50_ms: super::bench::percentile(&lat, 0.5),
+        p99_ms: super::bench::percentile(&lat, 0.99),
         jobs_per_s: submit_lat.len() as f64 / jobs_elapsed,
-        submit_p50_ms: percentile(&submit_lat, 0.5),
-        submit_p99_ms: percentile(&submit_lat, 0.99),
+        submit_p50_ms: super::bench::percentile(&submit_lat, 0.5),
+        submit_p99_ms: super::bench::percentile(&submit_lat, 0.99),
         reservation_ops: lat.len(),
         jobs: submit_lat.len(),
         concurrency: c,

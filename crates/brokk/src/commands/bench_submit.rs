@@ -38,13 +38,6 @@ struct SubmitFigures {
     reserve: bool,
 }
 
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    sorted[(((sorted.len() - 1) as f64) * p).round() as usize]
-}
-
 /// Runs the benchmark.
 pub fn run(a: SubmitBenchArgs) -> Result<ExitCode> {
     let dir = std::env::temp_dir().join(format!("brokk-bench-submit-{}", std::process::id()));
@@ -112,8 +105,8 @@ pub fn run(a: SubmitBenchArgs) -> Result<ExitCode> {
         Ok::<_, anyhow::Error>(SubmitFigures {
             accepted_per_s: lat.len() as f64 / accepted_s,
             dispatched_per_s: lat.len() as f64 / dispatched_s,
-            p50_ms: percentile(&lat, 0.5),
-            p99_ms: percentile(&lat, 0.99),
+            p50_ms: super::bench::percentile(&lat, 0.5),
+            p99_ms: super::bench::percentile(&lat, 0.99),
             jobs: lat.len(),
             concurrency: a.concurrency,
             reserve: a.reserve,
