@@ -312,13 +312,9 @@ impl Agent {
         let hold = body.hold.map(|h| Time(now().0.saturating_add(h)));
         match g.planner.reserve(who, &body.request(), hold) {
             Reply::Granted { id, .. } => {
-                let r = g
-                    .planner
-                    .get(id)
-                    .ok_or_else(|| AgentError::Internal("lost a grant".into()))?;
-                self.store.save_reservations(std::slice::from_ref(&r)).await?;
+                let v = self.save_view(&g, id).await?;
                 self.save_flexible(&g).await?;
-                Ok(view(&r))
+                Ok(v)
             }
             other => Err(AgentError::NotGranted(other)),
         }
@@ -342,6 +338,16 @@ impl Agent {
         Ok(view(&Self::owned(&g, who, id)?))
     }
 
+    /// Writes reservation `id` as it now is and returns its view.
+    async fn save_view(&self, g: &Inner, id: ReservationId) -> Result<ReservationView, AgentError> {
+        let r = g
+            .planner
+            .get(id)
+            .ok_or_else(|| AgentError::Internal("lost a reservation".into()))?;
+        self.store.save_reservations(std::slice::from_ref(&r)).await?;
+        Ok(view(&r))
+    }
+
     /// `PATCH /v1/reservations/{id}`: atomic; on failure nothing changes.
     pub async fn modify(&self, who: &str, id: ReservationId, change: Change) -> Result<ReservationView, AgentError> {
         let mut g = self.lock().await;
@@ -349,14 +355,7 @@ impl Agent {
         Self::owned(&g, who, id)?;
         g.free_of_jobs(id, "in use by")?;
         match g.planner.modify(id, change) {
-            Ok(_) => {
-                let r = g
-                    .planner
-                    .get(id)
-                    .ok_or_else(|| AgentError::Internal("lost a reservation".into()))?;
-                self.store.save_reservations(std::slice::from_ref(&r)).await?;
-                Ok(view(&r))
-            }
+            Ok(_) => self.save_view(&g, id).await,
             Err(PlannerError::DoesNotFit(reply)) => Err(AgentError::NotGranted(reply)),
             Err(PlannerError::Unknown(_)) => Err(AgentError::NotFound(format!("reservation {}", id.0))),
         }
@@ -370,12 +369,7 @@ impl Agent {
         g.planner
             .commit(id)
             .map_err(|_| AgentError::NotFound(format!("reservation {}", id.0)))?;
-        let r = g
-            .planner
-            .get(id)
-            .ok_or_else(|| AgentError::Internal("lost a reservation".into()))?;
-        self.store.save_reservations(std::slice::from_ref(&r)).await?;
-        Ok(view(&r))
+        self.save_view(&g, id).await
     }
 
     /// `DELETE /v1/reservations/{id}`.

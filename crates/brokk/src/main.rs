@@ -25,9 +25,9 @@ enum Command {
     /// Run scheduling experiments on the simulator.
     Sim(commands::sim::Args),
     /// Run a site agent: reservations, jobs and the site API for one cluster.
-    Site(commands::site::Args),
+    Site(commands::ServerArgs),
     /// Run the broker service.
-    Serve(commands::serve::Args),
+    Serve(commands::ServerArgs),
     /// Submit a job description (any language) to the broker service.
     Submit(commands::user::SubmitArgs),
     /// Show your jobs, or one job with its history.

@@ -18,6 +18,17 @@ use std::path::Path;
 use anyhow::{Context, Result};
 use brokk_jdl::{detect, Format, ReadOptions};
 
+/// Arguments of `brokk site` and `brokk serve`.
+#[derive(clap::Args)]
+pub struct ServerArgs {
+    /// The configuration (TOML).
+    #[arg(long)]
+    pub config: std::path::PathBuf,
+    /// Listen here instead of the configured address.
+    #[arg(long)]
+    pub listen: Option<std::net::SocketAddr>,
+}
+
 /// Runs a server on a new runtime: `start` binds it and returns its address
 /// and task; prints `listening on http://ADDR` (tests and scripts read it)
 /// and serves until the task ends or Ctrl-C.
