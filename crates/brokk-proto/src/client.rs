@@ -165,6 +165,15 @@ impl Site for RemoteSite {
 
     fn info(&self) -> Result<ResourceInfo, SiteError> {
         let resp = self.send(self.http.get(self.url("/v1/info")))?;
+        if resp.status() == StatusCode::SERVICE_UNAVAILABLE {
+            // The agent is up but its resource manager is not: its body says why.
+            let why = resp
+                .json::<InfoView>()
+                .ok()
+                .and_then(|v| v.unavailable_reason)
+                .unwrap_or_else(|| "unavailable".to_string());
+            return Err(SiteError::Unavailable(format!("{}: {why}", self.endpoint)));
+        }
         if !resp.status().is_success() {
             return Err(self.fail(resp));
         }

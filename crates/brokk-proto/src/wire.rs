@@ -154,6 +154,60 @@ pub struct InfoView {
     pub bandwidth_bytes_per_s: Option<u64>,
     /// Whether the site takes advance reservations.
     pub reservations: bool,
+    /// False while the resource manager behind the agent cannot be reached;
+    /// the agent then answers 503 to everything that needs it.
+    #[serde(default = "yes")]
+    pub available: bool,
+    /// Why the site is unavailable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unavailable_reason: Option<String>,
+    /// The cluster behind the agent, when it fronts a resource manager.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<ClusterView>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// A resource manager's cluster as the agent last read it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ClusterView {
+    /// Which resource manager (`slurm`).
+    pub manager: String,
+    /// Partitions.
+    pub partitions: Vec<String>,
+    /// Nodes.
+    pub nodes: Vec<NodeView>,
+    /// CPUs in total.
+    pub cpus: u32,
+    /// CPUs allocated to jobs now.
+    pub cpus_allocated: u32,
+    /// Jobs running now (anyone's).
+    pub running_jobs: u32,
+    /// Jobs pending (anyone's).
+    pub pending_jobs: u32,
+    /// Reservations the resource manager holds (Brokk's and others').
+    pub reservations: u32,
+}
+
+/// One node of a cluster.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeView {
+    /// Node name.
+    pub name: String,
+    /// The resource manager's state for it (`idle`, `mix`, `down*`, ...).
+    pub state: String,
+    /// CPUs.
+    pub cpus: u32,
+    /// CPUs allocated now.
+    pub cpus_allocated: u32,
+    /// Memory, MiB.
+    pub memory_mib: u64,
+    /// Partitions it is in.
+    pub partitions: Vec<String>,
+    /// One-minute load average, when reported.
+    pub load: Option<f64>,
 }
 
 /// A job's state on a site.

@@ -88,13 +88,16 @@ pub struct RemoteSiteConfig {
 pub struct EmbeddedSiteConfig {
     /// Name.
     pub name: String,
-    /// Slots.
+    /// Slots; with `slurm`, 0 (the default) takes the cluster's CPUs.
+    #[serde(default)]
     pub capacity: u32,
     /// Published benchmarks.
     #[serde(default)]
     pub benchmarks: Vec<PublishedBenchmark>,
     /// Bandwidth to the site.
     pub bandwidth_bytes_per_s: Option<u64>,
+    /// Front this Slurm cluster instead of running jobs as local processes.
+    pub slurm: Option<brokk_site::config::SlurmConfig>,
 }
 
 fn default_listen() -> SocketAddr {
@@ -127,6 +130,11 @@ impl Config {
             c.database = base.join(&c.database).display().to_string();
         }
         c.state_dir = base.join(&c.state_dir);
+        for e in &mut c.embedded {
+            if let Some(s) = &mut e.slurm {
+                s.conf = base.join(&s.conf);
+            }
+        }
         if c.sites.is_empty() && c.embedded.is_empty() {
             return Err(err("no sites: add [[sites]] or [[embedded]]".into()));
         }

@@ -61,6 +61,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
             benchmarks: e.benchmarks.clone(),
             bandwidth_bytes_per_s: e.bandwidth_bytes_per_s,
             tokens: [(token.clone(), "broker".to_string())].into_iter().collect(),
+            slurm: e.slurm.clone(),
         };
         site.check().map_err(|e| err(&e))?;
         let running = brokk_site::start(site).await.map_err(|e| err(&e))?;

@@ -14,6 +14,8 @@ use brokk_proto::wire::{
 use tokio::sync::{watch, Mutex, MutexGuard};
 
 use crate::config::Config;
+use crate::slurm::cli::{ResSpec, SlurmError};
+use crate::slurm::{Occupant, Slurm};
 use crate::store::{JobRecord, Store, StoreError};
 
 /// Why an operation failed, as the API reports it.
@@ -37,6 +39,9 @@ pub enum AgentError {
     /// The database failed; nothing was answered as done.
     #[error("{0}")]
     Internal(String),
+    /// The resource manager behind the agent does not answer.
+    #[error("the resource manager is unavailable: {0}")]
+    Unavailable(String),
 }
 
 impl From<StoreError> for AgentError {
@@ -54,6 +59,27 @@ pub struct Controls {
     pub start: watch::Receiver<Time>,
     /// Set when the owner cancels.
     pub cancel: watch::Receiver<bool>,
+}
+
+/// What a job's runner needs to run it.
+#[derive(Debug)]
+pub struct Launch {
+    /// Job id on this site.
+    pub id: u64,
+    /// The description.
+    pub job: Job,
+    /// What it listens to.
+    pub controls: Controls,
+    /// Its id in the resource manager, once submitted there.
+    pub backend_id: Option<u64>,
+    /// The owner's reservation it runs in, if it claimed one.
+    pub claimed: Option<ReservationId>,
+    /// Its wall time, seconds (the site's default when it states none).
+    pub wall: i64,
+    /// Whether it has started.
+    pub started: bool,
+    /// Whether the agent restarted since the job was accepted.
+    pub resumed: bool,
 }
 
 #[derive(Debug)]
@@ -79,6 +105,9 @@ pub(crate) struct Inner {
     /// The last version given out.
     version: u64,
     next_job: u64,
+    /// What occupies the resource manager's cluster without Brokk having put
+    /// it there, mirrored in the planner: key -> (occupant, its reservation).
+    foreign: HashMap<String, (Occupant, Option<ReservationId>)>,
 }
 
 impl Inner {
@@ -115,7 +144,13 @@ pub struct Agent {
     /// Identifies this run of the agent: change-feed versions restart with it.
     epoch: u64,
     inner: Arc<Mutex<Inner>>,
+    /// The Slurm backend; `None` runs jobs as local processes.
+    slurm: Option<Arc<Slurm>>,
 }
+
+/// The owner of what the planner mirrors from the resource manager; no
+/// token maps to it, so no caller can touch those reservations.
+const FOREIGN: &str = "(resource manager)";
 
 fn view(r: &brokk_planner::Reservation) -> ReservationView {
     let (state, expires) = match r.state {
@@ -148,9 +183,14 @@ fn job_view(j: &JobRecord) -> JobView {
     }
 }
 
-/// Jobs whose process cannot survive an agent restart.
-fn died_with_agent(p: JobPhase) -> bool {
-    matches!(p, JobPhase::Running | JobPhase::StagingOut)
+/// Jobs whose process cannot survive an agent restart (local processes: a
+/// resource manager keeps running what it was given).
+fn died_with_agent(p: JobPhase, local: bool) -> bool {
+    match p {
+        JobPhase::Running => local,
+        JobPhase::StagingOut => true,
+        _ => false,
+    }
 }
 
 impl Agent {
@@ -158,7 +198,22 @@ impl Agent {
     /// lapsed while the agent was down expire now, and a job whose process died
     /// with the agent is recorded as failed with that reason. Returns the agent
     /// and the ids of jobs whose runner must (re)start.
-    pub async fn open(config: Config) -> Result<(Agent, Vec<u64>), AgentError> {
+    pub async fn open(mut config: Config) -> Result<(Agent, Vec<u64>), AgentError> {
+        let slurm = match config.slurm.clone() {
+            Some(sc) => {
+                let (slurm, cpus) = Slurm::connect(&config.name, sc)
+                    .await
+                    .map_err(|e| AgentError::Unavailable(format!("reading the Slurm cluster: {e}")))?;
+                if config.capacity == 0 {
+                    config.capacity = cpus;
+                }
+                if config.capacity == 0 {
+                    return Err(AgentError::Unavailable("the Slurm cluster has no CPUs".into()));
+                }
+                Some(Arc::new(slurm))
+            }
+            None => None,
+        };
         if let Some(dir) = config.database.parent() {
             std::fs::create_dir_all(dir).map_err(|e| AgentError::Internal(e.to_string()))?;
         }
@@ -184,7 +239,7 @@ impl Agent {
         let mut next_job = 1;
         for mut j in store.jobs().await? {
             next_job = next_job.max(j.id + 1);
-            if died_with_agent(j.state) {
+            if died_with_agent(j.state, slurm.is_none()) {
                 j.state = JobPhase::Failed;
                 j.reason = Some("the site agent stopped while the job was running".into());
                 j.ended = Some(t);
@@ -215,6 +270,7 @@ impl Agent {
             versions: HashMap::new(),
             version: 0,
             next_job,
+            foreign: HashMap::new(),
         };
         let ids: Vec<u64> = inner.jobs.keys().copied().collect();
         for id in ids {
@@ -225,6 +281,7 @@ impl Agent {
             store,
             epoch: t.0 as u64 ^ (std::process::id() as u64) << 32,
             inner: Arc::new(Mutex::new(inner)),
+            slurm,
         };
         // Queued jobs move up into what the jobs that died with the agent held.
         {
@@ -237,6 +294,22 @@ impl Agent {
     /// The configuration.
     pub fn config(&self) -> &Config {
         &self.config
+    }
+
+    /// The Slurm backend, when the agent fronts a Slurm cluster.
+    pub fn slurm(&self) -> Option<&Arc<Slurm>> {
+        self.slurm.as_ref()
+    }
+
+    /// An error while the resource manager does not answer.
+    fn check_available(&self) -> Result<(), AgentError> {
+        match &self.slurm {
+            Some(s) if !s.available() => Err(AgentError::Unavailable(
+                s.unavailable_reason()
+                    .unwrap_or_else(|| "slurmctld does not answer".into()),
+            )),
+            _ => Ok(()),
+        }
     }
 
     async fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -278,11 +351,15 @@ impl Agent {
             benchmarks: self.config.benchmarks.clone(),
             bandwidth_bytes_per_s: self.config.bandwidth_bytes_per_s,
             reservations: true,
+            available: self.check_available().is_ok(),
+            unavailable_reason: self.check_available().err().map(|e| e.to_string()),
+            cluster: self.slurm.as_ref().and_then(|s| s.cluster()),
         }
     }
 
     /// `POST /v1/probe`.
     pub async fn probe(&self, req: &Request, k: usize) -> Result<Vec<Candidate>, AgentError> {
+        self.check_available()?;
         let g = self.lock().await;
         g.planner
             .probe(req, k.clamp(1, 100))
@@ -307,11 +384,17 @@ impl Agent {
                 ));
             }
         }
+        self.check_available()?;
         let mut g = self.lock().await;
         self.expire_locked(&mut g).await?;
         let hold = body.hold.map(|h| Time(now().0.saturating_add(h)));
-        match g.planner.reserve(who, &body.request(), hold) {
+        let req = body.request();
+        match g.planner.reserve(who, &req, hold) {
             Reply::Granted { id, .. } => {
+                if let Err(e) = self.slurm_create(&g, id).await {
+                    let _ = g.planner.cancel(id);
+                    return Err(self.slurm_refusal(&g, &req, e));
+                }
                 let v = self.save_view(&g, id).await?;
                 self.save_flexible(&g).await?;
                 Ok(v)
@@ -350,12 +433,28 @@ impl Agent {
 
     /// `PATCH /v1/reservations/{id}`: atomic; on failure nothing changes.
     pub async fn modify(&self, who: &str, id: ReservationId, change: Change) -> Result<ReservationView, AgentError> {
+        self.check_available()?;
         let mut g = self.lock().await;
         self.expire_locked(&mut g).await?;
-        Self::owned(&g, who, id)?;
+        let old = Self::owned(&g, who, id)?;
         g.free_of_jobs(id, "in use by")?;
         match g.planner.modify(id, change) {
-            Ok(_) => self.save_view(&g, id).await,
+            Ok(_) => {
+                if let Err(e) = self.slurm_modify(&g, &old).await {
+                    // Back to exactly what it was, as Slurm kept it.
+                    let _ = g.planner.cancel(id);
+                    let _ = g.planner.restore(&old);
+                    let req = Request {
+                        amount: change.amount.unwrap_or(old.amount),
+                        duration: change.duration.unwrap_or(old.end - old.start),
+                        earliest: change.window.map_or(old.start, |w| w.0),
+                        latest: change.window.map_or(old.start, |w| w.1),
+                        flexible: false,
+                    };
+                    return Err(self.slurm_refusal(&g, &req, e));
+                }
+                self.save_view(&g, id).await
+            }
             Err(PlannerError::DoesNotFit(reply)) => Err(AgentError::NotGranted(reply)),
             Err(PlannerError::Unknown(_)) => Err(AgentError::NotFound(format!("reservation {}", id.0))),
         }
@@ -382,6 +481,7 @@ impl Agent {
             .cancel(id)
             .map_err(|_| AgentError::NotFound(format!("reservation {}", id.0)))?;
         self.store.end_reservations(&[id], "cancelled").await?;
+        self.slurm_delete(&[id]).await;
         Ok(())
     }
 
@@ -389,6 +489,7 @@ impl Agent {
         let gone = g.planner.expire(now());
         if !gone.is_empty() {
             self.store.end_reservations(&gone, "expired").await?;
+            self.slurm_delete(&gone).await;
         }
         Ok(())
     }
@@ -426,6 +527,7 @@ impl Agent {
                 return Ok((id, false));
             }
         }
+        self.check_available()?;
         self.expire_locked(&mut g).await?;
         let t = now();
         let (slot, claimed, start) = match &spec.reservation {
@@ -479,6 +581,7 @@ impl Agent {
             started: None,
             ended: None,
             key: key.clone(),
+            backend_id: None,
         };
         if let Some(r) = g.planner.get(slot) {
             self.store.save_reservations(&[r]).await?;
@@ -593,9 +696,9 @@ impl Agent {
             .map_err(|_| AgentError::NotFound(format!("file {name} of job {id}")))
     }
 
-    /// Registers the runner of job `id` and returns what it listens to, or
+    /// Registers the runner of job `id` and returns what it needs, or
     /// `None` when the job has already ended.
-    pub async fn controls(&self, id: u64) -> Option<(Job, Controls)> {
+    pub async fn launch(&self, id: u64, resumed: bool) -> Option<Launch> {
         let mut g = self.lock().await;
         let j = g.jobs.get(&id)?.clone();
         if j.state.is_terminal() {
@@ -610,13 +713,245 @@ impl Agent {
                 cancel: cancel_tx,
             },
         );
-        Some((
-            j.spec,
-            Controls {
+        Some(Launch {
+            id,
+            wall: j.spec.wall_time.map_or(self.config.default_wall_time, |d| d.0),
+            job: j.spec,
+            controls: Controls {
                 start: start_rx,
                 cancel: cancel_rx,
             },
-        ))
+            backend_id: j.backend_id,
+            claimed: j.slot.filter(|_| j.claimed),
+            started: j.started.is_some(),
+            resumed,
+        })
+    }
+
+    /// Records that job `id` is in the resource manager as `backend_id`,
+    /// queued there.
+    pub async fn record_submitted(&self, id: u64, backend_id: u64) -> Result<(), AgentError> {
+        let mut g = self.lock().await;
+        let Some(j) = g.jobs.get_mut(&id) else { return Ok(()) };
+        if j.state.is_terminal() || j.backend_id == Some(backend_id) {
+            return Ok(());
+        }
+        j.backend_id = Some(backend_id);
+        if j.state != JobPhase::Running {
+            j.state = JobPhase::Queued;
+        }
+        let rec = j.clone();
+        g.touch(id);
+        self.store.save_job(&rec).await?;
+        Ok(())
+    }
+
+    /// Records that the resource manager started job `id` at `start`; its
+    /// slot in the planner moves there so predictions follow what happened.
+    pub async fn mark_running(&self, id: u64, start: Time) -> Result<(), AgentError> {
+        let mut g = self.lock().await;
+        let Some(j) = g.jobs.get_mut(&id) else { return Ok(()) };
+        if j.state.is_terminal() {
+            return Ok(());
+        }
+        j.state = JobPhase::Running;
+        j.started = Some(start);
+        let rec = j.clone();
+        g.touch(id);
+        if let (Some(slot), false) = (rec.slot, rec.claimed) {
+            let moved = g.planner.get(slot).filter(|r| r.start != start).map(|_| {
+                let change = Change {
+                    window: Some((start, start)),
+                    ..Change::default()
+                };
+                g.planner.modify(slot, change)
+            });
+            if let Some(Ok(_)) = moved {
+                if let Some(r) = g.planner.get(slot) {
+                    self.store.save_reservations(&[r]).await?;
+                }
+            }
+        }
+        self.store.save_job(&rec).await?;
+        Ok(())
+    }
+
+    /// Brings the planner's mirror of what occupies the cluster without
+    /// Brokk up to date: new occupants are booked (as much of them as fits
+    /// beside Brokk's own bookings), gone or changed ones released; queued
+    /// jobs move up into what was released.
+    pub async fn mirror(&self, occupants: Vec<Occupant>) {
+        let mut g = self.lock().await;
+        let wanted: HashMap<String, Occupant> = occupants.into_iter().map(|o| (o.key.clone(), o)).collect();
+        let stale: Vec<String> = g
+            .foreign
+            .iter()
+            .filter(|(k, (o, _))| wanted.get(*k) != Some(o))
+            .map(|(k, _)| k.clone())
+            .collect();
+        let released = !stale.is_empty();
+        for k in stale {
+            if let Some((_, Some(id))) = g.foreign.remove(&k) {
+                let _ = g.planner.cancel(id);
+            }
+        }
+        for (k, o) in wanted {
+            if g.foreign.contains_key(&k) {
+                continue;
+            }
+            let span = Duration(o.end.0 - o.start.0);
+            let free = g
+                .planner
+                .free_slots(o.start, o.end)
+                .iter()
+                .map(|f| f.free)
+                .min()
+                .unwrap_or(0);
+            let amount = o.cpus.min(free);
+            if amount < o.cpus {
+                tracing::warn!(
+                    occupant = %k,
+                    "the cluster holds {} CPUs Brokk did not book where Brokk planned; mirrored {amount}",
+                    o.cpus
+                );
+            }
+            let id = (amount > 0 && span.0 > 0)
+                .then(|| {
+                    let req = Request {
+                        amount,
+                        duration: span,
+                        earliest: o.start,
+                        latest: o.start,
+                        flexible: false,
+                    };
+                    match g.planner.reserve(FOREIGN, &req, None) {
+                        Reply::Granted { id, .. } => Some(id),
+                        _ => None,
+                    }
+                })
+                .flatten();
+            g.foreign.insert(k, (o, id));
+        }
+        if released {
+            if let Err(e) = self.compress_locked(&mut g).await {
+                tracing::error!("moving queued jobs up: {e}");
+            }
+        }
+    }
+
+    /// Whether reservation `id` is live (for the backend's tidying).
+    pub async fn holds_reservation(&self, id: u64) -> bool {
+        let g = self.lock().await;
+        g.planner
+            .get(ReservationId(id))
+            .is_some_and(|r| r.owner.as_ref() != FOREIGN)
+    }
+
+    fn res_spec(slurm: &Slurm, r: &brokk_planner::Reservation) -> ResSpec {
+        ResSpec {
+            name: slurm.reservation_name(r.id.0),
+            start: r.start,
+            end: r.end,
+            cpus: r.amount,
+            user: slurm.user.clone(),
+            partition: slurm.config.partition.clone(),
+        }
+    }
+
+    /// Makes reservation `id` in Slurm and reads it back: Slurm has been seen
+    /// to grant fewer nodes than asked without an error, so a grant that is
+    /// not what was asked is undone and refused.
+    async fn slurm_create(&self, g: &Inner, id: ReservationId) -> Result<(), SlurmError> {
+        let Some(slurm) = &self.slurm else { return Ok(()) };
+        let Some(r) = g.planner.get(id) else { return Ok(()) };
+        let spec = Self::res_spec(slurm, &r);
+        slurm.cli.create_reservation(&spec).await?;
+        let back = slurm.cli.reservation(&spec.name).await;
+        let problem = match &back {
+            Ok(Some(row)) if row.cpus >= spec.cpus && row.end == Some(spec.end) => None,
+            Ok(Some(row)) => Some(format!(
+                "Slurm made {} with {} cores until {:?} instead of {} until {}",
+                spec.name, row.cpus, row.end, spec.cpus, spec.end.0
+            )),
+            Ok(None) => Some(format!("Slurm does not show {} after creating it", spec.name)),
+            Err(e) => Some(e.to_string()),
+        };
+        match problem {
+            None => Ok(()),
+            Some(why) => {
+                if let Err(e) = slurm.cli.delete_reservation(&spec.name).await {
+                    tracing::warn!(reservation = %spec.name, "undoing a short grant: {e}");
+                }
+                match back {
+                    Err(e @ SlurmError::Unavailable(_)) => Err(e),
+                    _ => Err(SlurmError::Refused(why)),
+                }
+            }
+        }
+    }
+
+    /// Changes the Slurm reservation of `old` to what the planner now holds
+    /// for it. Slurm moves core-based reservations in time but cannot change
+    /// their core count: then it is made again, and the old one put back if
+    /// the new one does not fit.
+    async fn slurm_modify(&self, g: &Inner, old: &brokk_planner::Reservation) -> Result<(), SlurmError> {
+        let Some(slurm) = &self.slurm else { return Ok(()) };
+        let Some(new) = g.planner.get(old.id) else {
+            return Ok(());
+        };
+        if new.amount == old.amount {
+            return slurm
+                .cli
+                .move_reservation(&slurm.reservation_name(old.id.0), new.start, new.end)
+                .await;
+        }
+        let name = slurm.reservation_name(old.id.0);
+        slurm.cli.delete_reservation(&name).await?;
+        match self.slurm_create(g, new.id).await {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                if let Err(back) = slurm.cli.create_reservation(&Self::res_spec(slurm, old)).await {
+                    tracing::error!(reservation = %name, "putting back the old reservation failed: {back}");
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Deletes the Slurm reservations of `ids`; what fails now, the poller
+    /// deletes later.
+    async fn slurm_delete(&self, ids: &[ReservationId]) {
+        let Some(slurm) = &self.slurm else { return };
+        for id in ids {
+            if let Err(e) = slurm.cli.delete_reservation(&slurm.reservation_name(id.0)).await {
+                slurm.note(&e);
+                tracing::warn!(reservation = id.0, "deleting the Slurm reservation: {e}");
+            }
+        }
+    }
+
+    /// The error for a grant Slurm did not carry out: unavailable, or a
+    /// rejection whose next start is the planner's next one after `req`'s
+    /// window (Slurm itself cannot say).
+    fn slurm_refusal(&self, g: &Inner, req: &Request, e: SlurmError) -> AgentError {
+        match e {
+            SlurmError::Unavailable(m) => {
+                if let Some(s) = &self.slurm {
+                    s.note(&SlurmError::Unavailable(m.clone()));
+                }
+                AgentError::Unavailable(m)
+            }
+            SlurmError::Refused(m) => {
+                tracing::warn!("Slurm refused a reservation the planner granted: {m}");
+                let later = Request {
+                    earliest: Time(req.latest.0.saturating_add(1)),
+                    latest: Time(i64::MAX / 2),
+                    ..*req
+                };
+                let next_start = g.planner.earliest_start(&later).ok().flatten();
+                AgentError::NotGranted(Reply::Rejected { next_start })
+            }
+        }
     }
 
     /// Moves a job to `phase` (not a terminal one); false if it has ended.

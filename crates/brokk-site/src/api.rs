@@ -44,6 +44,7 @@ impl From<AgentError> for ApiError {
             AgentError::NotFound(_) => error(StatusCode::NOT_FOUND, e.to_string()),
             AgentError::Conflict(m) => error(StatusCode::CONFLICT, m),
             AgentError::Internal(m) => error(StatusCode::INTERNAL_SERVER_ERROR, m),
+            AgentError::Unavailable(_) => error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
             AgentError::NotGranted(Reply::Rejected { next_start }) => ApiError(
                 StatusCode::CONFLICT,
                 serde_json::to_value(Rejected {
@@ -96,7 +97,14 @@ async fn auth(State(agent): State<Agent>, mut req: HttpRequest, next: Next) -> R
 }
 
 async fn info(State(agent): State<Agent>) -> Response {
-    Json(agent.info().await).into_response()
+    let info = agent.info().await;
+    // Unavailable sites still say who they are and why, with a 503.
+    let status = if info.available {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, Json(info)).into_response()
 }
 
 #[derive(Deserialize)]
@@ -173,7 +181,7 @@ async fn submit(
         .map(str::to_string);
     let (id, new) = agent.submit(&who.0, job, key).await?;
     if new {
-        tokio::spawn(crate::runner::run(agent.clone(), id));
+        tokio::spawn(crate::runner::run(agent.clone(), id, false));
     }
     // A repeated idempotency key answers 200 with the job it made before.
     let status = if new { StatusCode::CREATED } else { StatusCode::OK };

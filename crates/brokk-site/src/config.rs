@@ -12,6 +12,12 @@
 //! value = 20.0
 //! [tokens]
 //! "secret-token-of-ann" = "ann"
+//!
+//! # Optional: front a Slurm cluster instead of running jobs locally.
+//! [slurm]
+//! conf = "/etc/slurm/slurm.conf"  # the cluster's slurm.conf
+//! partition = "batch"             # default: the whole cluster
+//! user = "brokk"                  # Slurm user the jobs run as; default: the agent's
 //! ```
 
 use std::collections::BTreeMap;
@@ -46,7 +52,9 @@ pub struct Config {
     /// Address to listen on; port 0 picks a free one.
     #[serde(default = "default_listen")]
     pub listen: SocketAddr,
-    /// Slots the planner manages.
+    /// Slots the planner manages; with `[slurm]`, 0 (the default) means the
+    /// cluster's CPUs as `sinfo` reports them.
+    #[serde(default)]
     pub capacity: u32,
     /// SQLite database file.
     pub database: PathBuf,
@@ -72,6 +80,31 @@ pub struct Config {
     /// Bearer token -> identity.
     #[serde(default)]
     pub tokens: BTreeMap<String, String>,
+    /// The Slurm backend; without it jobs run as local processes.
+    pub slurm: Option<SlurmConfig>,
+}
+
+/// The Slurm backend's settings.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SlurmConfig {
+    /// The cluster's `slurm.conf` (given to every command as `SLURM_CONF`).
+    pub conf: PathBuf,
+    /// The partition the agent fronts; the default partition when absent.
+    pub partition: Option<String>,
+    /// The Slurm user jobs and reservations are for; the agent's own user
+    /// when absent.
+    pub user: Option<String>,
+    /// Where `sbatch`, `squeue`, `scontrol`, `scancel` and `sinfo` are, when
+    /// not on `PATH`.
+    pub bin_dir: Option<PathBuf>,
+    /// Milliseconds between two readings of the cluster's queue.
+    #[serde(default = "default_poll_ms")]
+    pub poll_ms: u64,
+}
+
+fn default_poll_ms() -> u64 {
+    250
 }
 
 fn default_listen() -> SocketAddr {
@@ -102,14 +135,21 @@ impl Config {
         let base = path.parent().unwrap_or(Path::new("."));
         c.database = base.join(&c.database);
         c.workdir = base.join(&c.workdir);
+        if let Some(s) = &mut c.slurm {
+            s.conf = base.join(&s.conf);
+            s.bin_dir = s.bin_dir.as_ref().map(|b| base.join(b));
+        }
         c.check()?;
         Ok(c)
     }
 
     /// Checks ranges.
     pub fn check(&self) -> Result<(), ConfigError> {
-        if self.capacity == 0 || self.capacity > i32::MAX as u32 {
+        if (self.capacity == 0 && self.slurm.is_none()) || self.capacity > i32::MAX as u32 {
             return Err(ConfigError::Invalid("capacity must be between 1 and 2^31 - 1".into()));
+        }
+        if self.slurm.as_ref().is_some_and(|s| s.poll_ms == 0) {
+            return Err(ConfigError::Invalid("slurm.poll_ms must be positive".into()));
         }
         if !(1..=36_500).contains(&self.horizon_days) {
             return Err(ConfigError::Invalid("horizon_days must be between 1 and 36500".into()));

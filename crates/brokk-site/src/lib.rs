@@ -2,14 +2,15 @@
 //! cluster. It decides reservations with the planner (the seeds' WS-Agreement
 //! provider side and the VRM's active interface), places jobs without a
 //! reservation at their earliest fit, runs jobs through the embedded backend
-//! (real local processes in per-job sandboxes), keeps every record in SQLite,
-//! and serves the site API over HTTP.
+//! (real local processes in per-job sandboxes) or on a Slurm cluster, keeps
+//! every record in SQLite, and serves the site API over HTTP.
 
 pub mod agent;
 pub mod api;
 pub mod config;
 pub mod openapi;
 pub mod runner;
+pub mod slurm;
 pub mod store;
 
 use std::net::SocketAddr;
@@ -37,8 +38,11 @@ pub async fn start(config: Config) -> Result<Running, AgentError> {
         .await
         .map_err(|e| AgentError::Internal(format!("listening on {listen}: {e}")))?;
     let addr = listener.local_addr().map_err(|e| AgentError::Internal(e.to_string()))?;
+    if let Some(slurm) = agent.slurm() {
+        tokio::spawn(slurm.clone().poll(agent.clone()));
+    }
     for id in resume {
-        tokio::spawn(runner::run(agent.clone(), id));
+        tokio::spawn(runner::run(agent.clone(), id, true));
     }
     let ticker = agent.clone();
     tokio::spawn(async move {

@@ -2,7 +2,9 @@
 //! `file://` and `http(s)://`; the process started at its planned time with
 //! its arguments, environment and standard streams; wall time enforced with
 //! SIGTERM and, after a grace period, SIGKILL to the job's process group;
-//! stage-out to `file://` or by HTTP PUT; cancellable in every state.
+//! stage-out to `file://` or by HTTP PUT; cancellable in every state. With
+//! the Slurm backend, staging is the same and [`crate::slurm::exec`] runs
+//! the job in between.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -15,22 +17,23 @@ use nix::unistd::Pid;
 use tokio::process::{Child, Command};
 use tokio::sync::watch;
 
-use crate::agent::{now, Agent, Controls};
+use crate::agent::{now, Agent, Launch};
 
 /// How a job's run ended.
-enum End {
+pub(crate) enum End {
     Exited(i32),
     Failed(String),
     Cancelled,
 }
 
 /// Runs job `id` to its end; every outcome is recorded by the agent.
-pub async fn run(agent: Agent, id: u64) {
-    let Some((job, controls)) = agent.controls(id).await else {
+/// `resumed` is true for jobs taken up again after the agent restarted.
+pub async fn run(agent: Agent, id: u64, resumed: bool) {
+    let Some(launch) = agent.launch(id, resumed).await else {
         return;
     };
     let sandbox = agent.sandbox(id);
-    let end = drive(&agent, id, &job, controls, &sandbox).await;
+    let end = drive(&agent, launch, &sandbox).await;
     let (phase, code, reason) = match end {
         End::Exited(code) => (JobPhase::Finished, Some(code), None),
         End::Failed(why) => (JobPhase::Failed, None, Some(why)),
@@ -41,33 +44,70 @@ pub async fn run(agent: Agent, id: u64) {
     }
 }
 
-async fn drive(agent: &Agent, id: u64, job: &Job, mut c: Controls, sandbox: &Path) -> End {
-    let cancelled = |c: &Controls| *c.cancel.borrow();
-    if let Err(e) = tokio::fs::create_dir_all(sandbox).await {
-        return End::Failed(format!("creating the sandbox: {e}"));
-    }
-    if !matches!(agent.set_phase(id, JobPhase::StagingIn).await, Ok(true)) {
-        return End::Cancelled;
-    }
+/// Stages in, runs on the backend, stages out.
+async fn drive(agent: &Agent, launch: Launch, sandbox: &Path) -> End {
+    let id = launch.id;
+    let outputs = launch.job.output_files.clone();
+    let mut cancel = launch.controls.cancel.clone();
     let http = reqwest::Client::new();
-    for f in &job.input_files {
-        let Some(source) = &f.source else { continue };
-        let to = sandbox.join(plain_name(&f.name));
-        tokio::select! {
-            r = stage_in(&http, source, &to) => {
-                if let Err(e) = r {
-                    return End::Failed(format!("staging in {}: {e}", f.name));
+    // A job already handed to the resource manager was staged before.
+    if launch.backend_id.is_none() {
+        if let Err(e) = tokio::fs::create_dir_all(sandbox).await {
+            return End::Failed(format!("creating the sandbox: {e}"));
+        }
+        if !matches!(agent.set_phase(id, JobPhase::StagingIn).await, Ok(true)) {
+            return End::Cancelled;
+        }
+        for f in &launch.job.input_files {
+            let Some(source) = &f.source else { continue };
+            let to = sandbox.join(plain_name(&f.name));
+            tokio::select! {
+                r = stage_in(&http, source, &to) => {
+                    if let Err(e) = r {
+                        return End::Failed(format!("staging in {}: {e}", f.name));
+                    }
                 }
+                _ = wait_cancel(&mut cancel) => return End::Cancelled,
             }
-            _ = wait_cancel(&mut c.cancel) => return End::Cancelled,
+        }
+        if !matches!(agent.set_phase(id, JobPhase::Queued).await, Ok(true)) {
+            return End::Cancelled;
         }
     }
-    if !matches!(agent.set_phase(id, JobPhase::Queued).await, Ok(true)) {
+    let end = match agent.slurm() {
+        Some(slurm) => crate::slurm::exec::execute(agent, slurm, launch, sandbox).await,
+        None => run_locally(agent, launch, sandbox).await,
+    };
+    let End::Exited(code) = end else { return end };
+    if !matches!(agent.set_phase(id, JobPhase::StagingOut).await, Ok(true)) {
         return End::Cancelled;
     }
+    for f in &outputs {
+        let Some(target) = &f.target else { continue };
+        let from = sandbox.join(plain_name(&f.name));
+        tokio::select! {
+            r = stage_out(&http, &from, target) => {
+                if let Err(e) = r {
+                    return End::Failed(format!("staging out {}: {e}", f.name));
+                }
+            }
+            _ = wait_cancel(&mut cancel) => return End::Cancelled,
+        }
+    }
+    End::Exited(code)
+}
+
+/// The embedded backend: waits for the planned start and runs the process.
+async fn run_locally(agent: &Agent, launch: Launch, sandbox: &Path) -> End {
+    let Launch {
+        id,
+        job,
+        controls: mut c,
+        ..
+    } = launch;
     // Wait for the planned start, which may move earlier, or a cancel.
     loop {
-        if cancelled(&c) {
+        if *c.cancel.borrow() {
             return End::Cancelled;
         }
         let start = *c.start.borrow();
@@ -86,7 +126,7 @@ async fn drive(agent: &Agent, id: u64, job: &Job, mut c: Controls, sandbox: &Pat
     if !matches!(agent.set_phase(id, JobPhase::Running).await, Ok(true)) {
         return End::Cancelled;
     }
-    let mut child = match spawn(job, sandbox).await {
+    let mut child = match spawn(&job, sandbox).await {
         Ok(child) => child,
         Err(e) => return End::Failed(format!("starting the job: {e}")),
     };
@@ -103,29 +143,13 @@ async fn drive(agent: &Agent, id: u64, job: &Job, mut c: Controls, sandbox: &Pat
             return End::Cancelled;
         }
     };
-    let code = match status {
-        Ok(s) => s.code().unwrap_or(-1),
-        Err(e) => return End::Failed(format!("waiting for the job: {e}")),
-    };
-    if !matches!(agent.set_phase(id, JobPhase::StagingOut).await, Ok(true)) {
-        return End::Cancelled;
+    match status {
+        Ok(s) => End::Exited(s.code().unwrap_or(-1)),
+        Err(e) => End::Failed(format!("waiting for the job: {e}")),
     }
-    for f in &job.output_files {
-        let Some(target) = &f.target else { continue };
-        let from = sandbox.join(plain_name(&f.name));
-        tokio::select! {
-            r = stage_out(&http, &from, target) => {
-                if let Err(e) = r {
-                    return End::Failed(format!("staging out {}: {e}", f.name));
-                }
-            }
-            _ = wait_cancel(&mut c.cancel) => return End::Cancelled,
-        }
-    }
-    End::Exited(code)
 }
 
-async fn wait_cancel(rx: &mut watch::Receiver<bool>) {
+pub(crate) async fn wait_cancel(rx: &mut watch::Receiver<bool>) {
     while !*rx.borrow() {
         if rx.changed().await.is_err() {
             // The sender is gone: never cancelled from now on.
@@ -135,7 +159,7 @@ async fn wait_cancel(rx: &mut watch::Receiver<bool>) {
 }
 
 /// The last path component, so a job cannot write outside its sandbox.
-fn plain_name(name: &str) -> String {
+pub(crate) fn plain_name(name: &str) -> String {
     let base = name.rsplit(['/', '\\']).next().unwrap_or(name);
     if base.is_empty() || base == "." || base == ".." {
         "_".to_string()

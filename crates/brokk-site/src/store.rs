@@ -52,6 +52,8 @@ pub struct JobRecord {
     pub ended: Option<Time>,
     /// The submitter's idempotency key, if it gave one.
     pub key: Option<String>,
+    /// Its id in the resource manager (Slurm's job id), once submitted there.
+    pub backend_id: Option<u64>,
 }
 
 /// The agent's database.
@@ -68,8 +70,11 @@ const SCHEMA: &[&str] = &[
     "CREATE TABLE IF NOT EXISTS jobs (
         id INTEGER PRIMARY KEY, owner TEXT NOT NULL, spec TEXT NOT NULL, slot INTEGER,
         claimed INTEGER NOT NULL, state TEXT NOT NULL, reason TEXT, exit_code INTEGER,
-        planned_start INTEGER, started INTEGER, ended INTEGER, idem TEXT)",
+        planned_start INTEGER, started INTEGER, ended INTEGER, idem TEXT, backend_id INTEGER)",
 ];
+
+/// Columns added after a table was first made, for databases made before.
+const ADDED_COLUMNS: &[(&str, &str)] = &[("jobs", "backend_id INTEGER")];
 
 fn phase_name(p: JobPhase) -> String {
     serde_json::to_value(p)
@@ -93,6 +98,19 @@ impl Store {
         let pool = SqlitePoolOptions::new().max_connections(1).connect_with(opts).await?;
         for stmt in SCHEMA {
             sqlx::query(stmt).execute(&pool).await?;
+        }
+        for (table, column) in ADDED_COLUMNS {
+            let name = column.split_whitespace().next().unwrap_or(column);
+            let has: i64 = sqlx::query_scalar(&format!(
+                "SELECT COUNT(*) FROM pragma_table_info('{table}') WHERE name = '{name}'"
+            ))
+            .fetch_one(&pool)
+            .await?;
+            if has == 0 {
+                sqlx::query(&format!("ALTER TABLE {table} ADD COLUMN {column}"))
+                    .execute(&pool)
+                    .await?;
+            }
         }
         Ok(Store { pool })
     }
@@ -142,8 +160,8 @@ impl Store {
     pub async fn save_job(&self, j: &JobRecord) -> Result<(), StoreError> {
         let spec = serde_json::to_string(&j.spec).map_err(|e| StoreError::Corrupt(j.id, e.to_string()))?;
         sqlx::query(
-            "INSERT OR REPLACE INTO jobs (id, owner, spec, slot, claimed, state, reason, exit_code, planned_start, started, ended, idem)
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT OR REPLACE INTO jobs (id, owner, spec, slot, claimed, state, reason, exit_code, planned_start, started, ended, idem, backend_id)
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         )
         .bind(j.id as i64)
         .bind(&j.owner)
@@ -157,6 +175,7 @@ impl Store {
         .bind(j.started.map(|t| t.0))
         .bind(j.ended.map(|t| t.0))
         .bind(&j.key)
+        .bind(j.backend_id.map(|b| b as i64))
         .execute(&self.pool)
         .await?;
         Ok(())
@@ -199,7 +218,7 @@ impl Store {
     /// Every job record, by id.
     pub async fn jobs(&self) -> Result<Vec<JobRecord>, StoreError> {
         let rows = sqlx::query(
-            "SELECT id, owner, spec, slot, claimed, state, reason, exit_code, planned_start, started, ended, idem FROM jobs ORDER BY id",
+            "SELECT id, owner, spec, slot, claimed, state, reason, exit_code, planned_start, started, ended, idem, backend_id FROM jobs ORDER BY id",
         )
         .fetch_all(&self.pool)
         .await?;
@@ -222,6 +241,7 @@ impl Store {
                     started: r.get::<Option<i64>, _>("started").map(Time),
                     ended: r.get::<Option<i64>, _>("ended").map(Time),
                     key: r.get("idem"),
+                    backend_id: r.get::<Option<i64>, _>("backend_id").map(|b| b as u64),
                 })
             })
             .collect()

@@ -1,0 +1,281 @@
+//! Running one job on Slurm: the job is written as a batch script (Brokk's
+//! Slurm writer) and given to `sbatch` with the options only the agent knows
+//! (job name, working directory, reservation, partition); the queue readings
+//! then follow it to its end, which comes from the completion log or
+//! `scontrol show job`. Until slurmctld answers, submission and cancellation
+//! are retried; nothing is lost while it is down.
+
+use std::path::Path;
+use std::time::Duration as StdDuration;
+
+use brokk_jdl::Format;
+use brokk_model::Job;
+use tokio::sync::watch;
+
+use super::cli::{JobEnd, SlurmError};
+use super::{is_final, Slurm};
+use crate::agent::{Agent, Launch};
+use crate::runner::{plain_name, wait_cancel, End};
+
+/// Readings a submitted job may be missing from the queue before the agent
+/// asks slurmctld about it directly.
+const MISSING_READINGS: u32 = 3;
+
+/// Writes the batch script for `job` into the sandbox and returns the
+/// `sbatch` options that go with it.
+async fn prepare(slurm: &Slurm, launch: &Launch, sandbox: &Path) -> Result<(std::path::PathBuf, Vec<String>), String> {
+    let mut job: Job = launch.job.clone();
+    // What the agent decides itself is given as options, not taken from the
+    // description: the site's reservation id and begin/deadline are Brokk's.
+    job.reservation = None;
+    job.earliest_start = None;
+    job.deadline = None;
+    job.name = None;
+    if slurm.config.partition.is_some() {
+        job.queue = None;
+    }
+    let dir = match &job.working_directory {
+        Some(d) if Path::new(d).is_absolute() => d.clone(),
+        _ => sandbox.display().to_string(),
+    };
+    job.working_directory = None;
+    if let (None, Some(exe)) = (&job.script, &job.executable) {
+        // A program staged into the sandbox runs from there.
+        let staged = sandbox.join(plain_name(exe));
+        if !exe.contains('/') && staged.exists() {
+            make_executable(&staged)
+                .await
+                .map_err(|e| format!("{}: {e}", staged.display()))?;
+            job.executable = Some(format!("./{}", plain_name(exe)));
+        }
+    }
+    let written = brokk_jdl::write(Format::Slurm, std::slice::from_ref(&job)).map_err(|e| e.to_string())?;
+    let path = sandbox.join("brokk-job.sbatch");
+    tokio::fs::write(&path, written.text)
+        .await
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut options = vec![
+        format!("--job-name={}", slurm.job_name(launch.id)),
+        format!("--chdir={dir}"),
+    ];
+    if job.stdout.is_none() {
+        options.push("--output=/dev/null".into());
+    }
+    if job.stderr.is_none() && job.stdout.is_none() {
+        options.push("--error=/dev/null".into());
+    }
+    if let Some(r) = launch.claimed {
+        options.push(format!("--reservation={}", slurm.reservation_name(r.0)));
+    }
+    if let Some(p) = &slurm.config.partition {
+        options.push(format!("--partition={p}"));
+    }
+    if job.wall_time.is_none() {
+        options.push(format!("--time={}", time_limit(launch.wall)));
+    }
+    if job.cpus.is_none() {
+        options.push("--ntasks=1".into());
+    }
+    Ok((path, options))
+}
+
+/// Seconds as Slurm's `minutes:seconds` time limit.
+fn time_limit(seconds: i64) -> String {
+    let s = seconds.max(1);
+    format!("{}:{:02}", s / 60, s % 60)
+}
+
+async fn make_executable(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let mut perm = tokio::fs::metadata(path).await?.permissions();
+    perm.set_mode(perm.mode() | 0o755);
+    tokio::fs::set_permissions(path, perm).await
+}
+
+/// How Slurm's final record ends the job for Brokk.
+fn outcome(end: &JobEnd, cancelled: bool, wall: i64) -> End {
+    match end.state.as_str() {
+        _ if cancelled => End::Cancelled,
+        "COMPLETED" | "FAILED" => End::Exited(end.exit_code.unwrap_or(-1)),
+        "TIMEOUT" => End::Failed(format!(
+            "wall time of {wall} s exceeded; Slurm ended job {} (TIMEOUT)",
+            end.id
+        )),
+        "CANCELLED" => End::Failed(format!("Slurm job {} was cancelled outside Brokk", end.id)),
+        other => End::Failed(format!(
+            "Slurm job {} ended {other}{}",
+            end.id,
+            if end.reason.is_empty() || end.reason == "None" {
+                String::new()
+            } else {
+                format!(" ({})", end.reason)
+            }
+        )),
+    }
+}
+
+/// Waits one poll interval or until cancelled; false when cancelled.
+async fn pause(slurm: &Slurm, cancel: &mut watch::Receiver<bool>) -> bool {
+    tokio::select! {
+        _ = tokio::time::sleep(StdDuration::from_millis(slurm.config.poll_ms)) => true,
+        _ = wait_cancel(cancel) => false,
+    }
+}
+
+/// Submits (or finds again, after a restart) and follows the job to its end.
+pub(crate) async fn execute(agent: &Agent, slurm: &Slurm, mut launch: Launch, sandbox: &Path) -> End {
+    let mut readings = slurm.subscribe();
+    let mut slurm_id = launch.backend_id;
+    if slurm_id.is_none() && launch.resumed {
+        // The agent may have stopped between sbatch and its record.
+        match slurm.cli.jobs_named(&slurm.job_name(launch.id)).await {
+            Ok(rows) => slurm_id = rows.iter().filter_map(|r| r.id.parse().ok()).max(),
+            Err(e) => slurm.note(&e),
+        }
+    }
+    let slurm_id = match slurm_id {
+        Some(id) => id,
+        None => {
+            let (script, options) = match prepare(slurm, &launch, sandbox).await {
+                Ok(p) => p,
+                Err(e) => return End::Failed(format!("writing the batch script: {e}")),
+            };
+            loop {
+                if *launch.controls.cancel.borrow() {
+                    return End::Cancelled;
+                }
+                match slurm.cli.sbatch(&script, &options).await {
+                    Ok(id) => break id,
+                    Err(SlurmError::Refused(m)) => return End::Failed(format!("sbatch refused the job: {m}")),
+                    Err(e) => {
+                        slurm.note(&e);
+                        tracing::warn!(job = launch.id, "sbatch: {e}; retrying");
+                        if !pause(slurm, &mut launch.controls.cancel).await {
+                            return End::Cancelled;
+                        }
+                    }
+                }
+            }
+        }
+    };
+    if let Err(e) = agent.record_submitted(launch.id, slurm_id).await {
+        tracing::error!(job = launch.id, "recording Slurm job {slurm_id}: {e}");
+    }
+    follow(agent, slurm, &mut launch, slurm_id, &mut readings).await
+}
+
+async fn follow(
+    agent: &Agent,
+    slurm: &Slurm,
+    launch: &mut Launch,
+    slurm_id: u64,
+    readings: &mut watch::Receiver<std::sync::Arc<super::Snapshot>>,
+) -> End {
+    let wall = launch.wall;
+    let mut cancelled = false;
+    let mut cancel_sent = false;
+    let mut running = launch.started;
+    let mut missing = 0u32;
+    let mut final_seen = 0u32;
+    let first = readings.borrow().reading;
+    loop {
+        if cancelled && !cancel_sent {
+            match slurm.cli.cancel(slurm_id).await {
+                Ok(()) => cancel_sent = true,
+                Err(SlurmError::Refused(m)) => {
+                    tracing::warn!(job = launch.id, "scancel {slurm_id}: {m}");
+                    cancel_sent = true;
+                }
+                Err(e) => slurm.note(&e),
+            }
+        }
+        if let Some(end) = slurm.take_ended(slurm_id) {
+            return outcome(&end, cancelled, wall);
+        }
+        let snap = readings.borrow_and_update().clone();
+        if snap.reading > first {
+            match snap.jobs.get(&slurm_id) {
+                Some(row) => {
+                    missing = 0;
+                    if !running && row.state != "PENDING" {
+                        if let Some(start) = row.start {
+                            running = true;
+                            if let Err(e) = agent.mark_running(launch.id, start).await {
+                                tracing::error!(job = launch.id, "recording the start: {e}");
+                            }
+                        }
+                    }
+                    if is_final(&row.state) {
+                        final_seen += 1;
+                    }
+                }
+                None => missing += 1,
+            }
+        }
+        // Ended in the queue but not (yet) in a completion log, or gone from
+        // the queue: ask slurmctld for the job's record.
+        if final_seen > 1 || missing >= MISSING_READINGS {
+            match slurm.cli.show_job(slurm_id).await {
+                Ok(Some(end)) if is_final(&end.state) => return outcome(&end, cancelled, wall),
+                Ok(Some(_)) => {
+                    final_seen = 0;
+                    missing = 0;
+                }
+                Ok(None) => {
+                    if let Some(end) = slurm.take_ended(slurm_id) {
+                        return outcome(&end, cancelled, wall);
+                    }
+                    if cancelled {
+                        return End::Cancelled;
+                    }
+                    return End::Failed(format!("Slurm has no record of job {slurm_id}"));
+                }
+                Err(e) => slurm.note(&e),
+            }
+        }
+        tokio::select! {
+            r = readings.changed() => {
+                if r.is_err() {
+                    return End::Failed("the Slurm poller stopped".into());
+                }
+            }
+            _ = wait_cancel(&mut launch.controls.cancel), if !cancelled => cancelled = true,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn time_limits_are_minutes_and_seconds() {
+        assert_eq!(time_limit(90), "1:30");
+        assert_eq!(time_limit(3600), "60:00");
+        assert_eq!(time_limit(0), "0:01");
+    }
+
+    #[test]
+    fn final_states_map_to_brokk_ends() {
+        let end = |state: &str, code| JobEnd {
+            id: 7,
+            name: "brokk-a-1".into(),
+            state: state.into(),
+            exit_code: code,
+            start: None,
+            end: None,
+            reason: "None".into(),
+        };
+        assert!(matches!(outcome(&end("COMPLETED", Some(0)), false, 60), End::Exited(0)));
+        assert!(matches!(outcome(&end("FAILED", Some(3)), false, 60), End::Exited(3)));
+        assert!(matches!(outcome(&end("CANCELLED", None), true, 60), End::Cancelled));
+        match outcome(&end("TIMEOUT", None), false, 60) {
+            End::Failed(m) => assert!(m.contains("wall time of 60 s"), "{m}"),
+            _ => panic!("TIMEOUT must fail the job"),
+        }
+        match outcome(&end("NODE_FAIL", None), false, 60) {
+            End::Failed(m) => assert_eq!(m, "Slurm job 7 ended NODE_FAIL"),
+            _ => panic!("NODE_FAIL must fail the job"),
+        }
+    }
+}

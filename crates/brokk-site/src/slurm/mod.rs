@@ -1,0 +1,361 @@
+//! The Slurm backend: the agent fronts a Slurm cluster. Jobs become batch
+//! scripts given to `sbatch`; Brokk's reservations become core-based Slurm
+//! reservations made with `scontrol`; a poller reads the queue, the
+//! reservations, the completion log and the nodes, keeps the agent's planner
+//! mirroring what occupies the cluster that Brokk did not put there, and
+//! marks the site unavailable while slurmctld does not answer.
+
+pub mod cli;
+pub mod exec;
+
+use std::collections::HashMap;
+use std::io::{Read, Seek, SeekFrom};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration as StdDuration;
+
+use brokk_model::Time;
+use brokk_proto::wire::{ClusterView, NodeView};
+use tokio::sync::watch;
+
+use crate::agent::{now, Agent};
+use crate::config::SlurmConfig;
+use cli::{JobEnd, NodeRow, QueueRow, ResRow, SlurmCli, SlurmError};
+
+/// What occupies the cluster without Brokk having put it there: a running
+/// job (until its time limit) or a reservation someone else made.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Occupant {
+    /// `job:ID` or `res:NAME`.
+    pub key: String,
+    /// From.
+    pub start: Time,
+    /// Until.
+    pub end: Time,
+    /// CPUs.
+    pub cpus: u32,
+}
+
+/// One reading of the queue: Brokk's own jobs by Slurm id.
+#[derive(Debug, Default)]
+pub struct Snapshot {
+    /// Brokk's jobs slurmctld lists, by Slurm job id.
+    pub jobs: HashMap<u64, QueueRow>,
+    /// Counts readings, so a runner can tell a new one from the last.
+    pub reading: u64,
+}
+
+/// The backend's shared state.
+#[derive(Debug)]
+pub struct Slurm {
+    /// The cluster's tools.
+    pub cli: SlurmCli,
+    /// The settings.
+    pub config: SlurmConfig,
+    /// The Slurm user jobs and reservations are for.
+    pub user: String,
+    /// Names of Brokk's jobs and reservations on this cluster start with it.
+    prefix: String,
+    available: AtomicBool,
+    why: Mutex<Option<String>>,
+    snapshot: watch::Sender<Arc<Snapshot>>,
+    /// Final records read from the completion log, until their runner takes them.
+    ended: Mutex<HashMap<u64, (JobEnd, u64)>>,
+    completion_log: Option<PathBuf>,
+    log_offset: AtomicU64,
+    cluster: Mutex<ClusterView>,
+}
+
+/// Job states after which Slurm runs nothing more of the job.
+pub fn is_final(state: &str) -> bool {
+    matches!(
+        state,
+        "COMPLETED"
+            | "FAILED"
+            | "CANCELLED"
+            | "TIMEOUT"
+            | "NODE_FAIL"
+            | "BOOT_FAIL"
+            | "OUT_OF_MEMORY"
+            | "DEADLINE"
+            | "PREEMPTED"
+            | "SPECIAL_EXIT"
+            | "REVOKED"
+    )
+}
+
+/// Job states in which a job holds CPUs.
+fn holds_cpus(state: &str) -> bool {
+    matches!(
+        state,
+        "RUNNING" | "COMPLETING" | "CONFIGURING" | "SUSPENDED" | "STAGE_OUT" | "SIGNALING"
+    )
+}
+
+impl Slurm {
+    /// The backend for `site` as configured; reads the cluster's nodes once so
+    /// the agent knows its size (an error when slurmctld does not answer).
+    pub async fn connect(site: &str, config: SlurmConfig) -> Result<(Slurm, u32), SlurmError> {
+        let cli = SlurmCli::new(config.conf.clone(), config.bin_dir.clone());
+        let conf_text = std::fs::read_to_string(&config.conf)
+            .map_err(|e| SlurmError::Refused(format!("{}: {e}", config.conf.display())))?;
+        let user = match &config.user {
+            Some(u) => u.clone(),
+            None => nix::unistd::User::from_uid(nix::unistd::getuid())
+                .ok()
+                .flatten()
+                .map_or_else(|| "root".to_string(), |u| u.name),
+        };
+        let slurm = Slurm {
+            cli,
+            user,
+            prefix: format!("brokk-{site}-"),
+            available: AtomicBool::new(false),
+            why: Mutex::new(Some("not read yet".into())),
+            snapshot: watch::channel(Arc::new(Snapshot::default())).0,
+            ended: Mutex::new(HashMap::new()),
+            completion_log: cli::completion_log(&conf_text),
+            log_offset: AtomicU64::new(0),
+            cluster: Mutex::new(ClusterView {
+                manager: "slurm".into(),
+                partitions: Vec::new(),
+                nodes: Vec::new(),
+                cpus: 0,
+                cpus_allocated: 0,
+                running_jobs: 0,
+                pending_jobs: 0,
+                reservations: 0,
+            }),
+            config,
+        };
+        let nodes = slurm.read_nodes().await?;
+        let cpus = nodes.iter().map(|n| n.cpus).sum();
+        Ok((slurm, cpus))
+    }
+
+    /// The Slurm name of Brokk job `id`.
+    pub fn job_name(&self, id: u64) -> String {
+        format!("{}{id}", self.prefix)
+    }
+
+    /// The Slurm name of Brokk reservation `id`.
+    pub fn reservation_name(&self, id: u64) -> String {
+        format!("{}r{id}", self.prefix)
+    }
+
+    fn own_job(&self, name: &str) -> bool {
+        name.strip_prefix(&self.prefix)
+            .is_some_and(|rest| !rest.is_empty() && rest.bytes().all(|b| b.is_ascii_digit()))
+    }
+
+    /// The Brokk reservation id of an own Slurm reservation name.
+    pub fn own_reservation(&self, name: &str) -> Option<u64> {
+        name.strip_prefix(&self.prefix)?.strip_prefix('r')?.parse().ok()
+    }
+
+    /// Whether slurmctld answered the last reading.
+    pub fn available(&self) -> bool {
+        self.available.load(Ordering::Acquire)
+    }
+
+    /// Why it did not.
+    pub fn unavailable_reason(&self) -> Option<String> {
+        self.why.lock().ok().and_then(|w| w.clone())
+    }
+
+    fn set_available(&self, ok: bool, why: Option<String>) {
+        let was = self.available.swap(ok, Ordering::AcqRel);
+        if was != ok {
+            match &why {
+                Some(w) => tracing::warn!("Slurm unavailable: {w}"),
+                None => tracing::info!("Slurm reachable"),
+            }
+        }
+        if let Ok(mut g) = self.why.lock() {
+            *g = why;
+        }
+    }
+
+    /// Notes a command's failure: an unreachable controller makes the site
+    /// unavailable until the next good reading.
+    pub fn note(&self, e: &SlurmError) {
+        if let SlurmError::Unavailable(m) = e {
+            self.set_available(false, Some(m.clone()));
+        }
+    }
+
+    /// The cluster as last read.
+    pub fn cluster(&self) -> Option<ClusterView> {
+        self.cluster.lock().ok().map(|c| c.clone())
+    }
+
+    /// Follows the queue readings.
+    pub fn subscribe(&self) -> watch::Receiver<Arc<Snapshot>> {
+        self.snapshot.subscribe()
+    }
+
+    /// Takes the completion-log record of Slurm job `id`, if one was read.
+    pub fn take_ended(&self, id: u64) -> Option<JobEnd> {
+        self.ended.lock().ok()?.remove(&id).map(|(e, _)| e)
+    }
+
+    async fn read_nodes(&self) -> Result<Vec<NodeRow>, SlurmError> {
+        let mut nodes = self.cli.nodes().await?;
+        if let Some(p) = &self.config.partition {
+            nodes.retain(|n| n.partitions.contains(p));
+        }
+        if let Ok(mut c) = self.cluster.lock() {
+            let mut parts: Vec<String> = nodes.iter().flat_map(|n| n.partitions.clone()).collect();
+            parts.sort();
+            parts.dedup();
+            c.partitions = parts;
+            c.cpus = nodes.iter().map(|n| n.cpus).sum();
+            c.cpus_allocated = nodes.iter().map(|n| n.allocated).sum();
+            c.nodes = nodes
+                .iter()
+                .map(|n| NodeView {
+                    name: n.name.clone(),
+                    state: n.state.clone(),
+                    cpus: n.cpus,
+                    cpus_allocated: n.allocated,
+                    memory_mib: n.memory_mib,
+                    partitions: n.partitions.clone(),
+                    load: n.load,
+                })
+                .collect();
+        }
+        Ok(nodes)
+    }
+
+    /// Reads the completion log's new lines and keeps Brokk's jobs' records.
+    fn read_completions(&self, reading: u64) {
+        let Some(path) = &self.completion_log else { return };
+        let Ok(mut f) = std::fs::File::open(path) else { return };
+        let mut offset = self.log_offset.load(Ordering::Acquire);
+        let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+        if len < offset {
+            // Rotated: read the new file from its start.
+            offset = 0;
+        }
+        if f.seek(SeekFrom::Start(offset)).is_err() {
+            return;
+        }
+        let mut text = String::new();
+        if f.read_to_string(&mut text).is_err() {
+            return;
+        }
+        // Only whole lines: a line being written is read next time.
+        let whole = text.rfind('\n').map_or(0, |i| i + 1);
+        self.log_offset.store(offset + whole as u64, Ordering::Release);
+        let Ok(mut ended) = self.ended.lock() else { return };
+        for line in text[..whole].lines() {
+            if let Some(e) = cli::parse_job_end(line).filter(|e| self.own_job(&e.name)) {
+                ended.insert(e.id, (e, reading));
+            }
+        }
+        // Runners take their records within a reading or two; what nobody
+        // took in 10,000 readings belongs to jobs that ended long ago.
+        ended.retain(|_, (_, at)| reading.saturating_sub(*at) < 10_000);
+    }
+
+    /// One reading: the queue and reservations (which decide availability),
+    /// then the completion log; the planner's mirror is brought up to date.
+    async fn read(&self, agent: &Agent, reading: u64, with_nodes: bool) -> Result<(), SlurmError> {
+        let rows = self.cli.queue().await?;
+        let reservations = self.cli.reservations().await?;
+        self.read_completions(reading);
+        if with_nodes {
+            self.read_nodes().await?;
+        }
+        let t = now();
+        let horizon = Time(t.0 + agent.config().horizon_days * 86_400);
+        let mut occupants = Vec::new();
+        let mut jobs = HashMap::new();
+        let (mut running, mut pending) = (0, 0);
+        for row in rows {
+            if holds_cpus(&row.state) {
+                running += 1;
+            } else if row.state == "PENDING" {
+                pending += 1;
+            }
+            if self.own_job(&row.name) {
+                if let Ok(id) = row.id.parse::<u64>() {
+                    jobs.insert(id, row);
+                }
+                continue;
+            }
+            // A foreign job in a reservation is covered by that reservation.
+            if holds_cpus(&row.state) && row.reservation.is_none() {
+                occupants.push(Occupant {
+                    key: format!("job:{}", row.id),
+                    start: row.start.unwrap_or(t).min(t),
+                    end: row.end.filter(|e| *e > t).unwrap_or(horizon),
+                    cpus: row.cpus,
+                });
+            }
+        }
+        let mut own = Vec::new();
+        for r in &reservations {
+            match self.own_reservation(&r.name) {
+                Some(id) => own.push((id, r.clone())),
+                None => {
+                    if let (Some(start), Some(end)) = (r.start, r.end) {
+                        if end > t && r.cpus > 0 {
+                            occupants.push(Occupant {
+                                key: format!("res:{}", r.name),
+                                start,
+                                end,
+                                cpus: r.cpus,
+                            });
+                        }
+                    }
+                }
+            }
+        }
+        if let Ok(mut c) = self.cluster.lock() {
+            c.running_jobs = running;
+            c.pending_jobs = pending;
+            c.reservations = reservations.len() as u32;
+        }
+        self.set_available(true, None);
+        agent.mirror(occupants).await;
+        self.tidy_reservations(agent, own).await;
+        self.snapshot.send_replace(Arc::new(Snapshot { jobs, reading }));
+        Ok(())
+    }
+
+    /// Deletes Slurm reservations named as Brokk's that the agent no longer
+    /// holds (left by a crash between `scontrol` and the database, or by a
+    /// delete that failed while slurmctld was down).
+    async fn tidy_reservations(&self, agent: &Agent, own: Vec<(u64, ResRow)>) {
+        for (id, r) in own {
+            if !agent.holds_reservation(id).await {
+                match self.cli.delete_reservation(&r.name).await {
+                    Ok(()) => {
+                        tracing::info!(reservation = %r.name, "deleted a Slurm reservation Brokk no longer holds")
+                    }
+                    Err(e) => tracing::warn!(reservation = %r.name, "deleting a stale reservation: {e}"),
+                }
+            }
+        }
+    }
+
+    /// Reads the cluster every `poll_ms` until the process ends.
+    pub async fn poll(self: Arc<Self>, agent: Agent) {
+        let every = StdDuration::from_millis(self.config.poll_ms);
+        let mut reading = 0u64;
+        loop {
+            reading += 1;
+            // Nodes change slowly: every eighth reading.
+            let with_nodes = reading % 8 == 1;
+            if let Err(e) = self.read(&agent, reading, with_nodes).await {
+                match &e {
+                    SlurmError::Unavailable(_) => self.note(&e),
+                    SlurmError::Refused(m) => tracing::warn!("reading the Slurm queue: {m}"),
+                }
+            }
+            tokio::time::sleep(every).await;
+        }
+    }
+}
