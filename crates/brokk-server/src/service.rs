@@ -646,10 +646,13 @@ impl Service {
                 };
                 self.db.update(&v, Some((now(), Some(detail)))).await?;
             }
-            Err(brokk_broker::submit::SubmitError::NoSite { excluded, failed })
-                if excluded.is_empty() && !failed.is_empty() =>
+            Err(brokk_broker::submit::SubmitError::NoSite { failed, .. })
+                if failed
+                    .iter()
+                    .any(|(_, e)| matches!(e, brokk_broker::SiteError::Unavailable(_))) =>
             {
-                // Every site failed to answer: keep the job for the next round.
+                // A site that did not answer may be the one able to run it:
+                // keep the job for the next round.
                 self.counters
                     .site_errors
                     .fetch_add(failed.len() as u64, Ordering::Relaxed);

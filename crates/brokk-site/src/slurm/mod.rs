@@ -130,6 +130,7 @@ impl Slurm {
             config,
         };
         let nodes = slurm.read_nodes().await?;
+        slurm.set_available(true, None);
         let cpus = nodes.iter().map(|n| n.cpus).sum();
         Ok((slurm, cpus))
     }

@@ -1,0 +1,382 @@
+//! Brokk in front of real Slurm clusters: the two local clusters that
+//! `scripts/slurm-testbed.sh` starts (two nodes of 8 CPUs each), named by the
+//! directory in `BROKK_TEST_SLURM` (`DIR/c1/slurm.conf`, `DIR/c2/slurm.conf`).
+//! Without that variable these tests say so and pass; the test script always
+//! sets it. The clusters are shared, so the tests take turns.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use brokk_broker::Site;
+use brokk_model::Time;
+use brokk_planner::{Change, Reply, Request, ReservationId};
+
+mod common;
+
+static CLUSTERS: Mutex<()> = Mutex::new(());
+
+/// The testbed directory, or `None` (with a note) when there is none.
+fn testbed() -> Option<PathBuf> {
+    match std::env::var_os("BROKK_TEST_SLURM") {
+        Some(d) => Some(PathBuf::from(d)),
+        None => {
+            eprintln!("BROKK_TEST_SLURM is not set: skipping (scripts/test.sh starts the Slurm testbed)");
+            None
+        }
+    }
+}
+
+fn conf(bed: &Path, c: u32) -> PathBuf {
+    bed.join(format!("c{c}/slurm.conf"))
+}
+
+/// A Slurm command on cluster `c`, with its output.
+fn slurm(bed: &Path, c: u32, program: &str, args: &[&str]) -> String {
+    let o = Command::new(program)
+        .args(args)
+        .env("SLURM_CONF", conf(bed, c))
+        .env("TZ", "UTC")
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr)
+}
+
+/// One `scontrol show res -o` line for `name`, or `None`.
+fn slurm_reservation(bed: &Path, c: u32, name: &str) -> Option<String> {
+    slurm(bed, c, "scontrol", &["show", "res", "-o"])
+        .lines()
+        .find(|l| l.starts_with(&format!("ReservationName={name} ")))
+        .map(str::to_string)
+}
+
+fn field<'a>(line: &'a str, key: &str) -> &'a str {
+    line.split_whitespace()
+        .find_map(|w| w.strip_prefix(key).and_then(|r| r.strip_prefix('=')))
+        .unwrap_or_else(|| panic!("no {key} in {line}"))
+}
+
+fn slurm_time(s: &str) -> i64 {
+    chrono::NaiveDateTime::parse_from_str(s, "%Y-%m-%dT%H:%M:%S")
+        .unwrap()
+        .and_utc()
+        .timestamp()
+}
+
+/// A child process killed when dropped.
+struct Proc {
+    child: Child,
+    url: String,
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn spawn(dir: &Path, args: &[&str]) -> Proc {
+    let (child, url) = common::spawn_listening(
+        Command::new(env!("CARGO_BIN_EXE_brokk"))
+            .args(args)
+            .current_dir(dir)
+            .stderr(
+                std::fs::File::create(dir.join(format!("{}.log", args[0])))
+                    .map(Stdio::from)
+                    .unwrap_or(Stdio::null()),
+            )
+            .env("BROKK_LOG", "brokk_server=debug,brokk_site=debug"),
+    );
+    Proc { child, url }
+}
+
+/// `brokk serve` with one embedded Slurm-backed site per cluster, named
+/// `{prefix}1` and `{prefix}2`; the first publishes the faster benchmark, so
+/// work goes there first.
+fn serve(dir: &Path, bed: &Path, prefix: &str) -> Proc {
+    let mut config = String::from("database = \"broker.db\"\nstate_dir = \"sites\"\n[tokens]\n\"tok-ann\" = \"ann\"\n");
+    for c in [1, 2] {
+        config += &format!(
+            "[[embedded]]\nname = \"{prefix}{c}\"\nbenchmarks = [{{ name = \"specint2006\", value = {}.0 }}]\n\
+             slurm = {{ conf = \"{}\" }}\n",
+            60 / c,
+            conf(bed, c).display()
+        );
+    }
+    std::fs::write(dir.join("broker.toml"), config).unwrap();
+    spawn(dir, &["serve", "--config", "broker.toml"])
+}
+
+fn brokk(url: &str, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_brokk"))
+        .args(args)
+        .env("BROKK_SERVER", url)
+        .env("BROKK_TOKEN", "tok-ann")
+        .output()
+        .unwrap()
+}
+
+fn json(url: &str, args: &[&str]) -> serde_json::Value {
+    let o = brokk(url, args);
+    assert!(o.status.success(), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+fn wait_finished(url: &str, id: &str, within: Duration) -> serde_json::Value {
+    let t = Instant::now();
+    loop {
+        let j = json(url, &["status", id, "--json"]);
+        let s = j["state"].as_str().unwrap_or("");
+        if matches!(s, "finished" | "failed" | "cancelled") || t.elapsed() > within {
+            return j;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn a_job_runs_on_slurm_and_its_output_comes_back() {
+    let Some(bed) = testbed() else { return };
+    let _turn = CLUSTERS.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = common::scratch("slurmtest", "run");
+    let svc = serve(&dir, &bed, "run");
+    // A Slurm batch script, as a user would hand it to sbatch.
+    let done = json(&svc.url, &["submit", "../../examples/quickstart/hello.sh", "--watch", "--json"]);
+    assert_eq!(done["state"], "finished", "{done}");
+    let out = brokk(&svc.url, &["output", done["id"].as_str().unwrap()]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "Hello from a Slurm batch script\n");
+    let job = dir.join("job.json");
+    std::fs::write(
+        &job,
+        r#"{"executable": "/bin/sh", "arguments": ["-c", "echo from $SLURM_JOB_NAME on $SLURM_CLUSTER_NAME; exit 3"],
+            "cpus": 4, "wall_time": 60, "stdout": "out.txt"}"#,
+    )
+    .unwrap();
+    let submitted = json(&svc.url, &["submit", job.to_str().unwrap(), "--json"]);
+    let id = submitted["id"].as_str().unwrap();
+    let done = wait_finished(&svc.url, id, Duration::from_secs(60));
+    assert_eq!(done["state"], "finished", "{done}");
+    assert_eq!(done["exit_code"], 3, "{done}");
+    let site = done["site"].as_str().unwrap();
+    let out = brokk(&svc.url, &["output", id, "out.txt"]);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    // Slurm ran it: the batch environment names the job and the cluster.
+    let c = site.trim_start_matches("run");
+    assert!(text.starts_with(&format!("from brokk-{site}-")), "{text}");
+    assert!(text.trim_end().ends_with(&format!("on brokk{c}")), "{text}");
+    // And Slurm's own record agrees about the job.
+    let job_name = text.split_whitespace().nth(1).unwrap();
+    let rows = slurm(&bed, c.parse().unwrap(), "squeue", &["-h", "--states=all", "--name", job_name, "-o", "%T|%C"]);
+    assert!(rows.contains("FAILED|4"), "squeue: {rows}");
+}
+
+#[test]
+fn reservations_on_slurm_follow_the_protocol() {
+    let Some(bed) = testbed() else { return };
+    let _turn = CLUSTERS.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = common::scratch("slurmtest", "reserve");
+    std::fs::write(
+        dir.join("site.toml"),
+        format!(
+            "name = \"resv\"\ndatabase = \"site.db\"\nworkdir = \"jobs\"\n[tokens]\n\"tok\" = \"ann\"\n\
+             [slurm]\nconf = \"{}\"\n",
+            conf(&bed, 1).display()
+        ),
+    )
+    .unwrap();
+    let agent = spawn(&dir, &["site", "--config", "site.toml"]);
+    let mut site = brokk_proto::RemoteSite::new(&agent.url, "tok");
+    let info = site.info().unwrap();
+    assert_eq!(info.total_slots, 16, "two nodes of 8 CPUs");
+    let now = brokk_proto::wall_clock().0;
+    let at = |s: i64| Time(now + s);
+    let req = |amount: u32, start: i64, duration: i64| Request {
+        amount,
+        duration: brokk_model::Duration(duration),
+        earliest: at(start),
+        latest: at(start),
+        flexible: false,
+    };
+    // Granted: a core-based Slurm reservation with exactly that shape.
+    let Reply::Granted { id, start } = site.reserve("ann", &req(10, 600, 600), None).unwrap() else {
+        panic!("10 of 16 free CPUs must be granted");
+    };
+    assert_eq!(start, at(600));
+    let name = format!("brokk-resv-r{}", id.0);
+    let line = slurm_reservation(&bed, 1, &name).expect("the grant is a Slurm reservation");
+    assert_eq!(field(&line, "CoreCnt"), "10");
+    assert_eq!(slurm_time(field(&line, "StartTime")), now + 600);
+    assert_eq!(slurm_time(field(&line, "EndTime")), now + 1200);
+    // Rejected, with the next start Slurm itself cannot give: when ours ends.
+    let reply = site.reserve("ann", &req(8, 700, 300), None).unwrap();
+    assert_eq!(reply, Reply::Rejected { next_start: Some(at(1200)) });
+    // Someone else's reservation is respected and never touched.
+    let maint_start = brokk_proto::wall_clock().0 + 1800;
+    let out = slurm(
+        &bed,
+        1,
+        "scontrol",
+        &[
+            "create",
+            "reservation",
+            "ReservationName=maint-brokk-test",
+            &format!("StartTime={}", chrono::DateTime::from_timestamp(maint_start, 0).unwrap().format("%Y-%m-%dT%H:%M:%S")),
+            "Duration=10",
+            "CoreCnt=16",
+            "Users=root",
+        ],
+    );
+    assert!(out.contains("created"), "{out}");
+    std::thread::sleep(Duration::from_secs(1));
+    let reply = site
+        .reserve("ann", &Request { earliest: Time(maint_start + 60), latest: Time(maint_start + 60), ..req(1, 0, 60) }, None)
+        .unwrap();
+    assert_eq!(reply, Reply::Rejected { next_start: Some(Time(maint_start + 600)) });
+    // Modify: the core count (Slurm remakes it) and the start (Slurm moves it).
+    site.modify("ann", id, Change { amount: Some(12), ..Change::default() }).unwrap();
+    let line = slurm_reservation(&bed, 1, &name).unwrap();
+    assert_eq!(field(&line, "CoreCnt"), "12");
+    let moved = site
+        .modify("ann", id, Change { window: Some((at(900), at(900))), ..Change::default() })
+        .unwrap();
+    assert_eq!(moved, at(900));
+    let line = slurm_reservation(&bed, 1, &name).unwrap();
+    assert_eq!(slurm_time(field(&line, "StartTime")), now + 900);
+    // A move into the maintenance window is refused and changes nothing.
+    let refused = site.modify(
+        "ann",
+        id,
+        Change { window: Some((Time(maint_start), Time(maint_start))), ..Change::default() },
+    );
+    assert!(refused.is_err(), "{refused:?}");
+    assert_eq!(slurm_reservation(&bed, 1, &name).unwrap(), line);
+    // A hold lapses, and its Slurm reservation goes with it.
+    let Reply::Granted { id: held, .. } = site.reserve("ann", &req(2, 60, 60), Some(at(2))).unwrap() else {
+        panic!("hold");
+    };
+    let held_name = format!("brokk-resv-r{}", held.0);
+    assert!(slurm_reservation(&bed, 1, &held_name).is_some());
+    std::thread::sleep(Duration::from_secs(4));
+    assert!(slurm_reservation(&bed, 1, &held_name).is_none(), "the lapsed hold is gone from Slurm");
+    // Cancel deletes it; the foreign one stays as it was.
+    site.cancel("ann", id).unwrap();
+    assert!(slurm_reservation(&bed, 1, &name).is_none());
+    let maint = slurm_reservation(&bed, 1, "maint-brokk-test").expect("never touched");
+    assert_eq!(field(&maint, "CoreCnt"), "16");
+    slurm(&bed, 1, "scontrol", &["delete", "ReservationName=maint-brokk-test"]);
+    assert!(matches!(site.cancel("ann", ReservationId(held.0)), Err(_)));
+}
+
+#[test]
+fn a_coallocation_across_two_slurm_clusters_starts_together() {
+    let Some(bed) = testbed() else { return };
+    let _turn = CLUSTERS.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = common::scratch("slurmtest", "coalloc");
+    let svc = serve(&dir, &bed, "co");
+    // 12 + 12 + 4 CPUs over two clusters of 16: the two large parts must be
+    // on different clusters.
+    let mut files = Vec::new();
+    for (k, n) in [12, 12, 4].iter().enumerate() {
+        let f = dir.join(format!("part{k}.json"));
+        std::fs::write(
+            &f,
+            format!(r#"{{"executable": "/bin/sleep", "arguments": ["2"], "cpus": {n}, "wall_time": 60}}"#),
+        )
+        .unwrap();
+        files.push(f.to_str().unwrap().to_string());
+    }
+    let mut args = vec!["coalloc", "--delta", "5", "--json"];
+    args.extend(files.iter().map(String::as_str));
+    let done = json(&svc.url, &args);
+    let ids: Vec<&str> = done["ids"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+    let sites: Vec<&str> = done["sites"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+    assert_eq!(ids.len(), 3);
+    assert_ne!(sites[0], sites[1], "{sites:?}");
+    let mut starts = Vec::new();
+    for id in &ids {
+        let j = wait_finished(&svc.url, id, Duration::from_secs(90));
+        assert_eq!(j["state"], "finished", "{j}");
+        let site = j["site"].as_str().unwrap();
+        let c: u32 = site.trim_start_matches("co").parse().unwrap();
+        let name = format!("brokk-{site}-{}", j["site_job"].as_str().unwrap());
+        // Slurm's own recorded start of the job.
+        let row = slurm(&bed, c, "squeue", &["-h", "--states=all", "--name", &name, "-o", "%S|%T|%v"]);
+        let row = row.lines().last().unwrap_or_else(|| panic!("no Slurm job {name}"));
+        let f: Vec<&str> = row.split('|').collect();
+        assert_eq!(f[1], "COMPLETED", "{row}");
+        assert!(f[2].starts_with(&format!("brokk-{site}-r")), "ran in its reservation: {row}");
+        starts.push(slurm_time(f[0]));
+    }
+    let spread = starts.iter().max().unwrap() - starts.iter().min().unwrap();
+    assert!(spread <= 5, "Slurm's starts {starts:?}");
+    eprintln!("co-allocated parts started {spread} s apart on Slurm");
+}
+
+#[test]
+fn killing_slurmctld_loses_no_accepted_job() {
+    let Some(bed) = testbed() else { return };
+    let _turn = CLUSTERS.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = common::scratch("slurmtest", "failover");
+    let svc = serve(&dir, &bed, "fo");
+    let marks = dir.join("marks");
+    // A reference benchmark makes the faster cluster 1 the first choice.
+    let prefs = dir.join("prefs.json");
+    std::fs::write(&prefs, r#"{"benchmarks": [{"name": "specint2006", "result": 20, "time": 120}]}"#).unwrap();
+    let submit = |k: u32| {
+        let f = dir.join(format!("job{k}.json"));
+        std::fs::write(
+            &f,
+            format!(
+                r#"{{"executable": "/bin/sh", "arguments": ["-c", "sleep 2; echo {k} >> {}"], "cpus": 4, "wall_time": 120}}"#,
+                marks.display()
+            ),
+        )
+        .unwrap();
+        json(&svc.url, &["submit", f.to_str().unwrap(), "--prefs", prefs.to_str().unwrap(), "--json"])["id"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let mut ids: Vec<String> = (0..10).map(submit).collect();
+    // Wait until cluster 1 runs some of them, then stop its controller.
+    let t = Instant::now();
+    while !slurm(&bed, 1, "squeue", &["-h", "-t", "RUNNING", "-o", "%j"]).contains("brokk-fo1-") {
+        assert!(t.elapsed() < Duration::from_secs(60), "nothing ran on cluster 1");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let pid = std::fs::read_to_string(bed.join("c1/run/slurmctld.pid")).unwrap();
+    assert!(Command::new("kill").arg(pid.trim()).status().unwrap().success());
+    // The site reports itself unavailable; new jobs are still accepted.
+    let t = Instant::now();
+    loop {
+        let r = json(&svc.url, &["resources", "--json"]);
+        let down = r.to_string().contains("unavailable");
+        if down {
+            break;
+        }
+        assert!(t.elapsed() < Duration::from_secs(40), "fo1 never reported unavailable: {r}");
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    ids.extend((10..16).map(submit));
+    std::thread::sleep(Duration::from_secs(3));
+    // Back up: the testbed restarts only what is down.
+    let up = Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/slurm-testbed.sh"))
+        .args(["start", "--dir"])
+        .arg(&bed)
+        .status()
+        .unwrap();
+    assert!(up.success());
+    for id in &ids {
+        let j = wait_finished(&svc.url, id, Duration::from_secs(120));
+        assert_eq!(j["state"], "finished", "{j}");
+    }
+    let mut ran: Vec<u32> = std::fs::read_to_string(&marks)
+        .unwrap()
+        .lines()
+        .map(|l| l.trim().parse().unwrap())
+        .collect();
+    ran.sort_unstable();
+    assert_eq!(ran, (0..16).collect::<Vec<_>>(), "every job ran exactly once");
+}
