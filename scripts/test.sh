@@ -19,6 +19,11 @@ else
   echo "PostgreSQL unavailable: its persistence tests are skipped"
 fi
 
+echo "== Slurm: two local clusters for the Slurm backend's tests"
+BROKK_TEST_SLURM=$(scripts/slurm-testbed.sh start --clusters 2 --nodes 2 --cpus 8)
+export BROKK_TEST_SLURM
+echo "Slurm clusters under $BROKK_TEST_SLURM"
+
 echo "== tests"
 if command -v cargo-nextest >/dev/null 2>&1; then
   cargo nextest run --locked --workspace --no-fail-fast

@@ -101,10 +101,17 @@ pub struct SlurmConfig {
     /// Milliseconds between two readings of the cluster's queue.
     #[serde(default = "default_poll_ms")]
     pub poll_ms: u64,
+    /// At most this many `sbatch` commands at once, so a burst of jobs does
+    /// not start thousands of processes against slurmctld.
+    #[serde(default = "default_submitters")]
+    pub submitters: usize,
 }
 
 fn default_poll_ms() -> u64 {
     250
+}
+fn default_submitters() -> usize {
+    8
 }
 
 fn default_listen() -> SocketAddr {
@@ -148,8 +155,10 @@ impl Config {
         if (self.capacity == 0 && self.slurm.is_none()) || self.capacity > i32::MAX as u32 {
             return Err(ConfigError::Invalid("capacity must be between 1 and 2^31 - 1".into()));
         }
-        if self.slurm.as_ref().is_some_and(|s| s.poll_ms == 0) {
-            return Err(ConfigError::Invalid("slurm.poll_ms must be positive".into()));
+        if self.slurm.as_ref().is_some_and(|s| s.poll_ms == 0 || s.submitters == 0) {
+            return Err(ConfigError::Invalid(
+                "slurm.poll_ms and slurm.submitters must be positive".into(),
+            ));
         }
         if !(1..=36_500).contains(&self.horizon_days) {
             return Err(ConfigError::Invalid("horizon_days must be between 1 and 36500".into()));

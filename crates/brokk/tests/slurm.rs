@@ -51,6 +51,21 @@ fn slurm_reservation(bed: &Path, c: u32, name: &str) -> Option<String> {
         .map(str::to_string)
 }
 
+/// Deletes cluster `c`'s reservations whose names start with `prefix`: what
+/// a test's agents left in Slurm once they are gone.
+fn drop_reservations(bed: &Path, c: u32, prefix: &str) {
+    let all = slurm(bed, c, "scontrol", &["show", "res", "-o"]);
+    for line in all.lines() {
+        if let Some(name) = line
+            .strip_prefix("ReservationName=")
+            .and_then(|r| r.split_whitespace().next())
+            .filter(|n| n.starts_with(prefix))
+        {
+            slurm(bed, c, "scontrol", &["delete", &format!("ReservationName={name}")]);
+        }
+    }
+}
+
 fn field<'a>(line: &'a str, key: &str) -> &'a str {
     line.split_whitespace()
         .find_map(|w| w.strip_prefix(key).and_then(|r| r.strip_prefix('=')))
@@ -143,10 +158,16 @@ fn a_job_runs_on_slurm_and_its_output_comes_back() {
     let dir = common::scratch("slurmtest", "run");
     let svc = serve(&dir, &bed, "run");
     // A Slurm batch script, as a user would hand it to sbatch.
-    let done = json(&svc.url, &["submit", "../../examples/quickstart/hello.sh", "--watch", "--json"]);
+    let done = json(
+        &svc.url,
+        &["submit", "../../examples/quickstart/hello.sh", "--watch", "--json"],
+    );
     assert_eq!(done["state"], "finished", "{done}");
     let out = brokk(&svc.url, &["output", done["id"].as_str().unwrap()]);
-    assert_eq!(String::from_utf8_lossy(&out.stdout), "Hello from a Slurm batch script\n");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "Hello from a Slurm batch script\n"
+    );
     let job = dir.join("job.json");
     std::fs::write(
         &job,
@@ -168,7 +189,12 @@ fn a_job_runs_on_slurm_and_its_output_comes_back() {
     assert!(text.trim_end().ends_with(&format!("on brokk{c}")), "{text}");
     // And Slurm's own record agrees about the job.
     let job_name = text.split_whitespace().nth(1).unwrap();
-    let rows = slurm(&bed, c.parse().unwrap(), "squeue", &["-h", "--states=all", "--name", job_name, "-o", "%T|%C"]);
+    let rows = slurm(
+        &bed,
+        c.parse().unwrap(),
+        "squeue",
+        &["-h", "--states=all", "--name", job_name, "-o", "%T|%C"],
+    );
     assert!(rows.contains("FAILED|4"), "squeue: {rows}");
 }
 
@@ -177,10 +203,15 @@ fn reservations_on_slurm_follow_the_protocol() {
     let Some(bed) = testbed() else { return };
     let _turn = CLUSTERS.lock().unwrap_or_else(|e| e.into_inner());
     let dir = common::scratch("slurmtest", "reserve");
+    // Left by an earlier, failed run of this test.
+    drop_reservations(&bed, 1, "maint-brokk-test");
+    drop_reservations(&bed, 1, "brokk-resv");
+    // A name of its own: reservations of an earlier run's agent are not ours.
+    let site_name = format!("resv{}", std::process::id());
     std::fs::write(
         dir.join("site.toml"),
         format!(
-            "name = \"resv\"\ndatabase = \"site.db\"\nworkdir = \"jobs\"\n[tokens]\n\"tok\" = \"ann\"\n\
+            "name = \"{site_name}\"\ndatabase = \"site.db\"\nworkdir = \"jobs\"\n[tokens]\n\"tok\" = \"ann\"\n\
              [slurm]\nconf = \"{}\"\n",
             conf(&bed, 1).display()
         ),
@@ -204,14 +235,19 @@ fn reservations_on_slurm_follow_the_protocol() {
         panic!("10 of 16 free CPUs must be granted");
     };
     assert_eq!(start, at(600));
-    let name = format!("brokk-resv-r{}", id.0);
+    let name = format!("brokk-{site_name}-r{}", id.0);
     let line = slurm_reservation(&bed, 1, &name).expect("the grant is a Slurm reservation");
     assert_eq!(field(&line, "CoreCnt"), "10");
     assert_eq!(slurm_time(field(&line, "StartTime")), now + 600);
     assert_eq!(slurm_time(field(&line, "EndTime")), now + 1200);
     // Rejected, with the next start Slurm itself cannot give: when ours ends.
     let reply = site.reserve("ann", &req(8, 700, 300), None).unwrap();
-    assert_eq!(reply, Reply::Rejected { next_start: Some(at(1200)) });
+    assert_eq!(
+        reply,
+        Reply::Rejected {
+            next_start: Some(at(1200))
+        }
+    );
     // Someone else's reservation is respected and never touched.
     let maint_start = brokk_proto::wall_clock().0 + 1800;
     let out = slurm(
@@ -222,24 +258,63 @@ fn reservations_on_slurm_follow_the_protocol() {
             "create",
             "reservation",
             "ReservationName=maint-brokk-test",
-            &format!("StartTime={}", chrono::DateTime::from_timestamp(maint_start, 0).unwrap().format("%Y-%m-%dT%H:%M:%S")),
+            &format!(
+                "StartTime={}",
+                chrono::DateTime::from_timestamp(maint_start, 0)
+                    .unwrap()
+                    .format("%Y-%m-%dT%H:%M:%S")
+            ),
             "Duration=10",
             "CoreCnt=16",
             "Users=root",
         ],
     );
     assert!(out.contains("created"), "{out}");
-    std::thread::sleep(Duration::from_secs(1));
-    let reply = site
-        .reserve("ann", &Request { earliest: Time(maint_start + 60), latest: Time(maint_start + 60), ..req(1, 0, 60) }, None)
-        .unwrap();
-    assert_eq!(reply, Reply::Rejected { next_start: Some(Time(maint_start + 600)) });
+    // Once the agent has read it (reservations are read once a second), a
+    // request inside it is rejected with the start after it.
+    let inside = Request {
+        earliest: Time(maint_start + 60),
+        latest: Time(maint_start + 60),
+        ..req(1, 0, 60)
+    };
+    let expected = Reply::Rejected {
+        next_start: Some(Time(maint_start + 600)),
+    };
+    let t = Instant::now();
+    let reply = loop {
+        let reply = site.reserve("ann", &inside, None).unwrap();
+        if reply == expected || t.elapsed() > Duration::from_secs(5) {
+            break reply;
+        }
+        // Granted before the agent read it (or refused by Slurm with the
+        // planner's guess): try again.
+        if let Reply::Granted { id, .. } = reply {
+            site.cancel("ann", id).unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_eq!(reply, expected);
     // Modify: the core count (Slurm remakes it) and the start (Slurm moves it).
-    site.modify("ann", id, Change { amount: Some(12), ..Change::default() }).unwrap();
+    site.modify(
+        "ann",
+        id,
+        Change {
+            amount: Some(12),
+            ..Change::default()
+        },
+    )
+    .unwrap();
     let line = slurm_reservation(&bed, 1, &name).unwrap();
     assert_eq!(field(&line, "CoreCnt"), "12");
     let moved = site
-        .modify("ann", id, Change { window: Some((at(900), at(900))), ..Change::default() })
+        .modify(
+            "ann",
+            id,
+            Change {
+                window: Some((at(900), at(900))),
+                ..Change::default()
+            },
+        )
         .unwrap();
     assert_eq!(moved, at(900));
     let line = slurm_reservation(&bed, 1, &name).unwrap();
@@ -248,7 +323,10 @@ fn reservations_on_slurm_follow_the_protocol() {
     let refused = site.modify(
         "ann",
         id,
-        Change { window: Some((Time(maint_start), Time(maint_start))), ..Change::default() },
+        Change {
+            window: Some((Time(maint_start), Time(maint_start))),
+            ..Change::default()
+        },
     );
     assert!(refused.is_err(), "{refused:?}");
     assert_eq!(slurm_reservation(&bed, 1, &name).unwrap(), line);
@@ -256,17 +334,20 @@ fn reservations_on_slurm_follow_the_protocol() {
     let Reply::Granted { id: held, .. } = site.reserve("ann", &req(2, 60, 60), Some(at(2))).unwrap() else {
         panic!("hold");
     };
-    let held_name = format!("brokk-resv-r{}", held.0);
+    let held_name = format!("brokk-{site_name}-r{}", held.0);
     assert!(slurm_reservation(&bed, 1, &held_name).is_some());
     std::thread::sleep(Duration::from_secs(4));
-    assert!(slurm_reservation(&bed, 1, &held_name).is_none(), "the lapsed hold is gone from Slurm");
+    assert!(
+        slurm_reservation(&bed, 1, &held_name).is_none(),
+        "the lapsed hold is gone from Slurm"
+    );
     // Cancel deletes it; the foreign one stays as it was.
     site.cancel("ann", id).unwrap();
     assert!(slurm_reservation(&bed, 1, &name).is_none());
     let maint = slurm_reservation(&bed, 1, "maint-brokk-test").expect("never touched");
     assert_eq!(field(&maint, "CoreCnt"), "16");
     slurm(&bed, 1, "scontrol", &["delete", "ReservationName=maint-brokk-test"]);
-    assert!(matches!(site.cancel("ann", ReservationId(held.0)), Err(_)));
+    assert!(site.cancel("ann", ReservationId(held.0)).is_err());
 }
 
 #[test]
@@ -290,8 +371,18 @@ fn a_coallocation_across_two_slurm_clusters_starts_together() {
     let mut args = vec!["coalloc", "--delta", "5", "--json"];
     args.extend(files.iter().map(String::as_str));
     let done = json(&svc.url, &args);
-    let ids: Vec<&str> = done["ids"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
-    let sites: Vec<&str> = done["sites"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+    let ids: Vec<&str> = done["ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    let sites: Vec<&str> = done["sites"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
     assert_eq!(ids.len(), 3);
     assert_ne!(sites[0], sites[1], "{sites:?}");
     let mut starts = Vec::new();
@@ -302,16 +393,30 @@ fn a_coallocation_across_two_slurm_clusters_starts_together() {
         let c: u32 = site.trim_start_matches("co").parse().unwrap();
         let name = format!("brokk-{site}-{}", j["site_job"].as_str().unwrap());
         // Slurm's own recorded start of the job.
-        let row = slurm(&bed, c, "squeue", &["-h", "--states=all", "--name", &name, "-o", "%S|%T|%v"]);
+        let row = slurm(
+            &bed,
+            c,
+            "squeue",
+            &["-h", "--states=all", "--name", &name, "-o", "%S|%T|%v"],
+        );
         let row = row.lines().last().unwrap_or_else(|| panic!("no Slurm job {name}"));
         let f: Vec<&str> = row.split('|').collect();
         assert_eq!(f[1], "COMPLETED", "{row}");
-        assert!(f[2].starts_with(&format!("brokk-{site}-r")), "ran in its reservation: {row}");
+        assert!(
+            f[2].starts_with(&format!("brokk-{site}-r")),
+            "ran in its reservation: {row}"
+        );
         starts.push(slurm_time(f[0]));
     }
     let spread = starts.iter().max().unwrap() - starts.iter().min().unwrap();
     assert!(spread <= 5, "Slurm's starts {starts:?}");
     eprintln!("co-allocated parts started {spread} s apart on Slurm");
+    // The broker keeps co-allocation reservations until their end; with the
+    // service gone, the test removes them so the next test has the clusters.
+    drop(svc);
+    for c in [1, 2] {
+        drop_reservations(&bed, c, "brokk-co");
+    }
 }
 
 #[test]
@@ -323,7 +428,11 @@ fn killing_slurmctld_loses_no_accepted_job() {
     let marks = dir.join("marks");
     // A reference benchmark makes the faster cluster 1 the first choice.
     let prefs = dir.join("prefs.json");
-    std::fs::write(&prefs, r#"{"benchmarks": [{"name": "specint2006", "result": 20, "time": 120}]}"#).unwrap();
+    std::fs::write(
+        &prefs,
+        r#"{"benchmarks": [{"name": "specint2006", "result": 20, "time": 120}]}"#,
+    )
+    .unwrap();
     let submit = |k: u32| {
         let f = dir.join(format!("job{k}.json"));
         std::fs::write(
@@ -334,7 +443,16 @@ fn killing_slurmctld_loses_no_accepted_job() {
             ),
         )
         .unwrap();
-        json(&svc.url, &["submit", f.to_str().unwrap(), "--prefs", prefs.to_str().unwrap(), "--json"])["id"]
+        json(
+            &svc.url,
+            &[
+                "submit",
+                f.to_str().unwrap(),
+                "--prefs",
+                prefs.to_str().unwrap(),
+                "--json",
+            ],
+        )["id"]
             .as_str()
             .unwrap()
             .to_string()
@@ -356,7 +474,10 @@ fn killing_slurmctld_loses_no_accepted_job() {
         if down {
             break;
         }
-        assert!(t.elapsed() < Duration::from_secs(40), "fo1 never reported unavailable: {r}");
+        assert!(
+            t.elapsed() < Duration::from_secs(40),
+            "fo1 never reported unavailable: {r}"
+        );
         std::thread::sleep(Duration::from_millis(300));
     }
     ids.extend((10..16).map(submit));

@@ -329,9 +329,11 @@ impl SlurmCli {
             .map_err(|_| SlurmError::Refused(format!("sbatch printed `{}`, not a job id", out.trim())))
     }
 
-    /// Every job slurmctld holds, finished ones included while it keeps them.
+    /// Every job not yet ended (pending, running, suspended, completing);
+    /// ended ones come from the completion log or [`SlurmCli::show_job`], so
+    /// slurmctld does not pack every finished job it still keeps each time.
     pub async fn queue(&self) -> Result<Vec<QueueRow>, SlurmError> {
-        let args = ["-h", "--states=all", "-o", QUEUE_FORMAT].map(String::from);
+        let args = ["-h", "-o", QUEUE_FORMAT].map(String::from);
         Ok(parse_queue(&self.run("squeue", &args).await?))
     }
 

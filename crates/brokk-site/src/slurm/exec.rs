@@ -144,7 +144,11 @@ pub(crate) async fn execute(agent: &Agent, slurm: &Slurm, mut launch: Launch, sa
                 if *launch.controls.cancel.borrow() {
                     return End::Cancelled;
                 }
-                match slurm.cli.sbatch(&script, &options).await {
+                let submitted = match slurm.submitters.acquire().await {
+                    Ok(_slot) => slurm.cli.sbatch(&script, &options).await,
+                    Err(_) => Err(SlurmError::Unavailable("the agent is stopping".into())),
+                };
+                match submitted {
                     Ok(id) => break id,
                     Err(SlurmError::Refused(m)) => return End::Failed(format!("sbatch refused the job: {m}")),
                     Err(e) => {

@@ -65,6 +65,10 @@ pub struct Slurm {
     completion_log: Option<PathBuf>,
     log_offset: AtomicU64,
     cluster: Mutex<ClusterView>,
+    /// Reservations Brokk did not make, as last read.
+    foreign_reservations: Mutex<Vec<Occupant>>,
+    /// Bounds the `sbatch` commands running at once.
+    pub submitters: tokio::sync::Semaphore,
 }
 
 /// Job states after which Slurm runs nothing more of the job.
@@ -117,6 +121,8 @@ impl Slurm {
             ended: Mutex::new(HashMap::new()),
             completion_log: cli::completion_log(&conf_text),
             log_offset: AtomicU64::new(0),
+            foreign_reservations: Mutex::new(Vec::new()),
+            submitters: tokio::sync::Semaphore::new(config.submitters),
             cluster: Mutex::new(ClusterView {
                 manager: "slurm".into(),
                 partitions: Vec::new(),
@@ -262,11 +268,16 @@ impl Slurm {
 
     /// One reading: the queue and reservations (which decide availability),
     /// then the completion log; the planner's mirror is brought up to date.
-    async fn read(&self, agent: &Agent, reading: u64, with_nodes: bool) -> Result<(), SlurmError> {
+    async fn read(&self, agent: &Agent, reading: u64) -> Result<(), SlurmError> {
         let rows = self.cli.queue().await?;
-        let reservations = self.cli.reservations().await?;
         self.read_completions(reading);
-        if with_nodes {
+        // Reservations and nodes change far less often than jobs: every
+        // fourth and eighth reading, which keeps the load on slurmctld low.
+        let reservations = match reading % 4 == 1 {
+            true => Some(self.cli.reservations().await?),
+            false => None,
+        };
+        if reading % 8 == 1 {
             self.read_nodes().await?;
         }
         let t = now();
@@ -297,27 +308,39 @@ impl Slurm {
             }
         }
         let mut own = Vec::new();
-        for r in &reservations {
-            match self.own_reservation(&r.name) {
-                Some(id) => own.push((id, r.clone())),
-                None => {
-                    if let (Some(start), Some(end)) = (r.start, r.end) {
-                        if end > t && r.cpus > 0 {
-                            occupants.push(Occupant {
-                                key: format!("res:{}", r.name),
-                                start,
-                                end,
-                                cpus: r.cpus,
-                            });
+        if let Some(reservations) = &reservations {
+            let mut foreign = Vec::new();
+            for r in reservations {
+                match self.own_reservation(&r.name) {
+                    Some(id) => own.push((id, r.clone())),
+                    None => {
+                        if let (Some(start), Some(end)) = (r.start, r.end) {
+                            if r.cpus > 0 {
+                                foreign.push(Occupant {
+                                    key: format!("res:{}", r.name),
+                                    start,
+                                    end,
+                                    cpus: r.cpus,
+                                });
+                            }
                         }
                     }
                 }
             }
+            if let Ok(mut last) = self.foreign_reservations.lock() {
+                *last = foreign;
+            }
+        }
+        // Between readings of the reservations, the last reading stands.
+        if let Ok(last) = self.foreign_reservations.lock() {
+            occupants.extend(last.iter().filter(|o| o.end > t).cloned());
         }
         if let Ok(mut c) = self.cluster.lock() {
             c.running_jobs = running;
             c.pending_jobs = pending;
-            c.reservations = reservations.len() as u32;
+            if let Some(r) = &reservations {
+                c.reservations = r.len() as u32;
+            }
         }
         self.set_available(true, None);
         agent.mirror(occupants).await;
@@ -348,9 +371,7 @@ impl Slurm {
         let mut reading = 0u64;
         loop {
             reading += 1;
-            // Nodes change slowly: every eighth reading.
-            let with_nodes = reading % 8 == 1;
-            if let Err(e) = self.read(&agent, reading, with_nodes).await {
+            if let Err(e) = self.read(&agent, reading).await {
                 match &e {
                     SlurmError::Unavailable(_) => self.note(&e),
                     SlurmError::Refused(m) => tracing::warn!("reading the Slurm queue: {m}"),

@@ -1,7 +1,10 @@
 //! `brokk bench site`: a local agent over loopback: reservation operations per
 //! second (async clients), and trivial jobs (`/bin/true`) per second run to
 //! completion (submitted through `RemoteSite`, the client the broker uses),
-//! with request latency percentiles.
+//! with request latency percentiles. With `--slurm-conf`, the agent fronts
+//! that Slurm cluster instead, and the same jobs are also given to `sbatch`
+//! directly in the same run: the ratio of the two rates is what Brokk costs on
+//! top of the resource manager.
 
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -33,6 +36,16 @@ pub struct SiteArgs {
     /// Print one JSON object.
     #[arg(long)]
     json: bool,
+    /// Front this Slurm cluster (its `slurm.conf`) and compare with plain `sbatch`.
+    #[arg(long)]
+    slurm_conf: Option<std::path::PathBuf>,
+    /// With `--slurm-conf`: rounds of each, in the order plain, Brokk, Brokk,
+    /// plain, ... so neither side always runs on the busier controller.
+    #[arg(long, default_value_t = 2)]
+    rounds: usize,
+    /// With `--slurm-conf`: the agent's `slurm.poll_ms` (how often it reads the queue).
+    #[arg(long, default_value_t = 250)]
+    slurm_poll_ms: u64,
 }
 
 #[derive(Serialize)]
@@ -44,6 +57,25 @@ struct SiteFigures {
     submit_p50_ms: f64,
     submit_p99_ms: f64,
     reservation_ops: usize,
+    jobs: usize,
+    concurrency: usize,
+}
+
+/// The figures of `brokk bench site --slurm-conf`.
+#[derive(Serialize)]
+struct SlurmFigures {
+    /// Jobs per second through a Slurm-backed agent (mean over rounds).
+    jobs_per_s: f64,
+    /// Jobs per second through plain `sbatch` (mean over rounds).
+    sbatch_jobs_per_s: f64,
+    /// `jobs_per_s / sbatch_jobs_per_s`.
+    slurm_ratio: f64,
+    /// Each round's Brokk figure.
+    brokk_rounds: Vec<f64>,
+    /// Each round's plain figure.
+    sbatch_rounds: Vec<f64>,
+    submit_p50_ms: f64,
+    submit_p99_ms: f64,
     jobs: usize,
     concurrency: usize,
 }
@@ -138,8 +170,11 @@ pub fn run(a: SiteArgs) -> Result<ExitCode> {
     let dir = std::env::temp_dir().join(format!("brokk-bench-site-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir)?;
-    let url = start_agent(&dir).context("starting the agent")?;
     let c = a.concurrency.max(1);
+    if let Some(conf) = &a.slurm_conf {
+        return run_slurm(&a, conf, &dir, c);
+    }
+    let url = start_agent(&dir).context("starting the agent")?;
 
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let http = reqwest::Client::new();
@@ -167,17 +202,113 @@ pub fn run(a: SiteArgs) -> Result<ExitCode> {
     let res_elapsed = start.elapsed().as_secs_f64();
     lat.sort_by(f64::total_cmp);
 
+    let (submit_lat, jobs_elapsed) = run_jobs(&url, a.jobs, c)?;
+    let jobs_per_s = submit_lat.len() as f64 / jobs_elapsed;
+    let figures = SiteFigures {
+        reservation_ops_per_s: lat.len() as f64 / res_elapsed,
+        p50_ms: super::bench::percentile(&lat, 0.5),
+        p99_ms: super::bench::percentile(&lat, 0.99),
+        jobs_per_s,
+        submit_p50_ms: super::bench::percentile(&submit_lat, 0.5),
+        submit_p99_ms: super::bench::percentile(&submit_lat, 0.99),
+        reservation_ops: lat.len(),
+        jobs: submit_lat.len(),
+        concurrency: c,
+    };
+    let _ = std::fs::remove_dir_all(&dir);
+    if a.json {
+        println!("{}", serde_json::to_string(&figures)?);
+    } else {
+        println!(
+            "reservations: {:.0} ops/s (p50 {:.2} ms, p99 {:.2} ms, {} ops, {c} clients)",
+            figures.reservation_ops_per_s, figures.p50_ms, figures.p99_ms, figures.reservation_ops,
+        );
+        println!(
+            "jobs: {:.0} /bin/true jobs/s run to completion (submit p50 {:.2} ms, p99 {:.2} ms, {} jobs)",
+            figures.jobs_per_s, figures.submit_p50_ms, figures.submit_p99_ms, figures.jobs
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The same trivial jobs given straight to `sbatch` by `c` threads, run to
+/// completion (until `squeue` lists none of them): jobs per second.
+fn plain_sbatch(conf: &std::path::Path, dir: &std::path::Path, jobs: usize, c: usize) -> Result<f64> {
+    let name = format!("brokk-bench-plain-{}", std::process::id());
+    let work = dir.join("plain");
+    std::fs::create_dir_all(&work)?;
+    let script = work.join("job.sbatch");
+    std::fs::write(
+        &script,
+        "#!/bin/bash\n#SBATCH --ntasks=1\n#SBATCH --time=00:01:00\n\n/bin/true\n",
+    )?;
+    let job_name = format!("--job-name={name}");
+    let chdir = format!("--chdir={}", work.display());
+    let script = script.display().to_string();
+    let args = [
+        "--parsable",
+        job_name.as_str(),
+        chdir.as_str(),
+        "--output=/dev/null",
+        "--error=/dev/null",
+        script.as_str(),
+    ];
+    let start = Instant::now();
+    let per = jobs.div_ceil(c);
+    let submitted: usize = std::thread::scope(|scope| {
+        let threads: Vec<_> = (0..c)
+            .map(|i| {
+                let n = per.min(jobs.saturating_sub(i * per));
+                scope.spawn(move || {
+                    (0..n)
+                        .filter(|_| {
+                            std::process::Command::new("sbatch")
+                                .args(args)
+                                .env("SLURM_CONF", conf)
+                                .output()
+                                .is_ok_and(|o| o.status.success())
+                        })
+                        .count()
+                })
+            })
+            .collect();
+        threads.into_iter().map(|t| t.join().unwrap_or(0)).sum()
+    });
+    loop {
+        let out = std::process::Command::new("squeue")
+            .args(["-h", "--name", &name, "-o", "%i"])
+            .env("SLURM_CONF", conf)
+            .output()
+            .context("running squeue")?;
+        anyhow::ensure!(out.status.success(), "squeue: {}", String::from_utf8_lossy(&out.stderr));
+        if out.stdout.iter().all(u8::is_ascii_whitespace) {
+            break;
+        }
+        if start.elapsed() > StdDuration::from_secs(600) {
+            anyhow::bail!("plain sbatch jobs did not finish within 10 minutes");
+        }
+        // As often as the agent reads the queue.
+        std::thread::sleep(StdDuration::from_millis(250));
+    }
+    anyhow::ensure!(submitted == jobs, "sbatch took {submitted} of {jobs} jobs");
+    Ok(submitted as f64 / start.elapsed().as_secs_f64())
+}
+
+/// Submits `jobs` trivial jobs through `c` client threads with the broker's
+/// client and waits until the agent has nothing waiting or running: the
+/// sorted submission latencies (ms) and the seconds it all took.
+fn run_jobs(url: &str, jobs: usize, c: usize) -> Result<(Vec<f64>, f64)> {
     let job = Job {
         executable: Some("/bin/true".into()),
         wall_time: Some(Duration(60)),
         ..Job::default()
     };
     let start = Instant::now();
-    let per = a.jobs.div_ceil(c);
+    let per = jobs.div_ceil(c);
     let handles: Vec<_> = (0..c)
         .map(|i| {
-            let (url, job) = (url.clone(), job.clone());
-            let n = per.min(a.jobs.saturating_sub(i * per));
+            let (url, job) = (url.to_string(), job.clone());
+            let n = per.min(jobs.saturating_sub(i * per));
             std::thread::spawn(move || {
                 let mut site = RemoteSite::new(&url, "bench");
                 let mut lat = Vec::new();
@@ -191,10 +322,9 @@ pub fn run(a: SiteArgs) -> Result<ExitCode> {
             })
         })
         .collect();
-    let mut submit_lat: Vec<f64> = handles.into_iter().flat_map(|h| h.join().unwrap_or_default()).collect();
-    submit_lat.sort_by(f64::total_cmp);
-    // Done when the agent has nothing waiting or running.
-    let site = RemoteSite::new(&url, "bench");
+    let mut lat: Vec<f64> = handles.into_iter().flat_map(|h| h.join().unwrap_or_default()).collect();
+    lat.sort_by(f64::total_cmp);
+    let site = RemoteSite::new(url, "bench");
     loop {
         let info = site.info().context("asking the agent")?;
         if info.running_jobs == 0 && info.waiting_jobs == 0 {
@@ -203,35 +333,99 @@ pub fn run(a: SiteArgs) -> Result<ExitCode> {
         if start.elapsed() > StdDuration::from_secs(600) {
             anyhow::bail!("jobs did not finish within 10 minutes");
         }
-        std::thread::sleep(StdDuration::from_millis(5));
+        std::thread::sleep(StdDuration::from_millis(20));
     }
-    let jobs_elapsed = start.elapsed().as_secs_f64();
-    let figures = SiteFigures {
-        reservation_ops_per_s: lat.len() as f64 / res_elapsed,
-        p50_ms: super::bench::percentile(&lat, 0.5),
-        p99_ms: super::bench::percentile(&lat, 0.99),
-        jobs_per_s: submit_lat.len() as f64 / jobs_elapsed,
-        submit_p50_ms: super::bench::percentile(&submit_lat, 0.5),
-        submit_p99_ms: super::bench::percentile(&submit_lat, 0.99),
-        reservation_ops: lat.len(),
-        jobs: submit_lat.len(),
+    Ok((lat, start.elapsed().as_secs_f64()))
+}
+
+/// A `brokk site` process fronting a Slurm cluster, killed when dropped: a
+/// separate process, as in production, so that nothing of it runs while
+/// plain `sbatch` is measured.
+struct AgentProcess {
+    child: std::process::Child,
+    url: String,
+}
+
+impl Drop for AgentProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn spawn_slurm_agent(dir: &std::path::Path, conf: &std::path::Path, poll_ms: u64) -> Result<AgentProcess> {
+    use std::io::BufRead;
+    std::fs::create_dir_all(dir)?;
+    let config = dir.join("site.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "name = \"bench\"\ndatabase = \"bench.db\"\nworkdir = \"jobs\"\n[tokens]\n\"bench\" = \"bench\"\n\
+             [slurm]\nconf = \"{}\"\npoll_ms = {poll_ms}\n",
+            std::path::absolute(conf)?.display()
+        ),
+    )?;
+    let mut child = std::process::Command::new(std::env::current_exe()?)
+        .args(["site", "--config"])
+        .arg(&config)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()?;
+    let mut line = String::new();
+    if let Some(out) = child.stdout.take() {
+        std::io::BufReader::new(out).read_line(&mut line)?;
+    }
+    let Some(url) = line.trim().strip_prefix("listening on ").map(str::to_string) else {
+        let _ = child.kill();
+        anyhow::bail!("the Slurm-backed agent did not start (is slurmctld up?)");
+    };
+    Ok(AgentProcess { child, url })
+}
+
+/// `brokk bench site --slurm-conf`: the same trivial jobs through a
+/// Slurm-backed agent and through plain `sbatch`, in alternating rounds.
+fn run_slurm(a: &SiteArgs, conf: &std::path::Path, dir: &std::path::Path, c: usize) -> Result<ExitCode> {
+    let rounds = a.rounds.max(1);
+    let (mut brokk, mut plain, mut lat) = (Vec::new(), Vec::new(), Vec::new());
+    for r in 0..2 * rounds {
+        // plain, Brokk, Brokk, plain, plain, Brokk, ...
+        let brokk_turn = matches!(r % 4, 1 | 2);
+        if brokk_turn {
+            let agent = spawn_slurm_agent(&dir.join(format!("round-{r}")), conf, a.slurm_poll_ms)?;
+            let (l, secs) = run_jobs(&agent.url, a.jobs, c)?;
+            anyhow::ensure!(l.len() == a.jobs, "the agent took {} of {} jobs", l.len(), a.jobs);
+            brokk.push(a.jobs as f64 / secs);
+            lat.extend(l);
+        } else {
+            plain.push(plain_sbatch(conf, dir, a.jobs, c)?);
+        }
+    }
+    lat.sort_by(f64::total_cmp);
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
+    let figures = SlurmFigures {
+        jobs_per_s: mean(&brokk),
+        sbatch_jobs_per_s: mean(&plain),
+        slurm_ratio: mean(&brokk) / mean(&plain),
+        brokk_rounds: brokk,
+        sbatch_rounds: plain,
+        submit_p50_ms: super::bench::percentile(&lat, 0.5),
+        submit_p99_ms: super::bench::percentile(&lat, 0.99),
+        jobs: a.jobs,
         concurrency: c,
     };
-    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(dir);
     if a.json {
         println!("{}", serde_json::to_string(&figures)?);
     } else {
         println!(
-            "reservations: {:.0} ops/s (p50 {:.2} ms, p99 {:.2} ms, {} ops, {c} clients)\n\
-             jobs: {:.0} /bin/true jobs/s run to completion (submit p50 {:.2} ms, p99 {:.2} ms, {} jobs)",
-            figures.reservation_ops_per_s,
-            figures.p50_ms,
-            figures.p99_ms,
-            figures.reservation_ops,
+            "through Brokk: {:.1} /bin/true jobs/s run to completion (submit p50 {:.2} ms, p99 {:.2} ms)\n\
+             plain sbatch:  {:.1} jobs/s\nratio: {:.2} ({} jobs, {c} clients, {rounds} rounds each)",
             figures.jobs_per_s,
             figures.submit_p50_ms,
             figures.submit_p99_ms,
-            figures.jobs
+            figures.sbatch_jobs_per_s,
+            figures.slurm_ratio,
+            a.jobs
         );
     }
     Ok(ExitCode::SUCCESS)
