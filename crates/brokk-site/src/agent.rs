@@ -1049,3 +1049,80 @@ impl Agent {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn agent(name: &str, capacity: u32) -> Agent {
+        let dir = std::env::temp_dir().join(format!("brokk-agent-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let config: Config = toml::from_str(&format!(
+            "name = \"{name}\"\ncapacity = {capacity}\ndatabase = \"{}\"\nworkdir = \"{}\"\n",
+            dir.join("a.db").display(),
+            dir.join("jobs").display()
+        ))
+        .unwrap();
+        Agent::open(config).await.unwrap().0
+    }
+
+    fn one_slot_now(duration: i64) -> ReservationRequest {
+        let t = now();
+        ReservationRequest::new(
+            &Request {
+                amount: 1,
+                duration: Duration(duration),
+                earliest: t,
+                latest: t,
+                flexible: false,
+            },
+            None,
+        )
+    }
+
+    #[tokio::test]
+    async fn the_mirror_books_what_others_run_and_releases_it() {
+        let a = agent("mirror", 8).await;
+        let t = now();
+        // Someone else's job started before now and holds every CPU until t + 1000.
+        let running = Occupant {
+            key: "job:7".into(),
+            start: Time(t.0 - 100),
+            end: Time(t.0 + 1000),
+            cpus: 8,
+        };
+        a.mirror(vec![running.clone()]).await;
+        match a.reserve("ann", &one_slot_now(60)).await {
+            Err(AgentError::NotGranted(Reply::Rejected { next_start })) => {
+                assert_eq!(next_start, Some(Time(t.0 + 1000)))
+            }
+            other => panic!("expected a rejection until the job's time limit, got {other:?}"),
+        }
+        // The mirrored booking belongs to nobody who can call the API.
+        assert!(!a.holds_reservation(1).await);
+        // Gone from the queue: released.
+        a.mirror(Vec::new()).await;
+        assert!(a.reserve("ann", &one_slot_now(60)).await.is_ok());
+    }
+
+    #[tokio::test]
+    async fn the_mirror_books_only_what_fits_beside_brokks_own() {
+        let a = agent("overlap", 8).await;
+        let granted = a.reserve("ann", &one_slot_now(600)).await.unwrap();
+        let t = now();
+        // Slurm reports 8 CPUs busy where Brokk holds 1: 7 are mirrored.
+        a.mirror(vec![Occupant {
+            key: "res:maint".into(),
+            start: t,
+            end: Time(t.0 + 600),
+            cpus: 8,
+        }])
+        .await;
+        assert!(matches!(
+            a.reserve("ann", &one_slot_now(60)).await,
+            Err(AgentError::NotGranted(Reply::Rejected { .. }))
+        ));
+        a.cancel("ann", ReservationId(granted.id)).await.unwrap();
+        assert!(a.reserve("ann", &one_slot_now(60)).await.is_ok());
+    }
+}
