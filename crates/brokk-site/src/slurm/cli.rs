@@ -281,11 +281,6 @@ impl SlurmCli {
         SlurmCli { conf, bin }
     }
 
-    /// The cluster's `slurm.conf`.
-    pub fn conf(&self) -> &Path {
-        &self.conf
-    }
-
     async fn run(&self, program: &str, args: &[String]) -> Result<String, SlurmError> {
         let path = self.bin.as_ref().map_or(PathBuf::from(program), |b| b.join(program));
         let mut cmd = Command::new(&path);

@@ -180,7 +180,6 @@ async fn follow(
     let mut cancel_sent = false;
     let mut running = launch.started;
     let mut missing = 0u32;
-    let mut final_seen = 0u32;
     let first = readings.borrow().reading;
     loop {
         if cancelled && !cancel_sent {
@@ -209,22 +208,16 @@ async fn follow(
                             }
                         }
                     }
-                    if is_final(&row.state) {
-                        final_seen += 1;
-                    }
                 }
                 None => missing += 1,
             }
         }
-        // Ended in the queue but not (yet) in a completion log, or gone from
-        // the queue: ask slurmctld for the job's record.
-        if final_seen > 1 || missing >= MISSING_READINGS {
+        // Gone from the queue (which lists unfinished jobs only) and not in
+        // the completion log: ask slurmctld for the job's record.
+        if missing >= MISSING_READINGS {
             match slurm.cli.show_job(slurm_id).await {
                 Ok(Some(end)) if is_final(&end.state) => return outcome(&end, cancelled, wall),
-                Ok(Some(_)) => {
-                    final_seen = 0;
-                    missing = 0;
-                }
+                Ok(Some(_)) => missing = 0,
                 Ok(None) => {
                     if let Some(end) = slurm.take_ended(slurm_id) {
                         return outcome(&end, cancelled, wall);
