@@ -259,7 +259,7 @@ async fn spawn(job: &Job, sandbox: &Path) -> std::io::Result<Child> {
     cmd.spawn()
 }
 
-async fn make_executable(path: &Path) -> std::io::Result<()> {
+pub(crate) async fn make_executable(path: &Path) -> std::io::Result<()> {
     use std::os::unix::fs::PermissionsExt;
     let mut perm = tokio::fs::metadata(path).await?.permissions();
     perm.set_mode(perm.mode() | 0o755);

@@ -15,7 +15,7 @@ use tokio::sync::watch;
 use super::cli::{JobEnd, SlurmError};
 use super::{is_final, Slurm};
 use crate::agent::{Agent, Launch};
-use crate::runner::{plain_name, wait_cancel, End};
+use crate::runner::{make_executable, plain_name, wait_cancel, End};
 
 /// Readings a submitted job may be missing from the queue before the agent
 /// asks slurmctld about it directly.
@@ -83,13 +83,6 @@ async fn prepare(slurm: &Slurm, launch: &Launch, sandbox: &Path) -> Result<(std:
 fn time_limit(seconds: i64) -> String {
     let s = seconds.max(1);
     format!("{}:{:02}", s / 60, s % 60)
-}
-
-async fn make_executable(path: &Path) -> std::io::Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    let mut perm = tokio::fs::metadata(path).await?.permissions();
-    perm.set_mode(perm.mode() | 0o755);
-    tokio::fs::set_permissions(path, perm).await
 }
 
 /// How Slurm's final record ends the job for Brokk.
