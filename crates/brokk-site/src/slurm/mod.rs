@@ -266,8 +266,9 @@ impl Slurm {
         ended.retain(|_, (_, at)| reading.saturating_sub(*at) < 10_000);
     }
 
-    /// One reading: the queue and reservations (which decide availability),
-    /// then the completion log; the planner's mirror is brought up to date.
+    /// One reading: the queue (whose answer decides availability), the
+    /// completion log's new lines, and now and then the reservations and the
+    /// nodes; the planner's mirror and the runners' snapshot follow.
     async fn read(&self, agent: &Agent, reading: u64) -> Result<(), SlurmError> {
         let rows = self.cli.queue().await?;
         self.read_completions(reading);
