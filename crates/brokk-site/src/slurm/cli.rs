@@ -313,11 +313,10 @@ impl SlurmCli {
         }
     }
 
-    /// `sbatch --parsable OPTIONS SCRIPT`: the new job's id.
-    pub async fn sbatch(&self, script: &Path, options: &[String]) -> Result<u64, SlurmError> {
-        let mut args = vec!["--parsable".to_string()];
-        args.extend(options.iter().cloned());
-        args.push(script.display().to_string());
+    /// `sbatch --parsable SCRIPT` (its options are in the script): the new
+    /// job's id.
+    pub async fn sbatch(&self, script: &Path) -> Result<u64, SlurmError> {
+        let args = ["--parsable".to_string(), script.display().to_string()];
         let out = self.run("sbatch", &args).await?;
         let id = out.trim().split(';').next().unwrap_or("");
         id.parse()

@@ -5,11 +5,11 @@
 //! `scontrol show job`. Until slurmctld answers, submission and cancellation
 //! are retried; nothing is lost while it is down.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration as StdDuration;
 
 use brokk_jdl::Format;
-use brokk_model::Job;
+use brokk_model::{Duration, Job};
 use tokio::sync::watch;
 
 use super::cli::{JobEnd, SlurmError};
@@ -21,24 +21,30 @@ use crate::runner::{make_executable, plain_name, wait_cancel, End};
 /// asks slurmctld about it directly.
 const MISSING_READINGS: u32 = 3;
 
-/// Writes the batch script for `job` into the sandbox and returns the
-/// `sbatch` options that go with it.
-async fn prepare(slurm: &Slurm, launch: &Launch, sandbox: &Path) -> Result<(std::path::PathBuf, Vec<String>), String> {
+/// Writes the batch script for the job into the sandbox. What the agent
+/// decides (the Slurm job name, the working directory, the reservation, the
+/// partition, the wall time it planned with) is set on the job, so Brokk's
+/// Slurm writer says it like everything else; begin and deadline are the
+/// planner's business, not Slurm's.
+async fn prepare(slurm: &Slurm, launch: &Launch, sandbox: &Path) -> Result<PathBuf, String> {
     let mut job: Job = launch.job.clone();
-    // What the agent decides itself is given as options, not taken from the
-    // description: the site's reservation id and begin/deadline are Brokk's.
-    job.reservation = None;
+    job.name = Some(slurm.job_name(launch.id));
+    job.reservation = launch.claimed.map(|r| slurm.reservation_name(r.0));
     job.earliest_start = None;
     job.deadline = None;
-    job.name = None;
-    if slurm.config.partition.is_some() {
-        job.queue = None;
+    job.wall_time = Some(Duration(launch.wall));
+    if let Some(p) = &slurm.config.partition {
+        job.queue = Some(p.clone());
     }
-    let dir = match &job.working_directory {
-        Some(d) if Path::new(d).is_absolute() => d.clone(),
-        _ => sandbox.display().to_string(),
-    };
-    job.working_directory = None;
+    if !job
+        .working_directory
+        .as_deref()
+        .is_some_and(|d| Path::new(d).is_absolute())
+    {
+        // Absolute: sbatch would read a relative one against its own directory.
+        let dir = std::path::absolute(sandbox).map_err(|e| format!("{}: {e}", sandbox.display()))?;
+        job.working_directory = Some(dir.display().to_string());
+    }
     if let (None, Some(exe)) = (&job.script, &job.executable) {
         // A program staged into the sandbox runs from there.
         let staged = sandbox.join(plain_name(exe));
@@ -54,35 +60,7 @@ async fn prepare(slurm: &Slurm, launch: &Launch, sandbox: &Path) -> Result<(std:
     tokio::fs::write(&path, written.text)
         .await
         .map_err(|e| format!("{}: {e}", path.display()))?;
-    let mut options = vec![
-        format!("--job-name={}", slurm.job_name(launch.id)),
-        format!("--chdir={dir}"),
-    ];
-    if job.stdout.is_none() {
-        options.push("--output=/dev/null".into());
-    }
-    if job.stderr.is_none() && job.stdout.is_none() {
-        options.push("--error=/dev/null".into());
-    }
-    if let Some(r) = launch.claimed {
-        options.push(format!("--reservation={}", slurm.reservation_name(r.0)));
-    }
-    if let Some(p) = &slurm.config.partition {
-        options.push(format!("--partition={p}"));
-    }
-    if job.wall_time.is_none() {
-        options.push(format!("--time={}", time_limit(launch.wall)));
-    }
-    if job.cpus.is_none() {
-        options.push("--ntasks=1".into());
-    }
-    Ok((path, options))
-}
-
-/// Seconds as Slurm's `minutes:seconds` time limit.
-fn time_limit(seconds: i64) -> String {
-    let s = seconds.max(1);
-    format!("{}:{:02}", s / 60, s % 60)
+    Ok(path)
 }
 
 /// How Slurm's final record ends the job for Brokk.
@@ -129,7 +107,7 @@ pub(crate) async fn execute(agent: &Agent, slurm: &Slurm, mut launch: Launch, sa
     let slurm_id = match slurm_id {
         Some(id) => id,
         None => {
-            let (script, options) = match prepare(slurm, &launch, sandbox).await {
+            let script = match prepare(slurm, &launch, sandbox).await {
                 Ok(p) => p,
                 Err(e) => return End::Failed(format!("writing the batch script: {e}")),
             };
@@ -138,7 +116,7 @@ pub(crate) async fn execute(agent: &Agent, slurm: &Slurm, mut launch: Launch, sa
                     return End::Cancelled;
                 }
                 let submitted = match slurm.submitters.acquire().await {
-                    Ok(_slot) => slurm.cli.sbatch(&script, &options).await,
+                    Ok(_slot) => slurm.cli.sbatch(&script).await,
                     Err(_) => Err(SlurmError::Unavailable("the agent is stopping".into())),
                 };
                 match submitted {
@@ -237,13 +215,6 @@ async fn follow(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn time_limits_are_minutes_and_seconds() {
-        assert_eq!(time_limit(90), "1:30");
-        assert_eq!(time_limit(3600), "60:00");
-        assert_eq!(time_limit(0), "0:01");
-    }
 
     #[test]
     fn final_states_map_to_brokk_ends() {
