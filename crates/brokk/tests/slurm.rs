@@ -180,6 +180,8 @@ fn a_job_runs_on_slurm_and_its_output_comes_back() {
     let done = wait_finished(&svc.url, id, Duration::from_secs(60));
     assert_eq!(done["state"], "finished", "{done}");
     assert_eq!(done["exit_code"], 3, "{done}");
+    // Slurm's start, even for a job that ran between two readings of the queue.
+    assert!(done["started"].is_string(), "{done}");
     let site = done["site"].as_str().unwrap();
     let out = brokk(&svc.url, &["output", id, "out.txt"]);
     let text = String::from_utf8_lossy(&out.stdout).into_owned();

@@ -56,8 +56,6 @@ pub struct QueueRow {
     pub cpus: u32,
     /// The reservation it runs in, if any.
     pub reservation: Option<String>,
-    /// Slurm's reason for the state.
-    pub reason: String,
     /// Job name.
     pub name: String,
 }
@@ -75,8 +73,6 @@ pub struct JobEnd {
     pub exit_code: Option<i32>,
     /// When it started.
     pub start: Option<Time>,
-    /// When it ended.
-    pub end: Option<Time>,
     /// Slurm's reason.
     pub reason: String,
 }
@@ -92,8 +88,6 @@ pub struct ResRow {
     pub end: Option<Time>,
     /// CPUs (cores) it holds.
     pub cpus: u32,
-    /// `ACTIVE` or `INACTIVE`.
-    pub state: String,
 }
 
 /// What a Brokk reservation becomes in Slurm.
@@ -170,21 +164,20 @@ pub fn parse_job_end(line: &str) -> Option<JobEnd> {
         state: kv.get("JobState")?.to_string(),
         exit_code: kv.get("ExitCode").and_then(|v| exit_code(v)),
         start: kv.get("StartTime").and_then(|v| parse_time(v)),
-        end: kv.get("EndTime").and_then(|v| parse_time(v)),
         reason: kv.get("Reason").unwrap_or(&"").to_string(),
     })
 }
 
 /// The `squeue` format [`parse_queue`] reads; the name goes last so a `|` in
 /// it cannot shift the other fields.
-pub const QUEUE_FORMAT: &str = "%i|%T|%S|%e|%C|%v|%r|%j";
+pub const QUEUE_FORMAT: &str = "%i|%T|%S|%e|%C|%v|%j";
 
 /// `squeue -h -o QUEUE_FORMAT` output.
 pub fn parse_queue(text: &str) -> Vec<QueueRow> {
     text.lines()
         .filter_map(|line| {
-            let f: Vec<&str> = line.splitn(8, '|').collect();
-            if f.len() < 8 {
+            let f: Vec<&str> = line.splitn(7, '|').collect();
+            if f.len() < 7 {
                 return None;
             }
             let reservation = f[5].trim();
@@ -195,8 +188,7 @@ pub fn parse_queue(text: &str) -> Vec<QueueRow> {
                 end: parse_time(f[3]),
                 cpus: f[4].trim().parse().ok()?,
                 reservation: (!reservation.is_empty() && reservation != "(null)").then(|| reservation.to_string()),
-                reason: f[6].trim().to_string(),
-                name: f[7].to_string(),
+                name: f[6].to_string(),
             })
         })
         .collect()
@@ -218,7 +210,6 @@ pub fn parse_reservations(text: &str) -> Vec<ResRow> {
                 start: kv.get("StartTime").and_then(|v| parse_time(v)),
                 end: kv.get("EndTime").and_then(|v| parse_time(v)),
                 cpus,
-                state: kv.get("State").unwrap_or(&"").to_string(),
             })
         })
         .collect()
@@ -364,12 +355,7 @@ impl SlurmCli {
 
     /// One reservation, read back.
     pub async fn reservation(&self, name: &str) -> Result<Option<ResRow>, SlurmError> {
-        let args = ["show", "res", "-o", name].map(String::from);
-        match self.run("scontrol", &args).await {
-            Ok(out) => Ok(parse_reservations(&out).into_iter().find(|r| r.name == name)),
-            Err(SlurmError::Refused(m)) if m.contains("not found") || m.contains("No reservations") => Ok(None),
-            Err(e) => Err(e),
-        }
+        Ok(self.reservations().await?.into_iter().find(|r| r.name == name))
     }
 
     /// `scontrol create reservation` for `spec` (core-based).
@@ -425,9 +411,9 @@ mod tests {
 
     #[test]
     fn reads_squeue_rows() {
-        let text = "1|FAILED|2026-11-22T13:29:49|2026-11-22T13:29:49|3||NonZeroExitCode|brokk-x-1\n\
-                    7_2|RUNNING|2026-11-22T13:00:00|2026-11-22T14:00:00|16|maint|None|a|b\n\
-                    9|PENDING|N/A|N/A|2|(null)|Priority|x\n";
+        let text = "1|FAILED|2026-11-22T13:29:49|2026-11-22T13:29:49|3||brokk-x-1\n\
+                    7_2|RUNNING|2026-11-22T13:00:00|2026-11-22T14:00:00|16|maint|a|b\n\
+                    9|PENDING|N/A|N/A|2|(null)|x\n";
         let rows = parse_queue(text);
         assert_eq!(rows.len(), 3);
         assert_eq!(rows[0].state, "FAILED");
@@ -448,7 +434,7 @@ mod tests {
         let j = parse_job_end(line).unwrap();
         assert_eq!((j.id, j.name.as_str(), j.state.as_str()), (1, "brokk-x-1", "FAILED"));
         assert_eq!(j.exit_code, Some(3));
-        assert_eq!(j.end.unwrap().0 - j.start.unwrap().0, 1);
+        assert_eq!(j.start, Some(Time(1_795_354_189)));
         let killed = parse_job_end("JobId=4 JobName=x JobState=CANCELLED ExitCode=0:15").unwrap();
         assert_eq!(killed.exit_code, Some(143));
         assert_eq!(parse_job_end("JobState=RUNNING"), None);
@@ -462,7 +448,7 @@ mod tests {
                     TRES=cpu=8,node=1 State=ACTIVE";
         let r = parse_reservations(text);
         assert_eq!(r.len(), 2);
-        assert_eq!((r[0].cpus, r[0].state.as_str()), (10, "INACTIVE"));
+        assert_eq!(r[0].cpus, 10);
         assert_eq!(r[0].end.unwrap().0 - r[0].start.unwrap().0, 600);
         assert_eq!(r[1].cpus, 8);
         let nodes = parse_nodes("c1n1|mix|8|3/5/0/8|4000|0.15|batch*\nc1n1|mix|8|3/5/0/8|4000|0.15|debug\nc1n2|down*|8|0/0/8/8|4000|N/A|batch*\n");

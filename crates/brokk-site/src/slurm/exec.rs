@@ -139,6 +139,7 @@ pub(crate) async fn execute(agent: &Agent, slurm: &Slurm, mut launch: Launch, sa
     follow(agent, slurm, &mut launch, slurm_id, &mut readings).await
 }
 
+/// Follows Slurm job `slurm_id` through the queue readings to its end.
 async fn follow(
     agent: &Agent,
     slurm: &Slurm,
@@ -146,13 +147,12 @@ async fn follow(
     slurm_id: u64,
     readings: &mut watch::Receiver<std::sync::Arc<super::Snapshot>>,
 ) -> End {
-    let wall = launch.wall;
     let mut cancelled = false;
     let mut cancel_sent = false;
     let mut running = launch.started;
     let mut missing = 0u32;
     let first = readings.borrow().reading;
-    loop {
+    let end = loop {
         if cancelled && !cancel_sent {
             match slurm.cli.cancel(slurm_id).await {
                 Ok(()) => cancel_sent = true,
@@ -164,20 +164,16 @@ async fn follow(
             }
         }
         if let Some(end) = slurm.take_ended(slurm_id) {
-            return outcome(&end, cancelled, wall);
+            break end;
         }
         let snap = readings.borrow_and_update().clone();
         if snap.reading > first {
             match snap.jobs.get(&slurm_id) {
                 Some(row) => {
                     missing = 0;
-                    if !running && row.state != "PENDING" {
-                        if let Some(start) = row.start {
-                            running = true;
-                            if let Err(e) = agent.mark_running(launch.id, start).await {
-                                tracing::error!(job = launch.id, "recording the start: {e}");
-                            }
-                        }
+                    if let (false, false, Some(start)) = (running, row.state == "PENDING", row.start) {
+                        running = true;
+                        record_start(agent, launch.id, start).await;
                     }
                 }
                 None => missing += 1,
@@ -187,17 +183,13 @@ async fn follow(
         // the completion log: ask slurmctld for the job's record.
         if missing >= MISSING_READINGS {
             match slurm.cli.show_job(slurm_id).await {
-                Ok(Some(end)) if is_final(&end.state) => return outcome(&end, cancelled, wall),
+                Ok(Some(end)) if is_final(&end.state) => break end,
                 Ok(Some(_)) => missing = 0,
-                Ok(None) => {
-                    if let Some(end) = slurm.take_ended(slurm_id) {
-                        return outcome(&end, cancelled, wall);
-                    }
-                    if cancelled {
-                        return End::Cancelled;
-                    }
-                    return End::Failed(format!("Slurm has no record of job {slurm_id}"));
-                }
+                Ok(None) => match slurm.take_ended(slurm_id) {
+                    Some(end) => break end,
+                    None if cancelled => return End::Cancelled,
+                    None => return End::Failed(format!("Slurm has no record of job {slurm_id}")),
+                },
                 Err(e) => slurm.note(&e),
             }
         }
@@ -209,6 +201,18 @@ async fn follow(
             }
             _ = wait_cancel(&mut launch.controls.cancel), if !cancelled => cancelled = true,
         }
+    };
+    // A job that ran between two readings was never seen running: its start
+    // comes from Slurm's final record.
+    if let (false, Some(start)) = (running, end.start) {
+        record_start(agent, launch.id, start).await;
+    }
+    outcome(&end, cancelled, launch.wall)
+}
+
+async fn record_start(agent: &Agent, id: u64, start: brokk_model::Time) {
+    if let Err(e) = agent.mark_running(id, start).await {
+        tracing::error!(job = id, "recording the start: {e}");
     }
 }
 
@@ -224,7 +228,6 @@ mod tests {
             state: state.into(),
             exit_code: code,
             start: None,
-            end: None,
             reason: "None".into(),
         };
         assert!(matches!(outcome(&end("COMPLETED", Some(0)), false, 60), End::Exited(0)));
