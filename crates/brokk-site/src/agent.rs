@@ -296,6 +296,11 @@ impl Agent {
         &self.config
     }
 
+    /// A job's wall time, seconds: its own, or the site's default.
+    fn wall_time(&self, job: &Job) -> i64 {
+        job.wall_time.map_or(self.config.default_wall_time, |d| d.0)
+    }
+
     /// The Slurm backend, when the agent fronts a Slurm cluster.
     pub fn slurm(&self) -> Option<&Arc<Slurm>> {
         self.slurm.as_ref()
@@ -337,6 +342,7 @@ impl Agent {
             latest: Time(i64::MAX / 2),
             flexible: false,
         };
+        let unavailable = self.check_available().err();
         let estimated_wait = match g.planner.earliest_start(&probe) {
             Ok(Some(s)) => s - t,
             _ => Duration(0),
@@ -351,8 +357,8 @@ impl Agent {
             benchmarks: self.config.benchmarks.clone(),
             bandwidth_bytes_per_s: self.config.bandwidth_bytes_per_s,
             reservations: true,
-            available: self.check_available().is_ok(),
-            unavailable_reason: self.check_available().err().map(|e| e.to_string()),
+            available: unavailable.is_none(),
+            unavailable_reason: unavailable.map(|e| e.to_string()),
             cluster: self.slurm.as_ref().and_then(|s| s.cluster()),
         }
     }
@@ -512,7 +518,7 @@ impl Agent {
     /// returns that job instead of making another.
     pub async fn submit(&self, who: &str, spec: Job, key: Option<String>) -> Result<(u64, bool), AgentError> {
         let amount = spec.cpus.unwrap_or(1).max(1);
-        let wall = spec.wall_time.map_or(self.config.default_wall_time, |d| d.0);
+        let wall = self.wall_time(&spec);
         if wall <= 0 {
             return Err(AgentError::BadRequest("wall_time: must be positive".into()));
         }
@@ -715,7 +721,7 @@ impl Agent {
         );
         Some(Launch {
             id,
-            wall: j.spec.wall_time.map_or(self.config.default_wall_time, |d| d.0),
+            wall: self.wall_time(&j.spec),
             job: j.spec,
             controls: Controls {
                 start: start_rx,
@@ -759,17 +765,19 @@ impl Agent {
         let rec = j.clone();
         g.touch(id);
         if let (Some(slot), false) = (rec.slot, rec.claimed) {
-            let moved = g.planner.get(slot).filter(|r| r.start != start).map(|_| {
-                let change = Change {
-                    window: Some((start, start)),
-                    ..Change::default()
-                };
-                g.planner.modify(slot, change)
-            });
-            if let Some(Ok(_)) = moved {
-                if let Some(r) = g.planner.get(slot) {
-                    self.store.save_reservations(&[r]).await?;
-                }
+            let window = Some((start, start));
+            let moved = g.planner.get(slot).filter(|r| r.start != start).is_some()
+                && g.planner
+                    .modify(
+                        slot,
+                        Change {
+                            window,
+                            ..Change::default()
+                        },
+                    )
+                    .is_ok();
+            if let Some(r) = g.planner.get(slot).filter(|_| moved) {
+                self.store.save_reservations(&[r]).await?;
             }
         }
         self.store.save_job(&rec).await?;

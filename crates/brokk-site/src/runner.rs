@@ -103,6 +103,7 @@ async fn run_locally(agent: &Agent, launch: Launch, sandbox: &Path) -> End {
         id,
         job,
         controls: mut c,
+        wall,
         ..
     } = launch;
     // Wait for the planned start, which may move earlier, or a cancel.
@@ -131,7 +132,7 @@ async fn run_locally(agent: &Agent, launch: Launch, sandbox: &Path) -> End {
         Err(e) => return End::Failed(format!("starting the job: {e}")),
     };
     let grace = StdDuration::from_secs(agent.config().kill_grace);
-    let wall = job.wall_time.map_or(agent.config().default_wall_time, |d| d.0).max(1) as u64;
+    let wall = wall.max(1) as u64;
     let status = tokio::select! {
         s = child.wait() => s,
         _ = tokio::time::sleep(StdDuration::from_secs(wall)) => {
