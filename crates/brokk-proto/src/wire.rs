@@ -171,7 +171,7 @@ fn yes() -> bool {
 }
 
 /// A resource manager's cluster as the agent last read it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ClusterView {
     /// Which resource manager (`slurm`).
     pub manager: String,

@@ -308,12 +308,9 @@ impl Agent {
 
     /// An error while the resource manager does not answer.
     fn check_available(&self) -> Result<(), AgentError> {
-        match &self.slurm {
-            Some(s) if !s.available() => Err(AgentError::Unavailable(
-                s.unavailable_reason()
-                    .unwrap_or_else(|| "slurmctld does not answer".into()),
-            )),
-            _ => Ok(()),
+        match self.slurm.as_ref().and_then(|s| s.down()) {
+            Some(why) => Err(AgentError::Unavailable(why)),
+            None => Ok(()),
         }
     }
 

@@ -11,7 +11,7 @@ pub mod exec;
 use std::collections::HashMap;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration as StdDuration;
 
@@ -57,8 +57,8 @@ pub struct Slurm {
     pub user: String,
     /// Names of Brokk's jobs and reservations on this cluster start with it.
     prefix: String,
-    available: AtomicBool,
-    why: Mutex<Option<String>>,
+    /// Why slurmctld does not answer; `None` while it does.
+    down: Mutex<Option<String>>,
     snapshot: watch::Sender<Arc<Snapshot>>,
     /// Final records read from the completion log, until their runner takes them.
     ended: Mutex<HashMap<u64, (JobEnd, u64)>>,
@@ -115,8 +115,7 @@ impl Slurm {
             cli,
             user,
             prefix: format!("brokk-{site}-"),
-            available: AtomicBool::new(false),
-            why: Mutex::new(Some("not read yet".into())),
+            down: Mutex::new(None),
             snapshot: watch::channel(Arc::new(Snapshot::default())).0,
             ended: Mutex::new(HashMap::new()),
             completion_log: cli::completion_log(&conf_text),
@@ -125,18 +124,11 @@ impl Slurm {
             submitters: tokio::sync::Semaphore::new(config.submitters),
             cluster: Mutex::new(ClusterView {
                 manager: "slurm".into(),
-                partitions: Vec::new(),
-                nodes: Vec::new(),
-                cpus: 0,
-                cpus_allocated: 0,
-                running_jobs: 0,
-                pending_jobs: 0,
-                reservations: 0,
+                ..ClusterView::default()
             }),
             config,
         };
         let nodes = slurm.read_nodes().await?;
-        slurm.set_available(true, None);
         let cpus = nodes.iter().map(|n| n.cpus).sum();
         Ok((slurm, cpus))
     }
@@ -161,34 +153,27 @@ impl Slurm {
         name.strip_prefix(&self.prefix)?.strip_prefix('r')?.parse().ok()
     }
 
-    /// Whether slurmctld answered the last reading.
-    pub fn available(&self) -> bool {
-        self.available.load(Ordering::Acquire)
+    /// Why slurmctld did not answer the last command or reading; `None`
+    /// while it answers.
+    pub fn down(&self) -> Option<String> {
+        self.down.lock().ok().and_then(|w| w.clone())
     }
 
-    /// Why it did not.
-    pub fn unavailable_reason(&self) -> Option<String> {
-        self.why.lock().ok().and_then(|w| w.clone())
-    }
-
-    fn set_available(&self, ok: bool, why: Option<String>) {
-        let was = self.available.swap(ok, Ordering::AcqRel);
-        if was != ok {
-            match &why {
-                Some(w) => tracing::warn!("Slurm unavailable: {w}"),
-                None => tracing::info!("Slurm reachable"),
-            }
+    fn set_down(&self, why: Option<String>) {
+        let Ok(mut down) = self.down.lock() else { return };
+        match (&*down, &why) {
+            (None, Some(w)) => tracing::warn!("Slurm unavailable: {w}"),
+            (Some(_), None) => tracing::info!("Slurm reachable"),
+            _ => {}
         }
-        if let Ok(mut g) = self.why.lock() {
-            *g = why;
-        }
+        *down = why;
     }
 
     /// Notes a command's failure: an unreachable controller makes the site
     /// unavailable until the next good reading.
     pub fn note(&self, e: &SlurmError) {
         if let SlurmError::Unavailable(m) = e {
-            self.set_available(false, Some(m.clone()));
+            self.set_down(Some(m.clone()));
         }
     }
 
@@ -343,7 +328,7 @@ impl Slurm {
                 c.reservations = r.len() as u32;
             }
         }
-        self.set_available(true, None);
+        self.set_down(None);
         agent.mirror(occupants).await;
         self.tidy_reservations(agent, own).await;
         self.snapshot.send_replace(Arc::new(Snapshot { jobs, reading }));
