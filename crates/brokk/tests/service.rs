@@ -3,15 +3,14 @@
 //! `output`, `resources`) talk to it.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
 
 /// A `brokk serve` process, killed (SIGKILL) when dropped.
 struct Service {
-    child: Child,
-    url: String,
+    server: common::Server,
 }
 
 fn scratch(name: &str) -> PathBuf {
@@ -35,7 +34,7 @@ impl Service {
             )
             .unwrap();
         }
-        let (child, url) = common::spawn_listening(
+        let server = common::spawn_listening(
             Command::new(env!("CARGO_BIN_EXE_brokk"))
                 .args(["serve", "--config"])
                 .arg(&config)
@@ -46,36 +45,21 @@ impl Service {
                 )
                 .env("BROKK_LOG", "brokk_server=debug,brokk_site=info"),
         );
-        Service { child, url }
+        Service { server }
     }
 
     /// Runs a user command as `token`.
     fn brokk(&self, token: &str, args: &[&str]) -> Output {
-        Command::new(env!("CARGO_BIN_EXE_brokk"))
-            .args(args)
-            .env("BROKK_SERVER", &self.url)
-            .env("BROKK_TOKEN", token)
-            .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
-            .output()
-            .unwrap()
+        common::brokk(&self.server.url, token, args)
     }
 
     fn json(&self, token: &str, args: &[&str]) -> serde_json::Value {
-        let o = self.brokk(token, args);
-        assert!(o.status.success(), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
-        serde_json::from_slice(&o.stdout).unwrap()
+        common::json(&self.server.url, token, args)
     }
 
-    fn kill(mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Service {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+    /// Kills the service (SIGKILL).
+    fn kill(self) {
+        drop(self);
     }
 }
 
@@ -139,13 +123,18 @@ fn every_language_runs_through_the_broker() {
     // The open endpoints: the API's description and Prometheus metrics.
     let http = reqwest::blocking::Client::new();
     let doc: serde_json::Value = http
-        .get(format!("{}/openapi.json", svc.url))
+        .get(format!("{}/openapi.json", svc.server.url))
         .send()
         .unwrap()
         .json()
         .unwrap();
     assert!(doc["paths"]["/v1/coallocations"]["post"].is_object());
-    let metrics = http.get(format!("{}/metrics", svc.url)).send().unwrap().text().unwrap();
+    let metrics = http
+        .get(format!("{}/metrics", svc.server.url))
+        .send()
+        .unwrap()
+        .text()
+        .unwrap();
     for line in [
         "brokk_jobs{state=\"finished\"} 8",
         "brokk_jobs_accepted_total 8",
@@ -262,7 +251,7 @@ fn crash_and_recover(dir: &Path, database: &str) {
             log.display()
         );
         let r = client
-            .post(format!("{}/v1/jobs", svc.url))
+            .post(format!("{}/v1/jobs", svc.server.url))
             .bearer_auth("tok-ann")
             .json(&serde_json::json!({ "description": desc, "format": "json" }))
             .send()
@@ -327,12 +316,7 @@ fn a_coallocation_starts_its_jobs_within_delta() {
     let mut args = vec!["coalloc", "--delta", "5", "--json"];
     args.extend(files.iter().map(String::as_str));
     let done = svc.json("tok-ann", &args);
-    let ids: Vec<String> = done["ids"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_str().unwrap().to_string())
-        .collect();
+    let ids = common::strings(&done["ids"]);
     assert_eq!(ids.len(), 3);
     let mut starts = Vec::new();
     for id in &ids {
@@ -351,12 +335,7 @@ fn a_coallocation_starts_its_jobs_within_delta() {
     }
     let spread = starts.iter().max().unwrap() - starts.iter().min().unwrap();
     assert!(spread <= 5, "starts {starts:?}");
-    let sites: Vec<&str> = done["sites"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_str().unwrap())
-        .collect();
+    let sites = common::strings(&done["sites"]);
     assert_eq!(sites[1], "large");
     // A part no site can hold: refused, nothing left reserved or running.
     let big = dir.join("big.json");

@@ -5,7 +5,7 @@
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration as StdDuration, Instant};
 
@@ -19,8 +19,7 @@ mod common;
 
 /// A `brokk site` process; killed (SIGKILL) when dropped.
 struct Agent {
-    child: Child,
-    url: String,
+    server: common::Server,
     dir: PathBuf,
 }
 
@@ -39,34 +38,27 @@ impl Agent {
             )
             .unwrap();
         }
-        let (child, url) = common::spawn_listening(
+        let server = common::spawn_listening(
             Command::new(env!("CARGO_BIN_EXE_brokk"))
                 .args(["site", "--config"])
                 .arg(&config)
                 .stderr(Stdio::null()),
         );
         Agent {
-            child,
-            url,
+            server,
             dir: dir.to_path_buf(),
         }
     }
 
     fn client(&self, token: &str) -> RemoteSite {
-        RemoteSite::new(&self.url, token)
+        RemoteSite::new(&self.server.url, token)
     }
 
-    fn kill(mut self) -> PathBuf {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        self.dir.clone()
-    }
-}
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+    /// Kills the agent (SIGKILL) and returns its directory.
+    fn kill(self) -> PathBuf {
+        let Agent { server, dir } = self;
+        drop(server);
+        dir
     }
 }
 
@@ -226,7 +218,7 @@ fn identities_are_checked() {
     );
     let http = reqwest::blocking::Client::new();
     let get = |path: &str, token: Option<&str>| {
-        let mut rq = http.get(format!("{}{path}", agent.url));
+        let mut rq = http.get(format!("{}{path}", agent.server.url));
         if let Some(t) = token {
             rq = rq.bearer_auth(t);
         }
@@ -236,7 +228,7 @@ fn identities_are_checked() {
     assert_eq!(get("/v1/info", Some("wrong")), 401);
     assert_eq!(get("/healthz", None), 200);
     let doc: serde_json::Value = http
-        .get(format!("{}/openapi.json", agent.url))
+        .get(format!("{}/openapi.json", agent.server.url))
         .send()
         .unwrap()
         .json()
@@ -251,7 +243,7 @@ fn bad_requests_get_clear_errors() {
     let http = reqwest::blocking::Client::new();
     let post = |path: &str, body: String| {
         let r = http
-            .post(format!("{}{path}", agent.url))
+            .post(format!("{}{path}", agent.server.url))
             .bearer_auth("tok-ann")
             .header("content-type", "application/json")
             .body(body)
@@ -282,7 +274,7 @@ fn bad_requests_get_clear_errors() {
     assert!(s == 400 && b.contains("executable"), "{s} {b}");
     // On its own connection: the agent closes it without reading the body.
     let big = reqwest::blocking::Client::new()
-        .post(format!("{}/v1/probe", agent.url))
+        .post(format!("{}/v1/probe", agent.server.url))
         .bearer_auth("tok-ann")
         .body(format!("{{\"pad\": \"{}\"}}", "x".repeat(2 << 20)))
         .send()
@@ -295,7 +287,7 @@ fn bad_requests_get_clear_errors() {
         "/v1/nowhere",
     ] {
         let s = http
-            .get(format!("{}{path}", agent.url))
+            .get(format!("{}{path}", agent.server.url))
             .bearer_auth("tok-ann")
             .send()
             .unwrap()
@@ -304,7 +296,7 @@ fn bad_requests_get_clear_errors() {
     }
     // The agent still answers after all that.
     let ok = http
-        .get(format!("{}/v1/info", agent.url))
+        .get(format!("{}/v1/info", agent.server.url))
         .bearer_auth("tok-ann")
         .send()
         .unwrap();

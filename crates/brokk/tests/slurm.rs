@@ -5,8 +5,8 @@
 //! sets it. The clusters are shared, so the tests take turns.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::sync::Mutex;
+use std::process::{Command, Output, Stdio};
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use brokk_broker::Site;
@@ -17,15 +17,25 @@ mod common;
 
 static CLUSTERS: Mutex<()> = Mutex::new(());
 
-/// The testbed directory, or `None` (with a note) when there is none.
-fn testbed() -> Option<PathBuf> {
-    match std::env::var_os("BROKK_TEST_SLURM") {
-        Some(d) => Some(PathBuf::from(d)),
-        None => {
-            eprintln!("BROKK_TEST_SLURM is not set: skipping (scripts/test.sh starts the Slurm testbed)");
-            None
-        }
-    }
+/// One test's turn on the testbed: its directory, a scratch directory, and
+/// the clusters to itself while it lives.
+struct Turn {
+    bed: PathBuf,
+    dir: PathBuf,
+    _clusters: MutexGuard<'static, ()>,
+}
+
+/// The turn of test `name`, or `None` (with a note) when there is no testbed.
+fn turn(name: &str) -> Option<Turn> {
+    let Some(bed) = std::env::var_os("BROKK_TEST_SLURM") else {
+        eprintln!("BROKK_TEST_SLURM is not set: skipping (scripts/test.sh starts the Slurm testbed)");
+        return None;
+    };
+    Some(Turn {
+        bed: PathBuf::from(bed),
+        _clusters: CLUSTERS.lock().unwrap_or_else(|e| e.into_inner()),
+        dir: common::scratch("slurmtest", name),
+    })
 }
 
 fn conf(bed: &Path, c: u32) -> PathBuf {
@@ -79,21 +89,8 @@ fn slurm_time(s: &str) -> i64 {
         .timestamp()
 }
 
-/// A child process killed when dropped.
-struct Proc {
-    child: Child,
-    url: String,
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn spawn(dir: &Path, args: &[&str]) -> Proc {
-    let (child, url) = common::spawn_listening(
+fn spawn(dir: &Path, args: &[&str]) -> common::Server {
+    common::spawn_listening(
         Command::new(env!("CARGO_BIN_EXE_brokk"))
             .args(args)
             .current_dir(dir)
@@ -103,14 +100,13 @@ fn spawn(dir: &Path, args: &[&str]) -> Proc {
                     .unwrap_or(Stdio::null()),
             )
             .env("BROKK_LOG", "brokk_server=debug,brokk_site=debug"),
-    );
-    Proc { child, url }
+    )
 }
 
 /// `brokk serve` with one embedded Slurm-backed site per cluster, named
 /// `{prefix}1` and `{prefix}2`; the first publishes the faster benchmark, so
 /// work goes there first.
-fn serve(dir: &Path, bed: &Path, prefix: &str) -> Proc {
+fn serve(dir: &Path, bed: &Path, prefix: &str) -> common::Server {
     let mut config = String::from("database = \"broker.db\"\nstate_dir = \"sites\"\n[tokens]\n\"tok-ann\" = \"ann\"\n");
     for c in [1, 2] {
         config += &format!(
@@ -125,18 +121,11 @@ fn serve(dir: &Path, bed: &Path, prefix: &str) -> Proc {
 }
 
 fn brokk(url: &str, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_brokk"))
-        .args(args)
-        .env("BROKK_SERVER", url)
-        .env("BROKK_TOKEN", "tok-ann")
-        .output()
-        .unwrap()
+    common::brokk(url, "tok-ann", args)
 }
 
 fn json(url: &str, args: &[&str]) -> serde_json::Value {
-    let o = brokk(url, args);
-    assert!(o.status.success(), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
-    serde_json::from_slice(&o.stdout).unwrap()
+    common::json(url, "tok-ann", args)
 }
 
 fn wait_finished(url: &str, id: &str, within: Duration) -> serde_json::Value {
@@ -153,14 +142,13 @@ fn wait_finished(url: &str, id: &str, within: Duration) -> serde_json::Value {
 
 #[test]
 fn a_job_runs_on_slurm_and_its_output_comes_back() {
-    let Some(bed) = testbed() else { return };
-    let _turn = CLUSTERS.lock().unwrap_or_else(|e| e.into_inner());
-    let dir = common::scratch("slurmtest", "run");
-    let svc = serve(&dir, &bed, "run");
+    let Some(turn) = turn("run") else { return };
+    let (bed, dir) = (&turn.bed, &turn.dir);
+    let svc = serve(dir, bed, "run");
     // A Slurm batch script, as a user would hand it to sbatch.
     let done = json(
         &svc.url,
-        &["submit", "../../examples/quickstart/hello.sh", "--watch", "--json"],
+        &["submit", "examples/quickstart/hello.sh", "--watch", "--json"],
     );
     assert_eq!(done["state"], "finished", "{done}");
     let out = brokk(&svc.url, &["output", done["id"].as_str().unwrap()]);
@@ -192,7 +180,7 @@ fn a_job_runs_on_slurm_and_its_output_comes_back() {
     // And Slurm's own record agrees about the job.
     let job_name = text.split_whitespace().nth(1).unwrap();
     let rows = slurm(
-        &bed,
+        bed,
         c.parse().unwrap(),
         "squeue",
         &["-h", "--states=all", "--name", job_name, "-o", "%T|%C"],
@@ -202,12 +190,11 @@ fn a_job_runs_on_slurm_and_its_output_comes_back() {
 
 #[test]
 fn reservations_on_slurm_follow_the_protocol() {
-    let Some(bed) = testbed() else { return };
-    let _turn = CLUSTERS.lock().unwrap_or_else(|e| e.into_inner());
-    let dir = common::scratch("slurmtest", "reserve");
+    let Some(turn) = turn("reserve") else { return };
+    let (bed, dir) = (&turn.bed, &turn.dir);
     // Left by an earlier, failed run of this test.
-    drop_reservations(&bed, 1, "maint-brokk-test");
-    drop_reservations(&bed, 1, "brokk-resv");
+    drop_reservations(bed, 1, "maint-brokk-test");
+    drop_reservations(bed, 1, "brokk-resv");
     // A name of its own: reservations of an earlier run's agent are not ours.
     let site_name = format!("resv{}", std::process::id());
     std::fs::write(
@@ -215,11 +202,11 @@ fn reservations_on_slurm_follow_the_protocol() {
         format!(
             "name = \"{site_name}\"\ndatabase = \"site.db\"\nworkdir = \"jobs\"\n[tokens]\n\"tok\" = \"ann\"\n\
              [slurm]\nconf = \"{}\"\n",
-            conf(&bed, 1).display()
+            conf(bed, 1).display()
         ),
     )
     .unwrap();
-    let agent = spawn(&dir, &["site", "--config", "site.toml"]);
+    let agent = spawn(dir, &["site", "--config", "site.toml"]);
     let mut site = brokk_proto::RemoteSite::new(&agent.url, "tok");
     let info = site.info().unwrap();
     assert_eq!(info.total_slots, 16, "two nodes of 8 CPUs");
@@ -238,7 +225,7 @@ fn reservations_on_slurm_follow_the_protocol() {
     };
     assert_eq!(start, at(600));
     let name = format!("brokk-{site_name}-r{}", id.0);
-    let line = slurm_reservation(&bed, 1, &name).expect("the grant is a Slurm reservation");
+    let line = slurm_reservation(bed, 1, &name).expect("the grant is a Slurm reservation");
     assert_eq!(field(&line, "CoreCnt"), "10");
     assert_eq!(slurm_time(field(&line, "StartTime")), now + 600);
     assert_eq!(slurm_time(field(&line, "EndTime")), now + 1200);
@@ -253,7 +240,7 @@ fn reservations_on_slurm_follow_the_protocol() {
     // Someone else's reservation is respected and never touched.
     let maint_start = brokk_proto::wall_clock().0 + 1800;
     let out = slurm(
-        &bed,
+        bed,
         1,
         "scontrol",
         &[
@@ -306,7 +293,7 @@ fn reservations_on_slurm_follow_the_protocol() {
         },
     )
     .unwrap();
-    let line = slurm_reservation(&bed, 1, &name).unwrap();
+    let line = slurm_reservation(bed, 1, &name).unwrap();
     assert_eq!(field(&line, "CoreCnt"), "12");
     let moved = site
         .modify(
@@ -319,7 +306,7 @@ fn reservations_on_slurm_follow_the_protocol() {
         )
         .unwrap();
     assert_eq!(moved, at(900));
-    let line = slurm_reservation(&bed, 1, &name).unwrap();
+    let line = slurm_reservation(bed, 1, &name).unwrap();
     assert_eq!(slurm_time(field(&line, "StartTime")), now + 900);
     // A move into the maintenance window is refused and changes nothing.
     let refused = site.modify(
@@ -331,33 +318,32 @@ fn reservations_on_slurm_follow_the_protocol() {
         },
     );
     assert!(refused.is_err(), "{refused:?}");
-    assert_eq!(slurm_reservation(&bed, 1, &name).unwrap(), line);
+    assert_eq!(slurm_reservation(bed, 1, &name).unwrap(), line);
     // A hold lapses, and its Slurm reservation goes with it.
     let Reply::Granted { id: held, .. } = site.reserve("ann", &req(2, 60, 60), Some(at(2))).unwrap() else {
         panic!("hold");
     };
     let held_name = format!("brokk-{site_name}-r{}", held.0);
-    assert!(slurm_reservation(&bed, 1, &held_name).is_some());
+    assert!(slurm_reservation(bed, 1, &held_name).is_some());
     std::thread::sleep(Duration::from_secs(4));
     assert!(
-        slurm_reservation(&bed, 1, &held_name).is_none(),
+        slurm_reservation(bed, 1, &held_name).is_none(),
         "the lapsed hold is gone from Slurm"
     );
     // Cancel deletes it; the foreign one stays as it was.
     site.cancel("ann", id).unwrap();
-    assert!(slurm_reservation(&bed, 1, &name).is_none());
-    let maint = slurm_reservation(&bed, 1, "maint-brokk-test").expect("never touched");
+    assert!(slurm_reservation(bed, 1, &name).is_none());
+    let maint = slurm_reservation(bed, 1, "maint-brokk-test").expect("never touched");
     assert_eq!(field(&maint, "CoreCnt"), "16");
-    slurm(&bed, 1, "scontrol", &["delete", "ReservationName=maint-brokk-test"]);
+    slurm(bed, 1, "scontrol", &["delete", "ReservationName=maint-brokk-test"]);
     assert!(site.cancel("ann", ReservationId(held.0)).is_err());
 }
 
 #[test]
 fn a_coallocation_across_two_slurm_clusters_starts_together() {
-    let Some(bed) = testbed() else { return };
-    let _turn = CLUSTERS.lock().unwrap_or_else(|e| e.into_inner());
-    let dir = common::scratch("slurmtest", "coalloc");
-    let svc = serve(&dir, &bed, "co");
+    let Some(turn) = turn("coalloc") else { return };
+    let (bed, dir) = (&turn.bed, &turn.dir);
+    let svc = serve(dir, bed, "co");
     // 12 + 12 + 4 CPUs over two clusters of 16: the two large parts must be
     // on different clusters.
     let mut files = Vec::new();
@@ -373,18 +359,8 @@ fn a_coallocation_across_two_slurm_clusters_starts_together() {
     let mut args = vec!["coalloc", "--delta", "5", "--json"];
     args.extend(files.iter().map(String::as_str));
     let done = json(&svc.url, &args);
-    let ids: Vec<&str> = done["ids"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_str().unwrap())
-        .collect();
-    let sites: Vec<&str> = done["sites"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_str().unwrap())
-        .collect();
+    let ids = common::strings(&done["ids"]);
+    let sites = common::strings(&done["sites"]);
     assert_eq!(ids.len(), 3);
     assert_ne!(sites[0], sites[1], "{sites:?}");
     let mut starts = Vec::new();
@@ -396,7 +372,7 @@ fn a_coallocation_across_two_slurm_clusters_starts_together() {
         let name = format!("brokk-{site}-{}", j["site_job"].as_str().unwrap());
         // Slurm's own recorded start of the job.
         let row = slurm(
-            &bed,
+            bed,
             c,
             "squeue",
             &["-h", "--states=all", "--name", &name, "-o", "%S|%T|%v"],
@@ -417,16 +393,15 @@ fn a_coallocation_across_two_slurm_clusters_starts_together() {
     // service gone, the test removes them so the next test has the clusters.
     drop(svc);
     for c in [1, 2] {
-        drop_reservations(&bed, c, "brokk-co");
+        drop_reservations(bed, c, "brokk-co");
     }
 }
 
 #[test]
 fn killing_slurmctld_loses_no_accepted_job() {
-    let Some(bed) = testbed() else { return };
-    let _turn = CLUSTERS.lock().unwrap_or_else(|e| e.into_inner());
-    let dir = common::scratch("slurmtest", "failover");
-    let svc = serve(&dir, &bed, "fo");
+    let Some(turn) = turn("failover") else { return };
+    let (bed, dir) = (&turn.bed, &turn.dir);
+    let svc = serve(dir, bed, "fo");
     let marks = dir.join("marks");
     // A reference benchmark makes the faster cluster 1 the first choice.
     let prefs = dir.join("prefs.json");
@@ -462,7 +437,7 @@ fn killing_slurmctld_loses_no_accepted_job() {
     let mut ids: Vec<String> = (0..10).map(submit).collect();
     // Wait until cluster 1 runs some of them, then stop its controller.
     let t = Instant::now();
-    while !slurm(&bed, 1, "squeue", &["-h", "-t", "RUNNING", "-o", "%j"]).contains("brokk-fo1-") {
+    while !slurm(bed, 1, "squeue", &["-h", "-t", "RUNNING", "-o", "%j"]).contains("brokk-fo1-") {
         assert!(t.elapsed() < Duration::from_secs(60), "nothing ran on cluster 1");
         std::thread::sleep(Duration::from_millis(100));
     }
@@ -487,7 +462,7 @@ fn killing_slurmctld_loses_no_accepted_job() {
     // Back up: the testbed restarts only what is down.
     let up = Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/slurm-testbed.sh"))
         .args(["start", "--dir"])
-        .arg(&bed)
+        .arg(bed)
         .status()
         .unwrap();
     assert!(up.success());

@@ -1,5 +1,6 @@
 //! What the end-to-end tests of `brokk site` and `brokk serve` share: scratch
-//! directories and starting a server process on an ephemeral port.
+//! directories, starting a server process on an ephemeral port, and reading
+//! JSON answers.
 
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
@@ -13,13 +14,59 @@ pub fn scratch(kind: &str, name: &str) -> PathBuf {
     dir
 }
 
+/// A server process and where it listens; killed (SIGKILL) when dropped.
+pub struct Server {
+    child: Child,
+    /// Its base URL.
+    pub url: String,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// Spawns `cmd` (with stdout piped) and waits for its `listening on URL` line.
-pub fn spawn_listening(cmd: &mut Command) -> (Child, String) {
+pub fn spawn_listening(cmd: &mut Command) -> Server {
     let mut child = cmd.stdout(std::process::Stdio::piped()).spawn().unwrap();
     let mut line = String::new();
     BufReader::new(child.stdout.take().unwrap())
         .read_line(&mut line)
         .unwrap();
     let url = line.trim().strip_prefix("listening on ").expect(&line).to_string();
-    (child, url)
+    Server { child, url }
+}
+
+/// A JSON array of strings as strings.
+#[allow(dead_code)] // not every test binary reads one
+pub fn strings(v: &serde_json::Value) -> Vec<String> {
+    v.as_array()
+        .unwrap_or_else(|| panic!("not an array: {v}"))
+        .iter()
+        .map(|s| s.as_str().unwrap_or_else(|| panic!("not a string: {s}")).to_string())
+        .collect()
+}
+
+/// Runs a `brokk` user command against the service at `url` as `token`, from
+/// the repository's root (so example paths are `examples/...`).
+#[allow(dead_code)] // not every test binary drives a service
+pub fn brokk(url: &str, token: &str, args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_brokk"))
+        .args(args)
+        .env("BROKK_SERVER", url)
+        .env("BROKK_TOKEN", token)
+        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
+        .output()
+        .unwrap()
+}
+
+/// [`brokk`] with `--json`-style output: fails the test unless the command
+/// succeeds, and returns what it printed.
+#[allow(dead_code)] // not every test binary drives a service
+pub fn json(url: &str, token: &str, args: &[&str]) -> serde_json::Value {
+    let o = brokk(url, token, args);
+    assert!(o.status.success(), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
+    serde_json::from_slice(&o.stdout).unwrap()
 }
