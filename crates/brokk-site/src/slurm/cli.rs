@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration as StdDuration;
 
 use brokk_model::Time;
+use brokk_proto::wire::NodeView;
 use tokio::process::Command;
 
 /// A failed Slurm command.
@@ -107,25 +108,6 @@ pub struct ResSpec {
     pub partition: Option<String>,
 }
 
-/// A node as `sinfo -N` lists it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct NodeRow {
-    /// Node name.
-    pub name: String,
-    /// State (`idle`, `mix`, `alloc`, `down*`, ...).
-    pub state: String,
-    /// CPUs.
-    pub cpus: u32,
-    /// CPUs allocated now.
-    pub allocated: u32,
-    /// Memory, MiB.
-    pub memory_mib: u64,
-    /// Partitions it belongs to.
-    pub partitions: Vec<String>,
-    /// One-minute CPU load, when the node reports it.
-    pub load: Option<f64>,
-}
-
 /// Slurm's time (`2026-11-22T13:29:49`, UTC by our `TZ`); `N/A`, `Unknown`,
 /// `None` and anything else unreadable are `None`.
 pub fn parse_time(s: &str) -> Option<Time> {
@@ -218,10 +200,10 @@ pub fn parse_reservations(text: &str) -> Vec<ResRow> {
 /// The `sinfo -N` format [`parse_nodes`] reads.
 pub const NODE_FORMAT: &str = "%N|%t|%c|%C|%m|%O|%P";
 
-/// `sinfo -h -N -o NODE_FORMAT` output; a node listed once per partition
-/// comes back once with all its partitions.
-pub fn parse_nodes(text: &str) -> Vec<NodeRow> {
-    let mut nodes: Vec<NodeRow> = Vec::new();
+/// `sinfo -h -N -o NODE_FORMAT` output, as the site API publishes nodes; a
+/// node listed once per partition comes back once with all its partitions.
+pub fn parse_nodes(text: &str) -> Vec<NodeView> {
+    let mut nodes: Vec<NodeView> = Vec::new();
     for line in text.lines() {
         let f: Vec<&str> = line.split('|').collect();
         if f.len() < 7 {
@@ -235,11 +217,11 @@ pub fn parse_nodes(text: &str) -> Vec<NodeRow> {
             continue;
         }
         let Ok(cpus) = f[2].trim().parse() else { continue };
-        nodes.push(NodeRow {
+        nodes.push(NodeView {
             name: f[0].to_string(),
             state: f[1].trim().to_string(),
             cpus,
-            allocated: f[3].split('/').next().and_then(|a| a.parse().ok()).unwrap_or(0),
+            cpus_allocated: f[3].split('/').next().and_then(|a| a.parse().ok()).unwrap_or(0),
             memory_mib: f[4].trim().parse().unwrap_or(0),
             load: f[5].trim().parse().ok(),
             partitions: vec![partition],
@@ -398,7 +380,7 @@ impl SlurmCli {
     }
 
     /// The cluster's nodes.
-    pub async fn nodes(&self) -> Result<Vec<NodeRow>, SlurmError> {
+    pub async fn nodes(&self) -> Result<Vec<NodeView>, SlurmError> {
         let args = ["-h", "-N", "-o", NODE_FORMAT].map(String::from);
         Ok(parse_nodes(&self.run("sinfo", &args).await?))
     }
@@ -454,7 +436,7 @@ mod tests {
         let nodes = parse_nodes("c1n1|mix|8|3/5/0/8|4000|0.15|batch*\nc1n1|mix|8|3/5/0/8|4000|0.15|debug\nc1n2|down*|8|0/0/8/8|4000|N/A|batch*\n");
         assert_eq!(nodes.len(), 2);
         assert_eq!(nodes[0].partitions, vec!["batch", "debug"]);
-        assert_eq!((nodes[0].allocated, nodes[0].load), (3, Some(0.15)));
+        assert_eq!((nodes[0].cpus_allocated, nodes[0].load), (3, Some(0.15)));
         assert_eq!((nodes[1].state.as_str(), nodes[1].load), ("down*", None));
     }
 

@@ -16,12 +16,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration as StdDuration;
 
 use brokk_model::Time;
-use brokk_proto::wire::{ClusterView, NodeView};
+use brokk_proto::wire::ClusterView;
 use tokio::sync::watch;
 
 use crate::agent::{now, Agent};
 use crate::config::SlurmConfig;
-use cli::{JobEnd, NodeRow, QueueRow, ResRow, SlurmCli, SlurmError};
+use cli::{JobEnd, QueueRow, ResRow, SlurmCli, SlurmError};
 
 /// What occupies the cluster without Brokk having put it there: a running
 /// job (until its time limit) or a reservation someone else made.
@@ -128,8 +128,7 @@ impl Slurm {
             }),
             config,
         };
-        let nodes = slurm.read_nodes().await?;
-        let cpus = nodes.iter().map(|n| n.cpus).sum();
+        let cpus = slurm.read_nodes().await?;
         Ok((slurm, cpus))
     }
 
@@ -192,32 +191,23 @@ impl Slurm {
         self.ended.lock().ok()?.remove(&id).map(|(e, _)| e)
     }
 
-    async fn read_nodes(&self) -> Result<Vec<NodeRow>, SlurmError> {
+    /// Reads the nodes into the cluster view; returns their CPUs.
+    async fn read_nodes(&self) -> Result<u32, SlurmError> {
         let mut nodes = self.cli.nodes().await?;
         if let Some(p) = &self.config.partition {
             nodes.retain(|n| n.partitions.contains(p));
         }
+        let cpus = nodes.iter().map(|n| n.cpus).sum();
         if let Ok(mut c) = self.cluster.lock() {
             let mut parts: Vec<String> = nodes.iter().flat_map(|n| n.partitions.clone()).collect();
             parts.sort();
             parts.dedup();
             c.partitions = parts;
-            c.cpus = nodes.iter().map(|n| n.cpus).sum();
-            c.cpus_allocated = nodes.iter().map(|n| n.allocated).sum();
-            c.nodes = nodes
-                .iter()
-                .map(|n| NodeView {
-                    name: n.name.clone(),
-                    state: n.state.clone(),
-                    cpus: n.cpus,
-                    cpus_allocated: n.allocated,
-                    memory_mib: n.memory_mib,
-                    partitions: n.partitions.clone(),
-                    load: n.load,
-                })
-                .collect();
+            c.cpus = cpus;
+            c.cpus_allocated = nodes.iter().map(|n| n.cpus_allocated).sum();
+            c.nodes = nodes;
         }
-        Ok(nodes)
+        Ok(cpus)
     }
 
     /// Reads the completion log's new lines and keeps Brokk's jobs' records.
