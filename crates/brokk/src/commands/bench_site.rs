@@ -235,24 +235,19 @@ pub fn run(a: SiteArgs) -> Result<ExitCode> {
 /// completion (until `squeue` lists none of them): jobs per second.
 fn plain_sbatch(conf: &std::path::Path, dir: &std::path::Path, jobs: usize, c: usize) -> Result<f64> {
     let name = format!("brokk-bench-plain-{}", std::process::id());
-    let work = dir.join("plain");
+    let work = std::path::absolute(dir.join("plain"))?;
     std::fs::create_dir_all(&work)?;
+    // The very script the agent would write for the same job, so that the
+    // two sides differ only by Brokk.
+    let job = Job {
+        name: Some(name.clone()),
+        working_directory: Some(work.display().to_string()),
+        ..trivial_job()
+    };
     let script = work.join("job.sbatch");
-    std::fs::write(
-        &script,
-        "#!/bin/bash\n#SBATCH --ntasks=1\n#SBATCH --time=00:01:00\n\n/bin/true\n",
-    )?;
-    let job_name = format!("--job-name={name}");
-    let chdir = format!("--chdir={}", work.display());
+    std::fs::write(&script, brokk_jdl::write(brokk_jdl::Format::Slurm, &[job])?.text)?;
     let script = script.display().to_string();
-    let args = [
-        "--parsable",
-        job_name.as_str(),
-        chdir.as_str(),
-        "--output=/dev/null",
-        "--error=/dev/null",
-        script.as_str(),
-    ];
+    let args = ["--parsable", script.as_str()];
     let start = Instant::now();
     let per = jobs.div_ceil(c);
     let submitted: usize = std::thread::scope(|scope| {
@@ -298,11 +293,7 @@ fn plain_sbatch(conf: &std::path::Path, dir: &std::path::Path, jobs: usize, c: u
 /// client and waits until the agent has nothing waiting or running: the
 /// sorted submission latencies (ms) and the seconds it all took.
 fn run_jobs(url: &str, jobs: usize, c: usize) -> Result<(Vec<f64>, f64)> {
-    let job = Job {
-        executable: Some("/bin/true".into()),
-        wall_time: Some(Duration(60)),
-        ..Job::default()
-    };
+    let job = trivial_job();
     let start = Instant::now();
     let per = jobs.div_ceil(c);
     let handles: Vec<_> = (0..c)
@@ -429,4 +420,13 @@ fn run_slurm(a: &SiteArgs, conf: &std::path::Path, dir: &std::path::Path, c: usi
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The job both benches run: `/bin/true` with a one-minute wall time.
+fn trivial_job() -> Job {
+    Job {
+        executable: Some("/bin/true".into()),
+        wall_time: Some(Duration(60)),
+        ..Job::default()
+    }
 }
