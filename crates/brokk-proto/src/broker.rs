@@ -38,11 +38,16 @@ impl BrokerClient {
         }
     }
 
-    /// A request to `path` with the caller's token.
-    fn request(&self, method: Method, path: &str) -> RequestBuilder {
-        self.http
-            .request(method, format!("{}{path}", self.url))
-            .bearer_auth(&self.token)
+    /// A request to the path made of `segments` (each percent-encoded, so
+    /// an id or a file name is one segment whatever it holds) with the
+    /// caller's token.
+    fn request(&self, method: Method, segments: &[&str]) -> RequestBuilder {
+        let mut url = reqwest::Url::parse(&self.url)
+            .unwrap_or_else(|_| reqwest::Url::parse("http://invalid.invalid/").expect("a constant URL parses"));
+        if let Ok(mut path) = url.path_segments_mut() {
+            path.pop_if_empty().extend(segments);
+        }
+        self.http.request(method, url).bearer_auth(&self.token)
     }
 
     /// Sends `rq`; a non-success status becomes the service's message.
@@ -85,32 +90,32 @@ impl BrokerClient {
             preferences,
             reservation: reservation.map(str::to_string),
         };
-        self.call(self.request(Method::POST, "/v1/jobs").json(&body))
+        self.call(self.request(Method::POST, &["v1", "jobs"]).json(&body))
     }
 
     /// Reserves slots at the site where they start earliest.
     pub fn reserve(&self, req: &BrokerReservationRequest) -> Result<BrokerReservation, CallError> {
-        self.call(self.request(Method::POST, "/v1/reservations").json(req))
+        self.call(self.request(Method::POST, &["v1", "reservations"]).json(req))
     }
 
     /// Cancels a reservation made through the broker.
     pub fn cancel_reservation(&self, id: &str) -> Result<BrokerReservation, CallError> {
-        self.call(self.request(Method::DELETE, &format!("/v1/reservations/{id}")))
+        self.call(self.request(Method::DELETE, &["v1", "reservations", id]))
     }
 
     /// Co-allocates jobs that must start together.
     pub fn coallocate(&self, req: &CoallocRequest) -> Result<Coallocated, CallError> {
-        self.call(self.request(Method::POST, "/v1/coallocations").json(req))
+        self.call(self.request(Method::POST, &["v1", "coallocations"]).json(req))
     }
 
     /// One job.
     pub fn job(&self, id: &str) -> Result<BrokerJob, CallError> {
-        self.call(self.request(Method::GET, &format!("/v1/jobs/{id}")))
+        self.call(self.request(Method::GET, &["v1", "jobs", id]))
     }
 
     /// The caller's jobs, optionally in one state.
     pub fn jobs(&self, state: Option<&str>) -> Result<Vec<BrokerJob>, CallError> {
-        let mut rq = self.request(Method::GET, "/v1/jobs");
+        let mut rq = self.request(Method::GET, &["v1", "jobs"]);
         if let Some(s) = state {
             rq = rq.query(&[("state", s)]);
         }
@@ -119,20 +124,22 @@ impl BrokerClient {
 
     /// Cancels a job.
     pub fn cancel(&self, id: &str) -> Result<BrokerJob, CallError> {
-        self.call(self.request(Method::DELETE, &format!("/v1/jobs/{id}")))
+        self.call(self.request(Method::DELETE, &["v1", "jobs", id]))
     }
 
-    /// A file from the job's sandbox.
-    pub fn file(&self, id: &str, name: &str) -> Result<Vec<u8>, CallError> {
-        let r = self.send(self.request(Method::GET, &format!("/v1/jobs/{id}/files/{name}")))?;
-        r.bytes().map(|b| b.to_vec()).map_err(|e| CallError {
-            status: 0,
-            message: e.to_string(),
-        })
+    /// A file from the job's sandbox (`name` may be a relative path), as a
+    /// response to read or copy from: it is not held in memory.
+    pub fn file(&self, id: &str, name: &str) -> Result<Response, CallError> {
+        let mut segments = vec!["v1", "jobs", id, "files"];
+        segments.extend(name.split('/'));
+        self.send(
+            self.request(Method::GET, &segments)
+                .timeout(std::time::Duration::from_secs(3600)),
+        )
     }
 
     /// What the sites report (an `{"error": ...}` object for a site that failed).
     pub fn resources(&self) -> Result<Vec<serde_json::Value>, CallError> {
-        self.call(self.request(Method::GET, "/v1/resources"))
+        self.call(self.request(Method::GET, &["v1", "resources"]))
     }
 }

@@ -44,8 +44,17 @@ impl RemoteSite {
         self.idempotency_key = key;
     }
 
-    fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.endpoint)
+    /// The URL of the endpoint's path made of `segments`, each one
+    /// percent-encoded, so a `/`, `?` or `..` inside a value a user chose
+    /// (a file name, an idempotency key) stays one segment of this request
+    /// and cannot reach another endpoint.
+    fn url(&self, segments: &[&str]) -> reqwest::Url {
+        let mut url = reqwest::Url::parse(&self.endpoint)
+            .unwrap_or_else(|_| reqwest::Url::parse("http://invalid.invalid/").expect("a constant URL parses"));
+        if let Ok(mut path) = url.path_segments_mut() {
+            path.pop_if_empty().extend(segments);
+        }
+        url
     }
 
     fn send(&self, req: RequestBuilder) -> Result<Response, SiteError> {
@@ -103,7 +112,7 @@ impl RemoteSite {
 
     /// `GET /v1/reservations/{id}`.
     pub fn reservation(&self, id: ReservationId) -> Result<ReservationView, SiteError> {
-        let resp = self.send(self.http.get(self.url(&format!("/v1/reservations/{}", id.0))))?;
+        let resp = self.send(self.http.get(self.url(&["v1", "reservations", &id.0.to_string()])))?;
         if resp.status().is_success() {
             self.json(resp)
         } else {
@@ -113,7 +122,7 @@ impl RemoteSite {
 
     /// `GET /v1/jobs/{id}`.
     pub fn job(&self, job: &JobHandle) -> Result<JobView, SiteError> {
-        let resp = self.send(self.http.get(self.url(&format!("/v1/jobs/{}", job.0))))?;
+        let resp = self.send(self.http.get(self.url(&["v1", "jobs", &job.0])))?;
         if resp.status().is_success() {
             self.json(resp)
         } else {
@@ -125,7 +134,8 @@ impl RemoteSite {
     pub fn changes(&self, epoch: u64, after: u64) -> Result<ChangeFeed, SiteError> {
         let resp = self.send(
             self.http
-                .get(self.url(&format!("/v1/jobs/changes?epoch={epoch}&after={after}"))),
+                .get(self.url(&["v1", "jobs", "changes"]))
+                .query(&[("epoch", epoch), ("after", after)]),
         )?;
         if resp.status().is_success() {
             self.json(resp)
@@ -137,7 +147,7 @@ impl RemoteSite {
     /// `GET /v1/jobs/by-key/{key}`: the job this client submitted with an
     /// idempotency key, if the site has it.
     pub fn job_by_key(&self, key: &str) -> Result<Option<JobView>, SiteError> {
-        let resp = self.send(self.http.get(self.url(&format!("/v1/jobs/by-key/{key}"))))?;
+        let resp = self.send(self.http.get(self.url(&["v1", "jobs", "by-key", key])))?;
         match resp.status() {
             s if s.is_success() => self.json(resp).map(Some),
             StatusCode::NOT_FOUND => Ok(None),
@@ -145,18 +155,28 @@ impl RemoteSite {
         }
     }
 
-    /// `GET /v1/jobs/{id}/files/{name}`: a file from the job's sandbox.
-    pub fn file(&self, job: &JobHandle, name: &str) -> Result<Vec<u8>, SiteError> {
-        let resp = self.send(self.http.get(self.url(&format!("/v1/jobs/{}/files/{name}", job.0))))?;
+    /// `GET /v1/jobs/{id}/files/{name}`: a file from the job's sandbox, as a
+    /// response to read from (it is not held in memory), with the `Range`
+    /// header passed on when given. `name` is a relative path; its
+    /// components are sent encoded, each as one segment.
+    pub fn file(&self, job: &JobHandle, name: &str, range: Option<&str>) -> Result<Response, SiteError> {
+        let mut segments = vec!["v1", "jobs", job.0.as_str(), "files"];
+        segments.extend(name.split('/'));
+        let mut rq = self.http.get(self.url(&segments)).timeout(FILE_TIMEOUT);
+        if let Some(r) = range {
+            rq = rq.header(reqwest::header::RANGE, r);
+        }
+        let resp = self.send(rq)?;
         if resp.status().is_success() {
-            resp.bytes()
-                .map(|b| b.to_vec())
-                .map_err(|e| SiteError::Unavailable(e.to_string()))
+            Ok(resp)
         } else {
             Err(self.fail(resp))
         }
     }
 }
+
+/// How long a file download may take as a whole: outputs can be large.
+const FILE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3600);
 
 impl Site for RemoteSite {
     fn endpoint(&self) -> &str {
@@ -164,7 +184,7 @@ impl Site for RemoteSite {
     }
 
     fn info(&self) -> Result<ResourceInfo, SiteError> {
-        let resp = self.send(self.http.get(self.url("/v1/info")))?;
+        let resp = self.send(self.http.get(self.url(&["v1", "info"])))?;
         if resp.status() == StatusCode::SERVICE_UNAVAILABLE {
             // The agent is up but its resource manager is not: its body says why.
             let why = resp
@@ -195,7 +215,7 @@ impl Site for RemoteSite {
     }
 
     fn probe(&self, req: &Request, k: usize) -> Result<Vec<Candidate>, SiteError> {
-        let resp = self.send(self.http.post(self.url(&format!("/v1/probe?k={k}"))).json(req))?;
+        let resp = self.send(self.http.post(self.url(&["v1", "probe"])).query(&[("k", k)]).json(req))?;
         if !resp.status().is_success() {
             return Err(self.fail(resp));
         }
@@ -204,14 +224,14 @@ impl Site for RemoteSite {
 
     fn reserve(&mut self, _owner: &str, req: &Request, hold: Option<Time>) -> Result<Reply, SiteError> {
         let body = ReservationRequest::new(req, hold.map(|t| (t.0 - crate::wall_clock().0).max(1)));
-        let resp = self.send(self.http.post(self.url("/v1/reservations")).json(&body))?;
+        let resp = self.send(self.http.post(self.url(&["v1", "reservations"])).json(&body))?;
         self.reply(resp)
     }
 
     fn modify(&mut self, _owner: &str, id: ReservationId, change: Change) -> Result<Time, SiteError> {
         let resp = self.send(
             self.http
-                .patch(self.url(&format!("/v1/reservations/{}", id.0)))
+                .patch(self.url(&["v1", "reservations", &id.0.to_string()]))
                 .json(&change),
         )?;
         if resp.status().is_success() {
@@ -224,7 +244,10 @@ impl Site for RemoteSite {
     }
 
     fn commit(&mut self, _owner: &str, id: ReservationId) -> Result<(), SiteError> {
-        let resp = self.send(self.http.post(self.url(&format!("/v1/reservations/{}/commit", id.0))))?;
+        let resp = self.send(
+            self.http
+                .post(self.url(&["v1", "reservations", &id.0.to_string(), "commit"])),
+        )?;
         if resp.status().is_success() {
             Ok(())
         } else {
@@ -233,7 +256,7 @@ impl Site for RemoteSite {
     }
 
     fn cancel(&mut self, _owner: &str, id: ReservationId) -> Result<(), SiteError> {
-        let resp = self.send(self.http.delete(self.url(&format!("/v1/reservations/{}", id.0))))?;
+        let resp = self.send(self.http.delete(self.url(&["v1", "reservations", &id.0.to_string()])))?;
         if resp.status().is_success() {
             Ok(())
         } else {
@@ -246,7 +269,7 @@ impl Site for RemoteSite {
         if let Some(r) = reservation {
             job.reservation = Some(r.0.to_string());
         }
-        let mut rq = self.http.post(self.url("/v1/jobs")).json(&job);
+        let mut rq = self.http.post(self.url(&["v1", "jobs"])).json(&job);
         if let Some(k) = &self.idempotency_key {
             rq = rq.header("Idempotency-Key", k);
         }
@@ -276,7 +299,7 @@ impl Site for RemoteSite {
     }
 
     fn cancel_job(&mut self, _owner: &str, job: &JobHandle) -> Result<(), SiteError> {
-        let resp = self.send(self.http.delete(self.url(&format!("/v1/jobs/{}", job.0))))?;
+        let resp = self.send(self.http.delete(self.url(&["v1", "jobs", &job.0])))?;
         if resp.status().is_success() {
             Ok(())
         } else {

@@ -146,9 +146,38 @@ async fn file(
     State(app): State<App>,
     Extension(who): Extension<Identity>,
     Path((id, name)): Path<(String, String)>,
+    headers: axum::http::HeaderMap,
 ) -> Result<Response, ApiError> {
-    let bytes = app.service.file(&who.0, &id, &name).await?;
-    Ok(([(header::CONTENT_TYPE, "application/octet-stream")], bytes).into_response())
+    let range = headers
+        .get(header::RANGE)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let file = app.service.file(&who.0, &id, &name, range).await?;
+    let stream = futures_util::stream::unfold(
+        file.chunks,
+        |mut rx| async move { rx.recv().await.map(|chunk| (chunk, rx)) },
+    );
+    let mut resp = Response::new(axum::body::Body::from_stream(stream));
+    if file.head.partial {
+        *resp.status_mut() = StatusCode::PARTIAL_CONTENT;
+    }
+    let h = resp.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("application/octet-stream"),
+    );
+    h.insert(header::ACCEPT_RANGES, header::HeaderValue::from_static("bytes"));
+    if let Some(n) = file.head.length {
+        h.insert(header::CONTENT_LENGTH, header::HeaderValue::from(n));
+    }
+    if let Some(v) = file
+        .head
+        .content_range
+        .and_then(|r| header::HeaderValue::from_str(&r).ok())
+    {
+        h.insert(header::CONTENT_RANGE, v);
+    }
+    Ok(resp)
 }
 
 async fn resources(State(app): State<App>) -> Response {
@@ -212,7 +241,7 @@ pub fn router(service: Service, tokens: BTreeMap<String, String>, max_body: usiz
     let v1 = Router::new()
         .route("/v1/jobs", get(list).post(submit))
         .route("/v1/jobs/{id}", get(show).delete(cancel))
-        .route("/v1/jobs/{id}/files/{name}", get(file))
+        .route("/v1/jobs/{id}/files/{*name}", get(file))
         .route("/v1/resources", get(resources))
         .route("/v1/coallocations", axum::routing::post(coallocate))
         .route("/v1/reservations", axum::routing::post(reserve))

@@ -88,6 +88,31 @@ impl SiteEntry {
     }
 }
 
+/// Bytes read from a site per chunk of a proxied file.
+const FILE_CHUNK: usize = 64 * 1024;
+/// Chunks of one proxied file buffered between the site and the user.
+const FILE_CHUNKS_IN_FLIGHT: usize = 4;
+
+/// What a site answered for a file, before its bytes.
+#[derive(Debug, Clone)]
+pub struct FileHead {
+    /// A range of the file (206), not all of it.
+    pub partial: bool,
+    /// Bytes that follow, when the site said.
+    pub length: Option<u64>,
+    /// The site's `Content-Range`, for a partial answer.
+    pub content_range: Option<String>,
+}
+
+/// A file on its way from a site: its head, then its bytes in chunks.
+#[derive(Debug)]
+pub struct FileStream {
+    /// Status and lengths.
+    pub head: FileHead,
+    /// The bytes, in order; an error ends the stream.
+    pub chunks: tokio::sync::mpsc::Receiver<std::io::Result<Vec<u8>>>,
+}
+
 /// How long a site's information is reused for brokering decisions.
 pub const INFO_TTL: std::time::Duration = std::time::Duration::from_secs(1);
 
@@ -271,21 +296,19 @@ impl Service {
         let warnings: Vec<String> = parsed.warnings.iter().map(|d| d.to_string()).collect();
         let mut jobs = parsed.jobs;
         if let Some(rid) = &req.reservation {
-            let r = self
-                .db
-                .reservation(rid)
-                .await?
-                .filter(|r| r.state == "committed")
-                .ok_or_else(|| ServiceError::NotFound(format!("reservation {rid}")))?;
-            if r.owner != owner {
-                return Err(ServiceError::Forbidden(format!("reservation {rid}")));
-            }
             if jobs.len() != 1 {
                 return Err(ServiceError::BadRequest(
                     "reservation: one reservation holds one job".into(),
                 ));
             }
             jobs[0].reservation = Some(rid.clone());
+        }
+        // A reservation named inside the description (JSON `reservation`,
+        // `#SBATCH --reservation=`) is checked like one given beside it.
+        for job in &jobs {
+            if let Some(rid) = &job.reservation {
+                self.own_committed_reservation(owner, rid).await?;
+            }
         }
         let prefs = serde_json::to_string(&req.preferences.unwrap_or_default())
             .map_err(|e| ServiceError::BadRequest(e.to_string()))?;
@@ -303,6 +326,20 @@ impl Service {
             ids,
             warnings,
         })
+    }
+
+    /// Checks that `rid` is a committed broker reservation of `owner`'s.
+    async fn own_committed_reservation(&self, owner: &str, rid: &str) -> Result<BrokerReservation, ServiceError> {
+        let r = self
+            .db
+            .reservation(rid)
+            .await?
+            .filter(|r| r.state == "committed")
+            .ok_or_else(|| ServiceError::NotFound(format!("reservation {rid}")))?;
+        if r.owner != owner {
+            return Err(ServiceError::Forbidden(format!("reservation {rid}")));
+        }
+        Ok(r)
     }
 
     /// Stores a new job in state `accepted`.
@@ -382,6 +419,11 @@ impl Service {
             ServiceError::BadRequest(format!("a co-allocated description must hold one job, not {}", v.len()))
         })?;
         brokk_broker::select::validate(&job).map_err(|e| ServiceError::BadRequest(format!("description: {e:?}")))?;
+        if job.reservation.is_some() {
+            return Err(ServiceError::BadRequest(
+                "reservation: a co-allocated job runs in the reservation the co-allocation makes; remove it".into(),
+            ));
+        }
         Ok((job, format, parsed.warnings.iter().map(|d| d.to_string()).collect()))
     }
 
@@ -509,20 +551,71 @@ impl Service {
         Ok(j)
     }
 
-    /// A file from the job's sandbox at its site.
-    pub async fn file(&self, owner: &str, id: &str, name: &str) -> Result<Vec<u8>, ServiceError> {
+    /// A file from the job's sandbox at its site, streamed: the site's answer
+    /// is read in chunks on a blocking thread and handed over through a small
+    /// channel, so the broker holds at most a few chunks of it at a time.
+    /// `range` is a `Range` header passed on to the site.
+    pub async fn file(
+        &self,
+        owner: &str,
+        id: &str,
+        name: &str,
+        range: Option<String>,
+    ) -> Result<FileStream, ServiceError> {
+        brokk_site::sandbox::components(name).map_err(|m| ServiceError::BadRequest(format!("name: {m}")))?;
         let j = self.owned(owner, id).await?.view;
         let (Some(site), Some(handle)) = (j.site.and_then(|s| self.site(&s)), j.site_job) else {
             return Err(ServiceError::NotFound(format!(
                 "file {name} of job {id} (not dispatched yet)"
             )));
         };
-        let name = name.to_string();
-        let fname = name.clone();
-        tokio::task::spawn_blocking(move || site.client.file(&JobHandle(handle), &fname))
+        let (head_tx, head_rx) = tokio::sync::oneshot::channel();
+        let (tx, chunks) = tokio::sync::mpsc::channel(FILE_CHUNKS_IN_FLIGHT);
+        let fname = name.to_string();
+        tokio::task::spawn_blocking(move || {
+            use std::io::Read;
+            let mut resp = match site.client.file(&JobHandle(handle), &fname, range.as_deref()) {
+                Ok(r) => r,
+                Err(e) => {
+                    let _ = head_tx.send(Err(e));
+                    return;
+                }
+            };
+            let header = |h| resp.headers().get(h).and_then(|v| v.to_str().ok()).map(str::to_string);
+            let head = FileHead {
+                partial: resp.status() == reqwest::StatusCode::PARTIAL_CONTENT,
+                length: resp.content_length(),
+                content_range: header(reqwest::header::CONTENT_RANGE),
+            };
+            if head_tx.send(Ok(head)).is_err() {
+                return;
+            }
+            loop {
+                let mut buf = vec![0u8; FILE_CHUNK];
+                match resp.read(&mut buf) {
+                    Ok(0) => return,
+                    Ok(n) => {
+                        buf.truncate(n);
+                        if tx.blocking_send(Ok(buf)).is_err() {
+                            return; // the client went away
+                        }
+                    }
+                    Err(e) => {
+                        let _ = tx.blocking_send(Err(e));
+                        return;
+                    }
+                }
+            }
+        });
+        let head = head_rx
             .await
             .map_err(|e| ServiceError::Unavailable(e.to_string()))?
-            .map_err(|_| ServiceError::NotFound(format!("file {name} of job {id}")))
+            .map_err(|e| match e {
+                brokk_broker::SiteError::Unavailable(m) => ServiceError::Unavailable(m),
+                brokk_broker::SiteError::Refused { reason, .. } => ServiceError::BadRequest(reason),
+                _ => ServiceError::NotFound(format!("file {name} of job {id}")),
+            })?;
+        Ok(FileStream { head, chunks })
     }
 
     /// What every site reports now.
@@ -671,11 +764,17 @@ impl Service {
     /// Sends a job into the broker reservation `rid` at its site.
     async fn dispatch_into(&self, stored: StoredJob, job: Job, rid: &str) -> Result<(), ServiceError> {
         let mut v = stored.view;
-        let Some(r) = self.db.reservation(rid).await? else {
-            v.state = "failed".into();
-            v.reason = Some(format!("reservation {rid} is gone"));
-            v.ended = Some(now());
-            return Ok(self.db.update(&v, Some((now(), v.reason.clone()))).await?);
+        // Checked again here: the job may have been stored before the check
+        // existed, and the reservation may have been cancelled since.
+        let r = match self.own_committed_reservation(&v.owner, rid).await {
+            Ok(r) => r,
+            Err(ServiceError::Unavailable(e)) => return Err(ServiceError::Unavailable(e)),
+            Err(e) => {
+                v.state = "failed".into();
+                v.reason = Some(format!("it cannot run in reservation {rid}: {e}"));
+                v.ended = Some(now());
+                return Ok(self.db.update(&v, Some((now(), v.reason.clone()))).await?);
+            }
         };
         let Some(site) = self.site(&r.site) else {
             return Err(ServiceError::Unavailable(format!(

@@ -685,17 +685,19 @@ impl Agent {
         self.config.workdir.join(format!("job-{id}"))
     }
 
-    /// `GET /v1/jobs/{id}/files/{name}`.
-    pub async fn file(&self, who: &str, id: u64, name: &str) -> Result<Vec<u8>, AgentError> {
+    /// `GET /v1/jobs/{id}/files/{name}`: the regular file `name` (a relative
+    /// path) of the caller's job, opened inside its sandbox without following
+    /// a link out of it.
+    pub async fn file(&self, who: &str, id: u64, name: &str) -> Result<std::fs::File, AgentError> {
         {
             let g = self.lock().await;
             Self::job_of(&g, who, id)?;
         }
-        if name.is_empty() || name.contains('/') || name.contains('\\') || name == "." || name == ".." {
-            return Err(AgentError::BadRequest(format!("name: `{name}` is not a file name")));
-        }
-        tokio::fs::read(self.sandbox(id).join(name))
+        crate::sandbox::components(name).map_err(|m| AgentError::BadRequest(format!("name: {m}")))?;
+        let (root, rel) = (self.sandbox(id), name.to_string());
+        tokio::task::spawn_blocking(move || crate::sandbox::open_read(&root, &rel))
             .await
+            .map_err(|e| AgentError::Internal(e.to_string()))?
             .map_err(|_| AgentError::NotFound(format!("file {name} of job {id}")))
     }
 

@@ -230,13 +230,71 @@ async fn cancel_job(
     Ok(Json(agent.cancel_job(&who.0, job_id(&id)?).await?).into_response())
 }
 
+/// The byte range a `Range: bytes=...` header asks of a file of `len`
+/// bytes: `Ok(None)` for the whole file (no header, or a form this endpoint
+/// does not serve, such as several ranges), `Err` when it cannot be met.
+fn byte_range(headers: &HeaderMap, len: u64) -> Result<Option<(u64, u64)>, ()> {
+    let Some(spec) = headers
+        .get(header::RANGE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("bytes="))
+    else {
+        return Ok(None);
+    };
+    if spec.contains(',') {
+        return Ok(None);
+    }
+    let (a, b) = spec.split_once('-').ok_or(())?;
+    let (first, last) = match (a.trim().parse::<u64>(), b.trim().parse::<u64>()) {
+        (Ok(a), Ok(b)) if a <= b => (a, b.min(len.saturating_sub(1))),
+        (Ok(a), Err(_)) if b.trim().is_empty() => (a, len.saturating_sub(1)),
+        (Err(_), Ok(n)) if a.trim().is_empty() && n > 0 => (len.saturating_sub(n), len.saturating_sub(1)),
+        _ => return Err(()),
+    };
+    if first >= len || first > last {
+        return Err(());
+    }
+    Ok(Some((first, last)))
+}
+
 async fn file(
     State(agent): State<Agent>,
     Extension(who): Extension<Identity>,
     Path((id, name)): Path<(String, String)>,
+    headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let bytes = agent.file(&who.0, job_id(&id)?, &name).await?;
-    Ok(([(header::CONTENT_TYPE, "application/octet-stream")], bytes).into_response())
+    use std::io::Seek;
+    use tokio::io::AsyncReadExt;
+    let mut f = agent.file(&who.0, job_id(&id)?, &name).await?;
+    let len = f
+        .metadata()
+        .map_err(|e| error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
+        .len();
+    let range = byte_range(&headers, len)
+        .map_err(|()| error(StatusCode::RANGE_NOT_SATISFIABLE, format!("the file has {len} bytes")))?;
+    let (status, first, count) = match range {
+        Some((a, b)) => (StatusCode::PARTIAL_CONTENT, a, b - a + 1),
+        None => (StatusCode::OK, 0, len),
+    };
+    f.seek(std::io::SeekFrom::Start(first))
+        .map_err(|e| error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+    // Streamed in chunks: a large output never sits whole in the agent's memory.
+    let stream = tokio_util::io::ReaderStream::new(tokio::fs::File::from_std(f).take(count));
+    let mut resp = Response::new(axum::body::Body::from_stream(stream));
+    *resp.status_mut() = status;
+    let h = resp.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("application/octet-stream"),
+    );
+    h.insert(header::CONTENT_LENGTH, header::HeaderValue::from(count));
+    h.insert(header::ACCEPT_RANGES, header::HeaderValue::from_static("bytes"));
+    if range.is_some() {
+        if let Ok(v) = header::HeaderValue::from_str(&format!("bytes {first}-{}/{len}", first + count - 1)) {
+            h.insert(header::CONTENT_RANGE, v);
+        }
+    }
+    Ok(resp)
 }
 
 async fn healthz() -> &'static str {
@@ -267,7 +325,7 @@ pub fn router(agent: Agent) -> Router {
         .route("/v1/jobs/{id}", get(get_job).delete(cancel_job))
         .route("/v1/jobs/by-key/{key}", get(job_by_key))
         .route("/v1/jobs/changes", get(changes))
-        .route("/v1/jobs/{id}/files/{name}", get(file))
+        .route("/v1/jobs/{id}/files/{*name}", get(file))
         .route_layer(middleware::from_fn_with_state(agent.clone(), auth));
     Router::new()
         .route("/healthz", get(healthz))

@@ -10,6 +10,7 @@ pub mod api;
 pub mod config;
 pub mod openapi;
 pub mod runner;
+pub mod sandbox;
 pub mod slurm;
 pub mod store;
 

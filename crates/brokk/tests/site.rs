@@ -62,6 +62,13 @@ impl Agent {
     }
 }
 
+/// A whole file of a job's sandbox.
+fn read_file(site: &RemoteSite, job: &JobHandle, name: &str) -> Result<Vec<u8>, SiteError> {
+    let mut out = Vec::new();
+    site.file(job, name, None)?.read_to_end(&mut out).unwrap();
+    Ok(out)
+}
+
 fn now() -> i64 {
     brokk_proto::wall_clock().0
 }
@@ -403,12 +410,12 @@ fn jobs_run_as_real_processes_with_staging() {
     let v = wait_for(&ann, &h, terminal);
     assert_eq!((v.state, v.exit_code), (JobPhase::Finished, Some(3)), "{v:?}");
     assert!(v.started.is_some() && v.ended.is_some());
-    let out = String::from_utf8(ann.file(&h, "out.txt").unwrap()).unwrap();
+    let out = String::from_utf8(read_file(&ann, &h, "out.txt").unwrap()).unwrap();
     assert_eq!(out, "hello brokk first-arg\nstaged from a file\nstaged over http\n");
-    assert_eq!(ann.file(&h, "err.txt").unwrap(), b"oops\n");
+    assert_eq!(read_file(&ann, &h, "err.txt").unwrap(), b"oops\n");
     assert_eq!(std::fs::read_to_string(&delivered).unwrap(), "staged from a file\n");
     assert_eq!(*uploaded.lock().unwrap(), out.as_bytes());
-    assert_eq!(ann.file(&h, "missing.txt").unwrap_err(), SiteError::Unknown);
+    assert_eq!(read_file(&ann, &h, "missing.txt").unwrap_err(), SiteError::Unknown);
     // A failed stage-in fails the job with the reason.
     let mut bad = shell("true");
     bad.input_files = vec![InputFile {

@@ -184,8 +184,8 @@ pub fn run(a: Args) -> Result<ExitCode> {
         );
         ok &= j.state == "finished" && j.exit_code == Some(0);
         if let Some(name) = &j.stdout {
-            if let Ok(bytes) = client.file(&j.id, name) {
-                std::fs::write(dir.join(format!("{label}.out")), bytes)?;
+            if let Ok(mut file) = client.file(&j.id, name) {
+                std::io::copy(&mut file, &mut std::fs::File::create(dir.join(format!("{label}.out")))?)?;
             }
         }
     }

@@ -2,7 +2,6 @@
 //! `cancel`, `output`, `resources`. The service comes from `--server` or
 //! `BROKK_SERVER`, the token from `--token` or `BROKK_TOKEN`.
 
-use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -374,8 +373,8 @@ pub fn output(a: OutputArgs) -> Result<ExitCode> {
             .stdout
             .context("the job names no standard output file; give a file name")?,
     };
-    let bytes = c.file(&a.id, &name)?;
-    std::io::stdout().write_all(&bytes)?;
+    let mut file = c.file(&a.id, &name)?;
+    std::io::copy(&mut file, &mut std::io::stdout().lock())?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -28,6 +28,14 @@ impl Drop for Server {
     }
 }
 
+impl Server {
+    /// The process id.
+    #[allow(dead_code)] // not every test binary looks at the process
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
 /// Spawns `cmd` (with stdout piped) and waits for its `listening on URL` line.
 pub fn spawn_listening(cmd: &mut Command) -> Server {
     let mut child = cmd.stdout(std::process::Stdio::piped()).spawn().unwrap();

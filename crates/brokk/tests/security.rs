@@ -1,0 +1,298 @@
+//! A hostile user against a broker with embedded sites shared by two users:
+//! each finding of the security review, as a test that failed before its fix.
+//! `brokk serve` runs as a real process; requests are raw HTTP so that what a
+//! client library would refuse to send still reaches the service.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+mod common;
+
+struct Broker {
+    server: common::Server,
+    http: reqwest::blocking::Client,
+}
+
+fn scratch(name: &str) -> PathBuf {
+    common::scratch("security", name)
+}
+
+impl Broker {
+    fn start(dir: &Path) -> Broker {
+        let config = dir.join("broker.toml");
+        std::fs::write(
+            &config,
+            "database = \"broker.db\"\nstate_dir = \"sites\"\n[tokens]\n\"tok-ann\" = \"ann\"\n\"tok-bob\" = \"bob\"\n\
+             [[embedded]]\nname = \"only\"\ncapacity = 4\n",
+        )
+        .unwrap();
+        let server = common::spawn_listening(
+            Command::new(env!("CARGO_BIN_EXE_brokk"))
+                .args(["serve", "--config"])
+                .arg(&config)
+                .stderr(
+                    std::fs::File::create(dir.join("service.log"))
+                        .map(Stdio::from)
+                        .unwrap_or(Stdio::null()),
+                ),
+        );
+        Broker {
+            server,
+            http: reqwest::blocking::Client::builder()
+                .timeout(Duration::from_secs(120))
+                .build()
+                .unwrap(),
+        }
+    }
+
+    /// `GET` a raw path (sent as written, escapes included) as `token`.
+    fn get(&self, token: &str, path: &str) -> reqwest::blocking::Response {
+        self.http
+            .get(format!("{}{path}", self.server.url))
+            .bearer_auth(token)
+            .send()
+            .unwrap()
+    }
+
+    fn submit(&self, token: &str, body: Value) -> reqwest::blocking::Response {
+        self.http
+            .post(format!("{}/v1/jobs", self.server.url))
+            .bearer_auth(token)
+            .json(&body)
+            .send()
+            .unwrap()
+    }
+
+    /// Submits a JSON job and waits for it to end; returns its view.
+    fn run(&self, token: &str, job: Value) -> Value {
+        let r = self.submit(token, json!({ "description": job.to_string(), "format": "json" }));
+        assert_eq!(r.status(), 202, "{}", r.text().unwrap());
+        let id = r.json::<Value>().unwrap()["id"].as_str().unwrap().to_string();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let v: Value = self.get(token, &format!("/v1/jobs/{id}")).json().unwrap();
+            if ["finished", "failed", "cancelled"].contains(&v["state"].as_str().unwrap_or("")) {
+                return v;
+            }
+            assert!(Instant::now() < deadline, "job never ended: {v}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn alive(&self) -> bool {
+        self.http
+            .get(format!("{}/healthz", self.server.url))
+            .send()
+            .is_ok_and(|r| r.status().is_success())
+    }
+}
+
+fn shell(script: &str) -> Value {
+    json!({ "executable": "/bin/sh", "arguments": ["-c", script], "wall_time": 60 })
+}
+
+#[test]
+fn no_user_reaches_another_users_files_through_the_proxy() {
+    let b = Broker::start(&scratch("proxy"));
+    let ann = b.run("tok-ann", shell("echo ann-secret > secret.txt"));
+    assert_eq!(ann["state"], "finished", "{ann}");
+    let ann_site_job = ann["site_job"].as_str().unwrap().to_string();
+    // Bob's job plants links to Ann's sandbox and out of its own.
+    let bob = b.run(
+        "tok-bob",
+        shell(&format!(
+            "ln -s ../job-{ann_site_job}/secret.txt link; ln -s .. up; ln -s /etc/passwd pw; mkdir d; echo mine > d/f.txt"
+        )),
+    );
+    assert_eq!(bob["state"], "finished", "{bob}");
+    let bob_id = bob["id"].as_str().unwrap();
+    // The owner reads a file by a relative path.
+    let r = b.get("tok-bob", &format!("/v1/jobs/{bob_id}/files/d/f.txt"));
+    assert_eq!((r.status().as_u16(), r.text().unwrap()), (200, "mine\n".to_string()));
+    for attack in [
+        format!("..%2F..%2F{ann_site_job}%2Ffiles%2Fsecret.txt"),
+        format!("..%2F..%2Fjob-{ann_site_job}%2Fsecret.txt"),
+        "..%2F..%2Fchanges%3Fafter%3D0".to_string(),
+        "..%2F..%2Fchanges".to_string(),
+        "%2Fetc%2Fpasswd".to_string(),
+        "link".to_string(),
+        "up/secret.txt".to_string(),
+        "pw".to_string(),
+        "d".to_string(),
+    ] {
+        let r = b.get("tok-bob", &format!("/v1/jobs/{bob_id}/files/{attack}"));
+        let status = r.status().as_u16();
+        let body = r.text().unwrap();
+        assert!(matches!(status, 400 | 404), "{attack}: {status} {body}");
+        assert!(
+            !body.contains("ann-secret") && !body.contains("root:"),
+            "{attack}: {body}"
+        );
+        assert!(!body.contains("\"jobs\""), "{attack} listed the site's jobs: {body}");
+    }
+    // Ann's file is still hers, through her own job only.
+    let ann_id = ann["id"].as_str().unwrap();
+    let r = b.get("tok-ann", &format!("/v1/jobs/{ann_id}/files/secret.txt"));
+    assert_eq!(r.text().unwrap(), "ann-secret\n");
+    let r = b.get("tok-bob", &format!("/v1/jobs/{ann_id}/files/secret.txt"));
+    assert_eq!(r.status(), 403);
+}
+
+#[test]
+fn a_large_file_streams_through_the_broker_in_bounded_memory() {
+    let b = Broker::start(&scratch("stream"));
+    let big = 1u64 << 30;
+    let v = b.run("tok-ann", shell(&format!("truncate -s {big} big; echo tail >> big")));
+    assert_eq!(v["state"], "finished", "{v}");
+    let id = v["id"].as_str().unwrap();
+    let before = peak_rss_kib(b.server.pid());
+    let mut r = b.get("tok-ann", &format!("/v1/jobs/{id}/files/big"));
+    assert_eq!(r.status(), 200);
+    let mut buf = vec![0u8; 1 << 20];
+    let (mut total, mut last) = (0u64, Vec::new());
+    loop {
+        let n = r.read(&mut buf).unwrap();
+        if n == 0 {
+            break;
+        }
+        total += n as u64;
+        last = buf[..n].to_vec();
+    }
+    assert_eq!(total, big + 5);
+    assert!(last.ends_with(b"tail\n"));
+    let grew = peak_rss_kib(b.server.pid()).saturating_sub(before);
+    assert!(
+        grew < 64 * 1024,
+        "the broker's peak memory grew by {grew} KiB for a 1 GiB file"
+    );
+    // A range is served as one.
+    let r = b
+        .http
+        .get(format!("{}/v1/jobs/{id}/files/big", b.server.url))
+        .bearer_auth("tok-ann")
+        .header("Range", "bytes=-5")
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), 206);
+    assert_eq!(
+        r.headers()["content-range"].to_str().unwrap(),
+        format!("bytes {big}-{}/{}", big + 4, big + 5)
+    );
+    assert_eq!(r.text().unwrap(), "tail\n");
+}
+
+/// The process's peak resident set, KiB.
+fn peak_rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
+
+#[test]
+fn a_reservation_named_in_a_description_is_checked_like_any_other() {
+    let b = Broker::start(&scratch("reservation"));
+    let soon = (brokk_proto::wall_clock() + brokk_model::Duration(30)).to_string();
+    let r: Value = b
+        .http
+        .post(format!("{}/v1/reservations", b.server.url))
+        .bearer_auth("tok-ann")
+        .json(&json!({ "amount": 2, "duration": 600, "earliest": soon, "latest": soon }))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    let rid = r["id"].as_str().expect("a reservation");
+    let job = json!({ "executable": "/bin/true", "wall_time": 30, "reservation": rid });
+    let o = b.submit("tok-bob", json!({ "description": job.to_string(), "format": "json" }));
+    assert_eq!(o.status(), 403, "{}", o.text().unwrap());
+    let script = format!("#!/bin/sh\n#SBATCH --reservation={rid}\n#SBATCH --time=1\ntrue\n");
+    let o = b.submit("tok-bob", json!({ "description": script, "format": "slurm" }));
+    assert_eq!(o.status(), 403, "{}", o.text().unwrap());
+    // Bob's jobs list holds nothing of it.
+    let mine: Value = b.get("tok-bob", "/v1/jobs").json().unwrap();
+    assert_eq!(mine.as_array().unwrap().len(), 0, "{mine}");
+    // Ann's own description may name it.
+    let o = b.submit("tok-ann", json!({ "description": job.to_string(), "format": "json" }));
+    assert_eq!(o.status(), 202, "{}", o.text().unwrap());
+}
+
+/// Deeply nested descriptions, one per language, each far deeper than any
+/// real one.
+pub fn deep_inputs() -> Vec<(&'static str, String)> {
+    let n = 5_000;
+    vec![
+        (
+            "xrsl",
+            format!("&{}(executable=/bin/true){}", "(|".repeat(n), ")".repeat(n)),
+        ),
+        (
+            "rsl",
+            format!("&{}(executable=/bin/true){}", "(|".repeat(n), ")".repeat(n)),
+        ),
+        (
+            "jdl",
+            format!(
+                "[ Executable = \"/bin/true\"; Requirements = {}true{}; ]",
+                "(".repeat(n * 20),
+                ")".repeat(n * 20)
+            ),
+        ),
+        (
+            "jdl",
+            format!(
+                "[ Executable = \"/bin/true\"; Requirements = true{}; ]",
+                " && true".repeat(n * 20)
+            ),
+        ),
+        (
+            "classad",
+            format!("{}Executable = \"/bin/true\"{}", "[ A = ".repeat(n), "]".repeat(n)),
+        ),
+        (
+            "condor",
+            format!(
+                "executable = /bin/true\nrequirements = {}\nqueue\n",
+                "!".repeat(n * 20) + "true"
+            ),
+        ),
+        (
+            "condor",
+            format!(
+                "executable = /bin/true\nrequirements = 1{}\nqueue\n",
+                " + 1".repeat(n * 20)
+            ),
+        ),
+        (
+            "jsdl",
+            format!(
+                "<JobDefinition xmlns=\"http://schemas.ggf.org/jsdl/2005/11/jsdl\">{}{}</JobDefinition>",
+                "<x>".repeat(n * 20),
+                "</x>".repeat(n * 20)
+            ),
+        ),
+    ]
+}
+
+#[test]
+fn deeply_nested_descriptions_are_refused_and_the_broker_lives() {
+    let b = Broker::start(&scratch("deep"));
+    for (format, text) in deep_inputs() {
+        let format = if format == "classad" { "jdl" } else { format };
+        let r = b.submit("tok-ann", json!({ "description": text, "format": format }));
+        let status = r.status().as_u16();
+        let body = r.text().unwrap_or_default();
+        assert!(b.alive(), "{format} took the broker down");
+        assert_eq!(status, 400, "{format}: {body}");
+        assert!(body.contains("line"), "{format}: the error has no position: {body}");
+    }
+    // Ann's jobs list holds nothing, and the service still works.
+    let v = b.run("tok-ann", shell("true"));
+    assert_eq!(v["state"], "finished");
+}
