@@ -39,6 +39,10 @@ impl Element {
     }
 }
 
+/// Elements nested deeper than this are refused: JSDL documents nest six or
+/// seven levels, and every walk over the tree (dropping it too) recurses.
+const MAX_DEPTH: usize = 64;
+
 fn parse_tree(src: &str) -> Result<Element, Diagnostic> {
     let mut reader = NsReader::from_str(src);
     let mut stack: Vec<Element> = vec![Element::default()];
@@ -74,6 +78,13 @@ fn parse_tree(src: &str) -> Result<Element, Diagnostic> {
                     ));
                 }
                 if matches!(ev, Event::Start(_)) {
+                    if stack.len() > MAX_DEPTH {
+                        return Err(Diagnostic::error_at(
+                            src,
+                            pos,
+                            format!("elements nested too deeply (more than {MAX_DEPTH} levels)"),
+                        ));
+                    }
                     stack.push(el);
                 } else if let Some(top) = stack.last_mut() {
                     top.children.push(el);

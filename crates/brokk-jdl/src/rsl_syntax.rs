@@ -68,6 +68,7 @@ pub(crate) fn parse(src: &str) -> Result<Spec, Diagnostic> {
         src,
         b: src.as_bytes(),
         i: 0,
+        depth: 0,
     };
     p.skip_ws()?;
     let spec = if p.peek() == Some(b'(') {
@@ -87,11 +88,30 @@ struct Parser<'a> {
     src: &'a str,
     b: &'a [u8],
     i: usize,
+    /// Open brackets around the current position.
+    depth: usize,
 }
+
+/// Brackets nested deeper than this are refused with a positioned error
+/// rather than risking the stack; real RSL nests two or three levels.
+const MAX_DEPTH: usize = 64;
 
 const SPECIAL: &[u8] = b"()=<>!\"'#$+&|^";
 
 impl<'a> Parser<'a> {
+    /// Enters one bracket, refusing nesting beyond [`MAX_DEPTH`].
+    fn enter(&mut self) -> Result<(), Diagnostic> {
+        self.depth += 1;
+        if self.depth > MAX_DEPTH {
+            return Err(Diagnostic::error_at(
+                self.src,
+                self.i,
+                format!("brackets nested too deeply (more than {MAX_DEPTH} levels)"),
+            ));
+        }
+        Ok(())
+    }
+
     fn err(&self, msg: &str) -> Diagnostic {
         let found = match self.src[self.i.min(self.src.len())..].chars().next() {
             Some(c) => format!(", found `{c}`"),
@@ -162,7 +182,9 @@ impl<'a> Parser<'a> {
                 return Ok(out);
             }
             self.i += 1;
+            self.enter()?;
             out.push(self.spec()?);
+            self.depth -= 1;
             self.skip_ws()?;
             if self.peek() != Some(b')') {
                 return Err(self.err("expected `)` to close the relation"));
@@ -214,7 +236,9 @@ impl<'a> Parser<'a> {
                 Some(b'(') => {
                     let pos = self.i;
                     self.i += 1;
+                    self.enter()?;
                     let items = self.value_seq()?;
+                    self.depth -= 1;
                     self.skip_ws()?;
                     if self.peek() != Some(b')') {
                         return Err(self.err("expected `)` to close the value sequence"));

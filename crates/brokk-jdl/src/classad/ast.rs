@@ -93,6 +93,29 @@ pub struct Expr {
     pub start: usize,
     /// Byte offset just past its end.
     pub end: usize,
+    /// Levels of nodes from here to the deepest leaf (1 for a leaf): every
+    /// walk over a tree recurses this deep, so readers bound it.
+    pub height: usize,
+}
+
+impl Expr {
+    /// A node over `kind`, its height taken from its children.
+    pub fn new(kind: Kind, start: usize, end: usize) -> Expr {
+        let below = match &kind {
+            Kind::Lit(_) | Kind::Attr(..) => 0,
+            Kind::Unary(_, a) | Kind::Select(a, _) => a.height,
+            Kind::Binary(_, a, b) | Kind::Index(a, b) => a.height.max(b.height),
+            Kind::Cond(a, b, c) => a.height.max(b.height).max(c.height),
+            Kind::Call(_, xs) | Kind::List(xs) => xs.iter().map(|x| x.height).max().unwrap_or(0),
+            Kind::Record(fields) => fields.iter().map(|(_, x)| x.height).max().unwrap_or(0),
+        };
+        Expr {
+            kind,
+            start,
+            end,
+            height: below + 1,
+        }
+    }
 }
 
 /// The kinds of expression node.

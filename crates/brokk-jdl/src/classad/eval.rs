@@ -12,6 +12,11 @@ use super::ClassAd;
 /// Attribute references deeper than this (usually a cycle) evaluate to ERROR.
 const MAX_DEPTH: usize = 64;
 
+/// Nested evaluation calls one evaluation may make, summed over the
+/// expressions its references reach (each costs its height): a reference
+/// that would go beyond evaluates to ERROR instead of exhausting the stack.
+const MAX_FRAMES: usize = 1024;
+
 /// Where attribute references resolve and what time it is.
 #[derive(Clone, Copy)]
 pub struct Env<'a> {
@@ -24,6 +29,8 @@ pub struct Env<'a> {
     /// Seconds since the epoch for `time()`; from the caller's clock, never read here.
     pub now: i64,
     pub(crate) depth: usize,
+    /// Frames the references followed so far may take: see [`MAX_FRAMES`].
+    pub(crate) frames: usize,
 }
 
 impl<'a> Env<'a> {
@@ -35,12 +42,16 @@ impl<'a> Env<'a> {
             parent: None,
             now,
             depth: 0,
+            frames: 0,
         }
     }
 
-    fn deeper(self) -> Option<Self> {
-        (self.depth < MAX_DEPTH).then_some(Env {
+    /// The environment for evaluating `x` one reference deeper, if the
+    /// reference depth and the frame budget allow it.
+    fn deeper(self, x: &Expr) -> Option<Self> {
+        (self.depth < MAX_DEPTH && self.frames + x.height <= MAX_FRAMES).then_some(Env {
             depth: self.depth + 1,
+            frames: self.frames + x.height,
             ..self
         })
     }
@@ -70,9 +81,9 @@ pub fn eval(e: &Expr, env: Env<'_>) -> Value {
             Value::Ad(Rc::new(ad))
         }
         Kind::Select(base, name) => match eval(base, env) {
-            Value::Ad(ad) => match env.deeper() {
-                Some(inner) => match ad.get(name) {
-                    Some(x) => eval(
+            Value::Ad(ad) => match ad.get(name) {
+                Some(x) => match env.deeper(x) {
+                    Some(inner) => eval(
                         x,
                         Env {
                             my: Some(&ad),
@@ -80,9 +91,9 @@ pub fn eval(e: &Expr, env: Env<'_>) -> Value {
                             ..inner
                         },
                     ),
-                    None => Value::Undefined,
+                    None => Value::Error,
                 },
-                None => Value::Error,
+                None => Value::Undefined,
             },
             Value::Undefined => Value::Undefined,
             Value::List(items) => Value::List(
@@ -115,19 +126,17 @@ pub fn eval(e: &Expr, env: Env<'_>) -> Value {
 }
 
 fn lookup(scope: Option<Scope>, name: &str, env: Env<'_>) -> Value {
-    let Some(inner) = env.deeper() else {
-        return Value::Error;
-    };
     let in_ad = |ad: &ClassAd, other: Option<&ClassAd>| {
-        ad.get(name).map(|x| {
-            eval(
+        ad.get(name).map(|x| match env.deeper(x) {
+            Some(inner) => eval(
                 x,
                 Env {
                     my: Some(ad),
                     target: other,
                     ..inner
                 },
-            )
+            ),
+            None => Value::Error,
         })
     };
     let found = match scope {

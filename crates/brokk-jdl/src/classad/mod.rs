@@ -59,14 +59,7 @@ impl ClassAd {
 
     /// Sets `name` to a literal value.
     pub fn insert_value(&mut self, name: &str, v: Value) {
-        self.insert(
-            name,
-            Expr {
-                kind: Kind::Lit(v),
-                start: 0,
-                end: 0,
-            },
-        );
+        self.insert(name, Expr::new(Kind::Lit(v), 0, 0));
     }
 
     /// The expression bound to `name`, in any case.

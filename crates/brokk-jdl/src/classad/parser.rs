@@ -5,8 +5,14 @@ use super::lexer::{lex, Tok, Token};
 use super::value::Value;
 use crate::diag::Diagnostic;
 
-/// Nesting deeper than this is refused rather than risking the stack.
+/// Brackets nested deeper than this are refused with a positioned error
+/// rather than risking the parser's stack (each level costs it a few frames).
 const MAX_DEPTH: usize = 100;
+
+/// Trees taller than this are refused too: every later walk over a tree
+/// (evaluation, printing, dropping) recurses as deep as it is tall. Real
+/// requirements are a few levels deep; a flat chain of 250 `||` still reads.
+pub(crate) const MAX_HEIGHT: usize = 256;
 
 pub(crate) struct Parser<'a> {
     full: &'a str,
@@ -122,16 +128,34 @@ impl<'a> Parser<'a> {
         Ok(out)
     }
 
-    /// One expression.
-    pub fn expr(&mut self) -> Result<Expr, Diagnostic> {
+    /// Refuses a node taller than [`MAX_HEIGHT`].
+    fn bounded(&self, e: Expr) -> Result<Expr, Diagnostic> {
+        if e.height > MAX_HEIGHT {
+            return Err(Diagnostic::error_at(
+                self.full,
+                e.start,
+                format!("expression nested too deeply (more than {MAX_HEIGHT} levels of operators)"),
+            ));
+        }
+        Ok(e)
+    }
+
+    /// Enters one level of recursion, refusing nesting beyond [`MAX_DEPTH`].
+    fn enter(&mut self) -> Result<(), Diagnostic> {
         self.depth += 1;
         if self.depth > MAX_DEPTH {
             return Err(Diagnostic::error_at(
                 self.full,
                 self.pos(),
-                "expression nested too deeply",
+                format!("expression nested too deeply (more than {MAX_DEPTH} levels of brackets)"),
             ));
         }
+        Ok(())
+    }
+
+    /// One expression.
+    pub fn expr(&mut self) -> Result<Expr, Diagnostic> {
+        self.enter()?;
         let r = self.cond();
         self.depth -= 1;
         r
@@ -145,17 +169,13 @@ impl<'a> Parser<'a> {
             self.expect(":")?;
             let b = self.expr()?;
             let (start, end) = (c.start, b.end);
-            return Ok(Expr {
-                kind: Kind::Cond(Box::new(c), Box::new(a), Box::new(b)),
-                start,
-                end,
-            });
+            return self.bounded(Expr::new(Kind::Cond(Box::new(c), Box::new(a), Box::new(b)), start, end));
         }
         Ok(c)
     }
 
-    fn binop(&self, level: usize) -> Option<BinOp> {
-        let op = match self.peek() {
+    fn binop(&self) -> Option<BinOp> {
+        Some(match self.peek() {
             Tok::Punct(p) => match *p {
                 "||" => BinOp::Or,
                 "&&" => BinOp::And,
@@ -183,24 +203,19 @@ impl<'a> Parser<'a> {
             Tok::Ident(s) if s.eq_ignore_ascii_case("is") => BinOp::Is,
             Tok::Ident(s) if s.eq_ignore_ascii_case("isnt") => BinOp::Isnt,
             _ => return None,
-        };
-        (precedence(op) == level).then_some(op)
+        })
     }
 
-    fn binary(&mut self, level: usize) -> Result<Expr, Diagnostic> {
-        if level > 9 {
-            return self.unary();
-        }
-        let mut lhs = self.binary(level + 1)?;
-        while let Some(op) = self.binop(level) {
+    /// Operators of precedence `min` and above, left-associative, by
+    /// precedence climbing: one frame per rising precedence, not one per
+    /// level of the grammar, so bracket nesting costs few frames each.
+    fn binary(&mut self, min: usize) -> Result<Expr, Diagnostic> {
+        let mut lhs = self.unary()?;
+        while let Some(op) = self.binop().filter(|&op| precedence(op) >= min) {
             self.bump();
-            let rhs = self.binary(level + 1)?;
+            let rhs = self.binary(precedence(op) + 1)?;
             let (start, end) = (lhs.start, rhs.end);
-            lhs = Expr {
-                kind: Kind::Binary(op, Box::new(lhs), Box::new(rhs)),
-                start,
-                end,
-            };
+            lhs = self.bounded(Expr::new(Kind::Binary(op, Box::new(lhs), Box::new(rhs)), start, end))?;
         }
         Ok(lhs)
     }
@@ -215,19 +230,11 @@ impl<'a> Parser<'a> {
         };
         if let Some(op) = op {
             let start = self.bump().start;
-            self.depth += 1;
-            if self.depth > MAX_DEPTH {
-                return Err(Diagnostic::error_at(self.full, start, "expression nested too deeply"));
-            }
-            let e = self.unary();
+            self.enter()?;
+            let e = self.unary()?;
             self.depth -= 1;
-            let e = e?;
             let end = e.end;
-            return Ok(Expr {
-                kind: Kind::Unary(op, Box::new(e)),
-                start,
-                end,
-            });
+            return self.bounded(Expr::new(Kind::Unary(op, Box::new(e)), start, end));
         }
         self.postfix()
     }
@@ -242,21 +249,13 @@ impl<'a> Parser<'a> {
                 };
                 let t = self.bump();
                 let start = e.start;
-                e = Expr {
-                    kind: Kind::Select(Box::new(e), name),
-                    start,
-                    end: t.end,
-                };
+                e = self.bounded(Expr::new(Kind::Select(Box::new(e), name), start, t.end))?;
             } else if self.is("[") {
                 self.bump();
                 let idx = self.expr()?;
                 let end = self.expect("]")?;
                 let start = e.start;
-                e = Expr {
-                    kind: Kind::Index(Box::new(e), Box::new(idx)),
-                    start,
-                    end,
-                };
+                e = self.bounded(Expr::new(Kind::Index(Box::new(e), Box::new(idx)), start, end))?;
             } else {
                 return Ok(e);
             }
@@ -265,13 +264,7 @@ impl<'a> Parser<'a> {
 
     fn primary(&mut self) -> Result<Expr, Diagnostic> {
         let start = self.pos();
-        let lit = |v: Value, end: usize| {
-            Ok(Expr {
-                kind: Kind::Lit(v),
-                start,
-                end,
-            })
-        };
+        let lit = |v: Value, end: usize| Ok(Expr::new(Kind::Lit(v), start, end));
         match self.peek().clone() {
             Tok::Int(n) => {
                 let t = self.bump();
@@ -304,20 +297,16 @@ impl<'a> Parser<'a> {
                     }
                 }
                 let end = self.expect("}")?;
-                Ok(Expr {
-                    kind: Kind::List(items),
-                    start,
-                    end,
-                })
+                self.bounded(Expr::new(Kind::List(items), start, end))
             }
             Tok::Punct("[") => {
                 let entries = self.entries(true)?;
                 let end = self.toks[self.i.saturating_sub(1)].end;
-                Ok(Expr {
-                    kind: Kind::Record(entries.into_iter().map(|e| (e.name, e.expr)).collect()),
+                self.bounded(Expr::new(
+                    Kind::Record(entries.into_iter().map(|e| (e.name, e.expr)).collect()),
                     start,
                     end,
-                })
+                ))
             }
             Tok::Ident(name) => {
                 let t = self.bump();
@@ -342,11 +331,7 @@ impl<'a> Parser<'a> {
                             return Err(self.err("an attribute name after the scope"));
                         };
                         let n = self.bump();
-                        return Ok(Expr {
-                            kind: Kind::Attr(Some(scope), attr),
-                            start,
-                            end: n.end,
-                        });
+                        return Ok(Expr::new(Kind::Attr(Some(scope), attr), start, n.end));
                     }
                 }
                 if self.is("(") {
@@ -361,17 +346,9 @@ impl<'a> Parser<'a> {
                         }
                     }
                     let end = self.expect(")")?;
-                    return Ok(Expr {
-                        kind: Kind::Call(name, args),
-                        start,
-                        end,
-                    });
+                    return self.bounded(Expr::new(Kind::Call(name, args), start, end));
                 }
-                Ok(Expr {
-                    kind: Kind::Attr(None, name),
-                    start,
-                    end: t.end,
-                })
+                Ok(Expr::new(Kind::Attr(None, name), start, t.end))
             }
             _ => Err(self.err("an expression")),
         }

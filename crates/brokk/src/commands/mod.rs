@@ -29,6 +29,21 @@ pub struct ServerArgs {
     pub listen: Option<std::net::SocketAddr>,
 }
 
+/// Stack of every thread of a server's runtime. Readers and evaluators bound
+/// their nesting so that they fit in a quarter of it in a debug build (their
+/// tests run on 2 MiB threads), which leaves this one ample room.
+pub const SERVER_STACK_BYTES: usize = 8 << 20;
+
+/// The multi-threaded runtime a server runs on, with [`SERVER_STACK_BYTES`]
+/// stacks for its workers and its blocking pool alike.
+pub fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_stack_size(SERVER_STACK_BYTES)
+        .build()
+        .context("starting the async runtime")
+}
+
 /// Runs a server on a new runtime: `start` binds it and returns its address
 /// and task; prints `listening on http://ADDR` (tests and scripts read it)
 /// and serves until the task ends or Ctrl-C.
@@ -37,7 +52,7 @@ where
     F: std::future::Future<Output = std::result::Result<(std::net::SocketAddr, tokio::task::JoinHandle<()>), E>>,
     E: std::error::Error + Send + Sync + 'static,
 {
-    let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    let rt = runtime()?;
     rt.block_on(async {
         let (addr, server) = start.await?;
         println!("listening on http://{addr}");

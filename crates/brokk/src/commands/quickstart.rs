@@ -94,7 +94,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
     let config_path = dir.join("broker.toml");
     std::fs::write(&config_path, config(&dir))?;
     let config = brokk_server::Config::load(&config_path)?;
-    let rt = tokio::runtime::Runtime::new()?;
+    let rt = super::runtime()?;
     let running = rt.block_on(brokk_server::start(config))?;
     let url = format!("http://{}", running.addr);
     println!("broker at {url} with embedded sites small (4 slots), medium (16), large (64)");
