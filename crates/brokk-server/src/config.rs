@@ -98,6 +98,12 @@ pub struct EmbeddedSiteConfig {
     pub bandwidth_bytes_per_s: Option<u64>,
     /// Front this Slurm cluster instead of running jobs as local processes.
     pub slurm: Option<brokk_site::config::SlurmConfig>,
+    /// Local directories `file://` stage-in may read from (none by default).
+    #[serde(default)]
+    pub stage_in_dirs: Vec<PathBuf>,
+    /// Local directories `file://` stage-out may write to (none by default).
+    #[serde(default)]
+    pub stage_out_dirs: Vec<PathBuf>,
 }
 
 fn default_listen() -> SocketAddr {
@@ -125,6 +131,11 @@ impl Config {
         };
         let text = std::fs::read_to_string(path).map_err(|e| err(e.to_string()))?;
         let mut c: Config = toml::from_str(&text).map_err(|e| err(e.to_string()))?;
+        if (!c.tokens.is_empty() || !c.sites.is_empty()) && brokk_site::config::others_can_read(path) {
+            return Err(err(
+                "it holds tokens and other users can read it; make it private (chmod 600)".into(),
+            ));
+        }
         let base = path.parent().unwrap_or(Path::new("."));
         if !c.database.starts_with("postgres://") && !c.database.starts_with("postgresql://") {
             c.database = base.join(&c.database).display().to_string();

@@ -524,6 +524,10 @@ impl Agent {
                 "executable: a job needs an executable or a script".into(),
             ));
         }
+        if let Some(dir) = &spec.working_directory {
+            crate::sandbox::components(dir)
+                .map_err(|m| AgentError::BadRequest(format!("working_directory: {m}; jobs run in their sandbox")))?;
+        }
         let mut g = self.lock().await;
         if let Some(k) = &key {
             if let Some(&id) = g.keys.get(&(who.to_string(), k.clone())) {

@@ -10,6 +10,8 @@
 //! [[benchmarks]]
 //! name = "specint2006"
 //! value = 20.0
+//! stage_in_dirs = ["/srv/inputs"]   # file:// inputs only from here (default: none)
+//! stage_out_dirs = ["/srv/results"] # file:// outputs only to here (default: none)
 //! [tokens]
 //! "secret-token-of-ann" = "ann"
 //!
@@ -80,6 +82,13 @@ pub struct Config {
     /// Bearer token -> identity.
     #[serde(default)]
     pub tokens: BTreeMap<String, String>,
+    /// Local directories `file://` stage-in may read from (none by default:
+    /// only `http(s)://` inputs are fetched).
+    #[serde(default)]
+    pub stage_in_dirs: Vec<PathBuf>,
+    /// Local directories `file://` stage-out may write to (none by default).
+    #[serde(default)]
+    pub stage_out_dirs: Vec<PathBuf>,
     /// The Slurm backend; without it jobs run as local processes.
     pub slurm: Option<SlurmConfig>,
 }
@@ -130,6 +139,29 @@ fn default_max_body() -> usize {
     1 << 20
 }
 
+/// Whether a user other than the file's owner and group can read `path`:
+/// the file is world-readable and every directory above it lets the world
+/// through.
+pub fn others_can_read(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |p: &Path| std::fs::metadata(p).map(|m| m.permissions().mode()).unwrap_or(0);
+    let Ok(full) = std::path::absolute(path) else {
+        return true;
+    };
+    mode(&full) & 0o004 != 0 && full.ancestors().skip(1).all(|d| mode(d) & 0o001 != 0)
+}
+
+/// Refuses a configuration file holding tokens that other users can read.
+pub fn refuse_if_others_can_read(path: &Path) -> Result<(), ConfigError> {
+    if others_can_read(path) {
+        return Err(ConfigError::File {
+            path: path.display().to_string(),
+            message: "it holds tokens and other users can read it; make it private (chmod 600)".into(),
+        });
+    }
+    Ok(())
+}
+
 impl Config {
     /// Reads a configuration file; relative paths in it resolve next to it.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
@@ -139,9 +171,15 @@ impl Config {
         };
         let text = std::fs::read_to_string(path).map_err(|e| file_err(e.to_string()))?;
         let mut c: Config = toml::from_str(&text).map_err(|e| file_err(e.to_string()))?;
+        if !c.tokens.is_empty() {
+            refuse_if_others_can_read(path)?;
+        }
         let base = path.parent().unwrap_or(Path::new("."));
         c.database = base.join(&c.database);
         c.workdir = base.join(&c.workdir);
+        for d in c.stage_in_dirs.iter_mut().chain(c.stage_out_dirs.iter_mut()) {
+            *d = base.join(&*d);
+        }
         if let Some(s) = &mut c.slurm {
             s.conf = base.join(&s.conf);
             s.bin_dir = s.bin_dir.as_ref().map(|b| base.join(b));

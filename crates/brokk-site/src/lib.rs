@@ -12,6 +12,7 @@ pub mod openapi;
 pub mod runner;
 pub mod sandbox;
 pub mod slurm;
+pub mod staging;
 pub mod store;
 
 use std::net::SocketAddr;

@@ -50,9 +50,15 @@ async fn drive(agent: &Agent, launch: Launch, sandbox: &Path) -> End {
     let outputs = launch.job.output_files.clone();
     let mut cancel = launch.controls.cancel.clone();
     let http = reqwest::Client::new();
+    let config = agent.config();
+    let allowed = crate::staging::Allowed {
+        read: config.stage_in_dirs.clone(),
+        write: config.stage_out_dirs.clone(),
+        workdir: config.workdir.clone(),
+    };
     // A job already handed to the resource manager was staged before.
     if launch.backend_id.is_none() {
-        if let Err(e) = tokio::fs::create_dir_all(sandbox).await {
+        if let Err(e) = make_sandbox(sandbox, &launch.job).await {
             return End::Failed(format!("creating the sandbox: {e}"));
         }
         if !matches!(agent.set_phase(id, JobPhase::StagingIn).await, Ok(true)) {
@@ -60,9 +66,9 @@ async fn drive(agent: &Agent, launch: Launch, sandbox: &Path) -> End {
         }
         for f in &launch.job.input_files {
             let Some(source) = &f.source else { continue };
-            let to = sandbox.join(plain_name(&f.name));
+            let name = plain_name(&f.name);
             tokio::select! {
-                r = stage_in(&http, source, &to) => {
+                r = crate::staging::stage_in(&http, &allowed, source, sandbox, &name) => {
                     if let Err(e) = r {
                         return End::Failed(format!("staging in {}: {e}", f.name));
                     }
@@ -84,9 +90,9 @@ async fn drive(agent: &Agent, launch: Launch, sandbox: &Path) -> End {
     }
     for f in &outputs {
         let Some(target) = &f.target else { continue };
-        let from = sandbox.join(plain_name(&f.name));
+        let name = plain_name(&f.name);
         tokio::select! {
-            r = stage_out(&http, &from, target) => {
+            r = crate::staging::stage_out(&http, &allowed, sandbox, &name, target) => {
                 if let Err(e) = r {
                     return End::Failed(format!("staging out {}: {e}", f.name));
                 }
@@ -127,7 +133,7 @@ async fn run_locally(agent: &Agent, launch: Launch, sandbox: &Path) -> End {
     if !matches!(agent.set_phase(id, JobPhase::Running).await, Ok(true)) {
         return End::Cancelled;
     }
-    let mut child = match spawn(&job, sandbox).await {
+    let mut child = match spawn(id, &agent.config().name, &job, sandbox).await {
         Ok(child) => child,
         Err(e) => return End::Failed(format!("starting the job: {e}")),
     };
@@ -169,48 +175,43 @@ pub(crate) fn plain_name(name: &str) -> String {
     }
 }
 
-async fn stage_in(http: &reqwest::Client, source: &str, to: &Path) -> Result<(), String> {
-    if let Some(path) = source.strip_prefix("file://") {
-        tokio::fs::copy(path, to).await.map_err(|e| format!("{source}: {e}"))?;
-        return Ok(());
+/// Creates the job's sandbox, private to its owner (0700), and the relative
+/// working directory inside it that the job asks for.
+async fn make_sandbox(sandbox: &Path, job: &Job) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    if let Some(root) = sandbox.parent() {
+        tokio::fs::create_dir_all(root).await?;
+        // Others may pass through to their own sandbox, not list the jobs.
+        tokio::fs::set_permissions(root, std::fs::Permissions::from_mode(0o711)).await?;
     }
-    if source.starts_with("http://") || source.starts_with("https://") {
-        let resp = http.get(source).send().await.map_err(|e| e.to_string())?;
-        if !resp.status().is_success() {
-            return Err(format!("{source}: HTTP {}", resp.status()));
-        }
-        let bytes = resp.bytes().await.map_err(|e| e.to_string())?;
-        tokio::fs::write(to, &bytes).await.map_err(|e| e.to_string())?;
-        return Ok(());
+    let mut b = tokio::fs::DirBuilder::new();
+    b.mode(0o700);
+    b.recursive(true);
+    b.create(sandbox).await?;
+    tokio::fs::set_permissions(sandbox, std::fs::Permissions::from_mode(0o700)).await?;
+    if let Some(dir) = &job.working_directory {
+        crate::sandbox::components(dir).map_err(std::io::Error::other)?;
+        b.create(sandbox.join(dir)).await?;
     }
-    Err(format!("{source}: only file:// and http(s):// sources are supported"))
+    Ok(())
 }
 
-async fn stage_out(http: &reqwest::Client, from: &Path, target: &str) -> Result<(), String> {
-    let bytes = tokio::fs::read(from)
-        .await
-        .map_err(|e| format!("{}: {e}", from.display()))?;
-    if let Some(path) = target.strip_prefix("file://") {
-        if let Some(dir) = Path::new(path).parent() {
-            tokio::fs::create_dir_all(dir).await.map_err(|e| e.to_string())?;
-        }
-        tokio::fs::write(path, &bytes)
-            .await
-            .map_err(|e| format!("{target}: {e}"))?;
-        return Ok(());
-    }
-    if target.starts_with("http://") || target.starts_with("https://") {
-        let resp = http.put(target).body(bytes).send().await.map_err(|e| e.to_string())?;
-        if !resp.status().is_success() {
-            return Err(format!("{target}: HTTP {}", resp.status()));
-        }
-        return Ok(());
-    }
-    Err(format!("{target}: only file:// and http(s):// targets are supported"))
+/// The variables every job finds set, as batch systems set theirs.
+pub(crate) fn batch_environment(id: u64, site: &str, job: &Job, sandbox: &Path) -> Vec<(String, String)> {
+    let sandbox = std::path::absolute(sandbox).unwrap_or_else(|_| sandbox.to_path_buf());
+    vec![
+        ("PATH".into(), "/usr/local/bin:/usr/bin:/bin".into()),
+        ("HOME".into(), sandbox.display().to_string()),
+        ("TMPDIR".into(), sandbox.display().to_string()),
+        ("BROKK_JOB_ID".into(), id.to_string()),
+        ("BROKK_SITE".into(), site.to_string()),
+        ("BROKK_CPUS".into(), job.cpus.unwrap_or(1).max(1).to_string()),
+        ("BROKK_SANDBOX".into(), sandbox.display().to_string()),
+    ]
 }
 
 /// Starts the job's process in its own process group, in the sandbox.
-async fn spawn(job: &Job, sandbox: &Path) -> std::io::Result<Child> {
+async fn spawn(id: u64, site: &str, job: &Job, sandbox: &Path) -> std::io::Result<Child> {
     let mut cmd = match (&job.script, &job.executable) {
         (Some(script), _) => {
             let path = sandbox.join("job-script.sh");
@@ -233,11 +234,19 @@ async fn spawn(job: &Job, sandbox: &Path) -> std::io::Result<Child> {
         }
         (None, None) => return Err(std::io::Error::other("no executable")),
     };
+    // Relative, inside the sandbox: the agent refused anything else at submission.
     let dir = match &job.working_directory {
-        Some(d) if Path::new(d).is_absolute() => PathBuf::from(d),
-        _ => sandbox.to_path_buf(),
+        Some(d) => sandbox.join(d),
+        None => sandbox.to_path_buf(),
     };
     cmd.current_dir(dir).process_group(0).kill_on_drop(true);
+    // Nothing of the agent's own environment (its tokens, a database
+    // password) reaches the job: only what it asked for and the batch
+    // variables.
+    cmd.env_clear();
+    for (name, value) in batch_environment(id, site, job, sandbox) {
+        cmd.env(name, value);
+    }
     for v in &job.environment {
         cmd.env(&v.name, &v.value);
     }
@@ -245,11 +254,11 @@ async fn spawn(job: &Job, sandbox: &Path) -> std::io::Result<Child> {
         match name {
             None => Ok(Stdio::null()),
             Some(n) => {
-                let p = sandbox.join(plain_name(n));
+                let n = plain_name(n);
                 Ok(if out {
-                    std::fs::File::create(p)?.into()
+                    crate::sandbox::create_write(sandbox, &n)?.into()
                 } else {
-                    std::fs::File::open(p)?.into()
+                    crate::sandbox::open_read(sandbox, &n)?.into()
                 })
             }
         }

@@ -34,7 +34,7 @@ impl Agent {
             std::fs::write(
                 &config,
                 "name = \"test-site\"\ncapacity = 4\ndatabase = \"site.db\"\nworkdir = \"jobs\"\nkill_grace = 1\n\
-                 bandwidth_bytes_per_s = 1000000\n[tokens]\n\"tok-ann\" = \"ann\"\n\"tok-bob\" = \"bob\"\n",
+                 bandwidth_bytes_per_s = 1000000\nstage_in_dirs = [\".\"]\nstage_out_dirs = [\".\"]\n[tokens]\n\"tok-ann\" = \"ann\"\n\"tok-bob\" = \"bob\"\n",
             )
             .unwrap();
         }
@@ -42,6 +42,7 @@ impl Agent {
             Command::new(env!("CARGO_BIN_EXE_brokk"))
                 .args(["site", "--config"])
                 .arg(&config)
+                .env("BROKK_TEST_SECRET", "agent-only-secret")
                 .stderr(Stdio::null()),
         );
         Agent {
@@ -427,6 +428,87 @@ fn jobs_run_as_real_processes_with_staging() {
     let v = wait_for(&ann, &h, terminal);
     assert_eq!(v.state, JobPhase::Failed);
     assert!(v.reason.unwrap().contains("staging in x"));
+}
+
+#[test]
+fn jobs_stay_inside_their_sandbox_and_the_sites_staging_rules() {
+    let dir = scratch("confined");
+    let agent = Agent::start(&dir);
+    let mut ann = agent.client("tok-ann");
+    let mut bob = agent.client("tok-bob");
+    // Ann's job leaves a file in her sandbox.
+    let h = ann
+        .submit("ann", &shell("echo ann-private > private.txt"), None)
+        .unwrap();
+    assert_eq!(wait_for(&ann, &h, terminal).state, JobPhase::Finished);
+    let ann_file = dir.join(format!("jobs/job-{}/private.txt", h.0));
+    assert!(ann_file.exists());
+    let fails_with = |site: &mut RemoteSite, job: Job, words: &str| {
+        let h = site.submit("x", &job, None).unwrap();
+        let v = wait_for(site, &h, terminal);
+        assert_eq!(v.state, JobPhase::Failed, "{v:?}");
+        let reason = v.reason.unwrap_or_default();
+        assert!(reason.contains(words), "{reason}");
+    };
+    // Stage-in reads neither system files nor another job's sandbox.
+    for source in [
+        "file:///etc/passwd".to_string(),
+        format!("file://{}", ann_file.display()),
+    ] {
+        let mut job = shell("cat in.txt");
+        job.input_files = vec![InputFile {
+            name: "in.txt".into(),
+            source: Some(source),
+            size: None,
+        }];
+        fails_with(&mut bob, job, "only in the directories its configuration allows");
+    }
+    // Stage-out writes nowhere outside the allowed directories, and never
+    // follows a link the job planted.
+    let outside = std::env::temp_dir().join(format!("brokk-outside-{}", std::process::id()));
+    let mut job = shell("echo x > r.txt");
+    job.output_files = vec![OutputFile {
+        name: "r.txt".into(),
+        target: Some(format!("file://{}/r.txt", outside.display())),
+        size_estimate: None,
+    }];
+    fails_with(&mut bob, job, "only in the directories its configuration allows");
+    assert!(!outside.exists());
+    let mut job = shell("ln -s /etc/passwd leak");
+    job.output_files = vec![OutputFile {
+        name: "leak".into(),
+        target: Some(format!("file://{}/leaked.txt", dir.display())),
+        size_estimate: None,
+    }];
+    fails_with(&mut bob, job, "staging out leak");
+    assert!(!dir.join("leaked.txt").exists());
+    // The job's environment holds nothing of the agent's.
+    let h = bob.submit("bob", &shell("env > env.txt"), None).unwrap();
+    assert_eq!(wait_for(&bob, &h, terminal).state, JobPhase::Finished);
+    let env = String::from_utf8(read_file(&bob, &h, "env.txt").unwrap()).unwrap();
+    assert!(!env.contains("agent-only-secret"), "{env}");
+    assert!(env.contains(&format!("BROKK_JOB_ID={}", h.0)), "{env}");
+    // An absolute or escaping working directory is refused at submission.
+    for wd in ["/etc", "../..", "a/../../b"] {
+        let mut job = shell("true");
+        job.working_directory = Some(wd.into());
+        match bob.submit("bob", &job, None) {
+            Err(SiteError::Refused { reason, .. }) => assert!(reason.contains("working_directory"), "{reason}"),
+            other => panic!("{wd}: {other:?}"),
+        }
+    }
+    // A relative one is made inside the sandbox.
+    let mut job = shell("pwd > ../where.txt");
+    job.working_directory = Some("sub/dir".into());
+    let h = bob.submit("bob", &job, None).unwrap();
+    assert_eq!(wait_for(&bob, &h, terminal).state, JobPhase::Finished);
+    let wd = String::from_utf8(read_file(&bob, &h, "sub/where.txt").unwrap()).unwrap();
+    assert!(wd.trim().ends_with(&format!("job-{}/sub/dir", h.0)), "{wd}");
+    // Sandboxes and the database are private to the agent's account.
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |p: PathBuf| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(dir.join(format!("jobs/job-{}", h.0))), 0o700);
+    assert_eq!(mode(dir.join("site.db")), 0o600);
 }
 
 #[test]

@@ -257,6 +257,12 @@ impl SlurmCli {
     async fn run(&self, program: &str, args: &[String]) -> Result<String, SlurmError> {
         let path = self.bin.as_ref().map_or(PathBuf::from(program), |b| b.join(program));
         let mut cmd = Command::new(&path);
+        // sbatch hands its own environment to the job: only what Slurm's
+        // commands need goes in, none of the agent's secrets.
+        cmd.env_clear();
+        if let Some(p) = std::env::var_os("PATH") {
+            cmd.env("PATH", p);
+        }
         cmd.args(args)
             .env("SLURM_CONF", &self.conf)
             .env("TZ", "UTC")

@@ -36,15 +36,14 @@ async fn prepare(slurm: &Slurm, launch: &Launch, sandbox: &Path) -> Result<PathB
     if let Some(p) = &slurm.config.partition {
         job.queue = Some(p.clone());
     }
-    if !job
-        .working_directory
-        .as_deref()
-        .is_some_and(|d| Path::new(d).is_absolute())
-    {
-        // Absolute: sbatch would read a relative one against its own directory.
-        let dir = std::path::absolute(sandbox).map_err(|e| format!("{}: {e}", sandbox.display()))?;
-        job.working_directory = Some(dir.display().to_string());
-    }
+    // Absolute, inside the sandbox (the agent refused any other at
+    // submission): sbatch would read a relative one against its own directory.
+    let dir = std::path::absolute(sandbox).map_err(|e| format!("{}: {e}", sandbox.display()))?;
+    let dir = match &job.working_directory {
+        Some(rel) => dir.join(rel),
+        None => dir,
+    };
+    job.working_directory = Some(dir.display().to_string());
     if let (None, Some(exe)) = (&job.script, &job.executable) {
         // A program staged into the sandbox runs from there.
         let staged = sandbox.join(plain_name(exe));

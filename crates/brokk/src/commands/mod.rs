@@ -37,6 +37,9 @@ pub const SERVER_STACK_BYTES: usize = 8 << 20;
 /// The multi-threaded runtime a server runs on, with [`SERVER_STACK_BYTES`]
 /// stacks for its workers and its blocking pool alike.
 pub fn runtime() -> Result<tokio::runtime::Runtime> {
+    // Databases, journals, state directories and sandboxes a server creates
+    // are its own and its users' business: private from the start.
+    nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o077));
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_stack_size(SERVER_STACK_BYTES)

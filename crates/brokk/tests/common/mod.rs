@@ -6,11 +6,14 @@ use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, Command};
 
-/// A fresh directory for one test.
+/// A fresh directory for one test, private to its user (servers refuse
+/// configuration files with tokens that others can read).
 pub fn scratch(kind: &str, name: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
     let dir = std::env::temp_dir().join(format!("brokk-{kind}-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
     dir
 }
 

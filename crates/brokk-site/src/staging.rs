@@ -1,0 +1,128 @@
+//! Stage-in and stage-out under the site's rules: `http(s)://` anywhere,
+//! `file://` only inside the directories the site's configuration allows
+//! (never inside the job sandboxes of the site), and the job's side of every
+//! transfer only inside its own sandbox, opened without following links, so
+//! a job cannot make the agent read or write a file its owner could not.
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+
+use crate::sandbox;
+
+/// Where `file://` transfers may go.
+#[derive(Debug, Clone, Default)]
+pub struct Allowed {
+    /// Directories stage-in may read from.
+    pub read: Vec<PathBuf>,
+    /// Directories stage-out may write to.
+    pub write: Vec<PathBuf>,
+    /// The site's job sandboxes, out of bounds whatever the lists say.
+    pub workdir: PathBuf,
+}
+
+/// The canonical form of `path` when it lies inside one of `dirs` and
+/// outside `workdir`; an error sentence otherwise.
+fn inside(path: &Path, dirs: &[PathBuf], workdir: &Path, what: &str) -> Result<PathBuf, String> {
+    let real = std::fs::canonicalize(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let under = |d: &PathBuf| std::fs::canonicalize(d).is_ok_and(|d| real.starts_with(d));
+    if std::fs::canonicalize(workdir).is_ok_and(|w| real.starts_with(w)) || !dirs.iter().any(under) {
+        return Err(format!(
+            "{}: this site {what} local files only in the directories its configuration allows",
+            path.display()
+        ));
+    }
+    Ok(real)
+}
+
+/// Copies `source` into the sandbox as `name`.
+pub async fn stage_in(
+    http: &reqwest::Client,
+    allowed: &Allowed,
+    source: &str,
+    sandbox_dir: &Path,
+    name: &str,
+) -> Result<(), String> {
+    let mut to = {
+        let (dir, owned) = (sandbox_dir.to_path_buf(), name.to_string());
+        tokio::task::spawn_blocking(move || sandbox::create_write(&dir, &owned))
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| format!("{name}: {e}"))?
+    };
+    if let Some(path) = source.strip_prefix("file://") {
+        let (allowed, path) = (allowed.clone(), PathBuf::from(path));
+        return tokio::task::spawn_blocking(move || {
+            let real = inside(&path, &allowed.read, &allowed.workdir, "reads")?;
+            let mut from = std::fs::File::open(&real).map_err(|e| format!("{}: {e}", path.display()))?;
+            std::io::copy(&mut from, &mut to).map_err(|e| format!("{}: {e}", path.display()))?;
+            Ok(())
+        })
+        .await
+        .map_err(|e| e.to_string())?;
+    }
+    if source.starts_with("http://") || source.starts_with("https://") {
+        let mut resp = http.get(source).send().await.map_err(|e| e.to_string())?;
+        if !resp.status().is_success() {
+            return Err(format!("{source}: HTTP {}", resp.status()));
+        }
+        while let Some(chunk) = resp.chunk().await.map_err(|e| e.to_string())? {
+            to.write_all(&chunk).map_err(|e| e.to_string())?;
+        }
+        return Ok(());
+    }
+    Err(format!("{source}: only file:// and http(s):// sources are supported"))
+}
+
+/// Sends the sandbox's file `name` to `target`.
+pub async fn stage_out(
+    http: &reqwest::Client,
+    allowed: &Allowed,
+    sandbox_dir: &Path,
+    name: &str,
+    target: &str,
+) -> Result<(), String> {
+    let mut from = {
+        let (dir, owned) = (sandbox_dir.to_path_buf(), name.to_string());
+        tokio::task::spawn_blocking(move || sandbox::open_read(&dir, &owned))
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| format!("{name}: {e}"))?
+    };
+    if let Some(path) = target.strip_prefix("file://") {
+        let (allowed, path) = (allowed.clone(), PathBuf::from(path));
+        return tokio::task::spawn_blocking(move || {
+            let (Some(parent), Some(file)) = (path.parent(), path.file_name()) else {
+                return Err(format!("{}: not a file name", path.display()));
+            };
+            // The nearest existing ancestor must be allowed before anything is created.
+            let mut existing = parent;
+            while !existing.exists() {
+                existing = existing.parent().unwrap_or(Path::new("/"));
+            }
+            inside(existing, &allowed.write, &allowed.workdir, "writes")?;
+            std::fs::create_dir_all(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
+            let dir = inside(parent, &allowed.write, &allowed.workdir, "writes")?;
+            let name = file.to_string_lossy();
+            let mut to = sandbox::create_write(&dir, &name).map_err(|e| format!("{}: {e}", path.display()))?;
+            std::io::copy(&mut from, &mut to).map_err(|e| format!("{}: {e}", path.display()))?;
+            Ok(())
+        })
+        .await
+        .map_err(|e| e.to_string())?;
+    }
+    if target.starts_with("http://") || target.starts_with("https://") {
+        let bytes = tokio::task::spawn_blocking(move || {
+            let mut bytes = Vec::new();
+            from.read_to_end(&mut bytes).map(|_| bytes)
+        })
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| format!("{name}: {e}"))?;
+        let resp = http.put(target).body(bytes).send().await.map_err(|e| e.to_string())?;
+        if !resp.status().is_success() {
+            return Err(format!("{target}: HTTP {}", resp.status()));
+        }
+        return Ok(());
+    }
+    Err(format!("{target}: only file:// and http(s):// targets are supported"))
+}
