@@ -6,13 +6,29 @@ use brokk_model::{Duration, Job, JobPreferences, Objective, ResourceInfo, Time};
 
 use crate::predict::{Prediction, Predictor};
 
-/// A job the broker cannot consider at all.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A job the broker cannot consider at all; each says what to change.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Invalid {
     /// Neither an executable nor a script.
+    #[error("the job has nothing to run: give it an executable or a script")]
     NothingToRun,
     /// Zero processors or nodes asked for.
+    #[error("the job asks for zero processors or nodes; ask for at least one")]
     ZeroProcessors,
+    /// A wall time or CPU time of zero or less.
+    #[error("the job's {0} must be positive")]
+    NonPositiveTime(&'static str),
+    /// It may not start before a moment after its deadline.
+    #[error("the job's earliest start ({start}) is after its deadline ({deadline})")]
+    StartAfterDeadline {
+        /// The earliest start.
+        start: Time,
+        /// The deadline.
+        deadline: Time,
+    },
+    /// Its deadline has already passed.
+    #[error("the job's deadline ({0}) has already passed")]
+    DeadlinePassed(Time),
 }
 
 /// Checks the attributes every job needs.
@@ -23,7 +39,27 @@ pub fn validate(job: &Job) -> Result<(), Invalid> {
     if job.cpus == Some(0) || job.nodes == Some(0) || job.cpus_per_node == Some(0) {
         return Err(Invalid::ZeroProcessors);
     }
+    if job.wall_time.is_some_and(|d| d.0 <= 0) {
+        return Err(Invalid::NonPositiveTime("wall time"));
+    }
+    if job.cpu_time.is_some_and(|d| d.0 <= 0) {
+        return Err(Invalid::NonPositiveTime("CPU time"));
+    }
+    if let (Some(start), Some(deadline)) = (job.earliest_start, job.deadline) {
+        if start > deadline {
+            return Err(Invalid::StartAfterDeadline { start, deadline });
+        }
+    }
     Ok(())
+}
+
+/// [`validate`], and that the job's deadline is still ahead at `now`.
+pub fn validate_at(job: &Job, now: Time) -> Result<(), Invalid> {
+    validate(job)?;
+    match job.deadline {
+        Some(d) if d <= now => Err(Invalid::DeadlinePassed(d)),
+        _ => Ok(()),
+    }
 }
 
 /// Why a resource cannot run a job.

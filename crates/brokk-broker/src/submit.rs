@@ -6,7 +6,7 @@ use brokk_model::{Duration, Job, JobPreferences, Time};
 use brokk_planner::{Reply, Request, ReservationId};
 
 use crate::predict::{Prediction, Predictor, STANDARD_PREDICTOR};
-use crate::select::{rank, selector_for, validate, Invalid, Mismatch};
+use crate::select::{rank, selector_for, validate_at, Invalid, Mismatch};
 use crate::site::{JobHandle, Site, SiteError};
 
 /// How to submit.
@@ -49,7 +49,7 @@ pub struct Submission {
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum SubmitError {
     /// The job itself is not acceptable.
-    #[error("invalid job: {0:?}")]
+    #[error("{0}")]
     Invalid(Invalid),
     /// No site could take it: those that cannot run it, and those that failed.
     #[error("no site took the job ({} unsuitable, {} failed)", excluded.len(), failed.len())]
@@ -70,7 +70,7 @@ pub fn submit(
     now: Time,
     opts: SubmitOptions<'_>,
 ) -> Result<Submission, SubmitError> {
-    validate(job).map_err(SubmitError::Invalid)?;
+    validate_at(job, now).map_err(SubmitError::Invalid)?;
     let mut failed = Vec::new();
     // The information of each site that answered, and which site it came from.
     let mut infos = Vec::new();

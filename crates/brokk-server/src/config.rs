@@ -8,6 +8,12 @@
 //! state_dir = "broker-state"        # embedded sites' databases and sandboxes
 //! [tokens]
 //! "token-of-ann" = "ann"
+//! [limits]                           # per user; these are the defaults
+//! queued_jobs = 10000
+//! jobs_per_submission = 1000
+//! coallocation_jobs = 16
+//! reserved_slot_hours = 10000
+//! reservation_seconds = 604800
 //! [[sites]]                          # a remote `brokk site`
 //! name = "alpha"
 //! url = "http://127.0.0.1:8441"
@@ -57,6 +63,9 @@ pub struct Config {
     /// Sites the service starts in-process.
     #[serde(default)]
     pub embedded: Vec<EmbeddedSiteConfig>,
+    /// What one user may hold at once.
+    #[serde(default)]
+    pub limits: Limits,
     /// Largest request body, bytes.
     #[serde(default = "default_max_body")]
     pub max_body_bytes: usize,
@@ -68,6 +77,35 @@ pub struct Config {
     /// seconds sooner.
     #[serde(default = "default_adapt_margin")]
     pub adapt_margin: i64,
+}
+
+/// Per-user limits, so that no user fills the queue or the sites for
+/// everyone else.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Limits {
+    /// Jobs not yet ended, per user.
+    pub queued_jobs: u64,
+    /// Jobs one submission may describe (a `queue 1000` line is 1000).
+    pub jobs_per_submission: u64,
+    /// Jobs one co-allocation may hold.
+    pub coallocation_jobs: u64,
+    /// Slot-hours a user may hold in reservations that have not ended.
+    pub reserved_slot_hours: u64,
+    /// Longest reservation, seconds.
+    pub reservation_seconds: i64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            queued_jobs: 10_000,
+            jobs_per_submission: 1_000,
+            coallocation_jobs: 16,
+            reserved_slot_hours: 10_000,
+            reservation_seconds: 7 * 24 * 3600,
+        }
+    }
 }
 
 /// A remote agent.

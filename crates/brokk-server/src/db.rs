@@ -327,6 +327,32 @@ impl Db {
         }))
     }
 
+    /// How many of `owner`'s jobs have not ended.
+    pub async fn unfinished_of(&self, owner: &str) -> Result<i64, DbError> {
+        let row = sqlx::query(
+            "SELECT COUNT(*) AS n FROM jobs WHERE owner = $1 AND state NOT IN ('finished', 'failed', 'cancelled')",
+        )
+        .bind(owner)
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(row.get("n"))
+    }
+
+    /// Slot-seconds `owner` holds in committed reservations that end after `now`.
+    pub async fn reserved_slot_seconds(&self, owner: &str, now: Time) -> Result<i64, DbError> {
+        let rows = sqlx::query(
+            "SELECT amount, start, stop FROM reservations WHERE owner = $1 AND state = 'committed' AND stop > $2",
+        )
+        .bind(owner)
+        .bind(now.0)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .iter()
+            .map(|r| r.get::<i64, _>("amount") * (r.get::<i64, _>("stop") - r.get::<i64, _>("start").max(now.0)))
+            .sum())
+    }
+
     /// Jobs per state, for metrics.
     pub async fn count_by_state(&self) -> Result<Vec<(String, i64)>, DbError> {
         let rows = sqlx::query("SELECT state, COUNT(*) AS n FROM jobs GROUP BY state ORDER BY state")

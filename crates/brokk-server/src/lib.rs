@@ -84,6 +84,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         wake: Arc::new(tokio::sync::Notify::new()),
         started: service::now(),
         adapt_margin: brokk_model::Duration(config.adapt_margin),
+        limits: config.limits,
     };
     let a = service.clone();
     let every = std::time::Duration::from_secs(config.adapt_every.max(1));

@@ -245,6 +245,8 @@ pub struct Service {
     pub started: Time,
     /// Queue adaptation's margin.
     pub adapt_margin: brokk_model::Duration,
+    /// What one user may hold at once.
+    pub limits: crate::config::Limits,
 }
 
 pub use brokk_proto::wall_clock as now;
@@ -258,6 +260,26 @@ fn broker_state(p: JobPhase) -> &'static str {
         JobPhase::Failed => "failed",
         JobPhase::Cancelled => "cancelled",
     }
+}
+
+/// `jobs` (oldest first) reordered to take their owners in turn: the
+/// oldest job of each owner, then the second oldest of each, and so on, the
+/// owners in the order of their oldest job.
+fn round_robin_by_owner(jobs: Vec<StoredJob>) -> Vec<StoredJob> {
+    let mut queues: Vec<(String, std::collections::VecDeque<StoredJob>)> = Vec::new();
+    for j in jobs {
+        match queues.iter_mut().find(|(o, _)| *o == j.view.owner) {
+            Some((_, q)) => q.push_back(j),
+            None => queues.push((j.view.owner.clone(), [j].into())),
+        }
+    }
+    let mut out = Vec::new();
+    while queues.iter().any(|(_, q)| !q.is_empty()) {
+        for (_, q) in &mut queues {
+            out.extend(q.pop_front());
+        }
+    }
+    out
 }
 
 fn terminal(state: &str) -> bool {
@@ -290,8 +312,10 @@ impl Service {
         if parsed.jobs.is_empty() {
             return Err(ServiceError::BadRequest("description: it describes no job".into()));
         }
+        self.within_job_limits(owner, parsed.jobs.len(), self.limits.jobs_per_submission)
+            .await?;
         for job in &parsed.jobs {
-            brokk_broker::select::validate(job).map_err(|e| ServiceError::BadRequest(format!("description: {e:?}")))?;
+            brokk_broker::select::validate_at(job, now()).map_err(|e| ServiceError::BadRequest(e.to_string()))?;
         }
         let warnings: Vec<String> = parsed.warnings.iter().map(|d| d.to_string()).collect();
         let mut jobs = parsed.jobs;
@@ -326,6 +350,24 @@ impl Service {
             ids,
             warnings,
         })
+    }
+
+    /// Refuses `n` more jobs for `owner` beyond `per_request` at once or the
+    /// queued-jobs limit.
+    async fn within_job_limits(&self, owner: &str, n: usize, per_request: u64) -> Result<(), ServiceError> {
+        if n as u64 > per_request {
+            return Err(ServiceError::BadRequest(format!(
+                "the request describes {n} jobs; this broker takes at most {per_request} at once"
+            )));
+        }
+        let queued = self.db.unfinished_of(owner).await?.max(0) as u64;
+        if queued + n as u64 > self.limits.queued_jobs {
+            return Err(ServiceError::Conflict(format!(
+                "you have {queued} unfinished jobs; this broker holds at most {} per user",
+                self.limits.queued_jobs
+            )));
+        }
+        Ok(())
     }
 
     /// Checks that `rid` is a committed broker reservation of `owner`'s.
@@ -418,7 +460,7 @@ impl Service {
         let [job] = <[Job; 1]>::try_from(parsed.jobs).map_err(|v| {
             ServiceError::BadRequest(format!("a co-allocated description must hold one job, not {}", v.len()))
         })?;
-        brokk_broker::select::validate(&job).map_err(|e| ServiceError::BadRequest(format!("description: {e:?}")))?;
+        brokk_broker::select::validate_at(&job, now()).map_err(|e| ServiceError::BadRequest(e.to_string()))?;
         if job.reservation.is_some() {
             return Err(ServiceError::BadRequest(
                 "reservation: a co-allocated job runs in the reservation the co-allocation makes; remove it".into(),
@@ -435,6 +477,8 @@ impl Service {
                 "jobs: give at least one, with earliest <= latest and delta >= 0".into(),
             ));
         }
+        self.within_job_limits(owner, req.jobs.len(), self.limits.coallocation_jobs)
+            .await?;
         let mut parsed = Vec::new();
         for j in &req.jobs {
             parsed.push(Self::one_job(&j.description, j.format.as_deref())?);
@@ -637,9 +681,11 @@ impl Service {
         .unwrap_or_default()
     }
 
-    /// Dispatches every accepted job, oldest first, a few at a time.
+    /// Dispatches every accepted job, a few at a time, taking the users in
+    /// turn (each user's oldest first), so one user's thousand jobs do not
+    /// keep everyone else's waiting behind them.
     pub async fn dispatch_pending(&self) -> Result<(), ServiceError> {
-        let pending = self.db.in_states(&["accepted"]).await?;
+        let pending = round_robin_by_owner(self.db.in_states(&["accepted"]).await?);
         for chunk in pending.chunks(DISPATCH_CONCURRENCY) {
             let mut set = tokio::task::JoinSet::new();
             for j in chunk {
@@ -821,6 +867,30 @@ impl Service {
             return Err(ServiceError::BadRequest(
                 "amount and duration must be positive, and earliest <= latest".into(),
             ));
+        }
+        let t = now();
+        if req.latest < t {
+            return Err(ServiceError::BadRequest(format!(
+                "the window ends at {}, which has passed; give a window in the future",
+                req.latest
+            )));
+        }
+        if req.duration.0 > self.limits.reservation_seconds {
+            return Err(ServiceError::BadRequest(format!(
+                "a reservation may last at most {} s on this broker, not {} s",
+                self.limits.reservation_seconds, req.duration.0
+            )));
+        }
+        let held = self.db.reserved_slot_seconds(owner, t).await?;
+        let asked = i64::from(req.amount).saturating_mul(req.duration.0);
+        let limit = (self.limits.reserved_slot_hours as i64).saturating_mul(3600);
+        if held.saturating_add(asked) > limit {
+            return Err(ServiceError::Conflict(format!(
+                "you hold {:.1} slot-hours in reservations and ask for {:.1} more; the limit is {} per user",
+                held as f64 / 3600.0,
+                asked as f64 / 3600.0,
+                self.limits.reserved_slot_hours
+            )));
         }
         let sites = self.sites.clone();
         let request = brokk_planner::Request {
@@ -1040,5 +1110,50 @@ impl Service {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(owner: &str, n: u32) -> StoredJob {
+        StoredJob {
+            view: BrokerJob {
+                id: format!("{owner}{n}"),
+                owner: owner.into(),
+                format: "json".into(),
+                state: "accepted".into(),
+                site: None,
+                site_job: None,
+                predicted_tts: None,
+                predicted_ttd: None,
+                submitted: Time(i64::from(n)),
+                started: None,
+                ended: None,
+                exit_code: None,
+                reason: None,
+                warnings: Vec::new(),
+                stdout: None,
+                history: Vec::new(),
+            },
+            spec: String::new(),
+            prefs: String::new(),
+        }
+    }
+
+    #[test]
+    fn dispatch_takes_the_users_in_turn() {
+        let jobs = vec![
+            job("a", 1),
+            job("a", 2),
+            job("a", 3),
+            job("b", 4),
+            job("a", 5),
+            job("c", 6),
+            job("b", 7),
+        ];
+        let order: Vec<String> = round_robin_by_owner(jobs).into_iter().map(|j| j.view.id).collect();
+        assert_eq!(order, ["a1", "b4", "c6", "a2", "b7", "a3", "a5"]);
     }
 }

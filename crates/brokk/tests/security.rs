@@ -23,11 +23,18 @@ fn scratch(name: &str) -> PathBuf {
 
 impl Broker {
     fn start(dir: &Path) -> Broker {
+        Broker::start_with(dir, "")
+    }
+
+    /// A broker whose configuration has `extra` before its sites.
+    fn start_with(dir: &Path, extra: &str) -> Broker {
         let config = dir.join("broker.toml");
         std::fs::write(
             &config,
-            "database = \"broker.db\"\nstate_dir = \"sites\"\n[tokens]\n\"tok-ann\" = \"ann\"\n\"tok-bob\" = \"bob\"\n\
-             [[embedded]]\nname = \"only\"\ncapacity = 4\n",
+            format!(
+                "database = \"broker.db\"\nstate_dir = \"sites\"\n[tokens]\n\"tok-ann\" = \"ann\"\n\"tok-bob\" = \"bob\"\n\
+                 {extra}\n[[embedded]]\nname = \"only\"\ncapacity = 4\n"
+            ),
         )
         .unwrap();
         let server = common::spawn_listening(
@@ -304,4 +311,59 @@ fn deeply_nested_descriptions_are_refused_and_the_broker_lives() {
     // Ann's jobs list holds nothing, and the service still works.
     let v = b.run("tok-ann", shell("true"));
     assert_eq!(v["state"], "finished");
+}
+
+#[test]
+fn per_user_limits_and_clear_refusals() {
+    let b = Broker::start_with(
+        &scratch("limits"),
+        "[limits]\nqueued_jobs = 3\njobs_per_submission = 2\nreservation_seconds = 3600\nreserved_slot_hours = 2\n",
+    );
+    let refused = |r: reqwest::blocking::Response, status: u16, words: &str| {
+        let (got, body) = (r.status().as_u16(), r.text().unwrap());
+        assert_eq!(got, status, "{body}");
+        assert!(body.contains(words), "{body}");
+    };
+    let condor = |n: u32| json!({ "description": format!("executable = /bin/sleep\narguments = 30\nqueue {n}\n"), "format": "condor" });
+    refused(b.submit("tok-ann", condor(3)), 400, "at most 2 at once");
+    assert_eq!(b.submit("tok-ann", condor(2)).status(), 202);
+    assert_eq!(b.submit("tok-ann", condor(1)).status(), 202);
+    refused(b.submit("tok-ann", condor(1)), 409, "at most 3 per user");
+    // Bob is not held back by Ann's queue.
+    assert_eq!(b.submit("tok-bob", condor(1)).status(), 202);
+    // Impossible jobs are refused at once, in a sentence.
+    for (job, words) in [
+        (
+            json!({ "executable": "/bin/true", "wall_time": 0 }),
+            "wall time must be positive",
+        ),
+        (json!({ "executable": "/bin/true", "cpus": 0 }), "zero processors"),
+        (json!({ "arguments": ["x"] }), "nothing to run"),
+        (
+            json!({ "executable": "/bin/true", "deadline": "2001-01-01T00:00:00Z" }),
+            "has already passed",
+        ),
+    ] {
+        refused(
+            b.submit("tok-bob", json!({ "description": job.to_string(), "format": "json" })),
+            400,
+            words,
+        );
+    }
+    // Reservations: bounded length, no window in the past, bounded slot-hours.
+    let reserve = |amount: u32, duration: i64, earliest: String, latest: String| {
+        b.http
+            .post(format!("{}/v1/reservations", b.server.url))
+            .bearer_auth("tok-bob")
+            .json(&json!({ "amount": amount, "duration": duration, "earliest": earliest, "latest": latest }))
+            .send()
+            .unwrap()
+    };
+    let at = |s: i64| (brokk_proto::wall_clock() + brokk_model::Duration(s)).to_string();
+    refused(reserve(1, 7200, at(60), at(86_400)), 400, "at most 3600 s");
+    let past = "2001-01-01T00:00:00Z".to_string();
+    refused(reserve(1, 60, past.clone(), past), 400, "has passed");
+    let r = reserve(2, 3600, at(60), at(86_400));
+    assert_eq!(r.status(), 201, "{}", r.text().unwrap());
+    refused(reserve(1, 600, at(60), at(86_400)), 409, "the limit is 2 per user");
 }
