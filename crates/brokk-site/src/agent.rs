@@ -183,14 +183,13 @@ fn job_view(j: &JobRecord) -> JobView {
     }
 }
 
-/// Jobs whose process cannot survive an agent restart (local processes: a
-/// resource manager keeps running what it was given).
-fn died_with_agent(p: JobPhase, local: bool) -> bool {
-    match p {
-        JobPhase::Running => local,
-        JobPhase::StagingOut => true,
-        _ => false,
-    }
+/// Jobs that cannot be taken up again after an agent restart: a stage-out
+/// whose job's end no supervisor recorded. A running local job is followed
+/// through its supervisor, or started if it never got one (it was recorded as
+/// running just before its start, so it never ran); a job a resource manager
+/// was given is followed there.
+fn died_with_agent(p: JobPhase, local: bool, supervised: bool) -> bool {
+    p == JobPhase::StagingOut && !(local && supervised)
 }
 
 impl Agent {
@@ -239,7 +238,8 @@ impl Agent {
         let mut next_job = 1;
         for mut j in store.jobs().await? {
             next_job = next_job.max(j.id + 1);
-            if died_with_agent(j.state, slurm.is_none()) {
+            let supervised = crate::supervisor::started(&crate::supervisor::dir(&config.workdir, j.id));
+            if died_with_agent(j.state, slurm.is_none(), supervised) {
                 j.state = JobPhase::Failed;
                 j.reason = Some("the site agent stopped while the job was running".into());
                 j.ended = Some(t);

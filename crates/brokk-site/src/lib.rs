@@ -14,6 +14,7 @@ pub mod sandbox;
 pub mod slurm;
 pub mod staging;
 pub mod store;
+pub mod supervisor;
 
 use std::net::SocketAddr;
 

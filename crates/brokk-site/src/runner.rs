@@ -12,12 +12,10 @@ use std::time::Duration as StdDuration;
 
 use brokk_model::Job;
 use brokk_proto::wire::JobPhase;
-use nix::sys::signal::{killpg, Signal};
-use nix::unistd::Pid;
-use tokio::process::{Child, Command};
 use tokio::sync::watch;
 
 use crate::agent::{now, Agent, Launch};
+use crate::supervisor;
 
 /// How a job's run ended.
 pub(crate) enum End {
@@ -56,8 +54,8 @@ async fn drive(agent: &Agent, launch: Launch, sandbox: &Path) -> End {
         write: config.stage_out_dirs.clone(),
         workdir: config.workdir.clone(),
     };
-    // A job already handed to the resource manager was staged before.
-    if launch.backend_id.is_none() {
+    // A job already handed to the resource manager, or started, was staged before.
+    if launch.backend_id.is_none() && !launch.started {
         if let Err(e) = make_sandbox(sandbox, &launch.job).await {
             return End::Failed(format!("creating the sandbox: {e}"));
         }
@@ -103,56 +101,61 @@ async fn drive(agent: &Agent, launch: Launch, sandbox: &Path) -> End {
     End::Exited(code)
 }
 
-/// The embedded backend: waits for the planned start and runs the process.
+/// The embedded backend: waits for the planned start and runs the process
+/// under its supervisor, or attaches to the supervisor of a job that was
+/// already running when the agent restarted.
 async fn run_locally(agent: &Agent, launch: Launch, sandbox: &Path) -> End {
     let Launch {
         id,
         job,
         controls: mut c,
         wall,
+        started,
         ..
     } = launch;
-    // Wait for the planned start, which may move earlier, or a cancel.
-    loop {
-        if *c.cancel.borrow() {
+    let sup = supervisor::dir(&agent.config().workdir, id);
+    if !(started && supervisor::started(&sup)) {
+        // Wait for the planned start, which may move earlier, or a cancel.
+        loop {
+            if *c.cancel.borrow() {
+                return End::Cancelled;
+            }
+            let start = *c.start.borrow();
+            let wait = start.0 - now().0;
+            if wait <= 0 {
+                break;
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(StdDuration::from_secs(wait as u64)) => {}
+                _ = c.start.changed() => {}
+                _ = c.cancel.changed() => {}
+            }
+        }
+        // Recorded as running before the process exists: after a crash, a job
+        // not recorded as running never started, so resuming it cannot run it twice.
+        if !matches!(agent.set_phase(id, JobPhase::Running).await, Ok(true)) {
             return End::Cancelled;
         }
-        let start = *c.start.borrow();
-        let wait = start.0 - now().0;
-        if wait <= 0 {
-            break;
+        if let Err(e) = start_supervised(agent, id, &job, sandbox, wall, &sup).await {
+            return End::Failed(format!("starting the job: {e}"));
         }
+    }
+    let outcome = {
+        let waiting = supervisor::wait(&sup);
+        tokio::pin!(waiting);
         tokio::select! {
-            _ = tokio::time::sleep(StdDuration::from_secs(wait as u64)) => {}
-            _ = c.start.changed() => {}
-            _ = c.cancel.changed() => {}
-        }
-    }
-    // Recorded as running before the process exists: after a crash, a job
-    // not recorded as running never started, so resuming it cannot run it twice.
-    if !matches!(agent.set_phase(id, JobPhase::Running).await, Ok(true)) {
-        return End::Cancelled;
-    }
-    let mut child = match spawn(id, &agent.config().name, &job, sandbox).await {
-        Ok(child) => child,
-        Err(e) => return End::Failed(format!("starting the job: {e}")),
-    };
-    let grace = StdDuration::from_secs(agent.config().kill_grace);
-    let wall = wall.max(1) as u64;
-    let status = tokio::select! {
-        s = child.wait() => s,
-        _ = tokio::time::sleep(StdDuration::from_secs(wall)) => {
-            terminate(&mut child, grace).await;
-            return End::Failed(format!("wall time of {wall} s exceeded; terminated"));
-        }
-        _ = wait_cancel(&mut c.cancel) => {
-            terminate(&mut child, grace).await;
-            return End::Cancelled;
+            o = &mut waiting => o,
+            _ = wait_cancel(&mut c.cancel) => {
+                supervisor::cancel(&sup);
+                waiting.await
+            }
         }
     };
-    match status {
-        Ok(s) => End::Exited(s.code().unwrap_or(-1)),
-        Err(e) => End::Failed(format!("waiting for the job: {e}")),
+    match outcome {
+        supervisor::Outcome::Exited(code) => End::Exited(code),
+        supervisor::Outcome::WallTime(wall) => End::Failed(format!("wall time of {wall} s exceeded; terminated")),
+        supervisor::Outcome::Cancelled => End::Cancelled,
+        supervisor::Outcome::Failed(why) => End::Failed(why),
     }
 }
 
@@ -210,15 +213,21 @@ pub(crate) fn batch_environment(id: u64, site: &str, job: &Job, sandbox: &Path) 
     ]
 }
 
-/// Starts the job's process in its own process group, in the sandbox.
-async fn spawn(id: u64, site: &str, job: &Job, sandbox: &Path) -> std::io::Result<Child> {
-    let mut cmd = match (&job.script, &job.executable) {
+/// Opens the job's standard streams in its sandbox and starts its
+/// supervisor, which starts the job in its own process group.
+async fn start_supervised(
+    agent: &Agent,
+    id: u64,
+    job: &Job,
+    sandbox: &Path,
+    wall: i64,
+    sup: &Path,
+) -> std::io::Result<()> {
+    let (program, args) = match (&job.script, &job.executable) {
         (Some(script), _) => {
             let path = sandbox.join("job-script.sh");
             tokio::fs::write(&path, script).await?;
-            let mut c = Command::new("/bin/sh");
-            c.arg(path);
-            c
+            (PathBuf::from("/bin/sh"), vec![path.display().to_string()])
         }
         (None, Some(exe)) => {
             let staged = sandbox.join(plain_name(exe));
@@ -228,28 +237,19 @@ async fn spawn(id: u64, site: &str, job: &Job, sandbox: &Path) -> std::io::Resul
             } else {
                 PathBuf::from(exe)
             };
-            let mut c = Command::new(program);
-            c.args(&job.arguments);
-            c
+            (program, job.arguments.clone())
         }
         (None, None) => return Err(std::io::Error::other("no executable")),
     };
     // Relative, inside the sandbox: the agent refused anything else at submission.
-    let dir = match &job.working_directory {
+    let cwd = match &job.working_directory {
         Some(d) => sandbox.join(d),
         None => sandbox.to_path_buf(),
     };
-    cmd.current_dir(dir).process_group(0).kill_on_drop(true);
     // Nothing of the agent's own environment (its tokens, a database
-    // password) reaches the job: only what it asked for and the batch
-    // variables.
-    cmd.env_clear();
-    for (name, value) in batch_environment(id, site, job, sandbox) {
-        cmd.env(name, value);
-    }
-    for v in &job.environment {
-        cmd.env(&v.name, &v.value);
-    }
+    // password) reaches the job: only the batch variables and what it asked for.
+    let mut env = batch_environment(id, &agent.config().name, job, sandbox);
+    env.extend(job.environment.iter().map(|v| (v.name.clone(), v.value.clone())));
     let file = |name: &Option<String>, out: bool| -> std::io::Result<Stdio> {
         match name {
             None => Ok(Stdio::null()),
@@ -263,10 +263,31 @@ async fn spawn(id: u64, site: &str, job: &Job, sandbox: &Path) -> std::io::Resul
             }
         }
     };
-    cmd.stdin(file(&job.stdin, false)?);
-    cmd.stdout(file(&job.stdout, true)?);
-    cmd.stderr(file(&job.stderr, true)?);
-    cmd.spawn()
+    let stdio = [
+        file(&job.stdin, false)?,
+        file(&job.stdout, true)?,
+        file(&job.stderr, true)?,
+    ];
+    let spec = supervisor::Spec {
+        program: std::path::absolute(&program)?,
+        args,
+        env,
+        cwd: std::path::absolute(cwd)?,
+        uid: None,
+        gid: None,
+        deadline: now().0 + wall.max(1),
+        wall: wall.max(1),
+        grace: agent.config().kill_grace,
+        cpu_seconds: job.cpu_time.map(|d| d.0.max(1) as u64),
+        data_bytes: job
+            .memory_per_cpu_mib()
+            .or_else(|| job.memory_total_mib())
+            .map(|m| m.saturating_mul(1 << 20)),
+    };
+    let sup = sup.to_path_buf();
+    tokio::task::spawn_blocking(move || supervisor::spawn(&sup, &spec, stdio))
+        .await
+        .map_err(std::io::Error::other)?
 }
 
 pub(crate) async fn make_executable(path: &Path) -> std::io::Result<()> {
@@ -274,16 +295,4 @@ pub(crate) async fn make_executable(path: &Path) -> std::io::Result<()> {
     let mut perm = tokio::fs::metadata(path).await?.permissions();
     perm.set_mode(perm.mode() | 0o755);
     tokio::fs::set_permissions(path, perm).await
-}
-
-/// SIGTERM to the process group, SIGKILL after `grace` if it is still there.
-async fn terminate(child: &mut Child, grace: StdDuration) {
-    if let Some(pid) = child.id() {
-        let group = Pid::from_raw(pid as i32);
-        let _ = killpg(group, Signal::SIGTERM);
-        let _ = tokio::time::timeout(grace, child.wait()).await;
-        // Whatever is left of the group, the leader included, goes now.
-        let _ = killpg(group, Signal::SIGKILL);
-    }
-    let _ = child.wait().await;
 }

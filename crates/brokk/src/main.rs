@@ -46,6 +46,12 @@ enum Command {
     Reserve(commands::user::ReserveArgs),
     /// Start a broker with three embedded sites, run example jobs in every language, show where they ran.
     Quickstart(commands::quickstart::Args),
+    /// Supervise one job for a site agent (started by the agent itself).
+    #[command(hide = true)]
+    Supervise {
+        /// The job's supervisor directory.
+        dir: std::path::PathBuf,
+    },
 }
 
 fn main() -> ExitCode {
@@ -55,6 +61,9 @@ fn main() -> ExitCode {
         .init();
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Supervise { dir } => {
+            return ExitCode::from(u8::try_from(brokk_site::supervisor::main(&dir)).unwrap_or(1));
+        }
         Command::Translate(a) => commands::translate::run(a),
         Command::Validate(a) => commands::validate::run(a),
         Command::Bench(a) => commands::bench::run(a),

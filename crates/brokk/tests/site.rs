@@ -588,7 +588,9 @@ fn a_killed_agent_restarts_with_its_state() {
     wait_for(&ann, &queued, |v| v.state == JobPhase::Queued);
     let done = ann.submit("ann", &shell("echo done"), None).unwrap();
     wait_for(&ann, &done, terminal);
-    let running = ann.submit("ann", &shell("sleep 3"), None).unwrap();
+    let mut wide = shell("sleep 3; echo survived > s.txt");
+    wide.cpus = Some(3);
+    let running = ann.submit("ann", &wide, None).unwrap();
     wait_for(&ann, &running, |v| v.state == JobPhase::Running);
     let dir = agent.kill();
 
@@ -598,9 +600,20 @@ fn a_killed_agent_restarts_with_its_state() {
     assert_eq!(ann.reservation(held).unwrap().state, ReservationState::Preliminary);
     assert_eq!(ann.job(&queued).unwrap().state, JobPhase::Queued);
     assert_eq!(ann.job(&done).unwrap().state, JobPhase::Finished);
-    let v = ann.job(&running).unwrap();
-    assert_eq!(v.state, JobPhase::Failed);
-    assert!(v.reason.unwrap().contains("stopped while the job was running"));
+    // The running job outlived the agent under its supervisor, still holds
+    // its slots, and ends with its true state.
+    assert_eq!(ann.job(&running).unwrap().state, JobPhase::Running);
+    let mut next = shell("true");
+    next.cpus = Some(2);
+    let after = ann.submit("ann", &next, None).unwrap();
+    let v = wait_for(&ann, &running, terminal);
+    assert_eq!((v.state, v.exit_code), (JobPhase::Finished, Some(0)), "{v:?}");
+    assert_eq!(read_file(&ann, &running, "s.txt").unwrap(), b"survived\n");
+    let w = wait_for(&ann, &after, terminal);
+    assert!(
+        w.started.unwrap() >= v.ended.unwrap(),
+        "{w:?} started while {v:?} held its slots"
+    );
     // The hold still lapses on time after the restart.
     while now() <= hold_until + 1 {
         std::thread::sleep(StdDuration::from_millis(200));
@@ -611,6 +624,39 @@ fn a_killed_agent_restarts_with_its_state() {
     assert!(fresh.0 > held.0);
     let new_job = ann.submit("ann", &shell("true"), None).unwrap();
     assert!(new_job.0.parse::<u64>().unwrap() > running.0.parse::<u64>().unwrap());
+}
+
+#[test]
+fn a_killed_agent_still_enforces_wall_time_and_cancel() {
+    let dir = scratch("supervised");
+    let agent = Agent::start(&dir);
+    let mut ann = agent.client("tok-ann");
+    let marker = format!("brokk-overrun-{}", std::process::id());
+    let mut stubborn = shell(&format!("trap '' TERM; sleep 60; : {marker}"));
+    stubborn.wall_time = Some(Duration(3));
+    let over = ann.submit("ann", &stubborn, None).unwrap();
+    let cancelled = ann.submit("ann", &shell("sleep 60"), None).unwrap();
+    wait_for(&ann, &over, |v| v.state == JobPhase::Running);
+    wait_for(&ann, &cancelled, |v| v.state == JobPhase::Running);
+    let dir = agent.kill();
+    // No agent while the wall time runs out: the supervisor ends the job.
+    std::thread::sleep(StdDuration::from_secs(6));
+    let running = |m: &str| {
+        Command::new("pgrep")
+            .args(["-f", m])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    assert!(!running(&marker), "the job outlived its wall time without its agent");
+    let agent = Agent::start(&dir);
+    let mut ann = agent.client("tok-ann");
+    let v = wait_for(&ann, &over, terminal);
+    assert_eq!(v.state, JobPhase::Failed);
+    assert!(v.reason.unwrap().contains("wall time of 3 s exceeded"));
+    // The other one is still running under its supervisor, and cancel reaches it.
+    assert_eq!(ann.job(&cancelled).unwrap().state, JobPhase::Running);
+    ann.cancel_job("ann", &cancelled).unwrap();
+    assert_eq!(wait_for(&ann, &cancelled, terminal).state, JobPhase::Cancelled);
 }
 
 #[test]

@@ -1,0 +1,300 @@
+//! A job's supervisor: a small process of its own (`brokk supervise DIR`)
+//! that starts the job, enforces its wall time, passes on a cancel and
+//! records how it ended. It outlives the agent, so a job keeps its limits
+//! and its true ending when the agent is killed, and the restarted agent
+//! attaches to it again.
+//!
+//! The supervisor's directory holds (all written by the agent or the
+//! supervisor, none reachable by the job):
+//! - `spec.json`: what to run, as whom, until when ([`Spec`]);
+//! - `lock`: held (flock) by the supervisor for its whole life, so the agent
+//!   can tell a live supervisor from a dead one without trusting a pid;
+//! - `pid`: the supervisor's pid, for cancel (SIGTERM);
+//! - `job.pid`: the job's pid (its process group), once started;
+//! - `status.json`: how the job ended ([`Outcome`]), written before the
+//!   supervisor exits, atomically.
+//!
+//! The job's standard streams are the supervisor's own, opened by the agent
+//! inside the sandbox; the supervisor writes nothing to them.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration as StdDuration;
+
+use nix::fcntl::{Flock, FlockArg};
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::Pid;
+use serde::{Deserialize, Serialize};
+
+/// What a supervisor runs.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Spec {
+    /// The program.
+    pub program: PathBuf,
+    /// Its arguments.
+    pub args: Vec<String>,
+    /// Its whole environment.
+    pub env: Vec<(String, String)>,
+    /// Its working directory.
+    pub cwd: PathBuf,
+    /// The account it runs as (`None`: the supervisor's own).
+    pub uid: Option<u32>,
+    /// The group it runs as.
+    pub gid: Option<u32>,
+    /// When its wall time ends, Unix seconds: fixed at the start, so nothing
+    /// (a restart included) extends it.
+    pub deadline: i64,
+    /// Its wall time, seconds, for the message.
+    pub wall: i64,
+    /// Seconds between SIGTERM and SIGKILL.
+    pub grace: u64,
+    /// CPU seconds per process (RLIMIT_CPU), when the job states a CPU time.
+    pub cpu_seconds: Option<u64>,
+    /// Bytes of data per process (RLIMIT_DATA), when the job states memory.
+    pub data_bytes: Option<u64>,
+}
+
+/// How a supervised job ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Outcome {
+    /// It exited with this code (-1 when a signal ended it).
+    Exited(i32),
+    /// Its wall time ran out and it was terminated.
+    WallTime(i64),
+    /// It was cancelled and terminated.
+    Cancelled,
+    /// It could not be started, or its supervisor failed.
+    Failed(String),
+}
+
+/// The supervisor directory of job `id` under the site's work directory.
+pub fn dir(workdir: &Path, id: u64) -> PathBuf {
+    workdir.join(".supervisors").join(format!("job-{id}"))
+}
+
+fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, bytes)?;
+    std::fs::rename(tmp, path)
+}
+
+/// The outcome a supervisor recorded, if it has.
+pub fn outcome(dir: &Path) -> Option<Outcome> {
+    serde_json::from_slice(&std::fs::read(dir.join("status.json")).ok()?).ok()
+}
+
+/// Whether the supervisor in `dir` is alive (it holds its lock).
+pub fn alive(dir: &Path) -> bool {
+    let Ok(f) = std::fs::File::open(dir.join("lock")) else {
+        return false;
+    };
+    Flock::lock(f, FlockArg::LockExclusiveNonblock).is_err()
+}
+
+/// Whether a supervisor was ever started for the job in `dir`.
+pub fn started(dir: &Path) -> bool {
+    dir.join("spec.json").exists()
+}
+
+/// Asks the supervisor in `dir` to cancel its job (SIGTERM to it).
+pub fn cancel(dir: &Path) {
+    if !alive(dir) {
+        return;
+    }
+    if let Some(pid) = read_pid(&dir.join("pid")) {
+        let _ = nix::sys::signal::kill(Pid::from_raw(pid), Signal::SIGTERM);
+    }
+}
+
+fn read_pid(path: &Path) -> Option<i32> {
+    std::fs::read_to_string(path).ok()?.trim().parse().ok()
+}
+
+/// After the supervisor in `dir` died without recording an end (it was
+/// killed too): stops whatever is left of the job's process group, so
+/// nothing runs unsupervised. Returns whether the job had been started.
+pub fn stop_orphan(dir: &Path) -> bool {
+    match read_pid(&dir.join("job.pid")) {
+        Some(pid) => {
+            let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
+            true
+        }
+        None => false,
+    }
+}
+
+/// Writes `spec` into `dir` (created private) and starts the supervisor
+/// there, detached from the agent's process group so it survives the agent.
+/// `stdio` are the job's standard streams.
+pub fn spawn(dir: &Path, spec: &Spec, stdio: [std::process::Stdio; 3]) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    use std::os::unix::process::CommandExt;
+    if let Some(parent) = dir.parent() {
+        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(parent)?;
+    }
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::DirBuilder::new().mode(0o700).create(dir)?;
+    write_atomically(
+        &dir.join("spec.json"),
+        &serde_json::to_vec(spec).map_err(std::io::Error::other)?,
+    )?;
+    std::fs::File::create(dir.join("lock"))?;
+    let exe = supervisor_program()?;
+    let [stdin, stdout, stderr] = stdio;
+    let mut child = std::process::Command::new(exe)
+        .arg("supervise")
+        .arg(dir)
+        .env_clear()
+        .stdin(stdin)
+        .stdout(stdout)
+        .stderr(stderr)
+        .process_group(0)
+        .spawn()?;
+    // Started once it holds its lock and has said its pid; from then on the
+    // agent follows it through its files, and a thread of its own reaps it.
+    let t = std::time::Instant::now();
+    while !dir.join("pid").exists() {
+        if let Some(status) = child.try_wait()? {
+            return Err(std::io::Error::other(format!(
+                "the job's supervisor exited at once ({status})"
+            )));
+        }
+        if t.elapsed() > StdDuration::from_secs(30) {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(std::io::Error::other("the job's supervisor did not start within 30 s"));
+        }
+        std::thread::sleep(StdDuration::from_millis(2));
+    }
+    std::thread::spawn(move || child.wait());
+    Ok(())
+}
+
+/// The program that runs `supervise`: the `brokk` binary the agent runs in,
+/// or `BROKK_SUPERVISOR` when the agent is embedded in another program.
+fn supervisor_program() -> std::io::Result<PathBuf> {
+    match std::env::var_os("BROKK_SUPERVISOR") {
+        Some(p) => Ok(PathBuf::from(p)),
+        None => std::env::current_exe(),
+    }
+}
+
+/// Waits until the supervisor in `dir` is gone and returns how the job
+/// ended; a supervisor that died without a word ends it as failed, after
+/// stopping what is left of the job.
+pub async fn wait(dir: &Path) -> Outcome {
+    loop {
+        if let Some(o) = outcome(dir) {
+            return o;
+        }
+        if !alive(dir) {
+            // It may have written its status just before letting go of the lock.
+            if let Some(o) = outcome(dir) {
+                return o;
+            }
+            let started = stop_orphan(dir);
+            return Outcome::Failed(if started {
+                "the job's supervisor was killed; what was left of the job was stopped".into()
+            } else {
+                "the job's supervisor ended before starting the job".into()
+            });
+        }
+        tokio::time::sleep(StdDuration::from_millis(100)).await;
+    }
+}
+
+/// `brokk supervise DIR`: runs the job described in `DIR/spec.json` and
+/// records its outcome; the process exits 0 once the outcome is on disk.
+pub fn main(dir: &Path) -> i32 {
+    let Ok(lock) = std::fs::OpenOptions::new().write(true).open(dir.join("lock")) else {
+        return 2;
+    };
+    let Ok(_held) = Flock::lock(lock, FlockArg::LockExclusiveNonblock) else {
+        return 2; // another supervisor has this job
+    };
+    let outcome = match std::fs::read(dir.join("spec.json"))
+        .map_err(|e| e.to_string())
+        .and_then(|b| serde_json::from_slice::<Spec>(&b).map_err(|e| e.to_string()))
+    {
+        Ok(spec) => match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+            Ok(rt) => rt.block_on(supervise(dir, &spec)),
+            Err(e) => Outcome::Failed(format!("starting the supervisor: {e}")),
+        },
+        Err(e) => Outcome::Failed(format!("reading the job's specification: {e}")),
+    };
+    let bytes = serde_json::to_vec(&outcome).unwrap_or_default();
+    match write_atomically(&dir.join("status.json"), &bytes) {
+        Ok(()) => 0,
+        Err(_) => 1,
+    }
+}
+
+fn limit(resource: nix::sys::resource::Resource, value: Option<u64>) -> std::io::Result<()> {
+    if let Some(v) = value {
+        nix::sys::resource::setrlimit(resource, v, v).map_err(std::io::Error::from)?;
+    }
+    Ok(())
+}
+
+async fn supervise(dir: &Path, spec: &Spec) -> Outcome {
+    use tokio::signal::unix::{signal, SignalKind};
+    let Ok(mut term) = signal(SignalKind::terminate()) else {
+        return Outcome::Failed("the supervisor cannot receive signals".into());
+    };
+    if let Err(e) = write_atomically(&dir.join("pid"), std::process::id().to_string().as_bytes()) {
+        return Outcome::Failed(format!("recording the supervisor: {e}"));
+    }
+    // Limits are inherited by the job and everything it starts.
+    let limits = limit(nix::sys::resource::Resource::RLIMIT_CPU, spec.cpu_seconds)
+        .and_then(|()| limit(nix::sys::resource::Resource::RLIMIT_DATA, spec.data_bytes))
+        .and_then(|()| limit(nix::sys::resource::Resource::RLIMIT_CORE, Some(0)));
+    if let Err(e) = limits {
+        return Outcome::Failed(format!("setting the job's resource limits: {e}"));
+    }
+    let mut cmd = tokio::process::Command::new(&spec.program);
+    cmd.args(&spec.args)
+        .env_clear()
+        .envs(spec.env.iter().map(|(k, v)| (k, v)))
+        .current_dir(&spec.cwd)
+        .process_group(0)
+        .kill_on_drop(true);
+    if let Some(gid) = spec.gid {
+        cmd.gid(gid);
+    }
+    if let Some(uid) = spec.uid {
+        cmd.uid(uid);
+    }
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => return Outcome::Failed(format!("starting the job: {e}")),
+    };
+    let Some(pid) = child.id() else {
+        return Outcome::Failed("the job vanished as it started".into());
+    };
+    let _ = write_atomically(&dir.join("job.pid"), pid.to_string().as_bytes());
+    let left = (spec.deadline - brokk_proto::wall_clock().0).max(0) as u64;
+    let grace = StdDuration::from_secs(spec.grace);
+    tokio::select! {
+        s = child.wait() => match s {
+            Ok(s) => Outcome::Exited(s.code().unwrap_or(-1)),
+            Err(e) => Outcome::Failed(format!("waiting for the job: {e}")),
+        },
+        _ = tokio::time::sleep(StdDuration::from_secs(left)) => {
+            terminate(&mut child, pid, grace).await;
+            Outcome::WallTime(spec.wall)
+        }
+        _ = term.recv() => {
+            terminate(&mut child, pid, grace).await;
+            Outcome::Cancelled
+        }
+    }
+}
+
+/// SIGTERM to the job's process group, SIGKILL after `grace`.
+async fn terminate(child: &mut tokio::process::Child, pid: u32, grace: StdDuration) {
+    let group = Pid::from_raw(pid as i32);
+    let _ = killpg(group, Signal::SIGTERM);
+    let _ = tokio::time::timeout(grace, child.wait()).await;
+    // Whatever is left of the group, the leader included, goes now.
+    let _ = killpg(group, Signal::SIGKILL);
+    let _ = child.wait().await;
+}
