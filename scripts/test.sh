@@ -32,6 +32,17 @@ else
 fi
 cargo test --locked --workspace --doc
 
+echo "== users apart: jobs as their own Unix accounts (needs root)"
+if [ "$(id -u)" = 0 ]; then
+  if command -v cargo-nextest >/dev/null 2>&1; then
+    cargo nextest run --locked -p brokk --test accounts --run-ignored ignored-only --no-fail-fast
+  else
+    cargo test --locked -p brokk --test accounts -- --ignored
+  fi
+else
+  echo "not root: the accounts tests stay ignored (they create Unix accounts)"
+fi
+
 echo "== ClassAd cross-check against HTCondor's own evaluator"
 scripts/classad-crosscheck.sh
 

@@ -21,6 +21,7 @@ pub struct RemoteSite {
     token: String,
     http: Client,
     idempotency_key: Option<String>,
+    on_behalf_of: Option<String>,
 }
 
 impl RemoteSite {
@@ -35,7 +36,15 @@ impl RemoteSite {
                 .build()
                 .unwrap_or_else(|_| Client::new()),
             idempotency_key: None,
+            on_behalf_of: None,
         }
+    }
+
+    /// Names `user` as the one the next submissions are for (the site must
+    /// trust this client's identity as a delegate); their local account
+    /// runs the job there.
+    pub fn set_on_behalf_of(&mut self, user: Option<String>) {
+        self.on_behalf_of = user;
     }
 
     /// Sends `key` as the `Idempotency-Key` of the next submissions, so that a
@@ -272,6 +281,9 @@ impl Site for RemoteSite {
         let mut rq = self.http.post(self.url(&["v1", "jobs"])).json(&job);
         if let Some(k) = &self.idempotency_key {
             rq = rq.header("Idempotency-Key", k);
+        }
+        if let Some(u) = &self.on_behalf_of {
+            rq = rq.header("On-Behalf-Of", u);
         }
         let resp = self.send(rq)?;
         if resp.status().is_success() {

@@ -136,6 +136,10 @@ pub struct EmbeddedSiteConfig {
     pub bandwidth_bytes_per_s: Option<u64>,
     /// Front this Slurm cluster instead of running jobs as local processes.
     pub slurm: Option<brokk_site::config::SlurmConfig>,
+    /// User -> local Unix account their jobs run as (the broker runs as root
+    /// then); without it every job runs as the broker's own account.
+    #[serde(default)]
+    pub accounts: BTreeMap<String, String>,
     /// Local directories `file://` stage-in may read from (none by default).
     #[serde(default)]
     pub stage_in_dirs: Vec<PathBuf>,

@@ -61,6 +61,8 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
             benchmarks: e.benchmarks.clone(),
             bandwidth_bytes_per_s: e.bandwidth_bytes_per_s,
             tokens: [(token.clone(), "broker".to_string())].into_iter().collect(),
+            accounts: e.accounts.clone(),
+            delegates: vec!["broker".to_string()],
             stage_in_dirs: e.stage_in_dirs.clone(),
             stage_out_dirs: e.stage_out_dirs.clone(),
             slurm: e.slurm.clone(),

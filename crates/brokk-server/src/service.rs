@@ -126,13 +126,15 @@ struct CachedSite {
     counters: Arc<Counters>,
 }
 
-/// The sites as one brokering decision sees them, submitting under `key`.
-fn cached_sites(sites: &[SiteEntry], counters: &Arc<Counters>, key: Option<&str>) -> Vec<CachedSite> {
+/// The sites as one brokering decision sees them, submitting under `key`
+/// for the user `owner`.
+fn cached_sites(sites: &[SiteEntry], counters: &Arc<Counters>, key: Option<&str>, owner: &str) -> Vec<CachedSite> {
     sites
         .iter()
         .map(|s| {
             let mut client = s.client.clone();
             client.set_idempotency_key(key.map(str::to_string));
+            client.set_on_behalf_of(Some(owner.to_string()));
             CachedSite {
                 entry: s.clone(),
                 client,
@@ -496,8 +498,9 @@ impl Service {
         let jobs: Vec<Job> = parsed.iter().map(|p| p.0.clone()).collect();
         let keys: Vec<String> = stored.iter().map(|v| v.id.clone()).collect();
         let (earliest, latest, delta) = (req.earliest, req.latest, req.delta);
+        let user = owner.to_string();
         let outcome = tokio::task::spawn_blocking(move || {
-            let mut clients = cached_sites(&sites, &counters, None);
+            let mut clients = cached_sites(&sites, &counters, None, &user);
             let infos: Vec<Option<ResourceInfo>> = clients.iter().map(|c| c.info().ok()).collect();
             let co = CoRequest {
                 jobs: jobs
@@ -747,9 +750,10 @@ impl Service {
         let sites = self.sites.clone();
         let counters = self.counters.clone();
         let key = stored.view.id.clone();
+        let user = stored.view.owner.clone();
         let t = now();
         let outcome = tokio::task::spawn_blocking(move || {
-            let mut clients = cached_sites(&sites, &counters, Some(&key));
+            let mut clients = cached_sites(&sites, &counters, Some(&key), &user);
             let mut refs: Vec<&mut dyn Site> = clients.iter_mut().map(|c| c as &mut dyn Site).collect();
             // Reservation-backed when the user asks for it: a hold on the best
             // site, committed by the submission (seed 003's two phases).
@@ -829,9 +833,11 @@ impl Service {
             )));
         };
         let key = v.id.clone();
+        let user = v.owner.clone();
         let outcome = tokio::task::spawn_blocking(move || {
             let mut c = site.client.clone();
             c.set_idempotency_key(Some(key));
+            c.set_on_behalf_of(Some(user));
             c.submit("broker", &job, Some(brokk_planner::ReservationId(r.site_reservation)))
         })
         .await
@@ -995,7 +1001,7 @@ impl Service {
             let key = format!("{}-{}", v.id, uuid::Uuid::new_v4().simple());
             let owner = v.owner.clone();
             let outcome = tokio::task::spawn_blocking(move || {
-                let mut clients = cached_sites(&sites, &counters, Some(&key));
+                let mut clients = cached_sites(&sites, &counters, Some(&key), &owner);
                 let mut tracked = Tracked {
                     job,
                     prefs,

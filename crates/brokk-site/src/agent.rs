@@ -13,6 +13,7 @@ use brokk_proto::wire::{
 };
 use tokio::sync::{watch, Mutex, MutexGuard};
 
+use crate::accounts::{Account, Accounts};
 use crate::config::Config;
 use crate::slurm::cli::{ResSpec, SlurmError};
 use crate::slurm::{Occupant, Slurm};
@@ -80,6 +81,9 @@ pub struct Launch {
     pub started: bool,
     /// Whether the agent restarted since the job was accepted.
     pub resumed: bool,
+    /// The local account it runs as (`None`: the agent's own), or why it
+    /// has none (a mapping removed since it was accepted).
+    pub account: Result<Option<Account>, String>,
 }
 
 #[derive(Debug)]
@@ -146,6 +150,8 @@ pub struct Agent {
     inner: Arc<Mutex<Inner>>,
     /// The Slurm backend; `None` runs jobs as local processes.
     slurm: Option<Arc<Slurm>>,
+    /// Local accounts of the site's users.
+    accounts: Accounts,
 }
 
 /// The owner of what the planner mirrors from the resource manager; no
@@ -217,6 +223,7 @@ impl Agent {
             std::fs::create_dir_all(dir).map_err(|e| AgentError::Internal(e.to_string()))?;
         }
         std::fs::create_dir_all(&config.workdir).map_err(|e| AgentError::Internal(e.to_string()))?;
+        let accounts = Accounts::resolve(&config).map_err(AgentError::Internal)?;
         let store = Store::open(&config.database).await?;
         let t = now();
         let horizon = Time(t.0 + config.horizon_days * 86_400);
@@ -282,6 +289,7 @@ impl Agent {
             epoch: t.0 as u64 ^ (std::process::id() as u64) << 32,
             inner: Arc::new(Mutex::new(inner)),
             slurm,
+            accounts,
         };
         // Queued jobs move up into what the jobs that died with the agent held.
         {
@@ -513,7 +521,32 @@ impl Agent {
     /// claimed reservation, or at its earliest fit); returns its id and whether
     /// it is new. A submission repeating an earlier one's idempotency key
     /// returns that job instead of making another.
-    pub async fn submit(&self, who: &str, spec: Job, key: Option<String>) -> Result<(u64, bool), AgentError> {
+    ///
+    /// A delegate (a broker) may name the user it submits for in
+    /// `on_behalf`; that user's local account runs the job.
+    pub async fn submit(
+        &self,
+        who: &str,
+        spec: Job,
+        key: Option<String>,
+        on_behalf: Option<String>,
+    ) -> Result<(u64, bool), AgentError> {
+        // Only a delegate speaks for another user. Where no accounts are
+        // configured the name changes nothing, so a broker that sends it to
+        // an agent that does not know it as a delegate still works there.
+        let on_behalf = match on_behalf {
+            Some(_) if self.config.delegates.iter().any(|d| d == who) => on_behalf,
+            Some(_) if !self.config.accounts.is_empty() => {
+                return Err(AgentError::Forbidden(format!(
+                    "submitting on behalf of another user: {who} is not a delegate here, so it"
+                )))
+            }
+            _ => None,
+        };
+        let user = on_behalf.as_deref().unwrap_or(who);
+        self.accounts
+            .of(user)
+            .map_err(|m| AgentError::Forbidden(format!("{m}; the job")))?;
         let amount = spec.cpus.unwrap_or(1).max(1);
         let wall = self.wall_time(&spec);
         if wall <= 0 {
@@ -589,6 +622,7 @@ impl Agent {
             ended: None,
             key: key.clone(),
             backend_id: None,
+            user: on_behalf,
         };
         if let Some(r) = g.planner.get(slot) {
             self.store.save_reservations(&[r]).await?;
@@ -693,13 +727,18 @@ impl Agent {
     /// path) of the caller's job, opened inside its sandbox without following
     /// a link out of it.
     pub async fn file(&self, who: &str, id: u64, name: &str) -> Result<std::fs::File, AgentError> {
-        {
+        let owner = {
             let g = self.lock().await;
-            Self::job_of(&g, who, id)?;
-        }
+            let j = Self::job_of(&g, who, id)?;
+            self.accounts
+                .of(j.user.as_deref().unwrap_or(&j.owner))
+                .ok()
+                .flatten()
+                .map(|a| a.uid)
+        };
         crate::sandbox::components(name).map_err(|m| AgentError::BadRequest(format!("name: {m}")))?;
         let (root, rel) = (self.sandbox(id), name.to_string());
-        tokio::task::spawn_blocking(move || crate::sandbox::open_read(&root, &rel))
+        tokio::task::spawn_blocking(move || crate::sandbox::open_read_owned(&root, &rel, owner))
             .await
             .map_err(|e| AgentError::Internal(e.to_string()))?
             .map_err(|_| AgentError::NotFound(format!("file {name} of job {id}")))
@@ -734,6 +773,7 @@ impl Agent {
             claimed: j.slot.filter(|_| j.claimed),
             started: j.started.is_some(),
             resumed,
+            account: self.accounts.of(j.user.as_deref().unwrap_or(&j.owner)),
         })
     }
 

@@ -179,7 +179,15 @@ async fn submit(
         .get("idempotency-key")
         .and_then(|v| v.to_str().ok())
         .map(str::to_string);
-    let (id, new) = agent.submit(&who.0, job, key).await?;
+    let on_behalf = headers
+        .get("on-behalf-of")
+        .map(|v| {
+            v.to_str()
+                .map(str::to_string)
+                .map_err(|_| error(StatusCode::BAD_REQUEST, "On-Behalf-Of: not text"))
+        })
+        .transpose()?;
+    let (id, new) = agent.submit(&who.0, job, key, on_behalf).await?;
     if new {
         tokio::spawn(crate::runner::run(agent.clone(), id, false));
     }

@@ -12,8 +12,11 @@
 //! value = 20.0
 //! stage_in_dirs = ["/srv/inputs"]   # file:// inputs only from here (default: none)
 //! stage_out_dirs = ["/srv/results"] # file:// outputs only to here (default: none)
+//! delegates = ["broker"]          # identities that submit on behalf of users
 //! [tokens]
 //! "secret-token-of-ann" = "ann"
+//! [accounts]                       # identity -> Unix account its jobs run as
+//! "ann" = "ann"
 //!
 //! # Optional: front a Slurm cluster instead of running jobs locally.
 //! [slurm]
@@ -82,6 +85,18 @@ pub struct Config {
     /// Bearer token -> identity.
     #[serde(default)]
     pub tokens: BTreeMap<String, String>,
+    /// Identity (or user a broker acts for) -> local Unix account that runs
+    /// its jobs, as ARC's and GRAM's grid-mapfiles say it. When set, an
+    /// identity without an account here is refused, and the agent must run
+    /// as root (or as the one account named). When empty, every job runs as
+    /// the agent's own account, and the agent says so when it starts.
+    #[serde(default)]
+    pub accounts: BTreeMap<String, String>,
+    /// Identities trusted to submit on behalf of their users (brokers): they
+    /// name the user in an `On-Behalf-Of` header, and that user's account
+    /// runs the job.
+    #[serde(default)]
+    pub delegates: Vec<String>,
     /// Local directories `file://` stage-in may read from (none by default:
     /// only `http(s)://` inputs are fetched).
     #[serde(default)]

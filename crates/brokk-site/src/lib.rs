@@ -5,6 +5,7 @@
 //! (real local processes in per-job sandboxes) or on a Slurm cluster, keeps
 //! every record in SQLite, and serves the site API over HTTP.
 
+pub mod accounts;
 pub mod agent;
 pub mod api;
 pub mod config;

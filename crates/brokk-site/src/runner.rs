@@ -14,6 +14,7 @@ use brokk_model::Job;
 use brokk_proto::wire::JobPhase;
 use tokio::sync::watch;
 
+use crate::accounts::Account;
 use crate::agent::{now, Agent, Launch};
 use crate::supervisor;
 
@@ -54,9 +55,13 @@ async fn drive(agent: &Agent, launch: Launch, sandbox: &Path) -> End {
         write: config.stage_out_dirs.clone(),
         workdir: config.workdir.clone(),
     };
+    let account = match &launch.account {
+        Ok(a) => *a,
+        Err(why) => return End::Failed(why.clone()),
+    };
     // A job already handed to the resource manager, or started, was staged before.
     if launch.backend_id.is_none() && !launch.started {
-        if let Err(e) = make_sandbox(sandbox, &launch.job).await {
+        if let Err(e) = make_sandbox(sandbox, &launch.job, account).await {
             return End::Failed(format!("creating the sandbox: {e}"));
         }
         if !matches!(agent.set_phase(id, JobPhase::StagingIn).await, Ok(true)) {
@@ -66,7 +71,7 @@ async fn drive(agent: &Agent, launch: Launch, sandbox: &Path) -> End {
             let Some(source) = &f.source else { continue };
             let name = plain_name(&f.name);
             tokio::select! {
-                r = crate::staging::stage_in(&http, &allowed, source, sandbox, &name) => {
+                r = crate::staging::stage_in(&http, &allowed, source, sandbox, &name, account) => {
                     if let Err(e) = r {
                         return End::Failed(format!("staging in {}: {e}", f.name));
                     }
@@ -90,7 +95,7 @@ async fn drive(agent: &Agent, launch: Launch, sandbox: &Path) -> End {
         let Some(target) = &f.target else { continue };
         let name = plain_name(&f.name);
         tokio::select! {
-            r = crate::staging::stage_out(&http, &allowed, sandbox, &name, target) => {
+            r = crate::staging::stage_out(&http, &allowed, sandbox, &name, target, account) => {
                 if let Err(e) = r {
                     return End::Failed(format!("staging out {}: {e}", f.name));
                 }
@@ -111,8 +116,12 @@ async fn run_locally(agent: &Agent, launch: Launch, sandbox: &Path) -> End {
         controls: mut c,
         wall,
         started,
+        account,
         ..
     } = launch;
+    let Ok(account) = account else {
+        return End::Failed("the job's user has no local account at this site".into());
+    };
     let sup = supervisor::dir(&agent.config().workdir, id);
     if !(started && supervisor::started(&sup)) {
         // Wait for the planned start, which may move earlier, or a cancel.
@@ -136,7 +145,7 @@ async fn run_locally(agent: &Agent, launch: Launch, sandbox: &Path) -> End {
         if !matches!(agent.set_phase(id, JobPhase::Running).await, Ok(true)) {
             return End::Cancelled;
         }
-        if let Err(e) = start_supervised(agent, id, &job, sandbox, wall, &sup).await {
+        if let Err(e) = start_supervised(agent, id, &job, sandbox, wall, &sup, account).await {
             return End::Failed(format!("starting the job: {e}"));
         }
     }
@@ -178,9 +187,9 @@ pub(crate) fn plain_name(name: &str) -> String {
     }
 }
 
-/// Creates the job's sandbox, private to its owner (0700), and the relative
-/// working directory inside it that the job asks for.
-async fn make_sandbox(sandbox: &Path, job: &Job) -> std::io::Result<()> {
+/// Creates the job's sandbox, private to its account (0700, owned by it),
+/// and the relative working directory inside it that the job asks for.
+async fn make_sandbox(sandbox: &Path, job: &Job, account: Option<Account>) -> std::io::Result<()> {
     use std::os::unix::fs::PermissionsExt;
     if let Some(root) = sandbox.parent() {
         tokio::fs::create_dir_all(root).await?;
@@ -192,9 +201,19 @@ async fn make_sandbox(sandbox: &Path, job: &Job) -> std::io::Result<()> {
     b.recursive(true);
     b.create(sandbox).await?;
     tokio::fs::set_permissions(sandbox, std::fs::Permissions::from_mode(0o700)).await?;
+    let own = |p: &Path| match account {
+        Some(a) => std::os::unix::fs::chown(p, Some(a.uid), Some(a.gid)),
+        None => Ok(()),
+    };
+    own(sandbox)?;
     if let Some(dir) = &job.working_directory {
-        crate::sandbox::components(dir).map_err(std::io::Error::other)?;
-        b.create(sandbox.join(dir)).await?;
+        let parts = crate::sandbox::components(dir).map_err(std::io::Error::other)?;
+        let mut path = sandbox.to_path_buf();
+        for p in parts {
+            path.push(p);
+            b.create(&path).await?;
+            own(&path)?;
+        }
     }
     Ok(())
 }
@@ -222,12 +241,16 @@ async fn start_supervised(
     sandbox: &Path,
     wall: i64,
     sup: &Path,
+    account: Option<Account>,
 ) -> std::io::Result<()> {
     let (program, args) = match (&job.script, &job.executable) {
         (Some(script), _) => {
-            let path = sandbox.join("job-script.sh");
-            tokio::fs::write(&path, script).await?;
-            (PathBuf::from("/bin/sh"), vec![path.display().to_string()])
+            let mut f = crate::staging::create_owned(sandbox, "job-script.sh", account)?;
+            std::io::Write::write_all(&mut f, script.as_bytes())?;
+            (
+                PathBuf::from("/bin/sh"),
+                vec![sandbox.join("job-script.sh").display().to_string()],
+            )
         }
         (None, Some(exe)) => {
             let staged = sandbox.join(plain_name(exe));
@@ -256,9 +279,9 @@ async fn start_supervised(
             Some(n) => {
                 let n = plain_name(n);
                 Ok(if out {
-                    crate::sandbox::create_write(sandbox, &n)?.into()
+                    crate::staging::create_owned(sandbox, &n, account)?.into()
                 } else {
-                    crate::sandbox::open_read(sandbox, &n)?.into()
+                    crate::sandbox::open_read_owned(sandbox, &n, account.map(|a| a.uid))?.into()
                 })
             }
         }
@@ -273,8 +296,8 @@ async fn start_supervised(
         args,
         env,
         cwd: std::path::absolute(cwd)?,
-        uid: None,
-        gid: None,
+        uid: account.map(|a| a.uid),
+        gid: account.map(|a| a.gid),
         deadline: now().0 + wall.max(1),
         wall: wall.max(1),
         grace: agent.config().kill_grace,

@@ -60,6 +60,13 @@ fn bad(message: String) -> io::Error {
 /// anywhere on the way, a directory, a FIFO or a device is refused; opening
 /// never blocks (a FIFO is opened non-blocking, then refused).
 pub fn open_read(root: &Path, name: &str) -> io::Result<File> {
+    open_read_owned(root, name, None)
+}
+
+/// [`open_read`], refusing a file that `owner` (a uid) does not own: a job
+/// running as its own account could hard-link another account's file into
+/// its sandbox, and the agent, as root, would read it.
+pub fn open_read_owned(root: &Path, name: &str, owner: Option<u32>) -> io::Result<File> {
     let parts = components(name).map_err(bad)?;
     let dir = parent_of(root, &parts)?;
     let last = parts[parts.len() - 1];
@@ -69,8 +76,15 @@ pub fn open_read(root: &Path, name: &str) -> io::Result<File> {
         OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
         Mode::empty(),
     )?;
-    if FileType::from_raw_mode(fstat(&fd)?.st_mode) != FileType::RegularFile {
+    let stat = fstat(&fd)?;
+    if FileType::from_raw_mode(stat.st_mode) != FileType::RegularFile {
         return Err(bad(format!("`{name}` is not a regular file")));
+    }
+    if owner.is_some_and(|uid| stat.st_uid != uid) {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!("`{name}` does not belong to the job's account"),
+        ));
     }
     // Back to blocking reads for the caller.
     rustix::fs::fcntl_setfl(&fd, OFlags::empty())?;

@@ -7,6 +7,7 @@
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
+use crate::accounts::Account;
 use crate::sandbox;
 
 /// Where `file://` transfers may go.
@@ -18,6 +19,16 @@ pub struct Allowed {
     pub write: Vec<PathBuf>,
     /// The site's job sandboxes, out of bounds whatever the lists say.
     pub workdir: PathBuf,
+}
+
+/// Creates the file `name` in the sandbox `dir` (no link followed), owned by
+/// `account` when the job has one.
+pub fn create_owned(dir: &Path, name: &str, account: Option<Account>) -> std::io::Result<std::fs::File> {
+    let f = sandbox::create_write(dir, name)?;
+    if let Some(a) = account {
+        std::os::unix::fs::fchown(&f, Some(a.uid), Some(a.gid))?;
+    }
+    Ok(f)
 }
 
 /// The canonical form of `path` when it lies inside one of `dirs` and
@@ -34,17 +45,18 @@ fn inside(path: &Path, dirs: &[PathBuf], workdir: &Path, what: &str) -> Result<P
     Ok(real)
 }
 
-/// Copies `source` into the sandbox as `name`.
+/// Copies `source` into the sandbox as `name`, owned by `account`.
 pub async fn stage_in(
     http: &reqwest::Client,
     allowed: &Allowed,
     source: &str,
     sandbox_dir: &Path,
     name: &str,
+    account: Option<Account>,
 ) -> Result<(), String> {
     let mut to = {
         let (dir, owned) = (sandbox_dir.to_path_buf(), name.to_string());
-        tokio::task::spawn_blocking(move || sandbox::create_write(&dir, &owned))
+        tokio::task::spawn_blocking(move || create_owned(&dir, &owned, account))
             .await
             .map_err(|e| e.to_string())?
             .map_err(|e| format!("{name}: {e}"))?
@@ -73,17 +85,18 @@ pub async fn stage_in(
     Err(format!("{source}: only file:// and http(s):// sources are supported"))
 }
 
-/// Sends the sandbox's file `name` to `target`.
+/// Sends the sandbox's file `name` (which must belong to `account`) to `target`.
 pub async fn stage_out(
     http: &reqwest::Client,
     allowed: &Allowed,
     sandbox_dir: &Path,
     name: &str,
     target: &str,
+    account: Option<Account>,
 ) -> Result<(), String> {
     let mut from = {
         let (dir, owned) = (sandbox_dir.to_path_buf(), name.to_string());
-        tokio::task::spawn_blocking(move || sandbox::open_read(&dir, &owned))
+        tokio::task::spawn_blocking(move || sandbox::open_read_owned(&dir, &owned, account.map(|a| a.uid)))
             .await
             .map_err(|e| e.to_string())?
             .map_err(|e| format!("{name}: {e}"))?

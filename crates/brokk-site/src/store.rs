@@ -54,6 +54,9 @@ pub struct JobRecord {
     pub key: Option<String>,
     /// Its id in the resource manager (Slurm's job id), once submitted there.
     pub backend_id: Option<u64>,
+    /// The user the job runs for when a broker submitted it on their
+    /// behalf (`None`: the owner itself); their local account runs it.
+    pub user: Option<String>,
 }
 
 /// The agent's database.
@@ -74,7 +77,7 @@ const SCHEMA: &[&str] = &[
 ];
 
 /// Columns added after a table was first made, for databases made before.
-const ADDED_COLUMNS: &[(&str, &str)] = &[("jobs", "backend_id INTEGER")];
+const ADDED_COLUMNS: &[(&str, &str)] = &[("jobs", "backend_id INTEGER"), ("jobs", "user TEXT")];
 
 fn phase_name(p: JobPhase) -> String {
     serde_json::to_value(p)
@@ -160,8 +163,8 @@ impl Store {
     pub async fn save_job(&self, j: &JobRecord) -> Result<(), StoreError> {
         let spec = serde_json::to_string(&j.spec).map_err(|e| StoreError::Corrupt(j.id, e.to_string()))?;
         sqlx::query(
-            "INSERT OR REPLACE INTO jobs (id, owner, spec, slot, claimed, state, reason, exit_code, planned_start, started, ended, idem, backend_id)
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT OR REPLACE INTO jobs (id, owner, spec, slot, claimed, state, reason, exit_code, planned_start, started, ended, idem, backend_id, user)
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         )
         .bind(j.id as i64)
         .bind(&j.owner)
@@ -176,6 +179,7 @@ impl Store {
         .bind(j.ended.map(|t| t.0))
         .bind(&j.key)
         .bind(j.backend_id.map(|b| b as i64))
+        .bind(&j.user)
         .execute(&self.pool)
         .await?;
         Ok(())
@@ -218,7 +222,7 @@ impl Store {
     /// Every job record, by id.
     pub async fn jobs(&self) -> Result<Vec<JobRecord>, StoreError> {
         let rows = sqlx::query(
-            "SELECT id, owner, spec, slot, claimed, state, reason, exit_code, planned_start, started, ended, idem, backend_id FROM jobs ORDER BY id",
+            "SELECT id, owner, spec, slot, claimed, state, reason, exit_code, planned_start, started, ended, idem, backend_id, user FROM jobs ORDER BY id",
         )
         .fetch_all(&self.pool)
         .await?;
@@ -242,6 +246,7 @@ impl Store {
                     ended: r.get::<Option<i64>, _>("ended").map(Time),
                     key: r.get("idem"),
                     backend_id: r.get::<Option<i64>, _>("backend_id").map(|b| b as u64),
+                    user: r.get("user"),
                 })
             })
             .collect()

@@ -255,8 +255,17 @@ impl SlurmCli {
     }
 
     async fn run(&self, program: &str, args: &[String]) -> Result<String, SlurmError> {
+        self.run_as(program, args, None).await
+    }
+
+    /// Runs `program` as `account` (uid, gid) when given: Slurm then records
+    /// that user as the job's owner, as if they had submitted it themselves.
+    async fn run_as(&self, program: &str, args: &[String], account: Option<(u32, u32)>) -> Result<String, SlurmError> {
         let path = self.bin.as_ref().map_or(PathBuf::from(program), |b| b.join(program));
         let mut cmd = Command::new(&path);
+        if let Some((uid, gid)) = account {
+            cmd.uid(uid).gid(gid);
+        }
         // sbatch hands its own environment to the job: only what Slurm's
         // commands need goes in, none of the agent's secrets.
         cmd.env_clear();
@@ -292,11 +301,11 @@ impl SlurmCli {
         }
     }
 
-    /// `sbatch --parsable SCRIPT` (its options are in the script): the new
-    /// job's id.
-    pub async fn sbatch(&self, script: &Path) -> Result<u64, SlurmError> {
+    /// `sbatch --parsable SCRIPT` (its options are in the script), run as
+    /// the job's account (uid, gid) when it has one: the new job's id.
+    pub async fn sbatch(&self, script: &Path, account: Option<(u32, u32)>) -> Result<u64, SlurmError> {
         let args = ["--parsable".to_string(), script.display().to_string()];
-        let out = self.run("sbatch", &args).await?;
+        let out = self.run_as("sbatch", &args, account).await?;
         let id = out.trim().split(';').next().unwrap_or("");
         id.parse()
             .map_err(|_| SlurmError::Refused(format!("sbatch printed `{}`, not a job id", out.trim())))

@@ -56,9 +56,10 @@ async fn prepare(slurm: &Slurm, launch: &Launch, sandbox: &Path) -> Result<PathB
     }
     let written = brokk_jdl::write(Format::Slurm, std::slice::from_ref(&job)).map_err(|e| e.to_string())?;
     let path = sandbox.join("brokk-job.sbatch");
-    tokio::fs::write(&path, written.text)
-        .await
+    let account = launch.account.clone().unwrap_or(None);
+    let mut f = crate::staging::create_owned(sandbox, "brokk-job.sbatch", account)
         .map_err(|e| format!("{}: {e}", path.display()))?;
+    std::io::Write::write_all(&mut f, written.text.as_bytes()).map_err(|e| format!("{}: {e}", path.display()))?;
     Ok(path)
 }
 
@@ -115,7 +116,10 @@ pub(crate) async fn execute(agent: &Agent, slurm: &Slurm, mut launch: Launch, sa
                     return End::Cancelled;
                 }
                 let submitted = match slurm.submitters.acquire().await {
-                    Ok(_slot) => slurm.cli.sbatch(&script).await,
+                    Ok(_slot) => {
+                        let account = launch.account.clone().unwrap_or(None).map(|a| (a.uid, a.gid));
+                        slurm.cli.sbatch(&script, account).await
+                    }
                     Err(_) => Err(SlurmError::Unavailable("the agent is stopping".into())),
                 };
                 match submitted {

@@ -11,5 +11,8 @@ pub fn run(a: super::ServerArgs) -> Result<ExitCode> {
     if let Some(l) = a.listen {
         config.listen = l;
     }
+    if let Some(notice) = brokk_site::accounts::shared_account_notice(&config) {
+        eprintln!("note: {notice}");
+    }
     super::serve(async { brokk_site::start(config).await.map(|r| (r.addr, r.server)) })
 }

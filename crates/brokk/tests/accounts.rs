@@ -1,0 +1,195 @@
+//! Users apart at a site: two Unix accounts made by the test, a `brokk site`
+//! (as root) mapping identities to them, jobs of each running as its own
+//! account, neither able to read the other's sandbox or the agent's state;
+//! and, on the Slurm testbed, Slurm's own record naming the right user.
+//! It needs root (to create accounts and switch to them), so it is ignored
+//! by a plain `cargo test`; `scripts/test.sh` runs it as root.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration as StdDuration, Instant};
+
+use brokk_broker::{JobHandle, Site, SiteError};
+use brokk_model::{Duration, Job};
+use brokk_proto::wire::{JobPhase, JobView};
+use brokk_proto::RemoteSite;
+
+mod common;
+
+const ANN: &str = "brokk-test-ann";
+const BOB: &str = "brokk-test-bob";
+
+/// Creates the test's accounts unless they exist.
+fn accounts() {
+    for name in [ANN, BOB] {
+        let known = Command::new("id")
+            .arg(name)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+        if !known.is_ok_and(|s| s.success()) {
+            let made = Command::new("useradd")
+                .args(["--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name])
+                .status()
+                .expect("useradd");
+            assert!(made.success(), "useradd {name}");
+        }
+    }
+}
+
+/// A scratch directory the job accounts can pass through (their sandboxes
+/// are below it), holding a private configuration.
+fn site_dir(name: &str, config: &str) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = common::scratch("accounts", name);
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o711)).unwrap();
+    let path = dir.join("site.toml");
+    std::fs::write(&path, config).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    dir
+}
+
+fn start(dir: &Path) -> common::Server {
+    common::spawn_listening(
+        Command::new(env!("CARGO_BIN_EXE_brokk"))
+            .args(["site", "--config"])
+            .arg(dir.join("site.toml"))
+            .stderr(Stdio::null()),
+    )
+}
+
+fn shell(script: &str) -> Job {
+    Job {
+        executable: Some("/bin/sh".into()),
+        arguments: vec!["-c".into(), script.into()],
+        wall_time: Some(Duration(60)),
+        stdout: Some("out.txt".into()),
+        stderr: Some("err.txt".into()),
+        ..Job::default()
+    }
+}
+
+fn wait(site: &RemoteSite, job: &JobHandle) -> JobView {
+    let t = Instant::now();
+    loop {
+        let v = site.job(job).unwrap();
+        if v.state.is_terminal() || t.elapsed() > StdDuration::from_secs(60) {
+            return v;
+        }
+        std::thread::sleep(StdDuration::from_millis(100));
+    }
+}
+
+fn text(site: &RemoteSite, job: &JobHandle, name: &str) -> String {
+    let mut out = String::new();
+    std::io::Read::read_to_string(&mut site.file(job, name, None).unwrap(), &mut out).unwrap();
+    out
+}
+
+fn owner_and_mode(p: &Path) -> (u32, u32) {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(p).unwrap();
+    (m.uid(), m.mode() & 0o777)
+}
+
+fn uid_of(name: &str) -> u32 {
+    let o = Command::new("id").args(["-u", name]).output().unwrap();
+    String::from_utf8_lossy(&o.stdout).trim().parse().unwrap()
+}
+
+#[test]
+#[ignore = "creates Unix accounts and runs jobs as them: needs root; scripts/test.sh runs it"]
+fn each_users_jobs_run_as_their_own_account_and_stay_apart() {
+    assert!(nix::unistd::geteuid().is_root(), "run as root (scripts/test.sh does)");
+    accounts();
+    let dir = site_dir(
+        "embedded",
+        &format!(
+            "name = \"apart\"\ncapacity = 4\ndatabase = \"site.db\"\nworkdir = \"jobs\"\nkill_grace = 1\n\
+             delegates = [\"broker\"]\n[tokens]\n\"tok-ann\" = \"ann\"\n\"tok-bob\" = \"bob\"\n\"tok-carol\" = \"carol\"\n\
+             \"tok-broker\" = \"broker\"\n[accounts]\nann = \"{ANN}\"\nbob = \"{BOB}\"\n"
+        ),
+    );
+    let server = start(&dir);
+    let mut ann = RemoteSite::new(&server.url, "tok-ann");
+    let mut bob = RemoteSite::new(&server.url, "tok-bob");
+    let a = ann
+        .submit("ann", &shell("id -un; echo ann-secret > secret.txt"), None)
+        .unwrap();
+    let va = wait(&ann, &a);
+    assert_eq!((va.state, va.exit_code), (JobPhase::Finished, Some(0)), "{va:?}");
+    assert_eq!(text(&ann, &a, "out.txt"), format!("{ANN}\n"));
+    let sandbox = dir.join(format!("jobs/job-{}", a.0));
+    assert_eq!(owner_and_mode(&sandbox), (uid_of(ANN), 0o700));
+    assert_eq!(owner_and_mode(&sandbox.join("secret.txt")).0, uid_of(ANN));
+    // Bob's job can read neither Ann's sandbox nor the agent's state.
+    let probe = format!(
+        "id -un; cat {s}/secret.txt && echo READ-SANDBOX; cat {d}/site.db > /dev/null && echo READ-DB; \
+         cat {d}/site.toml && echo READ-CONFIG; ls {d}/jobs && echo LISTED-JOBS; true",
+        s = sandbox.display(),
+        d = dir.display()
+    );
+    let b = bob.submit("bob", &shell(&probe), None).unwrap();
+    let vb = wait(&bob, &b);
+    assert_eq!(vb.state, JobPhase::Finished, "{vb:?}");
+    let out = text(&bob, &b, "out.txt");
+    assert!(out.starts_with(&format!("{BOB}\n")), "{out}");
+    for leak in [
+        "ann-secret",
+        "READ-SANDBOX",
+        "READ-DB",
+        "READ-CONFIG",
+        "tok-ann",
+        "LISTED-JOBS",
+    ] {
+        assert!(!out.contains(leak), "bob's job got {leak}: {out}");
+    }
+    assert!(text(&bob, &b, "err.txt").contains("Permission denied"));
+    // An identity without an account is refused; a delegate names the user.
+    match RemoteSite::new(&server.url, "tok-carol").submit("carol", &shell("true"), None) {
+        Err(SiteError::Forbidden) => {}
+        other => panic!("carol: {other:?}"),
+    }
+    let mut broker = RemoteSite::new(&server.url, "tok-broker");
+    broker.set_on_behalf_of(Some("bob".into()));
+    let c = broker.submit("broker", &shell("id -un"), None).unwrap();
+    assert_eq!(wait(&broker, &c).state, JobPhase::Finished);
+    assert_eq!(text(&broker, &c, "out.txt"), format!("{BOB}\n"));
+    // Only a delegate may speak for someone else.
+    bob.set_on_behalf_of(Some("ann".into()));
+    match bob.submit("bob", &shell("true"), None) {
+        Err(SiteError::Forbidden) => {}
+        other => panic!("bob for ann: {other:?}"),
+    }
+}
+
+#[test]
+#[ignore = "creates Unix accounts and submits to Slurm as them: needs root and the Slurm testbed; scripts/test.sh runs it"]
+fn slurm_records_the_mapped_user_as_the_jobs_owner() {
+    assert!(nix::unistd::geteuid().is_root(), "run as root (scripts/test.sh does)");
+    let bed = std::env::var("BROKK_TEST_SLURM").expect("BROKK_TEST_SLURM: scripts/test.sh starts the Slurm testbed");
+    accounts();
+    let conf = Path::new(&bed).join("c2/slurm.conf");
+    let name = format!("apart{}", std::process::id());
+    let dir = site_dir(
+        "slurm",
+        &format!(
+            "name = \"{name}\"\ndatabase = \"site.db\"\nworkdir = \"jobs\"\n[tokens]\n\"tok-ann\" = \"ann\"\n\
+             [accounts]\nann = \"{ANN}\"\n[slurm]\nconf = \"{}\"\n",
+            conf.display()
+        ),
+    );
+    let server = start(&dir);
+    let mut ann = RemoteSite::new(&server.url, "tok-ann");
+    let h = ann.submit("ann", &shell("id -un"), None).unwrap();
+    let v = wait(&ann, &h);
+    assert_eq!((v.state, v.exit_code), (JobPhase::Finished, Some(0)), "{v:?}");
+    assert_eq!(text(&ann, &h, "out.txt"), format!("{ANN}\n"));
+    // Slurm's own completion record names the account.
+    let log = std::fs::read_to_string(Path::new(&bed).join("c2/log/jobcomp.log")).unwrap_or_default();
+    let record = log
+        .lines()
+        .rfind(|l| l.contains(&format!("Name=brokk-{name}-{}", h.0)))
+        .unwrap_or_else(|| panic!("no completion record for the job in {log}"));
+    assert!(record.contains(&format!("UserId={ANN}(")), "{record}");
+}
