@@ -75,6 +75,7 @@ fn request(jobs: usize, n_sites: usize, rng: &mut ChaCha8Rng) -> CoRequest {
         earliest: NOW,
         latest: NOW + Duration::hours(48),
         delta: Duration::minutes(5),
+        hold: None,
     }
 }
 

@@ -42,6 +42,11 @@ pub struct CoRequest {
     pub latest: Time,
     /// The largest allowed difference between the jobs' starts.
     pub delta: Duration,
+    /// Reservations made while searching are preliminary holds that lapse
+    /// at this time unless claimed (a job submitted into one commits it),
+    /// so a broker that stops mid-way leaves nothing booked; `None` makes
+    /// them committed at once.
+    pub hold: Option<Time>,
 }
 
 /// What happened, step by step, for tests and for explaining a result.
@@ -163,7 +168,7 @@ pub fn coallocate(req: &CoRequest, sites: &mut [&mut dyn Site], owner: &str) -> 
                     }
                 }
             }
-            match create(sites, owner, &req.jobs[j], &req.jobs[j].resources, te, tl) {
+            match create(sites, owner, &req.jobs[j], &req.jobs[j].resources, te, tl, req.hold) {
                 Ok((h, _)) => {
                     held[j] = Some(h);
                     events.push(Event::Created {
@@ -227,6 +232,7 @@ fn min_time(a: Option<Time>, b: Option<Time>) -> Option<Time> {
 
 /// Step 9: the first of `resources` (best first) that grants a reservation starting
 /// in [te, tl]; on failure, the earliest next start any of them named.
+#[allow(clippy::too_many_arguments)] // the step's inputs, as the paper names them
 fn create(
     sites: &mut [&mut dyn Site],
     owner: &str,
@@ -234,6 +240,7 @@ fn create(
     resources: &[usize],
     te: Time,
     tl: Time,
+    hold: Option<Time>,
 ) -> Result<(Held, Option<Time>), Option<Time>> {
     let req = Request {
         amount: job.amount,
@@ -244,7 +251,7 @@ fn create(
     };
     let mut next = None;
     for &r in resources {
-        match sites[r].reserve(owner, &req, None) {
+        match sites[r].reserve(owner, &req, hold) {
             Ok(Reply::Granted { id, start }) => return Ok((Held { site: r, id, start }, next)),
             Ok(Reply::Rejected { next_start }) => next = min_time(next, next_start),
             Ok(Reply::Never { .. }) | Err(_) => {}
@@ -309,7 +316,7 @@ fn update_path(
     let Some(&(last_job, last_site)) = steps.last() else {
         return Err(None);
     };
-    let (new, _) = create(sites, owner, &req.jobs[last_job], &[last_site], te, tl)?;
+    let (new, _) = create(sites, owner, &req.jobs[last_job], &[last_site], te, tl, req.hold)?;
     events.push(Event::Created {
         job: last_job,
         site: last_site,

@@ -64,6 +64,7 @@ fn the_worked_example_of_section_3_2_4() {
         earliest: at(0),
         latest: at(20),
         delta: Duration(5 * 60),
+        hold: None,
     };
     let (j1, j2, j3) = (0, 1, 2);
     let mut sites: [&mut dyn Site; 4] = [&mut r1, &mut r2, &mut r3, &mut r4];
@@ -165,7 +166,7 @@ proptest! {
                 CoJob { amount, duration: Duration(minutes * 60), memory_mib: 0, resources }
             })
             .collect();
-        let req = CoRequest { jobs, earliest: at(0), latest: at(span), delta: Duration(delta * 60) };
+        let req = CoRequest { jobs, earliest: at(0), latest: at(span), delta: Duration(delta * 60), hold: None };
         let result = {
             let mut sites: Vec<&mut dyn Site> = owned.iter_mut().map(|s| s as &mut dyn Site).collect();
             coallocate(&req, &mut sites, "alice")

@@ -22,6 +22,7 @@ pub struct RemoteSite {
     http: Client,
     idempotency_key: Option<String>,
     on_behalf_of: Option<String>,
+    explicit_commit: bool,
 }
 
 impl RemoteSite {
@@ -37,7 +38,15 @@ impl RemoteSite {
                 .unwrap_or_else(|_| Client::new()),
             idempotency_key: None,
             on_behalf_of: None,
+            explicit_commit: false,
         }
+    }
+
+    /// Makes the next submissions into a hold leave it a hold: the job
+    /// waits until the hold is committed ([`Site::commit`]) and goes if it
+    /// lapses first. A co-allocation submits every part so, then commits.
+    pub fn set_explicit_commit(&mut self, explicit: bool) {
+        self.explicit_commit = explicit;
     }
 
     /// Names `user` as the one the next submissions are for (the site must
@@ -284,6 +293,9 @@ impl Site for RemoteSite {
         }
         if let Some(u) = &self.on_behalf_of {
             rq = rq.header("On-Behalf-Of", u);
+        }
+        if self.explicit_commit {
+            rq = rq.header("Reservation-Commit", "explicit");
         }
         let resp = self.send(rq)?;
         if resp.status().is_success() {

@@ -88,6 +88,15 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         adapt_margin: brokk_model::Duration(config.adapt_margin),
         limits: config.limits,
     };
+    // Before anything is dispatched; a site that does not answer yet is
+    // asked again until it does (the jobs stay invisible to dispatch meanwhile).
+    let r = service.clone();
+    tokio::spawn(async move {
+        while let Err(e) = r.recover_coallocations().await {
+            tracing::warn!("undoing co-allocations a stop interrupted: {e}");
+            tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        }
+    });
     let a = service.clone();
     let every = std::time::Duration::from_secs(config.adapt_every.max(1));
     tokio::spawn(async move {

@@ -27,7 +27,7 @@ pub fn document() -> Value {
                     "ids": {"type": "array", "items": {"type": "string"}}, "warnings": {"type": "array", "items": {"type": "string"}}}},
                 "Job": {"type": "object", "properties": {
                     "id": {"type": "string"}, "owner": {"type": "string"}, "format": {"type": "string"},
-                    "state": {"enum": ["accepted", "dispatched", "running", "finished", "failed", "cancelled"]},
+                    "state": {"enum": ["accepted", "reserving", "dispatched", "running", "finished", "failed", "cancelled"]},
                     "site": {"type": ["string", "null"]}, "site_job": {"type": ["string", "null"]},
                     "predicted_tts": {"type": ["integer", "null"]}, "predicted_ttd": {"type": ["integer", "null"]},
                     "submitted": {"type": "string", "format": "date-time"},

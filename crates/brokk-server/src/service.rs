@@ -113,6 +113,54 @@ pub struct FileStream {
     pub chunks: tokio::sync::mpsc::Receiver<std::io::Result<Vec<u8>>>,
 }
 
+/// A new job id.
+fn new_id() -> String {
+    uuid::Uuid::new_v4().simple().to_string()[..16].to_string()
+}
+
+/// The co-allocation a job id belongs to (`GROUP-k`), if it is a part of one.
+fn coallocation_of(id: &str) -> Option<&str> {
+    id.rsplit_once('-').map(|(g, _)| g).filter(|g| g.starts_with('c'))
+}
+
+/// Settles a co-allocation a stop interrupted, given where each part is
+/// (site and its job there, `None` for a part that never got there): when
+/// every part waits at its site, its hold is committed and the
+/// co-allocation completes (`true`); otherwise whatever reached a site is
+/// cancelled there (`false`).
+fn settle(parts: &[Option<(SiteEntry, String)>]) -> bool {
+    let waiting: Option<Vec<(&SiteEntry, u64)>> = parts
+        .iter()
+        .map(|p| {
+            let (site, job) = p.as_ref()?;
+            let v = site.client.job(&JobHandle(job.clone())).ok()?;
+            (!v.state.is_terminal()).then_some((site, v.reservation?))
+        })
+        .collect();
+    if let Some(waiting) = waiting {
+        let commit = |(site, r): &(&SiteEntry, u64)| {
+            site.client
+                .clone()
+                .commit("broker", brokk_planner::ReservationId(*r))
+                .is_ok()
+        };
+        if waiting.iter().all(commit) {
+            return true;
+        }
+    }
+    for (site, job) in parts.iter().flatten() {
+        let _ = site.client.clone().cancel_job("broker", &JobHandle(job.clone()));
+    }
+    false
+}
+
+/// The state of co-allocated jobs while their reservations are made.
+pub const RESERVING: &str = "reserving";
+
+/// How long a co-allocation's reservations are held before its jobs claim
+/// them: the search and the submissions must finish within it.
+const COALLOC_HOLD: brokk_model::Duration = brokk_model::Duration(300);
+
 /// How long a site's information is reused for brokering decisions.
 pub const INFO_TTL: std::time::Duration = std::time::Duration::from_secs(1);
 
@@ -341,9 +389,17 @@ impl Service {
         let mut ids = Vec::new();
         for job in &jobs {
             ids.push(
-                self.store_new(owner, job, format, warnings.clone(), prefs.clone())
-                    .await?
-                    .id,
+                self.store_new(
+                    owner,
+                    job,
+                    format,
+                    warnings.clone(),
+                    prefs.clone(),
+                    "accepted",
+                    new_id(),
+                )
+                .await?
+                .id,
             );
         }
         self.wake.notify_one();
@@ -386,7 +442,8 @@ impl Service {
         Ok(r)
     }
 
-    /// Stores a new job in state `accepted`.
+    /// Stores a new job `id` in `state` (`accepted`, or [`RESERVING`]).
+    #[allow(clippy::too_many_arguments)] // one record's fields
     async fn store_new(
         &self,
         owner: &str,
@@ -394,13 +451,15 @@ impl Service {
         format: Format,
         warnings: Vec<String>,
         prefs: String,
+        state: &str,
+        id: String,
     ) -> Result<BrokerJob, ServiceError> {
         let stored = StoredJob {
             view: BrokerJob {
-                id: uuid::Uuid::new_v4().simple().to_string()[..16].to_string(),
+                id,
                 owner: owner.to_string(),
                 format: format.name().to_string(),
-                state: "accepted".into(),
+                state: state.into(),
                 site: None,
                 site_job: None,
                 predicted_tts: None,
@@ -485,11 +544,14 @@ impl Service {
         for j in &req.jobs {
             parsed.push(Self::one_job(&j.description, j.format.as_deref())?);
         }
-        // Accepted first: durable before anything is reserved.
+        // Durable before anything is reserved, in a state of their own that
+        // the ordinary dispatcher never takes.
+        let group = format!("c{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
         let mut stored = Vec::new();
-        for (job, format, warnings) in &parsed {
+        for (k, (job, format, warnings)) in parsed.iter().enumerate() {
+            let id = format!("{group}-{k}");
             let v = self
-                .store_new(owner, job, *format, warnings.clone(), "{}".into())
+                .store_new(owner, job, *format, warnings.clone(), "{}".into(), RESERVING, id)
                 .await?;
             stored.push(v);
         }
@@ -517,28 +579,50 @@ impl Service {
                 earliest,
                 latest,
                 delta,
+                // Holds until every part is submitted: a broker that stops
+                // mid-way leaves nothing booked once they lapse.
+                hold: Some(now() + COALLOC_HOLD),
             };
             let mut refs: Vec<&mut dyn Site> = clients.iter_mut().map(|c| c as &mut dyn Site).collect();
             let plan = coallocate(&co, &mut refs, "broker")
                 .map_err(|_| ServiceError::BadRequest("no co-allocation fits the window on these sites".into()))?;
+            // Two phases: every part is submitted into its hold, where it
+            // waits; only then are the holds committed and the parts free to
+            // start. Until the last commit, a failure (or a stop: the holds
+            // lapse and take their parts with them) leaves nothing running.
             let mut placed = Vec::new();
+            let undo = |placed: &[(usize, JobHandle, Time)], clients: &[CachedSite]| {
+                for (s2, h2, _) in placed {
+                    let _ = clients[*s2].client.clone().cancel_job("broker", h2);
+                }
+                for &(s2, r2, _) in &plan.assignments {
+                    let _ = clients[s2].client.clone().cancel("broker", r2);
+                }
+            };
             for (k, &(site, rid, start)) in plan.assignments.iter().enumerate() {
                 let mut c = clients[site].client.clone();
                 c.set_idempotency_key(Some(keys[k].clone()));
+                c.set_explicit_commit(true);
                 match c.submit("broker", &jobs[k], Some(rid)) {
-                    Ok(h) => placed.push((sites[site].name.clone(), h.0, start)),
+                    Ok(h) => placed.push((site, h, start)),
                     Err(e) => {
-                        // Release everything the plan holds; the jobs fail below.
-                        for &(s2, r2, _) in &plan.assignments {
-                            let _ = clients[s2].client.clone().cancel("broker", r2);
-                        }
+                        undo(&placed, &clients);
                         return Err(ServiceError::Unavailable(format!(
                             "submitting into the co-allocation: {e}"
                         )));
                     }
                 }
             }
-            Ok(placed)
+            for &(site, rid, _) in &plan.assignments {
+                if let Err(e) = clients[site].client.clone().commit("broker", rid) {
+                    undo(&placed, &clients);
+                    return Err(ServiceError::Unavailable(format!("committing the co-allocation: {e}")));
+                }
+            }
+            Ok(placed
+                .into_iter()
+                .map(|(site, h, start)| (sites[site].name.clone(), h.0, start))
+                .collect::<Vec<_>>())
         })
         .await
         .map_err(|e| ServiceError::Unavailable(e.to_string()))?;
@@ -682,6 +766,55 @@ impl Service {
         })
         .await
         .unwrap_or_default()
+    }
+
+    /// After a restart: co-allocations caught half-way are settled. One whose
+    /// parts had all reached their sites, none of them ended, is completed
+    /// (its remaining holds committed) and its parts recorded as dispatched;
+    /// any other is undone: the parts found are cancelled where they are and
+    /// the jobs fail with the reason (their holds lapse at the sites).
+    pub async fn recover_coallocations(&self) -> Result<(), ServiceError> {
+        let mut groups: std::collections::BTreeMap<String, Vec<StoredJob>> = Default::default();
+        for stored in self.db.in_states(&[RESERVING]).await? {
+            // This process's own are in progress.
+            if stored.view.submitted <= self.started {
+                let g = coallocation_of(&stored.view.id).unwrap_or(&stored.view.id).to_string();
+                groups.entry(g).or_default().push(stored);
+            }
+        }
+        for (_, parts) in groups {
+            let mut found = Vec::new();
+            for p in &parts {
+                found.push(self.already_at(&p.view.id).await?);
+            }
+            let targets: Vec<Option<(SiteEntry, String)>> = found
+                .iter()
+                .map(|f| f.as_ref().and_then(|(name, job)| Some((self.site(name)?, job.clone()))))
+                .collect();
+            let completed = tokio::task::spawn_blocking(move || settle(&targets))
+                .await
+                .map_err(|e| ServiceError::Unavailable(e.to_string()))?;
+            for (p, f) in parts.into_iter().zip(found) {
+                let mut v = p.view;
+                match (completed, f) {
+                    (true, Some((site, site_job))) => {
+                        v.state = "dispatched".into();
+                        v.site = Some(site.clone());
+                        v.site_job = Some(site_job);
+                        let detail = format!("to {site}, co-allocated (completed after a restart)");
+                        self.db.update(&v, Some((now(), Some(detail)))).await?;
+                    }
+                    _ => {
+                        let why = "the broker stopped while co-allocating it; no part of it runs";
+                        v.state = "failed".into();
+                        v.reason = Some(why.into());
+                        v.ended = Some(now());
+                        self.db.update(&v, Some((now(), Some(why.into())))).await?;
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Dispatches every accepted job, a few at a time, taking the users in

@@ -60,6 +60,9 @@ pub struct Controls {
     pub start: watch::Receiver<Time>,
     /// Set when the owner cancels.
     pub cancel: watch::Receiver<bool>,
+    /// Whether the reservation the job claimed is committed: a job
+    /// submitted into a hold with an explicit commit waits for it.
+    pub committed: watch::Receiver<bool>,
 }
 
 /// What a job's runner needs to run it.
@@ -90,6 +93,7 @@ pub struct Launch {
 struct Control {
     start: watch::Sender<Time>,
     cancel: watch::Sender<bool>,
+    committed: watch::Sender<bool>,
 }
 
 /// Everything behind the lock.
@@ -479,7 +483,19 @@ impl Agent {
         g.planner
             .commit(id)
             .map_err(|_| AgentError::NotFound(format!("reservation {}", id.0)))?;
-        self.save_view(&g, id).await
+        let view = self.save_view(&g, id).await?;
+        // A job waiting for this commit may start now.
+        for j in g
+            .active
+            .iter()
+            .filter_map(|j| g.jobs.get(j))
+            .filter(|j| j.slot == Some(id))
+        {
+            if let Some(c) = g.controls.get(&j.id) {
+                let _ = c.committed.send(true);
+            }
+        }
+        Ok(view)
     }
 
     /// `DELETE /v1/reservations/{id}`.
@@ -501,6 +517,21 @@ impl Agent {
         if !gone.is_empty() {
             self.store.end_reservations(&gone, "expired").await?;
             self.slurm_delete(&gone).await;
+            // Jobs submitted into a hold that was never committed go with it.
+            let waiting: Vec<JobRecord> = g
+                .active()
+                .filter(|j| j.slot.is_some_and(|s| gone.contains(&s)))
+                .cloned()
+                .collect();
+            for mut r in waiting {
+                if let Some(c) = g.controls.get(&r.id) {
+                    let _ = c.cancel.send(true);
+                }
+                r.state = JobPhase::Cancelled;
+                r.reason = Some("its reservation lapsed before it was committed".into());
+                r.ended = Some(now());
+                self.finish_locked(g, r).await?;
+            }
         }
         Ok(())
     }
@@ -524,12 +555,17 @@ impl Agent {
     ///
     /// A delegate (a broker) may name the user it submits for in
     /// `on_behalf`; that user's local account runs the job.
+    ///
+    /// With `explicit_commit`, a job claiming a hold leaves it a hold and
+    /// does not start until the hold is committed; if the hold lapses first,
+    /// the job is cancelled (a broker's two-phase co-allocation).
     pub async fn submit(
         &self,
         who: &str,
         spec: Job,
         key: Option<String>,
         on_behalf: Option<String>,
+        explicit_commit: bool,
     ) -> Result<(u64, bool), AgentError> {
         // Only a delegate speaks for another user. Where no accounts are
         // configured the name changes nothing, so a broker that sends it to
@@ -588,8 +624,11 @@ impl Agent {
                 if r.end <= t {
                     return Err(AgentError::Conflict(format!("reservation {} has ended", id.0)));
                 }
-                // Claiming a hold makes it permanent.
-                let _ = g.planner.commit(id);
+                // Claiming a hold makes it permanent, unless the caller
+                // commits it itself.
+                if !explicit_commit {
+                    let _ = g.planner.commit(id);
+                }
                 (id, true, r.start.max(t))
             }
             None => {
@@ -754,11 +793,17 @@ impl Agent {
         }
         let (start_tx, start_rx) = watch::channel(j.planned_start.unwrap_or_else(now));
         let (cancel_tx, cancel_rx) = watch::channel(false);
+        let held = j
+            .slot
+            .and_then(|s| g.planner.get(s))
+            .is_some_and(|r| matches!(r.state, State::Preliminary { .. }));
+        let (committed_tx, committed_rx) = watch::channel(!held);
         g.controls.insert(
             id,
             Control {
                 start: start_tx,
                 cancel: cancel_tx,
+                committed: committed_tx,
             },
         );
         Some(Launch {
@@ -768,6 +813,7 @@ impl Agent {
             controls: Controls {
                 start: start_rx,
                 cancel: cancel_rx,
+                committed: committed_rx,
             },
             backend_id: j.backend_id,
             claimed: j.slot.filter(|_| j.claimed),

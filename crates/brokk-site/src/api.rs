@@ -187,7 +187,10 @@ async fn submit(
                 .map_err(|_| error(StatusCode::BAD_REQUEST, "On-Behalf-Of: not text"))
         })
         .transpose()?;
-    let (id, new) = agent.submit(&who.0, job, key, on_behalf).await?;
+    let explicit_commit = headers
+        .get("reservation-commit")
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"explicit"));
+    let (id, new) = agent.submit(&who.0, job, key, on_behalf, explicit_commit).await?;
     if new {
         tokio::spawn(crate::runner::run(agent.clone(), id, false));
     }

@@ -83,6 +83,14 @@ async fn drive(agent: &Agent, launch: Launch, sandbox: &Path) -> End {
             return End::Cancelled;
         }
     }
+    // A job in a hold its submitter commits itself starts only once it has.
+    let mut committed = launch.controls.committed.clone();
+    while !*committed.borrow() {
+        tokio::select! {
+            r = committed.changed() => if r.is_err() { return End::Cancelled },
+            _ = wait_cancel(&mut cancel) => return End::Cancelled,
+        }
+    }
     let end = match agent.slurm() {
         Some(slurm) => crate::slurm::exec::execute(agent, slurm, launch, sandbox).await,
         None => run_locally(agent, launch, sandbox).await,

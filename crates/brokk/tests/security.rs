@@ -367,3 +367,84 @@ fn per_user_limits_and_clear_refusals() {
     assert_eq!(r.status(), 201, "{}", r.text().unwrap());
     refused(reserve(1, 600, at(60), at(86_400)), 409, "the limit is 2 per user");
 }
+
+#[test]
+fn a_coallocation_is_all_or_nothing_across_a_broker_kill() {
+    let dir = scratch("coalloc-kill");
+    let ran = dir.join("ran.txt");
+    let part = |request: usize, cpus: u32| {
+        json!({
+            "description": json!({
+                "executable": "/bin/sh",
+                "arguments": ["-c", format!("echo {request} >> {}", ran.display())],
+                "cpus": cpus, "wall_time": 30,
+            }).to_string(),
+            "format": "json",
+        })
+    };
+    let mut requests = 0;
+    for round in 0..6u64 {
+        let b = Broker::start(&dir);
+        let url = b.server.url.clone();
+        // A request in flight when the broker is killed, a few ms in.
+        let body = json!({
+            "jobs": [part(round as usize, 2), part(round as usize, 2)],
+            "earliest": brokk_proto::wall_clock().to_string(),
+            "latest": (brokk_proto::wall_clock() + brokk_model::Duration(600)).to_string(),
+            "delta": 5,
+        });
+        let sender = std::thread::spawn(move || {
+            reqwest::blocking::Client::new()
+                .post(format!("{url}/v1/coallocations"))
+                .bearer_auth("tok-ann")
+                .json(&body)
+                .send()
+                .map(|r| r.status().as_u16())
+        });
+        std::thread::sleep(Duration::from_millis(round * 4));
+        drop(b);
+        let _ = sender.join();
+        requests += 1;
+    }
+    // Back up: every job ends, none is left reserving or running.
+    let b = Broker::start(&dir);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let jobs = loop {
+        let all: Value = b.get("tok-ann", "/v1/jobs").json().unwrap();
+        let all = all.as_array().unwrap().clone();
+        if all
+            .iter()
+            .all(|j| ["finished", "failed", "cancelled"].contains(&j["state"].as_str().unwrap()))
+        {
+            break all;
+        }
+        assert!(Instant::now() < deadline, "jobs never ended: {all:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    for j in &jobs {
+        let history = j["history"].as_array().map(Vec::len);
+        let v: Value = b
+            .get("tok-ann", &format!("/v1/jobs/{}", j["id"].as_str().unwrap()))
+            .json()
+            .unwrap();
+        let dispatches: Vec<&str> = v["history"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|h| h["state"] == "dispatched")
+            .filter_map(|h| h["detail"].as_str())
+            .collect();
+        // Only the co-allocation itself ever sends a part to a site.
+        assert!(dispatches.iter().all(|d| d.contains("co-allocated")), "{v} {history:?}");
+        assert!(dispatches.len() <= 1, "{v}");
+    }
+    // Each request ran completely or not at all.
+    let text = std::fs::read_to_string(&ran).unwrap_or_default();
+    let states: Vec<&str> = jobs.iter().map(|j| j["state"].as_str().unwrap()).collect();
+    eprintln!("after the kills: {states:?}; ran:\n{text}");
+    assert!(!jobs.is_empty(), "no request reached the broker before its kill");
+    for r in 0..requests {
+        let n = text.lines().filter(|l| *l == r.to_string()).count();
+        assert!(n == 0 || n == 2, "request {r} ran {n} of its 2 parts:\n{text}");
+    }
+}
