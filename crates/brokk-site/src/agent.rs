@@ -194,12 +194,13 @@ fn job_view(j: &JobRecord) -> JobView {
 }
 
 /// Jobs that cannot be taken up again after an agent restart: a stage-out
-/// whose job's end no supervisor recorded. A running local job is followed
-/// through its supervisor, or started if it never got one (it was recorded as
-/// running just before its start, so it never ran); a job a resource manager
-/// was given is followed there.
-fn died_with_agent(p: JobPhase, local: bool, supervised: bool) -> bool {
-    p == JobPhase::StagingOut && !(local && supervised)
+/// whose job's end nobody recorded (neither a supervisor nor a resource
+/// manager). A running local job is followed through its supervisor, or
+/// started if it never got one (it was recorded as running just before its
+/// start, so it never ran); a job a resource manager was given is followed
+/// there, its stage-out done again.
+fn died_with_agent(p: JobPhase, followable: bool) -> bool {
+    p == JobPhase::StagingOut && !followable
 }
 
 impl Agent {
@@ -249,8 +250,11 @@ impl Agent {
         let mut next_job = 1;
         for mut j in store.jobs().await? {
             next_job = next_job.max(j.id + 1);
-            let supervised = crate::supervisor::started(&crate::supervisor::dir(&config.workdir, j.id));
-            if died_with_agent(j.state, slurm.is_none(), supervised) {
+            let followable = match slurm {
+                None => crate::supervisor::started(&crate::supervisor::dir(&config.workdir, j.id)),
+                Some(_) => j.backend_id.is_some(),
+            };
+            if died_with_agent(j.state, followable) {
                 j.state = JobPhase::Failed;
                 j.reason = Some("the site agent stopped while the job was running".into());
                 j.ended = Some(t);
@@ -934,6 +938,13 @@ impl Agent {
                 tracing::error!("moving queued jobs up: {e}");
             }
         }
+    }
+
+    /// Whether job `id` has ended or is unknown here (for the backend's
+    /// tidying).
+    pub async fn job_has_ended(&self, id: u64) -> bool {
+        let g = self.lock().await;
+        g.jobs.get(&id).is_none_or(|j| j.state.is_terminal())
     }
 
     /// Whether reservation `id` is live (for the backend's tidying).

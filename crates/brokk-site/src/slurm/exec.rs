@@ -59,8 +59,61 @@ async fn prepare(slurm: &Slurm, launch: &Launch, sandbox: &Path) -> Result<PathB
     let account = launch.account.clone().unwrap_or(None);
     let mut f = crate::staging::create_owned(sandbox, "brokk-job.sbatch", account)
         .map_err(|e| format!("{}: {e}", path.display()))?;
-    std::io::Write::write_all(&mut f, written.text.as_bytes()).map_err(|e| format!("{}: {e}", path.display()))?;
+    let text = run_once(&written.text, &std::path::absolute(sandbox).map_err(|e| e.to_string())?);
+    std::io::Write::write_all(&mut f, text.as_bytes()).map_err(|e| format!("{}: {e}", path.display()))?;
     Ok(path)
+}
+
+fn sh_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+/// The batch script made to run once: a slurmctld killed before it saved a
+/// job's completion starts the job again when it comes back (seen on the
+/// testbed), so the script's first start leaves a mark in the sandbox (a
+/// directory, made atomically) with its exit status, and a later start
+/// exits with that status without running anything; output files are
+/// appended to, not truncated, by a later start. Only shell scripts get the
+/// guard: another interpreter's script is left as it is.
+fn run_once(script: &str, sandbox: &Path) -> String {
+    let shell = match script.lines().next() {
+        Some(l) if l.starts_with("#!") => {
+            let interp = l.trim_start_matches("#!").split_whitespace().last().unwrap_or("");
+            ["sh", "bash", "dash", "ksh", "zsh"].iter().any(|s| interp.ends_with(s))
+        }
+        _ => true,
+    };
+    if !shell {
+        return script.to_string();
+    }
+    let lines: Vec<&str> = script.lines().collect();
+    // Slurm reads #SBATCH lines up to the first command.
+    let body = lines
+        .iter()
+        .position(|l| !(l.trim().is_empty() || l.trim_start().starts_with('#')))
+        .unwrap_or(lines.len());
+    let mark = sh_quote(&sandbox.join(".brokk-ran").display().to_string());
+    let mut out = String::new();
+    for l in &lines[..body] {
+        out.push_str(l);
+        out.push('\n');
+    }
+    out.push_str("#SBATCH --open-mode=append\n");
+    out.push_str(&format!(
+        "# Brokk: run once, even when Slurm starts this job a second time.\n\
+         BROKK_RAN={mark}\n\
+         if ! mkdir \"$BROKK_RAN\" 2>/dev/null; then\n\
+         \x20 if [ -f \"$BROKK_RAN/exit\" ]; then exit \"$(cat \"$BROKK_RAN/exit\")\"; fi\n\
+         \x20 echo 'brokk: an earlier start of this job was interrupted; it is not run again' >&2\n\
+         \x20 exit 1\n\
+         fi\n\
+         trap 'echo $? > \"$BROKK_RAN/exit\"' EXIT\n"
+    ));
+    for l in &lines[body..] {
+        out.push_str(l);
+        out.push('\n');
+    }
+    out
 }
 
 /// How Slurm's final record ends the job for Brokk.
@@ -104,42 +157,92 @@ pub(crate) async fn execute(agent: &Agent, slurm: &Slurm, mut launch: Launch, sa
             Err(e) => slurm.note(&e),
         }
     }
-    let slurm_id = match slurm_id {
-        Some(id) => id,
-        None => {
-            let script = match prepare(slurm, &launch, sandbox).await {
-                Ok(p) => p,
-                Err(e) => return End::Failed(format!("writing the batch script: {e}")),
-            };
-            loop {
-                if *launch.controls.cancel.borrow() {
-                    return End::Cancelled;
+    loop {
+        let id = match slurm_id.take() {
+            Some(id) => id,
+            None => match submit(slurm, &mut launch, sandbox).await {
+                Ok(id) => id,
+                Err(end) => return end,
+            },
+        };
+        if let Err(e) = agent.record_submitted(launch.id, id).await {
+            tracing::error!(job = launch.id, "recording Slurm job {id}: {e}");
+        }
+        match follow(agent, slurm, &mut launch, id, &mut readings).await {
+            Followed::End(end) => return end,
+            Followed::Lost => match ran_mark(sandbox) {
+                // Slurm lost the job: its sandbox tells whether it ran.
+                Mark::Exited(code) => return End::Exited(code),
+                Mark::Interrupted => {
+                    return End::Failed(format!(
+                        "Slurm lost job {id} (its controller restarted without it) after it had started"
+                    ))
                 }
-                let submitted = match slurm.submitters.acquire().await {
-                    Ok(_slot) => {
-                        let account = launch.account.clone().unwrap_or(None).map(|a| (a.uid, a.gid));
-                        slurm.cli.sbatch(&script, account).await
-                    }
-                    Err(_) => Err(SlurmError::Unavailable("the agent is stopping".into())),
-                };
-                match submitted {
-                    Ok(id) => break id,
-                    Err(SlurmError::Refused(m)) => return End::Failed(format!("sbatch refused the job: {m}")),
-                    Err(e) => {
-                        slurm.note(&e);
-                        tracing::warn!(job = launch.id, "sbatch: {e}; retrying");
-                        if !pause(slurm, &mut launch.controls.cancel).await {
-                            return End::Cancelled;
-                        }
-                    }
+                Mark::None => tracing::warn!(
+                    job = launch.id,
+                    "Slurm lost job {id} before it started; submitting again"
+                ),
+            },
+        }
+    }
+}
+
+/// What the run-once mark in a sandbox says.
+enum Mark {
+    /// The job ran and exited with this status.
+    Exited(i32),
+    /// It started and did not finish.
+    Interrupted,
+    /// It never started.
+    None,
+}
+
+fn ran_mark(sandbox: &Path) -> Mark {
+    let dir = sandbox.join(".brokk-ran");
+    match std::fs::read_to_string(dir.join("exit")) {
+        Ok(code) => code.trim().parse().map_or(Mark::Interrupted, Mark::Exited),
+        Err(_) if dir.is_dir() => Mark::Interrupted,
+        Err(_) => Mark::None,
+    }
+}
+
+/// How following a Slurm job ended.
+enum Followed {
+    /// With Slurm's final record (or a cancel).
+    End(End),
+    /// Slurm no longer knows the job.
+    Lost,
+}
+
+/// Writes the batch script and submits it, retrying while slurmctld does not
+/// answer; the job's Slurm id, or how it ended without one.
+async fn submit(slurm: &Slurm, launch: &mut Launch, sandbox: &Path) -> Result<u64, End> {
+    let script = prepare(slurm, launch, sandbox)
+        .await
+        .map_err(|e| End::Failed(format!("writing the batch script: {e}")))?;
+    loop {
+        if *launch.controls.cancel.borrow() {
+            return Err(End::Cancelled);
+        }
+        let submitted = match slurm.submitters.acquire().await {
+            Ok(_slot) => {
+                let account = launch.account.clone().unwrap_or(None).map(|a| (a.uid, a.gid));
+                slurm.cli.sbatch(&script, account).await
+            }
+            Err(_) => Err(SlurmError::Unavailable("the agent is stopping".into())),
+        };
+        match submitted {
+            Ok(id) => return Ok(id),
+            Err(SlurmError::Refused(m)) => return Err(End::Failed(format!("sbatch refused the job: {m}"))),
+            Err(e) => {
+                slurm.note(&e);
+                tracing::warn!(job = launch.id, "sbatch: {e}; retrying");
+                if !pause(slurm, &mut launch.controls.cancel).await {
+                    return Err(End::Cancelled);
                 }
             }
         }
-    };
-    if let Err(e) = agent.record_submitted(launch.id, slurm_id).await {
-        tracing::error!(job = launch.id, "recording Slurm job {slurm_id}: {e}");
     }
-    follow(agent, slurm, &mut launch, slurm_id, &mut readings).await
 }
 
 /// Follows Slurm job `slurm_id` through the queue readings to its end.
@@ -149,7 +252,8 @@ async fn follow(
     launch: &mut Launch,
     slurm_id: u64,
     readings: &mut watch::Receiver<std::sync::Arc<super::Snapshot>>,
-) -> End {
+) -> Followed {
+    let name = slurm.job_name(launch.id);
     let mut cancelled = false;
     let mut cancel_sent = false;
     let mut running = launch.started;
@@ -166,12 +270,12 @@ async fn follow(
                 Err(e) => slurm.note(&e),
             }
         }
-        if let Some(end) = slurm.take_ended(slurm_id) {
+        if let Some(end) = slurm.take_ended(slurm_id, &name) {
             break end;
         }
         let snap = readings.borrow_and_update().clone();
         if snap.reading > first {
-            match snap.jobs.get(&slurm_id) {
+            match snap.jobs.get(&slurm_id).filter(|row| row.name == name) {
                 Some(row) => {
                     missing = 0;
                     if let (false, false, Some(start)) = (running, row.state == "PENDING", row.start) {
@@ -185,13 +289,14 @@ async fn follow(
         // Gone from the queue (which lists unfinished jobs only) and not in
         // the completion log: ask slurmctld for the job's record.
         if missing >= MISSING_READINGS {
-            match slurm.cli.show_job(slurm_id).await {
+            // Another job under the same id is no record of ours.
+            match slurm.cli.show_job(slurm_id).await.map(|e| e.filter(|e| e.name == name)) {
                 Ok(Some(end)) if is_final(&end.state) => break end,
                 Ok(Some(_)) => missing = 0,
-                Ok(None) => match slurm.take_ended(slurm_id) {
+                Ok(None) => match slurm.take_ended(slurm_id, &name) {
                     Some(end) => break end,
-                    None if cancelled => return End::Cancelled,
-                    None => return End::Failed(format!("Slurm has no record of job {slurm_id}")),
+                    None if cancelled => return Followed::End(End::Cancelled),
+                    None => return Followed::Lost,
                 },
                 Err(e) => slurm.note(&e),
             }
@@ -199,7 +304,7 @@ async fn follow(
         tokio::select! {
             r = readings.changed() => {
                 if r.is_err() {
-                    return End::Failed("the Slurm poller stopped".into());
+                    return Followed::End(End::Failed("the Slurm poller stopped".into()));
                 }
             }
             _ = wait_cancel(&mut launch.controls.cancel), if !cancelled => cancelled = true,
@@ -210,7 +315,7 @@ async fn follow(
     if let (false, Some(start)) = (running, end.start) {
         record_start(agent, launch.id, start).await;
     }
-    outcome(&end, cancelled, launch.wall)
+    Followed::End(outcome(&end, cancelled, launch.wall))
 }
 
 async fn record_start(agent: &Agent, id: u64, start: brokk_model::Time) {
@@ -244,5 +349,40 @@ mod tests {
             End::Failed(m) => assert_eq!(m, "Slurm job 7 ended NODE_FAIL"),
             _ => panic!("NODE_FAIL must fail the job"),
         }
+    }
+}
+
+#[cfg(test)]
+mod run_once_tests {
+    use super::*;
+
+    fn run(script: &str, dir: &Path) -> (i32, String) {
+        let path = dir.join("s.sh");
+        std::fs::write(&path, run_once(script, dir)).unwrap();
+        let o = std::process::Command::new("/bin/sh")
+            .arg(&path)
+            .current_dir(dir)
+            .output()
+            .unwrap();
+        (
+            o.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&o.stdout).into_owned(),
+        )
+    }
+
+    #[test]
+    fn a_batch_script_runs_once_and_a_second_start_repeats_its_status() {
+        let dir = std::env::temp_dir().join(format!("brokk-run-once-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let script = "#!/bin/sh\n#SBATCH --time=1\n\necho ran\nexit 3\n";
+        assert_eq!(run(script, &dir), (3, "ran\n".into()));
+        assert_eq!(run(script, &dir), (3, String::new()));
+        let text = run_once(script, &dir);
+        let header = text.find("--open-mode=append").unwrap();
+        assert!(header < text.find("echo ran").unwrap() && header < text.find("BROKK_RAN=").unwrap());
+        // Another interpreter's script is left alone.
+        let py = "#!/usr/bin/env python3\nprint('hi')\n";
+        assert_eq!(run_once(py, &dir), py);
     }
 }

@@ -61,7 +61,7 @@ pub struct Slurm {
     down: Mutex<Option<String>>,
     snapshot: watch::Sender<Arc<Snapshot>>,
     /// Final records read from the completion log, until their runner takes them.
-    ended: Mutex<HashMap<u64, (JobEnd, u64)>>,
+    ended: Mutex<HashMap<(u64, String), (JobEnd, u64)>>,
     completion_log: Option<PathBuf>,
     log_offset: AtomicU64,
     cluster: Mutex<ClusterView>,
@@ -143,8 +143,15 @@ impl Slurm {
     }
 
     fn own_job(&self, name: &str) -> bool {
+        self.own_job_id(name).is_some()
+    }
+
+    /// The Brokk job id of an own Slurm job name.
+    fn own_job_id(&self, name: &str) -> Option<u64> {
         name.strip_prefix(&self.prefix)
-            .is_some_and(|rest| !rest.is_empty() && rest.bytes().all(|b| b.is_ascii_digit()))
+            .filter(|rest| !rest.is_empty() && rest.bytes().all(|b| b.is_ascii_digit()))?
+            .parse()
+            .ok()
     }
 
     /// The Brokk reservation id of an own Slurm reservation name.
@@ -187,8 +194,11 @@ impl Slurm {
     }
 
     /// Takes the completion-log record of Slurm job `id`, if one was read.
-    pub fn take_ended(&self, id: u64) -> Option<JobEnd> {
-        self.ended.lock().ok()?.remove(&id).map(|(e, _)| e)
+    pub fn take_ended(&self, id: u64, name: &str) -> Option<JobEnd> {
+        // Keyed by name too: a controller that lost its state hands the
+        // same id out again, and the name tells whose end it is.
+        let mut ended = self.ended.lock().ok()?;
+        ended.remove(&(id, name.to_string())).map(|(e, _)| e)
     }
 
     /// Reads the nodes into the cluster view; returns their CPUs.
@@ -233,7 +243,7 @@ impl Slurm {
         let Ok(mut ended) = self.ended.lock() else { return };
         for line in text[..whole].lines() {
             if let Some(e) = cli::parse_job_end(line).filter(|e| self.own_job(&e.name)) {
-                ended.insert(e.id, (e, reading));
+                ended.insert((e.id, e.name.clone()), (e, reading));
             }
         }
         // Runners take their records within a reading or two; what nobody
@@ -321,6 +331,9 @@ impl Slurm {
         self.set_down(None);
         agent.mirror(occupants).await;
         self.tidy_reservations(agent, own).await;
+        if reading % 4 == 1 {
+            self.tidy_jobs(agent, &jobs).await;
+        }
         self.snapshot.send_replace(Arc::new(Snapshot { jobs, reading }));
         Ok(())
     }
@@ -336,6 +349,22 @@ impl Slurm {
                         tracing::info!(reservation = %r.name, "deleted a Slurm reservation Brokk no longer holds")
                     }
                     Err(e) => tracing::warn!(reservation = %r.name, "deleting a stale reservation: {e}"),
+                }
+            }
+        }
+    }
+
+    /// Cancels Slurm jobs named as Brokk's whose Brokk job has ended: a
+    /// slurmctld that restarted from an old state brings back jobs that
+    /// already ran (their run-once guard would stop them, but they would
+    /// hold the queue and nodes meanwhile).
+    async fn tidy_jobs(&self, agent: &Agent, jobs: &HashMap<u64, QueueRow>) {
+        for (slurm_id, row) in jobs {
+            let Some(id) = self.own_job_id(&row.name) else { continue };
+            if agent.job_has_ended(id).await {
+                match self.cli.cancel(*slurm_id).await {
+                    Ok(()) => tracing::info!(job = id, "cancelled Slurm job {slurm_id}: its Brokk job has ended"),
+                    Err(e) => tracing::warn!(job = id, "cancelling leftover Slurm job {slurm_id}: {e}"),
                 }
             }
         }
