@@ -52,6 +52,15 @@ fn parent_of(root: &Path, parts: &[&str]) -> io::Result<OwnedFd> {
     Ok(dir)
 }
 
+/// Opens `name` inside `root` with `flags`, following no link on the way or
+/// at its end.
+fn open_in(root: &Path, name: &str, flags: OFlags, mode: Mode) -> io::Result<OwnedFd> {
+    let parts = components(name).map_err(bad)?;
+    let dir = parent_of(root, &parts)?;
+    let last = parts[parts.len() - 1];
+    Ok(openat(&dir, last, flags | OFlags::NOFOLLOW | OFlags::CLOEXEC, mode)?)
+}
+
 fn bad(message: String) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidInput, message)
 }
@@ -67,15 +76,7 @@ pub fn open_read(root: &Path, name: &str) -> io::Result<File> {
 /// running as its own account could hard-link another account's file into
 /// its sandbox, and the agent, as root, would read it.
 pub fn open_read_owned(root: &Path, name: &str, owner: Option<u32>) -> io::Result<File> {
-    let parts = components(name).map_err(bad)?;
-    let dir = parent_of(root, &parts)?;
-    let last = parts[parts.len() - 1];
-    let fd = openat(
-        &dir,
-        last,
-        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
-        Mode::empty(),
-    )?;
+    let fd = open_in(root, name, OFlags::RDONLY | OFlags::NONBLOCK, Mode::empty())?;
     let stat = fstat(&fd)?;
     if FileType::from_raw_mode(stat.st_mode) != FileType::RegularFile {
         return Err(bad(format!("`{name}` is not a regular file")));
@@ -95,13 +96,10 @@ pub fn open_read_owned(root: &Path, name: &str, owner: Option<u32>) -> io::Resul
 /// with mode 0600; its parent directories must already exist. A symbolic
 /// link in its place or on the way is refused.
 pub fn create_write(root: &Path, name: &str) -> io::Result<File> {
-    let parts = components(name).map_err(bad)?;
-    let dir = parent_of(root, &parts)?;
-    let last = parts[parts.len() - 1];
-    let fd = openat(
-        &dir,
-        last,
-        OFlags::WRONLY | OFlags::CREATE | OFlags::TRUNC | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+    let fd = open_in(
+        root,
+        name,
+        OFlags::WRONLY | OFlags::CREATE | OFlags::TRUNC,
         Mode::RUSR | Mode::WUSR,
     )?;
     Ok(File::from(fd))
