@@ -4,7 +4,7 @@
 //! transfer only inside its own sandbox, opened without following links, so
 //! a job cannot make the agent read or write a file its owner could not.
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use crate::accounts::Account;
@@ -29,6 +29,28 @@ pub fn create_owned(dir: &Path, name: &str, account: Option<Account>) -> std::io
         std::os::unix::fs::fchown(&f, Some(a.uid), Some(a.gid))?;
     }
     Ok(f)
+}
+
+/// Whether `account` may read the file at the canonical `path` by its mode
+/// bits (the agent reads it for the job, perhaps as root): every directory
+/// above it searchable, the file readable, by owner, group or others as the
+/// account stands to each. Supplementary groups and ACLs are not consulted,
+/// so this may refuse what the account could read, never the reverse.
+fn may_read(path: &Path, account: Account) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let allows = |p: &Path, bits: u32| {
+        std::fs::metadata(p).is_ok_and(|m| {
+            let shift = if m.uid() == account.uid {
+                6
+            } else if m.gid() == account.gid {
+                3
+            } else {
+                0
+            };
+            (m.mode() >> shift) & bits == bits
+        })
+    };
+    path.ancestors().skip(1).all(|d| allows(d, 0o1)) && allows(path, 0o4)
 }
 
 /// The canonical form of `path` when it lies inside one of `dirs` and
@@ -65,6 +87,9 @@ pub async fn stage_in(
         let (allowed, path) = (allowed.clone(), PathBuf::from(path));
         return tokio::task::spawn_blocking(move || {
             let real = inside(&path, &allowed.read, &allowed.workdir, "reads")?;
+            if account.is_some_and(|a| !may_read(&real, a)) {
+                return Err(format!("{}: the job's account may not read it", path.display()));
+            }
             let mut from = std::fs::File::open(&real).map_err(|e| format!("{}: {e}", path.display()))?;
             std::io::copy(&mut from, &mut to).map_err(|e| format!("{}: {e}", path.display()))?;
             Ok(())
@@ -124,14 +149,16 @@ pub async fn stage_out(
         .map_err(|e| e.to_string())?;
     }
     if target.starts_with("http://") || target.starts_with("https://") {
-        let bytes = tokio::task::spawn_blocking(move || {
-            let mut bytes = Vec::new();
-            from.read_to_end(&mut bytes).map(|_| bytes)
-        })
-        .await
-        .map_err(|e| e.to_string())?
-        .map_err(|e| format!("{name}: {e}"))?;
-        let resp = http.put(target).body(bytes).send().await.map_err(|e| e.to_string())?;
+        // Streamed from the file: an output of any size costs a few chunks.
+        let len = from.metadata().map_err(|e| format!("{name}: {e}"))?.len();
+        let body = reqwest::Body::wrap_stream(tokio_util::io::ReaderStream::new(tokio::fs::File::from_std(from)));
+        let resp = http
+            .put(target)
+            .header(reqwest::header::CONTENT_LENGTH, len)
+            .body(body)
+            .send()
+            .await
+            .map_err(|e| e.to_string())?;
         if !resp.status().is_success() {
             return Err(format!("{target}: HTTP {}", resp.status()));
         }

@@ -106,13 +106,41 @@ fn each_users_jobs_run_as_their_own_account_and_stay_apart() {
         "embedded",
         &format!(
             "name = \"apart\"\ncapacity = 4\ndatabase = \"site.db\"\nworkdir = \"jobs\"\nkill_grace = 1\n\
-             delegates = [\"broker\"]\n[tokens]\n\"tok-ann\" = \"ann\"\n\"tok-bob\" = \"bob\"\n\"tok-carol\" = \"carol\"\n\
+             delegates = [\"broker\"]\nstage_in_dirs = [\"inputs\"]\n[tokens]\n\"tok-ann\" = \"ann\"\n\"tok-bob\" = \"bob\"\n\"tok-carol\" = \"carol\"\n\
              \"tok-broker\" = \"broker\"\n[accounts]\nann = \"{ANN}\"\nbob = \"{BOB}\"\n"
         ),
     );
+    // Inputs the agent may stage in: one any account may read, one only root may.
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let inputs = dir.join("inputs");
+        std::fs::create_dir_all(&inputs).unwrap();
+        std::fs::set_permissions(&inputs, std::fs::Permissions::from_mode(0o755)).unwrap();
+        for (name, mode) in [("public.txt", 0o644), ("root-only.txt", 0o600)] {
+            std::fs::write(inputs.join(name), format!("{name}\n")).unwrap();
+            std::fs::set_permissions(inputs.join(name), std::fs::Permissions::from_mode(mode)).unwrap();
+        }
+    }
     let server = start(&dir);
     let mut ann = RemoteSite::new(&server.url, "tok-ann");
     let mut bob = RemoteSite::new(&server.url, "tok-bob");
+    // Stage-in reads for the job only what its account could read itself.
+    let staged = |name: &str| {
+        let mut job = shell("cat in.txt");
+        job.input_files = vec![brokk_model::InputFile {
+            name: "in.txt".into(),
+            source: Some(format!("file://{}", dir.join("inputs").join(name).display())),
+            size: None,
+        }];
+        job
+    };
+    let h = ann.submit("ann", &staged("public.txt"), None).unwrap();
+    assert_eq!(wait(&ann, &h).state, JobPhase::Finished);
+    assert_eq!(text(&ann, &h, "out.txt"), "public.txt\n");
+    let h = ann.submit("ann", &staged("root-only.txt"), None).unwrap();
+    let v = wait(&ann, &h);
+    assert_eq!(v.state, JobPhase::Failed, "{v:?}");
+    assert!(v.reason.unwrap_or_default().contains("may not read"));
     let a = ann
         .submit("ann", &shell("id -un; echo ann-secret > secret.txt"), None)
         .unwrap();
