@@ -347,14 +347,10 @@ impl Drop for AgentProcess {
 fn spawn_slurm_agent(dir: &std::path::Path, conf: &std::path::Path, poll_ms: u64) -> Result<AgentProcess> {
     use std::io::BufRead;
     std::fs::create_dir_all(dir)?;
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
-    }
     let config = dir.join("site.toml");
-    std::fs::write(
+    super::write_private(
         &config,
-        format!(
+        &format!(
             "name = \"bench\"\ndatabase = \"bench.db\"\nworkdir = \"jobs\"\n[tokens]\n\"bench\" = \"bench\"\n\
              [slurm]\nconf = \"{}\"\npoll_ms = {poll_ms}\n",
             std::path::absolute(conf)?.display()

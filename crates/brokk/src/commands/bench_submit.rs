@@ -44,14 +44,14 @@ pub fn run(a: SubmitBenchArgs) -> Result<ExitCode> {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir)?;
     let config_path = dir.join("broker.toml");
-    std::fs::write(
+    super::write_private(
         &config_path,
         "database = \"broker.db\"\nstate_dir = \"sites\"\n[tokens]\n\"bench\" = \"bench\"\n\
          [[embedded]]\nname = \"a\"\ncapacity = 4096\n[[embedded]]\nname = \"b\"\ncapacity = 4096\n\
          [[embedded]]\nname = \"c\"\ncapacity = 4096\n",
     )?;
     let config = brokk_server::Config::load(&config_path)?;
-    let rt = tokio::runtime::Runtime::new()?;
+    let rt = super::runtime()?;
     let figures = rt.block_on(async {
         let running = brokk_server::start(config).await?;
         let url = format!("http://{}/v1/jobs", running.addr);

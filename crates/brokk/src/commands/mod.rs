@@ -29,6 +29,15 @@ pub struct ServerArgs {
     pub listen: Option<std::net::SocketAddr>,
 }
 
+/// Writes a configuration file that holds tokens, readable by its owner only
+/// (servers refuse one that others can read).
+pub fn write_private(path: &std::path::Path, text: &str) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+        .with_context(|| format!("making {} private", path.display()))
+}
+
 /// Stack of every thread of a server's runtime. Readers and evaluators bound
 /// their nesting so that they fit in a quarter of it in a debug build (their
 /// tests run on 2 MiB threads), which leaves this one ample room.

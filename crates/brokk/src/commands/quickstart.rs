@@ -92,7 +92,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
     let _ = std::fs::remove_file(dir.join("broker.db"));
     let _ = std::fs::remove_dir_all(dir.join("sites"));
     let config_path = dir.join("broker.toml");
-    std::fs::write(&config_path, config(&dir))?;
+    super::write_private(&config_path, &config(&dir))?;
     let config = brokk_server::Config::load(&config_path)?;
     let rt = super::runtime()?;
     let running = rt.block_on(brokk_server::start(config))?;
