@@ -41,6 +41,7 @@ const SCHEMA: &[&str] = &[
         predicted_ttd BIGINT, submitted BIGINT NOT NULL, started BIGINT, ended BIGINT, exit_code BIGINT, reason TEXT)",
     "CREATE INDEX IF NOT EXISTS jobs_by_owner ON jobs (owner, submitted)",
     "CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs (state)",
+    "CREATE INDEX IF NOT EXISTS jobs_by_owner_state ON jobs (owner, state)",
     "CREATE INDEX IF NOT EXISTS jobs_by_site_job ON jobs (site, site_job)",
     "CREATE TABLE IF NOT EXISTS history (
         job TEXT NOT NULL, n BIGINT NOT NULL, at BIGINT NOT NULL, state TEXT NOT NULL, detail TEXT)",
@@ -329,8 +330,10 @@ impl Db {
 
     /// How many of `owner`'s jobs have not ended.
     pub async fn unfinished_of(&self, owner: &str) -> Result<i64, DbError> {
+        // The unfinished states by name, so the (owner, state) index answers.
         let row = sqlx::query(
-            "SELECT COUNT(*) AS n FROM jobs WHERE owner = $1 AND state NOT IN ('finished', 'failed', 'cancelled')",
+            "SELECT COUNT(*) AS n FROM jobs WHERE owner = $1 \
+             AND state IN ('accepted', 'reserving', 'dispatched', 'running', 'moving')",
         )
         .bind(owner)
         .fetch_one(&self.pool)

@@ -129,7 +129,19 @@ async fn run_locally(agent: &Agent, launch: Launch, sandbox: &Path) -> End {
     } = launch;
     let account = account.unwrap_or(None); // an error ended the job in `drive`
     let sup = supervisor::dir(&agent.config().workdir, id);
-    if !(started && supervisor::started(&sup)) {
+    let outcome = if started && supervisor::started(&sup) {
+        // Taken up again after a restart: the supervisor is followed
+        // through its files.
+        let waiting = supervisor::wait(&sup);
+        tokio::pin!(waiting);
+        tokio::select! {
+            o = &mut waiting => o,
+            _ = wait_cancel(&mut c.cancel) => {
+                supervisor::cancel(&sup);
+                waiting.await
+            }
+        }
+    } else {
         // Wait for the planned start, which may move earlier, or a cancel.
         loop {
             if *c.cancel.borrow() {
@@ -151,20 +163,24 @@ async fn run_locally(agent: &Agent, launch: Launch, sandbox: &Path) -> End {
         if !matches!(agent.set_phase(id, JobPhase::Running).await, Ok(true)) {
             return End::Cancelled;
         }
-        if let Err(e) = start_supervised(agent, id, &job, sandbox, wall, &sup, account).await {
-            return End::Failed(format!("starting the job: {e}"));
-        }
-    }
-    let outcome = {
-        let waiting = supervisor::wait(&sup);
-        tokio::pin!(waiting);
-        tokio::select! {
-            o = &mut waiting => o,
-            _ = wait_cancel(&mut c.cancel) => {
-                supervisor::cancel(&sup);
-                waiting.await
+        let mut child = match start_supervised(agent, id, &job, sandbox, wall, &sup, account).await {
+            Ok(child) => child,
+            Err(e) => return End::Failed(format!("starting the job: {e}")),
+        };
+        // Its own child: its exit says at once that the outcome is on disk.
+        let mut cancelled = false;
+        let status = loop {
+            tokio::select! {
+                s = child.wait() => break s,
+                _ = wait_cancel(&mut c.cancel), if !cancelled => {
+                    cancelled = true;
+                    if let Some(pid) = child.id() {
+                        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGTERM);
+                    }
+                }
             }
-        }
+        };
+        supervisor::ended(&sup, status, cancelled)
     };
     match outcome {
         supervisor::Outcome::Exited(code) => End::Exited(code),
@@ -239,7 +255,8 @@ pub(crate) fn batch_environment(id: u64, site: &str, job: &Job, sandbox: &Path) 
 }
 
 /// Opens the job's standard streams in its sandbox and starts its
-/// supervisor, which starts the job in its own process group.
+/// supervisor (the agent's child), which starts the job in its own process
+/// group.
 async fn start_supervised(
     agent: &Agent,
     id: u64,
@@ -248,7 +265,7 @@ async fn start_supervised(
     wall: i64,
     sup: &Path,
     account: Option<Account>,
-) -> std::io::Result<()> {
+) -> std::io::Result<tokio::process::Child> {
     let (program, args) = match (&job.script, &job.executable) {
         (Some(script), _) => {
             let mut f = crate::staging::create_owned(sandbox, "job-script.sh", account)?;
@@ -314,9 +331,11 @@ async fn start_supervised(
             .map(|m| m.saturating_mul(1 << 20)),
     };
     let sup = sup.to_path_buf();
-    tokio::task::spawn_blocking(move || supervisor::spawn(&sup, &spec, stdio))
+    let mut cmd = tokio::task::spawn_blocking(move || supervisor::command(&sup, &spec))
         .await
-        .map_err(std::io::Error::other)?
+        .map_err(std::io::Error::other)??;
+    let [stdin, stdout, stderr] = stdio;
+    cmd.stdin(stdin).stdout(stdout).stderr(stderr).spawn()
 }
 
 pub(crate) async fn make_executable(path: &Path) -> std::io::Result<()> {

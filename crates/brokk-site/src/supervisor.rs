@@ -90,9 +90,12 @@ pub fn alive(dir: &Path) -> bool {
     Flock::lock(f, FlockArg::LockExclusiveNonblock).is_err()
 }
 
-/// Whether a supervisor was ever started for the job in `dir`.
+/// Whether the job in `dir` may have started: a supervisor for it is alive,
+/// or one recorded starting it or its end. An agent stopped between writing
+/// the specification and its supervisor starting the job leaves none of
+/// these, and the job is started afresh.
 pub fn started(dir: &Path) -> bool {
-    dir.join("spec.json").exists()
+    dir.join("spec.json").exists() && (alive(dir) || dir.join("job.pid").exists() || dir.join("status.json").exists())
 }
 
 /// Asks the supervisor in `dir` to cancel its job (SIGTERM to it).
@@ -122,12 +125,11 @@ pub fn stop_orphan(dir: &Path) -> bool {
     }
 }
 
-/// Writes `spec` into `dir` (created private) and starts the supervisor
-/// there, detached from the agent's process group so it survives the agent.
-/// `stdio` are the job's standard streams.
-pub fn spawn(dir: &Path, spec: &Spec, stdio: [std::process::Stdio; 3]) -> std::io::Result<()> {
+/// Writes `spec` into `dir` (created private) and returns the command that
+/// starts its supervisor, detached from the agent's process group so that it
+/// survives the agent; the caller gives it the job's standard streams.
+pub fn command(dir: &Path, spec: &Spec) -> std::io::Result<tokio::process::Command> {
     use std::os::unix::fs::DirBuilderExt;
-    use std::os::unix::process::CommandExt;
     if let Some(parent) = dir.parent() {
         std::fs::DirBuilder::new().recursive(true).mode(0o700).create(parent)?;
     }
@@ -138,35 +140,29 @@ pub fn spawn(dir: &Path, spec: &Spec, stdio: [std::process::Stdio; 3]) -> std::i
         &serde_json::to_vec(spec).map_err(std::io::Error::other)?,
     )?;
     std::fs::File::create(dir.join("lock"))?;
-    let exe = supervisor_program()?;
-    let [stdin, stdout, stderr] = stdio;
-    let mut child = std::process::Command::new(exe)
-        .arg("supervise")
-        .arg(dir)
-        .env_clear()
-        .stdin(stdin)
-        .stdout(stdout)
-        .stderr(stderr)
-        .process_group(0)
-        .spawn()?;
-    // Started once it holds its lock and has said its pid; from then on the
-    // agent follows it through its files, and a thread of its own reaps it.
-    let t = std::time::Instant::now();
-    while !dir.join("pid").exists() {
-        if let Some(status) = child.try_wait()? {
-            return Err(std::io::Error::other(format!(
-                "the job's supervisor exited at once ({status})"
-            )));
+    let mut cmd = tokio::process::Command::new(supervisor_program()?);
+    cmd.arg("supervise").arg(dir).env_clear().process_group(0);
+    Ok(cmd)
+}
+
+/// How the job of a supervisor this agent started ended, once that
+/// supervisor (`status` its exit) is gone; `cancelled` when the agent
+/// signalled it, which may have ended it before it could record anything.
+pub fn ended(dir: &Path, status: std::io::Result<std::process::ExitStatus>, cancelled: bool) -> Outcome {
+    match (outcome(dir), status) {
+        (Some(o), _) => o,
+        (None, _) if cancelled => {
+            stop_orphan(dir);
+            Outcome::Cancelled
         }
-        if t.elapsed() > StdDuration::from_secs(30) {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err(std::io::Error::other("the job's supervisor did not start within 30 s"));
+        (None, Ok(s)) => {
+            stop_orphan(dir);
+            Outcome::Failed(format!(
+                "the job's supervisor ended without recording the job's end ({s})"
+            ))
         }
-        std::thread::sleep(StdDuration::from_millis(2));
+        (None, Err(e)) => Outcome::Failed(format!("waiting for the job's supervisor: {e}")),
     }
-    std::thread::spawn(move || child.wait());
-    Ok(())
 }
 
 /// The program that runs `supervise`: the `brokk` binary the agent runs in,
@@ -203,7 +199,9 @@ pub async fn wait(dir: &Path) -> Outcome {
 }
 
 /// `brokk supervise DIR`: runs the job described in `DIR/spec.json` and
-/// records its outcome; the process exits 0 once the outcome is on disk.
+/// records its outcome; the process exits 0 once the outcome is on disk. It
+/// starts for every job, so it is plain: one thread, no runtime, waiting
+/// with `poll` on the job's pidfd and a signalfd for the cancel.
 pub fn main(dir: &Path) -> i32 {
     let Ok(lock) = std::fs::OpenOptions::new().write(true).open(dir.join("lock")) else {
         return 2;
@@ -215,10 +213,7 @@ pub fn main(dir: &Path) -> i32 {
         .map_err(|e| e.to_string())
         .and_then(|b| serde_json::from_slice::<Spec>(&b).map_err(|e| e.to_string()))
     {
-        Ok(spec) => match tokio::runtime::Builder::new_current_thread().enable_all().build() {
-            Ok(rt) => rt.block_on(supervise(dir, &spec)),
-            Err(e) => Outcome::Failed(format!("starting the supervisor: {e}")),
-        },
+        Ok(spec) => supervise(dir, &spec).unwrap_or_else(|e| Outcome::Failed(format!("supervising the job: {e}"))),
         Err(e) => Outcome::Failed(format!("reading the job's specification: {e}")),
     };
     let bytes = serde_json::to_vec(&outcome).unwrap_or_default();
@@ -235,28 +230,22 @@ fn limit(resource: nix::sys::resource::Resource, value: Option<u64>) -> std::io:
     Ok(())
 }
 
-async fn supervise(dir: &Path, spec: &Spec) -> Outcome {
-    use tokio::signal::unix::{signal, SignalKind};
-    let Ok(mut term) = signal(SignalKind::terminate()) else {
-        return Outcome::Failed("the supervisor cannot receive signals".into());
-    };
-    if let Err(e) = write_atomically(&dir.join("pid"), std::process::id().to_string().as_bytes()) {
-        return Outcome::Failed(format!("recording the supervisor: {e}"));
-    }
+fn supervise(dir: &Path, spec: &Spec) -> std::io::Result<Outcome> {
+    use nix::sys::signal::{SigSet, Signal as Sig};
+    use nix::sys::signalfd::{SfdFlags, SignalFd};
+    use rustix::event::{poll, PollFd, PollFlags, Timespec};
+    use std::os::unix::process::CommandExt;
+    write_atomically(&dir.join("pid"), std::process::id().to_string().as_bytes())?;
     // Limits are inherited by the job and everything it starts.
-    let limits = limit(nix::sys::resource::Resource::RLIMIT_CPU, spec.cpu_seconds)
-        .and_then(|()| limit(nix::sys::resource::Resource::RLIMIT_DATA, spec.data_bytes))
-        .and_then(|()| limit(nix::sys::resource::Resource::RLIMIT_CORE, Some(0)));
-    if let Err(e) = limits {
-        return Outcome::Failed(format!("setting the job's resource limits: {e}"));
-    }
-    let mut cmd = tokio::process::Command::new(&spec.program);
+    limit(nix::sys::resource::Resource::RLIMIT_CPU, spec.cpu_seconds)?;
+    limit(nix::sys::resource::Resource::RLIMIT_DATA, spec.data_bytes)?;
+    limit(nix::sys::resource::Resource::RLIMIT_CORE, Some(0))?;
+    let mut cmd = std::process::Command::new(&spec.program);
     cmd.args(&spec.args)
         .env_clear()
         .envs(spec.env.iter().map(|(k, v)| (k, v)))
         .current_dir(&spec.cwd)
-        .process_group(0)
-        .kill_on_drop(true);
+        .process_group(0);
     if let Some(gid) = spec.gid {
         cmd.gid(gid);
     }
@@ -265,36 +254,69 @@ async fn supervise(dir: &Path, spec: &Spec) -> Outcome {
     }
     let mut child = match cmd.spawn() {
         Ok(c) => c,
-        Err(e) => return Outcome::Failed(format!("starting the job: {e}")),
+        Err(e) => return Ok(Outcome::Failed(format!("starting the job: {e}"))),
     };
-    let Some(pid) = child.id() else {
-        return Outcome::Failed("the job vanished as it started".into());
-    };
-    let _ = write_atomically(&dir.join("job.pid"), pid.to_string().as_bytes());
-    let left = (spec.deadline - brokk_proto::wall_clock().0).max(0) as u64;
+    let pid = child.id();
+    write_atomically(&dir.join("job.pid"), pid.to_string().as_bytes())?;
+    // SIGTERM, the cancel, is read from a signalfd from here on. Blocked only
+    // now, so the job does not inherit the block; one arriving before ends
+    // the supervisor itself, and the agent that sent it stops the job's
+    // group and records the cancel.
+    let mut term = SigSet::empty();
+    term.add(Sig::SIGTERM);
+    term.thread_block().map_err(std::io::Error::from)?;
+    let signals =
+        SignalFd::with_flags(&term, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC).map_err(std::io::Error::from)?;
+    let exited = rustix::process::pidfd_open(
+        rustix::process::Pid::from_child(&child),
+        rustix::process::PidfdFlags::empty(),
+    )?;
     let grace = StdDuration::from_secs(spec.grace);
-    tokio::select! {
-        s = child.wait() => match s {
-            Ok(s) => Outcome::Exited(s.code().unwrap_or(-1)),
-            Err(e) => Outcome::Failed(format!("waiting for the job: {e}")),
-        },
-        _ = tokio::time::sleep(StdDuration::from_secs(left)) => {
-            terminate(&mut child, pid, grace).await;
-            Outcome::WallTime(spec.wall)
+    loop {
+        let left = (spec.deadline - brokk_proto::wall_clock().0).max(0);
+        let mut fds = [
+            PollFd::new(&exited, PollFlags::IN),
+            PollFd::new(&signals, PollFlags::IN),
+        ];
+        let timeout = Timespec {
+            tv_sec: left,
+            tv_nsec: 0,
+        };
+        match poll(&mut fds, Some(&timeout)) {
+            Ok(_) | Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(e.into()),
         }
-        _ = term.recv() => {
-            terminate(&mut child, pid, grace).await;
-            Outcome::Cancelled
+        if fds[0].revents().contains(PollFlags::IN) {
+            let status = child.wait()?;
+            return Ok(Outcome::Exited(status.code().unwrap_or(-1)));
+        }
+        if fds[1].revents().contains(PollFlags::IN) {
+            terminate(&mut child, &exited, pid, grace)?;
+            return Ok(Outcome::Cancelled);
+        }
+        if brokk_proto::wall_clock().0 >= spec.deadline {
+            terminate(&mut child, &exited, pid, grace)?;
+            return Ok(Outcome::WallTime(spec.wall));
         }
     }
 }
 
 /// SIGTERM to the job's process group, SIGKILL after `grace`.
-async fn terminate(child: &mut tokio::process::Child, pid: u32, grace: StdDuration) {
+fn terminate(
+    child: &mut std::process::Child,
+    exited: &std::os::fd::OwnedFd,
+    pid: u32,
+    grace: StdDuration,
+) -> std::io::Result<()> {
+    use rustix::event::{poll, PollFd, PollFlags, Timespec};
     let group = Pid::from_raw(pid as i32);
     let _ = killpg(group, Signal::SIGTERM);
-    let _ = tokio::time::timeout(grace, child.wait()).await;
+    let timeout = Timespec {
+        tv_sec: grace.as_secs() as i64,
+        tv_nsec: 0,
+    };
+    let _ = poll(&mut [PollFd::new(exited, PollFlags::IN)], Some(&timeout));
     // Whatever is left of the group, the leader included, goes now.
     let _ = killpg(group, Signal::SIGKILL);
-    let _ = child.wait().await;
+    child.wait().map(|_| ())
 }

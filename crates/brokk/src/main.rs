@@ -46,24 +46,23 @@ enum Command {
     Reserve(commands::user::ReserveArgs),
     /// Start a broker with three embedded sites, run example jobs in every language, show where they ran.
     Quickstart(commands::quickstart::Args),
-    /// Supervise one job for a site agent (started by the agent itself).
-    #[command(hide = true)]
-    Supervise {
-        /// The job's supervisor directory.
-        dir: std::path::PathBuf,
-    },
 }
 
 fn main() -> ExitCode {
+    // `brokk supervise DIR`: a site agent starts one for every job it runs,
+    // so it goes straight to work, without the command line's set-up.
+    let mut args = std::env::args_os().skip(1);
+    if let (Some(cmd), Some(dir), None) = (args.next(), args.next(), args.next()) {
+        if cmd == "supervise" {
+            return ExitCode::from(u8::try_from(brokk_site::supervisor::main(std::path::Path::new(&dir))).unwrap_or(1));
+        }
+    }
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_env("BROKK_LOG"))
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Supervise { dir } => {
-            return ExitCode::from(u8::try_from(brokk_site::supervisor::main(&dir)).unwrap_or(1));
-        }
         Command::Translate(a) => commands::translate::run(a),
         Command::Validate(a) => commands::validate::run(a),
         Command::Bench(a) => commands::bench::run(a),
