@@ -2,7 +2,8 @@
 # Fuzzes every reader (or the ones named) for SECONDS each with cargo fuzz,
 # on the stack the servers give their threads (8 MiB, set with ulimit), from
 # the committed corpora plus deep-nesting and long-chain seeds generated here.
-# Needs the nightly toolchain and cargo-fuzz (cargo install cargo-fuzz).
+# Needs cargo-fuzz (cargo install cargo-fuzz); RUSTC_BOOTSTRAP lets the stable
+# toolchain take the sanitizer flags.
 # Usage: scripts/fuzz.sh [SECONDS] [TARGET...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -33,7 +34,7 @@ ulimit -s 8192
 cd fuzz
 for t in "${targets[@]}"; do
   echo "== $t for ${seconds}s"
-  cargo +nightly fuzz run "$t" "corpus/$t" "$seeds/$t" -- \
+  RUSTC_BOOTSTRAP=1 cargo fuzz run "$t" "corpus/$t" "$seeds/$t" -- \
     -max_total_time="$seconds" -max_len=262144 -timeout=10 -print_final_stats=1 2>&1 \
     | grep -E "^(stat::|#[0-9]+ +DONE|==[0-9]+==|SUMMARY|Done|thread)" || true
 done
