@@ -31,12 +31,13 @@ pub fn create_owned(dir: &Path, name: &str, account: Option<Account>) -> std::io
     Ok(f)
 }
 
-/// Whether `account` may read the file at the canonical `path` by its mode
-/// bits (the agent reads it for the job, perhaps as root): every directory
-/// above it searchable, the file readable, by owner, group or others as the
-/// account stands to each. Supplementary groups and ACLs are not consulted,
-/// so this may refuse what the account could read, never the reverse.
-fn may_read(path: &Path, account: Account) -> bool {
+/// Whether `account` may use the canonical `path` as `bits` (0o4 read,
+/// 0o2 write, 0o1 search) say, by its mode bits (the agent does it for the
+/// job, perhaps as root), every directory above it searchable: owner, group
+/// or others as the account stands to each. Supplementary groups and ACLs
+/// are not consulted, so this may refuse what the account could do, never
+/// the reverse.
+fn may(path: &Path, account: Account, bits: u32) -> bool {
     use std::os::unix::fs::MetadataExt;
     let allows = |p: &Path, bits: u32| {
         std::fs::metadata(p).is_ok_and(|m| {
@@ -50,7 +51,7 @@ fn may_read(path: &Path, account: Account) -> bool {
             (m.mode() >> shift) & bits == bits
         })
     };
-    path.ancestors().skip(1).all(|d| allows(d, 0o1)) && allows(path, 0o4)
+    path.ancestors().skip(1).all(|d| allows(d, 0o1)) && allows(path, bits)
 }
 
 /// The canonical form of `path` when it lies inside one of `dirs` and
@@ -87,7 +88,7 @@ pub async fn stage_in(
         let (allowed, path) = (allowed.clone(), PathBuf::from(path));
         return tokio::task::spawn_blocking(move || {
             let real = inside(&path, &allowed.read, &allowed.workdir, "reads")?;
-            if account.is_some_and(|a| !may_read(&real, a)) {
+            if account.is_some_and(|a| !may(&real, a, 0o4)) {
                 return Err(format!("{}: the job's account may not read it", path.display()));
             }
             let mut from = std::fs::File::open(&real).map_err(|e| format!("{}: {e}", path.display()))?;
@@ -137,11 +138,31 @@ pub async fn stage_out(
             while !existing.exists() {
                 existing = existing.parent().unwrap_or(Path::new("/"));
             }
-            inside(existing, &allowed.write, &allowed.workdir, "writes")?;
+            let base = inside(existing, &allowed.write, &allowed.workdir, "writes")?;
+            let refused = || format!("{}: the job's account may not write it", path.display());
+            if account.is_some_and(|a| !may(&base, a, 0o3)) {
+                return Err(refused());
+            }
             std::fs::create_dir_all(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
             let dir = inside(parent, &allowed.write, &allowed.workdir, "writes")?;
+            if let Some(a) = account {
+                // What was just made is the account's, as if it had made it.
+                for d in dir.ancestors().take_while(|d| *d != base) {
+                    std::os::unix::fs::chown(d, Some(a.uid), Some(a.gid))
+                        .map_err(|e| format!("{}: {e}", d.display()))?;
+                }
+            }
+            if let Some(a) = account {
+                // Written by the agent as the job's account would: into a
+                // directory it may write, over no file of someone else's.
+                let theirs = std::fs::symlink_metadata(dir.join(file))
+                    .is_ok_and(|m| std::os::unix::fs::MetadataExt::uid(&m) != a.uid);
+                if !may(&dir, a, 0o3) || theirs {
+                    return Err(refused());
+                }
+            }
             let name = file.to_string_lossy();
-            let mut to = sandbox::create_write(&dir, &name).map_err(|e| format!("{}: {e}", path.display()))?;
+            let mut to = create_owned(&dir, &name, account).map_err(|e| format!("{}: {e}", path.display()))?;
             std::io::copy(&mut from, &mut to).map_err(|e| format!("{}: {e}", path.display()))?;
             Ok(())
         })

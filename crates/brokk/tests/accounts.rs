@@ -106,7 +106,7 @@ fn each_users_jobs_run_as_their_own_account_and_stay_apart() {
         "embedded",
         &format!(
             "name = \"apart\"\ncapacity = 4\ndatabase = \"site.db\"\nworkdir = \"jobs\"\nkill_grace = 1\n\
-             delegates = [\"broker\"]\nstage_in_dirs = [\"inputs\"]\n[tokens]\n\"tok-ann\" = \"ann\"\n\"tok-bob\" = \"bob\"\n\"tok-carol\" = \"carol\"\n\
+             delegates = [\"broker\"]\nstage_in_dirs = [\"inputs\"]\nstage_out_dirs = [\"results\"]\n[tokens]\n\"tok-ann\" = \"ann\"\n\"tok-bob\" = \"bob\"\n\"tok-carol\" = \"carol\"\n\
              \"tok-broker\" = \"broker\"\n[accounts]\nann = \"{ANN}\"\nbob = \"{BOB}\"\n"
         ),
     );
@@ -141,6 +141,35 @@ fn each_users_jobs_run_as_their_own_account_and_stay_apart() {
     let v = wait(&ann, &h);
     assert_eq!(v.state, JobPhase::Failed, "{v:?}");
     assert!(v.reason.unwrap_or_default().contains("may not read"));
+    // Stage-out writes only where the job's account may, and leaves the file its own.
+    let results = dir.join("results");
+    std::fs::create_dir_all(results.join("ann")).unwrap();
+    let chown = |p: &Path, who: &str| {
+        assert!(Command::new("chown").arg(who).arg(p).status().unwrap().success());
+    };
+    chown(&results.join("ann"), ANN);
+    let output = |target: &Path| {
+        let mut job = shell("echo result > r.txt");
+        job.output_files = vec![brokk_model::OutputFile {
+            name: "r.txt".into(),
+            target: Some(format!("file://{}", target.display())),
+            size_estimate: None,
+        }];
+        job
+    };
+    let h = ann
+        .submit("ann", &output(&results.join("ann/new/r.txt")), None)
+        .unwrap();
+    assert_eq!(wait(&ann, &h).state, JobPhase::Finished);
+    assert_eq!(owner_and_mode(&results.join("ann/new/r.txt")).0, uid_of(ANN));
+    assert_eq!(owner_and_mode(&results.join("ann/new")).0, uid_of(ANN));
+    for target in [results.join("r.txt"), results.join("ann/new/r.txt")] {
+        let h = bob.submit("bob", &output(&target), None).unwrap();
+        let v = wait(&bob, &h);
+        assert_eq!(v.state, JobPhase::Failed, "{target:?}: {v:?}");
+        assert!(v.reason.unwrap_or_default().contains("may not write"));
+    }
+    assert_eq!(owner_and_mode(&results.join("ann/new/r.txt")).0, uid_of(ANN));
     let a = ann
         .submit("ann", &shell("id -un; echo ann-secret > secret.txt"), None)
         .unwrap();
