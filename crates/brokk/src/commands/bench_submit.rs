@@ -19,7 +19,7 @@ pub struct SubmitBenchArgs {
     /// Concurrent clients.
     #[arg(long, default_value_t = 16)]
     concurrency: usize,
-    /// Ask for advance reservations (seed 003's two phases) for every job.
+    /// Ask for advance reservations ([ET-brokering]'s two phases) for every job.
     #[arg(long)]
     reserve: bool,
     /// Print one JSON object.

@@ -100,7 +100,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
     println!("broker at {url} with embedded sites small (4 slots), medium (16), large (64)");
     let client = BrokerClient::new(&url, "quickstart");
 
-    // Every example takes 2 minutes where SPECint2006 scores 20 (seed 003's
+    // Every example takes 2 minutes where SPECint2006 scores 20 ([ET-brokering]'s
     // benchmark triples), so the broker predicts it on each site from the
     // site's own score.
     let prefs = JobPreferences {

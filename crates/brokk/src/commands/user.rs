@@ -40,11 +40,11 @@ pub struct SubmitArgs {
     #[arg(long)]
     prefs: Option<PathBuf>,
     /// Run in an advance reservation: a hold on the best site, committed by
-    /// the submission (seed 003's two phases).
+    /// the submission ([ET-brokering]'s two phases).
     #[arg(long)]
     reserve: bool,
     /// Keep looking for a site that would deliver the job sooner while it
-    /// waits, and move it there (seed 003's queue adaptation).
+    /// waits, and move it there ([ET-brokering]'s queue adaptation).
     #[arg(long)]
     adapt: bool,
     /// Run in this reservation, made earlier with `brokk reserve`.
