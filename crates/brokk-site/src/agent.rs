@@ -84,9 +84,8 @@ pub struct Launch {
     pub started: bool,
     /// Whether the agent restarted since the job was accepted.
     pub resumed: bool,
-    /// The local account it runs as (`None`: the agent's own), or why it
-    /// has none (a mapping removed since it was accepted).
-    pub account: Result<Option<Account>, String>,
+    /// The local account it runs as (`None`: the agent's own).
+    pub account: Option<Account>,
 }
 
 #[derive(Debug)]
@@ -156,6 +155,8 @@ pub struct Agent {
     slurm: Option<Arc<Slurm>>,
     /// Local accounts of the site's users.
     accounts: Accounts,
+    /// Where `file://` staging may go.
+    staging: Arc<crate::staging::Allowed>,
 }
 
 /// The owner of what the planner mirrors from the resource manager; no
@@ -228,6 +229,9 @@ impl Agent {
             std::fs::create_dir_all(dir).map_err(|e| AgentError::Internal(e.to_string()))?;
         }
         std::fs::create_dir_all(&config.workdir).map_err(|e| AgentError::Internal(e.to_string()))?;
+        // Job accounts pass through to their own sandbox; nobody lists the jobs.
+        std::fs::set_permissions(&config.workdir, std::os::unix::fs::PermissionsExt::from_mode(0o711))
+            .map_err(|e| AgentError::Internal(format!("{}: {e}", config.workdir.display())))?;
         let accounts = Accounts::resolve(&config).map_err(AgentError::Internal)?;
         let store = Store::open(&config.database).await?;
         let t = now();
@@ -292,12 +296,17 @@ impl Agent {
             inner.touch(id);
         }
         let agent = Agent {
-            config: Arc::new(config),
             store,
             epoch: t.0 as u64 ^ (std::process::id() as u64) << 32,
             inner: Arc::new(Mutex::new(inner)),
             slurm,
             accounts,
+            staging: Arc::new(crate::staging::Allowed {
+                read: config.stage_in_dirs.clone(),
+                write: config.stage_out_dirs.clone(),
+                workdir: config.workdir.clone(),
+            }),
+            config: Arc::new(config),
         };
         // Queued jobs move up into what the jobs that died with the agent held.
         {
@@ -305,6 +314,11 @@ impl Agent {
             agent.compress_locked(&mut g).await?;
         }
         Ok((agent, resume))
+    }
+
+    /// Where `file://` staging may go, from the configuration.
+    pub fn staging(&self) -> &Arc<crate::staging::Allowed> {
+        &self.staging
     }
 
     /// The configuration.
@@ -773,11 +787,7 @@ impl Agent {
         let owner = {
             let g = self.lock().await;
             let j = Self::job_of(&g, who, id)?;
-            self.accounts
-                .of(j.user.as_deref().unwrap_or(&j.owner))
-                .ok()
-                .flatten()
-                .map(|a| a.uid)
+            self.accounts.of(j.user()).ok().flatten().map(|a| a.uid)
         };
         crate::sandbox::components(name).map_err(|m| AgentError::BadRequest(format!("name: {m}")))?;
         let (root, rel) = (self.sandbox(id), name.to_string());
@@ -795,6 +805,20 @@ impl Agent {
         if j.state.is_terminal() {
             return None;
         }
+        // Checked at submission; a mapping removed since runs nothing.
+        let account = match self.accounts.of(j.user()) {
+            Ok(a) => a,
+            Err(why) => {
+                let mut r = j;
+                r.state = JobPhase::Failed;
+                r.reason = Some(why);
+                r.ended = Some(now());
+                if let Err(e) = self.finish_locked(&mut g, r).await {
+                    tracing::error!(job = id, "recording the end of a job failed: {e}");
+                }
+                return None;
+            }
+        };
         let (start_tx, start_rx) = watch::channel(j.planned_start.unwrap_or_else(now));
         let (cancel_tx, cancel_rx) = watch::channel(false);
         let held = j
@@ -823,7 +847,7 @@ impl Agent {
             claimed: j.slot.filter(|_| j.claimed),
             started: j.started.is_some(),
             resumed,
-            account: self.accounts.of(j.user.as_deref().unwrap_or(&j.owner)),
+            account,
         })
     }
 
@@ -940,11 +964,13 @@ impl Agent {
         }
     }
 
-    /// Whether job `id` has ended or is unknown here (for the backend's
-    /// tidying).
-    pub async fn job_has_ended(&self, id: u64) -> bool {
+    /// Those of `ids` whose job has ended or is unknown here (for the
+    /// backend's tidying), under one lock.
+    pub async fn ended_jobs(&self, ids: impl IntoIterator<Item = u64>) -> Vec<u64> {
         let g = self.lock().await;
-        g.jobs.get(&id).is_none_or(|j| j.state.is_terminal())
+        ids.into_iter()
+            .filter(|id| g.jobs.get(id).is_none_or(|j| j.state.is_terminal()))
+            .collect()
     }
 
     /// Whether reservation `id` is live (for the backend's tidying).

@@ -49,16 +49,8 @@ async fn drive(agent: &Agent, launch: Launch, sandbox: &Path) -> End {
     let outputs = launch.job.output_files.clone();
     let mut cancel = launch.controls.cancel.clone();
     let http = reqwest::Client::new();
-    let config = agent.config();
-    let allowed = crate::staging::Allowed {
-        read: config.stage_in_dirs.clone(),
-        write: config.stage_out_dirs.clone(),
-        workdir: config.workdir.clone(),
-    };
-    let account = match &launch.account {
-        Ok(a) => *a,
-        Err(why) => return End::Failed(why.clone()),
-    };
+    let allowed = agent.staging();
+    let account = launch.account;
     // A job already handed to the resource manager, or started, was staged before.
     if launch.backend_id.is_none() && !launch.started {
         if let Err(e) = make_sandbox(sandbox, &launch.job, account).await {
@@ -71,7 +63,7 @@ async fn drive(agent: &Agent, launch: Launch, sandbox: &Path) -> End {
             let Some(source) = &f.source else { continue };
             let name = plain_name(&f.name);
             tokio::select! {
-                r = crate::staging::stage_in(&http, &allowed, source, sandbox, &name, account) => {
+                r = crate::staging::stage_in(&http, allowed, source, sandbox, &name, account) => {
                     if let Err(e) = r {
                         return End::Failed(format!("staging in {}: {e}", f.name));
                     }
@@ -103,7 +95,7 @@ async fn drive(agent: &Agent, launch: Launch, sandbox: &Path) -> End {
         let Some(target) = &f.target else { continue };
         let name = plain_name(&f.name);
         tokio::select! {
-            r = crate::staging::stage_out(&http, &allowed, sandbox, &name, target, account) => {
+            r = crate::staging::stage_out(&http, allowed, sandbox, &name, target, account) => {
                 if let Err(e) = r {
                     return End::Failed(format!("staging out {}: {e}", f.name));
                 }
@@ -127,7 +119,6 @@ async fn run_locally(agent: &Agent, launch: Launch, sandbox: &Path) -> End {
         account,
         ..
     } = launch;
-    let account = account.unwrap_or(None); // an error ended the job in `drive`
     let sup = supervisor::dir(&agent.config().workdir, id);
     let outcome = if started && supervisor::started(&sup) {
         // Taken up again after a restart: the supervisor is followed
@@ -169,9 +160,9 @@ async fn run_locally(agent: &Agent, launch: Launch, sandbox: &Path) -> End {
         };
         // Its own child: its exit says at once that the outcome is on disk.
         let mut cancelled = false;
-        let status = loop {
+        loop {
             tokio::select! {
-                s = child.wait() => break s,
+                _ = child.wait() => break,
                 _ = wait_cancel(&mut c.cancel), if !cancelled => {
                     cancelled = true;
                     if let Some(pid) = child.id() {
@@ -179,8 +170,8 @@ async fn run_locally(agent: &Agent, launch: Launch, sandbox: &Path) -> End {
                     }
                 }
             }
-        };
-        supervisor::ended(&sup, status, cancelled)
+        }
+        supervisor::ended(&sup, cancelled)
     };
     match outcome {
         supervisor::Outcome::Exited(code) => End::Exited(code),
@@ -213,11 +204,6 @@ pub(crate) fn plain_name(name: &str) -> String {
 /// and the relative working directory inside it that the job asks for.
 async fn make_sandbox(sandbox: &Path, job: &Job, account: Option<Account>) -> std::io::Result<()> {
     use std::os::unix::fs::PermissionsExt;
-    if let Some(root) = sandbox.parent() {
-        tokio::fs::create_dir_all(root).await?;
-        // Others may pass through to their own sandbox, not list the jobs.
-        tokio::fs::set_permissions(root, std::fs::Permissions::from_mode(0o711)).await?;
-    }
     let mut b = tokio::fs::DirBuilder::new();
     b.mode(0o700);
     b.recursive(true);

@@ -4,8 +4,8 @@
 //! transfer only inside its own sandbox, opened without following links, so
 //! a job cannot make the agent read or write a file its owner could not.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use crate::accounts::Account;
 use crate::sandbox;
@@ -68,25 +68,25 @@ fn inside(path: &Path, dirs: &[PathBuf], workdir: &Path, what: &str) -> Result<P
     Ok(real)
 }
 
+/// Runs `f` on the blocking pool: file system work off the async workers.
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T, String> + Send + 'static) -> Result<T, String> {
+    tokio::task::spawn_blocking(f).await.map_err(|e| e.to_string())?
+}
+
 /// Copies `source` into the sandbox as `name`, owned by `account`.
 pub async fn stage_in(
     http: &reqwest::Client,
-    allowed: &Allowed,
+    allowed: &Arc<Allowed>,
     source: &str,
     sandbox_dir: &Path,
     name: &str,
     account: Option<Account>,
 ) -> Result<(), String> {
-    let mut to = {
-        let (dir, owned) = (sandbox_dir.to_path_buf(), name.to_string());
-        tokio::task::spawn_blocking(move || create_owned(&dir, &owned, account))
-            .await
-            .map_err(|e| e.to_string())?
-            .map_err(|e| format!("{name}: {e}"))?
-    };
+    let (dir, owned) = (sandbox_dir.to_path_buf(), name.to_string());
+    let mut to = blocking(move || create_owned(&dir, &owned, account).map_err(|e| format!("{owned}: {e}"))).await?;
     if let Some(path) = source.strip_prefix("file://") {
         let (allowed, path) = (allowed.clone(), PathBuf::from(path));
-        return tokio::task::spawn_blocking(move || {
+        return blocking(move || {
             let real = inside(&path, &allowed.read, &allowed.workdir, "reads")?;
             if account.is_some_and(|a| !may(&real, a, 0o4)) {
                 return Err(format!("{}: the job's account may not read it", path.display()));
@@ -95,18 +95,19 @@ pub async fn stage_in(
             std::io::copy(&mut from, &mut to).map_err(|e| format!("{}: {e}", path.display()))?;
             Ok(())
         })
-        .await
-        .map_err(|e| e.to_string())?;
+        .await;
     }
     if source.starts_with("http://") || source.starts_with("https://") {
+        use tokio::io::AsyncWriteExt;
         let mut resp = http.get(source).send().await.map_err(|e| e.to_string())?;
         if !resp.status().is_success() {
             return Err(format!("{source}: HTTP {}", resp.status()));
         }
+        let mut to = tokio::fs::File::from_std(to);
         while let Some(chunk) = resp.chunk().await.map_err(|e| e.to_string())? {
-            to.write_all(&chunk).map_err(|e| e.to_string())?;
+            to.write_all(&chunk).await.map_err(|e| e.to_string())?;
         }
-        return Ok(());
+        return to.flush().await.map_err(|e| e.to_string());
     }
     Err(format!("{source}: only file:// and http(s):// sources are supported"))
 }
@@ -114,22 +115,20 @@ pub async fn stage_in(
 /// Sends the sandbox's file `name` (which must belong to `account`) to `target`.
 pub async fn stage_out(
     http: &reqwest::Client,
-    allowed: &Allowed,
+    allowed: &Arc<Allowed>,
     sandbox_dir: &Path,
     name: &str,
     target: &str,
     account: Option<Account>,
 ) -> Result<(), String> {
-    let mut from = {
-        let (dir, owned) = (sandbox_dir.to_path_buf(), name.to_string());
-        tokio::task::spawn_blocking(move || sandbox::open_read_owned(&dir, &owned, account.map(|a| a.uid)))
-            .await
-            .map_err(|e| e.to_string())?
-            .map_err(|e| format!("{name}: {e}"))?
-    };
+    let (dir, owned) = (sandbox_dir.to_path_buf(), name.to_string());
+    let mut from = blocking(move || {
+        sandbox::open_read_owned(&dir, &owned, account.map(|a| a.uid)).map_err(|e| format!("{owned}: {e}"))
+    })
+    .await?;
     if let Some(path) = target.strip_prefix("file://") {
         let (allowed, path) = (allowed.clone(), PathBuf::from(path));
-        return tokio::task::spawn_blocking(move || {
+        return blocking(move || {
             let (Some(parent), Some(file)) = (path.parent(), path.file_name()) else {
                 return Err(format!("{}: not a file name", path.display()));
             };
@@ -151,8 +150,6 @@ pub async fn stage_out(
                     std::os::unix::fs::chown(d, Some(a.uid), Some(a.gid))
                         .map_err(|e| format!("{}: {e}", d.display()))?;
                 }
-            }
-            if let Some(a) = account {
                 // Written by the agent as the job's account would: into a
                 // directory it may write, over no file of someone else's.
                 let theirs = std::fs::symlink_metadata(dir.join(file))
@@ -166,8 +163,7 @@ pub async fn stage_out(
             std::io::copy(&mut from, &mut to).map_err(|e| format!("{}: {e}", path.display()))?;
             Ok(())
         })
-        .await
-        .map_err(|e| e.to_string())?;
+        .await;
     }
     if target.starts_with("http://") || target.starts_with("https://") {
         // Streamed from the file: an output of any size costs a few chunks.

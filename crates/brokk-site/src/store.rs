@@ -59,6 +59,13 @@ pub struct JobRecord {
     pub user: Option<String>,
 }
 
+impl JobRecord {
+    /// The user the job runs for: the one a broker named, or its owner.
+    pub fn user(&self) -> &str {
+        self.user.as_deref().unwrap_or(&self.owner)
+    }
+}
+
 /// The agent's database.
 #[derive(Debug, Clone)]
 pub struct Store {

@@ -145,24 +145,24 @@ pub fn command(dir: &Path, spec: &Spec) -> std::io::Result<tokio::process::Comma
     Ok(cmd)
 }
 
-/// How the job of a supervisor this agent started ended, once that
-/// supervisor (`status` its exit) is gone; `cancelled` when the agent
-/// signalled it, which may have ended it before it could record anything.
-pub fn ended(dir: &Path, status: std::io::Result<std::process::ExitStatus>, cancelled: bool) -> Outcome {
-    match (outcome(dir), status) {
-        (Some(o), _) => o,
-        (None, _) if cancelled => {
-            stop_orphan(dir);
-            Outcome::Cancelled
-        }
-        (None, Ok(s)) => {
-            stop_orphan(dir);
-            Outcome::Failed(format!(
-                "the job's supervisor ended without recording the job's end ({s})"
-            ))
-        }
-        (None, Err(e)) => Outcome::Failed(format!("waiting for the job's supervisor: {e}")),
+/// How the job ended, once its supervisor is gone: what it recorded; or,
+/// when it died without a word (killed itself), whatever is left of the job
+/// is stopped and the job ended as `cancelled` when the agent had signalled
+/// the supervisor (which may have ended it before it recorded anything),
+/// as failed otherwise.
+pub fn ended(dir: &Path, cancelled: bool) -> Outcome {
+    if let Some(o) = outcome(dir) {
+        return o;
     }
+    let started = stop_orphan(dir);
+    if cancelled {
+        return Outcome::Cancelled;
+    }
+    Outcome::Failed(if started {
+        "the job's supervisor was killed; what was left of the job was stopped".into()
+    } else {
+        "the job's supervisor ended before starting the job".into()
+    })
 }
 
 /// The program that runs `supervise`: the `brokk` binary the agent runs in,
@@ -174,28 +174,14 @@ fn supervisor_program() -> std::io::Result<PathBuf> {
     }
 }
 
-/// Waits until the supervisor in `dir` is gone and returns how the job
-/// ended; a supervisor that died without a word ends it as failed, after
-/// stopping what is left of the job.
+/// Waits until the supervisor in `dir`, which this agent did not start (it
+/// restarted since), is gone, and returns how the job ended ([`ended`]).
 pub async fn wait(dir: &Path) -> Outcome {
-    loop {
-        if let Some(o) = outcome(dir) {
-            return o;
-        }
-        if !alive(dir) {
-            // It may have written its status just before letting go of the lock.
-            if let Some(o) = outcome(dir) {
-                return o;
-            }
-            let started = stop_orphan(dir);
-            return Outcome::Failed(if started {
-                "the job's supervisor was killed; what was left of the job was stopped".into()
-            } else {
-                "the job's supervisor ended before starting the job".into()
-            });
-        }
+    // Its status is written before it lets go of the lock.
+    while outcome(dir).is_none() && alive(dir) {
         tokio::time::sleep(StdDuration::from_millis(100)).await;
     }
+    ended(dir, false)
 }
 
 /// `brokk supervise DIR`: runs the job described in `DIR/spec.json` and

@@ -56,8 +56,7 @@ async fn prepare(slurm: &Slurm, launch: &Launch, sandbox: &Path) -> Result<PathB
     }
     let written = brokk_jdl::write(Format::Slurm, std::slice::from_ref(&job)).map_err(|e| e.to_string())?;
     let path = sandbox.join("brokk-job.sbatch");
-    let account = launch.account.clone().unwrap_or(None);
-    let mut f = crate::staging::create_owned(sandbox, "brokk-job.sbatch", account)
+    let mut f = crate::staging::create_owned(sandbox, "brokk-job.sbatch", launch.account)
         .map_err(|e| format!("{}: {e}", path.display()))?;
     let text = run_once(&written.text, &std::path::absolute(sandbox).map_err(|e| e.to_string())?);
     std::io::Write::write_all(&mut f, text.as_bytes()).map_err(|e| format!("{}: {e}", path.display()))?;
@@ -226,7 +225,7 @@ async fn submit(slurm: &Slurm, launch: &mut Launch, sandbox: &Path) -> Result<u6
         }
         let submitted = match slurm.submitters.acquire().await {
             Ok(_slot) => {
-                let account = launch.account.clone().unwrap_or(None).map(|a| (a.uid, a.gid));
+                let account = launch.account.map(|a| (a.uid, a.gid));
                 slurm.cli.sbatch(&script, account).await
             }
             Err(_) => Err(SlurmError::Unavailable("the agent is stopping".into())),

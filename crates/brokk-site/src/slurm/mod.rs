@@ -359,13 +359,15 @@ impl Slurm {
     /// already ran (their run-once guard would stop them, but they would
     /// hold the queue and nodes meanwhile).
     async fn tidy_jobs(&self, agent: &Agent, jobs: &HashMap<u64, QueueRow>) {
-        for (slurm_id, row) in jobs {
-            let Some(id) = self.own_job_id(&row.name) else { continue };
-            if agent.job_has_ended(id).await {
-                match self.cli.cancel(*slurm_id).await {
-                    Ok(()) => tracing::info!(job = id, "cancelled Slurm job {slurm_id}: its Brokk job has ended"),
-                    Err(e) => tracing::warn!(job = id, "cancelling leftover Slurm job {slurm_id}: {e}"),
-                }
+        let own: HashMap<u64, u64> = jobs
+            .iter()
+            .filter_map(|(slurm_id, row)| Some((self.own_job_id(&row.name)?, *slurm_id)))
+            .collect();
+        for id in agent.ended_jobs(own.keys().copied()).await {
+            let slurm_id = own[&id];
+            match self.cli.cancel(slurm_id).await {
+                Ok(()) => tracing::info!(job = id, "cancelled Slurm job {slurm_id}: its Brokk job has ended"),
+                Err(e) => tracing::warn!(job = id, "cancelling leftover Slurm job {slurm_id}: {e}"),
             }
         }
     }
