@@ -24,6 +24,7 @@ pub struct CallError {
 #[derive(Debug, Clone)]
 pub struct BrokerClient {
     url: String,
+    base: reqwest::Url,
     token: String,
     http: Client,
 }
@@ -33,21 +34,18 @@ impl BrokerClient {
     pub fn new(url: &str, token: &str) -> BrokerClient {
         BrokerClient {
             url: url.trim_end_matches('/').to_string(),
+            base: crate::base_url(url),
             token: token.to_string(),
             http: Client::new(),
         }
     }
 
-    /// A request to the path made of `segments` (each percent-encoded, so
-    /// an id or a file name is one segment whatever it holds) with the
-    /// caller's token.
+    /// A request to the path made of `segments` ([`crate::url_with`]) with
+    /// the caller's token.
     fn request(&self, method: Method, segments: &[&str]) -> RequestBuilder {
-        let mut url = reqwest::Url::parse(&self.url)
-            .unwrap_or_else(|_| reqwest::Url::parse("http://invalid.invalid/").expect("a constant URL parses"));
-        if let Ok(mut path) = url.path_segments_mut() {
-            path.pop_if_empty().extend(segments);
-        }
-        self.http.request(method, url).bearer_auth(&self.token)
+        self.http
+            .request(method, crate::url_with(&self.base, segments))
+            .bearer_auth(&self.token)
     }
 
     /// Sends `rq`; a non-success status becomes the service's message.

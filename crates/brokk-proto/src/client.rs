@@ -18,6 +18,7 @@ use crate::wire::{
 #[derive(Debug, Clone)]
 pub struct RemoteSite {
     endpoint: String,
+    base: reqwest::Url,
     token: String,
     http: Client,
     idempotency_key: Option<String>,
@@ -31,6 +32,7 @@ impl RemoteSite {
     pub fn new(endpoint: &str, token: &str) -> RemoteSite {
         RemoteSite {
             endpoint: endpoint.trim_end_matches('/').to_string(),
+            base: crate::base_url(endpoint),
             token: token.to_string(),
             http: Client::builder()
                 .timeout(std::time::Duration::from_secs(30))
@@ -62,17 +64,9 @@ impl RemoteSite {
         self.idempotency_key = key;
     }
 
-    /// The URL of the endpoint's path made of `segments`, each one
-    /// percent-encoded, so a `/`, `?` or `..` inside a value a user chose
-    /// (a file name, an idempotency key) stays one segment of this request
-    /// and cannot reach another endpoint.
+    /// The URL of the endpoint's path made of `segments` ([`crate::url_with`]).
     fn url(&self, segments: &[&str]) -> reqwest::Url {
-        let mut url = reqwest::Url::parse(&self.endpoint)
-            .unwrap_or_else(|_| reqwest::Url::parse("http://invalid.invalid/").expect("a constant URL parses"));
-        if let Ok(mut path) = url.path_segments_mut() {
-            path.pop_if_empty().extend(segments);
-        }
-        url
+        crate::url_with(&self.base, segments)
     }
 
     fn send(&self, req: RequestBuilder) -> Result<Response, SiteError> {

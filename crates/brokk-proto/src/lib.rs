@@ -11,6 +11,25 @@ pub mod wire;
 
 pub use client::RemoteSite;
 
+/// A service's base URL, parsed once; one that does not parse becomes an
+/// address no request reaches, so the calls fail as unreachable.
+pub(crate) fn base_url(text: &str) -> reqwest::Url {
+    reqwest::Url::parse(text)
+        .or_else(|_| reqwest::Url::parse("http://invalid.invalid/"))
+        .expect("a constant URL parses")
+}
+
+/// `base` with the path made of `segments`, each one percent-encoded, so a
+/// `/`, `?` or `..` inside a value a user chose (a file name, an id, an
+/// idempotency key) stays one segment and cannot reach another endpoint.
+pub(crate) fn url_with(base: &reqwest::Url, segments: &[&str]) -> reqwest::Url {
+    let mut url = base.clone();
+    if let Ok(mut path) = url.path_segments_mut() {
+        path.pop_if_empty().extend(segments);
+    }
+    url
+}
+
 /// The wall clock in whole seconds: what the service, the agents and the CLI
 /// read (the broker's algorithms and the simulator take time as an argument).
 pub fn wall_clock() -> brokk_model::Time {
