@@ -3,7 +3,7 @@
 //! `output`, `resources`) talk to it.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 use std::time::{Duration, Instant};
 
 mod common;
@@ -34,18 +34,9 @@ impl Service {
             )
             .unwrap();
         }
-        let server = common::spawn_listening(
-            Command::new(env!("CARGO_BIN_EXE_brokk"))
-                .args(["serve", "--config"])
-                .arg(&config)
-                .stderr(
-                    std::fs::File::create(dir.join("service.log"))
-                        .map(Stdio::from)
-                        .unwrap_or(Stdio::null()),
-                )
-                .env("BROKK_LOG", "brokk_server=debug,brokk_site=info"),
-        );
-        Service { server }
+        Service {
+            server: common::serve(dir),
+        }
     }
 
     /// Runs a user command as `token`.

@@ -51,6 +51,22 @@ pub fn spawn_listening(cmd: &mut Command) -> Server {
     Server { child, url }
 }
 
+/// `brokk serve` on `DIR/broker.toml`, its log in `DIR/service.log`.
+#[allow(dead_code)] // not every test binary runs a broker
+pub fn serve(dir: &std::path::Path) -> Server {
+    spawn_listening(
+        Command::new(env!("CARGO_BIN_EXE_brokk"))
+            .args(["serve", "--config"])
+            .arg(dir.join("broker.toml"))
+            .stderr(
+                std::fs::File::create(dir.join("service.log"))
+                    .map(std::process::Stdio::from)
+                    .unwrap_or(std::process::Stdio::null()),
+            )
+            .env("BROKK_LOG", "brokk_server=debug,brokk_site=info"),
+    )
+}
+
 /// A JSON array of strings as strings.
 #[allow(dead_code)] // not every test binary reads one
 pub fn strings(v: &serde_json::Value) -> Vec<String> {
