@@ -174,9 +174,7 @@ impl Config {
         let text = std::fs::read_to_string(path).map_err(|e| err(e.to_string()))?;
         let mut c: Config = toml::from_str(&text).map_err(|e| err(e.to_string()))?;
         if (!c.tokens.is_empty() || !c.sites.is_empty()) && brokk_site::config::others_can_read(path) {
-            return Err(err(
-                "it holds tokens and other users can read it; make it private (chmod 600)".into(),
-            ));
+            return Err(err(brokk_site::config::READABLE_TOKENS.into()));
         }
         let base = path.parent().unwrap_or(Path::new("."));
         if !c.database.starts_with("postgres://") && !c.database.starts_with("postgresql://") {
@@ -186,6 +184,9 @@ impl Config {
         for e in &mut c.embedded {
             if let Some(s) = &mut e.slurm {
                 s.conf = base.join(&s.conf);
+            }
+            for d in e.stage_in_dirs.iter_mut().chain(e.stage_out_dirs.iter_mut()) {
+                *d = base.join(&*d);
             }
         }
         if c.sites.is_empty() && c.embedded.is_empty() {

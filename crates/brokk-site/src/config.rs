@@ -166,12 +166,15 @@ pub fn others_can_read(path: &Path) -> bool {
     mode(&full) & 0o004 != 0 && full.ancestors().skip(1).all(|d| mode(d) & 0o001 != 0)
 }
 
+/// Why a configuration file holding tokens is refused while others can read it.
+pub const READABLE_TOKENS: &str = "it holds tokens and other users can read it; make it private (chmod 600)";
+
 /// Refuses a configuration file holding tokens that other users can read.
 pub fn refuse_if_others_can_read(path: &Path) -> Result<(), ConfigError> {
     if others_can_read(path) {
         return Err(ConfigError::File {
             path: path.display().to_string(),
-            message: "it holds tokens and other users can read it; make it private (chmod 600)".into(),
+            message: READABLE_TOKENS.into(),
         });
     }
     Ok(())
