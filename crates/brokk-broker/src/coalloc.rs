@@ -13,8 +13,8 @@
 
 use std::collections::VecDeque;
 
+use brokk_core::{Change, Reply, Request, ReservationId};
 use brokk_model::{Duration, Time};
-use brokk_planner::{Change, Reply, Request, ReservationId};
 
 use crate::site::{Site, SiteError};
 

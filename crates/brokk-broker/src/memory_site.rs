@@ -1,33 +1,24 @@
-//! A site held in memory: admission by the planner, a simple local queue placed
-//! into the same schedule. It serves the broker's tests and the simulator.
+//! A site held in memory: the site core every live agent runs, driven on
+//! virtual time by the core's virtual runner. It serves the broker's tests
+//! and the simulator's grids.
 
-use std::collections::BTreeMap;
-
-use brokk_model::{Duration, Job, ResourceInfo, Time};
-use brokk_planner::{Candidate, Change, FreeList, Planner, PlannerError, Reply, Request, ReservationId};
+use brokk_core::{
+    Candidate, Change, CoreError, JobRecord, Reply, Request, ReservationId, SiteCore, SiteParams, Submission,
+    VirtualRunner,
+};
+use brokk_model::{Duration, Job, JobPhase, ResourceInfo, Time};
 
 use crate::site::{JobHandle, JobState, Site, SiteError};
 
 /// Wall time assumed for a job that states none.
 const DEFAULT_WALL_TIME: Duration = Duration::hours(1);
 
-#[derive(Debug, Clone)]
-struct LocalJob {
-    owner: String,
-    /// The span the job holds in the schedule.
-    slot: ReservationId,
-    /// Whether that span is the user's own reservation (kept after the job).
-    claimed: bool,
-    cancelled: bool,
-}
-
-/// An in-memory site: `capacity` slots described by `info`.
+/// An in-memory site: `info.total_slots` slots described by `info`.
 #[derive(Debug, Clone)]
 pub struct MemorySite {
     info: ResourceInfo,
-    planner: Planner<FreeList>,
-    jobs: BTreeMap<u64, LocalJob>,
-    next_job: u64,
+    core: SiteCore,
+    runner: VirtualRunner,
     now: Time,
     available: bool,
     accepting: bool,
@@ -36,22 +27,45 @@ pub struct MemorySite {
 impl MemorySite {
     /// A site with `info.total_slots` slots, planning up to `horizon`, at time `now`.
     pub fn new(info: ResourceInfo, now: Time, horizon: Time) -> Self {
-        let planner = Planner::new(info.total_slots, horizon, FreeList::new());
+        let core = SiteCore::new(SiteParams {
+            capacity: info.total_slots,
+            horizon,
+            default_wall_time: DEFAULT_WALL_TIME,
+        });
         MemorySite {
             info,
-            planner,
-            jobs: BTreeMap::new(),
-            next_job: 1,
+            core,
+            runner: VirtualRunner::new(),
             now,
             available: true,
             accepting: true,
         }
     }
 
-    /// Moves the site's clock; holds that lapse by then are released.
+    /// Moves the site's clock to `now`: jobs start and end on the way, and
+    /// holds that lapse by then are released.
     pub fn advance(&mut self, now: Time) {
-        self.now = now;
-        self.planner.expire(now);
+        self.now = self.now.max(now);
+        self.runner.advance(&mut self.core, self.now);
+        self.core.tick(self.now);
+        self.settle();
+    }
+
+    /// The next time something happens here on its own (a job starts or
+    /// ends), if anything will.
+    pub fn next_event(&self) -> Option<Time> {
+        self.runner.next_event()
+    }
+
+    /// Job `job` will run for `d` rather than its whole wall time.
+    pub fn set_run_time(&mut self, job: &JobHandle, d: Duration) -> Result<(), SiteError> {
+        self.runner.set_run_time(handle_id(job)?, d);
+        Ok(())
+    }
+
+    /// A job's record, for inspection.
+    pub fn record(&self, job: &JobHandle) -> Option<&JobRecord> {
+        self.core.record(handle_id(job).ok()?)
     }
 
     /// Takes the site down (every call fails as unreachable) or brings it back.
@@ -64,9 +78,20 @@ impl MemorySite {
         self.accepting = accepting;
     }
 
+    /// The site core, for inspection.
+    pub fn core(&self) -> &SiteCore {
+        &self.core
+    }
+
     /// The schedule, for inspection.
-    pub fn planner(&self) -> &Planner<FreeList> {
-        &self.planner
+    pub fn planner(&self) -> &brokk_core::Planner {
+        self.core.planner()
+    }
+
+    /// Hands what the core did to the runner.
+    fn settle(&mut self) {
+        let effects = self.core.drain();
+        self.runner.apply(&mut self.core, self.now, effects);
     }
 
     fn up(&self) -> Result<(), SiteError> {
@@ -77,31 +102,33 @@ impl MemorySite {
         }
     }
 
-    fn owned(&self, owner: &str, id: ReservationId) -> Result<(), SiteError> {
-        match self.planner.get(id) {
-            None => Err(SiteError::Unknown),
-            Some(r) if &*r.owner != owner => Err(SiteError::Forbidden),
-            Some(_) => Ok(()),
+    fn error(&self, e: CoreError) -> SiteError {
+        match e {
+            CoreError::NotFound(_) => SiteError::Unknown,
+            CoreError::Forbidden(_) => SiteError::Forbidden,
+            CoreError::NotGranted(reply) => SiteError::NotGranted(reply),
+            CoreError::BadRequest(reason) | CoreError::Conflict(reason) => SiteError::Refused {
+                site: self.info.endpoint.clone(),
+                reason,
+            },
         }
     }
 
-    fn handle_id(job: &JobHandle) -> Result<u64, SiteError> {
-        job.0
-            .rsplit('/')
-            .next()
-            .and_then(|n| n.parse().ok())
-            .ok_or(SiteError::Unknown)
+    /// Runs `op` on the core at the site's time and settles its effects.
+    fn op<T>(&mut self, op: impl FnOnce(&mut SiteCore, Time) -> Result<T, CoreError>) -> Result<T, SiteError> {
+        self.up()?;
+        let answer = op(&mut self.core, self.now);
+        self.settle();
+        answer.map_err(|e| self.error(e))
     }
 }
 
-fn planner_error(e: PlannerError) -> SiteError {
-    match e {
-        PlannerError::Unknown(_) => SiteError::Unknown,
-        PlannerError::DoesNotFit(reply) => SiteError::Refused {
-            site: String::new(),
-            reason: format!("{reply:?}"),
-        },
-    }
+fn handle_id(job: &JobHandle) -> Result<u64, SiteError> {
+    job.0
+        .rsplit('/')
+        .next()
+        .and_then(|n| n.parse().ok())
+        .ok_or(SiteError::Unknown)
 }
 
 impl Site for MemorySite {
@@ -111,71 +138,44 @@ impl Site for MemorySite {
 
     fn info(&self) -> Result<ResourceInfo, SiteError> {
         self.up()?;
+        let p = self.core.published(self.now);
         let mut info = self.info.clone();
-        let free = self
-            .planner
-            .free_slots(self.now, self.now + Duration(1))
-            .first()
-            .filter(|s| s.start == self.now)
-            .map_or(0, |s| s.free);
-        info.free_slots = free;
-        info.used_slots = info.total_slots - free;
-        let (mut running, mut waiting) = (0, 0);
-        for j in self.jobs.values().filter(|j| !j.cancelled) {
-            if let Some(r) = self.planner.get(j.slot) {
-                if r.start <= self.now && self.now < r.end {
-                    running += 1;
-                } else if self.now < r.start {
-                    waiting += 1;
-                }
-            }
-        }
-        info.running_jobs = running;
-        info.waiting_jobs = waiting;
-        // The wait a one-slot job of the default length would see now.
-        let probe = Request {
-            amount: 1,
-            duration: DEFAULT_WALL_TIME,
-            earliest: self.now,
-            latest: Time(i64::MAX / 4),
-            flexible: false,
-        };
-        info.estimated_wait = self
-            .planner
-            .earliest_start(&probe)
-            .ok()
-            .flatten()
-            .map(|start| start - self.now);
+        info.free_slots = p.free_now;
+        info.used_slots = info.total_slots.saturating_sub(p.free_now);
+        info.running_jobs = p.running;
+        info.waiting_jobs = p.waiting;
+        info.estimated_wait = p.estimated_wait;
         info.reservations = true;
         Ok(info)
     }
 
     fn probe(&self, req: &Request, k: usize) -> Result<Vec<Candidate>, SiteError> {
         self.up()?;
-        Ok(self.planner.probe(req, k).unwrap_or_default())
+        Ok(self.core.probe(req, k).unwrap_or_default())
     }
 
     fn reserve(&mut self, owner: &str, req: &Request, hold: Option<Time>) -> Result<Reply, SiteError> {
-        self.up()?;
-        Ok(self.planner.reserve(owner, req, hold))
+        match self.op(|core, now| core.reserve(now, owner, req, hold)) {
+            Ok(r) => Ok(Reply::Granted {
+                id: r.id,
+                start: r.start,
+            }),
+            Err(SiteError::NotGranted(reply)) => Ok(reply),
+            Err(e) => Err(e),
+        }
     }
 
     fn modify(&mut self, owner: &str, id: ReservationId, change: Change) -> Result<Time, SiteError> {
-        self.up()?;
-        self.owned(owner, id)?;
-        self.planner.modify(id, change).map_err(planner_error)
+        self.op(|core, now| core.modify(now, owner, id, change))
+            .map(|r| r.start)
     }
 
     fn commit(&mut self, owner: &str, id: ReservationId) -> Result<(), SiteError> {
-        self.up()?;
-        self.owned(owner, id)?;
-        self.planner.commit(id).map_err(planner_error)
+        self.op(|core, now| core.commit(now, owner, id)).map(|_| ())
     }
 
     fn cancel(&mut self, owner: &str, id: ReservationId) -> Result<(), SiteError> {
-        self.up()?;
-        self.owned(owner, id)?;
-        self.planner.cancel(id).map(|_| ()).map_err(planner_error)
+        self.op(|core, now| core.cancel(now, owner, id))
     }
 
     fn submit(&mut self, owner: &str, job: &Job, reservation: Option<ReservationId>) -> Result<JobHandle, SiteError> {
@@ -186,76 +186,41 @@ impl Site for MemorySite {
                 reason: "not accepting jobs".into(),
             });
         }
-        let (slot, claimed) = match reservation {
-            Some(id) => {
-                self.owned(owner, id)?;
-                self.planner.commit(id).map_err(planner_error)?;
-                (id, true)
-            }
-            None => {
-                let req = Request {
-                    amount: job.cpus.unwrap_or(1),
-                    duration: job.wall_time.unwrap_or(DEFAULT_WALL_TIME),
-                    earliest: self.now,
-                    latest: Time(i64::MAX / 4),
-                    flexible: false,
-                };
-                match self.planner.reserve(owner, &req, None) {
-                    Reply::Granted { id, .. } => (id, false),
-                    other => {
-                        return Err(SiteError::Refused {
-                            site: self.info.endpoint.clone(),
-                            reason: format!("cannot queue the job: {other:?}"),
-                        })
-                    }
-                }
-            }
-        };
-        let n = self.next_job;
-        self.next_job += 1;
-        self.jobs.insert(
-            n,
-            LocalJob {
-                owner: owner.to_string(),
-                slot,
-                claimed,
-                cancelled: false,
-            },
-        );
-        Ok(JobHandle(format!("{}/jobs/{n}", self.info.endpoint)))
+        let mut spec = job.clone();
+        if let Some(id) = reservation {
+            spec.reservation = Some(id.0.to_string());
+        }
+        // The broker's jobs need not name a program to be placed here.
+        if spec.executable.is_none() && spec.script.is_none() {
+            spec.executable = Some("(simulated)".into());
+        }
+        let (id, _) = self.op(|core, now| core.submit(now, owner, Submission::of(spec)))?;
+        // A job planned to start now starts now.
+        self.runner.advance(&mut self.core, self.now);
+        self.settle();
+        Ok(JobHandle(format!("{}/jobs/{id}", self.info.endpoint)))
     }
 
     fn status(&self, job: &JobHandle) -> Result<JobState, SiteError> {
         self.up()?;
-        let j = self.jobs.get(&Self::handle_id(job)?).ok_or(SiteError::Unknown)?;
-        if j.cancelled {
-            return Ok(JobState::Cancelled);
-        }
-        let r = self.planner.get(j.slot).ok_or(SiteError::Unknown)?;
-        Ok(if self.now < r.start {
-            JobState::Queued {
-                expected_start: Some(r.start),
-            }
-        } else if self.now < r.end {
-            JobState::Running { since: r.start }
-        } else {
-            JobState::Finished { code: 0 }
+        let j = self.core.record(handle_id(job)?).ok_or(SiteError::Unknown)?;
+        Ok(match j.state {
+            JobPhase::Accepted | JobPhase::StagingIn | JobPhase::Queued => JobState::Queued {
+                expected_start: j.planned_start,
+            },
+            JobPhase::Running | JobPhase::StagingOut => JobState::Running {
+                since: j.started.unwrap_or(self.now),
+            },
+            JobPhase::Finished => JobState::Finished {
+                code: j.exit_code.unwrap_or(0),
+            },
+            JobPhase::Failed => JobState::Failed,
+            JobPhase::Cancelled => JobState::Cancelled,
         })
     }
 
     fn cancel_job(&mut self, owner: &str, job: &JobHandle) -> Result<(), SiteError> {
-        self.up()?;
-        let id = Self::handle_id(job)?;
-        let j = self.jobs.get(&id).ok_or(SiteError::Unknown)?.clone();
-        if j.owner != owner {
-            return Err(SiteError::Forbidden);
-        }
-        if !j.claimed {
-            self.planner.cancel(j.slot).map_err(planner_error)?;
-        }
-        if let Some(x) = self.jobs.get_mut(&id) {
-            x.cancelled = true;
-        }
-        Ok(())
+        let id = handle_id(job)?;
+        self.op(|core, now| core.cancel_job(now, owner, id).map(|_| ()))
     }
 }

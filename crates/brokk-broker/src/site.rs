@@ -1,8 +1,8 @@
 //! The seam between the broker and a site: what a broker may ask of any resource,
 //! real (the site agent over HTTP, driven from a blocking pool) or simulated.
 
+use brokk_core::{Candidate, Change, Reply, Request, ReservationId};
 use brokk_model::{Job, ResourceInfo, Time};
-use brokk_planner::{Candidate, Change, Reply, Request, ReservationId};
 
 /// A site's handle for a submitted job.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -2,8 +2,8 @@
 //! reserve on the best few, submit to the best and fall back to the next on
 //! failure; release every reservation that is not used.
 
+use brokk_core::{Reply, Request, ReservationId};
 use brokk_model::{Duration, Job, JobPreferences, Time};
-use brokk_planner::{Reply, Request, ReservationId};
 
 use crate::predict::{Prediction, Predictor, STANDARD_PREDICTOR};
 use crate::select::{rank, selector_for, validate_at, Invalid, Mismatch};

@@ -4,8 +4,8 @@
 use brokk_broker::adapt::{adapt, AdaptOptions, Adapted, Tracked};
 use brokk_broker::submit::{submit, SubmitOptions};
 use brokk_broker::{MemorySite, Site};
+use brokk_core::{Reply, Request, ReservationId};
 use brokk_model::{Duration, Job, JobPreferences, ResourceInfo, Time};
-use brokk_planner::{Reply, Request, ReservationId};
 
 const NOW: Time = Time(1_795_338_000);
 

@@ -4,8 +4,8 @@
 
 use brokk_broker::coalloc::{coallocate, CoJob, CoRequest, Event, PathStep};
 use brokk_broker::{MemorySite, Site};
+use brokk_core::{Reply, Request};
 use brokk_model::{Duration, ResourceInfo, Time};
-use brokk_planner::{Reply, Request};
 use proptest::prelude::*;
 
 /// 09:00 on the day of the example; times below are minutes after it.

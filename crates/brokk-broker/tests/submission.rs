@@ -95,7 +95,7 @@ fn reservations_on_the_sites_not_used_are_released() {
     let held = b.planner().reservations();
     assert_eq!(held.len(), 1);
     assert_eq!(held[0].id, used);
-    assert_eq!(held[0].state, brokk_planner::State::Committed);
+    assert_eq!(held[0].state, brokk_core::State::Committed);
 }
 
 #[test]

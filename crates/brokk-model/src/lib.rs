@@ -5,11 +5,13 @@
 //! unit in the name.
 
 mod job;
+mod phase;
 mod prefs;
 mod resource;
 mod time;
 
 pub use job::{Benchmark, EnvVar, InputFile, Job, Memory, MemoryScope, OutputFile};
+pub use phase::JobPhase;
 pub use prefs::{JobPreferences, Objective, StartBound, DEFAULT_PENALTY_FACTOR};
 pub use resource::{Environment, PublishedBenchmark, ResourceInfo, Share};
 pub use time::{Duration, Time, TimeParseError};

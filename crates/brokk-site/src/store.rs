@@ -7,8 +7,8 @@ use std::path::Path;
 use std::str::FromStr;
 use std::sync::Arc;
 
+use brokk_core::{Reservation, ReservationId, State};
 use brokk_model::{Job, Time};
-use brokk_planner::{Reservation, ReservationId, State};
 use brokk_proto::wire::JobPhase;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{Row, SqlitePool};
@@ -24,47 +24,7 @@ pub enum StoreError {
     Corrupt(u64, String),
 }
 
-/// What the agent remembers of a job.
-#[derive(Debug, Clone, PartialEq)]
-pub struct JobRecord {
-    /// Id on this site.
-    pub id: u64,
-    /// Who submitted it.
-    pub owner: String,
-    /// The canonical description.
-    pub spec: Job,
-    /// The reservation it runs in.
-    pub slot: Option<ReservationId>,
-    /// Whether that reservation is the owner's own (kept after the job) rather
-    /// than one the agent made for it.
-    pub claimed: bool,
-    /// Where it is.
-    pub state: JobPhase,
-    /// Why it failed or was cancelled.
-    pub reason: Option<String>,
-    /// Exit code once finished.
-    pub exit_code: Option<i32>,
-    /// Planned start.
-    pub planned_start: Option<Time>,
-    /// Actual start.
-    pub started: Option<Time>,
-    /// End.
-    pub ended: Option<Time>,
-    /// The submitter's idempotency key, if it gave one.
-    pub key: Option<String>,
-    /// Its id in the resource manager (Slurm's job id), once submitted there.
-    pub backend_id: Option<u64>,
-    /// The user the job runs for when a broker submitted it on their
-    /// behalf (`None`: the owner itself); their local account runs it.
-    pub user: Option<String>,
-}
-
-impl JobRecord {
-    /// The user the job runs for: the one a broker named, or its owner.
-    pub fn user(&self) -> &str {
-        self.user.as_deref().unwrap_or(&self.owner)
-    }
-}
+pub use brokk_core::JobRecord;
 
 /// The agent's database.
 #[derive(Debug, Clone)]

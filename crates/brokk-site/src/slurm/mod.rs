@@ -23,19 +23,7 @@ use crate::agent::{now, Agent};
 use crate::config::SlurmConfig;
 use cli::{JobEnd, QueueRow, ResRow, SlurmCli, SlurmError};
 
-/// What occupies the cluster without Brokk having put it there: a running
-/// job (until its time limit) or a reservation someone else made.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Occupant {
-    /// `job:ID` or `res:NAME`.
-    pub key: String,
-    /// From.
-    pub start: Time,
-    /// Until.
-    pub end: Time,
-    /// CPUs.
-    pub cpus: u32,
-}
+pub use brokk_core::Occupant;
 
 /// One reading of the queue: Brokk's own jobs by Slurm id.
 #[derive(Debug, Default)]

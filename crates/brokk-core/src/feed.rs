@@ -1,0 +1,54 @@
+//! The change feed: every job under the version of its latest change, so a
+//! broker can follow many jobs with one request.
+
+use std::collections::{BTreeMap, HashMap};
+
+/// The jobs changed since a version, and the version to ask from next.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct FeedPage {
+    /// Ids of the caller's changed jobs, oldest change first.
+    pub(crate) jobs: Vec<u64>,
+    /// Ask after this version next time.
+    pub(crate) version: u64,
+}
+
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Feed {
+    changes: BTreeMap<u64, u64>,
+    versions: HashMap<u64, u64>,
+    version: u64,
+}
+
+impl Feed {
+    /// Records that job `id` changed.
+    pub(crate) fn touch(&mut self, id: u64) {
+        self.version += 1;
+        if let Some(old) = self.versions.insert(id, self.version) {
+            self.changes.remove(&old);
+        }
+        self.changes.insert(self.version, id);
+    }
+
+    /// Jobs that `mine` keeps, changed after `after`, at most `limit`.
+    pub(crate) fn page(&self, after: u64, limit: usize, mine: impl Fn(u64) -> bool) -> FeedPage {
+        let mut jobs = Vec::new();
+        let mut version = after;
+        for (&v, &id) in self.changes.range(after + 1..) {
+            if jobs.len() >= limit {
+                break;
+            }
+            version = v;
+            if mine(id) {
+                jobs.push(id);
+            }
+        }
+        FeedPage {
+            version: if jobs.len() < limit {
+                self.version.max(version)
+            } else {
+                version
+            },
+            jobs,
+        }
+    }
+}

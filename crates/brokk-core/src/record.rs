@@ -1,0 +1,91 @@
+//! A job as a site remembers it, and what a resource manager runs beside it.
+
+use brokk_model::{Job, JobPhase, Time};
+use brokk_planner::ReservationId;
+
+/// What a site remembers of a job.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobRecord {
+    /// Id on this site.
+    pub id: u64,
+    /// Who submitted it.
+    pub owner: String,
+    /// The canonical description.
+    pub spec: Job,
+    /// The reservation it runs in.
+    pub slot: Option<ReservationId>,
+    /// Whether that reservation is the owner's own (kept after the job) rather
+    /// than one the site made for it.
+    pub claimed: bool,
+    /// Where it is.
+    pub state: JobPhase,
+    /// Why it failed or was cancelled.
+    pub reason: Option<String>,
+    /// Exit code once finished.
+    pub exit_code: Option<i32>,
+    /// Planned start.
+    pub planned_start: Option<Time>,
+    /// Actual start.
+    pub started: Option<Time>,
+    /// End.
+    pub ended: Option<Time>,
+    /// The submitter's idempotency key, if it gave one.
+    pub key: Option<String>,
+    /// Its id in the resource manager (Slurm's job id), once submitted there.
+    pub backend_id: Option<u64>,
+    /// The user the job runs for when a broker submitted it on their
+    /// behalf (`None`: the owner itself); their local account runs it.
+    pub user: Option<String>,
+}
+
+impl JobRecord {
+    /// The user the job runs for: the one a broker named, or its owner.
+    pub fn user(&self) -> &str {
+        self.user.as_deref().unwrap_or(&self.owner)
+    }
+
+    /// Whether the job waits for its start (accepted, staging in, queued).
+    pub fn is_waiting(&self) -> bool {
+        matches!(self.state, JobPhase::Accepted | JobPhase::StagingIn | JobPhase::Queued)
+    }
+}
+
+/// A job submission as the site core sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Submission {
+    /// The description.
+    pub spec: Job,
+    /// The submitter's idempotency key.
+    pub key: Option<String>,
+    /// The user a delegate submits for (already checked by the driver).
+    pub on_behalf: Option<String>,
+    /// Keep a claimed hold preliminary until the caller commits it.
+    pub explicit_commit: bool,
+}
+
+impl Submission {
+    /// A plain submission of `spec`.
+    pub fn of(spec: Job) -> Self {
+        Submission {
+            spec,
+            key: None,
+            on_behalf: None,
+            explicit_commit: false,
+        }
+    }
+}
+
+/// What occupies a resource manager's cluster without the site having put
+/// it there: a running job (until its time limit) or a reservation someone
+/// else made.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Occupant {
+    /// `job:ID` or `res:NAME`.
+    pub key: String,
+    /// From.
+    pub start: Time,
+    /// Until.
+    pub end: Time,
+    /// CPUs.
+    pub cpus: u32,
+}

@@ -1,0 +1,757 @@
+//! One site's state and rules: the reservation protocol, job records and
+//! their phases, conservative backfilling of the local queue, idempotency
+//! keys, the change feed and the mirror of foreign occupancy.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use brokk_model::{Duration, Job, JobPhase, Time};
+use brokk_planner::{
+    Candidate, Change, FreeList, Planner, PlannerError, Reply, Request, Reservation, ReservationId, State,
+};
+
+use crate::effect::{Backend, Effect, Ended};
+use crate::error::CoreError;
+use crate::feed::Feed;
+use crate::record::{JobRecord, Occupant, Submission};
+
+/// The owner of what the schedule mirrors from a resource manager; no
+/// identity maps to it, so no caller can touch those reservations.
+pub const FOREIGN: &str = "(resource manager)";
+
+/// The latest start any request may name: far beyond every horizon, and far
+/// from overflow when a duration is added.
+const OPEN_END: Time = Time(i64::MAX / 4);
+
+/// A site's fixed parameters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SiteParams {
+    /// Processors (slots) the site schedules.
+    pub capacity: u32,
+    /// Nothing is planned beyond this time.
+    pub horizon: Time,
+    /// Wall time of a job that states none.
+    pub default_wall_time: Duration,
+}
+
+/// What a site publishes about itself now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Published {
+    /// Processors free at this moment.
+    pub free_now: u32,
+    /// Jobs running (or delivering output).
+    pub running: u32,
+    /// Jobs accepted and not yet running.
+    pub waiting: u32,
+    /// The wait a one-processor, one-hour job would see; `None` when it
+    /// cannot be placed within the horizon.
+    pub estimated_wait: Option<Duration>,
+}
+
+/// What a job's runner needs to know when it takes the job up.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Launch {
+    /// The record.
+    pub record: JobRecord,
+    /// Its wall time (the site's default when it states none).
+    pub wall: Duration,
+    /// Whether its reservation is committed: a job submitted into a hold
+    /// with an explicit commit waits for it.
+    pub committed: bool,
+}
+
+/// One site's state; see the crate documentation.
+#[derive(Debug, Clone)]
+pub struct SiteCore {
+    params: SiteParams,
+    planner: Planner<FreeList>,
+    jobs: BTreeMap<u64, JobRecord>,
+    /// Jobs not yet ended: every scan of live jobs goes over these only.
+    active: BTreeSet<u64>,
+    /// Waiting jobs in their own slots, by (planned start, id): the queue
+    /// that moves up when capacity frees.
+    queue: BTreeSet<(Time, u64)>,
+    /// (owner, idempotency key) -> job, so a repeated submission is one job.
+    keys: HashMap<(String, String), u64>,
+    feed: Feed,
+    next_job: u64,
+    /// Foreign occupants mirrored in the schedule: key -> (occupant, booking).
+    foreign: HashMap<String, (Occupant, Option<ReservationId>)>,
+    out: Vec<Effect>,
+}
+
+fn not_found(id: ReservationId) -> CoreError {
+    CoreError::NotFound(format!("reservation {}", id.0))
+}
+
+impl SiteCore {
+    /// An empty site.
+    pub fn new(params: SiteParams) -> Self {
+        SiteCore {
+            planner: Planner::new(params.capacity, params.horizon, FreeList::new()),
+            params,
+            jobs: BTreeMap::new(),
+            active: BTreeSet::new(),
+            queue: BTreeSet::new(),
+            keys: HashMap::new(),
+            feed: Feed::default(),
+            next_job: 1,
+            foreign: HashMap::new(),
+            out: Vec::new(),
+        }
+    }
+
+    /// A site reloaded from its records after a restart at `now`: holds that
+    /// lapsed meanwhile expire, reservations that no longer fit are dropped,
+    /// and a job caught delivering output whose end nobody recorded
+    /// (`followable` says whether a supervisor or resource manager still
+    /// knows it) fails. Returns the site and the ids of the jobs whose runner
+    /// must start again; the reload's own writes wait in the outbox.
+    pub fn restore(
+        params: SiteParams,
+        now: Time,
+        reservations: &[Reservation],
+        next_reservation: u64,
+        records: Vec<JobRecord>,
+        followable: impl Fn(&JobRecord) -> bool,
+    ) -> (Self, Vec<u64>) {
+        let mut core = SiteCore::new(params);
+        let dropped: Vec<ReservationId> = reservations
+            .iter()
+            .filter(|r| r.end <= now || core.planner.restore(r).is_err())
+            .map(|r| r.id)
+            .collect();
+        core.end(dropped, Ended::Released);
+        core.planner.issue_ids_from(next_reservation);
+        let expired = core.planner.expire(now);
+        core.end(expired, Ended::Expired);
+        let mut resume = Vec::new();
+        for mut j in records {
+            core.next_job = core.next_job.max(j.id + 1);
+            if j.state == JobPhase::StagingOut && !followable(&j) {
+                j.state = JobPhase::Failed;
+                j.reason = Some("the site agent stopped while the job was running".into());
+                j.ended = Some(now);
+                core.release_slot(&j);
+                core.out.push(Effect::SaveJob(j.id));
+            } else if !j.state.is_terminal() {
+                resume.push(j.id);
+                core.active.insert(j.id);
+                if let (true, false, Some(s)) = (j.is_waiting(), j.claimed, j.planned_start) {
+                    core.queue.insert((s, j.id));
+                }
+            }
+            if let Some(k) = &j.key {
+                core.keys.insert((j.owner.clone(), k.clone()), j.id);
+            }
+            core.jobs.insert(j.id, j);
+        }
+        let ids: Vec<u64> = core.jobs.keys().copied().collect();
+        for id in ids {
+            core.feed.touch(id);
+        }
+        // Queued jobs move up into what the jobs that died with the agent held.
+        core.compress(now);
+        (core, resume)
+    }
+
+    /// The effects of the operations so far, in order; the driver carries
+    /// them out and the outbox starts empty again.
+    pub fn drain(&mut self) -> Vec<Effect> {
+        std::mem::take(&mut self.out)
+    }
+
+    /// The site's parameters.
+    pub fn params(&self) -> SiteParams {
+        self.params
+    }
+
+    /// The schedule, for inspection.
+    pub fn planner(&self) -> &crate::Planner {
+        &self.planner
+    }
+
+    /// A job's record.
+    pub fn record(&self, id: u64) -> Option<&JobRecord> {
+        self.jobs.get(&id)
+    }
+
+    /// A reservation as the schedule holds it.
+    pub fn reservation_now(&self, id: ReservationId) -> Option<Reservation> {
+        self.planner.get(id)
+    }
+
+    /// Jobs not yet ended, by id.
+    pub fn active(&self) -> impl Iterator<Item = &JobRecord> {
+        self.active.iter().filter_map(|id| self.jobs.get(id))
+    }
+
+    /// A job's wall time: its own, or the site's default.
+    pub fn wall_time(&self, job: &Job) -> Duration {
+        job.wall_time.unwrap_or(self.params.default_wall_time)
+    }
+
+    fn end(&mut self, ids: Vec<ReservationId>, why: Ended) {
+        if !ids.is_empty() {
+            self.out.push(Effect::EndReservations(ids, why));
+        }
+    }
+
+    fn touch(&mut self, id: u64) {
+        self.feed.touch(id);
+    }
+
+    fn owned(&self, who: &str, id: ReservationId) -> Result<Reservation, CoreError> {
+        let r = self.planner.get(id).ok_or_else(|| not_found(id))?;
+        if r.owner.as_ref() != who {
+            return Err(CoreError::Forbidden(format!("reservation {}", id.0)));
+        }
+        Ok(r)
+    }
+
+    /// A conflict when a live job holds reservation `id`.
+    fn free_of_jobs(&self, id: ReservationId, what: &str) -> Result<(), CoreError> {
+        match self.active().find(|j| j.slot == Some(id)) {
+            Some(job) => Err(CoreError::Conflict(format!(
+                "reservation {} is {what} job {}",
+                id.0, job.id
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    /// What the site publishes at `now`.
+    pub fn published(&self, now: Time) -> Published {
+        let free_now = self
+            .planner
+            .free_slots(now, Time(now.0 + 1))
+            .first()
+            .filter(|s| s.start <= now)
+            .map_or(self.params.capacity, |s| s.free);
+        let running = self
+            .active()
+            .filter(|j| matches!(j.state, JobPhase::Running | JobPhase::StagingOut))
+            .count() as u32;
+        let probe = Request {
+            amount: 1,
+            duration: Duration::hours(1),
+            earliest: now,
+            latest: OPEN_END,
+            flexible: false,
+        };
+        Published {
+            free_now,
+            running,
+            waiting: self.active.len() as u32 - running,
+            estimated_wait: self.planner.earliest_start(&probe).ok().flatten().map(|s| s - now),
+        }
+    }
+
+    /// Non-binding candidates for `req` (at most `k`, clamped to 1..=100).
+    pub fn probe(&self, req: &Request, k: usize) -> Result<Vec<Candidate>, CoreError> {
+        self.planner
+            .probe(req, k.clamp(1, 100))
+            .map_err(|reason| CoreError::NotGranted(Reply::Never { reason }))
+    }
+
+    /// Lets holds lapse at `now`: their reservations end, and jobs submitted
+    /// into a hold that was never committed are cancelled with it. Returns
+    /// whether anything lapsed.
+    pub fn expire(&mut self, now: Time) -> bool {
+        let gone = self.planner.expire(now);
+        if gone.is_empty() {
+            return false;
+        }
+        self.out.push(Effect::Backend(Backend::Release(gone.clone())));
+        let waiting: Vec<u64> = self
+            .active()
+            .filter(|j| j.slot.is_some_and(|s| gone.contains(&s)))
+            .map(|j| j.id)
+            .collect();
+        self.end(gone, Ended::Expired);
+        for id in waiting {
+            self.out.push(Effect::Stop(id));
+            self.close(
+                now,
+                id,
+                JobPhase::Cancelled,
+                None,
+                Some("its reservation lapsed before it was committed".into()),
+            );
+        }
+        true
+    }
+
+    /// Lets holds lapse at `now` and moves queued jobs up into what lapsed:
+    /// the periodic tick of a live site.
+    pub fn tick(&mut self, now: Time) {
+        if self.expire(now) {
+            self.compress(now);
+        }
+    }
+
+    /// A reservation for `who`, preliminary until `hold` when given.
+    pub fn reserve(
+        &mut self,
+        now: Time,
+        who: &str,
+        req: &Request,
+        hold: Option<Time>,
+    ) -> Result<Reservation, CoreError> {
+        self.expire(now);
+        match self.planner.reserve(who, req, hold) {
+            Reply::Granted { id, .. } => {
+                self.out.push(Effect::SaveReservation(id));
+                // A grant may have moved flexible reservations.
+                for r in self.planner.flexible_reservations() {
+                    if r.id != id {
+                        self.out.push(Effect::SaveReservation(r.id));
+                    }
+                }
+                self.out.push(Effect::Backend(Backend::Reserve(id)));
+                self.planner.get(id).ok_or_else(|| not_found(id))
+            }
+            other => Err(CoreError::NotGranted(other)),
+        }
+    }
+
+    /// Takes back a grant or change the resource manager could not carry
+    /// out: the reservation is put back as `old` was, or released when it
+    /// is new (`old` is `None`).
+    pub fn revert(&mut self, id: ReservationId, old: Option<&Reservation>) {
+        let _ = self.planner.cancel(id);
+        match old {
+            Some(old) => {
+                let _ = self.planner.restore(old);
+                self.out.push(Effect::SaveReservation(id));
+            }
+            None => self.end(vec![id], Ended::Released),
+        }
+    }
+
+    /// The next start after `req`'s window, for a rejection the resource
+    /// manager made where the schedule had granted.
+    pub fn next_start_after(&self, req: &Request) -> Option<Time> {
+        let later = Request {
+            earliest: Time(req.latest.0.saturating_add(1)),
+            latest: OPEN_END,
+            ..*req
+        };
+        self.planner.earliest_start(&later).ok().flatten()
+    }
+
+    /// `who`'s reservation `id`.
+    pub fn reservation(&mut self, now: Time, who: &str, id: ReservationId) -> Result<Reservation, CoreError> {
+        self.expire(now);
+        self.owned(who, id)
+    }
+
+    /// Changes `who`'s reservation `id` atomically; on failure nothing
+    /// changes. A reservation a live job runs in cannot change.
+    pub fn modify(
+        &mut self,
+        now: Time,
+        who: &str,
+        id: ReservationId,
+        change: Change,
+    ) -> Result<Reservation, CoreError> {
+        self.expire(now);
+        let old = self.owned(who, id)?;
+        self.free_of_jobs(id, "in use by")?;
+        match self.planner.modify(id, change) {
+            Ok(_) => {
+                self.out.push(Effect::SaveReservation(id));
+                self.out.push(Effect::Backend(Backend::Modify { old }));
+                self.planner.get(id).ok_or_else(|| not_found(id))
+            }
+            Err(PlannerError::DoesNotFit(reply)) => Err(CoreError::NotGranted(reply)),
+            Err(PlannerError::Unknown(_)) => Err(not_found(id)),
+        }
+    }
+
+    /// Makes `who`'s hold `id` permanent; a job waiting for it may start.
+    pub fn commit(&mut self, now: Time, who: &str, id: ReservationId) -> Result<Reservation, CoreError> {
+        self.expire(now);
+        self.owned(who, id)?;
+        self.planner.commit(id).map_err(|_| not_found(id))?;
+        self.out.push(Effect::SaveReservation(id));
+        let waiting: Vec<u64> = self.active().filter(|j| j.slot == Some(id)).map(|j| j.id).collect();
+        self.out.extend(waiting.into_iter().map(Effect::Committed));
+        self.planner.get(id).ok_or_else(|| not_found(id))
+    }
+
+    /// Releases `who`'s reservation `id`; one a live job runs in cannot go.
+    pub fn cancel(&mut self, now: Time, who: &str, id: ReservationId) -> Result<(), CoreError> {
+        self.expire(now);
+        self.owned(who, id)?;
+        self.free_of_jobs(id, "in use by (cancel it first)")?;
+        self.planner.cancel(id).map_err(|_| not_found(id))?;
+        self.end(vec![id], Ended::Cancelled);
+        self.out.push(Effect::Backend(Backend::Release(vec![id])));
+        self.compress(now);
+        Ok(())
+    }
+
+    /// Accepts a job from `who` (into its claimed reservation, or at its
+    /// earliest fit) and returns its id and whether it is new: a submission
+    /// repeating an earlier one's idempotency key returns that job.
+    pub fn submit(&mut self, now: Time, who: &str, sub: Submission) -> Result<(u64, bool), CoreError> {
+        if let Some(k) = &sub.key {
+            if let Some(&id) = self.keys.get(&(who.to_string(), k.clone())) {
+                return Ok((id, false));
+            }
+        }
+        let spec = sub.spec;
+        let amount = spec.cpus.unwrap_or(1).max(1);
+        let wall = self.wall_time(&spec);
+        if wall.0 <= 0 {
+            return Err(CoreError::BadRequest("wall_time: must be positive".into()));
+        }
+        if spec.executable.is_none() && spec.script.is_none() {
+            return Err(CoreError::BadRequest(
+                "executable: a job needs an executable or a script".into(),
+            ));
+        }
+        self.expire(now);
+        let (slot, claimed, start) = match &spec.reservation {
+            Some(text) => {
+                let id = text
+                    .parse::<u64>()
+                    .map(ReservationId)
+                    .map_err(|_| CoreError::BadRequest(format!("reservation: `{text}` is not a reservation id")))?;
+                let r = self.owned(who, id)?;
+                self.free_of_jobs(id, "already claimed by")?;
+                if amount > r.amount || r.end - r.start < wall {
+                    return Err(CoreError::BadRequest(format!(
+                        "reservation: {} slots for {} s cannot hold {amount} slots for {} s",
+                        r.amount,
+                        (r.end - r.start).0,
+                        wall.0
+                    )));
+                }
+                if r.end <= now {
+                    return Err(CoreError::Conflict(format!("reservation {} has ended", id.0)));
+                }
+                // Claiming a hold makes it permanent, unless the caller
+                // commits it itself.
+                if !sub.explicit_commit && self.planner.commit(id).is_ok() {
+                    self.out.push(Effect::SaveReservation(id));
+                }
+                (id, true, r.start.max(now))
+            }
+            None => {
+                let req = Request {
+                    amount,
+                    duration: wall,
+                    earliest: now,
+                    latest: OPEN_END,
+                    flexible: false,
+                };
+                match self.planner.reserve(who, &req, None) {
+                    Reply::Granted { id, start } => {
+                        self.out.push(Effect::SaveReservation(id));
+                        (id, false, start)
+                    }
+                    other => return Err(CoreError::NotGranted(other)),
+                }
+            }
+        };
+        let id = self.next_job;
+        self.next_job += 1;
+        let record = JobRecord {
+            id,
+            owner: who.to_string(),
+            spec,
+            slot: Some(slot),
+            claimed,
+            state: JobPhase::Accepted,
+            reason: None,
+            exit_code: None,
+            planned_start: Some(start),
+            started: None,
+            ended: None,
+            key: sub.key.clone(),
+            backend_id: None,
+            user: sub.on_behalf,
+        };
+        self.out.push(Effect::SaveJob(id));
+        self.jobs.insert(id, record);
+        self.active.insert(id);
+        if !claimed {
+            self.queue.insert((start, id));
+        }
+        self.touch(id);
+        if let Some(k) = sub.key {
+            self.keys.insert((who.to_string(), k), id);
+        }
+        Ok((id, true))
+    }
+
+    /// `who`'s job `id`.
+    pub fn job(&self, who: &str, id: u64) -> Result<&JobRecord, CoreError> {
+        let j = self
+            .jobs
+            .get(&id)
+            .ok_or_else(|| CoreError::NotFound(format!("job {id}")))?;
+        if j.owner != who {
+            return Err(CoreError::Forbidden(format!("job {id}")));
+        }
+        Ok(j)
+    }
+
+    /// `who`'s job submitted with idempotency key `key`.
+    pub fn job_by_key(&self, who: &str, key: &str) -> Result<&JobRecord, CoreError> {
+        let id = self
+            .keys
+            .get(&(who.to_string(), key.to_string()))
+            .copied()
+            .ok_or_else(|| CoreError::NotFound(format!("job with key {key}")))?;
+        self.job(who, id)
+    }
+
+    /// `who`'s jobs changed after version `after`, at most `limit`.
+    pub fn changes(&self, who: &str, after: u64, limit: usize) -> (Vec<&JobRecord>, u64) {
+        let page = self
+            .feed
+            .page(after, limit, |id| self.jobs.get(&id).is_some_and(|j| j.owner == who));
+        (
+            page.jobs.iter().filter_map(|id| self.jobs.get(id)).collect(),
+            page.version,
+        )
+    }
+
+    /// Cancels `who`'s job `id` in any state. A job that has not started
+    /// ends here; a running one is stopped by its runner, which records the
+    /// end.
+    pub fn cancel_job(&mut self, now: Time, who: &str, id: u64) -> Result<&JobRecord, CoreError> {
+        let j = self.job(who, id)?;
+        if !j.state.is_terminal() {
+            let waiting = j.is_waiting();
+            self.out.push(Effect::Stop(id));
+            if waiting {
+                self.close(
+                    now,
+                    id,
+                    JobPhase::Cancelled,
+                    None,
+                    Some("cancelled by its owner".into()),
+                );
+            }
+        }
+        self.job(who, id)
+    }
+
+    /// Takes job `id` up for running, or `None` when it has ended.
+    pub fn launch(&self, id: u64) -> Option<Launch> {
+        let j = self.jobs.get(&id).filter(|j| !j.state.is_terminal())?;
+        let held = j
+            .slot
+            .and_then(|s| self.planner.get(s))
+            .is_some_and(|r| matches!(r.state, State::Preliminary { .. }));
+        Some(Launch {
+            wall: self.wall_time(&j.spec),
+            record: j.clone(),
+            committed: !held,
+        })
+    }
+
+    /// Records that job `id` is in the resource manager as `backend_id`,
+    /// queued there.
+    pub fn record_submitted(&mut self, id: u64, backend_id: u64) {
+        let Some(j) = self.jobs.get_mut(&id) else { return };
+        if j.state.is_terminal() || j.backend_id == Some(backend_id) {
+            return;
+        }
+        j.backend_id = Some(backend_id);
+        if j.state != JobPhase::Running {
+            j.state = JobPhase::Queued;
+        }
+        self.touch(id);
+        self.out.push(Effect::SaveJob(id));
+    }
+
+    /// Moves job `id` to `phase` (not a terminal one); false if it has
+    /// ended. Only `running` is persisted: after a restart a job recorded in
+    /// an earlier phase is simply staged and queued again.
+    pub fn set_phase(&mut self, now: Time, id: u64, phase: JobPhase) -> bool {
+        if phase == JobPhase::Running {
+            return self.mark_running(id, now);
+        }
+        let Some(j) = self.jobs.get_mut(&id).filter(|j| !j.state.is_terminal()) else {
+            return false;
+        };
+        j.state = phase;
+        self.touch(id);
+        true
+    }
+
+    /// Records that job `id` started running at `start` (the resource
+    /// manager's own start, or now); its slot moves there so predictions
+    /// follow what happened. False if it has ended.
+    pub fn mark_running(&mut self, id: u64, start: Time) -> bool {
+        let Some(j) = self.jobs.get_mut(&id).filter(|j| !j.state.is_terminal()) else {
+            return false;
+        };
+        j.state = JobPhase::Running;
+        j.started = Some(start);
+        let (slot, claimed, planned) = (j.slot, j.claimed, j.planned_start);
+        if let Some(p) = planned {
+            self.queue.remove(&(p, id));
+        }
+        self.touch(id);
+        if let (Some(slot), false) = (slot, claimed) {
+            let moved = self.planner.get(slot).is_some_and(|r| r.start != start)
+                && self
+                    .planner
+                    .modify(
+                        slot,
+                        Change {
+                            window: Some((start, start)),
+                            ..Change::default()
+                        },
+                    )
+                    .is_ok();
+            if moved {
+                self.out.push(Effect::SaveReservation(slot));
+            }
+        }
+        self.out.push(Effect::SaveJob(id));
+        true
+    }
+
+    /// Records how job `id` ended at `now`, frees what it held and moves
+    /// queued jobs up into it.
+    pub fn finish(&mut self, now: Time, id: u64, phase: JobPhase, exit_code: Option<i32>, reason: Option<String>) {
+        if self.jobs.get(&id).is_some_and(|j| !j.state.is_terminal()) {
+            self.close(now, id, phase, exit_code, reason);
+        }
+    }
+
+    fn release_slot(&mut self, j: &JobRecord) {
+        if let (Some(slot), false) = (j.slot, j.claimed) {
+            if self.planner.cancel(slot).is_ok() {
+                self.end(vec![slot], Ended::Released);
+            }
+        }
+    }
+
+    fn close(&mut self, now: Time, id: u64, phase: JobPhase, exit_code: Option<i32>, reason: Option<String>) {
+        let Some(mut j) = self.jobs.remove(&id) else { return };
+        j.state = phase;
+        j.exit_code = exit_code;
+        j.reason = reason;
+        j.ended = Some(now);
+        self.active.remove(&id);
+        if let Some(p) = j.planned_start {
+            self.queue.remove(&(p, id));
+        }
+        self.release_slot(&j);
+        self.jobs.insert(id, j);
+        self.touch(id);
+        self.out.push(Effect::SaveJob(id));
+        self.compress(now);
+    }
+
+    /// Moves queued jobs' own slots as early as they now fit, in planned
+    /// start order (conservative backfilling).
+    fn compress(&mut self, now: Time) {
+        let queued: Vec<(Time, u64)> = self.queue.range((Time(now.0 + 1), 0)..).copied().collect();
+        for (old, id) in queued {
+            let Some(slot) = self.jobs.get(&id).and_then(|j| j.slot) else {
+                continue;
+            };
+            let change = Change {
+                window: Some((now, old)),
+                ..Change::default()
+            };
+            match self.planner.modify(slot, change) {
+                Ok(start) if start < old => {
+                    self.queue.remove(&(old, id));
+                    self.queue.insert((start, id));
+                    if let Some(j) = self.jobs.get_mut(&id) {
+                        j.planned_start = Some(start);
+                    }
+                    self.touch(id);
+                    self.out.push(Effect::SaveReservation(slot));
+                    self.out.push(Effect::SaveJob(id));
+                    self.out.push(Effect::StartMoved { job: id, start });
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Brings the mirror of what occupies the resource manager without the
+    /// site up to date: new occupants are booked (as much of them as fits
+    /// beside the site's own bookings), gone or changed ones released, and
+    /// queued jobs move up into what was released.
+    pub fn mirror(&mut self, now: Time, occupants: Vec<Occupant>) {
+        let wanted: HashMap<String, Occupant> = occupants.into_iter().map(|o| (o.key.clone(), o)).collect();
+        let stale: Vec<String> = self
+            .foreign
+            .iter()
+            .filter(|(k, (o, _))| wanted.get(*k) != Some(o))
+            .map(|(k, _)| k.clone())
+            .collect();
+        let released = !stale.is_empty();
+        for k in stale {
+            if let Some((_, Some(id))) = self.foreign.remove(&k) {
+                let _ = self.planner.cancel(id);
+            }
+        }
+        for (k, o) in wanted {
+            if self.foreign.contains_key(&k) {
+                continue;
+            }
+            let free = self
+                .planner
+                .free_slots(o.start, o.end)
+                .iter()
+                .map(|f| f.free)
+                .min()
+                .unwrap_or(0);
+            let amount = o.cpus.min(free);
+            if amount < o.cpus {
+                tracing::warn!(
+                    occupant = %k,
+                    "the cluster holds {} CPUs the site did not book where it planned; mirrored {amount}",
+                    o.cpus
+                );
+            }
+            let req = Request {
+                amount,
+                duration: o.end - o.start,
+                earliest: o.start,
+                latest: o.start,
+                flexible: false,
+            };
+            let id = match (amount > 0 && o.end > o.start).then(|| self.planner.reserve(FOREIGN, &req, None)) {
+                Some(Reply::Granted { id, .. }) => Some(id),
+                _ => None,
+            };
+            self.foreign.insert(k, (o, id));
+        }
+        if released {
+            self.compress(now);
+        }
+    }
+
+    /// Those of `ids` whose job has ended or is unknown here.
+    pub fn ended_jobs(&self, ids: impl IntoIterator<Item = u64>) -> Vec<u64> {
+        ids.into_iter()
+            .filter(|id| self.jobs.get(id).is_none_or(|j| j.state.is_terminal()))
+            .collect()
+    }
+
+    /// Whether reservation `id` is live and the site's own (not mirrored).
+    pub fn holds_reservation(&self, id: ReservationId) -> bool {
+        self.planner.get(id).is_some_and(|r| r.owner.as_ref() != FOREIGN)
+    }
+
+    /// Waiting jobs in their own slots, by planned start.
+    pub fn queued(&self) -> impl Iterator<Item = (Time, u64)> + '_ {
+        self.queue.iter().copied()
+    }
+}
+
+#[cfg(test)]
+mod tests;

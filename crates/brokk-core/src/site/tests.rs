@@ -1,0 +1,295 @@
+//! The site's rules on virtual time: every test drives the core directly,
+//! drains its outbox and checks what it asked for.
+
+use super::*;
+use crate::runner::VirtualRunner;
+
+const T0: Time = Time(1_000_000);
+
+fn site(capacity: u32) -> SiteCore {
+    SiteCore::new(SiteParams {
+        capacity,
+        horizon: Time(T0.0 + 365 * 86_400),
+        default_wall_time: Duration(3600),
+    })
+}
+
+fn job(cpus: u32, wall: i64) -> Job {
+    Job {
+        executable: Some("/bin/true".into()),
+        cpus: Some(cpus),
+        wall_time: Some(Duration(wall)),
+        ..Job::default()
+    }
+}
+
+fn at(amount: u32, duration: i64, start: Time) -> Request {
+    Request {
+        amount,
+        duration: Duration(duration),
+        earliest: start,
+        latest: start,
+        flexible: false,
+    }
+}
+
+fn submit(s: &mut SiteCore, now: Time, who: &str, j: Job) -> u64 {
+    let (id, new) = s.submit(now, who, Submission::of(j)).unwrap();
+    assert!(new);
+    id
+}
+
+fn claim(s: &mut SiteCore, now: Time, r: ReservationId, j: Job) -> u64 {
+    let mut j = j;
+    j.reservation = Some(r.0.to_string());
+    let sub = Submission {
+        explicit_commit: true,
+        ..Submission::of(j)
+    };
+    s.submit(now, "ann", sub).unwrap().0
+}
+
+#[test]
+fn a_lapsed_hold_ends_and_takes_its_uncommitted_job_with_it() {
+    let mut s = site(8);
+    let r = s.reserve(T0, "ann", &at(4, 600, T0), Some(Time(T0.0 + 30))).unwrap();
+    let effects = s.drain();
+    assert!(effects.contains(&Effect::SaveReservation(r.id)));
+    assert!(effects.contains(&Effect::Backend(Backend::Reserve(r.id))));
+    let id = claim(&mut s, T0, r.id, job(4, 600));
+    assert!(
+        !s.launch(id).unwrap().committed,
+        "an explicit-commit claim leaves the hold a hold"
+    );
+    s.drain();
+    s.tick(Time(T0.0 + 29));
+    assert!(s.drain().is_empty(), "nothing lapses before its time");
+    s.tick(Time(T0.0 + 30));
+    let effects = s.drain();
+    assert!(effects.contains(&Effect::EndReservations(vec![r.id], Ended::Expired)));
+    assert!(effects.contains(&Effect::Backend(Backend::Release(vec![r.id]))));
+    assert!(effects.contains(&Effect::Stop(id)));
+    let rec = s.record(id).unwrap();
+    assert_eq!(rec.state, JobPhase::Cancelled);
+    assert_eq!(rec.ended, Some(Time(T0.0 + 30)));
+    assert_eq!(s.published(Time(T0.0 + 31)).free_now, 8);
+}
+
+#[test]
+fn committing_a_hold_frees_its_waiting_job() {
+    let mut s = site(8);
+    let r = s.reserve(T0, "ann", &at(2, 600, T0), Some(Time(T0.0 + 30))).unwrap();
+    let id = claim(&mut s, T0, r.id, job(2, 600));
+    s.drain();
+    assert_eq!(
+        s.commit(T0, "bob", r.id),
+        Err(CoreError::Forbidden(format!("reservation {}", r.id.0)))
+    );
+    s.commit(Time(T0.0 + 10), "ann", r.id).unwrap();
+    assert!(s.drain().contains(&Effect::Committed(id)));
+    s.tick(Time(T0.0 + 60));
+    assert!(
+        !s.record(id).unwrap().state.is_terminal(),
+        "a committed hold does not lapse"
+    );
+}
+
+#[test]
+fn queued_jobs_move_up_when_a_job_ends_early() {
+    let mut s = site(4);
+    let a = submit(&mut s, T0, "ann", job(4, 100));
+    let b = submit(&mut s, T0, "bob", job(4, 100));
+    let c = submit(&mut s, T0, "cat", job(2, 50));
+    assert_eq!(s.record(b).unwrap().planned_start, Some(Time(T0.0 + 100)));
+    assert_eq!(s.record(c).unwrap().planned_start, Some(Time(T0.0 + 200)));
+    s.drain();
+    assert!(s.mark_running(a, T0));
+    s.drain();
+    s.finish(Time(T0.0 + 30), a, JobPhase::Finished, Some(0), None);
+    let effects = s.drain();
+    assert!(effects.contains(&Effect::StartMoved {
+        job: b,
+        start: Time(T0.0 + 30)
+    }));
+    assert!(effects.contains(&Effect::StartMoved {
+        job: c,
+        start: Time(T0.0 + 130)
+    }));
+    assert_eq!(s.record(a).unwrap().state, JobPhase::Finished);
+    // The queue order holds: b keeps its lead over c.
+    let queue: Vec<u64> = s.queued().map(|q| q.1).collect();
+    assert_eq!(queue, vec![b, c]);
+}
+
+#[test]
+fn claims_are_checked_for_owner_size_and_use() {
+    let mut s = site(8);
+    let r = s.reserve(T0, "ann", &at(2, 600, Time(T0.0 + 100)), None).unwrap();
+    let mut j = job(2, 600);
+    j.reservation = Some(r.id.0.to_string());
+    assert!(matches!(
+        s.submit(T0, "bob", Submission::of(j.clone())),
+        Err(CoreError::Forbidden(_))
+    ));
+    let mut big = job(4, 600);
+    big.reservation = j.reservation.clone();
+    assert!(matches!(
+        s.submit(T0, "ann", Submission::of(big)),
+        Err(CoreError::BadRequest(_))
+    ));
+    let id = submit(&mut s, T0, "ann", j.clone());
+    assert_eq!(s.record(id).unwrap().planned_start, Some(Time(T0.0 + 100)));
+    assert!(matches!(
+        s.submit(T0, "ann", Submission::of(j)),
+        Err(CoreError::Conflict(_))
+    ));
+    assert!(matches!(s.cancel(T0, "ann", r.id), Err(CoreError::Conflict(_))));
+    // The job ends: the owner's reservation stays.
+    s.finish(Time(T0.0 + 10), id, JobPhase::Finished, Some(0), None);
+    assert!(s.holds_reservation(r.id));
+    s.cancel(Time(T0.0 + 11), "ann", r.id).unwrap();
+    assert!(!s.holds_reservation(r.id));
+}
+
+#[test]
+fn a_repeated_key_is_one_job_and_the_feed_shows_only_ones_own() {
+    let mut s = site(8);
+    let sub = Submission {
+        key: Some("k1".into()),
+        ..Submission::of(job(1, 60))
+    };
+    let (a, new) = s.submit(T0, "ann", sub.clone()).unwrap();
+    assert!(new);
+    assert_eq!(s.submit(T0, "ann", sub.clone()).unwrap(), (a, false));
+    let (b, new) = s.submit(T0, "bob", sub).unwrap();
+    assert!(new && b != a, "keys are per owner");
+    assert_eq!(s.job_by_key("ann", "k1").unwrap().id, a);
+    assert!(matches!(s.job("bob", a), Err(CoreError::Forbidden(_))));
+    let (jobs, v) = s.changes("ann", 0, 10);
+    assert_eq!(jobs.iter().map(|j| j.id).collect::<Vec<_>>(), vec![a]);
+    s.set_phase(T0, a, JobPhase::StagingIn);
+    let (jobs, _) = s.changes("ann", v, 10);
+    assert_eq!(jobs.len(), 1);
+    let (jobs, _) = s.changes("bob", v, 10);
+    assert!(jobs.is_empty());
+}
+
+#[test]
+fn a_restart_fails_only_what_nobody_can_follow() {
+    let mut s = site(8);
+    let hold = s.reserve(T0, "ann", &at(1, 600, T0), Some(Time(T0.0 + 5))).unwrap();
+    let staging_out = submit(&mut s, T0, "ann", job(4, 600));
+    let running = submit(&mut s, T0, "ann", job(3, 600));
+    let queued = submit(&mut s, T0, "ann", job(5, 600));
+    assert_eq!(s.record(queued).unwrap().planned_start, Some(Time(T0.0 + 600)));
+    s.mark_running(staging_out, T0);
+    s.set_phase(T0, staging_out, JobPhase::StagingOut);
+    s.mark_running(running, T0);
+    let reservations = s.planner().reservations();
+    let records: Vec<JobRecord> = [staging_out, running, queued]
+        .iter()
+        .map(|id| s.record(*id).unwrap().clone())
+        .collect();
+    let later = Time(T0.0 + 10);
+    let (mut back, resume) = SiteCore::restore(s.params(), later, &reservations, 100, records, |j| j.id == running);
+    assert_eq!(resume, vec![running, queued]);
+    assert_eq!(back.record(staging_out).unwrap().state, JobPhase::Failed);
+    let effects = back.drain();
+    assert!(effects.contains(&Effect::EndReservations(vec![hold.id], Ended::Expired)));
+    // The 5-CPU job moves up into what the failed job held.
+    assert_eq!(back.record(queued).unwrap().planned_start, Some(later));
+    let next = back.reserve(later, "ann", &at(1, 10, Time(T0.0 + 5000)), None).unwrap();
+    assert!(next.id.0 >= 100, "ids of the old run are not issued again");
+}
+
+#[test]
+fn the_mirror_books_foreign_work_and_releases_it() {
+    let mut s = site(8);
+    s.mirror(
+        T0,
+        vec![Occupant {
+            key: "job:7".into(),
+            start: Time(T0.0 - 100),
+            end: Time(T0.0 + 1000),
+            cpus: 8,
+        }],
+    );
+    match s.reserve(T0, "ann", &at(1, 60, T0), None) {
+        Err(CoreError::NotGranted(Reply::Rejected { next_start })) => {
+            assert_eq!(next_start, Some(Time(T0.0 + 1000)))
+        }
+        other => panic!("expected a rejection until the job's time limit, got {other:?}"),
+    }
+    let id = submit(&mut s, T0, "ann", job(1, 60));
+    assert_eq!(s.record(id).unwrap().planned_start, Some(Time(T0.0 + 1000)));
+    s.mirror(Time(T0.0 + 50), Vec::new());
+    assert_eq!(s.record(id).unwrap().planned_start, Some(Time(T0.0 + 50)));
+}
+
+#[test]
+fn the_mirror_books_only_what_fits_beside_the_sites_own() {
+    let mut s = site(8);
+    let granted = s.reserve(T0, "ann", &at(1, 600, T0), None).unwrap();
+    // The cluster reports 8 CPUs busy where the site holds 1: 7 are mirrored.
+    s.mirror(
+        T0,
+        vec![Occupant {
+            key: "res:maint".into(),
+            start: T0,
+            end: Time(T0.0 + 600),
+            cpus: 8,
+        }],
+    );
+    assert!(matches!(
+        s.reserve(T0, "ann", &at(1, 60, T0), None),
+        Err(CoreError::NotGranted(Reply::Rejected { .. }))
+    ));
+    assert!(
+        !s.holds_reservation(ReservationId(granted.id.0 + 1)),
+        "the mirror is nobody's"
+    );
+    s.cancel(T0, "ann", granted.id).unwrap();
+    assert!(s.reserve(T0, "ann", &at(1, 60, T0), None).is_ok());
+}
+
+#[test]
+fn the_virtual_runner_runs_jobs_for_their_run_time_and_moves_the_queue_up() {
+    let mut s = site(4);
+    let mut run = VirtualRunner::new();
+    let a = submit(&mut s, T0, "ann", job(4, 100));
+    let b = submit(&mut s, T0, "bob", job(4, 100));
+    run.set_run_time(a, Duration(40));
+    let e = s.drain();
+    run.apply(&mut s, T0, e);
+    assert_eq!(run.next_event(), Some(T0));
+    run.advance(&mut s, T0);
+    assert_eq!(s.record(a).unwrap().state, JobPhase::Running);
+    assert_eq!(run.next_event(), Some(Time(T0.0 + 40)));
+    run.advance(&mut s, Time(T0.0 + 40));
+    assert_eq!(s.record(a).unwrap().state, JobPhase::Finished);
+    let rb = s.record(b).unwrap();
+    assert_eq!((rb.state, rb.started), (JobPhase::Running, Some(Time(T0.0 + 40))));
+    run.advance(&mut s, Time(T0.0 + 1000));
+    assert_eq!(s.record(b).unwrap().ended, Some(Time(T0.0 + 140)));
+    assert_eq!(run.next_event(), None);
+}
+
+#[test]
+fn the_virtual_runner_kills_at_wall_time_and_cancels_running_jobs() {
+    let mut s = site(4);
+    let mut run = VirtualRunner::new();
+    let a = submit(&mut s, T0, "ann", job(2, 100));
+    let b = submit(&mut s, T0, "ann", job(2, 100));
+    run.set_run_time(a, Duration(500));
+    let e = s.drain();
+    run.apply(&mut s, T0, e);
+    run.advance(&mut s, T0);
+    s.cancel_job(Time(T0.0 + 10), "ann", b).unwrap();
+    let e = s.drain();
+    run.apply(&mut s, Time(T0.0 + 10), e);
+    assert_eq!(s.record(b).unwrap().state, JobPhase::Cancelled);
+    run.advance(&mut s, Time(T0.0 + 1000));
+    let ra = s.record(a).unwrap();
+    assert_eq!((ra.state, ra.ended), (JobPhase::Failed, Some(Time(T0.0 + 100))));
+    assert_eq!(ra.reason.as_deref(), Some("wall time exceeded"));
+}
