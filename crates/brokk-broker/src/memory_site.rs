@@ -195,9 +195,8 @@ impl Site for MemorySite {
             spec.executable = Some("(simulated)".into());
         }
         let (id, _) = self.op(|core, now| core.submit(now, owner, Submission::of(spec)))?;
-        // A job planned to start now starts now.
-        self.runner.advance(&mut self.core, self.now);
-        self.settle();
+        // It starts at the next `advance`, after the driver has said how
+        // long it runs.
         Ok(JobHandle(format!("{}/jobs/{id}", self.info.endpoint)))
     }
 

@@ -50,6 +50,14 @@ fn the_best_site_gets_the_job_with_the_predicted_wall_time() {
     assert_eq!(s.prediction.requested_wall_time, Some(Duration::hours(1)));
     let r = a.planner().reservations();
     assert_eq!((r.len(), r[0].end - r[0].start), (1, Duration::hours(1)));
+    // Accepted and planned now; it runs once the site's time moves.
+    assert_eq!(
+        a.status(&s.handle),
+        Ok(JobState::Queued {
+            expected_start: Some(NOW)
+        })
+    );
+    a.advance(NOW);
     assert_eq!(a.status(&s.handle), Ok(JobState::Running { since: NOW }));
     assert!(b.planner().is_empty());
 }

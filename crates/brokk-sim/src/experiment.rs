@@ -25,9 +25,10 @@ use brokk_model::{Duration, Time};
 use serde::Deserialize;
 
 use crate::cluster::{from_swf, Estimates, Policy};
+use crate::grid::{simulate_grid, GridRouting, PredictionError, Staleness};
 use crate::lublin;
 use crate::metrics::{summary, Horizon, Summary, DEFAULT_BOUND};
-use crate::platform::{clusters_from_partitions, simulate_platform, ClusterRun, ClusterSpec, Routing};
+use crate::platform::{clusters_from_partitions, simulate_platform, ClusterRun, ClusterSpec, PlatformRun, Routing};
 use crate::swf::SwfJob;
 use crate::transform::{scale_load, window, Filter};
 
@@ -144,6 +145,17 @@ pub struct PlatformSpec {
     /// `partition`, `round-robin` or `random`; by default `partition` for
     /// clusters from partitions, else `round-robin`.
     pub routing: Option<String>,
+    /// Routings to compare, each a series: the rules above and the broker's
+    /// `broker-tts`, `broker-ttd`, `broker-ttd-reserve[:K]`. With a broker
+    /// routing among them every series runs on a grid of site cores.
+    #[serde(default)]
+    pub routings: Vec<String>,
+    /// Seconds the broker reuses a site's information (grid runs).
+    #[serde(default)]
+    pub info_ttl: i64,
+    /// Seconds before a site's information reaches the broker (grid runs).
+    #[serde(default)]
+    pub info_delay: i64,
 }
 
 /// One explicit cluster.
@@ -157,6 +169,13 @@ pub struct ClusterToml {
     /// Trace partitions routed here.
     #[serde(default)]
     pub partitions: Vec<i64>,
+    /// Speed relative to the trace's machine (grid routings only).
+    #[serde(default = "one")]
+    pub speed: f64,
+}
+
+fn one() -> f64 {
+    1.0
 }
 
 /// Metric options.
@@ -214,14 +233,25 @@ pub fn parse_policy(name: &str) -> Option<Policy> {
 pub struct Prepared {
     /// The experiment as written.
     pub spec: Experiment,
-    /// Policies, parsed, with their names.
+    /// The series compared: each a label and a local policy, in the order
+    /// of [`Prepared::routes`].
     pub policies: Vec<(String, Policy)>,
+    /// How each series routes jobs (the seed of random routing is the point's).
+    pub routes: Vec<Route>,
     /// The platform's clusters.
     pub clusters: Vec<ClusterSpec>,
-    /// How jobs are routed (the seed of random routing is the point's).
-    pub routing: Routing,
     /// Trace records after window and filter (empty for the model).
     pub trace: Vec<SwfJob>,
+}
+
+/// How one series spreads jobs over the platform.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Route {
+    /// Each cluster runs its own local queue on what a fixed rule sent it.
+    Clusters(Routing),
+    /// Every cluster is a site core (conservative backfilling of its own
+    /// queue); arrivals are routed by a rule or by the broker.
+    Grid(GridRouting, Staleness),
 }
 
 /// One simulation of a sweep.
@@ -250,6 +280,10 @@ pub struct PointResult {
     pub clusters: Vec<(String, Summary)>,
     /// Jobs no cluster could take.
     pub unrouted: usize,
+    /// Jobs killed at their wall time (grid runs).
+    pub killed: usize,
+    /// How well the broker predicted completions (broker routings).
+    pub prediction: Option<PredictionError>,
     /// Every cluster's outcomes.
     pub runs: Vec<ClusterRun>,
 }
@@ -319,24 +353,81 @@ pub fn prepare(spec: Experiment, base: &Path) -> Result<Prepared, ExperimentErro
                 name: c.name.clone(),
                 procs: c.procs,
                 partitions: c.partitions.clone(),
+                speed: c.speed,
             })
             .collect()
     };
     if clusters.is_empty() || clusters.iter().any(|c| c.procs == 0) {
         return invalid("platform: give clusters with at least one processor, or from_partitions = true".into());
     }
-    let routing = match p.routing.as_deref() {
-        None if p.from_partitions => Routing::Partition,
-        None | Some("round-robin") => Routing::RoundRobin,
-        Some("partition") => Routing::Partition,
-        Some("random") => Routing::Random(0),
-        Some(other) => return invalid(format!("platform.routing: unknown rule {other:?}")),
+    let names: Vec<String> = if p.routings.is_empty() {
+        vec![p
+            .routing
+            .clone()
+            .unwrap_or_else(|| if p.from_partitions { "partition" } else { "round-robin" }.to_string())]
+    } else {
+        p.routings.clone()
     };
+    let mut grid = Vec::new();
+    for n in &names {
+        match GridRouting::parse(n) {
+            Some(r) => grid.push(r),
+            None => {
+                return invalid(format!(
+                    "platform.routing: unknown rule {n:?} (partition, round-robin, random, broker-tts, broker-ttd, broker-ttd-reserve[:K])"
+                ))
+            }
+        }
+    }
+    let on_grid = grid.iter().any(|r| r.is_broker());
+    if on_grid && policies.iter().any(|(_, p)| *p != Policy::CONSERVATIVE) {
+        return invalid(
+            "policies: a broker routing runs every series on site cores, which backfill conservatively; \
+             name policies = [\"conservative\"]"
+                .into(),
+        );
+    }
+    if !on_grid && clusters.iter().any(|c| c.speed != 1.0) {
+        return invalid("platform.clusters: speed applies to grid runs; add a broker routing to routings".into());
+    }
+    if clusters.iter().any(|c| !(c.speed.is_finite() && c.speed > 0.0)) {
+        return invalid("platform.clusters: speed must be a positive number".into());
+    }
+    if p.info_ttl < 0 || p.info_delay < 0 {
+        return invalid("platform: info_ttl and info_delay are seconds, zero or more".into());
+    }
+    let staleness = Staleness {
+        info_ttl: Duration(p.info_ttl),
+        info_delay: Duration(p.info_delay),
+    };
+    let mut series = Vec::new();
+    let mut routes = Vec::new();
+    for (n, r) in names.iter().zip(grid) {
+        let route = if on_grid {
+            Route::Grid(r, staleness)
+        } else {
+            Route::Clusters(match r {
+                GridRouting::Partition => Routing::Partition,
+                GridRouting::RoundRobin => Routing::RoundRobin,
+                _ => Routing::Random(0),
+            })
+        };
+        for (pn, policy) in &policies {
+            let label = match (names.len(), policies.len()) {
+                (1, _) => pn.clone(),
+                (_, 1) => n.clone(),
+                _ => format!("{n}/{pn}"),
+            };
+            series.push((label, *policy));
+            routes.push(route);
+        }
+    }
+    let policies = series;
     Ok(Prepared {
         spec,
         policies,
+        routes,
         clusters,
-        routing,
         trace,
     })
 }
@@ -414,7 +505,9 @@ impl Prepared {
     pub fn workload(&self, load: Option<f64>, seed: u64) -> Result<(Vec<SwfJob>, f64), ExperimentError> {
         let procs = self.total_procs();
         if let Some(l) = &self.spec.workload.lublin {
-            let mut params = lublin::Params::typeless(procs);
+            // Jobs are sized for the largest cluster, loaded for all of them.
+            let largest = self.clusters.iter().map(|c| c.procs).max().unwrap_or(procs);
+            let mut params = lublin::Params::typeless(largest);
             if let Some(s) = l.serial_prob {
                 params.serial_prob = s;
             }
@@ -451,12 +544,28 @@ impl Prepared {
             EstimateSpec::Requested => Estimates::Requested,
         };
         let jobs = from_swf(&records, estimates);
-        let routing = match self.routing {
-            Routing::Random(_) => Routing::Random(point.seed),
-            r => r,
-        };
         let (name, policy) = &self.policies[point.policy];
-        let run = simulate_platform(&self.clusters, &jobs, routing, *policy);
+        let (run, killed, prediction) = match self.routes[point.policy] {
+            Route::Clusters(routing) => {
+                let routing = match routing {
+                    Routing::Random(_) => Routing::Random(point.seed),
+                    r => r,
+                };
+                (simulate_platform(&self.clusters, &jobs, routing, *policy), 0, None)
+            }
+            Route::Grid(routing, staleness) => {
+                let routing = match routing {
+                    GridRouting::Random(_) => GridRouting::Random(point.seed),
+                    r => r,
+                };
+                let g = simulate_grid(&self.clusters, &jobs, routing, staleness);
+                let run = PlatformRun {
+                    clusters: g.clusters,
+                    unrouted: g.unrouted,
+                };
+                (run, g.killed, g.prediction)
+            }
+        };
         let cut = match self.spec.metrics.horizon {
             Horizon::SteadyState => jobs.iter().map(|j| j.submit).max().or(Some(Time::EPOCH)),
             Horizon::CoolDown => None,
@@ -482,6 +591,8 @@ impl Prepared {
             overall,
             clusters,
             unrouted: run.unrouted,
+            killed,
+            prediction,
             runs: run.clusters,
         })
     }

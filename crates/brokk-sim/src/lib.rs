@@ -11,6 +11,7 @@
 pub mod cluster;
 pub mod engine;
 pub mod experiment;
+pub mod grid;
 pub mod gwf;
 pub mod lublin;
 pub mod metrics;

@@ -10,7 +10,7 @@ use crate::cluster::{simulate, Outcome, Policy, SimJob};
 use crate::swf::SwfJob;
 
 /// One cluster of a platform.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ClusterSpec {
     /// Name, for reports.
     pub name: String,
@@ -18,6 +18,9 @@ pub struct ClusterSpec {
     pub procs: u32,
     /// Trace partitions routed here by [`Routing::Partition`].
     pub partitions: Vec<i64>,
+    /// Speed relative to the machine the trace's run times were recorded
+    /// on (1.0: the same); used by grid simulations.
+    pub speed: f64,
 }
 
 /// How jobs are spread over clusters. Only clusters large enough for a job are
@@ -173,6 +176,7 @@ pub fn clusters_from_partitions(
                 name: name_of(n),
                 procs: u32::try_from(size.max(p.largest)).unwrap_or(u32::MAX),
                 partitions: vec![n],
+                speed: 1.0,
             }
         })
         .collect()
@@ -199,6 +203,7 @@ mod tests {
             name: name.into(),
             procs,
             partitions,
+            speed: 1.0,
         }
     }
 

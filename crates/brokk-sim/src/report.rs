@@ -25,10 +25,28 @@ pub struct PointSummary<'a> {
     pub offered_load: f64,
     /// Jobs no cluster could take.
     pub unrouted: usize,
+    /// Jobs killed at their wall time (grid runs).
+    pub killed: usize,
+    /// Jobs the broker placed whose completion is compared with its
+    /// prediction, and the mean and mean absolute error in seconds
+    /// (actual minus predicted; broker routings only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prediction_error: Option<PredictionErrorSummary>,
     /// All clusters together.
     pub overall: Summary,
     /// Per cluster.
     pub clusters: Vec<ClusterSummary<'a>>,
+}
+
+/// Predicted against actual completion, as written to JSON.
+#[derive(Debug, Serialize)]
+pub struct PredictionErrorSummary {
+    /// Jobs compared.
+    pub jobs: usize,
+    /// Mean of actual minus predicted completion, seconds.
+    pub mean_s: f64,
+    /// Mean absolute error, seconds.
+    pub mean_absolute_s: f64,
 }
 
 /// One cluster's summary.
@@ -62,6 +80,12 @@ pub fn report<'a>(prepared: &'a Prepared, results: &'a [PointResult]) -> Report<
                 seed: r.point.seed,
                 offered_load: r.offered_load,
                 unrouted: r.unrouted,
+                killed: r.killed,
+                prediction_error: r.prediction.map(|p| PredictionErrorSummary {
+                    jobs: p.jobs,
+                    mean_s: p.mean,
+                    mean_absolute_s: p.mean_absolute,
+                }),
                 overall: r.overall,
                 clusters: r
                     .clusters

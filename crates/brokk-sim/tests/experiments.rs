@@ -65,8 +65,8 @@ fn a_sweep_is_the_same_on_one_thread_or_four_and_meets_its_loads() {
         // Random routing spread the jobs over both clusters.
         assert_eq!(r.clusters.len(), 2);
         assert!(r.clusters.iter().all(|(_, s)| s.submitted > 0));
-        // Jobs wider than either cluster (the model sizes for 128) are unrouted.
-        assert!(r.unrouted > 0);
+        // The model sizes jobs for the largest cluster, so every job has one.
+        assert_eq!(r.unrouted, 0);
         let routed: usize = r.clusters.iter().map(|(_, s)| s.submitted).sum();
         assert_eq!(routed + r.unrouted, r.overall.submitted);
         // The steady-state rule leaves the jobs still running at the last arrival unfinished.
@@ -153,4 +153,32 @@ clusters = [{ name = "kth", procs = 100 }]
         .unwrap_err()
         .to_string()
         .contains("min_sise"));
+}
+
+#[test]
+fn routings_become_series_and_broker_routings_run_on_site_cores() {
+    let grid = r#"
+name = "g"
+policies = ["conservative"]
+[workload]
+lublin = { days = 2 }
+[platform]
+routings = ["round-robin", "broker-ttd", "broker-ttd-reserve:2"]
+clusters = [{ name = "a", procs = 32, speed = 2.0 }, { name = "b", procs = 64 }]
+"#;
+    let p = parse(grid).unwrap();
+    let labels: Vec<&str> = p.policies.iter().map(|(l, _)| l.as_str()).collect();
+    assert_eq!(labels, ["round-robin", "broker-ttd", "broker-ttd-reserve:2"]);
+    let results = run_points(&p, &p.single_points(), 2, &|| {}).unwrap();
+    assert!(results[0].prediction.is_none());
+    assert!(results[1].prediction.is_some_and(|e| e.jobs > 0));
+    // EASY cannot be asked of a grid of site cores; speed needs a grid.
+    let easy = grid.replace(r#"policies = ["conservative"]"#, r#"policies = ["easy"]"#);
+    let e = parse(&easy).unwrap_err().to_string();
+    assert!(e.contains("conservative"), "{e}");
+    let fixed = grid.replace(r#", "broker-ttd", "broker-ttd-reserve:2""#, "");
+    let e = parse(&fixed).unwrap_err().to_string();
+    assert!(e.contains("speed applies to grid runs"), "{e}");
+    let bad = grid.replace("broker-ttd-reserve:2", "broker-ttx");
+    assert!(parse(&bad).unwrap_err().to_string().contains("broker-ttx"));
 }

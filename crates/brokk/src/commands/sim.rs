@@ -82,13 +82,13 @@ pub fn run(a: Args) -> Result<ExitCode> {
 
 fn print_table(points: &[Point], results: &[PointResult]) {
     println!(
-        "{:<14} {:>6} {:>5} {:>8} {:>9} {:>11} {:>9} {:>7} {:>7}",
-        "policy", "load", "seed", "jobs", "JF%", "wait (s)", "bsld", "util", "offered"
+        "{:<20} {:>6} {:>5} {:>8} {:>9} {:>11} {:>9} {:>7} {:>7} {:>12}",
+        "policy", "load", "seed", "jobs", "JF%", "wait (s)", "bsld", "util", "offered", "pred err (s)"
     );
     for (p, r) in points.iter().zip(results) {
         let s = &r.overall;
         println!(
-            "{:<14} {:>6} {:>5} {:>8} {:>9.2} {:>11.0} {:>9.2} {:>7.3} {:>7.3}",
+            "{:<20} {:>6} {:>5} {:>8} {:>9.2} {:>11.0} {:>9.2} {:>7.3} {:>7.3} {:>12}",
             r.policy,
             p.load.map_or("-".into(), |l| format!("{l:.2}")),
             p.seed,
@@ -97,7 +97,8 @@ fn print_table(points: &[Point], results: &[PointResult]) {
             s.mean_wait,
             s.mean_bounded_slowdown,
             s.utilization,
-            r.offered_load
+            r.offered_load,
+            r.prediction.map_or("-".into(), |e| format!("{:.0}", e.mean_absolute)),
         );
     }
 }

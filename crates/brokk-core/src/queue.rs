@@ -1,0 +1,272 @@
+//! A cluster's local queue under FCFS or backfilling with a number of
+//! protected jobs (1 is EASY, unbounded is conservative), planned on the
+//! planner's availability profile: the rules of the simulator's clusters,
+//! driven by an event loop that tells the queue of arrivals and ends and
+//! asks it what starts.
+//!
+//! Semantics, where the trace format leaves them open:
+//! - the estimate is used only for planning, and a job is never killed at it;
+//! - a running job that overruns its estimate is planned as ending one second
+//!   from now, and every planned duration is at least one second;
+//! - reservations are recomputed at every scheduling pass, in queue order.
+//!
+//! FCFS, EASY and unprotected backfilling take a fast path (a walk over running
+//! jobs by planned end for the head's "shadow" time and spare processors); more
+//! reservations plan on the planner's profile. Both paths give the same schedule
+//! for EASY, which the `on_profile` switch lets the tests check.
+
+use std::collections::BTreeSet;
+
+use brokk_model::{Duration, Time};
+use brokk_planner::{FreeList, Planner, Reply, Request};
+
+/// A job of a trace-driven queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct QueueJob {
+    /// Identifier (the trace's job number).
+    pub id: i64,
+    /// Arrival time.
+    pub submit: Time,
+    /// How long it actually runs.
+    pub run: Duration,
+    /// Processors.
+    pub size: u32,
+    /// What the scheduler believes the run time is.
+    pub estimate: Duration,
+    /// The trace's partition (SWF field 16; the site in grid logs), -1 if unknown.
+    pub partition: i64,
+}
+
+/// The local scheduling policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Policy {
+    /// First come, first served; a blocked head blocks everyone.
+    Fcfs,
+    /// Backfilling that protects the first `reservations` queued jobs
+    /// (0 = none, 1 = EASY, `usize::MAX` = conservative).
+    Backfill {
+        /// How many queued jobs get a reservation.
+        reservations: usize,
+    },
+}
+
+impl Policy {
+    /// EASY backfilling: only the queue's head is protected.
+    pub const EASY: Policy = Policy::Backfill { reservations: 1 };
+    /// Conservative backfilling: every queued job is protected.
+    pub const CONSERVATIVE: Policy = Policy::Backfill {
+        reservations: usize::MAX,
+    };
+}
+
+/// When a job ran.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Outcome {
+    /// The job.
+    pub id: i64,
+    /// Arrival.
+    pub submit: Time,
+    /// Start.
+    pub start: Time,
+    /// End.
+    pub end: Time,
+    /// Processors.
+    pub size: u32,
+}
+
+/// One cluster's queue and running jobs.
+pub struct LocalQueue<'a> {
+    procs: u32,
+    jobs: &'a [QueueJob],
+    on_profile: bool,
+    free: u32,
+    /// Queued jobs, in arrival order.
+    waiting: Vec<usize>,
+    /// Running jobs by (planned end, index); the planned end is start + estimate.
+    running: BTreeSet<(i64, usize)>,
+    started: Vec<Option<Time>>,
+    outcomes: Vec<Option<Outcome>>,
+}
+
+impl<'a> LocalQueue<'a> {
+    /// An idle cluster of `procs` processors for `jobs` (referred to by
+    /// index); `on_profile` plans every policy on the profile (the reference
+    /// for the fast path).
+    pub fn new(procs: u32, jobs: &'a [QueueJob], on_profile: bool) -> Self {
+        LocalQueue {
+            procs,
+            jobs,
+            on_profile,
+            free: procs,
+            waiting: Vec::new(),
+            running: BTreeSet::new(),
+            started: vec![None; jobs.len()],
+            outcomes: vec![None; jobs.len()],
+        }
+    }
+
+    /// Job `i` arrives and joins the queue.
+    pub fn arrive(&mut self, i: usize) {
+        self.waiting.push(i);
+    }
+
+    /// Every job's outcome, in job order, for the jobs that ended.
+    pub fn into_outcomes(self) -> Vec<Outcome> {
+        self.outcomes.into_iter().flatten().collect()
+    }
+
+    /// Job `i` ends at `now`.
+    pub fn finish(&mut self, i: usize, now: Time) {
+        let j = &self.jobs[i];
+        let s = self.started[i].unwrap_or(now);
+        self.running.remove(&((s + j.estimate).0, i));
+        self.free += j.size;
+        self.outcomes[i] = Some(Outcome {
+            id: j.id,
+            submit: j.submit,
+            start: s,
+            end: now,
+            size: j.size,
+        });
+    }
+
+    fn start(&mut self, i: usize, now: Time) {
+        let j = &self.jobs[i];
+        self.free -= j.size;
+        self.started[i] = Some(now);
+        self.running.insert(((now + j.estimate).0, i));
+    }
+
+    /// Starts what the policy allows now; returns the started jobs.
+    pub fn schedule(&mut self, now: Time, policy: Policy) -> Vec<usize> {
+        let jobs = self.jobs;
+        let mut out = Vec::new();
+        // Every policy starts jobs from the head while they fit.
+        let mut head = 0;
+        while let Some(&i) = self.waiting.get(head) {
+            if jobs[i].size > self.free {
+                break;
+            }
+            self.start(i, now);
+            out.push(i);
+            head += 1;
+        }
+        self.waiting.drain(..head);
+        let reservations = match policy {
+            Policy::Backfill { reservations } if !self.waiting.is_empty() => reservations,
+            _ => return out,
+        };
+        let backfilled = if self.on_profile || reservations > 1 {
+            self.backfill_on_profile(now, reservations)
+        } else {
+            self.backfill_around_shadow(now, reservations == 1)
+        };
+        if !backfilled.is_empty() {
+            for &i in &backfilled {
+                self.start(i, now);
+            }
+            // `backfilled` is in queue order, so one merge pass removes it.
+            let mut next = backfilled.iter().peekable();
+            self.waiting.retain(|&w| {
+                if next.peek() == Some(&&w) {
+                    next.next();
+                    false
+                } else {
+                    true
+                }
+            });
+            out.extend(backfilled);
+        }
+        out
+    }
+
+    /// A running job's planned end as of `now`: overdue jobs end in a second.
+    fn planned_end(end: i64, now: Time) -> i64 {
+        end.max(now.0 + 1)
+    }
+
+    /// EASY (or no protection): the head, blocked, gets the earliest time enough
+    /// processors come free (its shadow) and the processors spare then; a queued
+    /// job may start now if it fits and either ends by the shadow or uses only
+    /// spare processors.
+    fn backfill_around_shadow(&self, now: Time, protect_head: bool) -> Vec<usize> {
+        let jobs = self.jobs;
+        let mut free = self.free;
+        let (shadow, mut spare) = if protect_head {
+            let need = jobs[self.waiting[0]].size;
+            let mut avail = self.free;
+            let mut shadow = None;
+            for &(end, i) in &self.running {
+                let end = Self::planned_end(end, now);
+                // Jobs ending at the shadow itself also free their processors.
+                if shadow.is_some_and(|s| end > s) {
+                    break;
+                }
+                avail += jobs[i].size;
+                if shadow.is_none() && avail >= need {
+                    shadow = Some(end);
+                }
+            }
+            // The head fits the empty machine, so a shadow always exists.
+            (shadow.unwrap_or(now.0), avail.saturating_sub(need))
+        } else {
+            (i64::MAX, u32::MAX)
+        };
+        let mut out = Vec::new();
+        for &i in &self.waiting[usize::from(protect_head)..] {
+            if free == 0 {
+                break;
+            }
+            let j = &jobs[i];
+            if j.size > free {
+                continue;
+            }
+            let ends_by_shadow = now.0 + j.estimate.0.max(1) <= shadow;
+            if ends_by_shadow || j.size <= spare {
+                free -= j.size;
+                if !ends_by_shadow {
+                    spare -= j.size;
+                }
+                out.push(i);
+            }
+        }
+        out
+    }
+
+    /// The general rule: the first `reservations` queued jobs are reserved at
+    /// their earliest starts on an availability profile, in queue order, and any
+    /// other may start now if it fits around them.
+    fn backfill_on_profile(&self, now: Time, reservations: usize) -> Vec<usize> {
+        let jobs = self.jobs;
+        let horizon = Time(now.0.saturating_add(1 << 40));
+        let mut plan = Planner::new(self.procs, horizon, FreeList::new());
+        for &(end, i) in &self.running {
+            let req = Request {
+                amount: jobs[i].size,
+                duration: Duration(Self::planned_end(end, now) - now.0),
+                earliest: now,
+                latest: now,
+                flexible: false,
+            };
+            let _ = plan.reserve("running", &req, None);
+        }
+        let mut out = Vec::new();
+        for (k, &i) in self.waiting.iter().enumerate() {
+            let d = jobs[i].estimate.max(Duration(1));
+            let latest = if k < reservations { Time(horizon.0 - d.0) } else { now };
+            let req = Request {
+                amount: jobs[i].size,
+                duration: d,
+                earliest: now,
+                latest,
+                flexible: false,
+            };
+            if let Reply::Granted { start, .. } = plan.reserve("queued", &req, None) {
+                if start == now {
+                    out.push(i);
+                }
+            }
+        }
+        out
+    }
+}

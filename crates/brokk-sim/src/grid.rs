@@ -1,0 +1,453 @@
+//! A grid of sites run by the site core, with arrivals routed by a fixed
+//! rule or by the broker itself: the broker's submission (TTS or TTD
+//! selection, optional reservations on the best few sites, fallback) runs
+//! here exactly as it runs in `brokk serve`, against sites that are the
+//! agent's own core driven by a virtual runner.
+//!
+//! Sites may differ in speed: a job's recorded run time and estimate are
+//! times on a reference machine, and a site of speed `s` runs it in
+//! `run / s` (rounded up). The broker learns speeds the way a live broker
+//! does, from a published benchmark (`speed`) that each job names with its
+//! reference time, and asks for the scaled estimate as the job's wall time;
+//! a job that outlives its wall time is killed, as a live site kills it.
+//!
+//! What the broker knows of a site is a snapshot: taken at most every
+//! `info_ttl` and visible only `info_delay` after it was taken, so how stale
+//! brokering information is becomes an experiment parameter.
+
+use std::collections::HashMap;
+
+use brokk_broker::submit::{submit, SubmitOptions};
+use brokk_broker::{JobHandle, MemorySite, Site, SiteError};
+use brokk_core::{Candidate, Change, Reply, Request, ReservationId};
+use brokk_model::{
+    Benchmark, Duration, Job, JobPhase, JobPreferences, Objective, PublishedBenchmark, ResourceInfo, Time,
+};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use crate::cluster::{Outcome, SimJob};
+use crate::platform::{ClusterRun, ClusterSpec};
+
+/// The benchmark that carries a site's relative speed.
+const SPEED: &str = "speed";
+
+/// The owner of every simulated job.
+const OWNER: &str = "grid";
+
+/// How arrivals reach a site of the grid.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GridRouting {
+    /// A large-enough site drawn uniformly, from this seed.
+    Random(u64),
+    /// The next large-enough site after the last one used.
+    RoundRobin,
+    /// The site listing the job's trace partition.
+    Partition,
+    /// The broker's submission with this objective, reserving on the best
+    /// `reserve_top_k` sites first (0: no reservations).
+    Broker {
+        /// Earliest start (TTS) or earliest completion (TTD).
+        objective: Objective,
+        /// Sites to reserve on before choosing.
+        reserve_top_k: usize,
+    },
+}
+
+impl GridRouting {
+    /// Parses `random`, `round-robin`, `partition`, `broker-tts`,
+    /// `broker-ttd` and `broker-ttd-reserve[:K]` (K defaults to 3).
+    pub fn parse(name: &str) -> Option<GridRouting> {
+        let broker = |objective, reserve_top_k| GridRouting::Broker {
+            objective,
+            reserve_top_k,
+        };
+        Some(match name {
+            "random" => GridRouting::Random(0),
+            "round-robin" => GridRouting::RoundRobin,
+            "partition" => GridRouting::Partition,
+            "broker-tts" => broker(Objective::EarliestStart, 0),
+            "broker-ttd" => broker(Objective::EarliestCompletion, 0),
+            "broker-ttd-reserve" => broker(Objective::EarliestCompletion, 3),
+            _ => {
+                let k = name
+                    .strip_prefix("broker-ttd-reserve:")?
+                    .parse()
+                    .ok()
+                    .filter(|&k| k > 0)?;
+                broker(Objective::EarliestCompletion, k)
+            }
+        })
+    }
+
+    /// Whether the broker decides (rather than a fixed rule).
+    pub fn is_broker(self) -> bool {
+        matches!(self, GridRouting::Broker { .. })
+    }
+}
+
+/// How stale the broker's information is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Staleness {
+    /// A site's snapshot is reused for this long (0: every decision reads
+    /// the site's present state).
+    pub info_ttl: Duration,
+    /// A snapshot becomes visible this long after it was taken.
+    pub info_delay: Duration,
+}
+
+/// Predicted against actual completion of the jobs the broker placed.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct PredictionError {
+    /// Jobs compared.
+    pub jobs: usize,
+    /// Mean of (actual - predicted) completion, seconds: positive when
+    /// jobs finish later than predicted.
+    pub mean: f64,
+    /// Mean of its absolute value, seconds.
+    pub mean_absolute: f64,
+}
+
+/// A grid run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GridRun {
+    /// Per site, in the platform's order.
+    pub clusters: Vec<ClusterRun>,
+    /// Jobs no site took.
+    pub unrouted: usize,
+    /// Jobs killed at their wall time.
+    pub killed: usize,
+    /// How well the broker predicted (broker routings only).
+    pub prediction: Option<PredictionError>,
+}
+
+/// A duration on a reference machine as taken on a site of `speed`.
+fn scaled(d: Duration, speed: f64) -> Duration {
+    Duration(((d.0 as f64 / speed).ceil() as i64).max(1))
+}
+
+/// The broker's picture of one site: the visible snapshot and the one on
+/// its way.
+#[derive(Debug, Clone)]
+struct Snapshot {
+    visible: ResourceInfo,
+    pending: Option<(ResourceInfo, Time)>,
+    taken: Time,
+}
+
+/// A site as one brokering decision sees it: its information from the
+/// snapshot, everything else from the site.
+struct Viewed<'a> {
+    site: &'a mut MemorySite,
+    info: &'a ResourceInfo,
+}
+
+impl Site for Viewed<'_> {
+    fn endpoint(&self) -> &str {
+        self.site.endpoint()
+    }
+    fn info(&self) -> Result<ResourceInfo, SiteError> {
+        Ok(self.info.clone())
+    }
+    fn probe(&self, req: &Request, k: usize) -> Result<Vec<Candidate>, SiteError> {
+        self.site.probe(req, k)
+    }
+    fn reserve(&mut self, owner: &str, req: &Request, hold: Option<Time>) -> Result<Reply, SiteError> {
+        self.site.reserve(owner, req, hold)
+    }
+    fn modify(&mut self, owner: &str, id: ReservationId, change: Change) -> Result<Time, SiteError> {
+        self.site.modify(owner, id, change)
+    }
+    fn commit(&mut self, owner: &str, id: ReservationId) -> Result<(), SiteError> {
+        self.site.commit(owner, id)
+    }
+    fn cancel(&mut self, owner: &str, id: ReservationId) -> Result<(), SiteError> {
+        self.site.cancel(owner, id)
+    }
+    fn submit(&mut self, owner: &str, job: &Job, reservation: Option<ReservationId>) -> Result<JobHandle, SiteError> {
+        self.site.submit(owner, job, reservation)
+    }
+    fn status(&self, job: &JobHandle) -> Result<brokk_broker::JobState, SiteError> {
+        self.site.status(job)
+    }
+    fn cancel_job(&mut self, owner: &str, job: &JobHandle) -> Result<(), SiteError> {
+        self.site.cancel_job(owner, job)
+    }
+}
+
+/// The grid's state during a run.
+struct Grid<'a> {
+    specs: &'a [ClusterSpec],
+    sites: Vec<MemorySite>,
+    snapshots: Vec<Snapshot>,
+    staleness: Staleness,
+    by_name: HashMap<String, usize>,
+}
+
+impl Grid<'_> {
+    /// Moves every site with something due by `t` to `t`.
+    fn advance(&mut self, t: Time) {
+        for s in &mut self.sites {
+            if s.next_event().is_some_and(|e| e <= t) {
+                s.advance(t);
+            }
+        }
+    }
+
+    fn next_event(&self) -> Option<Time> {
+        self.sites.iter().filter_map(MemorySite::next_event).min()
+    }
+
+    /// Brings the broker's snapshots up to `t`.
+    fn refresh(&mut self, t: Time) {
+        let st = self.staleness;
+        for (site, snap) in self.sites.iter_mut().zip(&mut self.snapshots) {
+            if snap.pending.as_ref().is_some_and(|(_, at)| *at + st.info_delay <= t) {
+                if let Some((info, _)) = snap.pending.take() {
+                    snap.visible = info;
+                }
+            }
+            if snap.pending.is_none() && (st.info_ttl.0 == 0 || t - snap.taken >= st.info_ttl) {
+                if let Ok(info) = site.info() {
+                    snap.taken = t;
+                    if st.info_delay.0 == 0 {
+                        snap.visible = info;
+                    } else {
+                        snap.pending = Some((info, t));
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The job a simulated arrival becomes: it names the speed benchmark with
+/// its reference estimate, so the broker scales it per site.
+fn job_of(j: &SimJob) -> Job {
+    Job {
+        name: Some(j.id.to_string()),
+        executable: Some("(simulated)".into()),
+        cpus: Some(j.size),
+        wall_time: Some(j.estimate.max(Duration(1))),
+        benchmarks: vec![Benchmark {
+            name: SPEED.into(),
+            result: 1.0,
+            time: j.estimate.max(Duration(1)),
+        }],
+        ..Job::default()
+    }
+}
+
+/// Routes `jobs` over `clusters` (each run by a site core) and runs them
+/// to the end. Jobs larger than every site are unrouted.
+pub fn simulate_grid(clusters: &[ClusterSpec], jobs: &[SimJob], routing: GridRouting, staleness: Staleness) -> GridRun {
+    let mut order: Vec<usize> = (0..jobs.len()).filter(|&i| jobs[i].size > 0).collect();
+    order.sort_by_key(|&i| (jobs[i].submit, i));
+    let start = order.first().map_or(Time::EPOCH, |&i| jobs[i].submit);
+    // Far beyond any trace, far from overflow.
+    let horizon = Time(start.0.saturating_add(1 << 40));
+    let sites: Vec<MemorySite> = clusters
+        .iter()
+        .map(|c| {
+            let info = ResourceInfo {
+                endpoint: c.name.clone(),
+                name: c.name.clone(),
+                total_slots: c.procs,
+                benchmarks: vec![PublishedBenchmark {
+                    name: SPEED.into(),
+                    value: c.speed,
+                }],
+                reservations: true,
+                ..ResourceInfo::default()
+            };
+            MemorySite::new(info, start, horizon)
+        })
+        .collect();
+    let snapshots = sites
+        .iter()
+        .map(|s| Snapshot {
+            visible: s.info().unwrap_or_default(),
+            pending: None,
+            taken: start,
+        })
+        .collect();
+    let mut grid = Grid {
+        specs: clusters,
+        by_name: clusters.iter().enumerate().map(|(k, c)| (c.name.clone(), k)).collect(),
+        sites,
+        snapshots,
+        staleness,
+    };
+    let by_partition: HashMap<i64, usize> = clusters
+        .iter()
+        .enumerate()
+        .flat_map(|(c, s)| s.partitions.iter().map(move |&p| (p, c)))
+        .collect();
+    let mut rng = ChaCha8Rng::seed_from_u64(match routing {
+        GridRouting::Random(seed) => seed,
+        _ => 0,
+    });
+    let mut turn = 0usize;
+    let mut candidates = Vec::new();
+    // Per job: (site, handle, predicted completion).
+    let mut placed: Vec<Option<(usize, JobHandle, Option<Time>)>> = vec![None; jobs.len()];
+    let mut unrouted = jobs.len() - order.len();
+    let mut next = 0;
+    loop {
+        let arrival = order.get(next).map(|&i| jobs[i].submit);
+        let t = match (arrival, grid.next_event()) {
+            (None, None) => break,
+            (Some(a), Some(e)) => a.min(e),
+            (a, e) => a.or(e).unwrap_or(start),
+        };
+        grid.advance(t);
+        while let Some(&i) = order.get(next).filter(|&&i| jobs[i].submit == t) {
+            next += 1;
+            let j = &jobs[i];
+            let fits = |c: usize| clusters[c].procs >= j.size;
+            let fixed = match routing {
+                GridRouting::Broker { .. } => None,
+                GridRouting::Partition => Some(by_partition.get(&j.partition).copied().filter(|&c| fits(c))),
+                GridRouting::RoundRobin => {
+                    let n = clusters.len();
+                    let c = (0..n).map(|k| (turn + k) % n).find(|&c| fits(c));
+                    if let Some(c) = c {
+                        turn = c + 1;
+                    }
+                    Some(c)
+                }
+                GridRouting::Random(_) => {
+                    candidates.clear();
+                    candidates.extend((0..clusters.len()).filter(|&c| fits(c)));
+                    Some((!candidates.is_empty()).then(|| candidates[rng.gen_range(0..candidates.len())]))
+                }
+            };
+            let outcome = match (fixed, routing) {
+                (Some(site), _) => site.and_then(|c| {
+                    let mut job = job_of(j);
+                    job.wall_time = Some(scaled(j.estimate, clusters[c].speed));
+                    grid.sites[c].advance(t);
+                    let handle = grid.sites[c].submit(OWNER, &job, None).ok()?;
+                    Some((c, handle, None))
+                }),
+                (
+                    None,
+                    GridRouting::Broker {
+                        objective,
+                        reserve_top_k,
+                    },
+                ) => grid.broker(j, t, objective, reserve_top_k),
+                (None, _) => None,
+            };
+            match outcome {
+                Some((c, handle, predicted)) => {
+                    let site = &mut grid.sites[c];
+                    let _ = site.set_run_time(&handle, scaled(j.run, clusters[c].speed));
+                    site.advance(t);
+                    placed[i] = Some((c, handle, predicted));
+                }
+                None => unrouted += 1,
+            }
+        }
+    }
+    grid.collect(jobs, &placed, unrouted, routing)
+}
+
+impl Grid<'_> {
+    /// The broker's submission of `j` at `t`.
+    fn broker(
+        &mut self,
+        j: &SimJob,
+        t: Time,
+        objective: Objective,
+        reserve_top_k: usize,
+    ) -> Option<(usize, JobHandle, Option<Time>)> {
+        // Every site the broker may ask answers at `t`.
+        for s in &mut self.sites {
+            s.advance(t);
+        }
+        self.refresh(t);
+        let job = job_of(j);
+        let prefs = JobPreferences {
+            objective: Some(objective),
+            use_reservations: Some(reserve_top_k > 0),
+            ..JobPreferences::default()
+        };
+        let mut views: Vec<Viewed<'_>> = self
+            .sites
+            .iter_mut()
+            .zip(&self.snapshots)
+            .map(|(site, snap)| Viewed {
+                site,
+                info: &snap.visible,
+            })
+            .collect();
+        let mut refs: Vec<&mut dyn Site> = views.iter_mut().map(|v| v as &mut dyn Site).collect();
+        let opts = SubmitOptions {
+            reserve_top_k,
+            ..SubmitOptions::default()
+        };
+        let s = submit(&job, &prefs, OWNER, &mut refs, t, opts).ok()?;
+        let c = *self.by_name.get(&s.endpoint)?;
+        Some((c, s.handle, Some(t + s.prediction.ttd())))
+    }
+
+    /// Every site's outcomes in job order, and the prediction error.
+    fn collect(
+        &self,
+        jobs: &[SimJob],
+        placed: &[Option<(usize, JobHandle, Option<Time>)>],
+        unrouted: usize,
+        routing: GridRouting,
+    ) -> GridRun {
+        let mut outcomes: Vec<Vec<Outcome>> = vec![Vec::new(); self.specs.len()];
+        let mut submitted = vec![0usize; self.specs.len()];
+        let (mut killed, mut n, mut sum, mut abs) = (0, 0usize, 0.0, 0.0);
+        for (j, p) in jobs.iter().zip(placed) {
+            let Some((c, handle, predicted)) = p else { continue };
+            submitted[*c] += 1;
+            let Some(r) = self.sites[*c].record(handle) else {
+                continue;
+            };
+            let (Some(s), Some(e)) = (r.started, r.ended) else {
+                continue;
+            };
+            if r.state == JobPhase::Failed {
+                killed += 1;
+            }
+            outcomes[*c].push(Outcome {
+                id: j.id,
+                submit: j.submit,
+                start: s,
+                end: e,
+                size: j.size,
+            });
+            if let Some(p) = predicted {
+                let err = (e - *p).0 as f64;
+                n += 1;
+                sum += err;
+                abs += err.abs();
+            }
+        }
+        GridRun {
+            clusters: self
+                .specs
+                .iter()
+                .zip(outcomes)
+                .zip(submitted)
+                .map(|((spec, outcomes), submitted)| ClusterRun {
+                    spec: spec.clone(),
+                    submitted,
+                    outcomes,
+                })
+                .collect(),
+            unrouted,
+            killed,
+            prediction: routing.is_broker().then(|| PredictionError {
+                jobs: n,
+                mean: if n > 0 { sum / n as f64 } else { 0.0 },
+                mean_absolute: if n > 0 { abs / n as f64 } else { 0.0 },
+            }),
+        }
+    }
+}
