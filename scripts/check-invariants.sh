@@ -1,10 +1,18 @@
 #!/usr/bin/env bash
-# Architecture invariants (see ARCHITECTURE.md): the core library crates never
-# depend on async runtimes, HTTP, databases or CLI parsing.
+# Architecture invariants (see ARCHITECTURE.md):
+# - the core library crates never depend on async runtimes, HTTP, databases
+#   or CLI parsing;
+# - one scheduling core: among the library crates only brokk-core depends
+#   on the planner (the CLI's planner benchmark aside), so site admission and
+#   backfilling exist once, in brokk-core;
+# - the simulator runs the broker (brokk-sim depends on brokk-broker).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 status=0
-for crate in brokk-model brokk-jdl brokk-planner brokk-broker brokk-sim; do
+direct() { # the crates $1 depends on directly (normal dependencies)
+  cargo tree --locked -p "$1" -e normal --depth 1 --prefix none 2>/dev/null | tail -n +2 | awk '{print $1}'
+}
+for crate in brokk-model brokk-jdl brokk-planner brokk-core brokk-broker brokk-sim; do
   for banned in tokio axum clap sqlx reqwest hyper; do
     if cargo tree --locked -p "$crate" -e normal --prefix none 2>/dev/null | grep -q "^$banned v"; then
       echo "invariant broken: $crate depends on $banned"
@@ -12,4 +20,20 @@ for crate in brokk-model brokk-jdl brokk-planner brokk-broker brokk-sim; do
     fi
   done
 done
+for crate in brokk-site brokk-broker brokk-sim brokk-proto brokk-server; do
+  if direct "$crate" | grep -qx brokk-planner; then
+    echo "invariant broken: $crate depends on brokk-planner directly; scheduling rules belong in brokk-core"
+    status=1
+  fi
+done
+for crate in brokk-site brokk-broker brokk-sim; do
+  if ! direct "$crate" | grep -qx brokk-core; then
+    echo "invariant broken: $crate does not use brokk-core"
+    status=1
+  fi
+done
+if ! direct brokk-sim | grep -qx brokk-broker; then
+  echo "invariant broken: brokk-sim does not depend on brokk-broker, so no broker decision runs in simulation"
+  status=1
+fi
 exit $status

@@ -3,8 +3,8 @@
 //! blocking pool).
 
 use brokk_broker::{JobHandle, JobState, Site, SiteError};
+use brokk_core::{Candidate, Change, Reply, Request, ReservationId};
 use brokk_model::{Job, ResourceInfo, Time};
-use brokk_planner::{Candidate, Change, Reply, Request, ReservationId};
 use reqwest::blocking::{Client, RequestBuilder, Response};
 use reqwest::StatusCode;
 use serde::de::DeserializeOwned;

@@ -1,7 +1,7 @@
 //! Request and response bodies of the site API (`/v1/...`).
 
+use brokk_core::{Candidate, NeverReason, Request};
 use brokk_model::{Duration, PublishedBenchmark, Time};
-use brokk_planner::{Candidate, NeverReason, Request};
 use serde::{Deserialize, Serialize};
 
 /// Parses a JSON request body; the error names the field at fault

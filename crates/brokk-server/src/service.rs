@@ -141,7 +141,7 @@ fn settle(parts: &[Option<(SiteEntry, String)>]) -> bool {
         let commit = |(site, r): &(&SiteEntry, u64)| {
             site.client
                 .clone()
-                .commit("broker", brokk_planner::ReservationId(*r))
+                .commit("broker", brokk_core::ReservationId(*r))
                 .is_ok()
         };
         if waiting.iter().all(commit) {
@@ -214,38 +214,38 @@ impl Site for CachedSite {
     }
     fn probe(
         &self,
-        req: &brokk_planner::Request,
+        req: &brokk_core::Request,
         k: usize,
-    ) -> Result<Vec<brokk_planner::Candidate>, brokk_broker::SiteError> {
+    ) -> Result<Vec<brokk_core::Candidate>, brokk_broker::SiteError> {
         self.client.probe(req, k)
     }
     fn reserve(
         &mut self,
         owner: &str,
-        req: &brokk_planner::Request,
+        req: &brokk_core::Request,
         hold: Option<Time>,
-    ) -> Result<brokk_planner::Reply, brokk_broker::SiteError> {
+    ) -> Result<brokk_core::Reply, brokk_broker::SiteError> {
         self.client.reserve(owner, req, hold)
     }
     fn modify(
         &mut self,
         owner: &str,
-        id: brokk_planner::ReservationId,
-        change: brokk_planner::Change,
+        id: brokk_core::ReservationId,
+        change: brokk_core::Change,
     ) -> Result<Time, brokk_broker::SiteError> {
         self.client.modify(owner, id, change)
     }
-    fn commit(&mut self, owner: &str, id: brokk_planner::ReservationId) -> Result<(), brokk_broker::SiteError> {
+    fn commit(&mut self, owner: &str, id: brokk_core::ReservationId) -> Result<(), brokk_broker::SiteError> {
         self.client.commit(owner, id)
     }
-    fn cancel(&mut self, owner: &str, id: brokk_planner::ReservationId) -> Result<(), brokk_broker::SiteError> {
+    fn cancel(&mut self, owner: &str, id: brokk_core::ReservationId) -> Result<(), brokk_broker::SiteError> {
         self.client.cancel(owner, id)
     }
     fn submit(
         &mut self,
         owner: &str,
         job: &Job,
-        reservation: Option<brokk_planner::ReservationId>,
+        reservation: Option<brokk_core::ReservationId>,
     ) -> Result<JobHandle, brokk_broker::SiteError> {
         self.client.submit(owner, job, reservation)
     }
@@ -971,7 +971,7 @@ impl Service {
             let mut c = site.client.clone();
             c.set_idempotency_key(Some(key));
             c.set_on_behalf_of(Some(user));
-            c.submit("broker", &job, Some(brokk_planner::ReservationId(r.site_reservation)))
+            c.submit("broker", &job, Some(brokk_core::ReservationId(r.site_reservation)))
         })
         .await
         .map_err(|e| ServiceError::Unavailable(e.to_string()))?;
@@ -1032,7 +1032,7 @@ impl Service {
             )));
         }
         let sites = self.sites.clone();
-        let request = brokk_planner::Request {
+        let request = brokk_core::Request {
             amount: req.amount,
             duration: req.duration,
             earliest: req.earliest,
@@ -1049,7 +1049,7 @@ impl Service {
             order.sort();
             for (_, k) in order {
                 let mut c = sites[k].client.clone();
-                if let Ok(brokk_planner::Reply::Granted { id, start }) = c.reserve("broker", &request, None) {
+                if let Ok(brokk_core::Reply::Granted { id, start }) = c.reserve("broker", &request, None) {
                     return Some((sites[k].name.clone(), id.0, start));
                 }
             }
@@ -1096,11 +1096,10 @@ impl Service {
             .site(&r.site)
             .ok_or_else(|| ServiceError::Unavailable(format!("site {} is no longer configured", r.site)))?;
         let sid = r.site_reservation;
-        let res = tokio::task::spawn_blocking(move || {
-            site.client.clone().cancel("broker", brokk_planner::ReservationId(sid))
-        })
-        .await
-        .map_err(|e| ServiceError::Unavailable(e.to_string()))?;
+        let res =
+            tokio::task::spawn_blocking(move || site.client.clone().cancel("broker", brokk_core::ReservationId(sid)))
+                .await
+                .map_err(|e| ServiceError::Unavailable(e.to_string()))?;
         match res {
             Ok(()) | Err(brokk_broker::SiteError::Unknown) => {}
             Err(e) => return Err(ServiceError::Unavailable(format!("cancelling at {}: {e}", r.site))),
