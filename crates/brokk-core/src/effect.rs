@@ -28,7 +28,7 @@ impl Ended {
 /// A command for the resource manager behind the site, to be run after the
 /// operation's lock is released.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Backend {
+pub enum Manager {
     /// Make the resource manager's reservation for this new grant.
     Reserve(ReservationId),
     /// Change the resource manager's reservation from `old` to what the
@@ -62,5 +62,5 @@ pub enum Effect {
     /// The hold job `job` was submitted into is committed; it may start.
     Committed(u64),
     /// A command for the resource manager.
-    Backend(Backend),
+    Manager(Manager),
 }

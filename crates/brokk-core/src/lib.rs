@@ -29,7 +29,7 @@ pub use brokk_planner::{Candidate, Change, FreeSlot, NeverReason, Reply, Request
 /// The schedule a site core keeps.
 pub type Planner = brokk_planner::Planner<brokk_planner::FreeList>;
 
-pub use effect::{Backend, Effect, Ended};
+pub use effect::{Effect, Ended, Manager};
 pub use error::CoreError;
 pub use record::{JobRecord, Occupant, Submission};
 pub use runner::VirtualRunner;

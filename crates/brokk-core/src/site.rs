@@ -9,7 +9,7 @@ use brokk_planner::{
     Candidate, Change, FreeList, Planner, PlannerError, Reply, Request, Reservation, ReservationId, State,
 };
 
-use crate::effect::{Backend, Effect, Ended};
+use crate::effect::{Effect, Ended, Manager};
 use crate::error::CoreError;
 use crate::feed::Feed;
 use crate::record::{JobRecord, Occupant, Submission};
@@ -261,7 +261,7 @@ impl SiteCore {
         if gone.is_empty() {
             return false;
         }
-        self.out.push(Effect::Backend(Backend::Release(gone.clone())));
+        self.out.push(Effect::Manager(Manager::Release(gone.clone())));
         let waiting: Vec<u64> = self
             .active()
             .filter(|j| j.slot.is_some_and(|s| gone.contains(&s)))
@@ -307,7 +307,7 @@ impl SiteCore {
                         self.out.push(Effect::SaveReservation(r.id));
                     }
                 }
-                self.out.push(Effect::Backend(Backend::Reserve(id)));
+                self.out.push(Effect::Manager(Manager::Reserve(id)));
                 self.planner.get(id).ok_or_else(|| not_found(id))
             }
             other => Err(CoreError::NotGranted(other)),
@@ -360,7 +360,7 @@ impl SiteCore {
         match self.planner.modify(id, change) {
             Ok(_) => {
                 self.out.push(Effect::SaveReservation(id));
-                self.out.push(Effect::Backend(Backend::Modify { old }));
+                self.out.push(Effect::Manager(Manager::Modify { old }));
                 self.planner.get(id).ok_or_else(|| not_found(id))
             }
             Err(PlannerError::DoesNotFit(reply)) => Err(CoreError::NotGranted(reply)),
@@ -386,7 +386,7 @@ impl SiteCore {
         self.free_of_jobs(id, "in use by (cancel it first)")?;
         self.planner.cancel(id).map_err(|_| not_found(id))?;
         self.end(vec![id], Ended::Cancelled);
-        self.out.push(Effect::Backend(Backend::Release(vec![id])));
+        self.out.push(Effect::Manager(Manager::Release(vec![id])));
         self.compress(now);
         Ok(())
     }

@@ -146,6 +146,10 @@ pub struct EmbeddedSiteConfig {
     /// Local directories `file://` stage-out may write to (none by default).
     #[serde(default)]
     pub stage_out_dirs: Vec<PathBuf>,
+    /// Run nothing (jobs are planned and finish at their planned start):
+    /// for benchmarks of the broker only.
+    #[serde(default)]
+    pub null_backend_for_benchmarks: bool,
 }
 
 fn default_listen() -> SocketAddr {

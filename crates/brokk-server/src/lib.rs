@@ -66,6 +66,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
             stage_in_dirs: e.stage_in_dirs.clone(),
             stage_out_dirs: e.stage_out_dirs.clone(),
             slurm: e.slurm.clone(),
+            null_backend_for_benchmarks: e.null_backend_for_benchmarks,
         };
         site.check().map_err(|e| err(&e))?;
         let running = brokk_site::start(site).await.map_err(|e| err(&e))?;

@@ -8,18 +8,20 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use brokk_core::{
-    Backend, Candidate, Change, CoreError, Effect, JobRecord, Occupant, Request, Reservation, ReservationId, SiteCore,
+    Candidate, Change, CoreError, Effect, JobRecord, Manager, Occupant, Request, Reservation, ReservationId, SiteCore,
     SiteParams, State, Submission,
 };
 use brokk_model::{Duration, Job, JobPhase, Time};
 use brokk_proto::wire::{ChangeFeed, InfoView, JobView, ReservationRequest, ReservationState, ReservationView};
 use tokio::sync::{watch, Mutex, MutexGuard};
 
-use crate::accounts::{Account, Accounts};
+use crate::accounts::Accounts;
+use crate::backend::Backend;
 use crate::config::Config;
-use crate::slurm::cli::{ResSpec, SlurmError};
+use crate::launch::Progress;
+use crate::slurm::cli::SlurmError;
 use crate::slurm::Slurm;
-use crate::store::{Store, StoreError};
+use crate::store::{Store, StoreError, Write};
 
 /// Why an operation failed, as the API reports it.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -67,40 +69,7 @@ impl From<CoreError> for AgentError {
 
 pub use brokk_proto::wall_clock as now;
 
-/// What the runner of one job listens to.
-#[derive(Debug, Clone)]
-pub struct Controls {
-    /// The planned start, which moves earlier when the queue compresses.
-    pub start: watch::Receiver<Time>,
-    /// Set when the owner cancels.
-    pub cancel: watch::Receiver<bool>,
-    /// Whether the reservation the job claimed is committed: a job
-    /// submitted into a hold with an explicit commit waits for it.
-    pub committed: watch::Receiver<bool>,
-}
-
-/// What a job's runner needs to run it.
-#[derive(Debug)]
-pub struct Launch {
-    /// Job id on this site.
-    pub id: u64,
-    /// The description.
-    pub job: Job,
-    /// What it listens to.
-    pub controls: Controls,
-    /// Its id in the resource manager, once submitted there.
-    pub backend_id: Option<u64>,
-    /// The owner's reservation it runs in, if it claimed one.
-    pub claimed: Option<ReservationId>,
-    /// Its wall time, seconds (the site's default when it states none).
-    pub wall: i64,
-    /// Whether it has started.
-    pub started: bool,
-    /// Whether the agent restarted since the job was accepted.
-    pub resumed: bool,
-    /// The local account it runs as (`None`: the agent's own).
-    pub account: Option<Account>,
-}
+use crate::launch::{Controls, Launch};
 
 #[derive(Debug)]
 struct Control {
@@ -133,8 +102,8 @@ pub struct Agent {
     /// Identifies this run of the agent: change-feed versions restart with it.
     epoch: u64,
     inner: Arc<Mutex<Inner>>,
-    /// The Slurm backend; `None` runs jobs as local processes.
-    slurm: Option<Arc<Slurm>>,
+    /// How jobs run.
+    backend: Backend,
     /// Local accounts of the site's users.
     accounts: Accounts,
     /// Where `file://` staging may go.
@@ -177,9 +146,9 @@ impl Agent {
     /// [`SiteCore::restore`]). Returns the agent and the ids of jobs whose
     /// runner must (re)start.
     pub async fn open(mut config: Config) -> Result<(Agent, Vec<u64>), AgentError> {
-        let slurm = match config.slurm.clone() {
+        let backend = match config.slurm.clone() {
             Some(sc) => {
-                let (slurm, cpus) = Slurm::connect(&config.name, sc)
+                let (slurm, cpus) = Slurm::connect(&config.name, sc, config.horizon_days)
                     .await
                     .map_err(|e| AgentError::Unavailable(format!("reading the Slurm cluster: {e}")))?;
                 if config.capacity == 0 {
@@ -188,9 +157,10 @@ impl Agent {
                 if config.capacity == 0 {
                     return Err(AgentError::Unavailable("the Slurm cluster has no CPUs".into()));
                 }
-                Some(Arc::new(slurm))
+                Backend::Slurm(Arc::new(slurm))
             }
-            None => None,
+            None if config.null_backend_for_benchmarks => Backend::NullForBenchmarks,
+            None => Backend::Processes,
         };
         if let Some(dir) = config.database.parent() {
             std::fs::create_dir_all(dir).map_err(|e| AgentError::Internal(e.to_string()))?;
@@ -212,9 +182,10 @@ impl Agent {
         let records = store.jobs().await?;
         // A running local job is followed through its supervisor; a job a
         // resource manager was given is followed there.
-        let followable = |j: &JobRecord| match slurm {
-            None => crate::supervisor::started(&crate::supervisor::dir(&config.workdir, j.id)),
-            Some(_) => j.backend_id.is_some(),
+        let followable = |j: &JobRecord| match backend {
+            Backend::Processes => crate::supervisor::started(&crate::supervisor::dir(&config.workdir, j.id)),
+            Backend::Slurm(_) => j.backend_id.is_some(),
+            Backend::NullForBenchmarks => false,
         };
         let (core, resume) = SiteCore::restore(params, t, &reservations, next_reservation, records, followable);
         let agent = Agent {
@@ -224,7 +195,7 @@ impl Agent {
                 core,
                 controls: HashMap::new(),
             })),
-            slurm,
+            backend,
             accounts,
             staging: Arc::new(crate::staging::Allowed {
                 read: config.stage_in_dirs.clone(),
@@ -253,12 +224,17 @@ impl Agent {
 
     /// The Slurm backend, when the agent fronts a Slurm cluster.
     pub fn slurm(&self) -> Option<&Arc<Slurm>> {
-        self.slurm.as_ref()
+        self.backend.slurm()
+    }
+
+    /// How the site runs its jobs.
+    pub fn backend(&self) -> &Backend {
+        &self.backend
     }
 
     /// An error while the resource manager does not answer.
     fn check_available(&self) -> Result<(), AgentError> {
-        match self.slurm.as_ref().and_then(|s| s.down()) {
+        match self.backend.down() {
             Some(why) => Err(AgentError::Unavailable(why)),
             None => Ok(()),
         }
@@ -273,22 +249,21 @@ impl Agent {
     /// lock is released.
     async fn apply(&self, g: &mut Inner) -> Result<Vec<Command>, AgentError> {
         let mut commands = Vec::new();
-        let mut saved = Vec::new();
+        let mut writes: Vec<Write> = Vec::new();
         for e in g.core.drain() {
             match e {
                 Effect::SaveReservation(id) => {
                     if let Some(r) = g.core.reservation_now(id) {
-                        saved.push(r);
+                        match writes.last_mut() {
+                            Some(Write::Reservations(rs)) => rs.push(r),
+                            _ => writes.push(Write::Reservations(vec![r])),
+                        }
                     }
                 }
-                Effect::EndReservations(ids, why) => {
-                    self.flush(&mut saved).await?;
-                    self.store.end_reservations(&ids, why.as_str()).await?;
-                }
+                Effect::EndReservations(ids, why) => writes.push(Write::Ended(ids, why.as_str())),
                 Effect::SaveJob(id) => {
-                    self.flush(&mut saved).await?;
                     if let Some(j) = g.core.record(id) {
-                        self.store.save_job(j).await?;
+                        writes.push(Write::Job(Box::new(j.clone())));
                     }
                     if g.core.record(id).is_none_or(|j| j.state.is_terminal()) {
                         g.controls.remove(&id);
@@ -309,30 +284,23 @@ impl Agent {
                         let _ = c.committed.send(true);
                     }
                 }
-                Effect::Backend(b) if self.slurm.is_some() => commands.push(match b {
-                    Backend::Reserve(id) => match g.core.reservation_now(id) {
+                Effect::Manager(b) if self.backend.reserves() => commands.push(match b {
+                    Manager::Reserve(id) => match g.core.reservation_now(id) {
                         Some(r) => Command::Create(r),
                         None => continue,
                     },
-                    Backend::Modify { old } => match g.core.reservation_now(old.id) {
+                    Manager::Modify { old } => match g.core.reservation_now(old.id) {
                         Some(new) => Command::Modify { old, new },
                         None => continue,
                     },
-                    Backend::Release(ids) => Command::Delete(ids),
+                    Manager::Release(ids) => Command::Delete(ids),
                 }),
-                Effect::Backend(_) => {}
+                Effect::Manager(_) => {}
             }
         }
-        self.flush(&mut saved).await?;
+        // One transaction for everything the operation changed.
+        self.store.write(&writes).await?;
         Ok(commands)
-    }
-
-    async fn flush(&self, saved: &mut Vec<Reservation>) -> Result<(), AgentError> {
-        if !saved.is_empty() {
-            self.store.save_reservations(saved).await?;
-            saved.clear();
-        }
-        Ok(())
     }
 
     /// Runs `op` on the core at the wall clock's now, carries out its
@@ -366,10 +334,10 @@ impl Agent {
 
     async fn command(&self, c: &Command) -> Result<(), SlurmError> {
         match c {
-            Command::Create(r) => self.slurm_create(r).await,
-            Command::Modify { old, new } => self.slurm_modify(old, new).await,
+            Command::Create(r) => self.backend.reserve(r).await,
+            Command::Modify { old, new } => self.backend.modify(old, new).await,
             Command::Delete(ids) => {
-                self.slurm_delete(ids).await;
+                self.backend.release(ids).await;
                 Ok(())
             }
         }
@@ -394,7 +362,7 @@ impl Agent {
             reservations: true,
             available: unavailable.is_none(),
             unavailable_reason: unavailable.map(|e| e.to_string()),
-            cluster: self.slurm.as_ref().and_then(|s| s.cluster()),
+            cluster: self.backend.cluster(),
         }
     }
 
@@ -442,9 +410,7 @@ impl Agent {
         }
         match e {
             SlurmError::Unavailable(m) => {
-                if let Some(s) = &self.slurm {
-                    s.note(&SlurmError::Unavailable(m.clone()));
-                }
+                self.backend.note(&SlurmError::Unavailable(m.clone()));
                 AgentError::Unavailable(m)
             }
             SlurmError::Refused(m) => {
@@ -728,80 +694,34 @@ impl Agent {
         })
         .await
     }
+}
 
-    fn res_spec(slurm: &Slurm, r: &Reservation) -> ResSpec {
-        ResSpec {
-            name: slurm.reservation_name(r.id.0),
-            start: r.start,
-            end: r.end,
-            cpus: r.amount,
-            user: slurm.user.clone(),
-            partition: slurm.config.partition.clone(),
+impl Progress for Agent {
+    async fn set_phase(&self, id: u64, phase: JobPhase) -> bool {
+        matches!(Agent::set_phase(self, id, phase).await, Ok(true))
+    }
+
+    async fn record_submitted(&self, id: u64, backend_id: u64) {
+        if let Err(e) = Agent::record_submitted(self, id, backend_id).await {
+            tracing::error!(job = id, "recording resource manager job {backend_id}: {e}");
         }
     }
 
-    /// Makes reservation `r` in Slurm and reads it back: Slurm has been seen
-    /// to grant fewer nodes than asked without an error, so a grant that is
-    /// not what was asked is undone and refused.
-    async fn slurm_create(&self, r: &Reservation) -> Result<(), SlurmError> {
-        let Some(slurm) = &self.slurm else { return Ok(()) };
-        let spec = Self::res_spec(slurm, r);
-        slurm.cli.create_reservation(&spec).await?;
-        let back = slurm.cli.reservation(&spec.name).await;
-        let problem = match &back {
-            Ok(Some(row)) if row.cpus >= spec.cpus && row.end == Some(spec.end) => None,
-            Ok(Some(row)) => Some(format!(
-                "Slurm made {} with {} cores until {:?} instead of {} until {}",
-                spec.name, row.cpus, row.end, spec.cpus, spec.end.0
-            )),
-            Ok(None) => Some(format!("Slurm does not show {} after creating it", spec.name)),
-            Err(e) => Some(e.to_string()),
-        };
-        match problem {
-            None => Ok(()),
-            Some(why) => {
-                if let Err(e) = slurm.cli.delete_reservation(&spec.name).await {
-                    tracing::warn!(reservation = %spec.name, "undoing a short grant: {e}");
-                }
-                match back {
-                    Err(e @ SlurmError::Unavailable(_)) => Err(e),
-                    _ => Err(SlurmError::Refused(why)),
-                }
-            }
+    async fn mark_running(&self, id: u64, start: Time) {
+        if let Err(e) = Agent::mark_running(self, id, start).await {
+            tracing::error!(job = id, "recording the start: {e}");
         }
     }
 
-    /// Changes the Slurm reservation from `old` to `new`. Slurm moves
-    /// core-based reservations in time but cannot change their core count:
-    /// then it is made again, and the old one put back if the new one does
-    /// not fit.
-    async fn slurm_modify(&self, old: &Reservation, new: &Reservation) -> Result<(), SlurmError> {
-        let Some(slurm) = &self.slurm else { return Ok(()) };
-        let name = slurm.reservation_name(old.id.0);
-        if new.amount == old.amount {
-            return slurm.cli.move_reservation(&name, new.start, new.end).await;
-        }
-        slurm.cli.delete_reservation(&name).await?;
-        match self.slurm_create(new).await {
-            Ok(()) => Ok(()),
-            Err(e) => {
-                if let Err(back) = slurm.cli.create_reservation(&Self::res_spec(slurm, old)).await {
-                    tracing::error!(reservation = %name, "putting back the old reservation failed: {back}");
-                }
-                Err(e)
-            }
-        }
+    async fn mirror(&self, occupants: Vec<Occupant>) {
+        Agent::mirror(self, occupants).await
     }
 
-    /// Deletes the Slurm reservations of `ids`; what fails now, the poller
-    /// deletes later.
-    async fn slurm_delete(&self, ids: &[ReservationId]) {
-        let Some(slurm) = &self.slurm else { return };
-        for id in ids {
-            if let Err(e) = slurm.cli.delete_reservation(&slurm.reservation_name(id.0)).await {
-                slurm.note(&e);
-                tracing::warn!(reservation = id.0, "deleting the Slurm reservation: {e}");
-            }
-        }
+    async fn ended_jobs(&self, ids: Vec<u64>) -> Vec<u64> {
+        Agent::ended_jobs(self, ids).await
+    }
+
+    async fn holds_reservation(&self, id: u64) -> bool {
+        Agent::holds_reservation(self, id).await
     }
 }

@@ -106,6 +106,10 @@ pub struct Config {
     pub stage_out_dirs: Vec<PathBuf>,
     /// The Slurm backend; without it jobs run as local processes.
     pub slurm: Option<SlurmConfig>,
+    /// Run nothing: jobs are planned, marked running at their planned start
+    /// and finish at once. For benchmarks of the broker and the agent only.
+    #[serde(default)]
+    pub null_backend_for_benchmarks: bool,
 }
 
 /// The Slurm backend's settings.

@@ -8,7 +8,9 @@
 pub mod accounts;
 pub mod agent;
 pub mod api;
+pub mod backend;
 pub mod config;
+pub mod launch;
 pub mod openapi;
 pub mod runner;
 pub mod sandbox;

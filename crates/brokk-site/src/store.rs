@@ -26,6 +26,17 @@ pub enum StoreError {
 
 pub use brokk_core::JobRecord;
 
+/// One durable change.
+#[derive(Debug, Clone)]
+pub enum Write {
+    /// Reservations as they now are (live).
+    Reservations(Vec<Reservation>),
+    /// Reservations that ended, and why (`cancelled`, `expired`, `released`).
+    Ended(Vec<ReservationId>, &'static str),
+    /// A job record as it now is.
+    Job(Box<JobRecord>),
+}
+
 /// The agent's database.
 #[derive(Debug, Clone)]
 pub struct Store {
@@ -85,70 +96,71 @@ impl Store {
         Ok(Store { pool })
     }
 
-    /// Writes reservations as they now are (live).
-    pub async fn save_reservations(&self, rs: &[Reservation]) -> Result<(), StoreError> {
+    /// Makes `writes` durable together, in order, in one transaction.
+    pub async fn write(&self, writes: &[Write]) -> Result<(), StoreError> {
+        if writes.is_empty() {
+            return Ok(());
+        }
         let mut tx = self.pool.begin().await?;
-        for r in rs {
-            let expires = match r.state {
-                State::Committed => None,
-                State::Preliminary { expires } => Some(expires.0),
-            };
-            sqlx::query(
-                "INSERT OR REPLACE INTO reservations (id, owner, start, stop, amount, expires, win_lo, win_hi, live, ended)
-                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, 1, NULL)",
-            )
-            .bind(r.id.0 as i64)
-            .bind(r.owner.as_ref())
-            .bind(r.start.0)
-            .bind(r.end.0)
-            .bind(i64::from(r.amount))
-            .bind(expires)
-            .bind(r.window.map(|w| w.0 .0))
-            .bind(r.window.map(|w| w.1 .0))
-            .execute(&mut *tx)
-            .await?;
+        for w in writes {
+            match w {
+                Write::Reservations(rs) => {
+                    for r in rs {
+                        let expires = match r.state {
+                            State::Committed => None,
+                            State::Preliminary { expires } => Some(expires.0),
+                        };
+                        sqlx::query(
+                            "INSERT OR REPLACE INTO reservations (id, owner, start, stop, amount, expires, win_lo, win_hi, live, ended)
+                             VALUES (?, ?, ?, ?, ?, ?, ?, ?, 1, NULL)",
+                        )
+                        .bind(r.id.0 as i64)
+                        .bind(r.owner.as_ref())
+                        .bind(r.start.0)
+                        .bind(r.end.0)
+                        .bind(i64::from(r.amount))
+                        .bind(expires)
+                        .bind(r.window.map(|w| w.0 .0))
+                        .bind(r.window.map(|w| w.1 .0))
+                        .execute(&mut *tx)
+                        .await?;
+                    }
+                }
+                Write::Ended(ids, why) => {
+                    for id in ids {
+                        sqlx::query("UPDATE reservations SET live = 0, ended = ? WHERE id = ?")
+                            .bind(*why)
+                            .bind(id.0 as i64)
+                            .execute(&mut *tx)
+                            .await?;
+                    }
+                }
+                Write::Job(j) => {
+                    let spec = serde_json::to_string(&j.spec).map_err(|e| StoreError::Corrupt(j.id, e.to_string()))?;
+                    sqlx::query(
+                        "INSERT OR REPLACE INTO jobs (id, owner, spec, slot, claimed, state, reason, exit_code, planned_start, started, ended, idem, backend_id, user)
+                         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    )
+                    .bind(j.id as i64)
+                    .bind(&j.owner)
+                    .bind(spec)
+                    .bind(j.slot.map(|s| s.0 as i64))
+                    .bind(j.claimed)
+                    .bind(phase_name(j.state))
+                    .bind(&j.reason)
+                    .bind(j.exit_code)
+                    .bind(j.planned_start.map(|t| t.0))
+                    .bind(j.started.map(|t| t.0))
+                    .bind(j.ended.map(|t| t.0))
+                    .bind(&j.key)
+                    .bind(j.backend_id.map(|b| b as i64))
+                    .bind(&j.user)
+                    .execute(&mut *tx)
+                    .await?;
+                }
+            }
         }
         tx.commit().await?;
-        Ok(())
-    }
-
-    /// Marks reservations as gone (`cancelled`, `expired`, `released`).
-    pub async fn end_reservations(&self, ids: &[ReservationId], why: &str) -> Result<(), StoreError> {
-        let mut tx = self.pool.begin().await?;
-        for id in ids {
-            sqlx::query("UPDATE reservations SET live = 0, ended = ? WHERE id = ?")
-                .bind(why)
-                .bind(id.0 as i64)
-                .execute(&mut *tx)
-                .await?;
-        }
-        tx.commit().await?;
-        Ok(())
-    }
-
-    /// Writes a job record as it now is.
-    pub async fn save_job(&self, j: &JobRecord) -> Result<(), StoreError> {
-        let spec = serde_json::to_string(&j.spec).map_err(|e| StoreError::Corrupt(j.id, e.to_string()))?;
-        sqlx::query(
-            "INSERT OR REPLACE INTO jobs (id, owner, spec, slot, claimed, state, reason, exit_code, planned_start, started, ended, idem, backend_id, user)
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        )
-        .bind(j.id as i64)
-        .bind(&j.owner)
-        .bind(spec)
-        .bind(j.slot.map(|s| s.0 as i64))
-        .bind(j.claimed)
-        .bind(phase_name(j.state))
-        .bind(&j.reason)
-        .bind(j.exit_code)
-        .bind(j.planned_start.map(|t| t.0))
-        .bind(j.started.map(|t| t.0))
-        .bind(j.ended.map(|t| t.0))
-        .bind(&j.key)
-        .bind(j.backend_id.map(|b| b as i64))
-        .bind(&j.user)
-        .execute(&self.pool)
-        .await?;
         Ok(())
     }
 

@@ -55,7 +55,7 @@ fn a_lapsed_hold_ends_and_takes_its_uncommitted_job_with_it() {
     let r = s.reserve(T0, "ann", &at(4, 600, T0), Some(Time(T0.0 + 30))).unwrap();
     let effects = s.drain();
     assert!(effects.contains(&Effect::SaveReservation(r.id)));
-    assert!(effects.contains(&Effect::Backend(Backend::Reserve(r.id))));
+    assert!(effects.contains(&Effect::Manager(Manager::Reserve(r.id))));
     let id = claim(&mut s, T0, r.id, job(4, 600));
     assert!(
         !s.launch(id).unwrap().committed,
@@ -67,7 +67,7 @@ fn a_lapsed_hold_ends_and_takes_its_uncommitted_job_with_it() {
     s.tick(Time(T0.0 + 30));
     let effects = s.drain();
     assert!(effects.contains(&Effect::EndReservations(vec![r.id], Ended::Expired)));
-    assert!(effects.contains(&Effect::Backend(Backend::Release(vec![r.id]))));
+    assert!(effects.contains(&Effect::Manager(Manager::Release(vec![r.id]))));
     assert!(effects.contains(&Effect::Stop(id)));
     let rec = s.record(id).unwrap();
     assert_eq!(rec.state, JobPhase::Cancelled);

@@ -14,8 +14,7 @@ use tokio::sync::watch;
 
 use super::cli::{JobEnd, SlurmError};
 use super::{is_final, Slurm};
-use crate::agent::{Agent, Launch};
-use crate::runner::{make_executable, plain_name, wait_cancel, End};
+use crate::launch::{make_executable, plain_name, wait_cancel, End, Launch, Progress};
 
 /// Readings a submitted job may be missing from the queue before the agent
 /// asks slurmctld about it directly.
@@ -146,7 +145,7 @@ async fn pause(slurm: &Slurm, cancel: &mut watch::Receiver<bool>) -> bool {
 }
 
 /// Submits (or finds again, after a restart) and follows the job to its end.
-pub(crate) async fn execute(agent: &Agent, slurm: &Slurm, mut launch: Launch, sandbox: &Path) -> End {
+pub(crate) async fn execute<P: Progress>(agent: &P, slurm: &Slurm, mut launch: Launch, sandbox: &Path) -> End {
     let mut readings = slurm.subscribe();
     let mut slurm_id = launch.backend_id;
     if slurm_id.is_none() && launch.resumed {
@@ -164,9 +163,7 @@ pub(crate) async fn execute(agent: &Agent, slurm: &Slurm, mut launch: Launch, sa
                 Err(end) => return end,
             },
         };
-        if let Err(e) = agent.record_submitted(launch.id, id).await {
-            tracing::error!(job = launch.id, "recording Slurm job {id}: {e}");
-        }
+        agent.record_submitted(launch.id, id).await;
         match follow(agent, slurm, &mut launch, id, &mut readings).await {
             Followed::End(end) => return end,
             Followed::Lost => match ran_mark(sandbox) {
@@ -245,8 +242,8 @@ async fn submit(slurm: &Slurm, launch: &mut Launch, sandbox: &Path) -> Result<u6
 }
 
 /// Follows Slurm job `slurm_id` through the queue readings to its end.
-async fn follow(
-    agent: &Agent,
+async fn follow<P: Progress>(
+    agent: &P,
     slurm: &Slurm,
     launch: &mut Launch,
     slurm_id: u64,
@@ -279,7 +276,7 @@ async fn follow(
                     missing = 0;
                     if let (false, false, Some(start)) = (running, row.state == "PENDING", row.start) {
                         running = true;
-                        record_start(agent, launch.id, start).await;
+                        agent.mark_running(launch.id, start).await;
                     }
                 }
                 None => missing += 1,
@@ -312,15 +309,9 @@ async fn follow(
     // A job that ran between two readings was never seen running: its start
     // comes from Slurm's final record.
     if let (false, Some(start)) = (running, end.start) {
-        record_start(agent, launch.id, start).await;
+        agent.mark_running(launch.id, start).await;
     }
     Followed::End(outcome(&end, cancelled, launch.wall))
-}
-
-async fn record_start(agent: &Agent, id: u64, start: brokk_model::Time) {
-    if let Err(e) = agent.mark_running(id, start).await {
-        tracing::error!(job = id, "recording the start: {e}");
-    }
 }
 
 #[cfg(test)]

@@ -19,9 +19,11 @@ use brokk_model::Time;
 use brokk_proto::wire::ClusterView;
 use tokio::sync::watch;
 
-use crate::agent::{now, Agent};
 use crate::config::SlurmConfig;
-use cli::{JobEnd, QueueRow, ResRow, SlurmCli, SlurmError};
+use crate::launch::Progress;
+use brokk_core::{Reservation, ReservationId};
+use brokk_proto::wall_clock as now;
+use cli::{JobEnd, QueueRow, ResRow, ResSpec, SlurmCli, SlurmError};
 
 pub use brokk_core::Occupant;
 
@@ -45,6 +47,9 @@ pub struct Slurm {
     pub user: String,
     /// Names of Brokk's jobs and reservations on this cluster start with it.
     prefix: String,
+    /// How far ahead the site plans, days: what a foreign job without a
+    /// time limit is taken to hold.
+    horizon_days: i64,
     /// Why slurmctld does not answer; `None` while it does.
     down: Mutex<Option<String>>,
     snapshot: watch::Sender<Arc<Snapshot>>,
@@ -88,7 +93,7 @@ fn holds_cpus(state: &str) -> bool {
 impl Slurm {
     /// The backend for `site` as configured; reads the cluster's nodes once so
     /// the agent knows its size (an error when slurmctld does not answer).
-    pub async fn connect(site: &str, config: SlurmConfig) -> Result<(Slurm, u32), SlurmError> {
+    pub async fn connect(site: &str, config: SlurmConfig, horizon_days: i64) -> Result<(Slurm, u32), SlurmError> {
         let cli = SlurmCli::new(config.conf.clone(), config.bin_dir.clone());
         let conf_text = std::fs::read_to_string(&config.conf)
             .map_err(|e| SlurmError::Refused(format!("{}: {e}", config.conf.display())))?;
@@ -103,6 +108,7 @@ impl Slurm {
             cli,
             user,
             prefix: format!("brokk-{site}-"),
+            horizon_days,
             down: Mutex::new(None),
             snapshot: watch::channel(Arc::new(Snapshot::default())).0,
             ended: Mutex::new(HashMap::new()),
@@ -242,7 +248,7 @@ impl Slurm {
     /// One reading: the queue (whose answer decides availability), the
     /// completion log's new lines, and now and then the reservations and the
     /// nodes; the planner's mirror and the runners' snapshot follow.
-    async fn read(&self, agent: &Agent, reading: u64) -> Result<(), SlurmError> {
+    async fn read<P: Progress>(&self, agent: &P, reading: u64) -> Result<(), SlurmError> {
         let rows = self.cli.queue().await?;
         self.read_completions(reading);
         // Reservations and nodes change far less often than jobs: every
@@ -255,7 +261,7 @@ impl Slurm {
             self.read_nodes().await?;
         }
         let t = now();
-        let horizon = Time(t.0 + agent.config().horizon_days * 86_400);
+        let horizon = Time(t.0 + self.horizon_days * 86_400);
         let mut occupants = Vec::new();
         let mut jobs = HashMap::new();
         let (mut running, mut pending) = (0, 0);
@@ -329,7 +335,7 @@ impl Slurm {
     /// Deletes Slurm reservations named as Brokk's that the agent no longer
     /// holds (left by a crash between `scontrol` and the database, or by a
     /// delete that failed while slurmctld was down).
-    async fn tidy_reservations(&self, agent: &Agent, own: Vec<(u64, ResRow)>) {
+    async fn tidy_reservations<P: Progress>(&self, agent: &P, own: Vec<(u64, ResRow)>) {
         for (id, r) in own {
             if !agent.holds_reservation(id).await {
                 match self.cli.delete_reservation(&r.name).await {
@@ -346,12 +352,12 @@ impl Slurm {
     /// slurmctld that restarted from an old state brings back jobs that
     /// already ran (their run-once guard would stop them, but they would
     /// hold the queue and nodes meanwhile).
-    async fn tidy_jobs(&self, agent: &Agent, jobs: &HashMap<u64, QueueRow>) {
+    async fn tidy_jobs<P: Progress>(&self, agent: &P, jobs: &HashMap<u64, QueueRow>) {
         let own: HashMap<u64, u64> = jobs
             .iter()
             .filter_map(|(slurm_id, row)| Some((self.own_job_id(&row.name)?, *slurm_id)))
             .collect();
-        for id in agent.ended_jobs(own.keys().copied()).await {
+        for id in agent.ended_jobs(own.keys().copied().collect()).await {
             let slurm_id = own[&id];
             match self.cli.cancel(slurm_id).await {
                 Ok(()) => tracing::info!(job = id, "cancelled Slurm job {slurm_id}: its Brokk job has ended"),
@@ -361,7 +367,7 @@ impl Slurm {
     }
 
     /// Reads the cluster every `poll_ms` until the process ends.
-    pub async fn poll(self: Arc<Self>, agent: Agent) {
+    pub async fn poll<P: Progress>(self: Arc<Self>, agent: P) {
         let every = StdDuration::from_millis(self.config.poll_ms);
         let mut reading = 0u64;
         loop {
@@ -373,6 +379,82 @@ impl Slurm {
                 }
             }
             tokio::time::sleep(every).await;
+        }
+    }
+
+    fn res_spec(&self, r: &Reservation) -> ResSpec {
+        ResSpec {
+            name: self.reservation_name(r.id.0),
+            start: r.start,
+            end: r.end,
+            cpus: r.amount,
+            user: self.user.clone(),
+            partition: self.config.partition.clone(),
+        }
+    }
+
+    /// Makes reservation `r` in Slurm and reads it back: Slurm has been seen
+    /// to grant fewer nodes than asked without an error, so a grant that is
+    /// not what was asked is undone and refused.
+    pub async fn create_reservation_checked(&self, r: &Reservation) -> Result<(), SlurmError> {
+        let slurm = self;
+        let spec = self.res_spec(r);
+        slurm.cli.create_reservation(&spec).await?;
+        let back = slurm.cli.reservation(&spec.name).await;
+        let problem = match &back {
+            Ok(Some(row)) if row.cpus >= spec.cpus && row.end == Some(spec.end) => None,
+            Ok(Some(row)) => Some(format!(
+                "Slurm made {} with {} cores until {:?} instead of {} until {}",
+                spec.name, row.cpus, row.end, spec.cpus, spec.end.0
+            )),
+            Ok(None) => Some(format!("Slurm does not show {} after creating it", spec.name)),
+            Err(e) => Some(e.to_string()),
+        };
+        match problem {
+            None => Ok(()),
+            Some(why) => {
+                if let Err(e) = slurm.cli.delete_reservation(&spec.name).await {
+                    tracing::warn!(reservation = %spec.name, "undoing a short grant: {e}");
+                }
+                match back {
+                    Err(e @ SlurmError::Unavailable(_)) => Err(e),
+                    _ => Err(SlurmError::Refused(why)),
+                }
+            }
+        }
+    }
+
+    /// Changes the Slurm reservation from `old` to `new`. Slurm moves
+    /// core-based reservations in time but cannot change their core count:
+    /// then it is made again, and the old one put back if the new one does
+    /// not fit.
+    pub async fn change_reservation(&self, old: &Reservation, new: &Reservation) -> Result<(), SlurmError> {
+        let slurm = self;
+        let name = slurm.reservation_name(old.id.0);
+        if new.amount == old.amount {
+            return slurm.cli.move_reservation(&name, new.start, new.end).await;
+        }
+        slurm.cli.delete_reservation(&name).await?;
+        match self.create_reservation_checked(new).await {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                if let Err(back) = slurm.cli.create_reservation(&self.res_spec(old)).await {
+                    tracing::error!(reservation = %name, "putting back the old reservation failed: {back}");
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Deletes the Slurm reservations of `ids`; what fails now, the poller
+    /// deletes later.
+    pub async fn delete_reservations(&self, ids: &[ReservationId]) {
+        let slurm = self;
+        for id in ids {
+            if let Err(e) = slurm.cli.delete_reservation(&slurm.reservation_name(id.0)).await {
+                slurm.note(&e);
+                tracing::warn!(reservation = id.0, "deleting the Slurm reservation: {e}");
+            }
         }
     }
 }

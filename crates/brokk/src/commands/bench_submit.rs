@@ -22,6 +22,10 @@ pub struct SubmitBenchArgs {
     /// Ask for advance reservations ([ET-brokering]'s two phases) for every job.
     #[arg(long)]
     reserve: bool,
+    /// Sites that plan and complete jobs without running anything (the
+    /// benchmark-only null backend), so the broker's own path is measured.
+    #[arg(long)]
+    null_backend: bool,
     /// Print one JSON object.
     #[arg(long)]
     json: bool,
@@ -36,6 +40,7 @@ struct SubmitFigures {
     jobs: usize,
     concurrency: usize,
     reserve: bool,
+    null_backend: bool,
 }
 
 /// Runs the benchmark.
@@ -44,12 +49,14 @@ pub fn run(a: SubmitBenchArgs) -> Result<ExitCode> {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir)?;
     let config_path = dir.join("broker.toml");
-    super::write_private(
-        &config_path,
-        "database = \"broker.db\"\nstate_dir = \"sites\"\n[tokens]\n\"bench\" = \"bench\"\n\
-         [[embedded]]\nname = \"a\"\ncapacity = 4096\n[[embedded]]\nname = \"b\"\ncapacity = 4096\n\
-         [[embedded]]\nname = \"c\"\ncapacity = 4096\n",
-    )?;
+    let mut text = String::from("database = \"broker.db\"\nstate_dir = \"sites\"\n[tokens]\n\"bench\" = \"bench\"\n");
+    for name in ["a", "b", "c"] {
+        text += &format!(
+            "[[embedded]]\nname = \"{name}\"\ncapacity = 4096\nnull_backend_for_benchmarks = {}\n",
+            a.null_backend
+        );
+    }
+    super::write_private(&config_path, &text)?;
     let config = brokk_server::Config::load(&config_path)?;
     let rt = super::runtime()?;
     let figures = rt.block_on(async {
@@ -110,6 +117,7 @@ pub fn run(a: SubmitBenchArgs) -> Result<ExitCode> {
             jobs: lat.len(),
             concurrency: a.concurrency,
             reserve: a.reserve,
+            null_backend: a.null_backend,
         })
     });
     let figures = figures.context("running the benchmark")?;
@@ -119,10 +127,15 @@ pub fn run(a: SubmitBenchArgs) -> Result<ExitCode> {
         println!("{}", serde_json::to_string(&figures)?);
     } else {
         println!(
-            "{} jobs, {} clients{}: {:.0} accepted/s, {:.0} dispatched/s, submit p50 {:.2} ms, p99 {:.2} ms",
+            "{} jobs, {} clients{}{}: {:.0} accepted/s, {:.0} dispatched/s, submit p50 {:.2} ms, p99 {:.2} ms",
             figures.jobs,
             figures.concurrency,
             if figures.reserve { ", with reservations" } else { "" },
+            if figures.null_backend {
+                ", null backend (no processes)"
+            } else {
+                ""
+            },
             figures.accepted_per_s,
             figures.dispatched_per_s,
             figures.p50_ms,

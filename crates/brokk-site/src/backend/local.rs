@@ -1,0 +1,162 @@
+//! The embedded backend: the job's process, started at its planned time
+//! under its supervisor (`brokk supervise`), which enforces the wall time
+//! and survives the agent.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+
+use brokk_model::{Job, JobPhase};
+
+use crate::accounts::Account;
+use crate::config::Config;
+use crate::launch::{
+    batch_environment, make_executable, plain_name, wait_cancel, wait_for_start, End, Launch, Progress,
+};
+use crate::supervisor;
+
+/// Waits for the planned start and runs the process under its
+/// supervisor, or attaches to the supervisor of a job that was
+/// already running when the agent restarted.
+pub(crate) async fn run<P: Progress>(site: &P, config: &Config, launch: Launch, sandbox: &Path) -> End {
+    let Launch {
+        id,
+        job,
+        controls: mut c,
+        wall,
+        started,
+        account,
+        ..
+    } = launch;
+    let sup = supervisor::dir(&config.workdir, id);
+    let outcome = if started && supervisor::started(&sup) {
+        // Taken up again after a restart: the supervisor is followed
+        // through its files.
+        let waiting = supervisor::wait(&sup);
+        tokio::pin!(waiting);
+        tokio::select! {
+            o = &mut waiting => o,
+            _ = wait_cancel(&mut c.cancel) => {
+                supervisor::cancel(&sup);
+                waiting.await
+            }
+        }
+    } else {
+        // Wait for the planned start, which may move earlier, or a cancel.
+        if !wait_for_start(&mut c).await {
+            return End::Cancelled;
+        }
+        // Recorded as running before the process exists: after a crash, a job
+        // not recorded as running never started, so resuming it cannot run it twice.
+        if !site.set_phase(id, JobPhase::Running).await {
+            return End::Cancelled;
+        }
+        let mut child = match start_supervised(config, id, &job, sandbox, wall, &sup, account).await {
+            Ok(child) => child,
+            Err(e) => return End::Failed(format!("starting the job: {e}")),
+        };
+        // Its own child: its exit says at once that the outcome is on disk.
+        let mut cancelled = false;
+        loop {
+            tokio::select! {
+                _ = child.wait() => break,
+                _ = wait_cancel(&mut c.cancel), if !cancelled => {
+                    cancelled = true;
+                    if let Some(pid) = child.id() {
+                        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGTERM);
+                    }
+                }
+            }
+        }
+        supervisor::ended(&sup, cancelled)
+    };
+    match outcome {
+        supervisor::Outcome::Exited(code) => End::Exited(code),
+        supervisor::Outcome::WallTime(wall) => End::Failed(format!("wall time of {wall} s exceeded; terminated")),
+        supervisor::Outcome::Cancelled => End::Cancelled,
+        supervisor::Outcome::Failed(why) => End::Failed(why),
+    }
+}
+
+/// Opens the job's standard streams in its sandbox and starts its
+/// supervisor (the agent's child), which starts the job in its own process
+/// group.
+async fn start_supervised(
+    config: &Config,
+    id: u64,
+    job: &Job,
+    sandbox: &Path,
+    wall: i64,
+    sup: &Path,
+    account: Option<Account>,
+) -> std::io::Result<tokio::process::Child> {
+    let (program, args) = match (&job.script, &job.executable) {
+        (Some(script), _) => {
+            let mut f = crate::staging::create_owned(sandbox, "job-script.sh", account)?;
+            std::io::Write::write_all(&mut f, script.as_bytes())?;
+            (
+                PathBuf::from("/bin/sh"),
+                vec![sandbox.join("job-script.sh").display().to_string()],
+            )
+        }
+        (None, Some(exe)) => {
+            let staged = sandbox.join(plain_name(exe));
+            let program: PathBuf = if !exe.contains('/') && staged.exists() {
+                make_executable(&staged).await?;
+                staged
+            } else {
+                PathBuf::from(exe)
+            };
+            (program, job.arguments.clone())
+        }
+        (None, None) => return Err(std::io::Error::other("no executable")),
+    };
+    // Relative, inside the sandbox: the agent refused anything else at submission.
+    let cwd = match &job.working_directory {
+        Some(d) => sandbox.join(d),
+        None => sandbox.to_path_buf(),
+    };
+    // Nothing of the agent's own environment (its tokens, a database
+    // password) reaches the job: only the batch variables and what it asked for.
+    let mut env = batch_environment(id, &config.name, job, sandbox);
+    env.extend(job.environment.iter().map(|v| (v.name.clone(), v.value.clone())));
+    let file = |name: &Option<String>, out: bool| -> std::io::Result<Stdio> {
+        match name {
+            None => Ok(Stdio::null()),
+            Some(n) => {
+                let n = plain_name(n);
+                Ok(if out {
+                    crate::staging::create_owned(sandbox, &n, account)?.into()
+                } else {
+                    crate::sandbox::open_read_owned(sandbox, &n, account.map(|a| a.uid))?.into()
+                })
+            }
+        }
+    };
+    let stdio = [
+        file(&job.stdin, false)?,
+        file(&job.stdout, true)?,
+        file(&job.stderr, true)?,
+    ];
+    let spec = supervisor::Spec {
+        program: std::path::absolute(&program)?,
+        args,
+        env,
+        cwd: std::path::absolute(cwd)?,
+        uid: account.map(|a| a.uid),
+        gid: account.map(|a| a.gid),
+        deadline: brokk_proto::wall_clock().0 + wall.max(1),
+        wall: wall.max(1),
+        grace: config.kill_grace,
+        cpu_seconds: job.cpu_time.map(|d| d.0.max(1) as u64),
+        data_bytes: job
+            .memory_per_cpu_mib()
+            .or_else(|| job.memory_total_mib())
+            .map(|m| m.saturating_mul(1 << 20)),
+    };
+    let sup = sup.to_path_buf();
+    let mut cmd = tokio::task::spawn_blocking(move || supervisor::command(&sup, &spec))
+        .await
+        .map_err(std::io::Error::other)??;
+    let [stdin, stdout, stderr] = stdio;
+    cmd.stdin(stdin).stdout(stdout).stderr(stderr).spawn()
+}

@@ -1,0 +1,96 @@
+//! How a site runs its jobs, behind one seam: the embedded process runner,
+//! a Slurm cluster, or (for benchmarks only) nothing at all. The runner
+//! stages a job in, hands it to the backend, and stages it out; the agent
+//! asks the backend to carry reservations into the resource manager.
+
+pub(crate) mod local;
+mod null;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use brokk_core::{Reservation, ReservationId};
+use brokk_proto::wire::ClusterView;
+
+use crate::config::Config;
+use crate::launch::{End, Launch, Progress};
+use crate::slurm::cli::SlurmError;
+use crate::slurm::Slurm;
+
+/// A site's backend.
+#[derive(Debug, Clone)]
+pub enum Backend {
+    /// Local processes under their supervisors.
+    Processes,
+    /// A Slurm cluster.
+    Slurm(Arc<Slurm>),
+    /// Runs nothing: a job is marked running at its planned start and
+    /// finishes at once with status 0. For measuring the broker and the
+    /// agent without processes; never for real work.
+    NullForBenchmarks,
+}
+
+impl Backend {
+    /// Runs the staged job to its end.
+    pub(crate) async fn execute<P: Progress>(&self, site: &P, config: &Config, launch: Launch, sandbox: &Path) -> End {
+        match self {
+            Backend::Processes => local::run(site, config, launch, sandbox).await,
+            Backend::Slurm(s) => crate::slurm::exec::execute(site, s, launch, sandbox).await,
+            Backend::NullForBenchmarks => null::run(site, launch).await,
+        }
+    }
+
+    /// The Slurm cluster, when the backend is one.
+    pub fn slurm(&self) -> Option<&Arc<Slurm>> {
+        match self {
+            Backend::Slurm(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// Why the resource manager does not answer; `None` while it does.
+    pub fn down(&self) -> Option<String> {
+        self.slurm().and_then(|s| s.down())
+    }
+
+    /// The resource manager's view of its cluster, where it has one.
+    pub fn cluster(&self) -> Option<ClusterView> {
+        self.slurm().and_then(|s| s.cluster())
+    }
+
+    /// Whether reservations must be made in the resource manager too.
+    pub fn reserves(&self) -> bool {
+        self.slurm().is_some()
+    }
+
+    /// Makes the resource manager's reservation for grant `r`.
+    pub async fn reserve(&self, r: &Reservation) -> Result<(), SlurmError> {
+        match self.slurm() {
+            Some(s) => s.create_reservation_checked(r).await,
+            None => Ok(()),
+        }
+    }
+
+    /// Changes the resource manager's reservation from `old` to `new`.
+    pub async fn modify(&self, old: &Reservation, new: &Reservation) -> Result<(), SlurmError> {
+        match self.slurm() {
+            Some(s) => s.change_reservation(old, new).await,
+            None => Ok(()),
+        }
+    }
+
+    /// Deletes the resource manager's reservations of `ids`; what fails
+    /// now, the backend's tidying deletes later.
+    pub async fn release(&self, ids: &[ReservationId]) {
+        if let Some(s) = self.slurm() {
+            s.delete_reservations(ids).await;
+        }
+    }
+
+    /// Takes note of a failure to reach the resource manager.
+    pub fn note(&self, e: &SlurmError) {
+        if let Some(s) = self.slurm() {
+            s.note(e);
+        }
+    }
+}

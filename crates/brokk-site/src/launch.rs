@@ -1,0 +1,137 @@
+//! What a backend is given to run one job, what it answers, and what it
+//! tells the site while the job runs: the seam between the agent and the
+//! backends, which know nothing of the agent itself.
+
+use std::future::Future;
+use std::path::Path;
+
+use brokk_core::{Occupant, ReservationId};
+use brokk_model::{Job, JobPhase, Time};
+use tokio::sync::watch;
+
+use crate::accounts::Account;
+
+/// What the runner of one job listens to.
+#[derive(Debug, Clone)]
+pub struct Controls {
+    /// The planned start, which moves earlier when the queue compresses.
+    pub start: watch::Receiver<Time>,
+    /// Set when the owner cancels.
+    pub cancel: watch::Receiver<bool>,
+    /// Whether the reservation the job claimed is committed: a job
+    /// submitted into a hold with an explicit commit waits for it.
+    pub committed: watch::Receiver<bool>,
+}
+
+/// What a job's runner needs to run it.
+#[derive(Debug)]
+pub struct Launch {
+    /// Job id on this site.
+    pub id: u64,
+    /// The description.
+    pub job: Job,
+    /// What it listens to.
+    pub controls: Controls,
+    /// Its id in the resource manager, once submitted there.
+    pub backend_id: Option<u64>,
+    /// The owner's reservation it runs in, if it claimed one.
+    pub claimed: Option<ReservationId>,
+    /// Its wall time, seconds (the site's default when it states none).
+    pub wall: i64,
+    /// Whether it has started.
+    pub started: bool,
+    /// Whether the agent restarted since the job was accepted.
+    pub resumed: bool,
+    /// The local account it runs as (`None`: the agent's own).
+    pub account: Option<Account>,
+}
+
+/// How a job's run ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum End {
+    /// The program exited with this status.
+    Exited(i32),
+    /// It could not run or complete; why.
+    Failed(String),
+    /// Its owner cancelled it.
+    Cancelled,
+}
+
+/// What a backend tells the site about the jobs it runs, and asks of it.
+/// The agent implements it; backends see nothing else of the agent.
+pub trait Progress: Clone + Send + Sync + 'static {
+    /// Moves job `id` to `phase` (not a terminal one); false if it has ended.
+    fn set_phase(&self, id: u64, phase: JobPhase) -> impl Future<Output = bool> + Send;
+    /// Job `id` is in the resource manager as `backend_id`.
+    fn record_submitted(&self, id: u64, backend_id: u64) -> impl Future<Output = ()> + Send;
+    /// Job `id` started at the resource manager's `start`.
+    fn mark_running(&self, id: u64, start: Time) -> impl Future<Output = ()> + Send;
+    /// What occupies the resource manager without the site having put it there.
+    fn mirror(&self, occupants: Vec<Occupant>) -> impl Future<Output = ()> + Send;
+    /// Those of `ids` whose job has ended or is unknown.
+    fn ended_jobs(&self, ids: Vec<u64>) -> impl Future<Output = Vec<u64>> + Send;
+    /// Whether the site holds reservation `id`.
+    fn holds_reservation(&self, id: u64) -> impl Future<Output = bool> + Send;
+}
+
+/// Waits until `rx` says cancelled (never, once its sender is gone).
+pub(crate) async fn wait_cancel(rx: &mut watch::Receiver<bool>) {
+    while !*rx.borrow() {
+        if rx.changed().await.is_err() {
+            // The sender is gone: never cancelled from now on.
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+/// The last path component, so a job cannot write outside its sandbox.
+pub(crate) fn plain_name(name: &str) -> String {
+    let base = name.rsplit(['/', '\\']).next().unwrap_or(name);
+    if base.is_empty() || base == "." || base == ".." {
+        "_".to_string()
+    } else {
+        base.to_string()
+    }
+}
+
+/// The variables every job finds set, as batch systems set theirs.
+pub(crate) fn batch_environment(id: u64, site: &str, job: &Job, sandbox: &Path) -> Vec<(String, String)> {
+    let sandbox = std::path::absolute(sandbox).unwrap_or_else(|_| sandbox.to_path_buf());
+    vec![
+        ("PATH".into(), "/usr/local/bin:/usr/bin:/bin".into()),
+        ("HOME".into(), sandbox.display().to_string()),
+        ("TMPDIR".into(), sandbox.display().to_string()),
+        ("BROKK_JOB_ID".into(), id.to_string()),
+        ("BROKK_SITE".into(), site.to_string()),
+        ("BROKK_CPUS".into(), job.cpus.unwrap_or(1).max(1).to_string()),
+        ("BROKK_SANDBOX".into(), sandbox.display().to_string()),
+    ]
+}
+
+/// Makes a staged program executable.
+pub(crate) async fn make_executable(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let mut perm = tokio::fs::metadata(path).await?.permissions();
+    perm.set_mode(perm.mode() | 0o755);
+    tokio::fs::set_permissions(path, perm).await
+}
+
+/// Waits for the planned start, which may move earlier; false when
+/// cancelled first.
+pub(crate) async fn wait_for_start(c: &mut Controls) -> bool {
+    loop {
+        if *c.cancel.borrow() {
+            return false;
+        }
+        let start = *c.start.borrow();
+        let wait = start.0 - brokk_proto::wall_clock().0;
+        if wait <= 0 {
+            return true;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(std::time::Duration::from_secs(wait as u64)) => {}
+            _ = c.start.changed() => {}
+            _ = c.cancel.changed() => {}
+        }
+    }
+}
