@@ -14,9 +14,9 @@
 use std::collections::VecDeque;
 
 use brokk_core::{Change, Reply, Request, ReservationId};
-use brokk_model::{Duration, Time};
+use brokk_model::{Duration, Job, Time};
 
-use crate::site::{Site, SiteError};
+use crate::site::{JobHandle, Site, SiteError};
 
 /// One job of a co-allocated request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -123,6 +123,41 @@ struct Held {
     site: usize,
     id: ReservationId,
     start: Time,
+}
+
+impl CoRequest {
+    /// The request for `jobs` over sites described by `infos` (`None`: a
+    /// site that did not answer, used by no part): each part may go to any
+    /// site with enough slots, for its wall time (an hour when it states
+    /// none), starting in `window` with starts at most `delta` apart.
+    pub fn of(
+        jobs: &[Job],
+        infos: &[Option<brokk_model::ResourceInfo>],
+        window: (Time, Time),
+        delta: Duration,
+        hold: Option<Time>,
+    ) -> CoRequest {
+        CoRequest {
+            jobs: jobs
+                .iter()
+                .map(|j| {
+                    let amount = j.cpus.unwrap_or(1).max(1);
+                    CoJob {
+                        amount,
+                        duration: j.wall_time.unwrap_or(Duration::hours(1)),
+                        memory_mib: 0,
+                        resources: (0..infos.len())
+                            .filter(|&k| infos[k].as_ref().is_some_and(|i| i.total_slots >= amount))
+                            .collect(),
+                    }
+                })
+                .collect(),
+            earliest: window.0,
+            latest: window.1,
+            delta,
+            hold,
+        }
+    }
 }
 
 /// Runs Algorithms 1 and 2 over `sites` on behalf of `owner`.
@@ -357,4 +392,89 @@ fn update_path(
         }
     }
     Ok(())
+}
+
+/// Why co-allocated jobs could not be placed into their reservations;
+/// nothing of the co-allocation is left at any site.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum PlaceError {
+    /// A part could not be submitted into its hold.
+    #[error("submitting into the co-allocation: {0}")]
+    Submit(SiteError),
+    /// A hold could not be committed.
+    #[error("committing the co-allocation: {0}")]
+    Commit(SiteError),
+}
+
+/// Places `jobs[k]` into the reservation `plan` holds for it, in two
+/// phases: every part is submitted into its hold, where it waits (`keys[k]`
+/// names the submission, so a repeat is the same job); only then are the
+/// holds committed and the parts free to start. Until the last commit a
+/// failure (or a stop of the broker: the holds lapse and take their parts
+/// with them) leaves nothing running: the parts placed are cancelled and
+/// every reservation of the plan released.
+pub fn place(
+    plan: &CoAllocation,
+    jobs: &[Job],
+    keys: &[String],
+    sites: &mut [&mut dyn Site],
+    owner: &str,
+) -> Result<Vec<JobHandle>, PlaceError> {
+    let mut placed: Vec<(usize, JobHandle)> = Vec::new();
+    let undo = |placed: &[(usize, JobHandle)], sites: &mut [&mut dyn Site]| {
+        for (s, h) in placed {
+            let _ = sites[*s].cancel_job(owner, h);
+        }
+        for &(s, r, _) in &plan.assignments {
+            let _ = sites[s].cancel(owner, r);
+        }
+    };
+    for (k, &(site, rid, _)) in plan.assignments.iter().enumerate() {
+        match sites[site].submit_held(owner, &jobs[k], rid, &keys[k]) {
+            Ok(h) => placed.push((site, h)),
+            Err(e) => {
+                undo(&placed, sites);
+                return Err(PlaceError::Submit(e));
+            }
+        }
+    }
+    for &(site, rid, _) in &plan.assignments {
+        if let Err(e) = sites[site].commit(owner, rid) {
+            undo(&placed, sites);
+            return Err(PlaceError::Commit(e));
+        }
+    }
+    Ok(placed.into_iter().map(|(_, h)| h).collect())
+}
+
+/// Where one part of an interrupted co-allocation was found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Found {
+    /// The site (index).
+    pub site: usize,
+    /// The part's job there.
+    pub job: JobHandle,
+    /// Whether it waits (has not ended), in which reservation.
+    pub waiting_in: Option<ReservationId>,
+}
+
+/// Settles a co-allocation a stop of the broker interrupted, given where
+/// each part was found (`None`: it never reached a site): when every part
+/// waits in its hold, the holds are committed and the co-allocation
+/// completes (`true`); otherwise whatever reached a site is cancelled there
+/// (`false`), and the holds lapse.
+pub fn settle(parts: &[Option<Found>], sites: &mut [&mut dyn Site], owner: &str) -> bool {
+    let waiting: Option<Vec<(usize, ReservationId)>> = parts
+        .iter()
+        .map(|p| p.as_ref().and_then(|f| Some((f.site, f.waiting_in?))))
+        .collect();
+    if let Some(waiting) = waiting {
+        if waiting.iter().all(|&(s, r)| sites[s].commit(owner, r).is_ok()) {
+            return true;
+        }
+    }
+    for f in parts.iter().flatten() {
+        let _ = sites[f.site].cancel_job(owner, &f.job);
+    }
+    false
 }

@@ -19,6 +19,7 @@ pub mod coalloc;
 pub mod info;
 mod memory_site;
 pub mod predict;
+pub mod reserve;
 pub mod select;
 mod site;
 pub mod submit;

@@ -200,6 +200,28 @@ impl Site for MemorySite {
         Ok(JobHandle(format!("{}/jobs/{id}", self.info.endpoint)))
     }
 
+    fn submit_held(
+        &mut self,
+        owner: &str,
+        job: &Job,
+        reservation: ReservationId,
+        key: &str,
+    ) -> Result<JobHandle, SiteError> {
+        self.up()?;
+        let mut spec = job.clone();
+        spec.reservation = Some(reservation.0.to_string());
+        if spec.executable.is_none() && spec.script.is_none() {
+            spec.executable = Some("(simulated)".into());
+        }
+        let sub = Submission {
+            key: Some(key.to_string()),
+            explicit_commit: true,
+            ..Submission::of(spec)
+        };
+        let (id, _) = self.op(|core, now| core.submit(now, owner, sub))?;
+        Ok(JobHandle(format!("{}/jobs/{id}", self.info.endpoint)))
+    }
+
     fn status(&self, job: &JobHandle) -> Result<JobState, SiteError> {
         self.up()?;
         let j = self.core.record(handle_id(job)?).ok_or(SiteError::Unknown)?;

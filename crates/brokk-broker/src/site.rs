@@ -76,6 +76,23 @@ pub trait Site {
     fn cancel(&mut self, owner: &str, id: ReservationId) -> Result<(), SiteError>;
     /// Submits a job, into a reservation when given.
     fn submit(&mut self, owner: &str, job: &Job, reservation: Option<ReservationId>) -> Result<JobHandle, SiteError>;
+    /// Submits a job into the hold `reservation`, where it waits: the hold
+    /// stays preliminary until the caller commits it, and if it lapses the
+    /// job goes with it. `key` makes a repeated submission the same job.
+    /// A site that cannot keep a job in a hold refuses.
+    fn submit_held(
+        &mut self,
+        owner: &str,
+        job: &Job,
+        reservation: ReservationId,
+        key: &str,
+    ) -> Result<JobHandle, SiteError> {
+        let _ = (owner, job, reservation, key);
+        Err(SiteError::Refused {
+            site: self.endpoint().to_string(),
+            reason: "this site cannot keep a job in a hold".into(),
+        })
+    }
     /// A job's state.
     fn status(&self, job: &JobHandle) -> Result<JobState, SiteError>;
     /// Cancels a job.

@@ -61,6 +61,15 @@ pub enum SubmitError {
     },
 }
 
+impl SubmitError {
+    /// Whether the job should be kept for another try: a site that did not
+    /// answer may be the one able to run it.
+    pub fn worth_retrying(&self) -> bool {
+        matches!(self, SubmitError::NoSite { failed, .. }
+            if failed.iter().any(|(_, e)| matches!(e, SiteError::Unavailable(_))))
+    }
+}
+
 /// Submits `job` for `owner` to the best of `sites` at `now`.
 pub fn submit(
     job: &Job,

@@ -276,6 +276,19 @@ impl Site for RemoteSite {
         }
     }
 
+    fn submit_held(
+        &mut self,
+        owner: &str,
+        job: &Job,
+        reservation: ReservationId,
+        key: &str,
+    ) -> Result<JobHandle, SiteError> {
+        let mut c = self.clone();
+        c.set_idempotency_key(Some(key.to_string()));
+        c.set_explicit_commit(true);
+        c.submit(owner, job, Some(reservation))
+    }
+
     fn submit(&mut self, _owner: &str, job: &Job, reservation: Option<ReservationId>) -> Result<JobHandle, SiteError> {
         let mut job = job.clone();
         if let Some(r) = reservation {

@@ -293,13 +293,124 @@ pub struct Accepted {
     pub warnings: Vec<String>,
 }
 
+/// Where a job is at the broker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum BrokerState {
+    /// Recorded; waiting to be dispatched.
+    Accepted,
+    /// Part of a co-allocation whose reservations are being made.
+    Reserving,
+    /// Being moved from one site to another by queue adaptation.
+    Moving,
+    /// At a site, not yet running.
+    Dispatched,
+    /// Running at its site.
+    Running,
+    /// Done; see the exit code.
+    Finished,
+    /// Could not run or complete; see the reason.
+    Failed,
+    /// Cancelled by its owner.
+    Cancelled,
+}
+
+impl BrokerState {
+    /// Every state, in the order of a job's life.
+    pub const ALL: [BrokerState; 8] = [
+        BrokerState::Accepted,
+        BrokerState::Reserving,
+        BrokerState::Moving,
+        BrokerState::Dispatched,
+        BrokerState::Running,
+        BrokerState::Finished,
+        BrokerState::Failed,
+        BrokerState::Cancelled,
+    ];
+
+    /// The state's name, as stored and shown.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BrokerState::Accepted => "accepted",
+            BrokerState::Reserving => "reserving",
+            BrokerState::Moving => "moving",
+            BrokerState::Dispatched => "dispatched",
+            BrokerState::Running => "running",
+            BrokerState::Finished => "finished",
+            BrokerState::Failed => "failed",
+            BrokerState::Cancelled => "cancelled",
+        }
+    }
+
+    /// Whether the job will not change any more.
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            BrokerState::Finished | BrokerState::Failed | BrokerState::Cancelled
+        )
+    }
+
+    /// The broker state a site's job phase maps to.
+    pub fn of_phase(p: JobPhase) -> BrokerState {
+        match p {
+            JobPhase::Accepted | JobPhase::StagingIn | JobPhase::Queued => BrokerState::Dispatched,
+            JobPhase::Running | JobPhase::StagingOut => BrokerState::Running,
+            JobPhase::Finished => BrokerState::Finished,
+            JobPhase::Failed => BrokerState::Failed,
+            JobPhase::Cancelled => BrokerState::Cancelled,
+        }
+    }
+}
+
+impl std::fmt::Display for BrokerState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for BrokerState {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        BrokerState::ALL.into_iter().find(|b| b.as_str() == s).ok_or_else(|| {
+            let names: Vec<&str> = BrokerState::ALL.iter().map(|b| b.as_str()).collect();
+            format!("unknown state `{s}`; one of {}", names.join(", "))
+        })
+    }
+}
+
+/// Whether a broker reservation holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum BrokerReservationState {
+    /// Held at its site.
+    Committed,
+    /// Given back.
+    Cancelled,
+}
+
+impl BrokerReservationState {
+    /// The state's name, as stored and shown.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BrokerReservationState::Committed => "committed",
+            BrokerReservationState::Cancelled => "cancelled",
+        }
+    }
+}
+
+impl std::fmt::Display for BrokerReservationState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// One entry of a broker job's state history.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HistoryEntry {
     /// When.
     pub at: Time,
     /// The state entered.
-    pub state: String,
+    pub state: BrokerState,
     /// Details (the site chosen, a failure's reason).
     pub detail: Option<String>,
 }
@@ -313,8 +424,8 @@ pub struct BrokerJob {
     pub owner: String,
     /// The language it was written in.
     pub format: String,
-    /// `accepted`, `dispatched`, `running`, `finished`, `failed` or `cancelled`.
-    pub state: String,
+    /// Where it is.
+    pub state: BrokerState,
     /// The site it was sent to.
     pub site: Option<String>,
     /// Its id there.
@@ -411,6 +522,6 @@ pub struct BrokerReservation {
     pub start: Time,
     /// End.
     pub end: Time,
-    /// `committed` or `cancelled`.
-    pub state: String,
+    /// Held or given back.
+    pub state: BrokerReservationState,
 }

@@ -123,7 +123,14 @@ async fn list(
     Extension(who): Extension<Identity>,
     Query(q): Query<ListQuery>,
 ) -> Result<Response, ApiError> {
-    Ok(Json(app.service.jobs(&who.0, q.state.as_deref()).await?).into_response())
+    let state = match q.state.as_deref() {
+        Some(s) => Some(
+            s.parse()
+                .map_err(|e: String| ServiceError::BadRequest(format!("state: {e}")))?,
+        ),
+        None => None,
+    };
+    Ok(Json(app.service.jobs(&who.0, state).await?).into_response())
 }
 
 async fn show(

@@ -7,7 +7,7 @@
 use std::path::Path;
 
 use brokk_model::Time;
-use brokk_proto::wire::{BrokerJob, BrokerReservation, HistoryEntry};
+use brokk_proto::wire::{BrokerJob, BrokerReservation, BrokerReservationState, BrokerState, HistoryEntry};
 use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::{AnyPool, Row};
 
@@ -60,6 +60,12 @@ const COLUMNS: &str = "id, owner, format, spec, prefs, warnings, state, site, si
 const ADD_HISTORY: &str = "INSERT INTO history (job, n, at, state, detail)
      SELECT $1, COUNT(*), $2, $3, $4 FROM history WHERE job = $1";
 
+/// A stored state name; one this version does not know reads as failed
+/// rather than stopping the broker.
+fn state_of(name: &str) -> BrokerState {
+    name.parse().unwrap_or(BrokerState::Failed)
+}
+
 fn row_to_job(r: &AnyRow) -> StoredJob {
     let warnings: String = r.get("warnings");
     let spec: String = r.get("spec");
@@ -71,7 +77,7 @@ fn row_to_job(r: &AnyRow) -> StoredJob {
             id: r.get("id"),
             owner: r.get("owner"),
             format: r.get("format"),
-            state: r.get("state"),
+            state: state_of(&r.get::<String, _>("state")),
             site: r.get("site"),
             site_job: r.get("site_job"),
             predicted_tts: r.get("predicted_tts"),
@@ -127,14 +133,14 @@ impl Db {
         .bind(&j.spec)
         .bind(&j.prefs)
         .bind(serde_json::to_string(&v.warnings).unwrap_or_else(|_| "[]".into()))
-        .bind(&v.state)
+        .bind(v.state.as_str())
         .bind(v.submitted.0)
         .execute(&mut *tx)
         .await?;
         sqlx::query(ADD_HISTORY)
             .bind(&v.id)
             .bind(v.submitted.0)
-            .bind(&v.state)
+            .bind(v.state.as_str())
             .bind(None::<String>)
             .execute(&mut *tx)
             .await?;
@@ -149,7 +155,7 @@ impl Db {
             "UPDATE jobs SET state = $1, site = $2, site_job = $3, predicted_tts = $4, predicted_ttd = $5, started = $6,
              ended = $7, exit_code = $8, reason = $9 WHERE id = $10",
         )
-        .bind(&v.state)
+        .bind(v.state.as_str())
         .bind(&v.site)
         .bind(&v.site_job)
         .bind(v.predicted_tts)
@@ -165,7 +171,7 @@ impl Db {
             sqlx::query(ADD_HISTORY)
                 .bind(&v.id)
                 .bind(at.0)
-                .bind(&v.state)
+                .bind(v.state.as_str())
                 .bind(detail)
                 .execute(&mut *tx)
                 .await?;
@@ -192,7 +198,7 @@ impl Db {
             .iter()
             .map(|h| HistoryEntry {
                 at: Time(h.get("at")),
-                state: h.get("state"),
+                state: state_of(&h.get::<String, _>("state")),
                 detail: h.get("detail"),
             })
             .collect();
@@ -216,14 +222,14 @@ impl Db {
     }
 
     /// An owner's jobs, newest first, optionally in one state.
-    pub async fn list(&self, owner: &str, state: Option<&str>) -> Result<Vec<BrokerJob>, DbError> {
+    pub async fn list(&self, owner: &str, state: Option<BrokerState>) -> Result<Vec<BrokerJob>, DbError> {
         let rows = match state {
             Some(s) => {
                 sqlx::query(&format!(
                     "SELECT {COLUMNS} FROM jobs WHERE owner = $1 AND state = $2 ORDER BY submitted DESC, id"
                 ))
                 .bind(owner)
-                .bind(s)
+                .bind(s.as_str())
                 .fetch_all(&self.pool)
                 .await?
             }
@@ -240,7 +246,7 @@ impl Db {
     }
 
     /// Jobs in any of `states`, oldest first (for dispatch).
-    pub async fn in_states(&self, states: &[&str]) -> Result<Vec<StoredJob>, DbError> {
+    pub async fn in_states(&self, states: &[BrokerState]) -> Result<Vec<StoredJob>, DbError> {
         let marks: Vec<String> = (1..=states.len()).map(|i| format!("${i}")).collect();
         let sql = format!(
             "SELECT {COLUMNS} FROM jobs WHERE state IN ({}) ORDER BY submitted, id",
@@ -248,7 +254,7 @@ impl Db {
         );
         let mut q = sqlx::query(&sql);
         for s in states {
-            q = q.bind(*s);
+            q = q.bind(s.as_str());
         }
         Ok(q.fetch_all(&self.pool).await?.iter().map(row_to_job).collect())
     }
@@ -301,7 +307,7 @@ impl Db {
         .bind(i64::from(r.amount))
         .bind(r.start.0)
         .bind(r.end.0)
-        .bind(&r.state)
+        .bind(r.state.as_str())
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;
@@ -324,7 +330,10 @@ impl Db {
             amount: r.get::<i64, _>("amount") as u32,
             start: Time(r.get("start")),
             end: Time(r.get("stop")),
-            state: r.get("state"),
+            state: match r.get::<String, _>("state").as_str() {
+                "committed" => BrokerReservationState::Committed,
+                _ => BrokerReservationState::Cancelled,
+            },
         }))
     }
 

@@ -167,6 +167,15 @@ impl Site for Viewed<'_> {
     fn submit(&mut self, owner: &str, job: &Job, reservation: Option<ReservationId>) -> Result<JobHandle, SiteError> {
         self.site.submit(owner, job, reservation)
     }
+    fn submit_held(
+        &mut self,
+        owner: &str,
+        job: &Job,
+        reservation: ReservationId,
+        key: &str,
+    ) -> Result<JobHandle, SiteError> {
+        self.site.submit_held(owner, job, reservation, key)
+    }
     fn status(&self, job: &JobHandle) -> Result<brokk_broker::JobState, SiteError> {
         self.site.status(job)
     }

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use brokk_model::{Benchmark, JobPreferences};
 use brokk_proto::broker::BrokerClient;
-use brokk_proto::wire::{CoallocJob, CoallocRequest};
+use brokk_proto::wire::{BrokerState, CoallocJob, CoallocRequest};
 
 /// Arguments of `brokk quickstart`.
 #[derive(clap::Args)]
@@ -152,9 +152,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
     for (label, id) in &submitted {
         let j = loop {
             let j = client.job(id)?;
-            if matches!(j.state.as_str(), "finished" | "failed" | "cancelled")
-                || start.elapsed() > Duration::from_secs(60)
-            {
+            if j.state.is_terminal() || start.elapsed() > Duration::from_secs(60) {
                 break j;
             }
             std::thread::sleep(Duration::from_millis(100));
@@ -182,7 +180,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
             actual.map_or("-".into(), |v| v.to_string()),
             j.state
         );
-        ok &= j.state == "finished" && j.exit_code == Some(0);
+        ok &= j.state == BrokerState::Finished && j.exit_code == Some(0);
         if let Some(name) = &j.stdout {
             if let Ok(mut file) = client.file(&j.id, name) {
                 std::io::copy(&mut file, &mut std::fs::File::create(dir.join(format!("{label}.out")))?)?;

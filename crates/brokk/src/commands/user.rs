@@ -9,7 +9,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use brokk_model::{JobPreferences, Time};
 use brokk_proto::broker::BrokerClient;
-use brokk_proto::wire::BrokerJob;
+use brokk_proto::wire::{BrokerJob, BrokerState};
 
 /// Where the service is and who we are.
 #[derive(clap::Args, Clone)]
@@ -245,29 +245,29 @@ fn print_jobs(jobs: &[BrokerJob]) {
 }
 
 fn terminal(j: &BrokerJob) -> bool {
-    matches!(j.state.as_str(), "finished" | "failed" | "cancelled")
+    j.state.is_terminal()
 }
 
 /// Polls until the job ends, printing each state change; exits non-zero
 /// unless it finished with code 0.
 fn watch(c: &BrokerClient, id: &str, json: bool) -> Result<ExitCode> {
-    let mut last = String::new();
+    let mut last = None;
     loop {
         let j = c.job(id)?;
-        if j.state != last && !json {
+        if Some(j.state) != last && !json {
             println!(
                 "{} {}{}",
                 j.id,
                 j.state,
                 j.site.as_ref().map_or(String::new(), |s| format!(" at {s}"))
             );
-            last = j.state.clone();
+            last = Some(j.state);
         }
         if terminal(&j) {
             if json {
                 println!("{}", serde_json::to_string_pretty(&j)?);
             }
-            let ok = j.state == "finished" && j.exit_code == Some(0);
+            let ok = j.state == BrokerState::Finished && j.exit_code == Some(0);
             return Ok(if ok { ExitCode::SUCCESS } else { ExitCode::from(1) });
         }
         std::thread::sleep(Duration::from_millis(300));

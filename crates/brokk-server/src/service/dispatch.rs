@@ -1,0 +1,191 @@
+//! Dispatch: every accepted job through the broker's submission, the users
+//! taken in turn, jobs accepted before a restart looked for first.
+
+use super::*;
+
+/// Dispatches in flight at once.
+pub(super) const DISPATCH_CONCURRENCY: usize = 8;
+
+impl Service {
+    /// Dispatches every accepted job, a few at a time, taking the users in
+    /// turn (each user's oldest first), so one user's thousand jobs do not
+    /// keep everyone else's waiting behind them.
+    pub async fn dispatch_pending(&self) -> Result<(), ServiceError> {
+        let pending = round_robin_by_owner(self.db.in_states(&[BrokerState::Accepted]).await?);
+        for chunk in pending.chunks(DISPATCH_CONCURRENCY) {
+            let mut set = tokio::task::JoinSet::new();
+            for j in chunk {
+                let (svc, j) = (self.clone(), j.clone());
+                set.spawn(async move { svc.dispatch(j).await });
+            }
+            while let Some(r) = set.join_next().await {
+                r.map_err(|e| ServiceError::Unavailable(e.to_string()))??;
+            }
+        }
+        Ok(())
+    }
+
+    /// For a job accepted before this process started: the site that already
+    /// has it under its idempotency key, if any, with the site's id for it.
+    pub(super) async fn already_at(&self, key: &str) -> Result<Option<(String, String)>, ServiceError> {
+        let sites = self.sites.clone();
+        let key = key.to_string();
+        tokio::task::spawn_blocking(move || {
+            for s in sites.iter() {
+                match s.client.job_by_key(&key) {
+                    Ok(Some(v)) => return Ok(Some((s.name.clone(), v.id))),
+                    Ok(None) => {}
+                    // Unsure: do not risk a second copy; try again next round.
+                    Err(e) => return Err(ServiceError::Unavailable(format!("asking {}: {e}", s.name))),
+                }
+            }
+            Ok(None)
+        })
+        .await
+        .map_err(|e| ServiceError::Unavailable(e.to_string()))?
+    }
+
+    pub(super) async fn dispatch(&self, stored: StoredJob) -> Result<(), ServiceError> {
+        if stored.view.submitted <= self.started {
+            match self.already_at(&stored.view.id).await {
+                Ok(Some((name, site_job))) => {
+                    let mut v = stored.view;
+                    v.state = BrokerState::Dispatched;
+                    v.site = Some(name.clone());
+                    v.site_job = Some(site_job);
+                    let detail = format!("to {name} (found there after a restart)");
+                    self.db.update(&v, Some((now(), Some(detail)))).await?;
+                    return Ok(());
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    self.counters.site_errors.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!("not dispatching {} yet: {e}", stored.view.id);
+                    return Ok(());
+                }
+            }
+        }
+        let job: Job = serde_json::from_str(&stored.spec).map_err(|e| ServiceError::Unavailable(e.to_string()))?;
+        if let Some(rid) = job.reservation.clone() {
+            return self.dispatch_into(stored, job, &rid).await;
+        }
+        let prefs: JobPreferences = serde_json::from_str(&stored.prefs).unwrap_or_default();
+        let sites = self.sites.clone();
+        let counters = self.counters.clone();
+        let key = stored.view.id.clone();
+        let user = stored.view.owner.clone();
+        let t = now();
+        let outcome = tokio::task::spawn_blocking(move || {
+            let mut clients = cached_sites(&sites, &counters, Some(&key), &user);
+            let mut refs: Vec<&mut dyn Site> = clients.iter_mut().map(|c| c as &mut dyn Site).collect();
+            // Reservation-backed when the user asks for it: a hold on the best
+            // site, committed by the submission (seed 003's two phases).
+            let opts = SubmitOptions {
+                reserve_top_k: usize::from(prefs.use_reservations == Some(true)),
+                ..SubmitOptions::default()
+            };
+            submit(&job, &prefs, "broker", &mut refs, t, opts).map(|s| {
+                let name = sites
+                    .iter()
+                    .find(|e| e.client.endpoint() == s.endpoint)
+                    .map_or(s.endpoint.clone(), |e| e.name.clone());
+                (name, s)
+            })
+        })
+        .await
+        .map_err(|e| ServiceError::Unavailable(e.to_string()))?;
+        self.counters.decisions.fetch_add(1, Ordering::Relaxed);
+        let mut v = stored.view;
+        match outcome {
+            Ok((name, s)) => {
+                self.counters
+                    .site_errors
+                    .fetch_add(s.failed.len() as u64, Ordering::Relaxed);
+                v.state = BrokerState::Dispatched;
+                v.site = Some(name.clone());
+                v.site_job = Some(s.handle.0.clone());
+                v.predicted_tts = Some(s.prediction.tts().0);
+                v.predicted_ttd = Some(s.prediction.ttd().0);
+                let detail = match s.reservation {
+                    Some(r) => format!("to {name}, in reservation {}", r.0),
+                    None => format!("to {name}"),
+                };
+                self.db.update(&v, Some((now(), Some(detail)))).await?;
+            }
+            Err(e @ brokk_broker::submit::SubmitError::NoSite { .. }) if e.worth_retrying() => {
+                let brokk_broker::submit::SubmitError::NoSite { failed, .. } = e else {
+                    return Ok(());
+                };
+                // A site that did not answer may be the one able to run it:
+                // keep the job for the next round.
+                self.counters
+                    .site_errors
+                    .fetch_add(failed.len() as u64, Ordering::Relaxed);
+            }
+            Err(e) => {
+                self.counters.undispatchable.fetch_add(1, Ordering::Relaxed);
+                v.state = BrokerState::Failed;
+                v.reason = Some(e.to_string());
+                v.ended = Some(now());
+                self.db.update(&v, Some((now(), Some(e.to_string())))).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends a job into the broker reservation `rid` at its site.
+    pub(super) async fn dispatch_into(&self, stored: StoredJob, job: Job, rid: &str) -> Result<(), ServiceError> {
+        let mut v = stored.view;
+        // Checked again here: the job may have been stored before the check
+        // existed, and the reservation may have been cancelled since.
+        let r = match self.own_committed_reservation(&v.owner, rid).await {
+            Ok(r) => r,
+            Err(ServiceError::Unavailable(e)) => return Err(ServiceError::Unavailable(e)),
+            Err(e) => {
+                v.state = BrokerState::Failed;
+                v.reason = Some(format!("it cannot run in reservation {rid}: {e}"));
+                v.ended = Some(now());
+                return Ok(self.db.update(&v, Some((now(), v.reason.clone()))).await?);
+            }
+        };
+        let Some(site) = self.site(&r.site) else {
+            return Err(ServiceError::Unavailable(format!(
+                "site {} is no longer configured",
+                r.site
+            )));
+        };
+        let key = v.id.clone();
+        let user = v.owner.clone();
+        let outcome = tokio::task::spawn_blocking(move || {
+            let mut c = site.client.clone();
+            c.set_idempotency_key(Some(key));
+            c.set_on_behalf_of(Some(user));
+            c.submit("broker", &job, Some(brokk_core::ReservationId(r.site_reservation)))
+        })
+        .await
+        .map_err(|e| ServiceError::Unavailable(e.to_string()))?;
+        self.counters.decisions.fetch_add(1, Ordering::Relaxed);
+        match outcome {
+            Ok(h) => {
+                v.state = BrokerState::Dispatched;
+                v.site = Some(r.site.clone());
+                v.site_job = Some(h.0);
+                v.predicted_tts = Some((r.start - now()).0.max(0));
+                let detail = format!("to {}, in reservation {}", r.site, r.id);
+                self.db.update(&v, Some((now(), Some(detail)))).await?;
+            }
+            Err(brokk_broker::SiteError::Unavailable(e)) => {
+                // The site is down: the job waits for the next round.
+                self.counters.site_errors.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!("dispatching {} into {rid}: {e}", v.id);
+            }
+            Err(e) => {
+                v.state = BrokerState::Failed;
+                v.reason = Some(format!("the site refused the job: {e}"));
+                v.ended = Some(now());
+                self.db.update(&v, Some((now(), v.reason.clone()))).await?;
+            }
+        }
+        Ok(())
+    }
+}

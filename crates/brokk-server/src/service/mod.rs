@@ -1,0 +1,379 @@
+//! The service's operations: accept (translate, validate, store), list, show,
+//! cancel, files and resources; dispatch through the broker core to the
+//! sites; and polling the sites for the jobs' progress.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use brokk_broker::adapt::{adapt, AdaptOptions, Adapted, Tracked};
+use brokk_broker::coalloc::{coallocate, place, CoRequest, Found};
+use brokk_broker::reserve::at_earliest;
+use brokk_broker::submit::{submit, SubmitOptions};
+use brokk_broker::{JobHandle, Site};
+use brokk_jdl::{detect, read, Format, ReadOptions};
+use brokk_model::{Job, JobPreferences, ResourceInfo, Time};
+use brokk_proto::wire::{
+    Accepted, BrokerJob, BrokerReservation, BrokerReservationRequest, BrokerReservationState, BrokerState,
+    CoallocRequest, Coallocated, SubmitRequest,
+};
+use brokk_proto::RemoteSite;
+use tokio::sync::Notify;
+
+use crate::db::{Db, DbError, StoredJob};
+
+mod coalloc;
+mod dispatch;
+mod files;
+mod follow;
+mod reservations;
+mod sites;
+
+pub use files::{FileHead, FileStream};
+use sites::cached_sites;
+pub use sites::{Cursor, SiteEntry, INFO_TTL};
+
+/// Why a request failed.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ServiceError {
+    /// Malformed request or description (with line and column).
+    #[error("{0}")]
+    BadRequest(String),
+    /// Another user's job.
+    #[error("job {0} belongs to someone else")]
+    Forbidden(String),
+    /// No such job or file.
+    #[error("{0} not found")]
+    NotFound(String),
+    /// The request conflicts with what the sites can do.
+    #[error("{0}")]
+    Conflict(String),
+    /// A site or the database failed.
+    #[error("{0}")]
+    Unavailable(String),
+}
+
+impl From<DbError> for ServiceError {
+    fn from(e: DbError) -> Self {
+        ServiceError::Unavailable(e.to_string())
+    }
+}
+
+/// A new job id.
+fn new_id() -> String {
+    uuid::Uuid::new_v4().simple().to_string()[..16].to_string()
+}
+
+/// Counters for `/metrics`.
+#[derive(Debug, Default)]
+pub struct Counters {
+    /// Jobs accepted.
+    pub accepted: AtomicU64,
+    /// Brokering decisions made.
+    pub decisions: AtomicU64,
+    /// Jobs no site took.
+    pub undispatchable: AtomicU64,
+    /// Calls to sites that failed.
+    pub site_errors: AtomicU64,
+    /// Brokering decisions that reused a site's cached information.
+    pub cache_hits: AtomicU64,
+    /// ... and that had to ask the site.
+    pub cache_misses: AtomicU64,
+    /// Submit latency histogram: counts per bucket of [`LATENCY_BUCKETS`], then the sum in microseconds.
+    pub submit_latency: [AtomicU64; LATENCY_BUCKETS.len() + 2],
+}
+
+/// Upper bounds of the submit-latency histogram, seconds.
+pub const LATENCY_BUCKETS: [f64; 8] = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 1.0];
+
+/// The service, shared by its handlers and tasks.
+#[derive(Debug, Clone)]
+pub struct Service {
+    /// Records.
+    pub db: Db,
+    /// Sites, in configuration order.
+    pub sites: Arc<Vec<SiteEntry>>,
+    /// Counters.
+    pub counters: Arc<Counters>,
+    /// Wakes the dispatcher.
+    pub wake: Arc<Notify>,
+    /// When this process started: jobs accepted before it may have reached a
+    /// site before a crash, so their dispatch first asks the sites.
+    pub started: Time,
+    /// Queue adaptation's margin.
+    pub adapt_margin: brokk_model::Duration,
+    /// What one user may hold at once.
+    pub limits: crate::config::Limits,
+}
+
+pub use brokk_proto::wall_clock as now;
+
+/// `jobs` (oldest first) reordered to take their owners in turn: the
+/// oldest job of each owner, then the second oldest of each, and so on, the
+/// owners in the order of their oldest job.
+fn round_robin_by_owner(jobs: Vec<StoredJob>) -> Vec<StoredJob> {
+    let mut queues: Vec<(String, std::collections::VecDeque<StoredJob>)> = Vec::new();
+    for j in jobs {
+        match queues.iter_mut().find(|(o, _)| *o == j.view.owner) {
+            Some((_, q)) => q.push_back(j),
+            None => queues.push((j.view.owner.clone(), [j].into())),
+        }
+    }
+    let mut out = Vec::new();
+    while queues.iter().any(|(_, q)| !q.is_empty()) {
+        for (_, q) in &mut queues {
+            out.extend(q.pop_front());
+        }
+    }
+    out
+}
+
+impl Service {
+    /// Records the latency of one submission.
+    pub fn observe_submit(&self, seconds: f64) {
+        let b = LATENCY_BUCKETS
+            .iter()
+            .position(|&ub| seconds <= ub)
+            .unwrap_or(LATENCY_BUCKETS.len());
+        self.counters.submit_latency[b].fetch_add(1, Ordering::Relaxed);
+        self.counters.submit_latency[LATENCY_BUCKETS.len() + 1].fetch_add((seconds * 1e6) as u64, Ordering::Relaxed);
+    }
+
+    /// Translates and stores a description's jobs; they are dispatched later.
+    pub async fn accept(&self, owner: &str, req: SubmitRequest) -> Result<Accepted, ServiceError> {
+        let format = match &req.format {
+            Some(f) => f
+                .parse::<Format>()
+                .map_err(|e| ServiceError::BadRequest(e.to_string()))?,
+            None => detect(&req.description, None).ok_or_else(|| {
+                ServiceError::BadRequest("format: cannot tell the description's language; give `format`".into())
+            })?,
+        };
+        let parsed = read(format, &req.description, &ReadOptions::default())
+            .map_err(|e| ServiceError::BadRequest(format!("description ({format}): {e}")))?;
+        if parsed.jobs.is_empty() {
+            return Err(ServiceError::BadRequest("description: it describes no job".into()));
+        }
+        self.within_job_limits(owner, parsed.jobs.len(), self.limits.jobs_per_submission)
+            .await?;
+        for job in &parsed.jobs {
+            brokk_broker::select::validate_at(job, now()).map_err(|e| ServiceError::BadRequest(e.to_string()))?;
+        }
+        let warnings: Vec<String> = parsed.warnings.iter().map(|d| d.to_string()).collect();
+        let mut jobs = parsed.jobs;
+        if let Some(rid) = &req.reservation {
+            if jobs.len() != 1 {
+                return Err(ServiceError::BadRequest(
+                    "reservation: one reservation holds one job".into(),
+                ));
+            }
+            jobs[0].reservation = Some(rid.clone());
+        }
+        // A reservation named inside the description (JSON `reservation`,
+        // `#SBATCH --reservation=`) is checked like one given beside it.
+        for job in &jobs {
+            if let Some(rid) = &job.reservation {
+                self.own_committed_reservation(owner, rid).await?;
+            }
+        }
+        let prefs = serde_json::to_string(&req.preferences.unwrap_or_default())
+            .map_err(|e| ServiceError::BadRequest(e.to_string()))?;
+        let mut ids = Vec::new();
+        for job in &jobs {
+            ids.push(
+                self.store_new(
+                    owner,
+                    job,
+                    format,
+                    warnings.clone(),
+                    prefs.clone(),
+                    BrokerState::Accepted,
+                    new_id(),
+                )
+                .await?
+                .id,
+            );
+        }
+        self.wake.notify_one();
+        Ok(Accepted {
+            id: ids[0].clone(),
+            ids,
+            warnings,
+        })
+    }
+
+    /// Refuses `n` more jobs for `owner` beyond `per_request` at once or the
+    /// queued-jobs limit.
+    async fn within_job_limits(&self, owner: &str, n: usize, per_request: u64) -> Result<(), ServiceError> {
+        if n as u64 > per_request {
+            return Err(ServiceError::BadRequest(format!(
+                "the request describes {n} jobs; this broker takes at most {per_request} at once"
+            )));
+        }
+        let queued = self.db.unfinished_of(owner).await?.max(0) as u64;
+        if queued + n as u64 > self.limits.queued_jobs {
+            return Err(ServiceError::Conflict(format!(
+                "you have {queued} unfinished jobs; this broker holds at most {} per user",
+                self.limits.queued_jobs
+            )));
+        }
+        Ok(())
+    }
+
+    /// Stores a new job `id` in `state` (`accepted`, or [`BrokerState::Reserving`]).
+    #[allow(clippy::too_many_arguments)] // one record's fields
+    async fn store_new(
+        &self,
+        owner: &str,
+        job: &Job,
+        format: Format,
+        warnings: Vec<String>,
+        prefs: String,
+        state: BrokerState,
+        id: String,
+    ) -> Result<BrokerJob, ServiceError> {
+        let stored = StoredJob {
+            view: BrokerJob {
+                id,
+                owner: owner.to_string(),
+                format: format.name().to_string(),
+                state,
+                site: None,
+                site_job: None,
+                predicted_tts: None,
+                predicted_ttd: None,
+                submitted: now(),
+                started: None,
+                ended: None,
+                exit_code: None,
+                reason: None,
+                warnings,
+                stdout: job.stdout.clone(),
+                history: Vec::new(),
+            },
+            spec: serde_json::to_string(job).map_err(|e| ServiceError::BadRequest(e.to_string()))?,
+            prefs,
+        };
+        self.db.insert(&stored).await?;
+        self.counters.accepted.fetch_add(1, Ordering::Relaxed);
+        Ok(stored.view)
+    }
+
+    async fn owned(&self, owner: &str, id: &str) -> Result<StoredJob, ServiceError> {
+        let j = self
+            .db
+            .get(id)
+            .await?
+            .ok_or_else(|| ServiceError::NotFound(format!("job {id}")))?;
+        if j.view.owner != owner {
+            return Err(ServiceError::Forbidden(id.to_string()));
+        }
+        Ok(j)
+    }
+
+    /// A job with its history.
+    pub async fn job(&self, owner: &str, id: &str) -> Result<BrokerJob, ServiceError> {
+        Ok(self.owned(owner, id).await?.view)
+    }
+
+    /// The owner's jobs.
+    pub async fn jobs(&self, owner: &str, state: Option<BrokerState>) -> Result<Vec<BrokerJob>, ServiceError> {
+        Ok(self.db.list(owner, state).await?)
+    }
+
+    fn site(&self, name: &str) -> Option<SiteEntry> {
+        self.sites.iter().find(|s| s.name == name).cloned()
+    }
+
+    /// Parses one description that must hold exactly one job.
+    fn one_job(description: &str, format: Option<&str>) -> Result<(Job, Format, Vec<String>), ServiceError> {
+        let format = match format {
+            Some(f) => f
+                .parse::<Format>()
+                .map_err(|e| ServiceError::BadRequest(e.to_string()))?,
+            None => detect(description, None)
+                .ok_or_else(|| ServiceError::BadRequest("format: cannot tell the description's language".into()))?,
+        };
+        let parsed = read(format, description, &ReadOptions::default())
+            .map_err(|e| ServiceError::BadRequest(format!("description ({format}): {e}")))?;
+        let [job] = <[Job; 1]>::try_from(parsed.jobs).map_err(|v| {
+            ServiceError::BadRequest(format!("a co-allocated description must hold one job, not {}", v.len()))
+        })?;
+        brokk_broker::select::validate_at(&job, now()).map_err(|e| ServiceError::BadRequest(e.to_string()))?;
+        if job.reservation.is_some() {
+            return Err(ServiceError::BadRequest(
+                "reservation: a co-allocated job runs in the reservation the co-allocation makes; remove it".into(),
+            ));
+        }
+        Ok((job, format, parsed.warnings.iter().map(|d| d.to_string()).collect()))
+    }
+
+    /// Cancels a job wherever it is.
+    pub async fn cancel(&self, owner: &str, id: &str) -> Result<BrokerJob, ServiceError> {
+        let mut j = self.owned(owner, id).await?.view;
+        if j.state.is_terminal() {
+            return Ok(j);
+        }
+        if let (Some(site), Some(handle)) = (j.site.clone().and_then(|s| self.site(&s)), j.site_job.clone()) {
+            let r = tokio::task::spawn_blocking(move || {
+                let mut c = site.client;
+                c.cancel_job("broker", &JobHandle(handle))
+            })
+            .await
+            .map_err(|e| ServiceError::Unavailable(e.to_string()))?;
+            if let Err(e) = r {
+                self.counters.site_errors.fetch_add(1, Ordering::Relaxed);
+                return Err(ServiceError::Unavailable(format!("cancelling at the site: {e}")));
+            }
+        }
+        j.state = BrokerState::Cancelled;
+        j.reason = Some("cancelled by its owner".into());
+        j.ended = Some(now());
+        self.db.update(&j, Some((now(), None))).await?;
+        Ok(j)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(owner: &str, n: u32) -> StoredJob {
+        StoredJob {
+            view: BrokerJob {
+                id: format!("{owner}{n}"),
+                owner: owner.into(),
+                format: "json".into(),
+                state: BrokerState::Accepted,
+                site: None,
+                site_job: None,
+                predicted_tts: None,
+                predicted_ttd: None,
+                submitted: Time(i64::from(n)),
+                started: None,
+                ended: None,
+                exit_code: None,
+                reason: None,
+                warnings: Vec::new(),
+                stdout: None,
+                history: Vec::new(),
+            },
+            spec: String::new(),
+            prefs: String::new(),
+        }
+    }
+
+    #[test]
+    fn dispatch_takes_the_users_in_turn() {
+        let jobs = vec![
+            job("a", 1),
+            job("a", 2),
+            job("a", 3),
+            job("b", 4),
+            job("a", 5),
+            job("c", 6),
+            job("b", 7),
+        ];
+        let order: Vec<String> = round_robin_by_owner(jobs).into_iter().map(|j| j.view.id).collect();
+        assert_eq!(order, ["a1", "b4", "c6", "a2", "b7", "a3", "a5"]);
+    }
+}
