@@ -223,7 +223,7 @@ pub struct Ranked {
 /// The outcome of selection: candidates best first, and what was left out and why.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Ranking {
-    /// Resources that can run the job, best first (ties by endpoint).
+    /// Resources that can run the job, best first (ties in the order given).
     pub ranked: Vec<Ranked>,
     /// Resources that cannot, with every reason.
     pub excluded: Vec<(String, Vec<Mismatch>)>,
@@ -252,11 +252,9 @@ pub fn rank(
             prediction,
         });
     }
-    // Endpoints are unique, so the order is total and an unstable sort is deterministic.
-    out.ranked.sort_unstable_by(|a, b| {
-        a.score
-            .cmp(&b.score)
-            .then_with(|| resources[a.index].endpoint.cmp(&resources[b.index].endpoint))
-    });
+    // Ties go to the resource listed first (the configuration's order), in
+    // every driver alike: endpoints differ between worlds (URLs live, names
+    // in simulation), positions do not.
+    out.ranked.sort_unstable_by_key(|r| (r.score, r.index));
     out
 }

@@ -3,7 +3,7 @@
 //! failure; release every reservation that is not used.
 
 use brokk_core::{Reply, Request, ReservationId};
-use brokk_model::{Duration, Job, JobPreferences, Time};
+use brokk_model::{Duration, Job, JobPreferences, ResourceInfo, Time};
 
 use crate::predict::{Prediction, Predictor, STANDARD_PREDICTOR};
 use crate::select::{rank, selector_for, validate_at, Invalid, Mismatch};
@@ -93,7 +93,26 @@ pub fn submit(
             Err(e) => failed.push((s.endpoint().to_string(), e)),
         }
     }
-    let ranking = rank(job, prefs, &infos, now, opts.predictor);
+    submit_informed(job, prefs, owner, sites, (&infos, &site_of), failed, now, opts)
+}
+
+/// [`submit`] with the sites' information already at hand: `infos[i]` is
+/// what site `site_of[i]` published (a driver with its own information
+/// cache passes it without copies); `failed` lists sites that could not be
+/// asked.
+#[allow(clippy::too_many_arguments)] // submit's arguments, and the information
+pub fn submit_informed(
+    job: &Job,
+    prefs: &JobPreferences,
+    owner: &str,
+    sites: &mut [&mut dyn Site],
+    (infos, site_of): (&[ResourceInfo], &[usize]),
+    mut failed: Vec<(String, SiteError)>,
+    now: Time,
+    opts: SubmitOptions<'_>,
+) -> Result<Submission, SubmitError> {
+    validate_at(job, now).map_err(SubmitError::Invalid)?;
+    let ranking = rank(job, prefs, infos, now, opts.predictor);
     // (index into `infos`, prediction, reservation held there)
     let mut candidates: Vec<(usize, Prediction, Option<ReservationId>)> = ranking
         .ranked
@@ -122,12 +141,7 @@ pub fn submit(
                 *prediction = opts.predictor.predict(job, prefs, &infos[*info], Some(start), now);
             }
         }
-        candidates.sort_by(|a, b| {
-            selector
-                .score(&a.1)
-                .cmp(&selector.score(&b.1))
-                .then_with(|| infos[a.0].endpoint.cmp(&infos[b.0].endpoint))
-        });
+        candidates.sort_by_key(|c| (selector.score(&c.1), site_of[c.0]));
     }
 
     let mut chosen = None;

@@ -67,6 +67,8 @@ pub struct SiteCore {
     jobs: BTreeMap<u64, JobRecord>,
     /// Jobs not yet ended: every scan of live jobs goes over these only.
     active: BTreeSet<u64>,
+    /// How many of them run (or deliver output).
+    running: u32,
     /// Waiting jobs in their own slots, by (planned start, id): the queue
     /// that moves up when capacity frees.
     queue: BTreeSet<(Time, u64)>,
@@ -77,6 +79,10 @@ pub struct SiteCore {
     /// Foreign occupants mirrored in the schedule: key -> (occupant, booking).
     foreign: HashMap<String, (Occupant, Option<ReservationId>)>,
     out: Vec<Effect>,
+}
+
+fn runs(p: JobPhase) -> bool {
+    matches!(p, JobPhase::Running | JobPhase::StagingOut)
 }
 
 fn not_found(id: ReservationId) -> CoreError {
@@ -91,6 +97,7 @@ impl SiteCore {
             params,
             jobs: BTreeMap::new(),
             active: BTreeSet::new(),
+            running: 0,
             queue: BTreeSet::new(),
             keys: HashMap::new(),
             feed: Feed::default(),
@@ -136,6 +143,7 @@ impl SiteCore {
             } else if !j.state.is_terminal() {
                 resume.push(j.id);
                 core.active.insert(j.id);
+                core.running += u32::from(runs(j.state));
                 if let (true, false, Some(s)) = (j.is_waiting(), j.claimed, j.planned_start) {
                     core.queue.insert((s, j.id));
                 }
@@ -227,10 +235,7 @@ impl SiteCore {
             .first()
             .filter(|s| s.start <= now)
             .map_or(self.params.capacity, |s| s.free);
-        let running = self
-            .active()
-            .filter(|j| matches!(j.state, JobPhase::Running | JobPhase::StagingOut))
-            .count() as u32;
+        let running = self.running;
         let probe = Request {
             amount: 1,
             duration: Duration::hours(1),
@@ -563,6 +568,9 @@ impl SiteCore {
         }
         j.backend_id = Some(backend_id);
         if j.state != JobPhase::Running {
+            if runs(j.state) {
+                self.running -= 1;
+            }
             j.state = JobPhase::Queued;
         }
         self.touch(id);
@@ -579,6 +587,7 @@ impl SiteCore {
         let Some(j) = self.jobs.get_mut(&id).filter(|j| !j.state.is_terminal()) else {
             return false;
         };
+        self.running = self.running + u32::from(runs(phase)) - u32::from(runs(j.state));
         j.state = phase;
         self.touch(id);
         true
@@ -591,6 +600,7 @@ impl SiteCore {
         let Some(j) = self.jobs.get_mut(&id).filter(|j| !j.state.is_terminal()) else {
             return false;
         };
+        self.running += u32::from(!runs(j.state));
         j.state = JobPhase::Running;
         j.started = Some(start);
         let (slot, claimed, planned) = (j.slot, j.claimed, j.planned_start);
@@ -636,6 +646,9 @@ impl SiteCore {
 
     fn close(&mut self, now: Time, id: u64, phase: JobPhase, exit_code: Option<i32>, reason: Option<String>) {
         let Some(mut j) = self.jobs.remove(&id) else { return };
+        if runs(j.state) && self.active.contains(&id) {
+            self.running -= 1;
+        }
         j.state = phase;
         j.exit_code = exit_code;
         j.reason = reason;
@@ -745,6 +758,30 @@ impl SiteCore {
     /// Whether reservation `id` is live and the site's own (not mirrored).
     pub fn holds_reservation(&self, id: ReservationId) -> bool {
         self.planner.get(id).is_some_and(|r| r.owner.as_ref() != FOREIGN)
+    }
+
+    /// Panics unless the site's books agree with themselves: the running
+    /// count, the queue and the live set match the records, and the
+    /// schedule is sound. For tests, after every step.
+    pub fn check_invariants(&self) {
+        let running = self.active().filter(|j| runs(j.state)).count() as u32;
+        assert_eq!(self.running, running, "running count");
+        for &(t, id) in &self.queue {
+            let j = &self.jobs[&id];
+            assert!(
+                j.is_waiting() && !j.claimed && j.planned_start == Some(t),
+                "queue entry {id}"
+            );
+        }
+        for j in self.jobs.values() {
+            assert_eq!(
+                self.active.contains(&j.id),
+                !j.state.is_terminal(),
+                "live set, job {}",
+                j.id
+            );
+        }
+        self.planner.check_invariants();
     }
 
     /// Waiting jobs in their own slots, by planned start.

@@ -77,6 +77,10 @@ pub struct Config {
     /// seconds sooner.
     #[serde(default = "default_adapt_margin")]
     pub adapt_margin: i64,
+    /// Milliseconds a site's information is reused for brokering decisions
+    /// (0: every decision asks the sites).
+    #[serde(default = "default_info_ttl_ms")]
+    pub info_ttl_ms: u64,
 }
 
 /// Per-user limits, so that no user fills the queue or the sites for
@@ -163,6 +167,9 @@ fn default_max_body() -> usize {
 }
 fn default_adapt_every() -> u64 {
     30
+}
+fn default_info_ttl_ms() -> u64 {
+    1000
 }
 fn default_adapt_margin() -> i64 {
     600

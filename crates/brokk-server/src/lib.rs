@@ -72,10 +72,14 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         let running = brokk_site::start(site).await.map_err(|e| err(&e))?;
         endpoints.push((e.name.clone(), format!("http://{}", running.addr), token));
     }
+    let info_ttl = std::time::Duration::from_millis(config.info_ttl_ms);
     let sites = tokio::task::spawn_blocking(move || {
         endpoints
             .into_iter()
-            .map(|(name, url, token)| SiteEntry::new(name, brokk_proto::RemoteSite::new(&url, &token)))
+            .map(|(name, url, token)| SiteEntry {
+                info_ttl,
+                ..SiteEntry::new(name, brokk_proto::RemoteSite::new(&url, &token))
+            })
             .collect::<Vec<_>>()
     })
     .await

@@ -17,7 +17,7 @@
 
 use std::collections::HashMap;
 
-use brokk_broker::submit::{submit, SubmitOptions};
+use brokk_broker::submit::{submit_informed, SubmitOptions};
 use brokk_broker::{JobHandle, MemorySite, Site, SiteError};
 use brokk_core::{Candidate, Change, Reply, Request, ReservationId};
 use brokk_model::{
@@ -126,20 +126,27 @@ fn scaled(d: Duration, speed: f64) -> Duration {
     Duration(((d.0 as f64 / speed).ceil() as i64).max(1))
 }
 
-/// The broker's picture of one site: the visible snapshot and the one on
-/// its way.
+/// The broker's picture of one site beyond what it sees now: the snapshot
+/// on its way, and when the last one was taken.
 #[derive(Debug, Clone)]
 struct Snapshot {
-    visible: ResourceInfo,
     pending: Option<(ResourceInfo, Time)>,
     taken: Time,
 }
 
-/// A site as one brokering decision sees it: its information from the
-/// snapshot, everything else from the site.
+/// A site as one brokering decision sees it: brought to the decision's
+/// time when the broker acts on it (its information comes from the
+/// snapshot, passed to the broker apart).
 struct Viewed<'a> {
     site: &'a mut MemorySite,
-    info: &'a ResourceInfo,
+    at: Time,
+}
+
+impl Viewed<'_> {
+    fn now(&mut self) -> &mut MemorySite {
+        self.site.advance(self.at);
+        self.site
+    }
 }
 
 impl Site for Viewed<'_> {
@@ -147,25 +154,25 @@ impl Site for Viewed<'_> {
         self.site.endpoint()
     }
     fn info(&self) -> Result<ResourceInfo, SiteError> {
-        Ok(self.info.clone())
+        self.site.info()
     }
     fn probe(&self, req: &Request, k: usize) -> Result<Vec<Candidate>, SiteError> {
         self.site.probe(req, k)
     }
     fn reserve(&mut self, owner: &str, req: &Request, hold: Option<Time>) -> Result<Reply, SiteError> {
-        self.site.reserve(owner, req, hold)
+        self.now().reserve(owner, req, hold)
     }
     fn modify(&mut self, owner: &str, id: ReservationId, change: Change) -> Result<Time, SiteError> {
-        self.site.modify(owner, id, change)
+        self.now().modify(owner, id, change)
     }
     fn commit(&mut self, owner: &str, id: ReservationId) -> Result<(), SiteError> {
-        self.site.commit(owner, id)
+        self.now().commit(owner, id)
     }
     fn cancel(&mut self, owner: &str, id: ReservationId) -> Result<(), SiteError> {
-        self.site.cancel(owner, id)
+        self.now().cancel(owner, id)
     }
     fn submit(&mut self, owner: &str, job: &Job, reservation: Option<ReservationId>) -> Result<JobHandle, SiteError> {
-        self.site.submit(owner, job, reservation)
+        self.now().submit(owner, job, reservation)
     }
     fn submit_held(
         &mut self,
@@ -174,13 +181,13 @@ impl Site for Viewed<'_> {
         reservation: ReservationId,
         key: &str,
     ) -> Result<JobHandle, SiteError> {
-        self.site.submit_held(owner, job, reservation, key)
+        self.now().submit_held(owner, job, reservation, key)
     }
     fn status(&self, job: &JobHandle) -> Result<brokk_broker::JobState, SiteError> {
         self.site.status(job)
     }
     fn cancel_job(&mut self, owner: &str, job: &JobHandle) -> Result<(), SiteError> {
-        self.site.cancel_job(owner, job)
+        self.now().cancel_job(owner, job)
     }
 }
 
@@ -188,7 +195,11 @@ impl Site for Viewed<'_> {
 struct Grid<'a> {
     specs: &'a [ClusterSpec],
     sites: Vec<MemorySite>,
+    /// What the broker sees of each site, in site order.
+    visible: Vec<ResourceInfo>,
     snapshots: Vec<Snapshot>,
+    /// 0, 1, 2, ...: every site answers (from its snapshot).
+    all: Vec<usize>,
     staleness: Staleness,
     by_name: HashMap<String, usize>,
 }
@@ -210,17 +221,18 @@ impl Grid<'_> {
     /// Brings the broker's snapshots up to `t`.
     fn refresh(&mut self, t: Time) {
         let st = self.staleness;
-        for (site, snap) in self.sites.iter_mut().zip(&mut self.snapshots) {
+        for ((site, snap), visible) in self.sites.iter_mut().zip(&mut self.snapshots).zip(&mut self.visible) {
             if snap.pending.as_ref().is_some_and(|(_, at)| *at + st.info_delay <= t) {
                 if let Some((info, _)) = snap.pending.take() {
-                    snap.visible = info;
+                    *visible = info;
                 }
             }
             if snap.pending.is_none() && (st.info_ttl.0 == 0 || t - snap.taken >= st.info_ttl) {
+                site.advance(t);
                 if let Ok(info) = site.info() {
                     snap.taken = t;
                     if st.info_delay.0 == 0 {
-                        snap.visible = info;
+                        *visible = info;
                     } else {
                         snap.pending = Some((info, t));
                     }
@@ -272,15 +284,17 @@ pub fn simulate_grid(clusters: &[ClusterSpec], jobs: &[SimJob], routing: GridRou
             MemorySite::new(info, start, horizon)
         })
         .collect();
-    let snapshots = sites
-        .iter()
-        .map(|s| Snapshot {
-            visible: s.info().unwrap_or_default(),
+    let visible = sites.iter().map(|s| s.info().unwrap_or_default()).collect();
+    let snapshots = vec![
+        Snapshot {
             pending: None,
             taken: start,
-        })
-        .collect();
+        };
+        sites.len()
+    ];
     let mut grid = Grid {
+        visible,
+        all: (0..sites.len()).collect(),
         specs: clusters,
         by_name: clusters.iter().enumerate().map(|(k, c)| (c.name.clone(), k)).collect(),
         sites,
@@ -371,10 +385,6 @@ impl Grid<'_> {
         objective: Objective,
         reserve_top_k: usize,
     ) -> Option<(usize, JobHandle, Option<Time>)> {
-        // Every site the broker may ask answers at `t`.
-        for s in &mut self.sites {
-            s.advance(t);
-        }
         self.refresh(t);
         let job = job_of(j);
         let prefs = JobPreferences {
@@ -382,21 +392,14 @@ impl Grid<'_> {
             use_reservations: Some(reserve_top_k > 0),
             ..JobPreferences::default()
         };
-        let mut views: Vec<Viewed<'_>> = self
-            .sites
-            .iter_mut()
-            .zip(&self.snapshots)
-            .map(|(site, snap)| Viewed {
-                site,
-                info: &snap.visible,
-            })
-            .collect();
+        let mut views: Vec<Viewed<'_>> = self.sites.iter_mut().map(|site| Viewed { site, at: t }).collect();
         let mut refs: Vec<&mut dyn Site> = views.iter_mut().map(|v| v as &mut dyn Site).collect();
         let opts = SubmitOptions {
             reserve_top_k,
             ..SubmitOptions::default()
         };
-        let s = submit(&job, &prefs, OWNER, &mut refs, t, opts).ok()?;
+        let seen = (&self.visible[..], &self.all[..]);
+        let s = submit_informed(&job, &prefs, OWNER, &mut refs, seen, Vec::new(), t, opts).ok()?;
         let c = *self.by_name.get(&s.endpoint)?;
         Some((c, s.handle, Some(t + s.prediction.ttd())))
     }

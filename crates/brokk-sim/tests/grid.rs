@@ -52,7 +52,7 @@ fn the_broker_sends_a_job_to_the_site_that_finishes_it_first_and_predicts_it_exa
 #[test]
 fn earliest_completion_waits_for_a_fast_site_where_earliest_start_does_not() {
     // The fast site is busy for 100 s; the slow one is idle but takes 4x as long.
-    let sites = [site("slow", 4, 0.5), site("fast", 4, 2.0)];
+    let sites = [site("fast", 4, 2.0), site("slow", 4, 0.5)];
     let jobs = [job(1, 0, 4, 200), job(2, 1, 4, 1000)];
     let tts = GridRouting::Broker {
         objective: brokk_model::Objective::EarliestStart,

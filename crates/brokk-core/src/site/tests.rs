@@ -73,6 +73,7 @@ fn a_lapsed_hold_ends_and_takes_its_uncommitted_job_with_it() {
     assert_eq!(rec.state, JobPhase::Cancelled);
     assert_eq!(rec.ended, Some(Time(T0.0 + 30)));
     assert_eq!(s.published(Time(T0.0 + 31)).free_now, 8);
+    s.check_invariants();
 }
 
 #[test]
@@ -92,6 +93,7 @@ fn committing_a_hold_frees_its_waiting_job() {
         !s.record(id).unwrap().state.is_terminal(),
         "a committed hold does not lapse"
     );
+    s.check_invariants();
 }
 
 #[test]
@@ -119,6 +121,7 @@ fn queued_jobs_move_up_when_a_job_ends_early() {
     // The queue order holds: b keeps its lead over c.
     let queue: Vec<u64> = s.queued().map(|q| q.1).collect();
     assert_eq!(queue, vec![b, c]);
+    s.check_invariants();
 }
 
 #[test]
@@ -149,6 +152,7 @@ fn claims_are_checked_for_owner_size_and_use() {
     assert!(s.holds_reservation(r.id));
     s.cancel(Time(T0.0 + 11), "ann", r.id).unwrap();
     assert!(!s.holds_reservation(r.id));
+    s.check_invariants();
 }
 
 #[test]
@@ -172,6 +176,7 @@ fn a_repeated_key_is_one_job_and_the_feed_shows_only_ones_own() {
     assert_eq!(jobs.len(), 1);
     let (jobs, _) = s.changes("bob", v, 10);
     assert!(jobs.is_empty());
+    s.check_invariants();
 }
 
 #[test]
@@ -200,6 +205,7 @@ fn a_restart_fails_only_what_nobody_can_follow() {
     assert_eq!(back.record(queued).unwrap().planned_start, Some(later));
     let next = back.reserve(later, "ann", &at(1, 10, Time(T0.0 + 5000)), None).unwrap();
     assert!(next.id.0 >= 100, "ids of the old run are not issued again");
+    back.check_invariants();
 }
 
 #[test]
@@ -224,6 +230,7 @@ fn the_mirror_books_foreign_work_and_releases_it() {
     assert_eq!(s.record(id).unwrap().planned_start, Some(Time(T0.0 + 1000)));
     s.mirror(Time(T0.0 + 50), Vec::new());
     assert_eq!(s.record(id).unwrap().planned_start, Some(Time(T0.0 + 50)));
+    s.check_invariants();
 }
 
 #[test]
@@ -250,6 +257,7 @@ fn the_mirror_books_only_what_fits_beside_the_sites_own() {
     );
     s.cancel(T0, "ann", granted.id).unwrap();
     assert!(s.reserve(T0, "ann", &at(1, 60, T0), None).is_ok());
+    s.check_invariants();
 }
 
 #[test]
@@ -272,6 +280,7 @@ fn the_virtual_runner_runs_jobs_for_their_run_time_and_moves_the_queue_up() {
     run.advance(&mut s, Time(T0.0 + 1000));
     assert_eq!(s.record(b).unwrap().ended, Some(Time(T0.0 + 140)));
     assert_eq!(run.next_event(), None);
+    s.check_invariants();
 }
 
 #[test]
@@ -292,4 +301,5 @@ fn the_virtual_runner_kills_at_wall_time_and_cancels_running_jobs() {
     let ra = s.record(a).unwrap();
     assert_eq!((ra.state, ra.ended), (JobPhase::Failed, Some(Time(T0.0 + 100))));
     assert_eq!(ra.reason.as_deref(), Some("wall time exceeded"));
+    s.check_invariants();
 }

@@ -11,8 +11,10 @@ pub struct SiteEntry {
     /// The client.
     pub client: RemoteSite,
     /// Its last information and when it was fetched: brokering decisions
-    /// within [`INFO_TTL`] share it, as the seeds' information cache does.
+    /// within `info_ttl` share it, as the seeds' information cache does.
     pub info: Arc<std::sync::Mutex<Option<(std::time::Instant, ResourceInfo)>>>,
+    /// How long its information is reused ([`INFO_TTL`] unless configured).
+    pub info_ttl: std::time::Duration,
     /// Where the service is in the site's change feed: (epoch, version), and
     /// since when it has waited on a change it cannot place yet.
     pub cursor: Arc<std::sync::Mutex<Cursor>>,
@@ -37,12 +39,14 @@ impl SiteEntry {
             name,
             client,
             info: Arc::default(),
+            info_ttl: INFO_TTL,
             cursor: Arc::default(),
         }
     }
 }
 
-/// How long a site's information is reused for brokering decisions.
+/// How long a site's information is reused for brokering decisions, by
+/// default.
 pub const INFO_TTL: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// A site as one dispatch sees it: the client, with information from the cache.
@@ -82,7 +86,7 @@ impl Site for CachedSite {
     fn info(&self) -> Result<ResourceInfo, brokk_broker::SiteError> {
         if let Ok(cache) = self.entry.info.lock() {
             if let Some((at, info)) = cache.as_ref() {
-                if at.elapsed() < INFO_TTL {
+                if at.elapsed() < self.entry.info_ttl {
                     self.counters.cache_hits.fetch_add(1, Ordering::Relaxed);
                     return Ok(info.clone());
                 }

@@ -7,7 +7,9 @@ use std::process::{Command, ExitCode};
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
+use brokk_model::{Duration, Objective};
 use brokk_sim::cluster::{from_swf, simulate, Estimates, Policy, SimJob};
+use brokk_sim::grid::{simulate_grid, GridRouting, Staleness};
 use brokk_sim::platform::{clusters_from_partitions, simulate_platform, Routing};
 use brokk_sim::swf::{self, Swf};
 use serde::Serialize;
@@ -162,6 +164,38 @@ pub fn run(a: SimArgs) -> Result<ExitCode> {
     });
     rows.push(SimFigures {
         workload: format!("LCG-2005-1, {} independent clusters, EASY", clusters.len()),
+        jobs,
+        seconds,
+        jobs_per_s: jobs as f64 / seconds,
+        peak_rss_mb: peak_rss_mb(),
+        accasim_ratio: None,
+        accasim_jobs_per_s: None,
+        same_rule_jobs_per_s: None,
+    });
+    // The broker itself routing every arrival over the same clusters, each a
+    // site core, with information a minute stale.
+    let partition_rate = jobs as f64 / seconds;
+    let routing = GridRouting::Broker {
+        objective: Objective::EarliestCompletion,
+        reserve_top_k: 0,
+    };
+    let staleness = Staleness {
+        info_ttl: Duration(60),
+        info_delay: Duration(0),
+    };
+    let (jobs, seconds) = time_runs(a.seconds, || {
+        simulate_grid(&clusters, &lcg_jobs, routing, staleness)
+            .clusters
+            .iter()
+            .map(|c| c.outcomes.len())
+            .sum()
+    });
+    rows.push(SimFigures {
+        workload: format!(
+            "LCG-2005-1, {} clusters as site cores, broker TTD routing (ratio to partition routing above: {:.3})",
+            clusters.len(),
+            (jobs as f64 / seconds) / partition_rate
+        ),
         jobs,
         seconds,
         jobs_per_s: jobs as f64 / seconds,

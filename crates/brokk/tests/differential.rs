@@ -1,0 +1,195 @@
+//! One scheduling core, two worlds: a stream of jobs through a real
+//! `brokk serve` with three embedded sites (real processes, wall clock),
+//! and the same stream through the simulator with the same three sites
+//! (virtual runner, virtual time), must land on the same site job for job
+//! and start in the same order at each site.
+//!
+//! What differs between the worlds is only time. The live service decides
+//! at the wall clock, in whole seconds as every site does, and a process
+//! starts a fraction of a second after its planned second and ends a
+//! fraction after its run; the simulator is exact. So:
+//! - each job's arrival in the simulator is the second the live broker
+//!   dispatched it (from its history), and jobs are submitted one at a time,
+//!   each once the previous one is dispatched, so decisions happen in the
+//!   same order on both sides;
+//! - every job is dispatched before the first one can end (run times of at
+//!   least 8 s, dispatch of the whole stream in a few seconds), so where a
+//!   job goes depends only on the decisions before it, never on when a
+//!   process happened to exit: sites must agree exactly;
+//! - a live end can fall in the second after the simulated one (start
+//!   fraction plus process overhead); that moves the plans of the jobs
+//!   queued behind it, later or (when conservative backfilling then fits a
+//!   different job into the gap) earlier, and it accumulates along a
+//!   site's queue: starts may differ by up to `SLACK` seconds either way,
+//!   and two jobs whose simulated starts are closer than that may start in
+//!   either order live.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::{Duration as StdDuration, Instant};
+
+use brokk_model::{Duration, Objective, Time};
+use brokk_proto::broker::BrokerClient;
+use brokk_proto::wire::{BrokerJob, BrokerState};
+use brokk_sim::cluster::SimJob;
+use brokk_sim::grid::{simulate_grid, GridRouting, Staleness};
+use brokk_sim::platform::ClusterSpec;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+const JOBS: usize = 200;
+const SITES: [(&str, u32); 3] = [("small", 16), ("medium", 32), ("large", 48)];
+/// Seconds a live start may lag the simulated one (see the module comment).
+const SLACK: i64 = 6;
+
+/// (cpus, wall time, run time) of each job, from a seed.
+fn stream() -> Vec<(u32, i64, i64)> {
+    let mut rng = ChaCha8Rng::seed_from_u64(15);
+    (0..JOBS)
+        .map(|_| {
+            let cpus = rng.gen_range(1..=8);
+            let run = rng.gen_range(8..=12);
+            (cpus, run + 2, run)
+        })
+        .collect()
+}
+
+fn wait_dispatched(client: &BrokerClient, id: &str) -> BrokerJob {
+    let deadline = Instant::now() + StdDuration::from_secs(30);
+    loop {
+        let j = client.job(id).unwrap();
+        if j.state != BrokerState::Accepted {
+            return j;
+        }
+        assert!(Instant::now() < deadline, "job {id} was not dispatched");
+        std::thread::sleep(StdDuration::from_millis(2));
+    }
+}
+
+#[test]
+fn the_live_broker_and_the_simulated_one_place_and_start_a_stream_alike() {
+    let dir = common::scratch("differential", "stream");
+    let mut config =
+        String::from("database = \"broker.db\"\nstate_dir = \"sites\"\ninfo_ttl_ms = 0\n[tokens]\n\"t\" = \"ann\"\n");
+    for (name, cpus) in SITES {
+        config += &format!("[[embedded]]\nname = \"{name}\"\ncapacity = {cpus}\n");
+    }
+    std::fs::write(dir.join("broker.toml"), &config).unwrap();
+    let server = common::serve(&dir);
+    let client = BrokerClient::new(&server.url, "t");
+
+    // Live: one job at a time, each once the one before is dispatched.
+    let jobs = stream();
+    let mut live = Vec::new();
+    let began = Instant::now();
+    for (k, &(cpus, wall, run)) in jobs.iter().enumerate() {
+        let description = format!(
+            r#"{{"name": "j{k}", "executable": "/bin/sleep", "arguments": ["{run}"], "cpus": {cpus}, "wall_time": {wall}}}"#
+        );
+        let id = client.submit(&description, Some("json"), None, None).unwrap().id;
+        live.push(wait_dispatched(&client, &id));
+    }
+    let dispatching = began.elapsed();
+    assert!(
+        dispatching.as_secs() + 1 < 8,
+        "dispatching took {dispatching:?}; jobs may have ended meanwhile, and the comparison would not hold"
+    );
+    let deadline = Instant::now() + StdDuration::from_secs(240);
+    let live: Vec<BrokerJob> = live
+        .iter()
+        .map(|j| loop {
+            let v = client.job(&j.id).unwrap();
+            if v.state.is_terminal() {
+                assert_eq!(v.state, BrokerState::Finished, "{v:?}");
+                break v;
+            }
+            assert!(Instant::now() < deadline, "the stream did not finish");
+            std::thread::sleep(StdDuration::from_millis(200));
+        })
+        .collect();
+
+    // Simulated: the same jobs arriving at the seconds they were dispatched.
+    let dispatched_at = |j: &BrokerJob| {
+        j.history
+            .iter()
+            .find(|h| h.state == BrokerState::Dispatched)
+            .map(|h| h.at)
+            .unwrap()
+    };
+    let sim_jobs: Vec<SimJob> = jobs
+        .iter()
+        .zip(&live)
+        .enumerate()
+        .map(|(k, (&(cpus, wall, run), j))| SimJob {
+            id: k as i64,
+            submit: dispatched_at(j),
+            run: Duration(run),
+            size: cpus,
+            estimate: Duration(wall),
+            partition: -1,
+        })
+        .collect();
+    let specs: Vec<ClusterSpec> = SITES
+        .iter()
+        .map(|&(name, procs)| ClusterSpec {
+            name: name.into(),
+            procs,
+            partitions: Vec::new(),
+            speed: 1.0,
+        })
+        .collect();
+    let routing = GridRouting::Broker {
+        objective: Objective::EarliestCompletion,
+        reserve_top_k: 0,
+    };
+    let sim = simulate_grid(&specs, &sim_jobs, routing, Staleness::default());
+
+    // Same site for every job.
+    let mut sim_site = BTreeMap::new();
+    let mut sim_start = BTreeMap::new();
+    for c in &sim.clusters {
+        for o in &c.outcomes {
+            sim_site.insert(o.id as usize, c.spec.name.clone());
+            sim_start.insert(o.id as usize, o.start);
+        }
+    }
+    for (k, j) in live.iter().enumerate() {
+        assert_eq!(j.site.as_deref(), sim_site.get(&k).map(String::as_str), "job {k}");
+    }
+    // Starts within the slack, in the same order per site beyond it.
+    let started = |k: usize| live[k].started.unwrap();
+    let mut worst = 0;
+    for (k, &s) in &sim_start {
+        let lag = (started(*k) - s).0;
+        worst = worst.max(lag.abs());
+        assert!(
+            (-SLACK..=SLACK).contains(&lag),
+            "job {k}: simulated start {s}, live {} (site {})",
+            started(*k),
+            sim_site[k]
+        );
+    }
+    for (name, _) in SITES {
+        let at: Vec<(Time, usize)> = sim_start
+            .iter()
+            .filter(|(k, _)| sim_site[*k] == name)
+            .map(|(k, s)| (*s, *k))
+            .collect();
+        for a in &at {
+            for b in &at {
+                if (b.0 - a.0).0 > SLACK {
+                    assert!(
+                        started(a.1) <= started(b.1),
+                        "{name}: job {} started after job {} live, before it in simulation",
+                        a.1,
+                        b.1
+                    );
+                }
+            }
+        }
+    }
+    eprintln!("{JOBS} jobs dispatched in {dispatching:?}; largest start difference {worst} s");
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
