@@ -26,21 +26,10 @@ use crate::store::{Store, StoreError, Write};
 /// Why an operation failed, as the API reports it.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum AgentError {
-    /// The request is malformed.
-    #[error("{0}")]
-    BadRequest(String),
-    /// Someone else's reservation or job.
-    #[error("{0} belongs to someone else")]
-    Forbidden(String),
-    /// No such reservation, job or file.
-    #[error("{0} not found")]
-    NotFound(String),
-    /// Not granted: the protocol reply (Rejected or Never).
-    #[error("not granted")]
-    NotGranted(brokk_core::Reply),
-    /// The operation conflicts with the current state.
-    #[error("{0}")]
-    Conflict(String),
+    /// The site's rules refused it (bad request, someone else's, not
+    /// found, not granted, conflict).
+    #[error(transparent)]
+    Refused(#[from] CoreError),
     /// The database failed; nothing was answered as done.
     #[error("{0}")]
     Internal(String),
@@ -52,18 +41,6 @@ pub enum AgentError {
 impl From<StoreError> for AgentError {
     fn from(e: StoreError) -> Self {
         AgentError::Internal(e.to_string())
-    }
-}
-
-impl From<CoreError> for AgentError {
-    fn from(e: CoreError) -> Self {
-        match e {
-            CoreError::BadRequest(m) => AgentError::BadRequest(m),
-            CoreError::Forbidden(m) => AgentError::Forbidden(m),
-            CoreError::NotFound(m) => AgentError::NotFound(m),
-            CoreError::NotGranted(r) => AgentError::NotGranted(r),
-            CoreError::Conflict(m) => AgentError::Conflict(m),
-        }
     }
 }
 
@@ -378,9 +355,7 @@ impl Agent {
     pub async fn reserve(&self, who: &str, body: &ReservationRequest) -> Result<ReservationView, AgentError> {
         if let Some(h) = body.hold {
             if h <= 0 {
-                return Err(AgentError::BadRequest(
-                    "hold: must be a positive number of seconds".into(),
-                ));
+                return Err(CoreError::BadRequest("hold: must be a positive number of seconds".into()).into());
             }
         }
         self.check_available()?;
@@ -415,9 +390,10 @@ impl Agent {
             }
             SlurmError::Refused(m) => {
                 tracing::warn!("Slurm refused a reservation the planner granted: {m}");
-                AgentError::NotGranted(brokk_core::Reply::Rejected {
+                CoreError::NotGranted(brokk_core::Reply::Rejected {
                     next_start: g.core.next_start_after(req),
                 })
+                .into()
             }
         }
     }
@@ -494,19 +470,20 @@ impl Agent {
         let on_behalf = match on_behalf {
             Some(_) if self.config.delegates.iter().any(|d| d == who) => on_behalf,
             Some(_) if !self.config.accounts.is_empty() => {
-                return Err(AgentError::Forbidden(format!(
+                return Err(CoreError::Forbidden(format!(
                     "submitting on behalf of another user: {who} is not a delegate here, so it"
-                )))
+                ))
+                .into())
             }
             _ => None,
         };
         let user = on_behalf.as_deref().unwrap_or(who);
         self.accounts
             .of(user)
-            .map_err(|m| AgentError::Forbidden(format!("{m}; the job")))?;
+            .map_err(|m| CoreError::Forbidden(format!("{m}; the job")))?;
         if let Some(dir) = &spec.working_directory {
             crate::sandbox::components(dir)
-                .map_err(|m| AgentError::BadRequest(format!("working_directory: {m}; jobs run in their sandbox")))?;
+                .map_err(|m| CoreError::BadRequest(format!("working_directory: {m}; jobs run in their sandbox")))?;
         }
         let sub = Submission {
             spec,
@@ -577,12 +554,12 @@ impl Agent {
             let j = g.core.job(who, id)?;
             self.accounts.of(j.user()).ok().flatten().map(|a| a.uid)
         };
-        crate::sandbox::components(name).map_err(|m| AgentError::BadRequest(format!("name: {m}")))?;
+        crate::sandbox::components(name).map_err(|m| CoreError::BadRequest(format!("name: {m}")))?;
         let (root, rel) = (self.sandbox(id), name.to_string());
         tokio::task::spawn_blocking(move || crate::sandbox::open_read_owned(&root, &rel, owner))
             .await
             .map_err(|e| AgentError::Internal(e.to_string()))?
-            .map_err(|_| AgentError::NotFound(format!("file {name} of job {id}")))
+            .map_err(|_| CoreError::NotFound(format!("file {name} of job {id}")).into())
     }
 
     /// Registers the runner of job `id` and returns what it needs, or

@@ -16,6 +16,8 @@ use brokk_proto::wire::{Created, ErrorBody, Granted, Never, ProbeResponse, Rejec
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 
+use brokk_core::CoreError;
+
 use crate::agent::{Agent, AgentError};
 
 /// The caller's identity, from its bearer token.
@@ -39,13 +41,13 @@ fn error(status: StatusCode, message: impl Into<String>) -> ApiError {
 impl From<AgentError> for ApiError {
     fn from(e: AgentError) -> Self {
         match e {
-            AgentError::BadRequest(m) => error(StatusCode::BAD_REQUEST, m),
-            AgentError::Forbidden(_) => error(StatusCode::FORBIDDEN, e.to_string()),
-            AgentError::NotFound(_) => error(StatusCode::NOT_FOUND, e.to_string()),
-            AgentError::Conflict(m) => error(StatusCode::CONFLICT, m),
+            AgentError::Refused(CoreError::BadRequest(m)) => error(StatusCode::BAD_REQUEST, m),
+            AgentError::Refused(CoreError::Forbidden(_)) => error(StatusCode::FORBIDDEN, e.to_string()),
+            AgentError::Refused(CoreError::NotFound(_)) => error(StatusCode::NOT_FOUND, e.to_string()),
+            AgentError::Refused(CoreError::Conflict(m)) => error(StatusCode::CONFLICT, m),
             AgentError::Internal(m) => error(StatusCode::INTERNAL_SERVER_ERROR, m),
             AgentError::Unavailable(_) => error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
-            AgentError::NotGranted(Reply::Rejected { next_start }) => ApiError(
+            AgentError::Refused(CoreError::NotGranted(Reply::Rejected { next_start })) => ApiError(
                 StatusCode::CONFLICT,
                 serde_json::to_value(Rejected {
                     reply: "rejected".into(),
@@ -53,7 +55,7 @@ impl From<AgentError> for ApiError {
                 })
                 .unwrap_or_default(),
             ),
-            AgentError::NotGranted(Reply::Never { reason }) => ApiError(
+            AgentError::Refused(CoreError::NotGranted(Reply::Never { reason })) => ApiError(
                 StatusCode::UNPROCESSABLE_ENTITY,
                 serde_json::to_value(Never {
                     reply: "never".into(),
@@ -61,7 +63,9 @@ impl From<AgentError> for ApiError {
                 })
                 .unwrap_or_default(),
             ),
-            AgentError::NotGranted(Reply::Granted { .. }) => error(StatusCode::INTERNAL_SERVER_ERROR, "granted"),
+            AgentError::Refused(CoreError::NotGranted(Reply::Granted { .. })) => {
+                error(StatusCode::INTERNAL_SERVER_ERROR, "granted")
+            }
         }
     }
 }

@@ -49,6 +49,22 @@ struct SimFigures {
     same_rule_jobs_per_s: Option<f64>,
 }
 
+impl SimFigures {
+    /// A row without an AccaSim comparison, its memory read now.
+    fn plain(workload: String, jobs: usize, seconds: f64) -> Self {
+        SimFigures {
+            workload,
+            jobs,
+            seconds,
+            jobs_per_s: jobs as f64 / seconds,
+            peak_rss_mb: peak_rss_mb(),
+            accasim_ratio: None,
+            accasim_jobs_per_s: None,
+            same_rule_jobs_per_s: None,
+        }
+    }
+}
+
 /// Repeats `f` until `seconds` have passed; returns (jobs per run, seconds per run).
 fn time_runs(seconds: f64, mut f: impl FnMut() -> usize) -> (usize, f64) {
     let start = Instant::now();
@@ -162,16 +178,11 @@ pub fn run(a: SimArgs) -> Result<ExitCode> {
             .map(|c| c.outcomes.len())
             .sum()
     });
-    rows.push(SimFigures {
-        workload: format!("LCG-2005-1, {} independent clusters, EASY", clusters.len()),
+    rows.push(SimFigures::plain(
+        format!("LCG-2005-1, {} independent clusters, EASY", clusters.len()),
         jobs,
         seconds,
-        jobs_per_s: jobs as f64 / seconds,
-        peak_rss_mb: peak_rss_mb(),
-        accasim_ratio: None,
-        accasim_jobs_per_s: None,
-        same_rule_jobs_per_s: None,
-    });
+    ));
     // The broker itself routing every arrival over the same clusters, each a
     // site core, with information a minute stale.
     let partition_rate = jobs as f64 / seconds;
@@ -190,20 +201,15 @@ pub fn run(a: SimArgs) -> Result<ExitCode> {
             .map(|c| c.outcomes.len())
             .sum()
     });
-    rows.push(SimFigures {
-        workload: format!(
+    rows.push(SimFigures::plain(
+        format!(
             "LCG-2005-1, {} clusters as site cores, broker TTD routing (ratio to partition routing above: {:.3})",
             clusters.len(),
             (jobs as f64 / seconds) / partition_rate
         ),
         jobs,
         seconds,
-        jobs_per_s: jobs as f64 / seconds,
-        peak_rss_mb: peak_rss_mb(),
-        accasim_ratio: None,
-        accasim_jobs_per_s: None,
-        same_rule_jobs_per_s: None,
-    });
+    ));
     for r in &rows {
         if a.json {
             println!("{}", serde_json::to_string(r)?);
