@@ -6,6 +6,8 @@
 //! listen = "127.0.0.1:8440"
 //! database = "broker.db"              # or "postgres://user@localhost/brokk"
 //! state_dir = "broker-state"        # embedded sites' databases and sandboxes
+//! info_ttl_ms = 1000                 # how long a site's information is reused
+//! record = "record.jsonl"            # optional: what was accepted and how it ended, for replay
 //! [tokens]
 //! "token-of-ann" = "ann"
 //! [limits]                           # per user; these are the defaults
@@ -81,6 +83,9 @@ pub struct Config {
     /// (0: every decision asks the sites).
     #[serde(default = "default_info_ttl_ms")]
     pub info_ttl_ms: u64,
+    /// Append what the service accepts and how each job ends to this JSON
+    /// Lines file, for `brokk sim` to replay (relative to this file).
+    pub record: Option<PathBuf>,
 }
 
 /// Per-user limits, so that no user fills the queue or the sites for
@@ -192,6 +197,9 @@ impl Config {
             c.database = base.join(&c.database).display().to_string();
         }
         c.state_dir = base.join(&c.state_dir);
+        if let Some(r) = &mut c.record {
+            *r = base.join(&*r);
+        }
         for e in &mut c.embedded {
             if let Some(s) = &mut e.slurm {
                 s.conf = base.join(&s.conf);

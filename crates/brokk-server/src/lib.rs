@@ -8,6 +8,7 @@ pub mod api;
 pub mod config;
 pub mod db;
 pub mod openapi;
+pub mod record;
 pub mod service;
 
 use std::net::SocketAddr;
@@ -92,6 +93,10 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         started: service::now(),
         adapt_margin: brokk_model::Duration(config.adapt_margin),
         limits: config.limits,
+        record: match &config.record {
+            Some(path) => Some(Arc::new(record::Recorder::open(path).map_err(|e| err(&e))?)),
+            None => None,
+        },
     };
     // Before anything is dispatched; a site that does not answer yet is
     // asked again until it does (the jobs stay invisible to dispatch meanwhile).

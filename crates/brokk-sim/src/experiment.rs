@@ -94,6 +94,8 @@ pub struct WorkloadSpec {
     pub gwf: Option<PathBuf>,
     /// The Lublin-Feitelson model.
     pub lublin: Option<LublinSpec>,
+    /// A record `brokk serve` kept of the jobs it accepted (JSON Lines).
+    pub record: Option<PathBuf>,
     /// `exact` or `requested` (default) run-time estimates.
     #[serde(default)]
     pub estimates: EstimateSpec,
@@ -305,9 +307,9 @@ pub fn load(path: &Path) -> Result<Prepared, ExperimentError> {
 pub fn prepare(spec: Experiment, base: &Path) -> Result<Prepared, ExperimentError> {
     let invalid = |m: String| Err(ExperimentError::Invalid(m));
     let w = &spec.workload;
-    let sources = [w.swf.is_some(), w.gwf.is_some(), w.lublin.is_some()];
+    let sources = [w.swf.is_some(), w.gwf.is_some(), w.lublin.is_some(), w.record.is_some()];
     if sources.iter().filter(|&&s| s).count() != 1 {
-        return invalid("workload: give exactly one of swf, gwf or lublin".into());
+        return invalid("workload: give exactly one of swf, gwf, lublin or record".into());
     }
     if let Some(l) = &w.lublin {
         if !(l.days.is_finite() && l.days > 0.0 && l.days <= 36_500.0) {
@@ -463,6 +465,12 @@ fn read_trace(w: &WorkloadSpec, base: &Path) -> Result<Trace, ExperimentError> {
             .collect();
         let partitions = sites.into_iter().enumerate().map(|(i, s)| (i as i64 + 1, s)).collect();
         return Ok((records, partitions, None));
+    }
+    if let Some(rel) = &w.record {
+        let path = base.join(rel);
+        let file = std::fs::File::open(&path).map_err(|e| fail(&path, &e))?;
+        let jobs = crate::replay::read(std::io::BufReader::new(file)).map_err(|e| fail(&path, &e))?;
+        return Ok((jobs, Vec::new(), None));
     }
     Ok((Vec::new(), Vec::new(), None))
 }

@@ -16,6 +16,7 @@ pub mod gwf;
 pub mod lublin;
 pub mod metrics;
 pub mod platform;
+pub mod replay;
 pub mod report;
 pub mod swf;
 pub mod transform;

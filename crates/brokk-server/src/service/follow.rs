@@ -136,6 +136,9 @@ impl Service {
                 v.reason = a.reason.clone();
                 let entry = changed.then(|| (now(), a.reason.clone()));
                 self.db.update(&v, entry).await?;
+                if let (true, Some(r)) = (changed && v.state.is_terminal(), &self.record) {
+                    r.ended(&v);
+                }
             }
             if complete {
                 cursor.version = feed.version;

@@ -103,6 +103,9 @@ pub struct Service {
     pub adapt_margin: brokk_model::Duration,
     /// What one user may hold at once.
     pub limits: crate::config::Limits,
+    /// Where accepted jobs and their ends are recorded for replay, if
+    /// configured.
+    pub record: Option<Arc<crate::record::Recorder>>,
 }
 
 pub use brokk_proto::wall_clock as now;
@@ -254,6 +257,9 @@ impl Service {
             prefs,
         };
         self.db.insert(&stored).await?;
+        if let Some(r) = &self.record {
+            r.accepted(&stored.view, job, &stored.prefs);
+        }
         self.counters.accepted.fetch_add(1, Ordering::Relaxed);
         Ok(stored.view)
     }
