@@ -33,4 +33,4 @@ pub use effect::{Effect, Ended, Manager};
 pub use error::CoreError;
 pub use record::{JobRecord, Occupant, Submission};
 pub use runner::VirtualRunner;
-pub use site::{Launch, Published, SiteCore, SiteParams, FOREIGN};
+pub use site::{Launch, Published, SiteCore, SiteParams};

@@ -50,11 +50,6 @@ impl VirtualRunner {
         }
     }
 
-    /// Jobs running now.
-    pub fn running(&self) -> usize {
-        self.running.len()
-    }
-
     fn unplan(&mut self, id: u64) {
         if let Some(t) = self.planned.remove(&id) {
             self.starts.remove(&(t, id));

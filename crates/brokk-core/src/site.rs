@@ -16,7 +16,7 @@ use crate::record::{JobRecord, Occupant, Submission};
 
 /// The owner of what the schedule mirrors from a resource manager; no
 /// identity maps to it, so no caller can touch those reservations.
-pub const FOREIGN: &str = "(resource manager)";
+const FOREIGN: &str = "(resource manager)";
 
 /// The latest start any request may name: far beyond every horizon, and far
 /// from overflow when a duration is added.
