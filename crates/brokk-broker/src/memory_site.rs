@@ -6,7 +6,7 @@ use brokk_core::{
     Candidate, Change, CoreError, JobRecord, Reply, Request, ReservationId, SiteCore, SiteParams, Submission,
     VirtualRunner,
 };
-use brokk_model::{Duration, Job, JobPhase, ResourceInfo, Time};
+use brokk_model::{Duration, Job, ResourceInfo, Time};
 
 use crate::site::{JobHandle, JobState, Site, SiteError};
 
@@ -123,6 +123,43 @@ impl MemorySite {
     }
 }
 
+impl MemorySite {
+    /// A submission into `reservation` when given; with `held_under`, the
+    /// claimed hold stays a hold until committed, the key naming it.
+    fn accept(
+        &mut self,
+        owner: &str,
+        job: &Job,
+        reservation: Option<ReservationId>,
+        held_under: Option<&str>,
+    ) -> Result<JobHandle, SiteError> {
+        self.up()?;
+        if !self.accepting {
+            return Err(SiteError::Refused {
+                site: self.info.endpoint.clone(),
+                reason: "not accepting jobs".into(),
+            });
+        }
+        let mut spec = job.clone();
+        if let Some(id) = reservation {
+            spec.reservation = Some(id.0.to_string());
+        }
+        // The broker's jobs need not name a program to be placed here.
+        if spec.executable.is_none() && spec.script.is_none() {
+            spec.executable = Some("(simulated)".into());
+        }
+        let sub = Submission {
+            key: held_under.map(str::to_string),
+            explicit_commit: held_under.is_some(),
+            ..Submission::of(spec)
+        };
+        // It starts at the next `advance`, after the driver has said how
+        // long it runs.
+        let (id, _) = self.op(|core, now| core.submit(now, owner, sub))?;
+        Ok(JobHandle(format!("{}/jobs/{id}", self.info.endpoint)))
+    }
+}
+
 fn handle_id(job: &JobHandle) -> Result<u64, SiteError> {
     job.0
         .rsplit('/')
@@ -179,25 +216,7 @@ impl Site for MemorySite {
     }
 
     fn submit(&mut self, owner: &str, job: &Job, reservation: Option<ReservationId>) -> Result<JobHandle, SiteError> {
-        self.up()?;
-        if !self.accepting {
-            return Err(SiteError::Refused {
-                site: self.info.endpoint.clone(),
-                reason: "not accepting jobs".into(),
-            });
-        }
-        let mut spec = job.clone();
-        if let Some(id) = reservation {
-            spec.reservation = Some(id.0.to_string());
-        }
-        // The broker's jobs need not name a program to be placed here.
-        if spec.executable.is_none() && spec.script.is_none() {
-            spec.executable = Some("(simulated)".into());
-        }
-        let (id, _) = self.op(|core, now| core.submit(now, owner, Submission::of(spec)))?;
-        // It starts at the next `advance`, after the driver has said how
-        // long it runs.
-        Ok(JobHandle(format!("{}/jobs/{id}", self.info.endpoint)))
+        self.accept(owner, job, reservation, None)
     }
 
     fn submit_held(
@@ -207,37 +226,19 @@ impl Site for MemorySite {
         reservation: ReservationId,
         key: &str,
     ) -> Result<JobHandle, SiteError> {
-        self.up()?;
-        let mut spec = job.clone();
-        spec.reservation = Some(reservation.0.to_string());
-        if spec.executable.is_none() && spec.script.is_none() {
-            spec.executable = Some("(simulated)".into());
-        }
-        let sub = Submission {
-            key: Some(key.to_string()),
-            explicit_commit: true,
-            ..Submission::of(spec)
-        };
-        let (id, _) = self.op(|core, now| core.submit(now, owner, sub))?;
-        Ok(JobHandle(format!("{}/jobs/{id}", self.info.endpoint)))
+        self.accept(owner, job, Some(reservation), Some(key))
     }
 
     fn status(&self, job: &JobHandle) -> Result<JobState, SiteError> {
         self.up()?;
         let j = self.core.record(handle_id(job)?).ok_or(SiteError::Unknown)?;
-        Ok(match j.state {
-            JobPhase::Accepted | JobPhase::StagingIn | JobPhase::Queued => JobState::Queued {
-                expected_start: j.planned_start,
-            },
-            JobPhase::Running | JobPhase::StagingOut => JobState::Running {
-                since: j.started.unwrap_or(self.now),
-            },
-            JobPhase::Finished => JobState::Finished {
-                code: j.exit_code.unwrap_or(0),
-            },
-            JobPhase::Failed => JobState::Failed,
-            JobPhase::Cancelled => JobState::Cancelled,
-        })
+        Ok(JobState::of_phase(
+            j.state,
+            j.planned_start,
+            j.started,
+            j.exit_code,
+            self.now,
+        ))
     }
 
     fn cancel_job(&mut self, owner: &str, job: &JobHandle) -> Result<(), SiteError> {

@@ -2,7 +2,7 @@
 //! real (the site agent over HTTP, driven from a blocking pool) or simulated.
 
 use brokk_core::{Candidate, Change, Reply, Request, ReservationId};
-use brokk_model::{Job, ResourceInfo, Time};
+use brokk_model::{Job, JobPhase, ResourceInfo, Time};
 
 /// A site's handle for a submitted job.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -30,6 +30,32 @@ pub enum JobState {
     Failed,
     /// Cancelled.
     Cancelled,
+}
+
+impl JobState {
+    /// The state of a job in site phase `phase`, with the times and exit
+    /// code the site recorded (`now` stands for a running job's missing start).
+    pub fn of_phase(
+        phase: JobPhase,
+        planned_start: Option<Time>,
+        started: Option<Time>,
+        exit_code: Option<i32>,
+        now: Time,
+    ) -> JobState {
+        match phase {
+            JobPhase::Accepted | JobPhase::StagingIn | JobPhase::Queued => JobState::Queued {
+                expected_start: planned_start,
+            },
+            JobPhase::Running | JobPhase::StagingOut => JobState::Running {
+                since: started.unwrap_or(now),
+            },
+            JobPhase::Finished => JobState::Finished {
+                code: exit_code.unwrap_or(0),
+            },
+            JobPhase::Failed => JobState::Failed,
+            JobPhase::Cancelled => JobState::Cancelled,
+        }
+    }
 }
 
 /// A site that could not do what was asked.

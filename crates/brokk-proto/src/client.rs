@@ -10,8 +10,8 @@ use reqwest::StatusCode;
 use serde::de::DeserializeOwned;
 
 use crate::wire::{
-    ChangeFeed, Created, ErrorBody, Granted, InfoView, JobPhase, JobView, Never, ProbeResponse, Rejected,
-    ReservationRequest, ReservationView,
+    ChangeFeed, Created, ErrorBody, Granted, InfoView, JobView, Never, ProbeResponse, Rejected, ReservationRequest,
+    ReservationView,
 };
 
 /// A site agent reached over HTTP with a bearer token.
@@ -314,19 +314,13 @@ impl Site for RemoteSite {
 
     fn status(&self, job: &JobHandle) -> Result<JobState, SiteError> {
         let v = self.job(job)?;
-        Ok(match v.state {
-            JobPhase::Accepted | JobPhase::StagingIn | JobPhase::Queued => JobState::Queued {
-                expected_start: v.planned_start,
-            },
-            JobPhase::Running | JobPhase::StagingOut => JobState::Running {
-                since: v.started.unwrap_or(Time::EPOCH),
-            },
-            JobPhase::Finished => JobState::Finished {
-                code: v.exit_code.unwrap_or(0),
-            },
-            JobPhase::Failed => JobState::Failed,
-            JobPhase::Cancelled => JobState::Cancelled,
-        })
+        Ok(JobState::of_phase(
+            v.state,
+            v.planned_start,
+            v.started,
+            v.exit_code,
+            Time::EPOCH,
+        ))
     }
 
     fn cancel_job(&mut self, _owner: &str, job: &JobHandle) -> Result<(), SiteError> {

@@ -408,11 +408,10 @@ pub fn prepare(spec: Experiment, base: &Path) -> Result<Prepared, ExperimentErro
         let route = if on_grid {
             Route::Grid(r, staleness)
         } else {
-            Route::Clusters(match r {
-                GridRouting::Partition => Routing::Partition,
-                GridRouting::RoundRobin => Routing::RoundRobin,
-                _ => Routing::Random(0),
-            })
+            match r {
+                GridRouting::Fixed(r) => Route::Clusters(r),
+                GridRouting::Broker { .. } => Route::Grid(r, staleness),
+            }
         };
         for (pn, policy) in &policies {
             let label = match (names.len(), policies.len()) {
@@ -563,7 +562,7 @@ impl Prepared {
             }
             Route::Grid(routing, staleness) => {
                 let routing = match routing {
-                    GridRouting::Random(_) => GridRouting::Random(point.seed),
+                    GridRouting::Fixed(Routing::Random(_)) => GridRouting::Fixed(Routing::Random(point.seed)),
                     r => r,
                 };
                 let g = simulate_grid(&self.clusters, &jobs, routing, staleness);

@@ -23,11 +23,9 @@ use brokk_core::{Candidate, Change, Reply, Request, ReservationId};
 use brokk_model::{
     Benchmark, Duration, Job, JobPhase, JobPreferences, Objective, PublishedBenchmark, ResourceInfo, Time,
 };
-use rand::{Rng, SeedableRng};
-use rand_chacha::ChaCha8Rng;
 
 use crate::cluster::{Outcome, SimJob};
-use crate::platform::{ClusterRun, ClusterSpec};
+use crate::platform::{ClusterRun, ClusterSpec, Router, Routing};
 
 /// The benchmark that carries a site's relative speed.
 const SPEED: &str = "speed";
@@ -38,12 +36,8 @@ const OWNER: &str = "grid";
 /// How arrivals reach a site of the grid.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GridRouting {
-    /// A large-enough site drawn uniformly, from this seed.
-    Random(u64),
-    /// The next large-enough site after the last one used.
-    RoundRobin,
-    /// The site listing the job's trace partition.
-    Partition,
+    /// A fixed rule (random, round robin, by partition), as platform runs use.
+    Fixed(Routing),
     /// The broker's submission with this objective, reserving on the best
     /// `reserve_top_k` sites first (0: no reservations).
     Broker {
@@ -63,9 +57,9 @@ impl GridRouting {
             reserve_top_k,
         };
         Some(match name {
-            "random" => GridRouting::Random(0),
-            "round-robin" => GridRouting::RoundRobin,
-            "partition" => GridRouting::Partition,
+            "random" => GridRouting::Fixed(Routing::Random(0)),
+            "round-robin" => GridRouting::Fixed(Routing::RoundRobin),
+            "partition" => GridRouting::Fixed(Routing::Partition),
             "broker-tts" => broker(Objective::EarliestStart, 0),
             "broker-ttd" => broker(Objective::EarliestCompletion, 0),
             "broker-ttd-reserve" => broker(Objective::EarliestCompletion, 3),
@@ -301,17 +295,10 @@ pub fn simulate_grid(clusters: &[ClusterSpec], jobs: &[SimJob], routing: GridRou
         snapshots,
         staleness,
     };
-    let by_partition: HashMap<i64, usize> = clusters
-        .iter()
-        .enumerate()
-        .flat_map(|(c, s)| s.partitions.iter().map(move |&p| (p, c)))
-        .collect();
-    let mut rng = ChaCha8Rng::seed_from_u64(match routing {
-        GridRouting::Random(seed) => seed,
-        _ => 0,
-    });
-    let mut turn = 0usize;
-    let mut candidates = Vec::new();
+    let mut router = match routing {
+        GridRouting::Fixed(r) => Some(Router::new(clusters, r)),
+        GridRouting::Broker { .. } => None,
+    };
     // Per job: (site, handle, predicted completion).
     let mut placed: Vec<Option<(usize, JobHandle, Option<Time>)>> = vec![None; jobs.len()];
     let mut unrouted = jobs.len() - order.len();
@@ -327,26 +314,8 @@ pub fn simulate_grid(clusters: &[ClusterSpec], jobs: &[SimJob], routing: GridRou
         while let Some(&i) = order.get(next).filter(|&&i| jobs[i].submit == t) {
             next += 1;
             let j = &jobs[i];
-            let fits = |c: usize| clusters[c].procs >= j.size;
-            let fixed = match routing {
-                GridRouting::Broker { .. } => None,
-                GridRouting::Partition => Some(by_partition.get(&j.partition).copied().filter(|&c| fits(c))),
-                GridRouting::RoundRobin => {
-                    let n = clusters.len();
-                    let c = (0..n).map(|k| (turn + k) % n).find(|&c| fits(c));
-                    if let Some(c) = c {
-                        turn = c + 1;
-                    }
-                    Some(c)
-                }
-                GridRouting::Random(_) => {
-                    candidates.clear();
-                    candidates.extend((0..clusters.len()).filter(|&c| fits(c)));
-                    Some((!candidates.is_empty()).then(|| candidates[rng.gen_range(0..candidates.len())]))
-                }
-            };
-            let outcome = match (fixed, routing) {
-                (Some(site), _) => site.and_then(|c| {
+            let outcome = match (&mut router, routing) {
+                (Some(router), _) => router.route(j).and_then(|c| {
                     let mut job = job_of(j);
                     job.wall_time = Some(scaled(j.estimate, clusters[c].speed));
                     grid.sites[c].advance(t);
@@ -360,7 +329,7 @@ pub fn simulate_grid(clusters: &[ClusterSpec], jobs: &[SimJob], routing: GridRou
                         reserve_top_k,
                     },
                 ) => grid.broker(j, t, objective, reserve_top_k),
-                (None, _) => None,
+                (None, GridRouting::Fixed(_)) => None,
             };
             match outcome {
                 Some((c, handle, predicted)) => {

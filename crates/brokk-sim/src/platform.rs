@@ -55,42 +55,68 @@ pub struct PlatformRun {
     pub unrouted: usize,
 }
 
-/// Routes `jobs` over `clusters` and simulates each cluster under `policy`.
-pub fn simulate_platform(clusters: &[ClusterSpec], jobs: &[SimJob], routing: Routing, policy: Policy) -> PlatformRun {
-    let mut shares: Vec<Vec<SimJob>> = vec![Vec::new(); clusters.len()];
-    let mut unrouted = 0;
-    let mut turn = 0usize;
-    let mut rng = ChaCha8Rng::seed_from_u64(match routing {
-        Routing::Random(seed) => seed,
-        _ => 0,
-    });
-    let by_partition: std::collections::HashMap<i64, usize> = clusters
-        .iter()
-        .enumerate()
-        .flat_map(|(c, s)| s.partitions.iter().map(move |&p| (p, c)))
-        .collect();
-    let mut candidates = Vec::with_capacity(clusters.len());
-    for j in jobs {
-        let target = match routing {
-            Routing::Partition => by_partition
-                .get(&j.partition)
-                .copied()
-                .filter(|&c| clusters[c].procs >= j.size),
+/// Picks a cluster for each job by a fixed [`Routing`]: the one rule of
+/// platform runs and of grid runs routed without the broker.
+#[derive(Debug, Clone)]
+pub struct Router<'a> {
+    clusters: &'a [ClusterSpec],
+    routing: Routing,
+    turn: usize,
+    rng: ChaCha8Rng,
+    by_partition: std::collections::HashMap<i64, usize>,
+    candidates: Vec<usize>,
+}
+
+impl<'a> Router<'a> {
+    /// A router over `clusters`; random routing draws from its seed.
+    pub fn new(clusters: &'a [ClusterSpec], routing: Routing) -> Self {
+        Router {
+            clusters,
+            routing,
+            turn: 0,
+            rng: ChaCha8Rng::seed_from_u64(match routing {
+                Routing::Random(seed) => seed,
+                _ => 0,
+            }),
+            by_partition: clusters
+                .iter()
+                .enumerate()
+                .flat_map(|(c, s)| s.partitions.iter().map(move |&p| (p, c)))
+                .collect(),
+            candidates: Vec::with_capacity(clusters.len()),
+        }
+    }
+
+    /// The cluster for `j`, `None` when no cluster large enough qualifies.
+    pub fn route(&mut self, j: &SimJob) -> Option<usize> {
+        let clusters = self.clusters;
+        let fits = |c: usize| clusters[c].procs >= j.size;
+        match self.routing {
+            Routing::Partition => self.by_partition.get(&j.partition).copied().filter(|&c| fits(c)),
             Routing::RoundRobin => {
                 let n = clusters.len();
-                let c = (0..n).map(|k| (turn + k) % n).find(|&c| clusters[c].procs >= j.size);
+                let c = (0..n).map(|k| (self.turn + k) % n).find(|&c| fits(c));
                 if let Some(c) = c {
-                    turn = c + 1;
+                    self.turn = c + 1;
                 }
                 c
             }
             Routing::Random(_) => {
-                candidates.clear();
-                candidates.extend((0..clusters.len()).filter(|&c| clusters[c].procs >= j.size));
-                (!candidates.is_empty()).then(|| candidates[rng.gen_range(0..candidates.len())])
+                self.candidates.clear();
+                self.candidates.extend((0..clusters.len()).filter(|&c| fits(c)));
+                (!self.candidates.is_empty()).then(|| self.candidates[self.rng.gen_range(0..self.candidates.len())])
             }
-        };
-        match target {
+        }
+    }
+}
+
+/// Routes `jobs` over `clusters` and simulates each cluster under `policy`.
+pub fn simulate_platform(clusters: &[ClusterSpec], jobs: &[SimJob], routing: Routing, policy: Policy) -> PlatformRun {
+    let mut shares: Vec<Vec<SimJob>> = vec![Vec::new(); clusters.len()];
+    let mut unrouted = 0;
+    let mut router = Router::new(clusters, routing);
+    for j in jobs {
+        match router.route(j) {
             Some(c) => shares[c].push(*j),
             None => unrouted += 1,
         }

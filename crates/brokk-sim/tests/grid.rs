@@ -3,7 +3,7 @@
 use brokk_model::{Duration, Time};
 use brokk_sim::cluster::SimJob;
 use brokk_sim::grid::{simulate_grid, GridRouting, Staleness};
-use brokk_sim::platform::ClusterSpec;
+use brokk_sim::platform::{ClusterSpec, Routing};
 
 fn site(name: &str, procs: u32, speed: f64) -> ClusterSpec {
     ClusterSpec {
@@ -107,7 +107,7 @@ fn a_job_that_outlives_its_wall_time_is_killed_there() {
     let sites = [site("a", 8, 1.0)];
     let mut j = job(1, 0, 2, 500);
     j.estimate = Duration(100);
-    let run = simulate_grid(&sites, &[j], GridRouting::RoundRobin, fresh());
+    let run = simulate_grid(&sites, &[j], GridRouting::Fixed(Routing::RoundRobin), fresh());
     assert_eq!(run.killed, 1);
     assert_eq!(run.clusters[0].outcomes[0].end, Time(100));
 }
@@ -119,8 +119,8 @@ fn a_grid_run_is_the_same_every_time() {
         .map(|i| job(i, i * 7 % 900, 1 + (i as u32 * 5) % 16, 50 + (i * 37) % 700))
         .collect();
     for routing in [
-        GridRouting::Random(7),
-        GridRouting::RoundRobin,
+        GridRouting::Fixed(Routing::Random(7)),
+        GridRouting::Fixed(Routing::RoundRobin),
         TTD,
         GridRouting::Broker {
             objective: brokk_model::Objective::EarliestCompletion,
