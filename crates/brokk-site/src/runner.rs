@@ -39,9 +39,8 @@ async fn drive(agent: &Agent, launch: Launch, sandbox: &Path) -> End {
     let allowed = agent.staging();
     let account = launch.account;
     // A job already handed to the resource manager, or started, was staged
-    // before; the benchmarks' null backend has nothing to stage for.
-    let null = matches!(agent.backend(), crate::backend::Backend::NullForBenchmarks);
-    if launch.backend_id.is_none() && !launch.started && !null {
+    // before; a backend that runs nothing needs no sandbox.
+    if launch.backend_id.is_none() && !launch.started && agent.backend().runs_jobs() {
         if let Err(e) = make_sandbox(sandbox, &launch.job, account).await {
             return End::Failed(format!("creating the sandbox: {e}"));
         }

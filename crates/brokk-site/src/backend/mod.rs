@@ -40,6 +40,11 @@ impl Backend {
         }
     }
 
+    /// Whether jobs really run (and so need a sandbox and their files).
+    pub fn runs_jobs(&self) -> bool {
+        !matches!(self, Backend::NullForBenchmarks)
+    }
+
     /// The Slurm cluster, when the backend is one.
     pub fn slurm(&self) -> Option<&Arc<Slurm>> {
         match self {
