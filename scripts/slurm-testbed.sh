@@ -9,7 +9,8 @@
 # munged once, and for each cluster c1..cN writes DIR/cN/slurm.conf and starts
 # one slurmctld and one slurmd per node (nodes fake their size with
 # SlurmdParameters=config_overrides). It is idempotent: daemons whose pid file
-# names a live process are left alone. The last line printed is DIR, under which
+# names a live process are left alone, and nodes an earlier crash left drained
+# are resumed. The last line printed is DIR, under which
 # each cluster's configuration is DIR/cN/slurm.conf. `stop` kills exactly the
 # daemons named by the pid files under DIR.
 set -euo pipefail
@@ -146,6 +147,14 @@ start_cluster() {
   done
   for _ in $(seq 100); do
     if SLURM_CONF="$cdir/slurm.conf" scontrol ping 2>/dev/null | grep -q UP; then
+      # A crash can leave nodes drained (a launch it cut short, a job id the
+      # restarted controller handed out twice): a testbed has no operator, so
+      # start resumes them.
+      SLURM_CONF="$cdir/slurm.conf" sinfo -h -N -o '%N %t' 2>/dev/null | awk '$2 ~ /^(drain|drng|fail|down)$/ {print $1}' |
+        while read -r node; do
+          log "resuming node $node of brokk$c"
+          SLURM_CONF="$cdir/slurm.conf" scontrol update nodename="$node" state=resume >&2 || true
+        done
       local bad
       bad=$(SLURM_CONF="$cdir/slurm.conf" sinfo -h -o '%t' 2>/dev/null | grep -vcE '^(idle|mix|alloc|resv)' || true)
       local seen

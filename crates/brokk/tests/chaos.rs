@@ -1,11 +1,16 @@
 //! Chaos: a stream of jobs from two users through `brokk serve` to two site
-//! agents (one in front of Slurm cluster 1 of the testbed, one running jobs
-//! itself), while the broker, either agent and cluster 1's slurmctld are
-//! killed with SIGKILL at seeded random moments and restarted. At the end
-//! every accepted job has ended exactly once with its true state (a job
-//! reported finished ran once, no other job ran at all), and nothing of it
-//! is left running. It needs the Slurm testbed, so a plain `cargo test`
-//! skips it; `scripts/test.sh` starts the testbed and runs it.
+//! agents (one in front of a Slurm cluster, one running jobs itself), while
+//! the broker, either agent and the cluster's slurmctld are killed with
+//! SIGKILL at seeded random moments and restarted. At the end every accepted
+//! job has ended exactly once with its true state (a job reported finished
+//! ran once, no other job ran at all), and nothing of it is left running.
+//!
+//! The cluster is the test's own, started with `scripts/slurm-testbed.sh`
+//! and stopped at the end: a controller killed with SIGKILL forgets the last
+//! job ids it gave out and hands them out again, and the nodes it drains
+//! for that would otherwise meet the next test. It needs Slurm and munge
+//! (the script installs them), so a plain `cargo test` skips it;
+//! `scripts/test.sh` runs it.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -16,6 +21,48 @@ use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
 
 mod common;
+
+const TESTBED: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/slurm-testbed.sh");
+
+/// A one-cluster Slurm testbed of this test's own, stopped when dropped.
+struct Cluster {
+    dir: PathBuf,
+    /// slurmctld's port; slurmd's and the two nodes' are the next three.
+    port: u16,
+}
+
+impl Cluster {
+    fn start(dir: PathBuf) -> Cluster {
+        // Four consecutive free ports, away from the shared testbed's 17100-17113.
+        let free = |p: u16| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok();
+        let port = (17200..17600)
+            .step_by(10)
+            .find(|&p| (p..p + 4).all(free))
+            .expect("four free ports for the test's Slurm cluster");
+        let cluster = Cluster { dir, port };
+        assert!(cluster.up(), "starting the test's Slurm cluster");
+        cluster
+    }
+
+    /// Starts what is down and waits for every node; false if it did not settle.
+    fn up(&self) -> bool {
+        Command::new(TESTBED)
+            .args(["start", "--clusters", "1", "--nodes", "2", "--cpus", "8", "--port"])
+            .arg(self.port.to_string())
+            .arg("--dir")
+            .arg(&self.dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let _ = Command::new(TESTBED).args(["stop", "--dir"]).arg(&self.dir).status();
+    }
+}
 
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -100,10 +147,11 @@ fn private(path: &Path, text: &str) {
 }
 
 #[test]
-#[ignore = "needs the Slurm testbed; scripts/test.sh starts it and runs this"]
+#[ignore = "starts a Slurm cluster of its own (root, Slurm and munge installed); scripts/test.sh runs it"]
 fn jobs_end_exactly_once_while_broker_agents_and_slurmctld_are_killed() {
-    let bed = PathBuf::from(std::env::var("BROKK_TEST_SLURM").expect("BROKK_TEST_SLURM: scripts/test.sh sets it"));
     let dir = common::scratch("chaos", "run");
+    let cluster = Cluster::start(dir.join("slurm"));
+    let bed = cluster.dir.clone();
     let ran = dir.join("ran.txt");
     let (p_broker, p_slurm, p_local) = (free_port(), free_port(), free_port());
     let site = format!("chaos{}", std::process::id());
@@ -197,17 +245,12 @@ fn jobs_end_exactly_once_while_broker_agents_and_slurmctld_are_killed() {
             "hpc agent" => hpc.start(),
             "local agent" => local.start(),
             _ => {
-                // The testbed's start waits for every node to settle. A launch
-                // the kill interrupted drains its node and holds its job, as
-                // on a real cluster; the operator's part: resume, release.
+                // The testbed's start waits for every node to settle and
+                // resumes drained ones. A launch the kill interrupted also
+                // holds its job, as on a real cluster; the operator's part
+                // (resume, release) follows when a start does not settle.
                 let up = (0..5).any(|_| {
-                    let ok = Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/slurm-testbed.sh"))
-                        .args(["start", "--dir"])
-                        .arg(&bed)
-                        .stdout(Stdio::null())
-                        .stderr(Stdio::null())
-                        .status()
-                        .is_ok_and(|s| s.success());
+                    let ok = cluster.up();
                     if !ok {
                         operator(&bed);
                     }
@@ -302,5 +345,5 @@ fn jobs_end_exactly_once_while_broker_agents_and_slurmctld_are_killed() {
         jobs.len(),
         failed.len()
     );
-    drop((broker, hpc, local));
+    drop((broker, hpc, local, cluster));
 }

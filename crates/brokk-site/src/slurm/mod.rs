@@ -82,6 +82,12 @@ pub fn is_final(state: &str) -> bool {
     )
 }
 
+/// The end a completion-log line records, if it records one: a launch that
+/// failed is logged too, as PENDING, but Slurm requeued that job.
+fn completed(line: &str) -> Option<JobEnd> {
+    cli::parse_job_end(line).filter(|e| is_final(&e.state))
+}
+
 /// Job states in which a job holds CPUs.
 fn holds_cpus(state: &str) -> bool {
     matches!(
@@ -236,7 +242,7 @@ impl Slurm {
         self.log_offset.store(offset + whole as u64, Ordering::Release);
         let Ok(mut ended) = self.ended.lock() else { return };
         for line in text[..whole].lines() {
-            if let Some(e) = cli::parse_job_end(line).filter(|e| self.own_job(&e.name)) {
+            if let Some(e) = completed(line).filter(|e| self.own_job(&e.name)) {
                 ended.insert((e.id, e.name.clone()), (e, reading));
             }
         }
@@ -456,5 +462,23 @@ impl Slurm {
                 tracing::warn!(reservation = id.0, "deleting the Slurm reservation: {e}");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_requeued_launch_in_the_completion_log_is_no_end() {
+        // As slurmctld wrote them when a node refused a launch ("Duplicate
+        // jobid") and when the job later ran.
+        let requeued = "JobId=461 UserId=root(0) GroupId=root(0) Name=brokk-co1-1 JobState=PENDING \
+                        Partition=batch TimeLimit=1 StartTime=2026-11-23T12:25:50 ExitCode=0:0";
+        let done = "JobId=461 UserId=root(0) GroupId=root(0) Name=brokk-co1-1 JobState=COMPLETED \
+                    Partition=batch TimeLimit=1 StartTime=2026-11-23T12:26:10 ExitCode=0:0";
+        assert_eq!(completed(requeued), None);
+        let end = completed(done).expect("a completed job ended");
+        assert_eq!((end.id, end.state.as_str(), end.exit_code), (461, "COMPLETED", Some(0)));
     }
 }
