@@ -147,3 +147,17 @@ fn the_order_of_the_index_does_not_matter() {
         assert_eq!(fetch(&names(&order), &src, opts), one);
     }
 }
+
+#[test]
+fn a_site_that_did_not_answer_is_not_asked_again_until_its_time_to_live_runs_out() {
+    let src = Answers::new(&[("a", Some(8), 1), ("down", None, 0)]);
+    let index = StaticIndex(names(&["down", "a"]));
+    let mut cache = InfoCache::new(Duration(10));
+    let (infos, failures) = cache.resources(&index, &src, Time(0), FetchOptions::default());
+    assert_eq!((infos.len(), failures.len(), src.queries.get()), (1, 1, 2));
+    let (_, failures) = cache.resources(&index, &src, Time(9), FetchOptions::default());
+    assert_eq!(failures.len(), 1, "still reported from the cache");
+    assert_eq!(src.queries.get(), 2, "not asked again within the time-to-live");
+    cache.resources(&index, &src, Time(10), FetchOptions::default());
+    assert_eq!(src.queries.get(), 4, "both asked again after it");
+}

@@ -15,7 +15,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 pub use config::Config;
-use service::{Counters, Service, SiteEntry};
+use service::{Counters, Service, SiteEntry, SiteInfo};
 
 /// The service failed to start.
 #[derive(Debug, thiserror::Error)]
@@ -73,14 +73,10 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         let running = brokk_site::start(site).await.map_err(|e| err(&e))?;
         endpoints.push((e.name.clone(), format!("http://{}", running.addr), token));
     }
-    let info_ttl = std::time::Duration::from_millis(config.info_ttl_ms);
     let sites = tokio::task::spawn_blocking(move || {
         endpoints
             .into_iter()
-            .map(|(name, url, token)| SiteEntry {
-                info_ttl,
-                ..SiteEntry::new(name, brokk_proto::RemoteSite::new(&url, &token))
-            })
+            .map(|(name, url, token)| SiteEntry::new(name, brokk_proto::RemoteSite::new(&url, &token)))
             .collect::<Vec<_>>()
     })
     .await
@@ -88,6 +84,10 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
     let service = Service {
         db,
         sites: Arc::new(sites),
+        info: Arc::new(SiteInfo::new(
+            std::time::Duration::from_millis(config.info_ttl_ms),
+            brokk_broker::info::FetchOptions::default(),
+        )),
         counters: Arc::new(Counters::default()),
         wake: Arc::new(tokio::sync::Notify::new()),
         started: service::now(),

@@ -12,7 +12,7 @@ pub(super) fn coallocation_of(id: &str) -> Option<&str> {
 /// (site and its job there, `None` for a part that never got there): the
 /// broker's rule ([`brokk_broker::coalloc::settle`]) on what the sites say
 /// of each part now. Returns whether the co-allocation completed.
-pub(super) fn settle(sites: &[SiteEntry], counters: &Arc<Counters>, parts: &[Option<(usize, String)>]) -> bool {
+pub(super) fn settle(sites: &[SiteEntry], info: &Arc<SiteInfo>, parts: &[Option<(usize, String)>]) -> bool {
     let found: Vec<Option<Found>> = parts
         .iter()
         .map(|p| {
@@ -32,7 +32,7 @@ pub(super) fn settle(sites: &[SiteEntry], counters: &Arc<Counters>, parts: &[Opt
             })
         })
         .collect();
-    let mut clients = cached_sites(sites, counters, None, "broker");
+    let mut clients = cached_sites(sites, info, None, "broker");
     let mut refs: Vec<&mut dyn Site> = clients.iter_mut().map(|c| c as &mut dyn Site).collect();
     brokk_broker::coalloc::settle(&found, &mut refs, "broker")
 }
@@ -76,13 +76,14 @@ impl Service {
             stored.push(v);
         }
         let sites = self.sites.clone();
-        let counters = self.counters.clone();
+        self.refresh_info().await;
+        let info = self.info.clone();
         let jobs: Vec<Job> = parsed.iter().map(|p| p.0.clone()).collect();
         let keys: Vec<String> = stored.iter().map(|v| v.id.clone()).collect();
         let (earliest, latest, delta) = (req.earliest, req.latest, req.delta);
         let user = owner.to_string();
         let outcome = tokio::task::spawn_blocking(move || {
-            let mut clients = cached_sites(&sites, &counters, None, &user);
+            let mut clients = cached_sites(&sites, &info, None, &user);
             let infos: Vec<Option<ResourceInfo>> = clients.iter().map(|c| c.info().ok()).collect();
             // Holds until every part is submitted: a broker that stops
             // mid-way leaves nothing booked once they lapse.
@@ -159,8 +160,8 @@ impl Service {
                     Some((self.sites.iter().position(|s| &s.name == name)?, job.clone()))
                 })
                 .collect();
-            let (sites, counters) = (self.sites.clone(), self.counters.clone());
-            let completed = tokio::task::spawn_blocking(move || settle(&sites, &counters, &targets))
+            let (sites, info) = (self.sites.clone(), self.info.clone());
+            let completed = tokio::task::spawn_blocking(move || settle(&sites, &info, &targets))
                 .await
                 .map_err(|e| ServiceError::Unavailable(e.to_string()))?;
             for (p, f) in parts.into_iter().zip(found) {

@@ -71,12 +71,13 @@ impl Service {
         }
         let prefs: JobPreferences = serde_json::from_str(&stored.prefs).unwrap_or_default();
         let sites = self.sites.clone();
-        let counters = self.counters.clone();
+        self.refresh_info().await;
+        let info = self.info.clone();
         let key = stored.view.id.clone();
         let user = stored.view.owner.clone();
         let t = now();
         let outcome = tokio::task::spawn_blocking(move || {
-            let mut clients = cached_sites(&sites, &counters, Some(&key), &user);
+            let mut clients = cached_sites(&sites, &info, Some(&key), &user);
             let mut refs: Vec<&mut dyn Site> = clients.iter_mut().map(|c| c as &mut dyn Site).collect();
             // Reservation-backed when the user asks for it: a hold on the best
             // site, committed by the submission (seed 003's two phases).

@@ -26,12 +26,13 @@ impl Service {
             v.state = BrokerState::Moving;
             self.db.update(&v, None).await?;
             let sites = self.sites.clone();
-            let counters = self.counters.clone();
+            self.refresh_info().await;
+            let info = self.info.clone();
             let margin = self.adapt_margin;
             let key = format!("{}-{}", v.id, uuid::Uuid::new_v4().simple());
             let owner = v.owner.clone();
             let outcome = tokio::task::spawn_blocking(move || {
-                let mut clients = cached_sites(&sites, &counters, Some(&key), &owner);
+                let mut clients = cached_sites(&sites, &info, Some(&key), &owner);
                 let mut tracked = Tracked {
                     job,
                     prefs,

@@ -30,7 +30,7 @@ mod sites;
 
 pub use files::{FileHead, FileStream};
 use sites::cached_sites;
-pub use sites::{Cursor, SiteEntry, INFO_TTL};
+pub use sites::{Cursor, SiteEntry, SiteInfo, INFO_TTL};
 
 /// Why a request failed.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -92,6 +92,8 @@ pub struct Service {
     pub db: Db,
     /// Sites, in configuration order.
     pub sites: Arc<Vec<SiteEntry>>,
+    /// What the sites last published.
+    pub info: Arc<SiteInfo>,
     /// Counters.
     pub counters: Arc<Counters>,
     /// Wakes the dispatcher.

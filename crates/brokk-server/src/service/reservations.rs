@@ -60,10 +60,11 @@ impl Service {
             latest: req.latest,
             flexible: false,
         };
-        let counters = self.counters.clone();
+        self.refresh_info().await;
+        let info = self.info.clone();
         let user = owner.to_string();
         let got = tokio::task::spawn_blocking(move || {
-            let mut clients = cached_sites(&sites, &counters, None, &user);
+            let mut clients = cached_sites(&sites, &info, None, &user);
             let mut refs: Vec<&mut dyn Site> = clients.iter_mut().map(|c| c as &mut dyn Site).collect();
             at_earliest(&request, &mut refs, "broker").map(|(k, id, start)| (sites[k].name.clone(), id.0, start))
         })

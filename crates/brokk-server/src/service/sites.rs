@@ -1,6 +1,8 @@
 //! The sites as the service sees them: their clients, change-feed cursors
 //! and the information cache brokering decisions read through.
 
+use brokk_broker::info::{convert, Answer, FetchFailure, FetchOptions, InfoCache, RawInfo};
+
 use super::*;
 
 /// A site the service dispatches to.
@@ -10,11 +12,6 @@ pub struct SiteEntry {
     pub name: String,
     /// The client.
     pub client: RemoteSite,
-    /// Its last information and when it was fetched: brokering decisions
-    /// within `info_ttl` share it, as the seeds' information cache does.
-    pub info: Arc<std::sync::Mutex<Option<(std::time::Instant, ResourceInfo)>>>,
-    /// How long its information is reused ([`INFO_TTL`] unless configured).
-    pub info_ttl: std::time::Duration,
     /// Where the service is in the site's change feed: (epoch, version), and
     /// since when it has waited on a change it cannot place yet.
     pub cursor: Arc<std::sync::Mutex<Cursor>>,
@@ -33,13 +30,11 @@ pub struct Cursor {
 }
 
 impl SiteEntry {
-    /// A site entry with an empty cache.
+    /// A site entry at the start of its feed.
     pub fn new(name: String, client: RemoteSite) -> SiteEntry {
         SiteEntry {
             name,
             client,
-            info: Arc::default(),
-            info_ttl: INFO_TTL,
             cursor: Arc::default(),
         }
     }
@@ -49,18 +44,63 @@ impl SiteEntry {
 /// default.
 pub const INFO_TTL: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// A site as one dispatch sees it: the client, with information from the cache.
+/// What the sites last published, as every brokering decision reads it: one
+/// cache for all sites, refreshed under the broker's fetch rules (stale
+/// sites only, all at once up to a bound, each within a timeout, a site
+/// that did not answer left out until its answer is stale too).
+#[derive(Debug)]
+pub struct SiteInfo {
+    cache: std::sync::Mutex<InfoCache<std::time::Instant>>,
+    fetch: FetchOptions,
+    /// One refresh at a time: decisions arriving together share it.
+    refreshing: tokio::sync::Mutex<()>,
+}
+
+impl SiteInfo {
+    /// An empty cache whose answers live for `ttl`.
+    pub fn new(ttl: std::time::Duration, fetch: FetchOptions) -> SiteInfo {
+        SiteInfo {
+            cache: std::sync::Mutex::new(InfoCache::new(ttl)),
+            fetch,
+            refreshing: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    fn get(&self, site: &str) -> Option<Answer> {
+        self.cache.lock().ok()?.get(site).cloned()
+    }
+
+    fn forget(&self, site: &str) {
+        if let Ok(mut cache) = self.cache.lock() {
+            cache.forget(site);
+        }
+    }
+}
+
+impl CachedSite {
+    /// `result` of a call that changed the site: what the cache holds of
+    /// it is out of date once the call went through.
+    fn changed<T>(&self, result: Result<T, brokk_broker::SiteError>) -> Result<T, brokk_broker::SiteError> {
+        if result.is_ok() {
+            self.info.forget(&self.name);
+        }
+        result
+    }
+}
+
+/// A site as one brokering decision sees it: the client, with the
+/// information the last refresh left in the cache.
 pub(super) struct CachedSite {
-    entry: SiteEntry,
+    name: String,
     client: RemoteSite,
-    counters: Arc<Counters>,
+    info: Arc<SiteInfo>,
 }
 
 /// The sites as one brokering decision sees them, submitting under `key`
 /// for the user `owner`.
 pub(super) fn cached_sites(
     sites: &[SiteEntry],
-    counters: &Arc<Counters>,
+    info: &Arc<SiteInfo>,
     key: Option<&str>,
     owner: &str,
 ) -> Vec<CachedSite> {
@@ -71,9 +111,9 @@ pub(super) fn cached_sites(
             client.set_idempotency_key(key.map(str::to_string));
             client.set_on_behalf_of(Some(owner.to_string()));
             CachedSite {
-                entry: s.clone(),
+                name: s.name.clone(),
                 client,
-                counters: counters.clone(),
+                info: info.clone(),
             }
         })
         .collect()
@@ -84,20 +124,15 @@ impl Site for CachedSite {
         self.client.endpoint()
     }
     fn info(&self) -> Result<ResourceInfo, brokk_broker::SiteError> {
-        if let Ok(cache) = self.entry.info.lock() {
-            if let Some((at, info)) = cache.as_ref() {
-                if at.elapsed() < self.entry.info_ttl {
-                    self.counters.cache_hits.fetch_add(1, Ordering::Relaxed);
-                    return Ok(info.clone());
-                }
+        match self.info.get(&self.name) {
+            Some(Ok(info)) => Ok(info),
+            Some(Err(FetchFailure::Error(e))) => Err(e),
+            Some(Err(FetchFailure::Timeout(t))) => {
+                Err(brokk_broker::SiteError::Unavailable(format!("no answer within {t}")))
             }
+            // A decision that did not refresh first asks the site itself.
+            None => self.client.info(),
         }
-        self.counters.cache_misses.fetch_add(1, Ordering::Relaxed);
-        let info = self.client.info()?;
-        if let Ok(mut cache) = self.entry.info.lock() {
-            *cache = Some((std::time::Instant::now(), info.clone()));
-        }
-        Ok(info)
     }
     fn probe(
         &self,
@@ -112,7 +147,8 @@ impl Site for CachedSite {
         req: &brokk_core::Request,
         hold: Option<Time>,
     ) -> Result<brokk_core::Reply, brokk_broker::SiteError> {
-        self.client.reserve(owner, req, hold)
+        let r = self.client.reserve(owner, req, hold);
+        self.changed(r)
     }
     fn modify(
         &mut self,
@@ -120,13 +156,16 @@ impl Site for CachedSite {
         id: brokk_core::ReservationId,
         change: brokk_core::Change,
     ) -> Result<Time, brokk_broker::SiteError> {
-        self.client.modify(owner, id, change)
+        let r = self.client.modify(owner, id, change);
+        self.changed(r)
     }
     fn commit(&mut self, owner: &str, id: brokk_core::ReservationId) -> Result<(), brokk_broker::SiteError> {
-        self.client.commit(owner, id)
+        let r = self.client.commit(owner, id);
+        self.changed(r)
     }
     fn cancel(&mut self, owner: &str, id: brokk_core::ReservationId) -> Result<(), brokk_broker::SiteError> {
-        self.client.cancel(owner, id)
+        let r = self.client.cancel(owner, id);
+        self.changed(r)
     }
     fn submit(
         &mut self,
@@ -134,7 +173,8 @@ impl Site for CachedSite {
         job: &Job,
         reservation: Option<brokk_core::ReservationId>,
     ) -> Result<JobHandle, brokk_broker::SiteError> {
-        self.client.submit(owner, job, reservation)
+        let r = self.client.submit(owner, job, reservation);
+        self.changed(r)
     }
     fn submit_held(
         &mut self,
@@ -143,33 +183,90 @@ impl Site for CachedSite {
         reservation: brokk_core::ReservationId,
         key: &str,
     ) -> Result<JobHandle, brokk_broker::SiteError> {
-        self.client.submit_held(owner, job, reservation, key)
+        let r = self.client.submit_held(owner, job, reservation, key);
+        self.changed(r)
     }
     fn status(&self, job: &JobHandle) -> Result<brokk_broker::JobState, brokk_broker::SiteError> {
         self.client.status(job)
     }
     fn cancel_job(&mut self, owner: &str, job: &JobHandle) -> Result<(), brokk_broker::SiteError> {
-        self.client.cancel_job(owner, job)
+        let r = self.client.cancel_job(owner, job);
+        self.changed(r)
     }
 }
 
 impl Service {
-    /// What every site reports now.
+    /// Fetches, all at once, the information of every site whose cached
+    /// answer is stale: called before each brokering decision.
+    pub(super) async fn refresh_info(&self) {
+        let _one = self.info.refreshing.lock().await;
+        let names: Vec<String> = self.sites.iter().map(|s| s.name.clone()).collect();
+        let stale = match self.info.cache.lock() {
+            Ok(mut cache) => {
+                let (hits, misses) = (cache.hits, cache.misses);
+                let stale = cache.stale(&names, std::time::Instant::now());
+                self.counters.cache_hits.fetch_add(cache.hits - hits, Ordering::Relaxed);
+                self.counters
+                    .cache_misses
+                    .fetch_add(cache.misses - misses, Ordering::Relaxed);
+                stale
+            }
+            Err(_) => return,
+        };
+        if !stale.is_empty() {
+            self.fetch_info(stale).await;
+        }
+    }
+
+    /// Asks `names` for their information concurrently, within the fetch
+    /// rules' bound and timeout, and keeps the answers.
+    async fn fetch_info(&self, names: Vec<String>) -> Vec<(String, Answer)> {
+        use futures_util::StreamExt;
+        let rules = self.info.fetch;
+        let timeout = std::time::Duration::from_secs(rules.timeout.0.max(1).unsigned_abs());
+        let sites: Vec<SiteEntry> = names.iter().filter_map(|n| self.site(n)).collect();
+        let answers: Vec<(String, Answer)> = futures_util::stream::iter(sites)
+            .map(|s| async move {
+                let client = s.client.clone();
+                let asked = tokio::time::timeout(timeout, tokio::task::spawn_blocking(move || client.info())).await;
+                let answer = match asked {
+                    Ok(Ok(Ok(info))) => Ok(convert(s.client.endpoint(), RawInfo::Glue(info))),
+                    Ok(Ok(Err(e))) => Err(FetchFailure::Error(e)),
+                    Ok(Err(e)) => Err(FetchFailure::Error(brokk_broker::SiteError::Unavailable(e.to_string()))),
+                    Err(_) => Err(FetchFailure::Timeout(rules.timeout)),
+                };
+                (s.name, answer)
+            })
+            .buffer_unordered(rules.concurrency.max(1))
+            .collect()
+            .await;
+        if let Ok(mut cache) = self.info.cache.lock() {
+            let now = std::time::Instant::now();
+            for (name, answer) in &answers {
+                cache.store(name, answer.clone(), now);
+            }
+        }
+        answers
+    }
+
+    /// What every site reports now, in configuration order.
     pub async fn resources(&self) -> Vec<Result<ResourceInfo, String>> {
-        let sites = self.sites.clone();
-        tokio::task::spawn_blocking(move || {
-            sites
-                .iter()
-                .map(|s| {
-                    s.client.info().map(|mut i| {
-                        i.name = s.name.clone();
-                        i
-                    })
-                })
-                .map(|r| r.map_err(|e| e.to_string()))
-                .collect()
-        })
-        .await
-        .unwrap_or_default()
+        let names: Vec<String> = self.sites.iter().map(|s| s.name.clone()).collect();
+        let mut answers = self.fetch_info(names).await;
+        self.sites
+            .iter()
+            .map(|s| {
+                let at = answers.iter().position(|(n, _)| *n == s.name);
+                match at.map(|k| answers.swap_remove(k).1) {
+                    Some(Ok(mut info)) => {
+                        info.name = s.name.clone();
+                        Ok(info)
+                    }
+                    Some(Err(FetchFailure::Error(e))) => Err(e.to_string()),
+                    Some(Err(FetchFailure::Timeout(t))) => Err(format!("no answer within {t}")),
+                    None => Err("not asked".to_string()),
+                }
+            })
+            .collect()
     }
 }
