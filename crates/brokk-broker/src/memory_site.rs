@@ -2,6 +2,7 @@
 //! virtual time by the core's virtual runner. It serves the broker's tests
 //! and the simulator's grids.
 
+use brokk_core::queue::Policy;
 use brokk_core::{
     Candidate, Change, CoreError, JobRecord, Reply, Request, ReservationId, SiteCore, SiteParams, Submission,
     VirtualRunner,
@@ -25,12 +26,19 @@ pub struct MemorySite {
 }
 
 impl MemorySite {
-    /// A site with `info.total_slots` slots, planning up to `horizon`, at time `now`.
+    /// A site with `info.total_slots` slots, planning up to `horizon`, at
+    /// time `now`, backfilling conservatively as live agents do.
     pub fn new(info: ResourceInfo, now: Time, horizon: Time) -> Self {
+        Self::with_policy(info, now, horizon, Policy::CONSERVATIVE)
+    }
+
+    /// [`MemorySite::new`] with the local queue run by `policy`.
+    pub fn with_policy(info: ResourceInfo, now: Time, horizon: Time, policy: Policy) -> Self {
         let core = SiteCore::new(SiteParams {
             capacity: info.total_slots,
             horizon,
             default_wall_time: DEFAULT_WALL_TIME,
+            policy,
         });
         MemorySite {
             info,

@@ -118,16 +118,20 @@ impl VirtualRunner {
             let end = self.ends.first().copied().filter(|e| e.0 <= now);
             let start = self.starts.first().copied().filter(|s| s.0 <= now);
             let t = match (end, start) {
-                (Some((t, id)), s) if s.is_none_or(|s| t <= s.0) => {
-                    self.ends.remove(&(t, id));
-                    self.running.remove(&id);
-                    let killed = self.killed.remove(&id);
-                    self.run_times.remove(&id);
-                    if killed {
-                        core.finish(t, id, JobPhase::Failed, None, Some("wall time exceeded".into()));
-                    } else {
-                        core.finish(t, id, JobPhase::Finished, Some(0), None);
+                (Some((t, _)), s) if s.is_none_or(|s| t <= s.0) => {
+                    // Every job ending at `t` ends before the queue moves.
+                    let mut together = Vec::new();
+                    while let Some((_, id)) = self.ends.first().copied().filter(|e| e.0 == t) {
+                        self.ends.remove(&(t, id));
+                        self.running.remove(&id);
+                        self.run_times.remove(&id);
+                        together.push(if self.killed.remove(&id) {
+                            (id, JobPhase::Failed, None, Some("wall time exceeded".into()))
+                        } else {
+                            (id, JobPhase::Finished, Some(0), None)
+                        });
                     }
+                    core.finish_together(t, together);
                     t
                 }
                 (_, Some((t, id))) => {

@@ -2,7 +2,7 @@
 //! their phases, conservative backfilling of the local queue, idempotency
 //! keys, the change feed and the mirror of foreign occupancy.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
 use brokk_model::{Duration, Job, JobPhase, Time};
 use brokk_planner::{
@@ -12,6 +12,7 @@ use brokk_planner::{
 use crate::effect::{Effect, Ended, Manager};
 use crate::error::CoreError;
 use crate::feed::Feed;
+use crate::queue::Policy;
 use crate::record::{JobRecord, Occupant, Submission};
 
 /// The owner of what the schedule mirrors from a resource manager; no
@@ -31,6 +32,11 @@ pub struct SiteParams {
     pub horizon: Time,
     /// Wall time of a job that states none.
     pub default_wall_time: Duration,
+    /// How the local queue backfills: conservatively (every waiting job
+    /// holds a slot; what live agents run), first come first served (starts
+    /// never overtake), or protecting only the first few waiting jobs (EASY
+    /// protects one) while later ones start only where they fit at once.
+    pub policy: Policy,
 }
 
 /// What a site publishes about itself now.
@@ -72,6 +78,10 @@ pub struct SiteCore {
     /// Waiting jobs in their own slots, by (planned start, id): the queue
     /// that moves up when capacity frees.
     queue: BTreeSet<(Time, u64)>,
+    /// Waiting jobs without a slot yet, in arrival order: a policy that
+    /// protects only the first few waiting jobs keeps the rest here until
+    /// they fit at once or their turn to be protected comes.
+    waiting: VecDeque<u64>,
     /// (owner, idempotency key) -> job, so a repeated submission is one job.
     keys: HashMap<(String, String), u64>,
     feed: Feed,
@@ -99,6 +109,7 @@ impl SiteCore {
             active: BTreeSet::new(),
             running: 0,
             queue: BTreeSet::new(),
+            waiting: VecDeque::new(),
             keys: HashMap::new(),
             feed: Feed::default(),
             next_job: 1,
@@ -144,8 +155,12 @@ impl SiteCore {
                 resume.push(j.id);
                 core.active.insert(j.id);
                 core.running += u32::from(runs(j.state));
-                if let (true, false, Some(s)) = (j.is_waiting(), j.claimed, j.planned_start) {
-                    core.queue.insert((s, j.id));
+                match (j.is_waiting(), j.claimed, j.planned_start) {
+                    (true, false, Some(s)) => {
+                        core.queue.insert((s, j.id));
+                    }
+                    (true, _, None) if j.slot.is_none() => core.waiting.push_back(j.id),
+                    _ => {}
                 }
             }
             if let Some(k) = &j.key {
@@ -441,24 +456,12 @@ impl SiteCore {
                 if !sub.explicit_commit && self.planner.commit(id).is_ok() {
                     self.out.push(Effect::SaveReservation(id));
                 }
-                (id, true, r.start.max(now))
+                (Some(id), true, Some(r.start.max(now)))
             }
-            None => {
-                let req = Request {
-                    amount,
-                    duration: wall,
-                    earliest: now,
-                    latest: OPEN_END,
-                    flexible: false,
-                };
-                match self.planner.reserve(who, &req, None) {
-                    Reply::Granted { id, start } => {
-                        self.out.push(Effect::SaveReservation(id));
-                        (id, false, start)
-                    }
-                    other => return Err(CoreError::NotGranted(other)),
-                }
-            }
+            None => match self.place_new(now, who, amount, wall)? {
+                Some((id, start)) => (Some(id), false, Some(start)),
+                None => (None, false, None),
+            },
         };
         let id = self.next_job;
         self.next_job += 1;
@@ -466,12 +469,12 @@ impl SiteCore {
             id,
             owner: who.to_string(),
             spec,
-            slot: Some(slot),
+            slot,
             claimed,
             state: JobPhase::Accepted,
             reason: None,
             exit_code: None,
-            planned_start: Some(start),
+            planned_start: start,
             started: None,
             ended: None,
             key: sub.key.clone(),
@@ -481,8 +484,12 @@ impl SiteCore {
         self.out.push(Effect::SaveJob(id));
         self.jobs.insert(id, record);
         self.active.insert(id);
-        if !claimed {
-            self.queue.insert((start, id));
+        match (start, claimed) {
+            (Some(start), false) => {
+                self.queue.insert((start, id));
+            }
+            (None, _) => self.waiting.push_back(id),
+            (Some(_), true) => {}
         }
         self.touch(id);
         if let Some(k) = sub.key {
@@ -644,7 +651,24 @@ impl SiteCore {
         }
     }
 
+    /// Records the ends of jobs that ended together at `now`, then moves
+    /// the queue up once: what they free is free at once, as a trace
+    /// scheduler sees it.
+    pub fn finish_together(&mut self, now: Time, ends: Vec<(u64, JobPhase, Option<i32>, Option<String>)>) {
+        for (id, phase, exit_code, reason) in ends {
+            if self.jobs.get(&id).is_some_and(|j| !j.state.is_terminal()) {
+                self.record_end(now, id, phase, exit_code, reason);
+            }
+        }
+        self.compress(now);
+    }
+
     fn close(&mut self, now: Time, id: u64, phase: JobPhase, exit_code: Option<i32>, reason: Option<String>) {
+        self.record_end(now, id, phase, exit_code, reason);
+        self.compress(now);
+    }
+
+    fn record_end(&mut self, now: Time, id: u64, phase: JobPhase, exit_code: Option<i32>, reason: Option<String>) {
         let Some(mut j) = self.jobs.remove(&id) else { return };
         if runs(j.state) && self.active.contains(&id) {
             self.running -= 1;
@@ -661,22 +685,100 @@ impl SiteCore {
         self.jobs.insert(id, j);
         self.touch(id);
         self.out.push(Effect::SaveJob(id));
-        self.compress(now);
+    }
+
+    /// Where a new job's own slot goes under the site's policy, or `None`
+    /// when it waits without one.
+    fn place_new(
+        &mut self,
+        now: Time,
+        who: &str,
+        amount: u32,
+        wall: Duration,
+    ) -> Result<Option<(ReservationId, Time)>, CoreError> {
+        let earliest = match self.params.policy {
+            // Starts never overtake: not before the last queued job's.
+            Policy::Fcfs => self.queue.last().map_or(now, |&(t, _)| t.max(now)),
+            Policy::Backfill { reservations } if reservations != usize::MAX => {
+                let fits_ever = amount <= self.params.capacity && now + wall <= self.params.horizon;
+                if let Some(placed) = self.book(who, amount, wall, now, now) {
+                    return Ok(Some(placed));
+                }
+                if fits_ever && (!self.waiting.is_empty() || self.protected(now) >= reservations) {
+                    return Ok(None);
+                }
+                now
+            }
+            Policy::Backfill { .. } => now,
+        };
+        let req = Request {
+            amount,
+            duration: wall,
+            earliest,
+            latest: OPEN_END,
+            flexible: false,
+        };
+        match self.planner.reserve(who, &req, None) {
+            Reply::Granted { id, start } => {
+                self.out.push(Effect::SaveReservation(id));
+                Ok(Some((id, start)))
+            }
+            other => Err(CoreError::NotGranted(other)),
+        }
+    }
+
+    /// A slot of `amount` for `wall` from `earliest` to no later than `latest`, if one is free.
+    fn book(
+        &mut self,
+        who: &str,
+        amount: u32,
+        wall: Duration,
+        earliest: Time,
+        latest: Time,
+    ) -> Option<(ReservationId, Time)> {
+        let req = Request {
+            amount,
+            duration: wall,
+            earliest,
+            latest,
+            flexible: false,
+        };
+        match self.planner.reserve(who, &req, None) {
+            Reply::Granted { id, start } => {
+                self.out.push(Effect::SaveReservation(id));
+                Some((id, start))
+            }
+            _ => None,
+        }
+    }
+
+    /// Queued jobs protected by a slot that starts later than `now`.
+    fn protected(&self, now: Time) -> usize {
+        self.queue.range((Time(now.0 + 1), 0)..).count()
     }
 
     /// Moves queued jobs' own slots as early as they now fit, in planned
-    /// start order (conservative backfilling).
+    /// start order (conservative backfilling; under FCFS never before the
+    /// job ahead), then gives waiting jobs without a slot one where the
+    /// policy allows.
     fn compress(&mut self, now: Time) {
+        let fcfs = self.params.policy == Policy::Fcfs;
+        let mut floor = now;
         let queued: Vec<(Time, u64)> = self.queue.range((Time(now.0 + 1), 0)..).copied().collect();
         for (old, id) in queued {
             let Some(slot) = self.jobs.get(&id).and_then(|j| j.slot) else {
                 continue;
             };
             let change = Change {
-                window: Some((now, old)),
+                window: Some((if fcfs { floor } else { now }, old)),
                 ..Change::default()
             };
-            match self.planner.modify(slot, change) {
+            let moved = self.planner.modify(slot, change);
+            floor = match moved {
+                Ok(start) => start.min(old),
+                Err(_) => old,
+            };
+            match moved {
                 Ok(start) if start < old => {
                     self.queue.remove(&(old, id));
                     self.queue.insert((start, id));
@@ -690,6 +792,50 @@ impl SiteCore {
                 }
                 _ => {}
             }
+        }
+        self.promote(now);
+    }
+
+    /// Gives waiting jobs without a slot one, in arrival order: a job that
+    /// fits at once starts now (backfilling around the protected ones); one
+    /// that does not is protected at its earliest start while fewer than
+    /// the policy's number are.
+    fn promote(&mut self, now: Time) {
+        let Policy::Backfill { reservations } = self.params.policy else {
+            return;
+        };
+        let mut protected = if self.waiting.is_empty() {
+            0
+        } else {
+            self.protected(now)
+        };
+        let mut k = 0;
+        while k < self.waiting.len() {
+            let id = self.waiting[k];
+            let Some(j) = self.jobs.get(&id).filter(|j| j.is_waiting() && j.slot.is_none()) else {
+                self.waiting.remove(k);
+                continue;
+            };
+            let (who, amount, wall) = (
+                j.owner.clone(),
+                j.spec.cpus.unwrap_or(1).max(1),
+                self.wall_time(&j.spec),
+            );
+            let latest = if protected < reservations { OPEN_END } else { now };
+            let Some((slot, start)) = self.book(&who, amount, wall, now, latest) else {
+                k += 1;
+                continue;
+            };
+            protected += usize::from(start > now);
+            self.waiting.remove(k);
+            if let Some(j) = self.jobs.get_mut(&id) {
+                j.slot = Some(slot);
+                j.planned_start = Some(start);
+            }
+            self.queue.insert((start, id));
+            self.touch(id);
+            self.out.push(Effect::SaveJob(id));
+            self.out.push(Effect::StartMoved { job: id, start });
         }
     }
 
@@ -771,6 +917,13 @@ impl SiteCore {
             assert!(
                 j.is_waiting() && !j.claimed && j.planned_start == Some(t),
                 "queue entry {id}"
+            );
+        }
+        for id in &self.waiting {
+            let j = &self.jobs[id];
+            assert!(
+                j.state.is_terminal() || (j.is_waiting() && j.slot.is_none()),
+                "waiting entry {id}"
             );
         }
         for j in self.jobs.values() {

@@ -382,13 +382,6 @@ pub fn prepare(spec: Experiment, base: &Path) -> Result<Prepared, ExperimentErro
         }
     }
     let on_grid = grid.iter().any(|r| r.is_broker());
-    if on_grid && policies.iter().any(|(_, p)| *p != Policy::CONSERVATIVE) {
-        return invalid(
-            "policies: a broker routing runs every series on site cores, which backfill conservatively; \
-             name policies = [\"conservative\"]"
-                .into(),
-        );
-    }
     if !on_grid && clusters.iter().any(|c| c.speed != 1.0) {
         return invalid("platform.clusters: speed applies to grid runs; add a broker routing to routings".into());
     }
@@ -565,7 +558,7 @@ impl Prepared {
                     GridRouting::Fixed(Routing::Random(_)) => GridRouting::Fixed(Routing::Random(point.seed)),
                     r => r,
                 };
-                let g = simulate_grid(&self.clusters, &jobs, routing, staleness);
+                let g = simulate_grid(&self.clusters, &jobs, routing, staleness, *policy);
                 let run = PlatformRun {
                     clusters: g.clusters,
                     unrouted: g.unrouted,

@@ -19,6 +19,7 @@ use std::collections::HashMap;
 
 use brokk_broker::submit::{submit_informed, SubmitOptions};
 use brokk_broker::{JobHandle, MemorySite, Site, SiteError};
+use brokk_core::queue::Policy;
 use brokk_core::{Candidate, Change, Reply, Request, ReservationId};
 use brokk_model::{
     Benchmark, Duration, Job, JobPhase, JobPreferences, Objective, PublishedBenchmark, ResourceInfo, Time,
@@ -253,9 +254,16 @@ fn job_of(j: &SimJob) -> Job {
     }
 }
 
-/// Routes `jobs` over `clusters` (each run by a site core) and runs them
-/// to the end. Jobs larger than every site are unrouted.
-pub fn simulate_grid(clusters: &[ClusterSpec], jobs: &[SimJob], routing: GridRouting, staleness: Staleness) -> GridRun {
+/// Routes `jobs` over `clusters` (each run by a site core whose local
+/// queue follows `policy`) and runs them to the end. Jobs larger than every
+/// site are unrouted.
+pub fn simulate_grid(
+    clusters: &[ClusterSpec],
+    jobs: &[SimJob],
+    routing: GridRouting,
+    staleness: Staleness,
+    policy: Policy,
+) -> GridRun {
     let mut order: Vec<usize> = (0..jobs.len()).filter(|&i| jobs[i].size > 0).collect();
     order.sort_by_key(|&i| (jobs[i].submit, i));
     let start = order.first().map_or(Time::EPOCH, |&i| jobs[i].submit);
@@ -275,7 +283,7 @@ pub fn simulate_grid(clusters: &[ClusterSpec], jobs: &[SimJob], routing: GridRou
                 reservations: true,
                 ..ResourceInfo::default()
             };
-            MemorySite::new(info, start, horizon)
+            MemorySite::with_policy(info, start, horizon, policy)
         })
         .collect();
     let visible = sites.iter().map(|s| s.info().unwrap_or_default()).collect();

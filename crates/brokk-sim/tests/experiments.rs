@@ -172,10 +172,30 @@ clusters = [{ name = "a", procs = 32, speed = 2.0 }, { name = "b", procs = 64 }]
     let results = run_points(&p, &p.single_points(), 2, &|| {}).unwrap();
     assert!(results[0].prediction.is_none());
     assert!(results[1].prediction.is_some_and(|e| e.jobs > 0));
-    // EASY cannot be asked of a grid of site cores; speed needs a grid.
-    let easy = grid.replace(r#"policies = ["conservative"]"#, r#"policies = ["easy"]"#);
-    let e = parse(&easy).unwrap_err().to_string();
-    assert!(e.contains("conservative"), "{e}");
+    // The sites' local policy is a series of its own on the grid too.
+    let two = grid.replace(r#"policies = ["conservative"]"#, r#"policies = ["fcfs", "easy"]"#);
+    let p = parse(&two).unwrap();
+    let labels: Vec<&str> = p.policies.iter().map(|(l, _)| l.as_str()).collect();
+    assert_eq!(
+        labels,
+        [
+            "round-robin/fcfs",
+            "round-robin/easy",
+            "broker-ttd/fcfs",
+            "broker-ttd/easy",
+            "broker-ttd-reserve:2/fcfs",
+            "broker-ttd-reserve:2/easy"
+        ]
+    );
+    let results = run_points(&p, &p.single_points(), 2, &|| {}).unwrap();
+    let wait = |k: usize| results[k].overall.mean_wait;
+    assert!(
+        wait(2) > wait(3),
+        "EASY backfills what FCFS keeps waiting: {} vs {}",
+        wait(2),
+        wait(3)
+    );
+    // Speed needs a grid.
     let fixed = grid.replace(r#", "broker-ttd", "broker-ttd-reserve:2""#, "");
     let e = parse(&fixed).unwrap_err().to_string();
     assert!(e.contains("speed applies to grid runs"), "{e}");

@@ -1,7 +1,7 @@
 //! Grids of site cores with arrivals routed by fixed rules or by the broker.
 
 use brokk_model::{Duration, Time};
-use brokk_sim::cluster::SimJob;
+use brokk_sim::cluster::{Policy, SimJob};
 use brokk_sim::grid::{simulate_grid, GridRouting, Staleness};
 use brokk_sim::platform::{ClusterSpec, Routing};
 
@@ -37,7 +37,7 @@ fn fresh() -> Staleness {
 #[test]
 fn the_broker_sends_a_job_to_the_site_that_finishes_it_first_and_predicts_it_exactly() {
     let sites = [site("slow", 8, 1.0), site("fast", 8, 2.0)];
-    let run = simulate_grid(&sites, &[job(1, 100, 4, 1000)], TTD, fresh());
+    let run = simulate_grid(&sites, &[job(1, 100, 4, 1000)], TTD, fresh(), Policy::CONSERVATIVE);
     assert_eq!(run.clusters[0].submitted, 0);
     let o = run.clusters[1].outcomes[0];
     assert_eq!(
@@ -58,8 +58,8 @@ fn earliest_completion_waits_for_a_fast_site_where_earliest_start_does_not() {
         objective: brokk_model::Objective::EarliestStart,
         reserve_top_k: 0,
     };
-    let by_ttd = simulate_grid(&sites, &jobs, TTD, fresh());
-    let by_tts = simulate_grid(&sites, &jobs, tts, fresh());
+    let by_ttd = simulate_grid(&sites, &jobs, TTD, fresh(), Policy::CONSERVATIVE);
+    let by_tts = simulate_grid(&sites, &jobs, tts, fresh(), Policy::CONSERVATIVE);
     // TTD: job 2 waits until 100 on the fast site and ends at 600, not at 2001.
     let j2 = |r: &brokk_sim::grid::GridRun| {
         r.clusters
@@ -78,7 +78,7 @@ fn earliest_completion_waits_for_a_fast_site_where_earliest_start_does_not() {
 fn stale_information_makes_the_broker_herd_a_burst_onto_one_site() {
     let sites = [site("a", 8, 1.0), site("b", 8, 1.0), site("c", 8, 1.0)];
     let burst: Vec<SimJob> = (0..6).map(|i| job(i, 10, 8, 600)).collect();
-    let spread = simulate_grid(&sites, &burst, TTD, fresh());
+    let spread = simulate_grid(&sites, &burst, TTD, fresh(), Policy::CONSERVATIVE);
     let herded = simulate_grid(
         &sites,
         &burst,
@@ -87,6 +87,7 @@ fn stale_information_makes_the_broker_herd_a_burst_onto_one_site() {
             info_ttl: Duration(3600),
             info_delay: Duration::ZERO,
         },
+        Policy::CONSERVATIVE,
     );
     let per_site = |r: &brokk_sim::grid::GridRun| r.clusters.iter().map(|c| c.submitted).collect::<Vec<_>>();
     assert_eq!(per_site(&spread), vec![2, 2, 2]);
@@ -107,7 +108,13 @@ fn a_job_that_outlives_its_wall_time_is_killed_there() {
     let sites = [site("a", 8, 1.0)];
     let mut j = job(1, 0, 2, 500);
     j.estimate = Duration(100);
-    let run = simulate_grid(&sites, &[j], GridRouting::Fixed(Routing::RoundRobin), fresh());
+    let run = simulate_grid(
+        &sites,
+        &[j],
+        GridRouting::Fixed(Routing::RoundRobin),
+        fresh(),
+        Policy::CONSERVATIVE,
+    );
     assert_eq!(run.killed, 1);
     assert_eq!(run.clusters[0].outcomes[0].end, Time(100));
 }
@@ -127,8 +134,8 @@ fn a_grid_run_is_the_same_every_time() {
             reserve_top_k: 2,
         },
     ] {
-        let a = simulate_grid(&sites, &jobs, routing, fresh());
-        let b = simulate_grid(&sites, &jobs, routing, fresh());
+        let a = simulate_grid(&sites, &jobs, routing, fresh(), Policy::CONSERVATIVE);
+        let b = simulate_grid(&sites, &jobs, routing, fresh(), Policy::CONSERVATIVE);
         assert_eq!(a, b, "{routing:?}");
         let done: usize = a.clusters.iter().map(|c| c.outcomes.len()).sum();
         assert_eq!(done, 400, "{routing:?}");
@@ -136,6 +143,58 @@ fn a_grid_run_is_the_same_every_time() {
             for o in &c.outcomes {
                 assert!(o.start >= o.submit && o.end > o.start, "{routing:?} {o:?}");
             }
+        }
+    }
+}
+
+/// Each job's start, by job id.
+type Starts = Vec<(i64, Time)>;
+
+/// The starts on a one-site grid (the site core) and on the trace queue
+/// that platform runs use.
+fn starts_both(jobs: &[SimJob], policy: Policy) -> (Starts, Starts) {
+    let grid = simulate_grid(
+        &[site("a", 8, 1.0)],
+        jobs,
+        GridRouting::Fixed(Routing::RoundRobin),
+        fresh(),
+        policy,
+    );
+    let mut core: Starts = grid.clusters[0].outcomes.iter().map(|o| (o.id, o.start)).collect();
+    let mut queue: Starts = brokk_sim::cluster::simulate(8, jobs, policy)
+        .iter()
+        .map(|o| (o.id, o.start))
+        .collect();
+    core.sort();
+    queue.sort();
+    (core, queue)
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(200))]
+
+    /// The site core's FCFS and EASY schedule a stream exactly as the trace
+    /// queue does (estimates at least the run times, so no job is killed).
+    /// Conservative backfilling is the one variant where they differ by
+    /// design: the site core keeps every job's slot and moves it up
+    /// (compression, as live sites must, having promised starts), while
+    /// the trace queue plans the whole queue afresh at every pass.
+    #[test]
+    fn the_site_core_and_the_trace_queue_agree_on_fcfs_and_easy(
+        raw in proptest::collection::vec((0i64..400, 1u32..=8, 1i64..200, 0i64..100), 1..40)
+    ) {
+        let mut jobs: Vec<SimJob> = raw
+            .iter()
+            .enumerate()
+            .map(|(k, &(submit, size, run, slack))| SimJob {
+                estimate: Duration(run + slack),
+                ..job(k as i64, submit, size, run)
+            })
+            .collect();
+        jobs.sort_by_key(|j| (j.submit, j.id));
+        for policy in [Policy::Fcfs, Policy::EASY] {
+            let (core, queue) = starts_both(&jobs, policy);
+            proptest::prop_assert_eq!(core, queue, "{:?}", policy);
         }
     }
 }

@@ -153,6 +153,7 @@ impl Agent {
             capacity: config.capacity,
             horizon: Time(t.0 + config.horizon_days * 86_400),
             default_wall_time: Duration(config.default_wall_time),
+            policy: brokk_core::queue::Policy::CONSERVATIVE,
         };
         let reservations = store.live_reservations().await?;
         let next_reservation = store.max_reservation_id().await? + 1;

@@ -11,6 +11,7 @@ fn site(capacity: u32) -> SiteCore {
         capacity,
         horizon: Time(T0.0 + 365 * 86_400),
         default_wall_time: Duration(3600),
+        policy: crate::queue::Policy::CONSERVATIVE,
     })
 }
 
@@ -302,4 +303,54 @@ fn the_virtual_runner_kills_at_wall_time_and_cancels_running_jobs() {
     assert_eq!((ra.state, ra.ended), (JobPhase::Failed, Some(Time(T0.0 + 100))));
     assert_eq!(ra.reason.as_deref(), Some("wall time exceeded"));
     s.check_invariants();
+}
+
+/// Jobs of (cpus, wall) all arriving at T0 on a 4-processor site run by
+/// `policy`, each running its whole wall time; their starts, seconds after T0.
+fn starts_under(policy: crate::queue::Policy, jobs: &[(u32, i64)]) -> Vec<i64> {
+    let mut s = SiteCore::new(SiteParams {
+        policy,
+        ..site(4).params()
+    });
+    let mut run = VirtualRunner::new();
+    let ids: Vec<u64> = jobs
+        .iter()
+        .map(|&(c, w)| submit(&mut s, T0, "ann", job(c, w)))
+        .collect();
+    let e = s.drain();
+    run.apply(&mut s, T0, e);
+    while let Some(t) = run.next_event() {
+        run.advance(&mut s, t);
+        s.check_invariants();
+    }
+    ids.iter()
+        .map(|&id| s.record(id).unwrap().started.unwrap().0 - T0.0)
+        .collect()
+}
+
+#[test]
+fn fcfs_never_lets_a_later_job_start_first() {
+    // 3 of 4 processors busy; a 2-processor job must wait for them, and a
+    // 1-processor job that would fit in the gap now waits behind it.
+    let jobs = [(3, 100), (2, 100), (1, 50)];
+    assert_eq!(starts_under(crate::queue::Policy::CONSERVATIVE, &jobs), [0, 100, 0]);
+    assert_eq!(starts_under(crate::queue::Policy::Fcfs, &jobs), [0, 100, 100]);
+}
+
+#[test]
+fn easy_protects_only_the_head_so_a_backfilled_job_may_delay_the_next() {
+    // The 2-processor job heads the queue (at 100); the 4-processor job
+    // behind it holds a slot at 200 only under conservative backfilling, so
+    // under EASY the long 1-processor job backfills at once and delays it.
+    let jobs = [(3, 100), (2, 100), (4, 100), (1, 250)];
+    assert_eq!(
+        starts_under(crate::queue::Policy::CONSERVATIVE, &jobs),
+        [0, 100, 200, 300]
+    );
+    assert_eq!(starts_under(crate::queue::Policy::EASY, &jobs), [0, 100, 250, 0]);
+    // No protection at all: whatever fits starts, the rest wait their turn.
+    assert_eq!(
+        starts_under(crate::queue::Policy::Backfill { reservations: 0 }, &jobs),
+        [0, 100, 250, 0]
+    );
 }

@@ -195,7 +195,7 @@ pub fn run(a: SimArgs) -> Result<ExitCode> {
         info_delay: Duration(0),
     };
     let (jobs, seconds) = time_runs(a.seconds, || {
-        simulate_grid(&clusters, &lcg_jobs, routing, staleness)
+        simulate_grid(&clusters, &lcg_jobs, routing, staleness, Policy::CONSERVATIVE)
             .clusters
             .iter()
             .map(|c| c.outcomes.len())
