@@ -12,8 +12,10 @@
 //! a job that outlives its wall time is killed, as a live site kills it.
 //!
 //! What the broker knows of a site is a snapshot: taken at most every
-//! `info_ttl` and visible only `info_delay` after it was taken, so how stale
-//! brokering information is becomes an experiment parameter.
+//! `info_ttl` (and at the next decision after the broker itself sent the
+//! site a job, as the live information cache does) and visible only
+//! `info_delay` after it was taken, so how stale brokering information is
+//! becomes an experiment parameter.
 
 use std::collections::HashMap;
 
@@ -122,11 +124,14 @@ fn scaled(d: Duration, speed: f64) -> Duration {
 }
 
 /// The broker's picture of one site beyond what it sees now: the snapshot
-/// on its way, and when the last one was taken.
+/// on its way, when the last one was taken, and whether the broker has
+/// changed the site since (then, as `brokk serve` does, it asks again at
+/// its next decision).
 #[derive(Debug, Clone)]
 struct Snapshot {
     pending: Option<(ResourceInfo, Time)>,
     taken: Time,
+    changed: bool,
 }
 
 /// A site as one brokering decision sees it: brought to the decision's
@@ -222,10 +227,11 @@ impl Grid<'_> {
                     *visible = info;
                 }
             }
-            if snap.pending.is_none() && (st.info_ttl.0 == 0 || t - snap.taken >= st.info_ttl) {
+            if snap.pending.is_none() && (st.info_ttl.0 == 0 || snap.changed || t - snap.taken >= st.info_ttl) {
                 site.advance(t);
                 if let Ok(info) = site.info() {
                     snap.taken = t;
+                    snap.changed = false;
                     if st.info_delay.0 == 0 {
                         *visible = info;
                     } else {
@@ -291,6 +297,7 @@ pub fn simulate_grid(
         Snapshot {
             pending: None,
             taken: start,
+            changed: false,
         };
         sites.len()
     ];
@@ -378,6 +385,7 @@ impl Grid<'_> {
         let seen = (&self.visible[..], &self.all[..]);
         let s = submit_informed(&job, &prefs, OWNER, &mut refs, seen, Vec::new(), t, opts).ok()?;
         let c = *self.by_name.get(&s.endpoint)?;
+        self.snapshots[c].changed = true;
         Some((c, s.handle, Some(t + s.prediction.ttd())))
     }
 

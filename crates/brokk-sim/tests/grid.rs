@@ -75,22 +75,22 @@ fn earliest_completion_waits_for_a_fast_site_where_earliest_start_does_not() {
 }
 
 #[test]
-fn stale_information_makes_the_broker_herd_a_burst_onto_one_site() {
+fn late_information_makes_the_broker_herd_a_burst_onto_one_site() {
     let sites = [site("a", 8, 1.0), site("b", 8, 1.0), site("c", 8, 1.0)];
     let burst: Vec<SimJob> = (0..6).map(|i| job(i, 10, 8, 600)).collect();
+    let stale = |ttl: i64, delay: i64| Staleness {
+        info_ttl: Duration(ttl),
+        info_delay: Duration(delay),
+    };
     let spread = simulate_grid(&sites, &burst, TTD, fresh(), Policy::CONSERVATIVE);
-    let herded = simulate_grid(
-        &sites,
-        &burst,
-        TTD,
-        Staleness {
-            info_ttl: Duration(3600),
-            info_delay: Duration::ZERO,
-        },
-        Policy::CONSERVATIVE,
-    );
+    // Information reused for an hour still spreads the burst: the broker
+    // asks a site again once it has sent it a job.
+    let cached = simulate_grid(&sites, &burst, TTD, stale(3600, 0), Policy::CONSERVATIVE);
+    // Information that arrives an hour late does not.
+    let herded = simulate_grid(&sites, &burst, TTD, stale(0, 3600), Policy::CONSERVATIVE);
     let per_site = |r: &brokk_sim::grid::GridRun| r.clusters.iter().map(|c| c.submitted).collect::<Vec<_>>();
     assert_eq!(per_site(&spread), vec![2, 2, 2]);
+    assert_eq!(per_site(&cached), vec![2, 2, 2]);
     assert_eq!(
         per_site(&herded),
         vec![6, 0, 0],

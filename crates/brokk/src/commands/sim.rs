@@ -81,14 +81,15 @@ pub fn run(a: Args) -> Result<ExitCode> {
 }
 
 fn print_table(points: &[Point], results: &[PointResult]) {
+    let w = results.iter().map(|r| r.policy.len()).max().unwrap_or(0).max(20);
     println!(
-        "{:<20} {:>6} {:>5} {:>8} {:>9} {:>11} {:>9} {:>7} {:>7} {:>12}",
+        "{:<w$} {:>6} {:>5} {:>8} {:>9} {:>11} {:>9} {:>7} {:>7} {:>12}",
         "policy", "load", "seed", "jobs", "JF%", "wait (s)", "bsld", "util", "offered", "pred err (s)"
     );
     for (p, r) in points.iter().zip(results) {
         let s = &r.overall;
         println!(
-            "{:<20} {:>6} {:>5} {:>8} {:>9.2} {:>11.0} {:>9.2} {:>7.3} {:>7.3} {:>12}",
+            "{:<w$} {:>6} {:>5} {:>8} {:>9.2} {:>11.0} {:>9.2} {:>7.3} {:>7.3} {:>12}",
             r.policy,
             p.load.map_or("-".into(), |l| format!("{l:.2}")),
             p.seed,
