@@ -1,35 +1,47 @@
-//! The record of what the service accepted and how each job ended, for
-//! replaying a week of real submissions against another policy in the
-//! simulator (`workload.record` in an experiment).
+//! The record of what the service accepted, what the sites reported of
+//! themselves, and how each job ended, for replaying a week of real
+//! submissions against another policy in the simulator (`workload.record`
+//! in an experiment).
 //!
 //! The format is JSON Lines, appended, one event per line:
 //!
 //! ```json
+//! {"event":"site","at":1795337990,"site":"alpha","available":true,"total_slots":64,"benchmarks":[{"name":"specint2006","value":30.0}]}
 //! {"event":"accepted","at":1795338000,"id":"4f1c...","owner":"ann","job":{...canonical job...},"preferences":{...}}
 //! {"event":"ended","at":1795338130,"id":"4f1c...","state":"finished","site":"alpha","started":1795338004,"ended":1795338130,"exit_code":0}
+//! {"event":"site","at":1795339000,"site":"alpha","available":false,"reason":"connection refused"}
 //! ```
 //!
-//! Times are Unix seconds. A line is written after the database holds what
-//! it says; a crash may lose the last lines, never add wrong ones.
+//! A `site` event is written when the service first hears from a site and
+//! whenever its size or availability changes. Times are Unix seconds. A job
+//! line is written after the database holds what it says; a crash may lose
+//! the last lines, never add wrong ones.
 
+use std::collections::HashMap;
 use std::io::Write;
 use std::path::Path;
 use std::sync::Mutex;
 
-use brokk_model::Job;
+use brokk_model::{Job, ResourceInfo, Time};
 use brokk_proto::wire::BrokerJob;
 
 /// Appends events to the record file.
 #[derive(Debug)]
 pub struct Recorder {
     file: Mutex<std::fs::File>,
+    /// What was last recorded of each site: its size, or `None` when it
+    /// was unavailable.
+    sites: Mutex<HashMap<String, Option<u32>>>,
 }
 
 impl Recorder {
     /// Opens (creating if needed) the record at `path` for appending.
     pub fn open(path: &Path) -> std::io::Result<Recorder> {
         let file = std::fs::OpenOptions::new().create(true).append(true).open(path)?;
-        Ok(Recorder { file: Mutex::new(file) })
+        Ok(Recorder {
+            file: Mutex::new(file),
+            sites: Mutex::default(),
+        })
     }
 
     fn write(&self, line: serde_json::Value) {
@@ -46,6 +58,28 @@ impl Recorder {
             "event": "accepted", "at": v.submitted.0, "id": v.id, "owner": v.owner,
             "job": job, "preferences": prefs,
         }));
+    }
+
+    /// What site `name` answered at `at` (its information, or why there is
+    /// none), if its size or availability changed since the last record.
+    pub fn site(&self, name: &str, at: Time, answer: Result<&ResourceInfo, String>) {
+        let now = answer.as_ref().ok().map(|i| i.total_slots);
+        {
+            let Ok(mut last) = self.sites.lock() else { return };
+            if last.get(name) == Some(&now) {
+                return;
+            }
+            last.insert(name.to_string(), now);
+        }
+        self.write(match answer {
+            Ok(info) => serde_json::json!({
+                "event": "site", "at": at.0, "site": name, "available": true,
+                "total_slots": info.total_slots, "benchmarks": info.benchmarks,
+            }),
+            Err(reason) => serde_json::json!({
+                "event": "site", "at": at.0, "site": name, "available": false, "reason": reason,
+            }),
+        });
     }
 
     /// A job that ended.

@@ -335,7 +335,12 @@ pub fn prepare(spec: Experiment, base: &Path) -> Result<Prepared, ExperimentErro
             return invalid(format!("load {l} must be a positive number"));
         }
     }
-    let (mut trace, partitions, max_procs) = read_trace(w, base)?;
+    let Trace {
+        jobs: mut trace,
+        partitions,
+        max_procs,
+        sizes,
+    } = read_trace(w, base)?;
     if let Some([from, to]) = w.window {
         trace = window(&trace, from, to);
     }
@@ -347,7 +352,14 @@ pub fn prepare(spec: Experiment, base: &Path) -> Result<Prepared, ExperimentErro
         if w.lublin.is_some() {
             return invalid("platform: from_partitions needs a trace".into());
         }
-        clusters_from_partitions(&partitions, &trace, max_procs)
+        let mut clusters = clusters_from_partitions(&partitions, &trace, max_procs);
+        // A site's own report of its size beats an estimate from its use.
+        for c in &mut clusters {
+            if let Some((_, n)) = sizes.iter().find(|(k, _)| c.partitions.contains(k)) {
+                c.procs = *n;
+            }
+        }
+        clusters
     } else {
         p.clusters
             .iter()
@@ -426,8 +438,15 @@ pub fn prepare(spec: Experiment, base: &Path) -> Result<Prepared, ExperimentErro
     })
 }
 
-/// A trace's records, its partitions and its declared machine size.
-type Trace = (Vec<SwfJob>, Vec<(i64, String)>, Option<i64>);
+/// A trace's records, its partitions, its declared machine size, and the
+/// processors partitions are known to have (a record's sites say).
+#[derive(Default)]
+struct Trace {
+    jobs: Vec<SwfJob>,
+    partitions: Vec<(i64, String)>,
+    max_procs: Option<i64>,
+    sizes: Vec<(i64, u32)>,
+}
 
 fn read_trace(w: &WorkloadSpec, base: &Path) -> Result<Trace, ExperimentError> {
     let fail = |path: &Path, e: &dyn std::fmt::Display| ExperimentError::Workload {
@@ -438,7 +457,12 @@ fn read_trace(w: &WorkloadSpec, base: &Path) -> Result<Trace, ExperimentError> {
         let path = base.join(rel);
         let swf = crate::swf::read_path(&path, w.lenient).map_err(|e| fail(&path, &e))?;
         let (partitions, max_procs) = (swf.partitions(), swf.max_procs());
-        return Ok((swf.jobs, partitions, max_procs));
+        return Ok(Trace {
+            jobs: swf.jobs,
+            partitions,
+            max_procs,
+            ..Trace::default()
+        });
     }
     if let Some(rel) = &w.gwf {
         let path = base.join(rel);
@@ -456,15 +480,26 @@ fn read_trace(w: &WorkloadSpec, base: &Path) -> Result<Trace, ExperimentError> {
             })
             .collect();
         let partitions = sites.into_iter().enumerate().map(|(i, s)| (i as i64 + 1, s)).collect();
-        return Ok((records, partitions, None));
+        return Ok(Trace {
+            jobs: records,
+            partitions,
+            ..Trace::default()
+        });
     }
     if let Some(rel) = &w.record {
         let path = base.join(rel);
         let file = std::fs::File::open(&path).map_err(|e| fail(&path, &e))?;
-        let jobs = crate::replay::read(std::io::BufReader::new(file)).map_err(|e| fail(&path, &e))?;
-        return Ok((jobs, Vec::new(), None));
+        let replay = crate::replay::read(std::io::BufReader::new(file)).map_err(|e| fail(&path, &e))?;
+        let partitions = replay.sites.iter().map(|(k, name, _)| (*k, name.clone())).collect();
+        let sizes = replay.sites.iter().filter_map(|(k, _, n)| Some((*k, (*n)?))).collect();
+        return Ok(Trace {
+            jobs: replay.jobs,
+            partitions,
+            max_procs: None,
+            sizes,
+        });
     }
-    Ok((Vec::new(), Vec::new(), None))
+    Ok(Trace::default())
 }
 
 impl Prepared {

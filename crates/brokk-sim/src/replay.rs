@@ -1,8 +1,9 @@
 //! Reading the record `brokk serve` keeps (`record = ...` in its
-//! configuration): the jobs it accepted, when, and how long the ones that
-//! ended ran, as SWF records, so an experiment can replay real submissions
-//! against another platform or policy. The format is described in
-//! `brokk_server::record`.
+//! configuration): the jobs it accepted, when, where and how long the ones
+//! that ended ran, as SWF records, and the sites with the size they
+//! reported, so an experiment can replay real submissions against another
+//! platform or policy, or on the recorded sites themselves. The format is
+//! described in `brokk_server::record`.
 
 use std::collections::HashMap;
 use std::io::BufRead;
@@ -24,7 +25,10 @@ pub struct ReplayError {
 #[derive(Deserialize)]
 struct Event {
     event: String,
+    #[serde(default)]
     id: String,
+    site: Option<String>,
+    total_slots: Option<u32>,
     at: Option<i64>,
     owner: Option<String>,
     job: Option<RecordedJob>,
@@ -39,15 +43,35 @@ struct RecordedJob {
     wall_time: Option<i64>,
 }
 
-/// The accepted jobs of a record, in order of acceptance, as SWF records:
-/// size from the job's processors (1 when it states none), requested time
-/// from its wall time (an hour when it states none), run time as recorded
-/// for a job that finished, its requested time otherwise; each owner
-/// becomes a user number. Unknown events are skipped.
-pub fn read(reader: impl BufRead) -> Result<Vec<SwfJob>, ReplayError> {
+/// What a record holds, ready for an experiment.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Replay {
+    /// The accepted jobs in order of acceptance, as SWF records; a job that
+    /// ended at a site has that site's number as its partition.
+    pub jobs: Vec<SwfJob>,
+    /// The sites, numbered from 1 in the order the record names them, with
+    /// the size each last reported (`None` if it never did).
+    pub sites: Vec<(i64, String, Option<u32>)>,
+}
+
+/// Reads a record: jobs with size from their processors (1 when they state
+/// none), requested time from their wall time (an hour when they state
+/// none), run time as recorded for a job that finished, its requested time
+/// otherwise; each owner becomes a user number. Unknown events are skipped.
+pub fn read(reader: impl BufRead) -> Result<Replay, ReplayError> {
     let mut jobs: Vec<SwfJob> = Vec::new();
     let mut index: HashMap<String, usize> = HashMap::new();
     let mut users: HashMap<String, i64> = HashMap::new();
+    let mut sites: Vec<(i64, String, Option<u32>)> = Vec::new();
+    let site_number = |sites: &mut Vec<(i64, String, Option<u32>)>, name: &str| -> usize {
+        match sites.iter().position(|(_, n, _)| n == name) {
+            Some(k) => k,
+            None => {
+                sites.push((sites.len() as i64 + 1, name.to_string(), None));
+                sites.len() - 1
+            }
+        }
+    };
     for (n, line) in reader.lines().enumerate() {
         let fail = |message: String| ReplayError { line: n + 1, message };
         let line = line.map_err(|e| fail(e.to_string()))?;
@@ -78,16 +102,27 @@ pub fn read(reader: impl BufRead) -> Result<Vec<SwfJob>, ReplayError> {
             }
             "ended" => {
                 let Some(&k) = index.get(&e.id) else { continue };
+                if let Some(site) = &e.site {
+                    let at = site_number(&mut sites, site);
+                    jobs[k].partition = sites[at].0;
+                }
                 if let (Some("finished"), Some(s), Some(t)) = (e.state.as_deref(), e.started, e.ended) {
                     jobs[k].run = (t - s).max(1);
                     jobs[k].wait = (s - jobs[k].submit).max(0);
                     jobs[k].status = 1;
                 }
             }
+            "site" => {
+                let site = e.site.ok_or_else(|| fail("a site event needs `site`".into()))?;
+                let k = site_number(&mut sites, &site);
+                if let Some(n) = e.total_slots.filter(|&n| n > 0) {
+                    sites[k].2 = Some(n);
+                }
+            }
             _ => {}
         }
     }
-    Ok(jobs)
+    Ok(Replay { jobs, sites })
 }
 
 #[cfg(test)]
@@ -96,12 +131,16 @@ mod tests {
 
     #[test]
     fn accepted_jobs_become_records_with_their_recorded_run_times() {
-        let text = r#"{"event":"accepted","at":100,"id":"a","owner":"ann","job":{"executable":"x","cpus":4,"wall_time":600},"preferences":{}}
+        let text = r#"{"event":"site","at":90,"site":"t","available":true,"total_slots":8,"benchmarks":[]}
+{"event":"accepted","at":100,"id":"a","owner":"ann","job":{"executable":"x","cpus":4,"wall_time":600},"preferences":{}}
 {"event":"accepted","at":105,"id":"b","owner":"bob","job":{"executable":"y"},"preferences":{}}
 {"event":"ended","at":400,"id":"a","state":"finished","site":"s","started":110,"ended":400,"exit_code":0}
+{"event":"site","at":500,"site":"t","available":false,"reason":"down"}
 {"event":"something-new","id":"c"}
 "#;
-        let jobs = read(text.as_bytes()).unwrap();
+        let Replay { jobs, sites } = read(text.as_bytes()).unwrap();
+        assert_eq!(sites, [(1, "t".to_string(), Some(8)), (2, "s".to_string(), None)]);
+        assert_eq!((jobs[0].partition, jobs[1].partition), (2, -1));
         assert_eq!(jobs.len(), 2);
         assert_eq!((jobs[0].submit, jobs[0].req_procs, jobs[0].req_time), (100, 4, 600));
         assert_eq!((jobs[0].run, jobs[0].wait, jobs[0].user), (290, 10, 1));

@@ -127,9 +127,7 @@ impl Site for CachedSite {
         match self.info.get(&self.name) {
             Some(Ok(info)) => Ok(info),
             Some(Err(FetchFailure::Error(e))) => Err(e),
-            Some(Err(FetchFailure::Timeout(t))) => {
-                Err(brokk_broker::SiteError::Unavailable(format!("no answer within {t}")))
-            }
+            Some(Err(f @ FetchFailure::Timeout(_))) => Err(brokk_broker::SiteError::Unavailable(failure_text(&f))),
             // A decision that did not refresh first asks the site itself.
             None => self.client.info(),
         }
@@ -195,6 +193,14 @@ impl Site for CachedSite {
     }
 }
 
+/// Why a site's information is missing, in words.
+fn failure_text(f: &FetchFailure) -> String {
+    match f {
+        FetchFailure::Error(e) => e.to_string(),
+        FetchFailure::Timeout(t) => format!("no answer within {t}"),
+    }
+}
+
 impl Service {
     /// Fetches, all at once, the information of every site whose cached
     /// answer is stale: called before each brokering decision.
@@ -246,6 +252,12 @@ impl Service {
                 cache.store(name, answer.clone(), now);
             }
         }
+        if let Some(record) = &self.record {
+            let at = now();
+            for (name, answer) in &answers {
+                record.site(name, at, answer.as_ref().map_err(failure_text));
+            }
+        }
         answers
     }
 
@@ -262,8 +274,7 @@ impl Service {
                         info.name = s.name.clone();
                         Ok(info)
                     }
-                    Some(Err(FetchFailure::Error(e))) => Err(e.to_string()),
-                    Some(Err(FetchFailure::Timeout(t))) => Err(format!("no answer within {t}")),
+                    Some(Err(f)) => Err(failure_text(&f)),
                     None => Err("not asked".to_string()),
                 }
             })
