@@ -4,7 +4,7 @@
 
 use brokk_core::queue::Policy;
 use brokk_core::{
-    Candidate, Change, CoreError, JobRecord, Reply, Request, ReservationId, SiteCore, SiteParams, Submission,
+    Candidate, Change, CoreError, JobId, JobRecord, Reply, Request, ReservationId, SiteCore, SiteParams, Submission,
     VirtualRunner,
 };
 use brokk_model::{Duration, Job, ResourceInfo, Time};
@@ -168,11 +168,12 @@ impl MemorySite {
     }
 }
 
-fn handle_id(job: &JobHandle) -> Result<u64, SiteError> {
+fn handle_id(job: &JobHandle) -> Result<JobId, SiteError> {
     job.0
         .rsplit('/')
         .next()
         .and_then(|n| n.parse().ok())
+        .map(JobId)
         .ok_or(SiteError::Unknown)
 }
 

@@ -3,6 +3,8 @@
 use brokk_model::Time;
 use brokk_planner::{Reservation, ReservationId};
 
+use crate::record::JobId;
+
 /// Why a reservation ended, as it is recorded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Ended {
@@ -49,18 +51,18 @@ pub enum Effect {
     /// Persist that these reservations ended.
     EndReservations(Vec<ReservationId>, Ended),
     /// Persist job `id`'s record as it now is.
-    SaveJob(u64),
+    SaveJob(JobId),
     /// Job `job`'s planned start moved (earlier) to `start`.
     StartMoved {
         /// The job.
-        job: u64,
+        job: JobId,
         /// Its new planned start.
         start: Time,
     },
     /// Stop job `job`'s runner: it was cancelled or its hold lapsed.
-    Stop(u64),
+    Stop(JobId),
     /// The hold job `job` was submitted into is committed; it may start.
-    Committed(u64),
+    Committed(JobId),
     /// A command for the resource manager.
     Manager(Manager),
 }

@@ -3,25 +3,27 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use crate::record::JobId;
+
 /// The jobs changed since a version, and the version to ask from next.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct FeedPage {
     /// Ids of the caller's changed jobs, oldest change first.
-    pub(crate) jobs: Vec<u64>,
+    pub(crate) jobs: Vec<JobId>,
     /// Ask after this version next time.
     pub(crate) version: u64,
 }
 
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Feed {
-    changes: BTreeMap<u64, u64>,
-    versions: HashMap<u64, u64>,
+    changes: BTreeMap<u64, JobId>,
+    versions: HashMap<JobId, u64>,
     version: u64,
 }
 
 impl Feed {
     /// Records that job `id` changed.
-    pub(crate) fn touch(&mut self, id: u64) {
+    pub(crate) fn touch(&mut self, id: JobId) {
         self.version += 1;
         if let Some(old) = self.versions.insert(id, self.version) {
             self.changes.remove(&old);
@@ -30,7 +32,7 @@ impl Feed {
     }
 
     /// Jobs that `mine` keeps, changed after `after`, at most `limit`.
-    pub(crate) fn page(&self, after: u64, limit: usize, mine: impl Fn(u64) -> bool) -> FeedPage {
+    pub(crate) fn page(&self, after: u64, limit: usize, mine: impl Fn(JobId) -> bool) -> FeedPage {
         let mut jobs = Vec::new();
         let mut version = after;
         for (&v, &id) in self.changes.range(after + 1..) {

@@ -31,6 +31,6 @@ pub type Planner = brokk_planner::Planner<brokk_planner::FreeList>;
 
 pub use effect::{Effect, Ended, Manager};
 pub use error::CoreError;
-pub use record::{JobRecord, Occupant, Submission};
+pub use record::{JobId, JobRecord, Occupant, Submission};
 pub use runner::VirtualRunner;
 pub use site::{Launch, Published, SiteCore, SiteParams};

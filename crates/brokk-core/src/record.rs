@@ -3,11 +3,29 @@
 use brokk_model::{Job, JobPhase, Time};
 use brokk_planner::ReservationId;
 
+/// A job's id on its site: a type of its own, so it is never taken for a
+/// reservation's id or the resource manager's job id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct JobId(pub u64);
+
+impl std::str::FromStr for JobId {
+    type Err = std::num::ParseIntError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        s.parse().map(JobId)
+    }
+}
+
+impl std::fmt::Display for JobId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
 /// What a site remembers of a job.
 #[derive(Debug, Clone, PartialEq)]
 pub struct JobRecord {
     /// Id on this site.
-    pub id: u64,
+    pub id: JobId,
     /// Who submitted it.
     pub owner: String,
     /// The canonical description.

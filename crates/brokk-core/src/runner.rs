@@ -7,6 +7,7 @@ use std::collections::{BTreeSet, HashMap};
 use brokk_model::{Duration, JobPhase, Time};
 
 use crate::effect::Effect;
+use crate::record::JobId;
 use crate::site::SiteCore;
 
 /// Drives one [`SiteCore`] on virtual time; feed it every effect the core
@@ -14,19 +15,19 @@ use crate::site::SiteCore;
 #[derive(Debug, Clone, Default)]
 pub struct VirtualRunner {
     /// Waiting jobs by (planned start, id).
-    starts: BTreeSet<(Time, u64)>,
+    starts: BTreeSet<(Time, JobId)>,
     /// Each waiting job's entry in `starts`.
-    planned: HashMap<u64, Time>,
+    planned: HashMap<JobId, Time>,
     /// Running jobs by (end, id).
-    ends: BTreeSet<(Time, u64)>,
+    ends: BTreeSet<(Time, JobId)>,
     /// Each running job's end.
-    running: HashMap<u64, Time>,
+    running: HashMap<JobId, Time>,
     /// Running jobs that end by being killed at their wall time.
-    killed: BTreeSet<u64>,
+    killed: BTreeSet<JobId>,
     /// Jobs due to start whose hold is not committed yet.
-    held: BTreeSet<u64>,
+    held: BTreeSet<JobId>,
     /// How long jobs actually run, where the driver said.
-    run_times: HashMap<u64, Duration>,
+    run_times: HashMap<JobId, Duration>,
 }
 
 impl VirtualRunner {
@@ -36,7 +37,7 @@ impl VirtualRunner {
     }
 
     /// Job `id` will run for `d` (otherwise for its wall time).
-    pub fn set_run_time(&mut self, id: u64, d: Duration) {
+    pub fn set_run_time(&mut self, id: JobId, d: Duration) {
         self.run_times.insert(id, d);
     }
 
@@ -50,13 +51,13 @@ impl VirtualRunner {
         }
     }
 
-    fn unplan(&mut self, id: u64) {
+    fn unplan(&mut self, id: JobId) {
         if let Some(t) = self.planned.remove(&id) {
             self.starts.remove(&(t, id));
         }
     }
 
-    fn plan(&mut self, id: u64, at: Time) {
+    fn plan(&mut self, id: JobId, at: Time) {
         self.unplan(id);
         self.planned.insert(id, at);
         self.starts.insert((at, id));
@@ -93,7 +94,7 @@ impl VirtualRunner {
         }
     }
 
-    fn follow(&mut self, core: &SiteCore, id: u64) {
+    fn follow(&mut self, core: &SiteCore, id: JobId) {
         let Some(j) = core.record(id) else { return };
         if j.is_waiting() {
             if let (Some(s), false) = (j.planned_start, self.held.contains(&id)) {

@@ -13,7 +13,7 @@ use crate::effect::{Effect, Ended, Manager};
 use crate::error::CoreError;
 use crate::feed::Feed;
 use crate::queue::Policy;
-use crate::record::{JobRecord, Occupant, Submission};
+use crate::record::{JobId, JobRecord, Occupant, Submission};
 
 /// The owner of what the schedule mirrors from a resource manager; no
 /// identity maps to it, so no caller can touch those reservations.
@@ -70,20 +70,20 @@ pub struct Launch {
 pub struct SiteCore {
     params: SiteParams,
     planner: Planner<FreeList>,
-    jobs: BTreeMap<u64, JobRecord>,
+    jobs: BTreeMap<JobId, JobRecord>,
     /// Jobs not yet ended: every scan of live jobs goes over these only.
-    active: BTreeSet<u64>,
+    active: BTreeSet<JobId>,
     /// How many of them run (or deliver output).
     running: u32,
     /// Waiting jobs in their own slots, by (planned start, id): the queue
     /// that moves up when capacity frees.
-    queue: BTreeSet<(Time, u64)>,
+    queue: BTreeSet<(Time, JobId)>,
     /// Waiting jobs without a slot yet, in arrival order: a policy that
     /// protects only the first few waiting jobs keeps the rest here until
     /// they fit at once or their turn to be protected comes.
-    waiting: VecDeque<u64>,
+    waiting: VecDeque<JobId>,
     /// (owner, idempotency key) -> job, so a repeated submission is one job.
-    keys: HashMap<(String, String), u64>,
+    keys: HashMap<(String, String), JobId>,
     feed: Feed,
     next_job: u64,
     /// Foreign occupants mirrored in the schedule: key -> (occupant, booking).
@@ -131,7 +131,7 @@ impl SiteCore {
         next_reservation: u64,
         records: Vec<JobRecord>,
         followable: impl Fn(&JobRecord) -> bool,
-    ) -> (Self, Vec<u64>) {
+    ) -> (Self, Vec<JobId>) {
         let mut core = SiteCore::new(params);
         let dropped: Vec<ReservationId> = reservations
             .iter()
@@ -144,7 +144,7 @@ impl SiteCore {
         core.end(expired, Ended::Expired);
         let mut resume = Vec::new();
         for mut j in records {
-            core.next_job = core.next_job.max(j.id + 1);
+            core.next_job = core.next_job.max(j.id.0 + 1);
             if j.state == JobPhase::StagingOut && !followable(&j) {
                 j.state = JobPhase::Failed;
                 j.reason = Some("the site agent stopped while the job was running".into());
@@ -168,7 +168,7 @@ impl SiteCore {
             }
             core.jobs.insert(j.id, j);
         }
-        let ids: Vec<u64> = core.jobs.keys().copied().collect();
+        let ids: Vec<JobId> = core.jobs.keys().copied().collect();
         for id in ids {
             core.feed.touch(id);
         }
@@ -194,7 +194,7 @@ impl SiteCore {
     }
 
     /// A job's record.
-    pub fn record(&self, id: u64) -> Option<&JobRecord> {
+    pub fn record(&self, id: JobId) -> Option<&JobRecord> {
         self.jobs.get(&id)
     }
 
@@ -219,7 +219,7 @@ impl SiteCore {
         }
     }
 
-    fn touch(&mut self, id: u64) {
+    fn touch(&mut self, id: JobId) {
         self.feed.touch(id);
     }
 
@@ -282,7 +282,7 @@ impl SiteCore {
             return false;
         }
         self.out.push(Effect::Manager(Manager::Release(gone.clone())));
-        let waiting: Vec<u64> = self
+        let waiting: Vec<JobId> = self
             .active()
             .filter(|j| j.slot.is_some_and(|s| gone.contains(&s)))
             .map(|j| j.id)
@@ -394,7 +394,7 @@ impl SiteCore {
         self.owned(who, id)?;
         self.planner.commit(id).map_err(|_| not_found(id))?;
         self.out.push(Effect::SaveReservation(id));
-        let waiting: Vec<u64> = self.active().filter(|j| j.slot == Some(id)).map(|j| j.id).collect();
+        let waiting: Vec<JobId> = self.active().filter(|j| j.slot == Some(id)).map(|j| j.id).collect();
         self.out.extend(waiting.into_iter().map(Effect::Committed));
         self.planner.get(id).ok_or_else(|| not_found(id))
     }
@@ -414,7 +414,7 @@ impl SiteCore {
     /// Accepts a job from `who` (into its claimed reservation, or at its
     /// earliest fit) and returns its id and whether it is new: a submission
     /// repeating an earlier one's idempotency key returns that job.
-    pub fn submit(&mut self, now: Time, who: &str, sub: Submission) -> Result<(u64, bool), CoreError> {
+    pub fn submit(&mut self, now: Time, who: &str, sub: Submission) -> Result<(JobId, bool), CoreError> {
         if let Some(k) = &sub.key {
             if let Some(&id) = self.keys.get(&(who.to_string(), k.clone())) {
                 return Ok((id, false));
@@ -463,7 +463,7 @@ impl SiteCore {
                 None => (None, false, None),
             },
         };
-        let id = self.next_job;
+        let id = JobId(self.next_job);
         self.next_job += 1;
         let record = JobRecord {
             id,
@@ -499,7 +499,7 @@ impl SiteCore {
     }
 
     /// `who`'s job `id`.
-    pub fn job(&self, who: &str, id: u64) -> Result<&JobRecord, CoreError> {
+    pub fn job(&self, who: &str, id: JobId) -> Result<&JobRecord, CoreError> {
         let j = self
             .jobs
             .get(&id)
@@ -534,7 +534,7 @@ impl SiteCore {
     /// Cancels `who`'s job `id` in any state. A job that has not started
     /// ends here; a running one is stopped by its runner, which records the
     /// end.
-    pub fn cancel_job(&mut self, now: Time, who: &str, id: u64) -> Result<&JobRecord, CoreError> {
+    pub fn cancel_job(&mut self, now: Time, who: &str, id: JobId) -> Result<&JobRecord, CoreError> {
         let j = self.job(who, id)?;
         if !j.state.is_terminal() {
             let waiting = j.is_waiting();
@@ -553,7 +553,7 @@ impl SiteCore {
     }
 
     /// Takes job `id` up for running, or `None` when it has ended.
-    pub fn launch(&self, id: u64) -> Option<Launch> {
+    pub fn launch(&self, id: JobId) -> Option<Launch> {
         let j = self.jobs.get(&id).filter(|j| !j.state.is_terminal())?;
         let held = j
             .slot
@@ -568,7 +568,7 @@ impl SiteCore {
 
     /// Records that job `id` is in the resource manager as `backend_id`,
     /// queued there.
-    pub fn record_submitted(&mut self, id: u64, backend_id: u64) {
+    pub fn record_submitted(&mut self, id: JobId, backend_id: u64) {
         let Some(j) = self.jobs.get_mut(&id) else { return };
         if j.state.is_terminal() || j.backend_id == Some(backend_id) {
             return;
@@ -587,7 +587,7 @@ impl SiteCore {
     /// Moves job `id` to `phase` (not a terminal one); false if it has
     /// ended. Only `running` is persisted: after a restart a job recorded in
     /// an earlier phase is simply staged and queued again.
-    pub fn set_phase(&mut self, now: Time, id: u64, phase: JobPhase) -> bool {
+    pub fn set_phase(&mut self, now: Time, id: JobId, phase: JobPhase) -> bool {
         if phase == JobPhase::Running {
             return self.mark_running(id, now);
         }
@@ -603,7 +603,7 @@ impl SiteCore {
     /// Records that job `id` started running at `start` (the resource
     /// manager's own start, or now); its slot moves there so predictions
     /// follow what happened. False if it has ended.
-    pub fn mark_running(&mut self, id: u64, start: Time) -> bool {
+    pub fn mark_running(&mut self, id: JobId, start: Time) -> bool {
         let Some(j) = self.jobs.get_mut(&id).filter(|j| !j.state.is_terminal()) else {
             return false;
         };
@@ -637,7 +637,7 @@ impl SiteCore {
 
     /// Records how job `id` ended at `now`, frees what it held and moves
     /// queued jobs up into it.
-    pub fn finish(&mut self, now: Time, id: u64, phase: JobPhase, exit_code: Option<i32>, reason: Option<String>) {
+    pub fn finish(&mut self, now: Time, id: JobId, phase: JobPhase, exit_code: Option<i32>, reason: Option<String>) {
         if self.jobs.get(&id).is_some_and(|j| !j.state.is_terminal()) {
             self.close(now, id, phase, exit_code, reason);
         }
@@ -654,7 +654,7 @@ impl SiteCore {
     /// Records the ends of jobs that ended together at `now`, then moves
     /// the queue up once: what they free is free at once, as a trace
     /// scheduler sees it.
-    pub fn finish_together(&mut self, now: Time, ends: Vec<(u64, JobPhase, Option<i32>, Option<String>)>) {
+    pub fn finish_together(&mut self, now: Time, ends: Vec<(JobId, JobPhase, Option<i32>, Option<String>)>) {
         for (id, phase, exit_code, reason) in ends {
             if self.jobs.get(&id).is_some_and(|j| !j.state.is_terminal()) {
                 self.record_end(now, id, phase, exit_code, reason);
@@ -663,12 +663,12 @@ impl SiteCore {
         self.compress(now);
     }
 
-    fn close(&mut self, now: Time, id: u64, phase: JobPhase, exit_code: Option<i32>, reason: Option<String>) {
+    fn close(&mut self, now: Time, id: JobId, phase: JobPhase, exit_code: Option<i32>, reason: Option<String>) {
         self.record_end(now, id, phase, exit_code, reason);
         self.compress(now);
     }
 
-    fn record_end(&mut self, now: Time, id: u64, phase: JobPhase, exit_code: Option<i32>, reason: Option<String>) {
+    fn record_end(&mut self, now: Time, id: JobId, phase: JobPhase, exit_code: Option<i32>, reason: Option<String>) {
         let Some(mut j) = self.jobs.remove(&id) else { return };
         if runs(j.state) && self.active.contains(&id) {
             self.running -= 1;
@@ -754,7 +754,7 @@ impl SiteCore {
 
     /// Queued jobs protected by a slot that starts later than `now`.
     fn protected(&self, now: Time) -> usize {
-        self.queue.range((Time(now.0 + 1), 0)..).count()
+        self.queue.range((Time(now.0 + 1), JobId(0))..).count()
     }
 
     /// Moves queued jobs' own slots as early as they now fit, in planned
@@ -764,7 +764,7 @@ impl SiteCore {
     fn compress(&mut self, now: Time) {
         let fcfs = self.params.policy == Policy::Fcfs;
         let mut floor = now;
-        let queued: Vec<(Time, u64)> = self.queue.range((Time(now.0 + 1), 0)..).copied().collect();
+        let queued: Vec<(Time, JobId)> = self.queue.range((Time(now.0 + 1), JobId(0))..).copied().collect();
         for (old, id) in queued {
             let Some(slot) = self.jobs.get(&id).and_then(|j| j.slot) else {
                 continue;
@@ -895,7 +895,7 @@ impl SiteCore {
     }
 
     /// Those of `ids` whose job has ended or is unknown here.
-    pub fn ended_jobs(&self, ids: impl IntoIterator<Item = u64>) -> Vec<u64> {
+    pub fn ended_jobs(&self, ids: impl IntoIterator<Item = JobId>) -> Vec<JobId> {
         ids.into_iter()
             .filter(|id| self.jobs.get(id).is_none_or(|j| j.state.is_terminal()))
             .collect()
@@ -938,7 +938,7 @@ impl SiteCore {
     }
 
     /// Waiting jobs in their own slots, by planned start.
-    pub fn queued(&self) -> impl Iterator<Item = (Time, u64)> + '_ {
+    pub fn queued(&self) -> impl Iterator<Item = (Time, JobId)> + '_ {
         self.queue.iter().copied()
     }
 }

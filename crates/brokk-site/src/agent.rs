@@ -8,8 +8,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use brokk_core::{
-    Candidate, Change, CoreError, Effect, JobRecord, Manager, Occupant, Request, Reservation, ReservationId, SiteCore,
-    SiteParams, State, Submission,
+    Candidate, Change, CoreError, Effect, JobId, JobRecord, Manager, Occupant, Request, Reservation, ReservationId,
+    SiteCore, SiteParams, State, Submission,
 };
 use brokk_model::{Duration, Job, JobPhase, Time};
 use brokk_proto::wire::{ChangeFeed, InfoView, JobView, ReservationRequest, ReservationState, ReservationView};
@@ -59,7 +59,7 @@ struct Control {
 #[derive(Debug)]
 pub(crate) struct Inner {
     core: SiteCore,
-    controls: HashMap<u64, Control>,
+    controls: HashMap<JobId, Control>,
 }
 
 /// A resource-manager command with what it needs, taken from the core
@@ -122,7 +122,7 @@ impl Agent {
     /// Opens the database and reloads the schedule and the jobs (see
     /// [`SiteCore::restore`]). Returns the agent and the ids of jobs whose
     /// runner must (re)start.
-    pub async fn open(mut config: Config) -> Result<(Agent, Vec<u64>), AgentError> {
+    pub async fn open(mut config: Config) -> Result<(Agent, Vec<JobId>), AgentError> {
         let backend = match config.slurm.clone() {
             Some(sc) => {
                 let (slurm, cpus) = Slurm::connect(&config.name, sc, config.horizon_days)
@@ -464,7 +464,7 @@ impl Agent {
         key: Option<String>,
         on_behalf: Option<String>,
         explicit_commit: bool,
-    ) -> Result<(u64, bool), AgentError> {
+    ) -> Result<(JobId, bool), AgentError> {
         // Only a delegate speaks for another user. Where no accounts are
         // configured the name changes nothing, so a broker that sends it to
         // an agent that does not know it as a delegate still works there.
@@ -508,7 +508,7 @@ impl Agent {
     }
 
     /// `GET /v1/jobs/{id}`.
-    pub async fn job(&self, who: &str, id: u64) -> Result<JobView, AgentError> {
+    pub async fn job(&self, who: &str, id: JobId) -> Result<JobView, AgentError> {
         let g = self.lock().await;
         Ok(g.core.job(who, id).map(job_view)?)
     }
@@ -537,19 +537,19 @@ impl Agent {
 
     /// `DELETE /v1/jobs/{id}`: any state; a running process is terminated by
     /// its runner, which records the end.
-    pub async fn cancel_job(&self, who: &str, id: u64) -> Result<JobView, AgentError> {
+    pub async fn cancel_job(&self, who: &str, id: JobId) -> Result<JobView, AgentError> {
         self.op_now(|core, t| core.cancel_job(t, who, id).map(job_view)).await
     }
 
     /// The sandbox of job `id`.
-    pub fn sandbox(&self, id: u64) -> PathBuf {
+    pub fn sandbox(&self, id: JobId) -> PathBuf {
         self.config.workdir.join(format!("job-{id}"))
     }
 
     /// `GET /v1/jobs/{id}/files/{name}`: the regular file `name` (a relative
     /// path) of the caller's job, opened inside its sandbox without following
     /// a link out of it.
-    pub async fn file(&self, who: &str, id: u64, name: &str) -> Result<std::fs::File, AgentError> {
+    pub async fn file(&self, who: &str, id: JobId, name: &str) -> Result<std::fs::File, AgentError> {
         let owner = {
             let g = self.lock().await;
             let j = g.core.job(who, id)?;
@@ -565,7 +565,7 @@ impl Agent {
 
     /// Registers the runner of job `id` and returns what it needs, or
     /// `None` when the job has already ended.
-    pub async fn launch(&self, id: u64, resumed: bool) -> Option<Launch> {
+    pub async fn launch(&self, id: JobId, resumed: bool) -> Option<Launch> {
         let mut g = self.lock().await;
         let l = g.core.launch(id)?;
         // Checked at submission; a mapping removed since runs nothing.
@@ -574,7 +574,7 @@ impl Agent {
             Err(why) => {
                 g.core.finish(now(), id, JobPhase::Failed, None, Some(why));
                 if let Err(e) = self.apply(&mut g).await {
-                    tracing::error!(job = id, "recording the end of a job failed: {e}");
+                    tracing::error!(job = %id, "recording the end of a job failed: {e}");
                 }
                 return None;
             }
@@ -610,7 +610,7 @@ impl Agent {
 
     /// Records that job `id` is in the resource manager as `backend_id`,
     /// queued there.
-    pub async fn record_submitted(&self, id: u64, backend_id: u64) -> Result<(), AgentError> {
+    pub async fn record_submitted(&self, id: JobId, backend_id: u64) -> Result<(), AgentError> {
         self.op_now(|core, _| {
             core.record_submitted(id, backend_id);
             Ok(())
@@ -620,7 +620,7 @@ impl Agent {
 
     /// Records that job `id` started running at the resource manager's `start`;
     /// its slot in the planner moves there so predictions follow what happened.
-    pub async fn mark_running(&self, id: u64, start: Time) -> Result<(), AgentError> {
+    pub async fn mark_running(&self, id: JobId, start: Time) -> Result<(), AgentError> {
         self.op_now(|core, _| {
             core.mark_running(id, start);
             Ok(())
@@ -644,7 +644,7 @@ impl Agent {
 
     /// Those of `ids` whose job has ended or is unknown here (for the
     /// backend's tidying), under one lock.
-    pub async fn ended_jobs(&self, ids: impl IntoIterator<Item = u64>) -> Vec<u64> {
+    pub async fn ended_jobs(&self, ids: impl IntoIterator<Item = JobId>) -> Vec<JobId> {
         self.lock().await.core.ended_jobs(ids)
     }
 
@@ -654,14 +654,14 @@ impl Agent {
     }
 
     /// Moves a job to `phase` (not a terminal one); false if it has ended.
-    pub async fn set_phase(&self, id: u64, phase: JobPhase) -> Result<bool, AgentError> {
+    pub async fn set_phase(&self, id: JobId, phase: JobPhase) -> Result<bool, AgentError> {
         self.op_now(|core, t| Ok(core.set_phase(t, id, phase))).await
     }
 
     /// Records how a job ended and frees what it held.
     pub async fn finish(
         &self,
-        id: u64,
+        id: JobId,
         phase: JobPhase,
         exit_code: Option<i32>,
         reason: Option<String>,
@@ -675,19 +675,19 @@ impl Agent {
 }
 
 impl Progress for Agent {
-    async fn set_phase(&self, id: u64, phase: JobPhase) -> bool {
+    async fn set_phase(&self, id: JobId, phase: JobPhase) -> bool {
         matches!(Agent::set_phase(self, id, phase).await, Ok(true))
     }
 
-    async fn record_submitted(&self, id: u64, backend_id: u64) {
+    async fn record_submitted(&self, id: JobId, backend_id: u64) {
         if let Err(e) = Agent::record_submitted(self, id, backend_id).await {
-            tracing::error!(job = id, "recording resource manager job {backend_id}: {e}");
+            tracing::error!(job = %id, "recording resource manager job {backend_id}: {e}");
         }
     }
 
-    async fn mark_running(&self, id: u64, start: Time) {
+    async fn mark_running(&self, id: JobId, start: Time) {
         if let Err(e) = Agent::mark_running(self, id, start).await {
-            tracing::error!(job = id, "recording the start: {e}");
+            tracing::error!(job = %id, "recording the start: {e}");
         }
     }
 
@@ -695,7 +695,7 @@ impl Progress for Agent {
         Agent::mirror(self, occupants).await
     }
 
-    async fn ended_jobs(&self, ids: Vec<u64>) -> Vec<u64> {
+    async fn ended_jobs(&self, ids: Vec<JobId>) -> Vec<JobId> {
         Agent::ended_jobs(self, ids).await
     }
 

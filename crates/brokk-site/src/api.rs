@@ -16,7 +16,7 @@ use brokk_proto::wire::{Created, ErrorBody, Granted, Never, ProbeResponse, Rejec
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 
-use brokk_core::CoreError;
+use brokk_core::{CoreError, JobId};
 
 use crate::agent::{Agent, AgentError};
 
@@ -81,7 +81,7 @@ fn reservation_id(text: &str) -> Result<ReservationId, ApiError> {
         .map_err(|_| error(StatusCode::NOT_FOUND, format!("reservation {text} not found")))
 }
 
-fn job_id(text: &str) -> Result<u64, ApiError> {
+fn job_id(text: &str) -> Result<JobId, ApiError> {
     text.parse()
         .map_err(|_| error(StatusCode::NOT_FOUND, format!("job {text} not found")))
 }

@@ -5,7 +5,7 @@
 use std::future::Future;
 use std::path::Path;
 
-use brokk_core::{Occupant, ReservationId};
+use brokk_core::{JobId, Occupant, ReservationId};
 use brokk_model::{Job, JobPhase, Time};
 use tokio::sync::watch;
 
@@ -27,7 +27,7 @@ pub struct Controls {
 #[derive(Debug)]
 pub struct Launch {
     /// Job id on this site.
-    pub id: u64,
+    pub id: JobId,
     /// The description.
     pub job: Job,
     /// What it listens to.
@@ -61,15 +61,15 @@ pub enum End {
 /// The agent implements it; backends see nothing else of the agent.
 pub trait Progress: Clone + Send + Sync + 'static {
     /// Moves job `id` to `phase` (not a terminal one); false if it has ended.
-    fn set_phase(&self, id: u64, phase: JobPhase) -> impl Future<Output = bool> + Send;
+    fn set_phase(&self, id: JobId, phase: JobPhase) -> impl Future<Output = bool> + Send;
     /// Job `id` is in the resource manager as `backend_id`.
-    fn record_submitted(&self, id: u64, backend_id: u64) -> impl Future<Output = ()> + Send;
+    fn record_submitted(&self, id: JobId, backend_id: u64) -> impl Future<Output = ()> + Send;
     /// Job `id` started at the resource manager's `start`.
-    fn mark_running(&self, id: u64, start: Time) -> impl Future<Output = ()> + Send;
+    fn mark_running(&self, id: JobId, start: Time) -> impl Future<Output = ()> + Send;
     /// What occupies the resource manager without the site having put it there.
     fn mirror(&self, occupants: Vec<Occupant>) -> impl Future<Output = ()> + Send;
     /// Those of `ids` whose job has ended or is unknown.
-    fn ended_jobs(&self, ids: Vec<u64>) -> impl Future<Output = Vec<u64>> + Send;
+    fn ended_jobs(&self, ids: Vec<JobId>) -> impl Future<Output = Vec<JobId>> + Send;
     /// Whether the site holds reservation `id`.
     fn holds_reservation(&self, id: u64) -> impl Future<Output = bool> + Send;
 }
@@ -95,7 +95,7 @@ pub(crate) fn plain_name(name: &str) -> String {
 }
 
 /// The variables every job finds set, as batch systems set theirs.
-pub(crate) fn batch_environment(id: u64, site: &str, job: &Job, sandbox: &Path) -> Vec<(String, String)> {
+pub(crate) fn batch_environment(id: JobId, site: &str, job: &Job, sandbox: &Path) -> Vec<(String, String)> {
     let sandbox = std::path::absolute(sandbox).unwrap_or_else(|_| sandbox.to_path_buf());
     vec![
         ("PATH".into(), "/usr/local/bin:/usr/bin:/bin".into()),

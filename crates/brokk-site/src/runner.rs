@@ -3,6 +3,7 @@
 //! stage-out to `file://` or by HTTP PUT; cancellable in every state, and
 //! every outcome recorded by the agent.
 
+use brokk_core::JobId;
 use std::path::Path;
 
 use brokk_model::{Job, JobPhase};
@@ -13,7 +14,7 @@ use crate::launch::{plain_name, wait_cancel, End, Launch};
 
 /// Runs job `id` to its end; every outcome is recorded by the agent.
 /// `resumed` is true for jobs taken up again after the agent restarted.
-pub async fn run(agent: Agent, id: u64, resumed: bool) {
+pub async fn run(agent: Agent, id: JobId, resumed: bool) {
     let Some(launch) = agent.launch(id, resumed).await else {
         return;
     };
@@ -25,7 +26,7 @@ pub async fn run(agent: Agent, id: u64, resumed: bool) {
         End::Cancelled => (JobPhase::Cancelled, None, Some("cancelled by its owner".to_string())),
     };
     if let Err(e) = agent.finish(id, phase, code, reason).await {
-        tracing::error!(job = id, "recording the end of a job failed: {e}");
+        tracing::error!(job = %id, "recording the end of a job failed: {e}");
     }
 }
 

@@ -21,7 +21,7 @@ pub enum StoreError {
     Db(#[from] sqlx::Error),
     /// A stored job description no longer parses.
     #[error("stored job {0}: {1}")]
-    Corrupt(u64, String),
+    Corrupt(brokk_core::JobId, String),
 }
 
 pub use brokk_core::JobRecord;
@@ -141,7 +141,7 @@ impl Store {
                         "INSERT OR REPLACE INTO jobs (id, owner, spec, slot, claimed, state, reason, exit_code, planned_start, started, ended, idem, backend_id, user)
                          VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     )
-                    .bind(j.id as i64)
+                    .bind(j.id.0 as i64)
                     .bind(&j.owner)
                     .bind(spec)
                     .bind(j.slot.map(|s| s.0 as i64))
@@ -207,7 +207,7 @@ impl Store {
         .await?;
         rows.iter()
             .map(|r| {
-                let id = r.get::<i64, _>("id") as u64;
+                let id = brokk_core::JobId(r.get::<i64, _>("id") as u64);
                 let spec: String = r.get("spec");
                 let spec: Job = serde_json::from_str(&spec).map_err(|e| StoreError::Corrupt(id, e.to_string()))?;
                 let state: String = r.get("state");

@@ -17,6 +17,7 @@
 //! The job's standard streams are the supervisor's own, opened by the agent
 //! inside the sandbox; the supervisor writes nothing to them.
 
+use brokk_core::JobId;
 use std::path::{Path, PathBuf};
 use std::time::Duration as StdDuration;
 
@@ -67,7 +68,7 @@ pub enum Outcome {
 }
 
 /// The supervisor directory of job `id` under the site's work directory.
-pub fn dir(workdir: &Path, id: u64) -> PathBuf {
+pub fn dir(workdir: &Path, id: JobId) -> PathBuf {
     workdir.join(".supervisors").join(format!("job-{id}"))
 }
 

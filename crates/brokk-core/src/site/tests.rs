@@ -34,13 +34,13 @@ fn at(amount: u32, duration: i64, start: Time) -> Request {
     }
 }
 
-fn submit(s: &mut SiteCore, now: Time, who: &str, j: Job) -> u64 {
+fn submit(s: &mut SiteCore, now: Time, who: &str, j: Job) -> JobId {
     let (id, new) = s.submit(now, who, Submission::of(j)).unwrap();
     assert!(new);
     id
 }
 
-fn claim(s: &mut SiteCore, now: Time, r: ReservationId, j: Job) -> u64 {
+fn claim(s: &mut SiteCore, now: Time, r: ReservationId, j: Job) -> JobId {
     let mut j = j;
     j.reservation = Some(r.0.to_string());
     let sub = Submission {
@@ -120,7 +120,7 @@ fn queued_jobs_move_up_when_a_job_ends_early() {
     }));
     assert_eq!(s.record(a).unwrap().state, JobPhase::Finished);
     // The queue order holds: b keeps its lead over c.
-    let queue: Vec<u64> = s.queued().map(|q| q.1).collect();
+    let queue: Vec<JobId> = s.queued().map(|q| q.1).collect();
     assert_eq!(queue, vec![b, c]);
     s.check_invariants();
 }
@@ -313,7 +313,7 @@ fn starts_under(policy: crate::queue::Policy, jobs: &[(u32, i64)]) -> Vec<i64> {
         ..site(4).params()
     });
     let mut run = VirtualRunner::new();
-    let ids: Vec<u64> = jobs
+    let ids: Vec<JobId> = jobs
         .iter()
         .map(|&(c, w)| submit(&mut s, T0, "ann", job(c, w)))
         .collect();

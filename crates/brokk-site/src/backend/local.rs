@@ -2,6 +2,7 @@
 //! under its supervisor (`brokk supervise`), which enforces the wall time
 //! and survives the agent.
 
+use brokk_core::JobId;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
@@ -82,7 +83,7 @@ pub(crate) async fn run<P: Progress>(site: &P, config: &Config, launch: Launch, 
 /// group.
 async fn start_supervised(
     config: &Config,
-    id: u64,
+    id: JobId,
     job: &Job,
     sandbox: &Path,
     wall: i64,

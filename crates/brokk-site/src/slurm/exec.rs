@@ -175,7 +175,7 @@ pub(crate) async fn execute<P: Progress>(agent: &P, slurm: &Slurm, mut launch: L
                     ))
                 }
                 Mark::None => tracing::warn!(
-                    job = launch.id,
+                    job = %launch.id,
                     "Slurm lost job {id} before it started; submitting again"
                 ),
             },
@@ -232,7 +232,7 @@ async fn submit(slurm: &Slurm, launch: &mut Launch, sandbox: &Path) -> Result<u6
             Err(SlurmError::Refused(m)) => return Err(End::Failed(format!("sbatch refused the job: {m}"))),
             Err(e) => {
                 slurm.note(&e);
-                tracing::warn!(job = launch.id, "sbatch: {e}; retrying");
+                tracing::warn!(job = %launch.id, "sbatch: {e}; retrying");
                 if !pause(slurm, &mut launch.controls.cancel).await {
                     return Err(End::Cancelled);
                 }
@@ -260,7 +260,7 @@ async fn follow<P: Progress>(
             match slurm.cli.cancel(slurm_id).await {
                 Ok(()) => cancel_sent = true,
                 Err(SlurmError::Refused(m)) => {
-                    tracing::warn!(job = launch.id, "scancel {slurm_id}: {m}");
+                    tracing::warn!(job = %launch.id, "scancel {slurm_id}: {m}");
                     cancel_sent = true;
                 }
                 Err(e) => slurm.note(&e),

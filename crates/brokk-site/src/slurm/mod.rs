@@ -21,7 +21,7 @@ use tokio::sync::watch;
 
 use crate::config::SlurmConfig;
 use crate::launch::Progress;
-use brokk_core::{Reservation, ReservationId};
+use brokk_core::{JobId, Reservation, ReservationId};
 use brokk_proto::wall_clock as now;
 use cli::{JobEnd, QueueRow, ResRow, ResSpec, SlurmCli, SlurmError};
 
@@ -133,7 +133,7 @@ impl Slurm {
     }
 
     /// The Slurm name of Brokk job `id`.
-    pub fn job_name(&self, id: u64) -> String {
+    pub fn job_name(&self, id: JobId) -> String {
         format!("{}{id}", self.prefix)
     }
 
@@ -147,7 +147,7 @@ impl Slurm {
     }
 
     /// The Brokk job id of an own Slurm job name.
-    fn own_job_id(&self, name: &str) -> Option<u64> {
+    fn own_job_id(&self, name: &str) -> Option<JobId> {
         name.strip_prefix(&self.prefix)
             .filter(|rest| !rest.is_empty() && rest.bytes().all(|b| b.is_ascii_digit()))?
             .parse()
@@ -359,15 +359,15 @@ impl Slurm {
     /// already ran (their run-once guard would stop them, but they would
     /// hold the queue and nodes meanwhile).
     async fn tidy_jobs<P: Progress>(&self, agent: &P, jobs: &HashMap<u64, QueueRow>) {
-        let own: HashMap<u64, u64> = jobs
+        let own: HashMap<JobId, u64> = jobs
             .iter()
             .filter_map(|(slurm_id, row)| Some((self.own_job_id(&row.name)?, *slurm_id)))
             .collect();
         for id in agent.ended_jobs(own.keys().copied().collect()).await {
             let slurm_id = own[&id];
             match self.cli.cancel(slurm_id).await {
-                Ok(()) => tracing::info!(job = id, "cancelled Slurm job {slurm_id}: its Brokk job has ended"),
-                Err(e) => tracing::warn!(job = id, "cancelling leftover Slurm job {slurm_id}: {e}"),
+                Ok(()) => tracing::info!(job = %id, "cancelled Slurm job {slurm_id}: its Brokk job has ended"),
+                Err(e) => tracing::warn!(job = %id, "cancelling leftover Slurm job {slurm_id}: {e}"),
             }
         }
     }
