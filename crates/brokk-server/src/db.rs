@@ -109,10 +109,25 @@ impl Db {
             }
             format!("sqlite://{database}?mode=rwc")
         };
-        let pool = AnyPoolOptions::new().max_connections(4).connect(&url).await?;
-        if !url.starts_with("postgres") {
+        let sqlite = !url.starts_with("postgres");
+        let pool = AnyPoolOptions::new()
+            .max_connections(4)
+            // `synchronous` is a setting of each connection, not of the file:
+            // every connection of the pool gets it. In WAL mode a commit is
+            // then durable against a crash of this process (what the kill -9
+            // tests hold it to), without an fsync per commit.
+            .after_connect(move |conn, _| {
+                Box::pin(async move {
+                    if sqlite {
+                        sqlx::Executor::execute(&mut *conn, "PRAGMA synchronous = NORMAL").await?;
+                    }
+                    Ok(())
+                })
+            })
+            .connect(&url)
+            .await?;
+        if sqlite {
             sqlx::query("PRAGMA journal_mode = WAL").execute(&pool).await?;
-            sqlx::query("PRAGMA synchronous = NORMAL").execute(&pool).await?;
         }
         for s in SCHEMA {
             sqlx::query(s).execute(&pool).await?;
