@@ -25,7 +25,7 @@ use brokk_model::{Duration, Time};
 use serde::Deserialize;
 
 use crate::cluster::{from_swf, Estimates, Policy};
-use crate::grid::{simulate_grid, GridRouting, PredictionError, Staleness};
+use crate::grid::{simulate_grid, Adaptation, GridOptions, GridRouting, PredictionError, Staleness};
 use crate::lublin;
 use crate::metrics::{summary, Horizon, Summary, DEFAULT_BOUND};
 use crate::platform::{clusters_from_partitions, simulate_platform, ClusterRun, ClusterSpec, PlatformRun, Routing};
@@ -158,6 +158,17 @@ pub struct PlatformSpec {
     /// Seconds before a site's information reaches the broker (grid runs).
     #[serde(default)]
     pub info_delay: i64,
+    /// Seconds between the broker's queue adaptation rounds (broker
+    /// routings; 0: none).
+    #[serde(default)]
+    pub adapt_every: i64,
+    /// Seconds of earlier delivery a move must gain (adaptation).
+    #[serde(default = "default_adapt_margin")]
+    pub adapt_margin: i64,
+}
+
+fn default_adapt_margin() -> i64 {
+    600
 }
 
 /// One explicit cluster.
@@ -251,9 +262,10 @@ pub struct Prepared {
 pub enum Route {
     /// Each cluster runs its own local queue on what a fixed rule sent it.
     Clusters(Routing),
-    /// Every cluster is a site core (conservative backfilling of its own
-    /// queue); arrivals are routed by a rule or by the broker.
-    Grid(GridRouting, Staleness),
+    /// Every cluster is a site core running the series' local policy;
+    /// arrivals are routed by a rule or by the broker, with this staleness
+    /// and adaptation.
+    Grid(GridRouting, Staleness, Option<Adaptation>),
 }
 
 /// One simulation of a sweep.
@@ -284,6 +296,8 @@ pub struct PointResult {
     pub unrouted: usize,
     /// Jobs killed at their wall time (grid runs).
     pub killed: usize,
+    /// Moves made by queue adaptation (broker routings).
+    pub moved: usize,
     /// How well the broker predicted completions (broker routings).
     pub prediction: Option<PredictionError>,
     /// Every cluster's outcomes.
@@ -400,9 +414,18 @@ pub fn prepare(spec: Experiment, base: &Path) -> Result<Prepared, ExperimentErro
     if clusters.iter().any(|c| !(c.speed.is_finite() && c.speed > 0.0)) {
         return invalid("platform.clusters: speed must be a positive number".into());
     }
-    if p.info_ttl < 0 || p.info_delay < 0 {
-        return invalid("platform: info_ttl and info_delay are seconds, zero or more".into());
+    if p.info_ttl < 0 || p.info_delay < 0 || p.adapt_every < 0 || p.adapt_margin < 0 {
+        return invalid(
+            "platform: info_ttl, info_delay, adapt_every and adapt_margin are seconds, zero or more".into(),
+        );
     }
+    if p.adapt_every > 0 && !on_grid {
+        return invalid("platform: adapt_every applies to broker routings; add one to routings".into());
+    }
+    let adaptation = (p.adapt_every > 0).then_some(Adaptation {
+        every: Duration(p.adapt_every),
+        margin: Duration(p.adapt_margin),
+    });
     let staleness = Staleness {
         info_ttl: Duration(p.info_ttl),
         info_delay: Duration(p.info_delay),
@@ -411,11 +434,11 @@ pub fn prepare(spec: Experiment, base: &Path) -> Result<Prepared, ExperimentErro
     let mut routes = Vec::new();
     for (n, r) in names.iter().zip(grid) {
         let route = if on_grid {
-            Route::Grid(r, staleness)
+            Route::Grid(r, staleness, adaptation)
         } else {
             match r {
                 GridRouting::Fixed(r) => Route::Clusters(r),
-                GridRouting::Broker { .. } => Route::Grid(r, staleness),
+                GridRouting::Broker { .. } => Route::Grid(r, staleness, adaptation),
             }
         };
         for (pn, policy) in &policies {
@@ -580,25 +603,30 @@ impl Prepared {
         };
         let jobs = from_swf(&records, estimates);
         let (name, policy) = &self.policies[point.policy];
-        let (run, killed, prediction) = match self.routes[point.policy] {
+        let (run, killed, moved, prediction) = match self.routes[point.policy] {
             Route::Clusters(routing) => {
                 let routing = match routing {
                     Routing::Random(_) => Routing::Random(point.seed),
                     r => r,
                 };
-                (simulate_platform(&self.clusters, &jobs, routing, *policy), 0, None)
+                (simulate_platform(&self.clusters, &jobs, routing, *policy), 0, 0, None)
             }
-            Route::Grid(routing, staleness) => {
+            Route::Grid(routing, staleness, adaptation) => {
                 let routing = match routing {
                     GridRouting::Fixed(Routing::Random(_)) => GridRouting::Fixed(Routing::Random(point.seed)),
                     r => r,
                 };
-                let g = simulate_grid(&self.clusters, &jobs, routing, staleness, *policy);
+                let options = GridOptions {
+                    staleness,
+                    policy: *policy,
+                    adaptation,
+                };
+                let g = simulate_grid(&self.clusters, &jobs, routing, options);
                 let run = PlatformRun {
                     clusters: g.clusters,
                     unrouted: g.unrouted,
                 };
-                (run, g.killed, g.prediction)
+                (run, g.killed, g.moved, g.prediction)
             }
         };
         let cut = match self.spec.metrics.horizon {
@@ -627,6 +655,7 @@ impl Prepared {
             clusters,
             unrouted: run.unrouted,
             killed,
+            moved,
             prediction,
             runs: run.clusters,
         })

@@ -19,6 +19,7 @@
 
 use std::collections::HashMap;
 
+use brokk_broker::adapt::{adapt, AdaptOptions, Adapted, Tracked};
 use brokk_broker::submit::{submit_informed, SubmitOptions};
 use brokk_broker::{JobHandle, MemorySite, Site, SiteError};
 use brokk_core::queue::Policy;
@@ -93,6 +94,39 @@ pub struct Staleness {
     pub info_delay: Duration,
 }
 
+/// Queue adaptation ([ET-brokering] 3.3) as the broker runs it: every
+/// `every`, each job it placed that still waits moves to a site that would
+/// deliver it at least `margin` sooner.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Adaptation {
+    /// How often a round runs.
+    pub every: Duration,
+    /// The least gain worth a move.
+    pub margin: Duration,
+}
+
+/// Everything of a grid run beyond its sites, jobs and routing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GridOptions {
+    /// How stale the broker's information is.
+    pub staleness: Staleness,
+    /// The sites' local policy.
+    pub policy: Policy,
+    /// Queue adaptation rounds (broker routings only).
+    pub adaptation: Option<Adaptation>,
+}
+
+impl Default for GridOptions {
+    /// Fresh information, conservative sites (as live), no adaptation.
+    fn default() -> Self {
+        GridOptions {
+            staleness: Staleness::default(),
+            policy: Policy::CONSERVATIVE,
+            adaptation: None,
+        }
+    }
+}
+
 /// Predicted against actual completion of the jobs the broker placed.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct PredictionError {
@@ -114,6 +148,8 @@ pub struct GridRun {
     pub unrouted: usize,
     /// Jobs killed at their wall time.
     pub killed: usize,
+    /// Moves made by queue adaptation.
+    pub moved: usize,
     /// How well the broker predicted (broker routings only).
     pub prediction: Option<PredictionError>,
 }
@@ -135,10 +171,11 @@ struct Snapshot {
 }
 
 /// A site as one brokering decision sees it: brought to the decision's
-/// time when the broker acts on it (its information comes from the
-/// snapshot, passed to the broker apart).
+/// time when the broker acts on it, its information what the broker's
+/// snapshot shows.
 struct Viewed<'a> {
     site: &'a mut MemorySite,
+    seen: &'a ResourceInfo,
     at: Time,
 }
 
@@ -154,7 +191,7 @@ impl Site for Viewed<'_> {
         self.site.endpoint()
     }
     fn info(&self) -> Result<ResourceInfo, SiteError> {
-        self.site.info()
+        Ok(self.seen.clone())
     }
     fn probe(&self, req: &Request, k: usize) -> Result<Vec<Candidate>, SiteError> {
         self.site.probe(req, k)
@@ -261,15 +298,14 @@ fn job_of(j: &SimJob) -> Job {
 }
 
 /// Routes `jobs` over `clusters` (each run by a site core whose local
-/// queue follows `policy`) and runs them to the end. Jobs larger than every
-/// site are unrouted.
-pub fn simulate_grid(
-    clusters: &[ClusterSpec],
-    jobs: &[SimJob],
-    routing: GridRouting,
-    staleness: Staleness,
-    policy: Policy,
-) -> GridRun {
+/// queue follows the options' policy) and runs them to the end. Jobs larger
+/// than every site are unrouted.
+pub fn simulate_grid(clusters: &[ClusterSpec], jobs: &[SimJob], routing: GridRouting, options: GridOptions) -> GridRun {
+    let GridOptions {
+        staleness,
+        policy,
+        adaptation,
+    } = options;
     let mut order: Vec<usize> = (0..jobs.len()).filter(|&i| jobs[i].size > 0).collect();
     order.sort_by_key(|&i| (jobs[i].submit, i));
     let start = order.first().map_or(Time::EPOCH, |&i| jobs[i].submit);
@@ -318,14 +354,23 @@ pub fn simulate_grid(
     let mut placed: Vec<Option<(usize, JobHandle, Option<Time>)>> = vec![None; jobs.len()];
     let mut unrouted = jobs.len() - order.len();
     let mut next = 0;
+    // Adaptation: the next round, and the broker's placed jobs that may
+    // still move, in placement order.
+    let adaptation = adaptation.filter(|a| routing.is_broker() && a.every.0 > 0);
+    let mut next_round = adaptation.map(|a| start + a.every);
+    let mut watched: Vec<usize> = Vec::new();
+    let mut moved = 0;
     loop {
         let arrival = order.get(next).map(|&i| jobs[i].submit);
-        let t = match (arrival, grid.next_event()) {
-            (None, None) => break,
-            (Some(a), Some(e)) => a.min(e),
-            (a, e) => a.or(e).unwrap_or(start),
+        let due = [arrival, grid.next_event(), next_round.filter(|_| !watched.is_empty())];
+        let Some(t) = due.into_iter().flatten().min() else {
+            break;
         };
         grid.advance(t);
+        if let (Some(a), Some(round)) = (adaptation, next_round.filter(|r| *r == t)) {
+            next_round = Some(round + a.every);
+            moved += grid.adapt(jobs, &mut placed, &mut watched, t, a);
+        }
         while let Some(&i) = order.get(next).filter(|&&i| jobs[i].submit == t) {
             next += 1;
             let j = &jobs[i];
@@ -352,12 +397,17 @@ pub fn simulate_grid(
                     let _ = site.set_run_time(&handle, scaled(j.run, clusters[c].speed));
                     site.advance(t);
                     placed[i] = Some((c, handle, predicted));
+                    if adaptation.is_some() {
+                        watched.push(i);
+                    }
                 }
                 None => unrouted += 1,
             }
         }
     }
-    grid.collect(jobs, &placed, unrouted, routing)
+    let mut run = grid.collect(jobs, &placed, unrouted, routing);
+    run.moved = moved;
+    run
 }
 
 impl Grid<'_> {
@@ -376,7 +426,12 @@ impl Grid<'_> {
             use_reservations: Some(reserve_top_k > 0),
             ..JobPreferences::default()
         };
-        let mut views: Vec<Viewed<'_>> = self.sites.iter_mut().map(|site| Viewed { site, at: t }).collect();
+        let mut views: Vec<Viewed<'_>> = self
+            .sites
+            .iter_mut()
+            .zip(&self.visible)
+            .map(|(site, seen)| Viewed { site, seen, at: t })
+            .collect();
         let mut refs: Vec<&mut dyn Site> = views.iter_mut().map(|v| v as &mut dyn Site).collect();
         let opts = SubmitOptions {
             reserve_top_k,
@@ -387,6 +442,64 @@ impl Grid<'_> {
         let c = *self.by_name.get(&s.endpoint)?;
         self.snapshots[c].changed = true;
         Some((c, s.handle, Some(t + s.prediction.ttd())))
+    }
+
+    /// One adaptation round at `t` over the watched jobs: those that have
+    /// started leave the watch, those a site would deliver sooner by the
+    /// margin move there (the broker's own rule, as `brokk serve` runs
+    /// it). Returns the moves.
+    fn adapt(
+        &mut self,
+        jobs: &[SimJob],
+        placed: &mut [Option<(usize, JobHandle, Option<Time>)>],
+        watched: &mut Vec<usize>,
+        t: Time,
+        a: Adaptation,
+    ) -> usize {
+        self.refresh(t);
+        let opts = AdaptOptions {
+            margin: a.margin,
+            ..AdaptOptions::default()
+        };
+        let mut moved = 0;
+        watched.retain(|&i| {
+            let Some((c, handle, predicted)) = placed[i].clone() else {
+                return false;
+            };
+            let mut tracked = Tracked {
+                job: job_of(&jobs[i]),
+                prefs: JobPreferences {
+                    objective: Some(Objective::EarliestCompletion),
+                    ..JobPreferences::default()
+                },
+                owner: OWNER.into(),
+                endpoint: self.specs[c].name.clone(),
+                handle,
+            };
+            let mut views: Vec<Viewed<'_>> = self
+                .sites
+                .iter_mut()
+                .zip(&self.visible)
+                .map(|(site, seen)| Viewed { site, seen, at: t })
+                .collect();
+            let mut refs: Vec<&mut dyn Site> = views.iter_mut().map(|v| v as &mut dyn Site).collect();
+            match adapt(&mut tracked, &mut refs, t, opts) {
+                Ok(Adapted::Moved { to, .. }) => {
+                    let Some(&to) = self.by_name.get(&to) else { return false };
+                    let site = &mut self.sites[to];
+                    let _ = site.set_run_time(&tracked.handle, scaled(jobs[i].run, self.specs[to].speed));
+                    site.advance(t);
+                    self.snapshots[c].changed = true;
+                    self.snapshots[to].changed = true;
+                    placed[i] = Some((to, tracked.handle, predicted));
+                    moved += 1;
+                    true
+                }
+                Ok(Adapted::Stayed) => true,
+                Ok(Adapted::Started) | Err(_) => false,
+            }
+        });
+        moved
     }
 
     /// Every site's outcomes in job order, and the prediction error.
@@ -440,6 +553,7 @@ impl Grid<'_> {
                 .collect(),
             unrouted,
             killed,
+            moved: 0,
             prediction: routing.is_broker().then(|| PredictionError {
                 jobs: n,
                 mean: if n > 0 { sum / n as f64 } else { 0.0 },

@@ -27,6 +27,8 @@ pub struct PointSummary<'a> {
     pub unrouted: usize,
     /// Jobs killed at their wall time (grid runs).
     pub killed: usize,
+    /// Moves made by queue adaptation (broker routings).
+    pub moved: usize,
     /// Jobs the broker placed whose completion is compared with its
     /// prediction, and the mean and mean absolute error in seconds
     /// (actual minus predicted; broker routings only).
@@ -81,6 +83,7 @@ pub fn report<'a>(prepared: &'a Prepared, results: &'a [PointResult]) -> Report<
                 offered_load: r.offered_load,
                 unrouted: r.unrouted,
                 killed: r.killed,
+                moved: r.moved,
                 prediction_error: r.prediction.map(|p| PredictionErrorSummary {
                     jobs: p.jobs,
                     mean_s: p.mean,

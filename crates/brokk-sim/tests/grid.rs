@@ -2,7 +2,7 @@
 
 use brokk_model::{Duration, Time};
 use brokk_sim::cluster::{Policy, SimJob};
-use brokk_sim::grid::{simulate_grid, GridRouting, Staleness};
+use brokk_sim::grid::{simulate_grid, Adaptation, GridOptions, GridRouting, Staleness};
 use brokk_sim::platform::{ClusterSpec, Routing};
 
 fn site(name: &str, procs: u32, speed: f64) -> ClusterSpec {
@@ -30,14 +30,18 @@ const TTD: GridRouting = GridRouting::Broker {
     reserve_top_k: 0,
 };
 
-fn fresh() -> Staleness {
-    Staleness::default()
+/// Options with this staleness, the rest as live.
+fn with(staleness: Staleness) -> GridOptions {
+    GridOptions {
+        staleness,
+        ..GridOptions::default()
+    }
 }
 
 #[test]
 fn the_broker_sends_a_job_to_the_site_that_finishes_it_first_and_predicts_it_exactly() {
     let sites = [site("slow", 8, 1.0), site("fast", 8, 2.0)];
-    let run = simulate_grid(&sites, &[job(1, 100, 4, 1000)], TTD, fresh(), Policy::CONSERVATIVE);
+    let run = simulate_grid(&sites, &[job(1, 100, 4, 1000)], TTD, GridOptions::default());
     assert_eq!(run.clusters[0].submitted, 0);
     let o = run.clusters[1].outcomes[0];
     assert_eq!(
@@ -58,8 +62,8 @@ fn earliest_completion_waits_for_a_fast_site_where_earliest_start_does_not() {
         objective: brokk_model::Objective::EarliestStart,
         reserve_top_k: 0,
     };
-    let by_ttd = simulate_grid(&sites, &jobs, TTD, fresh(), Policy::CONSERVATIVE);
-    let by_tts = simulate_grid(&sites, &jobs, tts, fresh(), Policy::CONSERVATIVE);
+    let by_ttd = simulate_grid(&sites, &jobs, TTD, GridOptions::default());
+    let by_tts = simulate_grid(&sites, &jobs, tts, GridOptions::default());
     // TTD: job 2 waits until 100 on the fast site and ends at 600, not at 2001.
     let j2 = |r: &brokk_sim::grid::GridRun| {
         r.clusters
@@ -82,12 +86,12 @@ fn late_information_makes_the_broker_herd_a_burst_onto_one_site() {
         info_ttl: Duration(ttl),
         info_delay: Duration(delay),
     };
-    let spread = simulate_grid(&sites, &burst, TTD, fresh(), Policy::CONSERVATIVE);
+    let spread = simulate_grid(&sites, &burst, TTD, GridOptions::default());
     // Information reused for an hour still spreads the burst: the broker
     // asks a site again once it has sent it a job.
-    let cached = simulate_grid(&sites, &burst, TTD, stale(3600, 0), Policy::CONSERVATIVE);
+    let cached = simulate_grid(&sites, &burst, TTD, with(stale(3600, 0)));
     // Information that arrives an hour late does not.
-    let herded = simulate_grid(&sites, &burst, TTD, stale(0, 3600), Policy::CONSERVATIVE);
+    let herded = simulate_grid(&sites, &burst, TTD, with(stale(0, 3600)));
     let per_site = |r: &brokk_sim::grid::GridRun| r.clusters.iter().map(|c| c.submitted).collect::<Vec<_>>();
     assert_eq!(per_site(&spread), vec![2, 2, 2]);
     assert_eq!(per_site(&cached), vec![2, 2, 2]);
@@ -112,8 +116,7 @@ fn a_job_that_outlives_its_wall_time_is_killed_there() {
         &sites,
         &[j],
         GridRouting::Fixed(Routing::RoundRobin),
-        fresh(),
-        Policy::CONSERVATIVE,
+        GridOptions::default(),
     );
     assert_eq!(run.killed, 1);
     assert_eq!(run.clusters[0].outcomes[0].end, Time(100));
@@ -134,8 +137,8 @@ fn a_grid_run_is_the_same_every_time() {
             reserve_top_k: 2,
         },
     ] {
-        let a = simulate_grid(&sites, &jobs, routing, fresh(), Policy::CONSERVATIVE);
-        let b = simulate_grid(&sites, &jobs, routing, fresh(), Policy::CONSERVATIVE);
+        let a = simulate_grid(&sites, &jobs, routing, GridOptions::default());
+        let b = simulate_grid(&sites, &jobs, routing, GridOptions::default());
         assert_eq!(a, b, "{routing:?}");
         let done: usize = a.clusters.iter().map(|c| c.outcomes.len()).sum();
         assert_eq!(done, 400, "{routing:?}");
@@ -157,8 +160,10 @@ fn starts_both(jobs: &[SimJob], policy: Policy) -> (Starts, Starts) {
         &[site("a", 8, 1.0)],
         jobs,
         GridRouting::Fixed(Routing::RoundRobin),
-        fresh(),
-        policy,
+        GridOptions {
+            policy,
+            ..GridOptions::default()
+        },
     );
     let mut core: Starts = grid.clusters[0].outcomes.iter().map(|o| (o.id, o.start)).collect();
     let mut queue: Starts = brokk_sim::cluster::simulate(8, jobs, policy)
@@ -197,4 +202,46 @@ proptest::proptest! {
             proptest::prop_assert_eq!(core, queue, "{:?}", policy);
         }
     }
+}
+
+#[test]
+fn adaptation_moves_a_waiting_job_to_a_site_that_freed_up() {
+    // Two equal sites, each first given a job estimated at 1000 s; on b it
+    // ends after 10 s. A third job queues behind a's (both predicted free
+    // at 1000). Without adaptation it waits there; with rounds every 60 s
+    // it moves to b once b's information shows it idle.
+    let sites = [site("a", 4, 1.0), site("b", 4, 1.0)];
+    let long = |id, run| SimJob {
+        estimate: Duration(1000),
+        ..job(id, 0, 4, run)
+    };
+    let jobs = [long(1, 1000), long(2, 10), long(3, 100)];
+    let run = |adaptation| {
+        simulate_grid(
+            &sites,
+            &jobs,
+            TTD,
+            GridOptions {
+                adaptation,
+                ..GridOptions::default()
+            },
+        )
+    };
+    let start_of = |r: &brokk_sim::grid::GridRun, id: i64| {
+        r.clusters
+            .iter()
+            .flat_map(|c| c.outcomes.iter().map(move |o| (c.spec.name.clone(), o)))
+            .find(|(_, o)| o.id == id)
+            .map(|(name, o)| (name, o.start.0))
+            .unwrap()
+    };
+    let still = run(None);
+    assert_eq!(start_of(&still, 3), ("a".to_string(), 1000));
+    assert_eq!(still.moved, 0);
+    let adapted = run(Some(Adaptation {
+        every: Duration(60),
+        margin: Duration(60),
+    }));
+    assert_eq!(adapted.moved, 1);
+    assert_eq!(start_of(&adapted, 3), ("b".to_string(), 60));
 }

@@ -36,8 +36,8 @@ use std::time::{Duration as StdDuration, Instant};
 use brokk_model::{Duration, Objective, Time};
 use brokk_proto::broker::BrokerClient;
 use brokk_proto::wire::{BrokerJob, BrokerState};
-use brokk_sim::cluster::{Policy, SimJob};
-use brokk_sim::grid::{simulate_grid, GridRouting, Staleness};
+use brokk_sim::cluster::SimJob;
+use brokk_sim::grid::{simulate_grid, GridOptions, GridRouting};
 use brokk_sim::platform::ClusterSpec;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -149,7 +149,7 @@ fn the_live_broker_and_the_simulated_one_place_and_start_a_stream_alike() {
         objective: Objective::EarliestCompletion,
         reserve_top_k: 0,
     };
-    let sim = simulate_grid(&specs, &sim_jobs, routing, Staleness::default(), Policy::CONSERVATIVE);
+    let sim = simulate_grid(&specs, &sim_jobs, routing, GridOptions::default());
 
     // Same site for every job.
     let mut sim_site = BTreeMap::new();

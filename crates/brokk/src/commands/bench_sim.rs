@@ -9,7 +9,7 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use brokk_model::{Duration, Objective};
 use brokk_sim::cluster::{from_swf, simulate, Estimates, Policy, SimJob};
-use brokk_sim::grid::{simulate_grid, GridRouting, Staleness};
+use brokk_sim::grid::{simulate_grid, GridOptions, GridRouting, Staleness};
 use brokk_sim::platform::{clusters_from_partitions, simulate_platform, Routing};
 use brokk_sim::swf::{self, Swf};
 use serde::Serialize;
@@ -195,11 +195,19 @@ pub fn run(a: SimArgs) -> Result<ExitCode> {
         info_delay: Duration(0),
     };
     let (jobs, seconds) = time_runs(a.seconds, || {
-        simulate_grid(&clusters, &lcg_jobs, routing, staleness, Policy::CONSERVATIVE)
-            .clusters
-            .iter()
-            .map(|c| c.outcomes.len())
-            .sum()
+        simulate_grid(
+            &clusters,
+            &lcg_jobs,
+            routing,
+            GridOptions {
+                staleness,
+                ..GridOptions::default()
+            },
+        )
+        .clusters
+        .iter()
+        .map(|c| c.outcomes.len())
+        .sum()
     });
     rows.push(SimFigures::plain(
         format!(
