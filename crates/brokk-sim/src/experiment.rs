@@ -132,6 +132,10 @@ pub struct LublinSpec {
     /// Hour of day of the first arrival.
     #[serde(default)]
     pub start_hour: u32,
+    /// The largest job the model draws, in processors (by default the
+    /// largest cluster's size): larger than every cluster to study
+    /// co-allocation (`platform.coallocate`).
+    pub max_size: Option<u32>,
 }
 
 /// The clusters.
@@ -165,6 +169,10 @@ pub struct PlatformSpec {
     /// Seconds of earlier delivery a move must gain (adaptation).
     #[serde(default = "default_adapt_margin")]
     pub adapt_margin: i64,
+    /// Co-allocate a job larger than every site over several sites that
+    /// start it together (broker routings).
+    #[serde(default)]
+    pub coallocate: bool,
 }
 
 fn default_adapt_margin() -> i64 {
@@ -263,9 +271,9 @@ pub enum Route {
     /// Each cluster runs its own local queue on what a fixed rule sent it.
     Clusters(Routing),
     /// Every cluster is a site core running the series' local policy;
-    /// arrivals are routed by a rule or by the broker, with this staleness
-    /// and adaptation.
-    Grid(GridRouting, Staleness, Option<Adaptation>),
+    /// arrivals are routed by a rule or by the broker, with these options
+    /// (whose policy each point replaces with its own).
+    Grid(GridRouting, GridOptions),
 }
 
 /// One simulation of a sweep.
@@ -298,6 +306,8 @@ pub struct PointResult {
     pub killed: usize,
     /// Moves made by queue adaptation (broker routings).
     pub moved: usize,
+    /// Jobs co-allocated over several sites (broker routings).
+    pub coallocated: usize,
     /// How well the broker predicted completions (broker routings).
     pub prediction: Option<PredictionError>,
     /// Every cluster's outcomes.
@@ -328,6 +338,9 @@ pub fn prepare(spec: Experiment, base: &Path) -> Result<Prepared, ExperimentErro
     if let Some(l) = &w.lublin {
         if !(l.days.is_finite() && l.days > 0.0 && l.days <= 36_500.0) {
             return invalid(format!("workload.lublin.days: {} is not between 0 and 36500", l.days));
+        }
+        if l.max_size.is_some_and(|m| !(1..=1_000_000).contains(&m)) {
+            return invalid("workload.lublin.max_size: give 1 to 1000000 processors".into());
         }
     }
     let mut policies = Vec::new();
@@ -419,26 +432,31 @@ pub fn prepare(spec: Experiment, base: &Path) -> Result<Prepared, ExperimentErro
             "platform: info_ttl, info_delay, adapt_every and adapt_margin are seconds, zero or more".into(),
         );
     }
-    if p.adapt_every > 0 && !on_grid {
-        return invalid("platform: adapt_every applies to broker routings; add one to routings".into());
+    if (p.adapt_every > 0 || p.coallocate) && !on_grid {
+        return invalid("platform: adapt_every and coallocate apply to broker routings; add one to routings".into());
     }
     let adaptation = (p.adapt_every > 0).then_some(Adaptation {
         every: Duration(p.adapt_every),
         margin: Duration(p.adapt_margin),
     });
-    let staleness = Staleness {
-        info_ttl: Duration(p.info_ttl),
-        info_delay: Duration(p.info_delay),
+    let options = GridOptions {
+        staleness: Staleness {
+            info_ttl: Duration(p.info_ttl),
+            info_delay: Duration(p.info_delay),
+        },
+        adaptation,
+        coallocate: p.coallocate,
+        ..GridOptions::default()
     };
     let mut series = Vec::new();
     let mut routes = Vec::new();
     for (n, r) in names.iter().zip(grid) {
         let route = if on_grid {
-            Route::Grid(r, staleness, adaptation)
+            Route::Grid(r, options)
         } else {
             match r {
                 GridRouting::Fixed(r) => Route::Clusters(r),
-                GridRouting::Broker { .. } => Route::Grid(r, staleness, adaptation),
+                GridRouting::Broker { .. } => Route::Grid(r, options),
             }
         };
         for (pn, policy) in &policies {
@@ -564,7 +582,9 @@ impl Prepared {
         let procs = self.total_procs();
         if let Some(l) = &self.spec.workload.lublin {
             // Jobs are sized for the largest cluster, loaded for all of them.
-            let largest = self.clusters.iter().map(|c| c.procs).max().unwrap_or(procs);
+            let largest = l
+                .max_size
+                .unwrap_or_else(|| self.clusters.iter().map(|c| c.procs).max().unwrap_or(procs));
             let mut params = lublin::Params::typeless(largest);
             if let Some(s) = l.serial_prob {
                 params.serial_prob = s;
@@ -603,30 +623,33 @@ impl Prepared {
         };
         let jobs = from_swf(&records, estimates);
         let (name, policy) = &self.policies[point.policy];
-        let (run, killed, moved, prediction) = match self.routes[point.policy] {
+        // Each job once: on a grid, a co-allocated job is one job of its
+        // whole size, though its parts count at their own sites.
+        let (run, all, killed, moved, coallocated, prediction) = match self.routes[point.policy] {
             Route::Clusters(routing) => {
                 let routing = match routing {
                     Routing::Random(_) => Routing::Random(point.seed),
                     r => r,
                 };
-                (simulate_platform(&self.clusters, &jobs, routing, *policy), 0, 0, None)
+                let run = simulate_platform(&self.clusters, &jobs, routing, *policy);
+                let all: Vec<_> = run.clusters.iter().flat_map(|c| c.outcomes.iter().copied()).collect();
+                (run, all, 0, 0, 0, None)
             }
-            Route::Grid(routing, staleness, adaptation) => {
+            Route::Grid(routing, options) => {
                 let routing = match routing {
                     GridRouting::Fixed(Routing::Random(_)) => GridRouting::Fixed(Routing::Random(point.seed)),
                     r => r,
                 };
                 let options = GridOptions {
-                    staleness,
                     policy: *policy,
-                    adaptation,
+                    ..options
                 };
                 let g = simulate_grid(&self.clusters, &jobs, routing, options);
                 let run = PlatformRun {
                     clusters: g.clusters,
                     unrouted: g.unrouted,
                 };
-                (run, g.killed, g.moved, g.prediction)
+                (run, g.jobs, g.killed, g.moved, g.coallocated, g.prediction)
             }
         };
         let cut = match self.spec.metrics.horizon {
@@ -642,7 +665,6 @@ impl Prepared {
                 (c.spec.name.clone(), s)
             })
             .collect();
-        let all: Vec<_> = run.clusters.iter().flat_map(|c| c.outcomes.iter().copied()).collect();
         // Jobs the trace record could not describe (no size or run time) never
         // reach the simulator; they count as submitted but never finished.
         let submitted = records.len();
@@ -656,6 +678,7 @@ impl Prepared {
             unrouted: run.unrouted,
             killed,
             moved,
+            coallocated,
             prediction,
             runs: run.clusters,
         })

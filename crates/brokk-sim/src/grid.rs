@@ -20,6 +20,7 @@
 use std::collections::HashMap;
 
 use brokk_broker::adapt::{adapt, AdaptOptions, Adapted, Tracked};
+use brokk_broker::coalloc::{coallocate, place, CoRequest};
 use brokk_broker::submit::{submit_informed, SubmitOptions};
 use brokk_broker::{JobHandle, MemorySite, Site, SiteError};
 use brokk_core::queue::Policy;
@@ -114,6 +115,10 @@ pub struct GridOptions {
     pub policy: Policy,
     /// Queue adaptation rounds (broker routings only).
     pub adaptation: Option<Adaptation>,
+    /// A job larger than every site is split into parts over several sites
+    /// that start together ([ET-interop]'s co-allocation; broker routings
+    /// only); otherwise it is unrouted.
+    pub coallocate: bool,
 }
 
 impl Default for GridOptions {
@@ -123,6 +128,7 @@ impl Default for GridOptions {
             staleness: Staleness::default(),
             policy: Policy::CONSERVATIVE,
             adaptation: None,
+            coallocate: false,
         }
     }
 }
@@ -142,8 +148,14 @@ pub struct PredictionError {
 /// A grid run.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GridRun {
-    /// Per site, in the platform's order.
+    /// Per site, in the platform's order; each part of a co-allocated job
+    /// counts at its own site with its own size.
     pub clusters: Vec<ClusterRun>,
+    /// Every job that ran, once, in job order: a co-allocated job with its
+    /// whole size, from its first part's start to its last part's end.
+    pub jobs: Vec<Outcome>,
+    /// Jobs co-allocated over several sites.
+    pub coallocated: usize,
     /// Jobs no site took.
     pub unrouted: usize,
     /// Jobs killed at their wall time.
@@ -305,7 +317,9 @@ pub fn simulate_grid(clusters: &[ClusterSpec], jobs: &[SimJob], routing: GridRou
         staleness,
         policy,
         adaptation,
+        coallocate,
     } = options;
+    let largest = clusters.iter().map(|c| c.procs).max().unwrap_or(0);
     let mut order: Vec<usize> = (0..jobs.len()).filter(|&i| jobs[i].size > 0).collect();
     order.sort_by_key(|&i| (jobs[i].submit, i));
     let start = order.first().map_or(Time::EPOCH, |&i| jobs[i].submit);
@@ -360,6 +374,8 @@ pub fn simulate_grid(clusters: &[ClusterSpec], jobs: &[SimJob], routing: GridRou
     let mut next_round = adaptation.map(|a| start + a.every);
     let mut watched: Vec<usize> = Vec::new();
     let mut moved = 0;
+    // Co-allocated jobs: their parts' sites and handles.
+    let mut parts: HashMap<usize, Vec<(usize, JobHandle)>> = HashMap::new();
     loop {
         let arrival = order.get(next).map(|&i| jobs[i].submit);
         let due = [arrival, grid.next_event(), next_round.filter(|_| !watched.is_empty())];
@@ -374,6 +390,20 @@ pub fn simulate_grid(clusters: &[ClusterSpec], jobs: &[SimJob], routing: GridRou
         while let Some(&i) = order.get(next).filter(|&&i| jobs[i].submit == t) {
             next += 1;
             let j = &jobs[i];
+            if coallocate && routing.is_broker() && j.size > largest {
+                match grid.coallocate(j, t) {
+                    Some(placed_parts) => {
+                        for (c, handle) in &placed_parts {
+                            let site = &mut grid.sites[*c];
+                            let _ = site.set_run_time(handle, scaled(j.run, clusters[*c].speed));
+                            site.advance(t);
+                        }
+                        parts.insert(i, placed_parts);
+                    }
+                    None => unrouted += 1,
+                }
+                continue;
+            }
             let outcome = match (&mut router, routing) {
                 (Some(router), _) => router.route(j).and_then(|c| {
                     let mut job = job_of(j);
@@ -405,7 +435,7 @@ pub fn simulate_grid(clusters: &[ClusterSpec], jobs: &[SimJob], routing: GridRou
             }
         }
     }
-    let mut run = grid.collect(jobs, &placed, unrouted, routing);
+    let mut run = grid.collect(jobs, &placed, &parts, unrouted, routing);
     run.moved = moved;
     run
 }
@@ -442,6 +472,49 @@ impl Grid<'_> {
         let c = *self.by_name.get(&s.endpoint)?;
         self.snapshots[c].changed = true;
         Some((c, s.handle, Some(t + s.prediction.ttd())))
+    }
+
+    /// Co-allocates `j` at `t` in as few equal parts as the largest site
+    /// allows, each for the job's estimate on the slowest site, starting
+    /// together within 30 days ([ET-interop]'s Algorithms 1 and 2, then the
+    /// broker's two-phase placement, as `brokk serve` co-allocates).
+    fn coallocate(&mut self, j: &SimJob, t: Time) -> Option<Vec<(usize, JobHandle)>> {
+        self.refresh(t);
+        let largest = self.specs.iter().map(|c| c.procs).max()?;
+        let k = j.size.div_ceil(largest);
+        let slowest = self.specs.iter().map(|c| c.speed).fold(f64::INFINITY, f64::min);
+        let wall = scaled(j.estimate.max(Duration(1)), slowest);
+        let jobs: Vec<Job> = (0..k)
+            .map(|p| Job {
+                name: Some(format!("{}.{p}", j.id)),
+                executable: Some("(simulated)".into()),
+                cpus: Some(j.size / k + u32::from(p < j.size % k)),
+                wall_time: Some(wall),
+                ..Job::default()
+            })
+            .collect();
+        let keys: Vec<String> = (0..k).map(|p| format!("co-{}-{p}", j.id)).collect();
+        let infos: Vec<Option<ResourceInfo>> = self.visible.iter().cloned().map(Some).collect();
+        let request = CoRequest::of(
+            &jobs,
+            &infos,
+            (t, t + Duration::hours(24 * 30)),
+            Duration::ZERO,
+            Some(t + Duration::minutes(10)),
+        );
+        let mut views: Vec<Viewed<'_>> = self
+            .sites
+            .iter_mut()
+            .zip(&self.visible)
+            .map(|(site, seen)| Viewed { site, seen, at: t })
+            .collect();
+        let mut refs: Vec<&mut dyn Site> = views.iter_mut().map(|v| v as &mut dyn Site).collect();
+        let plan = coallocate(&request, &mut refs, OWNER).ok()?;
+        let handles = place(&plan, &jobs, &keys, &mut refs, OWNER).ok()?;
+        for &(c, _, _) in &plan.assignments {
+            self.snapshots[c].changed = true;
+        }
+        Some(plan.assignments.iter().map(|a| a.0).zip(handles).collect())
     }
 
     /// One adaptation round at `t` over the watched jobs: those that have
@@ -507,13 +580,46 @@ impl Grid<'_> {
         &self,
         jobs: &[SimJob],
         placed: &[Option<(usize, JobHandle, Option<Time>)>],
+        parts: &HashMap<usize, Vec<(usize, JobHandle)>>,
         unrouted: usize,
         routing: GridRouting,
     ) -> GridRun {
         let mut outcomes: Vec<Vec<Outcome>> = vec![Vec::new(); self.specs.len()];
+        let mut whole = Vec::new();
         let mut submitted = vec![0usize; self.specs.len()];
         let (mut killed, mut n, mut sum, mut abs) = (0, 0usize, 0.0, 0.0);
-        for (j, p) in jobs.iter().zip(placed) {
+        for (i, (j, p)) in jobs.iter().zip(placed).enumerate() {
+            if let Some(parts) = parts.get(&i) {
+                let mut ran = Vec::new();
+                for (c, handle) in parts {
+                    submitted[*c] += 1;
+                    let Some(r) = self.sites[*c].record(handle) else {
+                        continue;
+                    };
+                    if let (Some(s), Some(e)) = (r.started, r.ended) {
+                        let size = r.spec.cpus.unwrap_or(1);
+                        outcomes[*c].push(Outcome {
+                            id: j.id,
+                            submit: j.submit,
+                            start: s,
+                            end: e,
+                            size,
+                        });
+                        ran.push((s, e, r.state == JobPhase::Failed));
+                    }
+                }
+                if ran.len() == parts.len() {
+                    killed += usize::from(ran.iter().any(|r| r.2));
+                    whole.push(Outcome {
+                        id: j.id,
+                        submit: j.submit,
+                        start: ran.iter().map(|r| r.0).min().unwrap_or(j.submit),
+                        end: ran.iter().map(|r| r.1).max().unwrap_or(j.submit),
+                        size: j.size,
+                    });
+                }
+                continue;
+            }
             let Some((c, handle, predicted)) = p else { continue };
             submitted[*c] += 1;
             let Some(r) = self.sites[*c].record(handle) else {
@@ -525,13 +631,15 @@ impl Grid<'_> {
             if r.state == JobPhase::Failed {
                 killed += 1;
             }
-            outcomes[*c].push(Outcome {
+            let outcome = Outcome {
                 id: j.id,
                 submit: j.submit,
                 start: s,
                 end: e,
                 size: j.size,
-            });
+            };
+            outcomes[*c].push(outcome);
+            whole.push(outcome);
             if let Some(p) = predicted {
                 let err = (e - *p).0 as f64;
                 n += 1;
@@ -551,6 +659,8 @@ impl Grid<'_> {
                     outcomes,
                 })
                 .collect(),
+            jobs: whole,
+            coallocated: parts.len(),
             unrouted,
             killed,
             moved: 0,

@@ -29,6 +29,8 @@ pub struct PointSummary<'a> {
     pub killed: usize,
     /// Moves made by queue adaptation (broker routings).
     pub moved: usize,
+    /// Jobs co-allocated over several sites (broker routings).
+    pub coallocated: usize,
     /// Jobs the broker placed whose completion is compared with its
     /// prediction, and the mean and mean absolute error in seconds
     /// (actual minus predicted; broker routings only).
@@ -84,6 +86,7 @@ pub fn report<'a>(prepared: &'a Prepared, results: &'a [PointResult]) -> Report<
                 unrouted: r.unrouted,
                 killed: r.killed,
                 moved: r.moved,
+                coallocated: r.coallocated,
                 prediction_error: r.prediction.map(|p| PredictionErrorSummary {
                     jobs: p.jobs,
                     mean_s: p.mean,

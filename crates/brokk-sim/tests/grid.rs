@@ -245,3 +245,35 @@ fn adaptation_moves_a_waiting_job_to_a_site_that_freed_up() {
     assert_eq!(adapted.moved, 1);
     assert_eq!(start_of(&adapted, 3), ("b".to_string(), 60));
 }
+
+#[test]
+fn a_job_larger_than_every_site_is_coallocated_to_start_together() {
+    // Two 8-processor sites; the first job goes to the faster b and holds
+    // it until 50. A 12-processor job is two parts of 6 that start
+    // together when b frees, not a's part at once.
+    let sites = [site("a", 8, 1.0), site("b", 8, 2.0)];
+    let jobs = [job(1, 0, 8, 100), job(2, 10, 12, 50)];
+    let options = |coallocate| GridOptions {
+        coallocate,
+        ..GridOptions::default()
+    };
+    let alone = simulate_grid(&sites, &jobs, TTD, options(false));
+    assert_eq!((alone.unrouted, alone.coallocated, alone.jobs.len()), (1, 0, 1));
+    let co = simulate_grid(&sites, &jobs, TTD, options(true));
+    assert_eq!((co.unrouted, co.coallocated), (0, 1));
+    let parts: Vec<(String, u32, i64, i64)> = co
+        .clusters
+        .iter()
+        .flat_map(|c| {
+            c.outcomes
+                .iter()
+                .filter(|o| o.id == 2)
+                .map(move |o| (c.spec.name.clone(), o.size, o.start.0, o.end.0))
+        })
+        .collect();
+    // Each part runs the job's 50 s at its site's speed.
+    assert_eq!(parts, [("a".to_string(), 6, 50, 100), ("b".to_string(), 6, 50, 75)]);
+    // Counted once overall, whole, until its last part ends.
+    let whole = co.jobs.iter().find(|o| o.id == 2).unwrap();
+    assert_eq!((whole.size, whole.start.0, whole.end.0), (12, 50, 100));
+}
