@@ -240,6 +240,15 @@ impl Site for Viewed<'_> {
     }
 }
 
+/// The sites as a decision at `at` sees them, through the broker's snapshots.
+fn viewed<'a>(sites: &'a mut [MemorySite], visible: &'a [ResourceInfo], at: Time) -> Vec<Viewed<'a>> {
+    sites
+        .iter_mut()
+        .zip(visible)
+        .map(|(site, seen)| Viewed { site, seen, at })
+        .collect()
+}
+
 /// The grid's state during a run.
 struct Grid<'a> {
     specs: &'a [ClusterSpec],
@@ -456,12 +465,7 @@ impl Grid<'_> {
             use_reservations: Some(reserve_top_k > 0),
             ..JobPreferences::default()
         };
-        let mut views: Vec<Viewed<'_>> = self
-            .sites
-            .iter_mut()
-            .zip(&self.visible)
-            .map(|(site, seen)| Viewed { site, seen, at: t })
-            .collect();
+        let mut views = viewed(&mut self.sites, &self.visible, t);
         let mut refs: Vec<&mut dyn Site> = views.iter_mut().map(|v| v as &mut dyn Site).collect();
         let opts = SubmitOptions {
             reserve_top_k,
@@ -502,12 +506,7 @@ impl Grid<'_> {
             Duration::ZERO,
             Some(t + Duration::minutes(10)),
         );
-        let mut views: Vec<Viewed<'_>> = self
-            .sites
-            .iter_mut()
-            .zip(&self.visible)
-            .map(|(site, seen)| Viewed { site, seen, at: t })
-            .collect();
+        let mut views = viewed(&mut self.sites, &self.visible, t);
         let mut refs: Vec<&mut dyn Site> = views.iter_mut().map(|v| v as &mut dyn Site).collect();
         let plan = coallocate(&request, &mut refs, OWNER).ok()?;
         let handles = place(&plan, &jobs, &keys, &mut refs, OWNER).ok()?;
@@ -549,12 +548,7 @@ impl Grid<'_> {
                 endpoint: self.specs[c].name.clone(),
                 handle,
             };
-            let mut views: Vec<Viewed<'_>> = self
-                .sites
-                .iter_mut()
-                .zip(&self.visible)
-                .map(|(site, seen)| Viewed { site, seen, at: t })
-                .collect();
+            let mut views = viewed(&mut self.sites, &self.visible, t);
             let mut refs: Vec<&mut dyn Site> = views.iter_mut().map(|v| v as &mut dyn Site).collect();
             match adapt(&mut tracked, &mut refs, t, opts) {
                 Ok(Adapted::Moved { to, .. }) => {
