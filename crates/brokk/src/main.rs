@@ -1,6 +1,31 @@
 //! The `brokk` command line.
 
+/// `println!` for what a command prints for its user: a reader that
+/// closed the pipe (`brokk status | head -1`) ends the command quietly, as
+/// it ends `squeue`, instead of a panic.
+macro_rules! say {
+    () => {
+        $crate::emit(format_args!("\n"))
+    };
+    ($($arg:tt)*) => {
+        $crate::emit(format_args!("{}\n", format_args!($($arg)*)))
+    };
+}
+
 mod commands;
+
+/// Writes to standard output; see [`say!`].
+fn emit(args: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    if let Err(e) = out.write_fmt(args).and_then(|()| out.flush()) {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+        eprintln!("error: writing the output: {e}");
+        std::process::exit(2);
+    }
+}
 
 use std::process::ExitCode;
 
@@ -83,7 +108,28 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e:#}");
-            ExitCode::from(2)
+            ExitCode::from(exit_code(&e))
         }
+    }
+}
+
+/// The documented exit status for an error: 2 a usage or description
+/// error, 3 not found, 4 not permitted, 5 unavailable (the service or a
+/// site could not be reached or failed), 6 refused (it conflicts with what
+/// the sites hold, as a reservation no site can give). 1 is a job that
+/// ended without success (`watch`, `validate`).
+fn exit_code(e: &anyhow::Error) -> u8 {
+    let Some(call) = e
+        .chain()
+        .find_map(|c| c.downcast_ref::<brokk_proto::broker::CallError>())
+    else {
+        return 2;
+    };
+    match call.status {
+        0 | 500..=599 => 5,
+        401 | 403 => 4,
+        404 => 3,
+        409 => 6,
+        _ => 2,
     }
 }

@@ -126,3 +126,20 @@ fn sim_run_writes_its_reports_and_prints_json() {
     assert!(err.contains("line 2"), "{err}");
     std::fs::remove_file(&bad).unwrap();
 }
+
+#[test]
+fn a_reader_that_closes_the_pipe_ends_the_command_quietly() {
+    // `brokk ... | head -1`: the reader is gone before the command writes.
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let out = Command::new(env!("CARGO_BIN_EXE_brokk"))
+        .args(["translate", "--to", "slurm", FIG3])
+        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
+        .stdout(writer)
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+}

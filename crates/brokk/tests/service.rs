@@ -453,3 +453,38 @@ fn a_waiting_job_moves_to_a_site_that_frees_up() {
     );
     assert!(t.elapsed() < Duration::from_secs(15));
 }
+
+#[test]
+fn exit_codes_tell_what_went_wrong() {
+    let dir = scratch("exit-codes");
+    let svc = Service::start(&dir);
+    let code = |token: &str, args: &[&str]| svc.brokk(token, args).status.code();
+    // 1: the job ran and failed.
+    let failing = dir.join("failing.json");
+    std::fs::write(
+        &failing,
+        r#"{"executable": "/bin/sh", "arguments": ["-c", "exit 3"], "wall_time": 30}"#,
+    )
+    .unwrap();
+    assert_eq!(
+        code("tok-ann", &["submit", failing.to_str().unwrap(), "--watch"]),
+        Some(1)
+    );
+    // 2: a description that cannot be read.
+    let bad = dir.join("bad.json");
+    std::fs::write(&bad, r#"{"executable": 7}"#).unwrap();
+    assert_eq!(code("tok-ann", &["submit", bad.to_str().unwrap()]), Some(2));
+    // 3: no such job.
+    assert_eq!(code("tok-ann", &["status", "0123456789abcdef"]), Some(3));
+    // 4: not a known identity.
+    assert_eq!(code("tok-nobody", &["status"]), Some(4));
+    // 6: refused, as no site can hold it.
+    assert_eq!(
+        code("tok-ann", &["reserve", "--amount", "100", "--duration", "60"]),
+        Some(6)
+    );
+    drop(svc);
+    // 5: the service cannot be reached.
+    let gone = common::brokk("http://127.0.0.1:9", "tok-ann", &["status"]);
+    assert_eq!(gone.status.code(), Some(5));
+}

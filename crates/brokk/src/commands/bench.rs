@@ -189,9 +189,15 @@ fn measure<P: Profile>(mut p: Planner<P>, live: usize, seed: u64, seconds: f64) 
 
 fn planner(a: PlannerArgs) -> Result<ExitCode> {
     if !a.json {
-        println!(
+        say!(
             "{:>8} {:>16} {:>16} {:>8} {:>10} {:>12} {:>10}",
-            "live", "free list ops/s", "slotted ops/s", "ratio", "bytes/res", "utilization", "accepted"
+            "live",
+            "free list ops/s",
+            "slotted ops/s",
+            "ratio",
+            "bytes/res",
+            "utilization",
+            "accepted"
         );
     }
     for &live in &a.sizes {
@@ -221,9 +227,9 @@ fn planner(a: PlannerArgs) -> Result<ExitCode> {
             acceptance: (free.acceptance * 1000.0).round() / 1000.0,
         };
         if a.json {
-            println!("{}", serde_json::to_string(&f)?);
+            say!("{}", serde_json::to_string(&f)?);
         } else {
-            println!(
+            say!(
                 "{:>8} {:>16.0} {:>16.0} {:>7.1}x {:>10.0} {:>12.3} {:>10.3}",
                 f.live,
                 f.free_list_ops_per_s,

@@ -220,9 +220,9 @@ pub fn run(a: SimArgs) -> Result<ExitCode> {
     ));
     for r in &rows {
         if a.json {
-            println!("{}", serde_json::to_string(r)?);
+            say!("{}", serde_json::to_string(r)?);
         } else {
-            println!(
+            say!(
                 "{}: {} jobs in {:.4} s = {:.0} jobs/s, peak RSS {:.0} MB{}",
                 r.workload,
                 r.jobs,

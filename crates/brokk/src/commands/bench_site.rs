@@ -217,15 +217,21 @@ pub fn run(a: SiteArgs) -> Result<ExitCode> {
     };
     let _ = std::fs::remove_dir_all(&dir);
     if a.json {
-        println!("{}", serde_json::to_string(&figures)?);
+        say!("{}", serde_json::to_string(&figures)?);
     } else {
-        println!(
+        say!(
             "reservations: {:.0} ops/s (p50 {:.2} ms, p99 {:.2} ms, {} ops, {c} clients)",
-            figures.reservation_ops_per_s, figures.p50_ms, figures.p99_ms, figures.reservation_ops,
+            figures.reservation_ops_per_s,
+            figures.p50_ms,
+            figures.p99_ms,
+            figures.reservation_ops,
         );
-        println!(
+        say!(
             "jobs: {:.0} /bin/true jobs/s run to completion (submit p50 {:.2} ms, p99 {:.2} ms, {} jobs)",
-            figures.jobs_per_s, figures.submit_p50_ms, figures.submit_p99_ms, figures.jobs
+            figures.jobs_per_s,
+            figures.submit_p50_ms,
+            figures.submit_p99_ms,
+            figures.jobs
         );
     }
     Ok(ExitCode::SUCCESS)
@@ -406,9 +412,9 @@ fn run_slurm(a: &SiteArgs, conf: &std::path::Path, dir: &std::path::Path, c: usi
     };
     let _ = std::fs::remove_dir_all(dir);
     if a.json {
-        println!("{}", serde_json::to_string(&figures)?);
+        say!("{}", serde_json::to_string(&figures)?);
     } else {
-        println!(
+        say!(
             "through Brokk: {:.1} /bin/true jobs/s run to completion (submit p50 {:.2} ms, p99 {:.2} ms)\n\
              plain sbatch:  {:.1} jobs/s\nratio: {:.2} ({} jobs, {c} clients, {rounds} rounds each)",
             figures.jobs_per_s,

@@ -124,9 +124,9 @@ pub fn run(a: SubmitBenchArgs) -> Result<ExitCode> {
     drop(rt);
     let _ = std::fs::remove_dir_all(&dir);
     if a.json {
-        println!("{}", serde_json::to_string(&figures)?);
+        say!("{}", serde_json::to_string(&figures)?);
     } else {
-        println!(
+        say!(
             "{} jobs, {} clients{}{}: {:.0} accepted/s, {:.0} dispatched/s, submit p50 {:.2} ms, p99 {:.2} ms",
             figures.jobs,
             figures.concurrency,

@@ -67,7 +67,7 @@ where
     let rt = runtime()?;
     rt.block_on(async {
         let (addr, server) = start.await?;
-        println!("listening on http://{addr}");
+        say!("listening on http://{addr}");
         tokio::select! {
             r = server => r.context("the server stopped")?,
             _ = tokio::signal::ctrl_c() => {}

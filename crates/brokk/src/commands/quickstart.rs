@@ -97,7 +97,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
     let rt = super::runtime()?;
     let running = rt.block_on(brokk_server::start(config))?;
     let url = format!("http://{}", running.addr);
-    println!("broker at {url} with embedded sites small (4 slots), medium (16), large (64)");
+    say!("broker at {url} with embedded sites small (4 slots), medium (16), large (64)");
     let client = BrokerClient::new(&url, "quickstart");
 
     // Every example takes 2 minutes where SPECint2006 scores 20 ([ET-brokering]'s
@@ -115,7 +115,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
     for (label, format, text) in EXAMPLES {
         let accepted = client.submit(text, Some(format), Some(prefs.clone()), None)?;
         for w in &accepted.warnings {
-            println!("  {label}: warning: {w}");
+            say!("  {label}: warning: {w}");
         }
         submitted.push((label.to_string(), accepted.id));
     }
@@ -160,9 +160,14 @@ pub fn run(a: Args) -> Result<ExitCode> {
         jobs.push((label.clone(), j));
     }
 
-    println!(
+    say!(
         "\n{:<10} {:<8} {:<8} {:>14} {:>11} {:<10}",
-        "job", "language", "site", "predicted (s)", "actual (s)", "state"
+        "job",
+        "language",
+        "site",
+        "predicted (s)",
+        "actual (s)",
+        "state"
     );
     let mut ok = true;
     for (label, j) in &jobs {
@@ -171,7 +176,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
             .history
             .iter()
             .any(|h| h.detail.as_deref().is_some_and(|d| d.contains("reservation")));
-        println!(
+        say!(
             "{:<10} {:<8} {:<8} {:>14} {:>11} {:<10}",
             if reserved { format!("{label}*") } else { label.clone() },
             j.format,
@@ -193,11 +198,11 @@ pub fn run(a: Args) -> Result<ExitCode> {
         .filter_map(|(_, j)| j.started.map(|t| t.0))
         .collect();
     if let (Some(lo), Some(hi)) = (starts.iter().min(), starts.iter().max()) {
-        println!(
+        say!(
             "co-1..3 were co-allocated (delta 10 s): they started {} s apart",
             hi - lo
         );
     }
-    println!("(* ran in an advance reservation)\noutputs in {}", dir.display());
+    say!("(* ran in an advance reservation)\noutputs in {}", dir.display());
     Ok(if ok { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }

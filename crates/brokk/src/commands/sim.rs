@@ -69,26 +69,35 @@ pub fn run(a: Args) -> Result<ExitCode> {
         .unwrap_or_else(|| PathBuf::from("sim-results").join(&prepared.spec.name));
     report::write_all(&out, &prepared, &results).with_context(|| format!("writing {}", out.display()))?;
     if args.json {
-        println!(
+        say!(
             "{}",
             serde_json::to_string_pretty(&report::report(&prepared, &results))?
         );
     } else {
         print_table(&points, &results);
-        println!("wrote {}", out.display());
+        say!("wrote {}", out.display());
     }
     Ok(ExitCode::SUCCESS)
 }
 
 fn print_table(points: &[Point], results: &[PointResult]) {
     let w = results.iter().map(|r| r.policy.len()).max().unwrap_or(0).max(20);
-    println!(
+    say!(
         "{:<w$} {:>6} {:>5} {:>8} {:>9} {:>11} {:>9} {:>7} {:>7} {:>12}",
-        "policy", "load", "seed", "jobs", "JF%", "wait (s)", "bsld", "util", "offered", "pred err (s)"
+        "policy",
+        "load",
+        "seed",
+        "jobs",
+        "JF%",
+        "wait (s)",
+        "bsld",
+        "util",
+        "offered",
+        "pred err (s)"
     );
     for (p, r) in points.iter().zip(results) {
         let s = &r.overall;
-        println!(
+        say!(
             "{:<w$} {:>6} {:>5} {:>8} {:>9.2} {:>11.0} {:>9.2} {:>7.3} {:>7.3} {:>12}",
             r.policy,
             p.load.map_or("-".into(), |l| format!("{l:.2}")),

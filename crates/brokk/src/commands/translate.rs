@@ -34,7 +34,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         Ok(p) => p,
         Err(e) => {
             if a.json {
-                println!("{}", json!({ "ok": false, "format": format, "errors": e.diagnostics }));
+                say!("{}", json!({ "ok": false, "format": format, "errors": e.diagnostics }));
             } else {
                 for d in &e.diagnostics {
                     eprint!("{}", d.render(&input.name, &input.text));
@@ -54,7 +54,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
             "dropped": written.dropped,
             "warnings": parsed.warnings,
         });
-        println!("{}", serde_json::to_string_pretty(&v)?);
+        say!("{}", serde_json::to_string_pretty(&v)?);
     } else {
         for w in &parsed.warnings {
             eprint!("{}", w.render(&input.name, &input.text));
@@ -62,7 +62,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         for d in &written.dropped {
             eprintln!("warning: not translated to {}: {d}", a.to);
         }
-        print!("{}", written.text);
+        crate::emit(format_args!("{}", written.text));
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -143,10 +143,10 @@ pub fn coalloc(a: CoallocArgs) -> Result<ExitCode> {
     };
     let done = a.server.client().coallocate(&req)?;
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&done)?);
+        say!("{}", serde_json::to_string_pretty(&done)?);
     } else {
         for ((id, site), start) in done.ids.iter().zip(&done.sites).zip(&done.starts) {
-            println!("{id} at {site}, starting {start}");
+            say!("{id} at {site}, starting {start}");
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -200,11 +200,16 @@ pub fn reserve(a: ReserveArgs) -> Result<ExitCode> {
         }
     };
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&r)?);
+        say!("{}", serde_json::to_string_pretty(&r)?);
     } else {
-        println!(
+        say!(
             "{} {} at {}: {} slots {} to {}",
-            r.id, r.state, r.site, r.amount, r.start, r.end
+            r.id,
+            r.state,
+            r.site,
+            r.amount,
+            r.start,
+            r.end
         );
     }
     Ok(ExitCode::SUCCESS)
@@ -225,12 +230,19 @@ fn when(t: Option<Time>) -> String {
 }
 
 fn print_jobs(jobs: &[BrokerJob]) {
-    println!(
+    say!(
         "{:<18} {:<8} {:<10} {:<10} {:>8} {:>8} {:<21} {:<21}",
-        "job", "format", "state", "site", "TTS (s)", "TTD (s)", "started", "ended"
+        "job",
+        "format",
+        "state",
+        "site",
+        "TTS (s)",
+        "TTD (s)",
+        "started",
+        "ended"
     );
     for j in jobs {
-        println!(
+        say!(
             "{:<18} {:<8} {:<10} {:<10} {:>8} {:>8} {:<21} {:<21}",
             j.id,
             j.format,
@@ -255,7 +267,7 @@ fn watch(c: &BrokerClient, id: &str, json: bool) -> Result<ExitCode> {
     loop {
         let j = c.job(id)?;
         if Some(j.state) != last && !json {
-            println!(
+            say!(
                 "{} {}{}",
                 j.id,
                 j.state,
@@ -265,7 +277,7 @@ fn watch(c: &BrokerClient, id: &str, json: bool) -> Result<ExitCode> {
         }
         if terminal(&j) {
             if json {
-                println!("{}", serde_json::to_string_pretty(&j)?);
+                say!("{}", serde_json::to_string_pretty(&j)?);
             }
             let ok = j.state == BrokerState::Finished && j.exit_code == Some(0);
             return Ok(if ok { ExitCode::SUCCESS } else { ExitCode::from(1) });
@@ -300,10 +312,10 @@ pub fn submit(a: SubmitArgs) -> Result<ExitCode> {
         eprintln!("warning: {}: {w}", input.name);
     }
     if a.json && !a.watch {
-        println!("{}", serde_json::to_string_pretty(&accepted)?);
+        say!("{}", serde_json::to_string_pretty(&accepted)?);
     } else if !a.json {
         for id in &accepted.ids {
-            println!("{id}");
+            say!("{id}");
         }
     }
     if a.watch {
@@ -319,11 +331,11 @@ pub fn status(a: StatusArgs) -> Result<ExitCode> {
         Some(id) => {
             let j = c.job(id)?;
             if a.json {
-                println!("{}", serde_json::to_string_pretty(&j)?);
+                say!("{}", serde_json::to_string_pretty(&j)?);
             } else {
                 print_jobs(std::slice::from_ref(&j));
                 for h in &j.history {
-                    println!(
+                    say!(
                         "  {} {}{}",
                         h.at,
                         h.state,
@@ -331,14 +343,14 @@ pub fn status(a: StatusArgs) -> Result<ExitCode> {
                     );
                 }
                 for w in &j.warnings {
-                    println!("  warning: {w}");
+                    say!("  warning: {w}");
                 }
             }
         }
         None => {
             let jobs = c.jobs(a.state.as_deref())?;
             if a.json {
-                println!("{}", serde_json::to_string_pretty(&jobs)?);
+                say!("{}", serde_json::to_string_pretty(&jobs)?);
             } else {
                 print_jobs(&jobs);
             }
@@ -356,9 +368,9 @@ pub fn watch_cmd(a: IdArgs) -> Result<ExitCode> {
 pub fn cancel(a: IdArgs) -> Result<ExitCode> {
     let j = a.server.client().cancel(&a.id)?;
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&j)?);
+        say!("{}", serde_json::to_string_pretty(&j)?);
     } else {
-        println!("{} {}", j.id, j.state);
+        say!("{} {}", j.id, j.state);
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -382,16 +394,21 @@ pub fn output(a: OutputArgs) -> Result<ExitCode> {
 pub fn resources(a: ResourcesArgs) -> Result<ExitCode> {
     let all = a.server.client().resources()?;
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&all)?);
+        say!("{}", serde_json::to_string_pretty(&all)?);
         return Ok(ExitCode::SUCCESS);
     }
-    println!(
+    say!(
         "{:<12} {:>6} {:>6} {:>8} {:>8} {:>10}",
-        "site", "slots", "free", "running", "waiting", "wait (s)"
+        "site",
+        "slots",
+        "free",
+        "running",
+        "waiting",
+        "wait (s)"
     );
     for r in all {
         match serde_json::from_value::<brokk_model::ResourceInfo>(r.clone()) {
-            Ok(i) => println!(
+            Ok(i) => say!(
                 "{:<12} {:>6} {:>6} {:>8} {:>8} {:>10}",
                 i.name,
                 i.total_slots,
@@ -400,7 +417,7 @@ pub fn resources(a: ResourcesArgs) -> Result<ExitCode> {
                 i.waiting_jobs,
                 i.estimated_wait.map_or("-".into(), |d| d.0.to_string())
             ),
-            Err(_) => println!("{:<12} unavailable: {}", "?", r["error"]),
+            Err(_) => say!("{:<12} unavailable: {}", "?", r["error"]),
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -61,12 +61,12 @@ fn plain(message: String) -> Diagnostic {
 
 fn report(file: &str, format: Option<Format>, outcome: &Outcome, as_json: bool) {
     match (outcome, as_json) {
-        (Ok((p, _)), true) => println!(
+        (Ok((p, _)), true) => say!(
             "{}",
             json!({"file": file, "format": format, "ok": true, "jobs": p.jobs.len(), "errors": [], "warnings": p.warnings})
         ),
         (Err((errors, _)), true) => {
-            println!(
+            say!(
                 "{}",
                 json!({"file": file, "format": format, "ok": false, "jobs": 0, "errors": errors, "warnings": []})
             )
@@ -76,7 +76,7 @@ fn report(file: &str, format: Option<Format>, outcome: &Outcome, as_json: bool) 
                 eprint!("{}", w.render(file, &input.text));
             }
             let n = p.jobs.len();
-            println!(
+            say!(
                 "{file}: ok ({}, {n} job{})",
                 format.map_or("?", |f| f.name()),
                 if n == 1 { "" } else { "s" }
@@ -89,7 +89,7 @@ fn report(file: &str, format: Option<Format>, outcome: &Outcome, as_json: bool) 
                     None => eprintln!("{file}: error: {}", e.message),
                 }
             }
-            println!("{file}: invalid");
+            say!("{file}: invalid");
         }
     }
 }
