@@ -106,10 +106,13 @@ pub fn read(reader: impl BufRead) -> Result<Replay, ReplayError> {
                     let at = site_number(&mut sites, site);
                     jobs[k].partition = sites[at].0;
                 }
-                if let (Some("finished"), Some(s), Some(t)) = (e.state.as_deref(), e.started, e.ended) {
+                // A job that exited non-zero ran too, for as long as it did.
+                if let (Some(state @ ("finished" | "failed")), Some(s), Some(t)) =
+                    (e.state.as_deref(), e.started, e.ended)
+                {
                     jobs[k].run = (t - s).max(1);
                     jobs[k].wait = (s - jobs[k].submit).max(0);
-                    jobs[k].status = 1;
+                    jobs[k].status = i64::from(state == "finished");
                 }
             }
             "site" => {

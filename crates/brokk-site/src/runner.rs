@@ -21,7 +21,10 @@ pub async fn run(agent: Agent, id: JobId, resumed: bool) {
     let sandbox = agent.sandbox(id);
     let end = drive(&agent, launch, &sandbox).await;
     let (phase, code, reason) = match end {
-        End::Exited(code) => (JobPhase::Finished, Some(code), None),
+        End::Exited(0) => (JobPhase::Finished, Some(0), None),
+        // As sbatch and condor_q users read it: a non-zero exit is a failure,
+        // with its code.
+        End::Exited(code) => (JobPhase::Failed, Some(code), Some(format!("exited with code {code}"))),
         End::Failed(why) => (JobPhase::Failed, None, Some(why)),
         End::Cancelled => (JobPhase::Cancelled, None, Some("cancelled by its owner".to_string())),
     };

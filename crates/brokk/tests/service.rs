@@ -466,10 +466,24 @@ fn exit_codes_tell_what_went_wrong() {
         r#"{"executable": "/bin/sh", "arguments": ["-c", "exit 3"], "wall_time": 30}"#,
     )
     .unwrap();
+    let done = svc.brokk("tok-ann", &["submit", failing.to_str().unwrap(), "--watch", "--json"]);
+    assert_eq!(done.status.code(), Some(1));
+    // Shown as failed, with its code, in JSON and in the table.
+    let job: serde_json::Value = serde_json::from_slice(&done.stdout).unwrap();
     assert_eq!(
-        code("tok-ann", &["submit", failing.to_str().unwrap(), "--watch"]),
-        Some(1)
+        (job["state"].as_str(), job["exit_code"].as_i64()),
+        (Some("failed"), Some(3)),
+        "{job}"
     );
+    assert_eq!(job["reason"], "exited with code 3");
+    let table = text(&svc.brokk("tok-ann", &["status"])).0;
+    let row: Vec<&str> = table
+        .lines()
+        .find(|l| l.starts_with(job["id"].as_str().unwrap()))
+        .unwrap()
+        .split_whitespace()
+        .collect();
+    assert_eq!(row[2..4], ["failed", "3"], "{table}");
     // 2: a description that cannot be read.
     let bad = dir.join("bad.json");
     std::fs::write(&bad, r#"{"executable": 7}"#).unwrap();

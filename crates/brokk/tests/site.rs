@@ -409,7 +409,8 @@ fn jobs_run_as_real_processes_with_staging() {
     ];
     let h = ann.submit("ann", &job, None).unwrap();
     let v = wait_for(&ann, &h, terminal);
-    assert_eq!((v.state, v.exit_code), (JobPhase::Finished, Some(3)), "{v:?}");
+    assert_eq!((v.state, v.exit_code), (JobPhase::Failed, Some(3)), "{v:?}");
+    assert_eq!(v.reason.as_deref(), Some("exited with code 3"));
     assert!(v.started.is_some() && v.ended.is_some());
     let out = String::from_utf8(read_file(&ann, &h, "out.txt").unwrap()).unwrap();
     assert_eq!(out, "hello brokk first-arg\nstaged from a file\nstaged over http\n");

@@ -165,7 +165,7 @@ fn a_job_runs_on_slurm_and_its_output_comes_back() {
     let submitted = json(&svc.url, &["submit", job.to_str().unwrap(), "--json"]);
     let id = submitted["id"].as_str().unwrap();
     let done = wait_finished(&svc.url, id, Duration::from_secs(60));
-    assert_eq!(done["state"], "finished", "{done}");
+    assert_eq!(done["state"], "failed", "{done}");
     assert_eq!(done["exit_code"], 3, "{done}");
     // Slurm's start, even for a job that ran between two readings of the queue.
     assert!(done["started"].is_string(), "{done}");

@@ -231,10 +231,11 @@ fn when(t: Option<Time>) -> String {
 
 fn print_jobs(jobs: &[BrokerJob]) {
     say!(
-        "{:<18} {:<8} {:<10} {:<10} {:>8} {:>8} {:<21} {:<21}",
+        "{:<18} {:<8} {:<10} {:>4} {:<10} {:>8} {:>8} {:<21} {:<21}",
         "job",
         "format",
         "state",
+        "exit",
         "site",
         "TTS (s)",
         "TTD (s)",
@@ -243,10 +244,11 @@ fn print_jobs(jobs: &[BrokerJob]) {
     );
     for j in jobs {
         say!(
-            "{:<18} {:<8} {:<10} {:<10} {:>8} {:>8} {:<21} {:<21}",
+            "{:<18} {:<8} {:<10} {:>4} {:<10} {:>8} {:>8} {:<21} {:<21}",
             j.id,
             j.format,
             j.state,
+            j.exit_code.map_or("-".into(), |c| c.to_string()),
             j.site.as_deref().unwrap_or("-"),
             j.predicted_tts.map_or("-".into(), |v| v.to_string()),
             j.predicted_ttd.map_or("-".into(), |v| v.to_string()),
