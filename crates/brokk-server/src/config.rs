@@ -181,7 +181,8 @@ fn default_adapt_margin() -> i64 {
 }
 
 impl Config {
-    /// Reads a configuration file; relative paths resolve next to it.
+    /// Reads a configuration file; relative paths resolve next to it and
+    /// are absolute once loaded.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
         let err = |message: String| ConfigError {
             path: path.display().to_string(),
@@ -192,7 +193,7 @@ impl Config {
         if (!c.tokens.is_empty() || !c.sites.is_empty()) && brokk_site::config::others_can_read(path) {
             return Err(err(brokk_site::config::READABLE_TOKENS.into()));
         }
-        let base = path.parent().unwrap_or(Path::new("."));
+        let base = &brokk_site::config::directory_of(path);
         if !c.database.starts_with("postgres://") && !c.database.starts_with("postgresql://") {
             c.database = base.join(&c.database).display().to_string();
         }

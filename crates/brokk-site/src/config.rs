@@ -184,8 +184,19 @@ pub fn refuse_if_others_can_read(path: &Path) -> Result<(), ConfigError> {
     Ok(())
 }
 
+/// The directory a configuration file is in, as an absolute path: the
+/// relative paths in the file resolve against it, so they still hold after
+/// a job's runner changes into its sandbox.
+pub fn directory_of(path: &Path) -> PathBuf {
+    std::path::absolute(path)
+        .ok()
+        .and_then(|p| p.parent().map(Path::to_path_buf))
+        .unwrap_or_else(|| PathBuf::from("/"))
+}
+
 impl Config {
-    /// Reads a configuration file; relative paths in it resolve next to it.
+    /// Reads a configuration file; relative paths in it resolve next to it
+    /// and are absolute once loaded.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
         let file_err = |message: String| ConfigError::File {
             path: path.display().to_string(),
@@ -196,7 +207,7 @@ impl Config {
         if !c.tokens.is_empty() {
             refuse_if_others_can_read(path)?;
         }
-        let base = path.parent().unwrap_or(Path::new("."));
+        let base = &directory_of(path);
         c.database = base.join(&c.database);
         c.workdir = base.join(&c.workdir);
         for d in c.stage_in_dirs.iter_mut().chain(c.stage_out_dirs.iter_mut()) {

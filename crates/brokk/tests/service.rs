@@ -502,3 +502,42 @@ fn exit_codes_tell_what_went_wrong() {
     let gone = common::brokk("http://127.0.0.1:9", "tok-ann", &["status"]);
     assert_eq!(gone.status.code(), Some(5));
 }
+
+#[test]
+fn a_script_job_runs_when_the_service_was_started_with_a_relative_config() {
+    // As README starts it: `brokk serve --config broker.toml` from the
+    // configuration's directory; the sites' sandboxes must still be found
+    // after the runner changes into one.
+    let dir = scratch("relative-config");
+    std::fs::write(
+        dir.join("broker.toml"),
+        "database = \"broker.db\"\nstate_dir = \"sites\"\n[tokens]\n\"tok-ann\" = \"ann\"\n\
+         [[embedded]]\nname = \"only\"\ncapacity = 2\n",
+    )
+    .unwrap();
+    let server = common::spawn_listening(
+        std::process::Command::new(env!("CARGO_BIN_EXE_brokk"))
+            .args(["serve", "--config", "broker.toml"])
+            .current_dir(&dir)
+            .stderr(std::process::Stdio::null()),
+    );
+    let done = common::json(
+        &server.url,
+        "tok-ann",
+        &["submit", "examples/quickstart/hello.sh", "--watch", "--json"],
+    );
+    assert_eq!(
+        (done["state"].as_str(), done["exit_code"].as_i64()),
+        (Some("finished"), Some(0)),
+        "{done}"
+    );
+    let out = common::brokk(
+        &server.url,
+        "tok-ann",
+        &["output", done["id"].as_str().unwrap(), "slurm.out"],
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "Hello from a Slurm batch script\n"
+    );
+}
