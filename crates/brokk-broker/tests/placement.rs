@@ -138,6 +138,29 @@ fn a_reservation_goes_where_it_starts_earliest() {
     };
     let (k, _, start) = at_earliest(&want, &mut [&mut busy, &mut free], "broker").unwrap();
     assert_eq!((k, start), (1, NOW));
+    // Every site's own reason when none can: too large for both.
     let too_big = Request { amount: 9, ..want };
-    assert_eq!(at_earliest(&too_big, &mut [&mut busy, &mut free], "broker"), None);
+    let refused = at_earliest(&too_big, &mut [&mut busy, &mut free], "broker").unwrap_err();
+    let words: Vec<String> = refused.iter().map(|(k, r)| format!("{k}: {r}")).collect();
+    assert_eq!(
+        words,
+        [
+            "0: asks for 9 units but the resource has 8",
+            "1: asks for 9 units but the resource has 8"
+        ]
+    );
+    // Busy in the window, with the start it could give.
+    let now_only = Request {
+        amount: 8,
+        latest: NOW,
+        ..want
+    };
+    let refused = at_earliest(&now_only, &mut [&mut busy], "broker").unwrap_err();
+    assert_eq!(
+        refused[0].1.to_string(),
+        format!(
+            "busy in that window; the earliest start it can give is {}",
+            NOW + Duration(3600)
+        )
+    );
 }

@@ -386,9 +386,29 @@ fn reservations_are_made_and_claimed_on_behalf_of_their_owner() {
     assert!((0..=1).contains(&(started - at)), "started {started}, reserved {at}");
     let c = svc.json("tok-ann", &["reserve", "--cancel", &rid, "--json"]);
     assert_eq!(c["state"], "cancelled");
-    // An impossible window is refused.
+    // A request no site can hold is refused with each site's reason.
     let o = svc.brokk("tok-ann", &["reserve", "--amount", "100", "--duration", "60"]);
-    assert!(text(&o).1.contains("no site can hold"), "{}", text(&o).1);
+    assert!(
+        text(&o).1.contains(
+            "small: asks for 100 units but the resource has 2; large: asks for 100 units but the resource has 8"
+        ),
+        "{}",
+        text(&o).1
+    );
+    let far = (chrono::Utc::now() + chrono::Duration::days(400))
+        .format("%Y-%m-%dT%H:%M:%SZ")
+        .to_string();
+    let o = svc.brokk(
+        "tok-ann",
+        &["reserve", "--amount", "1", "--duration", "60", "--earliest", &far],
+    );
+    assert!(
+        text(&o)
+            .1
+            .contains("large: the reservation would end after the planning horizon"),
+        "{}",
+        text(&o).1
+    );
 }
 
 #[test]

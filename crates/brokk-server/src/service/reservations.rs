@@ -66,12 +66,25 @@ impl Service {
         let got = tokio::task::spawn_blocking(move || {
             let mut clients = cached_sites(&sites, &info, None, &user);
             let mut refs: Vec<&mut dyn Site> = clients.iter_mut().map(|c| c as &mut dyn Site).collect();
-            at_earliest(&request, &mut refs, "broker").map(|(k, id, start)| (sites[k].name.clone(), id.0, start))
+            at_earliest(&request, &mut refs, "broker")
+                .map(|(k, id, start)| (sites[k].name.clone(), id.0, start))
+                .map_err(|refused| {
+                    let reasons: Vec<String> = refused
+                        .iter()
+                        .map(|(k, why)| format!("{}: {why}", sites[*k].name))
+                        .collect();
+                    let message = format!("no site can hold the reservation: {}", reasons.join("; "));
+                    // Only when no site could even be asked is it the sites' failure.
+                    if refused.iter().all(|(_, r)| r.is_failure()) {
+                        ServiceError::Unavailable(message)
+                    } else {
+                        ServiceError::Conflict(message)
+                    }
+                })
         })
         .await
         .map_err(|e| ServiceError::Unavailable(e.to_string()))?;
-        let (site, site_reservation, start) =
-            got.ok_or_else(|| ServiceError::Conflict("no site can hold the reservation in that window".into()))?;
+        let (site, site_reservation, start) = got?;
         let r = BrokerReservation {
             id: format!("r{}", &uuid::Uuid::new_v4().simple().to_string()[..15]),
             owner: owner.to_string(),
