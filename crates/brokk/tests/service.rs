@@ -561,3 +561,51 @@ fn a_script_job_runs_when_the_service_was_started_with_a_relative_config() {
         "Hello from a Slurm batch script\n"
     );
 }
+
+#[test]
+fn a_burst_spreads_over_idle_sites() {
+    // Four 8-CPU jobs at once over two idle 8-CPU sites: two each, each
+    // predicted where it will really start, not four queued at one site.
+    let dir = scratch("burst");
+    std::fs::write(
+        dir.join("broker.toml"),
+        "database = \"broker.db\"\nstate_dir = \"sites\"\n[tokens]\n\"tok-ann\" = \"ann\"\n\
+         [[embedded]]\nname = \"a\"\ncapacity = 8\n[[embedded]]\nname = \"b\"\ncapacity = 8\n",
+    )
+    .unwrap();
+    let svc = Service::start(&dir);
+    let job = dir.join("wide.json");
+    std::fs::write(
+        &job,
+        r#"{"executable": "/bin/sleep", "arguments": ["3"], "cpus": 8, "wall_time": 30}"#,
+    )
+    .unwrap();
+    // All four accepted at the same moment, from four clients.
+    let ids: Vec<String> = std::thread::scope(|scope| {
+        let submits: Vec<_> = (0..4)
+            .map(|_| scope.spawn(|| svc.json("tok-ann", &["submit", job.to_str().unwrap(), "--json"])))
+            .collect();
+        submits
+            .into_iter()
+            .map(|h| h.join().unwrap()["id"].as_str().unwrap().to_string())
+            .collect()
+    });
+    let t = Instant::now();
+    let jobs: Vec<serde_json::Value> = loop {
+        let all: Vec<serde_json::Value> = ids
+            .iter()
+            .map(|id| svc.json("tok-ann", &["status", id, "--json"]))
+            .collect();
+        if all.iter().all(|j| j["site"].is_string()) || t.elapsed() > Duration::from_secs(20) {
+            break all;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let on = |site: &str| jobs.iter().filter(|j| j["site"] == site).count();
+    assert_eq!((on("a"), on("b")), (2, 2), "{jobs:?}");
+    // Two start at once and two a job's wall time later: what was predicted.
+    let mut waits: Vec<i64> = jobs.iter().map(|j| j["predicted_tts"].as_i64().unwrap()).collect();
+    waits.sort_unstable();
+    assert!(waits[0] <= 1 && waits[1] <= 1, "{waits:?}");
+    assert!(waits[2] >= 25 && waits[3] >= 25, "{waits:?}");
+}

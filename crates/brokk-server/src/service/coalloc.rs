@@ -76,7 +76,7 @@ impl Service {
             stored.push(v);
         }
         let sites = self.sites.clone();
-        self.refresh_info().await;
+        let turn = self.decision_turn().await;
         let info = self.info.clone();
         let jobs: Vec<Job> = parsed.iter().map(|p| p.0.clone()).collect();
         let keys: Vec<String> = stored.iter().map(|v| v.id.clone()).collect();
@@ -103,6 +103,7 @@ impl Service {
         })
         .await
         .map_err(|e| ServiceError::Unavailable(e.to_string()))?;
+        drop(turn);
         match outcome {
             Ok(placed) => {
                 let mut out = Coallocated {

@@ -71,7 +71,7 @@ impl Service {
         }
         let prefs: JobPreferences = serde_json::from_str(&stored.prefs).unwrap_or_default();
         let sites = self.sites.clone();
-        self.refresh_info().await;
+        let turn = self.decision_turn().await;
         let info = self.info.clone();
         let key = stored.view.id.clone();
         let user = stored.view.owner.clone();
@@ -95,6 +95,7 @@ impl Service {
         })
         .await
         .map_err(|e| ServiceError::Unavailable(e.to_string()))?;
+        drop(turn);
         self.counters.decisions.fetch_add(1, Ordering::Relaxed);
         let mut v = stored.view;
         match outcome {

@@ -26,7 +26,7 @@ impl Service {
             v.state = BrokerState::Moving;
             self.db.update(&v, None).await?;
             let sites = self.sites.clone();
-            self.refresh_info().await;
+            let turn = self.decision_turn().await;
             let info = self.info.clone();
             let margin = self.adapt_margin;
             let key = format!("{}-{}", v.id, uuid::Uuid::new_v4().simple());
@@ -54,6 +54,7 @@ impl Service {
             })
             .await
             .map_err(|e| ServiceError::Unavailable(e.to_string()))?;
+            drop(turn);
             let from = v.site.clone().unwrap_or_default();
             let old_job = v.site_job.clone().unwrap_or_default();
             v.state = BrokerState::Dispatched;

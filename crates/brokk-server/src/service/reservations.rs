@@ -60,7 +60,7 @@ impl Service {
             latest: req.latest,
             flexible: false,
         };
-        self.refresh_info().await;
+        let turn = self.decision_turn().await;
         let info = self.info.clone();
         let user = owner.to_string();
         let got = tokio::task::spawn_blocking(move || {
@@ -84,6 +84,7 @@ impl Service {
         })
         .await
         .map_err(|e| ServiceError::Unavailable(e.to_string()))?;
+        drop(turn);
         let (site, site_reservation, start) = got?;
         let r = BrokerReservation {
             id: format!("r{}", &uuid::Uuid::new_v4().simple().to_string()[..15]),

@@ -52,8 +52,10 @@ pub const INFO_TTL: std::time::Duration = std::time::Duration::from_secs(1);
 pub struct SiteInfo {
     cache: std::sync::Mutex<InfoCache<std::time::Instant>>,
     fetch: FetchOptions,
-    /// One refresh at a time: decisions arriving together share it.
-    refreshing: tokio::sync::Mutex<()>,
+    /// One brokering decision at a time, from its refresh to its last call
+    /// to a site: each sees what the ones before it did (a burst spreads
+    /// over the sites, and each prediction counts the jobs sent before it).
+    turn: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl SiteInfo {
@@ -62,7 +64,7 @@ impl SiteInfo {
         SiteInfo {
             cache: std::sync::Mutex::new(InfoCache::new(ttl)),
             fetch,
-            refreshing: tokio::sync::Mutex::new(()),
+            turn: Arc::default(),
         }
     }
 
@@ -202,10 +204,12 @@ fn failure_text(f: &FetchFailure) -> String {
 }
 
 impl Service {
-    /// Fetches, all at once, the information of every site whose cached
-    /// answer is stale: called before each brokering decision.
-    pub(super) async fn refresh_info(&self) {
-        let _one = self.info.refreshing.lock().await;
+    /// A brokering decision's turn: waits for the one before it to finish,
+    /// then fetches, all at once, the information of every site whose
+    /// cached answer is stale. The decision holds the guard until its last
+    /// call to a site.
+    pub(super) async fn decision_turn(&self) -> tokio::sync::OwnedMutexGuard<()> {
+        let turn = self.info.turn.clone().lock_owned().await;
         let names: Vec<String> = self.sites.iter().map(|s| s.name.clone()).collect();
         let stale = match self.info.cache.lock() {
             Ok(mut cache) => {
@@ -217,11 +221,12 @@ impl Service {
                     .fetch_add(cache.misses - misses, Ordering::Relaxed);
                 stale
             }
-            Err(_) => return,
+            Err(_) => return turn,
         };
         if !stale.is_empty() {
             self.fetch_info(stale).await;
         }
+        turn
     }
 
     /// Asks `names` for their information concurrently, within the fetch
