@@ -156,9 +156,12 @@ impl MemorySite {
         if spec.executable.is_none() && spec.script.is_none() {
             spec.executable = Some("(simulated)".into());
         }
+        // The broker's algorithms reserve for one job: its reservation
+        // ends with it.
         let sub = Submission {
             key: held_under.map(str::to_string),
             explicit_commit: held_under.is_some(),
+            release_with_job: true,
             ..Submission::of(spec)
         };
         // It starts at the next `advance`, after the driver has said how

@@ -100,7 +100,10 @@ pub trait Site {
     fn commit(&mut self, owner: &str, id: ReservationId) -> Result<(), SiteError>;
     /// Releases a reservation.
     fn cancel(&mut self, owner: &str, id: ReservationId) -> Result<(), SiteError>;
-    /// Submits a job, into a reservation when given.
+    /// Submits a job, into a reservation when given. The broker's
+    /// algorithms reserve for one job at a time, so a site they drive lets
+    /// that reservation end with the job (`MemorySite` does; the service's
+    /// clients ask for it).
     fn submit(&mut self, owner: &str, job: &Job, reservation: Option<ReservationId>) -> Result<JobHandle, SiteError>;
     /// Submits a job into the hold `reservation`, where it waits: the hold
     /// stays preliminary until the caller commits it, and if it lapses the

@@ -35,6 +35,9 @@ pub struct JobRecord {
     /// Whether that reservation is the owner's own (kept after the job) rather
     /// than one the site made for it.
     pub claimed: bool,
+    /// Whether that claimed reservation was made for this job alone (by a
+    /// broker placing it), so it ends with the job rather than being kept.
+    pub release_claim: bool,
     /// Where it is.
     pub state: JobPhase,
     /// Why it failed or was cancelled.
@@ -79,6 +82,9 @@ pub struct Submission {
     pub on_behalf: Option<String>,
     /// Keep a claimed hold preliminary until the caller commits it.
     pub explicit_commit: bool,
+    /// The claimed reservation was made for this job: release it when the
+    /// job ends.
+    pub release_with_job: bool,
 }
 
 impl Submission {
@@ -89,6 +95,7 @@ impl Submission {
             key: None,
             on_behalf: None,
             explicit_commit: false,
+            release_with_job: false,
         }
     }
 }

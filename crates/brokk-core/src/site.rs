@@ -471,6 +471,7 @@ impl SiteCore {
             spec,
             slot,
             claimed,
+            release_claim: claimed && sub.release_with_job,
             state: JobPhase::Accepted,
             reason: None,
             exit_code: None,
@@ -643,10 +644,17 @@ impl SiteCore {
         }
     }
 
+    /// Frees what an ended job held: its own slot, or the reservation it
+    /// claimed when that was made for it alone (the resource manager's
+    /// reservation goes too); an owner's reservation is kept.
     fn release_slot(&mut self, j: &JobRecord) {
-        if let (Some(slot), false) = (j.slot, j.claimed) {
-            if self.planner.cancel(slot).is_ok() {
-                self.end(vec![slot], Ended::Released);
+        let Some(slot) = j.slot.filter(|_| !j.claimed || j.release_claim) else {
+            return;
+        };
+        if self.planner.cancel(slot).is_ok() {
+            self.end(vec![slot], Ended::Released);
+            if j.claimed {
+                self.out.push(Effect::Manager(Manager::Release(vec![slot])));
             }
         }
     }

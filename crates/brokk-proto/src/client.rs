@@ -24,6 +24,7 @@ pub struct RemoteSite {
     idempotency_key: Option<String>,
     on_behalf_of: Option<String>,
     explicit_commit: bool,
+    release_with_job: bool,
 }
 
 impl RemoteSite {
@@ -41,6 +42,7 @@ impl RemoteSite {
             idempotency_key: None,
             on_behalf_of: None,
             explicit_commit: false,
+            release_with_job: false,
         }
     }
 
@@ -49,6 +51,13 @@ impl RemoteSite {
     /// lapses first. A co-allocation submits every part so, then commits.
     pub fn set_explicit_commit(&mut self, explicit: bool) {
         self.explicit_commit = explicit;
+    }
+
+    /// Makes the reservations the next submissions claim end with their
+    /// job: a broker made them for that job alone. Without it a claimed
+    /// reservation is the owner's and is kept.
+    pub fn set_release_with_job(&mut self, release: bool) {
+        self.release_with_job = release;
     }
 
     /// Names `user` as the one the next submissions are for (the site must
@@ -303,6 +312,9 @@ impl Site for RemoteSite {
         }
         if self.explicit_commit {
             rq = rq.header("Reservation-Commit", "explicit");
+        }
+        if self.release_with_job && reservation.is_some() {
+            rq = rq.header("Reservation-Release", "with-job");
         }
         let resp = self.send(rq)?;
         if resp.status().is_success() {

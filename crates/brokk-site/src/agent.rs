@@ -456,14 +456,16 @@ impl Agent {
     ///
     /// With `explicit_commit`, a job claiming a hold leaves it a hold and
     /// does not start until the hold is committed; if the hold lapses first,
-    /// the job is cancelled (a broker's two-phase co-allocation).
+    /// the job is cancelled (a broker's two-phase co-allocation). With
+    /// `release_with_job`, the claimed reservation was made for this job
+    /// alone and ends with it.
     pub async fn submit(
         &self,
         who: &str,
         spec: Job,
         key: Option<String>,
         on_behalf: Option<String>,
-        explicit_commit: bool,
+        (explicit_commit, release_with_job): (bool, bool),
     ) -> Result<(JobId, bool), AgentError> {
         // Only a delegate speaks for another user. Where no accounts are
         // configured the name changes nothing, so a broker that sends it to
@@ -491,6 +493,7 @@ impl Agent {
             key,
             on_behalf,
             explicit_commit,
+            release_with_job,
         };
         // A repeated key answers even while the resource manager is down.
         let repeat = {

@@ -194,7 +194,13 @@ async fn submit(
     let explicit_commit = headers
         .get("reservation-commit")
         .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"explicit"));
-    let (id, new) = agent.submit(&who.0, job, key, on_behalf, explicit_commit).await?;
+    // A broker's reservation made for this one job ends with it.
+    let release_with_job = headers
+        .get("reservation-release")
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"with-job"));
+    let (id, new) = agent
+        .submit(&who.0, job, key, on_behalf, (explicit_commit, release_with_job))
+        .await?;
     if new {
         tokio::spawn(crate::runner::run(agent.clone(), id, false));
     }

@@ -145,7 +145,9 @@ impl Store {
                     .bind(&j.owner)
                     .bind(spec)
                     .bind(j.slot.map(|s| s.0 as i64))
-                    .bind(j.claimed)
+                    // 0: the job's own slot, 1: a kept reservation it claimed,
+                    // 2: a claimed reservation that ends with it.
+                    .bind(i64::from(j.claimed) + i64::from(j.claimed && j.release_claim))
                     .bind(phase_name(j.state))
                     .bind(&j.reason)
                     .bind(j.exit_code)
@@ -216,7 +218,8 @@ impl Store {
                     owner: r.get("owner"),
                     spec,
                     slot: r.get::<Option<i64>, _>("slot").map(|s| ReservationId(s as u64)),
-                    claimed: r.get("claimed"),
+                    claimed: r.get::<i64, _>("claimed") > 0,
+                    release_claim: r.get::<i64, _>("claimed") == 2,
                     state: phase_of(&state),
                     reason: r.get("reason"),
                     exit_code: r.get("exit_code"),

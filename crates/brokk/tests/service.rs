@@ -609,3 +609,56 @@ fn a_burst_spreads_over_idle_sites() {
     assert!(waits[0] <= 1 && waits[1] <= 1, "{waits:?}");
     assert!(waits[2] >= 25 && waits[3] >= 25, "{waits:?}");
 }
+
+#[test]
+fn reservations_made_for_a_job_end_with_it() {
+    // Two 4-CPU sites. Whatever the broker reserved for a job (`--reserve`,
+    // the parts of a co-allocation) must not hold slots after the job has
+    // ended or been cancelled: a full-width job submitted afterwards starts
+    // at once.
+    let dir = scratch("reservations-end");
+    std::fs::write(
+        dir.join("broker.toml"),
+        "database = \"broker.db\"\nstate_dir = \"sites\"\n[tokens]\n\"tok-ann\" = \"ann\"\n\
+         [[embedded]]\nname = \"a\"\ncapacity = 4\n[[embedded]]\nname = \"b\"\ncapacity = 4\n",
+    )
+    .unwrap();
+    let svc = Service::start(&dir);
+    let write = |name: &str, body: &str| {
+        let f = dir.join(name);
+        std::fs::write(&f, body).unwrap();
+        f.to_str().unwrap().to_string()
+    };
+    let short = write(
+        "short.json",
+        r#"{"executable": "/bin/true", "cpus": 4, "wall_time": 600}"#,
+    );
+    let long = write(
+        "long.json",
+        r#"{"executable": "/bin/sleep", "arguments": ["60"], "cpus": 4, "wall_time": 600}"#,
+    );
+    let starts_at_once = || {
+        let j = svc.json("tok-ann", &["submit", &short, "--watch", "--json"]);
+        assert_eq!(j["state"], "finished", "{j}");
+        assert!(j["predicted_tts"].as_i64().unwrap() <= 1, "{j}");
+    };
+    // A reservation-backed job that ends long before its wall time.
+    let done = svc.json("tok-ann", &["submit", &short, "--reserve", "--watch", "--json"]);
+    assert_eq!(done["state"], "finished", "{done}");
+    for _ in 0..2 {
+        starts_at_once();
+    }
+    // A co-allocation over both sites, cancelled while it runs.
+    let co = svc.json("tok-ann", &["coalloc", &long, &long, "--delta", "5", "--json"]);
+    for id in common::strings(&co["ids"]) {
+        let t = Instant::now();
+        while svc.json("tok-ann", &["status", &id, "--json"])["state"] != "running" {
+            assert!(t.elapsed() < Duration::from_secs(30), "{id} never ran");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        svc.json("tok-ann", &["cancel", &id, "--json"]);
+    }
+    for _ in 0..2 {
+        starts_at_once();
+    }
+}

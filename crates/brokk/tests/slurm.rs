@@ -371,27 +371,32 @@ fn a_coallocation_across_two_slurm_clusters_starts_together() {
         let site = j["site"].as_str().unwrap();
         let c: u32 = site.trim_start_matches("co").parse().unwrap();
         let name = format!("brokk-{site}-{}", j["site_job"].as_str().unwrap());
-        // Slurm's own recorded start of the job.
-        let row = slurm(
-            bed,
-            c,
-            "squeue",
-            &["-h", "--states=all", "--name", &name, "-o", "%S|%T|%v"],
-        );
-        let row = row.lines().last().unwrap_or_else(|| panic!("no Slurm job {name}"));
-        let f: Vec<&str> = row.split('|').collect();
-        assert_eq!(f[1], "COMPLETED", "{row}");
+        // Slurm's own record of the job as it completed (the reservation
+        // has gone since, and with it the name squeue would show).
+        let log = std::fs::read_to_string(bed.join(format!("c{c}/log/jobcomp.log"))).unwrap();
+        let row = log
+            .lines()
+            .rfind(|l| l.contains(&format!(" Name={name} ")) && l.contains("JobState=COMPLETED"))
+            .unwrap_or_else(|| panic!("no completed Slurm job {name}"));
         assert!(
-            f[2].starts_with(&format!("brokk-{site}-r")),
+            row.contains(&format!("ReservationName=brokk-{site}-r")),
             "ran in its reservation: {row}"
         );
-        starts.push(slurm_time(f[0]));
+        starts.push(slurm_time(field(row, "StartTime")));
     }
     let spread = starts.iter().max().unwrap() - starts.iter().min().unwrap();
     assert!(spread <= 5, "Slurm's starts {starts:?}");
     eprintln!("co-allocated parts started {spread} s apart on Slurm");
-    // The broker keeps co-allocation reservations until their end; with the
-    // service gone, the test removes them so the next test has the clusters.
+    // The parts' reservations end with them, in Slurm too.
+    let t = Instant::now();
+    for c in [1, 2] {
+        while slurm(bed, c, "scontrol", &["show", "res", "-o"]).contains(&format!("brokk-co{c}-r")) {
+            assert!(t.elapsed() < Duration::from_secs(20), "cluster {c} still holds the part's reservation");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+    // The parts' reservations ended with them; whatever a failed run left
+    // is removed, so the next test has the clusters.
     drop(svc);
     for c in [1, 2] {
         drop_reservations(bed, c, "brokk-co");

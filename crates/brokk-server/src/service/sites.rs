@@ -112,6 +112,9 @@ pub(super) fn cached_sites(
             let mut client = s.client.clone();
             client.set_idempotency_key(key.map(str::to_string));
             client.set_on_behalf_of(Some(owner.to_string()));
+            // What the broker reserves for a job (`--reserve`, a
+            // co-allocation's part) ends with that job.
+            client.set_release_with_job(true);
             CachedSite {
                 name: s.name.clone(),
                 client,
