@@ -143,3 +143,18 @@ fn a_reader_that_closes_the_pipe_ends_the_command_quietly() {
     assert!(!stderr.contains("panicked"), "{stderr}");
     assert_eq!(out.status.code(), Some(0), "{stderr}");
 }
+
+#[test]
+fn validate_refuses_what_the_broker_would_refuse() {
+    // Readable, but with nothing to run: `submit` would be refused.
+    let out = brokk(
+        &["validate", "--from", "json", "-"],
+        Some(r#"{"arguments": ["x"], "wall_time": 60}"#),
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("the broker would refuse it: the job has nothing to run"),
+        "{stderr}"
+    );
+}

@@ -391,7 +391,10 @@ fn a_coallocation_across_two_slurm_clusters_starts_together() {
     let t = Instant::now();
     for c in [1, 2] {
         while slurm(bed, c, "scontrol", &["show", "res", "-o"]).contains(&format!("brokk-co{c}-r")) {
-            assert!(t.elapsed() < Duration::from_secs(20), "cluster {c} still holds the part's reservation");
+            assert!(
+                t.elapsed() < Duration::from_secs(20),
+                "cluster {c} still holds the part's reservation"
+            );
             std::thread::sleep(Duration::from_millis(200));
         }
     }

@@ -37,7 +37,12 @@ pub fn run(a: Args) -> Result<ExitCode> {
                     )),
                 ),
                 Some(fmt) => match read(fmt, &input.text, &input.opts) {
-                    Ok(p) => (Some(fmt), Ok((p, input))),
+                    // What the broker would refuse at submission is an error
+                    // here too.
+                    Ok(p) => match broker_refusals(&p) {
+                        errors if errors.is_empty() => (Some(fmt), Ok((p, input))),
+                        errors => (Some(fmt), Err((errors, Some(input)))),
+                    },
                     Err(e) => (Some(fmt), Err((e.diagnostics, Some(input)))),
                 },
             },
@@ -46,6 +51,24 @@ pub fn run(a: Args) -> Result<ExitCode> {
         report(f, format, &outcome, a.json);
     }
     Ok(if all_ok { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}
+
+/// The broker's own checks of every job read ([`brokk_broker::select::validate_at`]),
+/// as errors; a file of several jobs names the one at fault.
+fn broker_refusals(p: &brokk_jdl::Parsed) -> Vec<Diagnostic> {
+    let now = brokk_proto::wall_clock();
+    p.jobs
+        .iter()
+        .enumerate()
+        .filter_map(|(k, job)| {
+            let why = brokk_broker::select::validate_at(job, now).err()?;
+            Some(plain(if p.jobs.len() == 1 {
+                format!("the broker would refuse it: {why}")
+            } else {
+                format!("job {}: the broker would refuse it: {why}", k + 1)
+            }))
+        })
+        .collect()
 }
 
 type Outcome = std::result::Result<(brokk_jdl::Parsed, Input), (Vec<Diagnostic>, Option<Input>)>;
