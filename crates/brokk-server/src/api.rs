@@ -193,9 +193,11 @@ async fn resources(State(app): State<App>) -> Response {
         .resources()
         .await
         .into_iter()
-        .map(|r| match r {
+        .zip(app.service.sites.iter())
+        .map(|(r, site)| match r {
             Ok(info) => serde_json::to_value(info).unwrap_or_default(),
-            Err(e) => serde_json::json!({ "error": e }),
+            // A site that did not answer is named, with why.
+            Err(e) => serde_json::json!({ "name": site.name, "available": false, "error": e }),
         })
         .collect();
     Json(all).into_response()

@@ -662,3 +662,29 @@ fn reservations_made_for_a_job_end_with_it() {
         starts_at_once();
     }
 }
+
+#[test]
+fn a_site_that_does_not_answer_is_named_with_why() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = scratch("down-site");
+    let config = dir.join("broker.toml");
+    std::fs::write(
+        &config,
+        "database = \"broker.db\"\nstate_dir = \"sites\"\n[tokens]\n\"tok-ann\" = \"ann\"\n\
+         [[embedded]]\nname = \"up\"\ncapacity = 2\n\
+         [[sites]]\nname = \"ghost\"\nurl = \"http://127.0.0.1:9\"\ntoken = \"t\"\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&config, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let svc = Service::start(&dir);
+    let (table, _) = text(&svc.brokk("tok-ann", &["resources"]));
+    let ghost = table
+        .lines()
+        .find(|l| l.starts_with("ghost"))
+        .unwrap_or_else(|| panic!("{table}"));
+    assert!(ghost.contains("unavailable: "), "{table}");
+    assert!(table.lines().any(|l| l.starts_with("up ")), "{table}");
+    let all = svc.json("tok-ann", &["resources", "--json"]);
+    let ghost = all.as_array().unwrap().iter().find(|r| r["name"] == "ghost").unwrap();
+    assert_eq!(ghost["available"], false, "{ghost}");
+}

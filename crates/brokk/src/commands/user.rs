@@ -409,8 +409,13 @@ pub fn resources(a: ResourcesArgs) -> Result<ExitCode> {
         "wait (s)"
     );
     for r in all {
-        match serde_json::from_value::<brokk_model::ResourceInfo>(r.clone()) {
-            Ok(i) => say!(
+        // A site that did not answer comes as its name and the error.
+        let info = match r.get("error") {
+            Some(_) => None,
+            None => serde_json::from_value::<brokk_model::ResourceInfo>(r.clone()).ok(),
+        };
+        match info {
+            Some(i) => say!(
                 "{:<12} {:>6} {:>6} {:>8} {:>8} {:>10}",
                 i.name,
                 i.total_slots,
@@ -419,7 +424,11 @@ pub fn resources(a: ResourcesArgs) -> Result<ExitCode> {
                 i.waiting_jobs,
                 i.estimated_wait.map_or("-".into(), |d| d.0.to_string())
             ),
-            Err(_) => say!("{:<12} unavailable: {}", "?", r["error"]),
+            None => say!(
+                "{:<12} unavailable: {}",
+                r["name"].as_str().unwrap_or("?"),
+                r["error"].as_str().unwrap_or("no answer")
+            ),
         }
     }
     Ok(ExitCode::SUCCESS)
