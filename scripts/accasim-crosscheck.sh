@@ -20,7 +20,7 @@ if ! "$venv/bin/python" -c "import accasim" >/dev/null 2>&1; then
 fi
 out=target/accasim
 mkdir -p "$out"
-gzip -dc ../shared/data/traces/KTH-SP2-1996-2.1-cln.swf.gz > "$out/kth.swf"
+gzip -dc data/traces/KTH-SP2-1996-2.1-cln.swf.gz > "$out/kth.swf"
 cargo run --quiet --locked -p brokk -- sim run examples/experiments/kth-accasim.toml --out "$out/brokk" >/dev/null
 for policy in fcfs easy; do
   "$venv/bin/python" scripts/accasim_run.py --swf "$out/kth.swf" --procs 100 --policy "$policy" \

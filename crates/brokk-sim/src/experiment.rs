@@ -316,6 +316,12 @@ pub struct PointResult {
 
 /// Reads and checks an experiment file, loading its trace.
 pub fn load(path: &Path) -> Result<Prepared, ExperimentError> {
+    load_with(path, None)
+}
+
+/// [`load`], looking for a trace file that is not where the experiment
+/// says by its name in `traces` too (`brokk sim --traces DIR`).
+pub fn load_with(path: &Path, traces: Option<&Path>) -> Result<Prepared, ExperimentError> {
     let text = std::fs::read_to_string(path).map_err(|e| ExperimentError::Toml {
         path: path.display().to_string(),
         message: e.to_string(),
@@ -324,11 +330,16 @@ pub fn load(path: &Path) -> Result<Prepared, ExperimentError> {
         path: path.display().to_string(),
         message: e.to_string(),
     })?;
-    prepare(spec, path.parent().unwrap_or(Path::new(".")))
+    prepare_with(spec, path.parent().unwrap_or(Path::new(".")), traces)
 }
 
 /// Checks an experiment, resolving trace paths against `base`.
 pub fn prepare(spec: Experiment, base: &Path) -> Result<Prepared, ExperimentError> {
+    prepare_with(spec, base, None)
+}
+
+/// [`prepare`], looking for missing trace files by name in `traces` too.
+pub fn prepare_with(spec: Experiment, base: &Path, traces: Option<&Path>) -> Result<Prepared, ExperimentError> {
     let invalid = |m: String| Err(ExperimentError::Invalid(m));
     let w = &spec.workload;
     let sources = [w.swf.is_some(), w.gwf.is_some(), w.lublin.is_some(), w.record.is_some()];
@@ -367,7 +378,7 @@ pub fn prepare(spec: Experiment, base: &Path) -> Result<Prepared, ExperimentErro
         partitions,
         max_procs,
         sizes,
-    } = read_trace(w, base)?;
+    } = read_trace(w, base, traces)?;
     if let Some([from, to]) = w.window {
         trace = window(&trace, from, to);
     }
@@ -489,13 +500,21 @@ struct Trace {
     sizes: Vec<(i64, u32)>,
 }
 
-fn read_trace(w: &WorkloadSpec, base: &Path) -> Result<Trace, ExperimentError> {
+fn read_trace(w: &WorkloadSpec, base: &Path, traces: Option<&Path>) -> Result<Trace, ExperimentError> {
     let fail = |path: &Path, e: &dyn std::fmt::Display| ExperimentError::Workload {
         path: path.display().to_string(),
         message: e.to_string(),
     };
-    if let Some(rel) = &w.swf {
+    // Where the experiment says, else by its name in `traces`.
+    let locate = |rel: &Path| {
         let path = base.join(rel);
+        match (traces, rel.file_name()) {
+            (Some(dir), Some(name)) if !path.exists() => dir.join(name),
+            _ => path,
+        }
+    };
+    if let Some(rel) = &w.swf {
+        let path = locate(rel);
         let swf = crate::swf::read_path(&path, w.lenient).map_err(|e| fail(&path, &e))?;
         let (partitions, max_procs) = (swf.partitions(), swf.max_procs());
         return Ok(Trace {
@@ -506,7 +525,7 @@ fn read_trace(w: &WorkloadSpec, base: &Path) -> Result<Trace, ExperimentError> {
         });
     }
     if let Some(rel) = &w.gwf {
-        let path = base.join(rel);
+        let path = locate(rel);
         let file = std::fs::File::open(&path).map_err(|e| fail(&path, &e))?;
         let jobs = crate::gwf::read(std::io::BufReader::new(file)).map_err(|e| fail(&path, &e))?;
         // Submitting sites, numbered in name order, become partitions.
@@ -528,7 +547,7 @@ fn read_trace(w: &WorkloadSpec, base: &Path) -> Result<Trace, ExperimentError> {
         });
     }
     if let Some(rel) = &w.record {
-        let path = base.join(rel);
+        let path = locate(rel);
         let file = std::fs::File::open(&path).map_err(|e| fail(&path, &e))?;
         let replay = crate::replay::read(std::io::BufReader::new(file)).map_err(|e| fail(&path, &e))?;
         let partitions = replay.sites.iter().map(|(k, name, _)| (*k, name.clone())).collect();

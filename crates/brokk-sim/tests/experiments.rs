@@ -134,7 +134,7 @@ fn window_and_filter_shape_a_trace() {
     let text = r#"
 name = "kth-window"
 [workload]
-swf = "../../../shared/data/traces/KTH-SP2-1996-2.1-cln.swf.gz"
+swf = "../../data/traces/KTH-SP2-1996-2.1-cln.swf.gz"
 window = [0, 2592000]
 filter = { min_size = 2, statuses = [1] }
 [platform]

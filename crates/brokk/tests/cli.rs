@@ -158,3 +158,35 @@ fn validate_refuses_what_the_broker_would_refuse() {
         "{stderr}"
     );
 }
+
+#[test]
+fn sim_finds_a_trace_by_name_in_the_traces_directory() {
+    let dir = std::env::temp_dir().join(format!("brokk-cli-traces-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let exp = dir.join("kth.toml");
+    std::fs::write(
+        &exp,
+        "name = \"kth\"\npolicies = [\"easy\"]\n[workload]\nswf = \"KTH-SP2-1996-2.1-cln.swf.gz\"\n\
+         [platform]\nclusters = [{ name = \"kth\", procs = 100 }]\n",
+    )
+    .unwrap();
+    let run = |extra: &[&str]| {
+        let mut args = vec!["sim", "run", "--json", "--out"];
+        let out = dir.join("out");
+        args.push(out.to_str().unwrap());
+        args.extend_from_slice(extra);
+        args.push(exp.to_str().unwrap());
+        brokk(&args, None)
+    };
+    let missing = run(&[]);
+    assert_eq!(missing.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("KTH-SP2-1996-2.1-cln.swf.gz"));
+    let found = run(&["--traces", "data/traces"]);
+    assert!(found.status.success(), "{}", String::from_utf8_lossy(&found.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&found.stdout).unwrap();
+    assert!(
+        report["points"][0]["overall"]["submitted"].as_u64().unwrap() > 0,
+        "{report}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -18,7 +18,7 @@ use serde::Serialize;
 #[derive(clap::Args)]
 pub struct SimArgs {
     /// Directory holding the Parallel Workloads Archive traces.
-    #[arg(long, default_value = "../shared/data/traces")]
+    #[arg(long, default_value = "data/traces")]
     traces: PathBuf,
     /// Least seconds of repeated simulation per workload.
     #[arg(long, default_value_t = 2.0)]

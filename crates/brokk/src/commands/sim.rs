@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
-use brokk_sim::experiment::{load, run_points, Point, PointResult};
+use brokk_sim::experiment::{load_with, run_points, Point, PointResult};
 use brokk_sim::report;
 
 /// Arguments of `brokk sim`.
@@ -37,6 +37,10 @@ struct RunArgs {
     /// Print the summary JSON on standard output instead of a table.
     #[arg(long)]
     json: bool,
+    /// Where to look for a trace file, by its name, that is not where the
+    /// experiment says.
+    #[arg(long)]
+    traces: Option<PathBuf>,
 }
 
 /// Runs `brokk sim`.
@@ -45,7 +49,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         What::Run(r) => (r, false),
         What::Sweep(r) => (r, true),
     };
-    let prepared = load(&args.file)?;
+    let prepared = load_with(&args.file, args.traces.as_deref())?;
     let points = if sweep {
         prepared.points()
     } else {
