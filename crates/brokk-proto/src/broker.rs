@@ -96,6 +96,11 @@ impl BrokerClient {
         self.call(self.request(Method::POST, &["v1", "reservations"]).json(req))
     }
 
+    /// The caller's reservations made through the broker, by start.
+    pub fn reservations(&self) -> Result<Vec<BrokerReservation>, CallError> {
+        self.call(self.request(Method::GET, &["v1", "reservations"]))
+    }
+
     /// Cancels a reservation made through the broker.
     pub fn cancel_reservation(&self, id: &str) -> Result<BrokerReservation, CallError> {
         self.call(self.request(Method::DELETE, &["v1", "reservations", id]))

@@ -97,6 +97,10 @@ async fn reserve(
     Ok((StatusCode::CREATED, Json(app.service.reserve(&who.0, req).await?)).into_response())
 }
 
+async fn list_reservations(State(app): State<App>, Extension(who): Extension<Identity>) -> Result<Response, ApiError> {
+    Ok(Json(app.service.reservations(&who.0).await?).into_response())
+}
+
 async fn show_reservation(
     State(app): State<App>,
     Extension(who): Extension<Identity>,
@@ -253,7 +257,7 @@ pub fn router(service: Service, tokens: BTreeMap<String, String>, max_body: usiz
         .route("/v1/jobs/{id}/files/{*name}", get(file))
         .route("/v1/resources", get(resources))
         .route("/v1/coallocations", axum::routing::post(coallocate))
-        .route("/v1/reservations", axum::routing::post(reserve))
+        .route("/v1/reservations", get(list_reservations).post(reserve))
         .route(
             "/v1/reservations/{id}",
             get(show_reservation).delete(cancel_reservation),

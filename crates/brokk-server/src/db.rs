@@ -66,6 +66,23 @@ fn state_of(name: &str) -> BrokerState {
     name.parse().unwrap_or(BrokerState::Failed)
 }
 
+/// A reservation as its row holds it.
+fn reservation_of(r: &AnyRow) -> BrokerReservation {
+    BrokerReservation {
+        id: r.get("id"),
+        owner: r.get("owner"),
+        site: r.get("site"),
+        site_reservation: r.get::<i64, _>("site_reservation") as u64,
+        amount: r.get::<i64, _>("amount") as u32,
+        start: Time(r.get("start")),
+        end: Time(r.get("stop")),
+        state: match r.get::<String, _>("state").as_str() {
+            "committed" => BrokerReservationState::Committed,
+            _ => BrokerReservationState::Cancelled,
+        },
+    }
+}
+
 fn row_to_job(r: &AnyRow) -> StoredJob {
     let warnings: String = r.get("warnings");
     let spec: String = r.get("spec");
@@ -337,19 +354,19 @@ impl Db {
         .bind(id)
         .fetch_optional(&self.pool)
         .await?;
-        Ok(row.map(|r| BrokerReservation {
-            id: r.get("id"),
-            owner: r.get("owner"),
-            site: r.get("site"),
-            site_reservation: r.get::<i64, _>("site_reservation") as u64,
-            amount: r.get::<i64, _>("amount") as u32,
-            start: Time(r.get("start")),
-            end: Time(r.get("stop")),
-            state: match r.get::<String, _>("state").as_str() {
-                "committed" => BrokerReservationState::Committed,
-                _ => BrokerReservationState::Cancelled,
-            },
-        }))
+        Ok(row.as_ref().map(reservation_of))
+    }
+
+    /// `owner`'s reservations, by start.
+    pub async fn reservations_of(&self, owner: &str) -> Result<Vec<BrokerReservation>, DbError> {
+        let rows = sqlx::query(
+            "SELECT id, owner, site, site_reservation, amount, start, stop, state FROM reservations \
+             WHERE owner = $1 ORDER BY start, id",
+        )
+        .bind(owner)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows.iter().map(reservation_of).collect())
     }
 
     /// How many of `owner`'s jobs have not ended.

@@ -365,6 +365,16 @@ fn reservations_are_made_and_claimed_on_behalf_of_their_owner() {
     std::fs::write(&job, r#"{"executable": "/bin/true", "cpus": 2, "wall_time": 30}"#).unwrap();
     let o = svc.brokk("tok-bob", &["submit", job.to_str().unwrap(), "--reservation", &rid]);
     assert!(text(&o).1.contains("belongs to someone else"), "{}", text(&o).1);
+    // Listed for its owner only.
+    let listed = svc.json("tok-ann", &["reserve", "--list", "--json"]);
+    assert!(
+        listed.as_array().unwrap().iter().any(|r| r["id"] == rid.as_str()),
+        "{listed}"
+    );
+    assert_eq!(
+        svc.json("tok-bob", &["reserve", "--list", "--json"]),
+        serde_json::json!([])
+    );
     let o = svc.brokk("tok-bob", &["reserve", "--cancel", &rid]);
     assert!(text(&o).1.contains("belongs to someone else"), "{}", text(&o).1);
     // Ann's job runs in it: at its site, from its start.

@@ -100,6 +100,11 @@ impl Service {
         Ok(r)
     }
 
+    /// `owner`'s reservations, by start: their own only.
+    pub async fn reservations(&self, owner: &str) -> Result<Vec<BrokerReservation>, ServiceError> {
+        Ok(self.db.reservations_of(owner).await?)
+    }
+
     /// A reservation of `owner`'s.
     pub async fn reservation(&self, owner: &str, id: &str) -> Result<BrokerReservation, ServiceError> {
         let r = self

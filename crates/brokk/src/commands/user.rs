@@ -159,7 +159,7 @@ pub struct ReserveArgs {
     #[arg(long, default_value_t = 1)]
     amount: u32,
     /// Seconds.
-    #[arg(long, required_unless_present = "cancel")]
+    #[arg(long, required_unless_present_any = ["cancel", "list"])]
     duration: Option<i64>,
     /// Earliest start (RFC 3339) [default: now].
     #[arg(long)]
@@ -170,6 +170,9 @@ pub struct ReserveArgs {
     /// Cancel this reservation instead.
     #[arg(long, conflicts_with_all = ["earliest", "latest"])]
     cancel: Option<String>,
+    /// List your reservations instead.
+    #[arg(long, conflicts_with_all = ["earliest", "latest", "cancel", "duration"])]
+    list: bool,
     /// Print JSON.
     #[arg(long)]
     json: bool,
@@ -177,9 +180,32 @@ pub struct ReserveArgs {
     server: Server,
 }
 
+fn print_reservation(r: &brokk_proto::wire::BrokerReservation) {
+    say!(
+        "{} {} at {}: {} slots {} to {}",
+        r.id,
+        r.state,
+        r.site,
+        r.amount,
+        r.start,
+        r.end
+    );
+}
+
 /// Runs `brokk reserve`.
 pub fn reserve(a: ReserveArgs) -> Result<ExitCode> {
     let c = a.server.client();
+    if a.list {
+        let all = c.reservations()?;
+        if a.json {
+            say!("{}", serde_json::to_string_pretty(&all)?);
+        } else {
+            for r in &all {
+                print_reservation(r);
+            }
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
     let r = match &a.cancel {
         Some(id) => c.cancel_reservation(id)?,
         None => {
@@ -202,15 +228,7 @@ pub fn reserve(a: ReserveArgs) -> Result<ExitCode> {
     if a.json {
         say!("{}", serde_json::to_string_pretty(&r)?);
     } else {
-        say!(
-            "{} {} at {}: {} slots {} to {}",
-            r.id,
-            r.state,
-            r.site,
-            r.amount,
-            r.start,
-            r.end
-        );
+        print_reservation(&r);
     }
     Ok(ExitCode::SUCCESS)
 }
