@@ -59,8 +59,8 @@ enum Command {
     Status(commands::user::StatusArgs),
     /// Follow a job until it ends.
     Watch(commands::user::IdArgs),
-    /// Cancel a job.
-    Cancel(commands::user::IdArgs),
+    /// Cancel jobs.
+    Cancel(commands::user::CancelArgs),
     /// Print a job's output file.
     Output(commands::user::OutputArgs),
     /// Show the sites the broker knows.

@@ -698,3 +698,40 @@ fn a_site_that_does_not_answer_is_named_with_why() {
     let ghost = all.as_array().unwrap().iter().find(|r| r["name"] == "ghost").unwrap();
     assert_eq!(ghost["available"], false, "{ghost}");
 }
+
+#[test]
+fn cancel_takes_several_jobs_and_goes_on_past_one_it_cannot_cancel() {
+    let dir = scratch("cancel-several");
+    let svc = Service::start(&dir);
+    let job = dir.join("long.json");
+    std::fs::write(
+        &job,
+        r#"{"executable": "/bin/sleep", "arguments": ["60"], "wall_time": 120}"#,
+    )
+    .unwrap();
+    let ids: Vec<String> = (0..2)
+        .map(|_| {
+            svc.json("tok-ann", &["submit", job.to_str().unwrap(), "--json"])["id"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    let out = svc.brokk("tok-ann", &["cancel", &ids[0], "0123456789abcdef", &ids[1], "--json"]);
+    // The unknown one sets the status (not found); both real ones are cancelled.
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out).1);
+    let done: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(done.as_array().unwrap().len(), 2, "{done}");
+    assert!(
+        text(&out).1.contains("1 of 3 jobs were not cancelled"),
+        "{}",
+        text(&out).1
+    );
+    for id in &ids {
+        let t = Instant::now();
+        while svc.json("tok-ann", &["status", id, "--json"])["state"] != "cancelled" {
+            assert!(t.elapsed() < Duration::from_secs(20), "{id} not cancelled");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}

@@ -87,6 +87,19 @@ pub struct IdArgs {
     server: Server,
 }
 
+/// `brokk cancel`.
+#[derive(clap::Args)]
+pub struct CancelArgs {
+    /// The jobs.
+    #[arg(required = true)]
+    ids: Vec<String>,
+    /// Print JSON (one object for one job, an array for several).
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    server: Server,
+}
+
 /// `brokk output`.
 #[derive(clap::Args)]
 pub struct OutputArgs {
@@ -385,14 +398,42 @@ pub fn watch_cmd(a: IdArgs) -> Result<ExitCode> {
 }
 
 /// Runs `brokk cancel`.
-pub fn cancel(a: IdArgs) -> Result<ExitCode> {
-    let j = a.server.client().cancel(&a.id)?;
-    if a.json {
-        say!("{}", serde_json::to_string_pretty(&j)?);
-    } else {
-        say!("{} {}", j.id, j.state);
+pub fn cancel(a: CancelArgs) -> Result<ExitCode> {
+    let c = a.server.client();
+    let mut done = Vec::new();
+    let mut first_error = None;
+    // Every job is tried; one that cannot be cancelled does not stop the rest.
+    for id in &a.ids {
+        match c.cancel(id) {
+            Ok(j) => {
+                if !a.json {
+                    say!("{} {}", j.id, j.state);
+                }
+                done.push(j);
+            }
+            Err(e) => {
+                if a.ids.len() > 1 {
+                    eprintln!("error: {id}: {e}");
+                }
+                first_error.get_or_insert(e);
+            }
+        }
     }
-    Ok(ExitCode::SUCCESS)
+    if a.json {
+        match done.as_slice() {
+            [one] if a.ids.len() == 1 => say!("{}", serde_json::to_string_pretty(one)?),
+            all => say!("{}", serde_json::to_string_pretty(all)?),
+        }
+    }
+    let failed = a.ids.len() - done.len();
+    match first_error {
+        // The first error's kind sets the exit status.
+        Some(e) if a.ids.len() > 1 => {
+            Err(anyhow::Error::new(e).context(format!("{failed} of {} jobs were not cancelled", a.ids.len())))
+        }
+        Some(e) => Err(e.into()),
+        None => Ok(ExitCode::SUCCESS),
+    }
 }
 
 /// Runs `brokk output`.
