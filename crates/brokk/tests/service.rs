@@ -618,6 +618,12 @@ fn a_burst_spreads_over_idle_sites() {
     waits.sort_unstable();
     assert!(waits[0] <= 1 && waits[1] <= 1, "{waits:?}");
     assert!(waits[2] >= 25 && waits[3] >= 25, "{waits:?}");
+    // Filters: by site, and a state that does not exist is a usage error.
+    let at_a = svc.json("tok-ann", &["status", "--site", "a", "--json"]);
+    assert_eq!(at_a.as_array().unwrap().len(), 2, "{at_a}");
+    let bad = svc.brokk("tok-ann", &["status", "--state", "finshed"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(text(&bad).1.contains("one of accepted"), "{}", text(&bad).1);
 }
 
 #[test]

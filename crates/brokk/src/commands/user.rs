@@ -65,9 +65,13 @@ pub struct SubmitArgs {
 pub struct StatusArgs {
     /// A job; without one, all of yours.
     id: Option<String>,
-    /// Only jobs in this state.
+    /// Only jobs in this state (accepted, reserving, moving, dispatched,
+    /// running, finished, failed, cancelled).
     #[arg(long)]
-    state: Option<String>,
+    state: Option<brokk_proto::wire::BrokerState>,
+    /// Only jobs at this site.
+    #[arg(long)]
+    site: Option<String>,
     /// Print JSON.
     #[arg(long)]
     json: bool,
@@ -381,7 +385,10 @@ pub fn status(a: StatusArgs) -> Result<ExitCode> {
             }
         }
         None => {
-            let jobs = c.jobs(a.state.as_deref())?;
+            let mut jobs = c.jobs(a.state.map(|s| s.as_str()))?;
+            if let Some(site) = &a.site {
+                jobs.retain(|j| j.site.as_deref() == Some(site.as_str()));
+            }
             if a.json {
                 say!("{}", serde_json::to_string_pretty(&jobs)?);
             } else {
