@@ -54,6 +54,16 @@ impl Service {
     }
 }
 
+/// Writes `dir/broker.toml` for ann with embedded sites of these names and
+/// sizes, and `extra` lines before the sites.
+fn broker_config(dir: &Path, extra: &str, sites: &[(&str, u32)]) {
+    let mut text = format!("database = \"broker.db\"\nstate_dir = \"sites\"\n{extra}[tokens]\n\"tok-ann\" = \"ann\"\n");
+    for (name, capacity) in sites {
+        text += &format!("[[embedded]]\nname = \"{name}\"\ncapacity = {capacity}\n");
+    }
+    std::fs::write(dir.join("broker.toml"), text).unwrap();
+}
+
 fn text(o: &Output) -> (String, String) {
     (
         String::from_utf8_lossy(&o.stdout).into_owned(),
@@ -424,13 +434,7 @@ fn reservations_are_made_and_claimed_on_behalf_of_their_owner() {
 #[test]
 fn a_waiting_job_moves_to_a_site_that_frees_up() {
     let dir = scratch("adapt");
-    std::fs::write(
-        dir.join("broker.toml"),
-        "database = \"broker.db\"\nstate_dir = \"sites\"\nadapt_every = 1\nadapt_margin = 10\n\
-         [tokens]\n\"tok-ann\" = \"ann\"\n\
-         [[embedded]]\nname = \"a\"\ncapacity = 2\n[[embedded]]\nname = \"b\"\ncapacity = 2\n",
-    )
-    .unwrap();
+    broker_config(&dir, "adapt_every = 1\nadapt_margin = 10\n", &[("a", 2), ("b", 2)]);
     let svc = Service::start(&dir);
     // Site a is held by a reservation for two minutes; site b runs a long job.
     let r = svc.json("tok-ann", &["reserve", "--amount", "2", "--duration", "120", "--json"]);
@@ -539,12 +543,7 @@ fn a_script_job_runs_when_the_service_was_started_with_a_relative_config() {
     // configuration's directory; the sites' sandboxes must still be found
     // after the runner changes into one.
     let dir = scratch("relative-config");
-    std::fs::write(
-        dir.join("broker.toml"),
-        "database = \"broker.db\"\nstate_dir = \"sites\"\n[tokens]\n\"tok-ann\" = \"ann\"\n\
-         [[embedded]]\nname = \"only\"\ncapacity = 2\n",
-    )
-    .unwrap();
+    broker_config(&dir, "", &[("only", 2)]);
     let server = common::spawn_listening(
         std::process::Command::new(env!("CARGO_BIN_EXE_brokk"))
             .args(["serve", "--config", "broker.toml"])
@@ -577,12 +576,7 @@ fn a_burst_spreads_over_idle_sites() {
     // Four 8-CPU jobs at once over two idle 8-CPU sites: two each, each
     // predicted where it will really start, not four queued at one site.
     let dir = scratch("burst");
-    std::fs::write(
-        dir.join("broker.toml"),
-        "database = \"broker.db\"\nstate_dir = \"sites\"\n[tokens]\n\"tok-ann\" = \"ann\"\n\
-         [[embedded]]\nname = \"a\"\ncapacity = 8\n[[embedded]]\nname = \"b\"\ncapacity = 8\n",
-    )
-    .unwrap();
+    broker_config(&dir, "", &[("a", 8), ("b", 8)]);
     let svc = Service::start(&dir);
     let job = dir.join("wide.json");
     std::fs::write(
@@ -633,12 +627,7 @@ fn reservations_made_for_a_job_end_with_it() {
     // ended or been cancelled: a full-width job submitted afterwards starts
     // at once.
     let dir = scratch("reservations-end");
-    std::fs::write(
-        dir.join("broker.toml"),
-        "database = \"broker.db\"\nstate_dir = \"sites\"\n[tokens]\n\"tok-ann\" = \"ann\"\n\
-         [[embedded]]\nname = \"a\"\ncapacity = 4\n[[embedded]]\nname = \"b\"\ncapacity = 4\n",
-    )
-    .unwrap();
+    broker_config(&dir, "", &[("a", 4), ("b", 4)]);
     let svc = Service::start(&dir);
     let write = |name: &str, body: &str| {
         let f = dir.join(name);
