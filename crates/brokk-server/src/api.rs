@@ -220,10 +220,16 @@ async fn metrics(State(app): State<App>) -> Result<Response, ApiError> {
         ("brokk_decisions_total", &c.decisions),
         ("brokk_jobs_undispatchable_total", &c.undispatchable),
         ("brokk_site_errors_total", &c.site_errors),
-        ("brokk_info_cache_hits_total", &c.cache_hits),
-        ("brokk_info_cache_misses_total", &c.cache_misses),
     ] {
         let _ = writeln!(out, "# TYPE {name} counter\n{name} {}", v.load(Ordering::Relaxed));
+    }
+    // The information cache counts its own lookups.
+    let (hits, misses) = app.service.info.hits_and_misses();
+    for (name, v) in [
+        ("brokk_info_cache_hits_total", hits),
+        ("brokk_info_cache_misses_total", misses),
+    ] {
+        let _ = writeln!(out, "# TYPE {name} counter\n{name} {v}");
     }
     let _ = writeln!(out, "# TYPE brokk_submit_seconds histogram");
     let mut cumulative = 0;

@@ -30,7 +30,7 @@ mod sites;
 
 pub use files::{FileHead, FileStream};
 use sites::cached_sites;
-pub use sites::{Cursor, SiteEntry, SiteInfo, INFO_TTL};
+pub use sites::{Cursor, SiteEntry, SiteInfo};
 
 /// Why a request failed.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -74,10 +74,6 @@ pub struct Counters {
     pub undispatchable: AtomicU64,
     /// Calls to sites that failed.
     pub site_errors: AtomicU64,
-    /// Brokering decisions that reused a site's cached information.
-    pub cache_hits: AtomicU64,
-    /// ... and that had to ask the site.
-    pub cache_misses: AtomicU64,
     /// Submit latency histogram: counts per bucket of [`LATENCY_BUCKETS`], then the sum in microseconds.
     pub submit_latency: [AtomicU64; LATENCY_BUCKETS.len() + 2],
 }

@@ -40,10 +40,6 @@ impl SiteEntry {
     }
 }
 
-/// How long a site's information is reused for brokering decisions, by
-/// default.
-pub const INFO_TTL: std::time::Duration = std::time::Duration::from_secs(1);
-
 /// What the sites last published, as every brokering decision reads it: one
 /// cache for all sites, refreshed under the broker's fetch rules (stale
 /// sites only, all at once up to a bound, each within a timeout, a site
@@ -66,6 +62,11 @@ impl SiteInfo {
             fetch,
             turn: Arc::default(),
         }
+    }
+
+    /// Lookups the cache answered, and lookups that needed a fetch.
+    pub fn hits_and_misses(&self) -> (u64, u64) {
+        self.cache.lock().map_or((0, 0), |c| (c.hits, c.misses))
     }
 
     fn get(&self, site: &str) -> Option<Answer> {
@@ -215,15 +216,7 @@ impl Service {
         let turn = self.info.turn.clone().lock_owned().await;
         let names: Vec<String> = self.sites.iter().map(|s| s.name.clone()).collect();
         let stale = match self.info.cache.lock() {
-            Ok(mut cache) => {
-                let (hits, misses) = (cache.hits, cache.misses);
-                let stale = cache.stale(&names, std::time::Instant::now());
-                self.counters.cache_hits.fetch_add(cache.hits - hits, Ordering::Relaxed);
-                self.counters
-                    .cache_misses
-                    .fetch_add(cache.misses - misses, Ordering::Relaxed);
-                stale
-            }
+            Ok(mut cache) => cache.stale(&names, std::time::Instant::now()),
             Err(_) => return turn,
         };
         if !stale.is_empty() {
