@@ -708,34 +708,23 @@ impl SiteCore {
             // Starts never overtake: not before the last queued job's.
             Policy::Fcfs => self.queue.last().map_or(now, |&(t, _)| t.max(now)),
             Policy::Backfill { reservations } if reservations != usize::MAX => {
-                let fits_ever = amount <= self.params.capacity && now + wall <= self.params.horizon;
-                if let Some(placed) = self.book(who, amount, wall, now, now) {
-                    return Ok(Some(placed));
+                match self.book(who, amount, wall, now, now) {
+                    Ok(placed) => return Ok(Some(placed)),
+                    // A job that can never run here is refused, as always.
+                    Err(never @ Reply::Never { .. }) => return Err(CoreError::NotGranted(never)),
+                    Err(_) if !self.waiting.is_empty() || self.protected(now) >= reservations => return Ok(None),
+                    Err(_) => now,
                 }
-                if fits_ever && (!self.waiting.is_empty() || self.protected(now) >= reservations) {
-                    return Ok(None);
-                }
-                now
             }
             Policy::Backfill { .. } => now,
         };
-        let req = Request {
-            amount,
-            duration: wall,
-            earliest,
-            latest: OPEN_END,
-            flexible: false,
-        };
-        match self.planner.reserve(who, &req, None) {
-            Reply::Granted { id, start } => {
-                self.out.push(Effect::SaveReservation(id));
-                Ok(Some((id, start)))
-            }
-            other => Err(CoreError::NotGranted(other)),
-        }
+        self.book(who, amount, wall, earliest, OPEN_END)
+            .map(Some)
+            .map_err(CoreError::NotGranted)
     }
 
-    /// A slot of `amount` for `wall` from `earliest` to no later than `latest`, if one is free.
+    /// A slot of `amount` for `wall` from `earliest` to no later than
+    /// `latest`, or the planner's reply why not.
     fn book(
         &mut self,
         who: &str,
@@ -743,7 +732,7 @@ impl SiteCore {
         wall: Duration,
         earliest: Time,
         latest: Time,
-    ) -> Option<(ReservationId, Time)> {
+    ) -> Result<(ReservationId, Time), Reply> {
         let req = Request {
             amount,
             duration: wall,
@@ -754,9 +743,9 @@ impl SiteCore {
         match self.planner.reserve(who, &req, None) {
             Reply::Granted { id, start } => {
                 self.out.push(Effect::SaveReservation(id));
-                Some((id, start))
+                Ok((id, start))
             }
-            _ => None,
+            other => Err(other),
         }
     }
 
@@ -830,7 +819,7 @@ impl SiteCore {
                 self.wall_time(&j.spec),
             );
             let latest = if protected < reservations { OPEN_END } else { now };
-            let Some((slot, start)) = self.book(&who, amount, wall, now, latest) else {
+            let Ok((slot, start)) = self.book(&who, amount, wall, now, latest) else {
                 k += 1;
                 continue;
             };
