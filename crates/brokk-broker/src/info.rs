@@ -106,11 +106,13 @@ pub trait InfoSource {
 }
 
 /// Why a site's information is missing from a fetch.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum FetchFailure {
     /// The query failed.
+    #[error("{0}")]
     Error(SiteError),
     /// The answer took longer than the timeout.
+    #[error("no answer within {0}")]
     Timeout(Duration),
 }
 

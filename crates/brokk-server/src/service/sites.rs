@@ -133,7 +133,7 @@ impl Site for CachedSite {
         match self.info.get(&self.name) {
             Some(Ok(info)) => Ok(info),
             Some(Err(FetchFailure::Error(e))) => Err(e),
-            Some(Err(f @ FetchFailure::Timeout(_))) => Err(brokk_broker::SiteError::Unavailable(failure_text(&f))),
+            Some(Err(f @ FetchFailure::Timeout(_))) => Err(brokk_broker::SiteError::Unavailable(f.to_string())),
             // A decision that did not refresh first asks the site itself.
             None => self.client.info(),
         }
@@ -199,14 +199,6 @@ impl Site for CachedSite {
     }
 }
 
-/// Why a site's information is missing, in words.
-fn failure_text(f: &FetchFailure) -> String {
-    match f {
-        FetchFailure::Error(e) => e.to_string(),
-        FetchFailure::Timeout(t) => format!("no answer within {t}"),
-    }
-}
-
 impl Service {
     /// A brokering decision's turn: waits for the one before it to finish,
     /// then fetches, all at once, the information of every site whose
@@ -256,7 +248,7 @@ impl Service {
         if let Some(record) = &self.record {
             let at = now();
             for (name, answer) in &answers {
-                record.site(name, at, answer.as_ref().map_err(failure_text));
+                record.site(name, at, answer.as_ref().map_err(ToString::to_string));
             }
         }
         answers
@@ -275,7 +267,7 @@ impl Service {
                         info.name = s.name.clone();
                         Ok(info)
                     }
-                    Some(Err(f)) => Err(failure_text(&f)),
+                    Some(Err(f)) => Err(f.to_string()),
                     None => Err("not asked".to_string()),
                 }
             })
