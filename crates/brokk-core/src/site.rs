@@ -639,9 +639,7 @@ impl SiteCore {
     /// Records how job `id` ended at `now`, frees what it held and moves
     /// queued jobs up into it.
     pub fn finish(&mut self, now: Time, id: JobId, phase: JobPhase, exit_code: Option<i32>, reason: Option<String>) {
-        if self.jobs.get(&id).is_some_and(|j| !j.state.is_terminal()) {
-            self.close(now, id, phase, exit_code, reason);
-        }
+        self.close(now, id, phase, exit_code, reason);
     }
 
     /// Frees what an ended job held: its own slot, or the reservation it
@@ -664,9 +662,7 @@ impl SiteCore {
     /// scheduler sees it.
     pub fn finish_together(&mut self, now: Time, ends: Vec<(JobId, JobPhase, Option<i32>, Option<String>)>) {
         for (id, phase, exit_code, reason) in ends {
-            if self.jobs.get(&id).is_some_and(|j| !j.state.is_terminal()) {
-                self.record_end(now, id, phase, exit_code, reason);
-            }
+            self.record_end(now, id, phase, exit_code, reason);
         }
         self.compress(now);
     }
@@ -676,7 +672,11 @@ impl SiteCore {
         self.compress(now);
     }
 
+    /// Records job `id`'s end, unless it has ended already.
     fn record_end(&mut self, now: Time, id: JobId, phase: JobPhase, exit_code: Option<i32>, reason: Option<String>) {
+        if self.jobs.get(&id).is_none_or(|j| j.state.is_terminal()) {
+            return;
+        }
         let Some(mut j) = self.jobs.remove(&id) else { return };
         if runs(j.state) && self.active.contains(&id) {
             self.running -= 1;

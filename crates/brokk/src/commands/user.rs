@@ -79,7 +79,7 @@ pub struct StatusArgs {
     server: Server,
 }
 
-/// `brokk watch`, `brokk cancel`.
+/// `brokk watch`.
 #[derive(clap::Args)]
 pub struct IdArgs {
     /// The job.
