@@ -400,7 +400,7 @@ pub fn simulate_grid(clusters: &[ClusterSpec], jobs: &[SimJob], routing: GridRou
             next += 1;
             let j = &jobs[i];
             if coallocate && routing.is_broker() && j.size > largest {
-                match grid.coallocate(j, t) {
+                match grid.coallocate(j, t, largest) {
                     Some(placed_parts) => {
                         for (c, handle) in &placed_parts {
                             let site = &mut grid.sites[*c];
@@ -479,12 +479,14 @@ impl Grid<'_> {
     }
 
     /// Co-allocates `j` at `t` in as few equal parts as the largest site
-    /// allows, each for the job's estimate on the slowest site, starting
+    /// (`largest` processors) allows, each for the job's estimate on the slowest site, starting
     /// together within 30 days ([ET-interop]'s Algorithms 1 and 2, then the
     /// broker's two-phase placement, as `brokk serve` co-allocates).
-    fn coallocate(&mut self, j: &SimJob, t: Time) -> Option<Vec<(usize, JobHandle)>> {
+    fn coallocate(&mut self, j: &SimJob, t: Time, largest: u32) -> Option<Vec<(usize, JobHandle)>> {
+        if largest == 0 {
+            return None;
+        }
         self.refresh(t);
-        let largest = self.specs.iter().map(|c| c.procs).max()?;
         let k = j.size.div_ceil(largest);
         let slowest = self.specs.iter().map(|c| c.speed).fold(f64::INFINITY, f64::min);
         let wall = scaled(j.estimate.max(Duration(1)), slowest);
