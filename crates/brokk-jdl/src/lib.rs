@@ -10,6 +10,7 @@
 //! names a file to read (`queue ... from FILE`), and then only through
 //! [`ReadOptions::base_dir`].
 
+pub mod assign;
 pub mod classad;
 mod condor;
 mod detect;

@@ -34,6 +34,89 @@ impl Duration {
     pub const fn as_secs(self) -> i64 {
         self.0
     }
+
+    /// Parses a duration as people write one on a command line: seconds
+    /// (`90`), units (`90s`, `15m`, `2h`, `1d`, `1h30m`, `1w`), or a clock
+    /// (`MM:SS`, `HH:MM:SS`, `D-HH:MM:SS` as Slurm's `--time` takes them).
+    pub fn parse_human(text: &str) -> Result<Duration, String> {
+        let s = text.trim();
+        let bad = || format!("`{text}` is not a duration (examples: 90, 90s, 15m, 1h30m, 2d, 01:30:00)");
+        if s.is_empty() {
+            return Err(bad());
+        }
+        if let Ok(n) = s.parse::<i64>() {
+            return (n >= 0).then_some(Duration(n)).ok_or_else(bad);
+        }
+        let total = if s.contains(':') {
+            let (days, clock) = match s.split_once('-') {
+                Some((d, c)) => (d.parse::<i64>().map_err(|_| bad())?, c),
+                None => (0, s),
+            };
+            let parts: Vec<i64> = clock
+                .split(':')
+                .map(|p| p.parse::<i64>().map_err(|_| bad()))
+                .collect::<Result<_, _>>()?;
+            let (h, m, sec) = match parts.as_slice() {
+                [m, sec] => (0, *m, *sec),
+                [h, m, sec] => (*h, *m, *sec),
+                _ => return Err(bad()),
+            };
+            days.checked_mul(86_400)
+                .and_then(|d| d.checked_add(h.checked_mul(3600)?))
+                .and_then(|t| t.checked_add(m.checked_mul(60)?))
+                .and_then(|t| t.checked_add(sec))
+        } else {
+            let mut total: Option<i64> = Some(0);
+            let mut digits = String::new();
+            for c in s.chars() {
+                if c.is_ascii_digit() {
+                    digits.push(c);
+                    continue;
+                }
+                let unit = match c {
+                    's' => 1,
+                    'm' => 60,
+                    'h' => 3600,
+                    'd' => 86_400,
+                    'w' => 7 * 86_400,
+                    _ => return Err(bad()),
+                };
+                let n: i64 = digits.parse().map_err(|_| bad())?;
+                digits.clear();
+                total = total.and_then(|t| t.checked_add(n.checked_mul(unit)?));
+            }
+            if !digits.is_empty() {
+                return Err(bad());
+            }
+            total
+        };
+        match total {
+            Some(t) if t >= 0 => Ok(Duration(t)),
+            _ => Err(bad()),
+        }
+    }
+
+    /// The duration as people read it: `45s`, `9m`, `2h05m`, `3d04h`
+    /// (two units at most, the larger first; negative with a `-`).
+    pub fn human(self) -> String {
+        let sign = if self.0 < 0 { "-" } else { "" };
+        let s = self.0.unsigned_abs();
+        let (d, h, m, sec) = (s / 86_400, s % 86_400 / 3600, s % 3600 / 60, s % 60);
+        match () {
+            _ if d > 0 => format!("{sign}{d}d{h:02}h"),
+            _ if h > 0 => format!("{sign}{h}h{m:02}m"),
+            _ if m > 0 && sec == 0 => format!("{sign}{m}m"),
+            _ if m > 0 => format!("{sign}{m}m{sec:02}s"),
+            _ => format!("{sign}{sec}s"),
+        }
+    }
+}
+
+impl FromStr for Duration {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Duration, String> {
+        Duration::parse_human(s)
+    }
 }
 
 impl Add for Duration {
@@ -142,6 +225,20 @@ impl Add<Duration> for Time {
     }
 }
 
+impl Sub<Duration> for Time {
+    type Output = Time;
+    fn sub(self, rhs: Duration) -> Time {
+        Time(self.0.saturating_sub(rhs.0))
+    }
+}
+
+impl Sub for Duration {
+    type Output = Duration;
+    fn sub(self, rhs: Duration) -> Duration {
+        Duration(self.0.saturating_sub(rhs.0))
+    }
+}
+
 impl AddAssign<Duration> for Time {
     fn add_assign(&mut self, rhs: Duration) {
         *self = *self + rhs;
@@ -158,6 +255,32 @@ impl Sub for Time {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn human_durations_read_and_print() {
+        for (text, secs) in [
+            ("90", 90),
+            ("90s", 90),
+            ("15m", 900),
+            ("1h30m", 5400),
+            ("2d", 172_800),
+            ("1w", 604_800),
+            ("01:30:00", 5400),
+            ("05:07", 307),
+            ("1-02:00:00", 93_600),
+        ] {
+            assert_eq!(Duration::parse_human(text), Ok(Duration(secs)), "{text}");
+        }
+        for bad in ["", "-5", "1x", "h", "1:2:3:4", "99999999999999999999d", "5m3"] {
+            assert!(Duration::parse_human(bad).is_err(), "{bad}");
+        }
+        assert_eq!(Duration(45).human(), "45s");
+        assert_eq!(Duration(540).human(), "9m");
+        assert_eq!(Duration(547).human(), "9m07s");
+        assert_eq!(Duration(7500).human(), "2h05m");
+        assert_eq!(Duration(273_600).human(), "3d04h");
+        assert_eq!(Duration(-60).human(), "-1m");
+    }
 
     #[test]
     fn parses_rfc3339_and_job_language_forms() {

@@ -1,12 +1,11 @@
 //! A blocking client for the broker service's client API.
 
-use brokk_model::JobPreferences;
 use reqwest::blocking::{Client, RequestBuilder, Response};
 use reqwest::Method;
 
 use crate::wire::{
     Accepted, BrokerJob, BrokerReservation, BrokerReservationRequest, CoallocRequest, Coallocated, ErrorBody,
-    SubmitRequest,
+    SubmitRequest, UploadView,
 };
 
 /// A failed call: the HTTP status (0 when the service could not be reached)
@@ -73,22 +72,32 @@ impl BrokerClient {
         })
     }
 
-    /// Submits a description in any supported language, optionally into a
-    /// reservation made through the broker.
-    pub fn submit(
-        &self,
-        description: &str,
-        format: Option<&str>,
-        preferences: Option<JobPreferences>,
-        reservation: Option<&str>,
-    ) -> Result<Accepted, CallError> {
-        let body = SubmitRequest {
-            description: description.to_string(),
-            format: format.map(str::to_string),
-            preferences,
-            reservation: reservation.map(str::to_string),
-        };
-        self.call(self.request(Method::POST, &["v1", "jobs"]).json(&body))
+    /// Submits a description in any supported language (with its uploads
+    /// named, optionally held or into a reservation made through the broker).
+    pub fn submit(&self, req: &SubmitRequest) -> Result<Accepted, CallError> {
+        self.call(self.request(Method::POST, &["v1", "jobs"]).json(req))
+    }
+
+    /// Whether the caller's upload store holds the file with this SHA-256.
+    pub fn has_upload(&self, sha256: &str) -> Result<bool, CallError> {
+        match self.send(self.request(Method::GET, &["v1", "uploads", sha256])) {
+            Ok(_) => Ok(true),
+            Err(e) if e.status == 404 => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Uploads the local file `path` under its SHA-256 `sha256` (streamed).
+    pub fn upload(&self, sha256: &str, path: &std::path::Path) -> Result<UploadView, CallError> {
+        let f = std::fs::File::open(path).map_err(|e| CallError {
+            status: 0,
+            message: format!("{}: {e}", path.display()),
+        })?;
+        self.call(
+            self.request(Method::PUT, &["v1", "uploads", sha256])
+                .timeout(std::time::Duration::from_secs(3600))
+                .body(f),
+        )
     }
 
     /// Reserves slots at the site where they start earliest.
@@ -123,6 +132,16 @@ impl BrokerClient {
             rq = rq.query(&[("state", s)]);
         }
         self.call(rq)
+    }
+
+    /// Holds a job that has not been dispatched.
+    pub fn hold(&self, id: &str) -> Result<BrokerJob, CallError> {
+        self.call(self.request(Method::POST, &["v1", "jobs", id, "hold"]))
+    }
+
+    /// Releases a held job.
+    pub fn release(&self, id: &str) -> Result<BrokerJob, CallError> {
+        self.call(self.request(Method::POST, &["v1", "jobs", id, "release"]))
     }
 
     /// Cancels a job.

@@ -131,6 +131,32 @@ impl RemoteSite {
         }
     }
 
+    /// Whether this identity's upload store at the site holds `sha256`.
+    pub fn has_upload(&self, sha256: &str) -> Result<bool, SiteError> {
+        let resp = self.send(self.http.get(self.url(&["v1", "uploads", sha256])))?;
+        match resp.status() {
+            StatusCode::OK => Ok(true),
+            StatusCode::NOT_FOUND => Ok(false),
+            _ => Err(self.fail(resp)),
+        }
+    }
+
+    /// Sends the local file `path` to the site's upload store as `sha256`.
+    pub fn put_upload(&self, sha256: &str, path: &std::path::Path) -> Result<(), SiteError> {
+        let f = std::fs::File::open(path).map_err(|e| SiteError::Unavailable(format!("{}: {e}", path.display())))?;
+        let resp = self.send(
+            self.http
+                .put(self.url(&["v1", "uploads", sha256]))
+                .timeout(std::time::Duration::from_secs(3600))
+                .body(f),
+        )?;
+        if resp.status().is_success() {
+            Ok(())
+        } else {
+            Err(self.fail(resp))
+        }
+    }
+
     /// `GET /v1/reservations/{id}`.
     pub fn reservation(&self, id: ReservationId) -> Result<ReservationView, SiteError> {
         let resp = self.send(self.http.get(self.url(&["v1", "reservations", &id.0.to_string()])))?;

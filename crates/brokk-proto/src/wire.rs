@@ -264,7 +264,7 @@ pub struct ErrorBody {
 
 /// `POST /v1/jobs` on the broker service: a description in any supported
 /// language.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SubmitRequest {
     /// The job description text.
@@ -280,6 +280,13 @@ pub struct SubmitRequest {
     /// job to run in.
     #[serde(default)]
     pub reservation: Option<String>,
+    /// The description's local input files, uploaded first
+    /// (`PUT /v1/uploads/{sha256}`): input name -> SHA-256.
+    #[serde(default)]
+    pub uploads: std::collections::BTreeMap<String, String>,
+    /// Keep the jobs held, not dispatched, until released.
+    #[serde(default)]
+    pub hold: bool,
 }
 
 /// `202` answer of the broker service: the job is stored.
@@ -294,11 +301,14 @@ pub struct Accepted {
 }
 
 /// Where a job is at the broker.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum BrokerState {
     /// Recorded; waiting to be dispatched.
+    #[default]
     Accepted,
+    /// Recorded and kept back by its owner (`brokk hold`) until released.
+    Held,
     /// Part of a co-allocation whose reservations are being made.
     Reserving,
     /// Being moved from one site to another by queue adaptation.
@@ -317,8 +327,9 @@ pub enum BrokerState {
 
 impl BrokerState {
     /// Every state, in the order of a job's life.
-    pub const ALL: [BrokerState; 8] = [
+    pub const ALL: [BrokerState; 9] = [
         BrokerState::Accepted,
+        BrokerState::Held,
         BrokerState::Reserving,
         BrokerState::Moving,
         BrokerState::Dispatched,
@@ -332,6 +343,7 @@ impl BrokerState {
     pub fn as_str(self) -> &'static str {
         match self {
             BrokerState::Accepted => "accepted",
+            BrokerState::Held => "held",
             BrokerState::Reserving => "reserving",
             BrokerState::Moving => "moving",
             BrokerState::Dispatched => "dispatched",
@@ -415,8 +427,17 @@ pub struct HistoryEntry {
     pub detail: Option<String>,
 }
 
+/// A file uploaded for jobs' input, as a store holds it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UploadView {
+    /// Its SHA-256, lowercase hexadecimal: its name.
+    pub sha256: String,
+    /// Its size in bytes.
+    pub size: u64,
+}
+
 /// A job as the broker service reports it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct BrokerJob {
     /// Id at the broker.
     pub id: String,
@@ -446,10 +467,34 @@ pub struct BrokerJob {
     pub reason: Option<String>,
     /// Translation warnings.
     pub warnings: Vec<String>,
-    /// The job's standard output file, if it names one.
+    /// The job's name, if it has one.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// The job's standard output file.
     pub stdout: Option<String>,
+    /// The job's standard error file.
+    #[serde(default)]
+    pub stderr: Option<String>,
+    /// The other files it leaves for its owner (`brokk get` fetches them all).
+    #[serde(default)]
+    pub outputs: Vec<String>,
+    /// The wall time it asked for, seconds.
+    #[serde(default)]
+    pub wall_time: Option<i64>,
     /// State history.
     pub history: Vec<HistoryEntry>,
+}
+
+impl BrokerJob {
+    /// Takes what the view shows of the job's description: its name, its
+    /// streams, its output files and its wall time.
+    pub fn describe(&mut self, job: &brokk_model::Job) {
+        self.name = job.name.clone();
+        self.stdout = job.stdout.clone();
+        self.stderr = job.stderr.clone();
+        self.outputs = job.output_files.iter().map(|f| f.name.clone()).collect();
+        self.wall_time = job.wall_time.map(|d| d.0);
+    }
 }
 
 /// `POST /v1/coallocations` on the broker service: jobs that must start

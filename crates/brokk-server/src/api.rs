@@ -191,6 +191,35 @@ async fn file(
     Ok(resp)
 }
 
+async fn put_upload(
+    State(app): State<App>,
+    Extension(who): Extension<Identity>,
+    Path(sha): Path<String>,
+    body: axum::body::Body,
+) -> Response {
+    brokk_site::uploads::put_response(&app.service.uploads, &who.0, &sha, body).await
+}
+
+async fn upload_info(State(app): State<App>, Extension(who): Extension<Identity>, Path(sha): Path<String>) -> Response {
+    brokk_site::uploads::info_response(&app.service.uploads, &who.0, &sha)
+}
+
+async fn hold(
+    State(app): State<App>,
+    Extension(who): Extension<Identity>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    Ok(Json(app.service.hold(&who.0, &id).await?).into_response())
+}
+
+async fn release(
+    State(app): State<App>,
+    Extension(who): Extension<Identity>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    Ok(Json(app.service.release(&who.0, &id).await?).into_response())
+}
+
 async fn resources(State(app): State<App>) -> Response {
     let all: Vec<serde_json::Value> = app
         .service
@@ -261,6 +290,9 @@ pub fn router(service: Service, tokens: BTreeMap<String, String>, max_body: usiz
         .route("/v1/jobs", get(list).post(submit))
         .route("/v1/jobs/{id}", get(show).delete(cancel))
         .route("/v1/jobs/{id}/files/{*name}", get(file))
+        .route("/v1/jobs/{id}/hold", axum::routing::post(hold))
+        .route("/v1/jobs/{id}/release", axum::routing::post(release))
+        .route("/v1/uploads/{sha}", get(upload_info).put(put_upload))
         .route("/v1/resources", get(resources))
         .route("/v1/coallocations", axum::routing::post(coallocate))
         .route("/v1/reservations", get(list_reservations).post(reserve))

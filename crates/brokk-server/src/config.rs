@@ -103,6 +103,9 @@ pub struct Limits {
     pub reserved_slot_hours: u64,
     /// Longest reservation, seconds.
     pub reservation_seconds: i64,
+    /// Largest file uploaded for a job's input, bytes (the embedded sites
+    /// take the same).
+    pub upload_bytes: u64,
 }
 
 impl Default for Limits {
@@ -113,6 +116,7 @@ impl Default for Limits {
             coallocation_jobs: 16,
             reserved_slot_hours: 10_000,
             reservation_seconds: 7 * 24 * 3600,
+            upload_bytes: brokk_site::config::default_max_upload(),
         }
     }
 }

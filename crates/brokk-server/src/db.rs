@@ -86,28 +86,28 @@ fn reservation_of(r: &AnyRow) -> BrokerReservation {
 fn row_to_job(r: &AnyRow) -> StoredJob {
     let warnings: String = r.get("warnings");
     let spec: String = r.get("spec");
-    let stdout = serde_json::from_str::<brokk_model::Job>(&spec)
-        .ok()
-        .and_then(|j| j.stdout);
+    let mut view = BrokerJob {
+        id: r.get("id"),
+        owner: r.get("owner"),
+        format: r.get("format"),
+        state: state_of(&r.get::<String, _>("state")),
+        site: r.get("site"),
+        site_job: r.get("site_job"),
+        predicted_tts: r.get("predicted_tts"),
+        predicted_ttd: r.get("predicted_ttd"),
+        submitted: Time(r.get("submitted")),
+        started: r.get::<Option<i64>, _>("started").map(Time),
+        ended: r.get::<Option<i64>, _>("ended").map(Time),
+        exit_code: r.get::<Option<i64>, _>("exit_code").map(|c| c as i32),
+        reason: r.get("reason"),
+        warnings: serde_json::from_str(&warnings).unwrap_or_default(),
+        ..BrokerJob::default()
+    };
+    if let Ok(job) = serde_json::from_str::<brokk_model::Job>(&spec) {
+        view.describe(&job);
+    }
     StoredJob {
-        view: BrokerJob {
-            id: r.get("id"),
-            owner: r.get("owner"),
-            format: r.get("format"),
-            state: state_of(&r.get::<String, _>("state")),
-            site: r.get("site"),
-            site_job: r.get("site_job"),
-            predicted_tts: r.get("predicted_tts"),
-            predicted_ttd: r.get("predicted_ttd"),
-            submitted: Time(r.get("submitted")),
-            started: r.get::<Option<i64>, _>("started").map(Time),
-            ended: r.get::<Option<i64>, _>("ended").map(Time),
-            exit_code: r.get::<Option<i64>, _>("exit_code").map(|c| c as i32),
-            reason: r.get("reason"),
-            warnings: serde_json::from_str(&warnings).unwrap_or_default(),
-            stdout,
-            history: Vec::new(),
-        },
+        view,
         spec,
         prefs: r.get("prefs"),
     }

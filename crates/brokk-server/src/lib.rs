@@ -59,6 +59,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
             default_wall_time: 3600,
             kill_grace: 5,
             max_body_bytes: 1 << 20,
+            max_upload_bytes: config.limits.upload_bytes,
             benchmarks: e.benchmarks.clone(),
             bandwidth_bytes_per_s: e.bandwidth_bytes_per_s,
             tokens: [(token.clone(), "broker".to_string())].into_iter().collect(),
@@ -93,6 +94,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         started: service::now(),
         adapt_margin: brokk_model::Duration(config.adapt_margin),
         limits: config.limits,
+        uploads: brokk_site::uploads::Uploads::new(config.state_dir.join("uploads"), config.limits.upload_bytes),
         record: match &config.record {
             Some(path) => Some(Arc::new(record::Recorder::open(path).map_err(|e| err(&e))?)),
             None => None,

@@ -85,6 +85,8 @@ pub struct Agent {
     accounts: Accounts,
     /// Where `file://` staging may go.
     staging: Arc<crate::staging::Allowed>,
+    /// Files uploaded for jobs' input.
+    uploads: crate::uploads::Uploads,
 }
 
 fn view(r: &Reservation) -> ReservationView {
@@ -180,6 +182,7 @@ impl Agent {
                 write: config.stage_out_dirs.clone(),
                 workdir: config.workdir.clone(),
             }),
+            uploads: crate::uploads::Uploads::new(config.workdir.join(".uploads"), config.max_upload_bytes),
             config: Arc::new(config),
         };
         let commands = {
@@ -193,6 +196,11 @@ impl Agent {
     /// Where `file://` staging may go, from the configuration.
     pub fn staging(&self) -> &Arc<crate::staging::Allowed> {
         &self.staging
+    }
+
+    /// The files uploaded for jobs' input, per identity.
+    pub fn uploads(&self) -> &crate::uploads::Uploads {
+        &self.uploads
     }
 
     /// The configuration.
@@ -488,6 +496,26 @@ impl Agent {
             crate::sandbox::components(dir)
                 .map_err(|m| CoreError::BadRequest(format!("working_directory: {m}; jobs run in their sandbox")))?;
         }
+        // An uploaded input must be here, in the submitter's own store.
+        for f in &spec.input_files {
+            let Some(source) = f.source.as_deref() else {
+                return Err(CoreError::BadRequest(format!(
+                    "input file {}: it names no source; upload it (PUT /v1/uploads/SHA256) and name it upload:SHA256",
+                    f.name
+                ))
+                .into());
+            };
+            let Some(sha) = crate::uploads::digest_of(source) else {
+                continue;
+            };
+            if self.uploads.size(who, sha).is_none() {
+                return Err(CoreError::BadRequest(format!(
+                    "input file {}: upload {sha} is not here; PUT it to /v1/uploads/{sha} first",
+                    f.name
+                ))
+                .into());
+            }
+        }
         let sub = Submission {
             spec,
             key,
@@ -596,6 +624,7 @@ impl Agent {
         );
         Some(Launch {
             id,
+            owner: j.owner.clone(),
             wall: l.wall.0,
             job: j.spec,
             controls: Controls {

@@ -318,6 +318,23 @@ async fn file(
     Ok(resp)
 }
 
+async fn put_upload(
+    State(agent): State<Agent>,
+    Extension(who): Extension<Identity>,
+    Path(sha): Path<String>,
+    body: axum::body::Body,
+) -> Response {
+    crate::uploads::put_response(agent.uploads(), &who.0, &sha, body).await
+}
+
+async fn upload_info(
+    State(agent): State<Agent>,
+    Extension(who): Extension<Identity>,
+    Path(sha): Path<String>,
+) -> Response {
+    crate::uploads::info_response(agent.uploads(), &who.0, &sha)
+}
+
 async fn healthz() -> &'static str {
     "ok\n"
 }
@@ -347,6 +364,7 @@ pub fn router(agent: Agent) -> Router {
         .route("/v1/jobs/by-key/{key}", get(job_by_key))
         .route("/v1/jobs/changes", get(changes))
         .route("/v1/jobs/{id}/files/{*name}", get(file))
+        .route("/v1/uploads/{sha}", get(upload_info).put(put_upload))
         .route_layer(middleware::from_fn_with_state(agent.clone(), auth));
     Router::new()
         .route("/healthz", get(healthz))

@@ -77,6 +77,9 @@ pub struct Config {
     /// Largest request body accepted, bytes.
     #[serde(default = "default_max_body")]
     pub max_body_bytes: usize,
+    /// Largest file uploaded for a job's input, bytes (1 GiB by default).
+    #[serde(default = "default_max_upload")]
+    pub max_upload_bytes: u64,
     /// Published benchmark results.
     #[serde(default)]
     pub benchmarks: Vec<PublishedBenchmark>,
@@ -156,6 +159,10 @@ fn default_grace() -> u64 {
 }
 fn default_max_body() -> usize {
     1 << 20
+}
+/// The largest upload a site or the broker takes unless configured otherwise.
+pub fn default_max_upload() -> u64 {
+    1 << 30
 }
 
 /// Whether a user other than the file's owner and group can read `path`:

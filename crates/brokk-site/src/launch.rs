@@ -28,6 +28,8 @@ pub struct Controls {
 pub struct Launch {
     /// Job id on this site.
     pub id: JobId,
+    /// The identity that submitted it (its uploads are this one's).
+    pub owner: String,
     /// The description.
     pub job: Job,
     /// What it listens to.

@@ -18,6 +18,7 @@ pub mod slurm;
 pub mod staging;
 pub mod store;
 pub mod supervisor;
+pub mod uploads;
 
 use std::net::SocketAddr;
 

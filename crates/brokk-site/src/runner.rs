@@ -54,8 +54,18 @@ async fn drive(agent: &Agent, launch: Launch, sandbox: &Path) -> End {
         for f in &launch.job.input_files {
             let Some(source) = &f.source else { continue };
             let name = plain_name(&f.name);
+            let upload = crate::uploads::digest_of(source).map(|sha| agent.uploads().path(&launch.owner, sha));
+            let staged = async {
+                match upload {
+                    Some(path) => {
+                        let path = path.map_err(|e| e.to_string())?;
+                        crate::staging::copy_in(path, sandbox, &name, account).await
+                    }
+                    None => crate::staging::stage_in(&http, allowed, source, sandbox, &name, account).await,
+                }
+            };
             tokio::select! {
-                r = crate::staging::stage_in(&http, allowed, source, sandbox, &name, account) => {
+                r = staged => {
                     if let Err(e) = r {
                         return End::Failed(format!("staging in {}: {e}", f.name));
                     }

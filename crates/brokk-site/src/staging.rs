@@ -112,6 +112,19 @@ pub async fn stage_in(
     Err(format!("{source}: only file:// and http(s):// sources are supported"))
 }
 
+/// Copies the agent's own file `from` (an upload) into the sandbox as
+/// `name`, owned by `account`.
+pub async fn copy_in(from: PathBuf, sandbox_dir: &Path, name: &str, account: Option<Account>) -> Result<(), String> {
+    let (dir, owned) = (sandbox_dir.to_path_buf(), name.to_string());
+    blocking(move || {
+        let mut to = create_owned(&dir, &owned, account).map_err(|e| format!("{owned}: {e}"))?;
+        let mut src = std::fs::File::open(&from).map_err(|e| format!("the upload is gone: {e}"))?;
+        std::io::copy(&mut src, &mut to).map_err(|e| format!("{owned}: {e}"))?;
+        Ok(())
+    })
+    .await
+}
+
 /// Sends the sandbox's file `name` (which must belong to `account`) to `target`.
 pub async fn stage_out(
     http: &reqwest::Client,

@@ -59,10 +59,16 @@ enum Command {
     Status(commands::user::StatusArgs),
     /// Follow a job until it ends.
     Watch(commands::user::IdArgs),
-    /// Cancel jobs.
-    Cancel(commands::user::CancelArgs),
+    /// Cancel jobs, named or picked by filters.
+    Cancel(commands::user::SelectArgs),
+    /// Keep jobs not yet dispatched from being dispatched.
+    Hold(commands::user::SelectArgs),
+    /// Let held jobs be dispatched.
+    Release(commands::user::SelectArgs),
     /// Print a job's output file.
     Output(commands::user::OutputArgs),
+    /// Fetch all of a job's files (its output and error streams, its output files) into a directory.
+    Get(commands::user::GetArgs),
     /// Show the sites the broker knows.
     Resources(commands::user::ResourcesArgs),
     /// Reserve several jobs to start together (within --delta) and submit them.
@@ -97,7 +103,10 @@ fn main() -> ExitCode {
         Command::Submit(a) => commands::user::submit(a),
         Command::Status(a) => commands::user::status(a),
         Command::Watch(a) => commands::user::watch_cmd(a),
-        Command::Cancel(a) => commands::user::cancel(a),
+        Command::Cancel(a) => commands::user::select(a, commands::user::Action::Cancel),
+        Command::Hold(a) => commands::user::select(a, commands::user::Action::Hold),
+        Command::Release(a) => commands::user::select(a, commands::user::Action::Release),
+        Command::Get(a) => commands::user::get(a),
         Command::Output(a) => commands::user::output(a),
         Command::Resources(a) => commands::user::resources(a),
         Command::Coalloc(a) => commands::user::coalloc(a),

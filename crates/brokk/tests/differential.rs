@@ -93,7 +93,14 @@ fn the_live_broker_and_the_simulated_one_place_and_start_a_stream_alike() {
         let description = format!(
             r#"{{"name": "j{k}", "executable": "/bin/sleep", "arguments": ["{run}"], "cpus": {cpus}, "wall_time": {wall}}}"#
         );
-        let id = client.submit(&description, Some("json"), None, None).unwrap().id;
+        let id = client
+            .submit(&brokk_proto::wire::SubmitRequest {
+                description: description.clone(),
+                format: Some("json".into()),
+                ..Default::default()
+            })
+            .unwrap()
+            .id;
         live.push(wait_dispatched(&client, &id));
     }
     let dispatching = began.elapsed();

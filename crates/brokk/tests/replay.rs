@@ -22,7 +22,14 @@ fn what_the_broker_recorded_replays_in_the_simulator() {
     let ids: Vec<String> = (1..=3)
         .map(|k| {
             let d = format!(r#"{{"executable": "/bin/sleep", "arguments": ["1"], "cpus": {k}, "wall_time": 30}}"#);
-            client.submit(&d, Some("json"), None, None).unwrap().id
+            client
+                .submit(&brokk_proto::wire::SubmitRequest {
+                    description: d.clone(),
+                    format: Some("json".into()),
+                    ..Default::default()
+                })
+                .unwrap()
+                .id
         })
         .collect();
     let deadline = Instant::now() + Duration::from_secs(60);

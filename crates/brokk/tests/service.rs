@@ -503,21 +503,21 @@ fn exit_codes_tell_what_went_wrong() {
     let done = svc.brokk("tok-ann", &["submit", failing.to_str().unwrap(), "--watch", "--json"]);
     assert_eq!(done.status.code(), Some(1));
     // Shown as failed, with its code, in JSON and in the table.
-    let job: serde_json::Value = serde_json::from_slice(&done.stdout).unwrap();
+    let job = common::printed(&done.stdout);
     assert_eq!(
         (job["state"].as_str(), job["exit_code"].as_i64()),
         (Some("failed"), Some(3)),
         "{job}"
     );
     assert_eq!(job["reason"], "exited with code 3");
-    let table = text(&svc.brokk("tok-ann", &["status"])).0;
+    let table = text(&svc.brokk("tok-ann", &["status", "--format", "id,state,exit"])).0;
     let row: Vec<&str> = table
         .lines()
         .find(|l| l.starts_with(job["id"].as_str().unwrap()))
         .unwrap()
         .split_whitespace()
         .collect();
-    assert_eq!(row[2..4], ["failed", "3"], "{table}");
+    assert_eq!(row[1..3], ["failed", "3"], "{table}");
     // 2: a description that cannot be read.
     let bad = dir.join("bad.json");
     std::fs::write(&bad, r#"{"executable": 7}"#).unwrap();
@@ -729,4 +729,185 @@ fn cancel_takes_several_jobs_and_goes_on_past_one_it_cannot_cancel() {
             std::thread::sleep(Duration::from_millis(100));
         }
     }
+}
+
+#[test]
+fn local_inputs_are_uploaded_and_every_output_comes_back_under_brokk_ids() {
+    // arcsub and condor_submit send the files a description names from the
+    // submitting directory; the job reads them in its sandbox, and its
+    // `$(Cluster)` file names carry the broker's ids.
+    let dir = scratch("data-in-out");
+    let svc = Service::start(&dir);
+    let work = dir.join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    std::fs::write(work.join("data.txt"), "input from the submit directory\n").unwrap();
+    let submit = work.join("job.sub");
+    std::fs::write(
+        &submit,
+        "executable = /bin/sh\n\
+         arguments = \"-c 'cat data.txt; echo complaint >&2; echo $(Process) > result.txt'\"\n\
+         transfer_input_files = data.txt\n\
+         transfer_output_files = result.txt\n\
+         output = out.$(Cluster).$(Process)\n\
+         error = err.$(Cluster).$(Process)\n\
+         queue 2\n",
+    )
+    .unwrap();
+    let out = svc.brokk("tok-ann", &["submit", submit.to_str().unwrap(), "--json"]);
+    assert!(out.status.success(), "{}", text(&out).1);
+    assert!(
+        text(&out).1.contains("uploading data.txt (32 bytes)"),
+        "{}",
+        text(&out).1
+    );
+    let accepted: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let ids = common::strings(&accepted["ids"]);
+    // The same file again is not sent again: the broker keeps it by content.
+    let again = svc.brokk("tok-ann", &["submit", submit.to_str().unwrap()]);
+    assert!(again.status.success(), "{}", text(&again).1);
+    assert!(!text(&again).1.contains("uploading"), "{}", text(&again).1);
+    for (k, id) in ids.iter().enumerate() {
+        let j = svc.json("tok-ann", &["watch", id, "--json"]);
+        assert_eq!(j["state"], "finished", "{j}");
+        assert_eq!(
+            j["stdout"],
+            format!("out.{}.{k}", ids[0]),
+            "$(Cluster) is the submission's id"
+        );
+        let got = dir.join(format!("got-{k}"));
+        let fetched = svc.brokk("tok-ann", &["get", id, "--dir", got.to_str().unwrap()]);
+        assert!(fetched.status.success(), "{}", text(&fetched).1);
+        assert_eq!(
+            std::fs::read_to_string(got.join(format!("out.{}.{k}", ids[0]))).unwrap(),
+            "input from the submit directory\n"
+        );
+        assert_eq!(
+            std::fs::read_to_string(got.join(format!("err.{}.{k}", ids[0]))).unwrap(),
+            "complaint\n"
+        );
+        assert_eq!(
+            std::fs::read_to_string(got.join("result.txt")).unwrap(),
+            format!("{k}\n")
+        );
+    }
+    // A file that is not there is named before anything is sent.
+    std::fs::remove_file(work.join("data.txt")).unwrap();
+    let missing = svc.brokk("tok-ann", &["submit", submit.to_str().unwrap()]);
+    assert!(!missing.status.success());
+    assert!(text(&missing).1.contains("input file data.txt"), "{}", text(&missing).1);
+}
+
+#[test]
+fn an_upload_is_its_owners_alone_and_is_checked_on_arrival() {
+    let dir = scratch("uploads-private");
+    let svc = Service::start(&dir);
+    let http = reqwest::blocking::Client::new();
+    let body = b"ann's data\n".to_vec();
+    let sha = brokk_site::uploads::digest_file(&{
+        let p = dir.join("d");
+        std::fs::write(&p, &body).unwrap();
+        p
+    })
+    .unwrap()
+    .0;
+    let url = format!("{}/v1/uploads/{sha}", svc.server.url);
+    let wrong = http
+        .put(&url)
+        .bearer_auth("tok-ann")
+        .body(b"other bytes".to_vec())
+        .send()
+        .unwrap();
+    assert_eq!(wrong.status(), 400, "a body that is not its digest is refused");
+    let put = http.put(&url).bearer_auth("tok-ann").body(body).send().unwrap();
+    assert_eq!(put.status(), 201);
+    assert_eq!(http.get(&url).bearer_auth("tok-ann").send().unwrap().status(), 200);
+    assert_eq!(http.get(&url).bearer_auth("tok-bob").send().unwrap().status(), 404);
+    // Bob names Ann's digest: his own store does not have it.
+    let req = serde_json::json!({
+        "description": r#"{"executable": "/bin/cat", "arguments": ["d"], "input_files": [{"name": "d"}]}"#,
+        "format": "json",
+        "uploads": { "d": sha },
+    });
+    let bob = http
+        .post(format!("{}/v1/jobs", svc.server.url))
+        .bearer_auth("tok-bob")
+        .json(&req)
+        .send()
+        .unwrap();
+    assert_eq!(bob.status(), 400);
+    assert!(bob.text().unwrap().contains("not found"));
+    let ann = http
+        .post(format!("{}/v1/jobs", svc.server.url))
+        .bearer_auth("tok-ann")
+        .json(&req)
+        .send()
+        .unwrap();
+    assert_eq!(ann.status(), 202);
+}
+
+#[test]
+fn held_jobs_wait_and_filters_pick_jobs_by_name_and_state() {
+    let dir = scratch("hold-filters");
+    let svc = Service::start(&dir);
+    let job = |name: &str| {
+        let p = dir.join(format!("{name}.json"));
+        std::fs::write(
+            &p,
+            format!(r#"{{"name": "{name}", "executable": "/bin/sleep", "arguments": ["60"], "wall_time": 120}}"#),
+        )
+        .unwrap();
+        p
+    };
+    let (a, b) = (job("sweep-a"), job("plot"));
+    let held = svc.json("tok-ann", &["submit", a.to_str().unwrap(), "--hold", "--json"]);
+    let held = held["id"].as_str().unwrap().to_string();
+    let other = svc.json("tok-ann", &["submit", b.to_str().unwrap(), "--json"]);
+    let other = other["id"].as_str().unwrap().to_string();
+    std::thread::sleep(Duration::from_millis(1500));
+    let j = svc.json("tok-ann", &["status", &held, "--json"]);
+    assert_eq!((j["state"].as_str(), j["site"].as_str()), (Some("held"), None), "{j}");
+    // A dispatched job cannot be held: it is at a site already.
+    let t = Instant::now();
+    while svc.json("tok-ann", &["status", &other, "--json"])["site"].is_null() {
+        assert!(t.elapsed() < Duration::from_secs(20));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let refused = svc.brokk("tok-ann", &["hold", &other]);
+    assert_eq!(refused.status.code(), Some(6), "{}", text(&refused).1);
+    assert!(text(&refused).1.contains("cancel it instead"), "{}", text(&refused).1);
+    // The table, filtered by name, in the columns asked for.
+    let table = svc.brokk("tok-ann", &["status", "--name", "sweep-*", "--format", "id,name,state"]);
+    let (stdout, _) = text(&table);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 2, "{stdout}");
+    assert!(
+        lines[0].starts_with("JOB") && lines[1].contains("sweep-a") && lines[1].contains("held"),
+        "{stdout}"
+    );
+    let bad = svc.brokk("tok-ann", &["status", "--state", "sleeping"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(text(&bad).1.contains("one of accepted, held"), "{}", text(&bad).1);
+    // Released, it runs; cancelled by name with everything else of that name.
+    svc.json("tok-ann", &["release", &held, "--json"]);
+    let t = Instant::now();
+    while svc.json("tok-ann", &["status", &held, "--json"])["site"].is_null() {
+        assert!(t.elapsed() < Duration::from_secs(20), "released but not dispatched");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let cancelled = svc.json("tok-ann", &["cancel", "--name", "sweep-*,plot", "--json"]);
+    assert_eq!(cancelled.as_array().map(Vec::len), Some(2), "{cancelled}");
+    // Watching as a stream: one JSON line per state, the job last.
+    let events = svc.brokk("tok-ann", &["watch", &held, "--json"]);
+    let lines: Vec<serde_json::Value> = text(&events)
+        .0
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let states: Vec<&str> = lines.iter().filter_map(|e| e["state"].as_str()).collect();
+    assert_eq!(states.first(), Some(&"held"), "{states:?}");
+    assert!(
+        states.contains(&"accepted") && states.last() == Some(&"cancelled"),
+        "{states:?}"
+    );
+    assert_eq!(lines.last().unwrap()["event"], "end");
 }

@@ -32,7 +32,7 @@ pub(super) fn settle(sites: &[SiteEntry], info: &Arc<SiteInfo>, parts: &[Option<
             })
         })
         .collect();
-    let mut clients = cached_sites(sites, info, None, "broker");
+    let mut clients = cached_sites(sites, info, None, None, "broker");
     let mut refs: Vec<&mut dyn Site> = clients.iter_mut().map(|c| c as &mut dyn Site).collect();
     brokk_broker::coalloc::settle(&found, &mut refs, "broker")
 }
@@ -54,14 +54,24 @@ impl Service {
             .await?;
         let mut parsed = Vec::new();
         for j in &req.jobs {
-            parsed.push(Self::one_job(&j.description, j.format.as_deref())?);
+            let (mut job, format, warnings) = Self::one_job(&j.description, j.format.as_deref())?;
+            // Co-allocated jobs take no uploads: a local input is refused, not lost.
+            self.take_uploads(owner, &mut job, &Default::default())?;
+            parsed.push((job, format, warnings));
         }
         // Durable before anything is reserved, in a state of their own that
         // the ordinary dispatcher never takes.
         let group = format!("c{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
         let mut stored = Vec::new();
-        for (k, (job, format, warnings)) in parsed.iter().enumerate() {
+        for (k, (job, format, warnings)) in parsed.iter_mut().enumerate() {
             let id = format!("{group}-{k}");
+            let ids = brokk_jdl::assign::Ids {
+                job: &id,
+                submission: &group,
+                index: k,
+                user: owner,
+            };
+            brokk_jdl::assign::assign(*format, job, ids);
             let v = self
                 .store_new(
                     owner,
@@ -83,7 +93,7 @@ impl Service {
         let (earliest, latest, delta) = (req.earliest, req.latest, req.delta);
         let user = owner.to_string();
         let outcome = tokio::task::spawn_blocking(move || {
-            let mut clients = cached_sites(&sites, &info, None, &user);
+            let mut clients = cached_sites(&sites, &info, None, None, &user);
             let infos: Vec<Option<ResourceInfo>> = clients.iter().map(|c| c.info().ok()).collect();
             // Holds until every part is submitted: a broker that stops
             // mid-way leaves nothing booked once they lapse.

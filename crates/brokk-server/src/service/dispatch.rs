@@ -66,18 +66,23 @@ impl Service {
             }
         }
         let job: Job = serde_json::from_str(&stored.spec).map_err(|e| ServiceError::Unavailable(e.to_string()))?;
+        let turn = self.decision_turn().await;
+        // Its owner may have held or cancelled it since it was read.
+        if self.db.get(&stored.view.id).await?.map(|j| j.view.state) != Some(BrokerState::Accepted) {
+            return Ok(());
+        }
         if let Some(rid) = job.reservation.clone() {
             return self.dispatch_into(stored, job, &rid).await;
         }
         let prefs: JobPreferences = serde_json::from_str(&stored.prefs).unwrap_or_default();
         let sites = self.sites.clone();
-        let turn = self.decision_turn().await;
         let info = self.info.clone();
         let key = stored.view.id.clone();
         let user = stored.view.owner.clone();
         let t = now();
+        let uploads = self.uploads.clone();
         let outcome = tokio::task::spawn_blocking(move || {
-            let mut clients = cached_sites(&sites, &info, Some(&key), &user);
+            let mut clients = cached_sites(&sites, &info, Some(&uploads), Some(&key), &user);
             let mut refs: Vec<&mut dyn Site> = clients.iter_mut().map(|c| c as &mut dyn Site).collect();
             // Reservation-backed when the user asks for it: a hold on the best
             // site, committed by the submission (seed 003's two phases).
@@ -158,8 +163,10 @@ impl Service {
         };
         let key = v.id.clone();
         let user = v.owner.clone();
+        let uploads = self.uploads.clone();
         let outcome = tokio::task::spawn_blocking(move || {
             let mut c = site.client.clone();
+            super::sites::send_uploads(&c, &uploads, &user, &job)?;
             c.set_idempotency_key(Some(key));
             c.set_on_behalf_of(Some(user));
             c.submit("broker", &job, Some(brokk_core::ReservationId(r.site_reservation)))

@@ -31,8 +31,9 @@ impl Service {
             let margin = self.adapt_margin;
             let key = format!("{}-{}", v.id, uuid::Uuid::new_v4().simple());
             let owner = v.owner.clone();
+            let uploads = self.uploads.clone();
             let outcome = tokio::task::spawn_blocking(move || {
-                let mut clients = cached_sites(&sites, &info, Some(&key), &owner);
+                let mut clients = cached_sites(&sites, &info, Some(&uploads), Some(&key), &owner);
                 let mut tracked = Tracked {
                     job,
                     prefs,

@@ -101,6 +101,8 @@ pub struct Service {
     pub adapt_margin: brokk_model::Duration,
     /// What one user may hold at once.
     pub limits: crate::config::Limits,
+    /// Files users uploaded for their jobs' input.
+    pub uploads: brokk_site::uploads::Uploads,
     /// Where accepted jobs and their ends are recorded for replay, if
     /// configured.
     pub record: Option<Arc<crate::record::Recorder>>,
@@ -178,21 +180,27 @@ impl Service {
         }
         let prefs = serde_json::to_string(&req.preferences.unwrap_or_default())
             .map_err(|e| ServiceError::BadRequest(e.to_string()))?;
-        let mut ids = Vec::new();
-        for job in &jobs {
-            ids.push(
-                self.store_new(
-                    owner,
-                    job,
-                    format,
-                    warnings.clone(),
-                    prefs.clone(),
-                    BrokerState::Accepted,
-                    new_id(),
-                )
-                .await?
-                .id,
-            );
+        for job in &mut jobs {
+            self.take_uploads(owner, job, &req.uploads)?;
+        }
+        let ids: Vec<String> = jobs.iter().map(|_| new_id()).collect();
+        for (index, (job, id)) in jobs.iter_mut().zip(&ids).enumerate() {
+            let assigned = brokk_jdl::assign::Ids {
+                job: id,
+                submission: &ids[0],
+                index,
+                user: owner,
+            };
+            brokk_jdl::assign::assign(format, job, assigned);
+        }
+        let state = if req.hold {
+            BrokerState::Held
+        } else {
+            BrokerState::Accepted
+        };
+        for (job, id) in jobs.iter().zip(&ids) {
+            self.store_new(owner, job, format, warnings.clone(), prefs.clone(), state, id.clone())
+                .await?;
         }
         self.wake.notify_one();
         Ok(Accepted {
@@ -200,6 +208,37 @@ impl Service {
             ids,
             warnings,
         })
+    }
+
+    /// Points the job's local input files at the owner's uploads named in
+    /// `uploads`; refuses one that names no upload, or an upload not stored.
+    fn take_uploads(
+        &self,
+        owner: &str,
+        job: &mut Job,
+        uploads: &std::collections::BTreeMap<String, String>,
+    ) -> Result<(), ServiceError> {
+        for f in &mut job.input_files {
+            if f.source.is_some() {
+                continue;
+            }
+            let Some(sha) = uploads.get(&f.name) else {
+                return Err(ServiceError::BadRequest(format!(
+                    "input file {}: it is a local file and was not uploaded; `brokk submit` uploads it \
+                     (through the API: PUT it to /v1/uploads/{{sha256}} and name it in `uploads`)",
+                    f.name
+                )));
+            };
+            let size = self.uploads.size(owner, sha).ok_or_else(|| {
+                ServiceError::BadRequest(format!(
+                    "input file {}: upload {sha} not found; upload it first",
+                    f.name
+                ))
+            })?;
+            f.source = Some(format!("{}{sha}", brokk_site::uploads::SCHEME));
+            f.size = Some(size);
+        }
+        Ok(())
     }
 
     /// Refuses `n` more jobs for `owner` beyond `per_request` at once or the
@@ -232,25 +271,18 @@ impl Service {
         state: BrokerState,
         id: String,
     ) -> Result<BrokerJob, ServiceError> {
+        let mut view = BrokerJob {
+            id,
+            owner: owner.to_string(),
+            format: format.name().to_string(),
+            state,
+            submitted: now(),
+            warnings,
+            ..BrokerJob::default()
+        };
+        view.describe(job);
         let stored = StoredJob {
-            view: BrokerJob {
-                id,
-                owner: owner.to_string(),
-                format: format.name().to_string(),
-                state,
-                site: None,
-                site_job: None,
-                predicted_tts: None,
-                predicted_ttd: None,
-                submitted: now(),
-                started: None,
-                ended: None,
-                exit_code: None,
-                reason: None,
-                warnings,
-                stdout: job.stdout.clone(),
-                history: Vec::new(),
-            },
+            view,
             spec: serde_json::to_string(job).map_err(|e| ServiceError::BadRequest(e.to_string()))?,
             prefs,
         };
@@ -311,12 +343,65 @@ impl Service {
         Ok((job, format, parsed.warnings.iter().map(|d| d.to_string()).collect()))
     }
 
+    /// Keeps an accepted job from being dispatched until it is released.
+    pub async fn hold(&self, owner: &str, id: &str) -> Result<BrokerJob, ServiceError> {
+        self.hold_or_release(owner, id, BrokerState::Accepted, BrokerState::Held)
+            .await
+    }
+
+    /// Lets a held job be dispatched.
+    pub async fn release(&self, owner: &str, id: &str) -> Result<BrokerJob, ServiceError> {
+        let j = self
+            .hold_or_release(owner, id, BrokerState::Held, BrokerState::Accepted)
+            .await?;
+        self.wake.notify_one();
+        Ok(j)
+    }
+
+    async fn hold_or_release(
+        &self,
+        owner: &str,
+        id: &str,
+        from: BrokerState,
+        to: BrokerState,
+    ) -> Result<BrokerJob, ServiceError> {
+        // One decision at a time: the dispatcher may be sending this very job.
+        let _turn = self.decision_turn().await;
+        let mut j = self.owned(owner, id).await?.view;
+        if j.state == to {
+            return Ok(j);
+        }
+        if j.state != from {
+            let why = if to == BrokerState::Held {
+                "only a job not yet sent to a site can be held; cancel it instead"
+            } else {
+                "only a held job can be released"
+            };
+            return Err(ServiceError::Conflict(format!("job {id} is {}: {why}", j.state)));
+        }
+        j.state = to;
+        self.db.update(&j, Some((now(), None))).await?;
+        Ok(j)
+    }
+
     /// Cancels a job wherever it is.
     pub async fn cancel(&self, owner: &str, id: &str) -> Result<BrokerJob, ServiceError> {
         let mut j = self.owned(owner, id).await?.view;
         if j.state.is_terminal() {
             return Ok(j);
         }
+        // A job not yet at a site may be in the dispatcher's hands: wait for
+        // its decision, then look again.
+        let _turn = if j.site.is_none() {
+            let turn = self.decision_turn().await;
+            j = self.owned(owner, id).await?.view;
+            if j.state.is_terminal() {
+                return Ok(j);
+            }
+            Some(turn)
+        } else {
+            None
+        };
         if let (Some(site), Some(handle)) = (j.site.clone().and_then(|s| self.site(&s)), j.site_job.clone()) {
             let r = tokio::task::spawn_blocking(move || {
                 let mut c = site.client;
@@ -347,19 +432,8 @@ mod tests {
                 id: format!("{owner}{n}"),
                 owner: owner.into(),
                 format: "json".into(),
-                state: BrokerState::Accepted,
-                site: None,
-                site_job: None,
-                predicted_tts: None,
-                predicted_ttd: None,
                 submitted: Time(i64::from(n)),
-                started: None,
-                ended: None,
-                exit_code: None,
-                reason: None,
-                warnings: Vec::new(),
-                stdout: None,
-                history: Vec::new(),
+                ..BrokerJob::default()
             },
             spec: String::new(),
             prefs: String::new(),

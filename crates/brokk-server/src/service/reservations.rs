@@ -64,7 +64,7 @@ impl Service {
         let info = self.info.clone();
         let user = owner.to_string();
         let got = tokio::task::spawn_blocking(move || {
-            let mut clients = cached_sites(&sites, &info, None, &user);
+            let mut clients = cached_sites(&sites, &info, None, None, &user);
             let mut refs: Vec<&mut dyn Site> = clients.iter_mut().map(|c| c as &mut dyn Site).collect();
             at_earliest(&request, &mut refs, "broker")
                 .map(|(k, id, start)| (sites[k].name.clone(), id.0, start))

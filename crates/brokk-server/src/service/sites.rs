@@ -2,6 +2,7 @@
 //! and the information cache brokering decisions read through.
 
 use brokk_broker::info::{convert, Answer, FetchFailure, FetchOptions, InfoCache, RawInfo};
+use brokk_site::uploads::Uploads;
 
 use super::*;
 
@@ -97,13 +98,18 @@ pub(super) struct CachedSite {
     name: String,
     client: RemoteSite,
     info: Arc<SiteInfo>,
+    /// The broker's uploads, sent ahead of a job that names one.
+    uploads: Option<Uploads>,
+    /// The user the decision is for: the uploads are this user's.
+    owner: String,
 }
 
 /// The sites as one brokering decision sees them, submitting under `key`
-/// for the user `owner`.
+/// for the user `owner`, with that user's `uploads` where it submits jobs.
 pub(super) fn cached_sites(
     sites: &[SiteEntry],
     info: &Arc<SiteInfo>,
+    uploads: Option<&Uploads>,
     key: Option<&str>,
     owner: &str,
 ) -> Vec<CachedSite> {
@@ -120,9 +126,34 @@ pub(super) fn cached_sites(
                 name: s.name.clone(),
                 client,
                 info: info.clone(),
+                uploads: uploads.cloned(),
+                owner: owner.to_string(),
             }
         })
         .collect()
+}
+
+/// Sends the site the uploads of `user` that `job` names and the site does
+/// not hold yet (the site keeps them by content, so each goes once).
+pub(super) fn send_uploads(
+    client: &RemoteSite,
+    uploads: &Uploads,
+    user: &str,
+    job: &Job,
+) -> Result<(), brokk_broker::SiteError> {
+    for f in &job.input_files {
+        let Some(sha) = f.source.as_deref().and_then(brokk_site::uploads::digest_of) else {
+            continue;
+        };
+        if client.has_upload(sha)? {
+            continue;
+        }
+        let path = uploads
+            .path(user, sha)
+            .map_err(|e| brokk_broker::SiteError::Unavailable(format!("input file {}: {e}", f.name)))?;
+        client.put_upload(sha, &path)?;
+    }
+    Ok(())
 }
 
 impl Site for CachedSite {
@@ -177,6 +208,9 @@ impl Site for CachedSite {
         job: &Job,
         reservation: Option<brokk_core::ReservationId>,
     ) -> Result<JobHandle, brokk_broker::SiteError> {
+        if let Some(u) = &self.uploads {
+            send_uploads(&self.client, u, &self.owner, job)?;
+        }
         let r = self.client.submit(owner, job, reservation);
         self.changed(r)
     }
@@ -187,6 +221,9 @@ impl Site for CachedSite {
         reservation: brokk_core::ReservationId,
         key: &str,
     ) -> Result<JobHandle, brokk_broker::SiteError> {
+        if let Some(u) = &self.uploads {
+            send_uploads(&self.client, u, &self.owner, job)?;
+        }
         let r = self.client.submit_held(owner, job, reservation, key);
         self.changed(r)
     }

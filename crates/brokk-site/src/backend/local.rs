@@ -133,10 +133,20 @@ async fn start_supervised(
             }
         }
     };
+    let stdout = match &job.stdout {
+        Some(n) => Some(crate::staging::create_owned(sandbox, &plain_name(n), account)?),
+        None => None,
+    };
+    // One file for both streams (sbatch's default) is opened once, so the two
+    // append to it rather than overwrite each other.
+    let stderr = match (&job.stderr, &stdout) {
+        (Some(e), Some(out)) if job.stdout.as_deref().map(plain_name) == Some(plain_name(e)) => out.try_clone()?.into(),
+        _ => file(&job.stderr, true)?,
+    };
     let stdio = [
         file(&job.stdin, false)?,
-        file(&job.stdout, true)?,
-        file(&job.stderr, true)?,
+        stdout.map_or_else(Stdio::null, Into::into),
+        stderr,
     ];
     let spec = supervisor::Spec {
         program: std::path::absolute(&program)?,

@@ -70,7 +70,7 @@ pub fn run(a: SubmitBenchArgs) -> Result<ExitCode> {
                 use_reservations: Some(true),
                 ..JobPreferences::default()
             }),
-            reservation: None,
+            ..SubmitRequest::default()
         };
         let start = Instant::now();
         let per = a.jobs.div_ceil(a.concurrency.max(1));

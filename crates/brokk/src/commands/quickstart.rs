@@ -5,6 +5,7 @@
 //! end, prints where each ran and how the prediction compared, and leaves the
 //! outputs in `./brokk-quickstart/`.
 
+use brokk_proto::wire::SubmitRequest;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -113,7 +114,12 @@ pub fn run(a: Args) -> Result<ExitCode> {
     };
     let mut submitted = Vec::new();
     for (label, format, text) in EXAMPLES {
-        let accepted = client.submit(text, Some(format), Some(prefs.clone()), None)?;
+        let accepted = client.submit(&SubmitRequest {
+            description: text.to_string(),
+            format: Some(format.to_string()),
+            preferences: Some(prefs.clone()),
+            ..SubmitRequest::default()
+        })?;
         for w in &accepted.warnings {
             say!("  {label}: warning: {w}");
         }
@@ -123,7 +129,12 @@ pub fn run(a: Args) -> Result<ExitCode> {
         use_reservations: Some(true),
         ..prefs
     };
-    let accepted = client.submit(RESERVED, Some("json"), Some(reserved), None)?;
+    let accepted = client.submit(&SubmitRequest {
+        description: RESERVED.to_string(),
+        format: Some("json".into()),
+        preferences: Some(reserved),
+        ..SubmitRequest::default()
+    })?;
     submitted.push(("reserved".to_string(), accepted.id));
 
     // Three jobs of 2, 4 and 8 slots that must start within 10 s of each other.

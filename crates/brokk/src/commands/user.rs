@@ -1,5 +1,6 @@
 //! The user's commands against a broker service: `submit`, `status`, `watch`,
-//! `cancel`, `output`, `resources`. The service comes from `--server` or
+//! `cancel`, `hold`, `release`, `output`, `get`, `resources`, `reserve`,
+//! `coalloc`. The service comes from `--server` or
 //! `BROKK_SERVER`, the token from `--token` or `BROKK_TOKEN`.
 
 use std::path::PathBuf;
@@ -9,7 +10,9 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use brokk_model::{JobPreferences, Time};
 use brokk_proto::broker::BrokerClient;
-use brokk_proto::wire::{BrokerJob, BrokerState};
+use brokk_proto::wire::{BrokerState, SubmitRequest};
+
+use super::listing::{self, Filter};
 
 /// Where the service is and who we are.
 #[derive(clap::Args, Clone)]
@@ -36,9 +39,13 @@ pub struct SubmitArgs {
     /// Its language, when detection is not enough.
     #[arg(long)]
     format: Option<String>,
-    /// Preferences (JSON: objective, start bounds, benchmarks, ...).
+    /// Preferences: a JSON file, or the JSON itself
+    /// (`--prefs '{"objective":"earliest-start"}'`).
     #[arg(long)]
-    prefs: Option<PathBuf>,
+    prefs: Option<String>,
+    /// Keep the jobs held until `brokk release`.
+    #[arg(long)]
+    hold: bool,
     /// Run in an advance reservation: a hold on the best site, committed by
     /// the submission ([ET-brokering]'s two phases).
     #[arg(long)]
@@ -63,15 +70,14 @@ pub struct SubmitArgs {
 /// `brokk status`.
 #[derive(clap::Args)]
 pub struct StatusArgs {
-    /// A job; without one, all of yours.
+    /// A job; without one, all of yours that pass the filters.
     id: Option<String>,
-    /// Only jobs in this state (accepted, reserving, moving, dispatched,
-    /// running, finished, failed, cancelled).
-    #[arg(long)]
-    state: Option<brokk_proto::wire::BrokerState>,
-    /// Only jobs at this site.
-    #[arg(long)]
-    site: Option<String>,
+    #[command(flatten)]
+    filter: Filter,
+    /// Columns, comma-separated, from: id, name, state, site, exit,
+    /// submitted, started, elapsed, left, ended, format, tts, ttd, reason.
+    #[arg(long, default_value = listing::DEFAULT_FORMAT)]
+    format: String,
     /// Print JSON.
     #[arg(long)]
     json: bool,
@@ -84,22 +90,36 @@ pub struct StatusArgs {
 pub struct IdArgs {
     /// The job.
     id: String,
-    /// Print JSON.
+    /// Print each change as a line of JSON (an event stream), the job last.
     #[arg(long)]
     json: bool,
     #[command(flatten)]
     server: Server,
 }
 
-/// `brokk cancel`.
+/// `brokk cancel`, `hold`, `release`: jobs named, or picked by filters.
 #[derive(clap::Args)]
-pub struct CancelArgs {
+pub struct SelectArgs {
     /// The jobs.
-    #[arg(required = true)]
+    #[arg(required_unless_present_any = ["state", "name", "site", "since"])]
     ids: Vec<String>,
-    /// Print JSON (one object for one job, an array for several).
+    #[command(flatten)]
+    filter: Filter,
+    /// Print JSON (one object for one job named, an array otherwise).
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    server: Server,
+}
+
+/// `brokk get`.
+#[derive(clap::Args)]
+pub struct GetArgs {
+    /// The job.
+    id: String,
+    /// Where to put its files [default: a directory named after the job].
+    #[arg(long)]
+    dir: Option<PathBuf>,
     #[command(flatten)]
     server: Server,
 }
@@ -124,9 +144,9 @@ pub struct CoallocArgs {
     /// Start window `EARLIEST,LATEST` (RFC 3339) [default: now to an hour from now].
     #[arg(long)]
     window: Option<String>,
-    /// Largest difference between the jobs' starts, seconds.
-    #[arg(long, default_value_t = 60)]
-    delta: i64,
+    /// Largest difference between the jobs' starts (`60`, `2m`).
+    #[arg(long, default_value = "60")]
+    delta: brokk_model::Duration,
     /// Print JSON.
     #[arg(long)]
     json: bool,
@@ -156,7 +176,7 @@ pub fn coalloc(a: CoallocArgs) -> Result<ExitCode> {
         jobs,
         earliest,
         latest,
-        delta: brokk_model::Duration(a.delta),
+        delta: a.delta,
     };
     let done = a.server.client().coallocate(&req)?;
     if a.json {
@@ -175,9 +195,9 @@ pub struct ReserveArgs {
     /// Slots.
     #[arg(long, default_value_t = 1)]
     amount: u32,
-    /// Seconds.
+    /// How long (`3600`, `90m`, `1h30m`, `01:30:00`).
     #[arg(long, required_unless_present_any = ["cancel", "list"])]
-    duration: Option<i64>,
+    duration: Option<brokk_model::Duration>,
     /// Earliest start (RFC 3339) [default: now].
     #[arg(long)]
     earliest: Option<String>,
@@ -236,7 +256,7 @@ pub fn reserve(a: ReserveArgs) -> Result<ExitCode> {
                 .unwrap_or(earliest + brokk_model::Duration::hours(24));
             c.reserve(&brokk_proto::wire::BrokerReservationRequest {
                 amount: a.amount,
-                duration: brokk_model::Duration(a.duration.unwrap_or(0)),
+                duration: a.duration.unwrap_or_default(),
                 earliest,
                 latest,
             })?
@@ -260,50 +280,23 @@ pub struct ResourcesArgs {
     server: Server,
 }
 
-fn when(t: Option<Time>) -> String {
-    t.map_or("-".into(), |t| t.to_string())
-}
-
-fn print_jobs(jobs: &[BrokerJob]) {
-    say!(
-        "{:<18} {:<8} {:<10} {:>4} {:<10} {:>8} {:>8} {:<21} {:<21}",
-        "job",
-        "format",
-        "state",
-        "exit",
-        "site",
-        "TTS (s)",
-        "TTD (s)",
-        "started",
-        "ended"
-    );
-    for j in jobs {
-        say!(
-            "{:<18} {:<8} {:<10} {:>4} {:<10} {:>8} {:>8} {:<21} {:<21}",
-            j.id,
-            j.format,
-            j.state,
-            j.exit_code.map_or("-".into(), |c| c.to_string()),
-            j.site.as_deref().unwrap_or("-"),
-            j.predicted_tts.map_or("-".into(), |v| v.to_string()),
-            j.predicted_ttd.map_or("-".into(), |v| v.to_string()),
-            when(j.started),
-            when(j.ended)
-        );
-    }
-}
-
-fn terminal(j: &BrokerJob) -> bool {
-    j.state.is_terminal()
-}
-
-/// Polls until the job ends, printing each state change; exits non-zero
-/// unless it finished with code 0.
+/// Polls until the job ends, printing each state change (as a line of JSON
+/// with `json`); exits non-zero unless it finished with code 0.
 fn watch(c: &BrokerClient, id: &str, json: bool) -> Result<ExitCode> {
+    let mut seen = 0;
     let mut last = None;
     loop {
         let j = c.job(id)?;
-        if Some(j.state) != last && !json {
+        if json {
+            // Every history entry once, in order: an event stream a script can follow.
+            for h in j.history.iter().skip(seen) {
+                let event = serde_json::json!({
+                    "event": "state", "id": j.id, "at": h.at, "state": h.state, "detail": h.detail,
+                });
+                say!("{event}");
+            }
+            seen = seen.max(j.history.len());
+        } else if Some(j.state) != last {
             say!(
                 "{} {}{}",
                 j.id,
@@ -312,9 +305,9 @@ fn watch(c: &BrokerClient, id: &str, json: bool) -> Result<ExitCode> {
             );
             last = Some(j.state);
         }
-        if terminal(&j) {
+        if j.state.is_terminal() {
             if json {
-                say!("{}", serde_json::to_string_pretty(&j)?);
+                say!("{}", serde_json::json!({ "event": "end", "job": j }));
             }
             let ok = j.state == BrokerState::Finished && j.exit_code == Some(0);
             return Ok(if ok { ExitCode::SUCCESS } else { ExitCode::from(1) });
@@ -323,16 +316,56 @@ fn watch(c: &BrokerClient, id: &str, json: bool) -> Result<ExitCode> {
     }
 }
 
+/// Preferences from `--prefs`: inline JSON, or a file holding it.
+fn preferences(arg: &str) -> Result<JobPreferences> {
+    let (text, what) = if arg.trim_start().starts_with('{') {
+        (arg.to_string(), "--prefs".to_string())
+    } else {
+        let text = std::fs::read_to_string(arg).with_context(|| format!("reading {arg}"))?;
+        (text, arg.to_string())
+    };
+    brokk_proto::wire::from_json(text.as_bytes())
+        .map_err(|e| anyhow::anyhow!("{what}: not a preferences document: {e}"))
+}
+
+/// Uploads the local input files the description names (those with no
+/// URL), each once, and returns input name -> SHA-256 for the submission.
+fn upload_inputs(
+    c: &BrokerClient,
+    input: &super::Input,
+    format: Option<&str>,
+) -> Result<std::collections::BTreeMap<String, String>> {
+    let mut out = std::collections::BTreeMap::new();
+    let Some(format) = format.and_then(|f| f.parse::<brokk_jdl::Format>().ok()) else {
+        return Ok(out);
+    };
+    // A description that does not read is sent as it is: the broker's
+    // answer names the error with its position.
+    let Ok(parsed) = brokk_jdl::read(format, &input.text, &input.opts) else {
+        return Ok(out);
+    };
+    let base = input.opts.base_dir.clone().unwrap_or_else(|| PathBuf::from("."));
+    for f in parsed.jobs.iter().flat_map(|j| &j.input_files) {
+        if f.source.is_some() || out.contains_key(&f.name) {
+            continue;
+        }
+        let path = base.join(&f.name);
+        let (sha, size) = brokk_site::uploads::digest_file(&path)
+            .with_context(|| format!("input file {}: reading {}", f.name, path.display()))?;
+        if !c.has_upload(&sha)? {
+            eprintln!("uploading {} ({size} bytes)", f.name);
+            c.upload(&sha, &path)
+                .with_context(|| format!("uploading {}", path.display()))?;
+        }
+        out.insert(f.name.clone(), sha);
+    }
+    Ok(out)
+}
+
 /// Runs `brokk submit`.
 pub fn submit(a: SubmitArgs) -> Result<ExitCode> {
     let input = super::Input::load(&a.file)?;
-    let mut prefs: Option<JobPreferences> = match &a.prefs {
-        Some(p) => Some(
-            serde_json::from_str(&std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?)
-                .with_context(|| format!("{}: not a preferences document", p.display()))?,
-        ),
-        None => None,
-    };
+    let mut prefs: Option<JobPreferences> = a.prefs.as_deref().map(preferences).transpose()?;
     if a.reserve {
         prefs.get_or_insert_with(JobPreferences::default).use_reservations = Some(true);
     }
@@ -344,7 +377,15 @@ pub fn submit(a: SubmitArgs) -> Result<ExitCode> {
         .clone()
         .or_else(|| input.format(None).map(|f| f.name().to_string()));
     let c = a.server.client();
-    let accepted = c.submit(&input.text, format.as_deref(), prefs, a.reservation.as_deref())?;
+    let uploads = upload_inputs(&c, &input, format.as_deref())?;
+    let accepted = c.submit(&SubmitRequest {
+        description: input.text.clone(),
+        format,
+        preferences: prefs,
+        reservation: a.reservation.clone(),
+        uploads,
+        hold: a.hold,
+    })?;
     for w in &accepted.warnings {
         eprintln!("warning: {}: {w}", input.name);
     }
@@ -364,13 +405,20 @@ pub fn submit(a: SubmitArgs) -> Result<ExitCode> {
 /// Runs `brokk status`.
 pub fn status(a: StatusArgs) -> Result<ExitCode> {
     let c = a.server.client();
+    let fields = listing::parse_format(&a.format)?;
+    let now = brokk_proto::wall_clock();
     match &a.id {
         Some(id) => {
             let j = c.job(id)?;
             if a.json {
                 say!("{}", serde_json::to_string_pretty(&j)?);
             } else {
-                print_jobs(std::slice::from_ref(&j));
+                for line in listing::table(std::slice::from_ref(&j), &fields, now) {
+                    say!("{line}");
+                }
+                if let Some(r) = &j.reason {
+                    say!("  reason: {r}");
+                }
                 for h in &j.history {
                     say!(
                         "  {} {}{}",
@@ -385,14 +433,18 @@ pub fn status(a: StatusArgs) -> Result<ExitCode> {
             }
         }
         None => {
-            let mut jobs = c.jobs(a.state.map(|s| s.as_str()))?;
-            if let Some(site) = &a.site {
-                jobs.retain(|j| j.site.as_deref() == Some(site.as_str()));
-            }
+            // One state is filtered by the service; the rest here.
+            let one_state = match a.filter.state.as_slice() {
+                [s] => Some(s.as_str()),
+                _ => None,
+            };
+            let jobs = a.filter.apply(c.jobs(one_state)?, now)?;
             if a.json {
                 say!("{}", serde_json::to_string_pretty(&jobs)?);
             } else {
-                print_jobs(&jobs);
+                for line in listing::table(&jobs, &fields, now) {
+                    say!("{line}");
+                }
             }
         }
     }
@@ -404,14 +456,50 @@ pub fn watch_cmd(a: IdArgs) -> Result<ExitCode> {
     watch(&a.server.client(), &a.id, a.json)
 }
 
-/// Runs `brokk cancel`.
-pub fn cancel(a: CancelArgs) -> Result<ExitCode> {
+/// What `cancel`, `hold` and `release` do to one job.
+#[derive(Debug, Clone, Copy)]
+pub enum Action {
+    /// `brokk cancel`.
+    Cancel,
+    /// `brokk hold`.
+    Hold,
+    /// `brokk release`.
+    Release,
+}
+
+impl Action {
+    fn done(self) -> &'static str {
+        match self {
+            Action::Cancel => "cancelled",
+            Action::Hold => "held",
+            Action::Release => "released",
+        }
+    }
+}
+
+/// Runs `brokk cancel`, `hold` or `release` on the jobs named and those the
+/// filters pick (of those, only jobs that have not ended).
+pub fn select(a: SelectArgs, action: Action) -> Result<ExitCode> {
     let c = a.server.client();
+    let mut ids = a.ids.clone();
+    if a.filter.is_set() {
+        let picked = a.filter.apply(c.jobs(None)?, brokk_proto::wall_clock())?;
+        for j in picked {
+            if !j.state.is_terminal() && !ids.contains(&j.id) {
+                ids.push(j.id);
+            }
+        }
+    }
     let mut done = Vec::new();
     let mut first_error = None;
-    // Every job is tried; one that cannot be cancelled does not stop the rest.
-    for id in &a.ids {
-        match c.cancel(id) {
+    // Every job is tried; one that fails does not stop the rest.
+    for id in &ids {
+        let r = match action {
+            Action::Cancel => c.cancel(id),
+            Action::Hold => c.hold(id),
+            Action::Release => c.release(id),
+        };
+        match r {
             Ok(j) => {
                 if !a.json {
                     say!("{} {}", j.id, j.state);
@@ -419,7 +507,7 @@ pub fn cancel(a: CancelArgs) -> Result<ExitCode> {
                 done.push(j);
             }
             Err(e) => {
-                if a.ids.len() > 1 {
+                if ids.len() > 1 {
                     eprintln!("error: {id}: {e}");
                 }
                 first_error.get_or_insert(e);
@@ -428,19 +516,61 @@ pub fn cancel(a: CancelArgs) -> Result<ExitCode> {
     }
     if a.json {
         match done.as_slice() {
-            [one] if a.ids.len() == 1 => say!("{}", serde_json::to_string_pretty(one)?),
+            [one] if a.ids.len() == 1 && !a.filter.is_set() => say!("{}", serde_json::to_string_pretty(one)?),
             all => say!("{}", serde_json::to_string_pretty(all)?),
         }
     }
-    let failed = a.ids.len() - done.len();
+    let failed = ids.len() - done.len();
     match first_error {
         // The first error's kind sets the exit status.
-        Some(e) if a.ids.len() > 1 => {
-            Err(anyhow::Error::new(e).context(format!("{failed} of {} jobs were not cancelled", a.ids.len())))
+        Some(e) if ids.len() > 1 => {
+            Err(anyhow::Error::new(e).context(format!("{failed} of {} jobs were not {}", ids.len(), action.done())))
         }
         Some(e) => Err(e.into()),
         None => Ok(ExitCode::SUCCESS),
     }
+}
+
+/// Runs `brokk get`: every file the job leaves (its streams and output
+/// files) into a directory, as `arcget` does.
+pub fn get(a: GetArgs) -> Result<ExitCode> {
+    let c = a.server.client();
+    let j = c.job(&a.id)?;
+    let dir = a.dir.clone().unwrap_or_else(|| PathBuf::from(&j.id));
+    let mut names: Vec<String> = Vec::new();
+    for n in j.stdout.iter().chain(j.stderr.iter()).chain(j.outputs.iter()) {
+        if !names.contains(n) {
+            names.push(n.clone());
+        }
+    }
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let mut missing = Vec::new();
+    for name in &names {
+        // Only plain relative paths land in the directory.
+        let rel = std::path::Path::new(name);
+        if rel.is_absolute() || rel.components().any(|p| !matches!(p, std::path::Component::Normal(_))) {
+            missing.push(format!("{name} (not a relative path)"));
+            continue;
+        }
+        match c.file(&j.id, name) {
+            Ok(mut body) => {
+                let to = dir.join(rel);
+                if let Some(parent) = to.parent() {
+                    std::fs::create_dir_all(parent)?;
+                }
+                let mut f = std::fs::File::create(&to).with_context(|| format!("creating {}", to.display()))?;
+                let n = std::io::copy(&mut body, &mut f).with_context(|| format!("fetching {name}"))?;
+                say!("{} ({n} bytes)", to.display());
+            }
+            Err(e) if e.status == 404 => missing.push(name.clone()),
+            Err(e) => return Err(e.into()),
+        }
+    }
+    if !missing.is_empty() {
+        eprintln!("not fetched: {}", missing.join(", "));
+        return Ok(ExitCode::from(1));
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Runs `brokk output`.

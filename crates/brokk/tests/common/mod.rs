@@ -91,10 +91,24 @@ pub fn brokk(url: &str, token: &str, args: &[&str]) -> std::process::Output {
 }
 
 /// [`brokk`] with `--json`-style output: fails the test unless the command
-/// succeeds, and returns what it printed.
+/// succeeds, and returns what it printed (for a `--watch` event stream, the
+/// job its last line carries).
 #[allow(dead_code)] // not every test binary drives a service
 pub fn json(url: &str, token: &str, args: &[&str]) -> serde_json::Value {
     let o = brokk(url, token, args);
     assert!(o.status.success(), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
-    serde_json::from_slice(&o.stdout).unwrap()
+    printed(&o.stdout)
+}
+
+/// What a `--json` command printed: one document, or an event stream
+/// (`watch`) whose last line carries the job as it ended.
+#[allow(dead_code)] // not every test binary drives a service
+pub fn printed(stdout: &[u8]) -> serde_json::Value {
+    let text = String::from_utf8_lossy(stdout);
+    if let Ok(v) = serde_json::from_str(&text) {
+        return v;
+    }
+    let last: serde_json::Value = serde_json::from_str(text.lines().last().unwrap_or("")).unwrap();
+    assert_eq!(last["event"], "end", "{text}");
+    last["job"].clone()
 }

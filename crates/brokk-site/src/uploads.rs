@@ -1,0 +1,242 @@
+//! Files users upload for their jobs' input (`brokk submit` sends the local
+//! files a description names, as `arcsub` and `condor_submit` do), kept by
+//! content: each identity has its own store, and a file is named by its
+//! SHA-256, checked on arrival. A job names one as `upload:SHA256`, which
+//! resolves only in its owner's store, so knowing a digest gives no one
+//! else's file. The broker keeps one store and the sites another; the broker
+//! sends a site what a job needs before it sends the job.
+
+use std::path::{Path, PathBuf};
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use brokk_proto::wire::{ErrorBody, UploadView};
+use futures_util::{Stream, StreamExt};
+use sha2::{Digest, Sha256};
+use tokio::io::AsyncWriteExt;
+
+/// The scheme of an input file's source that names an upload.
+pub const SCHEME: &str = "upload:";
+
+/// Why an upload was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum UploadError {
+    /// The name is not a digest.
+    #[error("{0:?} is not a SHA-256 digest (64 lowercase hexadecimal digits)")]
+    BadName(String),
+    /// The content does not have the digest it was sent under.
+    #[error("the file's SHA-256 is {found}, not {named}; it was changed or cut short on the way")]
+    Mismatch {
+        /// The digest it was sent under.
+        named: String,
+        /// The digest of what arrived.
+        found: String,
+    },
+    /// Over the size limit.
+    #[error("an uploaded file may hold at most {0} bytes here")]
+    TooLarge(u64),
+    /// The body stopped arriving.
+    #[error("the upload was interrupted: {0}")]
+    Interrupted(String),
+    /// The disk failed.
+    #[error("storing the upload: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// The digest an `upload:` source names, or `None` for another source.
+pub fn digest_of(source: &str) -> Option<&str> {
+    source.strip_prefix(SCHEME)
+}
+
+/// Whether `s` is a SHA-256 digest written as we write them.
+pub fn is_digest(s: &str) -> bool {
+    s.len() == 64 && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+/// The SHA-256 of a local file, streamed.
+pub fn digest_file(path: &Path) -> std::io::Result<(String, u64)> {
+    let mut f = std::fs::File::open(path)?;
+    let mut h = Sha256::new();
+    let n = std::io::copy(&mut f, &mut h)?;
+    Ok((hex::encode(h.finalize()), n))
+}
+
+/// One store of uploads: `ROOT/HEX(IDENTITY)/SHA256`.
+#[derive(Debug, Clone)]
+pub struct Uploads {
+    root: PathBuf,
+    max_bytes: u64,
+}
+
+impl Uploads {
+    /// A store under `root` taking files of at most `max_bytes`.
+    pub fn new(root: PathBuf, max_bytes: u64) -> Uploads {
+        Uploads { root, max_bytes }
+    }
+
+    /// The largest file it takes.
+    pub fn max_bytes(&self) -> u64 {
+        self.max_bytes
+    }
+
+    fn dir(&self, owner: &str) -> PathBuf {
+        // Hex: any identity is a safe directory name, and no two collide.
+        self.root.join(hex::encode(owner))
+    }
+
+    /// Where `owner`'s upload `sha` is (or would be).
+    pub fn path(&self, owner: &str, sha: &str) -> Result<PathBuf, UploadError> {
+        if !is_digest(sha) {
+            return Err(UploadError::BadName(sha.to_string()));
+        }
+        Ok(self.dir(owner).join(sha))
+    }
+
+    /// The size of `owner`'s upload `sha`, if it holds it.
+    pub fn size(&self, owner: &str, sha: &str) -> Option<u64> {
+        let p = self.path(owner, sha).ok()?;
+        std::fs::metadata(p).ok().filter(|m| m.is_file()).map(|m| m.len())
+    }
+
+    /// Stores what `body` streams as `owner`'s upload `sha`, if its digest
+    /// is `sha` and it fits; returns its size. Nothing is visible under the
+    /// name until all of it has arrived, checked and been synced.
+    pub async fn put<S, B, E>(&self, owner: &str, sha: &str, body: S) -> Result<u64, UploadError>
+    where
+        S: Stream<Item = Result<B, E>> + Unpin,
+        B: AsRef<[u8]>,
+        E: std::fmt::Display,
+    {
+        let target = self.path(owner, sha)?;
+        let dir = self.dir(owner);
+        let mut b = tokio::fs::DirBuilder::new();
+        b.recursive(true).mode(0o700);
+        b.create(&dir).await?;
+        let part = dir.join(format!(".{sha}.{}.part", uuid::Uuid::new_v4().simple()));
+        let result = self.receive(&part, body).await;
+        let outcome = match result {
+            Ok((found, n)) if found == sha => tokio::fs::rename(&part, &target).await.map(|()| n).map_err(Into::into),
+            Ok((found, _)) => Err(UploadError::Mismatch {
+                named: sha.to_string(),
+                found,
+            }),
+            Err(e) => Err(e),
+        };
+        if outcome.is_err() {
+            let _ = tokio::fs::remove_file(&part).await;
+        }
+        outcome
+    }
+
+    async fn receive<S, B, E>(&self, part: &Path, mut body: S) -> Result<(String, u64), UploadError>
+    where
+        S: Stream<Item = Result<B, E>> + Unpin,
+        B: AsRef<[u8]>,
+        E: std::fmt::Display,
+    {
+        let mut f = tokio::fs::File::create(part).await?;
+        let mut h = Sha256::new();
+        let mut n = 0u64;
+        while let Some(chunk) = body.next().await {
+            let chunk = chunk.map_err(|e| UploadError::Interrupted(e.to_string()))?;
+            let bytes = chunk.as_ref();
+            n += bytes.len() as u64;
+            if n > self.max_bytes {
+                return Err(UploadError::TooLarge(self.max_bytes));
+            }
+            h.update(bytes);
+            f.write_all(bytes).await?;
+        }
+        f.sync_all().await?;
+        Ok((hex::encode(h.finalize()), n))
+    }
+}
+
+/// `PUT .../uploads/{sha}` for `owner`, as the site and the broker serve it:
+/// 201 with what was stored, 400 for a bad name or digest, 413 when too large.
+pub async fn put_response(store: &Uploads, owner: &str, sha: &str, body: axum::body::Body) -> Response {
+    match store.put(owner, sha, body.into_data_stream()).await {
+        Ok(size) => (
+            StatusCode::CREATED,
+            Json(UploadView {
+                sha256: sha.to_string(),
+                size,
+            }),
+        )
+            .into_response(),
+        Err(e) => {
+            let status = match e {
+                UploadError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+                UploadError::Io(_) => StatusCode::INTERNAL_SERVER_ERROR,
+                _ => StatusCode::BAD_REQUEST,
+            };
+            (status, Json(ErrorBody { error: e.to_string() })).into_response()
+        }
+    }
+}
+
+/// `GET .../uploads/{sha}` for `owner`: 200 with its size, or 404.
+pub fn info_response(store: &Uploads, owner: &str, sha: &str) -> Response {
+    match store.size(owner, sha) {
+        Some(size) => Json(UploadView {
+            sha256: sha.to_string(),
+            size,
+        })
+        .into_response(),
+        None => (
+            StatusCode::NOT_FOUND,
+            Json(ErrorBody {
+                error: format!("upload {sha} not found"),
+            }),
+        )
+            .into_response(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chunks(parts: &[&'static [u8]]) -> impl Stream<Item = Result<&'static [u8], String>> + Unpin {
+        futures_util::stream::iter(parts.iter().map(|p| Ok(*p)).collect::<Vec<_>>())
+    }
+
+    fn sha(bytes: &[u8]) -> String {
+        hex::encode(Sha256::digest(bytes))
+    }
+
+    #[tokio::test]
+    async fn keeps_a_file_under_its_digest_for_its_owner_only() {
+        let dir = std::env::temp_dir().join(format!("brokk-uploads-{}", uuid::Uuid::new_v4().simple()));
+        let store = Uploads::new(dir.clone(), 1 << 20);
+        let d = sha(b"hello world\n");
+        assert_eq!(
+            store.put("ann", &d, chunks(&[b"hello ", b"world\n"])).await.unwrap(),
+            12
+        );
+        assert_eq!(store.size("ann", &d), Some(12));
+        assert_eq!(store.size("bob", &d), None, "another identity's store");
+        assert_eq!(std::fs::read(store.path("ann", &d).unwrap()).unwrap(), b"hello world\n");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[tokio::test]
+    async fn refuses_a_wrong_digest_a_bad_name_and_an_oversized_file() {
+        let dir = std::env::temp_dir().join(format!("brokk-uploads-{}", uuid::Uuid::new_v4().simple()));
+        let store = Uploads::new(dir.clone(), 8);
+        let d = sha(b"short");
+        let e = store.put("ann", &d, chunks(&[b"shorT"])).await.unwrap_err();
+        assert!(matches!(e, UploadError::Mismatch { .. }), "{e}");
+        assert_eq!(store.size("ann", &d), None);
+        let e = store.put("ann", "../../etc/passwd", chunks(&[b"x"])).await.unwrap_err();
+        assert!(matches!(e, UploadError::BadName(_)), "{e}");
+        let big = sha(b"0123456789");
+        let e = store.put("ann", &big, chunks(&[b"01234", b"56789"])).await.unwrap_err();
+        assert!(e.to_string().contains("at most 8 bytes"), "{e}");
+        // Nothing half-written is left behind.
+        let left: Vec<_> = std::fs::read_dir(dir.join(hex::encode("ann"))).unwrap().collect();
+        assert!(left.is_empty(), "{left:?}");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
