@@ -24,6 +24,18 @@ BROKK_TEST_SLURM=$(scripts/slurm-testbed.sh start --clusters 2 --nodes 2 --cpus 
 export BROKK_TEST_SLURM
 echo "Slurm clusters under $BROKK_TEST_SLURM"
 
+echo "== Chromium and ChromeDriver for the dashboard's browser test"
+browser=no
+if command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1; then
+  browser=yes
+elif [ "$(id -u)" = 0 ] && { DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver ||
+  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver; }; } \
+  >/tmp/brokk-chromium-install.log 2>&1; then
+  browser=yes
+else
+  echo "Chromium unavailable: the browser test stays ignored (see /tmp/brokk-chromium-install.log)"
+fi
+
 echo "== tests"
 if command -v cargo-nextest >/dev/null 2>&1; then
   cargo nextest run --locked --workspace --no-fail-fast
@@ -32,10 +44,14 @@ else
 fi
 cargo test --locked --workspace --doc
 
-echo "== tests that need the services started above: Slurm, chaos, PostgreSQL, users apart (as root)"
+echo "== tests that need the services started above: Slurm, chaos, PostgreSQL, users apart (as root), the browser"
 # A plain `cargo test` shows these as ignored; here they run.
 ignored="binary(slurm) | binary(chaos)"
 tests=(--test slurm --test chaos)
+if [ "$browser" = yes ]; then
+  ignored="$ignored | binary(dashboard)"
+  tests+=(--test dashboard)
+fi
 if [ -n "${BROKK_TEST_POSTGRES:-}" ]; then
   ignored="$ignored | test(postgresql)"
 else

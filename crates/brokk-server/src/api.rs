@@ -204,6 +204,11 @@ async fn upload_info(State(app): State<App>, Extension(who): Extension<Identity>
     brokk_site::uploads::info_response(&app.service.uploads, &who.0, &sha)
 }
 
+/// `GET /v1/me`: who the token is.
+async fn me(Extension(who): Extension<Identity>) -> Response {
+    Json(serde_json::json!({ "identity": &*who.0 })).into_response()
+}
+
 async fn hold(
     State(app): State<App>,
     Extension(who): Extension<Identity>,
@@ -218,6 +223,28 @@ async fn release(
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     Ok(Json(app.service.release(&who.0, &id).await?).into_response())
+}
+
+/// `GET /v1/events`: the caller's jobs as they change, as server-sent events
+/// (`event: job`, the job as JSON); `event: resync` when this reader fell
+/// behind and should read the list again.
+async fn events(State(app): State<App>, Extension(who): Extension<Identity>) -> Response {
+    use axum::response::sse::{Event, KeepAlive, Sse};
+    let rx = app.service.db.subscribe();
+    let stream = futures_util::stream::unfold((rx, who), |(mut rx, who)| async move {
+        loop {
+            let event = match rx.recv().await {
+                Ok(j) if *j.owner == *who.0 => Event::default().event("job").json_data(&j).ok()?,
+                Ok(_) => continue,
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
+                    Event::default().event("resync").data(n.to_string())
+                }
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
+            };
+            return Some((Ok::<_, std::convert::Infallible>(event), (rx, who)));
+        }
+    });
+    Sse::new(stream).keep_alive(KeepAlive::default()).into_response()
 }
 
 async fn resources(State(app): State<App>) -> Response {
@@ -294,6 +321,8 @@ pub fn router(service: Service, tokens: BTreeMap<String, String>, max_body: usiz
         .route("/v1/jobs/{id}/release", axum::routing::post(release))
         .route("/v1/uploads/{sha}", get(upload_info).put(put_upload))
         .route("/v1/resources", get(resources))
+        .route("/v1/events", get(events))
+        .route("/v1/me", get(me))
         .route("/v1/coallocations", axum::routing::post(coallocate))
         .route("/v1/reservations", get(list_reservations).post(reserve))
         .route(
@@ -305,6 +334,7 @@ pub fn router(service: Service, tokens: BTreeMap<String, String>, max_body: usiz
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/metrics", get(metrics))
         .route("/openapi.json", get(|| async { Json(crate::openapi::document()) }))
+        .merge(crate::dashboard::router())
         .merge(v1)
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(max_body))

@@ -31,6 +31,9 @@ pub struct StoredJob {
 #[derive(Debug, Clone)]
 pub struct Db {
     pool: AnyPool,
+    /// Every job as it is written, for live views (`/v1/events`); what
+    /// another broker instance on the same PostgreSQL writes is not seen.
+    changes: tokio::sync::broadcast::Sender<BrokerJob>,
 }
 
 /// The schema, valid in both SQLite and PostgreSQL.
@@ -149,7 +152,10 @@ impl Db {
         for s in SCHEMA {
             sqlx::query(s).execute(&pool).await?;
         }
-        Ok(Db { pool })
+        Ok(Db {
+            pool,
+            changes: tokio::sync::broadcast::channel(1024).0,
+        })
     }
 
     /// Stores a new job with its first history entry.
@@ -177,7 +183,23 @@ impl Db {
             .execute(&mut *tx)
             .await?;
         tx.commit().await?;
+        self.announce(v);
         Ok(())
+    }
+
+    /// Tells the live views about a job just written.
+    fn announce(&self, v: &BrokerJob) {
+        if self.changes.receiver_count() > 0 {
+            let mut v = v.clone();
+            v.history.clear();
+            let _ = self.changes.send(v);
+        }
+    }
+
+    /// Every job written from now on, as written (a slow reader misses some
+    /// and is told how many).
+    pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<BrokerJob> {
+        self.changes.subscribe()
     }
 
     /// Writes a job's mutable fields and, when its state changed, a history entry.
@@ -209,6 +231,7 @@ impl Db {
                 .await?;
         }
         tx.commit().await?;
+        self.announce(v);
         Ok(())
     }
 

@@ -4,8 +4,12 @@
 //! follows them to the end. Sites are remote `brokk site` agents or embedded
 //! ones the service starts in-process.
 
+// The OpenAPI document is one `json!` literal, deeper than the default limit.
+#![recursion_limit = "256"]
+
 pub mod api;
 pub mod config;
+pub mod dashboard;
 pub mod db;
 pub mod openapi;
 pub mod record;

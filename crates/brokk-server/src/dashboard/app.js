@@ -1,0 +1,278 @@
+// Brokk's dashboard: the client API read with the user's token (kept in this
+// tab's sessionStorage), live through the /v1/events stream. No framework:
+// the page is small, and nothing here needs a build step.
+"use strict";
+
+const STATES = ["accepted", "held", "reserving", "moving", "dispatched", "running", "finished", "failed", "cancelled"];
+const state = { token: sessionStorage.getItem("brokk-token"), jobs: new Map(), sites: [], reservations: [] };
+const $ = (id) => document.getElementById(id);
+
+function el(tag, attrs = {}, ...children) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (k === "class") e.className = v; else if (k.startsWith("on")) e.addEventListener(k.slice(2), v); else e.setAttribute(k, v);
+  }
+  for (const c of children) e.append(c instanceof Node ? c : document.createTextNode(c ?? ""));
+  return e;
+}
+
+async function api(path, options = {}) {
+  const headers = Object.assign({ Authorization: "Bearer " + state.token }, options.headers || {});
+  const r = await fetch(path, Object.assign({}, options, { headers }));
+  if (r.status === 401) { logout("That token is not known here."); throw new Error("unauthorized"); }
+  if (!r.ok) {
+    let msg = r.status + "";
+    try { msg = (await r.json()).error; } catch (_) { /* not JSON */ }
+    throw new Error(msg);
+  }
+  return r;
+}
+
+const secs = (t) => (t ? Date.parse(t) / 1000 : null);
+function human(s) {
+  if (s == null) return "-";
+  const sign = s < 0 ? "-" : ""; s = Math.abs(Math.round(s));
+  const d = Math.floor(s / 86400), h = Math.floor(s % 86400 / 3600), m = Math.floor(s % 3600 / 60), x = s % 60;
+  if (d) return `${sign}${d}d${String(h).padStart(2, "0")}h`;
+  if (h) return `${sign}${h}h${String(m).padStart(2, "0")}m`;
+  if (m) return x ? `${sign}${m}m${String(x).padStart(2, "0")}s` : `${sign}${m}m`;
+  return `${sign}${x}s`;
+}
+const clock = (t) => (t ? new Date(t).toLocaleTimeString() : "-");
+const terminal = (s) => s === "finished" || s === "failed" || s === "cancelled";
+
+// ---- login ----------------------------------------------------------------
+
+async function login(token) {
+  state.token = token;
+  const me = await (await api("/v1/me")).json(); // 401 if the token is unknown
+  sessionStorage.setItem("brokk-token", token);
+  $("who").textContent = me.identity;
+  $("login-view").hidden = true;
+  $("app-view").hidden = false;
+  $("logout").hidden = false;
+  await Promise.all([loadJobs(), loadSites(), loadReservations()]);
+  listen();
+  setInterval(loadSites, 5000);
+  setInterval(loadReservations, 10000);
+  setInterval(render, 1000); // elapsed times and "now" move
+}
+
+function logout(message) {
+  sessionStorage.removeItem("brokk-token");
+  state.token = null;
+  $("app-view").hidden = true;
+  $("logout").hidden = true;
+  $("login-view").hidden = false;
+  $("who").textContent = "";
+  $("login-error").textContent = message || "";
+}
+
+// ---- data -----------------------------------------------------------------
+
+async function loadJobs() {
+  const jobs = await (await api("/v1/jobs")).json();
+  state.jobs = new Map(jobs.map((j) => [j.id, j]));
+  render();
+}
+
+async function loadSites() {
+  try { state.sites = await (await api("/v1/resources")).json(); } catch (_) { return; }
+  renderSites();
+  renderGantt();
+}
+
+async function loadReservations() {
+  try { state.reservations = await (await api("/v1/reservations")).json(); } catch (_) { return; }
+  renderGantt();
+}
+
+// Server-sent events over fetch, so the token travels in a header, not a URL.
+async function listen() {
+  for (let delay = 500; state.token; delay = Math.min(delay * 2, 10000)) {
+    try {
+      const r = await api("/v1/events", { headers: { Accept: "text/event-stream" } });
+      $("live").classList.add("on");
+      delay = 500;
+      const reader = r.body.pipeThrough(new TextDecoderStream()).getReader();
+      let buf = "";
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        buf += value;
+        let cut;
+        while ((cut = buf.indexOf("\n\n")) >= 0) {
+          const frame = buf.slice(0, cut); buf = buf.slice(cut + 2);
+          const data = frame.split("\n").filter((l) => l.startsWith("data:")).map((l) => l.slice(5).trim()).join("\n");
+          if (data) onEvent(JSON.parse(data));
+        }
+      }
+    } catch (_) { /* reconnect below */ }
+    $("live").classList.remove("on");
+    if (!state.token) return;
+    await new Promise((ok) => setTimeout(ok, delay));
+    await loadJobs().catch(() => {});
+  }
+}
+
+function onEvent(job) {
+  const old = state.jobs.get(job.id);
+  if (old && old.history && job.history.length === 0) job.history = old.history;
+  state.jobs.set(job.id, job);
+  render();
+  if (!$("detail").hidden && $("d-id").textContent === job.id) showJob(job.id);
+  if (job.state === "dispatched" || terminal(job.state)) loadReservations();
+}
+
+// ---- views ----------------------------------------------------------------
+
+function visibleJobs() {
+  const st = $("f-state").value, site = $("f-site").value, name = $("f-name").value.trim();
+  const re = name ? new RegExp("^" + name.split("*").map((p) => p.replace(/[.+?^${}()|[\]\\]/g, "\\$&")).join(".*") + "$") : null;
+  return [...state.jobs.values()]
+    .filter((j) => (!st || j.state === st) && (!site || j.site === site) && (!re || re.test(j.name || "")))
+    .sort((a, b) => Date.parse(b.submitted) - Date.parse(a.submitted));
+}
+
+function render() {
+  const now = Date.now() / 1000;
+  const rows = visibleJobs().map((j) => {
+    const started = secs(j.started);
+    const predicted = j.predicted_tts != null ? secs(j.submitted) + j.predicted_tts : null;
+    const startCell = started ? clock(j.started) : predicted && !terminal(j.state) ? (predicted > now ? "in " + human(predicted - now) : "due") : "-";
+    const elapsed = started ? human((secs(j.ended) || now) - started) : "-";
+    return el("tr", { "data-id": j.id, "data-state": j.state, onclick: () => showJob(j.id) },
+      el("td", {}, j.id), el("td", {}, j.name || "-"),
+      el("td", { class: "state state-" + j.state }, j.state), el("td", {}, j.site || "-"),
+      el("td", {}, j.exit_code ?? "-"), el("td", {}, clock(j.submitted)), el("td", {}, startCell),
+      el("td", {}, elapsed), el("td", { class: "reason" }, j.reason || ""));
+  });
+  $("jobs").tBodies[0].replaceChildren(...rows);
+  renderGantt();
+}
+
+function renderSites() {
+  const sel = $("f-site"), chosen = sel.value;
+  sel.replaceChildren(el("option", { value: "" }, "any"), ...state.sites.map((s) => el("option", { value: s.name }, s.name)));
+  sel.value = chosen;
+  $("sites").tBodies[0].replaceChildren(...state.sites.map((s) => s.error
+    ? el("tr", { "data-site": s.name }, el("td", {}, s.name), el("td", { colspan: 5 }, ""), el("td", { class: "down" }, "down: " + s.error))
+    : el("tr", { "data-site": s.name },
+      el("td", {}, s.name), el("td", {}, s.total_slots), el("td", {}, s.free_slots),
+      el("td", {}, s.running_jobs), el("td", {}, s.waiting_jobs), el("td", {}, human(s.estimated_wait)),
+      el("td", {}, "up"))));
+}
+
+const SVG = "http://www.w3.org/2000/svg";
+function svg(tag, attrs, title) {
+  const e = document.createElementNS(SVG, tag);
+  for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, v);
+  if (title) { const t = document.createElementNS(SVG, "title"); t.textContent = title; e.append(t); }
+  return e;
+}
+
+// One row per site: your reservations (dashed outlines), your jobs (bars,
+// coloured by state, at their start or predicted start), co-allocated
+// parts joined by a line, and "now".
+function renderGantt() {
+  const now = Date.now() / 1000;
+  const names = [...new Set([...state.sites.map((s) => s.name), ...[...state.jobs.values()].map((j) => j.site).filter(Boolean)])];
+  const items = [];
+  for (const j of state.jobs.values()) {
+    if (!j.site) continue;
+    const start = secs(j.started) ?? (j.predicted_tts != null ? secs(j.submitted) + j.predicted_tts : null);
+    if (start == null) continue;
+    const end = secs(j.ended) ?? Math.max(start + (j.wall_time || 3600), now);
+    items.push({ kind: "job", site: j.site, start, end, id: j.id, state: j.state, label: j.name || j.id });
+  }
+  for (const r of state.reservations) {
+    if (r.state !== "committed") continue;
+    items.push({ kind: "reservation", site: r.site, start: secs(r.start), end: secs(r.end), id: r.id, label: `${r.amount} slots` });
+  }
+  let lo = now - 600, hi = now + 1800;
+  for (const i of items) { lo = Math.min(lo, i.start); hi = Math.max(hi, i.end); }
+  lo = Math.max(lo, now - 7200); hi = Math.min(hi, now + 86400);
+  const W = Math.max(600, $("gantt").clientWidth || 900), left = 110, rowH = 34, top = 22;
+  const H = top + rowH * Math.max(1, names.length) + 8;
+  const x = (t) => left + (Math.min(Math.max(t, lo), hi) - lo) / (hi - lo) * (W - left - 10);
+  const root = svg("svg", { viewBox: `0 0 ${W} ${H}`, height: H, role: "img", "aria-label": "schedule per site" });
+  const step = [60, 300, 600, 1800, 3600, 7200, 21600].find((s) => (hi - lo) / s <= 10) || 43200;
+  for (let t = Math.ceil(lo / step) * step; t <= hi; t += step) {
+    root.append(svg("line", { x1: x(t), x2: x(t), y1: top - 4, y2: H, stroke: "#eee" }));
+    const tick = svg("text", { x: x(t) + 2, y: 12, class: "tick" }); tick.textContent = new Date(t * 1000).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
+    root.append(tick);
+  }
+  const centres = new Map();
+  names.forEach((name, k) => {
+    const y = top + k * rowH;
+    const label = svg("text", { x: 4, y: y + rowH / 2 + 4, class: "label" }); label.textContent = name;
+    root.append(label, svg("line", { x1: left, x2: W, y1: y + rowH, y2: y + rowH, stroke: "#eee" }));
+    for (const i of items.filter((i) => i.site === name)) {
+      const w = Math.max(3, x(i.end) - x(i.start));
+      if (i.kind === "reservation") {
+        root.append(svg("rect", { x: x(i.start), y: y + 3, width: w, height: rowH - 6, rx: 3, class: "bar reservation", "data-id": i.id },
+          `reservation ${i.id}: ${i.label}, ${new Date(i.start * 1000).toLocaleString()} to ${new Date(i.end * 1000).toLocaleString()}`));
+      } else {
+        root.append(svg("rect", { x: x(i.start), y: y + 8, width: w, height: rowH - 16, rx: 2, class: `bar job ${i.state}`, "data-id": i.id },
+          `${i.label} (${i.id}): ${i.state}`));
+        centres.set(i.id, [x(i.start), y + rowH / 2]);
+      }
+    }
+  });
+  // Co-allocated parts (cGROUP-k) start together: join them.
+  const groups = new Map();
+  for (const [id, c] of centres) {
+    const m = /^(c[0-9a-f]+)-\d+$/.exec(id);
+    if (m) groups.set(m[1], [...(groups.get(m[1]) || []), c]);
+  }
+  for (const [g, cs] of groups) {
+    if (cs.length < 2) continue;
+    const ys = cs.map((c) => c[1]), xs = cs.map((c) => c[0]);
+    root.append(svg("line", { x1: Math.min(...xs), x2: Math.min(...xs), y1: Math.min(...ys), y2: Math.max(...ys), class: "link" }, `co-allocation ${g}`));
+  }
+  root.append(svg("line", { x1: x(now), x2: x(now), y1: top - 6, y2: H, class: "now" }, "now"));
+  $("gantt").replaceChildren(root);
+}
+
+async function showJob(id) {
+  const j = await (await api("/v1/jobs/" + encodeURIComponent(id))).json();
+  state.jobs.set(j.id, j);
+  $("detail").hidden = false;
+  $("d-id").textContent = j.id;
+  const act = (label, path, method) => el("button", { type: "button", onclick: async () => {
+    try { await api(path, { method }); } catch (e) { alert(e.message); }
+    showJob(id);
+  } }, label);
+  const actions = [];
+  if (!terminal(j.state)) actions.push(act("cancel", "/v1/jobs/" + id, "DELETE"));
+  if (j.state === "accepted") actions.push(act("hold", `/v1/jobs/${id}/hold`, "POST"));
+  if (j.state === "held") actions.push(act("release", `/v1/jobs/${id}/release`, "POST"));
+  $("d-actions").replaceChildren(...actions);
+  $("d-history").replaceChildren(...j.history.map((h) => el("li", {}, `${new Date(h.at).toLocaleString()} ${h.state}${h.detail ? ": " + h.detail : ""}`)));
+  const files = [...new Set([j.stdout, j.stderr, ...(j.outputs || [])].filter(Boolean))];
+  $("d-files").replaceChildren(...files.map((f) => el("li", {}, el("a", { href: "#", onclick: (e) => { e.preventDefault(); showFile(id, f); } }, f))));
+  $("d-output").textContent = "";
+  if (j.stdout && terminal(j.state)) showFile(id, j.stdout);
+}
+
+// The first 64 KiB of a file, shown in the page.
+async function showFile(id, name) {
+  try {
+    const r = await api(`/v1/jobs/${encodeURIComponent(id)}/files/${name.split("/").map(encodeURIComponent).join("/")}`, { headers: { Range: "bytes=0-65535" } });
+    $("d-output").textContent = await r.text();
+  } catch (e) {
+    $("d-output").textContent = `${name}: ${e.message}`;
+  }
+}
+
+// ---- wiring -----------------------------------------------------------------
+
+$("f-state").append(...STATES.map((s) => el("option", { value: s }, s)));
+for (const id of ["f-state", "f-name", "f-site"]) $(id).addEventListener("input", render);
+$("d-close").addEventListener("click", () => { $("detail").hidden = true; });
+$("logout").addEventListener("click", () => logout());
+$("login").addEventListener("submit", (e) => {
+  e.preventDefault();
+  login($("token").value.trim()).catch((err) => { $("login-error").textContent = err.message === "unauthorized" ? "That token is not known here." : err.message; });
+});
+if (state.token) login(state.token).catch(() => logout());

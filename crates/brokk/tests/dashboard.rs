@@ -1,0 +1,161 @@
+//! The web dashboard in a real browser: Debian's headless Chromium driven
+//! through chromedriver (WebDriver) against a real `brokk serve`. It logs in
+//! with a token, sees a job submitted through the API appear and finish
+//! without a reload, and sees a reservation on its site's Gantt row.
+//! Screenshots go to `target/browser-artifacts/`.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use fantoccini::{ClientBuilder, Locator};
+
+mod common;
+
+const CHROMIUM: &str = "/usr/bin/chromium";
+const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
+
+/// chromedriver on a free port; killed when dropped.
+struct Driver {
+    child: Child,
+    url: String,
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn chromedriver() -> Driver {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let child = Command::new(CHROMEDRIVER)
+        .arg(format!("--port={port}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("chromedriver (Debian's chromium-driver)");
+    let t = std::time::Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(t.elapsed() < Duration::from_secs(20), "chromedriver did not start");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    Driver {
+        child,
+        url: format!("http://127.0.0.1:{port}"),
+    }
+}
+
+fn artifacts() -> PathBuf {
+    let dir = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../target/browser-artifacts"));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs Debian's chromium and chromium-driver; scripts/test.sh installs them and runs this"]
+async fn the_dashboard_shows_jobs_live_and_reservations_on_the_gantt_chart() {
+    let dir = common::scratch("dashboard", "live");
+    std::fs::write(
+        dir.join("broker.toml"),
+        "database = \"broker.db\"\nstate_dir = \"sites\"\n[tokens]\n\"tok-ann\" = \"ann\"\n\
+         [[embedded]]\nname = \"alpha\"\ncapacity = 4\n[[embedded]]\nname = \"beta\"\ncapacity = 8\n",
+    )
+    .unwrap();
+    let server = common::serve(&dir);
+    let driver = chromedriver();
+    let mut caps = serde_json::Map::new();
+    caps.insert(
+        "goog:chromeOptions".into(),
+        serde_json::json!({
+            "binary": CHROMIUM,
+            "args": ["--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu", "--window-size=1400,1000"],
+        }),
+    );
+    let c = ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
+        .capabilities(caps)
+        .connect(&driver.url)
+        .await
+        .expect("a WebDriver session in headless Chromium");
+    let result = async {
+        // A wrong token is refused on the page.
+        c.goto(&format!("{}/ui/", server.url)).await?;
+        c.find(Locator::Css("#token")).await?.send_keys("not-a-token").await?;
+        c.find(Locator::Css("#login-button")).await?.click().await?;
+        let said = c
+            .wait()
+            .at_most(Duration::from_secs(10))
+            .for_element(Locator::XPath("//p[@id='login-error'][contains(., 'not known')]"))
+            .await?;
+        assert!(said.text().await?.contains("not known"));
+        c.find(Locator::Css("#token")).await?.clear().await?;
+        c.find(Locator::Css("#token")).await?.send_keys("tok-ann").await?;
+        c.find(Locator::Css("#login-button")).await?.click().await?;
+        c.wait()
+            .at_most(Duration::from_secs(10))
+            .for_element(Locator::Css("#sites tr[data-site='beta']"))
+            .await?;
+        // Marks this page: a reload would lose the mark.
+        c.execute("window.brokkMark = 'no reload'; return 1;", vec![]).await?;
+
+        // Through the API, as a script would: a reservation, then a job.
+        let soon = (chrono::Utc::now() + chrono::Duration::minutes(5)).to_rfc3339();
+        let r = common::json(
+            &server.url,
+            "tok-ann",
+            &["reserve", "--amount", "2", "--duration", "20m", "--earliest", &soon, "--json"],
+        );
+        let rid = r["id"].as_str().unwrap().to_string();
+        let site = r["site"].as_str().unwrap().to_string();
+        let job = dir.join("job.json");
+        std::fs::write(
+            &job,
+            r#"{"name": "browser-test", "executable": "/bin/sh", "arguments": ["-c", "sleep 2; echo seen in the browser"], "wall_time": 60}"#,
+        )
+        .unwrap();
+        let accepted = common::json(&server.url, "tok-ann", &["submit", job.to_str().unwrap(), "--json"]);
+        let id = accepted["id"].as_str().unwrap().to_string();
+
+        c.wait()
+            .at_most(Duration::from_secs(15))
+            .for_element(Locator::Css(&format!("#jobs tr[data-id='{id}']")))
+            .await?;
+        c.screenshot().await.map(|png| std::fs::write(artifacts().join("dashboard-submitted.png"), png))??;
+        c.wait()
+            .at_most(Duration::from_secs(30))
+            .for_element(Locator::Css(&format!("#jobs tr[data-id='{id}'][data-state='finished']")))
+            .await?;
+        let mark = c.execute("return window.brokkMark;", vec![]).await?;
+        assert_eq!(mark, serde_json::json!("no reload"), "the page was reloaded");
+        // The reservation is drawn on its site's row of the Gantt chart.
+        let bar = c
+            .wait()
+            .at_most(Duration::from_secs(15))
+            .for_element(Locator::Css(&format!("#gantt rect.bar.reservation[data-id='{rid}']")))
+            .await?;
+        assert!(bar.html(false).await?.contains(&rid));
+        let job_bar = c.find(Locator::Css(&format!("#gantt rect.bar.job[data-id='{id}']"))).await?;
+        assert!(job_bar.attr("class").await?.unwrap_or_default().contains("finished"));
+        // The job's page shows its history and its output.
+        c.find(Locator::Css(&format!("#jobs tr[data-id='{id}']"))).await?.click().await?;
+        let output = c
+            .wait()
+            .at_most(Duration::from_secs(10))
+            .for_element(Locator::XPath("//pre[@id='d-output'][contains(., 'seen in the browser')]"))
+            .await?;
+        assert_eq!(output.text().await?.trim(), "seen in the browser");
+        c.screenshot().await.map(|png| std::fs::write(artifacts().join("dashboard.png"), png))??;
+        assert!(!site.is_empty());
+        Ok::<_, Box<dyn std::error::Error>>(())
+    }
+    .await;
+    let _ = c.close().await;
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+}
