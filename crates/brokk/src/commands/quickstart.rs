@@ -172,10 +172,11 @@ pub fn run(a: Args) -> Result<ExitCode> {
     }
 
     say!(
-        "\n{:<10} {:<8} {:<8} {:>14} {:>11} {:<10}",
+        "\n{:<10} {:<8} {:<8} {:>10} {:>14} {:>11} {:<10}",
         "job",
         "language",
         "site",
+        "asked (s)",
         "predicted (s)",
         "actual (s)",
         "state"
@@ -188,10 +189,11 @@ pub fn run(a: Args) -> Result<ExitCode> {
             .iter()
             .any(|h| h.detail.as_deref().is_some_and(|d| d.contains("reservation")));
         say!(
-            "{:<10} {:<8} {:<8} {:>14} {:>11} {:<10}",
+            "{:<10} {:<8} {:<8} {:>10} {:>14} {:>11} {:<10}",
             if reserved { format!("{label}*") } else { label.clone() },
             j.format,
             j.site.as_deref().unwrap_or("-"),
+            j.wall_time.map_or("-".into(), |v| v.to_string()),
             j.predicted_ttd.map_or("-".into(), |v| v.to_string()),
             actual.map_or("-".into(), |v| v.to_string()),
             j.state
@@ -214,6 +216,15 @@ pub fn run(a: Args) -> Result<ExitCode> {
             hi - lo
         );
     }
-    say!("(* ran in an advance reservation)\noutputs in {}", dir.display());
+    say!(
+        "(* ran in an advance reservation)\n\n\
+         asked: the wall time the job declared. predicted: the time to delivery the broker\n\
+         expected when it chose the site: the site's queue wait, plus staging, plus the\n\
+         declared time scaled by the site's benchmark against the job's reference [ET-brokering].\n\
+         actual: submission to end. These jobs declare minutes and run for about a second,\n\
+         so actual is far below predicted; a job that uses its whole wall time ends near it.\n\
+         outputs in {}",
+        dir.display()
+    );
     Ok(if ok { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }
