@@ -70,6 +70,9 @@ else
   if [ -n "${BROKK_TEST_POSTGRES:-}" ]; then cargo test --locked -p brokk --test service -- --ignored; fi
 fi
 
+echo "== README's tour, command by command, in a clean clone"
+scripts/readme-tour.sh
+
 echo "== ClassAd cross-check against HTCondor's own evaluator"
 scripts/classad-crosscheck.sh
 
