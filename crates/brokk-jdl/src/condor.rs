@@ -18,7 +18,6 @@ use crate::{sandbox_input, Dropped, ParseError, Parsed, ReadOptions, Written};
 
 /// Commands that are common and harmless for brokering; accepted without a warning.
 const HARMLESS: &[&str] = &[
-    "universe",
     "log",
     "should_transfer_files",
     "when_to_transfer_output",
@@ -473,6 +472,9 @@ fn make_job(
             })
             .collect();
     }
+    if let Some((v, pos)) = get("universe") {
+        universe(&v, pos, src, &mut job, warnings)?;
+    }
     let int = |k: &str| -> Result<Option<u32>, Diagnostic> {
         match get(k) {
             Some((v, pos)) => v
@@ -486,6 +488,7 @@ fn make_job(
     // and `request_memory`; otherwise they describe the job's one slot.
     let slot_cpus = int("request_cpus")?;
     job.nodes = int("machine_count")?;
+    job.gpus = int("request_gpus")?.map(|g| g.saturating_mul(job.nodes.unwrap_or(1)));
     let scope = match job.nodes {
         Some(n) => {
             job.cpus_per_node = slot_cpus;
@@ -557,6 +560,8 @@ fn make_job(
                 | "transfer_output_files"
                 | "transfer_output_remaps"
                 | "request_cpus"
+                | "request_gpus"
+                | "universe"
                 | "machine_count"
                 | "request_memory"
                 | "request_disk"
@@ -591,6 +596,59 @@ fn make_job(
         }
     }
     Ok(job)
+}
+
+/// What the job's universe means for where and how it runs: the vanilla and
+/// parallel universes are what Brokk runs; a java job runs its class with
+/// `java` (the class file staged with it); local and scheduler jobs run on a
+/// grid site like any other (said); a universe that needs what Brokk's model
+/// cannot carry (a container image, a virtual machine, a grid resource) is
+/// refused rather than run without it.
+fn universe(v: &str, pos: usize, src: &str, job: &mut Job, warnings: &mut Vec<Diagnostic>) -> Result<(), Diagnostic> {
+    match v.trim().to_ascii_lowercase().as_str() {
+        "vanilla" | "parallel" => {}
+        "local" | "scheduler" => warnings.push(Diagnostic::warning_at(
+            src,
+            pos,
+            format!("universe = {v}: the job runs on a grid site like a vanilla job, not on the submitting machine"),
+        )),
+        "java" => {
+            // `executable` is the class file; the first argument names the main class.
+            let Some(class_file) = job.executable.take() else {
+                return Err(Diagnostic::error_at(
+                    src,
+                    pos,
+                    "universe = java needs `executable` (the .class or .jar file)",
+                ));
+            };
+            let mut args = vec!["-cp".to_string(), ".".to_string()];
+            if class_file.ends_with(".jar") {
+                args = vec!["-jar".to_string(), class_file.clone()];
+            }
+            args.append(&mut job.arguments);
+            job.executable = Some("java".into());
+            job.arguments = args;
+            if !job.input_files.iter().any(|f| f.name == class_file) {
+                job.input_files.push(sandbox_input(&class_file));
+            }
+            warnings.push(Diagnostic::warning_at(
+                src,
+                pos,
+                "universe = java: runs as `java` with the class file staged beside it; the site must have Java",
+            ));
+        }
+        other => {
+            return Err(Diagnostic::error_at(
+                src,
+                pos,
+                format!(
+                    "universe = {other}: Brokk cannot run it as HTCondor would (it has no place for a container image, \
+                     a virtual machine or a grid resource); use the vanilla universe"
+                ),
+            ))
+        }
+    }
+    Ok(())
 }
 
 /// Moves a diagnostic from a value's own text to its place in the file, when the
@@ -882,6 +940,11 @@ fn commands(job: &Job, d: &mut Dropped) -> Vec<(&'static str, String)> {
                 None if job.cpus.is_some() => d.note("cpus: do not divide evenly over machine_count"),
                 None => {}
             }
+            match job.gpus {
+                Some(g) if n > 0 && g % n == 0 => c.push(("request_gpus", (g / n).to_string())),
+                Some(_) => d.note("gpus: do not divide evenly over machine_count"),
+                None => {}
+            }
             if job.memory.is_some() {
                 match job.memory_per_node_mib() {
                     Some(m) => c.push(("request_memory", format!("{m}MB"))),
@@ -892,6 +955,9 @@ fn commands(job: &Job, d: &mut Dropped) -> Vec<(&'static str, String)> {
         None => {
             if let Some(n) = job.cpus {
                 c.push(("request_cpus", n.to_string()));
+            }
+            if let Some(g) = job.gpus {
+                c.push(("request_gpus", g.to_string()));
             }
             if job.memory.is_some() {
                 match job.memory_total_mib() {

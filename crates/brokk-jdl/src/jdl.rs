@@ -499,6 +499,7 @@ fn body(job: &Job, d: &mut Dropped, ind: &str) -> String {
             "script",
             "working_directory",
             "cpus_per_task",
+            "gpus",
             "disk_mib",
             "reservation",
             "earliest_start",

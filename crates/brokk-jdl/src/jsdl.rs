@@ -15,6 +15,8 @@ use crate::{Dropped, ParseError, Parsed, Written};
 const NS_JSDL: &str = "http://schemas.ggf.org/jsdl/2005/11/jsdl";
 const NS_POSIX: &str = "http://schemas.ggf.org/jsdl/2005/11/jsdl-posix";
 const NS_HPCPA: &str = "http://schemas.ggf.org/jsdl/2006/07/jsdl-hpcpa";
+/// The SPMD Application extension (GFD.115): parallel programs.
+const NS_SPMD: &str = "http://schemas.ogf.org/jsdl/2007/02/jsdl-spmd";
 /// NorduGrid's JSDL extension, which ARC clients use for runtime environments and queues.
 const NS_ARC: &str = "http://www.nordugrid.org/ws/schemas/jsdl-arc";
 const MIB: f64 = 1024.0 * 1024.0;
@@ -200,7 +202,9 @@ impl JsdlReader<'_> {
     fn application(&mut self, app: &Element) -> Result<(), Diagnostic> {
         for el in &app.children {
             match (el.ns.as_str(), el.name.as_str()) {
-                (NS_POSIX, "POSIXApplication") | (NS_HPCPA, "HPCProfileApplication") => self.posix(el)?,
+                (NS_POSIX, "POSIXApplication") | (NS_HPCPA, "HPCProfileApplication") | (NS_SPMD, "SPMDApplication") => {
+                    self.posix(el)?
+                }
                 (NS_JSDL, "ApplicationName" | "ApplicationVersion" | "Description") => {}
                 _ => self.ignore(el),
             }
@@ -210,12 +214,30 @@ impl JsdlReader<'_> {
 
     fn posix(&mut self, app: &Element) -> Result<(), Diagnostic> {
         let ns = app.ns.as_str();
+        let (mut processes, mut per_host, mut threads) = (None, None, None);
         for el in &app.children {
-            if el.ns != ns {
+            // SPMD applications take the POSIX elements, in the POSIX namespace.
+            let posix_inside_spmd = ns == NS_SPMD && el.ns == NS_POSIX;
+            if el.ns != ns && !posix_inside_spmd {
                 self.ignore(el);
                 continue;
             }
             match el.name.as_str() {
+                "NumberOfProcesses" if ns == NS_SPMD => processes = Some(self.positive(el)?),
+                "ProcessesPerHost" if ns == NS_SPMD => per_host = Some(self.positive(el)?),
+                "ThreadsPerProcess" if ns == NS_SPMD => threads = Some(self.positive(el)?),
+                "SPMDVariation" if ns == NS_SPMD => {
+                    let kind = el.text();
+                    let kind = kind.rsplit('/').next().unwrap_or("").to_string();
+                    self.warnings.push(Diagnostic::warning_at(
+                        self.src,
+                        el.pos,
+                        format!(
+                            "<SPMDVariation> {kind}: Brokk starts the executable once with all the processors; \
+                             the program (or an mpirun it calls) starts the {kind} processes"
+                        ),
+                    ));
+                }
                 "Executable" => self.job.executable = Some(el.text()),
                 "Argument" => self.job.arguments.push(el.text()),
                 "Input" => self.job.stdin = Some(el.text()),
@@ -249,7 +271,29 @@ impl JsdlReader<'_> {
                 _ => self.ignore(el),
             }
         }
+        if ns == NS_SPMD {
+            let threads = threads.unwrap_or(1);
+            self.job.cpus_per_task = (threads > 1).then_some(threads);
+            if let Some(p) = processes {
+                self.job.cpus = Some(p.saturating_mul(threads));
+            }
+            if let Some(h) = per_host {
+                self.job.cpus_per_node = Some(h.saturating_mul(threads));
+            }
+        }
         Ok(())
+    }
+
+    /// A count of at least one.
+    fn positive(&self, el: &Element) -> Result<u32, Diagnostic> {
+        match self.count(el)? {
+            0 => Err(Diagnostic::error_at(
+                self.src,
+                el.pos,
+                format!("<{}> must be at least 1", el.name),
+            )),
+            n => Ok(n),
+        }
     }
 
     fn integer(&self, el: &Element) -> Result<u64, Diagnostic> {
@@ -526,6 +570,7 @@ pub(crate) fn write(job: &Job) -> Written {
         &[
             "script",
             "cpus_per_task",
+            "gpus",
             "reservation",
             "earliest_start",
             "deadline",

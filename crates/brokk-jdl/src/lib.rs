@@ -18,6 +18,7 @@ mod diag;
 mod jdl;
 mod jsdl;
 mod json;
+pub mod program;
 mod requirements;
 mod rsl;
 mod rsl_syntax;
@@ -163,6 +164,12 @@ pub enum WriteError {
     /// There was nothing to write.
     #[error("no job to write")]
     Empty,
+    /// A job names no program and no script: written, it would run nothing.
+    #[error("job {} has nothing to run: it names no executable and no script", index + 1)]
+    NothingToRun {
+        /// The job's place among those given, from 0.
+        index: usize,
+    },
 }
 
 /// Reads a description in `format`.
@@ -178,11 +185,21 @@ pub fn read(format: Format, text: &str, opts: &ReadOptions) -> Result<Parsed, Pa
     }
 }
 
-/// Writes `jobs` in `format`.
+/// Writes `jobs` in `format`. Every job keeps its program: a script becomes
+/// a program where the language has no place for one (see [`program`]), and
+/// a job with nothing to run is refused.
 pub fn write(format: Format, jobs: &[Job]) -> Result<Written, WriteError> {
     if jobs.is_empty() {
         return Err(WriteError::Empty);
     }
+    let mut notes = Vec::new();
+    let mut carried = Vec::with_capacity(jobs.len());
+    for (index, job) in jobs.iter().enumerate() {
+        let (job, how) = program::carried(format, job, index)?;
+        notes.extend(how);
+        carried.push(job.into_owned());
+    }
+    let jobs = carried.as_slice();
     let single = |f: fn(&Job) -> Written| {
         if jobs.len() == 1 {
             Ok(f(&jobs[0]))
@@ -193,7 +210,7 @@ pub fn write(format: Format, jobs: &[Job]) -> Result<Written, WriteError> {
             })
         }
     };
-    match format {
+    let mut written = match format {
         Format::Jsdl => single(jsdl::write),
         Format::Xrsl => Ok(xrsl::write(jobs)),
         Format::Rsl => Ok(rsl::write(jobs)),
@@ -201,7 +218,13 @@ pub fn write(format: Format, jobs: &[Job]) -> Result<Written, WriteError> {
         Format::Condor => Ok(condor::write(jobs)),
         Format::Slurm => single(slurm::write),
         Format::Json => Ok(json::write(jobs)),
+    }?;
+    for n in notes {
+        if !written.dropped.contains(&n) {
+            written.dropped.push(n);
+        }
     }
+    Ok(written)
 }
 
 /// Collects what a writer drops, so each writer only says what and why.
@@ -272,6 +295,7 @@ fn field_is_set(job: &Job, field: &str) -> bool {
         "cpus_per_node" => job.cpus_per_node.is_some(),
         "nodes" => job.nodes.is_some(),
         "cpus_per_task" => job.cpus_per_task.is_some(),
+        "gpus" => job.gpus.is_some(),
         "memory" => job.memory.is_some(),
         "disk_mib" => job.disk_mib.is_some(),
         "wall_time" => job.wall_time.is_some(),

@@ -223,6 +223,7 @@ fn write_job(job: &Job, dropped: &mut Dropped) -> String {
             "script",
             "cpus_per_node",
             "cpus_per_task",
+            "gpus",
             "disk_mib",
             "architecture",
             "operating_system",

@@ -15,9 +15,6 @@ const IGNORED: &[&str] = &[
     "mail-user",
     "qos",
     "exclusive",
-    "array",
-    "gres",
-    "gpus",
     "dependency",
     "requeue",
     "no-requeue",
@@ -64,21 +61,81 @@ const IGNORED: &[&str] = &[
     "Q",
 ];
 
+#[derive(Default)]
 struct Opts {
     ntasks: Option<u32>,
     cpt: Option<u32>,
     tasks_per_node: Option<u32>,
+    /// `--gpus`: for the whole job.
+    gpus: Option<u32>,
+    /// `--gres=gpu:N`, `--gpus-per-node`.
+    gpus_per_node: Option<u32>,
+    /// `--gpus-per-task`.
+    gpus_per_task: Option<u32>,
+    /// `--cpus-per-gpu`.
+    cpus_per_gpu: Option<u32>,
+    /// `--array`: the task indices, and where the option was.
+    array: Option<(Vec<u32>, usize)>,
+}
+
+/// The most tasks one `--array` may make (Slurm's own MaxArraySize default
+/// is 1001; sites raise it).
+const MAX_ARRAY: usize = 100_000;
+
+/// The indices of an `--array` value (`0-15`, `1-7:2`, `1,3,5`, `1-100%10`);
+/// a `%` limit on tasks at once is returned apart.
+fn array_indices(v: &str) -> Result<(Vec<u32>, Option<u32>), String> {
+    let (list, limit) = match v.split_once('%') {
+        Some((l, n)) => (l, Some(n.parse::<u32>().map_err(|_| format!("`%{n}` is not a count"))?)),
+        None => (v, None),
+    };
+    let mut out = Vec::new();
+    for part in list.split(',') {
+        let (range, step) = match part.split_once(':') {
+            Some((r, s)) => (
+                r,
+                s.parse::<u32>()
+                    .ok()
+                    .filter(|s| *s > 0)
+                    .ok_or(format!("`:{s}` is not a step"))?,
+            ),
+            None => (part, 1),
+        };
+        let (a, b) = match range.split_once('-') {
+            Some((a, b)) => (a, b),
+            None => (range, range),
+        };
+        let (a, b) = match (a.trim().parse::<u32>(), b.trim().parse::<u32>()) {
+            (Ok(a), Ok(b)) if a <= b => (a, b),
+            _ => return Err(format!("`{part}` is not an index or a range of them")),
+        };
+        let mut i = a;
+        loop {
+            out.push(i);
+            if out.len() > MAX_ARRAY {
+                return Err(format!("more than {MAX_ARRAY} tasks"));
+            }
+            match i.checked_add(step) {
+                Some(n) if n <= b => i = n,
+                _ => break,
+            }
+        }
+    }
+    out.sort_unstable();
+    out.dedup();
+    Ok((out, limit))
+}
+
+/// GPUs of a `--gpus`-style value: `N` or `TYPE:N`.
+fn gpu_count(v: &str) -> Option<u32> {
+    v.rsplit(':').next()?.trim().parse().ok()
 }
 
 /// Reads one batch script.
 pub(crate) fn read(src: &str) -> Result<Parsed, ParseError> {
     let mut job = Job::default();
     let mut warnings = Vec::new();
-    let mut o = Opts {
-        ntasks: None,
-        cpt: None,
-        tasks_per_node: None,
-    };
+    let mut o = Opts::default();
     let mut offset = 0;
     let mut body_start = None;
     for (i, line) in src.split_inclusive('\n').enumerate() {
@@ -118,6 +175,14 @@ pub(crate) fn read(src: &str) -> Result<Parsed, ParseError> {
         job.cpus_per_task = o.cpt;
         job.cpus_per_node = o.tasks_per_node.and_then(|t| t.checked_mul(cpt));
     }
+    let tasks = o.ntasks.unwrap_or(1);
+    job.gpus = o
+        .gpus
+        .or_else(|| o.gpus_per_task.map(|g| g.saturating_mul(tasks)))
+        .or_else(|| o.gpus_per_node.map(|g| g.saturating_mul(job.nodes.unwrap_or(1))));
+    if let (Some(g), Some(c), None) = (job.gpus, o.cpus_per_gpu, job.cpus) {
+        job.cpus = Some(g.saturating_mul(c));
+    }
     if let Some(start) = body_start {
         let body = &src[start..];
         match simple_command(body) {
@@ -125,13 +190,73 @@ pub(crate) fn read(src: &str) -> Result<Parsed, ParseError> {
                 job.executable = Some(words.remove(0));
                 job.arguments = words;
             }
-            None => job.script = Some(body.trim_end().to_string() + "\n"),
+            // The interpreter line stays with the body: it says what runs it.
+            None => {
+                let shebang = src.lines().next().filter(|l| l.starts_with("#!"));
+                let text = body.trim_end().to_string() + "\n";
+                job.script = Some(match shebang {
+                    Some(l) => format!("{}\n{text}", l.trim_end()),
+                    None => text,
+                });
+            }
         }
     }
-    Ok(Parsed {
-        jobs: vec![job],
-        warnings,
-    })
+    let jobs = match o.array {
+        None => vec![job],
+        Some((indices, _)) => array_jobs(&job, &indices),
+    };
+    Ok(Parsed { jobs, warnings })
+}
+
+/// One job per array task, each with the variables Slurm sets for it and
+/// `%a` in its file names replaced by its index.
+fn array_jobs(job: &Job, indices: &[u32]) -> Vec<Job> {
+    let (min, max) = (indices[0], indices[indices.len() - 1]);
+    indices
+        .iter()
+        .map(|&i| {
+            let mut j = job.clone();
+            for (name, value) in [
+                ("SLURM_ARRAY_TASK_ID", i),
+                ("SLURM_ARRAY_TASK_MIN", min),
+                ("SLURM_ARRAY_TASK_MAX", max),
+                ("SLURM_ARRAY_TASK_COUNT", indices.len() as u32),
+            ] {
+                j.environment.push(EnvVar {
+                    name: name.into(),
+                    value: value.to_string(),
+                });
+            }
+            for s in [&mut j.stdout, &mut j.stderr, &mut j.stdin].into_iter().flatten() {
+                *s = task_index(s, i);
+            }
+            j
+        })
+        .collect()
+}
+
+/// `%a` (and `%Na`, zero-padded) replaced by `index`; `%%` kept for later.
+fn task_index(s: &str, index: u32) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut rest = s;
+    while let Some(p) = rest.find('%') {
+        out.push_str(&rest[..p]);
+        let after = &rest[p + 1..];
+        let digits = after.bytes().take_while(u8::is_ascii_digit).count();
+        if after[digits..].starts_with('a') {
+            let width = after[..digits].parse::<usize>().unwrap_or(0).min(10);
+            out.push_str(&format!("{index:0width$}"));
+            rest = &after[digits + 1..];
+        } else if let Some(stripped) = after.strip_prefix('%') {
+            out.push_str("%%");
+            rest = stripped;
+        } else {
+            out.push('%');
+            rest = after;
+        }
+    }
+    out.push_str(rest);
+    out
 }
 
 /// Splits a directive line into shell words; `#` at the start of a word ends it.
@@ -259,6 +384,44 @@ fn directive(
         };
         match name.as_str() {
             "J" | "job-name" => job.name = Some(value.clone()),
+            "G" | "gpus" => o.gpus = Some(gpu_count(&value).ok_or_else(|| bad("a GPU count such as 2 or a100:2"))?),
+            "gpus-per-node" => {
+                o.gpus_per_node = Some(gpu_count(&value).ok_or_else(|| bad("a GPU count such as 2 or a100:2"))?)
+            }
+            "gpus-per-task" => {
+                o.gpus_per_task = Some(gpu_count(&value).ok_or_else(|| bad("a GPU count such as 1 or a100:1"))?)
+            }
+            "cpus-per-gpu" => o.cpus_per_gpu = Some(count(&value)?),
+            "gres" => {
+                for item in value.split(',') {
+                    let mut f = item.split(':');
+                    if f.next() == Some("gpu") {
+                        // `gpu`, `gpu:N`, `gpu:TYPE:N`: per node.
+                        let n = match item.matches(':').count() {
+                            0 => 1,
+                            _ => gpu_count(item).ok_or_else(|| bad("gpu[:TYPE]:N"))?,
+                        };
+                        o.gpus_per_node = Some(n);
+                    } else {
+                        warnings.push(Diagnostic::warning_at(
+                            src,
+                            pos,
+                            format!("generic resource `{item}` has no place in Brokk's model; ignored"),
+                        ));
+                    }
+                }
+            }
+            "a" | "array" => {
+                let (indices, limit) = array_indices(&value).map_err(|why| bad(&format!("task indices ({why})")))?;
+                if let Some(n) = limit {
+                    warnings.push(Diagnostic::warning_at(
+                        src,
+                        pos,
+                        format!("--array limit %{n} (tasks at once) is not kept: every task is a job of its own"),
+                    ));
+                }
+                o.array = Some((indices, pos));
+            }
             "n" | "ntasks" => o.ntasks = Some(count(&value)?),
             "c" | "cpus-per-task" => o.cpt = Some(count(&value)?),
             "N" | "nodes" => job.nodes = Some(count(&value)?),
@@ -459,7 +622,14 @@ fn opt_value(v: &str) -> String {
 /// Writes one job as a batch script.
 pub(crate) fn write(job: &Job) -> Written {
     let mut d = Dropped::default();
-    let mut s = String::from("#!/bin/bash\n");
+    // A script's own interpreter line heads the batch script; one without
+    // runs with /bin/sh, as everywhere else in Brokk.
+    let (shebang, body) = match job.script.as_deref() {
+        Some(text) if text.starts_with("#!") => text.split_once('\n').unwrap_or((text, "")),
+        Some(text) => ("#!/bin/sh", text),
+        None => ("#!/bin/bash", ""),
+    };
+    let mut s = format!("{shebang}\n");
     let mut opt = |k: &str, v: &str| s.push_str(&format!("#SBATCH --{k}={}\n", opt_value(v)));
     if let Some(v) = &job.name {
         opt("job-name", v);
@@ -474,6 +644,9 @@ pub(crate) fn write(job: &Job) -> Written {
     }
     if let Some(c) = job.cpus_per_task {
         opt("cpus-per-task", &c.to_string());
+    }
+    if let Some(g) = job.gpus {
+        opt("gpus", &g.to_string());
     }
     if let Some(n) = job.nodes {
         opt("nodes", &n.to_string());
@@ -540,11 +713,11 @@ pub(crate) fn write(job: &Job) -> Written {
     }
     s.push('\n');
     match (&job.script, &job.executable) {
-        (Some(script), exe) => {
+        (Some(_), exe) => {
             if exe.is_some() {
                 d.note("executable: the script is the job in Slurm; executable and arguments dropped");
             }
-            s.push_str(script);
+            s.push_str(body);
         }
         (None, Some(exe)) => {
             // An `=` in the program word would read back as an assignment.

@@ -368,6 +368,7 @@ fn write_job(job: &Job, dropped: &mut Dropped) -> String {
             "working_directory",
             "nodes",
             "cpus_per_task",
+            "gpus",
             "project",
             "reservation",
             "deadline",

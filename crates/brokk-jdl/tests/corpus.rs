@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use brokk_jdl::{detect, read, write, Diagnostic, Format, ReadOptions};
+use brokk_jdl::{detect, read, write, Diagnostic, Format, ReadOptions, WriteError};
 use brokk_model::Job;
 use serde::Serialize;
 
@@ -67,10 +67,18 @@ fn every_valid_job_translates_to_every_language_stably() {
         let (format, text, opts) = load(path);
         let jobs = read(format, &text, &opts).unwrap().jobs;
         for target in Format::ALL {
-            let Ok(first) = write(target, &jobs) else {
+            let first = match write(target, &jobs) {
+                Ok(w) => w,
                 // JSDL and Slurm hold one job per document.
-                assert!(jobs.len() > 1 && matches!(target, Format::Jsdl | Format::Slurm));
-                continue;
+                Err(WriteError::OneJobOnly { .. }) => {
+                    assert!(jobs.len() > 1 && matches!(target, Format::Jsdl | Format::Slurm));
+                    continue;
+                }
+                Err(e @ WriteError::NothingToRun { .. }) => {
+                    assert!(jobs.iter().any(|j| j.executable.is_none() && j.script.is_none()), "{e}");
+                    continue;
+                }
+                Err(e) => panic!("{}: {e}", path.display()),
             };
             let back = read(target, &first.text, &ReadOptions::default()).unwrap_or_else(|e| {
                 panic!(
@@ -83,6 +91,46 @@ fn every_valid_job_translates_to_every_language_stably() {
             assert_eq!(first.text, second.text, "{} -> {target} is not stable", path.display());
             if target == Format::Json {
                 assert_eq!(back.jobs, jobs, "{}: canonical JSON must be lossless", path.display());
+            }
+        }
+    });
+}
+
+/// Every valid file to every language and back: the program is kept (a
+/// job that runs something still runs something), and so are the number
+/// of jobs (an array's size), GPUs and memory, unless the writer lists the
+/// loss; nothing is lost without a word.
+#[test]
+fn translation_keeps_what_a_job_means_or_says_what_it_lost() {
+    insta::glob!("corpus/*/valid/*", |path| {
+        let (format, text, opts) = load(path);
+        let jobs = read(format, &text, &opts).unwrap().jobs;
+        for target in Format::ALL {
+            let written = match write(target, &jobs) {
+                Ok(w) => w,
+                Err(WriteError::OneJobOnly { .. }) => continue,
+                Err(WriteError::NothingToRun { .. }) => continue,
+                Err(e) => panic!("{}: {e}", path.display()),
+            };
+            let back = read(target, &written.text, &ReadOptions::default()).unwrap().jobs;
+            let said = |field: &str| written.dropped.iter().any(|d| d.starts_with(field));
+            let at = format!("{} -> {target}", path.display());
+            assert_eq!(back.len(), jobs.len(), "{at}: the number of jobs");
+            for (a, b) in jobs.iter().zip(&back) {
+                let runs = |j: &brokk_model::Job| j.executable.is_some() || j.script.is_some();
+                assert_eq!(runs(a), runs(b), "{at}: the program\n{}", written.text);
+                assert!(
+                    a.gpus == b.gpus || said("gpus"),
+                    "{at}: gpus {:?} -> {:?}",
+                    a.gpus,
+                    b.gpus
+                );
+                assert!(
+                    a.memory_total_mib() == b.memory_total_mib() || said("memory"),
+                    "{at}: memory {:?} -> {:?}",
+                    a.memory,
+                    b.memory
+                );
             }
         }
     });

@@ -470,7 +470,7 @@ fn slurm_job() -> impl Strategy<Value = Job> {
         (of(time()), of(time()), env()),
         prop_oneof![
             ("[a-z][a-z0-9_./-]{0,10}", vec("[a-zA-Z0-9_ ./=:-]{1,10}", 0..4)).prop_map(|(e, a)| (Some(e), a, None)),
-            "[a-z]{1,8}".prop_map(|cmd| (None, vec![], Some(format!("set -e\n{cmd} \"$1\"\n")))),
+            "[a-z]{1,8}".prop_map(|cmd| (None, vec![], Some(format!("#!/bin/bash\nset -e\n{cmd} \"$1\"\n")))),
         ],
     )
         .prop_map(
@@ -539,6 +539,14 @@ fn uniq(mut job: Job) -> Job {
 }
 
 fn round_trip(format: Format, jobs: &[Job]) -> Result<(), TestCaseError> {
+    // A job with nothing to run is refused, never written as an empty job.
+    if let Some(k) = jobs.iter().position(|j| j.executable.is_none() && j.script.is_none()) {
+        prop_assert_eq!(
+            write(format, jobs),
+            Err(brokk_jdl::WriteError::NothingToRun { index: k })
+        );
+        return Ok(());
+    }
     let w = write(format, jobs).map_err(|e| TestCaseError::fail(e.to_string()))?;
     prop_assert!(
         w.dropped.is_empty(),

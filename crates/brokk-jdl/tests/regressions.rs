@@ -1,6 +1,6 @@
 //! Regressions found by fuzzing, each named after what broke.
 
-use brokk_jdl::{read, write, Format, ReadOptions};
+use brokk_jdl::{read, write, Format, ReadOptions, WriteError};
 
 fn round_trip(format: Format, text: &str) {
     let first = read(format, text, &ReadOptions::default()).unwrap();
@@ -19,9 +19,16 @@ fn condor_dollar_signs_in_values_are_not_read_as_macros() {
 }
 
 #[test]
-fn rsl_jobs_without_attributes_are_written_readably() {
-    round_trip(Format::Xrsl, "+(&(jobname = a))(&(gmlog = log))");
-    round_trip(Format::Rsl, "+(&(executable = a))(&(label = x))");
+fn rsl_jobs_without_a_program_are_refused_rather_than_written_empty() {
+    // These once came back unreadable; now a job that runs nothing is not written at all.
+    for (format, text, index) in [
+        (Format::Xrsl, "+(&(jobname = a))(&(gmlog = log))", 0),
+        (Format::Rsl, "+(&(executable = a))(&(label = x))", 1),
+    ] {
+        let jobs = read(format, text, &ReadOptions::default()).unwrap().jobs;
+        assert_eq!(write(format, &jobs), Err(WriteError::NothingToRun { index }), "{text}");
+    }
+    round_trip(Format::Rsl, "+(&(executable = a))(&(executable = b)(label = x))");
 }
 
 #[test]

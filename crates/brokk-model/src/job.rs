@@ -22,8 +22,9 @@ pub struct Job {
     /// Command-line arguments, one string each, unquoted.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub arguments: Vec<String>,
-    /// An inline shell script (a Slurm batch script's body) run instead of, or
-    /// before, `executable`.
+    /// An inline script (a Slurm batch script's body with its `#!` line),
+    /// run instead of `executable`, with the `arguments`: its `#!` line names
+    /// the interpreter, `/bin/sh` without one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub script: Option<String>,
     /// Environment variables, in the order given.
@@ -59,6 +60,10 @@ pub struct Job {
     /// Processors per task, for languages that group processors into tasks (Slurm).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cpus_per_task: Option<u32>,
+    /// GPUs for the whole job (HTCondor `request_gpus`, Slurm `--gpus`,
+    /// `--gres=gpu:N`, `--gpus-per-node`, `--gpus-per-task`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpus: Option<u32>,
     /// Memory requirement and what it is counted per.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub memory: Option<Memory>,

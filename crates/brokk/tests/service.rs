@@ -911,3 +911,44 @@ fn held_jobs_wait_and_filters_pick_jobs_by_name_and_state() {
     );
     assert_eq!(lines.last().unwrap()["event"], "end");
 }
+
+#[test]
+fn a_slurm_script_translated_to_every_language_runs_the_same() {
+    // A multi-line batch script with shell functions, loops and arithmetic:
+    // translated, each language's job must still run the whole script.
+    let dir = scratch("script-everywhere");
+    let svc = Service::start(&dir);
+    let script = dir.join("multi.sh");
+    std::fs::write(
+        &script,
+        "#!/bin/bash\n#SBATCH --job-name=multi\n#SBATCH --output=result.txt\n#SBATCH --time=00:01:00\n\
+         greet() { echo \"hello $1\"; }\nfor i in 1 2 3; do greet \"n$i\"; done\necho \"done: $(( 6 * 7 ))\"\n",
+    )
+    .unwrap();
+    let expected = "hello n1\nhello n2\nhello n3\ndone: 42\n";
+    let run = |path: &Path| {
+        let done = svc.json("tok-ann", &["submit", path.to_str().unwrap(), "--watch", "--json"]);
+        assert_eq!(done["state"], "finished", "{}: {done}", path.display());
+        let out = svc.brokk("tok-ann", &["output", done["id"].as_str().unwrap(), "result.txt"]);
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert_eq!(run(&script), expected, "as Slurm");
+    for (to, ext) in [
+        ("condor", "sub"),
+        ("xrsl", "xrsl"),
+        ("jsdl", "jsdl"),
+        ("jdl", "jdl"),
+        ("rsl", "rsl"),
+    ] {
+        let translated = dir.join(format!("multi.{ext}"));
+        let o = svc.brokk("tok-ann", &["translate", script.to_str().unwrap(), "--to", to]);
+        assert!(o.status.success(), "{to}: {}", text(&o).1);
+        assert!(
+            text(&o).1.contains("script:"),
+            "{to}: the carrying is said: {}",
+            text(&o).1
+        );
+        std::fs::write(&translated, &o.stdout).unwrap();
+        assert_eq!(run(&translated), expected, "translated to {to}");
+    }
+}

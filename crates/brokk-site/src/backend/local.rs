@@ -94,10 +94,12 @@ async fn start_supervised(
         (Some(script), _) => {
             let mut f = crate::staging::create_owned(sandbox, "job-script.sh", account)?;
             std::io::Write::write_all(&mut f, script.as_bytes())?;
-            (
-                PathBuf::from("/bin/sh"),
-                vec![sandbox.join("job-script.sh").display().to_string()],
-            )
+            // Its `#!` line names what runs it, as sbatch reads it.
+            let (program, arg) = brokk_jdl::program::interpreter(script);
+            let mut args: Vec<String> = arg.into_iter().collect();
+            args.push(sandbox.join("job-script.sh").display().to_string());
+            args.extend(job.arguments.iter().cloned());
+            (PathBuf::from(program), args)
         }
         (None, Some(exe)) => {
             let staged = sandbox.join(plain_name(exe));
