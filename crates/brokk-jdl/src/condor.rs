@@ -16,35 +16,47 @@ use crate::diag::Diagnostic;
 use crate::requirements::{atom, combine, lift, Atom};
 use crate::{sandbox_input, Dropped, ParseError, Parsed, ReadOptions, Written};
 
-/// Commands that are common and harmless for brokering; accepted without a warning.
+/// Commands about the submitting side or the pool's bookkeeping: nothing
+/// about the job changes where Brokk runs it; accepted without a warning.
 const HARMLESS: &[&str] = &[
     "log",
+    "log_xml",
     "should_transfer_files",
     "when_to_transfer_output",
-    "notification",
-    "notify_user",
-    "getenv",
-    "stream_output",
-    "stream_error",
-    "periodic_remove",
-    "periodic_hold",
-    "periodic_release",
-    "on_exit_remove",
-    "on_exit_hold",
-    "max_retries",
-    "priority",
-    "nice_user",
-    "job_max_vacate_time",
-    "leave_in_queue",
-    "hold",
-    "want_graceful_removal",
-    "log_xml",
-    "job_ad_information_attrs",
     "transfer_executable",
     "copy_to_spool",
-    "coresize",
+    "job_ad_information_attrs",
+    "stream_output",
+    "stream_error",
     "max_idle",
     "max_materialize",
+];
+
+/// Commands that change what happens to the job but have no place in
+/// Brokk's model: each is read, and a warning says what is not kept.
+const UNKEPT: &[(&str, &str)] = &[
+    ("notification", "no mail is sent"),
+    ("notify_user", "no mail is sent"),
+    (
+        "getenv",
+        "the submitting shell's environment is not copied; name the variables in `environment`",
+    ),
+    ("periodic_remove", "the job is not removed by this expression"),
+    ("periodic_hold", "the job is not held by this expression"),
+    ("periodic_release", "the job is not released by this expression"),
+    ("on_exit_remove", "a job that ends leaves the queue whatever this says"),
+    ("on_exit_hold", "a job that ends is not held"),
+    ("max_retries", "a failed job is not run again"),
+    ("priority", "jobs are taken in turn per user, not by this priority"),
+    ("nice_user", "the job is not run at lower priority"),
+    ("job_max_vacate_time", "the site's kill grace applies instead"),
+    ("leave_in_queue", "an ended job's record stays at the broker anyway"),
+    ("hold", "submit with `brokk submit --hold` to hold a job"),
+    (
+        "want_graceful_removal",
+        "a removed job gets SIGTERM, then SIGKILL after the site's grace",
+    ),
+    ("coresize", "core dumps are off for every job (RLIMIT_CORE 0)"),
 ];
 
 /// Macro expansion stops growing a value past this many bytes (mutual references can double it at every step).
@@ -543,6 +555,20 @@ fn make_job(
         p.expr().and_then(|_| p.finish()).map_err(|d| shift(src, pos, &v, d))?;
         job.rank = Some(v);
     }
+    let mut unkept: Vec<(usize, String)> = Vec::new();
+    for (command, what) in UNKEPT {
+        // `hold = false`, `getenv = false` and the like change nothing.
+        let Some((v, pos)) = get(command).filter(|(v, _)| !v.trim().eq_ignore_ascii_case("false")) else {
+            continue;
+        };
+        if v.trim().is_empty() || warned.iter().any(|w| w == command) {
+            continue;
+        }
+        warned.push(command.to_string());
+        unkept.push((pos, format!("`{command} = {}` is not kept: {what}", v.trim())));
+    }
+    unkept.sort();
+    warnings.extend(unkept.into_iter().map(|(pos, m)| Diagnostic::warning_at(src, pos, m)));
     for k in &m.order {
         let known = matches!(
             k.as_str(),
@@ -571,6 +597,7 @@ fn make_job(
                 | "requirements"
                 | "rank"
         ) || HARMLESS.contains(&k.as_str())
+            || UNKEPT.iter().any(|(c, _)| c == k)
             || !k
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '+' || c == '.')

@@ -109,6 +109,16 @@ pub(crate) fn read(src: &str) -> Result<Parsed, ParseError> {
             }
             jobs
         }
+        "dag" => {
+            let pos = get("Type").map_or(0, |e| e.expr.start);
+            return Err(Diagnostic::error_at(
+                src,
+                pos,
+                "Type `DAG` is a workflow of dependent jobs; Brokk does not run workflows yet \
+                 (submit the nodes as jobs, or a Collection when they do not depend on each other)",
+            )
+            .into());
+        }
         other => {
             let pos = get("Type").map_or(0, |e| e.expr.start);
             return Err(Diagnostic::error_at(

@@ -35,7 +35,6 @@ const IGNORED: &[&str] = &[
     "stdoutposition",
     "stderrposition",
     "exclusive",
-    "jobtype",
     "minlocalport",
     "maxlocalport",
 ];
@@ -69,6 +68,22 @@ fn read_job(src: &str, rels: &[Relation], warnings: &mut Vec<Diagnostic>) -> Res
             "stdout" => job.stdout = Some(vars.single(src, rel)?),
             "stderr" => job.stderr = Some(vars.single(src, rel)?),
             "count" => job.cpus = Some(vars.number(src, rel)?),
+            "jobtype" => match vars.single(src, rel)?.to_ascii_lowercase().as_str() {
+                "single" | "mpi" => {}
+                "multiple" => warnings.push(Diagnostic::warning_at(
+                    src,
+                    rel.pos,
+                    "jobtype = multiple: GRAM starts `count` copies of the executable; \
+                     Brokk starts it once with all the processors",
+                )),
+                other => {
+                    return Err(Diagnostic::error_at(
+                        src,
+                        rel.pos,
+                        format!("jobtype `{other}` is not one of single, multiple, mpi"),
+                    ))
+                }
+            },
             "hostcount" => job.nodes = Some(vars.number(src, rel)?),
             "queue" => job.queue = Some(vars.single(src, rel)?),
             "project" => job.project = Some(vars.single(src, rel)?),

@@ -148,6 +148,15 @@ pub(crate) fn read(src: &str) -> Result<Parsed, ParseError> {
         if let Some(rest) = t.strip_prefix("#SBATCH") {
             let lead = line.len() - line.trim_start().len();
             let at = here + lead + "#SBATCH".len();
+            if rest.trim() == "hetjob" || rest.trim() == "packjob" {
+                return Err(Diagnostic::error_at(
+                    src,
+                    at + 1,
+                    "a heterogeneous job (`#SBATCH hetjob`) has components of different shapes that start together; \
+                     Brokk has no such job: submit the components with `brokk coalloc`",
+                )
+                .into());
+            }
             if body_start.is_some() {
                 warnings.push(Diagnostic::warning_at(
                     src,
@@ -492,7 +501,12 @@ fn directive(
 
 /// MiB from a Slurm size (`4000`, `4G`, `512M`, `1T`); megabytes when no suffix.
 fn mem(v: &str) -> Option<u64> {
+    // sbatch takes `4G` and `4GB` alike.
     let v = v.trim();
+    let v = match v.strip_suffix(['B', 'b']) {
+        Some(rest) if rest.ends_with(|c: char| c.is_ascii_alphabetic()) => rest,
+        _ => v,
+    };
     let (num, mult) = match v.char_indices().last()? {
         (i, 'K' | 'k') => (&v[..i], 0),
         (i, 'M' | 'm') => (&v[..i], 1),
