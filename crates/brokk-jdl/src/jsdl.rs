@@ -409,21 +409,18 @@ impl JsdlReader<'_> {
                 .map(Element::text)
         };
         let (source, target) = (uri("Source"), uri("Target"));
-        if source.is_none() && target.is_none() {
-            return Err(Diagnostic::error_at(
-                self.src,
-                ds.pos,
-                "<DataStaging> needs a <Source> or a <Target>",
-            ));
-        }
-        if source.is_some() {
+        let has = |side: &str| ds.child(NS_JSDL, side).is_some();
+        // An empty <Source/> is a file the client uploads (as ARC reads it);
+        // an empty <Target/>, or neither side, a file the job leaves in its
+        // directory for its owner to fetch.
+        if has("Source") {
             self.job.input_files.push(InputFile {
                 name: name.clone(),
                 source,
                 size: None,
             });
         }
-        if target.is_some() {
+        if has("Target") || !has("Source") {
             self.job.output_files.push(OutputFile {
                 name,
                 target,
@@ -548,18 +545,18 @@ pub(crate) fn write(job: &Job) -> Written {
         .output_files
         .iter()
         .map(|f| (&f.name, &f.target, "output", "Target"));
-    for (name, uri, kind, side) in inputs.chain(outputs) {
-        let Some(uri) = uri else {
-            d.note(format!("{kind}_files: `{name}` has no URI, which JSDL staging needs"));
-            continue;
-        };
+    for (name, uri, _, side) in inputs.chain(outputs) {
         x.push_str("    <jsdl:DataStaging>\n");
         el(&mut x, 6, "jsdl:FileName", name);
         el(&mut x, 6, "jsdl:CreationFlag", "overwrite");
-        x.push_str(&format!(
-            "      <jsdl:{side}><jsdl:URI>{}</jsdl:URI></jsdl:{side}>\n",
-            escape(uri)
-        ));
+        match uri {
+            Some(uri) => x.push_str(&format!(
+                "      <jsdl:{side}><jsdl:URI>{}</jsdl:URI></jsdl:{side}>\n",
+                escape(uri)
+            )),
+            // Uploaded by the client, or left for the owner to fetch.
+            None => x.push_str(&format!("      <jsdl:{side}/>\n")),
+        }
         x.push_str("    </jsdl:DataStaging>\n");
     }
     x.push_str("  </jsdl:JobDescription>\n</jsdl:JobDefinition>\n");

@@ -76,6 +76,10 @@ struct Opts {
     cpus_per_gpu: Option<u32>,
     /// `--array`: the task indices, and where the option was.
     array: Option<(Vec<u32>, usize)>,
+    /// The memory option given first (sbatch takes one of them).
+    memory_option: Option<String>,
+    /// `--mem-per-gpu`, MiB.
+    mem_per_gpu: Option<u64>,
 }
 
 /// The most tasks one `--array` may make (Slurm's own MaxArraySize default
@@ -191,6 +195,21 @@ pub(crate) fn read(src: &str) -> Result<Parsed, ParseError> {
         .or_else(|| o.gpus_per_node.map(|g| g.saturating_mul(job.nodes.unwrap_or(1))));
     if let (Some(g), Some(c), None) = (job.gpus, o.cpus_per_gpu, job.cpus) {
         job.cpus = Some(g.saturating_mul(c));
+    }
+    if let Some(m) = o.mem_per_gpu {
+        match job.gpus {
+            Some(g) => {
+                job.memory = Some(Memory {
+                    mib: m.saturating_mul(u64::from(g)),
+                    per: MemoryScope::Job,
+                })
+            }
+            None => warnings.push(Diagnostic::warning_at(
+                src,
+                0,
+                "--mem-per-gpu without GPUs asks for no memory; ignored",
+            )),
+        }
     }
     if let Some(start) = body_start {
         let body = &src[start..];
@@ -391,6 +410,18 @@ fn directive(
                 .parse()
                 .map_err(|_| bad("a count"))
         };
+        if matches!(name.as_str(), "mem" | "mem-per-cpu" | "mem-per-gpu") {
+            match &o.memory_option {
+                Some(first) if *first != name => {
+                    return Err(Diagnostic::error_at(
+                        src,
+                        pos,
+                        format!("--{name} with --{first}: --mem, --mem-per-cpu and --mem-per-gpu are mutually exclusive, as sbatch says"),
+                    ))
+                }
+                _ => o.memory_option = Some(name.clone()),
+            }
+        }
         match name.as_str() {
             "J" | "job-name" => job.name = Some(value.clone()),
             "G" | "gpus" => o.gpus = Some(gpu_count(&value).ok_or_else(|| bad("a GPU count such as 2 or a100:2"))?),
@@ -447,6 +478,7 @@ fn directive(
                     per: MemoryScope::Cpu,
                 })
             }
+            "mem-per-gpu" => o.mem_per_gpu = Some(mem(&value).ok_or_else(|| bad("a size such as 16G"))?),
             "tmp" => job.disk_mib = Some(mem(&value).ok_or_else(|| bad("a size such as 10G"))?),
             "t" | "time" => job.wall_time = Some(time_limit(&value).ok_or_else(|| bad("a time such as 1-12:00:00"))?),
             "o" | "output" => job.stdout = Some(value.clone()),
