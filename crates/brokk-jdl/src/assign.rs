@@ -3,6 +3,9 @@
 //! `%a`, `%x`, `%u` file-name patterns, and the standard streams a job
 //! keeps when it names none (Slurm's `slurm-%j.out`, holding both; for the
 //! others `stdout` and `stderr`, as ARC's and HTCondor's users fetch them).
+//! And what the site fills in where the job runs: GRAM's standard RSL
+//! substitutions (`$(HOME)`, `$(SCRATCH_DIRECTORY)`, ...), which a reader
+//! keeps as written.
 
 use brokk_model::Job;
 
@@ -52,6 +55,35 @@ fn keep_streams(format: Format, job: &mut Job) {
         job.stdout.get_or_insert_with(|| "stdout".to_string());
         job.stderr.get_or_insert_with(|| "stderr".to_string());
     }
+}
+
+/// GRAM's standard RSL substitutions, which the job manager defines where the
+/// job runs: the RSL reader keeps them as written, and the site fills them
+/// in ([`fill_at_site`]).
+pub const GRAM_VARIABLES: [&str; 9] = [
+    "HOME",
+    "LOGNAME",
+    "GLOBUS_ID",
+    "GLOBUS_GRAM_JOB_CONTACT",
+    "GLOBUS_HOST_MANUFACTURER",
+    "GLOBUS_HOST_CPUTYPE",
+    "GLOBUS_HOST_OSNAME",
+    "GLOBUS_HOST_OSVERSION",
+    "SCRATCH_DIRECTORY",
+];
+
+/// Replaces `$(NAME)` for each of GRAM's variables `values` names, in every
+/// string of the job.
+pub fn fill_at_site(job: &mut Job, values: &[(&str, String)]) {
+    // Not in a script: there `$(HOME)` is the shell's command substitution.
+    each_string(job, |s| {
+        if !s.contains("$(") {
+            return;
+        }
+        for (name, value) in values {
+            *s = s.replace(&format!("$({name})"), value);
+        }
+    });
 }
 
 /// Every string of a job a submit file's macros can reach.
@@ -183,6 +215,30 @@ mod tests {
         assign(Format::Slurm, &mut j, IDS);
         assert_eq!(j.stdout.as_deref(), Some("slurm-4f2a.out"));
         assert_eq!(j.stderr, j.stdout, "sbatch sends error where output goes");
+    }
+
+    #[test]
+    fn gram_variables_are_kept_by_the_reader_and_filled_at_the_site() {
+        let mut j = read(
+            Format::Rsl,
+            "&(executable = $(HOME)/bin/app)(arguments = $(SCRATCH_DIRECTORY)/in $(LOGNAME))(stdout = $(GLOBUS_HOST_OSNAME).out)",
+        );
+        assert_eq!(j.executable.as_deref(), Some("$(HOME)/bin/app"));
+        fill_at_site(
+            &mut j,
+            &[
+                ("HOME", "/work/job-7".into()),
+                ("SCRATCH_DIRECTORY", "/work/job-7".into()),
+                ("LOGNAME", "ann".into()),
+                ("GLOBUS_HOST_OSNAME", "linux".into()),
+            ],
+        );
+        assert_eq!(j.executable.as_deref(), Some("/work/job-7/bin/app"));
+        assert_eq!(j.arguments, ["/work/job-7/in", "ann"]);
+        assert_eq!(j.stdout.as_deref(), Some("linux.out"));
+        // Others stay undefined.
+        let e = crate::read(Format::Rsl, "&(executable = $(NOPE)/x)", &crate::ReadOptions::default()).unwrap_err();
+        assert!(e.to_string().contains("undefined variable `$(NOPE)`"), "{e}");
     }
 
     #[test]

@@ -524,6 +524,10 @@ pub(crate) mod lower {
                             Part::Text(t) => out.push_str(t),
                             Part::Var(name) => match self.0.get(name) {
                                 Some(val) => out.push_str(val),
+                                // GRAM's own: the site that runs the job fills it in.
+                                None if crate::assign::GRAM_VARIABLES.contains(&name.as_str()) => {
+                                    out.push_str(&format!("$({name})"))
+                                }
                                 None => {
                                     return Err(Diagnostic::error_at(
                                         src,

@@ -96,6 +96,35 @@ pub(crate) fn plain_name(name: &str) -> String {
     }
 }
 
+/// What GRAM's standard RSL substitutions stand for where this job runs
+/// ([`brokk_jdl::assign::GRAM_VARIABLES`]): its home and scratch directory
+/// are its sandbox (as its `HOME` is), its login name its account's.
+pub(crate) fn site_values(launch: &Launch, site: &str, sandbox: &Path) -> Vec<(&'static str, String)> {
+    let sandbox = std::path::absolute(sandbox)
+        .unwrap_or_else(|_| sandbox.to_path_buf())
+        .display()
+        .to_string();
+    let uid = launch
+        .account
+        .map_or_else(nix::unistd::geteuid, |a| nix::unistd::Uid::from_raw(a.uid));
+    let logname = nix::unistd::User::from_uid(uid)
+        .ok()
+        .flatten()
+        .map_or_else(|| uid.to_string(), |u| u.name);
+    let os_version = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    vec![
+        ("HOME", sandbox.clone()),
+        ("SCRATCH_DIRECTORY", sandbox),
+        ("LOGNAME", logname),
+        ("GLOBUS_ID", launch.owner.clone()),
+        ("GLOBUS_GRAM_JOB_CONTACT", format!("brokk://{site}/{}", launch.id)),
+        ("GLOBUS_HOST_MANUFACTURER", "unknown".into()),
+        ("GLOBUS_HOST_CPUTYPE", std::env::consts::ARCH.into()),
+        ("GLOBUS_HOST_OSNAME", std::env::consts::OS.into()),
+        ("GLOBUS_HOST_OSVERSION", os_version.trim().to_string()),
+    ]
+}
+
 /// The variables every job finds set, as batch systems set theirs.
 pub(crate) fn batch_environment(id: JobId, site: &str, job: &Job, sandbox: &Path) -> Vec<(String, String)> {
     let sandbox = std::path::absolute(sandbox).unwrap_or_else(|_| sandbox.to_path_buf());

@@ -34,8 +34,18 @@ pub async fn run(agent: Agent, id: JobId, resumed: bool) {
 }
 
 /// Stages in, runs on the backend, stages out.
-async fn drive(agent: &Agent, launch: Launch, sandbox: &Path) -> End {
+async fn drive(agent: &Agent, mut launch: Launch, sandbox: &Path) -> End {
     let id = launch.id;
+    let values = crate::launch::site_values(&launch, &agent.config().name, sandbox);
+    brokk_jdl::assign::fill_at_site(&mut launch.job, &values);
+    // `directory = $(SCRATCH_DIRECTORY)` names the sandbox itself: the job's
+    // working directory stays relative to it.
+    if let (Some(dir), Ok(root)) = (&launch.job.working_directory, std::path::absolute(sandbox)) {
+        if let Ok(rel) = Path::new(dir).strip_prefix(&root) {
+            let rel = rel.display().to_string();
+            launch.job.working_directory = (!rel.is_empty()).then_some(rel);
+        }
+    }
     let outputs = launch.job.output_files.clone();
     let mut cancel = launch.controls.cancel.clone();
     // Made only when a file moves over HTTP: building a client is not free.

@@ -952,3 +952,28 @@ fn a_slurm_script_translated_to_every_language_runs_the_same() {
         assert_eq!(run(&translated), expected, "translated to {to}");
     }
 }
+
+#[test]
+fn grams_standard_variables_are_filled_in_where_the_job_runs() {
+    let dir = scratch("gram-variables");
+    let svc = Service::start(&dir);
+    let rsl = dir.join("job.rsl");
+    std::fs::write(
+        &rsl,
+        "&(executable = /bin/echo)(arguments = $(HOME) $(LOGNAME) $(GLOBUS_HOST_OSNAME))(stdout = out.txt)\
+         (directory = $(SCRATCH_DIRECTORY))",
+    )
+    .unwrap();
+    let done = svc.json("tok-ann", &["submit", rsl.to_str().unwrap(), "--watch", "--json"]);
+    assert_eq!(done["state"], "finished", "{done}");
+    let out = svc.brokk("tok-ann", &["output", done["id"].as_str().unwrap(), "out.txt"]);
+    let printed = String::from_utf8_lossy(&out.stdout).into_owned();
+    let words: Vec<&str> = printed.split_whitespace().collect();
+    let me = String::from_utf8(std::process::Command::new("id").arg("-un").output().unwrap().stdout).unwrap();
+    assert_eq!(words.len(), 3, "{printed}");
+    assert!(
+        words[0].starts_with('/') && words[0].contains("/job-"),
+        "HOME is the sandbox: {printed}"
+    );
+    assert_eq!((words[1], words[2]), (me.trim(), "linux"), "{printed}");
+}
