@@ -29,18 +29,31 @@ pub fn execution_time(
     let scaled = |b: &Benchmark| {
         published
             .iter()
-            .find(|p| p.name.eq_ignore_ascii_case(&b.name))
+            // Names are usually written alike: the byte comparison settles most.
+            .find(|p| p.name == b.name || p.name.eq_ignore_ascii_case(&b.name))
             .filter(|p| p.value > 0.0 && p.value.is_finite())
             .map(|p| b.time.0 as f64 * b.result / p.value)
     };
-    // Two passes instead of a buffer: the penalty needs the longest known estimate first.
-    let longest = triples.iter().filter_map(scaled).fold(f64::NAN, f64::max);
+    // The penalty needs the longest known estimate first: the estimates of
+    // the usual few triples are kept on the stack between the two passes
+    // (name matching is most of a prediction's cost), more are found again.
+    const KEPT: usize = 4;
+    let mut kept = [None; KEPT];
+    for (k, b) in triples.iter().take(KEPT).enumerate() {
+        kept[k] = scaled(b);
+    }
+    let estimate = |k: usize, b: &Benchmark| if k < KEPT { kept[k] } else { scaled(b) };
+    let longest = triples
+        .iter()
+        .enumerate()
+        .filter_map(|(k, b)| estimate(k, b))
+        .fold(f64::NAN, f64::max);
     if longest.is_nan() {
         return None;
     }
     let (mut sum, mut max) = (0.0, 0.0f64);
-    for b in triples {
-        let e = scaled(b).unwrap_or(penalty * longest);
+    for (k, b) in triples.iter().enumerate() {
+        let e = estimate(k, b).unwrap_or(penalty * longest);
         sum += e;
         max = max.max(e);
     }
