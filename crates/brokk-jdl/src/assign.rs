@@ -45,6 +45,88 @@ pub fn assign(format: Format, job: &mut Job, ids: Ids<'_>) {
     }
 }
 
+/// File-name patterns written in the target's own syntax: HTCondor's
+/// `$(Cluster)` is Slurm's `%j` and back (`%A` too, `%x` the job's name, `%%`
+/// a percent sign); a pattern the target has no form for is kept as written
+/// and named in the returned notes. Canonical JSON keeps every form.
+pub(crate) fn translate_patterns(format: Format, job: &mut Job) -> Vec<String> {
+    let mut notes = Vec::new();
+    if format == Format::Json {
+        return notes;
+    }
+    let name = job.name.clone();
+    for (what, slot) in [
+        ("stdin", &mut job.stdin),
+        ("stdout", &mut job.stdout),
+        ("stderr", &mut job.stderr),
+    ] {
+        let Some(s) = slot else { continue };
+        let (out, kept) = match format {
+            Format::Slurm => (condor(s, "%j"), Vec::new()),
+            Format::Condor => slurm_to_condor(s, name.as_deref()),
+            _ => (s.clone(), patterns_in(s)),
+        };
+        if !kept.is_empty() {
+            notes.push(format!(
+                "{what}: the file-name pattern {} has no form in {format}; written as it is",
+                kept.join(", ")
+            ));
+        }
+        *s = out;
+    }
+    notes
+}
+
+/// The id patterns of either language in `s`.
+fn patterns_in(s: &str) -> Vec<String> {
+    let mut found: Vec<String> = ["$(Cluster)", "$(ClusterId)"]
+        .iter()
+        .filter(|p| s.to_ascii_lowercase().contains(&p.to_ascii_lowercase()))
+        .map(|p| p.to_string())
+        .collect();
+    let mut chars = s.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == '%' {
+            let mut p = String::from("%");
+            while let Some(&d) = chars.peek().filter(|d| d.is_ascii_digit()) {
+                p.push(d);
+                chars.next();
+            }
+            if let Some(l) = chars.next().filter(|l| l.is_ascii_alphabetic()) {
+                p.push(l);
+                found.push(p);
+            }
+        }
+    }
+    found
+}
+
+/// Slurm's patterns in HTCondor's syntax, and those it has no form for.
+fn slurm_to_condor(s: &str, name: Option<&str>) -> (String, Vec<String>) {
+    let (mut out, mut kept) = (String::with_capacity(s.len()), Vec::new());
+    let mut rest = s;
+    while let Some(p) = rest.find('%') {
+        out.push_str(&rest[..p]);
+        let after = &rest[p + 1..];
+        let digits = after.bytes().take_while(u8::is_ascii_digit).count();
+        let letter = after[digits..].chars().next();
+        let whole = &rest[p..p + 1 + digits + letter.map_or(0, char::len_utf8)];
+        match (letter, name) {
+            (Some('%'), _) => out.push('%'),
+            (Some('j' | 'A'), _) => out.push_str("$(Cluster)"),
+            (Some('x'), Some(n)) => out.push_str(n),
+            (Some(l), _) if l.is_ascii_alphabetic() => {
+                out.push_str(whole);
+                kept.push(whole.to_string());
+            }
+            _ => out.push_str(whole),
+        }
+        rest = &rest[p + whole.len()..];
+    }
+    out.push_str(rest);
+    (out, kept)
+}
+
 /// Names the streams a job leaves unnamed.
 fn keep_streams(format: Format, job: &mut Job) {
     if format == Format::Slurm {
@@ -239,6 +321,31 @@ mod tests {
         // Others stay undefined.
         let e = crate::read(Format::Rsl, "&(executable = $(NOPE)/x)", &crate::ReadOptions::default()).unwrap_err();
         assert!(e.to_string().contains("undefined variable `$(NOPE)`"), "{e}");
+    }
+
+    #[test]
+    fn file_name_patterns_move_between_condor_and_slurm() {
+        let mut j = Job {
+            name: Some("sim".into()),
+            stdout: Some("out.$(Cluster).txt".into()),
+            stderr: Some("%x-%j_%3a.err".into()),
+            stdin: Some("in.%N".into()),
+            ..Job::default()
+        };
+        let mut to_slurm = j.clone();
+        assert!(translate_patterns(Format::Slurm, &mut to_slurm).is_empty());
+        assert_eq!(to_slurm.stdout.as_deref(), Some("out.%j.txt"));
+        let notes = translate_patterns(Format::Condor, &mut j);
+        assert_eq!(j.stderr.as_deref(), Some("sim-$(Cluster)_%3a.err"));
+        assert_eq!(j.stdin.as_deref(), Some("in.%N"));
+        assert_eq!(notes.len(), 2, "{notes:?}");
+        let mut x = Job {
+            stdout: Some("o.%j".into()),
+            ..Job::default()
+        };
+        let notes = translate_patterns(Format::Xrsl, &mut x);
+        assert!(notes[0].contains("%j") && notes[0].contains("xrsl"), "{notes:?}");
+        assert_eq!(slurm_to_condor("100%", None).0, "100%");
     }
 
     #[test]

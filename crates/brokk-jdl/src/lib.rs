@@ -197,7 +197,9 @@ pub fn write(format: Format, jobs: &[Job]) -> Result<Written, WriteError> {
     for (index, job) in jobs.iter().enumerate() {
         let (job, how) = program::carried(format, job, index)?;
         notes.extend(how);
-        carried.push(job.into_owned());
+        let mut job = job.into_owned();
+        notes.extend(assign::translate_patterns(format, &mut job));
+        carried.push(job);
     }
     let jobs = carried.as_slice();
     let single = |f: fn(&Job) -> Written| {
