@@ -9,7 +9,7 @@
 
 use std::collections::HashMap;
 
-use brokk_model::{Duration, EnvVar, Job, Memory, MemoryScope, OutputFile, Time};
+use brokk_model::{Attribute, Duration, EnvVar, Job, Memory, MemoryScope, OutputFile, Time};
 
 use crate::classad::{BinOp, Parser, Value};
 use crate::diag::Diagnostic;
@@ -555,6 +555,30 @@ fn make_job(
         p.expr().and_then(|_| p.finish()).map_err(|d| shift(src, pos, &v, d))?;
         job.rank = Some(v);
     }
+    // `+Name = value` puts an attribute into the job's ClassAd: carried as written.
+    for k in &m.order {
+        if !k.starts_with('+') || matches!(k.as_str(), "+projectname" | "+maxruntime") {
+            continue;
+        }
+        let Some((v, pos)) = get(k).filter(|(v, _)| !v.trim().is_empty()) else {
+            continue;
+        };
+        let name = m.spelled[k].trim_start_matches('+').to_string();
+        let lower = name.to_ascii_lowercase();
+        if lower.contains("image")
+            && (lower.contains("singularity") || lower.contains("docker") || lower.contains("container"))
+        {
+            warnings.push(Diagnostic::warning_at(
+                src,
+                pos,
+                format!("`+{name}` is carried as an attribute, but Brokk's sites do not run jobs in containers"),
+            ));
+        }
+        job.attributes.push(Attribute {
+            name,
+            value: v.trim().to_string(),
+        });
+    }
     let mut unkept: Vec<(usize, String)> = Vec::new();
     for (command, what) in UNKEPT {
         // `hold = false`, `getenv = false` and the like change nothing.
@@ -596,7 +620,8 @@ fn make_job(
                 | "deferral_time"
                 | "requirements"
                 | "rank"
-        ) || HARMLESS.contains(&k.as_str())
+        ) || k.starts_with('+')
+            || HARMLESS.contains(&k.as_str())
             || UNKEPT.iter().any(|(c, _)| c == k)
             || !k
                 .chars()
@@ -832,6 +857,7 @@ pub(crate) fn write(jobs: &[Job]) -> Written {
     let mut d = Dropped::default();
     let mut out = String::new();
     let mut seen: Vec<&'static str> = Vec::new();
+    let mut seen_attributes: Vec<&str> = Vec::new();
     for (i, job) in jobs.iter().enumerate() {
         if i > 0 {
             out.push('\n');
@@ -846,6 +872,18 @@ pub(crate) fn write(jobs: &[Job]) -> Written {
             out.push_str(&format!("{k} = {}\n", escape_dollars(v)));
             if !seen.contains(k) {
                 seen.push(k);
+            }
+        }
+        // Commands hold until changed: an attribute of the job before is cleared.
+        for a in &seen_attributes {
+            if !job.attributes.iter().any(|x| x.name == *a) {
+                out.push_str(&format!("+{a} =\n"));
+            }
+        }
+        for a in &job.attributes {
+            out.push_str(&format!("+{} = {}\n", a.name, escape_dollars(&a.value)));
+            if !seen_attributes.contains(&a.name.as_str()) {
+                seen_attributes.push(&a.name);
             }
         }
         out.push_str("queue\n");

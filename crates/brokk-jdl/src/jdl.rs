@@ -284,11 +284,18 @@ fn read_job(src: &str, entries: &[&Entry], warnings: &mut Vec<Diagnostic>) -> Re
                     ));
                 }
             }
-            _ => warnings.push(Diagnostic::warning_at(
-                src,
-                e.name_pos,
-                format!("unknown JDL attribute `{}`; ignored", e.name),
-            )),
+            // A JDL's own attributes travel with it (middleware reads them).
+            _ => {
+                warnings.push(Diagnostic::warning_at(
+                    src,
+                    e.name_pos,
+                    format!("`{}` is not a JDL attribute Brokk knows; carried as written", e.name),
+                ));
+                job.attributes.push(brokk_model::Attribute {
+                    name: e.name.clone(),
+                    value: src.get(e.expr.start..e.expr.end).unwrap_or("").to_string(),
+                });
+            }
         }
     }
     if let Some((targets, pos)) = dest {
@@ -499,6 +506,9 @@ fn body(job: &Job, d: &mut Dropped, ind: &str) -> String {
     }
     if let Some(r) = &job.rank {
         attr("Rank", r.clone());
+    }
+    for a in &job.attributes {
+        attr(&a.name, a.value.clone());
     }
     d.sizes("JDL", job);
     d.unsupported(

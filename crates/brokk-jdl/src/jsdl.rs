@@ -568,6 +568,7 @@ pub(crate) fn write(job: &Job) -> Written {
             "script",
             "cpus_per_task",
             "gpus",
+            "attributes",
             "reservation",
             "earliest_start",
             "deadline",

@@ -313,6 +313,7 @@ fn field_is_set(job: &Job, field: &str) -> bool {
         "benchmarks" => !job.benchmarks.is_empty(),
         "requirements" => job.requirements.is_some(),
         "rank" => job.rank.is_some(),
+        "attributes" => !job.attributes.is_empty(),
         _ => false,
     }
 }

@@ -239,6 +239,7 @@ fn write_job(job: &Job, dropped: &mut Dropped) -> String {
             "cpus_per_node",
             "cpus_per_task",
             "gpus",
+            "attributes",
             "disk_mib",
             "architecture",
             "operating_system",

@@ -785,6 +785,7 @@ pub(crate) fn write(job: &Job) -> Written {
         "Slurm",
         job,
         &[
+            "attributes",
             "input_files",
             "output_files",
             "cpu_time",

@@ -369,6 +369,7 @@ fn write_job(job: &Job, dropped: &mut Dropped) -> String {
             "nodes",
             "cpus_per_task",
             "gpus",
+            "attributes",
             "project",
             "reservation",
             "deadline",

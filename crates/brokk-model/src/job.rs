@@ -109,6 +109,21 @@ pub struct Job {
     /// Rank expression in ClassAd syntax, kept as written.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rank: Option<String>,
+    /// Attributes the job carries for the middleware that the model has no
+    /// field for (HTCondor's `+Name`, a JDL's own attributes), as written
+    /// (ClassAd expressions); written back where the target has a place.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub attributes: Vec<Attribute>,
+}
+
+/// A custom attribute: a name and its value as written.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Attribute {
+    /// Its name, without HTCondor's `+`.
+    pub name: String,
+    /// Its value, as the description wrote it (a ClassAd expression).
+    pub value: String,
 }
 
 /// One environment variable.

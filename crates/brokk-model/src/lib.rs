@@ -10,7 +10,7 @@ mod prefs;
 mod resource;
 mod time;
 
-pub use job::{Benchmark, EnvVar, InputFile, Job, Memory, MemoryScope, OutputFile};
+pub use job::{Attribute, Benchmark, EnvVar, InputFile, Job, Memory, MemoryScope, OutputFile};
 pub use phase::JobPhase;
 pub use prefs::{JobPreferences, Objective, StartBound, DEFAULT_PENALTY_FACTOR};
 pub use resource::{Environment, PublishedBenchmark, ResourceInfo, Share};
