@@ -460,11 +460,13 @@ pub(crate) mod lower {
     /// `|` alternatives, which Brokk does not use.
     pub fn read_jobs(
         src: &str,
-        mut read_job: impl FnMut(&[Relation], &mut Vec<Diagnostic>) -> Result<brokk_model::Job, Diagnostic>,
+        mut read_job: impl FnMut(&[Relation], &mut Vec<Diagnostic>) -> Result<brokk_model::Job, crate::ParseError>,
     ) -> Result<crate::Parsed, crate::ParseError> {
         let spec = super::parse(src)?;
         let mut jobs = Vec::new();
         let mut warnings = Vec::new();
+        // Every job of a multi-request is read: one pass reports every error.
+        let mut errors = Vec::new();
         for (rels, ors) in self::jobs(src, spec)? {
             for pos in ors {
                 warnings.push(Diagnostic::warning_at(
@@ -473,7 +475,13 @@ pub(crate) mod lower {
                     "`|` alternatives are not used by Brokk; ignored",
                 ));
             }
-            jobs.push(read_job(&rels, &mut warnings)?);
+            match read_job(&rels, &mut warnings) {
+                Ok(job) => jobs.push(job),
+                Err(e) => errors.extend(e.diagnostics),
+            }
+        }
+        if !errors.is_empty() {
+            return Err(crate::ParseError { diagnostics: errors });
         }
         Ok(crate::Parsed { jobs, warnings })
     }

@@ -142,6 +142,9 @@ pub(crate) fn read(src: &str) -> Result<Parsed, ParseError> {
     let mut o = Opts::default();
     let mut offset = 0;
     let mut body_start = None;
+    // Every directive is read, so that one pass reports every error.
+    let mut errors: Vec<Diagnostic> = Vec::new();
+    let mut heterogeneous = false;
     for (i, line) in src.split_inclusive('\n').enumerate() {
         let t = line.trim();
         let here = offset;
@@ -152,29 +155,35 @@ pub(crate) fn read(src: &str) -> Result<Parsed, ParseError> {
         if let Some(rest) = t.strip_prefix("#SBATCH") {
             let lead = line.len() - line.trim_start().len();
             let at = here + lead + "#SBATCH".len();
+            if heterogeneous {
+                // The next components' options are their own: not read against the first's.
+                continue;
+            }
             if rest.trim() == "hetjob" || rest.trim() == "packjob" {
-                return Err(Diagnostic::error_at(
+                heterogeneous = true;
+                errors.push(Diagnostic::error_at(
                     src,
                     at + 1,
                     "a heterogeneous job (`#SBATCH hetjob`) has components of different shapes that start together; \
                      Brokk has no such job: submit the components with `brokk coalloc`",
-                )
-                .into());
-            }
-            if body_start.is_some() {
+                ));
+            } else if body_start.is_some() {
                 warnings.push(Diagnostic::warning_at(
                     src,
                     here,
                     "#SBATCH after the first command is ignored, as sbatch does",
                 ));
-            } else {
-                directive(src, rest, at, &mut job, &mut o, &mut warnings)?;
+            } else if let Err(e) = directive(src, rest, at, &mut job, &mut o, &mut warnings) {
+                errors.push(e);
             }
             continue;
         }
         if body_start.is_none() && !t.is_empty() && !t.starts_with('#') {
             body_start = Some(here);
         }
+    }
+    if !errors.is_empty() {
+        return Err(ParseError { diagnostics: errors });
     }
     if o.ntasks.is_some() || o.cpt.is_some() || o.tasks_per_node.is_some() {
         let cpt = o.cpt.unwrap_or(1);
