@@ -13,8 +13,8 @@ use brokk_model::{Attribute, Duration, EnvVar, Job, Memory, MemoryScope, OutputF
 
 use crate::classad::{BinOp, Parser, Value};
 use crate::diag::Diagnostic;
-use crate::requirements::{atom, combine, lift, Atom};
-use crate::{sandbox_input, Dropped, ParseError, Parsed, ReadOptions, Written};
+use crate::requirements::{atom, combine, kept_for, lift, Atom};
+use crate::{sandbox_input, Dropped, Format, ParseError, Parsed, ReadOptions, Written};
 
 /// Commands about the submitting side or the pool's bookkeeping: nothing
 /// about the job changes where Brokk runs it; accepted without a warning.
@@ -1051,11 +1051,12 @@ fn commands(job: &Job, d: &mut Dropped) -> Vec<(&'static str, String)> {
     if let Some(o) = &job.operating_system {
         gen.push(format!("TARGET.OpSys == {}", Value::Str(o.clone())));
     }
-    if let Some(r) = combine(&gen, job.requirements.as_deref()) {
+    let own = kept_for(Format::Condor, "requirements", job.requirements.as_deref(), d);
+    if let Some(r) = combine(&gen, own.as_deref()) {
         c.push(("requirements", r));
     }
-    if let Some(r) = &job.rank {
-        c.push(("rank", r.clone()));
+    if let Some(r) = kept_for(Format::Condor, "rank", job.rank.as_deref(), d) {
+        c.push(("rank", r));
     }
     d.sizes("HTCondor", job);
     d.unsupported(

@@ -9,8 +9,8 @@ use brokk_model::{Duration, EnvVar, Job, Memory, MemoryScope, OutputFile};
 
 use crate::classad::{eval, BinOp, Entry, Env, Expr, Kind, Parser, Value};
 use crate::diag::Diagnostic;
-use crate::requirements::{atom, combine, lift, Atom};
-use crate::{sandbox_input, shellwords, Dropped, ParseError, Parsed, Written};
+use crate::requirements::{atom, combine, kept_for, lift, Atom};
+use crate::{sandbox_input, shellwords, Dropped, Format, ParseError, Parsed, Written};
 
 const IGNORED: &[&str] = &[
     "retrycount",
@@ -513,11 +513,12 @@ fn body(job: &Job, d: &mut Dropped, ind: &str) -> String {
             s(r)
         ));
     }
-    if let Some(r) = combine(&gen, job.requirements.as_deref()) {
+    let own = kept_for(Format::Jdl, "requirements", job.requirements.as_deref(), d);
+    if let Some(r) = combine(&gen, own.as_deref()) {
         attr("Requirements", r);
     }
-    if let Some(r) = &job.rank {
-        attr("Rank", r.clone());
+    if let Some(r) = kept_for(Format::Jdl, "rank", job.rank.as_deref(), d) {
+        attr("Rank", r);
     }
     for a in &job.attributes {
         attr(&a.name, a.value.clone());

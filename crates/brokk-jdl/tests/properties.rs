@@ -285,6 +285,13 @@ fn jsdl_job() -> impl Strategy<Value = Job> {
         )
 }
 
+/// What HTCondor users write about machines (not lifted into fields).
+const CONDOR_REQUIREMENTS: &[&str] = &[
+    "TARGET.HasSingularity == true",
+    "TARGET.TotalCpus > 10 || TARGET.KFlops > 2",
+    "TARGET.CUDACapability < 5 && TARGET.TotalCpus >= 1",
+];
+
 const USER_REQUIREMENTS: &[&str] = &[
     "other.GlueCEStateStatus == \"Production\"",
     "other.GlueCEInfoTotalCPUs > 10 || other.GlueCEStateFreeCPUs > 2",
@@ -394,7 +401,7 @@ fn condor_job() -> impl Strategy<Value = Job> {
             of(time()),
             of(word()),
             of(word()),
-            of(0..USER_REQUIREMENTS.len()),
+            of(0..CONDOR_REQUIREMENTS.len()),
             of(Just("KFlops".to_string())),
         ),
     )
@@ -438,7 +445,7 @@ fn condor_job() -> impl Strategy<Value = Job> {
                     earliest_start: st,
                     architecture: arch,
                     operating_system: os,
-                    requirements: req.map(|k| USER_REQUIREMENTS[k].replace("other.", "TARGET.")),
+                    requirements: req.map(|k| CONDOR_REQUIREMENTS[k].to_string()),
                     rank,
                     ..Job::default()
                 }
