@@ -37,7 +37,12 @@ pub fn assign(format: Format, job: &mut Job, ids: Ids<'_>) {
         }
         Format::Slurm => {
             let name = job.name.clone().unwrap_or_default();
+            // An array task's `%a` is its task id, as Slurm gives it.
+            let task = crate::slurm::task_of(job);
             for s in [&mut job.stdout, &mut job.stderr, &mut job.stdin].into_iter().flatten() {
+                if let Some(t) = task {
+                    *s = crate::slurm::task_index(s, t);
+                }
                 *s = slurm(s, ids, &name);
             }
         }
@@ -55,12 +60,17 @@ pub(crate) fn translate_patterns(format: Format, job: &mut Job) -> Vec<String> {
         return notes;
     }
     let name = job.name.clone();
+    // A language without `%a` gets each task's own index in its names.
+    let task = (format != Format::Slurm).then(|| crate::slurm::task_of(job)).flatten();
     for (what, slot) in [
         ("stdin", &mut job.stdin),
         ("stdout", &mut job.stdout),
         ("stderr", &mut job.stderr),
     ] {
         let Some(s) = slot else { continue };
+        if let Some(t) = task {
+            *s = crate::slurm::task_index(s, t);
+        }
         let (out, kept) = match format {
             Format::Slurm => (condor(s, "%j"), Vec::new()),
             Format::Condor => slurm_to_condor(s, name.as_deref()),
@@ -346,6 +356,26 @@ mod tests {
         let notes = translate_patterns(Format::Xrsl, &mut x);
         assert!(notes[0].contains("%j") && notes[0].contains("xrsl"), "{notes:?}");
         assert_eq!(slurm_to_condor("100%", None).0, "100%");
+    }
+
+    #[test]
+    fn an_array_tasks_pattern_is_its_task_id() {
+        let jobs = crate::read(
+            Format::Slurm,
+            "#!/bin/sh\n#SBATCH --array=4,9\n#SBATCH --output=t_%A_%a.out\necho $SLURM_ARRAY_TASK_ID\n",
+            &crate::ReadOptions::default(),
+        )
+        .unwrap()
+        .jobs;
+        let outs: Vec<String> = jobs
+            .into_iter()
+            .enumerate()
+            .map(|(index, mut j)| {
+                assign(Format::Slurm, &mut j, Ids { index, ..IDS });
+                j.stdout.unwrap()
+            })
+            .collect();
+        assert_eq!(outs, ["t_4f29_4.out", "t_4f29_9.out"]);
     }
 
     #[test]

@@ -218,6 +218,11 @@ pub fn write(format: Format, jobs: &[Job]) -> Result<Written, WriteError> {
         Format::Rsl => Ok(rsl::write(jobs)),
         Format::Jdl => Ok(jdl::write(jobs)),
         Format::Condor => Ok(condor::write(jobs)),
+        // An array's tasks are one batch script with `--array`.
+        Format::Slurm if jobs.len() > 1 => slurm::write_array(jobs).ok_or(WriteError::OneJobOnly {
+            format,
+            count: jobs.len(),
+        }),
         Format::Slurm => single(slurm::write),
         Format::Json => Ok(json::write(jobs)),
     }?;

@@ -245,8 +245,9 @@ pub(crate) fn read(src: &str) -> Result<Parsed, ParseError> {
     Ok(Parsed { jobs, warnings })
 }
 
-/// One job per array task, each with the variables Slurm sets for it and
-/// `%a` in its file names replaced by its index.
+/// One job per array task, each with the variables Slurm sets for it (its
+/// `%a` file-name patterns stay, filled in from `SLURM_ARRAY_TASK_ID` by the
+/// broker, or by a writer of a language without them).
 fn array_jobs(job: &Job, indices: &[u32]) -> Vec<Job> {
     let (min, max) = (indices[0], indices[indices.len() - 1]);
     indices
@@ -264,16 +265,13 @@ fn array_jobs(job: &Job, indices: &[u32]) -> Vec<Job> {
                     value: value.to_string(),
                 });
             }
-            for s in [&mut j.stdout, &mut j.stderr, &mut j.stdin].into_iter().flatten() {
-                *s = task_index(s, i);
-            }
             j
         })
         .collect()
 }
 
 /// `%a` (and `%Na`, zero-padded) replaced by `index`; `%%` kept for later.
-fn task_index(s: &str, index: u32) -> String {
+pub(crate) fn task_index(s: &str, index: u32) -> String {
     let mut out = String::with_capacity(s.len());
     let mut rest = s;
     while let Some(p) = rest.find('%') {
@@ -672,6 +670,79 @@ fn opt_value(v: &str) -> String {
     } else {
         v.to_string()
     }
+}
+
+/// The variables Slurm sets for an array task.
+const ARRAY_VARIABLES: [&str; 4] = [
+    "SLURM_ARRAY_TASK_ID",
+    "SLURM_ARRAY_TASK_MIN",
+    "SLURM_ARRAY_TASK_MAX",
+    "SLURM_ARRAY_TASK_COUNT",
+];
+
+/// A job's array task index, if it is one.
+pub(crate) fn task_of(job: &Job) -> Option<u32> {
+    job.environment
+        .iter()
+        .find(|v| v.name == "SLURM_ARRAY_TASK_ID")
+        .and_then(|v| v.value.parse().ok())
+}
+
+/// Jobs that are the tasks of one array (equal but for the array
+/// variables) as one batch script with `--array`; `None` otherwise.
+pub(crate) fn write_array(jobs: &[Job]) -> Option<Written> {
+    let strip = |j: &Job| {
+        let mut t = j.clone();
+        t.environment.retain(|v| !ARRAY_VARIABLES.contains(&v.name.as_str()));
+        t
+    };
+    let template = strip(&jobs[0]);
+    let mut indices = Vec::with_capacity(jobs.len());
+    for j in jobs {
+        indices.push(task_of(j)?);
+        if strip(j) != template {
+            return None;
+        }
+    }
+    if indices.windows(2).any(|w| w[0] >= w[1]) {
+        return None;
+    }
+    let mut written = write(&template);
+    let cut = written.text.find('\n').map_or(0, |i| i + 1);
+    written
+        .text
+        .insert_str(cut, &format!("#SBATCH --array={}\n", array_spec(&indices)));
+    Some(written)
+}
+
+/// Sorted task indices as `--array` writes them: runs with one step as
+/// `a-b:s` (`a-b` for a step of one), separated by commas.
+fn array_spec(indices: &[u32]) -> String {
+    let mut parts = Vec::new();
+    let mut k = 0;
+    while k < indices.len() {
+        let a = indices[k];
+        let step = indices.get(k + 1).map(|b| b - a);
+        let mut end = k;
+        if let Some(st) = step {
+            while end + 1 < indices.len() && indices[end + 1] - indices[end] == st {
+                end += 1;
+            }
+        }
+        match (end - k, step) {
+            (0, _) => parts.push(a.to_string()),
+            (1, _) => {
+                // Two are clearer as a list than as a range.
+                parts.push(a.to_string());
+                parts.push(indices[end].to_string());
+            }
+            (_, Some(1)) => parts.push(format!("{a}-{}", indices[end])),
+            (_, Some(st)) => parts.push(format!("{a}-{}:{st}", indices[end])),
+            _ => {}
+        }
+        k = end + 1;
+    }
+    parts.join(",")
 }
 
 /// Writes one job as a batch script.
