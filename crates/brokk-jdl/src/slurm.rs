@@ -59,6 +59,59 @@ const IGNORED: &[&str] = &[
     "v",
     "quiet",
     "Q",
+    // The rest of sbatch's manual: read, and said to mean nothing here.
+    "acctg-freq",
+    "batch",
+    "bb",
+    "bbf",
+    "cluster-constraint",
+    "clusters",
+    "M",
+    "container",
+    "container-id",
+    "contiguous",
+    "core-spec",
+    "S",
+    "delay-boot",
+    "d",
+    "export-file",
+    "extra",
+    "extra-node-info",
+    "B",
+    "gpu-bind",
+    "gpu-freq",
+    "gpus-per-socket",
+    "gres-flags",
+    "ignore-pbs",
+    "mcs-label",
+    "mincpus",
+    "network",
+    "no-kill",
+    "k",
+    "nodefile",
+    "F",
+    "ntasks-per-core",
+    "ntasks-per-gpu",
+    "ntasks-per-socket",
+    "oom-kill-step",
+    "overcommit",
+    "O",
+    "power",
+    "prefer",
+    "q",
+    "reboot",
+    "resv-ports",
+    "segment",
+    "stepmgr",
+    "test-only",
+    "thread-spec",
+    "time-min",
+    "tres-bind",
+    "tres-per-task",
+    "W",
+    "wait-all-nodes",
+    "wrap",
+    "x11",
 ];
 
 #[derive(Default)]
@@ -80,6 +133,8 @@ struct Opts {
     memory_option: Option<String>,
     /// `--mem-per-gpu`, MiB.
     mem_per_gpu: Option<u64>,
+    /// Every option given so far, by its long name where it has one.
+    seen: Vec<String>,
 }
 
 /// The most tasks one `--array` may make (Slurm's own MaxArraySize default
@@ -375,6 +430,7 @@ fn directive(
                 format!("expected an option such as `--ntasks=4`, found `{w}`"),
             ));
         };
+        // sbatch's options that take no value, or one only after `=`.
         let flag = matches!(
             name.as_str(),
             "exclusive"
@@ -382,6 +438,7 @@ fn directive(
                 | "no-requeue"
                 | "parsable"
                 | "wait"
+                | "W"
                 | "hold"
                 | "H"
                 | "get-user-env"
@@ -391,10 +448,49 @@ fn directive(
                 | "v"
                 | "quiet"
                 | "Q"
-                | "kill-on-invalid-dep"
                 | "oversubscribe"
                 | "s"
+                | "contiguous"
+                | "ignore-pbs"
+                | "no-kill"
+                | "k"
+                | "overcommit"
+                | "O"
+                | "reboot"
+                | "test-only"
+                | "nice"
+                | "propagate"
+                | "x11"
+                | "oom-kill-step"
+                | "stepmgr"
+                | "usage"
+                | "help"
+                | "h"
+                | "version"
+                | "V"
         );
+        // Pairs sbatch itself refuses together.
+        let long = match name.as_str() {
+            "c" => "cpus-per-task",
+            other => other,
+        };
+        for (a, b) in [("cpus-per-gpu", "cpus-per-task"), ("gpus-per-task", "ntasks-per-gpu")] {
+            let other = if long == a {
+                b
+            } else if long == b {
+                a
+            } else {
+                continue;
+            };
+            if o.seen.iter().any(|s| s == other) {
+                return Err(Diagnostic::error_at(
+                    src,
+                    pos,
+                    format!("--{long} with --{other}: sbatch refuses them together"),
+                ));
+            }
+        }
+        o.seen.push(long.to_string());
         let value = if flag {
             inline.unwrap_or_default()
         } else {
