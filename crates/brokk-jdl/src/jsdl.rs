@@ -229,6 +229,10 @@ impl JsdlReader<'_> {
                 "SPMDVariation" if ns == NS_SPMD => {
                     let kind = el.text();
                     let kind = kind.rsplit('/').next().unwrap_or("").to_string();
+                    // `None`: a threaded program, started once, as Brokk starts it.
+                    if kind.eq_ignore_ascii_case("none") {
+                        continue;
+                    }
                     self.warnings.push(Diagnostic::warning_at(
                         self.src,
                         el.pos,

@@ -50,6 +50,23 @@ pub fn interpreter(script: &str) -> (String, Option<String>) {
 /// language has no place for one, with a line saying how; an error when
 /// the job has nothing to run. `index` names the job among several.
 pub(crate) fn carried(format: Format, job: &Job, index: usize) -> Result<(Cow<'_, Job>, Option<String>), WriteError> {
+    let line_bound = !holds_scripts(format) && !holds_line_breaks(format);
+    let multi_line = job.executable.iter().chain(&job.arguments).any(|w| w.contains('\n'));
+    if job.script.is_none() && line_bound && multi_line {
+        // The program's own words cannot be written on one line: they go
+        // into a script that execs them, carried like any script.
+        let mut j = job.clone();
+        let words: Vec<String> = j
+            .executable
+            .take()
+            .into_iter()
+            .chain(std::mem::take(&mut j.arguments))
+            .map(|w| crate::shellwords::quote(&w))
+            .collect();
+        j.script = Some(format!("#!/bin/sh\nexec {}\n", words.join(" ")));
+        let (out, how) = carried(format, &j, index)?;
+        return Ok((Cow::Owned(out.into_owned()), how));
+    }
     let Some(script) = &job.script else {
         return match job.executable {
             Some(_) => Ok((Cow::Borrowed(job), None)),

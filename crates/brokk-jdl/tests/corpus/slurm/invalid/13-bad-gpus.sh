@@ -1,0 +1,3 @@
+#!/bin/bash
+#SBATCH --gpus=many
+./gpu_app

@@ -1,0 +1,3 @@
+#!/bin/bash
+#SBATCH --array=0-200000
+./task
