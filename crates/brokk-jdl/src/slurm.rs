@@ -619,6 +619,11 @@ fn directive(
                     }
                 }
             }
+            "hold" | "H" => warnings.push(Diagnostic::warning_at(
+                src,
+                pos,
+                format!("`{w}` is not kept: submit with `brokk submit --hold` to hold a job"),
+            )),
             n if IGNORED.contains(&n) => warnings.push(Diagnostic::warning_at(
                 src,
                 pos,
