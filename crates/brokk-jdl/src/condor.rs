@@ -435,18 +435,30 @@ fn make_job(
     local: &HashMap<String, String>,
     warnings: &mut Vec<Diagnostic>,
     warned: &mut Vec<String>,
-) -> Result<Job, Diagnostic> {
+) -> Result<Job, ParseError> {
     let mut job = Job::default();
+    // Every command is read, so that one pass reports every error.
+    let mut errors: Vec<Diagnostic> = Vec::new();
     let get = |k: &str| m.get(k, local);
     let bad = |pos: usize, msg: String| Diagnostic::error_at(src, pos, msg);
     if let Some((v, _)) = get("executable") {
         job.executable = Some(v);
     }
     if let Some((v, pos)) = get("arguments") {
-        job.arguments = arguments(&v).ok_or_else(|| bad(pos, "unbalanced quote in `arguments`".into()))?;
+        if let Some(a) = keep(
+            arguments(&v).ok_or_else(|| bad(pos, "unbalanced quote in `arguments`".into())),
+            &mut errors,
+        ) {
+            job.arguments = a;
+        }
     }
     if let Some((v, pos)) = get("environment") {
-        job.environment = environment(&v).ok_or_else(|| bad(pos, "`environment` must be NAME=value pairs".into()))?;
+        if let Some(e) = keep(
+            environment(&v).ok_or_else(|| bad(pos, "`environment` must be NAME=value pairs".into())),
+            &mut errors,
+        ) {
+            job.environment = e;
+        }
     }
     job.stdin = get("input").map(|v| v.0);
     job.stdout = get("output").map(|v| v.0);
@@ -485,7 +497,7 @@ fn make_job(
             .collect();
     }
     if let Some((v, pos)) = get("universe") {
-        universe(&v, pos, src, &mut job, warnings)?;
+        keep(universe(&v, pos, src, &mut job, warnings), &mut errors);
     }
     let int = |k: &str| -> Result<Option<u32>, Diagnostic> {
         match get(k) {
@@ -498,9 +510,11 @@ fn make_job(
     };
     // In the parallel universe each of the `machine_count` slots gets `request_cpus`
     // and `request_memory`; otherwise they describe the job's one slot.
-    let slot_cpus = int("request_cpus")?;
-    job.nodes = int("machine_count")?;
-    job.gpus = int("request_gpus")?.map(|g| g.saturating_mul(job.nodes.unwrap_or(1)));
+    let slot_cpus = keep(int("request_cpus"), &mut errors).flatten();
+    job.nodes = keep(int("machine_count"), &mut errors).flatten();
+    job.gpus = keep(int("request_gpus"), &mut errors)
+        .flatten()
+        .map(|g| g.saturating_mul(job.nodes.unwrap_or(1)));
     let scope = match job.nodes {
         Some(n) => {
             job.cpus_per_node = slot_cpus;
@@ -518,8 +532,10 @@ fn make_job(
                 pos,
                 format!("`request_memory` must be a size such as 2048 or 2GB, found `{v}`"),
             )
-        })?;
-        job.memory = Some(Memory { mib, per: scope });
+        });
+        if let Some(mib) = keep(mib, &mut errors) {
+            job.memory = Some(Memory { mib, per: scope });
+        }
     }
     if let Some((v, pos)) = get("request_disk") {
         let mib = size(&v, false).ok_or_else(|| {
@@ -527,33 +543,36 @@ fn make_job(
                 pos,
                 format!("`request_disk` must be a size such as 1048576 (KiB) or 1GB, found `{v}`"),
             )
-        })?;
-        job.disk_mib = Some(mib);
+        });
+        job.disk_mib = keep(mib, &mut errors);
     }
     for key in ["allowed_job_duration", "+maxruntime"] {
         if let Some((v, pos)) = get(key) {
-            let secs: i64 = v
-                .parse()
+            let secs = v
+                .parse::<i64>()
                 .ok()
                 .filter(|s| *s >= 0)
-                .ok_or_else(|| bad(pos, format!("`{key}` must be seconds, found `{v}`")))?;
-            job.wall_time = Some(Duration(secs));
+                .ok_or_else(|| bad(pos, format!("`{key}` must be seconds, found `{v}`")));
+            job.wall_time = keep(secs, &mut errors).map(Duration);
             break;
         }
     }
     if let Some((v, pos)) = get("deferral_time") {
-        let t: i64 = v
-            .parse()
-            .map_err(|_| bad(pos, format!("`deferral_time` must be Unix seconds, found `{v}`")))?;
-        job.earliest_start = Some(Time(t));
+        let t = v
+            .parse::<i64>()
+            .map_err(|_| bad(pos, format!("`deferral_time` must be Unix seconds, found `{v}`")));
+        job.earliest_start = keep(t, &mut errors).map(Time);
     }
     if let Some((v, pos)) = get("requirements") {
-        job.requirements = requirements(src, &v, pos, &mut job)?;
+        job.requirements = keep(requirements(src, &v, pos, &mut job), &mut errors).flatten();
     }
     if let Some((v, pos)) = get("rank") {
-        let mut p = Parser::new(&v, 0, v.len()).map_err(|d| shift(src, pos, &v, d))?;
-        p.expr().and_then(|_| p.finish()).map_err(|d| shift(src, pos, &v, d))?;
-        job.rank = Some(v);
+        let parsed = Parser::new(&v, 0, v.len())
+            .and_then(|mut p| p.expr().and_then(|_| p.finish()))
+            .map_err(|d| shift(src, pos, &v, d));
+        if keep(parsed, &mut errors).is_some() {
+            job.rank = Some(v);
+        }
     }
     // `+Name = value` puts an attribute into the job's ClassAd: carried as written.
     for k in &m.order {
@@ -647,7 +666,15 @@ fn make_job(
             }
         }
     }
+    if !errors.is_empty() {
+        return Err(ParseError { diagnostics: errors });
+    }
     Ok(job)
+}
+
+/// `r`'s value, or `None` with its error kept for the report.
+fn keep<T>(r: Result<T, Diagnostic>, errors: &mut Vec<Diagnostic>) -> Option<T> {
+    r.map_err(|d| errors.push(d)).ok()
 }
 
 /// What the job's universe means for where and how it runs: the vanilla and
