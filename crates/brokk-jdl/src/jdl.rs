@@ -52,6 +52,7 @@ const IGNORED: &[&str] = &[
 /// Reads a JDL description (with or without the enclosing brackets).
 pub(crate) fn read(src: &str) -> Result<Parsed, ParseError> {
     let mut p = Parser::new(src, 0, src.len())?;
+    p.bare_list_items = true;
     let bracketed = p.at_bracket();
     let entries = p.entries(bracketed)?;
     p.finish()?;
@@ -132,6 +133,22 @@ pub(crate) fn read(src: &str) -> Result<Parsed, ParseError> {
     Ok(Parsed { jobs, warnings })
 }
 
+/// The text of `e` when it is a bare word: attribute names joined by `.`,
+/// `/`, `-` or `:` (a file name or path written without quotes), or a list
+/// item the parser kept as text.
+fn bare_word(src: &str, e: &Expr) -> Option<String> {
+    fn words_only(e: &Expr) -> bool {
+        match &e.kind {
+            Kind::Attr(None, _) => true,
+            Kind::Select(a, _) => words_only(a),
+            Kind::Binary(BinOp::Div | BinOp::Sub, a, b) => words_only(a) && words_only(b),
+            Kind::Unary(_, a) => words_only(a),
+            _ => false,
+        }
+    }
+    words_only(e).then(|| src.get(e.start..e.end).unwrap_or("").trim().to_string())
+}
+
 /// Expands a parametric job: one job per parameter value, `_PARAM_` substituted everywhere.
 fn parametric(src: &str, entries: &[Entry], job: Job) -> Result<Vec<Job>, Diagnostic> {
     let get = |name: &str| entries.iter().find(|e| e.name.eq_ignore_ascii_case(name));
@@ -202,32 +219,41 @@ fn read_job(src: &str, entries: &[&Entry], warnings: &mut Vec<Diagnostic>) -> Re
     for e in entries {
         let mut one = || -> Result<(), Diagnostic> {
             let v = || eval(&e.expr, Env::new(None, None, 0));
-            let string = || match v() {
-                Value::Str(s) => Ok(s),
-                other => Err(Diagnostic::error_at(
+            // DIRAC writes file names unquoted (`std.out`, `{job.sh, data/in.txt}`):
+            // a bare word where a string belongs is read as its text.
+            let string = || match (bare_word(src, &e.expr), v()) {
+                (_, Value::Str(s)) => Ok(s),
+                (Some(word), _) => Ok(word),
+                (None, other) => Err(Diagnostic::error_at(
                     src,
                     e.expr.start,
                     format!("`{}` must be a string, found {}", e.name, other.type_name()),
                 )),
             };
-            let strings = || match v() {
-                Value::List(items) => items
-                    .into_iter()
-                    .map(|i| match i {
-                        Value::Str(s) => Ok(s),
-                        other => Err(Diagnostic::error_at(
-                            src,
-                            e.expr.start,
-                            format!("`{}` must be a list of strings, found a {}", e.name, other.type_name()),
-                        )),
-                    })
+            let strings = || match &e.expr.kind {
+                Kind::List(items) => items
+                    .iter()
+                    .map(
+                        |item| match (bare_word(src, item), eval(item, Env::new(None, None, 0))) {
+                            (_, Value::Str(s)) => Ok(s),
+                            (Some(word), _) => Ok(word),
+                            (None, other) => Err(Diagnostic::error_at(
+                                src,
+                                item.start,
+                                format!("`{}` must be a list of strings, found a {}", e.name, other.type_name()),
+                            )),
+                        },
+                    )
                     .collect::<Result<Vec<_>, _>>(),
-                Value::Str(s) => Ok(vec![s]),
-                other => Err(Diagnostic::error_at(
-                    src,
-                    e.expr.start,
-                    format!("`{}` must be a list of strings, found {}", e.name, other.type_name()),
-                )),
+                _ => match (bare_word(src, &e.expr), v()) {
+                    (_, Value::Str(s)) => Ok(vec![s]),
+                    (Some(word), _) => Ok(vec![word]),
+                    (None, other) => Err(Diagnostic::error_at(
+                        src,
+                        e.expr.start,
+                        format!("`{}` must be a list of strings, found {}", e.name, other.type_name()),
+                    )),
+                },
             };
             let count = || match v() {
                 Value::Int(n) if n >= 0 && n <= i64::from(u32::MAX) => Ok(n as u32),
@@ -270,6 +296,8 @@ fn read_job(src: &str, entries: &[&Entry], warnings: &mut Vec<Diagnostic>) -> Re
                     }
                 }
                 "virtualorganisation" => job.project = Some(string()?),
+                // DIRAC's name for the job.
+                "jobname" => job.name = Some(string()?),
                 "cpunumber" | "nodenumber" => job.cpus = Some(count()?),
                 "smpgranularity" => job.cpus_per_node = Some(count()?),
                 "hostnumber" => job.nodes = Some(count()?),

@@ -19,6 +19,9 @@ pub(crate) struct Parser<'a> {
     toks: Vec<Token>,
     i: usize,
     depth: usize,
+    /// List items that are not expressions read as their text (DIRAC's JDL
+    /// writes `{job.sh, LFN:/vo/a.dat}` unquoted); off for HTCondor.
+    pub bare_list_items: bool,
 }
 
 /// One `name = expr` entry of a record, with the position of its name.
@@ -37,7 +40,28 @@ impl<'a> Parser<'a> {
             toks,
             i: 0,
             depth: 0,
+            bare_list_items: false,
         })
+    }
+
+    /// A list item read as the text up to the next `,` or `}` outside
+    /// brackets: a string.
+    fn bare_item(&mut self) -> Result<Expr, Diagnostic> {
+        let start = self.pos();
+        let mut end = start;
+        let mut depth = 0usize;
+        loop {
+            match self.peek() {
+                Tok::Eof => return Err(self.err("`}` closing the list")),
+                Tok::Punct("," | "}") if depth == 0 => break,
+                Tok::Punct("(" | "[" | "{") => depth += 1,
+                Tok::Punct(")" | "]" | "}") => depth = depth.saturating_sub(1),
+                _ => {}
+            }
+            end = self.bump().end;
+        }
+        let text = self.full[start..end].trim().to_string();
+        Ok(Expr::new(Kind::Lit(Value::Str(text)), start, end))
     }
 
     fn peek(&self) -> &Tok {
@@ -289,7 +313,16 @@ impl<'a> Parser<'a> {
                 self.bump();
                 let mut items = Vec::new();
                 while !self.is("}") {
-                    items.push(self.expr()?);
+                    let at = self.i;
+                    match self.expr() {
+                        Ok(e) if self.is(",") || self.is("}") => items.push(e),
+                        _ if self.bare_list_items => {
+                            self.i = at;
+                            items.push(self.bare_item()?);
+                        }
+                        Ok(_) => return Err(self.err("`,` or `}` in a list")),
+                        Err(e) => return Err(e),
+                    }
                     if self.is(",") {
                         self.bump();
                     } else if !self.is("}") {
