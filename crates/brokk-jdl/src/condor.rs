@@ -51,7 +51,6 @@ const UNKEPT: &[(&str, &str)] = &[
     ("nice_user", "the job is not run at lower priority"),
     ("job_max_vacate_time", "the site's kill grace applies instead"),
     ("leave_in_queue", "an ended job's record stays at the broker anyway"),
-    ("hold", "submit with `brokk submit --hold` to hold a job"),
     (
         "want_graceful_removal",
         "a removed job gets SIGTERM, then SIGKILL after the site's grace",
@@ -496,6 +495,9 @@ fn make_job(
             })
             .collect();
     }
+    if let Some((v, _)) = get("hold") {
+        job.hold = v.trim().eq_ignore_ascii_case("true");
+    }
     if let Some((v, pos)) = get("universe") {
         keep(universe(&v, pos, src, &mut job, warnings), &mut errors);
     }
@@ -630,6 +632,7 @@ fn make_job(
                 | "transfer_output_remaps"
                 | "request_cpus"
                 | "request_gpus"
+                | "hold"
                 | "universe"
                 | "machine_count"
                 | "request_memory"
@@ -1084,6 +1087,9 @@ fn commands(job: &Job, d: &mut Dropped) -> Vec<(&'static str, String)> {
     }
     if let Some(r) = kept_for(Format::Condor, "rank", job.rank.as_deref(), d) {
         c.push(("rank", r));
+    }
+    if job.hold {
+        c.push(("hold", "true".into()));
     }
     d.sizes("HTCondor", job);
     d.unsupported(

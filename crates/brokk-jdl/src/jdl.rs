@@ -565,6 +565,7 @@ fn body(job: &Job, d: &mut Dropped, ind: &str) -> String {
             "reservation",
             "earliest_start",
             "deadline",
+            "hold",
             "benchmarks",
         ],
     );

@@ -606,6 +606,7 @@ pub(crate) fn write(job: &Job) -> Written {
             "reservation",
             "earliest_start",
             "deadline",
+            "hold",
             "benchmarks",
             "requirements",
             "rank",

@@ -315,6 +315,7 @@ fn field_is_set(job: &Job, field: &str) -> bool {
         "reservation" => job.reservation.is_some(),
         "earliest_start" => job.earliest_start.is_some(),
         "deadline" => job.deadline.is_some(),
+        "hold" => job.hold,
         "benchmarks" => !job.benchmarks.is_empty(),
         "requirements" => job.requirements.is_some(),
         "rank" => job.rank.is_some(),

@@ -258,6 +258,7 @@ fn write_job(job: &Job, dropped: &mut Dropped) -> String {
             "reservation",
             "earliest_start",
             "deadline",
+            "hold",
             "benchmarks",
             "requirements",
             "rank",

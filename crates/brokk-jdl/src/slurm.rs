@@ -619,11 +619,7 @@ fn directive(
                     }
                 }
             }
-            "hold" | "H" => warnings.push(Diagnostic::warning_at(
-                src,
-                pos,
-                format!("`{w}` is not kept: submit with `brokk submit --hold` to hold a job"),
-            )),
+            "hold" | "H" => job.hold = true,
             n if IGNORED.contains(&n) => warnings.push(Diagnostic::warning_at(
                 src,
                 pos,
@@ -937,6 +933,9 @@ pub(crate) fn write(job: &Job) -> Written {
             }
         }
         opt("export", &items.join(","));
+    }
+    if job.hold {
+        s.push_str("#SBATCH --hold\n");
     }
     s.push('\n');
     match (&job.script, &job.executable) {

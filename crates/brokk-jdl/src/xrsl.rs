@@ -385,6 +385,7 @@ fn write_job(job: &Job, dropped: &mut Dropped) -> String {
             "project",
             "reservation",
             "deadline",
+            "hold",
             "requirements",
             "rank",
         ],

@@ -100,6 +100,10 @@ pub struct Job {
     /// The job should be finished by this instant.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub deadline: Option<Time>,
+    /// Submitted held: it waits until released (HTCondor `hold = true`,
+    /// Slurm `--hold`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub hold: bool,
     /// Benchmark triples {name, result, time} for execution-time prediction.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub benchmarks: Vec<Benchmark>,

@@ -884,6 +884,12 @@ fn held_jobs_wait_and_filters_pick_jobs_by_name_and_state() {
         lines[0].starts_with("JOB") && lines[1].contains("sweep-a") && lines[1].contains("held"),
         "{stdout}"
     );
+    // A description that says hold is held as well.
+    let sub = dir.join("held.sub");
+    std::fs::write(&sub, "executable = /bin/true\nhold = true\nqueue\n").unwrap();
+    let from_file = svc.json("tok-ann", &["submit", sub.to_str().unwrap(), "--json"]);
+    let j = svc.json("tok-ann", &["status", from_file["id"].as_str().unwrap(), "--json"]);
+    assert_eq!(j["state"], "held", "{j}");
     let bad = svc.brokk("tok-ann", &["status", "--state", "sleeping"]);
     assert_eq!(bad.status.code(), Some(2));
     assert!(text(&bad).1.contains("one of accepted, held"), "{}", text(&bad).1);

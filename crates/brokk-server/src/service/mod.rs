@@ -193,12 +193,13 @@ impl Service {
             };
             brokk_jdl::assign::assign(format, job, assigned);
         }
-        let state = if req.hold {
-            BrokerState::Held
-        } else {
-            BrokerState::Accepted
-        };
         for (job, id) in jobs.iter().zip(&ids) {
+            // Held when the request says so, or the description (`hold = true`, `--hold`).
+            let state = if req.hold || job.hold {
+                BrokerState::Held
+            } else {
+                BrokerState::Accepted
+            };
             self.store_new(owner, job, format, warnings.clone(), prefs.clone(), state, id.clone())
                 .await?;
         }
