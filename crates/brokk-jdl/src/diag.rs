@@ -54,7 +54,7 @@ impl Diagnostic {
             Severity::Error => "error",
             Severity::Warning => "warning",
         };
-        let text = src.lines().nth(self.line.saturating_sub(1)).unwrap_or("");
+        let text = line_text(src, self.line);
         let pad: String = text
             .chars()
             .take(self.column.saturating_sub(1))
@@ -82,11 +82,44 @@ pub fn line_col(src: &str, offset: usize) -> (usize, usize) {
     while !src.is_char_boundary(offset) {
         offset -= 1;
     }
-    let before = &src[..offset];
-    let line = before.bytes().filter(|&b| b == b'\n').count() + 1;
-    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
-    let column = before[line_start..].chars().count() + 1;
+    let (line, line_start) = with_line_starts(src, |starts| {
+        let k = starts.partition_point(|&start| start <= offset);
+        (k, starts[k - 1])
+    });
+    let column = src[line_start..offset].chars().count() + 1;
     (line, column)
+}
+
+/// The text of line `line` (from 1) of `src`, without its line break.
+fn line_text(src: &str, line: usize) -> &str {
+    let Some(start) = with_line_starts(src, |starts| starts.get(line.saturating_sub(1)).copied()) else {
+        return "";
+    };
+    let rest = &src[start..];
+    let line = rest.split('\n').next().unwrap_or("");
+    line.strip_suffix('\r').unwrap_or(line)
+}
+
+/// Runs `f` on where `src`'s lines start. A reader may report thousands of
+/// diagnostics on one large text (a collection's every node): the starts
+/// are found once per text and searched, instead of the text being counted
+/// again for each.
+fn with_line_starts<T>(src: &str, f: impl FnOnce(&[usize]) -> T) -> T {
+    LINE_STARTS.with(|cache| {
+        let mut cache = cache.borrow_mut();
+        if cache.0 != src {
+            cache.0 = src.to_string();
+            cache.1 = std::iter::once(0)
+                .chain(src.match_indices('\n').map(|(i, _)| i + 1))
+                .collect();
+        }
+        f(&cache.1)
+    })
+}
+
+thread_local! {
+    /// The last text diagnostics were placed in, and where its lines start.
+    static LINE_STARTS: std::cell::RefCell<(String, Vec<usize>)> = std::cell::RefCell::new((String::new(), vec![0]));
 }
 
 #[cfg(test)]

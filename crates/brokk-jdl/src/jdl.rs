@@ -196,9 +196,48 @@ fn parametric(src: &str, entries: &[Entry], job: Job) -> Result<Vec<Job>, Diagno
         .map(|v| {
             let mut j = template.clone();
             substitute(&mut j, v);
-            serde_json::from_value(j).map_err(|e| Diagnostic::error_at(src, params.expr.start, e.to_string()))
+            let mut out: Job =
+                serde_json::from_value(j).map_err(|e| Diagnostic::error_at(src, params.expr.start, e.to_string()))?;
+            // Carried attributes are ClassAd text: the value goes into a
+            // string as a string, escaped, never pasted into the syntax.
+            out.attributes = job
+                .attributes
+                .iter()
+                .map(|a| brokk_model::Attribute {
+                    name: a.name.clone(),
+                    value: param_in_classad(&a.value, v),
+                })
+                .collect();
+            Ok(out)
         })
         .collect()
+}
+
+/// `_PARAM_` replaced by `value` in the ClassAd text `raw`: inside a string
+/// literal, escaped; in another expression only where `value` is a plain
+/// word or number; otherwise `raw` is left as it is.
+fn param_in_classad(raw: &str, value: &str) -> String {
+    if !raw.contains("_PARAM_") {
+        return raw.to_string();
+    }
+    if let Ok(mut p) = Parser::new(raw, 0, raw.len()) {
+        if let Ok(Expr {
+            kind: Kind::Lit(Value::Str(s)),
+            ..
+        }) = p.expr()
+        {
+            if p.finish().is_ok() {
+                return Value::Str(s.replace("_PARAM_", value)).to_string();
+            }
+        }
+    }
+    if value
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'))
+    {
+        return raw.replace("_PARAM_", value);
+    }
+    raw.to_string()
 }
 
 fn substitute(v: &mut serde_json::Value, param: &str) {

@@ -48,3 +48,29 @@ fn condor_macros_that_name_themselves_mean_their_previous_value() {
     );
     assert!(p.is_ok());
 }
+
+#[test]
+fn a_parameter_value_with_quotes_stays_inside_a_carried_string_attribute() {
+    // Found by fuzzing: a parametric job's value was pasted into an unknown
+    // attribute's raw ClassAd text, and the written JDL did not read back.
+    round_trip(
+        Format::Jdl,
+        "[\n  JobType = \"Parametric\";\n  Executable = \"fit.py\";\n  Parameters = {\"a\\\"b $x\"};\n  \
+         StdOu4put = \"fit-_PARAM_.out\";\n]\n",
+    );
+}
+
+#[test]
+fn thousands_of_diagnostics_on_a_large_collection_are_placed_in_linear_time() {
+    // Found by fuzzing: every node of a 3,737-node collection repeated a
+    // warning, and each warning counted the lines of the whole text again.
+    let node = "    [ Executable = \"a\"; Unknown = 1; ]";
+    let text = format!(
+        "[\n  Type = \"Collection\";\n  Nodes = {{\n{}\n  }};\n]\n",
+        vec![node; 20_000].join(",\n")
+    );
+    let parsed = read(Format::Jdl, &text, &ReadOptions::default()).unwrap();
+    assert_eq!(parsed.jobs.len(), 20_000);
+    assert_eq!(parsed.warnings.len(), 20_000);
+    assert_eq!(parsed.warnings[19_999].line, 20_003);
+}
