@@ -36,5 +36,5 @@ for t in "${targets[@]}"; do
   echo "== $t for ${seconds}s"
   RUSTC_BOOTSTRAP=1 cargo fuzz run "$t" "corpus/$t" "$seeds/$t" -- \
     -max_total_time="$seconds" -max_len=262144 -timeout=10 -print_final_stats=1 2>&1 \
-    | grep -E "^(stat::|#[0-9]+ +DONE|==[0-9]+==|SUMMARY|Done|thread)" || true
+    | grep -a -E "^(stat::|#[0-9]+ +DONE|==[0-9]+==|SUMMARY|Done|thread)" || true
 done
