@@ -75,11 +75,6 @@ impl Uploads {
         Uploads { root, max_bytes }
     }
 
-    /// The largest file it takes.
-    pub fn max_bytes(&self) -> u64 {
-        self.max_bytes
-    }
-
     fn dir(&self, owner: &str) -> PathBuf {
         // Hex: any identity is a safe directory name, and no two collide.
         self.root.join(hex::encode(owner))
