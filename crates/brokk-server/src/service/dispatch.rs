@@ -66,14 +66,16 @@ impl Service {
             }
         }
         let job: Job = serde_json::from_str(&stored.spec).map_err(|e| ServiceError::Unavailable(e.to_string()))?;
-        let turn = self.decision_turn().await;
+        let turn = self.turn().await;
         // Its owner may have held or cancelled it since it was read.
         if self.db.get(&stored.view.id).await?.map(|j| j.view.state) != Some(BrokerState::Accepted) {
             return Ok(());
         }
         if let Some(rid) = job.reservation.clone() {
+            // Its site and slot are chosen already: no site information needed.
             return self.dispatch_into(stored, job, &rid).await;
         }
+        self.refresh_stale().await;
         let prefs: JobPreferences = serde_json::from_str(&stored.prefs).unwrap_or_default();
         let sites = self.sites.clone();
         let info = self.info.clone();

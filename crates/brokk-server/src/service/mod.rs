@@ -366,8 +366,8 @@ impl Service {
         from: BrokerState,
         to: BrokerState,
     ) -> Result<BrokerJob, ServiceError> {
-        // One decision at a time: the dispatcher may be sending this very job.
-        let _turn = self.decision_turn().await;
+        // Not while the dispatcher may be sending this very job.
+        let _turn = self.turn().await;
         let mut j = self.owned(owner, id).await?.view;
         if j.state == to {
             return Ok(j);
@@ -394,7 +394,7 @@ impl Service {
         // A job not yet at a site may be in the dispatcher's hands: wait for
         // its decision, then look again.
         let _turn = if j.site.is_none() {
-            let turn = self.decision_turn().await;
+            let turn = self.turn().await;
             j = self.owned(owner, id).await?.view;
             if j.state.is_terminal() {
                 return Ok(j);

@@ -242,16 +242,28 @@ impl Service {
     /// cached answer is stale. The decision holds the guard until its last
     /// call to a site.
     pub(super) async fn decision_turn(&self) -> tokio::sync::OwnedMutexGuard<()> {
-        let turn = self.info.turn.clone().lock_owned().await;
+        let turn = self.turn().await;
+        self.refresh_stale().await;
+        turn
+    }
+
+    /// The turn alone, for a change that decides nothing but must not cross
+    /// a decision about the same job (hold, release, cancel before dispatch).
+    pub(super) async fn turn(&self) -> tokio::sync::OwnedMutexGuard<()> {
+        self.info.turn.clone().lock_owned().await
+    }
+
+    /// Fetches, all at once, the information of every site whose cached
+    /// answer is stale; called with the turn held.
+    pub(super) async fn refresh_stale(&self) {
         let names: Vec<String> = self.sites.iter().map(|s| s.name.clone()).collect();
         let stale = match self.info.cache.lock() {
             Ok(mut cache) => cache.stale(&names, std::time::Instant::now()),
-            Err(_) => return turn,
+            Err(_) => return,
         };
         if !stale.is_empty() {
             self.fetch_info(stale).await;
         }
-        turn
     }
 
     /// Asks `names` for their information concurrently, within the fetch
