@@ -38,11 +38,11 @@ pub fn assign(format: Format, job: &mut Job, ids: Ids<'_>) {
         Format::Slurm => {
             let name = job.name.clone().unwrap_or_default();
             // An array task's `%a` is its task id, as Slurm gives it.
-            let task = crate::slurm::task_of(job);
+            let ids = Ids {
+                index: crate::slurm::task_of(job).map_or(ids.index, |t| t as usize),
+                ..ids
+            };
             for s in [&mut job.stdout, &mut job.stderr, &mut job.stdin].into_iter().flatten() {
-                if let Some(t) = task {
-                    *s = crate::slurm::task_index(s, t);
-                }
                 *s = slurm(s, ids, &name);
             }
         }
@@ -89,9 +89,10 @@ pub(crate) fn translate_patterns(format: Format, job: &mut Job) -> Vec<String> {
 
 /// The id patterns of either language in `s`.
 fn patterns_in(s: &str) -> Vec<String> {
+    let lower = s.to_ascii_lowercase();
     let mut found: Vec<String> = ["$(Cluster)", "$(ClusterId)"]
         .iter()
-        .filter(|p| s.to_ascii_lowercase().contains(&p.to_ascii_lowercase()))
+        .filter(|p| lower.contains(&p.to_ascii_lowercase()))
         .map(|p| p.to_string())
         .collect();
     let mut chars = s.chars().peekable();
