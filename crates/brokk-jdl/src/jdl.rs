@@ -254,128 +254,119 @@ fn read_job(src: &str, entries: &[&Entry], warnings: &mut Vec<Diagnostic>) -> Re
     let mut sandbox_out: Vec<String> = Vec::new();
     let mut dest: Option<(Vec<String>, usize)> = None;
     // Every attribute is read, so that one pass reports every error.
-    let mut errors: Vec<Diagnostic> = Vec::new();
-    for e in entries {
-        let mut one = || -> Result<(), Diagnostic> {
-            let v = || eval(&e.expr, Env::new(None, None, 0));
-            // DIRAC writes file names unquoted (`std.out`, `{job.sh, data/in.txt}`):
-            // a bare word where a string belongs is read as its text.
-            let string = || match (bare_word(src, &e.expr), v()) {
-                (_, Value::Str(s)) => Ok(s),
-                (Some(word), _) => Ok(word),
+    crate::each_reported(entries, |e| {
+        let v = || eval(&e.expr, Env::new(None, None, 0));
+        // DIRAC writes file names unquoted (`std.out`, `{job.sh, data/in.txt}`):
+        // a bare word where a string belongs is read as its text.
+        let string = || match (bare_word(src, &e.expr), v()) {
+            (_, Value::Str(s)) => Ok(s),
+            (Some(word), _) => Ok(word),
+            (None, other) => Err(Diagnostic::error_at(
+                src,
+                e.expr.start,
+                format!("`{}` must be a string, found {}", e.name, other.type_name()),
+            )),
+        };
+        let strings = || match &e.expr.kind {
+            Kind::List(items) => items
+                .iter()
+                .map(
+                    |item| match (bare_word(src, item), eval(item, Env::new(None, None, 0))) {
+                        (_, Value::Str(s)) => Ok(s),
+                        (Some(word), _) => Ok(word),
+                        (None, other) => Err(Diagnostic::error_at(
+                            src,
+                            item.start,
+                            format!("`{}` must be a list of strings, found a {}", e.name, other.type_name()),
+                        )),
+                    },
+                )
+                .collect::<Result<Vec<_>, _>>(),
+            _ => match (bare_word(src, &e.expr), v()) {
+                (_, Value::Str(s)) => Ok(vec![s]),
+                (Some(word), _) => Ok(vec![word]),
                 (None, other) => Err(Diagnostic::error_at(
                     src,
                     e.expr.start,
-                    format!("`{}` must be a string, found {}", e.name, other.type_name()),
+                    format!("`{}` must be a list of strings, found {}", e.name, other.type_name()),
                 )),
-            };
-            let strings = || match &e.expr.kind {
-                Kind::List(items) => items
-                    .iter()
-                    .map(
-                        |item| match (bare_word(src, item), eval(item, Env::new(None, None, 0))) {
-                            (_, Value::Str(s)) => Ok(s),
-                            (Some(word), _) => Ok(word),
-                            (None, other) => Err(Diagnostic::error_at(
-                                src,
-                                item.start,
-                                format!("`{}` must be a list of strings, found a {}", e.name, other.type_name()),
-                            )),
-                        },
-                    )
-                    .collect::<Result<Vec<_>, _>>(),
-                _ => match (bare_word(src, &e.expr), v()) {
-                    (_, Value::Str(s)) => Ok(vec![s]),
-                    (Some(word), _) => Ok(vec![word]),
-                    (None, other) => Err(Diagnostic::error_at(
-                        src,
-                        e.expr.start,
-                        format!("`{}` must be a list of strings, found {}", e.name, other.type_name()),
-                    )),
-                },
-            };
-            let count = || match v() {
-                Value::Int(n) if n >= 0 && n <= i64::from(u32::MAX) => Ok(n as u32),
-                other => Err(Diagnostic::error_at(
-                    src,
-                    e.expr.start,
-                    format!("`{}` must be a non-negative integer, found {other}", e.name),
-                )),
-            };
-            match e.name.to_ascii_lowercase().as_str() {
-                "executable" => job.executable = Some(string()?),
-                "arguments" => {
-                    let s = string()?;
-                    job.arguments = shellwords::split(&s)
-                        .ok_or_else(|| Diagnostic::error_at(src, e.expr.start, "unbalanced quote in `Arguments`"))?;
+            },
+        };
+        let count = || match v() {
+            Value::Int(n) if n >= 0 && n <= i64::from(u32::MAX) => Ok(n as u32),
+            other => Err(Diagnostic::error_at(
+                src,
+                e.expr.start,
+                format!("`{}` must be a non-negative integer, found {other}", e.name),
+            )),
+        };
+        match e.name.to_ascii_lowercase().as_str() {
+            "executable" => job.executable = Some(string()?),
+            "arguments" => {
+                let s = string()?;
+                job.arguments = shellwords::split(&s)
+                    .ok_or_else(|| Diagnostic::error_at(src, e.expr.start, "unbalanced quote in `Arguments`"))?;
+            }
+            "stdinput" => job.stdin = Some(string()?),
+            "stdoutput" => job.stdout = Some(string()?),
+            "stderror" => job.stderr = Some(string()?),
+            "inputsandbox" => {
+                for f in strings()? {
+                    job.input_files.push(sandbox_input(&f));
                 }
-                "stdinput" => job.stdin = Some(string()?),
-                "stdoutput" => job.stdout = Some(string()?),
-                "stderror" => job.stderr = Some(string()?),
-                "inputsandbox" => {
-                    for f in strings()? {
-                        job.input_files.push(sandbox_input(&f));
-                    }
-                }
-                "outputsandbox" => sandbox_out = strings()?,
-                "outputsandboxdesturi" => dest = Some((strings()?, e.expr.start)),
-                "environment" => {
-                    for item in strings()? {
-                        let Some((n, val)) = item.split_once('=') else {
-                            return Err(Diagnostic::error_at(
-                                src,
-                                e.expr.start,
-                                format!("environment entry `{item}` must be NAME=value"),
-                            ));
-                        };
-                        job.environment.push(EnvVar {
-                            name: n.to_string(),
-                            value: val.to_string(),
-                        });
-                    }
-                }
-                "virtualorganisation" => job.project = Some(string()?),
-                // DIRAC's name for the job.
-                "jobname" => job.name = Some(string()?),
-                "cpunumber" | "nodenumber" => job.cpus = Some(count()?),
-                "smpgranularity" => job.cpus_per_node = Some(count()?),
-                "hostnumber" => job.nodes = Some(count()?),
-                "requirements" => job.requirements = requirements(src, &e.expr, &mut job),
-                "rank" => job.rank = Some(src.get(e.expr.start..e.expr.end).unwrap_or("").to_string()),
-                n if IGNORED.contains(&n) => {
-                    if !matches!(
-                        n,
-                        "type" | "jobtype" | "nodes" | "parameters" | "parameterstart" | "parameterstep"
-                    ) {
-                        warnings.push(Diagnostic::warning_at(
+            }
+            "outputsandbox" => sandbox_out = strings()?,
+            "outputsandboxdesturi" => dest = Some((strings()?, e.expr.start)),
+            "environment" => {
+                for item in strings()? {
+                    let Some((n, val)) = item.split_once('=') else {
+                        return Err(Diagnostic::error_at(
                             src,
-                            e.name_pos,
-                            format!("`{}` has no meaning for Brokk's model; ignored", e.name),
+                            e.expr.start,
+                            format!("environment entry `{item}` must be NAME=value"),
                         ));
-                    }
-                }
-                // A JDL's own attributes travel with it (middleware reads them).
-                _ => {
-                    warnings.push(Diagnostic::warning_at(
-                        src,
-                        e.name_pos,
-                        format!("`{}` is not a JDL attribute Brokk knows; carried as written", e.name),
-                    ));
-                    job.attributes.push(brokk_model::Attribute {
-                        name: e.name.clone(),
-                        value: src.get(e.expr.start..e.expr.end).unwrap_or("").to_string(),
+                    };
+                    job.environment.push(EnvVar {
+                        name: n.to_string(),
+                        value: val.to_string(),
                     });
                 }
             }
-            Ok(())
-        };
-        if let Err(d) = one() {
-            errors.push(d);
+            "virtualorganisation" => job.project = Some(string()?),
+            // DIRAC's name for the job.
+            "jobname" => job.name = Some(string()?),
+            "cpunumber" | "nodenumber" => job.cpus = Some(count()?),
+            "smpgranularity" => job.cpus_per_node = Some(count()?),
+            "hostnumber" => job.nodes = Some(count()?),
+            "requirements" => job.requirements = requirements(src, &e.expr, &mut job),
+            "rank" => job.rank = Some(src.get(e.expr.start..e.expr.end).unwrap_or("").to_string()),
+            n if IGNORED.contains(&n) => {
+                if !matches!(
+                    n,
+                    "type" | "jobtype" | "nodes" | "parameters" | "parameterstart" | "parameterstep"
+                ) {
+                    warnings.push(Diagnostic::warning_at(
+                        src,
+                        e.name_pos,
+                        format!("`{}` has no meaning for Brokk's model; ignored", e.name),
+                    ));
+                }
+            }
+            // A JDL's own attributes travel with it (middleware reads them).
+            _ => {
+                warnings.push(Diagnostic::warning_at(
+                    src,
+                    e.name_pos,
+                    format!("`{}` is not a JDL attribute Brokk knows; carried as written", e.name),
+                ));
+                job.attributes.push(brokk_model::Attribute {
+                    name: e.name.clone(),
+                    value: src.get(e.expr.start..e.expr.end).unwrap_or("").to_string(),
+                });
+            }
         }
-    }
-    if !errors.is_empty() {
-        return Err(ParseError { diagnostics: errors });
-    }
+        Ok(())
+    })?;
     if let Some((targets, pos)) = dest {
         if targets.len() != sandbox_out.len() {
             return Err(Diagnostic::error_at(

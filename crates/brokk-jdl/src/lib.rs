@@ -234,6 +234,20 @@ pub fn write(format: Format, jobs: &[Job]) -> Result<Written, WriteError> {
     Ok(written)
 }
 
+/// Runs `f` on every item and returns all their errors together: readers go
+/// on past an error, so that one pass reports every one.
+pub(crate) fn each_reported<T>(
+    items: impl IntoIterator<Item = T>,
+    mut f: impl FnMut(T) -> Result<(), Diagnostic>,
+) -> Result<(), ParseError> {
+    let diagnostics: Vec<Diagnostic> = items.into_iter().filter_map(|item| f(item).err()).collect();
+    if diagnostics.is_empty() {
+        Ok(())
+    } else {
+        Err(ParseError { diagnostics })
+    }
+}
+
 /// Collects what a writer drops, so each writer only says what and why.
 #[derive(Debug, Default)]
 pub(crate) struct Dropped(Vec<String>);

@@ -59,88 +59,79 @@ fn read_job(src: &str, rels: &[Relation], warnings: &mut Vec<Diagnostic>) -> Res
         vars.define(src, rel)?;
     }
     // Every relation is read, so that one pass reports every error.
-    let mut errors: Vec<Diagnostic> = Vec::new();
-    for rel in rels {
-        let mut one = || -> Result<(), Diagnostic> {
-            match canonical(&rel.attr).as_str() {
-                "rslsubstitution" => {}
-                "executable" => job.executable = Some(vars.single(src, rel)?),
-                "arguments" => job.arguments = vars.list(src, rel)?,
-                "directory" => job.working_directory = Some(vars.single(src, rel)?),
-                "stdin" => job.stdin = Some(vars.single(src, rel)?),
-                "stdout" => job.stdout = Some(vars.single(src, rel)?),
-                "stderr" => job.stderr = Some(vars.single(src, rel)?),
-                "count" => job.cpus = Some(vars.number(src, rel)?),
-                "jobtype" => match vars.single(src, rel)?.to_ascii_lowercase().as_str() {
-                    "single" | "mpi" => {}
-                    "multiple" => warnings.push(Diagnostic::warning_at(
+    crate::each_reported(rels, |rel| {
+        match canonical(&rel.attr).as_str() {
+            "rslsubstitution" => {}
+            "executable" => job.executable = Some(vars.single(src, rel)?),
+            "arguments" => job.arguments = vars.list(src, rel)?,
+            "directory" => job.working_directory = Some(vars.single(src, rel)?),
+            "stdin" => job.stdin = Some(vars.single(src, rel)?),
+            "stdout" => job.stdout = Some(vars.single(src, rel)?),
+            "stderr" => job.stderr = Some(vars.single(src, rel)?),
+            "count" => job.cpus = Some(vars.number(src, rel)?),
+            "jobtype" => match vars.single(src, rel)?.to_ascii_lowercase().as_str() {
+                "single" | "mpi" => {}
+                "multiple" => warnings.push(Diagnostic::warning_at(
+                    src,
+                    rel.pos,
+                    "jobtype = multiple: GRAM starts `count` copies of the executable; \
+                     Brokk starts it once with all the processors",
+                )),
+                other => {
+                    return Err(Diagnostic::error_at(
                         src,
                         rel.pos,
-                        "jobtype = multiple: GRAM starts `count` copies of the executable; \
-                     Brokk starts it once with all the processors",
-                    )),
-                    other => {
-                        return Err(Diagnostic::error_at(
-                            src,
-                            rel.pos,
-                            format!("jobtype `{other}` is not one of single, multiple, mpi"),
-                        ))
-                    }
-                },
-                "hostcount" => job.nodes = Some(vars.number(src, rel)?),
-                "queue" => job.queue = Some(vars.single(src, rel)?),
-                "project" => job.project = Some(vars.single(src, rel)?),
-                "maxwalltime" | "maxtime" => job.wall_time = Some(minutes(src, rel, &vars)?),
-                "maxcputime" => job.cpu_time = Some(minutes(src, rel, &vars)?),
-                "maxmemory" => {
-                    job.memory = Some(Memory {
-                        mib: vars.number(src, rel)?,
-                        per: MemoryScope::Cpu,
-                    })
+                        format!("jobtype `{other}` is not one of single, multiple, mpi"),
+                    ))
                 }
-                "environment" => {
-                    for (name, value) in vars.pairs(src, rel, "(NAME value)")? {
-                        job.environment.push(EnvVar { name, value });
-                    }
-                }
-                "filestagein" => {
-                    for (source, name) in vars.pairs(src, rel, "(source_url destination)")? {
-                        job.input_files.push(InputFile {
-                            name,
-                            source: Some(source),
-                            size: None,
-                        });
-                    }
-                }
-                "filestageout" => {
-                    for (name, target) in vars.pairs(src, rel, "(source destination_url)")? {
-                        job.output_files.push(OutputFile {
-                            name,
-                            target: Some(target),
-                            size_estimate: None,
-                        });
-                    }
-                }
-                a if IGNORED.contains(&a) => warnings.push(Diagnostic::warning_at(
-                    src,
-                    rel.pos,
-                    format!("`{}` concerns the GRAM job manager, not the job; ignored", rel.attr),
-                )),
-                _ => warnings.push(Diagnostic::warning_at(
-                    src,
-                    rel.pos,
-                    format!("unknown RSL attribute `{}`; ignored", rel.attr),
-                )),
+            },
+            "hostcount" => job.nodes = Some(vars.number(src, rel)?),
+            "queue" => job.queue = Some(vars.single(src, rel)?),
+            "project" => job.project = Some(vars.single(src, rel)?),
+            "maxwalltime" | "maxtime" => job.wall_time = Some(minutes(src, rel, &vars)?),
+            "maxcputime" => job.cpu_time = Some(minutes(src, rel, &vars)?),
+            "maxmemory" => {
+                job.memory = Some(Memory {
+                    mib: vars.number(src, rel)?,
+                    per: MemoryScope::Cpu,
+                })
             }
-            Ok(())
-        };
-        if let Err(e) = one() {
-            errors.push(e);
+            "environment" => {
+                for (name, value) in vars.pairs(src, rel, "(NAME value)")? {
+                    job.environment.push(EnvVar { name, value });
+                }
+            }
+            "filestagein" => {
+                for (source, name) in vars.pairs(src, rel, "(source_url destination)")? {
+                    job.input_files.push(InputFile {
+                        name,
+                        source: Some(source),
+                        size: None,
+                    });
+                }
+            }
+            "filestageout" => {
+                for (name, target) in vars.pairs(src, rel, "(source destination_url)")? {
+                    job.output_files.push(OutputFile {
+                        name,
+                        target: Some(target),
+                        size_estimate: None,
+                    });
+                }
+            }
+            a if IGNORED.contains(&a) => warnings.push(Diagnostic::warning_at(
+                src,
+                rel.pos,
+                format!("`{}` concerns the GRAM job manager, not the job; ignored", rel.attr),
+            )),
+            _ => warnings.push(Diagnostic::warning_at(
+                src,
+                rel.pos,
+                format!("unknown RSL attribute `{}`; ignored", rel.attr),
+            )),
         }
-    }
-    if !errors.is_empty() {
-        return Err(ParseError { diagnostics: errors });
-    }
+        Ok(())
+    })?;
     Ok(job)
 }
 

@@ -56,112 +56,103 @@ fn read_job(src: &str, rels: &[Relation], warnings: &mut Vec<Diagnostic>) -> Res
     let mut join = false;
     let mut sizes: Vec<(String, u64, usize)> = Vec::new();
     // Every relation is read, so that one pass reports every error.
-    let mut errors: Vec<Diagnostic> = Vec::new();
-    for rel in rels {
-        let mut one = || -> Result<(), Diagnostic> {
-            let attr = rel.attr.to_ascii_lowercase();
-            match attr.as_str() {
-                "rsl_substitution" => {}
-                "executable" => job.executable = Some(vars.single(src, rel)?),
-                "arguments" => job.arguments = vars.list(src, rel)?,
-                "stdin" => job.stdin = Some(vars.single(src, rel)?),
-                "stdout" => job.stdout = Some(vars.single(src, rel)?),
-                "stderr" => job.stderr = Some(vars.single(src, rel)?),
-                "join" => join = yes_no(src, rel, &vars)?,
-                "jobname" => job.name = Some(vars.single(src, rel)?),
-                "queue" => job.queue = Some(vars.single(src, rel)?),
-                "architecture" => job.architecture = Some(vars.single(src, rel)?),
-                "opsys" => job.operating_system = Some(vars.single(src, rel)?),
-                "count" => job.cpus = Some(vars.number(src, rel)?),
-                "countpernode" => job.cpus_per_node = Some(vars.number(src, rel)?),
-                "memory" => {
-                    job.memory = Some(Memory {
-                        mib: vars.number(src, rel)?,
-                        per: MemoryScope::Cpu,
-                    })
-                }
-                "disk" => job.disk_mib = Some(vars.number(src, rel)?),
-                "walltime" => job.wall_time = Some(duration(src, rel, &vars)?),
-                "cputime" => job.cpu_time = Some(duration(src, rel, &vars)?),
-                "starttime" => job.earliest_start = Some(time(src, rel, &vars)?),
-                "runtimeenvironment" => {
-                    if rel.op != Op::Eq {
-                        warnings.push(Diagnostic::warning_at(
-                            src,
-                            rel.pos,
-                            "version comparison on runtimeenvironment is kept as the plain name",
-                        ));
-                    }
-                    for v in &rel.values {
-                        job.runtime_environments.push(vars.text(src, v)?);
-                    }
-                }
-                "environment" => {
-                    for (name, value) in vars.pairs(src, rel, "(NAME value)")? {
-                        job.environment.push(EnvVar { name, value });
-                    }
-                }
-                "inputfiles" => {
-                    for v in &rel.values {
-                        let f = seq(src, v, 1, 4, "(name source [size] [checksum])")?;
-                        let name = vars.text(src, &f[0])?;
-                        let source = match f.get(1) {
-                            Some(s) => Some(vars.text(src, s)?).filter(|s| !s.is_empty()),
-                            None => None,
-                        };
-                        let size = match f.get(2) {
-                            Some(s) => Some(size_value(src, s, &vars)?),
-                            None => None,
-                        };
-                        job.input_files.push(InputFile { name, source, size });
-                    }
-                }
-                "outputfiles" => {
-                    for v in &rel.values {
-                        let f = seq(src, v, 1, 2, "(name target)")?;
-                        let name = vars.text(src, &f[0])?;
-                        let target = match f.get(1) {
-                            Some(s) => Some(vars.text(src, s)?).filter(|s| !s.is_empty()),
-                            None => None,
-                        };
-                        job.output_files.push(OutputFile {
-                            name,
-                            target,
-                            size_estimate: None,
-                        });
-                    }
-                }
-                "outputfilesizes" => {
-                    for v in &rel.values {
-                        let f = seq(src, v, 2, 2, "(name size)")?;
-                        sizes.push((vars.text(src, &f[0])?, size_value(src, &f[1], &vars)?, f[0].pos()));
-                    }
-                }
-                "benchmarks" => {
-                    for v in &rel.values {
-                        job.benchmarks.push(benchmark(src, v, &vars)?);
-                    }
-                }
-                a if IGNORED.contains(&a) => warnings.push(Diagnostic::warning_at(
-                    src,
-                    rel.pos,
-                    format!("`{}` has no meaning for Brokk's model; ignored", rel.attr),
-                )),
-                _ => warnings.push(Diagnostic::warning_at(
-                    src,
-                    rel.pos,
-                    format!("unknown xRSL attribute `{}`; ignored", rel.attr),
-                )),
+    crate::each_reported(rels, |rel| {
+        let attr = rel.attr.to_ascii_lowercase();
+        match attr.as_str() {
+            "rsl_substitution" => {}
+            "executable" => job.executable = Some(vars.single(src, rel)?),
+            "arguments" => job.arguments = vars.list(src, rel)?,
+            "stdin" => job.stdin = Some(vars.single(src, rel)?),
+            "stdout" => job.stdout = Some(vars.single(src, rel)?),
+            "stderr" => job.stderr = Some(vars.single(src, rel)?),
+            "join" => join = yes_no(src, rel, &vars)?,
+            "jobname" => job.name = Some(vars.single(src, rel)?),
+            "queue" => job.queue = Some(vars.single(src, rel)?),
+            "architecture" => job.architecture = Some(vars.single(src, rel)?),
+            "opsys" => job.operating_system = Some(vars.single(src, rel)?),
+            "count" => job.cpus = Some(vars.number(src, rel)?),
+            "countpernode" => job.cpus_per_node = Some(vars.number(src, rel)?),
+            "memory" => {
+                job.memory = Some(Memory {
+                    mib: vars.number(src, rel)?,
+                    per: MemoryScope::Cpu,
+                })
             }
-            Ok(())
-        };
-        if let Err(e) = one() {
-            errors.push(e);
+            "disk" => job.disk_mib = Some(vars.number(src, rel)?),
+            "walltime" => job.wall_time = Some(duration(src, rel, &vars)?),
+            "cputime" => job.cpu_time = Some(duration(src, rel, &vars)?),
+            "starttime" => job.earliest_start = Some(time(src, rel, &vars)?),
+            "runtimeenvironment" => {
+                if rel.op != Op::Eq {
+                    warnings.push(Diagnostic::warning_at(
+                        src,
+                        rel.pos,
+                        "version comparison on runtimeenvironment is kept as the plain name",
+                    ));
+                }
+                for v in &rel.values {
+                    job.runtime_environments.push(vars.text(src, v)?);
+                }
+            }
+            "environment" => {
+                for (name, value) in vars.pairs(src, rel, "(NAME value)")? {
+                    job.environment.push(EnvVar { name, value });
+                }
+            }
+            "inputfiles" => {
+                for v in &rel.values {
+                    let f = seq(src, v, 1, 4, "(name source [size] [checksum])")?;
+                    let name = vars.text(src, &f[0])?;
+                    let source = match f.get(1) {
+                        Some(s) => Some(vars.text(src, s)?).filter(|s| !s.is_empty()),
+                        None => None,
+                    };
+                    let size = match f.get(2) {
+                        Some(s) => Some(size_value(src, s, &vars)?),
+                        None => None,
+                    };
+                    job.input_files.push(InputFile { name, source, size });
+                }
+            }
+            "outputfiles" => {
+                for v in &rel.values {
+                    let f = seq(src, v, 1, 2, "(name target)")?;
+                    let name = vars.text(src, &f[0])?;
+                    let target = match f.get(1) {
+                        Some(s) => Some(vars.text(src, s)?).filter(|s| !s.is_empty()),
+                        None => None,
+                    };
+                    job.output_files.push(OutputFile {
+                        name,
+                        target,
+                        size_estimate: None,
+                    });
+                }
+            }
+            "outputfilesizes" => {
+                for v in &rel.values {
+                    let f = seq(src, v, 2, 2, "(name size)")?;
+                    sizes.push((vars.text(src, &f[0])?, size_value(src, &f[1], &vars)?, f[0].pos()));
+                }
+            }
+            "benchmarks" => {
+                for v in &rel.values {
+                    job.benchmarks.push(benchmark(src, v, &vars)?);
+                }
+            }
+            a if IGNORED.contains(&a) => warnings.push(Diagnostic::warning_at(
+                src,
+                rel.pos,
+                format!("`{}` has no meaning for Brokk's model; ignored", rel.attr),
+            )),
+            _ => warnings.push(Diagnostic::warning_at(
+                src,
+                rel.pos,
+                format!("unknown xRSL attribute `{}`; ignored", rel.attr),
+            )),
         }
-    }
-    if !errors.is_empty() {
-        return Err(ParseError { diagnostics: errors });
-    }
+        Ok(())
+    })?;
     if join && job.stderr.is_none() {
         job.stderr = job.stdout.clone();
     }
