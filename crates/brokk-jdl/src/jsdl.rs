@@ -233,71 +233,69 @@ impl JsdlReader<'_> {
     fn posix(&mut self, app: &Element) -> Result<(), Diagnostic> {
         let ns = app.ns.as_str();
         let (mut processes, mut per_host, mut threads) = (None, None, None);
-        for el in &app.children {
-            let mut one = |this: &mut Self| -> Result<(), Diagnostic> {
-                // SPMD applications take the POSIX elements, in the POSIX namespace.
-                let posix_inside_spmd = ns == NS_SPMD && el.ns == NS_POSIX;
-                if el.ns != ns && !posix_inside_spmd {
-                    this.ignore(el);
-                    return Ok(());
-                }
-                match el.name.as_str() {
-                    "NumberOfProcesses" if ns == NS_SPMD => processes = Some(this.positive(el)?),
-                    "ProcessesPerHost" if ns == NS_SPMD => per_host = Some(this.positive(el)?),
-                    "ThreadsPerProcess" if ns == NS_SPMD => threads = Some(this.positive(el)?),
-                    "SPMDVariation" if ns == NS_SPMD => {
-                        let kind = el.text();
-                        let kind = kind.rsplit('/').next().unwrap_or("").to_string();
-                        // `None`: a threaded program, started once, as Brokk starts it.
-                        if kind.eq_ignore_ascii_case("none") {
-                            return Ok(());
-                        }
-                        this.warnings.push(Diagnostic::warning_at(
-                            this.src,
-                            el.pos,
-                            format!(
-                                "<SPMDVariation> {kind}: Brokk starts the executable once with all the processors; \
-                             the program (or an mpirun it calls) starts the {kind} processes"
-                            ),
-                        ));
+        // Every element is read, so that one pass reports every error.
+        if let Err(e) = crate::each_reported(&app.children, |el| {
+            // SPMD applications take the POSIX elements, in the POSIX namespace.
+            let posix_inside_spmd = ns == NS_SPMD && el.ns == NS_POSIX;
+            if el.ns != ns && !posix_inside_spmd {
+                self.ignore(el);
+                return Ok(());
+            }
+            match el.name.as_str() {
+                "NumberOfProcesses" if ns == NS_SPMD => processes = Some(self.positive(el)?),
+                "ProcessesPerHost" if ns == NS_SPMD => per_host = Some(self.positive(el)?),
+                "ThreadsPerProcess" if ns == NS_SPMD => threads = Some(self.positive(el)?),
+                "SPMDVariation" if ns == NS_SPMD => {
+                    let kind = el.text();
+                    let kind = kind.rsplit('/').next().unwrap_or("").to_string();
+                    // `None`: a threaded program, started once, as Brokk starts it.
+                    if kind.eq_ignore_ascii_case("none") {
+                        return Ok(());
                     }
-                    "Executable" => this.job.executable = Some(el.text()),
-                    "Argument" => this.job.arguments.push(el.text()),
-                    "Input" => this.job.stdin = Some(el.text()),
-                    "Output" => this.job.stdout = Some(el.text()),
-                    "Error" => this.job.stderr = Some(el.text()),
-                    "WorkingDirectory" => this.job.working_directory = Some(el.text()),
-                    "Environment" => {
-                        let Some((_, name)) = el.attrs.iter().find(|(k, _)| k == "name") else {
-                            return Err(Diagnostic::error_at(
-                                this.src,
-                                el.pos,
-                                "<Environment> needs a `name` attribute",
-                            ));
-                        };
-                        this.job.environment.push(EnvVar {
-                            name: name.clone(),
-                            value: el.text.clone(),
+                    self.warnings.push(Diagnostic::warning_at(
+                        self.src,
+                        el.pos,
+                        format!(
+                            "<SPMDVariation> {kind}: Brokk starts the executable once with all the processors; \
+                             the program (or an mpirun it calls) starts the {kind} processes"
+                        ),
+                    ));
+                }
+                "Executable" => self.job.executable = Some(el.text()),
+                "Argument" => self.job.arguments.push(el.text()),
+                "Input" => self.job.stdin = Some(el.text()),
+                "Output" => self.job.stdout = Some(el.text()),
+                "Error" => self.job.stderr = Some(el.text()),
+                "WorkingDirectory" => self.job.working_directory = Some(el.text()),
+                "Environment" => {
+                    let Some((_, name)) = el.attrs.iter().find(|(k, _)| k == "name") else {
+                        return Err(Diagnostic::error_at(
+                            self.src,
+                            el.pos,
+                            "<Environment> needs a `name` attribute",
+                        ));
+                    };
+                    self.job.environment.push(EnvVar {
+                        name: name.clone(),
+                        value: el.text.clone(),
+                    });
+                }
+                "WallTimeLimit" if ns == NS_POSIX => self.job.wall_time = Some(Duration(self.integer(el)? as i64)),
+                "CPUTimeLimit" if ns == NS_POSIX => self.job.cpu_time = Some(Duration(self.integer(el)? as i64)),
+                "MemoryLimit" if ns == NS_POSIX => {
+                    if self.job.memory.is_none() {
+                        let mib = (self.integer(el)? as f64 / MIB).ceil() as u64;
+                        self.job.memory = Some(Memory {
+                            mib,
+                            per: MemoryScope::Cpu,
                         });
                     }
-                    "WallTimeLimit" if ns == NS_POSIX => this.job.wall_time = Some(Duration(this.integer(el)? as i64)),
-                    "CPUTimeLimit" if ns == NS_POSIX => this.job.cpu_time = Some(Duration(this.integer(el)? as i64)),
-                    "MemoryLimit" if ns == NS_POSIX => {
-                        if this.job.memory.is_none() {
-                            let mib = (this.integer(el)? as f64 / MIB).ceil() as u64;
-                            this.job.memory = Some(Memory {
-                                mib,
-                                per: MemoryScope::Cpu,
-                            });
-                        }
-                    }
-                    _ => this.ignore(el),
                 }
-                Ok(())
-            };
-            if let Err(e) = one(self) {
-                self.errors.push(e);
+                _ => self.ignore(el),
             }
+            Ok(())
+        }) {
+            self.errors.extend(e.diagnostics);
         }
         if ns == NS_SPMD {
             let threads = threads.unwrap_or(1);
@@ -367,64 +365,62 @@ impl JsdlReader<'_> {
     }
 
     fn resources(&mut self, res: &Element) -> Result<(), Diagnostic> {
-        for el in &res.children {
-            let one = |this: &mut Self| -> Result<(), Diagnostic> {
-                if el.ns == NS_ARC && el.name == "RunTimeEnvironment" {
-                    if let Some(n) = el.child(NS_ARC, "Name") {
-                        this.job.runtime_environments.push(n.text());
-                    }
-                    return Ok(());
+        // Every element is read, so that one pass reports every error.
+        if let Err(e) = crate::each_reported(&res.children, |el| {
+            if el.ns == NS_ARC && el.name == "RunTimeEnvironment" {
+                if let Some(n) = el.child(NS_ARC, "Name") {
+                    self.job.runtime_environments.push(n.text());
                 }
-                if el.ns == NS_ARC && el.name == "CandidateTarget" {
-                    if let Some(q) = el.child(NS_ARC, "QueueName") {
-                        this.job.queue = Some(q.text());
-                    }
-                    return Ok(());
-                }
-                if el.ns != NS_JSDL {
-                    this.ignore(el);
-                    return Ok(());
-                }
-                match el.name.as_str() {
-                    "OperatingSystem" => {
-                        if let Some(n) = el
-                            .child(NS_JSDL, "OperatingSystemType")
-                            .and_then(|t| t.child(NS_JSDL, "OperatingSystemName"))
-                        {
-                            this.job.operating_system = Some(n.text());
-                        }
-                    }
-                    "CPUArchitecture" => {
-                        if let Some(n) = el.child(NS_JSDL, "CPUArchitectureName") {
-                            this.job.architecture = Some(n.text());
-                        }
-                    }
-                    "TotalCPUCount" => this.job.cpus = Some(this.count(el)?),
-                    "IndividualCPUCount" => this.job.cpus_per_node = Some(this.count(el)?),
-                    "TotalResourceCount" => this.job.nodes = Some(this.count(el)?),
-                    "TotalPhysicalMemory" => {
-                        let mib = (this.range(el)? as f64 / MIB).ceil() as u64;
-                        this.job.memory = Some(Memory {
-                            mib,
-                            per: MemoryScope::Job,
-                        });
-                    }
-                    "IndividualPhysicalMemory" => {
-                        let mib = (this.range(el)? as f64 / MIB).ceil() as u64;
-                        this.job.memory = Some(Memory {
-                            mib,
-                            per: MemoryScope::Node,
-                        });
-                    }
-                    "TotalDiskSpace" => this.job.disk_mib = Some((this.range(el)? as f64 / MIB).ceil() as u64),
-                    "TotalCPUTime" => this.job.cpu_time = Some(Duration(this.range(el)? as i64)),
-                    _ => this.ignore(el),
-                }
-                Ok(())
-            };
-            if let Err(e) = one(self) {
-                self.errors.push(e);
+                return Ok(());
             }
+            if el.ns == NS_ARC && el.name == "CandidateTarget" {
+                if let Some(q) = el.child(NS_ARC, "QueueName") {
+                    self.job.queue = Some(q.text());
+                }
+                return Ok(());
+            }
+            if el.ns != NS_JSDL {
+                self.ignore(el);
+                return Ok(());
+            }
+            match el.name.as_str() {
+                "OperatingSystem" => {
+                    if let Some(n) = el
+                        .child(NS_JSDL, "OperatingSystemType")
+                        .and_then(|t| t.child(NS_JSDL, "OperatingSystemName"))
+                    {
+                        self.job.operating_system = Some(n.text());
+                    }
+                }
+                "CPUArchitecture" => {
+                    if let Some(n) = el.child(NS_JSDL, "CPUArchitectureName") {
+                        self.job.architecture = Some(n.text());
+                    }
+                }
+                "TotalCPUCount" => self.job.cpus = Some(self.count(el)?),
+                "IndividualCPUCount" => self.job.cpus_per_node = Some(self.count(el)?),
+                "TotalResourceCount" => self.job.nodes = Some(self.count(el)?),
+                "TotalPhysicalMemory" => {
+                    let mib = (self.range(el)? as f64 / MIB).ceil() as u64;
+                    self.job.memory = Some(Memory {
+                        mib,
+                        per: MemoryScope::Job,
+                    });
+                }
+                "IndividualPhysicalMemory" => {
+                    let mib = (self.range(el)? as f64 / MIB).ceil() as u64;
+                    self.job.memory = Some(Memory {
+                        mib,
+                        per: MemoryScope::Node,
+                    });
+                }
+                "TotalDiskSpace" => self.job.disk_mib = Some((self.range(el)? as f64 / MIB).ceil() as u64),
+                "TotalCPUTime" => self.job.cpu_time = Some(Duration(self.range(el)? as i64)),
+                _ => self.ignore(el),
+            }
+            Ok(())
+        }) {
+            self.errors.extend(e.diagnostics);
         }
         Ok(())
     }
