@@ -3,6 +3,9 @@
 # Installs what the tests need, then runs format, lint, tests and cross-checks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# A one-off build gains nothing from incremental caches, which are most of
+# the target directory's size.
+export CARGO_INCREMENTAL=${CARGO_INCREMENTAL:-0}
 
 echo "== format and lint"
 cargo fmt --all -- --check
@@ -64,7 +67,10 @@ else
   echo "not root: the accounts tests stay ignored (they create Unix accounts)"
 fi
 if command -v cargo-nextest >/dev/null 2>&1; then
-  cargo nextest run --locked -p brokk --run-ignored ignored-only --no-fail-fast -E "$ignored"
+  # --workspace, as the run above, so that features unify the same way and
+  # nothing is compiled a second time.
+  cargo nextest run --locked --workspace --run-ignored ignored-only --no-fail-fast \
+    -E "package(brokk) & ($ignored)"
 else
   cargo test --locked -p brokk "${tests[@]}" -- --ignored --test-threads=1
   if [ -n "${BROKK_TEST_POSTGRES:-}" ]; then cargo test --locked -p brokk --test service -- --ignored; fi
