@@ -20,6 +20,7 @@
 mod effect;
 mod error;
 mod feed;
+pub mod order;
 pub mod queue;
 mod record;
 mod runner;

@@ -4,6 +4,8 @@
 //! driven by an event loop that tells the queue of arrivals and ends and
 //! asks it what starts.
 //!
+//! Waiting jobs are served in arrival order, or in a [`QueueOrder`]'s.
+//!
 //! Semantics, where the trace format leaves them open:
 //! - the estimate is used only for planning, and a job is never killed at it;
 //! - a running job that overruns its estimate is planned as ending one second
@@ -20,6 +22,8 @@ use std::collections::BTreeSet;
 use brokk_model::{Duration, Time};
 use brokk_planner::{FreeList, Planner, Reply, Request};
 
+use crate::order::QueueOrder;
+
 /// A job of a trace-driven queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct QueueJob {
@@ -35,6 +39,10 @@ pub struct QueueJob {
     pub estimate: Duration,
     /// The trace's partition (SWF field 16; the site in grid logs), -1 if unknown.
     pub partition: i64,
+    /// The submitting user (SWF field 12), -1 if unknown.
+    pub user: i64,
+    /// The trace's queue number (SWF field 15), -1 if unknown.
+    pub queue: i64,
 }
 
 /// The local scheduling policy.
@@ -72,6 +80,8 @@ pub struct Outcome {
     pub end: Time,
     /// Processors.
     pub size: u32,
+    /// The submitting user, -1 if unknown.
+    pub user: i64,
 }
 
 /// One cluster's queue and running jobs.
@@ -79,8 +89,10 @@ pub struct LocalQueue<'a> {
     procs: u32,
     jobs: &'a [QueueJob],
     on_profile: bool,
+    /// The order waiting jobs are served in; arrival order when none.
+    order: Option<Box<dyn QueueOrder + 'a>>,
     free: u32,
-    /// Queued jobs, in arrival order.
+    /// Queued jobs, in arrival order, or the order's after a pass.
     waiting: Vec<usize>,
     /// Running jobs by (planned end, index); the planned end is start + estimate.
     running: BTreeSet<(i64, usize)>,
@@ -97,12 +109,19 @@ impl<'a> LocalQueue<'a> {
             procs,
             jobs,
             on_profile,
+            order: None,
             free: procs,
             waiting: Vec::new(),
             running: BTreeSet::new(),
             started: vec![None; jobs.len()],
             outcomes: vec![None; jobs.len()],
         }
+    }
+
+    /// Serves waiting jobs in `order` instead of arrival order.
+    pub fn with_order(mut self, order: Box<dyn QueueOrder + 'a>) -> Self {
+        self.order = Some(order);
+        self
     }
 
     /// Job `i` arrives and joins the queue.
@@ -121,12 +140,16 @@ impl<'a> LocalQueue<'a> {
         let s = self.started[i].unwrap_or(now);
         self.running.remove(&((s + j.estimate).0, i));
         self.free += j.size;
+        if let Some(order) = &mut self.order {
+            order.ended(j, s, now);
+        }
         self.outcomes[i] = Some(Outcome {
             id: j.id,
             submit: j.submit,
             start: s,
             end: now,
             size: j.size,
+            user: j.user,
         });
     }
 
@@ -135,10 +158,29 @@ impl<'a> LocalQueue<'a> {
         self.free -= j.size;
         self.started[i] = Some(now);
         self.running.insert(((now + j.estimate).0, i));
+        if let Some(order) = &mut self.order {
+            order.started(j, now);
+        }
+    }
+
+    /// Puts the waiting jobs in the order's order at `now`; equal keys keep
+    /// arrival order (then the trace's order).
+    fn sort_waiting(&mut self, now: Time) {
+        let Some(order) = &self.order else { return };
+        let jobs = self.jobs;
+        let mut keyed: Vec<(f64, Time, usize)> = self
+            .waiting
+            .iter()
+            .map(|&i| (order.key(&jobs[i], now), jobs[i].submit, i))
+            .collect();
+        keyed.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
+        self.waiting.clear();
+        self.waiting.extend(keyed.into_iter().map(|(_, _, i)| i));
     }
 
     /// Starts what the policy allows now; returns the started jobs.
     pub fn schedule(&mut self, now: Time, policy: Policy) -> Vec<usize> {
+        self.sort_waiting(now);
         let jobs = self.jobs;
         let mut out = Vec::new();
         // Every policy starts jobs from the head while they fit.

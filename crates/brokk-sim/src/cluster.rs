@@ -9,6 +9,7 @@
 //!   requested time) is used only for planning, and a job is never killed at it;
 //! - events at the same instant are all applied before scheduling.
 
+use brokk_core::order::QueueOrder;
 use brokk_core::queue::LocalQueue;
 pub use brokk_core::queue::{Outcome, Policy, QueueJob as SimJob};
 use brokk_model::{Duration, Time};
@@ -46,6 +47,8 @@ pub fn from_swf(records: &[crate::swf::SwfJob], estimates: Estimates) -> Vec<Sim
                 size: u32::try_from(size).ok()?,
                 estimate: Duration(estimate),
                 partition: r.partition,
+                user: r.user,
+                queue: r.queue,
             })
         })
         .collect()
@@ -55,6 +58,17 @@ pub fn from_swf(records: &[crate::swf::SwfJob], estimates: Estimates) -> Vec<Sim
 /// machine are left out. Outcomes come in job order.
 pub fn simulate(procs: u32, jobs: &[SimJob], policy: Policy) -> Vec<Outcome> {
     run(LocalQueue::new(procs, jobs, false), procs, jobs, policy)
+}
+
+/// [`simulate`] with the waiting jobs served in `order` rather than arrival
+/// order.
+pub fn simulate_in_order(procs: u32, jobs: &[SimJob], policy: Policy, order: Box<dyn QueueOrder>) -> Vec<Outcome> {
+    run(
+        LocalQueue::new(procs, jobs, false).with_order(order),
+        procs,
+        jobs,
+        policy,
+    )
 }
 
 /// Like [`simulate`] but always plans on the planner's profile, also where the

@@ -17,6 +17,7 @@
 //! seeds = [1]
 //! ```
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -28,6 +29,7 @@ use crate::cluster::{from_swf, Estimates, Policy};
 use crate::grid::{simulate_grid, Adaptation, GridOptions, GridRouting, PredictionError, Staleness};
 use crate::lublin;
 use crate::metrics::{summary, Horizon, Summary, DEFAULT_BOUND};
+use crate::orders::{OrderMaker, Orders};
 use crate::platform::{clusters_from_partitions, simulate_platform, ClusterRun, ClusterSpec, PlatformRun, Routing};
 use crate::swf::SwfJob;
 use crate::transform::{scale_load, window, Filter};
@@ -69,9 +71,15 @@ pub struct Experiment {
     pub workload: WorkloadSpec,
     /// The clusters and routing.
     pub platform: PlatformSpec,
-    /// Local policies to compare: `fcfs`, `easy`, `conservative`, `backfill:K`.
+    /// Local policies to compare: `fcfs`, `easy`, `conservative`,
+    /// `backfill:K`, each optionally with a queue order after `+`
+    /// (`easy+sjf`; see [`crate::orders`]).
     #[serde(default = "default_policies")]
     pub policies: Vec<String>,
+    /// Priorities of the trace's queues (SWF field 15) by queue number, for
+    /// the `priority` order; higher goes first, unlisted queues have 0.
+    #[serde(default)]
+    pub priorities: BTreeMap<String, f64>,
     /// How metrics are computed.
     #[serde(default)]
     pub metrics: MetricsSpec,
@@ -257,6 +265,8 @@ pub struct Prepared {
     /// The series compared: each a label and a local policy, in the order
     /// of [`Prepared::routes`].
     pub policies: Vec<(String, Policy)>,
+    /// Each series' queue order (arrival order when none).
+    pub orders: Vec<Option<OrderMaker>>,
     /// How each series routes jobs (the seed of random routing is the point's).
     pub routes: Vec<Route>,
     /// The platform's clusters.
@@ -340,6 +350,17 @@ pub fn prepare(spec: Experiment, base: &Path) -> Result<Prepared, ExperimentErro
 
 /// [`prepare`], looking for missing trace files by name in `traces` too.
 pub fn prepare_with(spec: Experiment, base: &Path, traces: Option<&Path>) -> Result<Prepared, ExperimentError> {
+    prepare_with_orders(spec, base, traces, &Orders::new())
+}
+
+/// [`prepare_with`], where the experiment may also name the queue orders in
+/// `orders` (a program's own).
+pub fn prepare_with_orders(
+    spec: Experiment,
+    base: &Path,
+    traces: Option<&Path>,
+    orders: &Orders,
+) -> Result<Prepared, ExperimentError> {
     let invalid = |m: String| Err(ExperimentError::Invalid(m));
     let w = &spec.workload;
     let sources = [w.swf.is_some(), w.gwf.is_some(), w.lublin.is_some(), w.record.is_some()];
@@ -356,14 +377,21 @@ pub fn prepare_with(spec: Experiment, base: &Path, traces: Option<&Path>) -> Res
     }
     let mut policies = Vec::new();
     for name in &spec.policies {
-        match parse_policy(name) {
-            Some(p) => policies.push((name.clone(), p)),
-            None => {
-                return invalid(format!(
-                    "policies: unknown policy {name:?} (fcfs, easy, conservative, backfill:K)"
-                ))
-            }
-        }
+        let (local, order) = match name.split_once('+') {
+            Some((l, o)) => (l, Some(o)),
+            None => (name.as_str(), None),
+        };
+        let Some(p) = parse_policy(local) else {
+            return invalid(format!(
+                "policies: unknown policy {local:?} (fcfs, easy, conservative, backfill:K, each optionally +ORDER)"
+            ));
+        };
+        let order = match order.map(|o| orders.find(o, &spec.priorities)) {
+            None => None,
+            Some(Ok(o)) => Some(o),
+            Some(Err(e)) => return invalid(format!("policies: {name}: {e}")),
+        };
+        policies.push((name.clone(), p, order));
     }
     if policies.is_empty() {
         return invalid("policies: name at least one".into());
@@ -460,6 +488,7 @@ pub fn prepare_with(spec: Experiment, base: &Path, traces: Option<&Path>) -> Res
         ..GridOptions::default()
     };
     let mut series = Vec::new();
+    let mut series_orders = Vec::new();
     let mut routes = Vec::new();
     for (n, r) in names.iter().zip(grid) {
         let route = if on_grid {
@@ -470,13 +499,19 @@ pub fn prepare_with(spec: Experiment, base: &Path, traces: Option<&Path>) -> Res
                 GridRouting::Broker { .. } => Route::Grid(r, options),
             }
         };
-        for (pn, policy) in &policies {
+        for (pn, policy, order) in &policies {
+            if order.is_some() && matches!(route, Route::Grid(..)) {
+                return invalid(format!(
+                    "policies: {pn}: queue orders apply to clusters under fixed routing; grid sites serve arrival order"
+                ));
+            }
             let label = match (names.len(), policies.len()) {
                 (1, _) => pn.clone(),
                 (_, 1) => n.clone(),
                 _ => format!("{n}/{pn}"),
             };
             series.push((label, *policy));
+            series_orders.push(order.clone());
             routes.push(route);
         }
     }
@@ -484,6 +519,7 @@ pub fn prepare_with(spec: Experiment, base: &Path, traces: Option<&Path>) -> Res
     Ok(Prepared {
         spec,
         policies,
+        orders: series_orders,
         routes,
         clusters,
         trace,
@@ -650,7 +686,8 @@ impl Prepared {
                     Routing::Random(_) => Routing::Random(point.seed),
                     r => r,
                 };
-                let run = simulate_platform(&self.clusters, &jobs, routing, *policy);
+                let order = self.orders[point.policy].as_ref();
+                let run = simulate_platform(&self.clusters, &jobs, routing, *policy, order);
                 let all: Vec<_> = run.clusters.iter().flat_map(|c| c.outcomes.iter().copied()).collect();
                 (run, all, 0, 0, 0, None)
             }

@@ -600,6 +600,7 @@ impl Grid<'_> {
                             start: s,
                             end: e,
                             size,
+                            user: j.user,
                         });
                         ran.push((s, e, r.state == JobPhase::Failed));
                     }
@@ -612,6 +613,7 @@ impl Grid<'_> {
                         start: ran.iter().map(|r| r.0).min().unwrap_or(j.submit),
                         end: ran.iter().map(|r| r.1).max().unwrap_or(j.submit),
                         size: j.size,
+                        user: j.user,
                     });
                 }
                 continue;
@@ -633,6 +635,7 @@ impl Grid<'_> {
                 start: s,
                 end: e,
                 size: j.size,
+                user: j.user,
             };
             outcomes[*c].push(outcome);
             whole.push(outcome);

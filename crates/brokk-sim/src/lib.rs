@@ -1,9 +1,14 @@
 //! Brokk's discrete-event simulator, which runs the same scheduling code as the
 //! service against simulated grids.
 //!
-//! So far: the event engine ([`engine`]), the Standard Workload Format
-//! ([`swf`]) and the Grid Workloads Archive format ([`gwf`]), a cluster under FCFS or backfilling ([`cluster`]) and the seeds'
-//! metrics ([`metrics`]). Workload models, platforms and experiments come next.
+//! The event engine ([`engine`]); workloads from the Standard Workload Format
+//! ([`swf`]), the Grid Workloads Archive format ([`gwf`]), the service's own
+//! record ([`replay`]) and the Lublin-Feitelson model ([`lublin`]), reshaped
+//! by [`transform`]; a cluster under FCFS or backfilling ([`cluster`]) with
+//! a queue order ([`orders`]); platforms of clusters ([`platform`]) and grids
+//! of site cores under the broker ([`grid`]); the seeds' metrics
+//! ([`metrics`]) with statistics over seeds ([`stats`]); experiments
+//! ([`experiment`]) and what they write ([`report`]).
 //!
 //! Architecture invariant: simulated time is an integer and the only clock;
 //! the same input and seed give the same output, byte for byte.
@@ -15,6 +20,7 @@ pub mod grid;
 pub mod gwf;
 pub mod lublin;
 pub mod metrics;
+pub mod orders;
 pub mod platform;
 pub mod replay;
 pub mod report;

@@ -128,6 +128,7 @@ mod tests {
             start: Time(start),
             end: Time(end),
             size,
+            user: -1,
         }
     }
 

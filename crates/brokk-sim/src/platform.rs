@@ -6,7 +6,8 @@
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use crate::cluster::{simulate, Outcome, Policy, SimJob};
+use crate::cluster::{simulate, simulate_in_order, Outcome, Policy, SimJob};
+use crate::orders::OrderMaker;
 use crate::swf::SwfJob;
 
 /// One cluster of a platform.
@@ -110,8 +111,15 @@ impl<'a> Router<'a> {
     }
 }
 
-/// Routes `jobs` over `clusters` and simulates each cluster under `policy`.
-pub fn simulate_platform(clusters: &[ClusterSpec], jobs: &[SimJob], routing: Routing, policy: Policy) -> PlatformRun {
+/// Routes `jobs` over `clusters` and simulates each cluster under `policy`,
+/// serving its queue in a fresh `order` if one is given (else arrival order).
+pub fn simulate_platform(
+    clusters: &[ClusterSpec],
+    jobs: &[SimJob],
+    routing: Routing,
+    policy: Policy,
+    order: Option<&OrderMaker>,
+) -> PlatformRun {
     let mut shares: Vec<Vec<SimJob>> = vec![Vec::new(); clusters.len()];
     let mut unrouted = 0;
     let mut router = Router::new(clusters, routing);
@@ -126,7 +134,10 @@ pub fn simulate_platform(clusters: &[ClusterSpec], jobs: &[SimJob], routing: Rou
             .iter()
             .zip(shares)
             .map(|(spec, share)| ClusterRun {
-                outcomes: simulate(spec.procs, &share, policy),
+                outcomes: match order {
+                    Some(o) => simulate_in_order(spec.procs, &share, policy, o.make()),
+                    None => simulate(spec.procs, &share, policy),
+                },
                 submitted: share.len(),
                 spec: spec.clone(),
             })
@@ -221,6 +232,7 @@ mod tests {
             size,
             estimate: Duration(10),
             partition,
+            ..SimJob::default()
         }
     }
 
@@ -237,7 +249,7 @@ mod tests {
     fn partition_routing_keeps_clusters_independent() {
         let cs = [spec("a", 4, vec![1]), spec("b", 8, vec![2, 3])];
         let js = [job(1, 2, 1), job(2, 8, 3), job(3, 8, 1), job(4, 1, 9)];
-        let run = simulate_platform(&cs, &js, Routing::Partition, Policy::Fcfs);
+        let run = simulate_platform(&cs, &js, Routing::Partition, Policy::Fcfs, None);
         let ids = |c: usize| run.clusters[c].outcomes.iter().map(|o| o.id).collect::<Vec<_>>();
         assert_eq!((ids(0), ids(1)), (vec![1], vec![2]));
         // Job 3 is too large for its partition's cluster; job 4's partition has none.
@@ -248,10 +260,10 @@ mod tests {
     fn round_robin_skips_clusters_too_small() {
         let cs = [spec("a", 2, vec![]), spec("b", 8, vec![])];
         let js = [job(1, 1, -1), job(2, 1, -1), job(3, 4, -1), job(4, 1, -1)];
-        let run = simulate_platform(&cs, &js, Routing::RoundRobin, Policy::Fcfs);
+        let run = simulate_platform(&cs, &js, Routing::RoundRobin, Policy::Fcfs, None);
         let counts: Vec<usize> = run.clusters.iter().map(|c| c.submitted).collect();
         assert_eq!(counts, vec![2, 2]);
-        let random = |seed| simulate_platform(&cs, &js, Routing::Random(seed), Policy::Fcfs);
+        let random = |seed| simulate_platform(&cs, &js, Routing::Random(seed), Policy::Fcfs, None);
         assert_eq!(random(5), random(5));
     }
 

@@ -22,6 +22,7 @@ fn job(id: i64, submit: i64, size: u32, run: i64) -> SimJob {
         size,
         estimate: Duration(run),
         partition: -1,
+        ..SimJob::default()
     }
 }
 

@@ -146,6 +146,7 @@ fn the_live_broker_and_the_simulated_one_place_and_start_a_stream_alike() {
             size: cpus,
             estimate: Duration(wall),
             partition: -1,
+            ..SimJob::default()
         })
         .collect();
     let specs: Vec<ClusterSpec> = SITES

@@ -172,7 +172,7 @@ pub fn run(a: SimArgs) -> Result<ExitCode> {
     let clusters = clusters_from_partitions(&lcg.partitions(), &lcg.jobs, lcg.max_procs());
     let lcg_jobs = from_swf(&lcg.jobs, Estimates::Requested);
     let (jobs, seconds) = time_runs(a.seconds, || {
-        simulate_platform(&clusters, &lcg_jobs, Routing::Partition, Policy::EASY)
+        simulate_platform(&clusters, &lcg_jobs, Routing::Partition, Policy::EASY, None)
             .clusters
             .iter()
             .map(|c| c.outcomes.len())
