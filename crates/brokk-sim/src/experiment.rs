@@ -25,10 +25,10 @@ use std::sync::Mutex;
 use brokk_model::{Duration, Time};
 use serde::Deserialize;
 
-use crate::cluster::{from_swf, Estimates, Policy};
+use crate::cluster::{from_swf, Estimates, Outcome, Policy};
 use crate::grid::{simulate_grid, Adaptation, GridOptions, GridRouting, PredictionError, Staleness};
 use crate::lublin;
-use crate::metrics::{summary, Horizon, Summary, DEFAULT_BOUND};
+use crate::metrics::{by_size, by_user, summary, Horizon, Summary, DEFAULT_BOUND};
 use crate::orders::{OrderMaker, Orders};
 use crate::platform::{clusters_from_partitions, simulate_platform, ClusterRun, ClusterSpec, PlatformRun, Routing};
 use crate::swf::SwfJob;
@@ -322,6 +322,25 @@ pub struct PointResult {
     pub prediction: Option<PredictionError>,
     /// Every cluster's outcomes.
     pub runs: Vec<ClusterRun>,
+    /// Where the measured period ends: the steady-state rule's last arrival,
+    /// none when every job counts.
+    pub cut: Option<Time>,
+    /// All clusters together, per user.
+    pub by_user: Vec<(i64, Summary)>,
+    /// All clusters together, per size class.
+    pub by_size: Vec<(&'static str, Summary)>,
+}
+
+/// What the trace's own system did: each job started after the wait the
+/// trace recorded, on the platform as a whole.
+#[derive(Debug, Clone)]
+pub struct Baseline {
+    /// Offered load of the trace as recorded.
+    pub offered_load: f64,
+    /// Its figures, under the experiment's metric options.
+    pub overall: Summary,
+    /// When each job ran.
+    pub outcomes: Vec<Outcome>,
 }
 
 /// Reads and checks an experiment file, loading its trace.
@@ -669,6 +688,52 @@ impl Prepared {
         }
     }
 
+    /// The trace's own schedule ("as recorded"): each job the simulator
+    /// would run, started at its arrival plus the wait the trace recorded
+    /// (jobs without a recorded wait are left out). None for a model
+    /// workload, whose jobs never ran anywhere.
+    pub fn as_recorded(&self) -> Option<Baseline> {
+        if self.spec.workload.lublin.is_some() {
+            return None;
+        }
+        let (records, offered_load) = self.workload(None, 1).ok()?;
+        let kept = from_swf(&records, Estimates::Exact);
+        let waits: std::collections::HashMap<i64, i64> = records.iter().map(|r| (r.id, r.wait)).collect();
+        let outcomes: Vec<Outcome> = kept
+            .iter()
+            .filter_map(|j| {
+                let wait = *waits.get(&j.id)?;
+                (wait >= 0).then(|| {
+                    let start = j.submit + Duration(wait);
+                    Outcome {
+                        id: j.id,
+                        submit: j.submit,
+                        start,
+                        end: start + j.run,
+                        size: j.size,
+                        user: j.user,
+                    }
+                })
+            })
+            .collect();
+        let cut = match self.spec.metrics.horizon {
+            Horizon::SteadyState => kept.iter().map(|j| j.submit).max(),
+            Horizon::CoolDown => None,
+        };
+        let overall = summary(
+            &outcomes,
+            records.len(),
+            self.total_procs(),
+            cut,
+            Duration(self.spec.metrics.bound),
+        );
+        Some(Baseline {
+            offered_load,
+            overall,
+            outcomes,
+        })
+    }
+
     /// Runs one point.
     pub fn run(&self, point: Point) -> Result<PointResult, ExperimentError> {
         let (records, offered_load) = self.workload(point.load, point.seed)?;
@@ -724,8 +789,12 @@ impl Prepared {
         // Jobs the trace record could not describe (no size or run time) never
         // reach the simulator; they count as submitted but never finished.
         let submitted = records.len();
-        let overall = summary(&all, submitted, self.total_procs(), cut, bound);
+        let procs = self.total_procs();
+        let overall = summary(&all, submitted, procs, cut, bound);
         Ok(PointResult {
+            cut,
+            by_user: by_user(&all, procs, cut, bound),
+            by_size: by_size(&all, procs, cut, bound),
             point,
             policy: name.clone(),
             offered_load,

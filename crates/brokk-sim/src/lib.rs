@@ -24,5 +24,6 @@ pub mod orders;
 pub mod platform;
 pub mod replay;
 pub mod report;
+pub mod stats;
 pub mod swf;
 pub mod transform;

@@ -6,6 +6,7 @@
 use brokk_model::{Duration, Time};
 
 use crate::cluster::Outcome;
+use crate::stats::percentiles;
 
 /// Bounded-slowdown threshold of seed 002.
 pub const DEFAULT_BOUND: Duration = Duration(10);
@@ -64,6 +65,24 @@ pub struct Summary {
     pub mean_slowdown: f64,
     /// Mean bounded slowdown.
     pub mean_bounded_slowdown: f64,
+    /// Median wait, seconds (percentiles by nearest rank).
+    pub wait_p50: f64,
+    /// 90th percentile of wait, seconds.
+    pub wait_p90: f64,
+    /// 99th percentile of wait, seconds.
+    pub wait_p99: f64,
+    /// Median response, seconds.
+    pub response_p50: f64,
+    /// 90th percentile of response, seconds.
+    pub response_p90: f64,
+    /// 99th percentile of response, seconds.
+    pub response_p99: f64,
+    /// Median bounded slowdown.
+    pub bounded_slowdown_p50: f64,
+    /// 90th percentile of bounded slowdown.
+    pub bounded_slowdown_p90: f64,
+    /// 99th percentile of bounded slowdown.
+    pub bounded_slowdown_p99: f64,
     /// Processor-seconds of the finished jobs (seed 001's goodput).
     pub goodput: f64,
     /// First arrival to the end of the measured period, seconds.
@@ -92,6 +111,11 @@ pub fn summary(outcomes: &[Outcome], submitted: usize, procs: u32, cut: Option<T
             per.iter().map(f).sum::<f64>() / n as f64
         }
     };
+    const PS: [f64; 3] = [50.0, 90.0, 99.0];
+    let column = |f: &dyn Fn(&JobMetrics) -> f64| percentiles(&mut per.iter().map(f).collect::<Vec<_>>(), PS);
+    let [wait_p50, wait_p90, wait_p99] = column(&|m| m.wait.0 as f64);
+    let [response_p50, response_p90, response_p99] = column(&|m| m.response.0 as f64);
+    let [bounded_slowdown_p50, bounded_slowdown_p90, bounded_slowdown_p99] = column(&|m| m.bounded_slowdown);
     let work_until = |o: &Outcome, end: Time| (o.end.min(end) - o.start).0.max(0) as f64 * f64::from(o.size);
     let used: f64 = outcomes.iter().map(|o| work_until(o, last)).sum();
     let makespan = (last - first).0.max(0);
@@ -107,6 +131,15 @@ pub fn summary(outcomes: &[Outcome], submitted: usize, procs: u32, cut: Option<T
         mean_response: mean(&|m| m.response.0 as f64),
         mean_slowdown: mean(&|m| m.slowdown),
         mean_bounded_slowdown: mean(&|m| m.bounded_slowdown),
+        wait_p50,
+        wait_p90,
+        wait_p99,
+        response_p50,
+        response_p90,
+        response_p99,
+        bounded_slowdown_p50,
+        bounded_slowdown_p90,
+        bounded_slowdown_p99,
         goodput: finished.iter().map(|o| work_until(o, o.end)).sum(),
         makespan,
         utilization: if makespan > 0 && procs > 0 {
@@ -115,6 +148,44 @@ pub fn summary(outcomes: &[Outcome], submitted: usize, procs: u32, cut: Option<T
             0.0
         },
     }
+}
+
+/// The size classes of [`by_size`]: processors up to each bound.
+pub const SIZE_CLASSES: [(u32, &str); 6] = [
+    (1, "1"),
+    (4, "2-4"),
+    (16, "5-16"),
+    (64, "17-64"),
+    (256, "65-256"),
+    (u32::MAX, ">256"),
+];
+
+/// [`summary`] per user (ascending ids; -1 for unknown), each over the
+/// user's jobs; utilization is the user's share of the whole platform.
+pub fn by_user(outcomes: &[Outcome], procs: u32, cut: Option<Time>, bound: Duration) -> Vec<(i64, Summary)> {
+    let mut sorted: Vec<Outcome> = outcomes.to_vec();
+    sorted.sort_by_key(|o| o.user);
+    sorted
+        .chunk_by(|a, b| a.user == b.user)
+        .map(|group| (group[0].user, summary(group, group.len(), procs, cut, bound)))
+        .collect()
+}
+
+/// [`summary`] per size class of [`SIZE_CLASSES`] that has jobs.
+pub fn by_size(outcomes: &[Outcome], procs: u32, cut: Option<Time>, bound: Duration) -> Vec<(&'static str, Summary)> {
+    let class = |size: u32| SIZE_CLASSES.iter().position(|&(max, _)| size <= max).unwrap_or(0);
+    let mut sorted: Vec<(usize, Outcome)> = outcomes.iter().map(|o| (class(o.size), *o)).collect();
+    sorted.sort_by_key(|(c, _)| *c);
+    sorted
+        .chunk_by(|a, b| a.0 == b.0)
+        .map(|group| {
+            let jobs: Vec<Outcome> = group.iter().map(|(_, o)| *o).collect();
+            (
+                SIZE_CLASSES[group[0].0].1,
+                summary(&jobs, jobs.len(), procs, cut, bound),
+            )
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -151,6 +222,9 @@ mod tests {
         assert!((s.utilization - (60.0 + 60.0) / 200.0).abs() < 1e-12);
         assert_eq!(s.mean_wait, 2.5);
         assert_eq!(s.mean_response, 15.0);
+        // Waits 0 and 5: the median is the first by nearest rank.
+        assert_eq!((s.wait_p50, s.wait_p90, s.wait_p99), (0.0, 5.0, 5.0));
+        assert_eq!((s.response_p50, s.response_p99), (10.0, 20.0));
         assert_eq!(s.goodput, 120.0);
         // One of three submitted jobs never ran.
         assert_eq!((s.finished, s.submitted), (2, 3));
@@ -173,5 +247,20 @@ mod tests {
         // 60 processor-seconds by the first job, none yet by the second.
         assert!((s.utilization - 60.0 / 120.0).abs() < 1e-12);
         assert_eq!(s.mean_wait, 0.0);
+    }
+
+    #[test]
+    fn groups_by_user_and_size_class() {
+        let mut jobs = [o(0, 0, 10, 1), o(0, 10, 20, 4), o(0, 20, 30, 300)];
+        jobs[1].user = 5;
+        jobs[2].user = 5;
+        let users = by_user(&jobs, 400, None, DEFAULT_BOUND);
+        let waits: Vec<(i64, usize, f64)> = users.iter().map(|(u, s)| (*u, s.finished, s.mean_wait)).collect();
+        assert_eq!(waits, [(-1, 1, 0.0), (5, 2, 15.0)]);
+        let sizes: Vec<(&str, usize)> = by_size(&jobs, 400, None, DEFAULT_BOUND)
+            .iter()
+            .map(|(c, s)| (*c, s.finished))
+            .collect();
+        assert_eq!(sizes, [("1", 1), ("2-4", 1), (">256", 1)]);
     }
 }

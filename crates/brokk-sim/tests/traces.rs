@@ -77,3 +77,23 @@ fn kth_easy_fast_path_matches_the_profile() {
         simulate_on_profile(100, &jobs, Policy::EASY)
     );
 }
+
+#[test]
+fn as_recorded_waits_on_kth_are_the_traces_own() {
+    let exp = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/experiments/kth-sp2.toml");
+    let prepared = brokk_sim::experiment::load(&exp).unwrap();
+    let baseline = prepared.as_recorded().expect("a trace has a recorded schedule");
+    // By hand: every record with a size, a run time and a recorded wait.
+    let swf = read_path(&trace("KTH-SP2-1996-2.1-cln.swf.gz"), false).unwrap();
+    let waits: Vec<f64> = swf
+        .jobs
+        .iter()
+        .filter(|j| (j.req_procs > 0 || j.procs > 0) && j.run >= 0 && j.submit >= 0 && j.wait >= 0)
+        .map(|j| j.wait as f64)
+        .collect();
+    let mean = waits.iter().sum::<f64>() / waits.len() as f64;
+    assert_eq!(baseline.overall.finished, waits.len());
+    assert!((baseline.overall.mean_wait - mean).abs() < 1e-6);
+    // The figure the trace's users saw: 15,348 s over its 27,992 jobs.
+    assert_eq!((waits.len(), mean.round()), (27_992, 15_348.0));
+}

@@ -1,0 +1,97 @@
+//! Statistics over a sweep: each point's figures aggregated over its seeds
+//! (mean, sample standard deviation and the half-width of a 95% confidence
+//! interval from Student's t), and percentiles by nearest rank.
+
+use serde::Serialize;
+use statrs::distribution::{ContinuousCDF, StudentsT};
+
+/// A figure over the seeds of one sweep point.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Spread {
+    /// Seeds aggregated.
+    pub n: usize,
+    /// Their mean.
+    pub mean: f64,
+    /// Sample standard deviation (n - 1 in the denominator); 0 for one seed.
+    pub sd: f64,
+    /// Half-width of the 95% confidence interval of the mean, from Student's
+    /// t with n - 1 degrees of freedom; none for one seed.
+    pub ci95: Option<f64>,
+}
+
+/// The spread of `values` (one per seed).
+pub fn spread(values: &[f64]) -> Spread {
+    let n = values.len();
+    if n == 0 {
+        return Spread {
+            n,
+            mean: 0.0,
+            sd: 0.0,
+            ci95: None,
+        };
+    }
+    let mean = values.iter().sum::<f64>() / n as f64;
+    if n == 1 {
+        return Spread {
+            n,
+            mean,
+            sd: 0.0,
+            ci95: None,
+        };
+    }
+    let var = values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1) as f64;
+    let sd = var.sqrt();
+    let t = StudentsT::new(0.0, 1.0, (n - 1) as f64).map_or(f64::NAN, |d| d.inverse_cdf(0.975));
+    Spread {
+        n,
+        mean,
+        sd,
+        ci95: Some(t * sd / (n as f64).sqrt()),
+    }
+}
+
+/// The `p`-th percentiles (0 < p <= 100) of `values` by nearest rank (the
+/// smallest value with at least p% of values at or below it), reordering
+/// `values`; 0 for none.
+pub fn percentiles<const K: usize>(values: &mut [f64], ps: [f64; K]) -> [f64; K] {
+    let n = values.len();
+    let mut out = [0.0; K];
+    if n == 0 {
+        return out;
+    }
+    for (o, p) in out.iter_mut().zip(ps) {
+        let rank = ((p / 100.0 * n as f64).ceil() as usize).clamp(1, n);
+        let (_, v, _) = values.select_nth_unstable_by(rank - 1, f64::total_cmp);
+        *o = *v;
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_confidence_interval_as_computed_by_hand() {
+        // 2, 4, 4, 4, 5, 5, 7, 9: mean 5, sum of squares 32, s^2 = 32/7,
+        // t(0.975, 7) = 2.364624, half-width = 2.364624 * sqrt(32/7) / sqrt(8).
+        let s = spread(&[2.0, 4.0, 4.0, 4.0, 5.0, 5.0, 7.0, 9.0]);
+        assert_eq!((s.n, s.mean), (8, 5.0));
+        assert!((s.sd - (32.0f64 / 7.0).sqrt()).abs() < 1e-12);
+        let by_hand = 2.364624 * (32.0f64 / 7.0).sqrt() / 8.0f64.sqrt();
+        assert!((s.ci95.unwrap() - by_hand).abs() < 1e-5, "{s:?} against {by_hand}");
+        // Three seeds: t(0.975, 2) = 4.302653.
+        let s = spread(&[10.0, 12.0, 14.0]);
+        assert!((s.ci95.unwrap() - 4.302653 * 2.0 / 3.0f64.sqrt()).abs() < 1e-5);
+        // One seed has no interval.
+        assert_eq!(spread(&[3.0]).ci95, None);
+    }
+
+    #[test]
+    fn percentiles_by_nearest_rank() {
+        let mut v: Vec<f64> = (1..=10).rev().map(f64::from).collect();
+        assert_eq!(percentiles(&mut v, [50.0, 90.0, 99.0, 100.0]), [5.0, 9.0, 10.0, 10.0]);
+        assert_eq!(percentiles(&mut [7.0], [1.0, 50.0]), [7.0, 7.0]);
+        assert_eq!(percentiles(&mut [], [50.0]), [0.0]);
+    }
+}
