@@ -86,6 +86,38 @@ pub struct Experiment {
     /// Load levels and seeds.
     #[serde(default)]
     pub sweep: SweepSpec,
+    /// How the plots are drawn.
+    #[serde(default)]
+    pub plots: PlotsSpec,
+}
+
+/// Plot options.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PlotsSpec {
+    /// Value axes on a log scale (`true`), linear (`false`), or by rule when
+    /// absent: log when the data spans two decades or more.
+    pub log_y: Option<bool>,
+    /// The Gantt charts' window, seconds from the first arrival
+    /// (default the first day).
+    pub gantt_window: Option<[i64; 2]>,
+    /// At most this many jobs in a Gantt chart, the first to start.
+    #[serde(default = "default_gantt_jobs")]
+    pub gantt_jobs: usize,
+}
+
+fn default_gantt_jobs() -> usize {
+    60
+}
+
+impl Default for PlotsSpec {
+    fn default() -> Self {
+        PlotsSpec {
+            log_y: None,
+            gantt_window: None,
+            gantt_jobs: default_gantt_jobs(),
+        }
+    }
 }
 
 fn default_policies() -> Vec<String> {
@@ -273,6 +305,8 @@ pub struct Prepared {
     pub clusters: Vec<ClusterSpec>,
     /// Trace records after window and filter (empty for the model).
     pub trace: Vec<SwfJob>,
+    /// The SWF trace's header lines (empty for other workloads).
+    pub header: Vec<String>,
 }
 
 /// How one series spreads jobs over the platform.
@@ -341,6 +375,8 @@ pub struct Baseline {
     pub overall: Summary,
     /// When each job ran.
     pub outcomes: Vec<Outcome>,
+    /// Where the measured period ends, as for the simulated points.
+    pub cut: Option<Time>,
 }
 
 /// Reads and checks an experiment file, loading its trace.
@@ -425,6 +461,7 @@ pub fn prepare_with_orders(
         partitions,
         max_procs,
         sizes,
+        header,
     } = read_trace(w, base, traces)?;
     if let Some([from, to]) = w.window {
         trace = window(&trace, from, to);
@@ -542,6 +579,7 @@ pub fn prepare_with_orders(
         routes,
         clusters,
         trace,
+        header,
     })
 }
 
@@ -553,6 +591,7 @@ struct Trace {
     partitions: Vec<(i64, String)>,
     max_procs: Option<i64>,
     sizes: Vec<(i64, u32)>,
+    header: Vec<String>,
 }
 
 fn read_trace(w: &WorkloadSpec, base: &Path, traces: Option<&Path>) -> Result<Trace, ExperimentError> {
@@ -576,6 +615,7 @@ fn read_trace(w: &WorkloadSpec, base: &Path, traces: Option<&Path>) -> Result<Tr
             jobs: swf.jobs,
             partitions,
             max_procs,
+            header: swf.header,
             ..Trace::default()
         });
     }
@@ -612,6 +652,7 @@ fn read_trace(w: &WorkloadSpec, base: &Path, traces: Option<&Path>) -> Result<Tr
             partitions,
             max_procs: None,
             sizes,
+            header: Vec::new(),
         });
     }
     Ok(Trace::default())
@@ -731,6 +772,7 @@ impl Prepared {
             offered_load,
             overall,
             outcomes,
+            cut,
         })
     }
 

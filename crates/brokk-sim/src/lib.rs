@@ -16,12 +16,14 @@
 pub mod cluster;
 pub mod engine;
 pub mod experiment;
+pub mod export;
 pub mod grid;
 pub mod gwf;
 pub mod lublin;
 pub mod metrics;
 pub mod orders;
 pub mod platform;
+pub mod plots;
 pub mod replay;
 pub mod report;
 pub mod stats;

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use brokk_sim::experiment::{load, prepare, run_points, Experiment, ExperimentError};
-use brokk_sim::report;
+use brokk_sim::{export, report};
 
 fn examples() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/experiments")
@@ -52,9 +52,10 @@ fn a_sweep_is_the_same_on_one_thread_or_four_and_meets_its_loads() {
     assert_eq!(points.len(), 2 * 2 * 2);
     let one = run_points(&p, &points, 1, &|| {}).unwrap();
     let four = run_points(&p, &points, 4, &|| {}).unwrap();
-    let json = |r| serde_json::to_string(&report::report(&p, r)).unwrap();
+    let json = |r| serde_json::to_string(&report::report(&p, r, None)).unwrap();
     assert_eq!(json(&one), json(&four));
-    assert_eq!(report::jobs_csv(&p, &one), report::jobs_csv(&p, &four));
+    let csv = |r| export::write_jobs_csv(&export::job_rows(&p, r, None)).unwrap();
+    assert_eq!(csv(&one), csv(&four));
     for r in &one {
         let target = r.point.load.unwrap();
         assert!(
@@ -89,24 +90,43 @@ fn reports_are_written() {
     let p = parse(SWEEP).unwrap();
     let results = run_points(&p, &p.points(), 2, &|| {}).unwrap();
     let dir = std::env::temp_dir().join(format!("brokk-report-{}", std::process::id()));
-    report::write_all(&dir, &p, &results).unwrap();
+    report::write_all(&dir, &p, &results, None).unwrap();
     let summary: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).unwrap()).unwrap();
     assert_eq!(summary["points"].as_array().unwrap().len(), 8);
     assert!(summary["points"][0]["overall"]["goodput"].as_f64().unwrap() > 0.0);
-    let csv = std::fs::read_to_string(dir.join("jobs.csv")).unwrap();
-    assert!(csv.starts_with("policy,load,seed,cluster,job,"));
-    for svg in [
-        "load-mean_wait.svg",
-        "load-finished_pct.svg",
-        "utilization.svg",
-        "wait-cdf.svg",
-    ] {
+    assert_eq!(summary["horizon"], "steady-state");
+    // Two policies at two loads, each over its two seeds.
+    let aggregates = summary["aggregates"].as_array().unwrap();
+    assert_eq!(aggregates.len(), 4);
+    assert_eq!(aggregates[0]["seeds"], 2);
+    assert!(aggregates[0]["metrics"]["mean_wait"]["ci95"].as_f64().is_some());
+    // Users are unknown in the model; sizes fall into classes.
+    assert_eq!(summary["points"][0]["by_user"][0]["group"], "-1");
+    assert!(!summary["points"][0]["by_size"].as_array().unwrap().is_empty());
+    // Every job is a line; under the steady-state rule some do not count.
+    let csv = std::fs::read(dir.join("jobs.csv")).unwrap();
+    assert!(csv.starts_with(b"policy,load,seed,cluster,job,user,"));
+    let rows = export::read_jobs_csv(&csv).unwrap();
+    assert!(rows.iter().any(|r| r.counted) && rows.iter().any(|r| !r.counted));
+    let counted = rows
+        .iter()
+        .filter(|r| r.policy == "fcfs" && r.seed == Some(1) && r.load == Some(0.5) && r.counted);
+    assert_eq!(counted.count(), results[0].overall.finished);
+    for svg in ["load-mean_wait.svg", "load-finished_pct.svg", "wait-cdf.svg"] {
         let text = std::fs::read_to_string(dir.join(svg)).unwrap();
         assert!(
             text.starts_with("<svg") && text.contains("easy") && text.contains("fcfs"),
             "{svg}"
         );
+    }
+    for policy in ["easy", "fcfs"] {
+        for plot in ["utilization", "gantt"] {
+            let text = std::fs::read_to_string(dir.join(format!("{plot}-{policy}.svg"))).unwrap();
+            assert!(text.contains(&format!("{policy}, load 0.5, seed 1")), "{plot}-{policy}");
+        }
+        let swf = brokk_sim::swf::read_path(&dir.join(format!("schedule-{policy}.swf")), false).unwrap();
+        assert_eq!(swf.jobs.len(), results[0].overall.submitted);
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -113,7 +113,17 @@ fn sim_run_writes_its_reports_and_prints_json() {
     // EASY waits far less than FCFS on KTH-SP2.
     let wait = |i: usize| points[i]["overall"]["mean_wait"].as_f64().unwrap();
     assert!(wait(1) * 10.0 < wait(0));
-    for f in ["jobs.csv", "summary.json", "utilization.svg", "wait-cdf.svg"] {
+    // EASY against what KTH's own scheduler did.
+    assert_eq!(v["as_recorded"]["mean_wait"].as_f64().unwrap().round(), 15_348.0);
+    for f in [
+        "jobs.csv",
+        "summary.json",
+        "utilization-easy.svg",
+        "gantt-fcfs.svg",
+        "point-mean_wait.svg",
+        "wait-cdf.svg",
+        "schedule-conservative.swf",
+    ] {
         assert!(out.join(f).exists(), "{f}");
     }
     std::fs::remove_dir_all(&out).unwrap();

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use brokk_sim::experiment::{load_with, run_points, Point, PointResult};
+use brokk_sim::metrics::Horizon;
 use brokk_sim::report;
 
 /// Arguments of `brokk sim`.
@@ -68,20 +69,76 @@ pub fn run(a: Args) -> Result<ExitCode> {
     );
     let results = run_points(&prepared, &points, threads, &|| bar.inc(1))?;
     bar.finish_and_clear();
+    let baseline = prepared.as_recorded();
     let out = args
         .out
         .unwrap_or_else(|| PathBuf::from("sim-results").join(&prepared.spec.name));
-    report::write_all(&out, &prepared, &results).with_context(|| format!("writing {}", out.display()))?;
+    report::write_all(&out, &prepared, &results, baseline.as_ref())
+        .with_context(|| format!("writing {}", out.display()))?;
     if args.json {
         say!(
             "{}",
-            serde_json::to_string_pretty(&report::report(&prepared, &results))?
+            serde_json::to_string_pretty(&report::report(&prepared, &results, baseline.as_ref()))?
         );
     } else {
-        print_table(&points, &results);
+        let seeds = prepared.spec.sweep.seeds.len();
+        if sweep && seeds > 1 {
+            print_aggregates(&results);
+        } else {
+            print_table(&points, &results);
+        }
+        if let Some(b) = &baseline {
+            let s = &b.overall;
+            say!(
+                "as recorded: {} jobs, mean wait {:.0} s, bsld {:.2}, util {:.3}, offered load {:.3} (the trace's own schedule)",
+                s.finished,
+                s.mean_wait,
+                s.mean_bounded_slowdown,
+                s.utilization,
+                b.offered_load
+            );
+        }
+        if prepared.spec.metrics.horizon == Horizon::SteadyState {
+            say!("steady-state rule: means are over the jobs ended by the last arrival, the JF% of each row");
+        }
         say!("wrote {}", out.display());
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Each (policy, load) over its seeds: mean and 95% confidence interval.
+fn print_aggregates(results: &[PointResult]) {
+    let aggs = report::aggregates(results);
+    let w = aggs.iter().map(|a| a.policy.len()).max().unwrap_or(0).max(20);
+    say!(
+        "{:<w$} {:>6} {:>5} {:>15} {:>17} {:>15} {:>15}",
+        "policy",
+        "load",
+        "seeds",
+        "JF%",
+        "wait (s)",
+        "bsld",
+        "util"
+    );
+    for a in &aggs {
+        let cell = |key: &str, digits: usize| {
+            a.metrics.get(key).map_or(String::new(), |s| match s.ci95 {
+                Some(ci) => format!("{:.digits$} ±{:.digits$}", s.mean, ci),
+                None => format!("{:.digits$}", s.mean),
+            })
+        };
+        say!(
+            "{:<w$} {:>6} {:>5} {:>15} {:>17} {:>15} {:>15}",
+            a.policy,
+            a.load.map_or("-".into(), |l| format!("{l:.2}")),
+            a.seeds,
+            cell("finished_pct", 2),
+            cell("mean_wait", 0),
+            cell("mean_bounded_slowdown", 2),
+            cell("utilization", 3),
+        );
+    }
+    say!("± is the half-width of the 95% confidence interval over the seeds (Student's t)");
 }
 
 fn print_table(points: &[Point], results: &[PointResult]) {

@@ -1,0 +1,533 @@
+//! The plots an experiment writes, as SVG, for a paper: each figure against
+//! load per series with 95% confidence intervals over seeds as error bars
+//! (or, with a single load level, one bar per series titled with the
+//! point), utilization over time per series, the wait-time CDF on log time
+//! beside the trace's recorded schedule, and a Gantt chart of a window of
+//! each series' schedule. Colours are Okabe and Ito's colour-blind-safe
+//! palette; a value axis is logarithmic when its data spans two decades or
+//! more, unless the experiment's `[plots] log_y` says otherwise.
+
+use std::io;
+use std::path::Path;
+
+use plotters::coord::ranged1d::{Ranged, ValueFormatter};
+use plotters::coord::types::RangedCoordf64;
+use plotters::prelude::*;
+
+use crate::experiment::{Baseline, PointResult, Prepared};
+use crate::report::{aggregates, file_label, Figure};
+
+/// Okabe and Ito's palette without its yellow, which vanishes on white.
+const PALETTE: [RGBColor; 7] = [
+    RGBColor(0, 114, 178),
+    RGBColor(213, 94, 0),
+    RGBColor(0, 158, 115),
+    RGBColor(204, 121, 167),
+    RGBColor(230, 159, 0),
+    RGBColor(86, 180, 233),
+    RGBColor(0, 0, 0),
+];
+
+fn colour(i: usize) -> RGBColor {
+    PALETTE[i % PALETTE.len()]
+}
+
+/// The figures plotted: (file key, axis label, value).
+const PLOTTED: [(Figure, &str); 6] = [
+    (("mean_wait", |s| s.mean_wait), "mean wait (s)"),
+    (("wait_p90", |s| s.wait_p90), "90th percentile of wait (s)"),
+    (
+        ("mean_bounded_slowdown", |s| s.mean_bounded_slowdown),
+        "mean bounded slowdown",
+    ),
+    (("utilization", |s| s.utilization), "utilization"),
+    (("finished_pct", |s| s.finished_pct), "finished jobs (%)"),
+    (("goodput", |s| s.goodput), "goodput (CPU-s)"),
+];
+
+/// One series of a chart: points, and error bars as (x, low, high).
+struct Series {
+    name: String,
+    points: Vec<(f64, f64)>,
+    bars: Vec<(f64, f64, f64)>,
+    colour: RGBColor,
+}
+
+/// How an axis is drawn.
+#[derive(Clone, Copy)]
+struct Axis<'a> {
+    label: &'a str,
+    log: bool,
+}
+
+/// Whether values spanning `lo..=hi` (positive ones only) are drawn on a log
+/// axis: when they span two decades or more.
+fn spans_decades(values: impl Iterator<Item = f64>) -> bool {
+    let (mut lo, mut hi) = (f64::MAX, 0.0f64);
+    for v in values.filter(|v| *v > 0.0 && v.is_finite()) {
+        lo = lo.min(v);
+        hi = hi.max(v);
+    }
+    hi > 0.0 && hi / lo >= 100.0
+}
+
+/// The range drawn for `values`: from zero (linear) or below the least
+/// positive value (log), with a margin above.
+fn range(values: impl Iterator<Item = f64>, log: bool) -> (f64, f64) {
+    let (mut lo, mut hi) = (f64::MAX, f64::MIN);
+    for v in values.filter(|v| v.is_finite()) {
+        if !log || v > 0.0 {
+            lo = lo.min(v);
+            hi = hi.max(v);
+        }
+    }
+    if lo > hi {
+        return if log { (1.0, 10.0) } else { (0.0, 1.0) };
+    }
+    if log {
+        (lo / 1.5, hi * 1.5)
+    } else {
+        let lo = lo.min(0.0);
+        (lo, if hi > lo { hi + (hi - lo) * 0.05 } else { lo + 1.0 })
+    }
+}
+
+fn err(e: impl std::fmt::Display) -> String {
+    e.to_string()
+}
+
+/// A chart of `series` with the x and y axes as given.
+fn chart(title: &str, x: Axis, y: Axis, series: &[Series]) -> Result<String, String> {
+    let xs = || series.iter().flat_map(|s| s.points.iter().map(|p| p.0));
+    let ys = || {
+        series.iter().flat_map(|s| {
+            s.points
+                .iter()
+                .map(|p| p.1)
+                .chain(s.bars.iter().flat_map(|b| [b.1, b.2]))
+        })
+    };
+    let (x0, x1) = range(xs(), x.log);
+    let (x0, x1) = if x.log {
+        (x0, x1)
+    } else {
+        (xs().fold(f64::MAX, f64::min).min(x1), x1)
+    };
+    let (x0, x1) = if x0 < x1 { (x0, x1) } else { (x0 - 0.5, x0 + 0.5) };
+    let (y0, y1) = range(ys(), y.log);
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (720, 440)).into_drawing_area();
+        root.fill(&WHITE).map_err(err)?;
+        let mut b = ChartBuilder::on(&root);
+        b.caption(title, ("sans-serif", 17))
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(75);
+        match (x.log, y.log) {
+            (false, false) => draw(b.build_cartesian_2d(x0..x1, y0..y1).map_err(err)?, x, y, series)?,
+            (true, false) => draw(
+                b.build_cartesian_2d((x0..x1).log_scale(), y0..y1).map_err(err)?,
+                x,
+                y,
+                series,
+            )?,
+            (false, true) => draw(
+                b.build_cartesian_2d(x0..x1, (y0..y1).log_scale()).map_err(err)?,
+                x,
+                y,
+                series,
+            )?,
+            (true, true) => draw(
+                b.build_cartesian_2d((x0..x1).log_scale(), (y0..y1).log_scale())
+                    .map_err(err)?,
+                x,
+                y,
+                series,
+            )?,
+        }
+        root.present().map_err(err)?;
+    }
+    Ok(svg)
+}
+
+fn draw<'a, X, Y>(
+    mut c: ChartContext<'a, SVGBackend<'a>, Cartesian2d<X, Y>>,
+    x: Axis,
+    y: Axis,
+    series: &[Series],
+) -> Result<(), String>
+where
+    X: Ranged<ValueType = f64> + ValueFormatter<f64>,
+    Y: Ranged<ValueType = f64> + ValueFormatter<f64>,
+{
+    let suffix = |a: Axis| if a.log { " (log)" } else { "" };
+    c.configure_mesh()
+        .x_desc(format!("{}{}", x.label, suffix(x)))
+        .y_desc(format!("{}{}", y.label, suffix(y)))
+        .draw()
+        .map_err(err)?;
+    for s in series {
+        let style = s.colour.stroke_width(2);
+        let colour = s.colour;
+        c.draw_series(LineSeries::new(s.points.iter().copied(), style))
+            .map_err(err)?
+            .label(s.name.as_str())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], colour.stroke_width(2)));
+        // Markers keep a series of one point visible.
+        if s.points.len() <= 40 {
+            c.draw_series(s.points.iter().map(|&p| Circle::new(p, 3, colour.filled())))
+                .map_err(err)?;
+        }
+        c.draw_series(
+            s.bars
+                .iter()
+                .map(|&(x, lo, hi)| ErrorBar::new_vertical(x, lo, (lo + hi) / 2.0, hi, colour.stroke_width(1), 8)),
+        )
+        .map_err(err)?;
+    }
+    c.configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
+        .map_err(err)?;
+    Ok(())
+}
+
+/// A bar per series at one point, with its confidence interval.
+fn bars(title: &str, y: Axis, values: &[(String, f64, Option<f64>)]) -> Result<String, String> {
+    let (y0, y1) = range(
+        values
+            .iter()
+            .flat_map(|(_, v, ci)| [*v, v + ci.unwrap_or(0.0), v - ci.unwrap_or(0.0)]),
+        false,
+    );
+    let n = values.len().max(1) as f64;
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (720, 440)).into_drawing_area();
+        root.fill(&WHITE).map_err(err)?;
+        let mut c: ChartContext<'_, SVGBackend<'_>, Cartesian2d<RangedCoordf64, RangedCoordf64>> =
+            ChartBuilder::on(&root)
+                .caption(title, ("sans-serif", 17))
+                .margin(12)
+                .x_label_area_size(40)
+                .y_label_area_size(75)
+                .build_cartesian_2d(-0.5..n - 0.5, y0..y1)
+                .map_err(err)?;
+        let names: Vec<&str> = values.iter().map(|v| v.0.as_str()).collect();
+        c.configure_mesh()
+            .disable_x_mesh()
+            .x_labels(values.len().max(1))
+            .x_label_formatter(&|x| {
+                let i = x.round();
+                if (x - i).abs() < 1e-6 && i >= 0.0 {
+                    names.get(i as usize).map_or(String::new(), |s| s.to_string())
+                } else {
+                    String::new()
+                }
+            })
+            .y_desc(y.label)
+            .draw()
+            .map_err(err)?;
+        for (i, (_, v, ci)) in values.iter().enumerate() {
+            let x = i as f64;
+            c.draw_series([Rectangle::new([(x - 0.3, 0.0), (x + 0.3, *v)], colour(i).filled())])
+                .map_err(err)?;
+            if let Some(ci) = ci {
+                c.draw_series([ErrorBar::new_vertical(x, v - ci, *v, v + ci, BLACK.stroke_width(1), 12)])
+                    .map_err(err)?;
+            }
+        }
+        root.present().map_err(err)?;
+    }
+    Ok(svg)
+}
+
+/// The first result of each series.
+pub fn firsts<'a>(prepared: &Prepared, results: &'a [PointResult]) -> Vec<&'a PointResult> {
+    (0..prepared.policies.len())
+        .filter_map(|p| results.iter().find(|r| r.point.policy == p))
+        .collect()
+}
+
+/// "series, load L, seed S": which point a per-point plot shows.
+fn point_title(r: &PointResult) -> String {
+    match r.point.load {
+        Some(l) => format!("{}, load {l}, seed {}", r.policy, r.point.seed),
+        None => format!("{}, seed {}", r.policy, r.point.seed),
+    }
+}
+
+/// Writes every plot of `results` into `dir`.
+pub fn write_all(
+    dir: &Path,
+    prepared: &Prepared,
+    results: &[PointResult],
+    baseline: Option<&Baseline>,
+) -> io::Result<()> {
+    let plot = |name: &str, svg: Result<String, String>| match svg {
+        Ok(svg) => std::fs::write(dir.join(name), svg),
+        Err(e) => Err(io::Error::other(format!("{name}: {e}"))),
+    };
+    let name = &prepared.spec.name;
+    let log_y = prepared.spec.plots.log_y;
+    let aggs = aggregates(results);
+    let mut loads: Vec<f64> = aggs.iter().filter_map(|a| a.load).collect();
+    loads.sort_by(f64::total_cmp);
+    loads.dedup();
+    for ((key, _), label) in PLOTTED {
+        if loads.len() >= 2 {
+            let series: Vec<Series> = prepared
+                .policies
+                .iter()
+                .enumerate()
+                .map(|(i, (policy, _))| {
+                    let mine = aggs.iter().filter(|a| a.policy == policy && a.load.is_some());
+                    let mut points = Vec::new();
+                    let mut bars = Vec::new();
+                    for a in mine {
+                        let (Some(load), Some(s)) = (a.load, a.metrics.get(key)) else {
+                            continue;
+                        };
+                        points.push((load, s.mean));
+                        if let Some(ci) = s.ci95 {
+                            bars.push((load, s.mean - ci, s.mean + ci));
+                        }
+                    }
+                    points.sort_by(|a, b| a.0.total_cmp(&b.0));
+                    Series {
+                        name: policy.clone(),
+                        points,
+                        bars,
+                        colour: colour(i),
+                    }
+                })
+                .collect();
+            let log = log_y.unwrap_or_else(|| spans_decades(series.iter().flat_map(|s| s.points.iter().map(|p| p.1))));
+            let seeds = aggs.iter().map(|a| a.seeds).max().unwrap_or(1);
+            let title = format!("{name}: {label} (mean of {seeds} seeds, 95% CI)");
+            plot(
+                &format!("load-{key}.svg"),
+                chart(
+                    &title,
+                    Axis {
+                        label: "offered load",
+                        log: false,
+                    },
+                    Axis { label, log },
+                    &series,
+                ),
+            )?;
+        } else {
+            // One load level: a bar per series, titled with the point.
+            let values: Vec<(String, f64, Option<f64>)> = aggs
+                .iter()
+                .filter_map(|a| a.metrics.get(key).map(|s| (a.policy.to_string(), s.mean, s.ci95)))
+                .collect();
+            let seeds = aggs.first().map_or(1, |a| a.seeds);
+            let at = match aggs.first().and_then(|a| a.load) {
+                Some(l) => format!("load {l}, "),
+                None => String::new(),
+            };
+            let what = if seeds > 1 {
+                format!("{at}mean of {seeds} seeds, 95% CI")
+            } else {
+                format!("{at}one seed")
+            };
+            plot(
+                &format!("point-{key}.svg"),
+                bars(
+                    &format!("{name}: {label} ({what})"),
+                    Axis { label, log: false },
+                    &values,
+                ),
+            )?;
+        }
+    }
+    for (i, r) in firsts(prepared, results).into_iter().enumerate() {
+        let label = file_label(&r.policy);
+        plot(
+            &format!("utilization-{label}.svg"),
+            utilization_over_time(prepared, r, i),
+        )?;
+        plot(&format!("gantt-{label}.svg"), gantt(prepared, r))?;
+    }
+    plot("wait-cdf.svg", wait_cdf(prepared, results, baseline))?;
+    Ok(())
+}
+
+/// Busy fraction of the platform per time bucket for one point.
+fn utilization_over_time(prepared: &Prepared, r: &PointResult, i: usize) -> Result<String, String> {
+    let procs: f64 = prepared.clusters.iter().map(|c| f64::from(c.procs)).sum();
+    let outcomes = || r.runs.iter().flat_map(|c| c.outcomes.iter());
+    let t0 = outcomes().map(|o| o.submit.0).min().unwrap_or(0);
+    let t1 = outcomes().map(|o| o.end.0).max().unwrap_or(t0);
+    // At most ~2000 buckets of whole hours.
+    let width = ((t1 - t0) / 2000 / 3600 + 1) * 3600;
+    let mut busy = vec![0.0; ((t1 - t0) / width + 1) as usize];
+    for o in outcomes() {
+        let mut t = o.start.0;
+        while t < o.end.0 {
+            let b = ((t - t0) / width) as usize;
+            let until = (t0 + (b as i64 + 1) * width).min(o.end.0);
+            busy[b] += (until - t) as f64 * f64::from(o.size);
+            t = until;
+        }
+    }
+    let points = busy
+        .iter()
+        .enumerate()
+        .map(|(b, w)| (b as f64 * width as f64 / 86_400.0, w / (width as f64 * procs)))
+        .collect();
+    let hours = width / 3600;
+    chart(
+        &format!("{}: utilization over time ({})", prepared.spec.name, point_title(r)),
+        Axis {
+            label: "days from the first arrival",
+            log: false,
+        },
+        Axis {
+            label: &format!("busy fraction per {hours} h"),
+            log: false,
+        },
+        &[Series {
+            name: r.policy.clone(),
+            points,
+            bars: Vec::new(),
+            colour: colour(i),
+        }],
+    )
+}
+
+/// The empirical CDF of wait times on log time, for each series' first point
+/// and the recorded schedule. Waits under a second are drawn at one second.
+fn wait_cdf(prepared: &Prepared, results: &[PointResult], baseline: Option<&Baseline>) -> Result<String, String> {
+    let curve = |waits: &mut Vec<f64>| {
+        waits.sort_by(f64::total_cmp);
+        let n = waits.len().max(1) as f64;
+        // At most ~500 points along the curve.
+        let step = (waits.len() / 500).max(1);
+        waits
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| i % step == 0 || *i + 1 == waits.len())
+            .map(|(i, &w)| (w.max(1.0), (i + 1) as f64 / n))
+            .collect()
+    };
+    let mut series: Vec<Series> = firsts(prepared, results)
+        .into_iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let mut waits: Vec<f64> = r
+                .runs
+                .iter()
+                .flat_map(|c| c.outcomes.iter())
+                .map(|o| (o.start - o.submit).0 as f64)
+                .collect();
+            Series {
+                name: r.policy.clone(),
+                points: curve(&mut waits),
+                bars: Vec::new(),
+                colour: colour(i),
+            }
+        })
+        .collect();
+    if let Some(b) = baseline {
+        let mut waits: Vec<f64> = b.outcomes.iter().map(|o| (o.start - o.submit).0 as f64).collect();
+        series.push(Series {
+            name: "as recorded".into(),
+            points: curve(&mut waits),
+            bars: Vec::new(),
+            colour: RGBColor(120, 120, 120),
+        });
+    }
+    chart(
+        &format!("{}: wait-time distribution", prepared.spec.name),
+        Axis {
+            label: "wait (s; under 1 s drawn at 1 s)",
+            log: true,
+        },
+        Axis {
+            label: "fraction of jobs",
+            log: false,
+        },
+        &series,
+    )
+}
+
+/// A Gantt chart of a window of one point's schedule: one row per job (by
+/// start), its wait in grey and its run in its cluster's colour.
+fn gantt(prepared: &Prepared, r: &PointResult) -> Result<String, String> {
+    let spec = &prepared.spec.plots;
+    let mut jobs: Vec<(usize, &crate::cluster::Outcome)> = r
+        .runs
+        .iter()
+        .enumerate()
+        .flat_map(|(c, run)| run.outcomes.iter().map(move |o| (c, o)))
+        .collect();
+    let t0 = jobs.iter().map(|(_, o)| o.submit.0).min().unwrap_or(0);
+    let [from, to] = spec.gantt_window.unwrap_or([0, 86_400]);
+    let (from, to) = (t0 + from, t0 + to.max(from + 1));
+    jobs.retain(|(_, o)| o.end.0 > from && o.submit.0 < to);
+    jobs.sort_by_key(|(_, o)| (o.start, o.id));
+    jobs.truncate(spec.gantt_jobs.max(1));
+    let hours = |t: i64| (t.clamp(from, to) - from) as f64 / 3600.0;
+    let rows = jobs.len().max(1) as f64;
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (860, 520)).into_drawing_area();
+        root.fill(&WHITE).map_err(err)?;
+        let mut c = ChartBuilder::on(&root)
+            .caption(
+                format!(
+                    "{}: schedule, {} jobs from hour {} ({})",
+                    prepared.spec.name,
+                    jobs.len(),
+                    (from - t0) / 3600,
+                    point_title(r)
+                ),
+                ("sans-serif", 16),
+            )
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(60)
+            .build_cartesian_2d(0.0..hours(to).max(1e-9), rows..0.0)
+            .map_err(err)?;
+        c.configure_mesh()
+            .disable_y_mesh()
+            .x_desc("hours from the window's start")
+            .y_desc("jobs, by start")
+            .draw()
+            .map_err(err)?;
+        let grey = RGBColor(210, 210, 210);
+        c.draw_series(jobs.iter().enumerate().flat_map(|(row, (cluster, o))| {
+            let (y0, y1) = (row as f64 + 0.15, row as f64 + 0.85);
+            [
+                Rectangle::new([(hours(o.submit.0), y0), (hours(o.start.0), y1)], grey.filled()),
+                Rectangle::new(
+                    [(hours(o.start.0), y0), (hours(o.end.0), y1)],
+                    colour(*cluster).filled(),
+                ),
+            ]
+        }))
+        .map_err(err)?;
+        root.present().map_err(err)?;
+    }
+    Ok(svg)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn two_decades_make_an_axis_logarithmic() {
+        assert!(spans_decades([5.0, 800.0].into_iter()));
+        assert!(!spans_decades([5.0, 400.0].into_iter()));
+        // Zeros cannot be drawn on a log axis and do not count.
+        assert!(!spans_decades([0.0, 3.0, 250.0].into_iter()));
+        assert!(!spans_decades(std::iter::empty()));
+    }
+}
