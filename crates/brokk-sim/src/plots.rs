@@ -92,6 +92,19 @@ fn range(values: impl Iterator<Item = f64>, log: bool) -> (f64, f64) {
     }
 }
 
+/// A tick label: whole numbers without decimals, others with as few as
+/// tell ticks apart.
+fn tick(v: &f64) -> String {
+    let v = *v;
+    if v.fract() == 0.0 || v.abs() >= 100.0 {
+        format!("{v:.0}")
+    } else if v.abs() >= 1.0 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.2}")
+    }
+}
+
 fn err(e: impl std::fmt::Display) -> String {
     e.to_string()
 }
@@ -163,6 +176,8 @@ where
 {
     let suffix = |a: Axis| if a.log { " (log)" } else { "" };
     c.configure_mesh()
+        .x_label_formatter(&tick)
+        .y_label_formatter(&tick)
         .x_desc(format!("{}{}", x.label, suffix(x)))
         .y_desc(format!("{}{}", y.label, suffix(y)))
         .draw()
@@ -228,6 +243,7 @@ fn bars(title: &str, y: Axis, values: &[(String, f64, Option<f64>)]) -> Result<S
                     String::new()
                 }
             })
+            .y_label_formatter(&tick)
             .y_desc(y.label)
             .draw()
             .map_err(err)?;
@@ -364,8 +380,8 @@ fn utilization_over_time(prepared: &Prepared, r: &PointResult, i: usize) -> Resu
     let outcomes = || r.runs.iter().flat_map(|c| c.outcomes.iter());
     let t0 = outcomes().map(|o| o.submit.0).min().unwrap_or(0);
     let t1 = outcomes().map(|o| o.end.0).max().unwrap_or(t0);
-    // At most ~2000 buckets of whole hours.
-    let width = ((t1 - t0) / 2000 / 3600 + 1) * 3600;
+    // At most ~400 buckets of whole hours: a year is drawn per day.
+    let width = ((t1 - t0) / 400 / 3600 + 1) * 3600;
     let mut busy = vec![0.0; ((t1 - t0) / width + 1) as usize];
     for o in outcomes() {
         let mut t = o.start.0;
@@ -473,6 +489,8 @@ fn gantt(prepared: &Prepared, r: &PointResult) -> Result<String, String> {
     jobs.retain(|(_, o)| o.end.0 > from && o.submit.0 < to);
     jobs.sort_by_key(|(_, o)| (o.start, o.id));
     jobs.truncate(spec.gantt_jobs.max(1));
+    // Up to the last end among the jobs shown, if that is sooner.
+    let to = jobs.iter().map(|(_, o)| o.end.0).max().map_or(to, |e| e.min(to));
     let hours = |t: i64| (t.clamp(from, to) - from) as f64 / 3600.0;
     let rows = jobs.len().max(1) as f64;
     let mut svg = String::new();

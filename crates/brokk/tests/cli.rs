@@ -127,6 +127,12 @@ fn sim_run_writes_its_reports_and_prints_json() {
         assert!(out.join(f).exists(), "{f}");
     }
     std::fs::remove_dir_all(&out).unwrap();
+    // The workload of a point leaves as SWF.
+    let o = brokk(&["sim", "workload", "examples/experiments/lublin-sweep.toml", "--seed", "2"], None);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let swf = brokk_sim::swf::read(o.stdout.as_slice(), false).unwrap();
+    assert_eq!(swf.max_procs(), Some(128));
+    assert!(swf.jobs.len() > 100);
     // A broken experiment is an error naming the file and the line.
     let bad = std::env::temp_dir().join(format!("brokk-cli-bad-{}.toml", std::process::id()));
     std::fs::write(&bad, "name = \"x\"\npolicies = 3\n").unwrap();
