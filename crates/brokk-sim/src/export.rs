@@ -4,7 +4,6 @@
 //! waits), and every job's outcome as a CSV table that reads back.
 
 use std::collections::HashMap;
-use std::io;
 
 use serde::{Deserialize, Serialize};
 
@@ -113,51 +112,126 @@ pub struct JobRow {
     pub counted: bool,
 }
 
+/// The header line of `jobs.csv`.
+const HEADER: &str = "policy,load,seed,cluster,job,user,submit,start,end,size,wait,response,bounded_slowdown,counted\n";
+
+impl JobRow {
+    /// One line of CSV, as the csv crate reads it back.
+    fn write(&self, out: &mut String) {
+        use std::fmt::Write as _;
+        field(out, &self.policy);
+        let _ = match self.load {
+            Some(l) => write!(out, ",{l},"),
+            None => write!(out, ",,"),
+        };
+        if let Some(s) = self.seed {
+            let _ = write!(out, "{s}");
+        }
+        out.push(',');
+        field(out, &self.cluster);
+        let _ = writeln!(
+            out,
+            ",{},{},{},{},{},{},{},{},{},{}",
+            self.job,
+            self.user,
+            self.submit,
+            self.start,
+            self.end,
+            self.size,
+            self.wait,
+            self.response,
+            self.bounded_slowdown,
+            self.counted
+        );
+    }
+}
+
+/// A text field, quoted when it holds a comma, a quote or a line break.
+fn field(out: &mut String, text: &str) {
+    if text.contains([',', '"', '\n', '\r']) {
+        out.push('"');
+        out.push_str(&text.replace('"', "\"\""));
+        out.push('"');
+    } else {
+        out.push_str(text);
+    }
+}
+
 /// Every job of `results` (and of the recorded schedule, if given) as rows.
 pub fn job_rows(prepared: &Prepared, results: &[PointResult], baseline: Option<&Baseline>) -> Vec<JobRow> {
-    let bound = brokk_model::Duration(prepared.spec.metrics.bound);
     let mut rows = Vec::new();
-    let mut push = |policy: &str, load, seed, cluster: &str, o: &crate::cluster::Outcome, cut: Option<_>| {
+    each_row(prepared, results, baseline, |r| rows.push(r.clone()));
+    rows
+}
+
+/// `jobs.csv` of `results` (and of the recorded schedule, if given).
+pub fn jobs_csv(prepared: &Prepared, results: &[PointResult], baseline: Option<&Baseline>) -> String {
+    let mut out = String::from(HEADER);
+    each_row(prepared, results, baseline, |r| r.write(&mut out));
+    out
+}
+
+/// Calls `f` with each job's row, reusing one row's text fields per series
+/// and cluster.
+fn each_row(prepared: &Prepared, results: &[PointResult], baseline: Option<&Baseline>, mut f: impl FnMut(&JobRow)) {
+    let bound = brokk_model::Duration(prepared.spec.metrics.bound);
+    let mut row = JobRow {
+        policy: String::new(),
+        load: None,
+        seed: None,
+        cluster: String::new(),
+        job: 0,
+        user: 0,
+        submit: 0,
+        start: 0,
+        end: 0,
+        size: 0,
+        wait: 0,
+        response: 0,
+        bounded_slowdown: 0.0,
+        counted: false,
+    };
+    let mut fill = |row: &mut JobRow, o: &crate::cluster::Outcome, cut: Option<brokk_model::Time>| {
         let m = job(o, bound);
-        rows.push(JobRow {
-            policy: policy.to_string(),
-            load,
-            seed,
-            cluster: cluster.to_string(),
-            job: o.id,
-            user: o.user,
-            submit: o.submit.0,
-            start: o.start.0,
-            end: o.end.0,
-            size: o.size,
-            wait: m.wait.0,
-            response: m.response.0,
-            bounded_slowdown: m.bounded_slowdown,
-            counted: cut.is_none_or(|c| o.end <= c),
-        });
+        row.job = o.id;
+        row.user = o.user;
+        row.submit = o.submit.0;
+        row.start = o.start.0;
+        row.end = o.end.0;
+        row.size = o.size;
+        row.wait = m.wait.0;
+        row.response = m.response.0;
+        row.bounded_slowdown = m.bounded_slowdown;
+        row.counted = cut.is_none_or(|c| o.end <= c);
+        f(row);
     };
     for r in results {
+        row.policy.clone_from(&r.policy);
+        (row.load, row.seed) = (r.point.load, Some(r.point.seed));
         for c in &r.runs {
+            row.cluster.clone_from(&c.spec.name);
             for o in &c.outcomes {
-                push(&r.policy, r.point.load, Some(r.point.seed), &c.spec.name, o, r.cut);
+                fill(&mut row, o, r.cut);
             }
         }
     }
     if let Some(b) = baseline {
+        row.policy = "as-recorded".into();
+        (row.load, row.seed) = (None, None);
+        row.cluster.clone_from(&prepared.spec.name);
         for o in &b.outcomes {
-            push("as-recorded", None, None, &prepared.spec.name, o, b.cut);
+            fill(&mut row, o, b.cut);
         }
     }
-    rows
 }
 
 /// `rows` as CSV with a header line.
-pub fn write_jobs_csv(rows: &[JobRow]) -> io::Result<Vec<u8>> {
-    let mut w = csv::Writer::from_writer(Vec::new());
+pub fn write_jobs_csv(rows: &[JobRow]) -> String {
+    let mut out = String::from(HEADER);
     for r in rows {
-        w.serialize(r).map_err(io::Error::other)?;
+        r.write(&mut out);
     }
-    w.into_inner().map_err(|e| io::Error::other(e.to_string()))
+    out
 }
 
 /// Reads what [`write_jobs_csv`] wrote; an error names the line.

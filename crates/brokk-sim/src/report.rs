@@ -10,7 +10,7 @@ use std::path::Path;
 use serde::Serialize;
 
 use crate::experiment::{Baseline, PointResult, Prepared};
-use crate::export::{job_rows, schedule_swf, write_jobs_csv};
+use crate::export::{jobs_csv, schedule_swf};
 use crate::metrics::{Horizon, Summary};
 use crate::stats::{spread, Spread};
 
@@ -232,7 +232,8 @@ pub fn file_label(label: &str) -> String {
 }
 
 /// Writes `jobs.csv`, `summary.json`, each series' first schedule as
-/// `schedule-<series>.swf`, and the plots into `dir`.
+/// `schedule-<series>.swf`, and the plots into `dir`, each file on a thread
+/// of its own.
 pub fn write_all(
     dir: &Path,
     prepared: &Prepared,
@@ -240,17 +241,26 @@ pub fn write_all(
     baseline: Option<&Baseline>,
 ) -> io::Result<()> {
     std::fs::create_dir_all(dir)?;
-    std::fs::write(
-        dir.join("jobs.csv"),
-        write_jobs_csv(&job_rows(prepared, results, baseline))?,
-    )?;
-    let json = serde_json::to_string_pretty(&report(prepared, results, baseline)).map_err(io::Error::other)?;
-    std::fs::write(dir.join("summary.json"), json + "\n")?;
-    for r in crate::plots::firsts(prepared, results) {
+    let csv = || std::fs::write(dir.join("jobs.csv"), jobs_csv(prepared, results, baseline));
+    let json = || {
+        let json = serde_json::to_string_pretty(&report(prepared, results, baseline)).map_err(io::Error::other)?;
+        std::fs::write(dir.join("summary.json"), json + "\n")
+    };
+    let schedule = |r: &PointResult| {
         let swf = schedule_swf(prepared, r).map_err(io::Error::other)?;
         let mut out = Vec::new();
         crate::swf::write(&swf, &mut out)?;
-        std::fs::write(dir.join(format!("schedule-{}.swf", file_label(&r.policy))), out)?;
-    }
-    crate::plots::write_all(dir, prepared, results, baseline)
+        std::fs::write(dir.join(format!("schedule-{}.swf", file_label(&r.policy))), out)
+    };
+    let plots = || crate::plots::write_all(dir, prepared, results, baseline);
+    std::thread::scope(|s| {
+        let mut writers = vec![s.spawn(csv), s.spawn(json), s.spawn(plots)];
+        for r in crate::plots::firsts(prepared, results) {
+            writers.push(s.spawn(move || schedule(r)));
+        }
+        writers.into_iter().try_for_each(|w| {
+            w.join()
+                .unwrap_or_else(|_| Err(io::Error::other("a report writer failed")))
+        })
+    })
 }

@@ -196,12 +196,14 @@ pub fn read_path(path: &Path, lenient: bool) -> Result<Swf, SwfError> {
     read(BufReader::new(input), lenient)
 }
 
-fn real(v: f64) -> String {
-    if v.fract() == 0.0 && v.abs() < 1e15 {
-        format!("{}", v as i64)
+/// A real field: whole numbers without a decimal point, as the archive
+/// writes them.
+fn real(line: &mut String, v: f64) {
+    let _ = if v.fract() == 0.0 && v.abs() < 1e15 {
+        write!(line, " {}", v as i64)
     } else {
-        format!("{v}")
-    }
+        write!(line, " {v}")
+    };
 }
 
 /// Writes a workload: the header as read, then one line per job.
@@ -212,16 +214,12 @@ pub fn write(swf: &Swf, mut out: impl Write) -> io::Result<()> {
     let mut line = String::new();
     for j in &swf.jobs {
         line.clear();
+        let _ = write!(line, "{} {} {} {} {}", j.id, j.submit, j.wait, j.run, j.procs);
+        real(&mut line, j.avg_cpu);
+        real(&mut line, j.used_memory);
         let _ = write!(
             line,
-            "{} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {}",
-            j.id,
-            j.submit,
-            j.wait,
-            j.run,
-            j.procs,
-            real(j.avg_cpu),
-            real(j.used_memory),
+            " {} {} {} {} {} {} {} {} {} {} {}",
             j.req_procs,
             j.req_time,
             j.req_memory,

@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use brokk_sim::experiment::{prepare, run_points, Experiment};
-use brokk_sim::export::{job_rows, read_jobs_csv, schedule_swf, workload_swf, write_jobs_csv};
+use brokk_sim::export::{job_rows, jobs_csv, read_jobs_csv, schedule_swf, workload_swf, write_jobs_csv};
 use brokk_sim::swf::{read, write};
 
 const MODEL: &str = r#"
@@ -71,10 +71,17 @@ fn jobs_csv_reads_back_into_its_rows() {
     let p = prepared();
     let results = run_points(&p, &p.points(), 1, &|| {}).unwrap();
     let rows = job_rows(&p, &results, None);
-    let bytes = write_jobs_csv(&rows).unwrap();
-    let back = read_jobs_csv(&bytes).unwrap();
+    let text = write_jobs_csv(&rows);
+    assert_eq!(text, jobs_csv(&p, &results, None));
+    let back = read_jobs_csv(text.as_bytes()).unwrap();
     assert_eq!(back, rows);
-    assert_eq!(write_jobs_csv(&back).unwrap(), bytes);
+    assert_eq!(write_jobs_csv(&back), text);
+    // Names with commas and quotes are quoted and read back.
+    let mut odd = rows[0].clone();
+    odd.policy = "a,\"b\"".into();
+    odd.cluster = "site, east".into();
+    assert_eq!(read_jobs_csv(write_jobs_csv(&[odd.clone()]).as_bytes()).unwrap(), [odd]);
+    let bytes = text.into_bytes();
     // A damaged line is an error naming where.
     let mut bad = bytes.clone();
     let second_line = bad.iter().position(|&b| b == b'\n').unwrap() + 1;

@@ -128,7 +128,16 @@ fn sim_run_writes_its_reports_and_prints_json() {
     }
     std::fs::remove_dir_all(&out).unwrap();
     // The workload of a point leaves as SWF.
-    let o = brokk(&["sim", "workload", "examples/experiments/lublin-sweep.toml", "--seed", "2"], None);
+    let o = brokk(
+        &[
+            "sim",
+            "workload",
+            "examples/experiments/lublin-sweep.toml",
+            "--seed",
+            "2",
+        ],
+        None,
+    );
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let swf = brokk_sim::swf::read(o.stdout.as_slice(), false).unwrap();
     assert_eq!(swf.max_procs(), Some(128));

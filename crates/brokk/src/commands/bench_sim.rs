@@ -30,9 +30,67 @@ pub struct SimArgs {
     /// Skip the AccaSim run.
     #[arg(long)]
     no_accasim: bool,
+    /// The sweep whose statistics and reports are timed against its
+    /// simulations.
+    #[arg(long, default_value = "examples/experiments/lublin-sweep.toml")]
+    sweep: PathBuf,
     /// Print one JSON object per workload.
     #[arg(long)]
     json: bool,
+}
+
+/// What a sweep's statistics and reports cost beside its simulations.
+#[derive(Serialize)]
+struct ReportFigures {
+    workload: String,
+    points: usize,
+    /// Seconds to run every point (statistics inside included).
+    sweep_seconds: f64,
+    /// Seconds of that spent on percentiles and per-user and per-size
+    /// groups, measured by computing them again.
+    statistics_seconds: f64,
+    /// Seconds to aggregate over seeds and write jobs.csv, summary.json,
+    /// schedules and plots.
+    reports_seconds: f64,
+    /// (statistics + reports) / (sweep - statistics): what they add.
+    reports_overhead: f64,
+}
+
+/// Times `sweep`'s simulations, statistics and reports.
+fn time_reports(sweep: &Path) -> Result<ReportFigures> {
+    use brokk_sim::experiment::{load, run_points};
+    use brokk_sim::metrics::{by_size, by_user, summary};
+    let prepared = load(sweep)?;
+    let points = prepared.points();
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let start = Instant::now();
+    let results = run_points(&prepared, &points, threads, &|| {})?;
+    let sweep_seconds = start.elapsed().as_secs_f64();
+    let bound = Duration(prepared.spec.metrics.bound);
+    let procs: u32 = prepared.clusters.iter().map(|c| c.procs).sum();
+    let start = Instant::now();
+    for r in &results {
+        let all: Vec<_> = r.runs.iter().flat_map(|c| c.outcomes.iter().copied()).collect();
+        std::hint::black_box(summary(&all, all.len(), procs, r.cut, bound));
+        std::hint::black_box(by_user(&all, procs, r.cut, bound));
+        std::hint::black_box(by_size(&all, procs, r.cut, bound));
+    }
+    // The threads ran the points in parallel; so would these.
+    let statistics_seconds = start.elapsed().as_secs_f64() / threads.min(points.len()).max(1) as f64;
+    let dir = std::env::temp_dir().join(format!("brokk-bench-reports-{}", std::process::id()));
+    let start = Instant::now();
+    let baseline = prepared.as_recorded();
+    brokk_sim::report::write_all(&dir, &prepared, &results, baseline.as_ref())?;
+    let reports_seconds = start.elapsed().as_secs_f64();
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(ReportFigures {
+        workload: format!("{} ({} points on {threads} threads)", prepared.spec.name, points.len()),
+        points: points.len(),
+        sweep_seconds,
+        statistics_seconds,
+        reports_seconds,
+        reports_overhead: (statistics_seconds + reports_seconds) / (sweep_seconds - statistics_seconds).max(1e-9),
+    })
 }
 
 #[derive(Serialize)]
@@ -238,6 +296,19 @@ pub fn run(a: SimArgs) -> Result<ExitCode> {
                 }
             );
         }
+    }
+    let r = time_reports(&a.sweep)?;
+    if a.json {
+        say!("{}", serde_json::to_string(&r)?);
+    } else {
+        say!(
+            "{}: simulations {:.2} s, of which statistics {:.3} s; reports and plots {:.3} s: +{:.1}%",
+            r.workload,
+            r.sweep_seconds,
+            r.statistics_seconds,
+            r.reports_seconds,
+            r.reports_overhead * 100.0
+        );
     }
     Ok(ExitCode::SUCCESS)
 }
