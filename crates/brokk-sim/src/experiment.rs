@@ -96,7 +96,7 @@ pub struct Experiment {
 #[serde(deny_unknown_fields)]
 pub struct PlotsSpec {
     /// Value axes on a log scale (`true`), linear (`false`), or by rule when
-    /// absent: log when the data spans two decades or more.
+    /// absent: log when the data spans a decade or more.
     pub log_y: Option<bool>,
     /// The Gantt charts' window, seconds from the first arrival
     /// (default the first day).

@@ -4,7 +4,7 @@
 //! point), utilization over time per series, the wait-time CDF on log time
 //! beside the trace's recorded schedule, and a Gantt chart of a window of
 //! each series' schedule. Colours are Okabe and Ito's colour-blind-safe
-//! palette; a value axis is logarithmic when its data spans two decades or
+//! palette; a value axis is logarithmic when its data spans a decade or
 //! more, unless the experiment's `[plots] log_y` says otherwise.
 
 use std::io;
@@ -60,15 +60,16 @@ struct Axis<'a> {
     log: bool,
 }
 
-/// Whether values spanning `lo..=hi` (positive ones only) are drawn on a log
-/// axis: when they span two decades or more.
+/// Whether values (positive ones only) are drawn on a log axis: when they
+/// span a decade or more, where a linear axis squashes the smaller ones
+/// into its bottom tenth.
 fn spans_decades(values: impl Iterator<Item = f64>) -> bool {
     let (mut lo, mut hi) = (f64::MAX, 0.0f64);
     for v in values.filter(|v| *v > 0.0 && v.is_finite()) {
         lo = lo.min(v);
         hi = hi.max(v);
     }
-    hi > 0.0 && hi / lo >= 100.0
+    hi > 0.0 && hi / lo >= 10.0
 }
 
 /// The range drawn for `values`: from zero (linear) or below the least
@@ -128,6 +129,22 @@ fn chart(title: &str, x: Axis, y: Axis, series: &[Series]) -> Result<String, Str
     };
     let (x0, x1) = if x0 < x1 { (x0, x1) } else { (x0 - 0.5, x0 + 0.5) };
     let (y0, y1) = range(ys(), y.log);
+    // An interval reaching zero or below ends at the bottom of a log axis.
+    let clipped: Vec<Series>;
+    let series = if y.log {
+        clipped = series
+            .iter()
+            .map(|s| Series {
+                name: s.name.clone(),
+                points: s.points.clone(),
+                bars: s.bars.iter().map(|&(x, lo, hi)| (x, lo.max(y0), hi)).collect(),
+                colour: s.colour,
+            })
+            .collect();
+        &clipped[..]
+    } else {
+        series
+    };
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, (720, 440)).into_drawing_area();
@@ -542,10 +559,10 @@ mod tests {
 
     #[test]
     fn two_decades_make_an_axis_logarithmic() {
-        assert!(spans_decades([5.0, 800.0].into_iter()));
-        assert!(!spans_decades([5.0, 400.0].into_iter()));
+        assert!(spans_decades([5.0, 80.0].into_iter()));
+        assert!(!spans_decades([5.0, 40.0].into_iter()));
         // Zeros cannot be drawn on a log axis and do not count.
-        assert!(!spans_decades([0.0, 3.0, 250.0].into_iter()));
+        assert!(!spans_decades([0.0, 3.0, 25.0].into_iter()));
         assert!(!spans_decades(std::iter::empty()));
     }
 }
