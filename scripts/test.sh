@@ -9,6 +9,7 @@ export CARGO_INCREMENTAL=${CARGO_INCREMENTAL:-0}
 
 echo "== format and lint"
 cargo fmt --all -- --check
+cargo fmt --manifest-path python/Cargo.toml -- --check
 cargo clippy --locked --workspace --all-targets -- -D warnings
 
 echo "== architecture invariants"
@@ -84,5 +85,12 @@ scripts/classad-crosscheck.sh
 
 echo "== simulator cross-check against AccaSim"
 scripts/accasim-crosscheck.sh
+
+echo "== the Python package: built with pip into a fresh virtual environment, pytest, the example notebook"
+if command -v python3 >/dev/null 2>&1; then
+  scripts/python-tests.sh
+else
+  echo "python3 not found: the Python package's tests are skipped"
+fi
 
 echo "== all tests passed"
