@@ -310,7 +310,7 @@ pub fn write_all(
     let mut loads: Vec<f64> = aggs.iter().filter_map(|a| a.load).collect();
     loads.sort_by(f64::total_cmp);
     loads.dedup();
-    for ((key, _), label) in PLOTTED {
+    for ((key, value), label) in PLOTTED {
         if loads.len() >= 2 {
             let series: Vec<Series> = prepared
                 .policies
@@ -338,6 +338,16 @@ pub fn write_all(
                     }
                 })
                 .collect();
+            let mut series = series;
+            // The trace's own schedule, at the load it had.
+            if let Some(b) = baseline {
+                series.push(Series {
+                    name: "as recorded".into(),
+                    points: vec![(b.offered_load, value(&b.overall))],
+                    bars: Vec::new(),
+                    colour: RGBColor(120, 120, 120),
+                });
+            }
             let log = log_y.unwrap_or_else(|| spans_decades(series.iter().flat_map(|s| s.points.iter().map(|p| p.1))));
             let seeds = aggs.iter().map(|a| a.seeds).max().unwrap_or(1);
             let title = format!("{name}: {label} (mean of {seeds} seeds, 95% CI)");
@@ -355,10 +365,13 @@ pub fn write_all(
             )?;
         } else {
             // One load level: a bar per series, titled with the point.
-            let values: Vec<(String, f64, Option<f64>)> = aggs
+            let mut values: Vec<(String, f64, Option<f64>)> = aggs
                 .iter()
                 .filter_map(|a| a.metrics.get(key).map(|s| (a.policy.to_string(), s.mean, s.ci95)))
                 .collect();
+            if let Some(b) = baseline {
+                values.push(("as recorded".into(), value(&b.overall), None));
+            }
             let seeds = aggs.first().map_or(1, |a| a.seeds);
             let at = match aggs.first().and_then(|a| a.load) {
                 Some(l) => format!("load {l}, "),

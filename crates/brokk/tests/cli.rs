@@ -126,6 +126,13 @@ fn sim_run_writes_its_reports_and_prints_json() {
     ] {
         assert!(out.join(f).exists(), "{f}");
     }
+    // The recorded schedule stands beside the policies in the plots.
+    for f in ["point-mean_wait.svg", "wait-cdf.svg"] {
+        assert!(
+            std::fs::read_to_string(out.join(f)).unwrap().contains("as recorded"),
+            "{f}"
+        );
+    }
     std::fs::remove_dir_all(&out).unwrap();
     // The workload of a point leaves as SWF.
     let o = brokk(
