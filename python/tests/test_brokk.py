@@ -39,6 +39,11 @@ def test_an_experiment_file_gives_points_jobs_and_the_recorded_baseline(tmp_path
     easy = r.jobs[r.jobs.policy == "easy"]
     assert easy.wait.mean() == pytest.approx(wait["easy"])
     assert (tmp_path / "wait-cdf.svg").exists()
+    # Per user and per size class, every job once per policy.
+    g = r.groups[r.groups.policy == "easy"]
+    assert g[g.kind == "user"].finished.sum() == 27992
+    assert g[g.kind == "size"].finished.sum() == 27992
+    assert "1" in set(g[g.kind == "size"].group)
 
 
 def test_an_experiment_built_in_python_sweeps_with_confidence_intervals():

@@ -25,6 +25,7 @@ mod rsl_syntax;
 mod shellwords;
 mod slurm;
 mod units;
+pub mod workflow;
 mod xrsl;
 
 use std::fmt;

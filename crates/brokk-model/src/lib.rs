@@ -9,6 +9,7 @@ mod phase;
 mod prefs;
 mod resource;
 mod time;
+pub mod workflow;
 
 pub use job::{Attribute, Benchmark, EnvVar, InputFile, Job, Memory, MemoryScope, OutputFile};
 pub use phase::JobPhase;

@@ -42,6 +42,10 @@ class Results:
     #: One row per job and point (jobs.csv), the recorded schedule as
     #: policy "as-recorded".
     jobs: pd.DataFrame
+    #: One row per point and group: `kind` "user" (the user's id in
+    #: `group`) or "size" (a size class such as "5-16"), with the group's
+    #: figures.
+    groups: pd.DataFrame
     #: The trace's own schedule's figures, for a trace workload.
     as_recorded: Optional[dict]
 
@@ -52,6 +56,17 @@ def _points(summary: dict) -> pd.DataFrame:
         row = {k: v for k, v in p.items() if not isinstance(v, (dict, list))}
         row.update(p["overall"])
         rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _groups(summary: dict) -> pd.DataFrame:
+    rows = []
+    for p in summary["points"]:
+        for kind in ("user", "size"):
+            for g in p[f"by_{kind}"]:
+                row = {"policy": p["policy"], "load": p["load"], "seed": p["seed"], "kind": kind}
+                row.update(g)
+                rows.append(row)
     return pd.DataFrame(rows)
 
 
@@ -98,5 +113,6 @@ def run(
         points=_points(s),
         aggregates=_aggregates(s),
         jobs=frame,
+        groups=_groups(s),
         as_recorded=s.get("as_recorded"),
     )
