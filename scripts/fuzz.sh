@@ -11,13 +11,13 @@ seconds=${1:-300}
 shift || true
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
-  targets=(read_jsdl read_xrsl read_rsl read_jdl read_condor read_slurm read_json)
+  targets=(read_jsdl read_xrsl read_rsl read_jdl read_condor read_slurm read_json read_workflow)
 fi
 seeds=$(mktemp -d)
 trap 'rm -rf "$seeds"' EXIT
 rep() { python3 -c "import sys; sys.stdout.write(sys.argv[1] * int(sys.argv[2]))" "$1" "$2"; }
 for n in 50 101 257 1000 20000; do
-  mkdir -p "$seeds"/{read_xrsl,read_rsl,read_jdl,read_condor,read_jsdl,read_json,read_slurm}
+  mkdir -p "$seeds"/{read_xrsl,read_rsl,read_jdl,read_condor,read_jsdl,read_json,read_slurm,read_workflow}
   { printf '&'; rep '(|' $n; printf '(executable=/bin/true)'; rep ')' $n; } > "$seeds/read_xrsl/deep-$n"
   { printf '&(executable=/bin/true)(arguments='; rep '(' $n; printf a; rep ')' $n; printf ')'; } > "$seeds/read_xrsl/seq-$n"
   { printf '+'; rep '(' $n; printf '(&(executable=/bin/true))'; rep ')' $n; } > "$seeds/read_rsl/deep-$n"
@@ -29,6 +29,8 @@ for n in 50 101 257 1000 20000; do
   { printf '<JobDefinition xmlns="http://schemas.ggf.org/jsdl/2005/11/jsdl">'; rep '<x>' $n; rep '</x>' $n; printf '</JobDefinition>'; } > "$seeds/read_jsdl/deep-$n"
   { rep '[' $n; rep ']' $n; } > "$seeds/read_json/deep-$n"
   { printf '#!/bin/sh\n#SBATCH --time=1\n'; rep '$((' $n; printf 'true\n'; } > "$seeds/read_slurm/deep-$n"
+  { rep 'JOB N a.sub\n' 1; python3 -c "import sys; n=int(sys.argv[1]); print(''.join(f'JOB N{i} a.sub\nPARENT N{i} CHILD N{i+1}\n' for i in range(n)))" $n; } > "$seeds/read_workflow/chain-$n"
+  { printf '{"name": "d", "tasks": [{"id": "a", "runtime": 1, "x": '; rep '[' $n; rep ']' $n; printf '}]}'; } > "$seeds/read_workflow/deep-$n"
 done
 ulimit -s 8192
 cd fuzz

@@ -49,6 +49,8 @@ enum Command {
     Bench(commands::bench::Args),
     /// Run scheduling experiments on the simulator.
     Sim(commands::sim::Args),
+    /// Read workflows (DAGMan, WfCommons, Brokk's JSON) and report every error.
+    Workflow(commands::workflow::Args),
     /// Run a site agent: reservations, jobs and the site API for one cluster.
     Site(commands::ServerArgs),
     /// Run the broker service.
@@ -98,6 +100,7 @@ fn main() -> ExitCode {
         Command::Validate(a) => commands::validate::run(a),
         Command::Bench(a) => commands::bench::run(a),
         Command::Sim(a) => commands::sim::run(a),
+        Command::Workflow(a) => commands::workflow::run(a),
         Command::Site(a) => commands::site::run(a),
         Command::Serve(a) => commands::serve::run(a),
         Command::Submit(a) => commands::user::submit(a),

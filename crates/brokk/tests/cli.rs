@@ -222,3 +222,37 @@ fn sim_finds_a_trace_by_name_in_the_traces_directory() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn workflow_validate_reads_a_dag_with_its_node_files_or_names_each_mistake() {
+    let o = brokk(
+        &[
+            "workflow",
+            "validate",
+            "examples/workflows/pipeline/pipeline.dag",
+            "--json",
+        ],
+        None,
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let w: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(w["tasks"].as_array().unwrap().len(), 10);
+    assert_eq!(w["tasks"][2]["job"]["cpus"], 2);
+    let dir = std::env::temp_dir().join(format!("brokk-cli-dag-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("a.dag"),
+        "JOB A a.sub\nJOB B b.sub\nPARENT A CHILD B\nPARENT B CHILD A\n",
+    )
+    .unwrap();
+    std::fs::write(dir.join("a.sub"), "executable = /bin/true\nqueue\n").unwrap();
+    std::fs::write(dir.join("b.sub"), "executable = /bin/true\nqueue\n").unwrap();
+    let o = brokk(&["workflow", "validate", dir.join("a.dag").to_str().unwrap()], None);
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("a.dag:1:5: error: the dependencies form a cycle: A -> B -> A"),
+        "{err}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

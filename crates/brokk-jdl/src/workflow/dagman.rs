@@ -10,7 +10,7 @@
 //! SPLICE, SUBDAG, FINAL, SERVICE, PROVISIONER and INCLUDE are refused with
 //! the reason. Keywords are case-insensitive, `#` starts a comment line.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io;
 use std::path::Path;
 
@@ -72,6 +72,7 @@ pub fn read(
     let mut errors: Vec<Diagnostic> = Vec::new();
     let mut warnings: Vec<Diagnostic> = Vec::new();
     let mut nodes: Vec<Node> = Vec::new();
+    let mut names: HashSet<&str> = HashSet::new();
     let mut deps: Vec<(Vec<Word>, Vec<Word>)> = Vec::new();
     let mut vars: Vec<(Word, Vec<(String, String)>)> = Vec::new();
     let mut retries: Vec<(Word, u32)> = Vec::new();
@@ -122,7 +123,7 @@ pub fn read(
                     }
                     k += 1;
                 }
-                if nodes.iter().any(|n| n.name.1 == node.1) {
+                if !names.insert(node.1) {
                     err(&mut errors, node.0, format!("node {:?} is defined twice", node.1));
                     continue;
                 }
@@ -230,7 +231,7 @@ pub fn read(
         }
     }
     let known = |errors: &mut Vec<Diagnostic>, (o, n): Word| -> bool {
-        let ok = nodes.iter().any(|x| x.name.1 == n);
+        let ok = names.contains(n);
         if !ok {
             errors.push(Diagnostic::error_at(
                 text,
@@ -241,6 +242,7 @@ pub fn read(
         ok
     };
     let mut edges = Vec::new();
+    let mut seen: HashSet<(String, String)> = HashSet::new();
     for (parents, children) in &deps {
         let expand = |errors: &mut Vec<Diagnostic>, list: &[Word]| -> Vec<String> {
             let mut out = Vec::new();
@@ -257,7 +259,7 @@ pub fn read(
         let cs = expand(&mut errors, children);
         for p in &ps {
             for c in &cs {
-                if p != c && !edges.iter().any(|e: &Edge| &e.parent == p && &e.child == c) {
+                if p != c && seen.insert((p.clone(), c.clone())) {
                     edges.push(Edge {
                         parent: p.clone(),
                         child: c.clone(),
@@ -281,6 +283,15 @@ pub fn read(
         file: file.to_string(),
         diagnostic: d,
     };
+    let retry_of: HashMap<&str, u32> = retries.iter().map(|(w, n)| (w.1, *n)).collect();
+    let mut scripts_of: HashMap<&str, Vec<(bool, &Vec<String>)>> = HashMap::new();
+    for (w, pre, command) in &scripts {
+        scripts_of.entry(w.1).or_default().push((*pre, command));
+    }
+    let mut vars_of: HashMap<&str, Vec<&(String, String)>> = HashMap::new();
+    for (w, pairs) in &vars {
+        vars_of.entry(w.1).or_default().extend(pairs.iter());
+    }
     let mut tasks = Vec::new();
     for n in &nodes {
         let mut task = Task {
@@ -288,14 +299,12 @@ pub fn read(
             cores: 1,
             ..Task::default()
         };
-        task.retries = retries.iter().rev().find(|(w, _)| w.1 == n.name.1).map_or(0, |r| r.1);
-        for (w, pre, command) in &scripts {
-            if w.1 == n.name.1 {
-                if *pre {
-                    task.pre = Some(command.clone());
-                } else {
-                    task.post = Some(command.clone());
-                }
+        task.retries = retry_of.get(n.name.1).copied().unwrap_or(0);
+        for (pre, command) in scripts_of.get(n.name.1).into_iter().flatten() {
+            if *pre {
+                task.pre = Some((*command).clone());
+            } else {
+                task.post = Some((*command).clone());
             }
         }
         if n.noop {
@@ -319,12 +328,8 @@ pub fn read(
             }
         };
         let mut macros: HashMap<&str, &str> = HashMap::from([("JOB", n.name.1)]);
-        for (w, pairs) in &vars {
-            if w.1 == n.name.1 {
-                for (k, v) in pairs {
-                    macros.insert(k, v);
-                }
-            }
+        for (k, v) in vars_of.get(n.name.1).into_iter().flatten() {
+            macros.insert(k, v);
         }
         for (k, v) in &macros {
             source = source.replace(&format!("$({k})"), v);

@@ -142,6 +142,9 @@ fn json_error(file: &str, e: &serde_json::Error) -> WorkflowError {
     }
 }
 
+/// At most this many errors are reported per file.
+pub const MAX_ERRORS: usize = 50;
+
 /// The byte offset where `name` first appears as a JSON string or a word in
 /// `text`, for placing an error about a name (0 if nowhere).
 fn place_of(text: &str, name: &str) -> usize {
@@ -156,6 +159,11 @@ fn place_of(text: &str, name: &str) -> usize {
 pub fn check(file: &str, text: &str, w: &Workflow) -> Result<(), WorkflowError> {
     let mut errors = Vec::new();
     let mut err = |name: &str, message: String| {
+        // Each is placed by a search of the text: a bounded number keeps a
+        // broken large file quick to report.
+        if errors.len() >= MAX_ERRORS {
+            return;
+        }
         errors.push(WorkflowDiagnostic {
             file: file.to_string(),
             diagnostic: Diagnostic::error_at(text, place_of(text, name), message),
@@ -178,8 +186,13 @@ pub fn check(file: &str, text: &str, w: &Workflow) -> Result<(), WorkflowError> 
     }
     let mut graph = DiGraph::<usize, ()>::new();
     let nodes: Vec<_> = (0..w.tasks.len()).map(|i| graph.add_node(i)).collect();
+    let index: std::collections::HashMap<&str, usize> =
+        w.tasks.iter().enumerate().map(|(i, t)| (t.id.as_str(), i)).collect();
     for e in &w.edges {
-        match (w.task(&e.parent), w.task(&e.child)) {
+        match (
+            index.get(e.parent.as_str()).copied(),
+            index.get(e.child.as_str()).copied(),
+        ) {
             (Some(p), Some(c)) if p == c => err(&e.parent, format!("task {:?} depends on itself", e.parent)),
             (Some(p), Some(c)) => {
                 graph.add_edge(nodes[p], nodes[c], ());
@@ -206,7 +219,8 @@ pub fn check(file: &str, text: &str, w: &Workflow) -> Result<(), WorkflowError> 
 /// component of several tasks, walked from its first task back to it.
 fn find_cycle(graph: &DiGraph<usize, ()>) -> Option<Vec<usize>> {
     let scc = petgraph::algo::tarjan_scc(graph).into_iter().find(|c| c.len() > 1)?;
-    let inside = |n| scc.contains(&n);
+    let members: std::collections::HashSet<_> = scc.iter().copied().collect();
+    let inside = |n| members.contains(&n);
     let start = *scc.iter().min_by_key(|n| graph[**n])?;
     // Breadth-first from the start's successors inside the component back
     // to the start gives a shortest cycle through it.

@@ -43,6 +43,9 @@ pub fn read(file: &str, text: &str) -> Result<ReadWorkflow, WorkflowError> {
     let doc: Value = serde_json::from_str(text).map_err(|e| super::json_error(file, &e))?;
     let mut errors: Vec<Diagnostic> = Vec::new();
     let fail = |errors: &mut Vec<Diagnostic>, name: &str, m: String| {
+        if errors.len() >= super::MAX_ERRORS {
+            return;
+        }
         errors.push(Diagnostic::error_at(text, place_of(text, name), m));
     };
     let Some(wf) = doc.get("workflow") else {

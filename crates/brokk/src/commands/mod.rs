@@ -12,6 +12,7 @@ pub mod site;
 pub mod translate;
 pub mod user;
 pub mod validate;
+pub mod workflow;
 
 use std::io::Read;
 use std::path::Path;
