@@ -234,3 +234,25 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn co_allocated_tasks_must_exist_and_not_wait_for_each_other() {
+    let base = r#"{"name": "c", "tasks": [{"id": "a", "runtime": 5}, {"id": "b", "runtime": 5}, {"id": "c", "runtime": 5}],
+                   "edges": [{"parent": "a", "child": "b"}, {"parent": "b", "child": "c"}], "coallocations": "#;
+    let read = |c: &str| read_json("c.json", &format!("{base}{c}}}"));
+    let e = read(r#"[{"a": "c", "b": "a", "bandwidth": 100}]"#)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("tasks \"c\" and \"a\" must start together, but one waits for the other"),
+        "{e}"
+    );
+    let e = read(r#"[{"a": "a", "b": "x"}]"#).unwrap_err().to_string();
+    assert!(e.contains("no task \"x\""), "{e}");
+    let two = r#"{"name": "c", "tasks": [{"id": "a", "runtime": 5}, {"id": "b", "runtime": 5}],
+                  "coallocations": [{"a": "a", "b": "b", "bandwidth": 100}]}"#;
+    assert_eq!(
+        read_json("c.json", two).unwrap().workflow.coallocations[0].bandwidth,
+        100
+    );
+}

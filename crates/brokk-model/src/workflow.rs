@@ -20,6 +20,11 @@ pub struct Workflow {
     /// arrived.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub edges: Vec<Edge>,
+    /// Pairs of tasks that must run at the same time, exchanging data over
+    /// reserved bandwidth ([VRM] 2.3.4); pairs sharing a task form groups
+    /// that all start together.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub coallocations: Vec<CoAllocation>,
     /// Nothing starts before this.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub earliest: Option<Time>,
@@ -73,6 +78,19 @@ pub struct Edge {
     /// Bytes the parent's outputs hand to the child.
     #[serde(default, skip_serializing_if = "is_zero_bytes")]
     pub bytes: u64,
+}
+
+/// Two tasks that must run at the same time.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CoAllocation {
+    /// One task.
+    pub a: String,
+    /// The other.
+    pub b: String,
+    /// Bytes per second reserved between them while they run.
+    #[serde(default, skip_serializing_if = "is_zero_bytes")]
+    pub bandwidth: u64,
 }
 
 fn is_zero_bytes(n: &u64) -> bool {

@@ -29,3 +29,4 @@ pub mod report;
 pub mod stats;
 pub mod swf;
 pub mod transform;
+pub mod workflows;

@@ -384,8 +384,7 @@ pub fn read(
         name: name.to_string(),
         tasks,
         edges,
-        earliest: None,
-        deadline: None,
+        ..Workflow::default()
     };
     check(file, text, &workflow)?;
     let mut warnings: Vec<WorkflowDiagnostic> = warnings.into_iter().map(here).collect();

@@ -207,6 +207,28 @@ pub fn check(file: &str, text: &str, w: &Workflow) -> Result<(), WorkflowError> 
             names[0],
             format!("the dependencies form a cycle: {} -> {}", names.join(" -> "), names[0]),
         );
+    } else {
+        // Tasks that start together cannot wait for each other.
+        for c in &w.coallocations {
+            match (index.get(c.a.as_str()).copied(), index.get(c.b.as_str()).copied()) {
+                (Some(a), Some(b)) if a == b => err(&c.a, format!("task {:?} is co-allocated with itself", c.a)),
+                (Some(a), Some(b)) => {
+                    if petgraph::algo::has_path_connecting(&graph, nodes[a], nodes[b], None)
+                        || petgraph::algo::has_path_connecting(&graph, nodes[b], nodes[a], None)
+                    {
+                        err(
+                            &c.a,
+                            format!(
+                                "tasks {:?} and {:?} must start together, but one waits for the other",
+                                c.a, c.b
+                            ),
+                        );
+                    }
+                }
+                (None, _) => err(&c.a, format!("no task {:?} (co-allocated with {:?})", c.a, c.b)),
+                (_, None) => err(&c.b, format!("no task {:?} (co-allocated with {:?})", c.b, c.a)),
+            }
+        }
     }
     if errors.is_empty() {
         Ok(())

@@ -231,8 +231,7 @@ pub fn read(file: &str, text: &str) -> Result<ReadWorkflow, WorkflowError> {
             .to_string(),
         tasks,
         edges,
-        earliest: None,
-        deadline: None,
+        ..Workflow::default()
     };
     check(file, text, &workflow)?;
     Ok(ReadWorkflow {
