@@ -141,8 +141,9 @@ pub fn generate(params: &WorkflowParams, name: &str, seed: u64) -> Result<Workfl
     for l in 1..levels.len() {
         for k in 0..levels[l] {
             let mut parents = 0;
-            for from in l.saturating_sub(params.max_jump)..l {
-                for p in 0..levels[from] {
+            let first = l.saturating_sub(params.max_jump);
+            for (from, &width) in levels.iter().enumerate().take(l).skip(first) {
+                for p in 0..width {
                     if rng.gen_bool(params.density) {
                         let (procs, run) = draw();
                         edges.push(Edge {
