@@ -29,7 +29,23 @@ pub enum Invalid {
     /// Its deadline has already passed.
     #[error("the job's deadline ({0}) has already passed")]
     DeadlinePassed(Time),
+    /// An input comes from where no site can fetch it.
+    #[error(
+        "input {name} comes from {from}, which Brokk's sites cannot fetch: they stage file://, http:// and https:// \
+         URLs and files uploaded with the job{hint}"
+    )]
+    UnfetchableInput {
+        /// The input's name in the job's directory.
+        name: String,
+        /// Where it says the file is.
+        from: String,
+        /// What to do instead, where there is more to say.
+        hint: &'static str,
+    },
 }
+
+/// Sources Brokk's sites stage from (`upload:` is a file the client sent).
+const FETCHABLE: [&str; 4] = ["file://", "http://", "https://", "upload:"];
 
 /// Checks the attributes every job needs.
 pub fn validate(job: &Job) -> Result<(), Invalid> {
@@ -48,6 +64,21 @@ pub fn validate(job: &Job) -> Result<(), Invalid> {
     if let (Some(start), Some(deadline)) = (job.earliest_start, job.deadline) {
         if start > deadline {
             return Err(Invalid::StartAfterDeadline { start, deadline });
+        }
+    }
+    for f in &job.input_files {
+        let Some(source) = &f.source else { continue };
+        if !FETCHABLE.iter().any(|p| source.to_ascii_lowercase().starts_with(p)) {
+            let hint = if source.to_ascii_lowercase().starts_with("lfn:") {
+                " (an LFN names a DIRAC file-catalogue entry: give the URL of one of its replicas)"
+            } else {
+                ""
+            };
+            return Err(Invalid::UnfetchableInput {
+                name: f.name.clone(),
+                from: source.clone(),
+                hint,
+            });
         }
     }
     Ok(())

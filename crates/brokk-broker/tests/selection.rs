@@ -55,6 +55,31 @@ fn a_job_needs_something_to_run_and_processors() {
 }
 
 #[test]
+fn an_input_no_site_can_fetch_is_refused_with_what_to_give_instead() {
+    let with = |source: &str| Job {
+        input_files: vec![brokk_model::InputFile {
+            name: "data.root".into(),
+            source: Some(source.into()),
+            size: None,
+        }],
+        ..job()
+    };
+    for ok in [
+        "https://example.org/d",
+        "file:///srv/d",
+        "upload:ab12",
+        "HTTP://example.org/d",
+    ] {
+        assert_eq!(validate(&with(ok)), Ok(()), "{ok}");
+    }
+    let e = validate(&with("LFN:/vo/user/a/data.root")).unwrap_err().to_string();
+    assert!(e.contains("input data.root comes from LFN:/vo/user/a/data.root"), "{e}");
+    assert!(e.contains("give the URL of one of its replicas"), "{e}");
+    let e = validate(&with("srm://se.example.org/d")).unwrap_err().to_string();
+    assert!(e.contains("they stage file://, http:// and https:// URLs"), "{e}");
+}
+
+#[test]
 fn every_reason_for_leaving_a_site_out_is_reported() {
     let j = Job {
         queue: Some("long".into()),

@@ -285,10 +285,11 @@ impl Dropped {
 }
 
 /// An input-sandbox entry (JDL `InputSandbox`, HTCondor `transfer_input_files`): a
-/// URL is fetched from there under its last path segment, a plain path is uploaded
-/// by the client under that path.
+/// URL (or a DIRAC `LFN:` catalogue name) is fetched from there under its last
+/// path segment, a plain path is uploaded by the client under that path.
 pub(crate) fn sandbox_input(entry: &str) -> brokk_model::InputFile {
-    let source = entry.contains("://").then(|| entry.to_string());
+    let lfn = entry.len() > 4 && entry[..4].eq_ignore_ascii_case("lfn:");
+    let source = (entry.contains("://") || lfn).then(|| entry.to_string());
     let name = match &source {
         Some(url) => url.trim_end_matches('/').rsplit('/').next().unwrap_or(url).to_string(),
         None => entry.to_string(),
