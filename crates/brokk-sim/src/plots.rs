@@ -15,7 +15,7 @@ use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 
 use crate::experiment::{Baseline, PointResult, Prepared};
-use crate::report::{aggregates, file_label, Figure};
+use crate::report::{aggregates, file_label, AGGREGATED};
 
 /// Okabe and Ito's palette without its yellow, which vanishes on white.
 const PALETTE: [RGBColor; 7] = [
@@ -32,17 +32,14 @@ fn colour(i: usize) -> RGBColor {
     PALETTE[i % PALETTE.len()]
 }
 
-/// The figures plotted: (file key, axis label, value).
-const PLOTTED: [(Figure, &str); 6] = [
-    (("mean_wait", |s| s.mean_wait), "mean wait (s)"),
-    (("wait_p90", |s| s.wait_p90), "90th percentile of wait (s)"),
-    (
-        ("mean_bounded_slowdown", |s| s.mean_bounded_slowdown),
-        "mean bounded slowdown",
-    ),
-    (("utilization", |s| s.utilization), "utilization"),
-    (("finished_pct", |s| s.finished_pct), "finished jobs (%)"),
-    (("goodput", |s| s.goodput), "goodput (CPU-s)"),
+/// The figures plotted, among [`AGGREGATED`]'s: (key, axis label).
+const PLOTTED: [(&str, &str); 6] = [
+    ("mean_wait", "mean wait (s)"),
+    ("wait_p90", "90th percentile of wait (s)"),
+    ("mean_bounded_slowdown", "mean bounded slowdown"),
+    ("utilization", "utilization"),
+    ("finished_pct", "finished jobs (%)"),
+    ("goodput", "goodput (CPU-s)"),
 ];
 
 /// One series of a chart: points, and error bars as (x, low, high).
@@ -310,7 +307,10 @@ pub fn write_all(
     let mut loads: Vec<f64> = aggs.iter().filter_map(|a| a.load).collect();
     loads.sort_by(f64::total_cmp);
     loads.dedup();
-    for ((key, value), label) in PLOTTED {
+    for (key, label) in PLOTTED {
+        let Some(&(_, value)) = AGGREGATED.iter().find(|(k, _)| *k == key) else {
+            continue;
+        };
         if loads.len() >= 2 {
             let series: Vec<Series> = prepared
                 .policies
@@ -569,6 +569,13 @@ fn gantt(prepared: &Prepared, r: &PointResult) -> Result<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_plotted_figure_is_aggregated() {
+        for (key, _) in PLOTTED {
+            assert!(AGGREGATED.iter().any(|(k, _)| *k == key), "{key}");
+        }
+    }
 
     #[test]
     fn two_decades_make_an_axis_logarithmic() {

@@ -121,7 +121,7 @@ pub struct Report<'a> {
     pub as_recorded: Option<BaselineSummary>,
 }
 
-/// The figures aggregated over seeds: (key, value).
+/// A figure of a summary: (key, value).
 pub type Figure = (&'static str, fn(&Summary) -> f64);
 
 /// The figures [`aggregates`] carries over seeds.
