@@ -25,7 +25,7 @@ use std::sync::Mutex;
 use brokk_model::{Duration, Time};
 use serde::Deserialize;
 
-use crate::cluster::{from_swf, Estimates, Outcome, Policy};
+use crate::cluster::{from_swf, Estimates, Outcome, Policy, SimJob};
 use crate::grid::{simulate_grid, Adaptation, GridOptions, GridRouting, PredictionError, Staleness};
 use crate::lublin;
 use crate::metrics::{by_size, by_user, summary, Horizon, Summary, DEFAULT_BOUND};
@@ -729,6 +729,15 @@ impl Prepared {
         }
     }
 
+    /// Where the measured period of `jobs` ends: the last arrival under the
+    /// steady-state rule, none when every job counts.
+    fn cut(&self, jobs: &[SimJob]) -> Option<Time> {
+        match self.spec.metrics.horizon {
+            Horizon::SteadyState => jobs.iter().map(|j| j.submit).max().or(Some(Time::EPOCH)),
+            Horizon::CoolDown => None,
+        }
+    }
+
     /// The trace's own schedule ("as recorded"): each job the simulator
     /// would run, started at its arrival plus the wait the trace recorded
     /// (jobs without a recorded wait are left out). None for a model
@@ -757,10 +766,7 @@ impl Prepared {
                 })
             })
             .collect();
-        let cut = match self.spec.metrics.horizon {
-            Horizon::SteadyState => kept.iter().map(|j| j.submit).max(),
-            Horizon::CoolDown => None,
-        };
+        let cut = self.cut(&kept);
         let overall = summary(
             &outcomes,
             records.len(),
@@ -815,10 +821,7 @@ impl Prepared {
                 (run, g.jobs, g.killed, g.moved, g.coallocated, g.prediction)
             }
         };
-        let cut = match self.spec.metrics.horizon {
-            Horizon::SteadyState => jobs.iter().map(|j| j.submit).max().or(Some(Time::EPOCH)),
-            Horizon::CoolDown => None,
-        };
+        let cut = self.cut(&jobs);
         let bound = Duration(self.spec.metrics.bound);
         let clusters = run
             .clusters
