@@ -90,8 +90,10 @@ pub fn read(file: &str, text: &str) -> Result<ReadWorkflow, WorkflowError> {
             };
             let sized = |ids: Vec<String>| {
                 ids.into_iter()
-                    .map(|f| (sizes.get(f.as_str()).copied().unwrap_or(0), f))
-                    .map(|(s, f)| (f, s))
+                    .map(|f| {
+                        let size = sizes.get(f.as_str()).copied().unwrap_or(0);
+                        (f, size)
+                    })
                     .collect()
             };
             let m = measured.get(id);
