@@ -15,17 +15,6 @@ use petgraph::graph::DiGraph;
 
 use crate::diag::{Diagnostic, Severity};
 
-/// A workflow file's format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WorkflowFormat {
-    /// HTCondor DAGMan.
-    Dagman,
-    /// WfCommons WfFormat JSON (schema 1.4 or 1.5).
-    WfFormat,
-    /// Brokk's canonical workflow JSON.
-    Json,
-}
-
 /// An error in a workflow or one of the files it names.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WorkflowDiagnostic {
@@ -77,20 +66,10 @@ pub struct ReadWorkflow {
     pub warnings: Vec<WorkflowDiagnostic>,
 }
 
-/// The format of `text`: a JSON object with a `workflow` member is a
-/// WfFormat instance, another JSON object Brokk's own, anything else DAGMan.
-pub fn detect(text: &str) -> WorkflowFormat {
-    if !text.trim_start().starts_with('{') {
-        return WorkflowFormat::Dagman;
-    }
-    match serde_json::from_str::<serde_json::Value>(text) {
-        Ok(v) if v.get("workflow").is_some() => WorkflowFormat::WfFormat,
-        _ => WorkflowFormat::Json,
-    }
-}
-
 /// Reads the workflow file `path` in its format, reading the files it names
-/// (DAGMan node files) relative to it.
+/// (DAGMan node files) relative to it: a JSON object with a `workflow`
+/// member is a WfFormat instance, another JSON object Brokk's own, anything
+/// else DAGMan.
 pub fn read_path(path: &Path) -> Result<ReadWorkflow, WorkflowError> {
     let file = path.display().to_string();
     let text = std::fs::read_to_string(path).map_err(|e| WorkflowError {
@@ -107,13 +86,13 @@ pub fn read_path(path: &Path) -> Result<ReadWorkflow, WorkflowError> {
     let name = path
         .file_stem()
         .map_or("workflow".into(), |s| s.to_string_lossy().into_owned());
-    match detect(&text) {
-        WorkflowFormat::Dagman => {
-            let base = path.parent().unwrap_or(Path::new("."));
-            dagman::read(&file, &text, &name, &|p| std::fs::read_to_string(base.join(p)))
-        }
-        WorkflowFormat::WfFormat => wfformat::read(&file, &text),
-        WorkflowFormat::Json => read_json(&file, &text),
+    if !text.trim_start().starts_with('{') {
+        let base = path.parent().unwrap_or(Path::new("."));
+        return dagman::read(&file, &text, &name, &|p| std::fs::read_to_string(base.join(p)));
+    }
+    match serde_json::from_str::<serde_json::Value>(&text) {
+        Ok(doc) if doc.get("workflow").is_some() => wfformat::read_value(&file, &text, &doc),
+        _ => read_json(&file, &text),
     }
 }
 

@@ -41,6 +41,12 @@ fn number(v: &Value, keys: &[&str]) -> Option<f64> {
 /// Reads a WfFormat instance `text` from `file`.
 pub fn read(file: &str, text: &str) -> Result<ReadWorkflow, WorkflowError> {
     let doc: Value = serde_json::from_str(text).map_err(|e| super::json_error(file, &e))?;
+    read_value(file, text, &doc)
+}
+
+/// Reads a WfFormat instance already parsed from `text` (which places the
+/// errors).
+pub fn read_value(file: &str, text: &str, doc: &Value) -> Result<ReadWorkflow, WorkflowError> {
     let mut errors: Vec<Diagnostic> = Vec::new();
     let fail = |errors: &mut Vec<Diagnostic>, name: &str, m: String| {
         if errors.len() >= super::MAX_ERRORS {
