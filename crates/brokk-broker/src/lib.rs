@@ -23,6 +23,7 @@ pub mod reserve;
 pub mod select;
 mod site;
 pub mod submit;
+pub mod workflow;
 
 pub use clock::{Clock, ManualClock};
 pub use memory_site::MemorySite;

@@ -30,6 +30,12 @@ pub use brokk_planner::{Candidate, Change, FreeSlot, NeverReason, Reply, Request
 /// The schedule a site core keeps.
 pub type Planner = brokk_planner::Planner<brokk_planner::FreeList>;
 
+/// A schedule of `capacity` units up to `horizon` (a site's processors, a
+/// network link's bandwidth).
+pub fn planner(capacity: u32, horizon: brokk_model::Time) -> Planner {
+    Planner::new(capacity, horizon, brokk_planner::FreeList::new())
+}
+
 pub use effect::{Effect, Ended, Manager};
 pub use error::CoreError;
 pub use record::{JobId, JobRecord, Occupant, Submission};

@@ -1,0 +1,347 @@
+//! One admission in progress: the preliminary reservations made so far at
+//! sites and on links, journalled so that a scheduler can take back any
+//! suffix of its steps (backtracking) and the admission can take back all
+//! of them (rejection).
+
+use brokk_core::{Reply, Request};
+use brokk_model::{Duration, Time};
+
+use super::dag::Dag;
+use super::network::{Network, Slot};
+use super::{Messages, RejectReason, TaskPlan, Topology, TransferKind, TransferPlan, FAR};
+use crate::site::Site;
+
+/// One step that holds something.
+#[derive(Debug, Clone, Copy)]
+enum Step {
+    Task(usize),
+    Transfer(usize),
+}
+
+/// The admission's state.
+pub(crate) struct Booking<'s, 'x> {
+    pub dag: &'s Dag,
+    pub topo: &'s Topology,
+    sites: &'s mut [&'x mut dyn Site],
+    net: &'s mut Network,
+    owner: &'s str,
+    /// When the preliminary holds lapse.
+    hold: Time,
+    /// Nothing starts before this (the later of now and the workflow's earliest start).
+    pub earliest: Time,
+    /// Everything ends by this.
+    pub deadline: Option<Time>,
+    /// Where each task is, once placed.
+    pub tasks: Vec<Option<TaskPlan>>,
+    /// Transfers booked (some slots emptied by rollbacks are `None`).
+    transfers: Vec<Option<TransferPlan>>,
+    journal: Vec<Step>,
+    /// Messages sent to sites and the network.
+    pub messages: Messages,
+    /// Why the last step failed, for the rejection.
+    pub failure: Option<RejectReason>,
+}
+
+impl<'s, 'x> Booking<'s, 'x> {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        dag: &'s Dag,
+        topo: &'s Topology,
+        sites: &'s mut [&'x mut dyn Site],
+        net: &'s mut Network,
+        owner: &'s str,
+        hold: Time,
+        earliest: Time,
+        deadline: Option<Time>,
+    ) -> Self {
+        let n = dag.nodes.len();
+        Booking {
+            dag,
+            topo,
+            sites,
+            net,
+            owner,
+            hold,
+            earliest,
+            deadline,
+            tasks: vec![None; n],
+            transfers: Vec::new(),
+            journal: Vec::new(),
+            messages: Messages::default(),
+            failure: None,
+        }
+    }
+
+    /// Number of sites.
+    pub fn site_count(&self) -> usize {
+        self.sites.len().min(self.topo.sites.len())
+    }
+
+    /// How long task `t` runs at `site`, or `None` when it cannot run there.
+    pub fn duration(&self, t: usize, site: usize) -> Option<i64> {
+        let s = self.topo.sites.get(site)?;
+        let n = &self.dag.nodes[t];
+        (n.cores <= s.capacity && s.speed > 0.0).then(|| ((n.runtime as f64 / s.speed).ceil() as i64).max(1))
+    }
+
+    /// The latest start that still ends by the deadline.
+    pub fn latest_start(&self, d: i64) -> i64 {
+        self.deadline.map_or(FAR, |dl| dl.0 - d)
+    }
+
+    /// The earliest the inputs of `t` could be at `site` if the network
+    /// were free (its placed parents' ends plus unloaded transfer times);
+    /// `None` when a parent's data has no route there.
+    pub fn arrival_estimate(&self, t: usize, site: usize) -> Option<i64> {
+        let mut at = self.earliest.0;
+        for &(p, bytes) in &self.dag.nodes[t].parents {
+            if let Some(pp) = &self.tasks[p] {
+                let move_time = if bytes == 0 {
+                    0
+                } else {
+                    self.net.unloaded_time(pp.site, site, bytes)?
+                };
+                at = at.max(pp.end.0 + move_time);
+            }
+        }
+        Some(at)
+    }
+
+    /// The latest end of `t` at `site` that lets its placed children start
+    /// on time after an unloaded transfer; `None` when data has no route.
+    pub fn departure_estimate(&self, t: usize, site: usize) -> Option<i64> {
+        let mut by = self.deadline.map_or(FAR, |d| d.0);
+        for &(c, bytes) in &self.dag.nodes[t].children {
+            if let Some(cp) = &self.tasks[c] {
+                let move_time = if bytes == 0 {
+                    0
+                } else {
+                    self.net.unloaded_time(site, cp.site, bytes)?
+                };
+                by = by.min(cp.start.0 - move_time);
+            }
+        }
+        Some(by)
+    }
+
+    fn request(&self, t: usize, d: i64, earliest: i64, latest: i64) -> Request {
+        Request {
+            amount: self.dag.nodes[t].cores,
+            duration: Duration(d),
+            earliest: Time(earliest),
+            latest: Time(latest),
+            flexible: false,
+        }
+    }
+
+    /// The earliest start of `t` at `site` for `d` seconds in `[earliest, latest]`.
+    pub fn probe_first(&mut self, t: usize, site: usize, d: i64, earliest: i64, latest: i64) -> Option<i64> {
+        if latest < earliest {
+            return None;
+        }
+        self.messages.probes += 1;
+        let req = self.request(t, d, earliest, latest);
+        let c = self.sites[site].probe(&req, 1).ok()?;
+        c.first().map(|c| c.start.0)
+    }
+
+    /// The latest start of `t` at `site` for `d` seconds in `[earliest, latest]`.
+    pub fn probe_last(&mut self, t: usize, site: usize, d: i64, earliest: i64, latest: i64) -> Option<i64> {
+        if latest < earliest {
+            return None;
+        }
+        self.messages.probes += 1;
+        let req = self.request(t, d, earliest, latest);
+        let c = self.sites[site].probe(&req, 2).ok()?;
+        c.last().map(|c| c.start.0)
+    }
+
+    /// A journal position to roll back to.
+    pub fn mark(&self) -> usize {
+        self.journal.len()
+    }
+
+    /// Holds `t` at `site` for `d` seconds starting in `[earliest, latest]`
+    /// (the site's earliest fit there); the start, or `None` when refused.
+    pub fn reserve_task(&mut self, t: usize, site: usize, d: i64, earliest: i64, latest: i64) -> Option<i64> {
+        if latest < earliest {
+            return None;
+        }
+        self.messages.reservations += 1;
+        let req = self.request(t, d, earliest, latest);
+        match self.sites[site].reserve(self.owner, &req, Some(self.hold)) {
+            Ok(Reply::Granted { id, start }) => {
+                self.tasks[t] = Some(TaskPlan {
+                    task: self.dag.nodes[t].id.clone(),
+                    site,
+                    start,
+                    end: start + Duration(d),
+                    reservation: id,
+                });
+                self.journal.push(Step::Task(t));
+                Some(start.0)
+            }
+            _ => {
+                self.messages.refused += 1;
+                None
+            }
+        }
+    }
+
+    /// Books the transfer of `bytes` from task `from` (placed) to task `to`
+    /// (placed at `to_site`, or about to be) in `[after, by)`; the time the
+    /// data is there. Nothing is booked within one site or for no data.
+    fn book_transfer(&mut self, from: usize, to: usize, to_site: usize, bytes: u64, by: i64) -> Option<i64> {
+        let src = self.tasks[from].as_ref()?;
+        let (from_site, after) = (src.site, src.end);
+        if from_site == to_site || bytes == 0 {
+            return Some(after.0);
+        }
+        self.messages.probes += 1;
+        let Some(slot) = self.net.find_transfer(from_site, to_site, bytes, after, Time(by)) else {
+            self.fail_network(from, to);
+            return None;
+        };
+        self.messages.reservations += 1;
+        let Some(links) = self.net.book(self.owner, from_site, to_site, slot, Some(self.hold)) else {
+            self.messages.refused += 1;
+            self.fail_network(from, to);
+            return None;
+        };
+        let plan = TransferPlan {
+            from_task: self.dag.nodes[from].id.clone(),
+            to_task: self.dag.nodes[to].id.clone(),
+            kind: TransferKind::Data { bytes },
+            from_site,
+            to_site,
+            start: slot.start,
+            end: slot.end,
+            bytes_per_s: u64::from(slot.units) * self.net.unit(),
+            links,
+        };
+        self.transfers.push(Some(plan));
+        self.journal.push(Step::Transfer(self.transfers.len() - 1));
+        Some(slot.end.0)
+    }
+
+    fn fail_network(&mut self, from: usize, to: usize) {
+        self.failure = Some(RejectReason::Network {
+            from: self.dag.nodes[from].id.clone(),
+            to: self.dag.nodes[to].id.clone(),
+        });
+    }
+
+    /// Books every placed parent's data to `t` at `site`, each arriving by
+    /// `by`; the time the last arrives (the earliest start when no data
+    /// moves). On failure the transfers booked here are released.
+    pub fn book_inputs(&mut self, t: usize, site: usize, by: i64) -> Option<i64> {
+        let mark = self.mark();
+        let mut at = self.earliest.0;
+        let dag = self.dag;
+        for &(p, bytes) in &dag.nodes[t].parents {
+            if self.tasks[p].is_none() {
+                continue;
+            }
+            match self.book_transfer(p, t, site, bytes, by) {
+                Some(end) => at = at.max(end),
+                None => {
+                    self.rollback(mark);
+                    return None;
+                }
+            }
+        }
+        Some(at)
+    }
+
+    /// Books `t`'s data (placed) to every placed child, each arriving
+    /// before the child starts. On failure the transfers booked here are
+    /// released.
+    pub fn book_outputs(&mut self, t: usize) -> bool {
+        let mark = self.mark();
+        let dag = self.dag;
+        for &(c, bytes) in &dag.nodes[t].children {
+            let Some(cp) = &self.tasks[c] else { continue };
+            let (site, start) = (cp.site, cp.start.0);
+            if self.book_transfer(t, c, site, bytes, start).is_none() {
+                self.rollback(mark);
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Books the bandwidth between `t` (placed) and each placed task it is
+    /// co-allocated with, over their common run, where they sit at
+    /// different sites. On failure what was booked here is released.
+    pub fn book_streams(&mut self, t: usize) -> bool {
+        let mark = self.mark();
+        let dag = self.dag;
+        let streams = dag.streams.iter().filter_map(|&(a, b, bw)| match (a == t, b == t) {
+            (true, false) => Some((b, bw)),
+            (false, true) => Some((a, bw)),
+            _ => None,
+        });
+        for (other, bw) in streams {
+            let (Some(me), Some(them)) = (&self.tasks[t], &self.tasks[other]) else {
+                continue;
+            };
+            if me.site == them.site || bw == 0 {
+                continue;
+            }
+            let (a, b, start, end) = (me.site, them.site, me.start, me.end.max(them.end));
+            let units = self.net.units_for(bw);
+            self.messages.reservations += 1;
+            let slot = Slot { start, end, units };
+            let Some(links) = self.net.book(self.owner, a, b, slot, Some(self.hold)) else {
+                self.messages.refused += 1;
+                self.fail_network(t, other);
+                self.rollback(mark);
+                return false;
+            };
+            self.transfers.push(Some(TransferPlan {
+                from_task: self.dag.nodes[t].id.clone(),
+                to_task: self.dag.nodes[other].id.clone(),
+                kind: TransferKind::Stream,
+                from_site: a,
+                to_site: b,
+                start,
+                end,
+                bytes_per_s: u64::from(units) * self.net.unit(),
+                links,
+            }));
+            self.journal.push(Step::Transfer(self.transfers.len() - 1));
+        }
+        true
+    }
+
+    /// Releases everything held after `mark`, newest first.
+    pub fn rollback(&mut self, mark: usize) {
+        while self.journal.len() > mark {
+            match self.journal.pop() {
+                Some(Step::Task(t)) => {
+                    if let Some(p) = self.tasks[t].take() {
+                        let _ = self.sites[p.site].cancel(self.owner, p.reservation);
+                    }
+                }
+                Some(Step::Transfer(i)) => {
+                    if let Some(x) = self.transfers[i].take() {
+                        self.net.release(&x.links);
+                    }
+                }
+                None => break,
+            }
+        }
+    }
+
+    /// Whether every task is placed.
+    pub fn complete(&self) -> bool {
+        self.tasks.iter().all(Option::is_some)
+    }
+
+    /// The placed tasks and booked transfers (call once all are placed).
+    pub fn into_plan(self) -> (Vec<TaskPlan>, Vec<TransferPlan>, Messages) {
+        let tasks = self.tasks.into_iter().flatten().collect();
+        let transfers = self.transfers.into_iter().flatten().collect();
+        (tasks, transfers, self.messages)
+    }
+}

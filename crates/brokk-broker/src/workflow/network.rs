@@ -1,0 +1,419 @@
+//! The network between sites as a reservable resource ([VRM] 2.3.3): each
+//! link has a bandwidth in each direction, booked over time like processors
+//! are (one planner per direction); a transfer between two sites books every
+//! link on its route, all or none. Data transfers are moldable: the same
+//! bytes at a lower bandwidth take longer, and the broker takes the
+//! bandwidth that delivers them first.
+
+use std::collections::VecDeque;
+
+use brokk_core::{Planner, Reply, Request, ReservationId};
+use brokk_model::{Duration, Time};
+use serde::{Deserialize, Serialize};
+
+/// A link between two sites, the same bandwidth each way.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LinkSpec {
+    /// One end (a site's index).
+    pub a: usize,
+    /// The other end.
+    pub b: usize,
+    /// Bytes per second in each direction.
+    pub bandwidth: u64,
+}
+
+/// Where a transfer was booked: the directed links with their reservations.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LinkBooking {
+    /// Directed link index (`2 * link + direction`).
+    pub link: usize,
+    /// The reservation on it.
+    pub reservation: ReservationId,
+}
+
+/// A found transfer slot: when, at which bandwidth, over which links.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Slot {
+    pub start: Time,
+    pub end: Time,
+    /// Bandwidth units.
+    pub units: u32,
+}
+
+/// The network's schedule.
+#[derive(Debug, Clone)]
+pub struct Network {
+    links: Vec<LinkSpec>,
+    /// Bytes per second per planner unit.
+    unit: u64,
+    /// One planner per direction of each link.
+    planners: Vec<Planner>,
+    /// `routes[a][b]`: directed links from site a to site b (empty when a == b
+    /// or unreachable).
+    routes: Vec<Vec<Option<Vec<usize>>>>,
+}
+
+/// A network that cannot be built as described.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NetworkError {
+    /// A link names a site that does not exist.
+    #[error("link {index} joins site {site}, but there are {sites} sites")]
+    NoSuchSite {
+        /// The link's position.
+        index: usize,
+        /// The site it names.
+        site: usize,
+        /// How many sites there are.
+        sites: usize,
+    },
+    /// A link with no bandwidth, to itself, or with more units than a planner holds.
+    #[error("link {0} must join two different sites with a bandwidth of at least one unit")]
+    BadLink(usize),
+}
+
+impl Network {
+    /// The network over `sites` sites made of `links`, booked in units of
+    /// `unit` bytes per second, planning until `horizon`. Routes are the
+    /// fewest hops (the first found in link order, so always the same).
+    pub fn new(sites: usize, links: Vec<LinkSpec>, unit: u64, horizon: Time) -> Result<Network, NetworkError> {
+        let unit = unit.max(1);
+        let mut planners = Vec::with_capacity(links.len() * 2);
+        let mut adjacent: Vec<Vec<(usize, usize)>> = vec![Vec::new(); sites];
+        for (i, l) in links.iter().enumerate() {
+            for s in [l.a, l.b] {
+                if s >= sites {
+                    return Err(NetworkError::NoSuchSite {
+                        index: i,
+                        site: s,
+                        sites,
+                    });
+                }
+            }
+            let units = l.bandwidth / unit;
+            if l.a == l.b || units == 0 || units > i32::MAX as u64 {
+                return Err(NetworkError::BadLink(i));
+            }
+            for _ in 0..2 {
+                planners.push(brokk_core::planner(units as u32, horizon));
+            }
+            adjacent[l.a].push((l.b, 2 * i));
+            adjacent[l.b].push((l.a, 2 * i + 1));
+        }
+        let routes = (0..sites).map(|from| shortest_routes(&adjacent, from)).collect();
+        Ok(Network {
+            links,
+            unit,
+            planners,
+            routes,
+        })
+    }
+
+    /// A network of sites without links: only transfers within a site.
+    pub fn none(sites: usize) -> Network {
+        Network {
+            links: Vec::new(),
+            unit: 1,
+            planners: Vec::new(),
+            routes: vec![vec![None; sites]; sites],
+        }
+    }
+
+    /// The links.
+    pub fn links(&self) -> &[LinkSpec] {
+        &self.links
+    }
+
+    /// Bytes per second per booking unit.
+    pub fn unit(&self) -> u64 {
+        self.unit
+    }
+
+    /// The planner of directed link `i`, for inspection.
+    pub fn planner(&self, i: usize) -> &Planner {
+        &self.planners[i]
+    }
+
+    /// Number of directed links.
+    pub fn directed_links(&self) -> usize {
+        self.planners.len()
+    }
+
+    /// Mean bandwidth of the links in bytes per second (0 without links).
+    pub fn mean_bandwidth(&self) -> f64 {
+        if self.links.is_empty() {
+            return 0.0;
+        }
+        self.links.iter().map(|l| l.bandwidth as f64).sum::<f64>() / self.links.len() as f64
+    }
+
+    /// The directed links from `a` to `b`: `Some(empty)` within one site,
+    /// `None` when no route joins them.
+    pub fn route(&self, a: usize, b: usize) -> Option<&[usize]> {
+        if a == b {
+            return Some(&[]);
+        }
+        self.routes.get(a)?.get(b)?.as_deref()
+    }
+
+    /// The narrowest link's units on the route from `a` to `b`.
+    fn bottleneck(&self, route: &[usize]) -> u32 {
+        route.iter().map(|&l| self.planners[l].capacity()).min().unwrap_or(0)
+    }
+
+    /// Seconds to move `bytes` from `a` to `b` on an empty network; `None`
+    /// when no route joins them.
+    pub fn unloaded_time(&self, a: usize, b: usize, bytes: u64) -> Option<i64> {
+        let route = self.route(a, b)?;
+        if route.is_empty() || bytes == 0 {
+            return Some(0);
+        }
+        Some(seconds(bytes, u64::from(self.bottleneck(route)) * self.unit))
+    }
+
+    /// Bandwidth units for `bytes_per_s` (at least one).
+    pub(crate) fn units_for(&self, bytes_per_s: u64) -> u32 {
+        bytes_per_s.div_ceil(self.unit).clamp(1, u64::from(u32::MAX)) as u32
+    }
+
+    /// The earliest start at or after `earliest` (and at most `latest`)
+    /// where `units` are free for `d` on every link of `route`: each link's
+    /// earliest fit in turn until all agree.
+    fn common_start(&self, route: &[usize], units: u32, d: i64, earliest: i64, latest: i64) -> Option<i64> {
+        let mut t = earliest;
+        loop {
+            let mut moved = false;
+            for &l in route {
+                let req = Request {
+                    amount: units,
+                    duration: Duration(d),
+                    earliest: Time(t),
+                    latest: Time(latest),
+                    flexible: false,
+                };
+                let s = self.planners[l].earliest_start(&req).ok().flatten()?.0;
+                if s > t {
+                    t = s;
+                    moved = true;
+                }
+            }
+            if !moved {
+                return Some(t);
+            }
+        }
+    }
+
+    /// The slot that delivers `bytes` from `a` to `b` first, starting at or
+    /// after `after` and ending by `by`. Tried: the bandwidth free on the
+    /// whole route at `after`, the narrowest link's whole bandwidth and its
+    /// halves; the earliest end wins (the lower bandwidth on a tie). `None`
+    /// when nothing fits.
+    pub(crate) fn find_transfer(&self, a: usize, b: usize, bytes: u64, after: Time, by: Time) -> Option<Slot> {
+        let route = self.route(a, b).filter(|r| !r.is_empty())?;
+        let full = self.bottleneck(route);
+        let free_now = route
+            .iter()
+            .map(|&l| {
+                let p = &self.planners[l];
+                p.free_slots(after, after + Duration(1)).first().map_or(0, |f| f.free)
+            })
+            .min()
+            .unwrap_or(0);
+        let mut tries: Vec<u32> = std::iter::successors(Some(full), |u| (*u > 1).then_some(u / 2)).collect();
+        if free_now > 0 {
+            tries.push(free_now);
+        }
+        let mut best: Option<Slot> = None;
+        for units in tries {
+            let d = seconds(bytes, u64::from(units) * self.unit);
+            if let Some(start) = self.common_start(route, units, d, after.0, by.0.saturating_sub(d)) {
+                let end = start + d;
+                if best.is_none_or(|b| end < b.end.0 || (end == b.end.0 && units < b.units)) {
+                    best = Some(Slot {
+                        start: Time(start),
+                        end: Time(end),
+                        units,
+                    });
+                }
+            }
+        }
+        best
+    }
+
+    /// Books `slot.units` on every link from `a` to `b` over the slot,
+    /// preliminary until `hold` when given; all links or none.
+    pub(crate) fn book(
+        &mut self,
+        owner: &str,
+        a: usize,
+        b: usize,
+        slot: Slot,
+        hold: Option<Time>,
+    ) -> Option<Vec<LinkBooking>> {
+        let route: Vec<usize> = self.route(a, b)?.to_vec();
+        let req = Request {
+            amount: slot.units,
+            duration: slot.end - slot.start,
+            earliest: slot.start,
+            latest: slot.start,
+            flexible: false,
+        };
+        let mut made = Vec::with_capacity(route.len());
+        for l in route {
+            match self.planners[l].reserve(owner, &req, hold) {
+                Reply::Granted { id, .. } => made.push(LinkBooking {
+                    link: l,
+                    reservation: id,
+                }),
+                _ => {
+                    self.release(&made);
+                    return None;
+                }
+            }
+        }
+        Some(made)
+    }
+
+    /// Makes preliminary link bookings permanent.
+    pub fn commit(&mut self, bookings: &[LinkBooking]) {
+        for b in bookings {
+            let _ = self.planners[b.link].commit(b.reservation);
+        }
+    }
+
+    /// Releases link bookings (ones already gone are skipped).
+    pub fn release(&mut self, bookings: &[LinkBooking]) {
+        for b in bookings {
+            let _ = self.planners[b.link].cancel(b.reservation);
+        }
+    }
+
+    /// Lets preliminary bookings lapse at `now` and forgets what ended
+    /// before it.
+    pub fn advance(&mut self, now: Time) {
+        for p in &mut self.planners {
+            p.expire(now);
+            p.advance(now);
+        }
+    }
+
+    /// Books `units` from `a` to `b` directly (traffic the broker does not
+    /// manage, in simulations), committed.
+    pub fn book_background(&mut self, a: usize, b: usize, units: u32, start: Time, end: Time) -> bool {
+        self.book("background", a, b, Slot { start, end, units }, None)
+            .is_some()
+    }
+}
+
+/// Whole seconds to move `bytes` at `bytes_per_s` (at least one).
+fn seconds(bytes: u64, bytes_per_s: u64) -> i64 {
+    bytes.div_ceil(bytes_per_s.max(1)).clamp(1, i64::MAX as u64 / 4) as i64
+}
+
+/// Breadth-first routes from `from` to every site, as directed link lists.
+fn shortest_routes(adjacent: &[Vec<(usize, usize)>], from: usize) -> Vec<Option<Vec<usize>>> {
+    let n = adjacent.len();
+    let mut via: Vec<Option<(usize, usize)>> = vec![None; n];
+    let mut seen = vec![false; n];
+    seen[from] = true;
+    let mut queue = VecDeque::from([from]);
+    while let Some(s) = queue.pop_front() {
+        for &(t, link) in &adjacent[s] {
+            if !seen[t] {
+                seen[t] = true;
+                via[t] = Some((s, link));
+                queue.push_back(t);
+            }
+        }
+    }
+    (0..n)
+        .map(|to| {
+            if to == from || !seen[to] {
+                return None;
+            }
+            let mut path = Vec::new();
+            let mut at = to;
+            while let Some((prev, link)) = via[at] {
+                path.push(link);
+                at = prev;
+            }
+            path.reverse();
+            Some(path)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line() -> Network {
+        // 0 - 1 - 2, 10 units each way, 1 byte/s per unit.
+        let links = vec![
+            LinkSpec {
+                a: 0,
+                b: 1,
+                bandwidth: 10,
+            },
+            LinkSpec {
+                a: 1,
+                b: 2,
+                bandwidth: 10,
+            },
+        ];
+        Network::new(3, links, 1, Time(1_000_000)).unwrap()
+    }
+
+    #[test]
+    fn routes_take_the_fewest_hops_in_each_direction() {
+        let n = line();
+        assert_eq!(n.route(0, 2), Some(&[0, 2][..]));
+        assert_eq!(n.route(2, 0), Some(&[3, 1][..]));
+        assert_eq!(n.route(1, 1), Some(&[][..]));
+        assert_eq!(n.unloaded_time(0, 2, 95), Some(10));
+    }
+
+    #[test]
+    fn a_busy_link_on_the_route_delays_the_transfer_or_narrows_it() {
+        let mut n = line();
+        // 6 of 10 units on 1 -> 2 until t = 100.
+        assert!(n.book_background(1, 2, 6, Time(0), Time(100)));
+        // 40 bytes: 4 s at 10 units after t = 100, or 10 s at 4 units now
+        // (ends at 10): the narrower one delivers first.
+        let s = n.find_transfer(0, 2, 40, Time(0), Time(10_000)).unwrap();
+        assert_eq!((s.start, s.end, s.units), (Time(0), Time(10), 4));
+        let b = n.book("u", 0, 2, s, Some(Time(5))).unwrap();
+        assert_eq!(b.len(), 2);
+        // Now 1 -> 2 is full until t = 10.
+        assert!(n.find_transfer(1, 2, 40, Time(5), Time(15)).is_none());
+        n.advance(Time(5));
+        let freed = n.find_transfer(1, 2, 40, Time(5), Time(15)).unwrap();
+        assert_eq!(
+            (freed.start, freed.units),
+            (Time(5), 4),
+            "the lapsed hold is free again"
+        );
+    }
+
+    #[test]
+    fn bad_links_are_refused() {
+        let bad = vec![LinkSpec {
+            a: 0,
+            b: 3,
+            bandwidth: 1,
+        }];
+        assert!(matches!(
+            Network::new(2, bad, 1, Time(10)),
+            Err(NetworkError::NoSuchSite { site: 3, .. })
+        ));
+        let zero = vec![LinkSpec {
+            a: 0,
+            b: 1,
+            bandwidth: 0,
+        }];
+        assert_eq!(
+            Network::new(2, zero, 1, Time(10)).unwrap_err(),
+            NetworkError::BadLink(0)
+        );
+    }
+}

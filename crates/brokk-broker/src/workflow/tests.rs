@@ -1,0 +1,342 @@
+//! Hand-computed admissions on small grids of in-memory sites.
+
+use brokk_core::Request;
+use brokk_model::workflow::{CoAllocation, Edge, Task, Workflow};
+use brokk_model::{Duration, ResourceInfo, Time};
+
+use super::*;
+use crate::memory_site::MemorySite;
+
+const HORIZON: Time = Time(10_000_000);
+
+/// Sites of the given (processors, speed), joined by `links` of 100 bytes/s.
+pub(super) fn grid(specs: &[(u32, f64)], links: &[(usize, usize)]) -> (Vec<MemorySite>, Topology, Network) {
+    let sites = specs
+        .iter()
+        .enumerate()
+        .map(|(i, &(cap, _))| {
+            let info = ResourceInfo {
+                endpoint: format!("site{i}"),
+                name: format!("site{i}"),
+                total_slots: cap,
+                ..ResourceInfo::default()
+            };
+            MemorySite::new(info, Time(0), HORIZON)
+        })
+        .collect();
+    let links = links.iter().map(|&(a, b)| LinkSpec { a, b, bandwidth: 100 }).collect();
+    let net = Network::new(specs.len(), links, 1, HORIZON).unwrap();
+    let topo = Topology::new(
+        specs
+            .iter()
+            .enumerate()
+            .map(|(i, &(capacity, speed))| SiteSpec {
+                name: format!("site{i}"),
+                capacity,
+                speed,
+            })
+            .collect(),
+        &net,
+    );
+    (sites, topo, net)
+}
+
+pub(super) fn task(id: &str, runtime: i64, cores: u32) -> Task {
+    Task {
+        id: id.into(),
+        runtime: Duration(runtime),
+        cores,
+        ..Task::default()
+    }
+}
+
+pub(super) fn edge(parent: &str, child: &str, bytes: u64) -> Edge {
+    Edge {
+        parent: parent.into(),
+        child: child.into(),
+        bytes,
+    }
+}
+
+fn opts(scheduler: Scheduler) -> Options {
+    Options {
+        scheduler,
+        now: Time(0),
+        hold: Duration(600),
+        explain: true,
+    }
+}
+
+pub(super) fn admit_on(
+    wf: &Workflow,
+    sites: &mut [MemorySite],
+    topo: &Topology,
+    net: &mut Network,
+    o: &Options,
+) -> Result<Offer, Rejection> {
+    admit(wf, topo, &mut refs(sites), net, "alice", o)
+}
+
+pub(super) fn refs(sites: &mut [MemorySite]) -> Vec<&mut dyn Site> {
+    sites.iter_mut().map(|s| s as &mut dyn Site).collect()
+}
+
+fn held(sites: &[MemorySite], net: &Network) -> usize {
+    sites.iter().map(|s| s.planner().len()).sum::<usize>()
+        + (0..net.directed_links()).map(|l| net.planner(l).len()).sum::<usize>()
+}
+
+/// a -> b, a -> c, b -> d, c -> d, each edge 1,000 bytes.
+fn diamond(deadline: Option<i64>) -> Workflow {
+    Workflow {
+        name: "diamond".into(),
+        tasks: vec![
+            task("a", 100, 4),
+            task("b", 100, 4),
+            task("c", 100, 4),
+            task("d", 100, 4),
+        ],
+        edges: vec![
+            edge("a", "b", 1_000),
+            edge("a", "c", 1_000),
+            edge("b", "d", 1_000),
+            edge("c", "d", 1_000),
+        ],
+        deadline: deadline.map(Time),
+        ..Workflow::default()
+    }
+}
+
+#[test]
+fn heftsync_spreads_a_diamond_and_books_its_transfers() {
+    // Two 4-processor sites, 100 bytes/s between them: b and c run side by
+    // side at t = 100 only if one of them gets a's data over the link
+    // (10 s); that beats waiting for the other to end (t = 200).
+    let (mut sites, topo, mut net) = grid(&[(4, 1.0), (4, 1.0)], &[(0, 1)]);
+    let offer = admit_on(
+        &diamond(Some(1_000)),
+        &mut sites,
+        &topo,
+        &mut net,
+        &opts(Scheduler::HeftSync),
+    )
+    .unwrap();
+    let p = &offer.plan;
+    let at = |id: &str| p.tasks.iter().find(|t| t.task == id).unwrap().clone();
+    assert_eq!((at("a").site, at("a").start, at("a").end), (0, Time(0), Time(100)));
+    let (b, c) = (at("b"), at("c"));
+    assert_ne!(b.site, c.site);
+    let far = if b.site == 1 { &b } else { &c };
+    assert_eq!(far.start, Time(110), "after a's 1,000 bytes cross at 100 bytes/s");
+    // d follows the later branch (c, ending at 210 on site 1) and b's data
+    // crosses while it waits.
+    assert_eq!((at("d").site, at("d").start), (1, Time(210)));
+    assert_eq!(p.finish, Time(310));
+    assert_eq!(p.transfers.len(), 2);
+    assert!(p
+        .transfers
+        .iter()
+        .all(|x| x.kind == TransferKind::Data { bytes: 1_000 } && x.end.0 - x.start.0 == 10));
+    assert_eq!(offer.expires, Time(600));
+    // Everything is held until committed.
+    offer.commit("alice", &mut refs(&mut sites), &mut net).unwrap();
+    assert_eq!(held(&sites, &net), 4 + 2 * 1);
+}
+
+#[test]
+fn an_impossible_deadline_is_refused_with_the_earliest_finish_and_nothing_held() {
+    let (mut sites, topo, mut net) = grid(&[(4, 1.0), (4, 1.0)], &[(0, 1)]);
+    for s in Scheduler::ALL {
+        let r = admit_on(&diamond(Some(250)), &mut sites, &topo, &mut net, &opts(s)).unwrap_err();
+        assert_eq!(held(&sites, &net), 0, "{s} left holds");
+        assert!(r.messages.probes > 0);
+        let finish = r.earliest_finish.unwrap_or_else(|| panic!("{s} offered no finish"));
+        assert!(finish.0 >= 300, "{s}: {finish}");
+    }
+}
+
+#[test]
+fn bad_workflows_are_refused_before_anything_is_asked() {
+    let (mut sites, topo, mut net) = grid(&[(4, 1.0)], &[]);
+    let big = Workflow {
+        tasks: vec![task("x", 10, 8)],
+        ..Workflow::default()
+    };
+    let r = admit_on(&big, &mut sites, &topo, &mut net, &opts(Scheduler::HeftSync)).unwrap_err();
+    assert_eq!(
+        r.reason,
+        RejectReason::TooLarge {
+            task: "x".into(),
+            cores: 8,
+            largest: 4
+        }
+    );
+    let past = Workflow {
+        tasks: vec![task("x", 10, 1)],
+        earliest: Some(Time(100)),
+        deadline: Some(Time(50)),
+        ..Workflow::default()
+    };
+    let r = admit_on(&past, &mut sites, &topo, &mut net, &opts(Scheduler::Hlst)).unwrap_err();
+    assert!(matches!(r.reason, RejectReason::PastDeadline { .. }));
+    let cycle = Workflow {
+        tasks: vec![task("x", 10, 1), task("y", 10, 1)],
+        edges: vec![edge("x", "y", 0), edge("y", "x", 0)],
+        ..Workflow::default()
+    };
+    let r = admit_on(&cycle, &mut sites, &topo, &mut net, &opts(Scheduler::HeftSync)).unwrap_err();
+    assert!(r.to_string().contains("cycle"), "{r}");
+    assert_eq!(r.messages, Messages::default());
+}
+
+#[test]
+fn co_allocated_tasks_start_together_with_their_stream_booked() {
+    // Two 4-processor tasks that must run together, 30 bytes/s apart: one
+    // site holds only one of them.
+    let (mut sites, topo, mut net) = grid(&[(4, 1.0), (4, 1.0)], &[(0, 1)]);
+    let wf = Workflow {
+        tasks: vec![task("p", 100, 4), task("q", 60, 4)],
+        coallocations: vec![CoAllocation {
+            a: "p".into(),
+            b: "q".into(),
+            bandwidth: 30,
+        }],
+        deadline: Some(Time(500)),
+        ..Workflow::default()
+    };
+    for s in [
+        Scheduler::HeftSync,
+        Scheduler::HeftSyncBt,
+        Scheduler::Hlst,
+        Scheduler::Single,
+    ] {
+        let offer = admit_on(&wf, &mut sites, &topo, &mut net, &opts(s)).unwrap_or_else(|r| panic!("{s}: {r}"));
+        let p = &offer.plan.tasks;
+        assert_eq!(p[0].start, p[1].start, "{s}");
+        assert_eq!(p[0].end, p[1].end, "{s}: the window is the longest member's");
+        assert_ne!(p[0].site, p[1].site);
+        let stream = &offer.plan.transfers[0];
+        assert_eq!((stream.kind, stream.bytes_per_s), (TransferKind::Stream, 30));
+        assert_eq!((stream.start, stream.end), (p[0].start, p[0].end));
+        if s == Scheduler::Hlst {
+            assert_eq!(p[0].end, Time(500), "HLST ends at the deadline");
+        } else {
+            assert_eq!(p[0].start, Time(0));
+        }
+        offer.release("alice", &mut refs(&mut sites), &mut net);
+        assert_eq!(held(&sites, &net), 0);
+    }
+}
+
+#[test]
+fn a_slower_member_widens_the_window_and_backtracking_finds_a_later_start() {
+    // Site 0 is fast but busy until 50; site 1 is half as fast.
+    let (mut sites, topo, mut net) = grid(&[(2, 2.0), (2, 1.0)], &[(0, 1)]);
+    sites[0]
+        .reserve(
+            "local",
+            &Request {
+                amount: 2,
+                duration: Duration(50),
+                earliest: Time(0),
+                latest: Time(0),
+                flexible: false,
+            },
+            None,
+        )
+        .unwrap();
+    let wf = Workflow {
+        tasks: vec![task("p", 100, 2), task("q", 100, 2)],
+        coallocations: vec![CoAllocation {
+            a: "p".into(),
+            b: "q".into(),
+            bandwidth: 0,
+        }],
+        ..Workflow::default()
+    };
+    // HEFTSync: p ends at 100 either way (site 0 from 50, or site 1 from
+    // 0); the first such site sets the window [50, 100). q fits there only
+    // at site 1, which needs 100 s: the window grows and both hold [50, 150).
+    let offer = admit_on(&wf, &mut sites, &topo, &mut net, &opts(Scheduler::HeftSync)).unwrap();
+    let p = &offer.plan.tasks;
+    assert_eq!(
+        (p[0].start, p[0].end, p[1].start, p[1].end),
+        (Time(50), Time(150), Time(50), Time(150))
+    );
+    offer.release("alice", &mut refs(&mut sites), &mut net);
+    let offer = admit_on(&wf, &mut sites, &topo, &mut net, &opts(Scheduler::HeftSyncBt)).unwrap();
+    let p = &offer.plan.tasks;
+    assert_eq!(p[0].start, p[1].start);
+    assert_eq!(p[0].end - p[0].start, Duration(100));
+}
+
+#[test]
+fn single_job_admission_misses_a_deadline_that_heftsync_meets() {
+    // A slow idle site and a fast one: the earliest start is the slow
+    // site, the earliest finish the fast one.
+    let (mut sites, topo, mut net) = grid(&[(1, 0.5), (1, 4.0)], &[(0, 1)]);
+    sites[1]
+        .reserve(
+            "local",
+            &Request {
+                amount: 1,
+                duration: Duration(10),
+                earliest: Time(0),
+                latest: Time(0),
+                flexible: false,
+            },
+            None,
+        )
+        .unwrap();
+    let wf = Workflow {
+        tasks: vec![task("x", 400, 1)],
+        deadline: Some(Time(200)),
+        ..Workflow::default()
+    };
+    let r = admit_on(&wf, &mut sites, &topo, &mut net, &opts(Scheduler::Single)).unwrap_err();
+    assert_eq!(r.reason, RejectReason::LateFinish { finish: Time(800) });
+    assert_eq!(held(&sites, &net), 1, "only the local reservation");
+    let offer = admit_on(&wf, &mut sites, &topo, &mut net, &opts(Scheduler::HeftSync)).unwrap();
+    assert_eq!(offer.plan.tasks[0].site, 1);
+    assert_eq!(offer.plan.finish, Time(110));
+}
+
+#[test]
+fn hlst_packs_against_the_deadline_and_heftsync_against_now() {
+    let (mut sites, topo, mut net) = grid(&[(4, 1.0)], &[]);
+    let wf = Workflow {
+        tasks: vec![task("a", 100, 2), task("b", 50, 2)],
+        edges: vec![edge("a", "b", 0)],
+        deadline: Some(Time(1_000)),
+        ..Workflow::default()
+    };
+    let offer = admit_on(&wf, &mut sites, &topo, &mut net, &opts(Scheduler::Hlst)).unwrap();
+    let p = &offer.plan.tasks;
+    assert_eq!((p[0].start, p[1].start, p[1].end), (Time(850), Time(950), Time(1_000)));
+    offer.release("alice", &mut refs(&mut sites), &mut net);
+    let offer = admit_on(&wf, &mut sites, &topo, &mut net, &opts(Scheduler::HeftSync)).unwrap();
+    assert_eq!(offer.plan.tasks[1].end, Time(150));
+}
+
+#[test]
+fn holds_not_committed_lapse_at_their_timeout() {
+    let (mut sites, topo, mut net) = grid(&[(4, 1.0), (4, 1.0)], &[(0, 1)]);
+    let offer = admit_on(&diamond(None), &mut sites, &topo, &mut net, &opts(Scheduler::HeftSync)).unwrap();
+    assert!(held(&sites, &net) > 0);
+    for s in &mut sites {
+        s.advance(offer.expires);
+    }
+    net.advance(offer.expires);
+    assert_eq!(held(&sites, &net), 0);
+    // And committing too late says so.
+    let late = offer.commit("alice", &mut refs(&mut sites), &mut net);
+    assert!(late.is_err());
+}
+
+#[test]
+fn data_between_unconnected_sites_keeps_parent_and_child_together() {
+    let (mut sites, topo, mut net) = grid(&[(4, 1.0), (4, 1.0)], &[]);
+    let offer = admit_on(&diamond(None), &mut sites, &topo, &mut net, &opts(Scheduler::HeftSync)).unwrap();
+    assert!(offer.plan.tasks.iter().all(|t| t.site == offer.plan.tasks[0].site));
+    assert!(offer.plan.transfers.is_empty());
+}
