@@ -135,6 +135,21 @@ impl<P: Profile> Planner<P> {
         Ok(self.fit(amount, d, e, l).map(Time))
     }
 
+    /// The latest start of `req` inside its window (clipped so it ends by
+    /// the horizon), without reserving or rating anything; `Ok(None)` when
+    /// it does not fit there.
+    pub fn latest_start(&self, req: &Request) -> Result<Option<Time>, NeverReason> {
+        let (amount, d, e, l) = (req.amount, req.duration.0, req.earliest.0, req.latest.0);
+        if let Some(r) = self.never(amount, d, e, l) {
+            return Err(r);
+        }
+        let l = l.min(self.horizon.saturating_sub(d));
+        if l < e {
+            return Ok(None);
+        }
+        Ok(self.profile.latest_fit(self.thr(amount), d, e, l).map(Time))
+    }
+
     /// Up to `k` non-binding candidates: the earliest fit first, then starts spread
     /// over the window, the latest fit last, each rated by the fragmentation it
     /// would leave around itself.

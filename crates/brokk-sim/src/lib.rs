@@ -13,6 +13,7 @@
 //! Architecture invariant: simulated time is an integer and the only clock;
 //! the same input and seed give the same output, byte for byte.
 
+pub mod admission;
 pub mod cluster;
 pub mod engine;
 pub mod experiment;

@@ -566,6 +566,55 @@ fn gantt(prepared: &Prepared, r: &PointResult) -> Result<String, String> {
     Ok(svg)
 }
 
+/// The figures of a workflow admission sweep against the workflows' mean
+/// inter-arrival time, a series per scheduler with 95% confidence bars:
+/// (file name, SVG) for the rejection rate, utilization and messages per task.
+pub fn admission(report: &crate::admission::AdmissionReport) -> Result<Vec<(String, String)>, String> {
+    use crate::admission::AdmissionAggregate;
+    use crate::stats::Spread;
+    type Pick = fn(&AdmissionAggregate) -> Spread;
+    let figures: [(&str, &str, Pick); 4] = [
+        ("rejection-rate", "rejected workflows (share)", |a| a.rejection_rate),
+        ("utilization", "utilization", |a| a.utilization),
+        ("probes-per-task", "probes per task", |a| a.probes_per_task),
+        ("reservations-per-task", "reservation requests per task", |a| {
+            a.reservations_per_task
+        }),
+    ];
+    let mut schedulers: Vec<_> = report.aggregates.iter().map(|a| a.scheduler).collect();
+    schedulers.dedup();
+    let mut out = Vec::new();
+    for (file, label, pick) in figures {
+        let series: Vec<Series> = schedulers
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                let mine: Vec<&AdmissionAggregate> = report.aggregates.iter().filter(|a| a.scheduler == *s).collect();
+                Series {
+                    name: s.to_string(),
+                    points: mine.iter().map(|a| (a.inter_arrival, pick(a).mean)).collect(),
+                    bars: mine
+                        .iter()
+                        .filter_map(|a| {
+                            let v = pick(a);
+                            v.ci95.map(|ci| (a.inter_arrival, v.mean - ci, v.mean + ci))
+                        })
+                        .collect(),
+                    colour: colour(i),
+                }
+            })
+            .collect();
+        let x = Axis {
+            label: "mean inter-arrival of workflows (slots)",
+            log: false,
+        };
+        let y = Axis { label, log: false };
+        let svg = chart(&format!("{}: {label}", report.name), x, y, &series)?;
+        out.push((format!("{file}.svg"), svg));
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -107,19 +107,22 @@ impl<'s, 'x> Booking<'s, 'x> {
         Some(at)
     }
 
-    /// The latest end of `t` at `site` that lets its placed children start
-    /// on time after an unloaded transfer; `None` when data has no route.
-    pub fn departure_estimate(&self, t: usize, site: usize) -> Option<i64> {
+    /// The latest end of `t` at `site` that lets its placed children
+    /// start on time, their data leaving in the latest slot the network
+    /// offers; `None` when some data cannot arrive at all.
+    pub fn departure(&mut self, t: usize, site: usize) -> Option<i64> {
         let mut by = self.deadline.map_or(FAR, |d| d.0);
-        for &(c, bytes) in &self.dag.nodes[t].children {
-            if let Some(cp) = &self.tasks[c] {
-                let move_time = if bytes == 0 {
-                    0
-                } else {
-                    self.net.unloaded_time(site, cp.site, bytes)?
-                };
-                by = by.min(cp.start.0 - move_time);
+        let dag = self.dag;
+        for &(c, bytes) in &dag.nodes[t].children {
+            let Some(cp) = &self.tasks[c] else { continue };
+            let (to, start) = (cp.site, cp.start);
+            if to == site || bytes == 0 {
+                by = by.min(start.0);
+                continue;
             }
+            self.messages.probes += 1;
+            let slot = self.net.find_latest_transfer(site, to, bytes, self.earliest, start)?;
+            by = by.min(slot.start.0);
         }
         Some(by)
     }

@@ -132,7 +132,7 @@ pub(super) fn fill_window(b: &mut Booking, members: &[usize], s: i64, w: i64, si
 /// Whether `t` could hold `[s, s + d)` at `site` by the estimates and a probe.
 fn fits(b: &mut Booking, t: usize, site: usize, s: i64, d: i64) -> bool {
     let arrives = b.arrival_estimate(t, site).is_some_and(|a| a <= s);
-    let leaves = b.departure_estimate(t, site).is_some_and(|l| s + d <= l);
+    let leaves = b.departure(t, site).is_some_and(|l| s + d <= l);
     arrives && leaves && b.probe_first(t, site, d, s, s).is_some()
 }
 

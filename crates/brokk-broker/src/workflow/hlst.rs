@@ -36,7 +36,7 @@ pub(super) fn schedule(b: &mut Booking) -> bool {
 fn place_task(b: &mut Booking, t: usize) -> bool {
     let mut options = Vec::new();
     for site in 0..b.site_count() {
-        let (Some(d), Some(by)) = (b.duration(t, site), b.departure_estimate(t, site)) else {
+        let (Some(d), Some(by)) = (b.duration(t, site), b.departure(t, site)) else {
             continue;
         };
         if let Some(s) = b.probe_last(t, site, d, b.earliest.0, by - d) {
@@ -58,11 +58,26 @@ fn place_task(b: &mut Booking, t: usize) -> bool {
 /// sets the window, the others must fit it.
 fn place_class(b: &mut Booking, members: &[usize]) -> bool {
     let first = members[0];
+    // Every member must hand its data on in time from some site.
+    let mut others_by = i64::MAX;
+    for &m in &members[1..] {
+        let mut by = None;
+        for s in 0..b.site_count() {
+            if b.duration(m, s).is_some() {
+                by = by.max(b.departure(m, s));
+            }
+        }
+        match by {
+            Some(by) => others_by = others_by.min(by),
+            None => return false,
+        }
+    }
     let mut best: Option<(i64, usize, i64)> = None;
     for site in 0..b.site_count() {
-        let (Some(d), Some(by)) = (b.duration(first, site), b.departure_estimate(first, site)) else {
+        let (Some(d), Some(by)) = (b.duration(first, site), b.departure(first, site)) else {
             continue;
         };
+        let by = by.min(others_by);
         let w = least_window(b, members, d);
         if let Some(s) = b.probe_last(first, site, w, b.earliest.0, by - w) {
             if best.is_none_or(|(bs, ..)| s > bs) {

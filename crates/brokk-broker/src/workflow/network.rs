@@ -176,23 +176,30 @@ impl Network {
         bytes_per_s.div_ceil(self.unit).clamp(1, u64::from(u32::MAX)) as u32
     }
 
-    /// The earliest start at or after `earliest` (and at most `latest`)
+    /// The earliest (or, `late`, the latest) start in `[earliest, latest]`
     /// where `units` are free for `d` on every link of `route`: each link's
-    /// earliest fit in turn until all agree.
-    fn common_start(&self, route: &[usize], units: u32, d: i64, earliest: i64, latest: i64) -> Option<i64> {
-        let mut t = earliest;
+    /// fit in turn, from the window's near end, until all agree.
+    fn common_start(&self, route: &[usize], units: u32, d: i64, earliest: i64, latest: i64, late: bool) -> Option<i64> {
+        let mut t = if late { latest } else { earliest };
         loop {
             let mut moved = false;
             for &l in route {
+                let (lo, hi) = if late { (earliest, t) } else { (t, latest) };
                 let req = Request {
                     amount: units,
                     duration: Duration(d),
-                    earliest: Time(t),
-                    latest: Time(latest),
+                    earliest: Time(lo),
+                    latest: Time(hi),
                     flexible: false,
                 };
-                let s = self.planners[l].earliest_start(&req).ok().flatten()?.0;
-                if s > t {
+                let p = &self.planners[l];
+                let fit = if late {
+                    p.latest_start(&req)
+                } else {
+                    p.earliest_start(&req)
+                };
+                let s = fit.ok().flatten()?.0;
+                if s != t {
                     t = s;
                     moved = true;
                 }
@@ -209,32 +216,49 @@ impl Network {
     /// halves; the earliest end wins (the lower bandwidth on a tie). `None`
     /// when nothing fits.
     pub(crate) fn find_transfer(&self, a: usize, b: usize, bytes: u64, after: Time, by: Time) -> Option<Slot> {
+        self.find(a, b, bytes, after, by, false)
+    }
+
+    /// The transfer slot in `[after, by)` that starts last (the higher
+    /// bandwidth on a tie): how late data may leave and still arrive by `by`.
+    pub(crate) fn find_latest_transfer(&self, a: usize, b: usize, bytes: u64, after: Time, by: Time) -> Option<Slot> {
+        self.find(a, b, bytes, after, by, true)
+    }
+
+    fn find(&self, a: usize, b: usize, bytes: u64, after: Time, by: Time, late: bool) -> Option<Slot> {
         let route = self.route(a, b).filter(|r| !r.is_empty())?;
         let full = self.bottleneck(route);
-        let free_now = route
+        let at = if late { by - Duration(1) } else { after };
+        let free_then = route
             .iter()
             .map(|&l| {
                 let p = &self.planners[l];
-                p.free_slots(after, after + Duration(1)).first().map_or(0, |f| f.free)
+                p.free_slots(at, at + Duration(1)).first().map_or(0, |f| f.free)
             })
             .min()
             .unwrap_or(0);
         let mut tries: Vec<u32> = std::iter::successors(Some(full), |u| (*u > 1).then_some(u / 2)).collect();
-        if free_now > 0 {
-            tries.push(free_now);
+        if free_then > 0 {
+            tries.push(free_then);
         }
         let mut best: Option<Slot> = None;
         for units in tries {
             let d = seconds(bytes, u64::from(units) * self.unit);
-            if let Some(start) = self.common_start(route, units, d, after.0, by.0.saturating_sub(d)) {
-                let end = start + d;
-                if best.is_none_or(|b| end < b.end.0 || (end == b.end.0 && units < b.units)) {
-                    best = Some(Slot {
-                        start: Time(start),
-                        end: Time(end),
-                        units,
-                    });
-                }
+            let Some(start) = self.common_start(route, units, d, after.0, by.0.saturating_sub(d), late) else {
+                continue;
+            };
+            let slot = Slot {
+                start: Time(start),
+                end: Time(start + d),
+                units,
+            };
+            let better = match best {
+                None => true,
+                Some(b) if late => slot.start > b.start || (slot.start == b.start && units > b.units),
+                Some(b) => slot.end < b.end || (slot.end == b.end && units < b.units),
+            };
+            if better {
+                best = Some(slot);
             }
         }
         best

@@ -1,0 +1,755 @@
+//! Workflow admission experiments ([VRM] 4.6): a stream of workflows with
+//! book-ahead and deadlines, generated in advance so that every scheduler
+//! sees the same sequence, admitted by the broker's own schedulers
+//! (`brokk_broker::workflow`) over simulated sites (the site core, as live)
+//! and a reservable network, beside a stream of local jobs that book the
+//! sites directly. As in the thesis only allocation is simulated: a
+//! reservation occupies its capacity for its booked span. Measured per run:
+//! rejection rate, utilization of the steady phase, and messages per task.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+use brokk_broker::workflow::{admit, LinkSpec, Network, Options, Scheduler, SiteSpec, Topology};
+use brokk_broker::{MemorySite, Site};
+use brokk_core::Request;
+use brokk_model::workflow::Workflow;
+use brokk_model::{Duration, ResourceInfo, Time};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use rand_distr::{Distribution, Exp};
+use serde::{Deserialize, Serialize};
+
+use crate::lublin;
+use crate::stats::{spread, Spread};
+use crate::workflows::{generate, WorkflowParams};
+
+/// An admission experiment as its TOML file states it. Times are in slots
+/// of `slot` seconds, as [VRM] states them.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdmissionExperiment {
+    /// Name of the experiment (and of its results directory).
+    pub name: String,
+    /// Seeds; each point runs once per seed.
+    #[serde(default = "default_seeds")]
+    pub seeds: Vec<u64>,
+    /// Workflows submitted per run.
+    pub workflows: usize,
+    /// Schedulers compared.
+    pub schedulers: Vec<Scheduler>,
+    /// Mean inter-arrival times of workflows (slots), swept: lower is more load.
+    pub inter_arrival: Vec<f64>,
+    /// Seconds per slot.
+    #[serde(default = "default_slot")]
+    pub slot: i64,
+    /// Mean book-ahead (slots, exponential).
+    #[serde(default = "default_book_ahead")]
+    pub book_ahead: f64,
+    /// Longest book-ahead (slots).
+    #[serde(default = "default_max_book_ahead")]
+    pub max_book_ahead: i64,
+    /// A workflow's deadline is its earliest start plus sigma times its
+    /// critical path, sigma uniform in this range.
+    #[serde(default = "default_slack")]
+    pub slack: [f64; 2],
+    /// Share of the offered load from local jobs booked at the sites directly.
+    #[serde(default = "default_local_share")]
+    pub local_share: f64,
+    /// Factor on the data each dependency carries (1: the proposal's
+    /// processors x run time of a further draw, in bytes at one byte per
+    /// second per bandwidth unit).
+    #[serde(default = "one")]
+    pub data_scale: f64,
+    /// How long preliminary holds last (slots).
+    #[serde(default = "default_hold")]
+    pub hold: i64,
+    /// The grid.
+    pub grid: GridConfig,
+    /// The workflows' shape.
+    pub workflow: ShapeConfig,
+}
+
+/// Sites and links.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GridConfig {
+    /// `"ediscom"`: the eight-city, twelve-link grid proposed for [VRM]'s
+    /// lost map (EXPERIMENTS.md V0.1); without it, `sites` and `links`.
+    #[serde(default)]
+    pub preset: Option<String>,
+    /// With the preset: the proposed heterogeneous speeds instead of 1.
+    #[serde(default)]
+    pub heterogeneous: bool,
+    /// Sites (without a preset).
+    #[serde(default)]
+    pub sites: Vec<SiteSpec>,
+    /// Links by site names (without a preset).
+    #[serde(default)]
+    pub links: Vec<[String; 2]>,
+    /// Bandwidth of every link each way (bytes per second; a slot's data
+    /// unit is one byte per second for one slot).
+    #[serde(default = "default_bandwidth")]
+    pub bandwidth: u64,
+}
+
+/// The generator's parameters ([VRM] 2.3.4) with the task count drawn per workflow.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ShapeConfig {
+    /// Tasks per workflow, uniform in this inclusive range.
+    #[serde(default = "default_tasks")]
+    pub tasks: [usize; 2],
+    /// Most tasks per level.
+    #[serde(default = "default_width")]
+    pub width: usize,
+    /// Level width regularity.
+    #[serde(default = "half")]
+    pub regularity: f64,
+    /// Dependency probability.
+    #[serde(default = "half")]
+    pub density: f64,
+    /// Levels a dependency may span.
+    #[serde(default = "default_jump")]
+    pub max_jump: usize,
+    /// Co-allocation probability between tasks of a level.
+    #[serde(default = "default_coalloc")]
+    pub coallocation_density: f64,
+}
+
+fn default_seeds() -> Vec<u64> {
+    vec![1]
+}
+fn default_slot() -> i64 {
+    60
+}
+fn default_book_ahead() -> f64 {
+    120.0
+}
+fn default_max_book_ahead() -> i64 {
+    5_000
+}
+fn default_slack() -> [f64; 2] {
+    [1.5, 3.0]
+}
+fn default_local_share() -> f64 {
+    0.4
+}
+fn one() -> f64 {
+    1.0
+}
+fn default_hold() -> i64 {
+    5
+}
+fn default_bandwidth() -> u64 {
+    100
+}
+fn default_tasks() -> [usize; 2] {
+    [3, 12]
+}
+fn default_width() -> usize {
+    4
+}
+fn half() -> f64 {
+    0.5
+}
+fn default_jump() -> usize {
+    2
+}
+fn default_coalloc() -> f64 {
+    0.1
+}
+
+/// Longest task run time (slots), as the proposal clips Lublin's.
+const MAX_TASK_SLOTS: i64 = 1_440;
+
+/// An experiment that cannot run as written.
+#[derive(Debug, thiserror::Error)]
+pub enum AdmissionError {
+    /// The file does not parse.
+    #[error("{0}")]
+    Parse(String),
+    /// A value is out of range.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// One run's figures.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AdmissionPoint {
+    /// Scheduler.
+    pub scheduler: Scheduler,
+    /// Mean inter-arrival (slots).
+    pub inter_arrival: f64,
+    /// Seed.
+    pub seed: u64,
+    /// Workflows submitted.
+    pub submitted: usize,
+    /// Of those, admitted.
+    pub admitted: usize,
+    /// Rejected share.
+    pub rejection_rate: f64,
+    /// Processor time submitted (workflows at reference speed, and local
+    /// jobs) over the grid's processors and the arrival span.
+    pub offered_load: f64,
+    /// Booked share of the grid's processor time over the steady phase
+    /// (the first 10% of the arrival span dropped, up to the last arrival).
+    pub utilization: f64,
+    /// Of it, booked by admitted workflows.
+    pub workflow_utilization: f64,
+    /// Probe messages per submitted task.
+    pub probes_per_task: f64,
+    /// Preliminary reservation requests per submitted task.
+    pub reservations_per_task: f64,
+    /// Local jobs submitted and refused.
+    pub local: [usize; 2],
+    /// Rejections by reason.
+    pub reasons: BTreeMap<String, usize>,
+}
+
+/// The figures aggregated over seeds.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AdmissionAggregate {
+    /// Scheduler.
+    pub scheduler: Scheduler,
+    /// Mean inter-arrival (slots).
+    pub inter_arrival: f64,
+    /// Offered load over seeds.
+    pub offered_load: Spread,
+    /// Rejection rate over seeds.
+    pub rejection_rate: Spread,
+    /// Utilization over seeds.
+    pub utilization: Spread,
+    /// Probes per task over seeds.
+    pub probes_per_task: Spread,
+    /// Reservation requests per task over seeds.
+    pub reservations_per_task: Spread,
+}
+
+/// Everything a sweep found.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AdmissionReport {
+    /// The experiment's name.
+    pub name: String,
+    /// The grid's sites.
+    pub sites: Vec<SiteSpec>,
+    /// Each run.
+    pub points: Vec<AdmissionPoint>,
+    /// Each (scheduler, inter-arrival) over its seeds.
+    pub aggregates: Vec<AdmissionAggregate>,
+}
+
+impl AdmissionExperiment {
+    /// Reads an experiment from TOML text.
+    pub fn from_toml(text: &str) -> Result<AdmissionExperiment, AdmissionError> {
+        let e: AdmissionExperiment = toml::from_str(text).map_err(|e| AdmissionError::Parse(e.to_string()))?;
+        e.check()?;
+        Ok(e)
+    }
+
+    fn check(&self) -> Result<(), AdmissionError> {
+        let bad = |m: &str| Err(AdmissionError::Invalid(m.into()));
+        if self.workflows == 0 || self.schedulers.is_empty() || self.seeds.is_empty() {
+            return bad("workflows, schedulers and seeds must not be empty");
+        }
+        if self.inter_arrival.is_empty() || self.inter_arrival.iter().any(|a| !(*a > 0.0 && a.is_finite())) {
+            return bad("inter_arrival: positive slot counts");
+        }
+        if self.slot <= 0
+            || self.hold <= 0
+            || self.max_book_ahead < 0
+            || self.book_ahead.is_nan()
+            || self.book_ahead < 0.0
+        {
+            return bad("slot and hold are positive; book_ahead and max_book_ahead are not negative");
+        }
+        if !(1.0..=100.0).contains(&self.slack[0]) || self.slack[1] < self.slack[0] || self.slack[1] > 100.0 {
+            return bad("slack: [low, high] with 1 <= low <= high <= 100");
+        }
+        if !(self.data_scale >= 0.0 && self.data_scale.is_finite()) {
+            return bad("data_scale: a factor of 0 or more");
+        }
+        if !(0.0..0.95).contains(&self.local_share) {
+            return bad("local_share: from 0 to 0.95");
+        }
+        let [lo, hi] = self.workflow.tasks;
+        if lo == 0 || hi < lo || hi > 10_000 {
+            return bad("workflow.tasks: [low, high] with 1 <= low <= high <= 10000");
+        }
+        // The generator checks its own parameters: try one workflow.
+        generate(&self.params(lo, 512), "check", 0).map_err(|e| AdmissionError::Invalid(e.to_string()))?;
+        self.platform()?;
+        Ok(())
+    }
+
+    /// The sites and links.
+    pub fn platform(&self) -> Result<(Vec<SiteSpec>, Vec<LinkSpec>), AdmissionError> {
+        let g = &self.grid;
+        let (sites, links): (Vec<SiteSpec>, Vec<[String; 2]>) = match g.preset.as_deref() {
+            Some("ediscom") => ediscom(g.heterogeneous),
+            Some(other) => {
+                return Err(AdmissionError::Invalid(format!(
+                    "grid.preset: unknown `{other}` (known: ediscom)"
+                )))
+            }
+            None => (g.sites.clone(), g.links.clone()),
+        };
+        if sites.is_empty()
+            || sites
+                .iter()
+                .any(|s| s.capacity == 0 || s.speed.is_nan() || s.speed <= 0.0)
+        {
+            return Err(AdmissionError::Invalid(
+                "grid: at least one site, each with processors and a positive speed".into(),
+            ));
+        }
+        let index = |n: &str| {
+            sites
+                .iter()
+                .position(|s| s.name == n)
+                .ok_or_else(|| AdmissionError::Invalid(format!("grid.links: no site `{n}`")))
+        };
+        let links = links
+            .iter()
+            .map(|[a, b]| {
+                Ok(LinkSpec {
+                    a: index(a)?,
+                    b: index(b)?,
+                    bandwidth: g.bandwidth,
+                })
+            })
+            .collect::<Result<Vec<_>, AdmissionError>>()?;
+        Network::new(sites.len(), links.clone(), 1, Time(1)).map_err(|e| AdmissionError::Invalid(e.to_string()))?;
+        Ok((sites, links))
+    }
+
+    /// Every run: scheduler x inter-arrival x seed, in that nesting.
+    pub fn points(&self) -> Vec<(Scheduler, f64, u64)> {
+        let mut out = Vec::new();
+        for &s in &self.schedulers {
+            for &a in &self.inter_arrival {
+                for &seed in &self.seeds {
+                    out.push((s, a, seed));
+                }
+            }
+        }
+        out
+    }
+
+    /// Runs every point on `threads` threads (`done` after each) and
+    /// aggregates; the same file gives the same report whatever the threads.
+    pub fn sweep(&self, threads: usize, done: &(dyn Fn() + Sync)) -> Result<AdmissionReport, AdmissionError> {
+        let (sites, links) = self.platform()?;
+        let points = self.points();
+        let next = AtomicUsize::new(0);
+        let slots: Mutex<Vec<Option<AdmissionPoint>>> = Mutex::new(vec![None; points.len()]);
+        std::thread::scope(|s| {
+            for _ in 0..threads.clamp(1, points.len()) {
+                s.spawn(|| loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(&(sched, ia, seed)) = points.get(i) else { break };
+                    let r = self.run(&sites, &links, sched, ia, seed);
+                    if let Ok(mut slots) = slots.lock() {
+                        slots[i] = Some(r);
+                    }
+                    done();
+                });
+            }
+        });
+        let points: Vec<AdmissionPoint> = slots
+            .into_inner()
+            .unwrap_or_else(|e| e.into_inner())
+            .into_iter()
+            .collect::<Option<_>>()
+            .ok_or_else(|| AdmissionError::Invalid("a simulation thread failed".into()))?;
+        let mut aggregates = Vec::new();
+        for &s in &self.schedulers {
+            for &a in &self.inter_arrival {
+                let of: Vec<&AdmissionPoint> = points
+                    .iter()
+                    .filter(|p| p.scheduler == s && p.inter_arrival == a)
+                    .collect();
+                let over = |f: fn(&AdmissionPoint) -> f64| spread(&of.iter().map(|p| f(p)).collect::<Vec<_>>());
+                aggregates.push(AdmissionAggregate {
+                    scheduler: s,
+                    inter_arrival: a,
+                    offered_load: over(|p| p.offered_load),
+                    rejection_rate: over(|p| p.rejection_rate),
+                    utilization: over(|p| p.utilization),
+                    probes_per_task: over(|p| p.probes_per_task),
+                    reservations_per_task: over(|p| p.reservations_per_task),
+                });
+            }
+        }
+        Ok(AdmissionReport {
+            name: self.name.clone(),
+            sites,
+            points,
+            aggregates,
+        })
+    }
+
+    /// The arrivals of one (inter-arrival, seed): workflows with their
+    /// earliest start and deadline, and local jobs, in time order. The
+    /// scheduler plays no part, so every scheduler sees the same stream.
+    pub fn arrivals(&self, sites: &[SiteSpec], inter_arrival: f64, seed: u64) -> Vec<Arrival> {
+        let slot = self.slot;
+        let largest = sites.iter().map(|s| s.capacity).max().unwrap_or(1);
+        let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x5eed_0004);
+        let gap = Exp::new(1.0 / inter_arrival).ok();
+        let ahead = Exp::new(1.0 / self.book_ahead.max(1e-9)).ok();
+        let book_ahead = |rng: &mut ChaCha8Rng| {
+            let a = ahead.map_or(0.0, |d| d.sample(rng)).round() as i64;
+            a.min(self.max_book_ahead) * slot
+        };
+        let mut out = Vec::new();
+        let mut t = 0.0;
+        let mut work = 0.0;
+        for k in 0..self.workflows {
+            t += gap.map_or(inter_arrival, |d| d.sample(&mut rng));
+            let at = (t * slot as f64).round() as i64;
+            let [lo, hi] = self.workflow.tasks;
+            let n = rng.gen_range(lo..=hi);
+            let Ok(mut wf) = generate(&self.params(n, largest), &format!("w{k}"), rng.gen()) else {
+                continue;
+            };
+            clip(&mut wf, slot, self.grid.bandwidth, self.data_scale);
+            work += wf
+                .tasks
+                .iter()
+                .map(|t| f64::from(t.cores) * t.runtime.0 as f64)
+                .sum::<f64>();
+            let earliest = at + book_ahead(&mut rng);
+            let sigma = rng.gen_range(self.slack[0]..=self.slack[1]);
+            let deadline = earliest + (sigma * critical_path(&wf) as f64).ceil() as i64;
+            wf.earliest = Some(Time(earliest));
+            wf.deadline = Some(Time(deadline));
+            out.push(Arrival {
+                at: Time(at),
+                what: Arrived::Workflow(wf),
+            });
+        }
+        let span = (t * slot as f64).max(1.0);
+        // Local jobs: the same job model, enough of them for their share.
+        if self.local_share > 0.0 && work > 0.0 {
+            let rate = work / span * self.local_share / (1.0 - self.local_share);
+            let mut jobs = match lublin::Generator::new(lublin::Params::typeless(largest), largest, seed ^ 0x10ca1) {
+                Ok(g) => g,
+                Err(_) => return out,
+            };
+            let mut draw = || {
+                let j = jobs.next().unwrap_or_default();
+                let run = j.run.clamp(slot, MAX_TASK_SLOTS * slot);
+                (j.procs.clamp(1, largest as i64) as u32, run)
+            };
+            let sample: Vec<(u32, i64)> = (0..1_000).map(|_| draw()).collect();
+            let mean = sample.iter().map(|&(p, r)| f64::from(p) * r as f64).sum::<f64>() / sample.len() as f64;
+            let local_gap = Exp::new(rate / mean).ok();
+            let mut lt = 0.0;
+            loop {
+                lt += local_gap.map_or(f64::INFINITY, |d| d.sample(&mut rng));
+                if lt > span {
+                    break;
+                }
+                let (procs, run) = draw();
+                let fits: Vec<usize> = (0..sites.len()).filter(|&i| sites[i].capacity >= procs).collect();
+                let site = fits[rng.gen_range(0..fits.len())];
+                let start = lt.round() as i64 + book_ahead(&mut rng);
+                out.push(Arrival {
+                    at: Time(lt.round() as i64),
+                    what: Arrived::Local {
+                        site,
+                        procs,
+                        start: Time(start),
+                        run: Duration(run),
+                    },
+                });
+            }
+        }
+        // Stable: a workflow before a local job arriving the same second.
+        out.sort_by_key(|a| a.at);
+        out
+    }
+
+    /// The generator's parameters for a workflow of `tasks` tasks.
+    fn params(&self, tasks: usize, max_size: u32) -> WorkflowParams {
+        let s = &self.workflow;
+        WorkflowParams {
+            tasks,
+            width: s.width,
+            regularity: s.regularity,
+            density: s.density,
+            max_jump: s.max_jump,
+            coallocation_density: s.coallocation_density,
+            max_size,
+            // A data unit is one byte per second for one slot: a
+            // dependency carries processors x run time of a further draw.
+            bytes_per_cpu_second: 1.0,
+            bandwidth_per_cpu: 1.0,
+        }
+    }
+
+    /// One run.
+    pub fn run(
+        &self,
+        specs: &[SiteSpec],
+        links: &[LinkSpec],
+        scheduler: Scheduler,
+        inter_arrival: f64,
+        seed: u64,
+    ) -> AdmissionPoint {
+        let arrivals = self.arrivals(specs, inter_arrival, seed);
+        let last = arrivals.last().map_or(0, |a| a.at.0);
+        let horizon = Time(last + (self.max_book_ahead + 100 * MAX_TASK_SLOTS) * self.slot * 4);
+        let mut sites: Vec<MemorySite> = specs
+            .iter()
+            .map(|s| {
+                let info = ResourceInfo {
+                    endpoint: s.name.clone(),
+                    name: s.name.clone(),
+                    total_slots: s.capacity,
+                    ..ResourceInfo::default()
+                };
+                MemorySite::new(info, Time(0), horizon)
+            })
+            .collect();
+        let Ok(mut net) = Network::new(specs.len(), links.to_vec(), 1, horizon) else {
+            return self.empty(scheduler, inter_arrival, seed);
+        };
+        let topo = Topology::new(specs.to_vec(), &net);
+        let steady = (Time(last / 10), Time(last));
+        let mut booked = [0.0f64; 2];
+        let count = |booked: &mut f64, cores: u32, start: Time, end: Time| {
+            let overlap = end.0.min(steady.1 .0) - start.0.max(steady.0 .0);
+            if overlap > 0 {
+                *booked += f64::from(cores) * overlap as f64;
+            }
+        };
+        let mut p = self.empty(scheduler, inter_arrival, seed);
+        let offered: f64 = arrivals
+            .iter()
+            .map(|a| match &a.what {
+                Arrived::Workflow(wf) => wf.tasks.iter().map(|t| f64::from(t.cores) * t.runtime.0 as f64).sum(),
+                Arrived::Local { procs, run, .. } => f64::from(*procs) * run.0 as f64,
+            })
+            .sum();
+        let (mut tasks, mut probes, mut reservations) = (0u64, 0u64, 0u64);
+        for a in &arrivals {
+            let now = a.at;
+            for s in &mut sites {
+                s.advance(now);
+            }
+            net.advance(now);
+            match &a.what {
+                Arrived::Local {
+                    site,
+                    procs,
+                    start,
+                    run,
+                } => {
+                    p.local[0] += 1;
+                    let req = Request {
+                        amount: *procs,
+                        duration: *run,
+                        earliest: *start,
+                        latest: *start + Duration(self.max_book_ahead * self.slot),
+                        flexible: false,
+                    };
+                    match sites[*site].reserve("local", &req, None) {
+                        Ok(brokk_core::Reply::Granted { start, .. }) => {
+                            count(&mut booked[0], *procs, start, start + *run);
+                        }
+                        _ => p.local[1] += 1,
+                    }
+                }
+                Arrived::Workflow(wf) => {
+                    p.submitted += 1;
+                    tasks += wf.tasks.len() as u64;
+                    let opts = Options {
+                        scheduler,
+                        now,
+                        hold: Duration(self.hold * self.slot),
+                        explain: false,
+                    };
+                    let mut refs: Vec<&mut dyn Site> = sites.iter_mut().map(|s| s as &mut dyn Site).collect();
+                    match admit(wf, &topo, &mut refs, &mut net, "broker", &opts) {
+                        Ok(offer) => {
+                            probes += offer.messages.probes;
+                            reservations += offer.messages.reservations;
+                            // The user commits at once.
+                            if offer.commit("broker", &mut refs, &mut net).is_ok() {
+                                p.admitted += 1;
+                                for t in &offer.plan.tasks {
+                                    let cores = wf.tasks.iter().find(|x| x.id == t.task).map_or(0, |x| x.cores);
+                                    count(&mut booked[1], cores, t.start, t.end);
+                                }
+                            } else {
+                                offer.release("broker", &mut refs, &mut net);
+                            }
+                        }
+                        Err(r) => {
+                            probes += r.messages.probes;
+                            reservations += r.messages.reservations;
+                            let key = serde_json::to_value(&r.reason)
+                                .ok()
+                                .and_then(|v| v.get("reason").and_then(|x| x.as_str()).map(str::to_string))
+                                .unwrap_or_else(|| "other".into());
+                            *p.reasons.entry(key).or_default() += 1;
+                        }
+                    }
+                }
+            }
+        }
+        let capacity: f64 = specs.iter().map(|s| f64::from(s.capacity)).sum();
+        let window = (steady.1 .0 - steady.0 .0).max(1) as f64 * capacity;
+        p.rejection_rate = if p.submitted == 0 {
+            0.0
+        } else {
+            1.0 - p.admitted as f64 / p.submitted as f64
+        };
+        p.offered_load = offered / (last.max(1) as f64 * capacity);
+        p.utilization = (booked[0] + booked[1]) / window;
+        p.workflow_utilization = booked[1] / window;
+        let per = |x: u64| if tasks == 0 { 0.0 } else { x as f64 / tasks as f64 };
+        p.probes_per_task = per(probes);
+        p.reservations_per_task = per(reservations);
+        p
+    }
+
+    fn empty(&self, scheduler: Scheduler, inter_arrival: f64, seed: u64) -> AdmissionPoint {
+        AdmissionPoint {
+            scheduler,
+            inter_arrival,
+            seed,
+            submitted: 0,
+            admitted: 0,
+            rejection_rate: 0.0,
+            offered_load: 0.0,
+            utilization: 0.0,
+            workflow_utilization: 0.0,
+            probes_per_task: 0.0,
+            reservations_per_task: 0.0,
+            local: [0, 0],
+            reasons: BTreeMap::new(),
+        }
+    }
+}
+
+/// Something arriving at the grid.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Arrival {
+    /// When.
+    pub at: Time,
+    /// What.
+    pub what: Arrived,
+}
+
+/// A workflow for the broker, or a local job booked at a site directly.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Arrived {
+    /// A workflow with its earliest start and deadline.
+    Workflow(Workflow),
+    /// A local job.
+    Local {
+        /// The site's index.
+        site: usize,
+        /// Processors.
+        procs: u32,
+        /// Earliest start.
+        start: Time,
+        /// Run time.
+        run: Duration,
+    },
+}
+
+/// Run times clipped to whole slots within [1, 1,440] slots; data and
+/// streams as the proposal bounds them (a stream at most a link's bandwidth).
+fn clip(wf: &mut Workflow, slot: i64, bandwidth: u64, data_scale: f64) {
+    for t in &mut wf.tasks {
+        let slots = (t.runtime.0 + slot - 1) / slot;
+        t.runtime = Duration(slots.clamp(1, MAX_TASK_SLOTS) * slot);
+    }
+    let max_bytes = 512 * (MAX_TASK_SLOTS * slot) as u64;
+    for e in &mut wf.edges {
+        e.bytes = ((e.bytes.min(max_bytes) as f64) * data_scale).round() as u64;
+    }
+    for c in &mut wf.coallocations {
+        c.bandwidth = c.bandwidth.min(bandwidth);
+    }
+}
+
+/// The longest path through the workflow by reference run time ([VRM]
+/// 2.3.2's lower bound of its execution time); co-allocated tasks count
+/// as running together.
+pub fn critical_path(wf: &Workflow) -> i64 {
+    let n = wf.tasks.len();
+    let index: std::collections::HashMap<&str, usize> =
+        wf.tasks.iter().enumerate().map(|(i, t)| (t.id.as_str(), i)).collect();
+    let mut children: Vec<Vec<usize>> = vec![Vec::new(); n];
+    let mut parents = vec![0usize; n];
+    for e in &wf.edges {
+        if let (Some(&p), Some(&c)) = (index.get(e.parent.as_str()), index.get(e.child.as_str())) {
+            children[p].push(c);
+            parents[c] += 1;
+        }
+    }
+    let mut start = vec![0i64; n];
+    let mut ready: Vec<usize> = (0..n).filter(|&i| parents[i] == 0).collect();
+    let mut longest = 0;
+    while let Some(i) = ready.pop() {
+        let end = start[i] + wf.tasks[i].runtime.0;
+        longest = longest.max(end);
+        for &c in &children[i] {
+            start[c] = start[c].max(end);
+            parents[c] -= 1;
+            if parents[c] == 0 {
+                ready.push(c);
+            }
+        }
+    }
+    longest
+}
+
+/// The eight cities and twelve links proposed as a stand-in for [VRM]'s
+/// ediscom map (its figure is lost): Berlin 512, Hamburg, Hannover and
+/// Leipzig 256, Dresden and Magdeburg 128, Potsdam and Rostock 64; with
+/// `heterogeneous`, Berlin 2.0, Hamburg and Hannover 1.5, Leipzig 1.25.
+pub fn ediscom(heterogeneous: bool) -> (Vec<SiteSpec>, Vec<[String; 2]>) {
+    let cities = [
+        ("Berlin", 512, 2.0),
+        ("Hamburg", 256, 1.5),
+        ("Hannover", 256, 1.5),
+        ("Leipzig", 256, 1.25),
+        ("Dresden", 128, 1.0),
+        ("Magdeburg", 128, 1.0),
+        ("Potsdam", 64, 1.0),
+        ("Rostock", 64, 1.0),
+    ];
+    let sites = cities
+        .iter()
+        .map(|&(name, capacity, speed)| SiteSpec {
+            name: name.into(),
+            capacity,
+            speed: if heterogeneous { speed } else { 1.0 },
+        })
+        .collect();
+    let links = [
+        ("Berlin", "Potsdam"),
+        ("Berlin", "Rostock"),
+        ("Berlin", "Hamburg"),
+        ("Berlin", "Magdeburg"),
+        ("Berlin", "Leipzig"),
+        ("Berlin", "Dresden"),
+        ("Potsdam", "Magdeburg"),
+        ("Hamburg", "Rostock"),
+        ("Hamburg", "Hannover"),
+        ("Hannover", "Magdeburg"),
+        ("Magdeburg", "Leipzig"),
+        ("Leipzig", "Dresden"),
+    ]
+    .iter()
+    .map(|&(a, b)| [a.to_string(), b.to_string()])
+    .collect();
+    (sites, links)
+}

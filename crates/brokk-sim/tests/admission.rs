@@ -1,0 +1,92 @@
+//! Workflow admission experiments: determinism, the grid preset, load
+//! against rejections, and the critical path by hand.
+
+use brokk_model::workflow::{Edge, Task, Workflow};
+use brokk_model::Duration;
+use brokk_sim::admission::{critical_path, ediscom, AdmissionExperiment};
+
+const SMALL: &str = r#"
+name = "small"
+seeds = [1, 2]
+workflows = 150
+schedulers = ["heftsync", "single"]
+inter_arrival = [20, 200]
+[grid]
+preset = "ediscom"
+heterogeneous = true
+[workflow]
+"#;
+
+#[test]
+fn the_same_file_gives_the_same_report_whatever_the_threads() {
+    let e = AdmissionExperiment::from_toml(SMALL).unwrap();
+    let one = serde_json::to_string(&e.sweep(1, &|| ()).unwrap()).unwrap();
+    let two = serde_json::to_string(&e.sweep(2, &|| ()).unwrap()).unwrap();
+    assert_eq!(one, two);
+}
+
+#[test]
+fn more_load_means_more_rejections_and_more_use() {
+    let e = AdmissionExperiment::from_toml(SMALL).unwrap();
+    let r = e.sweep(2, &|| ()).unwrap();
+    for s in ["heftsync", "single"] {
+        let at = |a: f64| {
+            r.aggregates
+                .iter()
+                .find(|g| g.scheduler.name() == s && g.inter_arrival == a)
+                .unwrap()
+        };
+        let (busy, calm) = (at(20.0), at(200.0));
+        assert!(busy.offered_load.mean > 5.0 * calm.offered_load.mean);
+        assert!(busy.rejection_rate.mean > calm.rejection_rate.mean, "{s}");
+        assert!(busy.utilization.mean > calm.utilization.mean, "{s}");
+        assert!(calm.probes_per_task.mean >= 1.0, "every task is probed somewhere");
+    }
+    for p in &r.points {
+        assert_eq!(p.submitted, 150);
+        assert_eq!(p.submitted - p.admitted, p.reasons.values().sum::<usize>());
+        assert!((0.0..=1.0).contains(&p.utilization));
+    }
+}
+
+#[test]
+fn bad_experiments_are_refused_with_the_key() {
+    let bad = SMALL.replace("inter_arrival = [20, 200]", "inter_arrival = [0]");
+    let e = AdmissionExperiment::from_toml(&bad).unwrap_err();
+    assert!(e.to_string().contains("inter_arrival"), "{e}");
+    let bad = SMALL.replace("preset = \"ediscom\"", "preset = \"nowhere\"");
+    let e = AdmissionExperiment::from_toml(&bad).unwrap_err();
+    assert!(e.to_string().contains("nowhere"), "{e}");
+    let bad = SMALL.replace("[\"heftsync\", \"single\"]", "[\"heft\"]");
+    assert!(AdmissionExperiment::from_toml(&bad).is_err());
+}
+
+#[test]
+fn the_ediscom_grid_has_eight_cities_and_twelve_links() {
+    let (sites, links) = ediscom(true);
+    assert_eq!(sites.len(), 8);
+    assert_eq!(sites.iter().map(|s| s.capacity).sum::<u32>(), 1_664);
+    assert_eq!(links.len(), 12);
+    assert_eq!(sites[0].speed, 2.0);
+    assert!(ediscom(false).0.iter().all(|s| s.speed == 1.0));
+}
+
+#[test]
+fn the_critical_path_is_the_longest_chain_of_run_times() {
+    let t = |id: &str, r: i64| Task {
+        id: id.into(),
+        runtime: Duration(r),
+        ..Task::default()
+    };
+    let e = |p: &str, c: &str| Edge {
+        parent: p.into(),
+        child: c.into(),
+        bytes: 0,
+    };
+    let wf = Workflow {
+        tasks: vec![t("a", 10), t("b", 50), t("c", 20), t("d", 5)],
+        edges: vec![e("a", "b"), e("a", "c"), e("b", "d"), e("c", "d")],
+        ..Workflow::default()
+    };
+    assert_eq!(critical_path(&wf), 65);
+}
