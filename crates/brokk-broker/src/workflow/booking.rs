@@ -89,20 +89,25 @@ impl<'s, 'x> Booking<'s, 'x> {
         self.deadline.map_or(FAR, |dl| dl.0 - d)
     }
 
-    /// The earliest the inputs of `t` could be at `site` if the network
-    /// were free (its placed parents' ends plus unloaded transfer times);
-    /// `None` when a parent's data has no route there.
-    pub fn arrival_estimate(&self, t: usize, site: usize) -> Option<i64> {
+    /// The earliest all inputs of `t` can be at `site`: its placed
+    /// parents' ends, and for data from other sites the earliest arrival
+    /// the network offers now ([VRM] 4.4.3: the bandwidth actually
+    /// available on the links towards the site); `None` when some data
+    /// cannot get there at all.
+    pub fn arrival(&mut self, t: usize, site: usize) -> Option<i64> {
         let mut at = self.earliest.0;
-        for &(p, bytes) in &self.dag.nodes[t].parents {
-            if let Some(pp) = &self.tasks[p] {
-                let move_time = if bytes == 0 {
-                    0
-                } else {
-                    self.net.unloaded_time(pp.site, site, bytes)?
-                };
-                at = at.max(pp.end.0 + move_time);
+        let by = Time(self.deadline.map_or(FAR, |d| d.0));
+        let dag = self.dag;
+        for &(p, bytes) in &dag.nodes[t].parents {
+            let Some(pp) = &self.tasks[p] else { continue };
+            let (from, end) = (pp.site, pp.end);
+            if from == site || bytes == 0 {
+                at = at.max(end.0);
+                continue;
             }
+            self.messages.probes += 1;
+            let slot = self.net.find_transfer(from, site, bytes, end, by)?;
+            at = at.max(slot.end.0);
         }
         Some(at)
     }
@@ -192,16 +197,21 @@ impl<'s, 'x> Booking<'s, 'x> {
     }
 
     /// Books the transfer of `bytes` from task `from` (placed) to task `to`
-    /// (placed at `to_site`, or about to be) in `[after, by)`; the time the
-    /// data is there. Nothing is booked within one site or for no data.
-    fn book_transfer(&mut self, from: usize, to: usize, to_site: usize, bytes: u64, by: i64) -> Option<i64> {
+    /// (placed at `to_site`, or about to be): at the narrowest bandwidth
+    /// that has it there by `want`, else the earliest arrival by `by`; the
+    /// time the data is there. Nothing is booked within one site or for no data.
+    fn book_transfer(&mut self, from: usize, to: usize, to_site: usize, bytes: u64, want: i64, by: i64) -> Option<i64> {
         let src = self.tasks[from].as_ref()?;
         let (from_site, after) = (src.site, src.end);
         if from_site == to_site || bytes == 0 {
             return Some(after.0);
         }
         self.messages.probes += 1;
-        let Some(slot) = self.net.find_transfer(from_site, to_site, bytes, after, Time(by)) else {
+        let found = self
+            .net
+            .find_gentle_transfer(from_site, to_site, bytes, after, Time(want.min(by)))
+            .or_else(|| self.net.find_transfer(from_site, to_site, bytes, after, Time(by)));
+        let Some(slot) = found else {
             self.fail_network(from, to);
             return None;
         };
@@ -235,9 +245,10 @@ impl<'s, 'x> Booking<'s, 'x> {
     }
 
     /// Books every placed parent's data to `t` at `site`, each arriving by
-    /// `by`; the time the last arrives (the earliest start when no data
-    /// moves). On failure the transfers booked here are released.
-    pub fn book_inputs(&mut self, t: usize, site: usize, by: i64) -> Option<i64> {
+    /// `want` if it can without the link's whole bandwidth, else as early
+    /// as it can by `by`; the time the last arrives (the earliest start
+    /// when no data moves). On failure the transfers booked here are released.
+    pub fn book_inputs(&mut self, t: usize, site: usize, want: i64, by: i64) -> Option<i64> {
         let mark = self.mark();
         let mut at = self.earliest.0;
         let dag = self.dag;
@@ -245,7 +256,7 @@ impl<'s, 'x> Booking<'s, 'x> {
             if self.tasks[p].is_none() {
                 continue;
             }
-            match self.book_transfer(p, t, site, bytes, by) {
+            match self.book_transfer(p, t, site, bytes, want, by) {
                 Some(end) => at = at.max(end),
                 None => {
                     self.rollback(mark);
@@ -265,7 +276,7 @@ impl<'s, 'x> Booking<'s, 'x> {
         for &(c, bytes) in &dag.nodes[t].children {
             let Some(cp) = &self.tasks[c] else { continue };
             let (site, start) = (cp.site, cp.start.0);
-            if self.book_transfer(t, c, site, bytes, start).is_none() {
+            if self.book_transfer(t, c, site, bytes, start, start).is_none() {
                 self.rollback(mark);
                 return false;
             }

@@ -45,7 +45,7 @@ pub(super) fn schedule(b: &mut Booking, backtrack: bool) -> bool {
 pub(super) fn place_task(b: &mut Booking, t: usize) -> bool {
     let mut options = Vec::new();
     for site in 0..b.site_count() {
-        let (Some(d), Some(est)) = (b.duration(t, site), b.arrival_estimate(t, site)) else {
+        let (Some(d), Some(est)) = (b.duration(t, site), b.arrival(t, site)) else {
             continue;
         };
         let latest = b.latest_start(d);
@@ -57,7 +57,7 @@ pub(super) fn place_task(b: &mut Booking, t: usize) -> bool {
     for (_, site, s, d) in options {
         let mark = b.mark();
         let latest = b.latest_start(d);
-        if let Some(arrival) = b.book_inputs(t, site, latest) {
+        if let Some(arrival) = b.book_inputs(t, site, s, latest) {
             if b.reserve_task(t, site, d, s.max(arrival), latest).is_some() {
                 return true;
             }
@@ -67,14 +67,23 @@ pub(super) fn place_task(b: &mut Booking, t: usize) -> bool {
     false
 }
 
-/// The latest end among the placed parents of a class's members: none of
-/// them may start before it ([VRM] 4.4.3 treats the class as one node).
-pub(super) fn class_floor(b: &Booking, members: &[usize]) -> i64 {
-    members
-        .iter()
-        .flat_map(|&m| b.dag.nodes[m].parents.iter())
-        .filter_map(|&(p, _)| b.tasks[p].as_ref().map(|x| x.end.0))
-        .fold(b.earliest.0, i64::max)
+/// The earliest a class may start: every member's inputs must be able to
+/// reach some site that can run it ([VRM] 4.4.3 treats the class as one
+/// node, its start after all members' predecessors and their data).
+pub(super) fn class_floor(b: &mut Booking, members: &[usize]) -> i64 {
+    let mut floor = b.earliest.0;
+    for &m in members {
+        let mut best: Option<i64> = None;
+        for site in 0..b.site_count() {
+            if b.duration(m, site).is_some() {
+                if let Some(a) = b.arrival(m, site) {
+                    best = Some(best.map_or(a, |x| x.min(a)));
+                }
+            }
+        }
+        floor = floor.max(best.unwrap_or(i64::MAX / 8));
+    }
+    floor
 }
 
 /// The shortest window every member fits in at some site, given the first
@@ -131,7 +140,7 @@ pub(super) fn fill_window(b: &mut Booking, members: &[usize], s: i64, w: i64, si
 
 /// Whether `t` could hold `[s, s + d)` at `site` by the estimates and a probe.
 fn fits(b: &mut Booking, t: usize, site: usize, s: i64, d: i64) -> bool {
-    let arrives = b.arrival_estimate(t, site).is_some_and(|a| a <= s);
+    let arrives = b.arrival(t, site).is_some_and(|a| a <= s);
     let leaves = b.departure(t, site).is_some_and(|l| s + d <= l);
     arrives && leaves && b.probe_first(t, site, d, s, s).is_some()
 }
@@ -143,7 +152,7 @@ pub(super) fn hold_member(b: &mut Booking, t: usize, site: usize, s: i64, w: i64
         return false;
     }
     let mark = b.mark();
-    let ok = b.book_inputs(t, site, s).is_some()
+    let ok = b.book_inputs(t, site, s, s).is_some()
         && b.reserve_task(t, site, w, s, s).is_some()
         && b.book_outputs(t)
         && b.book_streams(t);
@@ -163,7 +172,7 @@ fn place_class(b: &mut Booking, c: usize) -> bool {
     let floor = class_floor(b, members);
     let mut best: Option<(i64, usize, i64, i64)> = None;
     for site in 0..b.site_count() {
-        let (Some(d), Some(est)) = (b.duration(first, site), b.arrival_estimate(first, site)) else {
+        let (Some(d), Some(est)) = (b.duration(first, site), b.arrival(first, site)) else {
             continue;
         };
         let w = least_window(b, members, d);
@@ -206,7 +215,7 @@ fn place_class_backtracking(b: &mut Booking, c: usize) -> bool {
     let mut starts = Vec::new();
     for &m in members {
         for site in 0..b.site_count() {
-            let (Some(d), Some(est)) = (b.duration(m, site), b.arrival_estimate(m, site)) else {
+            let (Some(d), Some(est)) = (b.duration(m, site), b.arrival(m, site)) else {
                 continue;
             };
             if let Some(s) = b.probe_first(m, site, d, est.max(floor), b.latest_start(d)) {

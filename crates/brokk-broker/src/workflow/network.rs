@@ -211,21 +211,30 @@ impl Network {
     }
 
     /// The slot that delivers `bytes` from `a` to `b` first, starting at or
-    /// after `after` and ending by `by`. Tried: the bandwidth free on the
-    /// whole route at `after`, the narrowest link's whole bandwidth and its
-    /// halves; the earliest end wins (the lower bandwidth on a tie). `None`
-    /// when nothing fits.
+    /// after `after` and ending by `by`. Tried: the narrowest link's whole
+    /// bandwidth and what is free on the whole route at `after`; the
+    /// earliest end wins (the lower bandwidth on a tie). `None` when
+    /// nothing fits.
     pub(crate) fn find_transfer(&self, a: usize, b: usize, bytes: u64, after: Time, by: Time) -> Option<Slot> {
-        self.find(a, b, bytes, after, by, false)
+        self.find(a, b, bytes, after, by, Aim::Earliest)
     }
 
     /// The transfer slot in `[after, by)` that starts last (the higher
     /// bandwidth on a tie): how late data may leave and still arrive by `by`.
     pub(crate) fn find_latest_transfer(&self, a: usize, b: usize, bytes: u64, after: Time, by: Time) -> Option<Slot> {
-        self.find(a, b, bytes, after, by, true)
+        self.find(a, b, bytes, after, by, Aim::Latest)
     }
 
-    fn find(&self, a: usize, b: usize, bytes: u64, after: Time, by: Time, late: bool) -> Option<Slot> {
+    /// The narrowest bandwidth (of the whole link, its halves down to one
+    /// unit, and what is free at `after`) that still moves the data within
+    /// `[after, by)`: data that only has to be there by a time leaves the
+    /// rest of the link to others.
+    pub(crate) fn find_gentle_transfer(&self, a: usize, b: usize, bytes: u64, after: Time, by: Time) -> Option<Slot> {
+        self.find(a, b, bytes, after, by, Aim::Narrowest)
+    }
+
+    fn find(&self, a: usize, b: usize, bytes: u64, after: Time, by: Time, aim: Aim) -> Option<Slot> {
+        let late = aim == Aim::Latest;
         let route = self.route(a, b).filter(|r| !r.is_empty())?;
         let full = self.bottleneck(route);
         let at = if late { by - Duration(1) } else { after };
@@ -237,8 +246,14 @@ impl Network {
             })
             .min()
             .unwrap_or(0);
-        let mut tries: Vec<u32> = std::iter::successors(Some(full), |u| (*u > 1).then_some(u / 2)).collect();
-        if free_then > 0 {
+        // The whole link, and what is free on all of it at the near end;
+        // the narrowest search also halves down to one unit.
+        let mut tries: Vec<u32> = if aim == Aim::Narrowest {
+            std::iter::successors(Some(full), |u| (*u > 1).then_some(u / 2)).collect()
+        } else {
+            vec![full]
+        };
+        if free_then > 0 && free_then < full {
             tries.push(free_then);
         }
         let mut best: Option<Slot> = None;
@@ -252,10 +267,11 @@ impl Network {
                 end: Time(start + d),
                 units,
             };
-            let better = match best {
-                None => true,
-                Some(b) if late => slot.start > b.start || (slot.start == b.start && units > b.units),
-                Some(b) => slot.end < b.end || (slot.end == b.end && units < b.units),
+            let better = match (best, aim) {
+                (None, _) => true,
+                (Some(b), Aim::Latest) => slot.start > b.start || (slot.start == b.start && units > b.units),
+                (Some(b), Aim::Earliest) => slot.end < b.end || (slot.end == b.end && units < b.units),
+                (Some(b), Aim::Narrowest) => units < b.units,
             };
             if better {
                 best = Some(slot);
@@ -327,6 +343,14 @@ impl Network {
         self.book("background", a, b, Slot { start, end, units }, None)
             .is_some()
     }
+}
+
+/// What a transfer search looks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Aim {
+    Earliest,
+    Latest,
+    Narrowest,
 }
 
 /// Whole seconds to move `bytes` at `bytes_per_s` (at least one).

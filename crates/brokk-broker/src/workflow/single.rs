@@ -39,7 +39,7 @@ pub(super) fn schedule(b: &mut Booking) -> bool {
 fn earliest_start(b: &mut Booking, t: usize, floor: i64) -> Option<(i64, usize, i64)> {
     let mut options = Vec::new();
     for site in 0..b.site_count() {
-        let (Some(d), Some(est)) = (b.duration(t, site), b.arrival_estimate(t, site)) else {
+        let (Some(d), Some(est)) = (b.duration(t, site), b.arrival(t, site)) else {
             continue;
         };
         if let Some(s) = b.probe_first(t, site, d, est.max(floor), FAR) {
@@ -54,7 +54,7 @@ fn place_task(b: &mut Booking, t: usize) -> bool {
         return false;
     };
     let mark = b.mark();
-    if let Some(arrival) = b.book_inputs(t, site, FAR) {
+    if let Some(arrival) = b.book_inputs(t, site, s, FAR) {
         if b.reserve_task(t, site, d, s.max(arrival), FAR).is_some() {
             return true;
         }

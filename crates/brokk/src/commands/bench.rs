@@ -28,6 +28,8 @@ enum What {
     Site(super::bench_site::SiteArgs),
     /// The broker service with embedded sites: accepted and dispatched jobs per second.
     Submit(super::bench_submit::SubmitBenchArgs),
+    /// Admitting one workflow over many sites, each scheduler against single-job admission.
+    Workflow(super::bench_workflow::WorkflowBenchArgs),
 }
 
 #[derive(clap::Args)]
@@ -56,6 +58,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         What::Sim(s) => super::bench_sim::run(s),
         What::Site(s) => super::bench_site::run(s),
         What::Submit(s) => super::bench_submit::run(s),
+        What::Workflow(w) => super::bench_workflow::run(w),
     }
 }
 

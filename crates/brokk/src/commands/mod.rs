@@ -4,6 +4,7 @@ pub mod bench;
 pub mod bench_sim;
 pub mod bench_site;
 pub mod bench_submit;
+pub mod bench_workflow;
 pub mod listing;
 pub mod quickstart;
 pub mod serve;
