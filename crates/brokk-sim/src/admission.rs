@@ -62,9 +62,14 @@ pub struct AdmissionExperiment {
     /// second per bandwidth unit).
     #[serde(default = "one")]
     pub data_scale: f64,
-    /// How long preliminary holds last (slots).
+    /// How long preliminary holds last (slots), swept.
     #[serde(default = "default_hold")]
-    pub hold: i64,
+    pub hold: Vec<i64>,
+    /// Rejecters per accepter, swept ([VRM] 4.6.2): an accepter commits
+    /// its offer at once; a rejecter never answers, so its holds stay until
+    /// they lapse. Rejecters come as a further stream of the same workflows.
+    #[serde(default = "default_rejecters")]
+    pub rejecters: Vec<f64>,
     /// The grid.
     pub grid: GridConfig,
     /// The workflows' shape.
@@ -139,8 +144,11 @@ fn default_local_share() -> f64 {
 fn one() -> f64 {
     1.0
 }
-fn default_hold() -> i64 {
-    5
+fn default_hold() -> Vec<i64> {
+    vec![5]
+}
+fn default_rejecters() -> Vec<f64> {
+    vec![0.0]
 }
 fn default_bandwidth() -> u64 {
     100
@@ -175,13 +183,25 @@ pub enum AdmissionError {
     Invalid(String),
 }
 
+/// What a run varies besides its seed.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Setting {
+    /// Scheduler.
+    pub scheduler: Scheduler,
+    /// Mean inter-arrival of the accepters' workflows (slots).
+    pub inter_arrival: f64,
+    /// How long holds last (slots).
+    pub hold: i64,
+    /// Rejecters per accepter.
+    pub rejecters: f64,
+}
+
 /// One run's figures.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct AdmissionPoint {
-    /// Scheduler.
-    pub scheduler: Scheduler,
-    /// Mean inter-arrival (slots).
-    pub inter_arrival: f64,
+    /// What the run varies.
+    #[serde(flatten)]
+    pub setting: Setting,
     /// Seed.
     pub seed: u64,
     /// Workflows submitted.
@@ -190,6 +210,8 @@ pub struct AdmissionPoint {
     pub admitted: usize,
     /// Rejected share.
     pub rejection_rate: f64,
+    /// Rejected share of the accepters' workflows.
+    pub accepter_rejection_rate: f64,
     /// Processor time submitted (workflows at reference speed, and local
     /// jobs) over the grid's processors and the arrival span.
     pub offered_load: f64,
@@ -211,14 +233,15 @@ pub struct AdmissionPoint {
 /// The figures aggregated over seeds.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct AdmissionAggregate {
-    /// Scheduler.
-    pub scheduler: Scheduler,
-    /// Mean inter-arrival (slots).
-    pub inter_arrival: f64,
+    /// What the runs vary.
+    #[serde(flatten)]
+    pub setting: Setting,
     /// Offered load over seeds.
     pub offered_load: Spread,
     /// Rejection rate over seeds.
     pub rejection_rate: Spread,
+    /// The accepters' rejection rate over seeds.
+    pub accepter_rejection_rate: Spread,
     /// Utilization over seeds.
     pub utilization: Spread,
     /// Probes per task over seeds.
@@ -236,7 +259,7 @@ pub struct AdmissionReport {
     pub sites: Vec<SiteSpec>,
     /// Each run.
     pub points: Vec<AdmissionPoint>,
-    /// Each (scheduler, inter-arrival) over its seeds.
+    /// Each setting over its seeds.
     pub aggregates: Vec<AdmissionAggregate>,
 }
 
@@ -257,12 +280,16 @@ impl AdmissionExperiment {
             return bad("inter_arrival: positive slot counts");
         }
         if self.slot <= 0
-            || self.hold <= 0
+            || self.hold.is_empty()
+            || self.hold.iter().any(|&h| h <= 0)
             || self.max_book_ahead < 0
             || self.book_ahead.is_nan()
             || self.book_ahead < 0.0
         {
-            return bad("slot and hold are positive; book_ahead and max_book_ahead are not negative");
+            return bad("slot and every hold are positive; book_ahead and max_book_ahead are not negative");
+        }
+        if self.rejecters.is_empty() || self.rejecters.iter().any(|r| r.is_nan() || !(0.0..=100.0).contains(r)) {
+            return bad("rejecters: rejecters per accepter, from 0 to 100");
         }
         if !(1.0..=100.0).contains(&self.slack[0]) || self.slack[1] < self.slack[0] || self.slack[1] > 100.0 {
             return bad("slack: [low, high] with 1 <= low <= high <= 100");
@@ -324,17 +351,32 @@ impl AdmissionExperiment {
         Ok((sites, links))
     }
 
-    /// Every run: scheduler x inter-arrival x seed, in that nesting.
-    pub fn points(&self) -> Vec<(Scheduler, f64, u64)> {
+    /// Every setting: scheduler x inter-arrival x hold x rejecters, in that nesting.
+    pub fn settings(&self) -> Vec<Setting> {
         let mut out = Vec::new();
-        for &s in &self.schedulers {
-            for &a in &self.inter_arrival {
-                for &seed in &self.seeds {
-                    out.push((s, a, seed));
+        for &scheduler in &self.schedulers {
+            for &inter_arrival in &self.inter_arrival {
+                for &hold in &self.hold {
+                    for &rejecters in &self.rejecters {
+                        out.push(Setting {
+                            scheduler,
+                            inter_arrival,
+                            hold,
+                            rejecters,
+                        });
+                    }
                 }
             }
         }
         out
+    }
+
+    /// Every run: each setting once per seed.
+    pub fn points(&self) -> Vec<(Setting, u64)> {
+        self.settings()
+            .into_iter()
+            .flat_map(|s| self.seeds.iter().map(move |&seed| (s, seed)))
+            .collect()
     }
 
     /// Runs every point on `threads` threads (`done` after each) and
@@ -348,8 +390,8 @@ impl AdmissionExperiment {
             for _ in 0..threads.clamp(1, points.len()) {
                 s.spawn(|| loop {
                     let i = next.fetch_add(1, Ordering::Relaxed);
-                    let Some(&(sched, ia, seed)) = points.get(i) else { break };
-                    let r = self.run(&sites, &links, sched, ia, seed);
+                    let Some(&(setting, seed)) = points.get(i) else { break };
+                    let r = self.run(&sites, &links, setting, seed);
                     if let Ok(mut slots) = slots.lock() {
                         slots[i] = Some(r);
                     }
@@ -364,23 +406,18 @@ impl AdmissionExperiment {
             .collect::<Option<_>>()
             .ok_or_else(|| AdmissionError::Invalid("a simulation thread failed".into()))?;
         let mut aggregates = Vec::new();
-        for &s in &self.schedulers {
-            for &a in &self.inter_arrival {
-                let of: Vec<&AdmissionPoint> = points
-                    .iter()
-                    .filter(|p| p.scheduler == s && p.inter_arrival == a)
-                    .collect();
-                let over = |f: fn(&AdmissionPoint) -> f64| spread(&of.iter().map(|p| f(p)).collect::<Vec<_>>());
-                aggregates.push(AdmissionAggregate {
-                    scheduler: s,
-                    inter_arrival: a,
-                    offered_load: over(|p| p.offered_load),
-                    rejection_rate: over(|p| p.rejection_rate),
-                    utilization: over(|p| p.utilization),
-                    probes_per_task: over(|p| p.probes_per_task),
-                    reservations_per_task: over(|p| p.reservations_per_task),
-                });
-            }
+        for setting in self.settings() {
+            let of: Vec<&AdmissionPoint> = points.iter().filter(|p| p.setting == setting).collect();
+            let over = |f: fn(&AdmissionPoint) -> f64| spread(&of.iter().map(|p| f(p)).collect::<Vec<_>>());
+            aggregates.push(AdmissionAggregate {
+                setting,
+                offered_load: over(|p| p.offered_load),
+                rejection_rate: over(|p| p.rejection_rate),
+                accepter_rejection_rate: over(|p| p.accepter_rejection_rate),
+                utilization: over(|p| p.utilization),
+                probes_per_task: over(|p| p.probes_per_task),
+                reservations_per_task: over(|p| p.reservations_per_task),
+            });
         }
         Ok(AdmissionReport {
             name: self.name.clone(),
@@ -390,10 +427,12 @@ impl AdmissionExperiment {
         })
     }
 
-    /// The arrivals of one (inter-arrival, seed): workflows with their
-    /// earliest start and deadline, and local jobs, in time order. The
-    /// scheduler plays no part, so every scheduler sees the same stream.
-    pub fn arrivals(&self, sites: &[SiteSpec], inter_arrival: f64, seed: u64) -> Vec<Arrival> {
+    /// The arrivals of one (inter-arrival, rejecters, seed): the accepters'
+    /// workflows with their earliest start and deadline, the rejecters'
+    /// (a stream of its own, so the accepters' is the same for every
+    /// share), and local jobs, in time order. The scheduler and the hold
+    /// play no part, so every scheduler sees the same stream.
+    pub fn arrivals(&self, sites: &[SiteSpec], inter_arrival: f64, rejecters: f64, seed: u64) -> Vec<Arrival> {
         let slot = self.slot;
         let largest = sites.iter().map(|s| s.capacity).max().unwrap_or(1);
         let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x5eed_0004);
@@ -406,31 +445,55 @@ impl AdmissionExperiment {
         let mut out = Vec::new();
         let mut t = 0.0;
         let mut work = 0.0;
+        let draw = |k: usize, rng: &mut ChaCha8Rng| {
+            let [lo, hi] = self.workflow.tasks;
+            let n = rng.gen_range(lo..=hi);
+            let mut wf = generate(&self.params(n, largest), &format!("w{k}"), rng.gen()).ok()?;
+            clip(&mut wf, slot, self.grid.bandwidth, self.data_scale);
+            Some(wf)
+        };
+        let deadline_of = |wf: &mut Workflow, at: i64, rng: &mut ChaCha8Rng| {
+            let earliest = at + book_ahead(rng);
+            let sigma = rng.gen_range(self.slack[0]..=self.slack[1]);
+            wf.earliest = Some(Time(earliest));
+            wf.deadline = Some(Time(earliest + (sigma * critical_path(wf) as f64).ceil() as i64));
+        };
         for k in 0..self.workflows {
             t += gap.map_or(inter_arrival, |d| d.sample(&mut rng));
             let at = (t * slot as f64).round() as i64;
-            let [lo, hi] = self.workflow.tasks;
-            let n = rng.gen_range(lo..=hi);
-            let Ok(mut wf) = generate(&self.params(n, largest), &format!("w{k}"), rng.gen()) else {
-                continue;
-            };
-            clip(&mut wf, slot, self.grid.bandwidth, self.data_scale);
+            let Some(mut wf) = draw(k, &mut rng) else { continue };
             work += wf
                 .tasks
                 .iter()
                 .map(|t| f64::from(t.cores) * t.runtime.0 as f64)
                 .sum::<f64>();
-            let earliest = at + book_ahead(&mut rng);
-            let sigma = rng.gen_range(self.slack[0]..=self.slack[1]);
-            let deadline = earliest + (sigma * critical_path(&wf) as f64).ceil() as i64;
-            wf.earliest = Some(Time(earliest));
-            wf.deadline = Some(Time(deadline));
+            deadline_of(&mut wf, at, &mut rng);
             out.push(Arrival {
                 at: Time(at),
-                what: Arrived::Workflow(wf),
+                what: Arrived::Workflow { wf, commits: true },
             });
         }
         let span = (t * slot as f64).max(1.0);
+        // Rejecters: the same workflows at `rejecters` times the rate, from
+        // a generator of their own.
+        if rejecters > 0.0 {
+            let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x0de_c11e);
+            let gap = Exp::new(rejecters / inter_arrival).ok();
+            let mut rt = 0.0;
+            for k in self.workflows.. {
+                rt += gap.map_or(f64::INFINITY, |d| d.sample(&mut rng));
+                if rt * slot as f64 > span {
+                    break;
+                }
+                let at = (rt * slot as f64).round() as i64;
+                let Some(mut wf) = draw(k, &mut rng) else { continue };
+                deadline_of(&mut wf, at, &mut rng);
+                out.push(Arrival {
+                    at: Time(at),
+                    what: Arrived::Workflow { wf, commits: false },
+                });
+            }
+        }
         // Local jobs: the same job model, enough of them for their share.
         if self.local_share > 0.0 && work > 0.0 {
             let rate = work / span * self.local_share / (1.0 - self.local_share);
@@ -491,15 +554,8 @@ impl AdmissionExperiment {
     }
 
     /// One run.
-    pub fn run(
-        &self,
-        specs: &[SiteSpec],
-        links: &[LinkSpec],
-        scheduler: Scheduler,
-        inter_arrival: f64,
-        seed: u64,
-    ) -> AdmissionPoint {
-        let arrivals = self.arrivals(specs, inter_arrival, seed);
+    pub fn run(&self, specs: &[SiteSpec], links: &[LinkSpec], setting: Setting, seed: u64) -> AdmissionPoint {
+        let arrivals = self.arrivals(specs, setting.inter_arrival, setting.rejecters, seed);
         let last = arrivals.last().map_or(0, |a| a.at.0);
         let horizon = Time(last + (self.max_book_ahead + 100 * MAX_TASK_SLOTS) * self.slot * 4);
         let mut sites: Vec<MemorySite> = specs
@@ -515,7 +571,7 @@ impl AdmissionExperiment {
             })
             .collect();
         let Ok(mut net) = Network::new(specs.len(), links.to_vec(), 1, horizon) else {
-            return self.empty(scheduler, inter_arrival, seed);
+            return Self::empty(setting, seed);
         };
         let topo = Topology::new(specs.to_vec(), &net);
         let steady = (Time(last / 10), Time(last));
@@ -526,11 +582,12 @@ impl AdmissionExperiment {
                 *booked += f64::from(cores) * overlap as f64;
             }
         };
-        let mut p = self.empty(scheduler, inter_arrival, seed);
+        let mut p = Self::empty(setting, seed);
+        let mut accepters = [0usize; 2];
         let offered: f64 = arrivals
             .iter()
             .map(|a| match &a.what {
-                Arrived::Workflow(wf) => wf.tasks.iter().map(|t| f64::from(t.cores) * t.runtime.0 as f64).sum(),
+                Arrived::Workflow { wf, .. } => wf.tasks.iter().map(|t| f64::from(t.cores) * t.runtime.0 as f64).sum(),
                 Arrived::Local { procs, run, .. } => f64::from(*procs) * run.0 as f64,
             })
             .sum();
@@ -563,13 +620,14 @@ impl AdmissionExperiment {
                         _ => p.local[1] += 1,
                     }
                 }
-                Arrived::Workflow(wf) => {
+                Arrived::Workflow { wf, commits } => {
                     p.submitted += 1;
+                    accepters[0] += usize::from(*commits);
                     tasks += wf.tasks.len() as u64;
                     let opts = Options {
-                        scheduler,
+                        scheduler: setting.scheduler,
                         now,
-                        hold: Duration(self.hold * self.slot),
+                        hold: Duration(setting.hold * self.slot),
                         explain: false,
                     };
                     let mut refs: Vec<&mut dyn Site> = sites.iter_mut().map(|s| s as &mut dyn Site).collect();
@@ -577,15 +635,21 @@ impl AdmissionExperiment {
                         Ok(offer) => {
                             probes += offer.messages.probes;
                             reservations += offer.messages.reservations;
-                            // The user commits at once.
+                            p.admitted += 1;
+                            accepters[1] += usize::from(*commits);
+                            // An accepter commits at once; a rejecter's holds lapse.
+                            if !*commits {
+                                continue;
+                            }
                             if offer.commit("broker", &mut refs, &mut net).is_ok() {
-                                p.admitted += 1;
                                 for t in &offer.plan.tasks {
                                     let cores = wf.tasks.iter().find(|x| x.id == t.task).map_or(0, |x| x.cores);
                                     count(&mut booked[1], cores, t.start, t.end);
                                 }
                             } else {
                                 offer.release("broker", &mut refs, &mut net);
+                                p.admitted -= 1;
+                                accepters[1] -= 1;
                             }
                         }
                         Err(r) => {
@@ -603,11 +667,15 @@ impl AdmissionExperiment {
         }
         let capacity: f64 = specs.iter().map(|s| f64::from(s.capacity)).sum();
         let window = (steady.1 .0 - steady.0 .0).max(1) as f64 * capacity;
-        p.rejection_rate = if p.submitted == 0 {
-            0.0
-        } else {
-            1.0 - p.admitted as f64 / p.submitted as f64
+        let rejected = |all: usize, admitted: usize| {
+            if all == 0 {
+                0.0
+            } else {
+                1.0 - admitted as f64 / all as f64
+            }
         };
+        p.rejection_rate = rejected(p.submitted, p.admitted);
+        p.accepter_rejection_rate = rejected(accepters[0], accepters[1]);
         p.offered_load = offered / (last.max(1) as f64 * capacity);
         p.utilization = (booked[0] + booked[1]) / window;
         p.workflow_utilization = booked[1] / window;
@@ -617,14 +685,14 @@ impl AdmissionExperiment {
         p
     }
 
-    fn empty(&self, scheduler: Scheduler, inter_arrival: f64, seed: u64) -> AdmissionPoint {
+    fn empty(setting: Setting, seed: u64) -> AdmissionPoint {
         AdmissionPoint {
-            scheduler,
-            inter_arrival,
+            setting,
             seed,
             submitted: 0,
             admitted: 0,
             rejection_rate: 0.0,
+            accepter_rejection_rate: 0.0,
             offered_load: 0.0,
             utilization: 0.0,
             workflow_utilization: 0.0,
@@ -649,7 +717,13 @@ pub struct Arrival {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Arrived {
     /// A workflow with its earliest start and deadline.
-    Workflow(Workflow),
+    Workflow {
+        /// The workflow.
+        wf: Workflow,
+        /// Whether its submitter commits an offer (an accepter) or never
+        /// answers (a rejecter).
+        commits: bool,
+    },
     /// A local job.
     Local {
         /// The site's index.

@@ -566,48 +566,92 @@ fn gantt(prepared: &Prepared, r: &PointResult) -> Result<String, String> {
     Ok(svg)
 }
 
-/// The figures of a workflow admission sweep against the workflows' mean
-/// inter-arrival time, a series per scheduler with 95% confidence bars:
-/// (file name, SVG) for the rejection rate, utilization and messages per task.
+/// The figures of a workflow admission sweep, a series per scheduler (and
+/// rejecter share, where several) with 95% confidence bars, against the
+/// hold time when the experiment sweeps it, else against the workflows'
+/// mean inter-arrival time: (file name, SVG) for the rejection rates,
+/// utilization and messages per task.
 pub fn admission(report: &crate::admission::AdmissionReport) -> Result<Vec<(String, String)>, String> {
     use crate::admission::AdmissionAggregate;
     use crate::stats::Spread;
     type Pick = fn(&AdmissionAggregate) -> Spread;
-    let figures: [(&str, &str, Pick); 4] = [
+    let figures: [(&str, &str, Pick); 5] = [
         ("rejection-rate", "rejected workflows (share)", |a| a.rejection_rate),
+        (
+            "accepter-rejection-rate",
+            "rejected accepters' workflows (share)",
+            |a| a.accepter_rejection_rate,
+        ),
         ("utilization", "utilization", |a| a.utilization),
         ("probes-per-task", "probes per task", |a| a.probes_per_task),
         ("reservations-per-task", "reservation requests per task", |a| {
             a.reservations_per_task
         }),
     ];
-    let mut schedulers: Vec<_> = report.aggregates.iter().map(|a| a.scheduler).collect();
-    schedulers.dedup();
+    let distinct = |f: fn(&AdmissionAggregate) -> f64| {
+        let mut v: Vec<f64> = report.aggregates.iter().map(f).collect();
+        v.sort_by(f64::total_cmp);
+        v.dedup();
+        v.len()
+    };
+    let by_hold = distinct(|a| a.setting.hold as f64) > 1;
+    let several_arrivals = distinct(|a| a.setting.inter_arrival) > 1;
+    let several_rejecters = distinct(|a| a.setting.rejecters) > 1;
+    let x_of = |a: &AdmissionAggregate| {
+        if by_hold {
+            a.setting.hold as f64
+        } else {
+            a.setting.inter_arrival
+        }
+    };
+    let series_of = |a: &AdmissionAggregate| {
+        let mut name = a.setting.scheduler.to_string();
+        if several_rejecters {
+            name += &format!(" 1:{}", a.setting.rejecters);
+        }
+        if by_hold && several_arrivals {
+            name += &format!(" a={}", a.setting.inter_arrival);
+        }
+        name
+    };
+    let mut names: Vec<String> = Vec::new();
+    for a in &report.aggregates {
+        let n = series_of(a);
+        if !names.contains(&n) {
+            names.push(n);
+        }
+    }
+    let x = Axis {
+        label: if by_hold {
+            "hold of a preliminary reservation (slots)"
+        } else {
+            "mean inter-arrival of workflows (slots)"
+        },
+        // Holds are swept over decades (1 to 500 slots in [VRM] 4.6.2).
+        log: spans_decades(report.aggregates.iter().map(x_of)),
+    };
     let mut out = Vec::new();
     for (file, label, pick) in figures {
-        let series: Vec<Series> = schedulers
+        let series: Vec<Series> = names
             .iter()
             .enumerate()
-            .map(|(i, s)| {
-                let mine: Vec<&AdmissionAggregate> = report.aggregates.iter().filter(|a| a.scheduler == *s).collect();
+            .map(|(i, name)| {
+                let mine: Vec<&AdmissionAggregate> =
+                    report.aggregates.iter().filter(|a| &series_of(a) == name).collect();
                 Series {
-                    name: s.to_string(),
-                    points: mine.iter().map(|a| (a.inter_arrival, pick(a).mean)).collect(),
+                    name: name.clone(),
+                    points: mine.iter().map(|a| (x_of(a), pick(a).mean)).collect(),
                     bars: mine
                         .iter()
                         .filter_map(|a| {
                             let v = pick(a);
-                            v.ci95.map(|ci| (a.inter_arrival, v.mean - ci, v.mean + ci))
+                            v.ci95.map(|ci| (x_of(a), v.mean - ci, v.mean + ci))
                         })
                         .collect(),
                     colour: colour(i),
                 }
             })
             .collect();
-        let x = Axis {
-            label: "mean inter-arrival of workflows (slots)",
-            log: false,
-        };
         let y = Axis { label, log: false };
         let svg = chart(&format!("{}: {label}", report.name), x, y, &series)?;
         out.push((format!("{file}.svg"), svg));

@@ -33,7 +33,7 @@ fn more_load_means_more_rejections_and_more_use() {
         let at = |a: f64| {
             r.aggregates
                 .iter()
-                .find(|g| g.scheduler.name() == s && g.inter_arrival == a)
+                .find(|g| g.setting.scheduler.name() == s && g.setting.inter_arrival == a)
                 .unwrap()
         };
         let (busy, calm) = (at(20.0), at(200.0));

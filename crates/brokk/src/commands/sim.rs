@@ -174,12 +174,15 @@ fn workflows(a: WorkflowsArgs) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     say!(
-        "{:<11} {:>8} {:>5} {:>8} {:>17} {:>17} {:>12} {:>12}",
+        "{:<11} {:>8} {:>5} {:>6} {:>5} {:>8} {:>17} {:>17} {:>17} {:>12} {:>12}",
         "scheduler",
         "arrival",
+        "hold",
+        "rej",
         "seeds",
         "offered",
         "rejected",
+        "accepters rej",
         "utilization",
         "probes/task",
         "reserv/task"
@@ -190,18 +193,24 @@ fn workflows(a: WorkflowsArgs) -> Result<ExitCode> {
     };
     for g in &report.aggregates {
         say!(
-            "{:<11} {:>8} {:>5} {:>8.3} {:>17} {:>17} {:>12.2} {:>12.2}",
-            g.scheduler.name(),
-            g.inter_arrival,
+            "{:<11} {:>8} {:>5} {:>6} {:>5} {:>8.3} {:>17} {:>17} {:>17} {:>12.2} {:>12.2}",
+            g.setting.scheduler.name(),
+            g.setting.inter_arrival,
+            g.setting.hold,
+            g.setting.rejecters,
             g.rejection_rate.n,
             g.offered_load.mean,
             cell(&g.rejection_rate),
+            cell(&g.accepter_rejection_rate),
             cell(&g.utilization),
             g.probes_per_task.mean,
             g.reservations_per_task.mean
         );
     }
-    say!("arrival: mean inter-arrival of workflows in slots of {} s; ± is the half-width of the 95% confidence interval over the seeds", exp.slot);
+    say!(
+        "arrival: mean inter-arrival of the accepters' workflows and hold: of a preliminary reservation, in slots of {} s; rej: rejecters per accepter; ± is the half-width of the 95% confidence interval over the seeds",
+        exp.slot
+    );
     say!("wrote {}", out.display());
     Ok(ExitCode::SUCCESS)
 }
