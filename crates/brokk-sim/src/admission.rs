@@ -74,6 +74,10 @@ pub struct AdmissionExperiment {
     pub grid: GridConfig,
     /// The workflows' shape.
     pub workflow: ShapeConfig,
+    /// The workflow every arrival submits, when `workflow.file` names one
+    /// (read by the caller, which knows the job languages).
+    #[serde(skip)]
+    pub template: Option<Workflow>,
 }
 
 /// Sites and links.
@@ -99,10 +103,16 @@ pub struct GridConfig {
     pub bandwidth: u64,
 }
 
-/// The generator's parameters ([VRM] 2.3.4) with the task count drawn per workflow.
+/// The generator's parameters ([VRM] 2.3.4) with the task count drawn per
+/// workflow, or a workflow file every arrival submits.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ShapeConfig {
+    /// A workflow (DAGMan, WfCommons WfFormat or Brokk's JSON), relative to
+    /// the experiment file, submitted by every arrival instead of generated
+    /// ones; its run times are seconds on the reference resource.
+    #[serde(default)]
+    pub file: Option<std::path::PathBuf>,
     /// Tasks per workflow, uniform in this inclusive range.
     #[serde(default = "default_tasks")]
     pub tasks: [usize; 2],
@@ -446,6 +456,14 @@ impl AdmissionExperiment {
         let mut t = 0.0;
         let mut work = 0.0;
         let draw = |k: usize, rng: &mut ChaCha8Rng| {
+            if let Some(t) = &self.template {
+                let mut wf = t.clone();
+                wf.name = format!("{}-{k}", t.name);
+                for e in &mut wf.edges {
+                    e.bytes = (e.bytes as f64 * self.data_scale).round() as u64;
+                }
+                return Some(wf);
+            }
             let [lo, hi] = self.workflow.tasks;
             let n = rng.gen_range(lo..=hi);
             let mut wf = generate(&self.params(n, largest), &format!("w{k}"), rng.gen()).ok()?;
@@ -533,6 +551,13 @@ impl AdmissionExperiment {
         // Stable: a workflow before a local job arriving the same second.
         out.sort_by_key(|a| a.at);
         out
+    }
+
+    /// Every arrival submits `wf` (with its own deadline) instead of a
+    /// generated workflow.
+    pub fn with_template(mut self, wf: Workflow) -> AdmissionExperiment {
+        self.template = Some(wf);
+        self
     }
 
     /// The generator's parameters for a workflow of `tasks` tasks.

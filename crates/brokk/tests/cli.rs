@@ -256,3 +256,61 @@ fn workflow_validate_reads_a_dag_with_its_node_files_or_names_each_mistake() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn a_wfcommons_instance_is_read_admitted_and_simulated() {
+    let root = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
+    let dir = std::env::temp_dir().join(format!("brokk-cli-montage-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let example = std::fs::read_to_string(root.join("examples/experiments/workflow-montage.toml")).unwrap();
+    let montage = root.join("examples/workflows/montage-4.json");
+    let small = example
+        .replace("workflows = 500", "workflows = 120")
+        .replace("seeds = [1, 2, 3]", "seeds = [1]")
+        .replace("inter_arrival = [2, 3, 5, 10]", "inter_arrival = [1, 10]")
+        .replace(
+            "\"../workflows/montage-4.json\"",
+            &format!("{:?}", montage.display().to_string()),
+        );
+    let file = dir.join("montage.toml");
+    std::fs::write(&file, small).unwrap();
+    let out_dir = dir.join("out");
+    let out = brokk(
+        &[
+            "sim",
+            "workflows",
+            file.to_str().unwrap(),
+            "--out",
+            out_dir.to_str().unwrap(),
+            "--json",
+        ],
+        None,
+    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let aggregates = report["aggregates"].as_array().unwrap();
+    assert_eq!(aggregates.len(), 8, "four schedulers at two loads");
+    let rejected = |s: &str, a: f64| {
+        aggregates
+            .iter()
+            .find(|g| g["scheduler"] == s && g["inter_arrival"] == a)
+            .unwrap()["rejection_rate"]["mean"]
+            .as_f64()
+            .unwrap()
+    };
+    for s in ["single", "heftsync", "heftsyncbt", "hlst"] {
+        assert!(rejected(s, 1.0) > rejected(s, 10.0), "{s}: overload rejects more");
+    }
+    for p in report["points"].as_array().unwrap() {
+        assert_eq!(p["submitted"], 120);
+    }
+    for f in [
+        "summary.json",
+        "rejection-rate.svg",
+        "utilization.svg",
+        "probes-per-task.svg",
+    ] {
+        assert!(out_dir.join(f).exists(), "{f} written");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -158,7 +158,15 @@ fn threads(asked: Option<usize>) -> usize {
 
 fn workflows(a: WorkflowsArgs) -> Result<ExitCode> {
     let text = std::fs::read_to_string(&a.file).with_context(|| format!("reading {}", a.file.display()))?;
-    let exp = AdmissionExperiment::from_toml(&text).with_context(|| format!("in {}", a.file.display()))?;
+    let mut exp = AdmissionExperiment::from_toml(&text).with_context(|| format!("in {}", a.file.display()))?;
+    if let Some(file) = &exp.workflow.file {
+        let path = a.file.parent().unwrap_or(std::path::Path::new(".")).join(file);
+        let read = brokk_jdl::workflow::read_path(&path).map_err(|e| anyhow::anyhow!("{e}"))?;
+        for w in &read.warnings {
+            eprintln!("{w}");
+        }
+        exp = exp.with_template(read.workflow);
+    }
     let bar = progress(exp.points().len(), a.json);
     let report = exp.sweep(threads(a.threads), &|| bar.inc(1))?;
     bar.finish_and_clear();
