@@ -153,6 +153,34 @@ impl<'s, 'x> Booking<'s, 'x> {
         c.first().map(|c| c.start.0)
     }
 
+    /// Up to `k` candidate starts of `t` at `site` for `d` seconds in
+    /// `[earliest, latest]`, each with the site's rating (lower is better).
+    pub fn probe_many(
+        &mut self,
+        t: usize,
+        site: usize,
+        d: i64,
+        earliest: i64,
+        latest: i64,
+        k: usize,
+    ) -> Vec<(i64, f64)> {
+        if latest < earliest {
+            return Vec::new();
+        }
+        self.messages.probes += 1;
+        let req = self.request(t, d, earliest, latest);
+        self.sites[site]
+            .probe(&req, k)
+            .map(|c| c.iter().map(|c| (c.start.0, c.rating)).collect())
+            .unwrap_or_default()
+    }
+
+    /// Seconds to move `bytes` at the mean link bandwidth (the genetic
+    /// search's estimate of a transfer it has not booked yet).
+    pub fn mean_transfer(&self, bytes: u64) -> i64 {
+        self.topo.mean_transfer(bytes).ceil() as i64
+    }
+
     /// The latest start of `t` at `site` for `d` seconds in `[earliest, latest]`.
     pub fn probe_last(&mut self, t: usize, site: usize, d: i64, earliest: i64, latest: i64) -> Option<i64> {
         if latest < earliest {

@@ -12,6 +12,7 @@
 
 mod booking;
 mod dag;
+mod genetic;
 mod heft;
 mod hlst;
 mod network;
@@ -106,15 +107,19 @@ pub enum Scheduler {
     /// HEFT backwards: exit tasks as close to the deadline as they fit,
     /// each task where it starts last (4.4.5).
     Hlst,
+    /// A genetic search over every task's probed candidates for a string
+    /// without violated constraints (4.5).
+    Genetic,
 }
 
 impl Scheduler {
     /// Every scheduler, in the order of the thesis.
-    pub const ALL: [Scheduler; 4] = [
+    pub const ALL: [Scheduler; 5] = [
         Scheduler::Single,
         Scheduler::HeftSync,
         Scheduler::HeftSyncBt,
         Scheduler::Hlst,
+        Scheduler::Genetic,
     ];
 
     /// Its name on the command line and in experiment files.
@@ -124,6 +129,7 @@ impl Scheduler {
             Scheduler::HeftSync => "heftsync",
             Scheduler::HeftSyncBt => "heftsyncbt",
             Scheduler::Hlst => "hlst",
+            Scheduler::Genetic => "genetic",
         }
     }
 }
@@ -442,6 +448,25 @@ pub fn admit(
     }
 }
 
+/// Generations the genetic search may take per workflow.
+const GENERATIONS: usize = 200;
+
+/// The genetic search's seed: from the workflow's tasks and start, so the
+/// same admission repeats exactly.
+fn seed_of(dag: &Dag, earliest: Time) -> u64 {
+    // FNV-1a over the task ids.
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in dag
+        .nodes
+        .iter()
+        .flat_map(|n| n.id.bytes())
+        .chain(earliest.0.to_le_bytes())
+    {
+        h = (h ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
 /// One scheduling run; on failure nothing stays held.
 #[allow(clippy::too_many_arguments)]
 fn run(
@@ -463,6 +488,7 @@ fn run(
         // Without a deadline there is nothing to schedule backwards from.
         Scheduler::Hlst if deadline.is_none() => heft::schedule(&mut b, false),
         Scheduler::Hlst => hlst::schedule(&mut b),
+        Scheduler::Genetic => genetic::schedule(&mut b, GENERATIONS, seed_of(dag, earliest)),
     };
     let late = match (placed, deadline) {
         (true, Some(dl)) if b.complete() => {

@@ -341,3 +341,40 @@ fn data_between_unconnected_sites_keeps_parent_and_child_together() {
     assert!(offer.plan.tasks.iter().all(|t| t.site == offer.plan.tasks[0].site));
     assert!(offer.plan.transfers.is_empty());
 }
+
+#[test]
+fn the_genetic_search_finds_the_schedule_heftsync_misses() {
+    // [VRM] Fig. 4.4: a long one-processor task and a short two-processor
+    // one; HEFTSync gives the long one the two-processor site because it is
+    // free first, and the short one no longer fits before the deadline.
+    let (mut sites, topo, mut net) = grid(&[(2, 1.0), (1, 1.0)], &[]);
+    sites[1]
+        .reserve(
+            "local",
+            &Request {
+                amount: 1,
+                duration: Duration(10),
+                earliest: Time(0),
+                latest: Time(0),
+                flexible: false,
+            },
+            None,
+        )
+        .unwrap();
+    let wf = Workflow {
+        tasks: vec![task("long", 100, 1), task("wide", 50, 2)],
+        deadline: Some(Time(110)),
+        ..Workflow::default()
+    };
+    let r = admit_on(&wf, &mut sites, &topo, &mut net, &opts(Scheduler::HeftSync)).unwrap_err();
+    assert_eq!(r.reason, RejectReason::NoRoom { task: "wide".into() });
+    let offer = admit_on(&wf, &mut sites, &topo, &mut net, &opts(Scheduler::Genetic)).unwrap();
+    let p = &offer.plan.tasks;
+    assert_eq!(
+        (p[0].site, p[0].start),
+        (1, Time(10)),
+        "the long task waits for the small site"
+    );
+    assert_eq!(p[1].site, 0);
+    assert!(p[1].end <= Time(110));
+}
