@@ -4,11 +4,13 @@
 //! capacity at every instant; a rejection, a release and a lapsed hold
 //! leave nothing of the workflow booked.
 
-use brokk_broker::workflow::{admit, LinkSpec, Network, Offer, Options, Scheduler, SiteSpec, Topology, TransferKind};
+use brokk_broker::workflow::{
+    admit, memory_sites, LinkSpec, Network, Offer, Options, Scheduler, SiteSpec, Topology, TransferKind,
+};
 use brokk_broker::{MemorySite, Site};
 use brokk_core::{Request, Reservation};
 use brokk_model::workflow::{CoAllocation, Edge, Task, Workflow};
-use brokk_model::{Duration, ResourceInfo, Time};
+use brokk_model::{Duration, Time};
 use proptest::prelude::*;
 
 const HORIZON: Time = Time(1_000_000);
@@ -21,18 +23,7 @@ struct Grid {
 
 fn grid(caps: &[(u32, u8)], bandwidth: u64) -> Grid {
     let n = caps.len();
-    let sites = caps
-        .iter()
-        .enumerate()
-        .map(|(i, &(c, _))| {
-            let info = ResourceInfo {
-                endpoint: format!("s{i}"),
-                total_slots: c,
-                ..ResourceInfo::default()
-            };
-            MemorySite::new(info, Time(0), HORIZON)
-        })
-        .collect();
+
     // A ring, so some routes take two hops.
     let links: Vec<LinkSpec> = (0..n)
         .filter(|&i| n > 1 && (n > 2 || i == 0))
@@ -43,7 +34,7 @@ fn grid(caps: &[(u32, u8)], bandwidth: u64) -> Grid {
         })
         .collect();
     let net = Network::new(n, links, 1, HORIZON).unwrap();
-    let specs = caps
+    let specs: Vec<SiteSpec> = caps
         .iter()
         .enumerate()
         .map(|(i, &(capacity, speed))| SiteSpec {
@@ -53,8 +44,8 @@ fn grid(caps: &[(u32, u8)], bandwidth: u64) -> Grid {
         })
         .collect();
     Grid {
+        sites: memory_sites(&specs, HORIZON),
         topo: Topology::new(specs, &net),
-        sites,
         net,
     }
 }

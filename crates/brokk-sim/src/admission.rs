@@ -11,11 +11,11 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-use brokk_broker::workflow::{admit, LinkSpec, Network, Options, Scheduler, SiteSpec, Topology};
-use brokk_broker::{MemorySite, Site};
+use brokk_broker::workflow::{admit, memory_sites, LinkSpec, Network, Options, Scheduler, SiteSpec, Topology};
+use brokk_broker::Site;
 use brokk_core::Request;
 use brokk_model::workflow::Workflow;
-use brokk_model::{Duration, ResourceInfo, Time};
+use brokk_model::{Duration, Time};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, Exp};
@@ -583,18 +583,7 @@ impl AdmissionExperiment {
         let arrivals = self.arrivals(specs, setting.inter_arrival, setting.rejecters, seed);
         let last = arrivals.last().map_or(0, |a| a.at.0);
         let horizon = Time(last + (self.max_book_ahead + 100 * MAX_TASK_SLOTS) * self.slot * 4);
-        let mut sites: Vec<MemorySite> = specs
-            .iter()
-            .map(|s| {
-                let info = ResourceInfo {
-                    endpoint: s.name.clone(),
-                    name: s.name.clone(),
-                    total_slots: s.capacity,
-                    ..ResourceInfo::default()
-                };
-                MemorySite::new(info, Time(0), horizon)
-            })
-            .collect();
+        let mut sites = memory_sites(specs, horizon);
         let Ok(mut net) = Network::new(specs.len(), links.to_vec(), 1, horizon) else {
             return Self::empty(setting, seed);
         };

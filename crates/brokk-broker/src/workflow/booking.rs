@@ -375,6 +375,32 @@ impl<'s, 'x> Booking<'s, 'x> {
         }
     }
 
+    /// Places the classes in `order` with `place`; at the first that fails,
+    /// stops with the failure it left, or else that the task found no room
+    /// (the co-allocated tasks no common window).
+    pub fn place_all(&mut self, order: Vec<usize>, mut place: impl FnMut(&mut Self, usize) -> bool) -> bool {
+        let dag = self.dag;
+        for c in order {
+            if place(self, c) {
+                continue;
+            }
+            let members = &dag.classes[c];
+            if self.failure.is_none() {
+                self.failure = Some(if members.len() == 1 {
+                    RejectReason::NoRoom {
+                        task: dag.nodes[members[0]].id.clone(),
+                    }
+                } else {
+                    RejectReason::CoAllocation {
+                        tasks: members.iter().map(|&m| dag.nodes[m].id.clone()).collect(),
+                    }
+                });
+            }
+            return false;
+        }
+        true
+    }
+
     /// Whether every task is placed.
     pub fn complete(&self) -> bool {
         self.tasks.iter().all(Option::is_some)

@@ -3,7 +3,6 @@
 //! finish; co-allocated tasks share one window.
 
 use super::booking::Booking;
-use super::RejectReason;
 
 /// Steps the backtracking search may take per co-allocation class.
 const BACKTRACK_STEPS: usize = 2_000;
@@ -15,29 +14,13 @@ const BACKTRACK_STARTS: usize = 32;
 pub(super) fn schedule(b: &mut Booking, backtrack: bool) -> bool {
     let dag = b.dag;
     let ranks = dag.upward_ranks(b.topo);
-    for c in dag.topological(|c| ranks[c]) {
-        let members = &dag.classes[c];
-        let placed = match (members.len(), backtrack) {
-            (1, _) => place_task(b, members[0]),
+    b.place_all(dag.topological(|c| ranks[c]), |b, c| {
+        match (dag.classes[c].len(), backtrack) {
+            (1, _) => place_task(b, dag.classes[c][0]),
             (_, false) => place_class(b, c),
             (_, true) => place_class_backtracking(b, c),
-        };
-        if !placed {
-            if b.failure.is_none() {
-                b.failure = Some(if members.len() == 1 {
-                    RejectReason::NoRoom {
-                        task: dag.nodes[members[0]].id.clone(),
-                    }
-                } else {
-                    RejectReason::CoAllocation {
-                        tasks: members.iter().map(|&m| dag.nodes[m].id.clone()).collect(),
-                    }
-                });
-            }
-            return false;
         }
-    }
-    true
+    })
 }
 
 /// Task `t` at the site with the earliest finish that can also receive

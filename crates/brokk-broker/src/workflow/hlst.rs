@@ -5,30 +5,18 @@
 
 use super::booking::Booking;
 use super::heft::{fill_window, least_window, Fill};
-use super::RejectReason;
 
 /// Places every class from the exits back; false (with `b.failure` set)
 /// at the first that finds no room. Needs a deadline.
 pub(super) fn schedule(b: &mut Booking) -> bool {
     let dag = b.dag;
     let ranks = dag.downward_ranks(b.topo);
-    for c in dag.reverse_topological(|c| ranks[c]) {
-        let members = &dag.classes[c];
-        let placed = if members.len() == 1 {
-            place_task(b, members[0])
-        } else {
-            place_class(b, members)
-        };
-        if !placed {
-            if b.failure.is_none() {
-                b.failure = Some(RejectReason::NoRoom {
-                    task: dag.nodes[members[0]].id.clone(),
-                });
-            }
-            return false;
+    b.place_all(dag.reverse_topological(|c| ranks[c]), |b, c| {
+        match dag.classes[c].as_slice() {
+            [t] => place_task(b, *t),
+            members => place_class(b, members),
         }
-    }
-    true
+    })
 }
 
 /// Task `t` at the site where it can start latest and still hand its data

@@ -48,6 +48,23 @@ pub struct SiteSpec {
     pub speed: f64,
 }
 
+/// In-memory sites as `specs` describe them (for simulations, benchmarks
+/// and tests), free from time 0 and planning until `horizon`.
+pub fn memory_sites(specs: &[SiteSpec], horizon: Time) -> Vec<crate::MemorySite> {
+    specs
+        .iter()
+        .map(|s| {
+            let info = brokk_model::ResourceInfo {
+                endpoint: s.name.clone(),
+                name: s.name.clone(),
+                total_slots: s.capacity,
+                ..brokk_model::ResourceInfo::default()
+            };
+            crate::MemorySite::new(info, Time(0), horizon)
+        })
+        .collect()
+}
+
 /// The sites and what the ranks need of the network.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Topology {

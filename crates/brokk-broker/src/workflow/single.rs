@@ -5,34 +5,17 @@
 
 use super::booking::Booking;
 use super::heft::{class_floor, fill_window, Fill};
-use super::{RejectReason, FAR};
+use super::FAR;
 
 /// Places every class in index order among the ready ones.
 pub(super) fn schedule(b: &mut Booking) -> bool {
     let dag = b.dag;
-    for c in dag.topological(|c| -(c as f64)) {
-        let members = &dag.classes[c];
-        let placed = if members.len() == 1 {
-            place_task(b, members[0])
-        } else {
-            place_class(b, members)
-        };
-        if !placed {
-            if b.failure.is_none() {
-                b.failure = Some(if members.len() == 1 {
-                    RejectReason::NoRoom {
-                        task: dag.nodes[members[0]].id.clone(),
-                    }
-                } else {
-                    RejectReason::CoAllocation {
-                        tasks: members.iter().map(|&m| dag.nodes[m].id.clone()).collect(),
-                    }
-                });
-            }
-            return false;
+    b.place_all(dag.topological(|c| -(c as f64)), |b, c| {
+        match dag.classes[c].as_slice() {
+            [t] => place_task(b, *t),
+            members => place_class(b, members),
         }
-    }
-    true
+    })
 }
 
 /// The earliest start of `t` over the sites, with the site and duration.

@@ -2,7 +2,7 @@
 
 use brokk_core::Request;
 use brokk_model::workflow::{CoAllocation, Edge, Task, Workflow};
-use brokk_model::{Duration, ResourceInfo, Time};
+use brokk_model::{Duration, Time};
 
 use super::*;
 use crate::memory_site::MemorySite;
@@ -11,34 +11,34 @@ const HORIZON: Time = Time(10_000_000);
 
 /// Sites of the given (processors, speed), joined by `links` of 100 bytes/s.
 pub(super) fn grid(specs: &[(u32, f64)], links: &[(usize, usize)]) -> (Vec<MemorySite>, Topology, Network) {
-    let sites = specs
-        .iter()
-        .enumerate()
-        .map(|(i, &(cap, _))| {
-            let info = ResourceInfo {
-                endpoint: format!("site{i}"),
-                name: format!("site{i}"),
-                total_slots: cap,
-                ..ResourceInfo::default()
-            };
-            MemorySite::new(info, Time(0), HORIZON)
-        })
-        .collect();
     let links = links.iter().map(|&(a, b)| LinkSpec { a, b, bandwidth: 100 }).collect();
     let net = Network::new(specs.len(), links, 1, HORIZON).unwrap();
-    let topo = Topology::new(
-        specs
-            .iter()
-            .enumerate()
-            .map(|(i, &(capacity, speed))| SiteSpec {
-                name: format!("site{i}"),
-                capacity,
-                speed,
-            })
-            .collect(),
-        &net,
-    );
-    (sites, topo, net)
+    let specs: Vec<SiteSpec> = specs
+        .iter()
+        .enumerate()
+        .map(|(i, &(capacity, speed))| SiteSpec {
+            name: format!("site{i}"),
+            capacity,
+            speed,
+        })
+        .collect();
+    let sites = memory_sites(&specs, HORIZON);
+    (sites, Topology::new(specs, &net), net)
+}
+
+/// A local reservation of `amount` processors from 0 for `seconds`.
+fn block(site: &mut MemorySite, amount: u32, seconds: i64) {
+    let req = Request {
+        amount,
+        duration: Duration(seconds),
+        earliest: Time(0),
+        latest: Time(0),
+        flexible: false,
+    };
+    assert!(matches!(
+        site.reserve("local", &req, None),
+        Ok(brokk_core::Reply::Granted { .. })
+    ));
 }
 
 pub(super) fn task(id: &str, runtime: i64, cores: u32) -> Task {
@@ -233,19 +233,7 @@ fn co_allocated_tasks_start_together_with_their_stream_booked() {
 fn a_slower_member_widens_the_window_and_backtracking_finds_a_later_start() {
     // Site 0 is fast but busy until 50; site 1 is half as fast.
     let (mut sites, topo, mut net) = grid(&[(2, 2.0), (2, 1.0)], &[(0, 1)]);
-    sites[0]
-        .reserve(
-            "local",
-            &Request {
-                amount: 2,
-                duration: Duration(50),
-                earliest: Time(0),
-                latest: Time(0),
-                flexible: false,
-            },
-            None,
-        )
-        .unwrap();
+    block(&mut sites[0], 2, 50);
     let wf = Workflow {
         tasks: vec![task("p", 100, 2), task("q", 100, 2)],
         coallocations: vec![CoAllocation {
@@ -276,19 +264,7 @@ fn single_job_admission_misses_a_deadline_that_heftsync_meets() {
     // A slow idle site and a fast one: the earliest start is the slow
     // site, the earliest finish the fast one.
     let (mut sites, topo, mut net) = grid(&[(1, 0.5), (1, 4.0)], &[(0, 1)]);
-    sites[1]
-        .reserve(
-            "local",
-            &Request {
-                amount: 1,
-                duration: Duration(10),
-                earliest: Time(0),
-                latest: Time(0),
-                flexible: false,
-            },
-            None,
-        )
-        .unwrap();
+    block(&mut sites[1], 1, 10);
     let wf = Workflow {
         tasks: vec![task("x", 400, 1)],
         deadline: Some(Time(200)),
@@ -348,19 +324,7 @@ fn the_genetic_search_finds_the_schedule_heftsync_misses() {
     // one; HEFTSync gives the long one the two-processor site because it is
     // free first, and the short one no longer fits before the deadline.
     let (mut sites, topo, mut net) = grid(&[(2, 1.0), (1, 1.0)], &[]);
-    sites[1]
-        .reserve(
-            "local",
-            &Request {
-                amount: 1,
-                duration: Duration(10),
-                earliest: Time(0),
-                latest: Time(0),
-                flexible: false,
-            },
-            None,
-        )
-        .unwrap();
+    block(&mut sites[1], 1, 10);
     let wf = Workflow {
         tasks: vec![task("long", 100, 1), task("wide", 50, 2)],
         deadline: Some(Time(110)),

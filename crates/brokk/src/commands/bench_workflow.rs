@@ -9,9 +9,9 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use anyhow::{Context, Result};
-use brokk_broker::workflow::{admit, LinkSpec, Network, Options, Scheduler, SiteSpec, Topology};
+use brokk_broker::workflow::{admit, memory_sites, LinkSpec, Network, Options, Scheduler, SiteSpec, Topology};
 use brokk_broker::{MemorySite, Site};
-use brokk_model::{Duration, ResourceInfo, Time};
+use brokk_model::{Duration, Time};
 use brokk_planner::Request;
 use brokk_sim::admission::critical_path;
 use brokk_sim::workflows::{generate, WorkflowParams};
@@ -83,18 +83,7 @@ fn grid(n: usize, seed: u64) -> Result<(Vec<MemorySite>, Topology, Network)> {
         }
     }
     let net = Network::new(n, links, 125_000, horizon).context("the benchmark's network")?;
-    let mut sites: Vec<MemorySite> = specs
-        .iter()
-        .map(|s| {
-            let info = ResourceInfo {
-                endpoint: s.name.clone(),
-                name: s.name.clone(),
-                total_slots: s.capacity,
-                ..ResourceInfo::default()
-            };
-            MemorySite::new(info, Time(0), horizon)
-        })
-        .collect();
+    let mut sites = memory_sites(&specs, horizon);
     for (site, spec) in sites.iter_mut().zip(&specs) {
         for _ in 0..300 {
             let start = rng.gen_range(0..7 * 86_400);
