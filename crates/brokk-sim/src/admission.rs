@@ -103,6 +103,49 @@ pub struct GridConfig {
     pub bandwidth: u64,
 }
 
+impl GridConfig {
+    /// The sites and links it describes, checked.
+    pub fn platform(&self) -> Result<(Vec<SiteSpec>, Vec<LinkSpec>), AdmissionError> {
+        let g = self;
+        let (sites, links): (Vec<SiteSpec>, Vec<[String; 2]>) = match g.preset.as_deref() {
+            Some("ediscom") => ediscom(g.heterogeneous),
+            Some(other) => {
+                return Err(AdmissionError::Invalid(format!(
+                    "grid.preset: unknown `{other}` (known: ediscom)"
+                )))
+            }
+            None => (g.sites.clone(), g.links.clone()),
+        };
+        if sites.is_empty()
+            || sites
+                .iter()
+                .any(|s| s.capacity == 0 || s.speed.is_nan() || s.speed <= 0.0)
+        {
+            return Err(AdmissionError::Invalid(
+                "grid: at least one site, each with processors and a positive speed".into(),
+            ));
+        }
+        let index = |n: &str| {
+            sites
+                .iter()
+                .position(|s| s.name == n)
+                .ok_or_else(|| AdmissionError::Invalid(format!("grid.links: no site `{n}`")))
+        };
+        let links = links
+            .iter()
+            .map(|[a, b]| {
+                Ok(LinkSpec {
+                    a: index(a)?,
+                    b: index(b)?,
+                    bandwidth: g.bandwidth,
+                })
+            })
+            .collect::<Result<Vec<_>, AdmissionError>>()?;
+        Network::new(sites.len(), links.clone(), 1, Time(1)).map_err(|e| AdmissionError::Invalid(e.to_string()))?;
+        Ok((sites, links))
+    }
+}
+
 /// The generator's parameters ([VRM] 2.3.4) with the task count drawn per
 /// workflow, or a workflow file every arrival submits.
 #[derive(Debug, Clone, Deserialize)]
@@ -322,43 +365,7 @@ impl AdmissionExperiment {
 
     /// The sites and links.
     pub fn platform(&self) -> Result<(Vec<SiteSpec>, Vec<LinkSpec>), AdmissionError> {
-        let g = &self.grid;
-        let (sites, links): (Vec<SiteSpec>, Vec<[String; 2]>) = match g.preset.as_deref() {
-            Some("ediscom") => ediscom(g.heterogeneous),
-            Some(other) => {
-                return Err(AdmissionError::Invalid(format!(
-                    "grid.preset: unknown `{other}` (known: ediscom)"
-                )))
-            }
-            None => (g.sites.clone(), g.links.clone()),
-        };
-        if sites.is_empty()
-            || sites
-                .iter()
-                .any(|s| s.capacity == 0 || s.speed.is_nan() || s.speed <= 0.0)
-        {
-            return Err(AdmissionError::Invalid(
-                "grid: at least one site, each with processors and a positive speed".into(),
-            ));
-        }
-        let index = |n: &str| {
-            sites
-                .iter()
-                .position(|s| s.name == n)
-                .ok_or_else(|| AdmissionError::Invalid(format!("grid.links: no site `{n}`")))
-        };
-        let links = links
-            .iter()
-            .map(|[a, b]| {
-                Ok(LinkSpec {
-                    a: index(a)?,
-                    b: index(b)?,
-                    bandwidth: g.bandwidth,
-                })
-            })
-            .collect::<Result<Vec<_>, AdmissionError>>()?;
-        Network::new(sites.len(), links.clone(), 1, Time(1)).map_err(|e| AdmissionError::Invalid(e.to_string()))?;
-        Ok((sites, links))
+        self.grid.platform()
     }
 
     /// Every setting: scheduler x inter-arrival x hold x rejecters, in that nesting.

@@ -393,9 +393,19 @@ pub fn load_with(path: &Path, traces: Option<&Path>) -> Result<Prepared, Experim
     })?;
     let spec: Experiment = toml::from_str(&text).map_err(|e| ExperimentError::Toml {
         path: path.display().to_string(),
-        message: e.to_string(),
+        message: if is_admission(&text) {
+            "this is a workflow admission experiment: run it with `brokk sim workflows`".into()
+        } else {
+            e.to_string()
+        },
     })?;
     prepare_with(spec, path.parent().unwrap_or(Path::new(".")), traces)
+}
+
+/// Whether an experiment file is a workflow admission experiment (it names
+/// `schedulers`, which [`Experiment`] has not), run by [`crate::admission`].
+pub fn is_admission(text: &str) -> bool {
+    toml::from_str::<toml::Table>(text).is_ok_and(|t| t.contains_key("schedulers"))
 }
 
 /// Checks an experiment, resolving trace paths against `base`.

@@ -37,8 +37,17 @@ fn every_example_experiment_loads() {
     for entry in std::fs::read_dir(examples()).unwrap() {
         let path = entry.unwrap().path();
         if path.extension().is_some_and(|e| e == "toml") {
-            let p = load(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-            assert!(!p.points().is_empty());
+            let text = std::fs::read_to_string(&path).unwrap();
+            if brokk_sim::experiment::is_admission(&text) {
+                let e = brokk_sim::admission::AdmissionExperiment::from_toml(&text)
+                    .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+                assert!(!e.points().is_empty());
+                let err = load(&path).unwrap_err().to_string();
+                assert!(err.contains("brokk sim workflows"), "{err}");
+            } else {
+                let p = load(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+                assert!(!p.points().is_empty());
+            }
             n += 1;
         }
     }

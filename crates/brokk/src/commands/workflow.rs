@@ -1,13 +1,18 @@
 //! `brokk workflow`: workflows from DAGMan files, WfCommons instances or
 //! Brokk's canonical JSON. `validate` reads one and its node files and
-//! reports every error with its file, line and column; admission against a
-//! deadline builds on this.
+//! reports every error with its file, line and column; `plan` admits it
+//! against a deadline on a described grid (a dry run of the broker's
+//! admission: the same schedulers, empty sites).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
+use brokk_broker::workflow::{admit, memory_sites, Network, Options, Scheduler, Topology};
+use brokk_broker::Site;
 use brokk_jdl::workflow::read_path;
+use brokk_model::{Duration, Time};
+use brokk_sim::admission::GridConfig;
 
 /// Arguments of `brokk workflow`.
 #[derive(clap::Args)]
@@ -21,6 +26,29 @@ enum What {
     /// Read a workflow and its node files; print its tasks and dependencies,
     /// or every error with its place.
     Validate(ValidateArgs),
+    /// Admit a workflow against a deadline on a grid described in a file
+    /// (empty sites, as at the start of an experiment): print the plan, or
+    /// why not and the earliest finish on offer.
+    Plan(PlanArgs),
+}
+
+#[derive(clap::Args)]
+struct PlanArgs {
+    /// A DAGMan file, a WfFormat instance or Brokk's workflow JSON.
+    file: PathBuf,
+    /// The grid (TOML: `preset = "ediscom"`, or `[[sites]]` with name,
+    /// capacity and speed, `links` as pairs of names, `bandwidth` in bytes/s).
+    #[arg(long)]
+    grid: PathBuf,
+    /// The deadline after the start (`90m`, `6h`) [default: the workflow's own, else none].
+    #[arg(long)]
+    deadline: Option<Duration>,
+    /// The scheduler: single, heftsync, heftsyncbt, hlst or genetic.
+    #[arg(long, default_value = "heftsync")]
+    scheduler: Scheduler,
+    /// Print the offer or the rejection as JSON.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(clap::Args)]
@@ -34,7 +62,10 @@ struct ValidateArgs {
 
 /// Runs `brokk workflow`.
 pub fn run(a: Args) -> Result<ExitCode> {
-    let What::Validate(v) = a.what;
+    let v = match a.what {
+        What::Validate(v) => v,
+        What::Plan(p) => return plan(p),
+    };
     match read_path(&v.file) {
         Ok(read) => {
             for w in &read.warnings {
@@ -62,6 +93,107 @@ pub fn run(a: Args) -> Result<ExitCode> {
                 eprintln!("{d}");
             }
             Ok(ExitCode::from(1))
+        }
+    }
+}
+
+/// Seconds after the plan's start, as `+1h30m`.
+fn offset(t: Time) -> String {
+    format!("+{}", Duration(t.0).human())
+}
+
+fn plan(p: PlanArgs) -> Result<ExitCode> {
+    let read = match read_path(&p.file) {
+        Ok(r) => r,
+        Err(e) => {
+            for d in &e.errors {
+                eprintln!("{d}");
+            }
+            return Ok(ExitCode::from(2));
+        }
+    };
+    for w in &read.warnings {
+        eprintln!("{w}");
+    }
+    let text = std::fs::read_to_string(&p.grid).with_context(|| format!("reading {}", p.grid.display()))?;
+    let grid: GridConfig = toml::from_str(&text).with_context(|| format!("in {}", p.grid.display()))?;
+    let (specs, links) = grid.platform().with_context(|| format!("in {}", p.grid.display()))?;
+    // Times are offsets from the start: the workflow starts at 0.
+    let mut wf = read.workflow;
+    let (start, horizon) = (Time(0), Time(400 * 86_400));
+    if let Some(d) = p.deadline {
+        wf.deadline = Some(start + d);
+    }
+    let mut net = Network::new(specs.len(), links, 1, horizon)?;
+    let mut sites = memory_sites(&specs, horizon);
+    let topo = Topology::new(specs, &net);
+    let opts = Options {
+        scheduler: p.scheduler,
+        now: start,
+        hold: Duration(600),
+        explain: true,
+    };
+    let mut refs: Vec<&mut dyn Site> = sites.iter_mut().map(|s| s as &mut dyn Site).collect();
+    let name = |i: usize| topo.sites.get(i).map_or("?", |s| s.name.as_str());
+    match admit(&wf, &topo, &mut refs, &mut net, "you", &opts) {
+        Ok(offer) => {
+            if p.json {
+                say!("{}", serde_json::to_string_pretty(&offer)?);
+                return Ok(ExitCode::SUCCESS);
+            }
+            let plan = &offer.plan;
+            say!(
+                "admitted by {}: {} tasks from {} to {}{}",
+                p.scheduler,
+                plan.tasks.len(),
+                offset(plan.start),
+                offset(plan.finish),
+                wf.deadline
+                    .map_or(String::new(), |d| format!(" (deadline {})", offset(d)))
+            );
+            let w = plan.tasks.iter().map(|t| t.task.len()).max().unwrap_or(4).max(4);
+            say!("{:<w$}  {:<12} {:>10} {:>10}", "task", "site", "start", "end");
+            for t in &plan.tasks {
+                say!(
+                    "{:<w$}  {:<12} {:>10} {:>10}",
+                    t.task,
+                    name(t.site),
+                    offset(t.start),
+                    offset(t.end)
+                );
+            }
+            if !plan.transfers.is_empty() {
+                say!("transfers between sites:");
+                for x in &plan.transfers {
+                    let what = match x.kind {
+                        brokk_broker::workflow::TransferKind::Data { bytes } => format!("{bytes} bytes"),
+                        brokk_broker::workflow::TransferKind::Stream => "stream".to_string(),
+                    };
+                    say!(
+                        "  {} -> {}: {} -> {}, {} to {}, {} at {} bytes/s",
+                        x.from_task,
+                        x.to_task,
+                        name(x.from_site),
+                        name(x.to_site),
+                        offset(x.start),
+                        offset(x.end),
+                        what,
+                        x.bytes_per_s
+                    );
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(r) => {
+            if p.json {
+                say!("{}", serde_json::to_string_pretty(&r)?);
+            } else {
+                let offered = r.earliest_finish.map_or(String::new(), |f| {
+                    format!("; the earliest finish on offer is {}", offset(f))
+                });
+                eprintln!("rejected by {}: {}{offered}", p.scheduler, r.reason);
+            }
+            Ok(ExitCode::from(6))
         }
     }
 }
