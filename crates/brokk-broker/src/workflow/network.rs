@@ -109,21 +109,6 @@ impl Network {
         })
     }
 
-    /// A network of sites without links: only transfers within a site.
-    pub fn none(sites: usize) -> Network {
-        Network {
-            links: Vec::new(),
-            unit: 1,
-            planners: Vec::new(),
-            routes: vec![vec![None; sites]; sites],
-        }
-    }
-
-    /// The links.
-    pub fn links(&self) -> &[LinkSpec] {
-        &self.links
-    }
-
     /// Bytes per second per booking unit.
     pub fn unit(&self) -> u64 {
         self.unit
