@@ -663,9 +663,9 @@ impl AdmissionExperiment {
                                 continue;
                             }
                             if offer.commit("broker", &mut refs, &mut net).is_ok() {
-                                for t in &offer.plan.tasks {
-                                    let cores = wf.tasks.iter().find(|x| x.id == t.task).map_or(0, |x| x.cores);
-                                    count(&mut booked[1], cores, t.start, t.end);
+                                // A plan lists the tasks in the workflow's order.
+                                for (t, spec) in offer.plan.tasks.iter().zip(&wf.tasks) {
+                                    count(&mut booked[1], spec.cores, t.start, t.end);
                                 }
                             } else {
                                 offer.release("broker", &mut refs, &mut net);
@@ -676,11 +676,7 @@ impl AdmissionExperiment {
                         Err(r) => {
                             probes += r.messages.probes;
                             reservations += r.messages.reservations;
-                            let key = serde_json::to_value(&r.reason)
-                                .ok()
-                                .and_then(|v| v.get("reason").and_then(|x| x.as_str()).map(str::to_string))
-                                .unwrap_or_else(|| "other".into());
-                            *p.reasons.entry(key).or_default() += 1;
+                            *p.reasons.entry(r.reason.kind().to_string()).or_default() += 1;
                         }
                     }
                 }

@@ -144,13 +144,13 @@ impl<'s, 'x> Booking<'s, 'x> {
 
     /// The earliest start of `t` at `site` for `d` seconds in `[earliest, latest]`.
     pub fn probe_first(&mut self, t: usize, site: usize, d: i64, earliest: i64, latest: i64) -> Option<i64> {
-        if latest < earliest {
-            return None;
-        }
-        self.messages.probes += 1;
-        let req = self.request(t, d, earliest, latest);
-        let c = self.sites[site].probe(&req, 1).ok()?;
-        c.first().map(|c| c.start.0)
+        self.probe_many(t, site, d, earliest, latest, 1).first().map(|c| c.0)
+    }
+
+    /// The latest start of `t` at `site` for `d` seconds in `[earliest, latest]`
+    /// (a site's answer to two candidates ends with its latest fit).
+    pub fn probe_last(&mut self, t: usize, site: usize, d: i64, earliest: i64, latest: i64) -> Option<i64> {
+        self.probe_many(t, site, d, earliest, latest, 2).last().map(|c| c.0)
     }
 
     /// Up to `k` candidate starts of `t` at `site` for `d` seconds in
@@ -173,23 +173,6 @@ impl<'s, 'x> Booking<'s, 'x> {
             .probe(&req, k)
             .map(|c| c.iter().map(|c| (c.start.0, c.rating)).collect())
             .unwrap_or_default()
-    }
-
-    /// Seconds to move `bytes` at the mean link bandwidth (the genetic
-    /// search's estimate of a transfer it has not booked yet).
-    pub fn mean_transfer(&self, bytes: u64) -> i64 {
-        self.topo.mean_transfer(bytes).ceil() as i64
-    }
-
-    /// The latest start of `t` at `site` for `d` seconds in `[earliest, latest]`.
-    pub fn probe_last(&mut self, t: usize, site: usize, d: i64, earliest: i64, latest: i64) -> Option<i64> {
-        if latest < earliest {
-            return None;
-        }
-        self.messages.probes += 1;
-        let req = self.request(t, d, earliest, latest);
-        let c = self.sites[site].probe(&req, 2).ok()?;
-        c.last().map(|c| c.start.0)
     }
 
     /// A journal position to roll back to.

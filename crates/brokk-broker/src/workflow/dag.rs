@@ -36,6 +36,10 @@ pub(crate) struct Dag {
     pub classes: Vec<Vec<usize>>,
     /// Co-allocated pairs with the bytes per second they exchange.
     pub streams: Vec<(usize, usize, u64)>,
+    /// Per class, the classes whose members have an edge into its members.
+    class_parents: Vec<Vec<usize>>,
+    /// Per class, the classes its members have edges into.
+    class_children: Vec<Vec<usize>>,
 }
 
 impl Dag {
@@ -108,10 +112,27 @@ impl Dag {
         for members in &mut classes {
             members.sort_by(|&a, &b| nodes[b].runtime.cmp(&nodes[a].runtime).then(a.cmp(&b)));
         }
+        let linked = |side: fn(&Node) -> &Vec<(usize, u64)>| -> Vec<Vec<usize>> {
+            (0..classes.len())
+                .map(|c| {
+                    let mut out: Vec<usize> = classes[c]
+                        .iter()
+                        .flat_map(|&m| side(&nodes[m]).iter().map(|&(o, _)| nodes[o].class))
+                        .filter(|&o| o != c)
+                        .collect();
+                    out.sort_unstable();
+                    out.dedup();
+                    out
+                })
+                .collect()
+        };
+        let (class_parents, class_children) = (linked(|n| &n.parents), linked(|n| &n.children));
         let dag = Dag {
             nodes,
             classes,
             streams,
+            class_parents,
+            class_children,
         };
         if dag.topological(|_| 0.0).len() != dag.classes.len() {
             return Err(Rejection::invalid(
@@ -121,47 +142,21 @@ impl Dag {
         Ok(dag)
     }
 
-    /// Classes whose members have an edge into class `c`'s members.
-    pub fn class_parents(&self, c: usize) -> Vec<usize> {
-        self.linked(c, |n| &n.parents)
-    }
-
-    /// Classes that members of class `c` have edges into.
-    pub fn class_children(&self, c: usize) -> Vec<usize> {
-        self.linked(c, |n| &n.children)
-    }
-
-    fn linked(&self, c: usize, side: impl Fn(&Node) -> &Vec<(usize, u64)>) -> Vec<usize> {
-        let mut out: Vec<usize> = self.classes[c]
-            .iter()
-            .flat_map(|&m| side(&self.nodes[m]).iter().map(|&(o, _)| self.nodes[o].class))
-            .filter(|&o| o != c)
-            .collect();
-        out.sort_unstable();
-        out.dedup();
-        out
-    }
-
     /// Classes in an order where every class comes after its parents; among
     /// the ready ones the highest `priority` first (ties: lower index).
     /// Shorter than the class count when there is a cycle.
     pub fn topological(&self, priority: impl Fn(usize) -> f64) -> Vec<usize> {
-        self.walk(priority, |c| self.class_parents(c), |c| self.class_children(c))
+        self.walk(priority, &self.class_parents, &self.class_children)
     }
 
     /// Classes in an order where every class comes after its children
     /// (the backward walk of HLST).
     pub fn reverse_topological(&self, priority: impl Fn(usize) -> f64) -> Vec<usize> {
-        self.walk(priority, |c| self.class_children(c), |c| self.class_parents(c))
+        self.walk(priority, &self.class_children, &self.class_parents)
     }
 
-    fn walk(
-        &self,
-        priority: impl Fn(usize) -> f64,
-        before: impl Fn(usize) -> Vec<usize>,
-        after: impl Fn(usize) -> Vec<usize>,
-    ) -> Vec<usize> {
-        let mut waiting: Vec<usize> = (0..self.classes.len()).map(|c| before(c).len()).collect();
+    fn walk(&self, priority: impl Fn(usize) -> f64, before: &[Vec<usize>], after: &[Vec<usize>]) -> Vec<usize> {
+        let mut waiting: Vec<usize> = before.iter().map(Vec::len).collect();
         let mut ready: BinaryHeap<Ready> = waiting
             .iter()
             .enumerate()
@@ -171,7 +166,7 @@ impl Dag {
         let mut order = Vec::with_capacity(self.classes.len());
         while let Some(Ready(_, c)) = ready.pop() {
             order.push(c);
-            for n in after(c) {
+            for &n in &after[c] {
                 waiting[n] -= 1;
                 if waiting[n] == 0 {
                     ready.push(Ready(priority(n), n));
@@ -185,33 +180,28 @@ impl Dag {
     /// mean duration over the sites able to run it, plus the most expensive
     /// way to an exit through mean transfer times ([VRM] 4.4.3).
     pub fn upward_ranks(&self, topo: &Topology) -> Vec<f64> {
-        let w = self.mean_durations(topo);
-        let mut rank = vec![0.0; self.classes.len()];
-        for c in self.reverse_topological(|_| 0.0) {
-            let tail = self.classes[c]
-                .iter()
-                .flat_map(|&m| self.nodes[m].children.iter())
-                .filter(|&&(o, _)| self.nodes[o].class != c)
-                .map(|&(o, bytes)| topo.mean_transfer(bytes) + rank[self.nodes[o].class])
-                .fold(0.0, f64::max);
-            rank[c] = w[c] + tail;
-        }
-        rank
+        self.ranks(topo, self.reverse_topological(|_| 0.0), |n| &n.children)
     }
 
     /// HLST's rank (t-level with the class's own duration): the most
     /// expensive way from an entry to the class's end.
     pub fn downward_ranks(&self, topo: &Topology) -> Vec<f64> {
+        self.ranks(topo, self.topological(|_| 0.0), |n| &n.parents)
+    }
+
+    /// Each class's mean duration plus the costliest way through `side`
+    /// (children or parents), in an `order` that ranks that side first.
+    fn ranks(&self, topo: &Topology, order: Vec<usize>, side: fn(&Node) -> &Vec<(usize, u64)>) -> Vec<f64> {
         let w = self.mean_durations(topo);
         let mut rank = vec![0.0; self.classes.len()];
-        for c in self.topological(|_| 0.0) {
-            let head = self.classes[c]
+        for c in order {
+            let tail = self.classes[c]
                 .iter()
-                .flat_map(|&m| self.nodes[m].parents.iter())
+                .flat_map(|&m| side(&self.nodes[m]).iter())
                 .filter(|&&(o, _)| self.nodes[o].class != c)
                 .map(|&(o, bytes)| topo.mean_transfer(bytes) + rank[self.nodes[o].class])
                 .fold(0.0, f64::max);
-            rank[c] = w[c] + head;
+            rank[c] = w[c] + tail;
         }
         rank
     }

@@ -83,7 +83,7 @@ pub(super) fn schedule(b: &mut Booking, generations: usize, seed: u64) -> bool {
     }
     let edges: Vec<(usize, usize, i64)> = (0..n)
         .flat_map(|c| dag.nodes[c].parents.iter().map(move |&(p, bytes)| (p, c, bytes)))
-        .map(|(p, c, bytes)| (p, c, if bytes == 0 { 0 } else { b.mean_transfer(bytes) }))
+        .map(|(p, c, bytes)| (p, c, b.topo.mean_transfer(bytes).ceil() as i64))
         .collect();
     let pairs: Vec<(usize, usize)> = dag
         .classes

@@ -372,15 +372,35 @@ pub struct Rejection {
     pub messages: Messages,
 }
 
+impl RejectReason {
+    /// Its name in JSON (`no_room`, `network`, ...), for counting by kind.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            RejectReason::Invalid { .. } => "invalid",
+            RejectReason::TooLarge { .. } => "too_large",
+            RejectReason::PastDeadline { .. } => "past_deadline",
+            RejectReason::NoRoom { .. } => "no_room",
+            RejectReason::CoAllocation { .. } => "co_allocation",
+            RejectReason::Network { .. } => "network",
+            RejectReason::LateFinish { .. } => "late_finish",
+        }
+    }
+}
+
 impl Rejection {
-    fn invalid(message: impl Into<String>) -> Rejection {
+    /// A rejection before anything was asked of a site.
+    fn before_asking(reason: RejectReason) -> Rejection {
         Rejection {
-            reason: RejectReason::Invalid {
-                message: message.into(),
-            },
+            reason,
             earliest_finish: None,
             messages: Messages::default(),
         }
+    }
+
+    fn invalid(message: impl Into<String>) -> Rejection {
+        Rejection::before_asking(RejectReason::Invalid {
+            message: message.into(),
+        })
     }
 }
 
@@ -410,24 +430,19 @@ pub fn admit(
     let dag = Dag::new(wf)?;
     let largest = topo.sites.iter().map(|s| s.capacity).max().unwrap_or(0);
     if let Some(n) = dag.nodes.iter().find(|n| n.cores > largest) {
-        return Err(Rejection {
-            reason: RejectReason::TooLarge {
-                task: n.id.clone(),
-                cores: n.cores,
-                largest,
-            },
-            earliest_finish: None,
-            messages: Messages::default(),
-        });
+        return Err(Rejection::before_asking(RejectReason::TooLarge {
+            task: n.id.clone(),
+            cores: n.cores,
+            largest,
+        }));
     }
     let earliest = wf.earliest.map_or(opts.now, |e| e.max(opts.now));
     if let Some(deadline) = wf.deadline {
         if deadline <= earliest {
-            return Err(Rejection {
-                reason: RejectReason::PastDeadline { deadline, earliest },
-                earliest_finish: None,
-                messages: Messages::default(),
-            });
+            return Err(Rejection::before_asking(RejectReason::PastDeadline {
+                deadline,
+                earliest,
+            }));
         }
     }
     let expires = opts.now + opts.hold;

@@ -146,16 +146,6 @@ impl Network {
         route.iter().map(|&l| self.planners[l].capacity()).min().unwrap_or(0)
     }
 
-    /// Seconds to move `bytes` from `a` to `b` on an empty network; `None`
-    /// when no route joins them.
-    pub fn unloaded_time(&self, a: usize, b: usize, bytes: u64) -> Option<i64> {
-        let route = self.route(a, b)?;
-        if route.is_empty() || bytes == 0 {
-            return Some(0);
-        }
-        Some(seconds(bytes, u64::from(self.bottleneck(route)) * self.unit))
-    }
-
     /// Bandwidth units for `bytes_per_s` (at least one).
     pub(crate) fn units_for(&self, bytes_per_s: u64) -> u32 {
         bytes_per_s.div_ceil(self.unit).clamp(1, u64::from(u32::MAX)) as u32
@@ -403,7 +393,12 @@ mod tests {
         assert_eq!(n.route(0, 2), Some(&[0, 2][..]));
         assert_eq!(n.route(2, 0), Some(&[3, 1][..]));
         assert_eq!(n.route(1, 1), Some(&[][..]));
-        assert_eq!(n.unloaded_time(0, 2, 95), Some(10));
+        let empty = n.find_transfer(0, 2, 95, Time(0), Time(100)).unwrap();
+        assert_eq!(
+            (empty.end, empty.units),
+            (Time(10), 10),
+            "95 bytes over two 10-unit hops"
+        );
     }
 
     #[test]

@@ -342,3 +342,27 @@ fn the_genetic_search_finds_the_schedule_heftsync_misses() {
     assert_eq!(p[1].site, 0);
     assert!(p[1].end <= Time(110));
 }
+
+#[test]
+fn every_kind_is_its_json_name() {
+    let t = || "t".to_string();
+    for r in [
+        RejectReason::Invalid { message: t() },
+        RejectReason::TooLarge {
+            task: t(),
+            cores: 1,
+            largest: 0,
+        },
+        RejectReason::PastDeadline {
+            deadline: Time(0),
+            earliest: Time(0),
+        },
+        RejectReason::NoRoom { task: t() },
+        RejectReason::CoAllocation { tasks: vec![t()] },
+        RejectReason::Network { from: t(), to: t() },
+        RejectReason::LateFinish { finish: Time(0) },
+    ] {
+        let json = serde_json::to_value(&r).unwrap();
+        assert_eq!(json["reason"], r.kind());
+    }
+}
