@@ -317,53 +317,30 @@ fn a_wfcommons_instance_is_read_admitted_and_simulated() {
 
 #[test]
 fn workflow_plan_admits_or_says_why_with_the_earliest_finish() {
-    let ok = brokk(
-        &[
+    let plan = |more: &[&str]| {
+        let mut args = vec![
             "workflow",
             "plan",
             "examples/workflows/montage-4.json",
             "--grid",
             "examples/workflows/grid.toml",
-            "--deadline",
-            "6h",
-        ],
-        None,
-    );
+        ];
+        args.extend_from_slice(more);
+        brokk(&args, None)
+    };
+    let ok = plan(&["--deadline", "6h"]);
     assert!(ok.status.success(), "{}", String::from_utf8_lossy(&ok.stderr));
     let out = String::from_utf8(ok.stdout).unwrap();
     assert!(out.starts_with("admitted by heftsync: 19 tasks from +0s"), "{out}");
     assert!(out.contains("mAdd_1"), "{out}");
-    let no = brokk(
-        &[
-            "workflow",
-            "plan",
-            "examples/workflows/montage-4.json",
-            "--grid",
-            "examples/workflows/grid.toml",
-            "--deadline",
-            "10m",
-            "--scheduler",
-            "hlst",
-        ],
-        None,
-    );
+    let no = plan(&["--deadline", "10m", "--scheduler", "hlst"]);
     assert_eq!(no.status.code(), Some(6), "refused");
     let err = String::from_utf8(no.stderr).unwrap();
     assert!(
         err.contains("rejected by hlst") && err.contains("earliest finish on offer is +"),
         "{err}"
     );
-    let json = brokk(
-        &[
-            "workflow",
-            "plan",
-            "examples/workflows/montage-4.json",
-            "--grid",
-            "examples/workflows/grid.toml",
-            "--json",
-        ],
-        None,
-    );
+    let json = plan(&["--json"]);
     let offer: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
     assert_eq!(offer["plan"]["tasks"].as_array().unwrap().len(), 19);
 }

@@ -35,11 +35,18 @@ enum What {
 struct WorkflowsArgs {
     /// The experiment file (TOML).
     file: PathBuf,
-    /// Directory for summary.json and the plots
-    /// [default: sim-results/<experiment name>].
+    #[command(flatten)]
+    results: ResultArgs,
+}
+
+/// Where results go and how many threads compute them.
+#[derive(clap::Args)]
+struct ResultArgs {
+    /// Directory for the results (summary.json, the plots and, for job
+    /// experiments, jobs.csv) [default: sim-results/<experiment name>].
     #[arg(long)]
     out: Option<PathBuf>,
-    /// Threads [default: all cores].
+    /// Threads for a sweep [default: all cores].
     #[arg(long)]
     threads: Option<usize>,
     /// Print the summary JSON on standard output instead of a table.
@@ -70,16 +77,8 @@ struct WorkloadArgs {
 struct RunArgs {
     /// The experiment file (TOML).
     file: PathBuf,
-    /// Directory for jobs.csv, summary.json and the plots
-    /// [default: sim-results/<experiment name>].
-    #[arg(long)]
-    out: Option<PathBuf>,
-    /// Threads for a sweep [default: all cores].
-    #[arg(long)]
-    threads: Option<usize>,
-    /// Print the summary JSON on standard output instead of a table.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    results: ResultArgs,
     /// Where to look for a trace file, by its name, that is not where the
     /// experiment says.
     #[arg(long)]
@@ -100,16 +99,17 @@ pub fn run(a: Args) -> Result<ExitCode> {
     } else {
         prepared.single_points()
     };
-    let bar = progress(points.len(), args.json);
-    let results = run_points(&prepared, &points, threads(args.threads), &|| bar.inc(1))?;
+    let bar = progress(points.len(), args.results.json);
+    let results = run_points(&prepared, &points, threads(args.results.threads), &|| bar.inc(1))?;
     bar.finish_and_clear();
     let baseline = prepared.as_recorded();
     let out = args
+        .results
         .out
         .unwrap_or_else(|| PathBuf::from("sim-results").join(&prepared.spec.name));
     report::write_all(&out, &prepared, &results, baseline.as_ref())
         .with_context(|| format!("writing {}", out.display()))?;
-    if args.json {
+    if args.results.json {
         say!(
             "{}",
             serde_json::to_string_pretty(&report::report(&prepared, &results, baseline.as_ref()))?
@@ -167,17 +167,20 @@ fn workflows(a: WorkflowsArgs) -> Result<ExitCode> {
         }
         exp = exp.with_template(read.workflow);
     }
-    let bar = progress(exp.points().len(), a.json);
-    let report = exp.sweep(threads(a.threads), &|| bar.inc(1))?;
+    let bar = progress(exp.points().len(), a.results.json);
+    let report = exp.sweep(threads(a.results.threads), &|| bar.inc(1))?;
     bar.finish_and_clear();
-    let out = a.out.unwrap_or_else(|| PathBuf::from("sim-results").join(&exp.name));
+    let out = a
+        .results
+        .out
+        .unwrap_or_else(|| PathBuf::from("sim-results").join(&exp.name));
     std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
     let json = serde_json::to_string_pretty(&report)?;
     std::fs::write(out.join("summary.json"), &json)?;
     for (name, svg) in brokk_sim::plots::admission(&report).map_err(anyhow::Error::msg)? {
         std::fs::write(out.join(&name), svg).with_context(|| format!("writing {name}"))?;
     }
-    if a.json {
+    if a.results.json {
         say!("{json}");
         return Ok(ExitCode::SUCCESS);
     }
