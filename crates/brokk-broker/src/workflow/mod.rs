@@ -11,6 +11,7 @@
 //! the [`Network`], and run the same live and in the simulator.
 
 mod booking;
+pub mod course;
 mod dag;
 mod genetic;
 mod heft;

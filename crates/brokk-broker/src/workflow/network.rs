@@ -312,6 +312,27 @@ impl Network {
         }
     }
 
+    /// Puts a committed transfer's bookings back as they were (same ids),
+    /// as a broker does for its admitted workflows after a restart; returns
+    /// whether every link took it back (one that no longer fits is skipped).
+    pub fn restore(&mut self, owner: &str, x: &super::TransferPlan) -> bool {
+        let units = u32::try_from(x.bytes_per_s / self.unit).unwrap_or(u32::MAX);
+        let mut all = true;
+        for b in &x.links {
+            let r = brokk_core::Reservation {
+                id: b.reservation,
+                owner: owner.into(),
+                start: x.start,
+                end: x.end,
+                amount: units,
+                state: brokk_core::State::Committed,
+                window: None,
+            };
+            all &= self.planners.get_mut(b.link).is_some_and(|p| p.restore(&r).is_ok());
+        }
+        all
+    }
+
     /// Books `units` from `a` to `b` directly (traffic the broker does not
     /// manage, in simulations), committed.
     pub fn book_background(&mut self, a: usize, b: usize, units: u32, start: Time, end: Time) -> bool {

@@ -1,0 +1,265 @@
+//! The course of an admitted workflow, after its commit ([VRM] 4.2): which
+//! tasks may go to their reservations, when a failed task may run again
+//! (DAGMan's RETRY) inside the slack before its children's reservations,
+//! and when the workflow is over. Synchronous, time as an argument: the
+//! service asks on every round what to do and does it.
+
+use brokk_model::workflow::Workflow;
+use brokk_model::Time;
+
+use super::{Plan, FAR};
+
+/// Where one task is, as the broker's records say.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TaskStatus {
+    /// Waiting for its parents; nothing sent yet.
+    Planned,
+    /// Sent to its site (queued there, waiting for its reservation, or running).
+    Sent,
+    /// Ended with exit status 0.
+    Succeeded,
+    /// Ended otherwise, or could not run; with why.
+    Failed(String),
+    /// Cancelled by its owner.
+    Cancelled,
+}
+
+/// A task's run so far.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskRun {
+    /// Its status.
+    pub status: TaskStatus,
+    /// Runs started again after a failure so far.
+    pub retried: u32,
+}
+
+/// What to do next for a running workflow.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    /// Every parent of task `.0` succeeded: send it into its reservation,
+    /// with its parents' outputs.
+    Release(usize),
+    /// Task `task` failed and may run again: reserve `cores` for `duration`
+    /// seconds ending by `latest_end` (its children's first reservation, or
+    /// the deadline) and send it there.
+    Retry {
+        /// The task.
+        task: usize,
+        /// Processors.
+        cores: u32,
+        /// Seconds it is given (its planned reservation's length).
+        duration: i64,
+        /// The retry must end by this.
+        latest_end: Time,
+    },
+    /// The workflow cannot finish as planned: cancel what is left.
+    Fail {
+        /// The task at fault.
+        task: usize,
+        /// Why, for the owner.
+        reason: String,
+    },
+    /// Every task succeeded.
+    Finished,
+}
+
+/// The next steps of `wf`, admitted as `plan`, whose tasks stand as `runs`
+/// (in the workflow's order) at `now`. A workflow that fails yields one
+/// [`Step::Fail`] and nothing else; one whose tasks all succeeded yields
+/// [`Step::Finished`].
+pub fn steps(wf: &Workflow, plan: &Plan, runs: &[TaskRun], now: Time) -> Vec<Step> {
+    let index: std::collections::HashMap<&str, usize> =
+        wf.tasks.iter().enumerate().map(|(i, t)| (t.id.as_str(), i)).collect();
+    let mut parents: Vec<Vec<usize>> = vec![Vec::new(); wf.tasks.len()];
+    let mut children: Vec<Vec<usize>> = vec![Vec::new(); wf.tasks.len()];
+    for e in &wf.edges {
+        if let (Some(&p), Some(&c)) = (index.get(e.parent.as_str()), index.get(e.child.as_str())) {
+            parents[c].push(p);
+            children[p].push(c);
+        }
+    }
+    let mut out = Vec::new();
+    for (k, run) in runs.iter().enumerate() {
+        match &run.status {
+            TaskStatus::Cancelled => {
+                return vec![Step::Fail {
+                    task: k,
+                    reason: format!("task {} was cancelled", wf.tasks[k].id),
+                }]
+            }
+            TaskStatus::Failed(why) => {
+                let task = &wf.tasks[k];
+                if run.retried >= task.retries {
+                    let reason = if task.retries == 0 {
+                        format!("task {} failed: {why}", task.id)
+                    } else {
+                        format!("task {} failed: {why}; its {} retries are used", task.id, task.retries)
+                    };
+                    return vec![Step::Fail { task: k, reason }];
+                }
+                let (start, end) = (plan.tasks[k].start, plan.tasks[k].end);
+                let duration = (end - start).0;
+                // Its data leaves at its booked time and its children start
+                // at theirs: a retry fits only in the time before both.
+                let latest_end = children[k]
+                    .iter()
+                    .map(|&c| plan.tasks[c].start)
+                    .chain(
+                        plan.transfers
+                            .iter()
+                            .filter(|x| x.from_task == task.id && matches!(x.kind, super::TransferKind::Data { .. }))
+                            .map(|x| x.start),
+                    )
+                    .min()
+                    .or(wf.deadline)
+                    .unwrap_or(Time(FAR));
+                if now + brokk_model::Duration(duration) > latest_end {
+                    return vec![Step::Fail {
+                        task: k,
+                        reason: format!(
+                            "task {} failed: {why}; a retry of {duration} s no longer fits before {latest_end}",
+                            task.id
+                        ),
+                    }];
+                }
+                out.push(Step::Retry {
+                    task: k,
+                    cores: task.cores,
+                    duration,
+                    latest_end,
+                });
+            }
+            TaskStatus::Planned => {
+                if parents[k].iter().all(|&p| runs[p].status == TaskStatus::Succeeded) {
+                    out.push(Step::Release(k));
+                }
+            }
+            TaskStatus::Sent | TaskStatus::Succeeded => {}
+        }
+    }
+    if runs.iter().all(|r| r.status == TaskStatus::Succeeded) {
+        out.push(Step::Finished);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::workflow::{TaskPlan, TransferKind, TransferPlan};
+    use brokk_core::ReservationId;
+    use brokk_model::workflow::{Edge, Task};
+
+    /// a -> b, a -> c, b -> d, c -> d; b may retry once.
+    fn diamond() -> (Workflow, Plan) {
+        let task = |id: &str, retries| Task {
+            id: id.into(),
+            runtime: brokk_model::Duration(100),
+            cores: 2,
+            retries,
+            ..Task::default()
+        };
+        let edge = |p: &str, c: &str| Edge {
+            parent: p.into(),
+            child: c.into(),
+            bytes: 0,
+        };
+        let wf = Workflow {
+            name: "d".into(),
+            tasks: vec![task("a", 0), task("b", 1), task("c", 0), task("d", 0)],
+            edges: vec![edge("a", "b"), edge("a", "c"), edge("b", "d"), edge("c", "d")],
+            deadline: Some(Time(2000)),
+            ..Workflow::default()
+        };
+        let at = |k: usize, start: i64| TaskPlan {
+            task: wf.tasks[k].id.clone(),
+            site: 0,
+            start: Time(start),
+            end: Time(start + 100),
+            reservation: ReservationId(k as u64),
+        };
+        let plan = Plan {
+            tasks: vec![at(0, 0), at(1, 100), at(2, 100), at(3, 500)],
+            transfers: Vec::new(),
+            start: Time(0),
+            finish: Time(600),
+        };
+        (wf, plan)
+    }
+
+    fn runs(states: [TaskStatus; 4]) -> Vec<TaskRun> {
+        states.into_iter().map(|status| TaskRun { status, retried: 0 }).collect()
+    }
+
+    use TaskStatus::*;
+
+    #[test]
+    fn tasks_go_when_every_parent_succeeded() {
+        let (wf, plan) = diamond();
+        assert_eq!(steps(&wf, &plan, &runs([Planned, Planned, Planned, Planned]), Time(0)), [Step::Release(0)]);
+        assert_eq!(
+            steps(&wf, &plan, &runs([Succeeded, Planned, Planned, Planned]), Time(100)),
+            [Step::Release(1), Step::Release(2)]
+        );
+        // d waits for both of its parents.
+        assert_eq!(steps(&wf, &plan, &runs([Succeeded, Succeeded, Sent, Planned]), Time(200)), []);
+        assert_eq!(
+            steps(&wf, &plan, &runs([Succeeded, Succeeded, Succeeded, Planned]), Time(200)),
+            [Step::Release(3)]
+        );
+        assert_eq!(
+            steps(&wf, &plan, &runs([Succeeded, Succeeded, Succeeded, Succeeded]), Time(600)),
+            [Step::Finished]
+        );
+    }
+
+    #[test]
+    fn a_failed_task_retries_inside_its_slack_or_fails_the_workflow() {
+        let (wf, plan) = diamond();
+        let failed = || Failed("exit 1".into());
+        // b may retry once, ending before d's reservation at 500.
+        assert_eq!(
+            steps(&wf, &plan, &runs([Succeeded, failed(), Sent, Planned]), Time(250)),
+            [Step::Retry {
+                task: 1,
+                cores: 2,
+                duration: 100,
+                latest_end: Time(500)
+            }]
+        );
+        // Too late for another 100 s before 500.
+        let late = steps(&wf, &plan, &runs([Succeeded, failed(), Sent, Planned]), Time(401));
+        assert!(matches!(&late[..], [Step::Fail { task: 1, reason }] if reason.contains("no longer fits before")));
+        // Its one retry used.
+        let mut r = runs([Succeeded, failed(), Sent, Planned]);
+        r[1].retried = 1;
+        let used = steps(&wf, &plan, &r, Time(250));
+        assert!(matches!(&used[..], [Step::Fail { task: 1, reason }] if reason.contains("1 retries are used")));
+        // c has no retries: the workflow fails at once.
+        let none = steps(&wf, &plan, &runs([Succeeded, Sent, failed(), Planned]), Time(250));
+        assert!(matches!(&none[..], [Step::Fail { task: 2, reason }] if reason == "task c failed: exit 1"));
+        let cancelled = steps(&wf, &plan, &runs([Succeeded, Cancelled, Sent, Planned]), Time(250));
+        assert!(matches!(&cancelled[..], [Step::Fail { task: 1, .. }]));
+    }
+
+    #[test]
+    fn a_retry_ends_before_its_data_leaves() {
+        let (wf, mut plan) = diamond();
+        plan.transfers.push(TransferPlan {
+            from_task: "b".into(),
+            to_task: "d".into(),
+            kind: TransferKind::Data { bytes: 10 },
+            from_site: 0,
+            to_site: 1,
+            start: Time(420),
+            end: Time(430),
+            bytes_per_s: 1,
+            links: Vec::new(),
+        });
+        let got = steps(&wf, &plan, &runs([Succeeded, Failed("x".into()), Sent, Planned]), Time(250));
+        assert!(matches!(&got[..], [Step::Retry { latest_end: Time(420), .. }]));
+        // An exit task's retry is bounded by the deadline.
+        let got = steps(&wf, &plan, &runs([Succeeded, Succeeded, Succeeded, Failed("x".into())]), Time(700));
+        assert!(matches!(&got[..], [Step::Fail { task: 3, .. }]));
+    }
+}
