@@ -43,6 +43,10 @@ pub struct Task {
     /// a researcher's workflow instance may have only a run time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub job: Option<Job>,
+    /// The language the job was written in (`condor`, `slurm`, ...), so
+    /// the broker fills in that language's placeholders when it runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub format: Option<String>,
     /// Run time on the reference resource, scaled by a site's speed.
     pub runtime: Duration,
     /// Processors it needs.

@@ -5,7 +5,7 @@ use reqwest::Method;
 
 use crate::wire::{
     Accepted, BrokerJob, BrokerReservation, BrokerReservationRequest, CoallocRequest, Coallocated, ErrorBody,
-    SubmitRequest, UploadView,
+    SubmitRequest, UploadView, WorkflowRefused, WorkflowRequest, WorkflowView,
 };
 
 /// A failed call: the HTTP status (0 when the service could not be reached)
@@ -17,6 +17,16 @@ pub struct CallError {
     pub status: u16,
     /// What went wrong.
     pub message: String,
+}
+
+/// A failed answer as the service's message.
+fn error_of(r: Response) -> CallError {
+    let status = r.status().as_u16();
+    let message = r
+        .json::<ErrorBody>()
+        .map(|e| e.error)
+        .unwrap_or_else(|_| format!("HTTP {status}"));
+    CallError { status, message }
 }
 
 /// The broker service at `url`, acting as the identity of `token`.
@@ -56,12 +66,7 @@ impl BrokerClient {
         if r.status().is_success() {
             return Ok(r);
         }
-        let status = r.status().as_u16();
-        let message = r
-            .json::<ErrorBody>()
-            .map(|e| e.error)
-            .unwrap_or_else(|_| format!("HTTP {status}"));
-        Err(CallError { status, message })
+        Err(error_of(r))
     }
 
     /// Sends `rq` and reads the JSON answer.
@@ -118,6 +123,44 @@ impl BrokerClient {
     /// Co-allocates jobs that must start together.
     pub fn coallocate(&self, req: &CoallocRequest) -> Result<Coallocated, CallError> {
         self.call(self.request(Method::POST, &["v1", "coallocations"]).json(req))
+    }
+
+    /// Admits a workflow against its deadline: its plan, or (409) why not
+    /// with the earliest finish on offer.
+    pub fn submit_workflow(&self, req: &WorkflowRequest) -> Result<Result<WorkflowView, WorkflowRefused>, CallError> {
+        let r = self
+            .request(Method::POST, &["v1", "workflows"])
+            .json(req)
+            .send()
+            .map_err(|e| CallError {
+                status: 0,
+                message: format!("{}: {e}", self.url),
+            })?;
+        let status = r.status().as_u16();
+        let bad = |e: reqwest::Error| CallError {
+            status,
+            message: format!("bad answer: {e}"),
+        };
+        match status {
+            200..=299 => r.json().map(Ok).map_err(bad),
+            409 => r.json().map(Err).map_err(bad),
+            _ => Err(error_of(r)),
+        }
+    }
+
+    /// One workflow with its tasks' states.
+    pub fn workflow(&self, id: &str) -> Result<WorkflowView, CallError> {
+        self.call(self.request(Method::GET, &["v1", "workflows", id]))
+    }
+
+    /// The caller's workflows, newest last.
+    pub fn workflows(&self) -> Result<Vec<WorkflowView>, CallError> {
+        self.call(self.request(Method::GET, &["v1", "workflows"]))
+    }
+
+    /// Cancels a workflow: its running tasks and every reservation left.
+    pub fn cancel_workflow(&self, id: &str) -> Result<WorkflowView, CallError> {
+        self.call(self.request(Method::DELETE, &["v1", "workflows", id]))
     }
 
     /// One job.

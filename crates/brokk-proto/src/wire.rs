@@ -309,6 +309,8 @@ pub enum BrokerState {
     Accepted,
     /// Recorded and kept back by its owner (`brokk hold`) until released.
     Held,
+    /// A workflow's task waiting for its parents, its reservation made.
+    Planned,
     /// Part of a co-allocation whose reservations are being made.
     Reserving,
     /// Being moved from one site to another by queue adaptation.
@@ -327,9 +329,10 @@ pub enum BrokerState {
 
 impl BrokerState {
     /// Every state, in the order of a job's life.
-    pub const ALL: [BrokerState; 9] = [
+    pub const ALL: [BrokerState; 10] = [
         BrokerState::Accepted,
         BrokerState::Held,
+        BrokerState::Planned,
         BrokerState::Reserving,
         BrokerState::Moving,
         BrokerState::Dispatched,
@@ -344,6 +347,7 @@ impl BrokerState {
         match self {
             BrokerState::Accepted => "accepted",
             BrokerState::Held => "held",
+            BrokerState::Planned => "planned",
             BrokerState::Reserving => "reserving",
             BrokerState::Moving => "moving",
             BrokerState::Dispatched => "dispatched",
@@ -569,4 +573,143 @@ pub struct BrokerReservation {
     pub end: Time,
     /// Held or given back.
     pub state: BrokerReservationState,
+}
+
+/// `POST /v1/workflows` on the broker service: a workflow to admit against
+/// its deadline and run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkflowRequest {
+    /// The workflow in Brokk's canonical form (`brokk workflow validate
+    /// --json`), every task with its job; its `deadline` is the one admitted
+    /// against.
+    pub workflow: brokk_model::workflow::Workflow,
+    /// The scheduler: single, heftsync (the default), heftsyncbt, hlst or genetic.
+    #[serde(default)]
+    pub scheduler: Option<String>,
+    /// Input name -> SHA-256 of the owner's uploads, for local inputs no
+    /// parent task makes.
+    #[serde(default)]
+    pub uploads: std::collections::BTreeMap<String, String>,
+}
+
+/// Where a workflow is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum WorkflowState {
+    /// Admitted; its tasks run in their reservations.
+    Running,
+    /// Every task ended successfully.
+    Finished,
+    /// A task failed beyond its retries; what was left was cancelled.
+    Failed,
+    /// Cancelled by its owner.
+    Cancelled,
+}
+
+impl WorkflowState {
+    /// The state's name, as stored and shown.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WorkflowState::Running => "running",
+            WorkflowState::Finished => "finished",
+            WorkflowState::Failed => "failed",
+            WorkflowState::Cancelled => "cancelled",
+        }
+    }
+}
+
+impl std::fmt::Display for WorkflowState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One task of an admitted workflow: where and when it is reserved and the
+/// broker job that runs it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkflowTask {
+    /// The task's id in the workflow.
+    pub task: String,
+    /// The broker job running it now (a retry runs as a new job).
+    pub job: String,
+    /// The site.
+    pub site: String,
+    /// The broker reservation it runs in.
+    pub reservation: String,
+    /// The reservation's start.
+    pub start: Time,
+    /// The reservation's end.
+    pub end: Time,
+    /// Runs started again after a failure.
+    pub retried: u32,
+    /// The job's state (filled in when shown).
+    pub state: BrokerState,
+    /// The job's exit code, once ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+}
+
+/// Bandwidth the broker booked between two sites for a workflow.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkflowTransfer {
+    /// The task whose data it carries.
+    pub from_task: String,
+    /// The task that receives it.
+    pub to_task: String,
+    /// Source site.
+    pub from_site: String,
+    /// Destination site.
+    pub to_site: String,
+    /// Start of the booking.
+    pub start: Time,
+    /// End of the booking.
+    pub end: Time,
+    /// Bytes per second booked.
+    pub bytes_per_s: u64,
+}
+
+/// A workflow at the broker service.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkflowView {
+    /// Its id.
+    pub id: String,
+    /// Its owner.
+    pub owner: String,
+    /// Its name.
+    pub name: String,
+    /// The scheduler that placed it.
+    pub scheduler: String,
+    /// Where it is.
+    pub state: WorkflowState,
+    /// When it was admitted.
+    pub submitted: Time,
+    /// Its deadline, if it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline: Option<Time>,
+    /// The first reservation's start.
+    pub start: Time,
+    /// The last reservation's end.
+    pub finish: Time,
+    /// When it ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended: Option<Time>,
+    /// Why it failed or was cancelled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Its tasks, in the workflow's order.
+    pub tasks: Vec<WorkflowTask>,
+    /// Bandwidth booked between sites.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub transfers: Vec<WorkflowTransfer>,
+}
+
+/// The answer to a workflow the broker could not admit (409): why, and
+/// the earliest finish the grid could offer instead, when one was found.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkflowRefused {
+    /// Why, in words (with the earliest finish).
+    pub error: String,
+    /// Why, as the admission said it (`reason` names its kind).
+    pub rejection: brokk_broker::workflow::Rejection,
 }

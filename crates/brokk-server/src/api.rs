@@ -14,7 +14,9 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Extension, Json, Router};
-use brokk_proto::wire::{BrokerReservationRequest, CoallocRequest, ErrorBody, SubmitRequest};
+use brokk_proto::wire::{
+    BrokerReservationRequest, CoallocRequest, ErrorBody, SubmitRequest, WorkflowRefused, WorkflowRequest,
+};
 use serde::Deserialize;
 
 use crate::service::{Service, ServiceError, LATENCY_BUCKETS};
@@ -115,6 +117,47 @@ async fn cancel_reservation(
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     Ok(Json(app.service.cancel_reservation(&who.0, &id).await?).into_response())
+}
+
+/// 201 with the admitted workflow's plan, or 409 with why not and the
+/// earliest finish on offer.
+async fn submit_workflow(
+    State(app): State<App>,
+    Extension(who): Extension<Identity>,
+    bytes: Bytes,
+) -> Result<Response, ApiError> {
+    let req: WorkflowRequest = body(&bytes)?;
+    Ok(match app.service.submit_workflow(&who.0, req).await? {
+        Ok(view) => (StatusCode::CREATED, Json(view)).into_response(),
+        Err(rejection) => (
+            StatusCode::CONFLICT,
+            Json(WorkflowRefused {
+                error: rejection.to_string(),
+                rejection,
+            }),
+        )
+            .into_response(),
+    })
+}
+
+async fn list_workflows(State(app): State<App>, Extension(who): Extension<Identity>) -> Result<Response, ApiError> {
+    Ok(Json(app.service.workflows(&who.0).await?).into_response())
+}
+
+async fn show_workflow(
+    State(app): State<App>,
+    Extension(who): Extension<Identity>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    Ok(Json(app.service.workflow(&who.0, &id).await?).into_response())
+}
+
+async fn cancel_workflow(
+    State(app): State<App>,
+    Extension(who): Extension<Identity>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    Ok(Json(app.service.cancel_workflow(&who.0, &id).await?).into_response())
 }
 
 #[derive(Deserialize)]
@@ -325,6 +368,8 @@ pub fn router(service: Service, tokens: BTreeMap<String, String>, max_body: usiz
         .route("/v1/me", get(me))
         .route("/v1/coallocations", axum::routing::post(coallocate))
         .route("/v1/reservations", get(list_reservations).post(reserve))
+        .route("/v1/workflows", get(list_workflows).post(submit_workflow))
+        .route("/v1/workflows/{id}", get(show_workflow).delete(cancel_workflow))
         .route(
             "/v1/reservations/{id}",
             get(show_reservation).delete(cancel_reservation),

@@ -16,6 +16,9 @@
 //! coallocation_jobs = 16
 //! reserved_slot_hours = 10000
 //! reservation_seconds = 604800
+//! [workflows]                        # workflow admission; these are the defaults
+//! bandwidth_bytes_per_s = 125000000  # between every two sites, reserved per transfer
+//! hold_seconds = 120                 # how long an admission's holds wait for its commit
 //! [[sites]]                          # a remote `brokk site`
 //! name = "alpha"
 //! url = "http://127.0.0.1:8441"
@@ -86,6 +89,30 @@ pub struct Config {
     /// Append what the service accepts and how each job ends to this JSON
     /// Lines file, for `brokk sim` to replay (relative to this file).
     pub record: Option<PathBuf>,
+    /// Workflow admission.
+    #[serde(default)]
+    pub workflows: WorkflowSettings,
+}
+
+/// How workflows are admitted: the network the broker reserves between its
+/// sites, and how long an admission's preliminary holds last.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WorkflowSettings {
+    /// Bandwidth between every two sites, bytes per second; transfers of a
+    /// task's output to another site are booked on it.
+    pub bandwidth_bytes_per_s: u64,
+    /// Seconds the holds of an admission wait for its commit.
+    pub hold_seconds: i64,
+}
+
+impl Default for WorkflowSettings {
+    fn default() -> Self {
+        WorkflowSettings {
+            bandwidth_bytes_per_s: 125_000_000,
+            hold_seconds: 120,
+        }
+    }
 }
 
 /// Per-user limits, so that no user fills the queue or the sites for

@@ -6,8 +6,12 @@
 
 use std::path::Path;
 
+use brokk_broker::workflow::Plan;
+use brokk_model::workflow::Workflow;
 use brokk_model::Time;
-use brokk_proto::wire::{BrokerJob, BrokerReservation, BrokerReservationState, BrokerState, HistoryEntry};
+use brokk_proto::wire::{
+    BrokerJob, BrokerReservation, BrokerReservationState, BrokerState, HistoryEntry, WorkflowState, WorkflowView,
+};
 use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::{AnyPool, Row};
 
@@ -25,6 +29,32 @@ pub struct StoredJob {
     pub spec: String,
     /// Preferences, JSON.
     pub prefs: String,
+}
+
+/// A stored workflow: what clients see, the workflow as admitted and its plan.
+#[derive(Debug, Clone)]
+pub struct StoredWorkflow {
+    /// What clients see (the tasks' states as last written).
+    pub view: WorkflowView,
+    /// The workflow, every task with its job.
+    pub spec: Workflow,
+    /// The admitted plan (sites by their index in the configuration at
+    /// admission; the view names them).
+    pub plan: Plan,
+}
+
+fn to_json<T: serde::Serialize>(v: &T) -> Result<String, DbError> {
+    serde_json::to_string(v).map_err(|e| DbError(sqlx::Error::Encode(Box::new(e))))
+}
+
+fn row_to_workflow(r: &AnyRow) -> Result<StoredWorkflow, DbError> {
+    let json = |column: &str| -> Result<String, DbError> { Ok(r.try_get::<String, _>(column)?) };
+    let bad = |e: serde_json::Error| DbError(sqlx::Error::Decode(Box::new(e)));
+    Ok(StoredWorkflow {
+        view: serde_json::from_str(&json("view")?).map_err(bad)?,
+        spec: serde_json::from_str(&json("spec")?).map_err(bad)?,
+        plan: serde_json::from_str(&json("plan")?).map_err(bad)?,
+    })
 }
 
 /// The service's database.
@@ -54,6 +84,11 @@ const SCHEMA: &[&str] = &[
     "CREATE TABLE IF NOT EXISTS reservations (
         id TEXT PRIMARY KEY, owner TEXT NOT NULL, site TEXT NOT NULL, site_reservation BIGINT NOT NULL,
         amount BIGINT NOT NULL, start BIGINT NOT NULL, stop BIGINT NOT NULL, state TEXT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS workflows (
+        id TEXT PRIMARY KEY, owner TEXT NOT NULL, state TEXT NOT NULL, submitted BIGINT NOT NULL,
+        view TEXT NOT NULL, spec TEXT NOT NULL, plan TEXT NOT NULL)",
+    "CREATE INDEX IF NOT EXISTS workflows_by_owner ON workflows (owner, submitted)",
+    "CREATE INDEX IF NOT EXISTS workflows_by_state ON workflows (state)",
 ];
 
 const COLUMNS: &str = "id, owner, format, spec, prefs, warnings, state, site, site_job, predicted_tts, predicted_ttd, \
@@ -200,6 +235,17 @@ impl Db {
     /// and is told how many).
     pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<BrokerJob> {
         self.changes.subscribe()
+    }
+
+    /// Replaces a job's canonical description (a workflow task's inputs,
+    /// once its parents' outputs are stored).
+    pub async fn set_spec(&self, id: &str, spec: &str) -> Result<(), DbError> {
+        sqlx::query("UPDATE jobs SET spec = $1 WHERE id = $2")
+            .bind(spec)
+            .bind(id)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
     }
 
     /// Writes a job's mutable fields and, when its state changed, a history entry.
@@ -397,7 +443,7 @@ impl Db {
         // The unfinished states by name, so the (owner, state) index answers.
         let row = sqlx::query(
             "SELECT COUNT(*) AS n FROM jobs WHERE owner = $1 \
-             AND state IN ('accepted', 'reserving', 'dispatched', 'running', 'moving')",
+             AND state IN ('accepted', 'planned', 'reserving', 'dispatched', 'running', 'moving')",
         )
         .bind(owner)
         .fetch_one(&self.pool)
@@ -418,6 +464,57 @@ impl Db {
             .iter()
             .map(|r| r.get::<i64, _>("amount") * (r.get::<i64, _>("stop") - r.get::<i64, _>("start").max(now.0)))
             .sum())
+    }
+
+    /// Stores or updates a workflow.
+    pub async fn save_workflow(&self, w: &StoredWorkflow) -> Result<(), DbError> {
+        let (view, spec, plan) = (to_json(&w.view)?, to_json(&w.spec)?, to_json(&w.plan)?);
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("DELETE FROM workflows WHERE id = $1")
+            .bind(&w.view.id)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query(
+            "INSERT INTO workflows (id, owner, state, submitted, view, spec, plan) VALUES ($1, $2, $3, $4, $5, $6, $7)",
+        )
+        .bind(&w.view.id)
+        .bind(&w.view.owner)
+        .bind(w.view.state.as_str())
+        .bind(w.view.submitted.0)
+        .bind(view)
+        .bind(spec)
+        .bind(plan)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// A workflow by id.
+    pub async fn workflow(&self, id: &str) -> Result<Option<StoredWorkflow>, DbError> {
+        let row = sqlx::query("SELECT view, spec, plan FROM workflows WHERE id = $1")
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.as_ref().map(row_to_workflow).transpose()
+    }
+
+    /// `owner`'s workflows, oldest first.
+    pub async fn workflows_of(&self, owner: &str) -> Result<Vec<StoredWorkflow>, DbError> {
+        let rows = sqlx::query("SELECT view, spec, plan FROM workflows WHERE owner = $1 ORDER BY submitted, id")
+            .bind(owner)
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter().map(row_to_workflow).collect()
+    }
+
+    /// Every workflow in `state`, oldest first.
+    pub async fn workflows_in(&self, state: WorkflowState) -> Result<Vec<StoredWorkflow>, DbError> {
+        let rows = sqlx::query("SELECT view, spec, plan FROM workflows WHERE state = $1 ORDER BY submitted, id")
+            .bind(state.as_str())
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter().map(row_to_workflow).collect()
     }
 
     /// Jobs per state, for metrics.

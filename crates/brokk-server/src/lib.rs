@@ -86,6 +86,8 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
     })
     .await
     .map_err(|e| err(&e))?;
+    let network = service::network(sites.len(), config.workflows.bandwidth_bytes_per_s, service::now())
+        .map_err(|e| err(&format!("[workflows]: {e}")))?;
     let service = Service {
         db,
         sites: Arc::new(sites),
@@ -103,7 +105,11 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
             Some(path) => Some(Arc::new(record::Recorder::open(path).map_err(|e| err(&e))?)),
             None => None,
         },
+        network: Arc::new(std::sync::Mutex::new(network)),
+        workflow_settings: config.workflows,
+        workflow_lock: Arc::new(tokio::sync::Mutex::new(())),
     };
+    service.restore_network().await.map_err(|e| err(&e))?;
     // Before anything is dispatched; a site that does not answer yet is
     // asked again until it does (the jobs stay invisible to dispatch meanwhile).
     let r = service.clone();
@@ -124,11 +130,15 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
             }
         }
     });
-    // The dispatcher: on every submission, and every second for retries and
-    // for jobs accepted before a restart.
+    // The dispatcher: on every submission and every ended workflow task,
+    // and every second for retries and for jobs accepted before a restart.
+    // Workflows move first, so a task their round released goes at once.
     let d = service.clone();
     tokio::spawn(async move {
         loop {
+            if let Err(e) = d.advance_workflows().await {
+                tracing::error!("advancing workflows: {e}");
+            }
             if let Err(e) = d.dispatch_pending().await {
                 tracing::error!("dispatching: {e}");
             }

@@ -31,7 +31,7 @@ pub fn document() -> Value {
                     "ids": {"type": "array", "items": {"type": "string"}}, "warnings": {"type": "array", "items": {"type": "string"}}}},
                 "Job": {"type": "object", "properties": {
                     "id": {"type": "string"}, "owner": {"type": "string"}, "format": {"type": "string"},
-                    "state": {"enum": ["accepted", "held", "reserving", "moving", "dispatched", "running", "finished", "failed", "cancelled"]},
+                    "state": {"enum": ["accepted", "held", "planned", "reserving", "moving", "dispatched", "running", "finished", "failed", "cancelled"]},
                     "name": {"type": ["string", "null"]}, "stderr": {"type": ["string", "null"]},
                     "outputs": {"type": "array", "items": {"type": "string"}}, "wall_time": {"type": ["integer", "null"]},
                     "site": {"type": ["string", "null"]}, "site_job": {"type": ["string", "null"]},
@@ -51,7 +51,24 @@ pub fn document() -> Value {
                     "site": {"type": "string"}, "site_reservation": {"type": "integer"}, "amount": {"type": "integer"},
                     "start": {"type": "string", "format": "date-time"}, "end": {"type": "string", "format": "date-time"},
                     "state": {"enum": ["committed", "cancelled"]}}},
-                "Coallocated": {"type": "object", "properties": {"ids": {"type": "array"}, "sites": {"type": "array"}, "starts": {"type": "array"}}}
+                "Coallocated": {"type": "object", "properties": {"ids": {"type": "array"}, "sites": {"type": "array"}, "starts": {"type": "array"}}},
+                "WorkflowRequest": {"type": "object", "required": ["workflow"], "properties": {
+                    "workflow": {"type": "object", "description": "Brokk's workflow JSON (`brokk workflow validate --json`): name, tasks (id, job, runtime, cores, retries, format), edges (parent, child, bytes), coallocations, earliest, deadline"},
+                    "scheduler": {"enum": ["single", "heftsync", "heftsyncbt", "hlst", "genetic"]},
+                    "uploads": {"type": "object", "additionalProperties": {"type": "string"}, "description": "input name -> SHA-256 of an upload, for local inputs no parent task makes"}}},
+                "Workflow": {"type": "object", "properties": {"id": {"type": "string"}, "owner": {"type": "string"}, "name": {"type": "string"},
+                    "scheduler": {"type": "string"}, "state": {"enum": ["running", "finished", "failed", "cancelled"]},
+                    "submitted": {"type": "string", "format": "date-time"}, "deadline": {"type": "string", "format": "date-time"},
+                    "start": {"type": "string", "format": "date-time"}, "finish": {"type": "string", "format": "date-time"},
+                    "ended": {"type": "string", "format": "date-time"}, "reason": {"type": "string"},
+                    "tasks": {"type": "array", "items": {"type": "object", "properties": {"task": {"type": "string"}, "job": {"type": "string"},
+                        "site": {"type": "string"}, "reservation": {"type": "string"}, "start": {"type": "string", "format": "date-time"},
+                        "end": {"type": "string", "format": "date-time"}, "retried": {"type": "integer"}, "state": {"type": "string"},
+                        "exit_code": {"type": "integer"}}}},
+                    "transfers": {"type": "array", "items": {"type": "object"}}}},
+                "WorkflowRefused": {"type": "object", "properties": {"error": {"type": "string"}, "rejection": {"type": "object", "properties": {
+                    "reason": {"enum": ["too_large", "past_deadline", "no_room", "co_allocation", "network", "late_finish"]},
+                    "earliest_finish": {"type": ["string", "null"], "format": "date-time"}}}}}
             }
         },
         "security": [{"bearer": []}],
@@ -90,6 +107,15 @@ pub fn document() -> Value {
             "/v1/reservations/{id}": {
                 "get": {"responses": ok("200", json!({"$ref": "#/components/schemas/Reservation"}))},
                 "delete": {"responses": ok("200", json!({"$ref": "#/components/schemas/Reservation"}))}},
+            "/v1/workflows": {"get": {"responses": ok("200", json!({"type": "array", "items": {"$ref": "#/components/schemas/Workflow"}}))},
+                "post": {"description": "admit a workflow against its deadline: every task reserved at a site and every transfer on the network, or nothing (409 with the reason and the earliest finish on offer)",
+                    "requestBody": {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/WorkflowRequest"}}}},
+                    "responses": {"201": {"description": "admitted", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Workflow"}}}},
+                        "409": {"description": "not admitted", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/WorkflowRefused"}}}},
+                        "400": err}}},
+            "/v1/workflows/{id}": {
+                "get": {"responses": ok("200", json!({"$ref": "#/components/schemas/Workflow"}))},
+                "delete": {"description": "cancel its tasks and every reservation left", "responses": ok("200", json!({"$ref": "#/components/schemas/Workflow"}))}},
             "/v1/resources": {"get": {"responses": ok("200", json!({"type": "array"}))}}
         }
     })

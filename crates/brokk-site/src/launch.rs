@@ -11,6 +11,9 @@ use tokio::sync::watch;
 
 use crate::accounts::Account;
 
+/// The `PATH` a job is given unless it sets its own.
+pub const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
+
 /// What the runner of one job listens to.
 #[derive(Debug, Clone)]
 pub struct Controls {
@@ -129,7 +132,7 @@ pub(crate) fn site_values(launch: &Launch, site: &str, sandbox: &Path) -> Vec<(&
 pub(crate) fn batch_environment(id: JobId, site: &str, job: &Job, sandbox: &Path) -> Vec<(String, String)> {
     let sandbox = std::path::absolute(sandbox).unwrap_or_else(|_| sandbox.to_path_buf());
     vec![
-        ("PATH".into(), "/usr/local/bin:/usr/bin:/bin".into()),
+        ("PATH".into(), DEFAULT_PATH.into()),
         ("HOME".into(), sandbox.display().to_string()),
         ("TMPDIR".into(), sandbox.display().to_string()),
         ("BROKK_JOB_ID".into(), id.to_string()),

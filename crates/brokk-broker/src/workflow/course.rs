@@ -36,9 +36,16 @@ pub struct TaskRun {
 /// What to do next for a running workflow.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Step {
-    /// Every parent of task `.0` succeeded: send it into its reservation,
+    /// Every parent of `task` succeeded: send it into its reservation,
     /// with its parents' outputs.
-    Release(usize),
+    Release {
+        /// The task.
+        task: usize,
+        /// Whether its reservation may first move up to start now: its
+        /// parents ended before their reservations did, and it neither
+        /// waits for booked data nor starts together with other tasks.
+        early: bool,
+    },
     /// Task `task` failed and may run again: reserve `cores` for `duration`
     /// seconds ending by `latest_end` (its children's first reservation, or
     /// the deadline) and send it there.
@@ -131,7 +138,14 @@ pub fn steps(wf: &Workflow, plan: &Plan, runs: &[TaskRun], now: Time) -> Vec<Ste
             }
             TaskStatus::Planned => {
                 if parents[k].iter().all(|&p| runs[p].status == TaskStatus::Succeeded) {
-                    out.push(Step::Release(k));
+                    let id = &wf.tasks[k].id;
+                    let early = now < plan.tasks[k].start
+                        && !wf.coallocations.iter().any(|c| &c.a == id || &c.b == id)
+                        && !plan
+                            .transfers
+                            .iter()
+                            .any(|x| &x.to_task == id || &x.from_task == id && x.kind == super::TransferKind::Stream);
+                    out.push(Step::Release { task: k, early });
                 }
             }
             TaskStatus::Sent | TaskStatus::Succeeded => {}
@@ -188,7 +202,10 @@ mod tests {
     }
 
     fn runs(states: [TaskStatus; 4]) -> Vec<TaskRun> {
-        states.into_iter().map(|status| TaskRun { status, retried: 0 }).collect()
+        states
+            .into_iter()
+            .map(|status| TaskRun { status, retried: 0 })
+            .collect()
     }
 
     use TaskStatus::*;
@@ -196,19 +213,37 @@ mod tests {
     #[test]
     fn tasks_go_when_every_parent_succeeded() {
         let (wf, plan) = diamond();
-        assert_eq!(steps(&wf, &plan, &runs([Planned, Planned, Planned, Planned]), Time(0)), [Step::Release(0)]);
+        let go = |task| Step::Release { task, early: false };
+        let early = |task| Step::Release { task, early: true };
+        assert_eq!(
+            steps(&wf, &plan, &runs([Planned, Planned, Planned, Planned]), Time(0)),
+            [go(0)]
+        );
         assert_eq!(
             steps(&wf, &plan, &runs([Succeeded, Planned, Planned, Planned]), Time(100)),
-            [Step::Release(1), Step::Release(2)]
+            [go(1), go(2)]
+        );
+        // Its parents ended early: b and c may move up.
+        assert_eq!(
+            steps(&wf, &plan, &runs([Succeeded, Planned, Planned, Planned]), Time(40)),
+            [early(1), early(2)]
         );
         // d waits for both of its parents.
-        assert_eq!(steps(&wf, &plan, &runs([Succeeded, Succeeded, Sent, Planned]), Time(200)), []);
         assert_eq!(
-            steps(&wf, &plan, &runs([Succeeded, Succeeded, Succeeded, Planned]), Time(200)),
-            [Step::Release(3)]
+            steps(&wf, &plan, &runs([Succeeded, Succeeded, Sent, Planned]), Time(200)),
+            []
         );
         assert_eq!(
-            steps(&wf, &plan, &runs([Succeeded, Succeeded, Succeeded, Succeeded]), Time(600)),
+            steps(&wf, &plan, &runs([Succeeded, Succeeded, Succeeded, Planned]), Time(200)),
+            [early(3)]
+        );
+        assert_eq!(
+            steps(
+                &wf,
+                &plan,
+                &runs([Succeeded, Succeeded, Succeeded, Succeeded]),
+                Time(600)
+            ),
             [Step::Finished]
         );
     }
@@ -256,10 +291,29 @@ mod tests {
             bytes_per_s: 1,
             links: Vec::new(),
         });
-        let got = steps(&wf, &plan, &runs([Succeeded, Failed("x".into()), Sent, Planned]), Time(250));
-        assert!(matches!(&got[..], [Step::Retry { latest_end: Time(420), .. }]));
+        let got = steps(
+            &wf,
+            &plan,
+            &runs([Succeeded, Failed("x".into()), Sent, Planned]),
+            Time(250),
+        );
+        assert!(matches!(
+            &got[..],
+            [Step::Retry {
+                latest_end: Time(420),
+                ..
+            }]
+        ));
+        // d waits for b's data where it was booked: it does not move up.
+        let got = steps(&wf, &plan, &runs([Succeeded, Succeeded, Succeeded, Planned]), Time(250));
+        assert_eq!(got, [Step::Release { task: 3, early: false }]);
         // An exit task's retry is bounded by the deadline.
-        let got = steps(&wf, &plan, &runs([Succeeded, Succeeded, Succeeded, Failed("x".into())]), Time(700));
+        let got = steps(
+            &wf,
+            &plan,
+            &runs([Succeeded, Succeeded, Succeeded, Failed("x".into())]),
+            Time(700),
+        );
         assert!(matches!(&got[..], [Step::Fail { task: 3, .. }]));
     }
 }

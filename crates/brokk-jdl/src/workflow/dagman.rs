@@ -355,6 +355,7 @@ pub fn read(
                     task.cores = job.cpus.unwrap_or(1).max(1);
                 }
                 task.job = job;
+                task.format = Some(format.name().to_string());
             }
             Ok(parsed) => errors.push(Diagnostic::error_at(
                 text,

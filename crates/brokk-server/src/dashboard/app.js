@@ -3,7 +3,7 @@
 // the page is small, and nothing here needs a build step.
 "use strict";
 
-const STATES = ["accepted", "held", "reserving", "moving", "dispatched", "running", "finished", "failed", "cancelled"];
+const STATES = ["accepted", "held", "planned", "reserving", "moving", "dispatched", "running", "finished", "failed", "cancelled"];
 const state = { token: sessionStorage.getItem("brokk-token"), jobs: new Map(), sites: [], reservations: [] };
 const $ = (id) => document.getElementById(id);
 

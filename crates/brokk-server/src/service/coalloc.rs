@@ -56,7 +56,7 @@ impl Service {
         for j in &req.jobs {
             let (mut job, format, warnings) = Self::one_job(&j.description, j.format.as_deref())?;
             // Co-allocated jobs take no uploads: a local input is refused, not lost.
-            self.take_uploads(owner, &mut job, &Default::default())?;
+            self.take_uploads(owner, &mut job, &Default::default(), &Default::default())?;
             parsed.push((job, format, warnings));
         }
         // Durable before anything is reserved, in a state of their own that

@@ -142,6 +142,10 @@ impl Service {
                 if let (true, Some(r)) = (changed && v.state.is_terminal(), &self.record) {
                     r.ended(&v);
                 }
+                if changed && v.state.is_terminal() && super::workflows::workflow_of(&v.id).is_some() {
+                    // Its children may go now.
+                    self.wake.notify_one();
+                }
             }
             if complete {
                 cursor.version = feed.version;

@@ -27,10 +27,12 @@ mod files;
 mod follow;
 mod reservations;
 mod sites;
+mod workflows;
 
 pub use files::{FileHead, FileStream};
 use sites::cached_sites;
 pub use sites::{Cursor, SiteEntry, SiteInfo};
+pub use workflows::network;
 
 /// Why a request failed.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -39,7 +41,7 @@ pub enum ServiceError {
     #[error("{0}")]
     BadRequest(String),
     /// Another user's job.
-    #[error("job {0} belongs to someone else")]
+    #[error("{0} belongs to someone else")]
     Forbidden(String),
     /// No such job or file.
     #[error("{0} not found")]
@@ -106,6 +108,13 @@ pub struct Service {
     /// Where accepted jobs and their ends are recorded for replay, if
     /// configured.
     pub record: Option<Arc<crate::record::Recorder>>,
+    /// The bandwidth between the sites that workflow admission reserves.
+    pub network: Arc<std::sync::Mutex<brokk_broker::workflow::Network>>,
+    /// Workflow admission's settings.
+    pub workflow_settings: crate::config::WorkflowSettings,
+    /// Taken by each admission, round and cancel of workflows, so a task
+    /// is never sent while its workflow is being cancelled.
+    pub workflow_lock: Arc<tokio::sync::Mutex<()>>,
 }
 
 pub use brokk_proto::wall_clock as now;
@@ -181,7 +190,7 @@ impl Service {
         let prefs = serde_json::to_string(&req.preferences.unwrap_or_default())
             .map_err(|e| ServiceError::BadRequest(e.to_string()))?;
         for job in &mut jobs {
-            self.take_uploads(owner, job, &req.uploads)?;
+            self.take_uploads(owner, job, &req.uploads, &Default::default())?;
         }
         let ids: Vec<String> = jobs.iter().map(|_| new_id()).collect();
         for (index, (job, id)) in jobs.iter_mut().zip(&ids).enumerate() {
@@ -212,15 +221,18 @@ impl Service {
     }
 
     /// Points the job's local input files at the owner's uploads named in
-    /// `uploads`; refuses one that names no upload, or an upload not stored.
+    /// `uploads`, but for those its workflow parents make (`from_parents`,
+    /// stored when they end); refuses one that names no upload, or an
+    /// upload not stored.
     fn take_uploads(
         &self,
         owner: &str,
         job: &mut Job,
         uploads: &std::collections::BTreeMap<String, String>,
+        from_parents: &std::collections::BTreeSet<String>,
     ) -> Result<(), ServiceError> {
         for f in &mut job.input_files {
-            if f.source.is_some() {
+            if f.source.is_some() || from_parents.contains(&f.name) {
                 continue;
             }
             let Some(sha) = uploads.get(&f.name) else {
@@ -302,7 +314,7 @@ impl Service {
             .await?
             .ok_or_else(|| ServiceError::NotFound(format!("job {id}")))?;
         if j.view.owner != owner {
-            return Err(ServiceError::Forbidden(id.to_string()));
+            return Err(ServiceError::Forbidden(format!("job {id}")));
         }
         Ok(j)
     }

@@ -41,17 +41,8 @@ impl Service {
                 self.limits.reservation_seconds, req.duration.0
             )));
         }
-        let held = self.db.reserved_slot_seconds(owner, t).await?;
-        let asked = i64::from(req.amount).saturating_mul(req.duration.0);
-        let limit = (self.limits.reserved_slot_hours as i64).saturating_mul(3600);
-        if held.saturating_add(asked) > limit {
-            return Err(ServiceError::Conflict(format!(
-                "you hold {:.1} slot-hours in reservations and ask for {:.1} more; the limit is {} per user",
-                held as f64 / 3600.0,
-                asked as f64 / 3600.0,
-                self.limits.reserved_slot_hours
-            )));
-        }
+        self.within_reserved_limit(owner, i64::from(req.amount).saturating_mul(req.duration.0), t)
+            .await?;
         let sites = self.sites.clone();
         let request = brokk_core::Request {
             amount: req.amount,

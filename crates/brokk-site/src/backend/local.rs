@@ -106,6 +106,16 @@ async fn start_supervised(
             let program: PathBuf = if !exe.contains('/') && staged.exists() {
                 make_executable(&staged).await?;
                 staged
+            } else if !exe.contains('/') {
+                // A bare command (`seq`, a one-line script's) is looked up on
+                // the job's PATH, as a shell would.
+                let path = job
+                    .environment
+                    .iter()
+                    .rev()
+                    .find(|v| v.name == "PATH")
+                    .map_or(crate::launch::DEFAULT_PATH, |v| v.value.as_str());
+                on_path(exe, path).unwrap_or_else(|| PathBuf::from(exe))
             } else {
                 PathBuf::from(exe)
             };
@@ -172,4 +182,13 @@ async fn start_supervised(
         .map_err(std::io::Error::other)??;
     let [stdin, stdout, stderr] = stdio;
     cmd.stdin(stdin).stdout(stdout).stderr(stderr).spawn()
+}
+
+/// The first executable file named `name` in the directories of `path`.
+fn on_path(name: &str, path: &str) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    path.split(':')
+        .filter(|d| d.starts_with('/'))
+        .map(|d| Path::new(d).join(name))
+        .find(|p| std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0))
 }

@@ -166,7 +166,7 @@ pub fn table(jobs: &[BrokerJob], fields: &[Field], now: Time) -> Vec<String> {
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct Filter {
     /// Only jobs in these states (comma-separated: accepted, held,
-    /// reserving, moving, dispatched, running, finished, failed, cancelled).
+    /// planned, reserving, moving, dispatched, running, finished, failed, cancelled).
     #[arg(long, value_delimiter = ',')]
     pub state: Vec<BrokerState>,
     /// Only jobs with these names (comma-separated; `*` matches any text).

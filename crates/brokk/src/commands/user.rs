@@ -26,7 +26,8 @@ pub struct Server {
 }
 
 impl Server {
-    fn client(&self) -> BrokerClient {
+    /// A client of the service as this identity.
+    pub fn client(&self) -> BrokerClient {
         BrokerClient::new(&self.server, &self.token)
     }
 }
@@ -335,21 +336,36 @@ fn upload_inputs(
     input: &super::Input,
     format: Option<&str>,
 ) -> Result<std::collections::BTreeMap<String, String>> {
-    let mut out = std::collections::BTreeMap::new();
     let Some(format) = format.and_then(|f| f.parse::<brokk_jdl::Format>().ok()) else {
-        return Ok(out);
+        return Ok(Default::default());
     };
     // A description that does not read is sent as it is: the broker's
     // answer names the error with its position.
     let Ok(parsed) = brokk_jdl::read(format, &input.text, &input.opts) else {
-        return Ok(out);
+        return Ok(Default::default());
     };
     let base = input.opts.base_dir.clone().unwrap_or_else(|| PathBuf::from("."));
-    for f in parsed.jobs.iter().flat_map(|j| &j.input_files) {
+    let inputs = parsed.jobs.iter().flat_map(|j| &j.input_files);
+    upload_files(c, &base, inputs, |_| true)
+}
+
+/// Uploads the local `inputs` (those with no URL) found under `base` for
+/// which `wanted` holds, each once; returns input name -> SHA-256.
+pub fn upload_files<'a>(
+    c: &BrokerClient,
+    base: &std::path::Path,
+    inputs: impl Iterator<Item = &'a brokk_model::InputFile>,
+    wanted: impl Fn(&std::path::Path) -> bool,
+) -> Result<std::collections::BTreeMap<String, String>> {
+    let mut out = std::collections::BTreeMap::new();
+    for f in inputs {
         if f.source.is_some() || out.contains_key(&f.name) {
             continue;
         }
         let path = base.join(&f.name);
+        if !wanted(&path) {
+            continue;
+        }
         let (sha, size) = brokk_site::uploads::digest_file(&path)
             .with_context(|| format!("input file {}: reading {}", f.name, path.display()))?;
         if !c.has_upload(&sha)? {

@@ -2,7 +2,8 @@
 //! Brokk's canonical JSON. `validate` reads one and its node files and
 //! reports every error with its file, line and column; `plan` admits it
 //! against a deadline on a described grid (a dry run of the broker's
-//! admission: the same schedulers, empty sites).
+//! admission: the same schedulers, empty sites); `submit`, `status`,
+//! `list` and `cancel` do it for real through `brokk serve`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -12,7 +13,10 @@ use brokk_broker::workflow::{admit, memory_sites, Network, Options, Scheduler, T
 use brokk_broker::Site;
 use brokk_jdl::workflow::read_path;
 use brokk_model::{Duration, Time};
+use brokk_proto::wire::{WorkflowRequest, WorkflowView};
 use brokk_sim::admission::GridConfig;
+
+use super::user::{upload_files, Server};
 
 /// Arguments of `brokk workflow`.
 #[derive(clap::Args)]
@@ -30,6 +34,54 @@ enum What {
     /// (empty sites, as at the start of an experiment): print the plan, or
     /// why not and the earliest finish on offer.
     Plan(PlanArgs),
+    /// Admit a workflow against a deadline at the broker service and run
+    /// it: every task in its reservation, each child with its parents'
+    /// outputs. Prints the plan, or why not and the earliest finish on
+    /// offer (exit status 6).
+    Submit(SubmitArgs),
+    /// A workflow's tasks: where, when, and how each is doing.
+    Status(StatusArgs),
+    /// Your workflows.
+    List(ListArgs),
+    /// Cancel a workflow: its running tasks and every reservation left.
+    Cancel(StatusArgs),
+}
+
+#[derive(clap::Args)]
+struct SubmitArgs {
+    /// A DAGMan file (its node files beside it) or Brokk's workflow JSON.
+    file: PathBuf,
+    /// The deadline after now (`90m`, `6h`) [default: the workflow's own, else none].
+    #[arg(long)]
+    deadline: Option<Duration>,
+    /// The scheduler: single, heftsync, heftsyncbt, hlst or genetic.
+    #[arg(long, default_value = "heftsync")]
+    scheduler: Scheduler,
+    /// Print the workflow or the refusal as JSON.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    server: Server,
+}
+
+#[derive(clap::Args)]
+struct StatusArgs {
+    /// The workflow's id.
+    id: String,
+    /// Print it as JSON.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    server: Server,
+}
+
+#[derive(clap::Args)]
+struct ListArgs {
+    /// Print them as JSON.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    server: Server,
 }
 
 #[derive(clap::Args)]
@@ -65,6 +117,10 @@ pub fn run(a: Args) -> Result<ExitCode> {
     let v = match a.what {
         What::Validate(v) => v,
         What::Plan(p) => return plan(p),
+        What::Submit(a) => return submit(a),
+        What::Status(a) => return status(a, false),
+        What::Cancel(a) => return status(a, true),
+        What::List(a) => return list(a),
     };
     match read_path(&v.file) {
         Ok(read) => {
@@ -103,18 +159,9 @@ fn offset(t: Time) -> String {
 }
 
 fn plan(p: PlanArgs) -> Result<ExitCode> {
-    let read = match read_path(&p.file) {
-        Ok(r) => r,
-        Err(e) => {
-            for d in &e.errors {
-                eprintln!("{d}");
-            }
-            return Ok(ExitCode::from(2));
-        }
+    let Some(read) = read_or_report(&p.file) else {
+        return Ok(ExitCode::from(2));
     };
-    for w in &read.warnings {
-        eprintln!("{w}");
-    }
     let text = std::fs::read_to_string(&p.grid).with_context(|| format!("reading {}", p.grid.display()))?;
     let grid: GridConfig = toml::from_str(&text).with_context(|| format!("in {}", p.grid.display()))?;
     let (specs, links) = grid.platform().with_context(|| format!("in {}", p.grid.display()))?;
@@ -196,4 +243,173 @@ fn plan(p: PlanArgs) -> Result<ExitCode> {
             Ok(ExitCode::from(6))
         }
     }
+}
+
+/// Reads a workflow and its node files, or prints every error (`None`).
+fn read_or_report(file: &std::path::Path) -> Option<brokk_jdl::workflow::ReadWorkflow> {
+    match read_path(file) {
+        Ok(r) => {
+            for w in &r.warnings {
+                eprintln!("{w}");
+            }
+            Some(r)
+        }
+        Err(e) => {
+            for d in &e.errors {
+                eprintln!("{d}");
+            }
+            None
+        }
+    }
+}
+
+fn submit(a: SubmitArgs) -> Result<ExitCode> {
+    let Some(read) = read_or_report(&a.file) else {
+        return Ok(ExitCode::from(2));
+    };
+    let mut wf = read.workflow;
+    if let Some(d) = a.deadline {
+        wf.deadline = Some(brokk_proto::wall_clock() + d);
+    }
+    let c = a.server.client();
+    // Node files name their inputs relative to the workflow's directory;
+    // an input not there is one a parent task makes.
+    let base = a.file.parent().map_or_else(|| PathBuf::from("."), PathBuf::from);
+    let inputs = wf
+        .tasks
+        .iter()
+        .filter_map(|t| t.job.as_ref())
+        .flat_map(|j| &j.input_files);
+    let uploads = upload_files(&c, &base, inputs, |p| p.is_file())?;
+    let req = WorkflowRequest {
+        workflow: wf,
+        scheduler: Some(a.scheduler.name().to_string()),
+        uploads,
+    };
+    match c.submit_workflow(&req)? {
+        Ok(view) => {
+            if a.json {
+                say!("{}", serde_json::to_string_pretty(&view)?);
+            } else {
+                say!("{}", view.id);
+                show(&view, brokk_proto::wall_clock());
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(refused) => {
+            if a.json {
+                say!("{}", serde_json::to_string_pretty(&refused)?);
+            } else {
+                eprintln!("rejected by {}: {}", a.scheduler, refused.error);
+            }
+            Ok(ExitCode::from(6))
+        }
+    }
+}
+
+/// Prints a workflow: a heading, then one line per task.
+fn show(w: &WorkflowView, now: Time) {
+    let until = |t: Time| {
+        let d = t - now;
+        if d.0 >= 0 {
+            format!("in {}", d.human())
+        } else {
+            format!("{} ago", Duration(-d.0).human())
+        }
+    };
+    let deadline = w.deadline.map_or(String::new(), |d| format!(", deadline {d}"));
+    say!(
+        "{} ({}): {} by {}, {} tasks from {} to {}{deadline}",
+        w.id,
+        w.name,
+        w.state,
+        w.scheduler,
+        w.tasks.len(),
+        w.start,
+        w.finish
+    );
+    if let Some(r) = &w.reason {
+        say!("  reason: {r}");
+    }
+    let tw = w.tasks.iter().map(|t| t.task.len()).max().unwrap_or(4).max(4);
+    let jw = w.tasks.iter().map(|t| t.job.len()).max().unwrap_or(3).max(3);
+    say!(
+        "{:<tw$}  {:<jw$}  {:<10}  {:<12}  {:>13}  {:>8}  {:>4}",
+        "task",
+        "job",
+        "state",
+        "site",
+        "start",
+        "length",
+        "exit"
+    );
+    for t in &w.tasks {
+        say!(
+            "{:<tw$}  {:<jw$}  {:<10}  {:<12}  {:>13}  {:>8}  {:>4}",
+            t.task,
+            t.job,
+            t.state.as_str(),
+            t.site,
+            until(t.start),
+            (t.end - t.start).human(),
+            t.exit_code.map_or("-".to_string(), |c| c.to_string())
+        );
+    }
+    for x in &w.transfers {
+        say!(
+            "  {} -> {}: {} -> {} from {} to {} at {} bytes/s",
+            x.from_task,
+            x.to_task,
+            x.from_site,
+            x.to_site,
+            x.start,
+            x.end,
+            x.bytes_per_s
+        );
+    }
+}
+
+fn status(a: StatusArgs, cancel: bool) -> Result<ExitCode> {
+    let c = a.server.client();
+    let w = if cancel {
+        c.cancel_workflow(&a.id)?
+    } else {
+        c.workflow(&a.id)?
+    };
+    if a.json {
+        say!("{}", serde_json::to_string_pretty(&w)?);
+    } else {
+        show(&w, brokk_proto::wall_clock());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn list(a: ListArgs) -> Result<ExitCode> {
+    let all = a.server.client().workflows()?;
+    if a.json {
+        say!("{}", serde_json::to_string_pretty(&all)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let iw = all.iter().map(|w| w.id.len()).max().unwrap_or(2).max(2);
+    say!(
+        "{:<iw$}  {:<20}  {:<9}  {:>5}  {:<20}  {:<20}",
+        "id",
+        "name",
+        "state",
+        "tasks",
+        "finish",
+        "deadline"
+    );
+    for w in &all {
+        say!(
+            "{:<iw$}  {:<20}  {:<9}  {:>5}  {:<20}  {:<20}",
+            w.id,
+            w.name,
+            w.state.as_str(),
+            w.tasks.len(),
+            w.finish.to_string(),
+            w.deadline.map_or("-".to_string(), |d| d.to_string())
+        );
+    }
+    Ok(ExitCode::SUCCESS)
 }

@@ -1,0 +1,711 @@
+//! Workflows: admission against a deadline over the sites and the broker's
+//! network ([VRM] 4, `brokk_broker::workflow::admit`), then their course
+//! (`brokk_broker::workflow::course`): each task sent into its reservation
+//! once its parents succeeded, with their outputs, retried inside its slack,
+//! and the rest cancelled when one fails for good.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use brokk_broker::workflow::course::{self, Step, TaskRun, TaskStatus};
+use brokk_broker::workflow::{admit, LinkSpec, Network, Offer, Options, RejectReason, Rejection, Scheduler};
+use brokk_broker::workflow::{SiteSpec, Topology};
+use brokk_model::workflow::Workflow;
+use brokk_proto::wire::{WorkflowRequest, WorkflowState, WorkflowTask, WorkflowTransfer, WorkflowView};
+
+use super::*;
+use crate::db::StoredWorkflow;
+
+/// The workflow a job id belongs to (`wID-k`, a retry `wID-k.n`), if any.
+pub(super) fn workflow_of(id: &str) -> Option<&str> {
+    id.split_once('-').map(|(w, _)| w).filter(|w| w.starts_with('w'))
+}
+
+/// The network the broker reserves between its `sites` sites: every two
+/// joined directly at `bandwidth` bytes per second, planned a year ahead.
+pub fn network(sites: usize, bandwidth: u64, now: Time) -> Result<Network, String> {
+    let mut links = Vec::new();
+    for a in 0..sites {
+        for b in a + 1..sites {
+            links.push(LinkSpec { a, b, bandwidth });
+        }
+    }
+    // Units of bandwidth small enough that a link is at most a million.
+    let unit = bandwidth.div_ceil(1_000_000).max(1);
+    Network::new(sites, links, unit, now + brokk_model::Duration(400 * 86_400)).map_err(|e| e.to_string())
+}
+
+/// Names of the files a job leaves for its children: its outputs kept at
+/// the site and its standard streams.
+fn made_by(job: &Job) -> BTreeSet<String> {
+    job.output_files
+        .iter()
+        .filter(|f| f.target.is_none())
+        .map(|f| f.name.clone())
+        .chain(job.stdout.clone())
+        .chain(job.stderr.clone())
+        .collect()
+}
+
+/// Where a task stands, from its job's state.
+fn status_of(v: &BrokerJob) -> TaskStatus {
+    match v.state {
+        BrokerState::Planned => TaskStatus::Planned,
+        BrokerState::Finished if v.exit_code == Some(0) => TaskStatus::Succeeded,
+        BrokerState::Finished => TaskStatus::Failed(match v.exit_code {
+            Some(c) => format!("exit status {c}"),
+            None => "it ended without an exit status".into(),
+        }),
+        BrokerState::Failed => TaskStatus::Failed(v.reason.clone().unwrap_or_else(|| "it failed".into())),
+        BrokerState::Cancelled => TaskStatus::Cancelled,
+        _ => TaskStatus::Sent,
+    }
+}
+
+impl Service {
+    /// Admits a workflow against its deadline: every task reserved at a
+    /// site and every transfer on the network, committed together, its
+    /// tasks stored to run in them; or why not, with the earliest finish
+    /// on offer and nothing left reserved.
+    pub async fn submit_workflow(
+        &self,
+        owner: &str,
+        req: WorkflowRequest,
+    ) -> Result<Result<WorkflowView, Rejection>, ServiceError> {
+        let scheduler = match &req.scheduler {
+            Some(s) => s.parse::<Scheduler>().map_err(ServiceError::BadRequest)?,
+            None => Scheduler::HeftSync,
+        };
+        let t = now();
+        let mut wf = req.workflow;
+        self.within_job_limits(owner, wf.tasks.len(), self.limits.jobs_per_submission)
+            .await?;
+        let made: BTreeMap<String, BTreeSet<String>> = wf
+            .tasks
+            .iter()
+            .filter_map(|t| Some((t.id.clone(), made_by(t.job.as_ref()?))))
+            .collect();
+        let mut from_parents: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for e in &wf.edges {
+            if let Some(names) = made.get(&e.parent) {
+                from_parents
+                    .entry(e.child.clone())
+                    .or_default()
+                    .extend(names.iter().cloned());
+            }
+        }
+        let id = format!("w{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
+        let mut asked = 0i64;
+        for (k, task) in wf.tasks.iter_mut().enumerate() {
+            let Some(job) = task.job.as_mut() else {
+                return Err(ServiceError::BadRequest(format!(
+                    "task {}: it has no job to run; a workflow of run times only can be planned \
+                     (`brokk workflow plan`) and simulated, not run",
+                    task.id
+                )));
+            };
+            brokk_broker::select::validate_at(job, t)
+                .map_err(|e| ServiceError::BadRequest(format!("task {}: {e}", task.id)))?;
+            if job.reservation.is_some() {
+                return Err(ServiceError::BadRequest(format!(
+                    "task {}: it runs in the reservation its admission makes; remove `reservation`",
+                    task.id
+                )));
+            }
+            // The reservation is as long as the wall time (live sites count
+            // as the reference resource), and the job is given all of it.
+            let wall = job.wall_time.unwrap_or(task.runtime);
+            if wall.0 <= 0 {
+                return Err(ServiceError::BadRequest(format!(
+                    "task {}: give its wall time; its reservation is made that long",
+                    task.id
+                )));
+            }
+            if wall.0 > self.limits.reservation_seconds {
+                return Err(ServiceError::BadRequest(format!(
+                    "task {}: a reservation may last at most {} s on this broker, not {} s",
+                    task.id, self.limits.reservation_seconds, wall.0
+                )));
+            }
+            task.runtime = wall;
+            job.wall_time = Some(wall);
+            task.cores = task.cores.max(job.cpus.unwrap_or(1)).max(1);
+            asked = asked.saturating_add(i64::from(task.cores).saturating_mul(wall.0));
+            let parents = from_parents.remove(&task.id).unwrap_or_default();
+            self.take_uploads(owner, job, &req.uploads, &parents)?;
+            let format = task
+                .format
+                .as_deref()
+                .and_then(|f| f.parse::<Format>().ok())
+                .unwrap_or(Format::Json);
+            let job_id = format!("{id}-{k}");
+            let ids = brokk_jdl::assign::Ids {
+                job: &job_id,
+                submission: &id,
+                index: k,
+                user: owner,
+            };
+            brokk_jdl::assign::assign(format, job, ids);
+        }
+        self.within_reserved_limit(owner, asked, t).await?;
+
+        let _course = self.workflow_lock.lock().await;
+        let turn = self.decision_turn().await;
+        let (sites, info, network) = (self.sites.clone(), self.info.clone(), self.network.clone());
+        let hold = brokk_model::Duration(self.workflow_settings.hold_seconds.max(1));
+        let user = owner.to_string();
+        let spec = wf.clone();
+        let admitted = tokio::task::spawn_blocking(move || {
+            let mut clients = cached_sites(&sites, &info, None, None, &user);
+            let specs = clients
+                .iter()
+                .zip(sites.iter())
+                .map(|(c, s)| SiteSpec {
+                    name: s.name.clone(),
+                    capacity: c.info().map_or(0, |i| i.total_slots),
+                    speed: 1.0,
+                })
+                .collect();
+            let mut net = network
+                .lock()
+                .map_err(|_| ServiceError::Unavailable("the network's lock".into()))?;
+            net.advance(t);
+            let topo = Topology::new(specs, &net);
+            let mut refs: Vec<&mut dyn Site> = clients.iter_mut().map(|c| c as &mut dyn Site).collect();
+            let opts = Options {
+                scheduler,
+                now: t,
+                hold,
+                explain: true,
+            };
+            Ok::<_, ServiceError>(admit(&spec, &topo, &mut refs, &mut net, "broker", &opts))
+        })
+        .await
+        .map_err(|e| ServiceError::Unavailable(e.to_string()))??;
+        let offer = match admitted {
+            Ok(offer) => offer,
+            Err(r) if matches!(r.reason, RejectReason::Invalid { .. }) => {
+                return Err(ServiceError::BadRequest(r.to_string()))
+            }
+            Err(r) => return Ok(Err(r)),
+        };
+        // On disk before the commit: a stop in between leaves tasks whose
+        // holds lapse, and the workflow fails when the first is sent.
+        let stored = match self.store_workflow(owner, &id, scheduler, &wf, &offer).await {
+            Ok(s) => s,
+            Err(e) => {
+                self.release_offer(offer).await;
+                return Err(e);
+            }
+        };
+        let (sites, info, network) = (self.sites.clone(), self.info.clone(), self.network.clone());
+        let user = owner.to_string();
+        let kept = offer.clone();
+        let committed = tokio::task::spawn_blocking(move || {
+            let mut clients = cached_sites(&sites, &info, None, None, &user);
+            let mut refs: Vec<&mut dyn Site> = clients.iter_mut().map(|c| c as &mut dyn Site).collect();
+            let mut net = network
+                .lock()
+                .map_err(|_| brokk_broker::SiteError::Unavailable("the network's lock".into()))?;
+            kept.commit("broker", &mut refs, &mut net)
+                .inspect_err(|_| kept.release("broker", &mut refs, &mut net))
+        })
+        .await
+        .map_err(|e| ServiceError::Unavailable(e.to_string()))?;
+        drop(turn);
+        let mut stored = stored;
+        if let Err(e) = committed {
+            let why = format!("its reservations could not be committed: {e}");
+            self.end_workflow(&mut stored, WorkflowState::Failed, why.clone())
+                .await?;
+            return Err(ServiceError::Unavailable(why));
+        }
+        self.wake.notify_one();
+        Ok(Ok(stored.view))
+    }
+
+    /// Lets an offer's holds go (they would lapse anyway).
+    async fn release_offer(&self, offer: Offer) {
+        let (sites, info, network) = (self.sites.clone(), self.info.clone(), self.network.clone());
+        let _ = tokio::task::spawn_blocking(move || {
+            let mut clients = cached_sites(&sites, &info, None, None, "broker");
+            let mut refs: Vec<&mut dyn Site> = clients.iter_mut().map(|c| c as &mut dyn Site).collect();
+            if let Ok(mut net) = network.lock() {
+                offer.release("broker", &mut refs, &mut net);
+            }
+        })
+        .await;
+    }
+
+    /// Refuses `asked` more slot-seconds of reservations beyond `owner`'s limit.
+    pub(super) async fn within_reserved_limit(&self, owner: &str, asked: i64, t: Time) -> Result<(), ServiceError> {
+        let held = self.db.reserved_slot_seconds(owner, t).await?;
+        let limit = (self.limits.reserved_slot_hours as i64).saturating_mul(3600);
+        if held.saturating_add(asked) > limit {
+            return Err(ServiceError::Conflict(format!(
+                "you hold {:.1} slot-hours in reservations and ask for {:.1} more; the limit is {} per user",
+                held as f64 / 3600.0,
+                asked as f64 / 3600.0,
+                self.limits.reserved_slot_hours
+            )));
+        }
+        Ok(())
+    }
+
+    /// Stores an admitted workflow: its reservations, its tasks' jobs
+    /// (planned, each naming its reservation) and the workflow itself.
+    async fn store_workflow(
+        &self,
+        owner: &str,
+        id: &str,
+        scheduler: Scheduler,
+        wf: &Workflow,
+        offer: &Offer,
+    ) -> Result<StoredWorkflow, ServiceError> {
+        let site_name = |k: usize| self.sites.get(k).map_or_else(String::new, |s| s.name.clone());
+        let mut tasks = Vec::new();
+        for (k, (task, p)) in wf.tasks.iter().zip(&offer.plan.tasks).enumerate() {
+            let r = BrokerReservation {
+                id: format!("r{id}-{k}"),
+                owner: owner.to_string(),
+                site: site_name(p.site),
+                site_reservation: p.reservation.0,
+                amount: task.cores,
+                start: p.start,
+                end: p.end,
+                state: BrokerReservationState::Committed,
+            };
+            self.db.save_reservation(&r).await?;
+            let mut job = task.job.clone().unwrap_or_default();
+            job.reservation = Some(r.id.clone());
+            let format = task
+                .format
+                .as_deref()
+                .and_then(|f| f.parse::<Format>().ok())
+                .unwrap_or(Format::Json);
+            let job_id = format!("{id}-{k}");
+            self.store_new(
+                owner,
+                &job,
+                format,
+                Vec::new(),
+                "{}".into(),
+                BrokerState::Planned,
+                job_id.clone(),
+            )
+            .await?;
+            tasks.push(WorkflowTask {
+                task: task.id.clone(),
+                job: job_id,
+                site: r.site,
+                reservation: r.id,
+                start: p.start,
+                end: p.end,
+                retried: 0,
+                state: BrokerState::Planned,
+                exit_code: None,
+            });
+        }
+        let transfers = offer
+            .plan
+            .transfers
+            .iter()
+            .map(|x| WorkflowTransfer {
+                from_task: x.from_task.clone(),
+                to_task: x.to_task.clone(),
+                from_site: site_name(x.from_site),
+                to_site: site_name(x.to_site),
+                start: x.start,
+                end: x.end,
+                bytes_per_s: x.bytes_per_s,
+            })
+            .collect();
+        let stored = StoredWorkflow {
+            view: WorkflowView {
+                id: id.to_string(),
+                owner: owner.to_string(),
+                name: wf.name.clone(),
+                scheduler: scheduler.name().to_string(),
+                state: WorkflowState::Running,
+                submitted: now(),
+                deadline: wf.deadline,
+                start: offer.plan.start,
+                finish: offer.plan.finish,
+                ended: None,
+                reason: None,
+                tasks,
+                transfers,
+            },
+            spec: wf.clone(),
+            plan: offer.plan.clone(),
+        };
+        self.db.save_workflow(&stored).await?;
+        Ok(stored)
+    }
+
+    async fn owned_workflow(&self, owner: &str, id: &str) -> Result<StoredWorkflow, ServiceError> {
+        let w = self
+            .db
+            .workflow(id)
+            .await?
+            .ok_or_else(|| ServiceError::NotFound(format!("workflow {id}")))?;
+        if w.view.owner != owner {
+            return Err(ServiceError::Forbidden(format!("workflow {id}")));
+        }
+        Ok(w)
+    }
+
+    /// The view with each task's state as its job's is now.
+    async fn current(&self, mut view: WorkflowView) -> Result<WorkflowView, ServiceError> {
+        for t in &mut view.tasks {
+            if let Some(j) = self.db.get(&t.job).await? {
+                t.state = j.view.state;
+                t.exit_code = j.view.exit_code;
+            }
+        }
+        Ok(view)
+    }
+
+    /// A workflow of `owner`'s, with its tasks as they are.
+    pub async fn workflow(&self, owner: &str, id: &str) -> Result<WorkflowView, ServiceError> {
+        let w = self.owned_workflow(owner, id).await?;
+        self.current(w.view).await
+    }
+
+    /// `owner`'s workflows, oldest first.
+    pub async fn workflows(&self, owner: &str) -> Result<Vec<WorkflowView>, ServiceError> {
+        let mut out = Vec::new();
+        for w in self.db.workflows_of(owner).await? {
+            out.push(self.current(w.view).await?);
+        }
+        Ok(out)
+    }
+
+    /// Cancels a workflow: its tasks wherever they are, every reservation
+    /// left and its bandwidth.
+    pub async fn cancel_workflow(&self, owner: &str, id: &str) -> Result<WorkflowView, ServiceError> {
+        let _course = self.workflow_lock.lock().await;
+        let mut w = self.owned_workflow(owner, id).await?;
+        if w.view.state == WorkflowState::Running {
+            self.end_workflow(&mut w, WorkflowState::Cancelled, "cancelled by its owner".into())
+                .await?;
+        }
+        self.current(w.view).await
+    }
+
+    /// Ends a workflow in `state`: what has not ended is cancelled, the
+    /// reservations not used are given back and its bandwidth released.
+    async fn end_workflow(
+        &self,
+        w: &mut StoredWorkflow,
+        state: WorkflowState,
+        reason: String,
+    ) -> Result<(), ServiceError> {
+        let owner = w.view.owner.clone();
+        let mut first_error = None;
+        for t in &w.view.tasks {
+            let Some(j) = self.db.get(&t.job).await? else { continue };
+            if !j.view.state.is_terminal() {
+                if let Err(e) = self.cancel(&owner, &t.job).await {
+                    first_error.get_or_insert(e);
+                }
+            }
+            match self.cancel_reservation(&owner, &t.reservation).await {
+                Ok(_) | Err(ServiceError::NotFound(_)) => {}
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        if state != WorkflowState::Finished {
+            if let Ok(mut net) = self.network.lock() {
+                for x in &w.plan.transfers {
+                    net.release(&x.links);
+                }
+            }
+        }
+        w.view = self.current(w.view.clone()).await?;
+        w.view.state = state;
+        w.view.reason = (state != WorkflowState::Finished).then_some(reason);
+        w.view.ended = Some(now());
+        self.db.save_workflow(w).await?;
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// One round over the running workflows: the course's steps for each
+    /// (`brokk_broker::workflow::course`), carried out.
+    pub async fn advance_workflows(&self) -> Result<(), ServiceError> {
+        let _course = self.workflow_lock.lock().await;
+        for mut w in self.db.workflows_in(WorkflowState::Running).await? {
+            let mut runs = Vec::new();
+            let mut changed = false;
+            for t in &mut w.view.tasks {
+                let Some(j) = self.db.get(&t.job).await? else {
+                    runs.push(TaskRun {
+                        status: TaskStatus::Failed(format!("its job {} is missing from the records", t.job)),
+                        retried: t.retried,
+                    });
+                    continue;
+                };
+                if j.view.state != t.state {
+                    changed = true;
+                    if j.view.state.is_terminal() {
+                        // The site gave its reservation back with the job.
+                        if let Some(mut r) = self.db.reservation(&t.reservation).await? {
+                            r.state = BrokerReservationState::Cancelled;
+                            self.db.save_reservation(&r).await?;
+                        }
+                    }
+                    t.state = j.view.state;
+                    t.exit_code = j.view.exit_code;
+                }
+                runs.push(TaskRun {
+                    status: status_of(&j.view),
+                    retried: t.retried,
+                });
+            }
+            if changed {
+                self.db.save_workflow(&w).await?;
+            }
+            for step in course::steps(&w.spec, &w.plan, &runs, now()) {
+                match step {
+                    Step::Release { task, early } => {
+                        if early {
+                            self.move_up(&mut w, task).await?;
+                        }
+                        self.release_task(&w, task).await?;
+                    }
+                    Step::Retry {
+                        task,
+                        cores,
+                        duration,
+                        latest_end,
+                    } => {
+                        if let Err(why) = self.retry_task(&mut w, task, cores, duration, latest_end).await? {
+                            self.end_workflow(&mut w, WorkflowState::Failed, why).await?;
+                            break;
+                        }
+                    }
+                    Step::Fail { reason, .. } => {
+                        self.end_workflow(&mut w, WorkflowState::Failed, reason).await?;
+                        break;
+                    }
+                    Step::Finished => {
+                        self.end_workflow(&mut w, WorkflowState::Finished, String::new())
+                            .await?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Moves task `k`'s reservation to start as early as its site can
+    /// between now and its planned start (never later, so the deadline
+    /// holds); where the site cannot, it stays.
+    async fn move_up(&self, w: &mut StoredWorkflow, k: usize) -> Result<(), ServiceError> {
+        let t = now();
+        let task = &w.view.tasks[k];
+        let Some(mut r) = self.db.reservation(&task.reservation).await? else {
+            return Ok(());
+        };
+        let Some(site) = self.site(&r.site) else { return Ok(()) };
+        let change = brokk_core::Change {
+            amount: None,
+            duration: None,
+            window: Some((t, r.start)),
+        };
+        let (owner, id) = (w.view.owner.clone(), brokk_core::ReservationId(r.site_reservation));
+        let moved = tokio::task::spawn_blocking(move || {
+            let mut c = site.client.clone();
+            c.set_on_behalf_of(Some(owner));
+            c.modify("broker", id, change)
+        })
+        .await
+        .map_err(|e| ServiceError::Unavailable(e.to_string()))?;
+        let Ok(start) = moved else { return Ok(()) };
+        if start >= r.start {
+            return Ok(());
+        }
+        let length = r.end - r.start;
+        r.start = start;
+        r.end = start + length;
+        self.db.save_reservation(&r).await?;
+        let (task, planned) = (&mut w.view.tasks[k], &mut w.plan.tasks[k]);
+        (task.start, task.end) = (r.start, r.end);
+        (planned.start, planned.end) = (r.start, r.end);
+        self.db.save_workflow(w).await?;
+        Ok(())
+    }
+
+    /// Sends task `k` on its way: its parents' outputs stored as its
+    /// inputs, then the job handed to the dispatcher, which sends it into
+    /// its reservation.
+    async fn release_task(&self, w: &StoredWorkflow, k: usize) -> Result<(), ServiceError> {
+        let t = &w.view.tasks[k];
+        let Some(stored) = self.db.get(&t.job).await? else {
+            return Ok(());
+        };
+        let mut job: Job = serde_json::from_str(&stored.spec).map_err(|e| ServiceError::Unavailable(e.to_string()))?;
+        let parents: Vec<usize> = w
+            .spec
+            .edges
+            .iter()
+            .filter(|e| e.child == w.spec.tasks[k].id)
+            .filter_map(|e| w.spec.task(&e.parent))
+            .collect();
+        for f in job.input_files.iter_mut().filter(|f| f.source.is_none()) {
+            let maker = parents.iter().rev().find_map(|&p| {
+                let made = made_by(w.spec.tasks[p].job.as_ref()?);
+                made.contains(&f.name).then_some(p)
+            });
+            let Some(p) = maker else { continue };
+            let parent = self
+                .db
+                .get(&w.view.tasks[p].job)
+                .await?
+                .ok_or_else(|| ServiceError::Unavailable("a parent's job is missing".into()))?;
+            let (sha, size) = self.keep_output(&parent.view, &f.name).await?;
+            f.source = Some(format!("{}{sha}", brokk_site::uploads::SCHEME));
+            f.size = Some(size);
+        }
+        let spec = serde_json::to_string(&job).map_err(|e| ServiceError::Unavailable(e.to_string()))?;
+        self.db.set_spec(&t.job, &spec).await?;
+        let mut v = stored.view;
+        v.state = BrokerState::Accepted;
+        self.db
+            .update(&v, Some((now(), Some("its parents ended".into()))))
+            .await?;
+        self.wake.notify_one();
+        Ok(())
+    }
+
+    /// Fetches the output `name` of the ended job `v` from its site into
+    /// its owner's uploads; returns the digest and the size.
+    async fn keep_output(&self, v: &BrokerJob, name: &str) -> Result<(String, u64), ServiceError> {
+        let (Some(site), Some(handle)) = (v.site.as_deref().and_then(|s| self.site(s)), v.site_job.clone()) else {
+            return Err(ServiceError::Unavailable(format!(
+                "job {} has no site to fetch {name} from",
+                v.id
+            )));
+        };
+        let (uploads, owner, name) = (self.uploads.clone(), v.owner.clone(), name.to_string());
+        tokio::task::spawn_blocking(move || {
+            let body = site
+                .client
+                .file(&JobHandle(handle), &name, None)
+                .map_err(|e| ServiceError::Unavailable(format!("fetching {name} from {}: {e}", site.name)))?;
+            uploads
+                .keep(&owner, body)
+                .map_err(|e| ServiceError::Unavailable(format!("storing {name}: {e}")))
+        })
+        .await
+        .map_err(|e| ServiceError::Unavailable(e.to_string()))?
+    }
+
+    /// Runs task `k` again in a new reservation that ends by `latest_end`;
+    /// `Ok(Err(why))` when no site has room for it in time.
+    async fn retry_task(
+        &self,
+        w: &mut StoredWorkflow,
+        k: usize,
+        cores: u32,
+        duration: i64,
+        latest_end: Time,
+    ) -> Result<Result<(), String>, ServiceError> {
+        let t = now();
+        let request = brokk_core::Request {
+            amount: cores,
+            duration: brokk_model::Duration(duration),
+            earliest: t,
+            latest: latest_end - brokk_model::Duration(duration),
+            flexible: false,
+        };
+        let turn = self.decision_turn().await;
+        let (sites, info) = (self.sites.clone(), self.info.clone());
+        let user = w.view.owner.clone();
+        let got = tokio::task::spawn_blocking(move || {
+            let mut clients = cached_sites(&sites, &info, None, None, &user);
+            let mut refs: Vec<&mut dyn Site> = clients.iter_mut().map(|c| c as &mut dyn Site).collect();
+            at_earliest(&request, &mut refs, "broker").map(|(k, id, start)| (sites[k].name.clone(), id.0, start))
+        })
+        .await
+        .map_err(|e| ServiceError::Unavailable(e.to_string()))?;
+        drop(turn);
+        let task = &w.view.tasks[k];
+        let Ok((site, site_reservation, start)) = got else {
+            return Ok(Err(format!(
+                "task {} failed and no site has room for its retry before {latest_end}",
+                task.task
+            )));
+        };
+        let retried = task.retried + 1;
+        let old = self
+            .db
+            .get(&task.job)
+            .await?
+            .ok_or_else(|| ServiceError::Unavailable("a task's job is missing".into()))?;
+        let r = BrokerReservation {
+            id: format!("r{}-{k}.{retried}", w.view.id),
+            owner: w.view.owner.clone(),
+            site,
+            site_reservation,
+            amount: cores,
+            start,
+            end: start + brokk_model::Duration(duration),
+            state: BrokerReservationState::Committed,
+        };
+        self.db.save_reservation(&r).await?;
+        let mut job: Job = serde_json::from_str(&old.spec).map_err(|e| ServiceError::Unavailable(e.to_string()))?;
+        job.reservation = Some(r.id.clone());
+        let format = old.view.format.parse::<Format>().unwrap_or(Format::Json);
+        let job_id = format!("{}-{k}.{retried}", w.view.id);
+        self.store_new(
+            &w.view.owner,
+            &job,
+            format,
+            Vec::new(),
+            "{}".into(),
+            BrokerState::Accepted,
+            job_id.clone(),
+        )
+        .await?;
+        let task = &mut w.view.tasks[k];
+        task.job = job_id;
+        task.site = r.site;
+        task.reservation = r.id;
+        task.start = r.start;
+        task.end = r.end;
+        task.retried = retried;
+        task.state = BrokerState::Accepted;
+        task.exit_code = None;
+        self.db.save_workflow(w).await?;
+        self.wake.notify_one();
+        Ok(Ok(()))
+    }
+
+    /// After a restart: the bandwidth of the running workflows booked again
+    /// on the network, as it was.
+    pub async fn restore_network(&self) -> Result<(), ServiceError> {
+        let running = self.db.workflows_in(WorkflowState::Running).await?;
+        let mut net = self
+            .network
+            .lock()
+            .map_err(|_| ServiceError::Unavailable("the network's lock".into()))?;
+        for w in running {
+            for x in &w.plan.transfers {
+                if !net.restore("broker", x) {
+                    tracing::warn!(
+                        "workflow {}: the transfer {} -> {} no longer fits",
+                        w.view.id,
+                        x.from_task,
+                        x.to_task
+                    );
+                }
+            }
+        }
+        Ok(())
+    }
+}
