@@ -7,6 +7,8 @@
 use brokk_model::workflow::Workflow;
 use brokk_model::Time;
 
+use brokk_model::workflow::{CoAllocation, Edge};
+
 use super::{Plan, FAR};
 
 /// Where one task is, as the broker's records say.
@@ -58,6 +60,17 @@ pub enum Step {
         duration: i64,
         /// The retry must end by this.
         latest_end: Time,
+        /// Why it failed.
+        why: String,
+    },
+    /// Task `task` failed and may run again, but not before its children's
+    /// reservations: plan the rest of the workflow ([`rest`]) again from
+    /// now against the deadline, its reservations given back first.
+    Rescue {
+        /// The task.
+        task: usize,
+        /// Why it failed.
+        why: String,
     },
     /// The workflow cannot finish as planned: cancel what is left.
     Fail {
@@ -121,12 +134,9 @@ pub fn steps(wf: &Workflow, plan: &Plan, runs: &[TaskRun], now: Time) -> Vec<Ste
                     .or(wf.deadline)
                     .unwrap_or(Time(FAR));
                 if now + brokk_model::Duration(duration) > latest_end {
-                    return vec![Step::Fail {
+                    return vec![Step::Rescue {
                         task: k,
-                        reason: format!(
-                            "task {} failed: {why}; a retry of {duration} s no longer fits before {latest_end}",
-                            task.id
-                        ),
+                        why: why.clone(),
                     }];
                 }
                 out.push(Step::Retry {
@@ -134,6 +144,7 @@ pub fn steps(wf: &Workflow, plan: &Plan, runs: &[TaskRun], now: Time) -> Vec<Ste
                     cores: task.cores,
                     duration,
                     latest_end,
+                    why: why.clone(),
                 });
             }
             TaskStatus::Planned => {
@@ -155,6 +166,46 @@ pub fn steps(wf: &Workflow, plan: &Plan, runs: &[TaskRun], now: Time) -> Vec<Ste
         out.push(Step::Finished);
     }
     out
+}
+
+/// What a rescue plans again: the failed task and every task not sent yet,
+/// with the dependencies and co-allocations among them, from `now` or,
+/// where one of them waits for a task still running, from the end of that
+/// task's reservation. Returns the part as a workflow (the deadline kept)
+/// and, for each of its tasks, its index in `wf`. Data from tasks that
+/// already ran is not booked again: it is at the broker already.
+pub fn rest(wf: &Workflow, plan: &Plan, runs: &[TaskRun], failed: usize, now: Time) -> (Workflow, Vec<usize>) {
+    let keep: Vec<usize> = (0..wf.tasks.len())
+        .filter(|&k| k == failed || runs[k].status == TaskStatus::Planned)
+        .collect();
+    let kept = |id: &str| wf.task(id).is_some_and(|k| keep.contains(&k));
+    let running_parent_end = wf
+        .edges
+        .iter()
+        .filter(|e| kept(&e.child))
+        .filter_map(|e| wf.task(&e.parent))
+        .filter(|&p| runs[p].status == TaskStatus::Sent)
+        .map(|p| plan.tasks[p].end)
+        .max();
+    let part = Workflow {
+        name: wf.name.clone(),
+        tasks: keep.iter().map(|&k| wf.tasks[k].clone()).collect(),
+        edges: wf
+            .edges
+            .iter()
+            .filter(|e| kept(&e.parent) && kept(&e.child))
+            .cloned()
+            .collect::<Vec<Edge>>(),
+        coallocations: wf
+            .coallocations
+            .iter()
+            .filter(|c| kept(&c.a) && kept(&c.b))
+            .cloned()
+            .collect::<Vec<CoAllocation>>(),
+        earliest: Some(running_parent_end.map_or(now, |e| e.max(now))),
+        deadline: wf.deadline,
+    };
+    (part, keep)
 }
 
 #[cfg(test)]
@@ -259,12 +310,19 @@ mod tests {
                 task: 1,
                 cores: 2,
                 duration: 100,
-                latest_end: Time(500)
+                latest_end: Time(500),
+                why: "exit 1".into()
             }]
         );
-        // Too late for another 100 s before 500.
+        // Too late for another 100 s before 500: the rest is planned again.
         let late = steps(&wf, &plan, &runs([Succeeded, failed(), Sent, Planned]), Time(401));
-        assert!(matches!(&late[..], [Step::Fail { task: 1, reason }] if reason.contains("no longer fits before")));
+        assert_eq!(
+            late,
+            [Step::Rescue {
+                task: 1,
+                why: "exit 1".into()
+            }]
+        );
         // Its one retry used.
         let mut r = runs([Succeeded, failed(), Sent, Planned]);
         r[1].retried = 1;
@@ -307,7 +365,7 @@ mod tests {
         // d waits for b's data where it was booked: it does not move up.
         let got = steps(&wf, &plan, &runs([Succeeded, Succeeded, Succeeded, Planned]), Time(250));
         assert_eq!(got, [Step::Release { task: 3, early: false }]);
-        // An exit task's retry is bounded by the deadline.
+        // d has no retries: its failure fails the workflow.
         let got = steps(
             &wf,
             &plan,
@@ -315,5 +373,27 @@ mod tests {
             Time(700),
         );
         assert!(matches!(&got[..], [Step::Fail { task: 3, .. }]));
+    }
+
+    #[test]
+    fn a_rescue_plans_the_failed_task_and_what_was_not_sent() {
+        let (wf, plan) = diamond();
+        // b failed while c runs (its reservation ends at 200); d waits for both.
+        let r = runs([Succeeded, Failed("x".into()), Sent, Planned]);
+        let (part, map) = rest(&wf, &plan, &r, 1, Time(150));
+        assert_eq!(map, [1, 3]);
+        let ids: Vec<&str> = part.tasks.iter().map(|t| t.id.as_str()).collect();
+        assert_eq!(ids, ["b", "d"]);
+        assert_eq!(part.edges.len(), 1);
+        assert_eq!(
+            (part.edges[0].parent.as_str(), part.edges[0].child.as_str()),
+            ("b", "d")
+        );
+        // d may not start before c's reservation ends.
+        assert_eq!(part.earliest, Some(Time(200)));
+        assert_eq!(part.deadline, wf.deadline);
+        // With c done, the rest starts now.
+        let r = runs([Succeeded, Failed("x".into()), Succeeded, Planned]);
+        assert_eq!(rest(&wf, &plan, &r, 1, Time(150)).0.earliest, Some(Time(150)));
     }
 }

@@ -34,8 +34,10 @@ use crate::site::{Site, SiteError};
 use booking::Booking;
 use dag::Dag;
 
-/// A window end far enough to mean "no deadline" without overflowing sums.
-const FAR: i64 = i64::MAX / 4;
+/// A window end far enough to mean "no deadline" without overflowing sums,
+/// and still a time every site can read (9999-12-31T23:59:59Z, the last
+/// second RFC 3339 prints).
+const FAR: i64 = 253_402_300_799;
 
 /// A site as the workflow schedulers see it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -465,7 +467,14 @@ pub fn admit(
         }),
         Err(mut rejection) => {
             if opts.explain && wf.deadline.is_some() && !matches!(rejection.reason, RejectReason::Invalid { .. }) {
-                if let Ok((plan, m)) = run(&dag, topo, sites, net, owner, expires, earliest, None, opts.scheduler) {
+                // The genetic search draws its candidates from the window up
+                // to the deadline; without one they spread too far apart
+                // to chain, so HEFTSync finds the earliest finish for it.
+                let finder = match opts.scheduler {
+                    Scheduler::Genetic => Scheduler::HeftSync,
+                    s => s,
+                };
+                if let Ok((plan, m)) = run(&dag, topo, sites, net, owner, expires, earliest, None, finder) {
                     rejection.earliest_finish = Some(plan.finish);
                     rejection.messages += m;
                     let offer = Offer {

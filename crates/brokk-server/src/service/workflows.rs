@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use brokk_broker::workflow::course::{self, Step, TaskRun, TaskStatus};
 use brokk_broker::workflow::{admit, LinkSpec, Network, Offer, Options, RejectReason, Rejection, Scheduler};
-use brokk_broker::workflow::{SiteSpec, Topology};
+use brokk_broker::workflow::{SiteSpec, TaskPlan, Topology};
 use brokk_model::workflow::Workflow;
 use brokk_proto::wire::{WorkflowRequest, WorkflowState, WorkflowTask, WorkflowTransfer, WorkflowView};
 
@@ -149,11 +149,46 @@ impl Service {
         self.within_reserved_limit(owner, asked, t).await?;
 
         let _course = self.workflow_lock.lock().await;
+        let offer = match self.admit_over_sites(owner, &wf, scheduler, t).await? {
+            Ok(offer) => offer,
+            Err(r) if matches!(r.reason, RejectReason::Invalid { .. }) => {
+                return Err(ServiceError::BadRequest(r.to_string()))
+            }
+            Err(r) => return Ok(Err(r)),
+        };
+        // On disk before the commit: a stop in between leaves tasks whose
+        // holds lapse, and the workflow fails when the first is sent.
+        let mut stored = match self.store_workflow(owner, &id, scheduler, &wf, &offer).await {
+            Ok(s) => s,
+            Err(e) => {
+                // Let go at once rather than when they lapse.
+                let _ = self.settle_offer(owner, offer, false).await?;
+                return Err(e);
+            }
+        };
+        if let Err(e) = self.settle_offer(owner, offer, true).await? {
+            let why = format!("its reservations could not be committed: {e}");
+            self.end_workflow(&mut stored, WorkflowState::Failed, why.clone())
+                .await?;
+            return Err(ServiceError::Unavailable(why));
+        }
+        self.wake.notify_one();
+        Ok(Ok(stored.view))
+    }
+
+    /// Admits `wf` over the sites as they are now and the network, for
+    /// `owner`, in a decision turn: an offer held preliminarily, or why not.
+    async fn admit_over_sites(
+        &self,
+        owner: &str,
+        wf: &Workflow,
+        scheduler: Scheduler,
+        t: Time,
+    ) -> Result<Result<Offer, Rejection>, ServiceError> {
         let turn = self.decision_turn().await;
         let (sites, info, network) = (self.sites.clone(), self.info.clone(), self.network.clone());
         let hold = brokk_model::Duration(self.workflow_settings.hold_seconds.max(1));
-        let user = owner.to_string();
-        let spec = wf.clone();
+        let (user, wf) = (owner.to_string(), wf.clone());
         let admitted = tokio::task::spawn_blocking(move || {
             let mut clients = cached_sites(&sites, &info, None, None, &user);
             let specs = clients
@@ -177,63 +212,40 @@ impl Service {
                 hold,
                 explain: true,
             };
-            Ok::<_, ServiceError>(admit(&spec, &topo, &mut refs, &mut net, "broker", &opts))
-        })
-        .await
-        .map_err(|e| ServiceError::Unavailable(e.to_string()))??;
-        let offer = match admitted {
-            Ok(offer) => offer,
-            Err(r) if matches!(r.reason, RejectReason::Invalid { .. }) => {
-                return Err(ServiceError::BadRequest(r.to_string()))
-            }
-            Err(r) => return Ok(Err(r)),
-        };
-        // On disk before the commit: a stop in between leaves tasks whose
-        // holds lapse, and the workflow fails when the first is sent.
-        let stored = match self.store_workflow(owner, &id, scheduler, &wf, &offer).await {
-            Ok(s) => s,
-            Err(e) => {
-                self.release_offer(offer).await;
-                return Err(e);
-            }
-        };
-        let (sites, info, network) = (self.sites.clone(), self.info.clone(), self.network.clone());
-        let user = owner.to_string();
-        let kept = offer.clone();
-        let committed = tokio::task::spawn_blocking(move || {
-            let mut clients = cached_sites(&sites, &info, None, None, &user);
-            let mut refs: Vec<&mut dyn Site> = clients.iter_mut().map(|c| c as &mut dyn Site).collect();
-            let mut net = network
-                .lock()
-                .map_err(|_| brokk_broker::SiteError::Unavailable("the network's lock".into()))?;
-            kept.commit("broker", &mut refs, &mut net)
-                .inspect_err(|_| kept.release("broker", &mut refs, &mut net))
+            Ok::<_, ServiceError>(admit(&wf, &topo, &mut refs, &mut net, "broker", &opts))
         })
         .await
         .map_err(|e| ServiceError::Unavailable(e.to_string()))?;
         drop(turn);
-        let mut stored = stored;
-        if let Err(e) = committed {
-            let why = format!("its reservations could not be committed: {e}");
-            self.end_workflow(&mut stored, WorkflowState::Failed, why.clone())
-                .await?;
-            return Err(ServiceError::Unavailable(why));
-        }
-        self.wake.notify_one();
-        Ok(Ok(stored.view))
+        admitted
     }
 
-    /// Lets an offer's holds go (they would lapse anyway).
-    async fn release_offer(&self, offer: Offer) {
+    /// Commits an offer's holds (`commit`), or lets them go; a commit the
+    /// sites refuse releases the rest and says why.
+    async fn settle_offer(
+        &self,
+        owner: &str,
+        offer: Offer,
+        commit: bool,
+    ) -> Result<Result<(), brokk_broker::SiteError>, ServiceError> {
         let (sites, info, network) = (self.sites.clone(), self.info.clone(), self.network.clone());
-        let _ = tokio::task::spawn_blocking(move || {
-            let mut clients = cached_sites(&sites, &info, None, None, "broker");
+        let user = owner.to_string();
+        tokio::task::spawn_blocking(move || {
+            let mut clients = cached_sites(&sites, &info, None, None, &user);
             let mut refs: Vec<&mut dyn Site> = clients.iter_mut().map(|c| c as &mut dyn Site).collect();
-            if let Ok(mut net) = network.lock() {
+            let Ok(mut net) = network.lock() else {
+                return Err(brokk_broker::SiteError::Unavailable("the network's lock".into()));
+            };
+            if !commit {
                 offer.release("broker", &mut refs, &mut net);
+                return Ok(());
             }
+            offer
+                .commit("broker", &mut refs, &mut net)
+                .inspect_err(|_| offer.release("broker", &mut refs, &mut net))
         })
-        .await;
+        .await
+        .map_err(|e| ServiceError::Unavailable(e.to_string()))
     }
 
     /// Refuses `asked` more slot-seconds of reservations beyond `owner`'s limit.
@@ -482,8 +494,18 @@ impl Service {
                         cores,
                         duration,
                         latest_end,
+                        why,
                     } => {
-                        if let Err(why) = self.retry_task(&mut w, task, cores, duration, latest_end).await? {
+                        // No site has room in the slack: the rest moves instead.
+                        if !self.retry_task(&mut w, task, cores, duration, latest_end).await? {
+                            if let Err(why) = self.rescue(&mut w, &runs, task, &why).await? {
+                                self.end_workflow(&mut w, WorkflowState::Failed, why).await?;
+                                break;
+                            }
+                        }
+                    }
+                    Step::Rescue { task, why } => {
+                        if let Err(why) = self.rescue(&mut w, &runs, task, &why).await? {
                             self.end_workflow(&mut w, WorkflowState::Failed, why).await?;
                             break;
                         }
@@ -606,7 +628,7 @@ impl Service {
     }
 
     /// Runs task `k` again in a new reservation that ends by `latest_end`;
-    /// `Ok(Err(why))` when no site has room for it in time.
+    /// `Ok(false)` when no site has room for it in time.
     async fn retry_task(
         &self,
         w: &mut StoredWorkflow,
@@ -614,7 +636,7 @@ impl Service {
         cores: u32,
         duration: i64,
         latest_end: Time,
-    ) -> Result<Result<(), String>, ServiceError> {
+    ) -> Result<bool, ServiceError> {
         let t = now();
         let request = brokk_core::Request {
             amount: cores,
@@ -629,60 +651,142 @@ impl Service {
         let got = tokio::task::spawn_blocking(move || {
             let mut clients = cached_sites(&sites, &info, None, None, &user);
             let mut refs: Vec<&mut dyn Site> = clients.iter_mut().map(|c| c as &mut dyn Site).collect();
-            at_earliest(&request, &mut refs, "broker").map(|(k, id, start)| (sites[k].name.clone(), id.0, start))
+            at_earliest(&request, &mut refs, "broker")
         })
         .await
         .map_err(|e| ServiceError::Unavailable(e.to_string()))?;
         drop(turn);
-        let task = &w.view.tasks[k];
-        let Ok((site, site_reservation, start)) = got else {
-            return Ok(Err(format!(
-                "task {} failed and no site has room for its retry before {latest_end}",
-                task.task
-            )));
+        let Ok((site, reservation, start)) = got else {
+            return Ok(false);
         };
-        let retried = task.retried + 1;
+        let p = TaskPlan {
+            task: w.view.tasks[k].task.clone(),
+            site,
+            start,
+            end: start + brokk_model::Duration(duration),
+            reservation,
+        };
+        self.place_task(w, k, &p, cores, true, BrokerState::Accepted).await?;
+        self.db.save_workflow(w).await?;
+        self.wake.notify_one();
+        Ok(true)
+    }
+
+    /// Puts task `k` into the reservation `p` made for it (recorded as one
+    /// of the owner's), under a new job when it runs again (`rerun`, its
+    /// retries counted) or else its own, in `state`.
+    async fn place_task(
+        &self,
+        w: &mut StoredWorkflow,
+        k: usize,
+        p: &TaskPlan,
+        cores: u32,
+        rerun: bool,
+        state: BrokerState,
+    ) -> Result<(), ServiceError> {
+        let suffix = &uuid::Uuid::new_v4().simple().to_string()[..6];
+        let r = BrokerReservation {
+            id: format!("r{}-{k}.{suffix}", w.view.id),
+            owner: w.view.owner.clone(),
+            site: self.sites.get(p.site).map_or_else(String::new, |s| s.name.clone()),
+            site_reservation: p.reservation.0,
+            amount: cores,
+            start: p.start,
+            end: p.end,
+            state: BrokerReservationState::Committed,
+        };
+        self.db.save_reservation(&r).await?;
+        let task = &mut w.view.tasks[k];
         let old = self
             .db
             .get(&task.job)
             .await?
-            .ok_or_else(|| ServiceError::Unavailable("a task's job is missing".into()))?;
-        let r = BrokerReservation {
-            id: format!("r{}-{k}.{retried}", w.view.id),
-            owner: w.view.owner.clone(),
-            site,
-            site_reservation,
-            amount: cores,
-            start,
-            end: start + brokk_model::Duration(duration),
-            state: BrokerReservationState::Committed,
-        };
-        self.db.save_reservation(&r).await?;
+            .ok_or_else(|| ServiceError::Unavailable(format!("job {} is missing", task.job)))?;
         let mut job: Job = serde_json::from_str(&old.spec).map_err(|e| ServiceError::Unavailable(e.to_string()))?;
         job.reservation = Some(r.id.clone());
-        let format = old.view.format.parse::<Format>().unwrap_or(Format::Json);
-        let job_id = format!("{}-{k}.{retried}", w.view.id);
-        self.store_new(
-            &w.view.owner,
-            &job,
-            format,
-            Vec::new(),
-            "{}".into(),
-            BrokerState::Accepted,
-            job_id.clone(),
-        )
-        .await?;
-        let task = &mut w.view.tasks[k];
-        task.job = job_id;
+        if rerun {
+            task.retried += 1;
+            task.job = format!("{}-{k}.{}", w.view.id, task.retried);
+            let format = old.view.format.parse::<Format>().unwrap_or(Format::Json);
+            self.store_new(
+                &w.view.owner,
+                &job,
+                format,
+                Vec::new(),
+                "{}".into(),
+                state,
+                task.job.clone(),
+            )
+            .await?;
+        } else {
+            let spec = serde_json::to_string(&job).map_err(|e| ServiceError::Unavailable(e.to_string()))?;
+            self.db.set_spec(&task.job, &spec).await?;
+        }
         task.site = r.site;
         task.reservation = r.id;
-        task.start = r.start;
-        task.end = r.end;
-        task.retried = retried;
-        task.state = BrokerState::Accepted;
+        (task.start, task.end) = (p.start, p.end);
+        task.state = state;
         task.exit_code = None;
+        w.plan.tasks[k] = TaskPlan {
+            task: task.task.clone(),
+            ..p.clone()
+        };
+        Ok(())
+    }
+
+    /// Plans the rest of a workflow again after task `failed` failed with
+    /// no room left for its retry before its children
+    /// ([`course::rest`]): the rest's reservations and bandwidth given back,
+    /// then admitted anew against the deadline and committed; `Ok(Err(why))`
+    /// when it no longer fits.
+    async fn rescue(
+        &self,
+        w: &mut StoredWorkflow,
+        runs: &[TaskRun],
+        failed: usize,
+        why: &str,
+    ) -> Result<Result<(), String>, ServiceError> {
+        let t = now();
+        let (part, map) = course::rest(&w.spec, &w.plan, runs, failed, t);
+        let owner = w.view.owner.clone();
+        for &k in &map {
+            match self.cancel_reservation(&owner, &w.view.tasks[k].reservation).await {
+                Ok(_) | Err(ServiceError::NotFound(_)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let ids: BTreeSet<&str> = part.tasks.iter().map(|t| t.id.as_str()).collect();
+        let (gone, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut w.plan.transfers)
+            .into_iter()
+            .partition(|x| ids.contains(x.to_task.as_str()) || ids.contains(x.from_task.as_str()));
+        w.plan.transfers = kept;
+        if let Ok(mut net) = self.network.lock() {
+            for x in &gone {
+                net.release(&x.links);
+            }
+        }
+        let scheduler = w.view.scheduler.parse::<Scheduler>().unwrap_or(Scheduler::HeftSync);
+        let name = &w.spec.tasks[failed].id;
+        let offer = match self.admit_over_sites(&owner, &part, scheduler, t).await? {
+            Ok(offer) => offer,
+            Err(r) => {
+                return Ok(Err(format!(
+                    "task {name} failed: {why}; its retry and the rest no longer fit: {r}"
+                )))
+            }
+        };
+        if let Err(e) = self.settle_offer(&owner, offer.clone(), true).await? {
+            return Ok(Err(format!(
+                "task {name} failed: {why}; its rescue could not be committed: {e}"
+            )));
+        }
+        for (p, &k) in offer.plan.tasks.iter().zip(&map) {
+            let cores = w.spec.tasks[k].cores;
+            self.place_task(w, k, p, cores, k == failed, BrokerState::Planned)
+                .await?;
+        }
+        w.plan.transfers.extend(offer.plan.transfers);
         self.db.save_workflow(w).await?;
-        self.wake.notify_one();
         Ok(Ok(()))
     }
 

@@ -1,0 +1,297 @@
+//! Workflows end to end: `brokk workflow submit` to a real `brokk serve`
+//! with embedded sites, admitted against a deadline, every task run in its
+//! reservation with its parents' outputs; refusals that leave nothing
+//! reserved; DAGMan's RETRY; failures and cancels that give back what is
+//! left.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+mod common;
+
+/// The example: a diamond and a fan-out of ten nodes in four languages.
+const PIPELINE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../examples/workflows/pipeline/pipeline.dag"
+);
+
+/// A broker with two embedded sites, north (4 processors) and south (2).
+fn broker(name: &str) -> (PathBuf, common::Server) {
+    let dir = common::scratch("workflows", name);
+    std::fs::write(
+        dir.join("broker.toml"),
+        "database = \"broker.db\"\nstate_dir = \"sites\"\n[tokens]\n\"tok-ann\" = \"ann\"\n\"tok-bob\" = \"bob\"\n\
+         [[embedded]]\nname = \"north\"\ncapacity = 4\n[[embedded]]\nname = \"south\"\ncapacity = 2\n",
+    )
+    .unwrap();
+    let server = common::serve(&dir);
+    (dir, server)
+}
+
+/// `brokk workflow ARGS... --json` as `token`: its exit status and what it printed.
+fn workflow(url: &str, token: &str, args: &[&str]) -> (i32, Value) {
+    let mut all = vec!["workflow"];
+    all.extend_from_slice(args);
+    all.push("--json");
+    let o = common::brokk(url, token, &all);
+    let printed = serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("{args:?}: {e}: {}", String::from_utf8_lossy(&o.stderr)));
+    (o.status.code().unwrap_or(-1), printed)
+}
+
+/// Polls the workflow until it leaves `running` (at most two minutes).
+fn until_ended(url: &str, id: &str) -> Value {
+    let t = Instant::now();
+    loop {
+        let (_, w) = workflow(url, "tok-ann", &["status", id]);
+        if w["state"] != "running" {
+            return w;
+        }
+        assert!(t.elapsed() < Duration::from_secs(120), "still running: {w:#}");
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+fn secs(v: &Value) -> i64 {
+    chrono::DateTime::parse_from_rfc3339(v.as_str().unwrap_or_else(|| panic!("not a time: {v}")))
+        .unwrap()
+        .timestamp()
+}
+
+/// Writes a DAGMan file and its HTCondor node files (`name -> (command, reads, writes)`).
+fn write_dag(dir: &Path, text: &str, nodes: &[(&str, &str, &str, &str)]) -> PathBuf {
+    for (name, command, reads, writes) in nodes {
+        let mut sub = format!("executable = /bin/sh\narguments = \"-c '{command}'\"\nallowed_job_duration = 120\n");
+        if !reads.is_empty() {
+            sub += &format!("transfer_input_files = {reads}\n");
+        }
+        if !writes.is_empty() {
+            sub += &format!("transfer_output_files = {writes}\n");
+        }
+        sub += "queue\n";
+        std::fs::write(dir.join(format!("{name}.sub")), sub).unwrap();
+    }
+    let path = dir.join("flow.dag");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// Each task's reservation as the broker reports it, by task.
+fn tasks(w: &Value) -> Vec<Value> {
+    w["tasks"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no tasks: {w:#}"))
+        .clone()
+}
+
+#[test]
+fn a_ten_node_workflow_in_four_languages_runs_in_its_reservations() {
+    let (_dir, svc) = broker("pipeline");
+    let url = &svc.url;
+    let dag = PIPELINE;
+    let (code, admitted) = workflow(url, "tok-ann", &["submit", dag, "--deadline", "2h"]);
+    assert_eq!(code, 0, "{admitted:#}");
+    let id = admitted["id"].as_str().unwrap().to_string();
+    assert_eq!(tasks(&admitted).len(), 10);
+    let deadline = secs(&admitted["deadline"]);
+    assert!(secs(&admitted["finish"]) <= deadline, "{admitted:#}");
+    // Someone else sees nothing of it.
+    let o = common::brokk(url, "tok-bob", &["workflow", "status", &id]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("belongs to someone else"));
+
+    let done = until_ended(url, &id);
+    assert_eq!(done["state"], "finished", "{done:#}");
+    for t in tasks(&done) {
+        assert_eq!(t["state"], "finished", "{t:#}");
+        assert_eq!(t["exit_code"], 0, "{t:#}");
+        // It started inside its reservation, which ended by the deadline.
+        let job = common::json(url, "tok-ann", &["status", t["job"].as_str().unwrap(), "--json"]);
+        let started = secs(&job["started"]);
+        assert!(
+            secs(&t["start"]) <= started && started < secs(&t["end"]),
+            "{} started at {started} outside its reservation {t:#}",
+            t["task"]
+        );
+        assert!(secs(&t["end"]) <= deadline);
+    }
+    // Each child read what its parents wrote: the parts counted the joined
+    // numbers 1..1000, and collect gathered the counts.
+    let collect = &tasks(&done)[9];
+    assert_eq!(collect["task"], "collect");
+    let o = common::brokk(
+        url,
+        "tok-ann",
+        &["output", collect["job"].as_str().unwrap(), "collected.txt"],
+    );
+    let counts: Vec<String> = String::from_utf8_lossy(&o.stdout).lines().map(str::to_string).collect();
+    let expect: Vec<String> = (1..=5)
+        .map(|d| {
+            (1..=1000)
+                .filter(|n: &i32| n.to_string().contains(&d.to_string()))
+                .count()
+                .to_string()
+        })
+        .collect();
+    assert_eq!(counts, expect);
+    // The reservations ended with their tasks.
+    let rs = common::json(url, "tok-ann", &["reserve", "--list", "--json"]);
+    let rs = rs.as_array().unwrap();
+    assert_eq!(rs.len(), 10);
+    assert!(rs.iter().all(|r| r["state"] == "cancelled"), "{rs:#?}");
+}
+
+#[test]
+fn an_impossible_deadline_is_refused_with_the_earliest_finish_and_leaves_nothing_reserved() {
+    let (_dir, svc) = broker("refused");
+    let url = &svc.url;
+    let dag = PIPELINE;
+    let before = Instant::now();
+    for scheduler in ["heftsync", "heftsyncbt", "hlst", "single", "genetic"] {
+        let (code, refused) = workflow(
+            url,
+            "tok-ann",
+            &["submit", dag, "--deadline", "10m", "--scheduler", scheduler],
+        );
+        assert_eq!(code, 6, "{refused:#}");
+        let r = &refused["rejection"];
+        assert!(r["reason"].is_string(), "{refused:#}");
+        let earliest = secs(&r["earliest_finish"]);
+        // The chain prepare, left, join, part, collect takes 35 minutes.
+        let now = chrono::Utc::now().timestamp();
+        assert!(earliest >= now + 35 * 60 - 5, "{scheduler}: {refused:#}");
+        assert!(
+            refused["error"].as_str().unwrap().contains("earliest finish"),
+            "{refused:#}"
+        );
+    }
+    assert!(before.elapsed() < Duration::from_secs(60));
+    // Nothing stays held: two tasks as wide as each site, due in 3 minutes,
+    // fit only if both sites are wholly free now.
+    let dir = common::scratch("workflows", "refused-then");
+    let path = write_dag(
+        &dir,
+        "JOB wide north.sub\nJOB narrow south.sub\n",
+        &[("north", "true", "", ""), ("south", "true", "", "")],
+    );
+    for (node, cpus) in [("north", 4), ("south", 2)] {
+        let p = dir.join(format!("{node}.sub"));
+        let text = std::fs::read_to_string(&p)
+            .unwrap()
+            .replace("queue", &format!("request_cpus = {cpus}\nqueue"));
+        std::fs::write(&p, text).unwrap();
+    }
+    let (code, wide) = workflow(url, "tok-ann", &["submit", path.to_str().unwrap(), "--deadline", "3m"]);
+    assert_eq!(code, 0, "{wide:#}");
+    assert!(common::json(url, "tok-ann", &["reserve", "--list", "--json"])
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|r| r["id"].as_str().unwrap().contains(wide["id"].as_str().unwrap())));
+}
+
+#[test]
+fn a_failed_task_is_retried_before_the_deadline_and_a_lasting_failure_cancels_the_rest() {
+    let (dir, svc) = broker("retry");
+    let url = &svc.url;
+    // Fails on its first run, succeeds on its second.
+    let marker = dir.join("ran-once");
+    let flaky = format!(
+        "if [ -e {m} ]; then echo fixed > fixed.txt; else touch {m}; exit 3; fi",
+        m = marker.display()
+    );
+    let path = write_dag(
+        &dir,
+        "JOB flaky flaky.sub\nJOB after after.sub\nPARENT flaky CHILD after\nRETRY flaky 1\n",
+        &[
+            ("flaky", &flaky, "", "fixed.txt"),
+            ("after", "cat fixed.txt > seen.txt", "fixed.txt", "seen.txt"),
+        ],
+    );
+    let (code, w) = workflow(url, "tok-ann", &["submit", path.to_str().unwrap(), "--deadline", "1h"]);
+    assert_eq!(code, 0, "{w:#}");
+    let done = until_ended(url, w["id"].as_str().unwrap());
+    assert_eq!(done["state"], "finished", "{done:#}");
+    let t = tasks(&done);
+    assert_eq!(t[0]["retried"], 1);
+    assert!(
+        t[0]["job"].as_str().unwrap().ends_with(".1"),
+        "a retry runs as a job of its own: {done:#}"
+    );
+    // The child ran after the retry ended (its reservation planned again
+    // after the retry's, then moved up when the retry ended early).
+    let job = |k: usize| common::json(url, "tok-ann", &["status", t[k]["job"].as_str().unwrap(), "--json"]);
+    assert!(secs(&job(0)["ended"]) <= secs(&job(1)["started"]), "{done:#}");
+    let o = common::brokk(url, "tok-ann", &["output", t[1]["job"].as_str().unwrap(), "seen.txt"]);
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "fixed\n");
+
+    // Without retries, a failure fails the workflow and cancels the rest.
+    let dir2 = common::scratch("workflows", "retry-broken");
+    let path = write_dag(
+        &dir2,
+        "JOB broken broken.sub\nJOB never never.sub\nJOB also also.sub\nPARENT broken CHILD never\nPARENT never CHILD also\n",
+        &[("broken", "exit 7", "", ""), ("never", "true", "", ""), ("also", "true", "", "")],
+    );
+    let (code, w) = workflow(url, "tok-ann", &["submit", path.to_str().unwrap(), "--deadline", "1h"]);
+    assert_eq!(code, 0, "{w:#}");
+    let id = w["id"].as_str().unwrap().to_string();
+    let failed = until_ended(url, &id);
+    assert_eq!(failed["state"], "failed", "{failed:#}");
+    let reason = failed["reason"].as_str().unwrap();
+    assert!(
+        reason.starts_with("task broken failed") && reason.contains('7'),
+        "{failed:#}"
+    );
+    let t = tasks(&failed);
+    assert_eq!(t[1]["state"], "cancelled");
+    assert_eq!(t[2]["state"], "cancelled");
+    let rs = common::json(url, "tok-ann", &["reserve", "--list", "--json"]);
+    for r in rs
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["id"].as_str().unwrap().contains(&id))
+    {
+        assert_eq!(r["state"], "cancelled", "{r:#}");
+    }
+}
+
+#[test]
+fn cancelling_a_workflow_stops_its_tasks_and_gives_back_its_reservations() {
+    let (dir, svc) = broker("cancel");
+    let url = &svc.url;
+    let path = write_dag(
+        &dir,
+        "JOB slow slow.sub\nJOB next next.sub\nPARENT slow CHILD next\n",
+        &[("slow", "sleep 60", "", ""), ("next", "true", "", "")],
+    );
+    let (code, w) = workflow(url, "tok-ann", &["submit", path.to_str().unwrap(), "--deadline", "1h"]);
+    assert_eq!(code, 0, "{w:#}");
+    let id = w["id"].as_str().unwrap().to_string();
+    let t = Instant::now();
+    loop {
+        let (_, w) = workflow(url, "tok-ann", &["status", &id]);
+        if tasks(&w)[0]["state"] == "running" {
+            break;
+        }
+        assert!(t.elapsed() < Duration::from_secs(30), "{w:#}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // Not someone else's to cancel.
+    assert!(!common::brokk(url, "tok-bob", &["workflow", "cancel", &id])
+        .status
+        .success());
+    let (code, cancelled) = workflow(url, "tok-ann", &["cancel", &id]);
+    assert_eq!(code, 0);
+    assert_eq!(cancelled["state"], "cancelled", "{cancelled:#}");
+    for t in tasks(&cancelled) {
+        assert_eq!(t["state"], "cancelled", "{t:#}");
+    }
+    let rs = common::json(url, "tok-ann", &["reserve", "--list", "--json"]);
+    assert!(
+        rs.as_array().unwrap().iter().all(|r| r["state"] == "cancelled"),
+        "{rs:#}"
+    );
+}
