@@ -702,6 +702,9 @@ pub struct WorkflowView {
     /// Bandwidth booked between sites.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub transfers: Vec<WorkflowTransfer>,
+    /// What the broker does not carry out of what the workflow asks.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }
 
 /// The answer to a workflow the broker could not admit (409): why, and

@@ -346,6 +346,12 @@ impl Service {
                 reason: None,
                 tasks,
                 transfers,
+                warnings: wf
+                    .tasks
+                    .iter()
+                    .filter(|t| t.pre.is_some() || t.post.is_some())
+                    .map(|t| format!("task {}: its SCRIPT PRE/POST is not run by the broker", t.id))
+                    .collect(),
             },
             spec: wf.clone(),
             plan: offer.plan.clone(),

@@ -288,6 +288,9 @@ fn submit(a: SubmitArgs) -> Result<ExitCode> {
     };
     match c.submit_workflow(&req)? {
         Ok(view) => {
+            for w in &view.warnings {
+                eprintln!("warning: {w}");
+            }
             if a.json {
                 say!("{}", serde_json::to_string_pretty(&view)?);
             } else {
