@@ -40,6 +40,15 @@ pub(crate) struct Booking<'s, 'x> {
     pub messages: Messages,
     /// Why the last step failed, for the rejection.
     pub failure: Option<RejectReason>,
+    /// A broker that does not probe ([VRM] 4.6.2's comparison): what it
+    /// knows of each site's schedule (its own earlier reservations, and
+    /// this admission's holds with their ids there, by task), answering in
+    /// place of the sites' probes.
+    knowledge: Option<(Vec<brokk_core::Planner>, Vec<Option<brokk_core::ReservationId>>)>,
+    /// What the sites' refusals taught such a broker during this
+    /// admission: per site, (processors, from, until) where a request for
+    /// at least that many starting from `from` could not start before `until`.
+    learned: Vec<Vec<(u32, i64, i64)>>,
 }
 
 impl<'s, 'x> Booking<'s, 'x> {
@@ -69,7 +78,37 @@ impl<'s, 'x> Booking<'s, 'x> {
             journal: Vec::new(),
             messages: Messages::default(),
             failure: None,
+            knowledge: None,
+            learned: Vec::new(),
         }
+    }
+
+    /// Answers probes from (a copy of) `knowledge`, one planner per site,
+    /// instead of asking the sites: a broker that reserves without probing.
+    pub fn without_probing(mut self, knowledge: &[brokk_core::Planner]) -> Self {
+        self.knowledge = Some((knowledge.to_vec(), vec![None; self.dag.nodes.len()]));
+        self.learned = vec![Vec::new(); self.sites.len()];
+        self
+    }
+
+    /// Whether probes are answered from what the broker knows, not by the sites.
+    pub fn is_blind(&self) -> bool {
+        self.knowledge.is_some()
+    }
+
+    /// The first start from `earliest` that no refusal at `site` ruled out
+    /// for `amount` processors.
+    fn past_refusals(&self, site: usize, amount: u32, mut earliest: i64) -> i64 {
+        let Some(learned) = self.learned.get(site) else {
+            return earliest;
+        };
+        while let Some(&(_, _, until)) = learned
+            .iter()
+            .find(|&&(a, from, until)| amount >= a && from <= earliest && earliest < until)
+        {
+            earliest = until;
+        }
+        earliest
     }
 
     /// Number of sites.
@@ -167,10 +206,24 @@ impl<'s, 'x> Booking<'s, 'x> {
         if latest < earliest {
             return Vec::new();
         }
-        self.messages.probes += 1;
-        let req = self.request(t, d, earliest, latest);
-        self.sites[site]
-            .probe(&req, k)
+        let found = match &self.knowledge {
+            Some((known, _)) => {
+                let from = self.past_refusals(site, self.dag.nodes[t].cores, earliest);
+                if from > latest {
+                    return Vec::new();
+                }
+                let req = self.request(t, d, from, latest);
+                known
+                    .get(site)
+                    .map_or(Ok(Vec::new()), |p| p.probe(&req, k).map_err(|_| ()))
+            }
+            None => {
+                self.messages.probes += 1;
+                let req = self.request(t, d, earliest, latest);
+                self.sites[site].probe(&req, k).map_err(|_| ())
+            }
+        };
+        found
             .map(|c| c.iter().map(|c| (c.start.0, c.rating)).collect())
             .unwrap_or_default()
     }
@@ -198,10 +251,31 @@ impl<'s, 'x> Booking<'s, 'x> {
                     reservation: id,
                 });
                 self.journal.push(Step::Task(t));
+                if let Some((known, ids)) = &mut self.knowledge {
+                    // It knows its own holds.
+                    let at = Request {
+                        earliest: start,
+                        latest: start,
+                        ..req
+                    };
+                    if let Some(Reply::Granted { id, .. }) =
+                        known.get_mut(site).map(|p| p.reserve(self.owner, &at, None))
+                    {
+                        ids[t] = Some(id);
+                    }
+                }
                 Some(start.0)
             }
-            _ => {
+            reply => {
                 self.messages.refused += 1;
+                if let Some(learned) = self.learned.get_mut(site) {
+                    // The site's refusal says when such a request could start.
+                    let until = match reply {
+                        Ok(Reply::Rejected { next_start: Some(n) }) => n.0,
+                        _ => latest + 1,
+                    };
+                    learned.push((self.dag.nodes[t].cores, earliest, until.max(latest + 1)));
+                }
                 None
             }
         }
@@ -346,6 +420,11 @@ impl<'s, 'x> Booking<'s, 'x> {
                 Some(Step::Task(t)) => {
                     if let Some(p) = self.tasks[t].take() {
                         let _ = self.sites[p.site].cancel(self.owner, p.reservation);
+                        if let Some((known, ids)) = &mut self.knowledge {
+                            if let Some(id) = ids[t].take() {
+                                let _ = known[p.site].cancel(id);
+                            }
+                        }
                     }
                 }
                 Some(Step::Transfer(i)) => {

@@ -195,35 +195,55 @@ fn place_class_backtracking(b: &mut Booking, c: usize) -> bool {
     let dag = b.dag;
     let members = &dag.classes[c];
     let floor = class_floor(b, members);
-    let mut starts = Vec::new();
-    for &m in members {
-        for site in 0..b.site_count() {
-            let (Some(d), Some(est)) = (b.duration(m, site), b.arrival(m, site)) else {
-                continue;
-            };
-            if let Some(s) = b.probe_first(m, site, d, est.max(floor), b.latest_start(d)) {
-                starts.push(s);
+    let mut steps = BACKTRACK_STEPS;
+    let mut tried = std::collections::BTreeSet::new();
+    loop {
+        let mut starts = Vec::new();
+        for &m in members {
+            for site in 0..b.site_count() {
+                let (Some(d), Some(est)) = (b.duration(m, site), b.arrival(m, site)) else {
+                    continue;
+                };
+                if let Some(s) = b.probe_first(m, site, d, est.max(floor), b.latest_start(d)) {
+                    starts.push(s);
+                }
             }
         }
+        starts.sort_unstable();
+        starts.dedup();
+        starts.retain(|s| !tried.contains(s));
+        starts.truncate(BACKTRACK_STARTS.saturating_sub(tried.len()));
+        if starts.is_empty() || steps == 0 {
+            return false;
+        }
+        tried.extend(starts.iter().copied());
+        if try_starts(b, members, &starts, &mut steps) {
+            return true;
+        }
+        // A broker that probes saw every start there is; one that does not
+        // learned from the refusals and looks again.
+        if !b.is_blind() {
+            return false;
+        }
     }
-    starts.sort_unstable();
-    starts.dedup();
-    starts.truncate(BACKTRACK_STARTS);
-    let mut steps = BACKTRACK_STEPS;
+}
+
+/// Tries each window start of `starts` in turn for the class `members`.
+fn try_starts(b: &mut Booking, members: &[usize], starts: &[i64], steps: &mut usize) -> bool {
     let first = members[0];
-    for s in starts {
+    for &s in starts {
         let mut sites: Vec<(i64, usize)> = (0..b.site_count())
             .filter_map(|site| b.duration(first, site).map(|d| (d, site)))
             .collect();
         sites.sort_unstable();
         for (d, site0) in sites {
             let w = least_window(b, members, d);
-            if s > b.latest_start(w) || steps == 0 {
+            if s > b.latest_start(w) || *steps == 0 {
                 continue;
             }
-            steps -= 1;
+            *steps -= 1;
             let mark = b.mark();
-            if hold_member(b, first, site0, s, w) && search(b, &members[1..], s, w, &mut steps) {
+            if hold_member(b, first, site0, s, w) && search(b, &members[1..], s, w, steps) {
                 return true;
             }
             b.rollback(mark);

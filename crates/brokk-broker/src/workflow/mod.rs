@@ -430,6 +430,34 @@ pub fn admit(
     owner: &str,
     opts: &Options,
 ) -> Result<Offer, Rejection> {
+    admit_knowing(wf, topo, sites, net, owner, opts, None)
+}
+
+/// [`admit`] by a broker that does not probe ([VRM] 4.6.2, the probe
+/// phase's benefit): where a scheduler would probe, it reads `knowledge`
+/// (one planner per site, holding what the broker knows of it, such as its
+/// own earlier reservations) and tries its reservations on that guess.
+pub fn admit_without_probing(
+    wf: &Workflow,
+    topo: &Topology,
+    sites: &mut [&mut dyn Site],
+    net: &mut Network,
+    owner: &str,
+    opts: &Options,
+    knowledge: &[brokk_core::Planner],
+) -> Result<Offer, Rejection> {
+    admit_knowing(wf, topo, sites, net, owner, opts, Some(knowledge))
+}
+
+fn admit_knowing(
+    wf: &Workflow,
+    topo: &Topology,
+    sites: &mut [&mut dyn Site],
+    net: &mut Network,
+    owner: &str,
+    opts: &Options,
+    knowledge: Option<&[brokk_core::Planner]>,
+) -> Result<Offer, Rejection> {
     let dag = Dag::new(wf)?;
     let largest = topo.sites.iter().map(|s| s.capacity).max().unwrap_or(0);
     if let Some(n) = dag.nodes.iter().find(|n| n.cores > largest) {
@@ -459,6 +487,7 @@ pub fn admit(
         earliest,
         wf.deadline,
         opts.scheduler,
+        knowledge,
     ) {
         Ok((plan, messages)) => Ok(Offer {
             plan,
@@ -474,7 +503,9 @@ pub fn admit(
                     Scheduler::Genetic => Scheduler::HeftSync,
                     s => s,
                 };
-                if let Ok((plan, m)) = run(&dag, topo, sites, net, owner, expires, earliest, None, finder) {
+                if let Ok((plan, m)) = run(
+                    &dag, topo, sites, net, owner, expires, earliest, None, finder, knowledge,
+                ) {
                     rejection.earliest_finish = Some(plan.finish);
                     rejection.messages += m;
                     let offer = Offer {
@@ -521,8 +552,12 @@ fn run(
     earliest: Time,
     deadline: Option<Time>,
     scheduler: Scheduler,
+    knowledge: Option<&[brokk_core::Planner]>,
 ) -> Result<(Plan, Messages), Rejection> {
     let mut b = Booking::new(dag, topo, sites, net, owner, hold, earliest, deadline);
+    if let Some(known) = knowledge {
+        b = b.without_probing(known);
+    }
     let placed = match scheduler {
         Scheduler::Single => single::schedule(&mut b),
         Scheduler::HeftSync => heft::schedule(&mut b, false),

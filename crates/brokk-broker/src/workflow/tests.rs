@@ -366,3 +366,73 @@ fn every_kind_is_its_json_name() {
         assert_eq!(json["reason"], r.kind());
     }
 }
+
+#[test]
+fn a_broker_without_probes_guesses_from_what_it_knows_and_is_refused_where_others_booked() {
+    // Two 4-processor tasks that start together; site 0 is booked by
+    // someone else until 100, which the probing broker sees and the
+    // non-probing one does not.
+    let wf = Workflow {
+        tasks: vec![task("p", 100, 4), task("q", 100, 4)],
+        coallocations: vec![CoAllocation {
+            a: "p".into(),
+            b: "q".into(),
+            bandwidth: 0,
+        }],
+        deadline: Some(Time(1000)),
+        ..Workflow::default()
+    };
+    let (mut sites, topo, mut net) = grid(&[(4, 1.0), (4, 1.0)], &[(0, 1)]);
+    block(&mut sites[0], 4, 100);
+    let probing = admit_on(&wf, &mut sites, &topo, &mut net, &opts(Scheduler::HeftSyncBt)).unwrap();
+    assert!(probing.messages.probes > 0);
+    assert_eq!(probing.messages.refused, 0, "the probes showed where there is room");
+    probing.release("alice", &mut refs(&mut sites), &mut net);
+
+    let knowledge: Vec<brokk_core::Planner> = (0..2).map(|_| brokk_core::planner(4, HORIZON)).collect();
+    let blind = admit_without_probing(
+        &wf,
+        &topo,
+        &mut refs(&mut sites),
+        &mut net,
+        "alice",
+        &opts(Scheduler::HeftSyncBt),
+        &knowledge,
+    )
+    .unwrap();
+    assert_eq!(blind.messages.probes, 0, "no site was probed");
+    assert!(
+        blind.messages.refused > 0,
+        "it tried site 0 at 0 first: {:?}",
+        blind.messages
+    );
+    // It still found the plan the probing broker found.
+    let (a, b) = (&probing.plan.tasks, &blind.plan.tasks);
+    assert_eq!((a[0].start, a[1].start), (b[0].start, b[1].start));
+    // Where what it knows is right, it makes the probing broker's attempts.
+    blind.release("alice", &mut refs(&mut sites), &mut net);
+    let mut known = knowledge.clone();
+    let busy = Request {
+        amount: 4,
+        duration: Duration(100),
+        earliest: Time(0),
+        latest: Time(0),
+        flexible: false,
+    };
+    assert!(matches!(
+        known[0].reserve("local", &busy, None),
+        brokk_core::Reply::Granted { .. }
+    ));
+    let told = admit_without_probing(
+        &wf,
+        &topo,
+        &mut refs(&mut sites),
+        &mut net,
+        "alice",
+        &opts(Scheduler::HeftSyncBt),
+        &known,
+    )
+    .unwrap();
+    assert_eq!(told.messages.refused, 0);
+    assert_eq!(told.messages.reservations, probing.messages.reservations);
+}
