@@ -11,7 +11,9 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-use brokk_broker::workflow::{admit, memory_sites, LinkSpec, Network, Options, Scheduler, SiteSpec, Topology};
+use brokk_broker::workflow::{
+    admit, admit_without_probing, memory_sites, LinkSpec, Network, Options, Scheduler, SiteSpec, Topology,
+};
 use brokk_broker::Site;
 use brokk_core::Request;
 use brokk_model::workflow::Workflow;
@@ -70,6 +72,16 @@ pub struct AdmissionExperiment {
     /// they lapse. Rejecters come as a further stream of the same workflows.
     #[serde(default = "default_rejecters")]
     pub rejecters: Vec<f64>,
+    /// Shares of the workflows sent to the monitored broker, swept ([VRM]
+    /// 4.6.2's probe-phase experiment); a second broker, which probes,
+    /// takes the rest on the same sites. 1 (the default): one broker.
+    #[serde(default = "default_shares")]
+    pub shares: Vec<f64>,
+    /// Whether the monitored broker probes before it reserves, swept; one
+    /// that does not answers its probes from what it knows (its own
+    /// reservations) and learns from the sites' refusals.
+    #[serde(default = "default_probing")]
+    pub probing: Vec<bool>,
     /// The grid.
     pub grid: GridConfig,
     /// The workflows' shape.
@@ -203,6 +215,12 @@ fn default_hold() -> Vec<i64> {
 fn default_rejecters() -> Vec<f64> {
     vec![0.0]
 }
+fn default_shares() -> Vec<f64> {
+    vec![1.0]
+}
+fn default_probing() -> Vec<bool> {
+    vec![true]
+}
 fn default_bandwidth() -> u64 {
     100
 }
@@ -247,6 +265,10 @@ pub struct Setting {
     pub hold: i64,
     /// Rejecters per accepter.
     pub rejecters: f64,
+    /// Share of the workflows the monitored broker gets.
+    pub share: f64,
+    /// Whether the monitored broker probes.
+    pub probing: bool,
 }
 
 /// One run's figures.
@@ -277,6 +299,14 @@ pub struct AdmissionPoint {
     pub probes_per_task: f64,
     /// Preliminary reservation requests per submitted task.
     pub reservations_per_task: f64,
+    /// Workflows the monitored broker got, and admitted.
+    pub monitored: [usize; 2],
+    /// The monitored broker's reservation attempts per task, for its
+    /// admitted and its rejected workflows ([VRM] Fig. 4.7a).
+    pub attempts_per_task: [f64; 2],
+    /// Its messages (probes and reservation attempts) per task, admitted
+    /// and rejected (Fig. 4.7b).
+    pub messages_per_task: [f64; 2],
     /// Local jobs submitted and refused.
     pub local: [usize; 2],
     /// Rejections by reason.
@@ -301,6 +331,14 @@ pub struct AdmissionAggregate {
     pub probes_per_task: Spread,
     /// Reservation requests per task over seeds.
     pub reservations_per_task: Spread,
+    /// The monitored broker's attempts per task of admitted workflows.
+    pub attempts_admitted: Spread,
+    /// Of rejected workflows.
+    pub attempts_rejected: Spread,
+    /// Its messages per task of admitted workflows.
+    pub messages_admitted: Spread,
+    /// Of rejected workflows.
+    pub messages_rejected: Spread,
 }
 
 /// Everything a sweep found.
@@ -350,6 +388,9 @@ impl AdmissionExperiment {
         if !(self.data_scale >= 0.0 && self.data_scale.is_finite()) {
             return bad("data_scale: a factor of 0 or more");
         }
+        if self.shares.is_empty() || self.shares.iter().any(|x| !(*x > 0.0 && *x <= 1.0)) || self.probing.is_empty() {
+            return bad("shares: from more than 0 to 1; probing: true, false or both");
+        }
         if !(0.0..0.95).contains(&self.local_share) {
             return bad("local_share: from 0 to 0.95");
         }
@@ -368,19 +409,26 @@ impl AdmissionExperiment {
         self.grid.platform()
     }
 
-    /// Every setting: scheduler x inter-arrival x hold x rejecters, in that nesting.
+    /// Every setting: scheduler x inter-arrival x hold x rejecters x share x
+    /// probing, in that nesting.
     pub fn settings(&self) -> Vec<Setting> {
         let mut out = Vec::new();
         for &scheduler in &self.schedulers {
             for &inter_arrival in &self.inter_arrival {
                 for &hold in &self.hold {
                     for &rejecters in &self.rejecters {
-                        out.push(Setting {
-                            scheduler,
-                            inter_arrival,
-                            hold,
-                            rejecters,
-                        });
+                        for &share in &self.shares {
+                            for &probing in &self.probing {
+                                out.push(Setting {
+                                    scheduler,
+                                    inter_arrival,
+                                    hold,
+                                    rejecters,
+                                    share,
+                                    probing,
+                                });
+                            }
+                        }
                     }
                 }
             }
@@ -434,6 +482,10 @@ impl AdmissionExperiment {
                 utilization: over(|p| p.utilization),
                 probes_per_task: over(|p| p.probes_per_task),
                 reservations_per_task: over(|p| p.reservations_per_task),
+                attempts_admitted: over(|p| p.attempts_per_task[0]),
+                attempts_rejected: over(|p| p.attempts_per_task[1]),
+                messages_admitted: over(|p| p.messages_per_task[0]),
+                messages_rejected: over(|p| p.messages_per_task[1]),
             });
         }
         Ok(AdmissionReport {
@@ -613,10 +665,22 @@ impl AdmissionExperiment {
             })
             .sum();
         let (mut tasks, mut probes, mut reservations) = (0u64, 0u64, 0u64);
+        // The monitored broker's [tasks, attempts, messages] for its
+        // admitted and its rejected workflows.
+        let mut monitored = [[0u64; 3]; 2];
+        // What a monitored broker that does not probe knows: its own reservations.
+        let mut knowledge: Vec<brokk_core::Planner> =
+            specs.iter().map(|s| brokk_core::planner(s.capacity, horizon)).collect();
+        // Which broker takes each workflow: a stream of its own, the same
+        // for every other setting.
+        let mut split = ChaCha8Rng::seed_from_u64(seed ^ 0x5eed_0046);
         for a in &arrivals {
             let now = a.at;
             for s in &mut sites {
                 s.advance(now);
+            }
+            for k in &mut knowledge {
+                k.advance(now);
             }
             net.advance(now);
             match &a.what {
@@ -652,7 +716,25 @@ impl AdmissionExperiment {
                         explain: false,
                     };
                     let mut refs: Vec<&mut dyn Site> = sites.iter_mut().map(|s| s as &mut dyn Site).collect();
-                    match admit(wf, &topo, &mut refs, &mut net, "broker", &opts) {
+                    let mine = split.gen::<f64>() < setting.share;
+                    let answer = if mine && !setting.probing {
+                        admit_without_probing(wf, &topo, &mut refs, &mut net, "broker", &opts, &knowledge)
+                    } else {
+                        admit(wf, &topo, &mut refs, &mut net, "broker", &opts)
+                    };
+                    if mine {
+                        let m = match &answer {
+                            Ok(o) => (0, o.messages),
+                            Err(r) => (1, r.messages),
+                        };
+                        p.monitored[0] += 1;
+                        p.monitored[1] += usize::from(m.0 == 0);
+                        let tally = &mut monitored[m.0];
+                        tally[0] += wf.tasks.len() as u64;
+                        tally[1] += m.1.reservations;
+                        tally[2] += m.1.reservations + m.1.probes;
+                    }
+                    match answer {
                         Ok(offer) => {
                             probes += offer.messages.probes;
                             reservations += offer.messages.reservations;
@@ -666,6 +748,16 @@ impl AdmissionExperiment {
                                 // A plan lists the tasks in the workflow's order.
                                 for (t, spec) in offer.plan.tasks.iter().zip(&wf.tasks) {
                                     count(&mut booked[1], spec.cores, t.start, t.end);
+                                    if mine {
+                                        let at = Request {
+                                            amount: spec.cores,
+                                            duration: t.end - t.start,
+                                            earliest: t.start,
+                                            latest: t.start,
+                                            flexible: false,
+                                        };
+                                        let _ = knowledge[t.site].reserve("broker", &at, None);
+                                    }
                                 }
                             } else {
                                 offer.release("broker", &mut refs, &mut net);
@@ -699,6 +791,11 @@ impl AdmissionExperiment {
         let per = |x: u64| if tasks == 0 { 0.0 } else { x as f64 / tasks as f64 };
         p.probes_per_task = per(probes);
         p.reservations_per_task = per(reservations);
+        for (i, [tasks, attempts, messages]) in monitored.into_iter().enumerate() {
+            let per = |x: u64| if tasks == 0 { 0.0 } else { x as f64 / tasks as f64 };
+            p.attempts_per_task[i] = per(attempts);
+            p.messages_per_task[i] = per(messages);
+        }
         p
     }
 
@@ -715,6 +812,9 @@ impl AdmissionExperiment {
             workflow_utilization: 0.0,
             probes_per_task: 0.0,
             reservations_per_task: 0.0,
+            monitored: [0, 0],
+            attempts_per_task: [0.0, 0.0],
+            messages_per_task: [0.0, 0.0],
             local: [0, 0],
             reasons: BTreeMap::new(),
         }

@@ -594,6 +594,9 @@ pub fn admission(report: &crate::admission::AdmissionReport) -> Result<Vec<(Stri
         v.dedup();
         v.len()
     };
+    if distinct(|a| a.setting.share) > 1 {
+        return probe_phase(report);
+    }
     let by_hold = distinct(|a| a.setting.hold as f64) > 1;
     let several_arrivals = distinct(|a| a.setting.inter_arrival) > 1;
     let several_rejecters = distinct(|a| a.setting.rejecters) > 1;
@@ -652,6 +655,64 @@ pub fn admission(report: &crate::admission::AdmissionReport) -> Result<Vec<(Stri
                 }
             })
             .collect();
+        let y = Axis { label, log: false };
+        let svg = chart(&format!("{}: {label}", report.name), x, y, &series)?;
+        out.push((format!("{file}.svg"), svg));
+    }
+    Ok(out)
+}
+
+/// [VRM] Fig. 4.7: the monitored broker's reservation attempts and
+/// messages per task against its share of the workflows, probing or not,
+/// for its admitted and its rejected workflows.
+fn probe_phase(report: &crate::admission::AdmissionReport) -> Result<Vec<(String, String)>, String> {
+    use crate::admission::AdmissionAggregate;
+    use crate::stats::Spread;
+    type Pick = fn(&AdmissionAggregate) -> Spread;
+    let figures: [(&str, &str, [Pick; 2]); 2] = [
+        (
+            "attempts-per-task",
+            "reservation attempts per task",
+            [|a| a.attempts_admitted, |a| a.attempts_rejected],
+        ),
+        (
+            "messages-per-task",
+            "messages per task",
+            [|a| a.messages_admitted, |a| a.messages_rejected],
+        ),
+    ];
+    let x = Axis {
+        label: "share of the workflows at the monitored broker (%)",
+        log: false,
+    };
+    let mut out = Vec::new();
+    for (file, label, picks) in figures {
+        let mut series = Vec::new();
+        for (i, probing) in [true, false].into_iter().enumerate() {
+            for (j, (pick, outcome)) in picks.iter().zip(["admitted", "rejected"]).enumerate() {
+                let mine: Vec<&AdmissionAggregate> = report
+                    .aggregates
+                    .iter()
+                    .filter(|a| a.setting.probing == probing)
+                    .collect();
+                if mine.is_empty() {
+                    continue;
+                }
+                let name = format!("{} {outcome}", if probing { "probing" } else { "not probing" });
+                series.push(Series {
+                    name,
+                    points: mine.iter().map(|a| (a.setting.share * 100.0, pick(a).mean)).collect(),
+                    bars: mine
+                        .iter()
+                        .filter_map(|a| {
+                            let v = pick(a);
+                            v.ci95.map(|ci| (a.setting.share * 100.0, v.mean - ci, v.mean + ci))
+                        })
+                        .collect(),
+                    colour: colour(2 * i + j),
+                });
+            }
+        }
         let y = Axis { label, log: false };
         let svg = chart(&format!("{}: {label}", report.name), x, y, &series)?;
         out.push((format!("{file}.svg"), svg));

@@ -90,3 +90,59 @@ fn the_critical_path_is_the_longest_chain_of_run_times() {
     };
     assert_eq!(critical_path(&wf), 65);
 }
+
+#[test]
+fn a_broker_that_does_not_probe_sends_only_reservations_and_a_second_broker_takes_the_rest() {
+    let text = r#"
+name = "probes"
+seeds = [1]
+workflows = 300
+schedulers = ["heftsyncbt"]
+inter_arrival = [20]
+shares = [0.25, 1.0]
+probing = [true, false]
+[grid]
+preset = "ediscom"
+heterogeneous = false
+[workflow]
+tasks = [2, 4]
+width = 4
+regularity = 1.0
+coallocation_density = 1.0
+"#;
+    let r = AdmissionExperiment::from_toml(text).unwrap().sweep(2, &|| ()).unwrap();
+    assert_eq!(r.points.len(), 4);
+    for p in &r.points {
+        let s = &p.setting;
+        // The split does not depend on probing; the monitored broker gets about its share.
+        let got = p.monitored[0] as f64 / p.submitted as f64;
+        assert!((got - s.share).abs() < 0.08, "{s:?}: {got}");
+        assert!(p.monitored[1] <= p.monitored[0]);
+        // Every task needs at least one reservation attempt.
+        assert!(p.attempts_per_task[0] >= 1.0, "{s:?}");
+        if s.probing {
+            assert!(
+                p.messages_per_task[0] > p.attempts_per_task[0],
+                "{s:?}: probes are messages too"
+            );
+        } else {
+            assert_eq!(
+                p.messages_per_task, p.attempts_per_task,
+                "{s:?}: nothing but reservations"
+            );
+        }
+    }
+    let same_split = |share: f64| {
+        let of: Vec<_> = r.points.iter().filter(|p| p.setting.share == share).collect();
+        of[0].monitored[0] == of[1].monitored[0]
+    };
+    assert!(same_split(0.25) && same_split(1.0));
+    // With every workflow its own, the second broker is idle and sends nothing.
+    let alone = r
+        .points
+        .iter()
+        .find(|p| p.setting.share == 1.0 && !p.setting.probing)
+        .unwrap();
+    assert_eq!(alone.monitored[0], alone.submitted);
+    assert_eq!(alone.probes_per_task, 0.0);
+}

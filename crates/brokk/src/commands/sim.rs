@@ -222,6 +222,31 @@ fn workflows(a: WorkflowsArgs) -> Result<ExitCode> {
         "arrival: mean inter-arrival of the accepters' workflows and hold: of a preliminary reservation, in slots of {} s; rej: rejecters per accepter; ± is the half-width of the 95% confidence interval over the seeds",
         exp.slot
     );
+    if exp.shares.len() > 1 || exp.probing.len() > 1 {
+        say!(
+            "{:<11} {:>6} {:>8} {:>17} {:>17} {:>17} {:>17}",
+            "scheduler",
+            "share",
+            "probing",
+            "attempts/t adm",
+            "attempts/t rej",
+            "messages/t adm",
+            "messages/t rej"
+        );
+        for g in &report.aggregates {
+            say!(
+                "{:<11} {:>6} {:>8} {:>17} {:>17} {:>17} {:>17}",
+                g.setting.scheduler.name(),
+                g.setting.share,
+                g.setting.probing,
+                cell(&g.attempts_admitted),
+                cell(&g.attempts_rejected),
+                cell(&g.messages_admitted),
+                cell(&g.messages_rejected)
+            );
+        }
+        say!("share: of the workflows at the monitored broker (a second broker, which probes, takes the rest); per task of the monitored broker's admitted (adm) and rejected (rej) workflows");
+    }
     say!("wrote {}", out.display());
     Ok(ExitCode::SUCCESS)
 }
