@@ -86,6 +86,9 @@ scripts/classad-crosscheck.sh
 echo "== simulator cross-check against AccaSim"
 scripts/accasim-crosscheck.sh
 
+echo "== WfCommons instances from the wfcommons package's recipes: read, admitted and simulated"
+scripts/wfcommons-check.sh
+
 echo "== the Python package: built with pip into a fresh virtual environment, pytest, the example notebook"
 if command -v python3 >/dev/null 2>&1; then
   scripts/python-tests.sh
