@@ -46,6 +46,12 @@ fn made_by(job: &Job) -> BTreeSet<String> {
         .collect()
 }
 
+/// The language a task's job was written in (its placeholders are that
+/// language's), canonical JSON when not known.
+fn format_of(name: Option<&str>) -> Format {
+    name.and_then(|f| f.parse().ok()).unwrap_or(Format::Json)
+}
+
 /// Where a task stands, from its job's state.
 fn status_of(v: &BrokerJob) -> TaskStatus {
     match v.state {
@@ -132,11 +138,6 @@ impl Service {
             asked = asked.saturating_add(i64::from(task.cores).saturating_mul(wall.0));
             let parents = from_parents.remove(&task.id).unwrap_or_default();
             self.take_uploads(owner, job, &req.uploads, &parents)?;
-            let format = task
-                .format
-                .as_deref()
-                .and_then(|f| f.parse::<Format>().ok())
-                .unwrap_or(Format::Json);
             let job_id = format!("{id}-{k}");
             let ids = brokk_jdl::assign::Ids {
                 job: &job_id,
@@ -144,7 +145,7 @@ impl Service {
                 index: k,
                 user: owner,
             };
-            brokk_jdl::assign::assign(format, job, ids);
+            brokk_jdl::assign::assign(format_of(task.format.as_deref()), job, ids);
         }
         self.within_reserved_limit(owner, asked, t).await?;
 
@@ -289,11 +290,7 @@ impl Service {
             self.db.save_reservation(&r).await?;
             let mut job = task.job.clone().unwrap_or_default();
             job.reservation = Some(r.id.clone());
-            let format = task
-                .format
-                .as_deref()
-                .and_then(|f| f.parse::<Format>().ok())
-                .unwrap_or(Format::Json);
+            let format = format_of(task.format.as_deref());
             let job_id = format!("{id}-{k}");
             self.store_new(
                 owner,
@@ -713,7 +710,7 @@ impl Service {
         if rerun {
             task.retried += 1;
             task.job = format!("{}-{k}.{}", w.view.id, task.retried);
-            let format = old.view.format.parse::<Format>().unwrap_or(Format::Json);
+            let format = format_of(Some(&old.view.format));
             self.store_new(
                 &w.view.owner,
                 &job,

@@ -47,19 +47,27 @@ enum What {
     Cancel(StatusArgs),
 }
 
+/// How to admit, for `plan` and `submit`.
 #[derive(clap::Args)]
-struct SubmitArgs {
-    /// A DAGMan file (its node files beside it) or Brokk's workflow JSON.
-    file: PathBuf,
-    /// The deadline after now (`90m`, `6h`) [default: the workflow's own, else none].
+struct AdmitArgs {
+    /// The deadline after the start, now for `submit` (`90m`, `6h`)
+    /// [default: the workflow's own, else none].
     #[arg(long)]
     deadline: Option<Duration>,
     /// The scheduler: single, heftsync, heftsyncbt, hlst or genetic.
     #[arg(long, default_value = "heftsync")]
     scheduler: Scheduler,
-    /// Print the workflow or the refusal as JSON.
+    /// Print the plan or the refusal as JSON.
     #[arg(long)]
     json: bool,
+}
+
+#[derive(clap::Args)]
+struct SubmitArgs {
+    /// A DAGMan file (its node files beside it) or Brokk's workflow JSON.
+    file: PathBuf,
+    #[command(flatten)]
+    admit: AdmitArgs,
     #[command(flatten)]
     server: Server,
 }
@@ -92,15 +100,8 @@ struct PlanArgs {
     /// capacity and speed, `links` as pairs of names, `bandwidth` in bytes/s).
     #[arg(long)]
     grid: PathBuf,
-    /// The deadline after the start (`90m`, `6h`) [default: the workflow's own, else none].
-    #[arg(long)]
-    deadline: Option<Duration>,
-    /// The scheduler: single, heftsync, heftsyncbt, hlst or genetic.
-    #[arg(long, default_value = "heftsync")]
-    scheduler: Scheduler,
-    /// Print the offer or the rejection as JSON.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    admit: AdmitArgs,
 }
 
 #[derive(clap::Args)]
@@ -168,14 +169,14 @@ fn plan(p: PlanArgs) -> Result<ExitCode> {
     // Times are offsets from the start: the workflow starts at 0.
     let mut wf = read.workflow;
     let (start, horizon) = (Time(0), Time(400 * 86_400));
-    if let Some(d) = p.deadline {
+    if let Some(d) = p.admit.deadline {
         wf.deadline = Some(start + d);
     }
     let mut net = Network::new(specs.len(), links, 1, horizon)?;
     let mut sites = memory_sites(&specs, horizon);
     let topo = Topology::new(specs, &net);
     let opts = Options {
-        scheduler: p.scheduler,
+        scheduler: p.admit.scheduler,
         now: start,
         hold: Duration(600),
         explain: true,
@@ -184,14 +185,14 @@ fn plan(p: PlanArgs) -> Result<ExitCode> {
     let name = |i: usize| topo.sites.get(i).map_or("?", |s| s.name.as_str());
     match admit(&wf, &topo, &mut refs, &mut net, "you", &opts) {
         Ok(offer) => {
-            if p.json {
+            if p.admit.json {
                 say!("{}", serde_json::to_string_pretty(&offer)?);
                 return Ok(ExitCode::SUCCESS);
             }
             let plan = &offer.plan;
             say!(
                 "admitted by {}: {} tasks from {} to {}{}",
-                p.scheduler,
+                p.admit.scheduler,
                 plan.tasks.len(),
                 offset(plan.start),
                 offset(plan.finish),
@@ -232,13 +233,13 @@ fn plan(p: PlanArgs) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Err(r) => {
-            if p.json {
+            if p.admit.json {
                 say!("{}", serde_json::to_string_pretty(&r)?);
             } else {
                 let offered = r.earliest_finish.map_or(String::new(), |f| {
                     format!("; the earliest finish on offer is {}", offset(f))
                 });
-                eprintln!("rejected by {}: {}{offered}", p.scheduler, r.reason);
+                eprintln!("rejected by {}: {}{offered}", p.admit.scheduler, r.reason);
             }
             Ok(ExitCode::from(6))
         }
@@ -268,7 +269,7 @@ fn submit(a: SubmitArgs) -> Result<ExitCode> {
         return Ok(ExitCode::from(2));
     };
     let mut wf = read.workflow;
-    if let Some(d) = a.deadline {
+    if let Some(d) = a.admit.deadline {
         wf.deadline = Some(brokk_proto::wall_clock() + d);
     }
     let c = a.server.client();
@@ -283,7 +284,7 @@ fn submit(a: SubmitArgs) -> Result<ExitCode> {
     let uploads = upload_files(&c, &base, inputs, |p| p.is_file())?;
     let req = WorkflowRequest {
         workflow: wf,
-        scheduler: Some(a.scheduler.name().to_string()),
+        scheduler: Some(a.admit.scheduler.name().to_string()),
         uploads,
     };
     match c.submit_workflow(&req)? {
@@ -291,7 +292,7 @@ fn submit(a: SubmitArgs) -> Result<ExitCode> {
             for w in &view.warnings {
                 eprintln!("warning: {w}");
             }
-            if a.json {
+            if a.admit.json {
                 say!("{}", serde_json::to_string_pretty(&view)?);
             } else {
                 say!("{}", view.id);
@@ -300,10 +301,10 @@ fn submit(a: SubmitArgs) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Err(refused) => {
-            if a.json {
+            if a.admit.json {
                 say!("{}", serde_json::to_string_pretty(&refused)?);
             } else {
-                eprintln!("rejected by {}: {}", a.scheduler, refused.error);
+                eprintln!("rejected by {}: {}", a.admit.scheduler, refused.error);
             }
             Ok(ExitCode::from(6))
         }
