@@ -219,6 +219,40 @@ fn a_reservation_named_in_a_description_is_checked_like_any_other() {
     assert_eq!(o.status(), 202, "{}", o.text().unwrap());
 }
 
+#[test]
+fn an_upload_named_in_a_description_is_one_of_its_owners_own() {
+    let dir = scratch("upload-by-digest");
+    let b = Broker::start(&dir);
+    // Ann uploads a file, and a job of hers takes it to the site.
+    let secret = b"ann's data\n";
+    std::fs::write(dir.join("secret"), secret).unwrap();
+    let (sha, _) = brokk_site::uploads::digest_file(&dir.join("secret")).unwrap();
+    let put = b
+        .http
+        .put(format!("{}/v1/uploads/{sha}", b.server.url))
+        .bearer_auth("tok-ann")
+        .body(secret.to_vec())
+        .send()
+        .unwrap();
+    assert_eq!(put.status(), 201);
+    let mut job = shell("cat data.txt");
+    job["input_files"] = json!([{ "name": "data.txt" }]);
+    let r = b.submit(
+        "tok-ann",
+        json!({ "description": job.to_string(), "format": "json", "uploads": { "data.txt": sha } }),
+    );
+    assert_eq!(r.status(), 202, "{}", r.text().unwrap());
+    // Bob names her digest as his input's source: refused, at any time.
+    let mut theft = shell("cat data.txt");
+    theft["input_files"] = json!([{ "name": "data.txt", "source": format!("upload:{sha}") }]);
+    let o = b.submit("tok-bob", json!({ "description": theft.to_string(), "format": "json" }));
+    assert_eq!(o.status(), 400, "{}", o.text().unwrap());
+    assert!(o.text().unwrap().contains("not one of your uploads"));
+    // Ann may name her own.
+    let o = b.submit("tok-ann", json!({ "description": theft.to_string(), "format": "json" }));
+    assert_eq!(o.status(), 202, "{}", o.text().unwrap());
+}
+
 /// Deeply nested descriptions, one per language, each far deeper than any
 /// real one.
 fn deep_inputs() -> Vec<(&'static str, String)> {

@@ -232,6 +232,18 @@ impl Service {
         from_parents: &std::collections::BTreeSet<String>,
     ) -> Result<(), ServiceError> {
         for f in &mut job.input_files {
+            if let Some(sha) = f.source.as_deref().and_then(brokk_site::uploads::digest_of) {
+                // Sites keep uploads by content for the broker, whoever sent
+                // them: a digest written into a description must name one of
+                // the owner's own, or it would reach another user's file.
+                if self.uploads.size(owner, sha).is_none() {
+                    return Err(ServiceError::BadRequest(format!(
+                        "input file {}: upload {sha} is not one of your uploads",
+                        f.name
+                    )));
+                }
+                continue;
+            }
             if f.source.is_some() || from_parents.contains(&f.name) {
                 continue;
             }
