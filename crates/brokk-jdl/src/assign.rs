@@ -54,21 +54,24 @@ pub fn assign(format: Format, job: &mut Job, ids: Ids<'_>) {
 /// `$(Cluster)` is Slurm's `%j` and back (`%A` too, `%x` the job's name, `%%`
 /// a percent sign); a pattern the target has no form for is kept as written
 /// and named in the returned notes. Canonical JSON keeps every form.
+/// A language without `%a` gets each task's own index in its names.
 pub(crate) fn translate_patterns(format: Format, job: &mut Job) -> Vec<String> {
     let mut notes = Vec::new();
     if format == Format::Json {
         return notes;
     }
     let name = job.name.clone();
-    // A language without `%a` gets each task's own index in its names.
-    let task = (format != Format::Slurm).then(|| crate::slurm::task_of(job)).flatten();
+    let task = (format != Format::Slurm)
+        .then(|| crate::slurm::task_of(job))
+        .flatten()
+        .map(|t| t.to_string());
     for (what, slot) in [
         ("stdin", &mut job.stdin),
         ("stdout", &mut job.stdout),
         ("stderr", &mut job.stderr),
     ] {
         let Some(s) = slot else { continue };
-        if let Some(t) = task {
+        if let Some(t) = &task {
             *s = crate::slurm::task_index(s, t);
         }
         let (out, kept) = match format {

@@ -921,6 +921,25 @@ pub(crate) fn write(jobs: &[Job]) -> Written {
     d.finish(out)
 }
 
+/// The tasks of one array ([`crate::slurm::array_form`]: their template
+/// and indices) as one submit description in HTCondor's own array form:
+/// the task index a macro that `queue SLURM_ARRAY_TASK_ID in (...)` sets
+/// per job.
+pub(crate) fn write_array(template: &Job, indices: &[u32]) -> Written {
+    use crate::slurm::TASK_MARK;
+    let job = crate::slurm::with_array_variables(template, indices, TASK_MARK);
+    let mut written = write(std::slice::from_ref(&job));
+    let list: Vec<String> = indices.iter().map(u32::to_string).collect();
+    written.text = written.text.replace(TASK_MARK, "$(SLURM_ARRAY_TASK_ID)");
+    if let Some(end) = written.text.rfind("queue\n") {
+        written.text.truncate(end);
+    }
+    written
+        .text
+        .push_str(&format!("queue SLURM_ARRAY_TASK_ID in ({})\n", list.join(", ")));
+    written
+}
+
 /// Writes a literal `$` as `$(DOLLAR)` so that it is not read as a macro, keeping
 /// the `$(Cluster)` placeholders that only the scheduler can fill.
 fn escape_dollars(v: &str) -> String {

@@ -442,6 +442,22 @@ fn requirements(src: &str, expr: &Expr, job: &mut Job) -> Option<String> {
 }
 
 /// Writes jobs as JDL; several jobs become a Collection.
+/// The tasks of one array ([`crate::slurm::array_form`]: their template
+/// and indices) as one parametric job, gLite's array form: `Parameters`
+/// lists the task indices and `_PARAM_` stands for each (the caller sees
+/// that no value of theirs says `_PARAM_` already).
+pub(crate) fn write_array(template: &Job, indices: &[u32]) -> Written {
+    let job = crate::slurm::with_array_variables(template, indices, crate::slurm::TASK_MARK);
+    let mut d = Dropped::default();
+    let list: Vec<String> = indices.iter().map(|i| s(&i.to_string())).collect();
+    let text = format!(
+        "[\n  JobType = \"Parametric\";\n  Parameters = {{{}}};\n{}]\n",
+        list.join(", "),
+        body(&job, &mut d, "  ").replace(crate::slurm::TASK_MARK, "_PARAM_")
+    );
+    d.finish(text)
+}
+
 pub(crate) fn write(jobs: &[Job]) -> Written {
     let mut d = Dropped::default();
     let text = if jobs.len() == 1 {

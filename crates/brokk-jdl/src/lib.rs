@@ -202,6 +202,16 @@ pub fn write(format: Format, jobs: &[Job]) -> Result<Written, WriteError> {
         notes.extend(assign::translate_patterns(format, &mut job));
         carried.push(job);
     }
+    // The tasks of an array go in the language's own array form where it
+    // has one and they are one.
+    let array = match format {
+        Format::Condor => slurm::array_form(&carried),
+        // `_PARAM_` in a value of theirs would be read back as the index.
+        Format::Jdl => {
+            slurm::array_form(&carried).filter(|(t, _)| !serde_json::to_string(t).is_ok_and(|t| t.contains("_PARAM_")))
+        }
+        _ => None,
+    };
     let jobs = carried.as_slice();
     let single = |f: fn(&Job) -> Written| {
         if jobs.len() == 1 {
@@ -217,8 +227,9 @@ pub fn write(format: Format, jobs: &[Job]) -> Result<Written, WriteError> {
         Format::Jsdl => single(jsdl::write),
         Format::Xrsl => Ok(xrsl::write(jobs)),
         Format::Rsl => Ok(rsl::write(jobs)),
-        Format::Jdl => Ok(jdl::write(jobs)),
-        Format::Condor => Ok(condor::write(jobs)),
+        // An array's tasks in the language's own array form where they are one.
+        Format::Jdl => Ok(array.map_or_else(|| jdl::write(jobs), |(t, i)| jdl::write_array(&t, &i))),
+        Format::Condor => Ok(array.map_or_else(|| condor::write(jobs), |(t, i)| condor::write_array(&t, &i))),
         // An array's tasks are one batch script with `--array`.
         Format::Slurm if jobs.len() > 1 => slurm::write_array(jobs).ok_or(WriteError::OneJobOnly {
             format,

@@ -304,29 +304,15 @@ pub(crate) fn read(src: &str) -> Result<Parsed, ParseError> {
 /// `%a` file-name patterns stay, filled in from `SLURM_ARRAY_TASK_ID` by the
 /// broker, or by a writer of a language without them).
 fn array_jobs(job: &Job, indices: &[u32]) -> Vec<Job> {
-    let (min, max) = (indices[0], indices[indices.len() - 1]);
     indices
         .iter()
-        .map(|&i| {
-            let mut j = job.clone();
-            for (name, value) in [
-                ("SLURM_ARRAY_TASK_ID", i),
-                ("SLURM_ARRAY_TASK_MIN", min),
-                ("SLURM_ARRAY_TASK_MAX", max),
-                ("SLURM_ARRAY_TASK_COUNT", indices.len() as u32),
-            ] {
-                j.environment.push(EnvVar {
-                    name: name.into(),
-                    value: value.to_string(),
-                });
-            }
-            j
-        })
+        .map(|&i| with_array_variables(job, indices, &i.to_string()))
         .collect()
 }
 
-/// `%a` (and `%Na`, zero-padded) replaced by `index`; `%%` kept for later.
-pub(crate) fn task_index(s: &str, index: u32) -> String {
+/// `%a` (and `%Na`, zero-padded where `index` is a number) replaced by
+/// `index`; `%%` kept for later.
+pub(crate) fn task_index(s: &str, index: &str) -> String {
     let mut out = String::with_capacity(s.len());
     let mut rest = s;
     while let Some(p) = rest.find('%') {
@@ -335,7 +321,10 @@ pub(crate) fn task_index(s: &str, index: u32) -> String {
         let digits = after.bytes().take_while(u8::is_ascii_digit).count();
         if after[digits..].starts_with('a') {
             let width = after[..digits].parse::<usize>().unwrap_or(0).min(10);
-            out.push_str(&format!("{index:0width$}"));
+            match index.parse::<u32>() {
+                Ok(n) => out.push_str(&format!("{n:0width$}")),
+                Err(_) => out.push_str(index),
+            }
             rest = &after[digits + 1..];
         } else if let Some(stripped) = after.strip_prefix('%') {
             out.push_str("%%");
@@ -785,25 +774,90 @@ pub(crate) fn task_of(job: &Job) -> Option<u32> {
         .and_then(|v| v.value.parse().ok())
 }
 
-/// Jobs that are the tasks of one array (equal but for the array
-/// variables) as one batch script with `--array`; `None` otherwise.
-pub(crate) fn write_array(jobs: &[Job]) -> Option<Written> {
+/// Jobs that are the tasks of one array: equal but for the array
+/// variables, which each carries last, in Slurm's order, with its own task
+/// index (ascending). Their template (without the variables) and indices,
+/// or `None` when `jobs` are not one array.
+pub(crate) fn array_of(jobs: &[Job]) -> Option<(Job, Vec<u32>)> {
     let strip = |j: &Job| {
         let mut t = j.clone();
         t.environment.retain(|v| !ARRAY_VARIABLES.contains(&v.name.as_str()));
         t
     };
-    let template = strip(&jobs[0]);
+    let template = strip(jobs.first()?);
     let mut indices = Vec::with_capacity(jobs.len());
     for j in jobs {
         indices.push(task_of(j)?);
-        if strip(j) != template {
+        let tail: Vec<&str> = j
+            .environment
+            .iter()
+            .rev()
+            .take(4)
+            .rev()
+            .map(|v| v.name.as_str())
+            .collect();
+        if strip(j) != template || tail != ARRAY_VARIABLES {
             return None;
         }
     }
     if indices.windows(2).any(|w| w[0] >= w[1]) {
         return None;
     }
+    Some((template, indices))
+}
+
+/// What stands for an array task's index in a template until a writer puts
+/// its language's placeholder there (HTCondor's macro, JDL's `_PARAM_`).
+pub(crate) const TASK_MARK: &str = "BROKKARRAYTASKINDEX";
+
+/// Several jobs that are the tasks of one array whose file names carry
+/// each task's index (as a language without `%a` writes them): their
+/// template, the index in its names written as [`TASK_MARK`], and the
+/// indices; `None` otherwise, or where putting the index back would not
+/// give each task's names.
+pub(crate) fn array_form(jobs: &[Job]) -> Option<(Job, Vec<u32>)> {
+    if jobs.len() < 2 || serde_json::to_string(&jobs[0]).ok()?.contains(TASK_MARK) {
+        return None;
+    }
+    let marked: Vec<Job> = jobs
+        .iter()
+        .map(|j| {
+            let mut m = j.clone();
+            let index = task_of(j).map(|t| t.to_string());
+            for name in [&mut m.stdin, &mut m.stdout, &mut m.stderr].into_iter().flatten() {
+                if let Some(i) = &index {
+                    *name = name.replace(i.as_str(), TASK_MARK);
+                }
+            }
+            m
+        })
+        .collect();
+    array_of(&marked)
+}
+
+/// `template` given the array variables of its tasks, with the task index
+/// written as `index` (a language's placeholder for it).
+pub(crate) fn with_array_variables(template: &Job, indices: &[u32], index: &str) -> Job {
+    let mut j = template.clone();
+    let (min, max) = (indices[0], indices[indices.len() - 1]);
+    for (name, value) in ARRAY_VARIABLES.iter().zip([
+        index.to_string(),
+        min.to_string(),
+        max.to_string(),
+        indices.len().to_string(),
+    ]) {
+        j.environment.push(EnvVar {
+            name: (*name).into(),
+            value,
+        });
+    }
+    j
+}
+
+/// Jobs that are the tasks of one array ([`array_of`]) as one batch
+/// script with `--array`; `None` otherwise.
+pub(crate) fn write_array(jobs: &[Job]) -> Option<Written> {
+    let (template, indices) = array_of(jobs)?;
     let mut written = write(&template);
     let cut = written.text.find('\n').map_or(0, |i| i + 1);
     written

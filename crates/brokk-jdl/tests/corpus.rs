@@ -135,3 +135,56 @@ fn translation_keeps_what_a_job_means_or_says_what_it_lost() {
         }
     });
 }
+
+/// A Slurm array written in each language's own array form where it has
+/// one (Slurm's `--array`, HTCondor's `queue VAR in (...)`, gLite's
+/// parametric job), and read back as the same tasks with the same names.
+#[test]
+fn an_array_is_written_in_each_languages_own_array_form() {
+    let script = "#!/bin/sh\n#SBATCH --array=1-7:2,10\n#SBATCH --time=10\n#SBATCH --output=out-%a.txt\n\
+                  echo task $SLURM_ARRAY_TASK_ID\n";
+    let tasks = read(Format::Slurm, script, &ReadOptions::default()).unwrap().jobs;
+    assert_eq!(tasks.len(), 5);
+    for (format, form) in [
+        (Format::Slurm, "#SBATCH --array=1-7:2,10"),
+        (Format::Condor, "queue SLURM_ARRAY_TASK_ID in (1, 3, 5, 7, 10)"),
+        (Format::Jdl, "Parameters = {\"1\", \"3\", \"5\", \"7\", \"10\"};"),
+    ] {
+        let w = write(format, &tasks).unwrap();
+        assert!(w.text.contains(form), "{format}:\n{}", w.text);
+        let back = read(format, &w.text, &ReadOptions::default()).unwrap().jobs;
+        assert_eq!(back.len(), 5, "{format}");
+        let names: Vec<Option<String>> = back.iter().map(|j| j.stdout.clone()).collect();
+        let want: Vec<Option<String>> = if format == Format::Slurm {
+            vec![Some("out-%a.txt".into()); 5]
+        } else {
+            [1, 3, 5, 7, 10].iter().map(|i| Some(format!("out-{i}.txt"))).collect()
+        };
+        assert_eq!(names, want, "{format}");
+        let ids: Vec<String> = back
+            .iter()
+            .map(|j| {
+                j.environment
+                    .iter()
+                    .find(|v| v.name == "SLURM_ARRAY_TASK_ID")
+                    .unwrap()
+                    .value
+                    .clone()
+            })
+            .collect();
+        assert_eq!(ids, ["1", "3", "5", "7", "10"], "{format}");
+        // Written again from what was read, the same text.
+        assert_eq!(write(format, &back).unwrap().text, w.text, "{format}");
+    }
+    // Tasks whose names do not follow their index stay separate jobs.
+    let mut odd = tasks.clone();
+    odd[2].stdout = Some("elsewhere.txt".into());
+    for format in [Format::Condor, Format::Jdl] {
+        let w = write(format, &odd).unwrap();
+        assert!(
+            !w.text.contains("SLURM_ARRAY_TASK_ID in") && !w.text.contains("Parametric"),
+            "{format}"
+        );
+        assert_eq!(read(format, &w.text, &ReadOptions::default()).unwrap().jobs.len(), 5);
+    }
+}
