@@ -84,6 +84,24 @@ pub fn validate(job: &Job) -> Result<(), Invalid> {
     Ok(())
 }
 
+/// What a job asks that the broker carries in its description but does
+/// not do itself, one sentence each, for the submitter's warnings.
+pub fn not_done_here(job: &Job) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Some(n) = job.retries {
+        out.push(format!(
+            "retries ({n}): the broker does not run a failed job again; a workflow's RETRY is honoured"
+        ));
+    }
+    if job.priority.is_some() {
+        out.push("priority: the broker takes each user's jobs in the order they came".into());
+    }
+    if job.notify.as_ref().is_some_and(|n| !n.on.is_empty()) {
+        out.push("notify: the broker sends no mail; `brokk watch` follows a job".into());
+    }
+    out
+}
+
 /// [`validate`], and that the job's deadline is still ahead at `now`.
 pub fn validate_at(job: &Job, now: Time) -> Result<(), Invalid> {
     validate(job)?;

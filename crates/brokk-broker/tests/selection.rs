@@ -142,3 +142,21 @@ fn earliest_completion_and_earliest_start_disagree_when_they_should() {
     );
     assert!(r.excluded.is_empty());
 }
+
+#[test]
+fn what_the_broker_carries_but_does_not_do_is_said() {
+    let mut job = brokk_model::Job::default();
+    assert!(brokk_broker::select::not_done_here(&job).is_empty());
+    job.retries = Some(3);
+    job.priority = Some(5);
+    job.notify = Some(brokk_model::Notify {
+        to: Some("ann@example.org".into()),
+        on: vec![brokk_model::NotifyOn::End],
+    });
+    let said = brokk_broker::select::not_done_here(&job);
+    assert_eq!(said.len(), 3, "{said:?}");
+    assert!(said[0].starts_with("retries (3)"));
+    // Mail never asked for is nothing to warn about.
+    job.notify = Some(brokk_model::Notify { to: None, on: vec![] });
+    assert_eq!(brokk_broker::select::not_done_here(&job).len(), 2);
+}

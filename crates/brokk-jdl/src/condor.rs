@@ -9,7 +9,7 @@
 
 use std::collections::HashMap;
 
-use brokk_model::{Attribute, Duration, EnvVar, Job, Memory, MemoryScope, OutputFile, Time};
+use brokk_model::{Attribute, Duration, EnvVar, Job, Memory, MemoryScope, Notify, NotifyOn, OutputFile, Time};
 
 use crate::classad::{BinOp, Parser, Value};
 use crate::diag::Diagnostic;
@@ -35,8 +35,6 @@ const HARMLESS: &[&str] = &[
 /// Commands that change what happens to the job but have no place in
 /// Brokk's model: each is read, and a warning says what is not kept.
 const UNKEPT: &[(&str, &str)] = &[
-    ("notification", "no mail is sent"),
-    ("notify_user", "no mail is sent"),
     (
         "getenv",
         "the submitting shell's environment is not copied; name the variables in `environment`",
@@ -46,8 +44,6 @@ const UNKEPT: &[(&str, &str)] = &[
     ("periodic_release", "the job is not released by this expression"),
     ("on_exit_remove", "a job that ends leaves the queue whatever this says"),
     ("on_exit_hold", "a job that ends is not held"),
-    ("max_retries", "a failed job is not run again"),
-    ("priority", "jobs are taken in turn per user, not by this priority"),
     ("nice_user", "the job is not run at lower priority"),
     ("job_max_vacate_time", "the site's kill grace applies instead"),
     ("leave_in_queue", "an ended job's record stays at the broker anyway"),
@@ -498,6 +494,45 @@ fn make_job(
     if let Some((v, _)) = get("hold") {
         job.hold = v.trim().eq_ignore_ascii_case("true");
     }
+    let number = |key: &str| -> Result<Option<i64>, Diagnostic> {
+        let Some((v, pos)) = get(key) else { return Ok(None) };
+        v.trim()
+            .parse::<i64>()
+            .map(Some)
+            .map_err(|_| Diagnostic::error_at(src, pos, format!("{key} must be a whole number, not `{}`", v.trim())))
+    };
+    match number("max_retries") {
+        Ok(n) => job.retries = n.map(|n| n.clamp(0, i64::from(u32::MAX)) as u32),
+        Err(e) => errors.push(e),
+    }
+    match number("priority") {
+        Ok(n) => job.priority = n.map(|n| n.clamp(i64::from(i32::MIN), i64::from(i32::MAX)) as i32),
+        Err(e) => errors.push(e),
+    }
+    let to = get("notify_user")
+        .map(|(v, _)| v.trim().to_string())
+        .filter(|v| !v.is_empty());
+    let on = match get("notification") {
+        None => None,
+        Some((v, pos)) => match v.trim().to_ascii_lowercase().as_str() {
+            "never" => Some(Vec::new()),
+            "complete" | "always" => Some(vec![NotifyOn::End, NotifyOn::Fail]),
+            "error" => Some(vec![NotifyOn::Fail]),
+            other => {
+                errors.push(Diagnostic::error_at(
+                    src,
+                    pos,
+                    format!("notification must be Always, Complete, Error or Never, not `{other}`"),
+                ));
+                None
+            }
+        },
+    };
+    if to.is_some() || on.is_some() {
+        // HTCondor mails on completion unless told otherwise.
+        let on = on.unwrap_or_else(|| vec![NotifyOn::End, NotifyOn::Fail]);
+        job.notify = Some(Notify { to, on });
+    }
     if let Some((v, pos)) = get("universe") {
         keep(universe(&v, pos, src, &mut job, warnings), &mut errors);
     }
@@ -633,6 +668,10 @@ fn make_job(
                 | "request_cpus"
                 | "request_gpus"
                 | "hold"
+                | "max_retries"
+                | "priority"
+                | "notification"
+                | "notify_user"
                 | "universe"
                 | "machine_count"
                 | "request_memory"
@@ -1109,6 +1148,27 @@ fn commands(job: &Job, d: &mut Dropped) -> Vec<(&'static str, String)> {
     }
     if job.hold {
         c.push(("hold", "true".into()));
+    }
+    if let Some(n) = job.retries {
+        c.push(("max_retries", n.to_string()));
+    }
+    if let Some(p) = job.priority {
+        c.push(("priority", p.to_string()));
+    }
+    if let Some(n) = &job.notify {
+        let has = |e| n.on.contains(&e);
+        let when = match (has(NotifyOn::End), has(NotifyOn::Fail)) {
+            (true, _) => "Complete",
+            (false, true) => "Error",
+            (false, false) => "Never",
+        };
+        if has(NotifyOn::Begin) {
+            d.note("notify: HTCondor sends no mail when a job begins");
+        }
+        c.push(("notification", when.into()));
+        if let Some(to) = &n.to {
+            c.push(("notify_user", to.clone()));
+        }
     }
     d.sizes("HTCondor", job);
     d.unsupported(

@@ -13,7 +13,6 @@ use crate::requirements::{atom, combine, kept_for, lift, Atom};
 use crate::{sandbox_input, shellwords, Dropped, Format, ParseError, Parsed, Written};
 
 const IGNORED: &[&str] = &[
-    "retrycount",
     "shallowretrycount",
     "myproxyserver",
     "perusalfileenable",
@@ -338,6 +337,7 @@ fn read_job(src: &str, entries: &[&Entry], warnings: &mut Vec<Diagnostic>) -> Re
             "cpunumber" | "nodenumber" => job.cpus = Some(count()?),
             "smpgranularity" => job.cpus_per_node = Some(count()?),
             "hostnumber" => job.nodes = Some(count()?),
+            "retrycount" => job.retries = Some(count()?),
             "requirements" => job.requirements = requirements(src, &e.expr, &mut job),
             "rank" => job.rank = Some(src.get(e.expr.start..e.expr.end).unwrap_or("").to_string()),
             n if IGNORED.contains(&n) => {
@@ -495,6 +495,9 @@ fn body(job: &Job, d: &mut Dropped, ind: &str) -> String {
     if !job.arguments.is_empty() {
         attr("Arguments", s(&shellwords::join(&job.arguments)));
     }
+    if let Some(n) = job.retries {
+        attr("RetryCount", n.to_string());
+    }
     for (k, v) in [
         ("StdInput", &job.stdin),
         ("StdOutput", &job.stdout),
@@ -602,6 +605,8 @@ fn body(job: &Job, d: &mut Dropped, ind: &str) -> String {
         "JDL",
         job,
         &[
+            "priority",
+            "notify",
             "name",
             "script",
             "working_directory",

@@ -595,6 +595,9 @@ pub(crate) fn write(job: &Job) -> Written {
         "JSDL",
         job,
         &[
+            "retries",
+            "priority",
+            "notify",
             "script",
             "cpus_per_task",
             "gpus",

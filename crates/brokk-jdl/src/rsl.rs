@@ -236,6 +236,9 @@ fn write_job(job: &Job, dropped: &mut Dropped) -> String {
         "RSL",
         job,
         &[
+            "retries",
+            "priority",
+            "notify",
             "name",
             "script",
             "cpus_per_node",

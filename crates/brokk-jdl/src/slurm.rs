@@ -4,15 +4,13 @@
 //! command; later ones are ignored (with a warning). A body that is one plain
 //! command becomes `executable` + `arguments`; anything else is kept as `script`.
 
-use brokk_model::{Duration, EnvVar, Job, Memory, MemoryScope, Time};
+use brokk_model::{Duration, EnvVar, Job, Memory, MemoryScope, Notify, NotifyOn, Time};
 
 use crate::diag::Diagnostic;
 use crate::{shellwords, Dropped, ParseError, Parsed, Written};
 
 /// Options sbatch knows that do not map to the model.
 const IGNORED: &[&str] = &[
-    "mail-type",
-    "mail-user",
     "qos",
     "exclusive",
     "dependency",
@@ -26,7 +24,6 @@ const IGNORED: &[&str] = &[
     "wait",
     "hold",
     "H",
-    "nice",
     "licenses",
     "L",
     "comment",
@@ -609,6 +606,35 @@ fn directive(
                 }
             }
             "hold" | "H" => job.hold = true,
+            "mail-user" => job.notify.get_or_insert_with(Notify::default).to = Some(value.clone()),
+            "mail-type" => {
+                let mut on = Vec::new();
+                for item in value.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+                    match item.to_ascii_uppercase().as_str() {
+                        "NONE" => on.clear(),
+                        "BEGIN" => on.push(NotifyOn::Begin),
+                        "END" => on.push(NotifyOn::End),
+                        "FAIL" => on.push(NotifyOn::Fail),
+                        "ALL" => on.extend([NotifyOn::Begin, NotifyOn::End, NotifyOn::Fail]),
+                        other => warnings.push(Diagnostic::warning_at(
+                            src,
+                            pos,
+                            format!("--mail-type={other} has no place in Brokk's model; no mail for it"),
+                        )),
+                    }
+                }
+                on.sort();
+                on.dedup();
+                job.notify.get_or_insert_with(Notify::default).on = on;
+            }
+            "nice" => {
+                let n = if value.is_empty() {
+                    Ok(100)
+                } else {
+                    value.parse::<i32>()
+                };
+                job.priority = Some(-n.map_err(|_| bad("a whole number"))?);
+            }
             n if IGNORED.contains(&n) => warnings.push(Diagnostic::warning_at(
                 src,
                 pos,
@@ -988,6 +1014,32 @@ pub(crate) fn write(job: &Job) -> Written {
         }
         opt("export", &items.join(","));
     }
+    match job.priority {
+        Some(p) if p <= 0 => opt("nice", &(-i64::from(p)).to_string()),
+        Some(_) => d.note("priority: Slurm lets only its administrators raise a job's priority (a negative --nice)"),
+        None => {}
+    }
+    if let Some(n) = &job.notify {
+        let types: Vec<&str> =
+            n.on.iter()
+                .map(|e| match e {
+                    NotifyOn::Begin => "BEGIN",
+                    NotifyOn::End => "END",
+                    NotifyOn::Fail => "FAIL",
+                })
+                .collect();
+        opt(
+            "mail-type",
+            &if types.is_empty() {
+                "NONE".to_string()
+            } else {
+                types.join(",")
+            },
+        );
+        if let Some(to) = &n.to {
+            opt("mail-user", to);
+        }
+    }
     if job.hold {
         s.push_str("#SBATCH --hold\n");
     }
@@ -1019,6 +1071,7 @@ pub(crate) fn write(job: &Job) -> Written {
         "Slurm",
         job,
         &[
+            "retries",
             "attributes",
             "input_files",
             "output_files",

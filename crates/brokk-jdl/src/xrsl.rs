@@ -1,7 +1,7 @@
 //! NorduGrid ARC xRSL: the attributes of the ARC manual that map to the model,
 //! plus seed 003's `benchmarks` and `outputfilesizes`.
 
-use brokk_model::{Benchmark, EnvVar, InputFile, Job, Memory, MemoryScope, OutputFile, Time};
+use brokk_model::{Benchmark, EnvVar, InputFile, Job, Memory, MemoryScope, Notify, NotifyOn, OutputFile, Time};
 
 use crate::diag::Diagnostic;
 use crate::rsl_syntax::lower::{self, seq, Vars};
@@ -20,9 +20,7 @@ const IGNORED: &[&str] = &[
     "ftpthreads",
     "acl",
     "cluster",
-    "notify",
     "replicacollection",
-    "rerun",
     "nodeaccess",
     "dryrun",
     "credentialserver",
@@ -67,6 +65,36 @@ fn read_job(src: &str, rels: &[Relation], warnings: &mut Vec<Diagnostic>) -> Res
             "stderr" => job.stderr = Some(vars.single(src, rel)?),
             "join" => join = yes_no(src, rel, &vars)?,
             "jobname" => job.name = Some(vars.single(src, rel)?),
+            "rerun" => job.retries = Some(vars.number(src, rel)?),
+            "notify" => {
+                let mut n = Notify::default();
+                for item in vars.list(src, rel)? {
+                    let mut words = item.split_whitespace();
+                    let flags = words.next().unwrap_or("");
+                    if !flags.chars().all(|c| "bqfedc".contains(c)) {
+                        return Err(Diagnostic::error_at(
+                            src,
+                            rel.pos,
+                            format!(
+                                "notify: `{item}` should start with flags from b, q, f, e, d, c and then an address"
+                            ),
+                        ));
+                    }
+                    for f in flags.chars() {
+                        match f {
+                            'b' => n.on.push(NotifyOn::Begin),
+                            'e' => n.on.push(NotifyOn::End),
+                            _ => {}
+                        }
+                    }
+                    if let Some(to) = words.next() {
+                        n.to.get_or_insert_with(|| to.to_string());
+                    }
+                }
+                n.on.sort();
+                n.on.dedup();
+                job.notify = Some(n);
+            }
             "queue" => job.queue = Some(vars.single(src, rel)?),
             "architecture" => job.architecture = Some(vars.single(src, rel)?),
             "opsys" => job.operating_system = Some(vars.single(src, rel)?),
@@ -350,6 +378,27 @@ fn write_job(job: &Job, dropped: &mut Dropped) -> String {
     if let Some(v) = &job.queue {
         rel("queue", quote(v));
     }
+    if let Some(n) = job.retries {
+        rel("rerun", n.to_string());
+    }
+    if let Some(n) = &job.notify {
+        let mut flags = String::new();
+        if n.on.contains(&NotifyOn::Begin) {
+            flags.push('b');
+        }
+        // ARC mails when a job ends, whether it failed or not.
+        if n.on.contains(&NotifyOn::End) || n.on.contains(&NotifyOn::Fail) {
+            flags.push('e');
+        }
+        match (&n.to, flags.is_empty()) {
+            (Some(to), false) => rel("notify", quote(&format!("{flags} {to}"))),
+            (None, false) => dropped.note("notify: xRSL needs the address to mail"),
+            _ => {}
+        }
+        if n.on == [NotifyOn::Fail] {
+            dropped.note("notify: xRSL mails on every end, not on failure alone");
+        }
+    }
     if !job.benchmarks.is_empty() {
         let b: Vec<String> = job
             .benchmarks
@@ -367,6 +416,7 @@ fn write_job(job: &Job, dropped: &mut Dropped) -> String {
         "xRSL",
         job,
         &[
+            "priority",
             "script",
             "working_directory",
             "nodes",

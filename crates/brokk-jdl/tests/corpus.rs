@@ -188,3 +188,37 @@ fn an_array_is_written_in_each_languages_own_array_form() {
         assert_eq!(read(format, &w.text, &ReadOptions::default()).unwrap().jobs.len(), 5);
     }
 }
+
+/// Retries, priority and mail travel where the target has a place for
+/// them, and are listed as dropped where it has none.
+#[test]
+fn retries_priority_and_mail_travel_or_are_listed() {
+    let sub = "executable = /bin/true\nmax_retries = 2\npriority = -5\nnotification = Complete\n\
+               notify_user = ann@example.org\nqueue\n";
+    let job = read(Format::Condor, sub, &ReadOptions::default()).unwrap().jobs;
+    assert_eq!((job[0].retries, job[0].priority), (Some(2), Some(-5)));
+    let kept = |format: Format| {
+        let w = write(format, &job).unwrap();
+        let back = read(format, &w.text, &ReadOptions::default()).unwrap().jobs.remove(0);
+        (back, w.dropped)
+    };
+    let (slurm, dropped) = kept(Format::Slurm);
+    assert_eq!(
+        (slurm.priority, slurm.notify.clone()),
+        (Some(-5), job[0].notify.clone())
+    );
+    assert!(dropped.iter().any(|d| d.starts_with("retries")), "{dropped:?}");
+    let (xrsl, dropped) = kept(Format::Xrsl);
+    assert_eq!(xrsl.retries, Some(2));
+    assert_eq!(
+        xrsl.notify.as_ref().and_then(|n| n.to.clone()).as_deref(),
+        Some("ann@example.org")
+    );
+    assert!(dropped.iter().any(|d| d.starts_with("priority")), "{dropped:?}");
+    let (jdl, dropped) = kept(Format::Jdl);
+    assert_eq!(jdl.retries, Some(2));
+    assert!(dropped.iter().any(|d| d.starts_with("notify")), "{dropped:?}");
+    let (condor, dropped) = kept(Format::Condor);
+    assert_eq!(condor, job[0]);
+    assert!(dropped.is_empty(), "{dropped:?}");
+}

@@ -104,6 +104,18 @@ pub struct Job {
     /// Slurm `--hold`).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub hold: bool,
+    /// Times it may run again after failing (HTCondor `max_retries`, JDL
+    /// `RetryCount`, xRSL `rerun`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retries: Option<u32>,
+    /// Its priority among its owner's jobs, higher first (HTCondor
+    /// `priority`; Slurm's `--nice` is its negation).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub priority: Option<i32>,
+    /// Mail about its course (HTCondor `notification` and `notify_user`,
+    /// Slurm `--mail-type` and `--mail-user`, xRSL `notify`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub notify: Option<Notify>,
     /// Benchmark triples {name, result, time} for execution-time prediction.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub benchmarks: Vec<Benchmark>,
@@ -118,6 +130,31 @@ pub struct Job {
     /// (ClassAd expressions); written back where the target has a place.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub attributes: Vec<Attribute>,
+}
+
+/// Mail about a job: to whom (the submitter's address where not said) and
+/// on which events (none: never).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Notify {
+    /// The address.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to: Option<String>,
+    /// The events.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub on: Vec<NotifyOn>,
+}
+
+/// An event worth a mail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NotifyOn {
+    /// It started.
+    Begin,
+    /// It ended (successfully or not).
+    End,
+    /// It failed.
+    Fail,
 }
 
 /// A custom attribute: a name and its value as written.

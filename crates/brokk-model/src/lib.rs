@@ -11,7 +11,7 @@ mod resource;
 mod time;
 pub mod workflow;
 
-pub use job::{Attribute, Benchmark, EnvVar, InputFile, Job, Memory, MemoryScope, OutputFile};
+pub use job::{Attribute, Benchmark, EnvVar, InputFile, Job, Memory, MemoryScope, Notify, NotifyOn, OutputFile};
 pub use phase::JobPhase;
 pub use prefs::{JobPreferences, Objective, StartBound, DEFAULT_PENALTY_FACTOR};
 pub use resource::{Environment, PublishedBenchmark, ResourceInfo, Share};

@@ -170,7 +170,14 @@ impl Service {
         for job in &parsed.jobs {
             brokk_broker::select::validate_at(job, now()).map_err(|e| ServiceError::BadRequest(e.to_string()))?;
         }
-        let warnings: Vec<String> = parsed.warnings.iter().map(|d| d.to_string()).collect();
+        let mut warnings: Vec<String> = parsed.warnings.iter().map(|d| d.to_string()).collect();
+        for job in &parsed.jobs {
+            for w in brokk_broker::select::not_done_here(job) {
+                if !warnings.contains(&w) {
+                    warnings.push(w);
+                }
+            }
+        }
         let mut jobs = parsed.jobs;
         if let Some(rid) = &req.reservation {
             if jobs.len() != 1 {

@@ -134,6 +134,8 @@ impl Service {
             }
             task.runtime = wall;
             job.wall_time = Some(wall);
+            // A node's own retries (HTCondor `max_retries`) count like DAGMan's RETRY.
+            task.retries = task.retries.max(job.retries.unwrap_or(0));
             task.cores = task.cores.max(job.cpus.unwrap_or(1)).max(1);
             asked = asked.saturating_add(i64::from(task.cores).saturating_mul(wall.0));
             let parents = from_parents.remove(&task.id).unwrap_or_default();
