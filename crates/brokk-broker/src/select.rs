@@ -12,6 +12,11 @@ pub enum Invalid {
     /// Neither an executable nor a script.
     #[error("the job has nothing to run: give it an executable or a script")]
     NothingToRun,
+    /// It runs in a container image; no site of Brokk's runs containers.
+    #[error(
+        "the job runs in the container image {0}; Brokk's sites do not run containers, so it would run without it"
+    )]
+    Container(String),
     /// Zero processors or nodes asked for.
     #[error("the job asks for zero processors or nodes; ask for at least one")]
     ZeroProcessors,
@@ -51,6 +56,9 @@ const FETCHABLE: [&str; 4] = ["file://", "http://", "https://", "upload:"];
 pub fn validate(job: &Job) -> Result<(), Invalid> {
     if job.executable.is_none() && job.script.is_none() {
         return Err(Invalid::NothingToRun);
+    }
+    if let Some(image) = &job.container_image {
+        return Err(Invalid::Container(image.clone()));
     }
     if job.cpus == Some(0) || job.nodes == Some(0) || job.cpus_per_node == Some(0) {
         return Err(Invalid::ZeroProcessors);

@@ -160,3 +160,15 @@ fn what_the_broker_carries_but_does_not_do_is_said() {
     job.notify = Some(brokk_model::Notify { to: None, on: vec![] });
     assert_eq!(brokk_broker::select::not_done_here(&job).len(), 2);
 }
+
+#[test]
+fn a_container_job_is_refused_rather_than_run_without_its_image() {
+    let job = brokk_model::Job {
+        executable: Some("/usr/bin/python3".into()),
+        container_image: Some("python:3.12".into()),
+        ..Default::default()
+    };
+    let e = validate(&job).unwrap_err();
+    assert_eq!(e, Invalid::Container("python:3.12".into()));
+    assert!(e.to_string().contains("do not run containers"));
+}

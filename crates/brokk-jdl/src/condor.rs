@@ -533,6 +533,11 @@ fn make_job(
         let on = on.unwrap_or_else(|| vec![NotifyOn::End, NotifyOn::Fail]);
         job.notify = Some(Notify { to, on });
     }
+    job.container_image = get("container_image")
+        .or_else(|| get("docker_image"))
+        .map(|(v, _)| v.trim().to_string())
+        .or_else(|| get("+singularityimage").map(|(v, _)| v.trim().trim_matches('"').to_string()))
+        .filter(|v| !v.is_empty());
     if let Some((v, pos)) = get("universe") {
         keep(universe(&v, pos, src, &mut job, warnings), &mut errors);
     }
@@ -613,7 +618,7 @@ fn make_job(
     }
     // `+Name = value` puts an attribute into the job's ClassAd: carried as written.
     for k in &m.order {
-        if !k.starts_with('+') || matches!(k.as_str(), "+projectname" | "+maxruntime") {
+        if !k.starts_with('+') || matches!(k.as_str(), "+projectname" | "+maxruntime" | "+singularityimage") {
             continue;
         }
         let Some((v, pos)) = get(k).filter(|(v, _)| !v.trim().is_empty()) else {
@@ -668,6 +673,8 @@ fn make_job(
                 | "request_cpus"
                 | "request_gpus"
                 | "hold"
+                | "container_image"
+                | "docker_image"
                 | "max_retries"
                 | "priority"
                 | "notification"
@@ -722,12 +729,21 @@ fn keep<T>(r: Result<T, Diagnostic>, errors: &mut Vec<Diagnostic>) -> Option<T> 
 /// What the job's universe means for where and how it runs: the vanilla and
 /// parallel universes are what Brokk runs; a java job runs its class with
 /// `java` (the class file staged with it); local and scheduler jobs run on a
-/// grid site like any other (said); a universe that needs what Brokk's model
-/// cannot carry (a container image, a virtual machine, a grid resource) is
-/// refused rather than run without it.
+/// grid site like any other (said); a container job is its image (the
+/// model's `container_image`); a universe that needs what Brokk's model
+/// cannot carry (a virtual machine, a grid resource) is refused rather than
+/// run without it.
 fn universe(v: &str, pos: usize, src: &str, job: &mut Job, warnings: &mut Vec<Diagnostic>) -> Result<(), Diagnostic> {
     match v.trim().to_ascii_lowercase().as_str() {
         "vanilla" | "parallel" => {}
+        "container" | "docker" if job.container_image.is_some() => {}
+        "container" | "docker" => {
+            return Err(Diagnostic::error_at(
+                src,
+                pos,
+                format!("universe = {v} needs `container_image` (or `docker_image`)"),
+            ))
+        }
         "local" | "scheduler" => warnings.push(Diagnostic::warning_at(
             src,
             pos,
@@ -763,8 +779,8 @@ fn universe(v: &str, pos: usize, src: &str, job: &mut Job, warnings: &mut Vec<Di
                 src,
                 pos,
                 format!(
-                    "universe = {other}: Brokk cannot run it as HTCondor would (it has no place for a container image, \
-                     a virtual machine or a grid resource); use the vanilla universe"
+                    "universe = {other}: Brokk cannot run it as HTCondor would (it has no place for a virtual \
+                     machine or a grid resource); use the vanilla or container universe"
                 ),
             ))
         }
@@ -1148,6 +1164,10 @@ fn commands(job: &Job, d: &mut Dropped) -> Vec<(&'static str, String)> {
     }
     if job.hold {
         c.push(("hold", "true".into()));
+    }
+    if let Some(image) = &job.container_image {
+        c.push(("universe", "container".into()));
+        c.push(("container_image", image.clone()));
     }
     if let Some(n) = job.retries {
         c.push(("max_retries", n.to_string()));

@@ -605,6 +605,7 @@ fn body(job: &Job, d: &mut Dropped, ind: &str) -> String {
         "JDL",
         job,
         &[
+            "container_image",
             "priority",
             "notify",
             "name",

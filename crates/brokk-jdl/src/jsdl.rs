@@ -595,6 +595,7 @@ pub(crate) fn write(job: &Job) -> Written {
         "JSDL",
         job,
         &[
+            "container_image",
             "retries",
             "priority",
             "notify",

@@ -236,6 +236,7 @@ fn write_job(job: &Job, dropped: &mut Dropped) -> String {
         "RSL",
         job,
         &[
+            "container_image",
             "retries",
             "priority",
             "notify",

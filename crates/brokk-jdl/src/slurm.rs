@@ -1071,6 +1071,7 @@ pub(crate) fn write(job: &Job) -> Written {
         "Slurm",
         job,
         &[
+            "container_image",
             "retries",
             "attributes",
             "input_files",

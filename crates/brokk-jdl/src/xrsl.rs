@@ -416,6 +416,7 @@ fn write_job(job: &Job, dropped: &mut Dropped) -> String {
         "xRSL",
         job,
         &[
+            "container_image",
             "priority",
             "script",
             "working_directory",

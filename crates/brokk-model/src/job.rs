@@ -104,6 +104,10 @@ pub struct Job {
     /// Slurm `--hold`).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub hold: bool,
+    /// The container image it runs in (HTCondor's `container_image`, or
+    /// `+SingularityImage`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub container_image: Option<String>,
     /// Times it may run again after failing (HTCondor `max_retries`, JDL
     /// `RetryCount`, xRSL `rerun`).
     #[serde(skip_serializing_if = "Option::is_none")]
