@@ -633,7 +633,7 @@ fn directive(
                 } else {
                     value.parse::<i32>()
                 };
-                job.priority = Some(-n.map_err(|_| bad("a whole number"))?);
+                job.priority = Some(n.map_err(|_| bad("a whole number"))?.saturating_neg());
             }
             n if IGNORED.contains(&n) => warnings.push(Diagnostic::warning_at(
                 src,
