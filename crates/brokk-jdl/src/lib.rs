@@ -299,7 +299,8 @@ impl Dropped {
 /// URL (or a DIRAC `LFN:` catalogue name) is fetched from there under its last
 /// path segment, a plain path is uploaded by the client under that path.
 pub(crate) fn sandbox_input(entry: &str) -> brokk_model::InputFile {
-    let lfn = entry.len() > 4 && entry[..4].eq_ignore_ascii_case("lfn:");
+    // By bytes: the entry may start with a character wider than one.
+    let lfn = entry.len() > 4 && entry.as_bytes()[..4].eq_ignore_ascii_case(b"lfn:");
     let source = (entry.contains("://") || lfn).then(|| entry.to_string());
     let name = match &source {
         Some(url) => url.trim_end_matches('/').rsplit('/').next().unwrap_or(url).to_string(),

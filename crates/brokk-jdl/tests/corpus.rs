@@ -222,3 +222,13 @@ fn retries_priority_and_mail_travel_or_are_listed() {
     assert_eq!(condor, job[0]);
     assert!(dropped.is_empty(), "{dropped:?}");
 }
+
+/// A sandbox entry whose fourth byte falls inside a character (found by
+/// the fuzzer) is a plain file name, not a crash.
+#[test]
+fn a_sandbox_entry_with_wide_characters_reads() {
+    let jdl = "[ Executable = \"/bin/true\"; InputSandbox = {\"aéé.txt\"}; ]";
+    let job = read(Format::Jdl, jdl, &ReadOptions::default()).unwrap().jobs.remove(0);
+    assert_eq!(job.input_files[0].name, "aéé.txt");
+    assert_eq!(job.input_files[0].source, None);
+}
