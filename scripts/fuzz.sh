@@ -38,12 +38,11 @@ failed=()
 for t in "${targets[@]}"; do
   echo "== $t for ${seconds}s"
   # The other targets still run after a crash; the script fails at the end.
-  set +o pipefail
-  RUSTC_BOOTSTRAP=1 cargo fuzz run "$t" "corpus/$t" "$seeds/$t" -- \
-    -max_total_time="$seconds" -max_len=262144 -timeout=10 -print_final_stats=1 2>&1 \
-    | grep -a -E "^(stat::|#[0-9]+ +DONE|==[0-9]+==|SUMMARY|Done|thread)"
-  [ "${PIPESTATUS[0]}" -eq 0 ] || failed+=("$t")
-  set -o pipefail
+  if ! RUSTC_BOOTSTRAP=1 cargo fuzz run "$t" "corpus/$t" "$seeds/$t" -- \
+    -max_total_time="$seconds" -max_len=262144 -timeout=10 -print_final_stats=1 > "$seeds/$t.log" 2>&1; then
+    failed+=("$t")
+  fi
+  grep -a -E "^(stat::|#[0-9]+ +DONE|==[0-9]+==|SUMMARY|Done|thread)" "$seeds/$t.log" || true
 done
 if [ ${#failed[@]} -gt 0 ]; then
   echo "fuzz: crashes in ${failed[*]} (inputs under fuzz/artifacts/)" >&2
