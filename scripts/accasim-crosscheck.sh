@@ -7,17 +7,8 @@
 # regressions. Skipped, with a notice, where Python or PyPI is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if ! command -v python3 >/dev/null 2>&1; then
-  echo "python3 not found: AccaSim cross-check skipped"
-  exit 0
-fi
-venv=.venv/accasim
-if ! "$venv/bin/python" -c "import accasim" >/dev/null 2>&1; then
-  if ! { python3 -m venv "$venv" && "$venv/bin/pip" install --quiet --disable-pip-version-check accasim==1.1.3; }; then
-    echo "could not install AccaSim from PyPI: AccaSim cross-check skipped"
-    exit 0
-  fi
-fi
+. scripts/pypi-venv.sh
+pypi_venv accasim accasim accasim==1.1.3 "AccaSim cross-check"
 out=target/accasim
 mkdir -p "$out"
 gzip -dc data/traces/KTH-SP2-1996-2.1-cln.swf.gz > "$out/kth.swf"

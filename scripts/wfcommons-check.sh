@@ -7,17 +7,8 @@
 # is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if ! command -v python3 >/dev/null 2>&1; then
-  echo "python3 not found: WfCommons check skipped"
-  exit 0
-fi
-venv=.venv/wfcommons
-if ! "$venv/bin/python" -c "import wfcommons" >/dev/null 2>&1; then
-  if ! { python3 -m venv "$venv" && "$venv/bin/pip" install --quiet --disable-pip-version-check wfcommons==1.6; }; then
-    echo "could not install wfcommons from PyPI: WfCommons check skipped"
-    exit 0
-  fi
-fi
+. scripts/pypi-venv.sh
+pypi_venv wfcommons wfcommons wfcommons==1.6 "WfCommons check"
 out=target/wfcommons
 rm -rf "$out"
 cargo build --quiet --locked -p brokk
