@@ -21,7 +21,7 @@ use crate::config::Config;
 use crate::launch::Progress;
 use crate::slurm::cli::SlurmError;
 use crate::slurm::Slurm;
-use crate::store::{Store, StoreError, Write};
+use crate::store::{GroupCommit, Store, StoreError, Write};
 
 /// Why an operation failed, as the API reports it.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -75,7 +75,8 @@ enum Command {
 #[derive(Debug, Clone)]
 pub struct Agent {
     config: Arc<Config>,
-    store: Store,
+    /// Every write goes through it, in the order the operations happened.
+    commits: GroupCommit,
     /// Identifies this run of the agent: change-feed versions restart with it.
     epoch: u64,
     inner: Arc<Mutex<Inner>>,
@@ -169,7 +170,7 @@ impl Agent {
         };
         let (core, resume) = SiteCore::restore(params, t, &reservations, next_reservation, records, followable);
         let agent = Agent {
-            store,
+            commits: GroupCommit::start(store),
             epoch: t.0 as u64 ^ (std::process::id() as u64) << 32,
             inner: Arc::new(Mutex::new(Inner {
                 core,
@@ -230,10 +231,28 @@ impl Agent {
         self.inner.lock().await
     }
 
-    /// Carries out the core's effects under the lock: writes, then signals
-    /// to runners. Returns the resource-manager commands, to run once the
-    /// lock is released.
+    /// Carries out the core's effects under the lock: writes (durable on
+    /// return), then signals to runners. Returns the resource-manager
+    /// commands, to run once the lock is released.
     async fn apply(&self, g: &mut Inner) -> Result<Vec<Command>, AgentError> {
+        let (durable, commands) = self.queue_effects(g);
+        Self::durable(durable).await?;
+        Ok(commands)
+    }
+
+    /// Waits until queued writes are on disk.
+    async fn durable(rx: tokio::sync::oneshot::Receiver<Result<(), String>>) -> Result<(), AgentError> {
+        match rx.await {
+            Ok(r) => r.map_err(AgentError::Internal),
+            Err(_) => Err(AgentError::Internal("the database writer has stopped".into())),
+        }
+    }
+
+    /// The core's effects under the lock: writes queued for the group
+    /// commit (in the lock's order), signals sent to runners; returns what
+    /// resolves once the writes are durable and the resource-manager
+    /// commands.
+    fn queue_effects(&self, g: &mut Inner) -> (tokio::sync::oneshot::Receiver<Result<(), String>>, Vec<Command>) {
         let mut commands = Vec::new();
         let mut writes: Vec<Write> = Vec::new();
         for e in g.core.drain() {
@@ -284,9 +303,9 @@ impl Agent {
                 Effect::Manager(_) => {}
             }
         }
-        // One transaction for everything the operation changed.
-        self.store.write(&writes).await?;
-        Ok(commands)
+        // One transaction for everything the operation changed, shared
+        // with the operations queued beside it.
+        (self.commits.enqueue(writes), commands)
     }
 
     /// Runs `op` on the core at the wall clock's now, carries out its
@@ -297,7 +316,12 @@ impl Agent {
     ) -> Result<(T, Vec<Command>), AgentError> {
         let mut g = self.lock().await;
         let answer = op(&mut g.core, now());
-        let commands = self.apply(&mut g).await?;
+        let (durable, commands) = self.queue_effects(&mut g);
+        // The next operation may start while this one's writes go to disk
+        // (with its own, in one transaction); none is answered before its
+        // writes, and all queued before them, are durable.
+        drop(g);
+        Self::durable(durable).await?;
         Ok((answer?, commands))
     }
 

@@ -43,6 +43,64 @@ pub struct Store {
     pool: SqlitePool,
 }
 
+/// Writes of operations that arrive together, made durable in one
+/// transaction (group commit): each caller enqueues its writes in the
+/// order the operations happened and waits until they are on disk, and a
+/// single writer takes everything queued at once. A batch commits after
+/// every batch before it, so an operation answered is on disk with every
+/// one it followed.
+#[derive(Debug, Clone)]
+pub struct GroupCommit {
+    queue: tokio::sync::mpsc::UnboundedSender<Pending>,
+}
+
+/// One operation's writes and who waits for them.
+type Pending = (Vec<Write>, tokio::sync::oneshot::Sender<Result<(), String>>);
+
+/// Most operations one transaction takes.
+const GROUP: usize = 512;
+
+impl GroupCommit {
+    /// Starts the writer of `store` on the current runtime.
+    pub fn start(store: Store) -> GroupCommit {
+        let (queue, mut rx) = tokio::sync::mpsc::unbounded_channel::<Pending>();
+        tokio::spawn(async move {
+            while let Some(first) = rx.recv().await {
+                let mut batch = vec![first];
+                while batch.len() < GROUP {
+                    match rx.try_recv() {
+                        Ok(p) => batch.push(p),
+                        Err(_) => break,
+                    }
+                }
+                let mut writes = Vec::new();
+                let mut waiting = Vec::with_capacity(batch.len());
+                for (w, done) in batch {
+                    writes.extend(w);
+                    waiting.push(done);
+                }
+                let outcome = store.write(&writes).await.map_err(|e| e.to_string());
+                for done in waiting {
+                    let _ = done.send(outcome.clone());
+                }
+            }
+        });
+        GroupCommit { queue }
+    }
+
+    /// Queues `writes` behind every write queued before; the receiver
+    /// answers once they are durable (or why not).
+    pub fn enqueue(&self, writes: Vec<Write>) -> tokio::sync::oneshot::Receiver<Result<(), String>> {
+        let (done, rx) = tokio::sync::oneshot::channel();
+        if writes.is_empty() {
+            let _ = done.send(Ok(()));
+        } else if let Err(e) = self.queue.send((writes, done)) {
+            let _ = e.0 .1.send(Err("the database writer has stopped".into()));
+        }
+        rx
+    }
+}
+
 const SCHEMA: &[&str] = &[
     "CREATE TABLE IF NOT EXISTS reservations (
         id INTEGER PRIMARY KEY, owner TEXT NOT NULL, start INTEGER NOT NULL, stop INTEGER NOT NULL,
