@@ -306,6 +306,16 @@ impl Db {
         Ok(Some(j))
     }
 
+    /// The jobs whose ids start with `prefix` (a workflow's tasks and their
+    /// reruns: `wID-`), without their histories.
+    pub async fn jobs_with_prefix(&self, prefix: &str) -> Result<Vec<StoredJob>, DbError> {
+        let rows = sqlx::query(&format!("SELECT {COLUMNS} FROM jobs WHERE id LIKE $1"))
+            .bind(format!("{prefix}%"))
+            .fetch_all(&self.pool)
+            .await?;
+        Ok(rows.iter().map(row_to_job).collect())
+    }
+
     /// The job sent to `site` under the site's id `site_job`. A site whose
     /// database was replaced numbers its jobs afresh, so an unfinished job
     /// wins over finished ones with the same id, and a newer over an older.

@@ -4,7 +4,7 @@
 //! once its parents succeeded, with their outputs, retried inside its slack,
 //! and the rest cancelled when one fails for good.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use brokk_broker::workflow::course::{self, Step, TaskRun, TaskStatus};
 use brokk_broker::workflow::{admit, LinkSpec, Network, Offer, Options, RejectReason, Rejection, Scheduler};
@@ -371,10 +371,18 @@ impl Service {
         Ok(w)
     }
 
+    /// Every job of workflow `id` (its tasks and their reruns), by id, in
+    /// one query.
+    async fn jobs_of(&self, id: &str) -> Result<HashMap<String, StoredJob>, ServiceError> {
+        let jobs = self.db.jobs_with_prefix(&format!("{id}-")).await?;
+        Ok(jobs.into_iter().map(|j| (j.view.id.clone(), j)).collect())
+    }
+
     /// The view with each task's state as its job's is now.
     async fn current(&self, mut view: WorkflowView) -> Result<WorkflowView, ServiceError> {
+        let jobs = self.jobs_of(&view.id).await?;
         for t in &mut view.tasks {
-            if let Some(j) = self.db.get(&t.job).await? {
+            if let Some(j) = jobs.get(&t.job) {
                 t.state = j.view.state;
                 t.exit_code = j.view.exit_code;
             }
@@ -456,10 +464,13 @@ impl Service {
     pub async fn advance_workflows(&self) -> Result<(), ServiceError> {
         let _course = self.workflow_lock.lock().await;
         for mut w in self.db.workflows_in(WorkflowState::Running).await? {
+            let jobs = self.jobs_of(&w.view.id).await?;
+            // A parent's file fetched once for all the children released with it.
+            let mut kept = HashMap::new();
             let mut runs = Vec::new();
             let mut changed = false;
             for t in &mut w.view.tasks {
-                let Some(j) = self.db.get(&t.job).await? else {
+                let Some(j) = jobs.get(&t.job) else {
                     runs.push(TaskRun {
                         status: TaskStatus::Failed(format!("its job {} is missing from the records", t.job)),
                         retried: t.retried,
@@ -492,7 +503,7 @@ impl Service {
                         if early {
                             self.move_up(&mut w, task).await?;
                         }
-                        self.release_task(&w, task).await?;
+                        self.release_task(&w, task, &jobs, &mut kept).await?;
                     }
                     Step::Retry {
                         task,
@@ -570,31 +581,45 @@ impl Service {
     /// Sends task `k` on its way: its parents' outputs stored as its
     /// inputs, then the job handed to the dispatcher, which sends it into
     /// its reservation.
-    async fn release_task(&self, w: &StoredWorkflow, k: usize) -> Result<(), ServiceError> {
+    /// `jobs` are the workflow's as the round read them; `kept` the parents'
+    /// files this round already fetched, by (job, name).
+    async fn release_task(
+        &self,
+        w: &StoredWorkflow,
+        k: usize,
+        jobs: &HashMap<String, StoredJob>,
+        kept: &mut HashMap<(String, String), (String, u64)>,
+    ) -> Result<(), ServiceError> {
         let t = &w.view.tasks[k];
-        let Some(stored) = self.db.get(&t.job).await? else {
+        let Some(stored) = jobs.get(&t.job).cloned() else {
             return Ok(());
         };
         let mut job: Job = serde_json::from_str(&stored.spec).map_err(|e| ServiceError::Unavailable(e.to_string()))?;
-        let parents: Vec<usize> = w
+        // The last parent that makes a name is the one its file comes from.
+        let parents: Vec<(usize, BTreeSet<String>)> = w
             .spec
             .edges
             .iter()
             .filter(|e| e.child == w.spec.tasks[k].id)
             .filter_map(|e| w.spec.task(&e.parent))
+            .filter_map(|p| Some((p, made_by(w.spec.tasks[p].job.as_ref()?))))
             .collect();
         for f in job.input_files.iter_mut().filter(|f| f.source.is_none()) {
-            let maker = parents.iter().rev().find_map(|&p| {
-                let made = made_by(w.spec.tasks[p].job.as_ref()?);
-                made.contains(&f.name).then_some(p)
-            });
-            let Some(p) = maker else { continue };
-            let parent = self
-                .db
+            let Some(&(p, _)) = parents.iter().rev().find(|(_, made)| made.contains(&f.name)) else {
+                continue;
+            };
+            let parent = jobs
                 .get(&w.view.tasks[p].job)
-                .await?
                 .ok_or_else(|| ServiceError::Unavailable("a parent's job is missing".into()))?;
-            let (sha, size) = self.keep_output(&parent.view, &f.name).await?;
+            let key = (parent.view.id.clone(), f.name.clone());
+            let (sha, size) = match kept.get(&key) {
+                Some(got) => got.clone(),
+                None => {
+                    let got = self.keep_output(&parent.view, &f.name).await?;
+                    kept.insert(key, got.clone());
+                    got
+                }
+            };
             f.source = Some(format!("{}{sha}", brokk_site::uploads::SCHEME));
             f.size = Some(size);
         }
