@@ -276,20 +276,11 @@ impl Service {
         wf: &Workflow,
         offer: &Offer,
     ) -> Result<StoredWorkflow, ServiceError> {
-        let site_name = |k: usize| self.sites.get(k).map_or_else(String::new, |s| s.name.clone());
         let mut tasks = Vec::new();
         for (k, (task, p)) in wf.tasks.iter().zip(&offer.plan.tasks).enumerate() {
-            let r = BrokerReservation {
-                id: format!("r{id}-{k}"),
-                owner: owner.to_string(),
-                site: site_name(p.site),
-                site_reservation: p.reservation.0,
-                amount: task.cores,
-                start: p.start,
-                end: p.end,
-                state: BrokerReservationState::Committed,
-            };
-            self.db.save_reservation(&r).await?;
+            let r = self
+                .save_reservation_of(format!("r{id}-{k}"), owner, p, task.cores)
+                .await?;
             let mut job = task.job.clone().unwrap_or_default();
             job.reservation = Some(r.id.clone());
             let format = format_of(task.format.as_deref());
@@ -323,8 +314,8 @@ impl Service {
             .map(|x| WorkflowTransfer {
                 from_task: x.from_task.clone(),
                 to_task: x.to_task.clone(),
-                from_site: site_name(x.from_site),
-                to_site: site_name(x.to_site),
+                from_site: self.site_name(x.from_site),
+                to_site: self.site_name(x.to_site),
                 start: x.start,
                 end: x.end,
                 bytes_per_s: x.bytes_per_s,
@@ -427,8 +418,9 @@ impl Service {
     ) -> Result<(), ServiceError> {
         let owner = w.view.owner.clone();
         let mut first_error = None;
+        let jobs = self.jobs_of(&w.view.id).await?;
         for t in &w.view.tasks {
-            let Some(j) = self.db.get(&t.job).await? else { continue };
+            let Some(j) = jobs.get(&t.job) else { continue };
             if !j.view.state.is_terminal() {
                 if let Err(e) = self.cancel(&owner, &t.job).await {
                     first_error.get_or_insert(e);
@@ -702,6 +694,34 @@ impl Service {
         Ok(true)
     }
 
+    /// The name of site `k` of the configuration.
+    fn site_name(&self, k: usize) -> String {
+        self.sites.get(k).map_or_else(String::new, |s| s.name.clone())
+    }
+
+    /// Records the reservation a task holds at its site as one of
+    /// `owner`'s broker reservations, under `id`.
+    async fn save_reservation_of(
+        &self,
+        id: String,
+        owner: &str,
+        p: &TaskPlan,
+        cores: u32,
+    ) -> Result<BrokerReservation, ServiceError> {
+        let r = BrokerReservation {
+            id,
+            owner: owner.to_string(),
+            site: self.site_name(p.site),
+            site_reservation: p.reservation.0,
+            amount: cores,
+            start: p.start,
+            end: p.end,
+            state: BrokerReservationState::Committed,
+        };
+        self.db.save_reservation(&r).await?;
+        Ok(r)
+    }
+
     /// Puts task `k` into the reservation `p` made for it (recorded as one
     /// of the owner's), under a new job when it runs again (`rerun`, its
     /// retries counted) or else its own, in `state`.
@@ -715,17 +735,10 @@ impl Service {
         state: BrokerState,
     ) -> Result<(), ServiceError> {
         let suffix = &uuid::Uuid::new_v4().simple().to_string()[..6];
-        let r = BrokerReservation {
-            id: format!("r{}-{k}.{suffix}", w.view.id),
-            owner: w.view.owner.clone(),
-            site: self.sites.get(p.site).map_or_else(String::new, |s| s.name.clone()),
-            site_reservation: p.reservation.0,
-            amount: cores,
-            start: p.start,
-            end: p.end,
-            state: BrokerReservationState::Committed,
-        };
-        self.db.save_reservation(&r).await?;
+        let owner = w.view.owner.clone();
+        let r = self
+            .save_reservation_of(format!("r{}-{k}.{suffix}", w.view.id), &owner, p, cores)
+            .await?;
         let task = &mut w.view.tasks[k];
         let old = self
             .db
