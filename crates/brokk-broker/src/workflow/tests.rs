@@ -86,6 +86,20 @@ fn held(sites: &[MemorySite], net: &Network) -> usize {
         + (0..net.directed_links()).map(|l| net.planner(l).len()).sum::<usize>()
 }
 
+/// Two tasks that must run together, `bandwidth` bytes/s apart.
+fn pair(a: Task, b: Task, bandwidth: u64, deadline: Option<i64>) -> Workflow {
+    Workflow {
+        coallocations: vec![CoAllocation {
+            a: a.id.clone(),
+            b: b.id.clone(),
+            bandwidth,
+        }],
+        tasks: vec![a, b],
+        deadline: deadline.map(Time),
+        ..Workflow::default()
+    }
+}
+
 /// a -> b, a -> c, b -> d, c -> d, each edge 1,000 bytes.
 fn diamond(deadline: Option<i64>) -> Workflow {
     Workflow {
@@ -195,16 +209,7 @@ fn co_allocated_tasks_start_together_with_their_stream_booked() {
     // Two 4-processor tasks that must run together, 30 bytes/s apart: one
     // site holds only one of them.
     let (mut sites, topo, mut net) = grid(&[(4, 1.0), (4, 1.0)], &[(0, 1)]);
-    let wf = Workflow {
-        tasks: vec![task("p", 100, 4), task("q", 60, 4)],
-        coallocations: vec![CoAllocation {
-            a: "p".into(),
-            b: "q".into(),
-            bandwidth: 30,
-        }],
-        deadline: Some(Time(500)),
-        ..Workflow::default()
-    };
+    let wf = pair(task("p", 100, 4), task("q", 60, 4), 30, Some(500));
     for s in [
         Scheduler::HeftSync,
         Scheduler::HeftSyncBt,
@@ -234,15 +239,7 @@ fn a_slower_member_widens_the_window_and_backtracking_finds_a_later_start() {
     // Site 0 is fast but busy until 50; site 1 is half as fast.
     let (mut sites, topo, mut net) = grid(&[(2, 2.0), (2, 1.0)], &[(0, 1)]);
     block(&mut sites[0], 2, 50);
-    let wf = Workflow {
-        tasks: vec![task("p", 100, 2), task("q", 100, 2)],
-        coallocations: vec![CoAllocation {
-            a: "p".into(),
-            b: "q".into(),
-            bandwidth: 0,
-        }],
-        ..Workflow::default()
-    };
+    let wf = pair(task("p", 100, 2), task("q", 100, 2), 0, None);
     // HEFTSync: p ends at 100 either way (site 0 from 50, or site 1 from
     // 0); the first such site sets the window [50, 100). q fits there only
     // at site 1, which needs 100 s: the window grows and both hold [50, 150).
@@ -372,16 +369,7 @@ fn a_broker_without_probes_guesses_from_what_it_knows_and_is_refused_where_other
     // Two 4-processor tasks that start together; site 0 is booked by
     // someone else until 100, which the probing broker sees and the
     // non-probing one does not.
-    let wf = Workflow {
-        tasks: vec![task("p", 100, 4), task("q", 100, 4)],
-        coallocations: vec![CoAllocation {
-            a: "p".into(),
-            b: "q".into(),
-            bandwidth: 0,
-        }],
-        deadline: Some(Time(1000)),
-        ..Workflow::default()
-    };
+    let wf = pair(task("p", 100, 4), task("q", 100, 4), 0, Some(1000));
     let (mut sites, topo, mut net) = grid(&[(4, 1.0), (4, 1.0)], &[(0, 1)]);
     block(&mut sites[0], 4, 100);
     let probing = admit_on(&wf, &mut sites, &topo, &mut net, &opts(Scheduler::HeftSyncBt)).unwrap();
