@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use brokk_broker::workflow::{
-    admit, admit_without_probing, memory_sites, LinkSpec, Network, Options, Scheduler, SiteSpec, Topology,
+    admit, admit_without_probing, memory_sites, remember, LinkSpec, Network, Options, Scheduler, SiteSpec, Topology,
 };
 use brokk_broker::Site;
 use brokk_core::Request;
@@ -749,14 +749,7 @@ impl AdmissionExperiment {
                                 for (t, spec) in offer.plan.tasks.iter().zip(&wf.tasks) {
                                     count(&mut booked[1], spec.cores, t.start, t.end);
                                     if mine {
-                                        let at = Request {
-                                            amount: spec.cores,
-                                            duration: t.end - t.start,
-                                            earliest: t.start,
-                                            latest: t.start,
-                                            flexible: false,
-                                        };
-                                        let _ = knowledge[t.site].reserve("broker", &at, None);
+                                        remember(&mut knowledge[t.site], spec.cores, t.start, t.end);
                                     }
                                 }
                             } else {

@@ -253,16 +253,9 @@ impl<'s, 'x> Booking<'s, 'x> {
                 self.journal.push(Step::Task(t));
                 if let Some((known, ids)) = &mut self.knowledge {
                     // It knows its own holds.
-                    let at = Request {
-                        earliest: start,
-                        latest: start,
-                        ..req
-                    };
-                    if let Some(Reply::Granted { id, .. }) =
-                        known.get_mut(site).map(|p| p.reserve(self.owner, &at, None))
-                    {
-                        ids[t] = Some(id);
-                    }
+                    ids[t] = known
+                        .get_mut(site)
+                        .and_then(|p| super::remember(p, req.amount, start, start + Duration(d)));
                 }
                 Some(start.0)
             }

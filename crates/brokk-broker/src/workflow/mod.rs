@@ -419,6 +419,23 @@ impl fmt::Display for Rejection {
 
 impl std::error::Error for Rejection {}
 
+/// Records in `known` (what a broker that does not probe knows of one
+/// site) a reservation of `amount` from `start` to `end` it holds there;
+/// its id in `known`, or `None` where `known` has no room for it.
+pub fn remember(known: &mut brokk_core::Planner, amount: u32, start: Time, end: Time) -> Option<ReservationId> {
+    let at = brokk_core::Request {
+        amount,
+        duration: end - start,
+        earliest: start,
+        latest: start,
+        flexible: false,
+    };
+    match known.reserve("broker", &at, None) {
+        brokk_core::Reply::Granted { id, .. } => Some(id),
+        _ => None,
+    }
+}
+
 /// Admits `wf` over `sites` (described in the same order by `topo`) and
 /// `net`: an [`Offer`] whose reservations are all held preliminarily, or a
 /// [`Rejection`] with nothing left held.

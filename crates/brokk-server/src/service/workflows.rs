@@ -21,7 +21,7 @@ pub(super) fn workflow_of(id: &str) -> Option<&str> {
 }
 
 /// The network the broker reserves between its `sites` sites: every two
-/// joined directly at `bandwidth` bytes per second, planned a year ahead.
+/// joined directly at `bandwidth` bytes per second, planned 400 days ahead.
 pub fn network(sites: usize, bandwidth: u64, now: Time) -> Result<Network, String> {
     let mut links = Vec::new();
     for a in 0..sites {
