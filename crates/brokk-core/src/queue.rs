@@ -13,14 +13,18 @@
 //! - reservations are recomputed at every scheduling pass, in queue order.
 //!
 //! FCFS, EASY and unprotected backfilling take a fast path (a walk over running
-//! jobs by planned end for the head's "shadow" time and spare processors); more
-//! reservations plan on the planner's profile. Both paths give the same schedule
-//! for EASY, which the `on_profile` switch lets the tests check.
+//! jobs by planned end for the head's "shadow" time and spare processors).
+//! Conservative backfilling in arrival order keeps its profile between passes
+//! ([`KeptPlan`]): an arrival is planned behind the others, a start leaves the
+//! profile as it is, and only an early end or an overrun that breaks a
+//! reservation plans the waiting jobs again. Other cases plan on a profile
+//! built for the pass. Each fast path gives exactly the schedule of a profile
+//! built for every pass, which the `on_profile` switch lets the tests check.
 
 use std::collections::BTreeSet;
 
 use brokk_model::{Duration, Time};
-use brokk_planner::{FreeList, Planner, Reply, Request};
+use brokk_planner::{FreeList, Planner, Profile, Reply, Request, Steps};
 
 use crate::order::QueueOrder;
 
@@ -98,6 +102,96 @@ pub struct LocalQueue<'a> {
     running: BTreeSet<(i64, usize)>,
     started: Vec<Option<Time>>,
     outcomes: Vec<Option<Outcome>>,
+    /// Conservative backfilling's profile, kept between passes.
+    kept: Option<KeptPlan>,
+}
+
+/// How far ahead a reservation may be planned.
+const HORIZON: i64 = 1 << 40;
+
+/// Conservative backfilling's plan between passes: running jobs' planned runs
+/// and waiting jobs' reservations on one usage profile, equal to the profile a
+/// pass would build afresh as long as usage only grew where no reservation
+/// needs it.
+struct KeptPlan {
+    used: Usage,
+    /// Each job's span in `used`, `[start, end)`: its planned run while it
+    /// runs, its reservation while it waits.
+    span: Vec<Option<(i64, i64)>>,
+    /// The earliest start of a waiting job's reservation (`i64::MAX` for
+    /// none).
+    next_start: i64,
+    /// Waiting jobs without a reservation yet, in queue order.
+    unplanned: Vec<usize>,
+    /// Usage fell where a reservation could move to (an early end), or grew
+    /// where one was (an overrun): the waiting jobs are planned again.
+    stale: bool,
+}
+
+/// The kept profile's structure, chosen at each rebuild by the number of
+/// spans: a flat vector scans a queue's few dozen spans faster than a tree is
+/// walked, and a treap keeps a backlog of thousands logarithmic.
+enum Usage {
+    Flat(Steps),
+    Tree(FreeList),
+}
+
+/// Spans above which the kept profile is a treap.
+const FLAT_SPANS: usize = 512;
+
+impl Usage {
+    fn get(&mut self) -> &mut dyn Profile {
+        match self {
+            Usage::Flat(p) => p,
+            Usage::Tree(p) => p,
+        }
+    }
+
+    /// Empties the profile, in the structure that suits `spans` spans.
+    fn reset(&mut self, spans: usize) {
+        match self {
+            Usage::Flat(p) if spans <= FLAT_SPANS => p.clear(),
+            _ if spans <= FLAT_SPANS => *self = Usage::Flat(Steps::new()),
+            _ => *self = Usage::Tree(FreeList::new()),
+        }
+    }
+}
+
+impl KeptPlan {
+    fn new(jobs: usize) -> Self {
+        KeptPlan {
+            used: Usage::Flat(Steps::new()),
+            span: vec![None; jobs],
+            next_start: i64::MAX,
+            unplanned: Vec::new(),
+            stale: true,
+        }
+    }
+
+    /// Reserves job `i` at its earliest start from `now`.
+    fn plan(&mut self, i: usize, job: &QueueJob, procs: u32, now: Time) {
+        let d = job.estimate.0.max(1);
+        let thr = procs as i32 - job.size as i32;
+        let latest = now.0.saturating_add(HORIZON) - d;
+        let used = self.used.get();
+        if let Some(s) = used.earliest_fit(thr, d, now.0, latest) {
+            used.add(s, s + d, job.size as i32);
+            self.span[i] = Some((s, s + d));
+            self.next_start = self.next_start.min(s);
+        }
+    }
+
+    /// Sets job `i`'s span in the profile to `span`.
+    fn set_span(&mut self, i: usize, size: u32, span: Option<(i64, i64)>) {
+        let used = self.used.get();
+        if let Some((s, e)) = self.span[i] {
+            used.remove(s, e, size as i32);
+        }
+        if let Some((s, e)) = span {
+            used.add(s, e, size as i32);
+        }
+        self.span[i] = span;
+    }
 }
 
 impl<'a> LocalQueue<'a> {
@@ -115,6 +209,7 @@ impl<'a> LocalQueue<'a> {
             running: BTreeSet::new(),
             started: vec![None; jobs.len()],
             outcomes: vec![None; jobs.len()],
+            kept: None,
         }
     }
 
@@ -127,6 +222,9 @@ impl<'a> LocalQueue<'a> {
     /// Job `i` arrives and joins the queue.
     pub fn arrive(&mut self, i: usize) {
         self.waiting.push(i);
+        if let Some(k) = &mut self.kept {
+            k.unplanned.push(i);
+        }
     }
 
     /// Every job's outcome, in job order, for the jobs that ended.
@@ -140,6 +238,12 @@ impl<'a> LocalQueue<'a> {
         let s = self.started[i].unwrap_or(now);
         self.running.remove(&((s + j.estimate).0, i));
         self.free += j.size;
+        if let Some(k) = &mut self.kept {
+            if k.span[i].is_some_and(|(_, e)| now.0 < e) && !self.waiting.is_empty() {
+                k.stale = true;
+            }
+            k.set_span(i, j.size, None);
+        }
         if let Some(order) = &mut self.order {
             order.ended(j, s, now);
         }
@@ -180,6 +284,10 @@ impl<'a> LocalQueue<'a> {
 
     /// Starts what the policy allows now; returns the started jobs.
     pub fn schedule(&mut self, now: Time, policy: Policy) -> Vec<usize> {
+        if policy == Policy::CONSERVATIVE && self.order.is_none() && !self.on_profile {
+            return self.schedule_on_kept_plan(now);
+        }
+        self.kept = None;
         self.sort_waiting(now);
         let jobs = self.jobs;
         let mut out = Vec::new();
@@ -203,23 +311,87 @@ impl<'a> LocalQueue<'a> {
         } else {
             self.backfill_around_shadow(now, reservations == 1)
         };
-        if !backfilled.is_empty() {
-            for &i in &backfilled {
-                self.start(i, now);
-            }
-            // `backfilled` is in queue order, so one merge pass removes it.
-            let mut next = backfilled.iter().peekable();
-            self.waiting.retain(|&w| {
-                if next.peek() == Some(&&w) {
-                    next.next();
-                    false
-                } else {
-                    true
-                }
-            });
-            out.extend(backfilled);
-        }
+        self.start_waiting(&backfilled, now);
+        out.extend(backfilled);
         out
+    }
+
+    /// Starts `these` waiting jobs, given in queue order, at `now`.
+    fn start_waiting(&mut self, these: &[usize], now: Time) {
+        if these.is_empty() {
+            return;
+        }
+        for &i in these {
+            self.start(i, now);
+        }
+        // `these` is in queue order, so one merge pass removes it.
+        let mut next = these.iter().peekable();
+        self.waiting.retain(|&w| {
+            if next.peek() == Some(&&w) {
+                next.next();
+                false
+            } else {
+                true
+            }
+        });
+    }
+
+    /// Conservative backfilling in arrival order on the kept profile: overruns
+    /// are extended to end a second from now, new arrivals planned behind the
+    /// others (everyone again when the plan went stale), and every job whose
+    /// reservation begins now starts; its reservation is its planned run.
+    fn schedule_on_kept_plan(&mut self, now: Time) -> Vec<usize> {
+        let jobs = self.jobs;
+        let procs = self.procs;
+        let k = self.kept.get_or_insert_with(|| KeptPlan::new(jobs.len()));
+        for &(end, i) in &self.running {
+            if end > now.0 {
+                break;
+            }
+            let Some((s, e)) = k.span[i] else { continue };
+            if e != now.0 + 1 {
+                k.set_span(i, jobs[i].size, Some((s, now.0 + 1)));
+                if e < now.0 + 1 && k.used.get().max_used(e, now.0 + 1) > procs as i32 {
+                    k.stale = true;
+                }
+            }
+        }
+        // A reservation before now was waiting for a job that overran
+        // between passes.
+        k.stale |= k.next_start < now.0;
+        if k.stale {
+            // Rebuilt from the running jobs: cheaper than taking out each
+            // reservation when the queue is longer than the machine is busy.
+            k.used.reset(self.running.len() + self.waiting.len());
+            k.next_start = i64::MAX;
+            for &i in &self.waiting {
+                k.span[i] = None;
+            }
+            for &(end, i) in &self.running {
+                let s = self.started[i].map_or(now.0, |t| t.0);
+                k.span[i] = None;
+                k.set_span(i, jobs[i].size, Some((s, Self::planned_end(end, now))));
+            }
+            k.unplanned.clone_from(&self.waiting);
+            k.stale = false;
+        }
+        for i in std::mem::take(&mut k.unplanned) {
+            k.plan(i, &jobs[i], procs, now);
+        }
+        if k.next_start > now.0 {
+            return Vec::new();
+        }
+        let mut starting = Vec::new();
+        k.next_start = i64::MAX;
+        for &i in &self.waiting {
+            match k.span[i] {
+                Some((s, _)) if s == now.0 => starting.push(i),
+                Some((s, _)) => k.next_start = k.next_start.min(s),
+                None => {}
+            }
+        }
+        self.start_waiting(&starting, now);
+        starting
     }
 
     /// A running job's planned end as of `now`: overdue jobs end in a second.

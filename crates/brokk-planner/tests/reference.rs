@@ -3,7 +3,7 @@
 
 use brokk_model::{Duration, Time};
 use brokk_planner::{
-    Change, FreeList, NeverReason, Planner, PlannerError, Profile, Reply, Request, ReservationId, Slotted,
+    Change, FreeList, NeverReason, Planner, PlannerError, Profile, Reply, Request, ReservationId, Slotted, Steps,
 };
 use proptest::prelude::*;
 
@@ -248,6 +248,11 @@ proptest! {
                 }
             }
         }
+    }
+
+    #[test]
+    fn steps_match_the_reference(ops in prop::collection::vec(op(), 1..60)) {
+        run(Planner::new(CAP, Time(HORIZON), Steps::new()), &ops)?;
     }
 
     #[test]

@@ -107,10 +107,11 @@ mod fast_path {
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(cases(300)))]
 
-        /// The shadow-time walk gives exactly the planner profile's schedule.
+        /// The shadow-time walk and the kept conservative profile give exactly
+        /// the schedule of a profile built afresh at every pass.
         #[test]
-        fn easy_and_unprotected_backfilling_match_the_profile(js in workload()) {
-            for policy in [Policy::EASY, Policy::Backfill { reservations: 0 }] {
+        fn fast_paths_match_the_profile(js in workload()) {
+            for policy in [Policy::EASY, Policy::Backfill { reservations: 0 }, Policy::CONSERVATIVE] {
                 prop_assert_eq!(simulate(16, &js, policy), simulate_on_profile(16, &js, policy));
             }
         }

@@ -65,17 +65,19 @@ fn kth_under_easy_respects_arrival_and_capacity() {
     }
 }
 
-/// On a real trace, with users' estimates (often far above the run time), the
-/// fast EASY path gives exactly the planner profile's schedule.
+/// On a real trace, with users' estimates (often far above the run time, and
+/// sometimes below it), the fast EASY path and the kept conservative profile
+/// give exactly the schedule of a profile built afresh at every pass.
 #[test]
-fn kth_easy_fast_path_matches_the_profile() {
+fn kth_fast_paths_match_the_profile() {
     use brokk_sim::cluster::{from_swf, simulate, simulate_on_profile, Estimates, Policy};
     let swf = read_path(&trace("KTH-SP2-1996-2.1-cln.swf.gz"), false).unwrap();
-    let jobs = from_swf(&swf.jobs, Estimates::Requested);
-    assert_eq!(
-        simulate(100, &jobs, Policy::EASY),
-        simulate_on_profile(100, &jobs, Policy::EASY)
-    );
+    for estimates in [Estimates::Requested, Estimates::Exact] {
+        let jobs = from_swf(&swf.jobs, estimates);
+        for policy in [Policy::EASY, Policy::CONSERVATIVE] {
+            assert_eq!(simulate(100, &jobs, policy), simulate_on_profile(100, &jobs, policy));
+        }
+    }
 }
 
 #[test]

@@ -105,6 +105,9 @@ struct SimFigures {
     accasim_jobs_per_s: Option<f64>,
     /// Brokk's jobs/s with AccaSim's estimate rule, the ratio's numerator.
     same_rule_jobs_per_s: Option<f64>,
+    /// This row's jobs/s over EASY's on the same workload in the same run
+    /// (conservative backfilling's rows).
+    easy_ratio: Option<f64>,
 }
 
 impl SimFigures {
@@ -119,7 +122,16 @@ impl SimFigures {
             accasim_ratio: None,
             accasim_jobs_per_s: None,
             same_rule_jobs_per_s: None,
+            easy_ratio: None,
         }
+    }
+
+    /// A conservative backfilling row set against EASY's jobs/s on the same
+    /// workload.
+    fn against_easy(workload: String, jobs: usize, seconds: f64, easy_jobs_per_s: f64) -> Self {
+        let mut row = SimFigures::plain(workload, jobs, seconds);
+        row.easy_ratio = Some(row.jobs_per_s / easy_jobs_per_s);
+        row
     }
 }
 
@@ -224,7 +236,24 @@ pub fn run(a: SimArgs) -> Result<ExitCode> {
         accasim_ratio: acc.map(|x| same_rule / x),
         accasim_jobs_per_s: acc,
         same_rule_jobs_per_s: Some(same_rule),
+        easy_ratio: None,
     }];
+    let conservative = |jobs: &[SimJob]| simulate(procs, jobs, Policy::CONSERVATIVE).len();
+    let easy_exact = rows[0].jobs_per_s;
+    let (jobs, seconds) = time_runs(a.seconds, || conservative(&exact));
+    rows.push(SimFigures::against_easy(
+        "KTH-SP2, 100 processors, conservative, exact estimates".into(),
+        jobs,
+        seconds,
+        easy_exact,
+    ));
+    let (jobs, seconds) = time_runs(a.seconds, || conservative(&requested));
+    rows.push(SimFigures::against_easy(
+        "KTH-SP2, 100 processors, conservative, requested estimates".into(),
+        jobs,
+        seconds,
+        same_rule,
+    ));
 
     let lcg = read(&a.traces, "LCG-2005-1.swf.gz")?;
     let clusters = clusters_from_partitions(&lcg.partitions(), &lcg.jobs, lcg.max_procs());
@@ -240,6 +269,20 @@ pub fn run(a: SimArgs) -> Result<ExitCode> {
         format!("LCG-2005-1, {} independent clusters, EASY", clusters.len()),
         jobs,
         seconds,
+    ));
+    let lcg_easy = jobs as f64 / seconds;
+    let (jobs, seconds) = time_runs(a.seconds, || {
+        simulate_platform(&clusters, &lcg_jobs, Routing::Partition, Policy::CONSERVATIVE, None)
+            .clusters
+            .iter()
+            .map(|c| c.outcomes.len())
+            .sum()
+    });
+    rows.push(SimFigures::against_easy(
+        format!("LCG-2005-1, {} independent clusters, conservative", clusters.len()),
+        jobs,
+        seconds,
+        lcg_easy,
     ));
     // The broker itself routing every arrival over the same clusters, each a
     // site core, with information a minute stale.
@@ -281,7 +324,7 @@ pub fn run(a: SimArgs) -> Result<ExitCode> {
             say!("{}", serde_json::to_string(r)?);
         } else {
             say!(
-                "{}: {} jobs in {:.4} s = {:.0} jobs/s, peak RSS {:.0} MB{}",
+                "{}: {} jobs in {:.4} s = {:.0} jobs/s, peak RSS {:.0} MB{}{}",
                 r.workload,
                 r.jobs,
                 r.seconds,
@@ -293,7 +336,9 @@ pub fn run(a: SimArgs) -> Result<ExitCode> {
                         r.same_rule_jobs_per_s.unwrap_or(0.0)
                     ),
                     _ => String::new(),
-                }
+                },
+                r.easy_ratio
+                    .map_or(String::new(), |x| format!("; {x:.3} of EASY's jobs/s"))
             );
         }
     }
