@@ -1,7 +1,8 @@
-//! The agent: the site core behind one async lock, its effects carried out
-//! here. Writes to the database are made before the lock is released, so the
-//! database always holds what the API has answered, in order; commands to
-//! the resource manager run after it is released.
+//! The agent: the site core behind one async read-write lock, its effects
+//! carried out here. A change queues its writes in lock order before it
+//! releases the lock and answers once they are durable, so the database
+//! always holds what the API has answered, in order; reads share the lock;
+//! commands to the resource manager run after it is released.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -13,7 +14,7 @@ use brokk_core::{
 };
 use brokk_model::{Duration, Job, JobPhase, Time};
 use brokk_proto::wire::{ChangeFeed, InfoView, JobView, ReservationRequest, ReservationState, ReservationView};
-use tokio::sync::{watch, Mutex, MutexGuard};
+use tokio::sync::{watch, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use crate::accounts::Accounts;
 use crate::backend::Backend;
@@ -79,7 +80,7 @@ pub struct Agent {
     commits: GroupCommit,
     /// Identifies this run of the agent: change-feed versions restart with it.
     epoch: u64,
-    inner: Arc<Mutex<Inner>>,
+    inner: Arc<RwLock<Inner>>,
     /// How jobs run.
     backend: Backend,
     /// Local accounts of the site's users.
@@ -172,7 +173,7 @@ impl Agent {
         let agent = Agent {
             commits: GroupCommit::start(store),
             epoch: t.0 as u64 ^ (std::process::id() as u64) << 32,
-            inner: Arc::new(Mutex::new(Inner {
+            inner: Arc::new(RwLock::new(Inner {
                 core,
                 controls: HashMap::new(),
             })),
@@ -227,8 +228,15 @@ impl Agent {
         }
     }
 
-    async fn lock(&self) -> MutexGuard<'_, Inner> {
-        self.inner.lock().await
+    /// The state for a change: one writer at a time, no readers meanwhile.
+    async fn lock(&self) -> RwLockWriteGuard<'_, Inner> {
+        self.inner.write().await
+    }
+
+    /// The state for reading: readers share it, and wait only for a change
+    /// in progress, never for another read.
+    async fn read(&self) -> RwLockReadGuard<'_, Inner> {
+        self.inner.read().await
     }
 
     /// Carries out the core's effects under the lock: writes (durable on
@@ -356,7 +364,7 @@ impl Agent {
     /// `GET /v1/info`.
     pub async fn info(&self) -> InfoView {
         let p = {
-            let g = self.lock().await;
+            let g = self.read().await;
             g.core.published(now())
         };
         let unavailable = self.check_available().err();
@@ -379,7 +387,7 @@ impl Agent {
     /// `POST /v1/probe`.
     pub async fn probe(&self, req: &Request, k: usize) -> Result<Vec<Candidate>, AgentError> {
         self.check_available()?;
-        let g = self.lock().await;
+        let g = self.read().await;
         Ok(g.core.probe(req, k)?)
     }
 
@@ -549,7 +557,7 @@ impl Agent {
         };
         // A repeated key answers even while the resource manager is down.
         let repeat = {
-            let g = self.lock().await;
+            let g = self.read().await;
             sub.key
                 .as_deref()
                 .and_then(|k| g.core.job_by_key(who, k).ok())
@@ -564,7 +572,7 @@ impl Agent {
 
     /// `GET /v1/jobs/{id}`.
     pub async fn job(&self, who: &str, id: JobId) -> Result<JobView, AgentError> {
-        let g = self.lock().await;
+        let g = self.read().await;
         Ok(g.core.job(who, id).map(job_view)?)
     }
 
@@ -572,14 +580,14 @@ impl Agent {
     /// idempotency key, so a client that crashed mid-submission can tell
     /// whether the site already has the job.
     pub async fn job_by_key(&self, who: &str, key: &str) -> Result<JobView, AgentError> {
-        let g = self.lock().await;
+        let g = self.read().await;
         Ok(g.core.job_by_key(who, key).map(job_view)?)
     }
 
     /// `GET /v1/jobs/changes?after=V`: the caller's jobs changed after version
     /// `after` of this run (`epoch`), oldest change first, at most `limit`.
     pub async fn changes(&self, who: &str, epoch: u64, after: u64, limit: usize) -> ChangeFeed {
-        let g = self.lock().await;
+        let g = self.read().await;
         // Another run's versions mean nothing here: start from the beginning.
         let after = if epoch == self.epoch { after } else { 0 };
         let (jobs, version) = g.core.changes(who, after, limit);
@@ -606,7 +614,7 @@ impl Agent {
     /// a link out of it.
     pub async fn file(&self, who: &str, id: JobId, name: &str) -> Result<std::fs::File, AgentError> {
         let owner = {
-            let g = self.lock().await;
+            let g = self.read().await;
             let j = g.core.job(who, id)?;
             self.accounts.of(j.user()).ok().flatten().map(|a| a.uid)
         };
@@ -701,12 +709,12 @@ impl Agent {
     /// Those of `ids` whose job has ended or is unknown here (for the
     /// backend's tidying), under one lock.
     pub async fn ended_jobs(&self, ids: impl IntoIterator<Item = JobId>) -> Vec<JobId> {
-        self.lock().await.core.ended_jobs(ids)
+        self.read().await.core.ended_jobs(ids)
     }
 
     /// Whether reservation `id` is live (for the backend's tidying).
     pub async fn holds_reservation(&self, id: u64) -> bool {
-        self.lock().await.core.holds_reservation(ReservationId(id))
+        self.read().await.core.holds_reservation(ReservationId(id))
     }
 
     /// Moves a job to `phase` (not a terminal one); false if it has ended.

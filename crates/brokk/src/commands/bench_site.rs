@@ -57,6 +57,12 @@ struct SiteFigures {
     submit_p50_ms: f64,
     submit_p99_ms: f64,
     reservation_ops: usize,
+    /// Probes per second while as many clients reserve.
+    probes_per_s: f64,
+    probe_p99_ms: f64,
+    /// Reservation operations per second beside the probing clients.
+    mixed_reservation_ops_per_s: f64,
+    mixed_p99_ms: f64,
     jobs: usize,
     concurrency: usize,
 }
@@ -165,6 +171,79 @@ async fn reservation_client(http: reqwest::Client, url: String, seed: u64, stop:
     lat
 }
 
+/// One client's probe stream: a probe for three candidates over the next
+/// month, timed in milliseconds.
+async fn probe_client(http: reqwest::Client, url: String, seed: u64, stop: Arc<AtomicBool>) -> Vec<f64> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let mut lat = Vec::new();
+    let base = brokk_proto::wall_clock().0 + 3600;
+    while !stop.load(Ordering::Relaxed) {
+        let earliest = base + rng.gen_range(0..30 * 86_400);
+        let req = Request {
+            amount: rng.gen_range(1..=16),
+            duration: Duration(rng.gen_range(600..7200)),
+            earliest: Time(earliest),
+            latest: Time(earliest + 86_400),
+            flexible: false,
+        };
+        let t = Instant::now();
+        if let Ok(r) = http
+            .post(format!("{url}/v1/probe?k=3"))
+            .bearer_auth("bench")
+            .json(&req)
+            .send()
+            .await
+        {
+            let _ = r.bytes().await;
+        }
+        lat.push(t.elapsed().as_secs_f64() * 1000.0);
+    }
+    lat
+}
+
+/// `reserving` reservation clients beside `probing` probe clients for
+/// `seconds`: (reservation latencies, probe latencies, elapsed seconds).
+async fn phase(
+    http: &reqwest::Client,
+    url: &str,
+    reserving: usize,
+    probing: usize,
+    seconds: f64,
+) -> (Vec<f64>, Vec<f64>, f64) {
+    let stop = Arc::new(AtomicBool::new(false));
+    let start = Instant::now();
+    let writers: Vec<_> = (0..reserving)
+        .map(|i| {
+            tokio::spawn(reservation_client(
+                http.clone(),
+                url.to_string(),
+                i as u64 + 1,
+                stop.clone(),
+            ))
+        })
+        .collect();
+    let readers: Vec<_> = (0..probing)
+        .map(|i| {
+            tokio::spawn(probe_client(
+                http.clone(),
+                url.to_string(),
+                1000 + i as u64,
+                stop.clone(),
+            ))
+        })
+        .collect();
+    tokio::time::sleep(StdDuration::from_secs_f64(seconds)).await;
+    stop.store(true, Ordering::Relaxed);
+    let (mut res, mut probes) = (Vec::new(), Vec::new());
+    for t in writers {
+        res.extend(t.await.unwrap_or_default());
+    }
+    for t in readers {
+        probes.extend(t.await.unwrap_or_default());
+    }
+    (res, probes, start.elapsed().as_secs_f64())
+}
+
 /// Runs the benchmark.
 pub fn run(a: SiteArgs) -> Result<ExitCode> {
     let dir = std::env::temp_dir().join(format!("brokk-bench-site-{}", std::process::id()));
@@ -178,29 +257,13 @@ pub fn run(a: SiteArgs) -> Result<ExitCode> {
 
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let http = reqwest::Client::new();
-    let stop = Arc::new(AtomicBool::new(false));
-    let start = Instant::now();
-    let mut lat: Vec<f64> = rt.block_on(async {
-        let tasks: Vec<_> = (0..c)
-            .map(|i| {
-                tokio::spawn(reservation_client(
-                    http.clone(),
-                    url.clone(),
-                    i as u64 + 1,
-                    stop.clone(),
-                ))
-            })
-            .collect();
-        tokio::time::sleep(StdDuration::from_secs_f64(a.seconds)).await;
-        stop.store(true, Ordering::Relaxed);
-        let mut all = Vec::new();
-        for t in tasks {
-            all.extend(t.await.unwrap_or_default());
-        }
-        all
-    });
-    let res_elapsed = start.elapsed().as_secs_f64();
+    let (mut lat, _, res_elapsed) = rt.block_on(phase(&http, &url, c, 0, a.seconds));
     lat.sort_by(f64::total_cmp);
+    // Probes beside as many reserving clients, on the profile the first
+    // phase filled: reads that wait only for writes in progress.
+    let (mut mixed, mut probes, mixed_elapsed) = rt.block_on(phase(&http, &url, c, c, a.seconds));
+    mixed.sort_by(f64::total_cmp);
+    probes.sort_by(f64::total_cmp);
 
     let (submit_lat, jobs_elapsed) = run_jobs(&url, a.jobs, c)?;
     let jobs_per_s = submit_lat.len() as f64 / jobs_elapsed;
@@ -212,6 +275,10 @@ pub fn run(a: SiteArgs) -> Result<ExitCode> {
         submit_p50_ms: super::bench::percentile(&submit_lat, 0.5),
         submit_p99_ms: super::bench::percentile(&submit_lat, 0.99),
         reservation_ops: lat.len(),
+        probes_per_s: probes.len() as f64 / mixed_elapsed,
+        probe_p99_ms: super::bench::percentile(&probes, 0.99),
+        mixed_reservation_ops_per_s: mixed.len() as f64 / mixed_elapsed,
+        mixed_p99_ms: super::bench::percentile(&mixed, 0.99),
         jobs: submit_lat.len(),
         concurrency: c,
     };
@@ -225,6 +292,13 @@ pub fn run(a: SiteArgs) -> Result<ExitCode> {
             figures.p50_ms,
             figures.p99_ms,
             figures.reservation_ops,
+        );
+        say!(
+            "beside {c} probing clients: {:.0} reservation ops/s (p99 {:.2} ms), {:.0} probes/s (p99 {:.2} ms)",
+            figures.mixed_reservation_ops_per_s,
+            figures.mixed_p99_ms,
+            figures.probes_per_s,
+            figures.probe_p99_ms,
         );
         say!(
             "jobs: {:.0} /bin/true jobs/s run to completion (submit p50 {:.2} ms, p99 {:.2} ms, {} jobs)",
