@@ -166,7 +166,7 @@ pub struct RemoteSiteConfig {
 pub struct EmbeddedSiteConfig {
     /// Name.
     pub name: String,
-    /// Slots; with `slurm`, 0 (the default) takes the cluster's CPUs.
+    /// Slots; with `slurm` or `arc`, 0 (the default) takes the cluster's CPUs or the CE's slots.
     #[serde(default)]
     pub capacity: u32,
     /// Published benchmarks.
@@ -176,6 +176,9 @@ pub struct EmbeddedSiteConfig {
     pub bandwidth_bytes_per_s: Option<u64>,
     /// Front this Slurm cluster instead of running jobs as local processes.
     pub slurm: Option<brokk_site::config::SlurmConfig>,
+    /// Front this ARC compute element instead of running jobs as local
+    /// processes.
+    pub arc: Option<brokk_site::arc::ArcConfig>,
     /// User -> local Unix account their jobs run as (the broker runs as root
     /// then); without it every job runs as the broker's own account.
     #[serde(default)]
@@ -235,6 +238,9 @@ impl Config {
         for e in &mut c.embedded {
             if let Some(s) = &mut e.slurm {
                 s.conf = base.join(&s.conf);
+            }
+            if let Some(a) = &mut e.arc {
+                a.resolve(base);
             }
             for d in e.stage_in_dirs.iter_mut().chain(e.stage_out_dirs.iter_mut()) {
                 *d = base.join(&*d);

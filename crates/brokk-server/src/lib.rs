@@ -72,6 +72,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
             stage_in_dirs: e.stage_in_dirs.clone(),
             stage_out_dirs: e.stage_out_dirs.clone(),
             slurm: e.slurm.clone(),
+            arc: e.arc.clone(),
             null_backend_for_benchmarks: e.null_backend_for_benchmarks,
         };
         site.check().map_err(|e| err(&e))?;

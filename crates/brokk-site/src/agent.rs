@@ -140,8 +140,22 @@ impl Agent {
                 }
                 Backend::Slurm(Arc::new(slurm))
             }
-            None if config.null_backend_for_benchmarks => Backend::NullForBenchmarks,
-            None => Backend::Processes,
+            None => match config.arc.clone() {
+                Some(ac) => {
+                    let (ce, slots) = crate::arc::ArcCe::connect(ac)
+                        .await
+                        .map_err(|e| AgentError::Unavailable(format!("reading the ARC CE: {e}")))?;
+                    if config.capacity == 0 {
+                        config.capacity = slots;
+                    }
+                    if config.capacity == 0 {
+                        return Err(AgentError::Unavailable("the ARC CE publishes no slots".into()));
+                    }
+                    Backend::Arc(Arc::new(ce))
+                }
+                None if config.null_backend_for_benchmarks => Backend::NullForBenchmarks,
+                None => Backend::Processes,
+            },
         };
         if let Some(dir) = config.database.parent() {
             std::fs::create_dir_all(dir).map_err(|e| AgentError::Internal(e.to_string()))?;
@@ -166,7 +180,7 @@ impl Agent {
         // resource manager was given is followed there.
         let followable = |j: &JobRecord| match backend {
             Backend::Processes => crate::supervisor::started(&crate::supervisor::dir(&config.workdir, j.id)),
-            Backend::Slurm(_) => j.backend_id.is_some(),
+            Backend::Slurm(_) | Backend::Arc(_) => j.backend_id.is_some(),
             Backend::NullForBenchmarks => false,
         };
         let (core, resume) = SiteCore::restore(params, t, &reservations, next_reservation, records, followable);
@@ -377,7 +391,7 @@ impl Agent {
             estimated_wait: p.estimated_wait.unwrap_or(Duration(0)),
             benchmarks: self.config.benchmarks.clone(),
             bandwidth_bytes_per_s: self.config.bandwidth_bytes_per_s,
-            reservations: true,
+            reservations: self.backend.offers_reservations(),
             available: unavailable.is_none(),
             unavailable_reason: unavailable.map(|e| e.to_string()),
             cluster: self.backend.cluster(),

@@ -109,6 +109,9 @@ pub struct Config {
     pub stage_out_dirs: Vec<PathBuf>,
     /// The Slurm backend; without it jobs run as local processes.
     pub slurm: Option<SlurmConfig>,
+    /// Front this ARC compute element instead of running jobs as local
+    /// processes.
+    pub arc: Option<crate::arc::ArcConfig>,
     /// Run nothing: jobs are planned, marked running at their planned start
     /// and finish at once. For benchmarks of the broker and the agent only.
     #[serde(default)]
@@ -220,6 +223,9 @@ impl Config {
         for d in c.stage_in_dirs.iter_mut().chain(c.stage_out_dirs.iter_mut()) {
             *d = base.join(&*d);
         }
+        if let Some(a) = &mut c.arc {
+            a.resolve(base);
+        }
         if let Some(s) = &mut c.slurm {
             s.conf = base.join(&s.conf);
             s.bin_dir = s.bin_dir.as_ref().map(|b| base.join(b));
@@ -230,7 +236,14 @@ impl Config {
 
     /// Checks ranges.
     pub fn check(&self) -> Result<(), ConfigError> {
-        if (self.capacity == 0 && self.slurm.is_none()) || self.capacity > i32::MAX as u32 {
+        if self.slurm.is_some() && self.arc.is_some() {
+            return Err(ConfigError::Invalid("an agent fronts Slurm or an ARC CE, not both".into()));
+        }
+        if self.arc.as_ref().is_some_and(|a| a.poll_ms == 0 || a.timeout_s == 0) {
+            return Err(ConfigError::Invalid("arc.poll_ms and arc.timeout_s must be positive".into()));
+        }
+        let fronted = self.slurm.is_some() || self.arc.is_some();
+        if (self.capacity == 0 && !fronted) || self.capacity > i32::MAX as u32 {
             return Err(ConfigError::Invalid("capacity must be between 1 and 2^31 - 1".into()));
         }
         if self.slurm.as_ref().is_some_and(|s| s.poll_ms == 0 || s.submitters == 0) {

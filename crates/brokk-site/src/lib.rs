@@ -6,6 +6,7 @@
 //! every record in SQLite, and serves the site API over HTTP.
 
 pub mod accounts;
+pub mod arc;
 pub mod agent;
 pub mod api;
 pub mod backend;

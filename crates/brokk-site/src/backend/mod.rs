@@ -24,6 +24,8 @@ pub enum Backend {
     Processes,
     /// A Slurm cluster.
     Slurm(Arc<Slurm>),
+    /// An ARC compute element.
+    Arc(Arc<crate::arc::ArcCe>),
     /// Runs nothing: a job is marked running at its planned start and
     /// finishes at once with status 0. For measuring the broker and the
     /// agent without processes; never for real work.
@@ -36,6 +38,7 @@ impl Backend {
         match self {
             Backend::Processes => local::run(site, config, launch, sandbox).await,
             Backend::Slurm(s) => crate::slurm::exec::execute(site, s, launch, sandbox).await,
+            Backend::Arc(a) => crate::arc::exec::execute(site, a, launch, sandbox).await,
             Backend::NullForBenchmarks => null::run(site, launch).await,
         }
     }
@@ -61,6 +64,12 @@ impl Backend {
     /// The resource manager's view of its cluster, where it has one.
     pub fn cluster(&self) -> Option<ClusterView> {
         self.slurm().and_then(|s| s.cluster())
+    }
+
+    /// Whether the site can promise a start: an ARC CE has no reservations,
+    /// so jobs sent there may wait in its queue past their planned start.
+    pub fn offers_reservations(&self) -> bool {
+        !matches!(self, Backend::Arc(_))
     }
 
     /// Whether reservations must be made in the resource manager too.

@@ -1,0 +1,246 @@
+//! Running one job on an ARC CE: written in xRSL by Brokk's writer (inputs
+//! the runner staged into the sandbox are uploaded into the CE's session
+//! directory; outputs, standard output and error are kept there), submitted,
+//! its state read every `poll_ms` to its end, its session files fetched back
+//! into the sandbox, and the CE's copy cleaned. Calls that fail because the
+//! CE is down or slow are tried again at the next reading: a job is never
+//! failed because its CE did not answer.
+
+use std::path::Path;
+use std::time::Duration as StdDuration;
+
+use brokk_jdl::Format;
+use brokk_model::{Duration, InputFile, Job, OutputFile};
+
+use super::client::{ArcError, ArcState};
+use super::ArcCe;
+use crate::launch::{plain_name, wait_cancel, End, Launch, Progress};
+
+/// Where the CE's id of a job is kept in its sandbox, so that an agent
+/// restarted follows the job again instead of submitting it twice.
+const ID_FILE: &str = ".brokk-arc-id";
+
+/// The job as the CE is given it, and the sandbox files to upload.
+fn prepare(arc: &ArcCe, launch: &Launch, sandbox: &Path) -> Result<(String, Vec<String>), String> {
+    let mut job: Job = launch.job.clone();
+    job.earliest_start = None;
+    job.deadline = None;
+    job.reservation = None;
+    job.working_directory = None;
+    job.wall_time = Some(Duration(launch.wall));
+    if let Some(q) = &arc.config.queue {
+        job.queue = Some(q.clone());
+    }
+    // Inputs were staged into the sandbox by the runner; the CE gets them
+    // from the agent's upload.
+    let mut uploads: Vec<String> = job.input_files.iter().map(|f| plain_name(&f.name)).collect();
+    if let (None, Some(exe)) = (&job.script, &job.executable) {
+        if !exe.contains('/') && sandbox.join(plain_name(exe)).is_file() && !uploads.contains(&plain_name(exe)) {
+            uploads.push(plain_name(exe));
+        }
+    }
+    job.input_files = uploads
+        .iter()
+        .map(|name| InputFile {
+            name: name.clone(),
+            source: None,
+            size: None,
+        })
+        .collect();
+    // Everything the owner may fetch is kept on the CE until the agent has
+    // fetched it (A-REX deletes what `outputfiles` does not list).
+    let mut keep: Vec<String> = job.output_files.iter().map(|f| plain_name(&f.name)).collect();
+    keep.extend(job.stdout.iter().chain(job.stderr.iter()).map(|n| plain_name(n)));
+    keep.sort();
+    keep.dedup();
+    job.output_files = keep
+        .into_iter()
+        .map(|name| OutputFile {
+            name,
+            target: None,
+            size_estimate: None,
+        })
+        .collect();
+    let written = brokk_jdl::write(Format::Xrsl, std::slice::from_ref(&job)).map_err(|e| e.to_string())?;
+    Ok((written.text, uploads))
+}
+
+/// Waits one reading interval; false when the owner cancelled meanwhile.
+async fn pause(arc: &ArcCe, launch: &mut Launch) -> bool {
+    tokio::select! {
+        _ = tokio::time::sleep(StdDuration::from_millis(arc.config.poll_ms)) => true,
+        _ = wait_cancel(&mut launch.controls.cancel) => false,
+    }
+}
+
+/// Submits (or finds again, after a restart) and follows the job to its end.
+pub(crate) async fn execute<P: Progress>(agent: &P, arc: &ArcCe, mut launch: Launch, sandbox: &Path) -> End {
+    let known = std::fs::read_to_string(sandbox.join(ID_FILE))
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty());
+    let id = match known {
+        Some(id) => id,
+        None => match submit(arc, &mut launch, sandbox).await {
+            Ok(id) => id,
+            Err(end) => return end,
+        },
+    };
+    agent.record_submitted(launch.id, 1).await;
+    let end = follow(agent, arc, &mut launch, &id).await;
+    if !matches!(end, End::Cancelled) {
+        fetch_outputs(arc, &launch, &id, sandbox).await;
+    }
+    if let Err(e) = arc.client.clean(&id).await {
+        tracing::warn!(job = %launch.id, "cleaning ARC job {id}: {e}");
+    }
+    end
+}
+
+/// Writes the job, submits it (retrying while the CE is unreachable), keeps
+/// its id in the sandbox and uploads its inputs.
+async fn submit(arc: &ArcCe, launch: &mut Launch, sandbox: &Path) -> Result<String, End> {
+    let (xrsl, uploads) =
+        prepare(arc, launch, sandbox).map_err(|e| End::Failed(format!("writing the xRSL description: {e}")))?;
+    let id = loop {
+        if *launch.controls.cancel.borrow() {
+            return Err(End::Cancelled);
+        }
+        match arc.client.submit(&xrsl).await {
+            Ok(id) => break id,
+            Err(e) if e.is_transient() => {
+                tracing::warn!(job = %launch.id, "ARC submission: {e}; retrying");
+                if !pause(arc, launch).await {
+                    return Err(End::Cancelled);
+                }
+            }
+            Err(e) => return Err(End::Failed(format!("the ARC CE refused the job: {e}"))),
+        }
+    };
+    if let Err(e) = std::fs::write(sandbox.join(ID_FILE), &id) {
+        tracing::warn!(job = %launch.id, "keeping ARC job id {id}: {e}");
+    }
+    for name in uploads {
+        let bytes = match tokio::fs::read(sandbox.join(&name)).await {
+            Ok(b) => b,
+            Err(e) => {
+                let _ = arc.client.kill(&id).await;
+                return Err(End::Failed(format!("reading input {name}: {e}")));
+            }
+        };
+        loop {
+            match arc.client.put_file(&id, &name, bytes.clone()).await {
+                Ok(()) => break,
+                Err(e) if e.is_transient() => {
+                    tracing::warn!(job = %launch.id, "uploading {name} to ARC job {id}: {e}; retrying");
+                    if !pause(arc, launch).await {
+                        let _ = arc.client.kill(&id).await;
+                        return Err(End::Cancelled);
+                    }
+                }
+                Err(e) => {
+                    let _ = arc.client.kill(&id).await;
+                    return Err(End::Failed(format!("uploading {name} to the ARC CE: {e}")));
+                }
+            }
+        }
+    }
+    Ok(id)
+}
+
+/// How the CE's final state ends the job for Brokk.
+fn outcome(state: &ArcState, exit: Option<i32>, cancelled: bool, id: &str) -> End {
+    match state.0.as_str() {
+        _ if cancelled => End::Cancelled,
+        "FINISHED" => End::Exited(exit.unwrap_or(0)),
+        "KILLED" => End::Failed(format!("ARC job {id} was killed on the CE outside Brokk")),
+        other => End::Failed(format!("ARC job {id} ended {other} on the CE")),
+    }
+}
+
+/// Reads the job's state until it ends; kills it on the CE when the owner
+/// cancels.
+async fn follow<P: Progress>(agent: &P, arc: &ArcCe, launch: &mut Launch, id: &str) -> End {
+    let mut running = launch.started;
+    let mut cancelled = false;
+    let mut kill_sent = false;
+    loop {
+        if cancelled && !kill_sent {
+            match arc.client.kill(id).await {
+                Ok(()) => kill_sent = true,
+                // Already over, or gone: nothing left to kill.
+                Err(ArcError::Refused { status, .. }) if status < 500 => return End::Cancelled,
+                Err(e) => tracing::warn!(job = %launch.id, "killing ARC job {id}: {e}"),
+            }
+        }
+        match arc.client.status(id).await {
+            Ok(state) => {
+                if !running && state.has_started() {
+                    running = true;
+                    agent.mark_running(launch.id, crate::agent::now()).await;
+                }
+                if state.is_final() {
+                    let exit = match state.0.as_str() {
+                        "FINISHED" => arc.client.exit_code(id).await.ok().flatten(),
+                        _ => None,
+                    };
+                    return outcome(&state, exit, cancelled, id);
+                }
+            }
+            Err(ArcError::Refused { status: 404, .. }) if cancelled => return End::Cancelled,
+            Err(ArcError::Refused { status: 404, message }) => {
+                return End::Failed(format!("the ARC CE no longer knows job {id}: {message}"))
+            }
+            // Unreachable, slow or refusing for now: the job is not failed for it.
+            Err(e) => tracing::warn!(job = %launch.id, "reading ARC job {id}: {e}"),
+        }
+        if cancelled {
+            tokio::time::sleep(StdDuration::from_millis(arc.config.poll_ms)).await;
+        } else if !pause(arc, launch).await {
+            cancelled = true;
+        }
+    }
+}
+
+/// Copies the job's session files (top level) into its sandbox, owned by
+/// the job's account, for the owner to fetch and for stage-out.
+async fn fetch_outputs(arc: &ArcCe, launch: &Launch, id: &str, sandbox: &Path) {
+    let names = match arc.client.list_files(id).await {
+        Ok(n) => n,
+        Err(e) => {
+            tracing::warn!(job = %launch.id, "listing ARC job {id}'s files: {e}");
+            return;
+        }
+    };
+    for name in names {
+        let plain = plain_name(&name);
+        if plain != name || plain.starts_with('.') {
+            continue;
+        }
+        match arc.client.get_file(id, &name).await {
+            Ok(bytes) => {
+                let written = crate::staging::create_owned(sandbox, &name, launch.account)
+                    .and_then(|mut f| std::io::Write::write_all(&mut f, &bytes));
+                if let Err(e) = written {
+                    tracing::warn!(job = %launch.id, "keeping {name} of ARC job {id}: {e}");
+                }
+            }
+            Err(e) => tracing::warn!(job = %launch.id, "fetching {name} of ARC job {id}: {e}"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn final_states_map_to_brokk_ends() {
+        let s = |x: &str| ArcState(x.into());
+        assert_eq!(outcome(&s("FINISHED"), Some(3), false, "a"), End::Exited(3));
+        assert_eq!(outcome(&s("FINISHED"), None, false, "a"), End::Exited(0));
+        assert_eq!(outcome(&s("KILLED"), None, true, "a"), End::Cancelled);
+        assert!(matches!(outcome(&s("FAILED"), None, false, "a"), End::Failed(m) if m.contains("FAILED")));
+        assert!(matches!(outcome(&s("KILLED"), None, false, "a"), End::Failed(m) if m.contains("outside Brokk")));
+    }
+}

@@ -1,0 +1,84 @@
+//! The ARC backend: the agent fronts a NorduGrid ARC compute element through
+//! A-REX's REST interface 1.0, authenticated with an X.509 certificate (or
+//! proxy). Jobs are written in xRSL by Brokk's writer, their staged inputs
+//! uploaded into the CE's session directory, their state read at an interval,
+//! their outputs fetched back into the sandbox, and the CE's copy cleaned.
+//! ARC has no reservations: the agent plans on the CE's slots (from its
+//! GLUE 2 document) and says it cannot reserve.
+
+pub mod client;
+pub(crate) mod exec;
+pub mod glue2;
+
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+pub use client::{ArcClient, ArcError};
+
+/// The ARC backend's settings.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ArcConfig {
+    /// The CE's A-REX URL, e.g. `https://ce.example.org:443/arex`.
+    pub url: String,
+    /// The certificate (PEM) the agent authenticates with: a user
+    /// certificate, or a proxy with its key in the same file.
+    pub cert: PathBuf,
+    /// The key (PEM), when it is not in `cert`.
+    pub key: Option<PathBuf>,
+    /// A directory of CA certificates (PEM) the CE's certificate is checked
+    /// against.
+    #[serde(default = "default_ca_dir")]
+    pub ca_dir: PathBuf,
+    /// Milliseconds between two readings of a job's state. A-REX changes a
+    /// job's state at its own cycles, up to a minute apart.
+    #[serde(default = "default_poll_ms")]
+    pub poll_ms: u64,
+    /// Seconds a request may take before the CE counts as unreachable.
+    #[serde(default = "default_timeout_s")]
+    pub timeout_s: u64,
+    /// The queue (GLUE 2 share) jobs are sent to; the CE's default when
+    /// absent.
+    pub queue: Option<String>,
+}
+
+impl ArcConfig {
+    /// Reads relative paths against `base` (the configuration file's
+    /// directory).
+    pub fn resolve(&mut self, base: &std::path::Path) {
+        self.cert = base.join(&self.cert);
+        self.key = self.key.as_ref().map(|k| base.join(k));
+        self.ca_dir = base.join(&self.ca_dir);
+    }
+}
+
+fn default_ca_dir() -> PathBuf {
+    PathBuf::from("/etc/grid-security/certificates")
+}
+fn default_poll_ms() -> u64 {
+    5000
+}
+fn default_timeout_s() -> u64 {
+    30
+}
+
+/// A connected compute element.
+#[derive(Debug)]
+pub struct ArcCe {
+    /// Its settings.
+    pub config: ArcConfig,
+    /// The REST client.
+    pub client: ArcClient,
+}
+
+impl ArcCe {
+    /// Connects to the CE and reads its GLUE 2 document; returns the backend
+    /// and the CE's total slots.
+    pub async fn connect(config: ArcConfig) -> Result<(ArcCe, u32), ArcError> {
+        let client = ArcClient::new(&config)?;
+        let info = client.info().await?;
+        let slots = info.total_slots.unwrap_or(0);
+        Ok((ArcCe { config, client }, slots))
+    }
+}
