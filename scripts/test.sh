@@ -28,6 +28,16 @@ BROKK_TEST_SLURM=$(scripts/slurm-testbed.sh start --clusters 2 --nodes 2 --cpus 
 export BROKK_TEST_SLURM
 echo "Slurm clusters under $BROKK_TEST_SLURM"
 
+echo "== ARC: a local compute element (A-REX, fork LRMS, test CA) for the ARC backend's tests"
+arc=no
+if [ "$(id -u)" = 0 ] && BROKK_TEST_ARC=$(scripts/arc-testbed.sh start); then
+  export BROKK_TEST_ARC
+  arc=yes
+  echo "ARC CE at $(cat "$BROKK_TEST_ARC/url")"
+else
+  echo "no ARC CE (it needs root and Debian's packages): the ARC tests stay ignored"
+fi
+
 echo "== Chromium and ChromeDriver for the dashboard's browser test"
 browser=no
 if command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1; then
@@ -48,7 +58,7 @@ else
 fi
 cargo test --locked --workspace --doc
 
-echo "== tests that need the services started above: Slurm, chaos, PostgreSQL, users apart (as root), the browser"
+echo "== tests that need the services started above: Slurm, chaos, ARC, PostgreSQL, users apart (as root), the browser"
 # A plain `cargo test` shows these as ignored; here they run.
 ignored="binary(slurm) | binary(chaos)"
 tests=(--test slurm --test chaos)
@@ -60,6 +70,10 @@ if [ -n "${BROKK_TEST_POSTGRES:-}" ]; then
   ignored="$ignored | test(postgresql)"
 else
   echo "no PostgreSQL: its crash test stays ignored"
+fi
+if [ "$arc" = yes ]; then
+  ignored="$ignored | binary(arc)"
+  tests+=(--test arc)
 fi
 if [ "$(id -u)" = 0 ]; then
   ignored="$ignored | binary(accounts)"

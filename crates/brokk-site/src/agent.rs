@@ -12,7 +12,7 @@ use brokk_core::{
     Candidate, Change, CoreError, Effect, JobId, JobRecord, Manager, Occupant, Request, Reservation, ReservationId,
     SiteCore, SiteParams, State, Submission,
 };
-use brokk_model::{Duration, Job, JobPhase, Time};
+use brokk_model::{Duration, Job, JobPhase, PublishedBenchmark, Time};
 use brokk_proto::wire::{ChangeFeed, InfoView, JobView, ReservationRequest, ReservationState, ReservationView};
 use tokio::sync::{watch, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
@@ -142,11 +142,21 @@ impl Agent {
             }
             None => match config.arc.clone() {
                 Some(ac) => {
-                    let (ce, slots) = crate::arc::ArcCe::connect(ac)
+                    let (ce, glue2) = crate::arc::ArcCe::connect(ac)
                         .await
                         .map_err(|e| AgentError::Unavailable(format!("reading the ARC CE: {e}")))?;
                     if config.capacity == 0 {
-                        config.capacity = slots;
+                        config.capacity = glue2.total_slots.unwrap_or(0);
+                    }
+                    if config.benchmarks.is_empty() {
+                        config.benchmarks = glue2
+                            .benchmarks
+                            .iter()
+                            .map(|(name, value)| PublishedBenchmark {
+                                name: name.clone(),
+                                value: *value,
+                            })
+                            .collect();
                     }
                     if config.capacity == 0 {
                         return Err(AgentError::Unavailable("the ARC CE publishes no slots".into()));
@@ -408,6 +418,12 @@ impl Agent {
     /// `POST /v1/reservations`. Behind Slurm the grant is made there too,
     /// outside the lock; if Slurm cannot, the grant is taken back.
     pub async fn reserve(&self, who: &str, body: &ReservationRequest) -> Result<ReservationView, AgentError> {
+        if !self.backend.offers_reservations() {
+            return Err(CoreError::Conflict(
+                "this site cannot reserve: its ARC compute element has no advance reservations".into(),
+            )
+            .into());
+        }
         if let Some(h) = body.hold {
             if h <= 0 {
                 return Err(CoreError::BadRequest("hold: must be a positive number of seconds".into()).into());

@@ -237,10 +237,14 @@ impl Config {
     /// Checks ranges.
     pub fn check(&self) -> Result<(), ConfigError> {
         if self.slurm.is_some() && self.arc.is_some() {
-            return Err(ConfigError::Invalid("an agent fronts Slurm or an ARC CE, not both".into()));
+            return Err(ConfigError::Invalid(
+                "an agent fronts Slurm or an ARC CE, not both".into(),
+            ));
         }
         if self.arc.as_ref().is_some_and(|a| a.poll_ms == 0 || a.timeout_s == 0) {
-            return Err(ConfigError::Invalid("arc.poll_ms and arc.timeout_s must be positive".into()));
+            return Err(ConfigError::Invalid(
+                "arc.poll_ms and arc.timeout_s must be positive".into(),
+            ));
         }
         let fronted = self.slurm.is_some() || self.arc.is_some();
         if (self.capacity == 0 && !fronted) || self.capacity > i32::MAX as u32 {

@@ -6,9 +6,9 @@
 //! every record in SQLite, and serves the site API over HTTP.
 
 pub mod accounts;
-pub mod arc;
 pub mod agent;
 pub mod api;
+pub mod arc;
 pub mod backend;
 pub mod config;
 pub mod launch;

@@ -98,7 +98,10 @@ impl ArcClient {
             pem.extend(read(key)?);
         }
         let identity = reqwest::Identity::from_pem(&pem).map_err(|e| {
-            ArcError::Credentials(format!("{}: not a PEM certificate with its key: {e}", config.cert.display()))
+            ArcError::Credentials(format!(
+                "{}: not a PEM certificate with its key: {e}",
+                config.cert.display()
+            ))
         })?;
         let mut builder = reqwest::Client::builder()
             .use_rustls_tls()
@@ -331,8 +334,8 @@ mod tests {
 
     #[test]
     fn job_answers_are_read_with_their_own_status() {
-        let a = job_answer(br#"{"job":{"status-code":"201","reason":"Created","id":"abc","state":"ACCEPTING"}}"#)
-            .unwrap();
+        let a =
+            job_answer(br#"{"job":{"status-code":"201","reason":"Created","id":"abc","state":"ACCEPTING"}}"#).unwrap();
         assert_eq!(a.id.as_deref(), Some("abc"));
         assert_eq!(a.state.as_deref(), Some("ACCEPTING"));
         let e = job_answer(br#"{"job":[{"status-code":"404","reason":"Job not found","id":"x"}]}"#).unwrap_err();

@@ -153,6 +153,8 @@ fn outcome(state: &ArcState, exit: Option<i32>, cancelled: bool, id: &str) -> En
     match state.0.as_str() {
         _ if cancelled => End::Cancelled,
         "FINISHED" => End::Exited(exit.unwrap_or(0)),
+        // A-REX counts a non-zero exit as a failure; the job did run.
+        "FAILED" if exit.is_some_and(|c| c != 0) => End::Exited(exit.unwrap_or(1)),
         "KILLED" => End::Failed(format!("ARC job {id} was killed on the CE outside Brokk")),
         other => End::Failed(format!("ARC job {id} ended {other} on the CE")),
     }
@@ -181,7 +183,7 @@ async fn follow<P: Progress>(agent: &P, arc: &ArcCe, launch: &mut Launch, id: &s
                 }
                 if state.is_final() {
                     let exit = match state.0.as_str() {
-                        "FINISHED" => arc.client.exit_code(id).await.ok().flatten(),
+                        "FINISHED" | "FAILED" => arc.client.exit_code(id).await.ok().flatten(),
                         _ => None,
                     };
                     return outcome(&state, exit, cancelled, id);
@@ -241,6 +243,7 @@ mod tests {
         assert_eq!(outcome(&s("FINISHED"), None, false, "a"), End::Exited(0));
         assert_eq!(outcome(&s("KILLED"), None, true, "a"), End::Cancelled);
         assert!(matches!(outcome(&s("FAILED"), None, false, "a"), End::Failed(m) if m.contains("FAILED")));
+        assert_eq!(outcome(&s("FAILED"), Some(3), false, "a"), End::Exited(3));
         assert!(matches!(outcome(&s("KILLED"), None, false, "a"), End::Failed(m) if m.contains("outside Brokk")));
     }
 }

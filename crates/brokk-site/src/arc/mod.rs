@@ -74,11 +74,10 @@ pub struct ArcCe {
 
 impl ArcCe {
     /// Connects to the CE and reads its GLUE 2 document; returns the backend
-    /// and the CE's total slots.
-    pub async fn connect(config: ArcConfig) -> Result<(ArcCe, u32), ArcError> {
+    /// and the document.
+    pub async fn connect(config: ArcConfig) -> Result<(ArcCe, glue2::Glue2), ArcError> {
         let client = ArcClient::new(&config)?;
         let info = client.info().await?;
-        let slots = info.total_slots.unwrap_or(0);
-        Ok((ArcCe { config, client }, slots))
+        Ok((ArcCe { config, client }, info))
     }
 }

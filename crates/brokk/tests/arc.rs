@@ -1,0 +1,219 @@
+//! Brokk in front of a real ARC compute element: the fork CE that
+//! `scripts/arc-testbed.sh` starts from Debian's packages, named by the
+//! directory in `BROKK_TEST_ARC` (its `url`, the test-CA user's `user.pem`
+//! and `user.key`, and the CA in `ca/`). They need that CE, so a plain
+//! `cargo test` skips them (ignored); `scripts/test.sh` starts it and runs
+//! them. A-REX changes a job's state at its own cycles, up to a minute
+//! apart, so each test takes a minute or two.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+mod common;
+
+/// The testbed's directory.
+fn bed() -> PathBuf {
+    PathBuf::from(std::env::var_os("BROKK_TEST_ARC").expect("BROKK_TEST_ARC: scripts/test.sh starts the ARC CE"))
+}
+
+/// The `[arc]` table for the testbed's CE with certificate `cert` and key `key`.
+fn arc_table(bed: &Path, cert: &Path, key: &Path) -> String {
+    let url = std::fs::read_to_string(bed.join("url")).unwrap();
+    format!(
+        "url = \"{}\"\ncert = \"{}\"\nkey = \"{}\"\nca_dir = \"{}\"\npoll_ms = 1000\n",
+        url.trim(),
+        cert.display(),
+        key.display(),
+        bed.join("ca").display()
+    )
+}
+
+/// A broker with one embedded site fronting the CE, as user `ann`.
+fn broker(name: &str) -> (PathBuf, common::Server) {
+    let bed = bed();
+    let dir = common::scratch("arctest", name);
+    let config = format!(
+        "database = \"broker.db\"\nstate_dir = \"sites\"\n[tokens]\n\"tok-ann\" = \"ann\"\n[[embedded]]\nname = \"arc1\"\n[embedded.arc]\n{}",
+        arc_table(&bed, &bed.join("user.pem"), &bed.join("user.key"))
+    );
+    std::fs::write(dir.join("broker.toml"), config).unwrap();
+    let server = common::serve(&dir);
+    (dir, server)
+}
+
+/// Submits `file` (written into `dir` with `text`) and waits for its end.
+fn run(url: &str, dir: &Path, file: &str, text: &str) -> (String, serde_json::Value) {
+    std::fs::write(dir.join(file), text).unwrap();
+    let path = dir.join(file).display().to_string();
+    let sub = common::json(url, "tok-ann", &["submit", "--json", &path]);
+    let id = sub["id"].as_str().unwrap_or_else(|| panic!("{sub}")).to_string();
+    (id.clone(), watch(url, &id))
+}
+
+/// Follows job `id` to its end (`watch` exits non-zero for a job that did
+/// not finish with 0); the job as it ended.
+fn watch(url: &str, id: &str) -> serde_json::Value {
+    common::printed(&common::brokk(url, "tok-ann", &["watch", "--json", id]).stdout)
+}
+
+fn output(url: &str, id: &str, name: &str) -> String {
+    let o = common::brokk(url, "tok-ann", &["output", id, name]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+#[test]
+#[ignore = "needs a local ARC CE: scripts/arc-testbed.sh (scripts/test.sh starts it)"]
+fn xrsl_and_jsdl_jobs_run_on_the_ce_and_their_output_comes_back() {
+    let (dir, server) = broker("langs");
+    std::fs::write(dir.join("in.txt"), "data from the user\n").unwrap();
+    let xrsl = r#"&(executable="/bin/sh")(arguments="-c" "echo xrsl on ARC; id -un; cat in.txt")
+ (stdout="out.txt")(stderr="err.txt")(inputfiles=("in.txt" ""))(walltime="5")"#;
+    let jsdl = r#"<?xml version="1.0" encoding="UTF-8"?>
+<jsdl:JobDefinition xmlns:jsdl="http://schemas.ggf.org/jsdl/2005/11/jsdl" xmlns:jsdl-posix="http://schemas.ggf.org/jsdl/2005/11/jsdl-posix">
+  <jsdl:JobDescription>
+    <jsdl:Application>
+      <jsdl-posix:POSIXApplication>
+        <jsdl-posix:Executable>/bin/sh</jsdl-posix:Executable>
+        <jsdl-posix:Argument>-c</jsdl-posix:Argument>
+        <jsdl-posix:Argument>echo jsdl on ARC; exit 3</jsdl-posix:Argument>
+        <jsdl-posix:Output>out.txt</jsdl-posix:Output>
+        <jsdl-posix:WallTimeLimit>300</jsdl-posix:WallTimeLimit>
+      </jsdl-posix:POSIXApplication>
+    </jsdl:Application>
+  </jsdl:JobDescription>
+</jsdl:JobDefinition>"#;
+    // Both at once: the CE's state cycles are shared.
+    let url = server.url.clone();
+    let d = dir.clone();
+    let jsdl_run = std::thread::spawn(move || run(&url, &d, "job.jsdl", jsdl));
+    let (xid, xend) = run(&server.url, &dir, "job.xrsl", xrsl);
+    let (jid, jend) = jsdl_run.join().unwrap();
+    assert_eq!(xend["state"], "finished", "{xend}");
+    assert_eq!(xend["site"], "arc1", "{xend}");
+    assert_eq!(xend["exit_code"], 0, "{xend}");
+    // The input was uploaded to the CE, and the job ran as the account the
+    // CE maps the certificate to.
+    assert_eq!(
+        output(&server.url, &xid, "out.txt"),
+        "xrsl on ARC\nnobody\ndata from the user\n"
+    );
+    assert_eq!(jend["exit_code"], 3, "{jend}");
+    assert_eq!(output(&server.url, &jid, "out.txt"), "jsdl on ARC\n");
+}
+
+#[test]
+#[ignore = "needs a local ARC CE: scripts/arc-testbed.sh (scripts/test.sh starts it)"]
+fn the_site_shows_the_ce_slots_and_does_not_reserve() {
+    let (_dir, server) = broker("resources");
+    let sites = common::json(&server.url, "tok-ann", &["resources", "--json"]);
+    let site = sites
+        .as_array()
+        .and_then(|a| a.iter().find(|s| s["name"] == "arc1"))
+        .unwrap_or_else(|| panic!("{sites}"))
+        .clone();
+    let text = site.to_string();
+    // The fork CE publishes one slot per CPU of this machine.
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
+    assert_eq!(site["total_slots"].as_u64(), Some(cpus), "{text}");
+    assert_eq!(site["reservations"], false, "{text}");
+    // Its benchmark comes from the CE's GLUE 2 document.
+    assert_eq!(site["benchmarks"][0]["name"], "HEPSPEC", "{text}");
+    // A reservation is refused with the reason rather than promised.
+    let o = common::brokk(
+        &server.url,
+        "tok-ann",
+        &["reserve", "--amount", "1", "--duration", "10m"],
+    );
+    assert!(!o.status.success(), "{}", String::from_utf8_lossy(&o.stdout));
+}
+
+#[test]
+#[ignore = "needs a local ARC CE: scripts/arc-testbed.sh (scripts/test.sh starts it)"]
+fn cancel_reaches_the_ce() {
+    let (dir, server) = broker("cancel");
+    // A sleep no other test runs, to find on this host (the fork CE runs
+    // jobs here).
+    let marker = format!("sleep {}", 1000 + std::process::id() % 5000);
+    std::fs::write(
+        dir.join("long.xrsl"),
+        format!(r#"&(executable="/bin/sh")(arguments="-c" "{marker}")(walltime="120")"#),
+    )
+    .unwrap();
+    let path = dir.join("long.xrsl").display().to_string();
+    let sub = common::json(&server.url, "tok-ann", &["submit", "--json", &path]);
+    let id = sub["id"].as_str().unwrap().to_string();
+    // Running, as the CE reports it (a minute's lag or so).
+    let deadline = Instant::now() + Duration::from_secs(240);
+    loop {
+        let job = common::json(&server.url, "tok-ann", &["status", "--json", &id]);
+        if job["state"] == "running" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the job never ran on the CE: {job}");
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    let o = common::brokk(&server.url, "tok-ann", &["cancel", &id]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let end = watch(&server.url, &id);
+    assert_eq!(end["state"], "cancelled", "{end}");
+    // The CE's own log records the kill Brokk asked for (ARC 6.17's fork
+    // LRMS then leaves the process itself running: seen here).
+    let arc_id = std::fs::read_dir(dir.join("sites/arc1/jobs"))
+        .unwrap()
+        .flatten()
+        .find_map(|e| std::fs::read_to_string(e.path().join(".brokk-arc-id")).ok())
+        .expect("the CE's job id kept in the sandbox");
+    let log = std::fs::read_to_string("/var/log/arc/arex.log").unwrap_or_default();
+    let _ = Command::new("pkill").args(["-f", &marker]).status();
+    assert!(
+        log.contains(&format!("{}: Canceling job because of user request", arc_id.trim())),
+        "A-REX's log has no cancel of {arc_id}"
+    );
+}
+
+#[test]
+#[ignore = "needs a local ARC CE: scripts/arc-testbed.sh (scripts/test.sh starts it)"]
+fn a_certificate_the_ce_does_not_trust_is_a_clear_error() {
+    let bed = bed();
+    let dir = common::scratch("arctest", "wrongcert");
+    let made = Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=stranger",
+        ])
+        .arg("-keyout")
+        .arg(dir.join("stranger.key"))
+        .arg("-out")
+        .arg(dir.join("stranger.pem"))
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
+    let config = format!(
+        "name = \"arc1\"\ndatabase = \"site.db\"\nworkdir = \"jobs\"\n[tokens]\n\"t\" = \"broker\"\n[arc]\n{}timeout_s = 20\n",
+        arc_table(&bed, &dir.join("stranger.pem"), &dir.join("stranger.key"))
+    );
+    std::fs::write(dir.join("site.toml"), config).unwrap();
+    let started = Instant::now();
+    let o = Command::new(env!("CARGO_BIN_EXE_brokk"))
+        .args(["site", "--config"])
+        .arg(dir.join("site.toml"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{err}");
+    assert!(err.contains("refused the certificate"), "{err}");
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "took {:?}",
+        started.elapsed()
+    );
+}
