@@ -11,8 +11,7 @@
 # certificate; without systemd the Debian SysV scripts start A-REX; the REST
 # front end must listen before the first information-provider run, or the
 # endpoint is published as critical for a minute; A-REX picks job state
-# changes up at its own cycles, so a job's state can lag by up to a minute;
-# A-REX offers one ECDH curve, secp521r1 unless set, which rustls lacks.
+# changes up at its own cycles, so a job's state can lag by up to a minute.
 set -euo pipefail
 BASE=${BROKK_ARC_BASE:-/var/tmp/brokk-arc}
 USER_NAME=brokkgrid
@@ -52,9 +51,6 @@ lrms = fork
 [arex]
 
 [arex/ws]
-# ARC's default ECDH curve (secp521r1) is the only one it offers, and
-# rustls, Brokk's TLS, has no secp521r1; P-256 is offered by every client.
-tlscurve = prime256v1
 
 [arex/ws/jobs]
 allowaccess = zero

@@ -388,14 +388,7 @@ fn read_job(src: &str, entries: &[&Entry], warnings: &mut Vec<Diagnostic>) -> Re
             });
         }
     } else {
-        job.output_files = sandbox_out
-            .into_iter()
-            .map(|name| OutputFile {
-                name,
-                target: None,
-                size_estimate: None,
-            })
-            .collect();
+        job.output_files = sandbox_out.into_iter().map(OutputFile::kept).collect();
     }
     Ok(job)
 }

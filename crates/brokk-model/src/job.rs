@@ -209,6 +209,17 @@ pub struct OutputFile {
     pub size_estimate: Option<u64>,
 }
 
+impl OutputFile {
+    /// A file kept at the site for its owner to fetch.
+    pub fn kept(name: String) -> Self {
+        OutputFile {
+            name,
+            target: None,
+            size_estimate: None,
+        }
+    }
+}
+
 /// A benchmark triple {b, r, t}: the job takes `time` on a system where benchmark
 /// `name` scores `result` (seed 003, 3.1.1).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

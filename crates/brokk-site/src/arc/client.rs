@@ -97,39 +97,25 @@ impl ArcClient {
             pem.push(b'\n');
             pem.extend(read(key)?);
         }
-        let identity = reqwest::Identity::from_pem(&pem).map_err(|e| {
-            ArcError::Credentials(format!(
-                "{}: not a PEM certificate with its key: {e}",
-                config.cert.display()
-            ))
-        })?;
-        let mut builder = reqwest::Client::builder()
-            .use_rustls_tls()
-            .identity(identity)
-            .tls_built_in_root_certs(false)
-            .connect_timeout(StdDuration::from_secs(config.timeout_s))
-            .timeout(StdDuration::from_secs(config.timeout_s));
         let entries = std::fs::read_dir(&config.ca_dir)
             .map_err(|e| ArcError::Credentials(format!("{}: {e}", config.ca_dir.display())))?;
-        let mut cas = 0;
+        let mut cas = Vec::new();
         for entry in entries.flatten() {
             let path = entry.path();
             let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
-            if !(name.ends_with(".pem") || name.ends_with(".0")) || name.ends_with("-key.pem") {
-                continue;
-            }
-            let Ok(bytes) = std::fs::read(&path) else { continue };
-            for cert in reqwest::Certificate::from_pem_bundle(&bytes).unwrap_or_default() {
-                builder = builder.add_root_certificate(cert);
-                cas += 1;
+            if (name.ends_with(".pem") || name.ends_with(".0")) && !name.ends_with("-key.pem") {
+                if let Ok(bytes) = std::fs::read(&path) {
+                    cas.push(bytes);
+                }
             }
         }
-        if cas == 0 {
-            return Err(ArcError::Credentials(format!(
-                "no CA certificate in {}",
-                config.ca_dir.display()
-            )));
-        }
+        let tls = super::tls::client_config(&cas, &pem).map_err(|e| {
+            ArcError::Credentials(format!("{} ({}): {e}", config.cert.display(), config.ca_dir.display()))
+        })?;
+        let builder = reqwest::Client::builder()
+            .use_preconfigured_tls(tls)
+            .connect_timeout(StdDuration::from_secs(config.timeout_s))
+            .timeout(StdDuration::from_secs(config.timeout_s));
         let http = builder.build().map_err(|e| ArcError::Credentials(e.to_string()))?;
         Ok(ArcClient {
             http,

@@ -53,14 +53,7 @@ fn prepare(arc: &ArcCe, launch: &Launch, sandbox: &Path) -> Result<(String, Vec<
     keep.extend(job.stdout.iter().chain(job.stderr.iter()).map(|n| plain_name(n)));
     keep.sort();
     keep.dedup();
-    job.output_files = keep
-        .into_iter()
-        .map(|name| OutputFile {
-            name,
-            target: None,
-            size_estimate: None,
-        })
-        .collect();
+    job.output_files = keep.into_iter().map(OutputFile::kept).collect();
     let written = brokk_jdl::write(Format::Xrsl, std::slice::from_ref(&job)).map_err(|e| e.to_string())?;
     Ok((written.text, uploads))
 }

@@ -9,6 +9,7 @@
 pub mod client;
 pub(crate) mod exec;
 pub mod glue2;
+mod tls;
 
 use std::path::PathBuf;
 

@@ -118,6 +118,19 @@ fn start_agent(dir: &std::path::Path) -> Result<String> {
     rx.recv()?.map_err(anyhow::Error::msg)
 }
 
+/// A request for 1-16 slots for 10 minutes to 2 hours, in a day's window
+/// starting within a month of `base`.
+fn random_request(rng: &mut ChaCha8Rng, base: i64) -> Request {
+    let earliest = base + rng.gen_range(0..30 * 86_400);
+    Request {
+        amount: rng.gen_range(1..=16),
+        duration: Duration(rng.gen_range(600..7200)),
+        earliest: Time(earliest),
+        latest: Time(earliest + 86_400),
+        flexible: false,
+    }
+}
+
 /// One client's reservation stream: reserve, then commit, modify or cancel,
 /// each timed in milliseconds. The load generator is an async reqwest client
 /// on the bench's own runtime, so that the client side costs as little CPU as
@@ -127,14 +140,7 @@ async fn reservation_client(http: reqwest::Client, url: String, seed: u64, stop:
     let mut lat = Vec::new();
     let base = brokk_proto::wall_clock().0 + 3600;
     while !stop.load(Ordering::Relaxed) {
-        let earliest = base + rng.gen_range(0..30 * 86_400);
-        let req = Request {
-            amount: rng.gen_range(1..=16),
-            duration: Duration(rng.gen_range(600..7200)),
-            earliest: Time(earliest),
-            latest: Time(earliest + 86_400),
-            flexible: false,
-        };
+        let req = random_request(&mut rng, base);
         let body = ReservationRequest::new(&req, rng.gen_bool(0.5).then_some(600));
         let t = Instant::now();
         let resp = http
@@ -178,14 +184,7 @@ async fn probe_client(http: reqwest::Client, url: String, seed: u64, stop: Arc<A
     let mut lat = Vec::new();
     let base = brokk_proto::wall_clock().0 + 3600;
     while !stop.load(Ordering::Relaxed) {
-        let earliest = base + rng.gen_range(0..30 * 86_400);
-        let req = Request {
-            amount: rng.gen_range(1..=16),
-            duration: Duration(rng.gen_range(600..7200)),
-            earliest: Time(earliest),
-            latest: Time(earliest + 86_400),
-            flexible: false,
-        };
+        let req = random_request(&mut rng, base);
         let t = Instant::now();
         if let Ok(r) = http
             .post(format!("{url}/v1/probe?k=3"))
