@@ -49,6 +49,9 @@ pub async fn start(config: Config) -> Result<Running, AgentError> {
     if let Some(slurm) = agent.slurm() {
         tokio::spawn(slurm.clone().poll(agent.clone()));
     }
+    if let Some(ce) = agent.backend().arc() {
+        tokio::spawn(ce.clone().watch());
+    }
     for id in resume {
         tokio::spawn(runner::run(agent.clone(), id, true));
     }

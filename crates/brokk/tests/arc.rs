@@ -217,3 +217,68 @@ fn a_certificate_the_ce_does_not_trust_is_a_clear_error() {
         started.elapsed()
     );
 }
+
+/// Runs one of the CE's init scripts (`start` or `stop`).
+fn arc_service(name: &str, action: &str) {
+    let o = Command::new(format!("/etc/init.d/{name}"))
+        .arg(action)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "{name} {action}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+/// Whether `brokk resources` says site `arc1` answers.
+fn available(url: &str) -> bool {
+    let sites = common::json(url, "tok-ann", &["resources", "--json"]);
+    let site = sites
+        .as_array()
+        .and_then(|a| a.iter().find(|s| s["name"] == "arc1"))
+        .cloned();
+    site.is_some_and(|s| s["available"] != false)
+}
+
+#[test]
+#[ignore = "needs a local ARC CE: scripts/arc-testbed.sh (scripts/test.sh starts it)"]
+fn a_ce_that_stops_answering_is_reported_and_its_job_kept() {
+    let (dir, server) = broker("outage");
+    std::fs::write(
+        dir.join("slow.xrsl"),
+        r#"&(executable="/bin/sh")(arguments="-c" "sleep 5; echo survived")(stdout="out.txt")(walltime="10")"#,
+    )
+    .unwrap();
+    let path = dir.join("slow.xrsl").display().to_string();
+    let sub = common::json(&server.url, "tok-ann", &["submit", "--json", &path]);
+    let id = sub["id"].as_str().unwrap().to_string();
+    // Given to the CE (dispatched), then the CE's REST service stops.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while common::json(&server.url, "tok-ann", &["status", "--json", &id])["state"] == "accepted" {
+        assert!(Instant::now() < deadline, "never dispatched");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    arc_service("arc-arex-ws", "stop");
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while available(&server.url) {
+        if Instant::now() > deadline {
+            arc_service("arc-arex-ws", "start");
+            panic!("the site never said the CE was down");
+        }
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    // Nothing is lost while it is down.
+    std::thread::sleep(Duration::from_secs(5));
+    let job = common::json(&server.url, "tok-ann", &["status", "--json", &id]);
+    arc_service("arc-arex-ws", "start");
+    assert!(
+        ["dispatched", "running"].contains(&job["state"].as_str().unwrap_or("")),
+        "{job}"
+    );
+    // Back: the site answers again and the job is followed to its end.
+    let end = watch(&server.url, &id);
+    assert_eq!(end["state"], "finished", "{end}");
+    assert_eq!(output(&server.url, &id, "out.txt"), "survived\n");
+    assert!(available(&server.url));
+}

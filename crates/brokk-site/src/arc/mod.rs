@@ -71,6 +71,9 @@ pub struct ArcCe {
     pub config: ArcConfig,
     /// The REST client.
     pub client: ArcClient,
+    /// Why the CE does not answer, as of the last reading of its
+    /// information; `None` while it does.
+    down: std::sync::Mutex<Option<String>>,
 }
 
 impl ArcCe {
@@ -79,6 +82,40 @@ impl ArcCe {
     pub async fn connect(config: ArcConfig) -> Result<(ArcCe, glue2::Glue2), ArcError> {
         let client = ArcClient::new(&config)?;
         let info = client.info().await?;
-        Ok((ArcCe { config, client }, info))
+        let ce = ArcCe {
+            config,
+            client,
+            down: std::sync::Mutex::new(None),
+        };
+        Ok((ce, info))
+    }
+
+    /// Why the CE does not answer; `None` while it does.
+    pub fn down(&self) -> Option<String> {
+        self.down.lock().map_or(None, |d| d.clone())
+    }
+
+    /// Reads the CE's information every `poll_ms` for as long as the agent
+    /// runs, so the site reports the CE unavailable while it does not answer
+    /// (jobs are kept meanwhile, and followed again when it returns).
+    pub async fn watch(self: std::sync::Arc<Self>) {
+        let mut every = tokio::time::interval(std::time::Duration::from_millis(self.config.poll_ms));
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            every.tick().await;
+            let now_down = match self.client.info().await {
+                Ok(_) => None,
+                Err(e) => Some(e.to_string()),
+            };
+            if let Ok(mut d) = self.down.lock() {
+                if *d != now_down {
+                    match &now_down {
+                        Some(why) => tracing::warn!(ce = %self.config.url, "{why}"),
+                        None => tracing::info!(ce = %self.config.url, "the ARC CE answers again"),
+                    }
+                }
+                *d = now_down;
+            }
+        }
     }
 }

@@ -58,7 +58,19 @@ impl Backend {
 
     /// Why the resource manager does not answer; `None` while it does.
     pub fn down(&self) -> Option<String> {
-        self.slurm().and_then(|s| s.down())
+        match self {
+            Backend::Slurm(s) => s.down(),
+            Backend::Arc(a) => a.down(),
+            _ => None,
+        }
+    }
+
+    /// The ARC CE, when the backend is one.
+    pub fn arc(&self) -> Option<&Arc<crate::arc::ArcCe>> {
+        match self {
+            Backend::Arc(a) => Some(a),
+            _ => None,
+        }
     }
 
     /// The resource manager's view of its cluster, where it has one.
