@@ -401,7 +401,7 @@ impl Agent {
             estimated_wait: p.estimated_wait.unwrap_or(Duration(0)),
             benchmarks: self.config.benchmarks.clone(),
             bandwidth_bytes_per_s: self.config.bandwidth_bytes_per_s,
-            reservations: self.backend.offers_reservations(),
+            reservations: self.backend.cannot_reserve().is_none(),
             available: unavailable.is_none(),
             unavailable_reason: unavailable.map(|e| e.to_string()),
             cluster: self.backend.cluster(),
@@ -418,11 +418,8 @@ impl Agent {
     /// `POST /v1/reservations`. Behind Slurm the grant is made there too,
     /// outside the lock; if Slurm cannot, the grant is taken back.
     pub async fn reserve(&self, who: &str, body: &ReservationRequest) -> Result<ReservationView, AgentError> {
-        if !self.backend.offers_reservations() {
-            return Err(CoreError::Conflict(
-                "this site cannot reserve: its ARC compute element has no advance reservations".into(),
-            )
-            .into());
+        if let Some(why) = self.backend.cannot_reserve() {
+            return Err(CoreError::Conflict(why.into()).into());
         }
         if let Some(h) = body.hold {
             if h <= 0 {

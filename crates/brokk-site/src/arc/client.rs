@@ -175,18 +175,21 @@ impl ArcClient {
         })
     }
 
-    /// One management action (`status`, `kill`, `clean`) on job `id`; its
-    /// state for `status`.
-    async fn action(&self, action: &str, id: &str) -> Result<JobAnswer, ArcError> {
+    /// Job action `action` (`status`, `info`, `kill`, `clean`) on job `id`:
+    /// the CE's answer as it came.
+    async fn job_request(&self, action: &str, id: &str) -> Result<Vec<u8>, ArcError> {
         let body = json!({"job": [{"id": id}]}).to_string();
-        let bytes = self
-            .call(
-                Method::POST,
-                &format!("jobs?action={action}"),
-                Some(("application/json", body.into_bytes())),
-            )
-            .await?;
-        job_answer(&bytes)
+        self.call(
+            Method::POST,
+            &format!("jobs?action={action}"),
+            Some(("application/json", body.into_bytes())),
+        )
+        .await
+    }
+
+    /// One management action on job `id`, its answer read.
+    async fn action(&self, action: &str, id: &str) -> Result<JobAnswer, ArcError> {
+        job_answer(&self.job_request(action, id).await?)
     }
 
     /// Job `id`'s state.
@@ -198,23 +201,13 @@ impl ArcClient {
         })
     }
 
-    /// Job `id`'s exit code and failure text from its GLUE 2 activity, where
-    /// the CE gives them.
+    /// Job `id`'s exit code from its GLUE 2 activity, where the CE gives it.
     pub async fn exit_code(&self, id: &str) -> Result<Option<i32>, ArcError> {
-        let body = json!({"job": [{"id": id}]}).to_string();
-        let bytes = self
-            .call(
-                Method::POST,
-                "jobs?action=info",
-                Some(("application/json", body.into_bytes())),
-            )
-            .await?;
+        let bytes = self.job_request("info", id).await?;
         let doc: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-        Ok(super::glue2::find(&doc, "ExitCode").and_then(|v| match v {
-            Value::Number(n) => n.as_i64().and_then(|n| i32::try_from(n).ok()),
-            Value::String(s) => s.trim().parse().ok(),
-            _ => None,
-        }))
+        Ok(super::glue2::find(&doc, "ExitCode")
+            .and_then(super::glue2::number)
+            .and_then(|n| i32::try_from(n as i64).ok()))
     }
 
     /// Asks the CE to kill job `id`.

@@ -90,55 +90,68 @@ pub(crate) async fn execute<P: Progress>(agent: &P, arc: &ArcCe, mut launch: Lau
     end
 }
 
+/// Makes `call` until it succeeds, waiting a reading interval after each
+/// failure that may pass (the CE down or slow); `Err(None)` when the owner
+/// cancels meanwhile, `Err(Some(e))` when the CE refuses for good.
+async fn retrying<T, F, Fut>(arc: &ArcCe, launch: &mut Launch, what: &str, mut call: F) -> Result<T, Option<ArcError>>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, ArcError>>,
+{
+    loop {
+        if *launch.controls.cancel.borrow() {
+            return Err(None);
+        }
+        match call().await {
+            Ok(t) => return Ok(t),
+            Err(e) if e.is_transient() => {
+                tracing::warn!(job = %launch.id, "{what}: {e}; retrying");
+                if !pause(arc, launch).await {
+                    return Err(None);
+                }
+            }
+            Err(e) => return Err(Some(e)),
+        }
+    }
+}
+
 /// Writes the job, submits it (retrying while the CE is unreachable), keeps
-/// its id in the sandbox and uploads its inputs.
+/// its id in the sandbox and uploads its inputs; a job whose inputs cannot
+/// all be uploaded is killed on the CE.
 async fn submit(arc: &ArcCe, launch: &mut Launch, sandbox: &Path) -> Result<String, End> {
     let (xrsl, uploads) =
         prepare(arc, launch, sandbox).map_err(|e| End::Failed(format!("writing the xRSL description: {e}")))?;
-    let id = loop {
-        if *launch.controls.cancel.borrow() {
-            return Err(End::Cancelled);
-        }
-        match arc.client.submit(&xrsl).await {
-            Ok(id) => break id,
-            Err(e) if e.is_transient() => {
-                tracing::warn!(job = %launch.id, "ARC submission: {e}; retrying");
-                if !pause(arc, launch).await {
-                    return Err(End::Cancelled);
-                }
-            }
-            Err(e) => return Err(End::Failed(format!("the ARC CE refused the job: {e}"))),
-        }
-    };
+    let id = retrying(arc, launch, "ARC submission", || arc.client.submit(&xrsl))
+        .await
+        .map_err(|e| match e {
+            None => End::Cancelled,
+            Some(e) => End::Failed(format!("the ARC CE refused the job: {e}")),
+        })?;
     if let Err(e) = std::fs::write(sandbox.join(ID_FILE), &id) {
         tracing::warn!(job = %launch.id, "keeping ARC job id {id}: {e}");
     }
-    for name in uploads {
-        let bytes = match tokio::fs::read(sandbox.join(&name)).await {
-            Ok(b) => b,
-            Err(e) => {
-                let _ = arc.client.kill(&id).await;
-                return Err(End::Failed(format!("reading input {name}: {e}")));
-            }
-        };
-        loop {
-            match arc.client.put_file(&id, &name, bytes.clone()).await {
-                Ok(()) => break,
-                Err(e) if e.is_transient() => {
-                    tracing::warn!(job = %launch.id, "uploading {name} to ARC job {id}: {e}; retrying");
-                    if !pause(arc, launch).await {
-                        let _ = arc.client.kill(&id).await;
-                        return Err(End::Cancelled);
-                    }
-                }
-                Err(e) => {
-                    let _ = arc.client.kill(&id).await;
-                    return Err(End::Failed(format!("uploading {name} to the ARC CE: {e}")));
-                }
-            }
-        }
+    if let Err(end) = upload(arc, launch, &id, sandbox, &uploads).await {
+        let _ = arc.client.kill(&id).await;
+        return Err(end);
     }
     Ok(id)
+}
+
+/// Uploads `names` from the sandbox into ARC job `id`'s session directory.
+async fn upload(arc: &ArcCe, launch: &mut Launch, id: &str, sandbox: &Path, names: &[String]) -> Result<(), End> {
+    for name in names {
+        let bytes = tokio::fs::read(sandbox.join(name))
+            .await
+            .map_err(|e| End::Failed(format!("reading input {name}: {e}")))?;
+        let what = format!("uploading {name} to ARC job {id}");
+        retrying(arc, launch, &what, || arc.client.put_file(id, name, bytes.clone()))
+            .await
+            .map_err(|e| match e {
+                None => End::Cancelled,
+                Some(e) => End::Failed(format!("uploading {name} to the ARC CE: {e}")),
+            })?;
+    }
+    Ok(())
 }
 
 /// How the CE's final state ends the job for Brokk.

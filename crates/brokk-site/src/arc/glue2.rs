@@ -53,7 +53,8 @@ fn all<'a>(v: &'a Value, key: &str, out: &mut Vec<&'a Value>) {
     }
 }
 
-fn number(v: &Value) -> Option<f64> {
+/// A number, written as one or as a string.
+pub(crate) fn number(v: &Value) -> Option<f64> {
     match v {
         Value::Number(n) => n.as_f64(),
         Value::String(s) => s.trim().parse().ok(),

@@ -99,7 +99,9 @@ impl ArcCe {
     /// runs, so the site reports the CE unavailable while it does not answer
     /// (jobs are kept meanwhile, and followed again when it returns).
     pub async fn watch(self: std::sync::Arc<Self>) {
-        let mut every = tokio::time::interval(std::time::Duration::from_millis(self.config.poll_ms));
+        // The first reading was `connect`'s.
+        let period = std::time::Duration::from_millis(self.config.poll_ms);
+        let mut every = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
         every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             every.tick().await;

@@ -78,10 +78,14 @@ impl Backend {
         self.slurm().and_then(|s| s.cluster())
     }
 
-    /// Whether the site can promise a start: an ARC CE has no reservations,
-    /// so jobs sent there may wait in its queue past their planned start.
-    pub fn offers_reservations(&self) -> bool {
-        !matches!(self, Backend::Arc(_))
+    /// Why the site cannot promise a start, where it cannot: an ARC CE has
+    /// no reservations, so jobs sent there may wait in its queue past their
+    /// planned start.
+    pub fn cannot_reserve(&self) -> Option<&'static str> {
+        match self {
+            Backend::Arc(_) => Some("this site cannot reserve: its ARC compute element has no advance reservations"),
+            _ => None,
+        }
     }
 
     /// Whether reservations must be made in the resource manager too.

@@ -240,20 +240,15 @@ pub fn run(a: SimArgs) -> Result<ExitCode> {
     }];
     let conservative = |jobs: &[SimJob]| simulate(procs, jobs, Policy::CONSERVATIVE).len();
     let easy_exact = rows[0].jobs_per_s;
-    let (jobs, seconds) = time_runs(a.seconds, || conservative(&exact));
-    rows.push(SimFigures::against_easy(
-        "KTH-SP2, 100 processors, conservative, exact estimates".into(),
-        jobs,
-        seconds,
-        easy_exact,
-    ));
-    let (jobs, seconds) = time_runs(a.seconds, || conservative(&requested));
-    rows.push(SimFigures::against_easy(
-        "KTH-SP2, 100 processors, conservative, requested estimates".into(),
-        jobs,
-        seconds,
-        same_rule,
-    ));
+    for (rule, jobs, easy) in [("exact", &exact, easy_exact), ("requested", &requested, same_rule)] {
+        let (n, seconds) = time_runs(a.seconds, || conservative(jobs));
+        rows.push(SimFigures::against_easy(
+            format!("KTH-SP2, 100 processors, conservative, {rule} estimates"),
+            n,
+            seconds,
+            easy,
+        ));
+    }
 
     let lcg = read(&a.traces, "LCG-2005-1.swf.gz")?;
     let clusters = clusters_from_partitions(&lcg.partitions(), &lcg.jobs, lcg.max_procs());
