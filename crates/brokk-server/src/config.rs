@@ -179,6 +179,9 @@ pub struct EmbeddedSiteConfig {
     /// Front this ARC compute element instead of running jobs as local
     /// processes.
     pub arc: Option<brokk_site::arc::ArcConfig>,
+    /// Front this Globus GRAM5 gatekeeper instead of running jobs as local
+    /// processes (`capacity` must be set: GRAM publishes none).
+    pub gram: Option<brokk_site::gram::GramConfig>,
     /// User -> local Unix account their jobs run as (the broker runs as root
     /// then); without it every job runs as the broker's own account.
     #[serde(default)]
@@ -241,6 +244,9 @@ impl Config {
             }
             if let Some(a) = &mut e.arc {
                 a.resolve(base);
+            }
+            if let Some(g) = &mut e.gram {
+                g.resolve(base);
             }
             for d in e.stage_in_dirs.iter_mut().chain(e.stage_out_dirs.iter_mut()) {
                 *d = base.join(&*d);

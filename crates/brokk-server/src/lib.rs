@@ -73,6 +73,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
             stage_out_dirs: e.stage_out_dirs.clone(),
             slurm: e.slurm.clone(),
             arc: e.arc.clone(),
+            gram: e.gram.clone(),
             null_backend_for_benchmarks: e.null_backend_for_benchmarks,
         };
         site.check().map_err(|e| err(&e))?;

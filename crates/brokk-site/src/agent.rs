@@ -163,8 +163,17 @@ impl Agent {
                     }
                     Backend::Arc(Arc::new(ce))
                 }
-                None if config.null_backend_for_benchmarks => Backend::NullForBenchmarks,
-                None => Backend::Processes,
+                None => match config.gram.clone() {
+                    Some(gc) => {
+                        std::fs::create_dir_all(&config.workdir).map_err(|e| AgentError::Internal(e.to_string()))?;
+                        let g = crate::gram::GramCe::connect(gc, &config.workdir)
+                            .await
+                            .map_err(|e| AgentError::Unavailable(format!("reaching the GRAM gatekeeper: {e}")))?;
+                        Backend::Gram(Arc::new(g))
+                    }
+                    None if config.null_backend_for_benchmarks => Backend::NullForBenchmarks,
+                    None => Backend::Processes,
+                },
             },
         };
         if let Some(dir) = config.database.parent() {
@@ -190,7 +199,7 @@ impl Agent {
         // resource manager was given is followed there.
         let followable = |j: &JobRecord| match backend {
             Backend::Processes => crate::supervisor::started(&crate::supervisor::dir(&config.workdir, j.id)),
-            Backend::Slurm(_) | Backend::Arc(_) => j.backend_id.is_some(),
+            Backend::Slurm(_) | Backend::Arc(_) | Backend::Gram(_) => j.backend_id.is_some(),
             Backend::NullForBenchmarks => false,
         };
         let (core, resume) = SiteCore::restore(params, t, &reservations, next_reservation, records, followable);

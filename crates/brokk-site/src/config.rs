@@ -112,6 +112,9 @@ pub struct Config {
     /// Front this ARC compute element instead of running jobs as local
     /// processes.
     pub arc: Option<crate::arc::ArcConfig>,
+    /// Front this Globus GRAM5 gatekeeper instead of running jobs as local
+    /// processes (the site's `capacity` must be set: GRAM publishes none).
+    pub gram: Option<crate::gram::GramConfig>,
     /// Run nothing: jobs are planned, marked running at their planned start
     /// and finish at once. For benchmarks of the broker and the agent only.
     #[serde(default)]
@@ -226,6 +229,9 @@ impl Config {
         if let Some(a) = &mut c.arc {
             a.resolve(base);
         }
+        if let Some(g) = &mut c.gram {
+            g.resolve(base);
+        }
         if let Some(s) = &mut c.slurm {
             s.conf = base.join(&s.conf);
             s.bin_dir = s.bin_dir.as_ref().map(|b| base.join(b));
@@ -236,10 +242,19 @@ impl Config {
 
     /// Checks ranges.
     pub fn check(&self) -> Result<(), ConfigError> {
-        if self.slurm.is_some() && self.arc.is_some() {
+        let managers = [self.slurm.is_some(), self.arc.is_some(), self.gram.is_some()];
+        if managers.iter().filter(|m| **m).count() > 1 {
             return Err(ConfigError::Invalid(
-                "an agent fronts Slurm or an ARC CE, not both".into(),
+                "an agent fronts one of Slurm, an ARC CE or a GRAM gatekeeper, not several".into(),
             ));
+        }
+        if let Some(g) = &self.gram {
+            g.check().map_err(ConfigError::Invalid)?;
+            if self.capacity == 0 {
+                return Err(ConfigError::Invalid(
+                    "a GRAM gatekeeper publishes no slots: set the site's capacity".into(),
+                ));
+            }
         }
         if self.arc.as_ref().is_some_and(|a| a.poll_ms == 0 || a.timeout_s == 0) {
             return Err(ConfigError::Invalid(

@@ -89,6 +89,53 @@ pub(crate) async fn wait_cancel(rx: &mut watch::Receiver<bool>) {
     }
 }
 
+/// An error of a resource manager's client that may pass if the call is
+/// made again later (the manager down or slow).
+pub(crate) trait Transient: std::fmt::Display {
+    /// Whether trying again later may help.
+    fn is_transient(&self) -> bool;
+}
+
+/// Waits `period`; false when the owner cancelled meanwhile.
+pub(crate) async fn pause(launch: &mut Launch, period: std::time::Duration) -> bool {
+    tokio::select! {
+        _ = tokio::time::sleep(period) => true,
+        _ = wait_cancel(&mut launch.controls.cancel) => false,
+    }
+}
+
+/// Makes `call` until it succeeds, waiting `period` after each failure that
+/// may pass; `Err(None)` when the owner cancels meanwhile, `Err(Some(e))`
+/// when the manager refuses for good. A job is never failed because its
+/// manager did not answer.
+pub(crate) async fn retrying<T, E, F, Fut>(
+    launch: &mut Launch,
+    period: std::time::Duration,
+    what: &str,
+    mut call: F,
+) -> Result<T, Option<E>>
+where
+    E: Transient,
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, E>>,
+{
+    loop {
+        if *launch.controls.cancel.borrow() {
+            return Err(None);
+        }
+        match call().await {
+            Ok(t) => return Ok(t),
+            Err(e) if e.is_transient() => {
+                tracing::warn!(job = %launch.id, "{what}: {e}; retrying");
+                if !pause(launch, period).await {
+                    return Err(None);
+                }
+            }
+            Err(e) => return Err(Some(e)),
+        }
+    }
+}
+
 /// The last path component, so a job cannot write outside its sandbox.
 pub(crate) fn plain_name(name: &str) -> String {
     let base = name.rsplit(['/', '\\']).next().unwrap_or(name);

@@ -11,6 +11,7 @@ pub mod api;
 pub mod arc;
 pub mod backend;
 pub mod config;
+pub mod gram;
 pub mod launch;
 pub mod openapi;
 pub mod runner;
@@ -51,6 +52,9 @@ pub async fn start(config: Config) -> Result<Running, AgentError> {
     }
     if let Some(ce) = agent.backend().arc() {
         tokio::spawn(ce.clone().watch());
+    }
+    if let Some(g) = agent.backend().gram() {
+        tokio::spawn(g.clone().watch());
     }
     for id in resume {
         tokio::spawn(runner::run(agent.clone(), id, true));

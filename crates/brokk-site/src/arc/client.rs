@@ -32,9 +32,8 @@ pub enum ArcError {
     },
 }
 
-impl ArcError {
-    /// Whether trying again later may help (the CE is down or slow).
-    pub fn is_transient(&self) -> bool {
+impl crate::launch::Transient for ArcError {
+    fn is_transient(&self) -> bool {
         match self {
             ArcError::Unreachable(_) => true,
             ArcError::Refused { status, .. } => *status >= 500,

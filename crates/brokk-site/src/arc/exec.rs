@@ -14,7 +14,7 @@ use brokk_model::{Duration, InputFile, Job, OutputFile};
 
 use super::client::{ArcError, ArcState};
 use super::ArcCe;
-use crate::launch::{plain_name, wait_cancel, End, Launch, Progress};
+use crate::launch::{pause, plain_name, retrying, End, Launch, Progress};
 
 /// Where the CE's id of a job is kept in its sandbox, so that an agent
 /// restarted follows the job again instead of submitting it twice.
@@ -58,12 +58,9 @@ fn prepare(arc: &ArcCe, launch: &Launch, sandbox: &Path) -> Result<(String, Vec<
     Ok((written.text, uploads))
 }
 
-/// Waits one reading interval; false when the owner cancelled meanwhile.
-async fn pause(arc: &ArcCe, launch: &mut Launch) -> bool {
-    tokio::select! {
-        _ = tokio::time::sleep(StdDuration::from_millis(arc.config.poll_ms)) => true,
-        _ = wait_cancel(&mut launch.controls.cancel) => false,
-    }
+/// The interval between two readings of a job's state.
+fn period(arc: &ArcCe) -> StdDuration {
+    StdDuration::from_millis(arc.config.poll_ms)
 }
 
 /// Submits (or finds again, after a restart) and follows the job to its end.
@@ -90,38 +87,13 @@ pub(crate) async fn execute<P: Progress>(agent: &P, arc: &ArcCe, mut launch: Lau
     end
 }
 
-/// Makes `call` until it succeeds, waiting a reading interval after each
-/// failure that may pass (the CE down or slow); `Err(None)` when the owner
-/// cancels meanwhile, `Err(Some(e))` when the CE refuses for good.
-async fn retrying<T, F, Fut>(arc: &ArcCe, launch: &mut Launch, what: &str, mut call: F) -> Result<T, Option<ArcError>>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<T, ArcError>>,
-{
-    loop {
-        if *launch.controls.cancel.borrow() {
-            return Err(None);
-        }
-        match call().await {
-            Ok(t) => return Ok(t),
-            Err(e) if e.is_transient() => {
-                tracing::warn!(job = %launch.id, "{what}: {e}; retrying");
-                if !pause(arc, launch).await {
-                    return Err(None);
-                }
-            }
-            Err(e) => return Err(Some(e)),
-        }
-    }
-}
-
 /// Writes the job, submits it (retrying while the CE is unreachable), keeps
 /// its id in the sandbox and uploads its inputs; a job whose inputs cannot
 /// all be uploaded is killed on the CE.
 async fn submit(arc: &ArcCe, launch: &mut Launch, sandbox: &Path) -> Result<String, End> {
     let (xrsl, uploads) =
         prepare(arc, launch, sandbox).map_err(|e| End::Failed(format!("writing the xRSL description: {e}")))?;
-    let id = retrying(arc, launch, "ARC submission", || arc.client.submit(&xrsl))
+    let id = retrying(launch, period(arc), "ARC submission", || arc.client.submit(&xrsl))
         .await
         .map_err(|e| match e {
             None => End::Cancelled,
@@ -144,12 +116,14 @@ async fn upload(arc: &ArcCe, launch: &mut Launch, id: &str, sandbox: &Path, name
             .await
             .map_err(|e| End::Failed(format!("reading input {name}: {e}")))?;
         let what = format!("uploading {name} to ARC job {id}");
-        retrying(arc, launch, &what, || arc.client.put_file(id, name, bytes.clone()))
-            .await
-            .map_err(|e| match e {
-                None => End::Cancelled,
-                Some(e) => End::Failed(format!("uploading {name} to the ARC CE: {e}")),
-            })?;
+        retrying(launch, period(arc), &what, || {
+            arc.client.put_file(id, name, bytes.clone())
+        })
+        .await
+        .map_err(|e| match e {
+            None => End::Cancelled,
+            Some(e) => End::Failed(format!("uploading {name} to the ARC CE: {e}")),
+        })?;
     }
     Ok(())
 }
@@ -203,8 +177,8 @@ async fn follow<P: Progress>(agent: &P, arc: &ArcCe, launch: &mut Launch, id: &s
             Err(e) => tracing::warn!(job = %launch.id, "reading ARC job {id}: {e}"),
         }
         if cancelled {
-            tokio::time::sleep(StdDuration::from_millis(arc.config.poll_ms)).await;
-        } else if !pause(arc, launch).await {
+            tokio::time::sleep(period(arc)).await;
+        } else if !pause(launch, period(arc)).await {
             cancelled = true;
         }
     }

@@ -26,6 +26,8 @@ pub enum Backend {
     Slurm(Arc<Slurm>),
     /// An ARC compute element.
     Arc(Arc<crate::arc::ArcCe>),
+    /// A Globus GRAM5 gatekeeper.
+    Gram(Arc<crate::gram::GramCe>),
     /// Runs nothing: a job is marked running at its planned start and
     /// finishes at once with status 0. For measuring the broker and the
     /// agent without processes; never for real work.
@@ -39,6 +41,7 @@ impl Backend {
             Backend::Processes => local::run(site, config, launch, sandbox).await,
             Backend::Slurm(s) => crate::slurm::exec::execute(site, s, launch, sandbox).await,
             Backend::Arc(a) => crate::arc::exec::execute(site, a, launch, sandbox).await,
+            Backend::Gram(g) => crate::gram::exec::execute(site, g, launch, sandbox).await,
             Backend::NullForBenchmarks => null::run(site, launch).await,
         }
     }
@@ -61,6 +64,7 @@ impl Backend {
         match self {
             Backend::Slurm(s) => s.down(),
             Backend::Arc(a) => a.down(),
+            Backend::Gram(g) => g.down(),
             _ => None,
         }
     }
@@ -73,17 +77,26 @@ impl Backend {
         }
     }
 
+    /// The GRAM gatekeeper, when the backend is one.
+    pub fn gram(&self) -> Option<&Arc<crate::gram::GramCe>> {
+        match self {
+            Backend::Gram(g) => Some(g),
+            _ => None,
+        }
+    }
+
     /// The resource manager's view of its cluster, where it has one.
     pub fn cluster(&self) -> Option<ClusterView> {
         self.slurm().and_then(|s| s.cluster())
     }
 
-    /// Why the site cannot promise a start, where it cannot: an ARC CE has
-    /// no reservations, so jobs sent there may wait in its queue past their
-    /// planned start.
+    /// Why the site cannot promise a start, where it cannot: an ARC CE and
+    /// a GRAM gatekeeper have no reservations, so jobs sent there may wait
+    /// in their queue past their planned start.
     pub fn cannot_reserve(&self) -> Option<&'static str> {
         match self {
             Backend::Arc(_) => Some("this site cannot reserve: its ARC compute element has no advance reservations"),
+            Backend::Gram(_) => Some("this site cannot reserve: its GRAM gatekeeper has no advance reservations"),
             _ => None,
         }
     }

@@ -1,0 +1,235 @@
+//! The Globus GRAM5 backend: the agent fronts a GRAM gatekeeper through the
+//! Grid Community Toolkit's own client, with a proxy made from the
+//! configured certificate. Jobs are written in RSL by Brokk's writer and
+//! wrapped so that they leave their exit status beside their outputs; the
+//! sandbox's inputs are served to the job manager's stage-in over GASS by
+//! `globusrun` running as the job's account; the state is read at an
+//! interval; at the end the job's directory comes back as a tar stream on a
+//! short job's standard output and is removed. GRAM publishes no resource
+//! information and has no reservations: the site's capacity is configured,
+//! and the site says it cannot reserve.
+
+pub mod cli;
+pub(crate) mod exec;
+
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{Duration as StdDuration, SystemTime};
+
+use serde::Deserialize;
+
+use crate::accounts::Account;
+pub use cli::{GramClient, GramError};
+
+/// The GRAM backend's settings.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GramConfig {
+    /// The gatekeeper's resource manager contact, `host[:port]/service`,
+    /// e.g. `ce.example.org:2119/jobmanager-slurm`.
+    pub contact: String,
+    /// The certificate (PEM) jobs are submitted with: a user certificate
+    /// with `key`, from which the agent makes proxies, or a proxy (its key
+    /// in the same file) used as it is.
+    pub cert: PathBuf,
+    /// The certificate's key (PEM); absent when `cert` is a proxy.
+    pub key: Option<PathBuf>,
+    /// A directory of CA certificates and signing policies the gatekeeper's
+    /// certificate is checked against.
+    #[serde(default = "default_ca_dir")]
+    pub ca_dir: PathBuf,
+    /// Milliseconds between two readings of a job's state, and of the
+    /// gatekeeper's health.
+    #[serde(default = "default_poll_ms")]
+    pub poll_ms: u64,
+    /// Seconds a call may take before the gatekeeper counts as unreachable
+    /// (a job's stage-in and the return of its outputs are calls).
+    #[serde(default = "default_timeout_s")]
+    pub timeout_s: u64,
+    /// Where the jobs' directories are made on the gatekeeper's side,
+    /// relative to the mapped account's home.
+    #[serde(default = "default_directory")]
+    pub directory: String,
+    /// Hours a proxy the agent makes is valid; it makes a new one after
+    /// half of them.
+    #[serde(default = "default_proxy_hours")]
+    pub proxy_hours: u32,
+    /// The host name the job manager calls back and reads files from
+    /// (`GLOBUS_HOSTNAME`); the machine's own when absent.
+    pub hostname: Option<String>,
+    /// The ports `globusrun` listens on for call-backs and GASS, `low,high`
+    /// (`GLOBUS_TCP_PORT_RANGE`), for a firewall.
+    pub port_range: Option<String>,
+}
+
+impl GramConfig {
+    /// Reads relative paths against `base` (the configuration file's
+    /// directory).
+    pub fn resolve(&mut self, base: &Path) {
+        self.cert = base.join(&self.cert);
+        self.key = self.key.as_ref().map(|k| base.join(k));
+        self.ca_dir = base.join(&self.ca_dir);
+    }
+
+    /// Checks ranges.
+    pub fn check(&self) -> Result<(), String> {
+        if self.poll_ms == 0 || self.timeout_s == 0 || self.proxy_hours == 0 {
+            return Err("gram.poll_ms, gram.timeout_s and gram.proxy_hours must be positive".into());
+        }
+        let plain = |p: &str| !p.is_empty() && p != "." && p != "..";
+        if self.directory.starts_with('/') || !self.directory.split('/').all(plain) {
+            return Err("gram.directory must be a relative path without `.` or `..`".into());
+        }
+        Ok(())
+    }
+}
+
+fn default_ca_dir() -> PathBuf {
+    PathBuf::from("/etc/grid-security/certificates")
+}
+fn default_poll_ms() -> u64 {
+    5000
+}
+fn default_timeout_s() -> u64 {
+    300
+}
+fn default_directory() -> String {
+    ".brokk".into()
+}
+fn default_proxy_hours() -> u32 {
+    24
+}
+
+/// A gatekeeper the agent fronts.
+#[derive(Debug)]
+pub struct GramCe {
+    /// Its settings.
+    pub config: GramConfig,
+    /// The command-line client.
+    pub client: GramClient,
+    /// Where the agent keeps its proxies (the agent's own, and a copy per
+    /// account jobs run as).
+    proxies: PathBuf,
+    /// When the agent's proxy was made; `None` when `cert` is a proxy.
+    made: Mutex<Option<SystemTime>>,
+    /// Why the gatekeeper does not answer, as of the last reading; `None`
+    /// while it does.
+    down: Mutex<Option<String>>,
+}
+
+impl GramCe {
+    /// Makes the agent's proxy (in `workdir`) and authenticates at the
+    /// gatekeeper.
+    pub async fn connect(config: GramConfig, workdir: &Path) -> Result<GramCe, GramError> {
+        let client = GramClient::new(
+            &config.contact,
+            &config.ca_dir,
+            config.hostname.clone(),
+            config.port_range.clone(),
+            StdDuration::from_secs(config.timeout_s),
+        );
+        let proxies = workdir.join(".gram");
+        std::fs::create_dir_all(&proxies).map_err(|e| GramError::Credentials(format!("{}: {e}", proxies.display())))?;
+        // Accounts reach their own proxy copy by name; nobody lists them.
+        std::fs::set_permissions(&proxies, std::os::unix::fs::PermissionsExt::from_mode(0o711))
+            .map_err(|e| GramError::Credentials(format!("{}: {e}", proxies.display())))?;
+        let ce = GramCe {
+            config,
+            client,
+            proxies,
+            made: Mutex::new(None),
+            down: Mutex::new(None),
+        };
+        ce.renew(true).await?;
+        ce.client.ping(&ce.proxy()).await?;
+        Ok(ce)
+    }
+
+    /// The agent's own proxy.
+    fn proxy(&self) -> PathBuf {
+        match self.config.key {
+            Some(_) => self.proxies.join("proxy.pem"),
+            None => self.config.cert.clone(),
+        }
+    }
+
+    /// Makes a new proxy when there is none yet (`now`) or half of its
+    /// validity has passed.
+    async fn renew(&self, now: bool) -> Result<(), GramError> {
+        let Some(key) = &self.config.key else { return Ok(()) };
+        let made = self.made.lock().map_or(None, |m| *m);
+        let half = StdDuration::from_secs(u64::from(self.config.proxy_hours) * 1800);
+        let due = now || made.is_none_or(|t| t.elapsed().map_or(true, |age| age >= half));
+        if !due {
+            return Ok(());
+        }
+        let fresh = self.proxies.join("proxy.pem.new");
+        self.client
+            .make_proxy(&self.config.cert, key, &fresh, self.config.proxy_hours)
+            .await?;
+        std::fs::rename(&fresh, self.proxy()).map_err(|e| GramError::Credentials(e.to_string()))?;
+        if let Ok(mut m) = self.made.lock() {
+            *m = Some(SystemTime::now());
+        }
+        Ok(())
+    }
+
+    /// The proxy `account`'s calls use: the agent's own, or a copy the
+    /// account owns (GSI refuses a credential its user does not own), made
+    /// again when the agent's is newer.
+    pub(crate) fn proxy_for(&self, account: Option<Account>) -> Result<PathBuf, GramError> {
+        let own = self.proxy();
+        let Some(a) = account else { return Ok(own) };
+        let copy = self.proxies.join(format!("{}.pem", a.uid));
+        let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+        if modified(&copy).is_some() && modified(&copy) >= modified(&own) {
+            return Ok(copy);
+        }
+        let fail = |e: std::io::Error| GramError::Credentials(format!("{}: {e}", copy.display()));
+        let bytes = std::fs::read(&own).map_err(fail)?;
+        let fresh = self.proxies.join(format!("{}.pem.new", a.uid));
+        let _ = std::fs::remove_file(&fresh);
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&fresh)
+            .map_err(fail)?;
+        std::io::Write::write_all(&mut f, &bytes).map_err(fail)?;
+        std::os::unix::fs::fchown(&f, Some(a.uid), Some(a.gid)).map_err(fail)?;
+        std::fs::rename(&fresh, &copy).map_err(fail)?;
+        Ok(copy)
+    }
+
+    /// Why the gatekeeper does not answer; `None` while it does.
+    pub fn down(&self) -> Option<String> {
+        self.down.lock().map_or(None, |d| d.clone())
+    }
+
+    /// Authenticates at the gatekeeper every `poll_ms` (renewing the proxy
+    /// when due) for as long as the agent runs, so the site reports the
+    /// gatekeeper unavailable while it does not answer; jobs are kept
+    /// meanwhile and followed again when it returns.
+    pub async fn watch(self: std::sync::Arc<Self>) {
+        let period = StdDuration::from_millis(self.config.poll_ms);
+        let mut every = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            every.tick().await;
+            let now_down = match self.renew(false).await {
+                Err(e) => Some(e.to_string()),
+                Ok(()) => self.client.ping(&self.proxy()).await.err().map(|e| e.to_string()),
+            };
+            if let Ok(mut d) = self.down.lock() {
+                if *d != now_down {
+                    match &now_down {
+                        Some(why) => tracing::warn!(gatekeeper = %self.config.contact, "{why}"),
+                        None => tracing::info!(gatekeeper = %self.config.contact, "the GRAM gatekeeper answers again"),
+                    }
+                }
+                *d = now_down;
+            }
+        }
+    }
+}
