@@ -86,8 +86,10 @@ start() {
   credentials
   globus-gatekeeper-admin -e jobmanager-fork-poll -n jobmanager-fork >/dev/null 2>&1 || true
   globus-gatekeeper-admin -e jobmanager-fork-poll -n jobmanager >/dev/null 2>&1 || true
-  /etc/init.d/globus-gatekeeper stop >/dev/null 2>&1 || true
-  /etc/init.d/globus-gatekeeper start >"$BASE/start.log" 2>&1
+  # A clean environment: the gatekeeper takes X509_USER_* from it as its
+  # own credential.
+  env -i PATH="$PATH" /etc/init.d/globus-gatekeeper stop >/dev/null 2>&1 || true
+  env -i PATH="$PATH" /etc/init.d/globus-gatekeeper start >"$BASE/start.log" 2>&1
   for _ in $(seq 1 50); do listening 2119 && break; sleep 0.2; done
   listening 2119 || { log "the gatekeeper is not listening on 2119; see $BASE/start.log"; return 1; }
   echo "$(cat "$BASE/host"):2119/jobmanager-fork" >"$BASE/contact"
@@ -95,7 +97,7 @@ start() {
 }
 
 stop() {
-  /etc/init.d/globus-gatekeeper stop >/dev/null 2>&1 || true
+  env -i PATH="$PATH" /etc/init.d/globus-gatekeeper stop >/dev/null 2>&1 || true
 }
 
 case "${1:-start}" in
