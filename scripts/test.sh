@@ -38,6 +38,16 @@ else
   echo "no ARC CE (it needs root and Debian's packages): the ARC tests stay ignored"
 fi
 
+echo "== GRAM: a local Globus GRAM5 gatekeeper (fork job manager, its own CA) for the GRAM backend's tests"
+gram=no
+if [ "$(id -u)" = 0 ] && BROKK_TEST_GRAM=$(scripts/gram-testbed.sh start); then
+  export BROKK_TEST_GRAM
+  gram=yes
+  echo "GRAM gatekeeper at $(cat "$BROKK_TEST_GRAM/contact")"
+else
+  echo "no GRAM gatekeeper (it needs root and Debian's packages): the GRAM tests stay ignored"
+fi
+
 echo "== Chromium and ChromeDriver for the dashboard's browser test"
 browser=no
 if command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1; then
@@ -58,7 +68,7 @@ else
 fi
 cargo test --locked --workspace --doc
 
-echo "== tests that need the services started above: Slurm, chaos, ARC, PostgreSQL, users apart (as root), the browser"
+echo "== tests that need the services started above: Slurm, chaos, ARC, GRAM, PostgreSQL, users apart (as root), the browser"
 # A plain `cargo test` shows these as ignored; here they run.
 ignored="binary(slurm) | binary(chaos)"
 tests=(--test slurm --test chaos)
@@ -74,6 +84,10 @@ fi
 if [ "$arc" = yes ]; then
   ignored="$ignored | binary(arc)"
   tests+=(--test arc)
+fi
+if [ "$gram" = yes ]; then
+  ignored="$ignored | binary(gram)"
+  tests+=(--test gram)
 fi
 if [ "$(id -u)" = 0 ]; then
   ignored="$ignored | binary(accounts)"

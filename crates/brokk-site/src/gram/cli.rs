@@ -179,19 +179,30 @@ impl GramClient {
         Err(classify(message))
     }
 
-    /// Makes a proxy from `cert` and `key` at `out`, valid for `hours`.
+    /// Makes a proxy from `cert` and `key` at `out`, valid for `hours`,
+    /// once the certificate is verified against the CA directory (so a
+    /// certificate no trusted CA signed is refused here, saying so).
     pub async fn make_proxy(&self, cert: &Path, key: &Path, out: &Path, hours: u32) -> Result<(), GramError> {
-        let (cert, key, out) = (
+        let (c, k, o) = (
             cert.display().to_string(),
             key.display().to_string(),
             out.display().to_string(),
         );
         let hours = hours.to_string();
-        let args = ["-q", "-cert", &cert, "-key", &key, "-out", &out, "-hours", &hours];
+        let args = [
+            "-q", "-verify", "-debug", "-cert", &c, "-key", &k, "-out", &o, "-hours", &hours,
+        ];
         // grid-proxy-init reads the key itself; no proxy is needed yet.
-        match self.run("grid-proxy-init", &args, Path::new(&cert), None).await {
+        match self.run("grid-proxy-init", &args, cert, None).await {
             Ok(_) => Ok(()),
-            Err(e) => Err(GramError::Credentials(e.to_string())),
+            Err(e) => {
+                // Its -debug output names the files first; the reason follows.
+                let text = e.to_string();
+                let reason = text.find("Error:").map_or(text.as_str(), |at| &text[at + 6..]).trim();
+                Err(GramError::Credentials(format!(
+                    "grid-proxy-init could not make a proxy from {c}: {reason}"
+                )))
+            }
         }
     }
 
