@@ -279,3 +279,37 @@ impl Config {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_example_site_configurations_read_and_check() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/sites");
+        let mut read = 0;
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            let text = std::fs::read_to_string(&path).unwrap();
+            let c: Config = toml::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            c.check().unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            read += 1;
+        }
+        assert!(read >= 4, "{read} examples");
+    }
+
+    #[test]
+    fn a_gram_site_must_say_its_capacity_and_front_nothing_else() {
+        let base = "name = \"g\"\ndatabase = \"s.db\"\nworkdir = \"jobs\"\n[tokens]\n\"t\" = \"broker\"\n";
+        let gram = "[gram]\ncontact = \"vm/jobmanager-fork\"\ncert = \"u.pem\"\n";
+        let c: Config = toml::from_str(&format!("{base}{gram}")).unwrap();
+        assert!(c.check().unwrap_err().to_string().contains("set the site's capacity"));
+        let c: Config = toml::from_str(&format!("capacity = 2\n{base}{gram}")).unwrap();
+        c.check().unwrap();
+        let arc = "[arc]\nurl = \"https://vm/arex\"\ncert = \"u.pem\"\n";
+        let c: Config = toml::from_str(&format!("capacity = 2\n{base}{gram}{arc}")).unwrap();
+        assert!(c.check().unwrap_err().to_string().contains("not several"));
+        let c: Config = toml::from_str(&format!("capacity = 2\n{base}{gram}directory = \"../up\"\n")).unwrap();
+        assert!(c.check().unwrap_err().to_string().contains("gram.directory"));
+    }
+}
