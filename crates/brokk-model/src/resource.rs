@@ -39,6 +39,10 @@ pub struct ResourceInfo {
     /// Projects / virtual organisations allowed to use it (GLUE 2 access policy);
     /// empty means open to all.
     pub access: Vec<String>,
+    /// Its own word on its health, where it publishes one (GLUE 2
+    /// `HealthState`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub health: Option<String>,
 }
 
 /// A queue / share of the resource.

@@ -257,6 +257,8 @@ impl Site for RemoteSite {
             estimated_wait: Some(v.estimated_wait),
             bandwidth_bytes_per_s: v.bandwidth_bytes_per_s,
             reservations: v.reservations,
+            shares: v.shares,
+            health: v.health,
             ..ResourceInfo::default()
         })
     }

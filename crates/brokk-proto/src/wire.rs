@@ -164,6 +164,14 @@ pub struct InfoView {
     /// The cluster behind the agent, when it fronts a resource manager.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cluster: Option<ClusterView>,
+    /// The queues the resource manager publishes, where it does (an ARC
+    /// CE's GLUE 2 computing shares).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shares: Vec<brokk_model::Share>,
+    /// The resource manager's own word on its health, where it publishes
+    /// one (GLUE 2 `HealthState`: `ok`, `warning`, `critical`, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health: Option<String>,
 }
 
 fn yes() -> bool {

@@ -401,12 +401,15 @@ impl Agent {
             g.core.published(now())
         };
         let unavailable = self.check_available().err();
+        // A resource manager that publishes its load also counts others'
+        // jobs: its figures bound the agent's own.
+        let glue = self.backend.published().unwrap_or_default();
         InfoView {
             name: self.config.name.clone(),
             capacity: self.config.capacity,
-            free_now: p.free_now,
-            running: p.running,
-            waiting: p.waiting,
+            free_now: glue.free_slots.map_or(p.free_now, |f| f.min(p.free_now)),
+            running: glue.running.map_or(p.running, |r| r.max(p.running)),
+            waiting: glue.waiting.map_or(p.waiting, |w| w.max(p.waiting)),
             estimated_wait: p.estimated_wait.unwrap_or(Duration(0)),
             benchmarks: self.config.benchmarks.clone(),
             bandwidth_bytes_per_s: self.config.bandwidth_bytes_per_s,
@@ -414,6 +417,16 @@ impl Agent {
             available: unavailable.is_none(),
             unavailable_reason: unavailable.map(|e| e.to_string()),
             cluster: self.backend.cluster(),
+            shares: glue
+                .shares
+                .iter()
+                .map(|s| brokk_model::Share {
+                    name: s.name.clone(),
+                    max_wall_time: s.max_wall_time.map(|w| Duration(w as i64)),
+                    max_slots_per_job: None,
+                })
+                .collect(),
+            health: glue.health,
         }
     }
 

@@ -103,6 +103,50 @@ fn xrsl_and_jsdl_jobs_run_on_the_ce_and_their_output_comes_back() {
     assert_eq!(output(&server.url, &jid, "out.txt"), "jsdl on ARC\n");
 }
 
+/// The health the CE's REST endpoint publishes in its GLUE 2 document, read
+/// with curl and the test user's certificate.
+fn ce_health() -> String {
+    let bed = bed();
+    let url = std::fs::read_to_string(bed.join("url")).unwrap();
+    let ca = std::fs::read_dir(bed.join("ca"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|x| x == "pem"))
+        .expect("the test CA's certificate");
+    let o = Command::new("curl")
+        .args(["-sf", "-H", "Accept: application/json", "--cert"])
+        .arg(bed.join("user.pem"))
+        .arg("--key")
+        .arg(bed.join("user.key"))
+        .arg("--cacert")
+        .arg(ca)
+        .arg(format!("{}/rest/1.0/info", url.trim()))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "curl: {}", String::from_utf8_lossy(&o.stderr));
+    let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    fn endpoints<'a>(v: &'a serde_json::Value, out: &mut Vec<&'a serde_json::Value>) {
+        match v {
+            serde_json::Value::Object(m) => {
+                if m.get("InterfaceName").and_then(|n| n.as_str()) == Some("org.nordugrid.arcrest") {
+                    out.push(v);
+                }
+                m.values().for_each(|x| endpoints(x, out));
+            }
+            serde_json::Value::Array(a) => a.iter().for_each(|x| endpoints(x, out)),
+            _ => {}
+        }
+    }
+    let mut found = Vec::new();
+    endpoints(&doc, &mut found);
+    found
+        .first()
+        .and_then(|e| e["HealthState"].as_str())
+        .expect("the CE publishes its REST endpoint's health")
+        .to_string()
+}
+
 #[test]
 #[ignore = "needs a local ARC CE: scripts/arc-testbed.sh (scripts/test.sh starts it)"]
 fn the_site_shows_the_ce_slots_and_does_not_reserve() {
@@ -118,8 +162,32 @@ fn the_site_shows_the_ce_slots_and_does_not_reserve() {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
     assert_eq!(site["total_slots"].as_u64(), Some(cpus), "{text}");
     assert_eq!(site["reservations"], false, "{text}");
-    // Its benchmark comes from the CE's GLUE 2 document.
+    // Its benchmark, queue and health come from the CE's GLUE 2 document.
     assert_eq!(site["benchmarks"][0]["name"], "HEPSPEC", "{text}");
+    assert_eq!(site["shares"][0]["name"], "fork", "{text}");
+    // The health is the CE's own, as its REST endpoint publishes it (a new
+    // CE says `critical` until its first information cycle): read from the
+    // CE before and after Brokk's table, until the two readings agree.
+    let mut shown = None;
+    for _ in 0..5 {
+        let before = ce_health();
+        std::thread::sleep(Duration::from_millis(1500));
+        let table = common::brokk(&server.url, "tok-ann", &["resources"]);
+        let row = String::from_utf8_lossy(&table.stdout)
+            .lines()
+            .find(|l| l.starts_with("arc1"))
+            .unwrap_or_default()
+            .to_string();
+        if ce_health() == before {
+            shown = Some((before, row));
+            break;
+        }
+    }
+    let (health, row) = shown.expect("the CE's health kept changing");
+    assert!(
+        row.contains(&format!(" {health} ")) && row.ends_with("fork"),
+        "{health}: {row}"
+    );
     // A reservation is refused with the reason rather than promised.
     let o = common::brokk(
         &server.url,

@@ -22,6 +22,19 @@ pub struct Glue2 {
     pub lrms: Option<String>,
     /// Published benchmarks: (type, value).
     pub benchmarks: Vec<(String, f64)>,
+    /// The computing shares (queues).
+    pub shares: Vec<Glue2Share>,
+}
+
+/// One GLUE 2 ComputingShare.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Glue2Share {
+    /// The queue jobs name (`MappingQueue`, else the share's `Name`).
+    pub name: String,
+    /// Its free slots.
+    pub free_slots: Option<u32>,
+    /// Its longest wall time, seconds.
+    pub max_wall_time: Option<u64>,
 }
 
 /// The first value under `key` anywhere in `v`, depth first.
@@ -74,6 +87,21 @@ impl Glue2 {
         let mut shares = Vec::new();
         all(service, "ComputingShare", &mut shares);
         let free: Vec<u32> = shares.iter().filter_map(|s| count(s.get("FreeSlots"))).collect();
+        let text = |v: Option<&Value>| v.and_then(Value::as_str).map(str::to_string);
+        let listed = shares
+            .iter()
+            .filter_map(|s| {
+                Some(Glue2Share {
+                    name: text(s.get("MappingQueue")).or_else(|| text(s.get("Name")))?,
+                    free_slots: count(s.get("FreeSlots")),
+                    max_wall_time: s
+                        .get("MaxWallTime")
+                        .and_then(number)
+                        .filter(|n| *n > 0.0)
+                        .map(|n| n as u64),
+                })
+            })
+            .collect();
         let mut endpoints = Vec::new();
         all(service, "ComputingEndpoint", &mut endpoints);
         let health = endpoints
@@ -101,6 +129,7 @@ impl Glue2 {
                 .and_then(Value::as_str)
                 .map(str::to_string),
             benchmarks,
+            shares: listed,
         }
     }
 }
@@ -119,7 +148,7 @@ mod tests {
                 {"InterfaceName": "org.ogf.glue.emies.activitymanagement", "HealthState": "critical"},
                 {"InterfaceName": "org.nordugrid.arcrest", "HealthState": "ok"}
             ],
-            "ComputingShare": {"MappingQueue": "fork", "FreeSlots": 2},
+            "ComputingShare": {"MappingQueue": "fork", "FreeSlots": 2, "MaxWallTime": "3600"},
             "ComputingManager": {"ProductName": "fork", "TotalSlots": 4,
                 "ExecutionEnvironments": {"ExecutionEnvironment": {"Benchmark": {"Type": "HEPSPEC", "Value": 1.5}}}}
         }}}}});
@@ -130,6 +159,14 @@ mod tests {
         assert_eq!(g.health.as_deref(), Some("ok"));
         assert_eq!(g.lrms.as_deref(), Some("fork"));
         assert_eq!(g.benchmarks, vec![("HEPSPEC".to_string(), 1.5)]);
+        assert_eq!(
+            g.shares,
+            vec![Glue2Share {
+                name: "fork".into(),
+                free_slots: Some(2),
+                max_wall_time: Some(3600)
+            }]
+        );
     }
 
     #[test]

@@ -74,6 +74,8 @@ pub struct ArcCe {
     /// Why the CE does not answer, as of the last reading of its
     /// information; `None` while it does.
     down: std::sync::Mutex<Option<String>>,
+    /// Its information as last read.
+    latest: std::sync::Mutex<glue2::Glue2>,
 }
 
 impl ArcCe {
@@ -86,6 +88,7 @@ impl ArcCe {
             config,
             client,
             down: std::sync::Mutex::new(None),
+            latest: std::sync::Mutex::new(info.clone()),
         };
         Ok((ce, info))
     }
@@ -93,6 +96,11 @@ impl ArcCe {
     /// Why the CE does not answer; `None` while it does.
     pub fn down(&self) -> Option<String> {
         self.down.lock().map_or(None, |d| d.clone())
+    }
+
+    /// The CE's information as last read.
+    pub fn latest(&self) -> glue2::Glue2 {
+        self.latest.lock().map(|g| g.clone()).unwrap_or_default()
     }
 
     /// Reads the CE's information every `poll_ms` for as long as the agent
@@ -106,7 +114,12 @@ impl ArcCe {
         loop {
             every.tick().await;
             let now_down = match self.client.info().await {
-                Ok(_) => None,
+                Ok(info) => {
+                    if let Ok(mut l) = self.latest.lock() {
+                        *l = info;
+                    }
+                    None
+                }
                 Err(e) => Some(e.to_string()),
             };
             if let Ok(mut d) = self.down.lock() {

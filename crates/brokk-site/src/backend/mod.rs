@@ -90,6 +90,12 @@ impl Backend {
         self.slurm().and_then(|s| s.cluster())
     }
 
+    /// What the resource manager publishes of itself, where it does: an
+    /// ARC CE's GLUE 2 reading.
+    pub fn published(&self) -> Option<crate::arc::glue2::Glue2> {
+        self.arc().map(|a| a.latest())
+    }
+
     /// Why the site cannot promise a start, where it cannot: an ARC CE and
     /// a GRAM gatekeeper have no reservations, so jobs sent there may wait
     /// in their queue past their planned start.

@@ -612,13 +612,14 @@ pub fn resources(a: ResourcesArgs) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     say!(
-        "{:<12} {:>6} {:>6} {:>8} {:>8} {:>10}",
+        "{:<12} {:>6} {:>6} {:>8} {:>8} {:>10}  {:<8} queues",
         "site",
         "slots",
         "free",
         "running",
         "waiting",
-        "wait (s)"
+        "wait (s)",
+        "health"
     );
     for r in all {
         // A site that did not answer comes as its name and the error.
@@ -628,13 +629,19 @@ pub fn resources(a: ResourcesArgs) -> Result<ExitCode> {
         };
         match info {
             Some(i) => say!(
-                "{:<12} {:>6} {:>6} {:>8} {:>8} {:>10}",
+                "{:<12} {:>6} {:>6} {:>8} {:>8} {:>10}  {:<8} {}",
                 i.name,
                 i.total_slots,
                 i.free_slots,
                 i.running_jobs,
                 i.waiting_jobs,
-                i.estimated_wait.map_or("-".into(), |d| d.0.to_string())
+                i.estimated_wait.map_or("-".into(), |d| d.0.to_string()),
+                i.health.as_deref().unwrap_or("-"),
+                if i.shares.is_empty() {
+                    "-".to_string()
+                } else {
+                    i.shares.iter().map(|s| s.name.as_str()).collect::<Vec<_>>().join(",")
+                }
             ),
             None => say!(
                 "{:<12} unavailable: {}",
