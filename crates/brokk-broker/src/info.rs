@@ -35,7 +35,7 @@ impl ResourceIndex for StaticIndex {
 #[derive(Debug, Clone, PartialEq)]
 pub enum RawInfo {
     /// Already in the GLUE 2 subset (Brokk site agents publish this).
-    Glue(ResourceInfo),
+    Glue(Box<ResourceInfo>),
     /// A batch system's summary (what `sinfo` / `squeue` give).
     BatchSummary(BatchSummary),
 }
@@ -66,7 +66,7 @@ pub fn convert(endpoint: &str, raw: RawInfo) -> ResourceInfo {
     match raw {
         RawInfo::Glue(mut info) => {
             info.endpoint = endpoint.to_string();
-            info
+            *info
         }
         RawInfo::BatchSummary(b) => {
             let total = b.nodes.saturating_mul(b.cpus_per_node);

@@ -23,10 +23,10 @@ impl Answers {
             .iter()
             .map(|&(e, slots, secs)| {
                 let answer = match slots {
-                    Some(n) => Ok(RawInfo::Glue(ResourceInfo {
+                    Some(n) => Ok(RawInfo::Glue(Box::new(ResourceInfo {
                         total_slots: n,
                         ..ResourceInfo::default()
-                    })),
+                    }))),
                     None => Err(SiteError::Unavailable(e.to_string())),
                 };
                 (e.to_string(), (answer, Duration(secs)))

@@ -278,7 +278,7 @@ impl Service {
                 let client = s.client.clone();
                 let asked = tokio::time::timeout(timeout, tokio::task::spawn_blocking(move || client.info())).await;
                 let answer = match asked {
-                    Ok(Ok(Ok(info))) => Ok(convert(s.client.endpoint(), RawInfo::Glue(info))),
+                    Ok(Ok(Ok(info))) => Ok(convert(s.client.endpoint(), RawInfo::Glue(Box::new(info)))),
                     Ok(Ok(Err(e))) => Err(FetchFailure::Error(e)),
                     Ok(Err(e)) => Err(FetchFailure::Error(brokk_broker::SiteError::Unavailable(e.to_string()))),
                     Err(_) => Err(FetchFailure::Timeout(rules.timeout)),
