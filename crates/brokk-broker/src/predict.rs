@@ -146,12 +146,16 @@ pub struct Prediction {
     pub requested_wall_time: Option<Duration>,
     /// Stage-out, when output sizes are known.
     pub stage_out: Option<Duration>,
+    /// The delay the resource's middleware adds before the start and
+    /// again before the end is known.
+    pub lag: Duration,
 }
 
 impl Prediction {
-    /// Waiting before execution: the larger of stage-in and queue wait.
+    /// Waiting before execution: the larger of stage-in and queue wait,
+    /// then the middleware's lag.
     pub fn waiting(&self) -> Duration {
-        self.queue_wait.max(self.stage_in.unwrap_or(Duration::ZERO))
+        self.queue_wait.max(self.stage_in.unwrap_or(Duration::ZERO)) + self.lag
     }
 
     /// Time to start (TTS).
@@ -161,7 +165,7 @@ impl Prediction {
 
     /// Total Time to Delivery (TTD); unknown parts count as zero.
     pub fn ttd(&self) -> Duration {
-        self.waiting() + self.execution.unwrap_or(Duration::ZERO) + self.stage_out.unwrap_or(Duration::ZERO)
+        self.waiting() + self.execution.unwrap_or(Duration::ZERO) + self.lag + self.stage_out.unwrap_or(Duration::ZERO)
     }
 }
 
@@ -188,6 +192,7 @@ pub fn predict(
         execution: exec.map(|e| e.ranking).or(job.wall_time),
         requested_wall_time: exec.map(|e| e.requested).or(job.wall_time),
         stage_out: stage_out(job, resource),
+        lag: resource.lag.unwrap_or(Duration::ZERO),
     }
 }
 

@@ -147,3 +147,32 @@ fn queue_wait_prefers_a_reservation_then_the_published_estimate_then_load() {
     clock.advance(Duration(500));
     assert_eq!(queue_wait(&s, 4, Some(Time(400)), clock.now(), load), Duration::ZERO);
 }
+
+/// A site whose middleware moves jobs along at its own cycle (an ARC CE)
+/// starts a job that much later, and its end is known that much later
+/// again: both predictions carry it, the execution does not.
+#[test]
+fn a_sites_middleware_lag_delays_the_start_and_the_known_end() {
+    let mut j = job("01-fig3-benchmarks.xrsl");
+    j.benchmarks.clear();
+    j.wall_time = Some(Duration(600));
+    let now = Time(1_000_000);
+    let plain = site(&[]);
+    let lagging = ResourceInfo {
+        lag: Some(Duration(60)),
+        ..site(&[])
+    };
+    let p = predict(&j, &[], DEFAULT_PENALTY_FACTOR, &plain, None, now, LoadModel::default());
+    let q = predict(
+        &j,
+        &[],
+        DEFAULT_PENALTY_FACTOR,
+        &lagging,
+        None,
+        now,
+        LoadModel::default(),
+    );
+    assert_eq!(q.tts(), p.tts() + Duration(60));
+    assert_eq!(q.ttd(), p.ttd() + Duration(120));
+    assert_eq!(q.execution, p.execution);
+}

@@ -43,6 +43,10 @@ pub struct ResourceInfo {
     /// `HealthState`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub health: Option<String>,
+    /// The delay its middleware adds before a job starts, and again before
+    /// the job's end is known (an ARC CE's state cycle).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lag: Option<Duration>,
 }
 
 /// A queue / share of the resource.

@@ -35,6 +35,11 @@ impl Duration {
         self.0
     }
 
+    /// Whether it is zero seconds long.
+    pub const fn is_zero(&self) -> bool {
+        self.0 == 0
+    }
+
     /// Parses a duration as people write one on a command line: seconds
     /// (`90`), units (`90s`, `15m`, `2h`, `1d`, `1h30m`, `1w`), or a clock
     /// (`MM:SS`, `HH:MM:SS`, `D-HH:MM:SS` as Slurm's `--time` takes them).

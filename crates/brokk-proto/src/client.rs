@@ -259,6 +259,7 @@ impl Site for RemoteSite {
             reservations: v.reservations,
             shares: v.shares,
             health: v.health,
+            lag: (!v.lag.is_zero()).then_some(v.lag),
             ..ResourceInfo::default()
         })
     }

@@ -172,6 +172,10 @@ pub struct InfoView {
     /// one (GLUE 2 `HealthState`: `ok`, `warning`, `critical`, ...).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub health: Option<String>,
+    /// The delay the resource manager adds before a job starts, and again
+    /// before its end is known, seconds (an ARC CE's state cycle).
+    #[serde(default, skip_serializing_if = "Duration::is_zero")]
+    pub lag: Duration,
 }
 
 fn yes() -> bool {

@@ -427,6 +427,7 @@ impl Agent {
                 })
                 .collect(),
             health: glue.health,
+            lag: self.backend.lag(),
         }
     }
 

@@ -165,6 +165,8 @@ fn the_site_shows_the_ce_slots_and_does_not_reserve() {
     // Its benchmark, queue and health come from the CE's GLUE 2 document.
     assert_eq!(site["benchmarks"][0]["name"], "HEPSPEC", "{text}");
     assert_eq!(site["shares"][0]["name"], "fork", "{text}");
+    // A-REX's state cycle, which the broker's predictions add.
+    assert_eq!(site["lag"], 60, "{text}");
     // The health is the CE's own, as its REST endpoint publishes it (a new
     // CE says `critical` until its first information cycle): read from the
     // CE before and after Brokk's table, until the two readings agree.

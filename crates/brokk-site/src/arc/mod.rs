@@ -42,6 +42,11 @@ pub struct ArcConfig {
     /// The queue (GLUE 2 share) jobs are sent to; the CE's default when
     /// absent.
     pub queue: Option<String>,
+    /// Seconds A-REX takes to move a job along, before its start and again
+    /// before its end is known (its state cycle: a minute by default, as
+    /// measured); the site publishes it, so the broker's predictions add it.
+    #[serde(default = "default_state_lag_s")]
+    pub state_lag_s: u64,
 }
 
 impl ArcConfig {
@@ -62,6 +67,9 @@ fn default_poll_ms() -> u64 {
 }
 fn default_timeout_s() -> u64 {
     30
+}
+fn default_state_lag_s() -> u64 {
+    60
 }
 
 /// A connected compute element.

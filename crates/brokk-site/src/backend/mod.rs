@@ -96,6 +96,12 @@ impl Backend {
         self.arc().map(|a| a.latest())
     }
 
+    /// The delay the resource manager adds before a job starts and again
+    /// before its end is known.
+    pub fn lag(&self) -> brokk_model::Duration {
+        brokk_model::Duration(self.arc().map_or(0, |a| a.config.state_lag_s as i64))
+    }
+
     /// Why the site cannot promise a start, where it cannot: an ARC CE and
     /// a GRAM gatekeeper have no reservations, so jobs sent there may wait
     /// in their queue past their planned start.
