@@ -10,6 +10,7 @@
 //!
 //! Architecture invariant: no IO, no clock; time is whatever the caller says.
 
+mod btree;
 pub mod fragmentation;
 mod planner;
 mod profile;
@@ -18,6 +19,7 @@ mod steps;
 mod treap;
 mod types;
 
+pub use btree::BTree;
 pub use planner::Planner;
 pub use profile::Profile;
 pub use slotted::Slotted;

@@ -3,7 +3,7 @@
 
 use brokk_model::{Duration, Time};
 use brokk_planner::{
-    Change, FreeList, NeverReason, Planner, PlannerError, Profile, Reply, Request, ReservationId, Slotted, Steps,
+    BTree, Change, FreeList, NeverReason, Planner, PlannerError, Profile, Reply, Request, ReservationId, Slotted, Steps,
 };
 use proptest::prelude::*;
 
@@ -248,6 +248,11 @@ proptest! {
                 }
             }
         }
+    }
+
+    #[test]
+    fn the_b_tree_matches_the_reference(ops in prop::collection::vec(op(), 1..60), leaf in 2usize..6, inner in 2usize..5) {
+        run(Planner::new(CAP, Time(HORIZON), BTree::with_fanout(leaf, inner)), &ops)?;
     }
 
     #[test]

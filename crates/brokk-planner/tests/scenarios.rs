@@ -2,7 +2,7 @@
 
 use brokk_model::{Duration, Time};
 use brokk_planner::{
-    Change, FreeList, FreeSlot, NeverReason, Planner, PlannerError, Profile, Reply, Request, Slotted, State, Steps,
+    BTree, Change, FreeList, FreeSlot, NeverReason, Planner, PlannerError, Profile, Reply, Request, Slotted, State, Steps,
 };
 
 fn req(amount: u32, d: i64, e: i64, l: i64, flexible: bool) -> Request {
@@ -18,6 +18,8 @@ fn req(amount: u32, d: i64, e: i64, l: i64, flexible: bool) -> Request {
 fn both(test: impl Fn(&mut dyn FnMut() -> Box<dyn Check>)) {
     test(&mut || Box::new(Planner::new(10, Time(1000), FreeList::new())));
     test(&mut || Box::new(Planner::new(10, Time(1000), Steps::new())));
+    test(&mut || Box::new(Planner::new(10, Time(1000), BTree::with_fanout(2, 2))));
+    test(&mut || Box::new(Planner::new(10, Time(1000), BTree::new())));
     test(&mut || Box::new(Planner::new(10, Time(1000), Slotted::new(0, 1, 1000))));
 }
 

@@ -1,0 +1,76 @@
+//! The B+ tree profile against the treap, operation by operation: random
+//! spans added and removed over a long horizon, with small fan-outs so that
+//! leaves and inner nodes split, empty and the tree grows and shrinks, and
+//! every query of the `Profile` trait compared after each change.
+
+use brokk_planner::{BTree, FreeList, Profile};
+use proptest::prelude::*;
+
+#[derive(Debug, Clone)]
+enum Op {
+    Add { start: i64, len: i64, amount: i32 },
+    /// Removes the live span at this index (modulo their count).
+    Remove(usize),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        3 => (0i64..2_000, 1i64..400, 1i32..8).prop_map(|(start, len, amount)| Op::Add { start, len, amount }),
+        2 => any::<usize>().prop_map(Op::Remove),
+    ]
+}
+
+fn compare(b: &BTree, f: &FreeList, probe: (i32, i64, i64, i64)) -> Result<(), TestCaseError> {
+    let (thr, d, e, w) = probe;
+    prop_assert_eq!(b.segments(-10, 2_600), f.segments(-10, 2_600));
+    prop_assert_eq!(b.earliest_fit(thr, d, e, e + w), f.earliest_fit(thr, d, e, e + w), "earliest fit");
+    prop_assert_eq!(b.latest_fit(thr, d, e, e + w), f.latest_fit(thr, d, e, e + w), "latest fit");
+    prop_assert_eq!(b.max_used(e, e + d), f.max_used(e, e + d), "max used");
+    Ok(())
+}
+
+fn cases(default: u32) -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: cases(300), ..ProptestConfig::default() })]
+
+    #[test]
+    fn the_b_tree_answers_as_the_treap(
+        ops in prop::collection::vec(op(), 1..200),
+        probes in prop::collection::vec((0i32..30, 1i64..300, -50i64..2_500, 0i64..600), 1..8),
+        leaf in 2usize..8,
+        inner in 2usize..6,
+    ) {
+        let mut b = BTree::with_fanout(leaf, inner);
+        let mut f = FreeList::new();
+        let mut live: Vec<(i64, i64, i32)> = Vec::new();
+        for (k, op) in ops.iter().enumerate() {
+            match *op {
+                Op::Add { start, len, amount } => {
+                    b.add(start, start + len, amount);
+                    f.add(start, start + len, amount);
+                    live.push((start, start + len, amount));
+                }
+                Op::Remove(i) if !live.is_empty() => {
+                    let (s, e, a) = live.swap_remove(i % live.len());
+                    b.remove(s, e, a);
+                    f.remove(s, e, a);
+                }
+                Op::Remove(_) => {}
+            }
+            b.check_invariants();
+            compare(&b, &f, probes[k % probes.len()])?;
+        }
+        // Everything removed: the profile is empty again.
+        for (s, e, a) in live.drain(..) {
+            b.remove(s, e, a);
+        }
+        b.check_invariants();
+        prop_assert_eq!(b.segments(-10, 2_600), vec![(-10, 2_600, 0)]);
+    }
+}
