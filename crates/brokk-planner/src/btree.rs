@@ -14,9 +14,10 @@
 
 use crate::profile::Profile;
 
-/// Most change points in a leaf.
+/// Most change points in a leaf (its arrays hold one more, for the moment
+/// between an insertion and the split it causes).
 const LEAF_MAX: usize = 64;
-/// Most children of an inner node.
+/// Most children of an inner node (likewise, one more in its arrays).
 const INNER_MAX: usize = 32;
 
 /// A leaf: change points in time order. Each starts a segment of constant
@@ -24,11 +25,11 @@ const INNER_MAX: usize = 32;
 #[derive(Debug, Clone)]
 struct Leaf {
     len: usize,
-    keys: [i64; LEAF_MAX],
+    keys: [i64; LEAF_MAX + 1],
     /// Usage from the point on, without the pending adds of the ancestors.
-    vals: [i32; LEAF_MAX],
+    vals: [i32; LEAF_MAX + 1],
     /// How many span ends sit at the point.
-    refs: [u32; LEAF_MAX],
+    refs: [u32; LEAF_MAX + 1],
 }
 
 /// An inner node: its children in time order, with each child's smallest key
@@ -36,13 +37,13 @@ struct Leaf {
 #[derive(Debug, Clone)]
 struct Inner {
     len: usize,
-    keys: [i64; INNER_MAX],
-    child: [u32; INNER_MAX],
+    keys: [i64; INNER_MAX + 1],
+    child: [u32; INNER_MAX + 1],
     /// Add owed to every point under the child.
-    lazy: [i32; INNER_MAX],
+    lazy: [i32; INNER_MAX + 1],
     /// Extremes of the child's usage, its `lazy` included.
-    min: [i32; INNER_MAX],
-    max: [i32; INNER_MAX],
+    min: [i32; INNER_MAX + 1],
+    max: [i32; INNER_MAX + 1],
 }
 
 /// What a change below a node tells the entry that points at it.
@@ -154,9 +155,9 @@ impl BTree {
     fn new_leaf(&mut self) -> u32 {
         let empty = Leaf {
             len: 0,
-            keys: [0; LEAF_MAX],
-            vals: [0; LEAF_MAX],
-            refs: [0; LEAF_MAX],
+            keys: [0; LEAF_MAX + 1],
+            vals: [0; LEAF_MAX + 1],
+            refs: [0; LEAF_MAX + 1],
         };
         match self.spare_leaves.pop() {
             Some(i) => {
@@ -173,11 +174,11 @@ impl BTree {
     fn new_inner(&mut self) -> u32 {
         let empty = Inner {
             len: 0,
-            keys: [0; INNER_MAX],
-            child: [0; INNER_MAX],
-            lazy: [0; INNER_MAX],
-            min: [0; INNER_MAX],
-            max: [0; INNER_MAX],
+            keys: [0; INNER_MAX + 1],
+            child: [0; INNER_MAX + 1],
+            lazy: [0; INNER_MAX + 1],
+            min: [0; INNER_MAX + 1],
+            max: [0; INNER_MAX + 1],
         };
         match self.spare_inners.pop() {
             Some(i) => {

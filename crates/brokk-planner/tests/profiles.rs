@@ -41,12 +41,11 @@ proptest! {
 
     #[test]
     fn the_b_tree_answers_as_the_treap(
-        ops in prop::collection::vec(op(), 1..200),
+        ops in prop::collection::vec(op(), 1..400),
         probes in prop::collection::vec((0i32..30, 1i64..300, -50i64..2_500, 0i64..600), 1..8),
-        leaf in 2usize..8,
-        inner in 2usize..6,
+        fanout in prop_oneof![(2usize..8, 2usize..6), Just((64, 32))],
     ) {
-        let mut b = BTree::with_fanout(leaf, inner);
+        let mut b = BTree::with_fanout(fanout.0, fanout.1);
         let mut f = FreeList::new();
         let mut live: Vec<(i64, i64, i32)> = Vec::new();
         for (k, op) in ops.iter().enumerate() {

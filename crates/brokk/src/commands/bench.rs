@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use anyhow::Result;
 use brokk_model::{Duration, Time};
-use brokk_planner::{Change, FreeList, Planner, Profile, Reply, Request, ReservationId, Slotted};
+use brokk_planner::{BTree, Change, FreeList, Planner, Profile, Reply, Request, ReservationId, Slotted};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
@@ -78,10 +78,21 @@ const LOAD: f64 = 0.6;
 #[derive(Serialize)]
 struct PlannerFigures {
     live: usize,
+    /// The treap (`FreeList`).
     free_list_ops_per_s: f64,
     slotted_ops_per_s: f64,
+    /// Treap against the slotted baseline.
     ratio: f64,
+    /// The treap's heap bytes (with the planner's bookkeeping).
     bytes_per_reservation: f64,
+    /// The B+ tree profile (`BTree`), the live sites' planner.
+    b_tree_ops_per_s: f64,
+    /// B+ tree against the slotted baseline.
+    b_tree_ratio: f64,
+    /// B+ tree against the treap.
+    b_tree_vs_free_list: f64,
+    /// The B+ tree's heap bytes (with the planner's bookkeeping).
+    b_tree_bytes_per_reservation: f64,
     /// Slot width of the baseline.
     slot_seconds: i64,
     /// Share of capacity x time reserved over the stream's span at the end (free list run).
@@ -193,12 +204,15 @@ fn measure<P: Profile>(mut p: Planner<P>, live: usize, seed: u64, seconds: f64) 
 fn planner(a: PlannerArgs) -> Result<ExitCode> {
     if !a.json {
         say!(
-            "{:>8} {:>16} {:>16} {:>8} {:>10} {:>12} {:>10}",
+            "{:>8} {:>14} {:>14} {:>14} {:>8} {:>8} {:>10} {:>10} {:>12} {:>10}",
             "live",
-            "free list ops/s",
+            "b-tree ops/s",
+            "treap ops/s",
             "slotted ops/s",
-            "ratio",
-            "bytes/res",
+            "b/slot",
+            "b/treap",
+            "b bytes/r",
+            "t bytes/r",
             "utilization",
             "accepted"
         );
@@ -212,6 +226,7 @@ fn planner(a: PlannerArgs) -> Result<ExitCode> {
             a.seed,
             a.seconds,
         );
+        let tree = measure(Planner::new(CAPACITY, Time(end), BTree::new()), live, a.seed, a.seconds);
         let slots = (end / a.slot_seconds + 1) as usize;
         let slotted = measure(
             Planner::new(CAPACITY, Time(end), Slotted::new(0, a.slot_seconds, slots)),
@@ -225,6 +240,10 @@ fn planner(a: PlannerArgs) -> Result<ExitCode> {
             slotted_ops_per_s: slotted.ops_per_s.round(),
             ratio: (free.ops_per_s / slotted.ops_per_s * 10.0).round() / 10.0,
             bytes_per_reservation: (free.bytes as f64 / live as f64).round(),
+            b_tree_ops_per_s: tree.ops_per_s.round(),
+            b_tree_ratio: (tree.ops_per_s / slotted.ops_per_s * 10.0).round() / 10.0,
+            b_tree_vs_free_list: (tree.ops_per_s / free.ops_per_s * 100.0).round() / 100.0,
+            b_tree_bytes_per_reservation: (tree.bytes as f64 / live as f64).round(),
             slot_seconds: a.slot_seconds,
             utilization: (free.utilization * 1000.0).round() / 1000.0,
             acceptance: (free.acceptance * 1000.0).round() / 1000.0,
@@ -233,11 +252,14 @@ fn planner(a: PlannerArgs) -> Result<ExitCode> {
             say!("{}", serde_json::to_string(&f)?);
         } else {
             say!(
-                "{:>8} {:>16.0} {:>16.0} {:>7.1}x {:>10.0} {:>12.3} {:>10.3}",
+                "{:>8} {:>14.0} {:>14.0} {:>14.0} {:>7.1}x {:>7.2}x {:>10.0} {:>10.0} {:>12.3} {:>10.3}",
                 f.live,
+                f.b_tree_ops_per_s,
                 f.free_list_ops_per_s,
                 f.slotted_ops_per_s,
-                f.ratio,
+                f.b_tree_ratio,
+                f.b_tree_vs_free_list,
+                f.b_tree_bytes_per_reservation,
                 f.bytes_per_reservation,
                 f.utilization,
                 f.acceptance
