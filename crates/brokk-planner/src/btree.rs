@@ -59,6 +59,20 @@ struct Split {
     summary: Summary,
 }
 
+/// The least of `lows` and the greatest of `highs` (0 and 0 when empty), in
+/// one pass the compiler vectorises.
+fn extremes(lows: &[i32], highs: &[i32]) -> (i32, i32) {
+    if lows.is_empty() {
+        return (0, 0);
+    }
+    let (mut min, mut max) = (i32::MAX, i32::MIN);
+    for (&a, &b) in lows.iter().zip(highs) {
+        min = min.min(a);
+        max = max.max(b);
+    }
+    (min, max)
+}
+
 /// Two distinct elements of `v`, both mutable.
 fn pair<T>(v: &mut [T], a: usize, b: usize) -> (&mut T, &mut T) {
     debug_assert_ne!(a, b);
@@ -194,20 +208,21 @@ impl BTree {
 
     fn leaf_summary(&self, n: u32) -> Summary {
         let l = &self.leaves[n as usize];
-        let vals = &l.vals[..l.len];
+        let (min, max) = extremes(&l.vals[..l.len], &l.vals[..l.len]);
         Summary {
             first: l.keys[0],
-            min: vals.iter().copied().min().unwrap_or(0),
-            max: vals.iter().copied().max().unwrap_or(0),
+            min,
+            max,
         }
     }
 
     fn inner_summary(&self, n: u32) -> Summary {
         let x = &self.inners[n as usize];
+        let (min, max) = extremes(&x.min[..x.len], &x.max[..x.len]);
         Summary {
             first: x.keys[0],
-            min: x.min[..x.len].iter().copied().min().unwrap_or(0),
-            max: x.max[..x.len].iter().copied().max().unwrap_or(0),
+            min,
+            max,
         }
     }
 
@@ -268,15 +283,17 @@ impl BTree {
 
     /// Adds a reference to the point `t` under node `n` (height `h`),
     /// creating it with the usage in force there. Returns the node's new
-    /// summary and the sibling a split made.
-    fn acquire_in(&mut self, n: u32, h: usize, t: i64) -> (Summary, Option<Split>) {
+    /// summary and the sibling a split made, or `None` when neither its
+    /// summary nor its children changed (a new point repeats the usage
+    /// before it, so only a split changes anything above a leaf).
+    fn acquire_in(&mut self, n: u32, h: usize, t: i64) -> Option<(Summary, Option<Split>)> {
         if h == 0 {
             let cap = self.leaf_cap;
             let l = &mut self.leaves[n as usize];
             let k = l.keys[..l.len].partition_point(|&k| k < t);
             if k < l.len && l.keys[k] == t {
                 l.refs[k] += 1;
-                return (self.leaf_summary(n), None);
+                return None;
             }
             // The leaf's first key is at most `t`, so the segment `t` splits
             // is the previous point's, in this leaf.
@@ -290,7 +307,7 @@ impl BTree {
             l.refs[k] = 1;
             l.len += 1;
             if l.len <= cap {
-                return (self.leaf_summary(n), None);
+                return None;
             }
             let right = self.new_leaf();
             let (l, r) = pair(&mut self.leaves, n as usize, right as usize);
@@ -305,15 +322,15 @@ impl BTree {
                 node: right,
                 summary: self.leaf_summary(right),
             };
-            return (self.leaf_summary(n), Some(split));
+            return Some((self.leaf_summary(n), Some(split)));
         }
         let x = &self.inners[n as usize];
         let i = Self::child_for(x, t);
         let (c, lazy) = (x.child[i], x.lazy[i]);
-        let (s, split) = self.acquire_in(c, h - 1, t);
+        let (s, split) = self.acquire_in(c, h - 1, t)?;
         self.refresh(n, i, &s);
         let up = split.and_then(|sp| self.insert_entry(n, i + 1, sp, lazy));
-        (self.inner_summary(n), up)
+        Some((self.inner_summary(n), up))
     }
 
     /// Drops a reference to the point `t` under node `n`, removing the point
@@ -377,8 +394,11 @@ impl BTree {
             }
             return self.leaf_summary(n);
         }
-        let len = self.inners[n as usize].len;
-        for i in 0..len {
+        let x = &self.inners[n as usize];
+        let len = x.len;
+        // Only the children holding `start` and `end - 1` and those between.
+        let (first, last) = (Self::child_for(x, start), Self::child_for(x, end - 1));
+        for i in first..=last.min(len - 1) {
             let x = &self.inners[n as usize];
             let c_lo = if i == 0 { lo } else { x.keys[i] };
             let c_hi = if i + 1 < len { x.keys[i + 1] } else { hi };
@@ -583,8 +603,7 @@ impl BTree {
     }
 
     fn acquire(&mut self, t: i64) {
-        let (_, split) = self.acquire_in(self.root, self.height, t);
-        if let Some(s) = split {
+        if let Some((_, Some(s))) = self.acquire_in(self.root, self.height, t) {
             self.grow(s);
         }
     }
