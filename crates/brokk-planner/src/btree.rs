@@ -2,7 +2,7 @@
 //! child's minimum, maximum and pending (lazy) add.
 //!
 //! The same idea as the treap ([`crate::FreeList`]), laid out for the cache:
-//! a leaf holds up to 64 change points in three flat arrays, an inner node up
+//! a leaf holds up to 128 change points in three flat arrays, an inner node up
 //! to 32 children with their figures side by side, so 100,000 reservations
 //! sit three or four levels deep and a walk touches a handful of cache lines
 //! per level instead of one scattered node per level. A span's range add
@@ -16,7 +16,7 @@ use crate::profile::Profile;
 
 /// Most change points in a leaf (its arrays hold one more, for the moment
 /// between an insertion and the split it causes).
-const LEAF_MAX: usize = 64;
+const LEAF_MAX: usize = 128;
 /// Most children of an inner node (likewise, one more in its arrays).
 const INNER_MAX: usize = 32;
 
@@ -51,6 +51,16 @@ struct Summary {
     first: i64,
     min: i32,
     max: i32,
+}
+
+/// What a release did to a node, for the entry that points at it.
+enum Released {
+    /// Nothing its parent records changed.
+    Same,
+    /// Its summary is now this.
+    Changed(Summary),
+    /// It holds nothing any more and was freed.
+    Emptied,
 }
 
 /// A new right sibling made by a split.
@@ -142,7 +152,7 @@ impl BTree {
     }
 
     /// An empty profile whose leaves hold at most `leaf` points and inner
-    /// nodes at most `inner` children (at least 2 each, at most 64 and 32):
+    /// nodes at most `inner` children (at least 2 each, at most 128 and 32):
     /// small fan-outs let tests reach splits and several levels.
     pub fn with_fanout(leaf: usize, inner: usize) -> Self {
         let mut b = BTree {
@@ -334,19 +344,19 @@ impl BTree {
     }
 
     /// Drops a reference to the point `t` under node `n`, removing the point
-    /// when no span ends there any more. Returns the node's new summary, or
-    /// `None` when the node is left empty (and freed).
-    fn release_in(&mut self, n: u32, h: usize, t: i64) -> Option<Summary> {
+    /// when no span ends there any more; says what changed for the entry
+    /// that points at the node.
+    fn release_in(&mut self, n: u32, h: usize, t: i64) -> Released {
         if h == 0 {
             let l = &mut self.leaves[n as usize];
             let k = l.keys[..l.len].partition_point(|&k| k < t);
             debug_assert!(k < l.len && l.keys[k] == t, "released a point that is not there: {t}");
             if k >= l.len || l.keys[k] != t {
-                return Some(self.leaf_summary(n));
+                return Released::Same;
             }
             l.refs[k] -= 1;
             if l.refs[k] > 0 {
-                return Some(self.leaf_summary(n));
+                return Released::Same;
             }
             let len = l.len;
             l.keys.copy_within(k + 1..len, k);
@@ -355,16 +365,23 @@ impl BTree {
             l.len -= 1;
             if l.len == 0 {
                 self.spare_leaves.push(n);
-                return None;
+                return Released::Emptied;
             }
-            return Some(self.leaf_summary(n));
+            return Released::Changed(self.leaf_summary(n));
         }
         let x = &self.inners[n as usize];
         let i = Self::child_for(x, t);
         let c = x.child[i];
         match self.release_in(c, h - 1, t) {
-            Some(s) => self.refresh(n, i, &s),
-            None => {
+            Released::Same => return Released::Same,
+            Released::Changed(s) => {
+                let x = &self.inners[n as usize];
+                if x.keys[i] == s.first && x.min[i] == s.min + x.lazy[i] && x.max[i] == s.max + x.lazy[i] {
+                    return Released::Same;
+                }
+                self.refresh(n, i, &s);
+            }
+            Released::Emptied => {
                 let x = &mut self.inners[n as usize];
                 let len = x.len;
                 x.keys.copy_within(i + 1..len, i);
@@ -375,11 +392,11 @@ impl BTree {
                 x.len -= 1;
                 if x.len == 0 {
                     self.spare_inners.push(n);
-                    return None;
+                    return Released::Emptied;
                 }
             }
         }
-        Some(self.inner_summary(n))
+        Released::Changed(self.inner_summary(n))
     }
 
     /// Adds `amount` to every point in `[start, end)` under node `n`, whose

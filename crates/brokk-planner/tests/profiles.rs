@@ -43,7 +43,7 @@ proptest! {
     fn the_b_tree_answers_as_the_treap(
         ops in prop::collection::vec(op(), 1..400),
         probes in prop::collection::vec((0i32..30, 1i64..300, -50i64..2_500, 0i64..600), 1..8),
-        fanout in prop_oneof![(2usize..8, 2usize..6), Just((64, 32))],
+        fanout in prop_oneof![(2usize..8, 2usize..6), Just((128, 32))],
     ) {
         let mut b = BTree::with_fanout(fanout.0, fanout.1);
         let mut f = FreeList::new();
