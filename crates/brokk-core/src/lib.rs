@@ -28,12 +28,12 @@ mod site;
 
 pub use brokk_planner::{Candidate, Change, FreeSlot, NeverReason, Reply, Request, Reservation, ReservationId, State};
 /// The schedule a site core keeps.
-pub type Planner = brokk_planner::Planner<brokk_planner::FreeList>;
+pub type Planner = brokk_planner::Planner<brokk_planner::BTree>;
 
 /// A schedule of `capacity` units up to `horizon` (a site's processors, a
 /// network link's bandwidth).
 pub fn planner(capacity: u32, horizon: brokk_model::Time) -> Planner {
-    Planner::new(capacity, horizon, brokk_planner::FreeList::new())
+    Planner::new(capacity, horizon, brokk_planner::BTree::new())
 }
 
 pub use effect::{Effect, Ended, Manager};

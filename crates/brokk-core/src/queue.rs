@@ -24,7 +24,7 @@
 use std::collections::BTreeSet;
 
 use brokk_model::{Duration, Time};
-use brokk_planner::{FreeList, Planner, Profile, Reply, Request, Steps};
+use brokk_planner::{BTree, Planner, Profile, Reply, Request, Steps};
 
 use crate::order::QueueOrder;
 
@@ -130,13 +130,13 @@ struct KeptPlan {
 
 /// The kept profile's structure, chosen at each rebuild by the number of
 /// spans: a flat vector scans a queue's few dozen spans faster than a tree is
-/// walked, and a treap keeps a backlog of thousands logarithmic.
+/// walked, and a B+ tree keeps a backlog of thousands logarithmic.
 enum Usage {
     Flat(Steps),
-    Tree(FreeList),
+    Tree(BTree),
 }
 
-/// Spans above which the kept profile is a treap.
+/// Spans above which the kept profile is a B+ tree.
 const FLAT_SPANS: usize = 512;
 
 impl Usage {
@@ -152,7 +152,7 @@ impl Usage {
         match self {
             Usage::Flat(p) if spans <= FLAT_SPANS => p.clear(),
             _ if spans <= FLAT_SPANS => *self = Usage::Flat(Steps::new()),
-            _ => *self = Usage::Tree(FreeList::new()),
+            _ => *self = Usage::Tree(BTree::new()),
         }
     }
 }
@@ -453,7 +453,7 @@ impl<'a> LocalQueue<'a> {
     fn backfill_on_profile(&self, now: Time, reservations: usize) -> Vec<usize> {
         let jobs = self.jobs;
         let horizon = Time(now.0.saturating_add(1 << 40));
-        let mut plan = Planner::new(self.procs, horizon, FreeList::new());
+        let mut plan = Planner::new(self.procs, horizon, BTree::new());
         for &(end, i) in &self.running {
             let req = Request {
                 amount: jobs[i].size,

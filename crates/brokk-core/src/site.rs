@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
 use brokk_model::{Duration, Job, JobPhase, Time};
 use brokk_planner::{
-    Candidate, Change, FreeList, Planner, PlannerError, Reply, Request, Reservation, ReservationId, State,
+    BTree, Candidate, Change, Planner, PlannerError, Reply, Request, Reservation, ReservationId, State,
 };
 
 use crate::effect::{Effect, Ended, Manager};
@@ -69,7 +69,7 @@ pub struct Launch {
 #[derive(Debug, Clone)]
 pub struct SiteCore {
     params: SiteParams,
-    planner: Planner<FreeList>,
+    planner: Planner<BTree>,
     jobs: BTreeMap<JobId, JobRecord>,
     /// Jobs not yet ended: every scan of live jobs goes over these only.
     active: BTreeSet<JobId>,
@@ -103,7 +103,7 @@ impl SiteCore {
     /// An empty site.
     pub fn new(params: SiteParams) -> Self {
         SiteCore {
-            planner: Planner::new(params.capacity, params.horizon, FreeList::new()),
+            planner: Planner::new(params.capacity, params.horizon, BTree::new()),
             params,
             jobs: BTreeMap::new(),
             active: BTreeSet::new(),

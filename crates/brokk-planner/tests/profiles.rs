@@ -8,7 +8,11 @@ use proptest::prelude::*;
 
 #[derive(Debug, Clone)]
 enum Op {
-    Add { start: i64, len: i64, amount: i32 },
+    Add {
+        start: i64,
+        len: i64,
+        amount: i32,
+    },
     /// Removes the live span at this index (modulo their count).
     Remove(usize),
 }
@@ -23,8 +27,16 @@ fn op() -> impl Strategy<Value = Op> {
 fn compare(b: &BTree, f: &FreeList, probe: (i32, i64, i64, i64)) -> Result<(), TestCaseError> {
     let (thr, d, e, w) = probe;
     prop_assert_eq!(b.segments(-10, 2_600), f.segments(-10, 2_600));
-    prop_assert_eq!(b.earliest_fit(thr, d, e, e + w), f.earliest_fit(thr, d, e, e + w), "earliest fit");
-    prop_assert_eq!(b.latest_fit(thr, d, e, e + w), f.latest_fit(thr, d, e, e + w), "latest fit");
+    prop_assert_eq!(
+        b.earliest_fit(thr, d, e, e + w),
+        f.earliest_fit(thr, d, e, e + w),
+        "earliest fit"
+    );
+    prop_assert_eq!(
+        b.latest_fit(thr, d, e, e + w),
+        f.latest_fit(thr, d, e, e + w),
+        "latest fit"
+    );
     prop_assert_eq!(b.max_used(e, e + d), f.max_used(e, e + d), "max used");
     Ok(())
 }

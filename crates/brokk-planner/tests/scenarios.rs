@@ -2,7 +2,8 @@
 
 use brokk_model::{Duration, Time};
 use brokk_planner::{
-    BTree, Change, FreeList, FreeSlot, NeverReason, Planner, PlannerError, Profile, Reply, Request, Slotted, State, Steps,
+    BTree, Change, FreeList, FreeSlot, NeverReason, Planner, PlannerError, Profile, Reply, Request, Slotted, State,
+    Steps,
 };
 
 fn req(amount: u32, d: i64, e: i64, l: i64, flexible: bool) -> Request {
