@@ -8,9 +8,9 @@
 //! per level instead of one scattered node per level. A span's range add
 //! splits into the children it covers wholly (one lazy add each) and at most
 //! two it covers in part; a fit search skips every child that is wholly free
-//! or wholly blocked for the query's threshold. Leaves split when full and
-//! are dropped when empty; they are not merged when under-full, so the depth
-//! follows the largest size the profile has had.
+//! or wholly blocked for the query's threshold. Nodes split when full, are
+//! dropped when empty and join a neighbour when down to a quarter, so a
+//! profile that shrinks after growing stays dense.
 
 use crate::profile::Profile;
 
@@ -380,6 +380,7 @@ impl BTree {
                     return Released::Same;
                 }
                 self.refresh(n, i, &s);
+                self.merge_small(n, i, h - 1);
             }
             Released::Emptied => {
                 let x = &mut self.inners[n as usize];
@@ -397,6 +398,60 @@ impl BTree {
             }
         }
         Released::Changed(self.inner_summary(n))
+    }
+
+    /// Joins child `i` of inner node `n` (children at height `h`) with a
+    /// neighbour when one of them is down to a quarter and both fit in one
+    /// node, so a profile that shrinks after growing stays dense.
+    fn merge_small(&mut self, n: u32, i: usize, h: usize) {
+        let x = &self.inners[n as usize];
+        if x.len < 2 {
+            return;
+        }
+        let a = if i + 1 < x.len { i } else { i - 1 };
+        let (ca, cb) = (x.child[a] as usize, x.child[a + 1] as usize);
+        // The right one's points join the left one's footing.
+        let shift = x.lazy[a + 1] - x.lazy[a];
+        let summary = if h == 0 {
+            let (l, r) = pair(&mut self.leaves, ca, cb);
+            if l.len.min(r.len) * 4 > self.leaf_cap || l.len + r.len > self.leaf_cap {
+                return;
+            }
+            let (at, moved) = (l.len, r.len);
+            l.keys[at..at + moved].copy_from_slice(&r.keys[..moved]);
+            l.refs[at..at + moved].copy_from_slice(&r.refs[..moved]);
+            for j in 0..moved {
+                l.vals[at + j] = r.vals[j] + shift;
+            }
+            l.len += moved;
+            self.spare_leaves.push(cb as u32);
+            self.leaf_summary(ca as u32)
+        } else {
+            let (l, r) = pair(&mut self.inners, ca, cb);
+            if l.len.min(r.len) * 4 > self.inner_cap || l.len + r.len > self.inner_cap {
+                return;
+            }
+            let (at, moved) = (l.len, r.len);
+            l.keys[at..at + moved].copy_from_slice(&r.keys[..moved]);
+            l.child[at..at + moved].copy_from_slice(&r.child[..moved]);
+            for j in 0..moved {
+                l.lazy[at + j] = r.lazy[j] + shift;
+                l.min[at + j] = r.min[j] + shift;
+                l.max[at + j] = r.max[j] + shift;
+            }
+            l.len += moved;
+            self.spare_inners.push(cb as u32);
+            self.inner_summary(ca as u32)
+        };
+        let x = &mut self.inners[n as usize];
+        let len = x.len;
+        x.keys.copy_within(a + 2..len, a + 1);
+        x.child.copy_within(a + 2..len, a + 1);
+        x.lazy.copy_within(a + 2..len, a + 1);
+        x.min.copy_within(a + 2..len, a + 1);
+        x.max.copy_within(a + 2..len, a + 1);
+        x.len -= 1;
+        self.refresh(n, a, &summary);
     }
 
     /// Adds `amount` to every point in `[start, end)` under node `n`, whose
