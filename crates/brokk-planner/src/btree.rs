@@ -456,7 +456,7 @@ impl BTree {
 
     /// Adds `amount` to every point in `[start, end)` under node `n`, whose
     /// keys all lie in `[lo, hi)`; returns its new summary.
-    fn add_in(&mut self, n: u32, h: usize, lo: i64, hi: i64, start: i64, end: i64, amount: i32) -> Summary {
+    fn add_in(&mut self, n: u32, h: usize, (lo, hi): (i64, i64), (start, end): (i64, i64), amount: i32) -> Summary {
         if h == 0 {
             let l = &mut self.leaves[n as usize];
             let a = l.keys[..l.len].partition_point(|&k| k < start);
@@ -485,7 +485,7 @@ impl BTree {
                 continue;
             }
             let c = x.child[i];
-            let s = self.add_in(c, h - 1, c_lo, c_hi, start, end, amount);
+            let s = self.add_in(c, h - 1, (c_lo, c_hi), (start, end), amount);
             self.refresh(n, i, &s);
         }
         self.inner_summary(n)
@@ -694,14 +694,14 @@ impl Profile for BTree {
         }
         self.acquire(start);
         self.acquire(end);
-        self.add_in(self.root, self.height, i64::MIN, i64::MAX, start, end, amount);
+        self.add_in(self.root, self.height, (i64::MIN, i64::MAX), (start, end), amount);
     }
 
     fn remove(&mut self, start: i64, end: i64, amount: i32) {
         if start >= end {
             return;
         }
-        self.add_in(self.root, self.height, i64::MIN, i64::MAX, start, end, -amount);
+        self.add_in(self.root, self.height, (i64::MIN, i64::MAX), (start, end), -amount);
         self.release(start);
         self.release(end);
     }
