@@ -61,6 +61,8 @@ fn row_to_workflow(r: &AnyRow) -> Result<StoredWorkflow, DbError> {
 #[derive(Debug, Clone)]
 pub struct Db {
     pool: AnyPool,
+    /// Whether it is a SQLite file (else PostgreSQL).
+    sqlite: bool,
     /// Every job as it is written, for live views (`/v1/events`); what
     /// another broker instance on the same PostgreSQL writes is not seen.
     changes: tokio::sync::broadcast::Sender<BrokerJob>,
@@ -189,6 +191,7 @@ impl Db {
         }
         Ok(Db {
             pool,
+            sqlite,
             changes: tokio::sync::broadcast::channel(1024).0,
         })
     }
@@ -525,6 +528,18 @@ impl Db {
             .fetch_all(&self.pool)
             .await?;
         rows.iter().map(row_to_workflow).collect()
+    }
+
+    /// The database's size on disk, bytes (SQLite: its pages, the
+    /// write-ahead log's included; PostgreSQL: `pg_database_size`).
+    pub async fn size_bytes(&self) -> Result<i64, DbError> {
+        let sql = if self.sqlite {
+            "SELECT page_count * page_size AS n FROM pragma_page_count(), pragma_page_size()"
+        } else {
+            "SELECT CAST(pg_database_size(current_database()) AS BIGINT) AS n"
+        };
+        let row = sqlx::query(sql).fetch_one(&self.pool).await?;
+        Ok(row.get("n"))
     }
 
     /// Jobs per state, for metrics.

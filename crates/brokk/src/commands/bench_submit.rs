@@ -26,6 +26,18 @@ pub struct SubmitBenchArgs {
     /// benchmark-only null backend), so the broker's own path is measured.
     #[arg(long)]
     null_backend: bool,
+    /// Keep the broker fed until `--jobs` jobs are accepted, dispatched and
+    /// finished, sampling its memory, its database's size and status reads
+    /// (use with `--null-backend` and a large `--jobs`).
+    #[arg(long)]
+    soak: bool,
+    /// Seconds between two soak samples.
+    #[arg(long, default_value_t = 10.0)]
+    sample_seconds: f64,
+    /// The broker's database: a `postgres://` URL, or a SQLite file in the
+    /// benchmark's directory when absent.
+    #[arg(long)]
+    database: Option<String>,
     /// Print one JSON object.
     #[arg(long)]
     json: bool,
@@ -49,7 +61,8 @@ pub fn run(a: SubmitBenchArgs) -> Result<ExitCode> {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir)?;
     let config_path = dir.join("broker.toml");
-    let mut text = String::from("database = \"broker.db\"\nstate_dir = \"sites\"\n[tokens]\n\"bench\" = \"bench\"\n");
+    let database = a.database.clone().unwrap_or_else(|| "broker.db".into());
+    let mut text = format!("database = \"{database}\"\nstate_dir = \"sites\"\n[tokens]\n\"bench\" = \"bench\"\n");
     for name in ["a", "b", "c"] {
         text += &format!(
             "[[embedded]]\nname = \"{name}\"\ncapacity = 4096\nnull_backend_for_benchmarks = {}\n",
@@ -59,6 +72,49 @@ pub fn run(a: SubmitBenchArgs) -> Result<ExitCode> {
     super::write_private(&config_path, &text)?;
     let config = brokk_server::Config::load(&config_path)?;
     let rt = super::runtime()?;
+    if a.soak {
+        let figures = rt.block_on(async {
+            let running = brokk_server::start(config).await?;
+            let every = Duration::from_secs_f64(a.sample_seconds.max(0.1));
+            let json = a.json;
+            super::bench_soak::run(&running, &database, a.jobs, a.concurrency, every, |s| {
+                if !json {
+                    say!(
+                        "{:>8.0} s {:>9} accepted {:>9} finished {:>8.1} MiB rss {:>8.1} MiB db  status p50 {:.2} ms p99 {:.2} ms",
+                        s.seconds,
+                        s.accepted,
+                        s.finished,
+                        s.rss_mb,
+                        s.db_bytes as f64 / (1024.0 * 1024.0),
+                        s.status_p50_ms,
+                        s.status_p99_ms
+                    );
+                }
+            })
+            .await
+        });
+        drop(rt);
+        let _ = std::fs::remove_dir_all(&dir);
+        let f = figures.context("running the soak")?;
+        if a.json {
+            say!("{}", serde_json::to_string(&f)?);
+        } else {
+            say!(
+                "{} jobs on {} in {:.0} s ({:.0} accepted/s): resident memory {:.1} MiB after warm-up, {:.1} MiB at the end, slope {:.2} MiB per 100,000 jobs; {:.0} database bytes per job; status p50 {:.2} ms, p99 {:.2} ms with every job stored",
+                f.jobs,
+                f.database,
+                f.seconds,
+                f.accepted_per_s,
+                f.rss_after_warmup_mb,
+                f.rss_end_mb,
+                f.rss_slope_mb_per_100k_jobs,
+                f.db_bytes_per_job,
+                f.status_p50_ms,
+                f.status_p99_ms
+            );
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
     let figures = rt.block_on(async {
         let running = brokk_server::start(config).await?;
         let url = format!("http://{}/v1/jobs", running.addr);

@@ -3,6 +3,7 @@
 pub mod bench;
 pub mod bench_sim;
 pub mod bench_site;
+pub mod bench_soak;
 pub mod bench_submit;
 pub mod bench_workflow;
 pub mod listing;
