@@ -42,27 +42,6 @@ fn broker(name: &str) -> (PathBuf, common::Server) {
     (dir, server)
 }
 
-/// Submits `file` (written into `dir` with `text`) and waits for its end.
-fn run(url: &str, dir: &Path, file: &str, text: &str) -> (String, serde_json::Value) {
-    std::fs::write(dir.join(file), text).unwrap();
-    let path = dir.join(file).display().to_string();
-    let sub = common::json(url, "tok-ann", &["submit", "--json", &path]);
-    let id = sub["id"].as_str().unwrap_or_else(|| panic!("{sub}")).to_string();
-    (id.clone(), watch(url, &id))
-}
-
-/// Follows job `id` to its end (`watch` exits non-zero for a job that did
-/// not finish with 0); the job as it ended.
-fn watch(url: &str, id: &str) -> serde_json::Value {
-    common::printed(&common::brokk(url, "tok-ann", &["watch", "--json", id]).stdout)
-}
-
-fn output(url: &str, id: &str, name: &str) -> String {
-    let o = common::brokk(url, "tok-ann", &["output", id, name]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
 #[test]
 #[ignore = "needs a local ARC CE: scripts/arc-testbed.sh (scripts/test.sh starts it)"]
 fn xrsl_and_jsdl_jobs_run_on_the_ce_and_their_output_comes_back() {
@@ -87,8 +66,8 @@ fn xrsl_and_jsdl_jobs_run_on_the_ce_and_their_output_comes_back() {
     // Both at once: the CE's state cycles are shared.
     let url = server.url.clone();
     let d = dir.clone();
-    let jsdl_run = std::thread::spawn(move || run(&url, &d, "job.jsdl", jsdl));
-    let (xid, xend) = run(&server.url, &dir, "job.xrsl", xrsl);
+    let jsdl_run = std::thread::spawn(move || common::run_to_end(&url, "tok-ann", &d, "job.jsdl", jsdl));
+    let (xid, xend) = common::run_to_end(&server.url, "tok-ann", &dir, "job.xrsl", xrsl);
     let (jid, jend) = jsdl_run.join().unwrap();
     assert_eq!(xend["state"], "finished", "{xend}");
     assert_eq!(xend["site"], "arc1", "{xend}");
@@ -96,11 +75,11 @@ fn xrsl_and_jsdl_jobs_run_on_the_ce_and_their_output_comes_back() {
     // The input was uploaded to the CE, and the job ran as the account the
     // CE maps the certificate to.
     assert_eq!(
-        output(&server.url, &xid, "out.txt"),
+        common::output(&server.url, "tok-ann", &xid, "out.txt"),
         "xrsl on ARC\nnobody\ndata from the user\n"
     );
     assert_eq!(jend["exit_code"], 3, "{jend}");
-    assert_eq!(output(&server.url, &jid, "out.txt"), "jsdl on ARC\n");
+    assert_eq!(common::output(&server.url, "tok-ann", &jid, "out.txt"), "jsdl on ARC\n");
 }
 
 /// The health the CE's REST endpoint publishes in its GLUE 2 document, read
@@ -226,7 +205,7 @@ fn cancel_reaches_the_ce() {
     }
     let o = common::brokk(&server.url, "tok-ann", &["cancel", &id]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let end = watch(&server.url, &id);
+    let end = common::watch_end(&server.url, "tok-ann", &id);
     assert_eq!(end["state"], "cancelled", "{end}");
     // The CE's own log records the kill Brokk asked for (ARC 6.17's fork
     // LRMS then leaves the process itself running: seen here).
@@ -301,16 +280,6 @@ fn arc_service(name: &str, action: &str) {
     );
 }
 
-/// Whether `brokk resources` says site `arc1` answers.
-fn available(url: &str) -> bool {
-    let sites = common::json(url, "tok-ann", &["resources", "--json"]);
-    let site = sites
-        .as_array()
-        .and_then(|a| a.iter().find(|s| s["name"] == "arc1"))
-        .cloned();
-    site.is_some_and(|s| s["available"] != false)
-}
-
 #[test]
 #[ignore = "needs a local ARC CE: scripts/arc-testbed.sh (scripts/test.sh starts it)"]
 fn a_ce_that_stops_answering_is_reported_and_its_job_kept() {
@@ -331,7 +300,7 @@ fn a_ce_that_stops_answering_is_reported_and_its_job_kept() {
     }
     arc_service("arc-arex-ws", "stop");
     let deadline = Instant::now() + Duration::from_secs(90);
-    while available(&server.url) {
+    while common::site_available(&server.url, "tok-ann", "arc1") {
         if Instant::now() > deadline {
             arc_service("arc-arex-ws", "start");
             panic!("the site never said the CE was down");
@@ -347,8 +316,8 @@ fn a_ce_that_stops_answering_is_reported_and_its_job_kept() {
         "{job}"
     );
     // Back: the site answers again and the job is followed to its end.
-    let end = watch(&server.url, &id);
+    let end = common::watch_end(&server.url, "tok-ann", &id);
     assert_eq!(end["state"], "finished", "{end}");
-    assert_eq!(output(&server.url, &id, "out.txt"), "survived\n");
-    assert!(available(&server.url));
+    assert_eq!(common::output(&server.url, "tok-ann", &id, "out.txt"), "survived\n");
+    assert!(common::site_available(&server.url, "tok-ann", "arc1"));
 }

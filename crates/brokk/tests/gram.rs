@@ -76,26 +76,6 @@ fn broker(name: &str) -> (PathBuf, common::Server) {
     (dir, server)
 }
 
-/// Submits `file` (written into `dir` with `text`) and waits for its end.
-fn run(url: &str, dir: &Path, file: &str, text: &str) -> (String, serde_json::Value) {
-    std::fs::write(dir.join(file), text).unwrap();
-    let path = dir.join(file).display().to_string();
-    let sub = common::json(url, "tok-ann", &["submit", "--json", &path]);
-    let id = sub["id"].as_str().unwrap_or_else(|| panic!("{sub}")).to_string();
-    (id.clone(), watch(url, &id))
-}
-
-/// Follows job `id` to its end; the job as it ended.
-fn watch(url: &str, id: &str) -> serde_json::Value {
-    common::printed(&common::brokk(url, "tok-ann", &["watch", "--json", id]).stdout)
-}
-
-fn output(url: &str, id: &str, name: &str) -> String {
-    let o = common::brokk(url, "tok-ann", &["output", id, name]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
 /// Waits until job `id` is in `state`.
 fn wait_for(url: &str, id: &str, state: &str, within: Duration) {
     let deadline = Instant::now() + within;
@@ -140,11 +120,11 @@ fn rsl_jsdl_and_script_jobs_run_through_the_gatekeeper_and_their_output_comes_ba
     let script = "#!/bin/bash\n#SBATCH --time=5\n#SBATCH --output=out.txt\nfor i in 1 2 3; do echo \"line $i\"; done\necho made > made.txt\n";
     let url = server.url.clone();
     let d = dir.clone();
-    let jsdl_run = std::thread::spawn(move || run(&url, &d, "job.jsdl", jsdl));
+    let jsdl_run = std::thread::spawn(move || common::run_to_end(&url, "tok-ann", &d, "job.jsdl", jsdl));
     let url = server.url.clone();
     let d = dir.clone();
-    let script_run = std::thread::spawn(move || run(&url, &d, "job.sbatch", script));
-    let (rid, rend) = run(&server.url, &dir, "job.rsl", &rsl);
+    let script_run = std::thread::spawn(move || common::run_to_end(&url, "tok-ann", &d, "job.sbatch", script));
+    let (rid, rend) = common::run_to_end(&server.url, "tok-ann", &dir, "job.rsl", &rsl);
     let (jid, jend) = jsdl_run.join().unwrap();
     let (sid, send) = script_run.join().unwrap();
     assert_eq!(rend["state"], "finished", "{rend}");
@@ -153,19 +133,25 @@ fn rsl_jsdl_and_script_jobs_run_through_the_gatekeeper_and_their_output_comes_ba
     // The input was staged to the job manager, and the job ran as the
     // account the gatekeeper's grid-mapfile maps the certificate to.
     assert_eq!(
-        output(&server.url, &rid, "out.txt"),
+        common::output(&server.url, "tok-ann", &rid, "out.txt"),
         "rsl on GRAM\nbrokkgram\ndata from the user\n"
     );
     // The exit status crossed GRAM, which does not carry it.
     assert_eq!(jend["state"], "failed", "{jend}");
     assert_eq!(jend["exit_code"], 3, "{jend}");
-    assert_eq!(output(&server.url, &jid, "out.txt"), "jsdl on GRAM\n");
-    assert_eq!(output(&server.url, &jid, "err.txt"), "oops\n");
+    assert_eq!(
+        common::output(&server.url, "tok-ann", &jid, "out.txt"),
+        "jsdl on GRAM\n"
+    );
+    assert_eq!(common::output(&server.url, "tok-ann", &jid, "err.txt"), "oops\n");
     // A script job ran its script with its own interpreter, and a file it
     // made came back.
     assert_eq!(send["exit_code"], 0, "{send}");
-    assert_eq!(output(&server.url, &sid, "out.txt"), "line 1\nline 2\nline 3\n");
-    assert_eq!(output(&server.url, &sid, "made.txt"), "made\n");
+    assert_eq!(
+        common::output(&server.url, "tok-ann", &sid, "out.txt"),
+        "line 1\nline 2\nline 3\n"
+    );
+    assert_eq!(common::output(&server.url, "tok-ann", &sid, "made.txt"), "made\n");
     // The returned files belong to the local account the owner maps to.
     let sandbox = std::fs::read_dir(dir.join("sites/gram1/jobs"))
         .unwrap()
@@ -222,7 +208,7 @@ fn the_site_does_not_reserve_and_cancel_kills_the_job() {
     assert!(alive(), "the job's process is not running here");
     let o = common::brokk(&server.url, "tok-ann", &["cancel", &id]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let end = watch(&server.url, &id);
+    let end = common::watch_end(&server.url, "tok-ann", &id);
     assert_eq!(end["state"], "cancelled", "{end}");
     // The job manager killed the process itself.
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -325,16 +311,6 @@ fn gatekeeper(action: &str) {
     );
 }
 
-/// Whether `brokk resources` says site `gram1` answers.
-fn available(url: &str) -> bool {
-    let sites = common::json(url, "tok-ann", &["resources", "--json"]);
-    let site = sites
-        .as_array()
-        .and_then(|a| a.iter().find(|s| s["name"] == "gram1"))
-        .cloned();
-    site.is_some_and(|s| s["available"] != false)
-}
-
 #[test]
 #[ignore = "needs a local GRAM gatekeeper and root: scripts/gram-testbed.sh (scripts/test.sh starts it)"]
 fn a_gatekeeper_that_stops_answering_is_reported_and_its_job_kept() {
@@ -350,7 +326,7 @@ fn a_gatekeeper_that_stops_answering_is_reported_and_its_job_kept() {
     wait_for(&server.url, &id, "running", Duration::from_secs(60));
     gatekeeper("stop");
     let deadline = Instant::now() + Duration::from_secs(60);
-    while available(&server.url) {
+    while common::site_available(&server.url, "tok-ann", "gram1") {
         if Instant::now() > deadline {
             gatekeeper("start");
             panic!("the site never said the gatekeeper was down");
@@ -363,8 +339,8 @@ fn a_gatekeeper_that_stops_answering_is_reported_and_its_job_kept() {
     let job = common::json(&server.url, "tok-ann", &["status", "--json", &id]);
     gatekeeper("start");
     assert_eq!(job["state"], "running", "{job}");
-    let end = watch(&server.url, &id);
+    let end = common::watch_end(&server.url, "tok-ann", &id);
     assert_eq!(end["state"], "finished", "{end}");
-    assert_eq!(output(&server.url, &id, "out.txt"), "survived\n");
-    assert!(available(&server.url));
+    assert_eq!(common::output(&server.url, "tok-ann", &id, "out.txt"), "survived\n");
+    assert!(common::site_available(&server.url, "tok-ann", "gram1"));
 }

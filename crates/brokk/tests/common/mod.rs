@@ -112,3 +112,46 @@ pub fn printed(stdout: &[u8]) -> serde_json::Value {
     assert_eq!(last["event"], "end", "{text}");
     last["job"].clone()
 }
+
+/// Submits `file` (written into `dir` with `text`) as `token`'s user and
+/// follows it to its end: its id and the job as it ended.
+#[allow(dead_code)] // the grid middleware tests'
+pub fn run_to_end(
+    url: &str,
+    token: &str,
+    dir: &std::path::Path,
+    file: &str,
+    text: &str,
+) -> (String, serde_json::Value) {
+    std::fs::write(dir.join(file), text).unwrap();
+    let path = dir.join(file).display().to_string();
+    let sub = json(url, token, &["submit", "--json", &path]);
+    let id = sub["id"].as_str().unwrap_or_else(|| panic!("{sub}")).to_string();
+    (id.clone(), watch_end(url, token, &id))
+}
+
+/// Follows job `id` to its end (`watch` exits non-zero for a job that did
+/// not finish with 0); the job as it ended.
+#[allow(dead_code)] // the grid middleware tests'
+pub fn watch_end(url: &str, token: &str, id: &str) -> serde_json::Value {
+    printed(&brokk(url, token, &["watch", "--json", id]).stdout)
+}
+
+/// Output file `name` of job `id`, as `brokk output` prints it.
+#[allow(dead_code)] // the grid middleware tests'
+pub fn output(url: &str, token: &str, id: &str, name: &str) -> String {
+    let o = brokk(url, token, &["output", id, name]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// Whether `brokk resources` says site `site` answers.
+#[allow(dead_code)] // the grid middleware tests'
+pub fn site_available(url: &str, token: &str, site: &str) -> bool {
+    let sites = json(url, token, &["resources", "--json"]);
+    let found = sites
+        .as_array()
+        .and_then(|a| a.iter().find(|s| s["name"] == site))
+        .cloned();
+    found.is_some_and(|s| s["available"] != false)
+}
