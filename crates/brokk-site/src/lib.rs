@@ -14,6 +14,7 @@ pub mod config;
 pub mod gram;
 pub mod launch;
 pub mod openapi;
+pub mod reachability;
 pub mod runner;
 pub mod sandbox;
 pub mod slurm;

@@ -59,7 +59,8 @@ impl ArcConfig {
     }
 }
 
-fn default_ca_dir() -> PathBuf {
+/// Where grid middleware keeps its trusted CAs by convention.
+pub(crate) fn default_ca_dir() -> PathBuf {
     PathBuf::from("/etc/grid-security/certificates")
 }
 fn default_poll_ms() -> u64 {
@@ -81,7 +82,7 @@ pub struct ArcCe {
     pub client: ArcClient,
     /// Why the CE does not answer, as of the last reading of its
     /// information; `None` while it does.
-    down: std::sync::Mutex<Option<String>>,
+    down: crate::reachability::Reachability,
     /// Its information as last read.
     latest: std::sync::Mutex<glue2::Glue2>,
 }
@@ -95,7 +96,7 @@ impl ArcCe {
         let ce = ArcCe {
             config,
             client,
-            down: std::sync::Mutex::new(None),
+            down: Default::default(),
             latest: std::sync::Mutex::new(info.clone()),
         };
         Ok((ce, info))
@@ -103,7 +104,7 @@ impl ArcCe {
 
     /// Why the CE does not answer; `None` while it does.
     pub fn down(&self) -> Option<String> {
-        self.down.lock().map_or(None, |d| d.clone())
+        self.down.down()
     }
 
     /// The CE's information as last read.
@@ -115,10 +116,7 @@ impl ArcCe {
     /// runs, so the site reports the CE unavailable while it does not answer
     /// (jobs are kept meanwhile, and followed again when it returns).
     pub async fn watch(self: std::sync::Arc<Self>) {
-        // The first reading was `connect`'s.
-        let period = std::time::Duration::from_millis(self.config.poll_ms);
-        let mut every = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
-        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut every = crate::reachability::every(std::time::Duration::from_millis(self.config.poll_ms));
         loop {
             every.tick().await;
             let now_down = match self.client.info().await {
@@ -130,15 +128,7 @@ impl ArcCe {
                 }
                 Err(e) => Some(e.to_string()),
             };
-            if let Ok(mut d) = self.down.lock() {
-                if *d != now_down {
-                    match &now_down {
-                        Some(why) => tracing::warn!(ce = %self.config.url, "{why}"),
-                        None => tracing::info!(ce = %self.config.url, "the ARC CE answers again"),
-                    }
-                }
-                *d = now_down;
-            }
+            self.down.record("ARC CE", &self.config.url, now_down);
         }
     }
 }

@@ -37,7 +37,7 @@ pub struct GramConfig {
     pub key: Option<PathBuf>,
     /// A directory of CA certificates and signing policies the gatekeeper's
     /// certificate is checked against.
-    #[serde(default = "default_ca_dir")]
+    #[serde(default = "crate::arc::default_ca_dir")]
     pub ca_dir: PathBuf,
     /// Milliseconds between two readings of a job's state, and of the
     /// gatekeeper's health.
@@ -85,9 +85,6 @@ impl GramConfig {
     }
 }
 
-fn default_ca_dir() -> PathBuf {
-    PathBuf::from("/etc/grid-security/certificates")
-}
 fn default_poll_ms() -> u64 {
     5000
 }
@@ -113,9 +110,8 @@ pub struct GramCe {
     proxies: PathBuf,
     /// When the agent's proxy was made; `None` when `cert` is a proxy.
     made: Mutex<Option<SystemTime>>,
-    /// Why the gatekeeper does not answer, as of the last reading; `None`
-    /// while it does.
-    down: Mutex<Option<String>>,
+    /// Whether the gatekeeper answers, as of the last reading.
+    down: crate::reachability::Reachability,
 }
 
 impl GramCe {
@@ -139,7 +135,7 @@ impl GramCe {
             client,
             proxies,
             made: Mutex::new(None),
-            down: Mutex::new(None),
+            down: Default::default(),
         };
         ce.renew(true).await?;
         ce.client.ping(&ce.proxy()).await?;
@@ -204,7 +200,7 @@ impl GramCe {
 
     /// Why the gatekeeper does not answer; `None` while it does.
     pub fn down(&self) -> Option<String> {
-        self.down.lock().map_or(None, |d| d.clone())
+        self.down.down()
     }
 
     /// Authenticates at the gatekeeper every `poll_ms` (renewing the proxy
@@ -212,24 +208,14 @@ impl GramCe {
     /// gatekeeper unavailable while it does not answer; jobs are kept
     /// meanwhile and followed again when it returns.
     pub async fn watch(self: std::sync::Arc<Self>) {
-        let period = StdDuration::from_millis(self.config.poll_ms);
-        let mut every = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
-        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut every = crate::reachability::every(StdDuration::from_millis(self.config.poll_ms));
         loop {
             every.tick().await;
             let now_down = match self.renew(false).await {
                 Err(e) => Some(e.to_string()),
                 Ok(()) => self.client.ping(&self.proxy()).await.err().map(|e| e.to_string()),
             };
-            if let Ok(mut d) = self.down.lock() {
-                if *d != now_down {
-                    match &now_down {
-                        Some(why) => tracing::warn!(gatekeeper = %self.config.contact, "{why}"),
-                        None => tracing::info!(gatekeeper = %self.config.contact, "the GRAM gatekeeper answers again"),
-                    }
-                }
-                *d = now_down;
-            }
+            self.down.record("GRAM gatekeeper", &self.config.contact, now_down);
         }
     }
 }
