@@ -724,20 +724,13 @@ impl Profile for BTree {
     }
 
     fn latest_fit(&self, thr: i32, d: i64, earliest: i64, latest: i64) -> Option<i64> {
-        let mut t = latest;
-        while t >= earliest {
-            let blocked = self
-                .last_over(self.root, self.height, 0, t.saturating_add(1), t.saturating_add(d), thr)
-                .or_else(|| {
-                    let (k, used) = self.floor(t);
-                    (used > thr).then_some(k)
-                });
-            match blocked {
-                None => return Some(t),
-                Some(k) => t = k.saturating_sub(d),
-            }
-        }
-        None
+        crate::profile::latest_fit_by(
+            thr,
+            d,
+            (earliest, latest),
+            |lo, hi| self.last_over(self.root, self.height, 0, lo, hi, thr),
+            |t| self.floor(t),
+        )
     }
 
     fn max_used(&self, start: i64, end: i64) -> i32 {
@@ -763,15 +756,7 @@ impl Profile for BTree {
         let (_, first) = self.floor(from);
         let mut points = vec![(from, first)];
         self.walk(self.root, self.height, 0, from.saturating_add(1), to, &mut points);
-        let mut out: Vec<(i64, i64, i32)> = Vec::with_capacity(points.len());
-        for (i, &(s, u)) in points.iter().enumerate() {
-            let e = points.get(i + 1).map_or(to, |p| p.0);
-            match out.last_mut() {
-                Some((_, end, used)) if *used == u => *end = e,
-                _ => out.push((s, e, u)),
-            }
-        }
-        out
+        crate::profile::segments_of(&points, to)
     }
 
     fn check_invariants(&self) {

@@ -29,3 +29,42 @@ pub trait Profile {
     /// Checks internal invariants; panics with a description when one is broken.
     fn check_invariants(&self) {}
 }
+
+/// The segments between change points `points` (time and usage from then
+/// on, the first at the range's start) up to `to`, neighbours of equal usage
+/// joined: `segments` for the trees, which list their points in order.
+pub(crate) fn segments_of(points: &[(i64, i32)], to: i64) -> Vec<(i64, i64, i32)> {
+    let mut out: Vec<(i64, i64, i32)> = Vec::with_capacity(points.len());
+    for (i, &(s, u)) in points.iter().enumerate() {
+        let e = points.get(i + 1).map_or(to, |p| p.0);
+        match out.last_mut() {
+            Some((_, end, used)) if *used == u => *end = e,
+            _ => out.push((s, e, u)),
+        }
+    }
+    out
+}
+
+/// `latest_fit` for the trees, from the last point over `thr` in a range
+/// (`last_over(lo, hi)`) and the point and usage in force at a time
+/// (`floor(t)`): each blocked point moves the candidate to just before it.
+pub(crate) fn latest_fit_by(
+    thr: i32,
+    d: i64,
+    (earliest, latest): (i64, i64),
+    last_over: impl Fn(i64, i64) -> Option<i64>,
+    floor: impl Fn(i64) -> (i64, i32),
+) -> Option<i64> {
+    let mut t = latest;
+    while t >= earliest {
+        let blocked = last_over(t.saturating_add(1), t.saturating_add(d)).or_else(|| {
+            let (k, used) = floor(t);
+            (used > thr).then_some(k)
+        });
+        match blocked {
+            None => return Some(t),
+            Some(k) => t = k.saturating_sub(d),
+        }
+    }
+    None
+}

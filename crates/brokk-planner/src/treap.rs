@@ -442,20 +442,16 @@ impl Profile for FreeList {
     }
 
     fn latest_fit(&self, thr: i32, d: i64, earliest: i64, latest: i64) -> Option<i64> {
-        let mut t = latest;
-        while t >= earliest {
-            let blocked = self
-                .last_over(self.root, t.saturating_add(1), t.saturating_add(d), thr, 0)
-                .or_else(|| {
-                    let (n, used) = self.floor(t);
-                    (used > thr).then(|| self.nodes[n as usize].key)
-                });
-            match blocked {
-                None => return Some(t),
-                Some(k) => t = k.saturating_sub(d),
-            }
-        }
-        None
+        crate::profile::latest_fit_by(
+            thr,
+            d,
+            (earliest, latest),
+            |lo, hi| self.last_over(self.root, lo, hi, thr, 0),
+            |t| {
+                let (n, used) = self.floor(t);
+                (self.nodes[n as usize].key, used)
+            },
+        )
     }
 
     fn max_used(&self, start: i64, end: i64) -> i32 {
@@ -473,15 +469,7 @@ impl Profile for FreeList {
         let (_, first) = self.floor(from);
         let mut points = vec![(from, first)];
         self.walk(self.root, 0, from.saturating_add(1), to, &mut points);
-        let mut out = Vec::with_capacity(points.len());
-        for (i, &(s, u)) in points.iter().enumerate() {
-            let e = points.get(i + 1).map_or(to, |p| p.0);
-            match out.last_mut() {
-                Some((_, end, used)) if *used == u => *end = e,
-                _ => out.push((s, e, u)),
-            }
-        }
-        out
+        crate::profile::segments_of(&points, to)
     }
 
     fn check_invariants(&self) {
