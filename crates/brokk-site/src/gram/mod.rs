@@ -14,8 +14,7 @@ pub(crate) mod exec;
 
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
-use std::time::{Duration as StdDuration, SystemTime};
+use std::time::Duration as StdDuration;
 
 use serde::Deserialize;
 
@@ -108,8 +107,6 @@ pub struct GramCe {
     /// Where the agent keeps its proxies (the agent's own, and a copy per
     /// account jobs run as).
     proxies: PathBuf,
-    /// When the agent's proxy was made; `None` when `cert` is a proxy.
-    made: Mutex<Option<SystemTime>>,
     /// Whether the gatekeeper answers, as of the last reading.
     down: crate::reachability::Reachability,
 }
@@ -134,7 +131,6 @@ impl GramCe {
             config,
             client,
             proxies,
-            made: Mutex::new(None),
             down: Default::default(),
         };
         ce.renew(true).await?;
@@ -150,13 +146,16 @@ impl GramCe {
         }
     }
 
-    /// Makes a new proxy when there is none yet (`now`) or half of its
-    /// validity has passed.
+    /// Makes a new proxy at start (`now`), or when half of its validity
+    /// has passed since it was written.
     async fn renew(&self, now: bool) -> Result<(), GramError> {
         let Some(key) = &self.config.key else { return Ok(()) };
-        let made = self.made.lock().map_or(None, |m| *m);
         let half = StdDuration::from_secs(u64::from(self.config.proxy_hours) * 1800);
-        let due = now || made.is_none_or(|t| t.elapsed().map_or(true, |age| age >= half));
+        let age = std::fs::metadata(self.proxy())
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok());
+        let due = now || age.is_none_or(|a| a >= half);
         if !due {
             return Ok(());
         }
@@ -164,11 +163,7 @@ impl GramCe {
         self.client
             .make_proxy(&self.config.cert, key, &fresh, self.config.proxy_hours)
             .await?;
-        std::fs::rename(&fresh, self.proxy()).map_err(|e| GramError::Credentials(e.to_string()))?;
-        if let Ok(mut m) = self.made.lock() {
-            *m = Some(SystemTime::now());
-        }
-        Ok(())
+        std::fs::rename(&fresh, self.proxy()).map_err(|e| GramError::Credentials(e.to_string()))
     }
 
     /// The proxy `account`'s calls use: the agent's own, or a copy the
