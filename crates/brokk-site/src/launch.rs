@@ -136,6 +136,28 @@ where
     }
 }
 
+/// What a resource manager's command that failed said: its standard error
+/// then standard output, non-empty lines joined by `; `; how it exited when
+/// it said nothing.
+pub(crate) fn failure_message(program: &str, out: &std::process::Output) -> String {
+    let (stderr, stdout) = (
+        String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(&out.stdout),
+    );
+    let message = stderr
+        .lines()
+        .chain(stdout.lines())
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join("; ");
+    if message.is_empty() {
+        format!("{program} exited with {}", out.status)
+    } else {
+        message
+    }
+}
+
 /// The last path component, so a job cannot write outside its sandbox.
 pub(crate) fn plain_name(name: &str) -> String {
     let base = name.rsplit(['/', '\\']).next().unwrap_or(name);

@@ -162,21 +162,7 @@ impl GramClient {
         if out.status.success() {
             return Ok(out.stdout);
         }
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        let message = stderr
-            .lines()
-            .chain(stdout.lines())
-            .map(str::trim)
-            .filter(|l| !l.is_empty())
-            .collect::<Vec<_>>()
-            .join("; ");
-        let message = if message.is_empty() {
-            format!("{program} exited with {}", out.status)
-        } else {
-            message
-        };
-        Err(classify(message))
+        Err(classify(crate::launch::failure_message(program, &out)))
     }
 
     /// Makes a proxy from `cert` and `key` at `out`, valid for `hours`,

@@ -282,18 +282,10 @@ impl SlurmCli {
             Ok(Err(e)) => return Err(SlurmError::Unavailable(format!("running {}: {e}", path.display()))),
             Ok(Ok(out)) => out,
         };
-        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
         if out.status.success() {
-            return Ok(stdout);
+            return Ok(String::from_utf8_lossy(&out.stdout).into_owned());
         }
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        let message = stderr
-            .lines()
-            .chain(stdout.lines())
-            .map(str::trim)
-            .filter(|l| !l.is_empty())
-            .collect::<Vec<_>>()
-            .join("; ");
+        let message = crate::launch::failure_message(program, &out);
         if UNREACHABLE.iter().any(|m| message.contains(m)) {
             Err(SlurmError::Unavailable(message))
         } else {
