@@ -194,15 +194,7 @@ fn cancel_reaches_the_ce() {
     let sub = common::json(&server.url, "tok-ann", &["submit", "--json", &path]);
     let id = sub["id"].as_str().unwrap().to_string();
     // Running, as the CE reports it (a minute's lag or so).
-    let deadline = Instant::now() + Duration::from_secs(240);
-    loop {
-        let job = common::json(&server.url, "tok-ann", &["status", "--json", &id]);
-        if job["state"] == "running" {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the job never ran on the CE: {job}");
-        std::thread::sleep(Duration::from_secs(1));
-    }
+    common::wait_for_state(&server.url, "tok-ann", &id, "running", Duration::from_secs(240));
     let o = common::brokk(&server.url, "tok-ann", &["cancel", &id]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let end = common::watch_end(&server.url, "tok-ann", &id);
@@ -251,33 +243,8 @@ fn a_certificate_the_ce_does_not_trust_is_a_clear_error() {
         arc_table(&bed, &dir.join("stranger.pem"), &dir.join("stranger.key"))
     );
     std::fs::write(dir.join("site.toml"), config).unwrap();
-    let started = Instant::now();
-    let o = Command::new(env!("CARGO_BIN_EXE_brokk"))
-        .args(["site", "--config"])
-        .arg(dir.join("site.toml"))
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(!o.status.success(), "{err}");
+    let err = common::site_refuses(&dir.join("site.toml"));
     assert!(err.contains("refused the certificate"), "{err}");
-    assert!(
-        started.elapsed() < Duration::from_secs(30),
-        "took {:?}",
-        started.elapsed()
-    );
-}
-
-/// Runs one of the CE's init scripts (`start` or `stop`).
-fn arc_service(name: &str, action: &str) {
-    let o = Command::new(format!("/etc/init.d/{name}"))
-        .arg(action)
-        .output()
-        .unwrap();
-    assert!(
-        o.status.success(),
-        "{name} {action}: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
 }
 
 #[test]
@@ -298,11 +265,11 @@ fn a_ce_that_stops_answering_is_reported_and_its_job_kept() {
         assert!(Instant::now() < deadline, "never dispatched");
         std::thread::sleep(Duration::from_millis(200));
     }
-    arc_service("arc-arex-ws", "stop");
+    common::init_script("arc-arex-ws", "stop");
     let deadline = Instant::now() + Duration::from_secs(90);
     while common::site_available(&server.url, "tok-ann", "arc1") {
         if Instant::now() > deadline {
-            arc_service("arc-arex-ws", "start");
+            common::init_script("arc-arex-ws", "start");
             panic!("the site never said the CE was down");
         }
         std::thread::sleep(Duration::from_secs(1));
@@ -310,7 +277,7 @@ fn a_ce_that_stops_answering_is_reported_and_its_job_kept() {
     // Nothing is lost while it is down.
     std::thread::sleep(Duration::from_secs(5));
     let job = common::json(&server.url, "tok-ann", &["status", "--json", &id]);
-    arc_service("arc-arex-ws", "start");
+    common::init_script("arc-arex-ws", "start");
     assert!(
         ["dispatched", "running"].contains(&job["state"].as_str().unwrap_or("")),
         "{job}"

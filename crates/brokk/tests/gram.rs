@@ -76,19 +76,6 @@ fn broker(name: &str) -> (PathBuf, common::Server) {
     (dir, server)
 }
 
-/// Waits until job `id` is in `state`.
-fn wait_for(url: &str, id: &str, state: &str, within: Duration) {
-    let deadline = Instant::now() + within;
-    loop {
-        let job = common::json(url, "tok-ann", &["status", "--json", id]);
-        if job["state"] == state {
-            return;
-        }
-        assert!(Instant::now() < deadline, "never {state}: {job}");
-        std::thread::sleep(Duration::from_millis(300));
-    }
-}
-
 #[test]
 #[ignore = "needs a local GRAM gatekeeper and root: scripts/gram-testbed.sh (scripts/test.sh starts it)"]
 fn rsl_jsdl_and_script_jobs_run_through_the_gatekeeper_and_their_output_comes_back() {
@@ -196,7 +183,7 @@ fn the_site_does_not_reserve_and_cancel_kills_the_job() {
     let path = dir.join("long.rsl").display().to_string();
     let sub = common::json(&server.url, "tok-ann", &["submit", "--json", &path]);
     let id = sub["id"].as_str().unwrap().to_string();
-    wait_for(&server.url, &id, "running", Duration::from_secs(60));
+    common::wait_for_state(&server.url, "tok-ann", &id, "running", Duration::from_secs(60));
     let alive = || {
         Command::new("pgrep")
             .args(["-f", &marker])
@@ -278,37 +265,9 @@ fn a_certificate_the_gatekeeper_does_not_trust_is_a_clear_error() {
         gram_table(&bed, &dir.join("stranger.pem"), &dir.join("stranger.key"))
     );
     std::fs::write(dir.join("site.toml"), config).unwrap();
-    let started = Instant::now();
-    let o = Command::new(env!("CARGO_BIN_EXE_brokk"))
-        .args(["site", "--config"])
-        .arg(dir.join("site.toml"))
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(!o.status.success(), "{err}");
+    let err = common::site_refuses(&dir.join("site.toml"));
     assert!(err.contains("GRAM credentials"), "{err}");
     assert!(err.contains("trusted CA"), "{err}");
-    assert!(
-        started.elapsed() < Duration::from_secs(30),
-        "took {:?}",
-        started.elapsed()
-    );
-}
-
-/// Starts or stops the gatekeeper.
-fn gatekeeper(action: &str) {
-    // A clean environment: the gatekeeper would take X509_USER_* from it.
-    let o = Command::new("/etc/init.d/globus-gatekeeper")
-        .arg(action)
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .output()
-        .unwrap();
-    assert!(
-        o.status.success(),
-        "gatekeeper {action}: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
 }
 
 #[test]
@@ -323,12 +282,12 @@ fn a_gatekeeper_that_stops_answering_is_reported_and_its_job_kept() {
     let path = dir.join("slow.rsl").display().to_string();
     let sub = common::json(&server.url, "tok-ann", &["submit", "--json", &path]);
     let id = sub["id"].as_str().unwrap().to_string();
-    wait_for(&server.url, &id, "running", Duration::from_secs(60));
-    gatekeeper("stop");
+    common::wait_for_state(&server.url, "tok-ann", &id, "running", Duration::from_secs(60));
+    common::init_script("globus-gatekeeper", "stop");
     let deadline = Instant::now() + Duration::from_secs(60);
     while common::site_available(&server.url, "tok-ann", "gram1") {
         if Instant::now() > deadline {
-            gatekeeper("start");
+            common::init_script("globus-gatekeeper", "start");
             panic!("the site never said the gatekeeper was down");
         }
         std::thread::sleep(Duration::from_millis(500));
@@ -337,7 +296,7 @@ fn a_gatekeeper_that_stops_answering_is_reported_and_its_job_kept() {
     // is lost.
     std::thread::sleep(Duration::from_secs(8));
     let job = common::json(&server.url, "tok-ann", &["status", "--json", &id]);
-    gatekeeper("start");
+    common::init_script("globus-gatekeeper", "start");
     assert_eq!(job["state"], "running", "{job}");
     let end = common::watch_end(&server.url, "tok-ann", &id);
     assert_eq!(end["state"], "finished", "{end}");

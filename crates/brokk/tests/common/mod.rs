@@ -155,3 +155,55 @@ pub fn site_available(url: &str, token: &str, site: &str) -> bool {
         .cloned();
     found.is_some_and(|s| s["available"] != false)
 }
+
+/// Waits until job `id` is in `state`, reading it as `token`'s user.
+#[allow(dead_code)] // the grid middleware tests'
+pub fn wait_for_state(url: &str, token: &str, id: &str, state: &str, within: std::time::Duration) {
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        let job = json(url, token, &["status", "--json", id]);
+        if job["state"] == state {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "never {state}: {job}");
+        std::thread::sleep(std::time::Duration::from_millis(300));
+    }
+}
+
+/// Runs a service's SysV init script with `action` (`start`, `stop`) in a
+/// clean environment: grid services take `X509_USER_*` from it as their own
+/// credential.
+#[allow(dead_code)] // the grid middleware tests'
+pub fn init_script(name: &str, action: &str) {
+    let o = Command::new(format!("/etc/init.d/{name}"))
+        .arg(action)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "{name} {action}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+/// Starts `brokk site` on `config` and expects it to refuse to start within
+/// 30 s; what it printed on standard error.
+#[allow(dead_code)] // the grid middleware tests'
+pub fn site_refuses(config: &std::path::Path) -> String {
+    let started = std::time::Instant::now();
+    let o = Command::new(env!("CARGO_BIN_EXE_brokk"))
+        .args(["site", "--config"])
+        .arg(config)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(!o.status.success(), "{err}");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(30),
+        "took {:?}",
+        started.elapsed()
+    );
+    err
+}
