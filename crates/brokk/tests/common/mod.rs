@@ -170,17 +170,18 @@ pub fn wait_for_state(url: &str, token: &str, id: &str, state: &str, within: std
     }
 }
 
-/// Runs a service's SysV init script with `action` (`start`, `stop`) in a
-/// clean environment: grid services take `X509_USER_*` from it as their own
-/// credential.
+/// Runs a service's SysV init script with `action` (`start`, `stop`),
+/// without the `X509_*` credential variables: the GRAM gatekeeper takes them
+/// from its environment as its own credential.
 #[allow(dead_code)] // the grid middleware tests'
 pub fn init_script(name: &str, action: &str) {
-    let o = Command::new(format!("/etc/init.d/{name}"))
-        .arg(action)
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .output()
-        .unwrap();
+    let mut cmd = Command::new(format!("/etc/init.d/{name}"));
+    for (k, _) in std::env::vars_os() {
+        if k.to_string_lossy().starts_with("X509_") {
+            cmd.env_remove(k);
+        }
+    }
+    let o = cmd.arg(action).output().unwrap();
     assert!(
         o.status.success(),
         "{name} {action}: {}",
