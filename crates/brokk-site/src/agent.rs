@@ -272,6 +272,19 @@ impl Agent {
         self.inner.read().await
     }
 
+    /// Answers a user's read of the state: the state may be ahead of the
+    /// disk by writes still in the group commit, so the answer waits until
+    /// everything it could have seen is durable. What a user was shown
+    /// survives a crash, as what an operation answered does.
+    async fn seen<T>(&self, read: impl FnOnce(&Inner) -> T) -> T {
+        let (answer, through) = {
+            let g = self.read().await;
+            (read(&g), self.commits.queued())
+        };
+        self.commits.durable_through(through).await;
+        answer
+    }
+
     /// Carries out the core's effects under the lock: writes (durable on
     /// return), then signals to runners. Returns the resource-manager
     /// commands, to run once the lock is released.
@@ -606,13 +619,14 @@ impl Agent {
             release_with_job,
         };
         // A repeated key answers even while the resource manager is down.
-        let repeat = {
-            let g = self.read().await;
-            sub.key
-                .as_deref()
-                .and_then(|k| g.core.job_by_key(who, k).ok())
-                .map(|j| j.id)
-        };
+        let repeat = self
+            .seen(|g| {
+                sub.key
+                    .as_deref()
+                    .and_then(|k| g.core.job_by_key(who, k).ok())
+                    .map(|j| j.id)
+            })
+            .await;
         if let Some(id) = repeat {
             return Ok((id, false));
         }
@@ -622,30 +636,30 @@ impl Agent {
 
     /// `GET /v1/jobs/{id}`.
     pub async fn job(&self, who: &str, id: JobId) -> Result<JobView, AgentError> {
-        let g = self.read().await;
-        Ok(g.core.job(who, id).map(job_view)?)
+        Ok(self.seen(|g| g.core.job(who, id).map(job_view)).await?)
     }
 
     /// `GET /v1/jobs/by-key/{key}`: the caller's job submitted with this
     /// idempotency key, so a client that crashed mid-submission can tell
     /// whether the site already has the job.
     pub async fn job_by_key(&self, who: &str, key: &str) -> Result<JobView, AgentError> {
-        let g = self.read().await;
-        Ok(g.core.job_by_key(who, key).map(job_view)?)
+        Ok(self.seen(|g| g.core.job_by_key(who, key).map(job_view)).await?)
     }
 
     /// `GET /v1/jobs/changes?after=V`: the caller's jobs changed after version
     /// `after` of this run (`epoch`), oldest change first, at most `limit`.
     pub async fn changes(&self, who: &str, epoch: u64, after: u64, limit: usize) -> ChangeFeed {
-        let g = self.read().await;
         // Another run's versions mean nothing here: start from the beginning.
         let after = if epoch == self.epoch { after } else { 0 };
-        let (jobs, version) = g.core.changes(who, after, limit);
-        ChangeFeed {
-            epoch: self.epoch,
-            version,
-            jobs: jobs.into_iter().map(job_view).collect(),
-        }
+        self.seen(|g| {
+            let (jobs, version) = g.core.changes(who, after, limit);
+            ChangeFeed {
+                epoch: self.epoch,
+                version,
+                jobs: jobs.into_iter().map(job_view).collect(),
+            }
+        })
+        .await
     }
 
     /// `DELETE /v1/jobs/{id}`: any state; a running process is terminated by

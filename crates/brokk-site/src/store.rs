@@ -5,7 +5,7 @@
 
 use std::path::Path;
 use std::str::FromStr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use brokk_core::{Reservation, ReservationId, State};
 use brokk_model::{Job, Time};
@@ -49,13 +49,18 @@ pub struct Store {
 /// single writer takes everything queued at once. A batch commits after
 /// every batch before it, so an operation answered is on disk with every
 /// one it followed.
+///
+/// Every enqueue is numbered; the writer publishes the number of the last
+/// write on disk, so a reader that saw the state after enqueue `n` can wait
+/// until `n` is durable before it answers (see [`GroupCommit::durable_through`]).
 #[derive(Debug, Clone)]
 pub struct GroupCommit {
-    queue: tokio::sync::mpsc::UnboundedSender<Pending>,
+    queue: Arc<Mutex<(u64, tokio::sync::mpsc::UnboundedSender<Pending>)>>,
+    durable: tokio::sync::watch::Receiver<u64>,
 }
 
-/// One operation's writes and who waits for them.
-type Pending = (Vec<Write>, tokio::sync::oneshot::Sender<Result<(), String>>);
+/// One operation's writes, its number, and who waits for them.
+type Pending = (Vec<Write>, u64, tokio::sync::oneshot::Sender<Result<(), String>>);
 
 /// Most operations one transaction takes.
 const GROUP: usize = 512;
@@ -64,6 +69,7 @@ impl GroupCommit {
     /// Starts the writer of `store` on the current runtime.
     pub fn start(store: Store) -> GroupCommit {
         let (queue, mut rx) = tokio::sync::mpsc::unbounded_channel::<Pending>();
+        let (publish, durable) = tokio::sync::watch::channel(0);
         tokio::spawn(async move {
             while let Some(first) = rx.recv().await {
                 let mut batch = vec![first];
@@ -75,17 +81,25 @@ impl GroupCommit {
                 }
                 let mut writes = Vec::new();
                 let mut waiting = Vec::with_capacity(batch.len());
-                for (w, done) in batch {
+                let mut last = 0;
+                for (w, n, done) in batch {
                     writes.extend(w);
                     waiting.push(done);
+                    last = n;
                 }
                 let outcome = store.write(&writes).await.map_err(|e| e.to_string());
+                // A failed write is answered as such to its operations; a
+                // reader waiting behind it is not held for ever.
+                publish.send_replace(last);
                 for done in waiting {
                     let _ = done.send(outcome.clone());
                 }
             }
         });
-        GroupCommit { queue }
+        GroupCommit {
+            queue: Arc::new(Mutex::new((0, queue))),
+            durable,
+        }
     }
 
     /// Queues `writes` behind every write queued before; the receiver
@@ -94,10 +108,28 @@ impl GroupCommit {
         let (done, rx) = tokio::sync::oneshot::channel();
         if writes.is_empty() {
             let _ = done.send(Ok(()));
-        } else if let Err(e) = self.queue.send((writes, done)) {
-            let _ = e.0 .1.send(Err("the database writer has stopped".into()));
+            return rx;
+        }
+        // Numbering and sending together keep the numbers in queue order.
+        let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+        q.0 += 1;
+        let n = q.0;
+        if let Err(e) = q.1.send((writes, n, done)) {
+            let _ = e.0 .2.send(Err("the database writer has stopped".into()));
         }
         rx
+    }
+
+    /// The number of the last write queued so far.
+    pub fn queued(&self) -> u64 {
+        self.queue.lock().unwrap_or_else(|e| e.into_inner()).0
+    }
+
+    /// Waits until write `n` and all before it have been through the
+    /// writer (or the writer has stopped).
+    pub async fn durable_through(&self, n: u64) {
+        let mut durable = self.durable.clone();
+        let _ = durable.wait_for(|&d| d >= n).await;
     }
 }
 
@@ -290,5 +322,47 @@ impl Store {
                 })
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reservation(id: u64) -> Reservation {
+        Reservation {
+            id: ReservationId(id),
+            owner: "ann".into(),
+            start: Time(100),
+            end: Time(200),
+            amount: 1,
+            state: State::Committed,
+            window: None,
+        }
+    }
+
+    /// A reader that waits for the last queued write finds every write
+    /// queued before it on disk, though nobody awaited the writes.
+    #[tokio::test]
+    async fn waiting_for_the_queued_number_finds_the_writes_on_disk() {
+        let dir = std::env::temp_dir().join(format!("brokk-group-commit-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let store = Store::open(&dir.join("site.db")).await.unwrap();
+        let commits = GroupCommit::start(store.clone());
+        assert_eq!(commits.queued(), 0);
+        let unawaited: Vec<_> = (1..=300)
+            .map(|i| commits.enqueue(vec![Write::Reservations(vec![reservation(i)])]))
+            .collect();
+        // Nothing to write takes no number.
+        let _ = commits.enqueue(Vec::new());
+        assert_eq!(commits.queued(), 300);
+        commits.durable_through(commits.queued()).await;
+        let other = Store::open(&dir.join("site.db")).await.unwrap();
+        assert_eq!(other.live_reservations().await.unwrap().len(), 300);
+        for rx in unawaited {
+            assert_eq!(rx.await.unwrap(), Ok(()));
+        }
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
