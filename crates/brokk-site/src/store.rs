@@ -355,7 +355,7 @@ mod tests {
             .map(|i| commits.enqueue(vec![Write::Reservations(vec![reservation(i)])]))
             .collect();
         // Nothing to write takes no number.
-        let _ = commits.enqueue(Vec::new());
+        assert_eq!(commits.enqueue(Vec::new()).await.unwrap(), Ok(()));
         assert_eq!(commits.queued(), 300);
         commits.durable_through(commits.queued()).await;
         let other = Store::open(&dir.join("site.db")).await.unwrap();
