@@ -31,6 +31,39 @@ impl Feed {
         self.changes.insert(self.version, id);
     }
 
+    /// Puts job `id` back under the version of its latest change, as a
+    /// restart found it; later changes get later versions.
+    pub(crate) fn restore(&mut self, id: JobId, version: u64) {
+        if let Some(old) = self.versions.insert(id, version) {
+            self.changes.remove(&old);
+        }
+        self.changes.insert(version, id);
+        self.version = self.version.max(version);
+    }
+
+    /// Versions continue after `version` (the latest of the jobs a restart
+    /// did not load).
+    pub(crate) fn continue_after(&mut self, version: u64) {
+        self.version = self.version.max(version);
+    }
+
+    /// Drops job `id` from the feed; the version of its latest change.
+    pub(crate) fn forget(&mut self, id: JobId) -> Option<u64> {
+        let v = self.versions.remove(&id)?;
+        self.changes.remove(&v);
+        Some(v)
+    }
+
+    /// The version of job `id`'s latest change (0 if none).
+    pub(crate) fn version_of(&self, id: JobId) -> u64 {
+        self.versions.get(&id).copied().unwrap_or(0)
+    }
+
+    /// The latest version.
+    pub(crate) fn version(&self) -> u64 {
+        self.version
+    }
+
     /// Jobs that `mine` keeps, changed after `after`, at most `limit`.
     pub(crate) fn page(&self, after: u64, limit: usize, mine: impl Fn(JobId) -> bool) -> FeedPage {
         let mut jobs = Vec::new();

@@ -38,6 +38,6 @@ pub fn planner(capacity: u32, horizon: brokk_model::Time) -> Planner {
 
 pub use effect::{Effect, Ended, Manager};
 pub use error::CoreError;
-pub use record::{JobId, JobRecord, Occupant, Submission};
+pub use record::{JobId, JobRecord, KeptJobs, Occupant, Submission};
 pub use runner::VirtualRunner;
 pub use site::{Launch, Published, SiteCore, SiteParams};

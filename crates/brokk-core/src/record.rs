@@ -114,3 +114,26 @@ pub struct Occupant {
     /// CPUs.
     pub cpus: u32,
 }
+
+/// What a restart reloads of a site's jobs from its store: those not yet
+/// ended and those ended too recently to retire, each with the feed version
+/// of its latest change.
+#[derive(Debug, Clone, Default)]
+pub struct KeptJobs {
+    /// The records, each with its version.
+    pub records: Vec<(JobRecord, u64)>,
+    /// One past the largest job id ever issued (retired jobs included).
+    pub next_job: u64,
+    /// The latest feed version among the jobs left in the store (0: none).
+    pub retired_through: u64,
+}
+
+impl KeptJobs {
+    /// Every job of `records`, none retired, versioned in their order.
+    pub fn all(records: Vec<JobRecord>) -> KeptJobs {
+        KeptJobs {
+            records: records.into_iter().zip(1..).collect(),
+            ..KeptJobs::default()
+        }
+    }
+}

@@ -13,7 +13,7 @@ use crate::effect::{Effect, Ended, Manager};
 use crate::error::CoreError;
 use crate::feed::Feed;
 use crate::queue::Policy;
-use crate::record::{JobId, JobRecord, Occupant, Submission};
+use crate::record::{JobId, JobRecord, KeptJobs, Occupant, Submission};
 
 /// The owner of what the schedule mirrors from a resource manager; no
 /// identity maps to it, so no caller can touch those reservations.
@@ -85,6 +85,11 @@ pub struct SiteCore {
     /// (owner, idempotency key) -> job, so a repeated submission is one job.
     keys: HashMap<(String, String), JobId>,
     feed: Feed,
+    /// Ended jobs in the order they ended, for retiring them.
+    ended: VecDeque<(Time, JobId)>,
+    /// The latest feed version among retired jobs: a follower behind it
+    /// has missed changes the core no longer holds.
+    retired: u64,
     next_job: u64,
     /// Foreign occupants mirrored in the schedule: key -> (occupant, booking).
     foreign: HashMap<String, (Occupant, Option<ReservationId>)>,
@@ -112,6 +117,8 @@ impl SiteCore {
             waiting: VecDeque::new(),
             keys: HashMap::new(),
             feed: Feed::default(),
+            ended: VecDeque::new(),
+            retired: 0,
             next_job: 1,
             foreign: HashMap::new(),
             out: Vec::new(),
@@ -122,14 +129,15 @@ impl SiteCore {
     /// lapsed meanwhile expire, reservations that no longer fit are dropped,
     /// and a job caught delivering output whose end nobody recorded
     /// (`followable` says whether a supervisor or resource manager still
-    /// knows it) fails. Returns the site and the ids of the jobs whose runner
-    /// must start again; the reload's own writes wait in the outbox.
+    /// knows it) fails. Jobs come back under the feed versions they had, so
+    /// a follower's place stays good. Returns the site and the ids of the
+    /// jobs whose runner must (re)start.
     pub fn restore(
         params: SiteParams,
         now: Time,
         reservations: &[Reservation],
         next_reservation: u64,
-        records: Vec<JobRecord>,
+        kept: KeptJobs,
         followable: impl Fn(&JobRecord) -> bool,
     ) -> (Self, Vec<JobId>) {
         let mut core = SiteCore::new(params);
@@ -142,15 +150,20 @@ impl SiteCore {
         core.planner.issue_ids_from(next_reservation);
         let expired = core.planner.expire(now);
         core.end(expired, Ended::Expired);
+        core.next_job = core.next_job.max(kept.next_job);
+        core.retired = kept.retired_through;
+        core.feed.continue_after(kept.retired_through);
         let mut resume = Vec::new();
-        for mut j in records {
+        let mut changed = Vec::new();
+        for (mut j, version) in kept.records {
             core.next_job = core.next_job.max(j.id.0 + 1);
+            core.feed.restore(j.id, version);
             if j.state == JobPhase::StagingOut && !followable(&j) {
                 j.state = JobPhase::Failed;
                 j.reason = Some("the site agent stopped while the job was running".into());
                 j.ended = Some(now);
                 core.release_slot(&j);
-                core.out.push(Effect::SaveJob(j.id));
+                changed.push(j.id);
             } else if !j.state.is_terminal() {
                 resume.push(j.id);
                 core.active.insert(j.id);
@@ -163,18 +176,60 @@ impl SiteCore {
                     _ => {}
                 }
             }
+            if j.state.is_terminal() {
+                core.ended.push_back((j.ended.unwrap_or(now), j.id));
+            }
             if let Some(k) = &j.key {
                 core.keys.insert((j.owner.clone(), k.clone()), j.id);
             }
             core.jobs.insert(j.id, j);
         }
-        let ids: Vec<JobId> = core.jobs.keys().copied().collect();
-        for id in ids {
-            core.feed.touch(id);
+        core.ended.make_contiguous().sort_unstable();
+        for id in changed {
+            core.touch(id);
+            core.out.push(Effect::SaveJob(id));
         }
         // Queued jobs move up into what the jobs that died with the agent held.
         core.compress(now);
         (core, resume)
+    }
+
+    /// Forgets the jobs that ended before `before`: their records stay in
+    /// the driver's store, which answers for them from then on (as Slurm
+    /// purges a finished job after `MinJobAge` and its accounting answers).
+    /// Keeps a long-lived site's memory to its live and recent jobs.
+    /// Returns how many were retired.
+    pub fn retire(&mut self, before: Time) -> usize {
+        let mut n = 0;
+        while let Some(&(t, id)) = self.ended.front() {
+            if t >= before {
+                break;
+            }
+            self.ended.pop_front();
+            if self.jobs.get(&id).is_none_or(|j| !j.state.is_terminal()) {
+                continue;
+            }
+            let Some(j) = self.jobs.remove(&id) else { continue };
+            if let Some(k) = j.key {
+                self.keys.remove(&(j.owner, k));
+            }
+            if let Some(v) = self.feed.forget(id) {
+                self.retired = self.retired.max(v);
+            }
+            n += 1;
+        }
+        n
+    }
+
+    /// The version of job `id`'s latest change in the feed, which the
+    /// driver stores beside the record.
+    pub fn version_of(&self, id: JobId) -> u64 {
+        self.feed.version_of(id)
+    }
+
+    /// The feed's latest version.
+    pub fn feed_version(&self) -> u64 {
+        self.feed.version()
     }
 
     /// The effects of the operations so far, in order; the driver carries
@@ -521,15 +576,20 @@ impl SiteCore {
         self.job(who, id)
     }
 
-    /// `who`'s jobs changed after version `after`, at most `limit`.
-    pub fn changes(&self, who: &str, after: u64, limit: usize) -> (Vec<&JobRecord>, u64) {
+    /// `who`'s jobs changed after version `after`, at most `limit`, and
+    /// the version to ask after next; `None` when `after` is older than
+    /// jobs the core has retired (the driver's store answers then).
+    pub fn changes(&self, who: &str, after: u64, limit: usize) -> Option<(Vec<&JobRecord>, u64)> {
+        if after < self.retired {
+            return None;
+        }
         let page = self
             .feed
             .page(after, limit, |id| self.jobs.get(&id).is_some_and(|j| j.owner == who));
-        (
+        Some((
             page.jobs.iter().filter_map(|id| self.jobs.get(id)).collect(),
             page.version,
-        )
+        ))
     }
 
     /// Cancels `who`'s job `id` in any state. A job that has not started
@@ -691,6 +751,7 @@ impl SiteCore {
         }
         self.release_slot(&j);
         self.jobs.insert(id, j);
+        self.ended.push_back((now, id));
         self.touch(id);
         self.out.push(Effect::SaveJob(id));
     }

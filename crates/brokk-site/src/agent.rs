@@ -78,6 +78,8 @@ pub struct Agent {
     config: Arc<Config>,
     /// Every write goes through it, in the order the operations happened.
     commits: GroupCommit,
+    /// The database, read for jobs the core has retired.
+    store: Store,
     /// Identifies this run of the agent: change-feed versions restart with it.
     epoch: u64,
     inner: Arc<RwLock<Inner>>,
@@ -89,6 +91,16 @@ pub struct Agent {
     staging: Arc<crate::staging::Allowed>,
     /// Files uploaded for jobs' input.
     uploads: crate::uploads::Uploads,
+}
+
+/// A stored job record if `who` owns it: someone else's job is forbidden,
+/// none is not found (`missing` says what).
+fn owned_by(who: &str, found: Option<JobRecord>, missing: String) -> Result<JobRecord, AgentError> {
+    match found {
+        Some(j) if j.owner == who => Ok(j),
+        Some(j) => Err(CoreError::Forbidden(format!("job {}", j.id)).into()),
+        None => Err(CoreError::NotFound(missing).into()),
+    }
 }
 
 fn view(r: &Reservation) -> ReservationView {
@@ -194,7 +206,7 @@ impl Agent {
         };
         let reservations = store.live_reservations().await?;
         let next_reservation = store.max_reservation_id().await? + 1;
-        let records = store.jobs().await?;
+        let kept = store.kept_jobs(Time(t.0 - config.min_job_age_s)).await?;
         // A running local job is followed through its supervisor; a job a
         // resource manager was given is followed there.
         let followable = |j: &JobRecord| match backend {
@@ -202,9 +214,10 @@ impl Agent {
             Backend::Slurm(_) | Backend::Arc(_) | Backend::Gram(_) => j.backend_id.is_some(),
             Backend::NullForBenchmarks => false,
         };
-        let (core, resume) = SiteCore::restore(params, t, &reservations, next_reservation, records, followable);
+        let (core, resume) = SiteCore::restore(params, t, &reservations, next_reservation, kept, followable);
         let agent = Agent {
-            commits: GroupCommit::start(store),
+            commits: GroupCommit::start(store.clone()),
+            store,
             epoch: t.0 as u64 ^ (std::process::id() as u64) << 32,
             inner: Arc::new(RwLock::new(Inner {
                 core,
@@ -322,7 +335,7 @@ impl Agent {
                 Effect::EndReservations(ids, why) => writes.push(Write::Ended(ids, why.as_str())),
                 Effect::SaveJob(id) => {
                     if let Some(j) = g.core.record(id) {
-                        writes.push(Write::Job(Box::new(j.clone())));
+                        writes.push(Write::Job(Box::new(j.clone()), g.core.version_of(id)));
                     }
                     if g.core.record(id).is_none_or(|j| j.state.is_terminal()) {
                         g.controls.remove(&id);
@@ -539,11 +552,14 @@ impl Agent {
         self.op_now(|core, t| core.cancel(t, who, id)).await
     }
 
-    /// Lets holds lapse on time and moves queued jobs up into what lapsed; the
-    /// agent calls it twice a second.
+    /// Lets holds lapse on time, moves queued jobs up into what lapsed and
+    /// retires jobs ended longer than `min_job_age_s` ago; the agent calls
+    /// it twice a second.
     pub async fn expire(&self) -> Result<(), AgentError> {
+        let age = self.config.min_job_age_s;
         self.op_now(|core, t| {
             core.tick(t);
+            core.retire(Time(t.0 - age));
             Ok(())
         })
         .await
@@ -619,14 +635,10 @@ impl Agent {
             release_with_job,
         };
         // A repeated key answers even while the resource manager is down.
-        let repeat = self
-            .seen(|g| {
-                sub.key
-                    .as_deref()
-                    .and_then(|k| g.core.job_by_key(who, k).ok())
-                    .map(|j| j.id)
-            })
-            .await;
+        let repeat = match sub.key.as_deref() {
+            Some(k) => self.read_job_by_key(who, k, |j| j.id).await.ok(),
+            None => None,
+        };
         if let Some(id) = repeat {
             return Ok((id, false));
         }
@@ -636,36 +648,71 @@ impl Agent {
 
     /// `GET /v1/jobs/{id}`.
     pub async fn job(&self, who: &str, id: JobId) -> Result<JobView, AgentError> {
-        Ok(self.seen(|g| g.core.job(who, id).map(job_view)).await?)
+        self.read_job(who, id, job_view).await
     }
 
     /// `GET /v1/jobs/by-key/{key}`: the caller's job submitted with this
     /// idempotency key, so a client that crashed mid-submission can tell
     /// whether the site already has the job.
     pub async fn job_by_key(&self, who: &str, key: &str) -> Result<JobView, AgentError> {
-        Ok(self.seen(|g| g.core.job_by_key(who, key).map(job_view)).await?)
+        self.read_job_by_key(who, key, job_view).await
     }
 
     /// `GET /v1/jobs/changes?after=V`: the caller's jobs changed after version
     /// `after` of this run (`epoch`), oldest change first, at most `limit`.
-    pub async fn changes(&self, who: &str, epoch: u64, after: u64, limit: usize) -> ChangeFeed {
+    pub async fn changes(&self, who: &str, epoch: u64, after: u64, limit: usize) -> Result<ChangeFeed, AgentError> {
         // Another run's versions mean nothing here: start from the beginning.
         let after = if epoch == self.epoch { after } else { 0 };
-        self.seen(|g| {
-            let (jobs, version) = g.core.changes(who, after, limit);
-            ChangeFeed {
-                epoch: self.epoch,
-                version,
-                jobs: jobs.into_iter().map(job_view).collect(),
+        let page = self
+            .seen(|g| match g.core.changes(who, after, limit) {
+                Some((jobs, version)) => Ok((jobs.into_iter().map(job_view).collect(), version)),
+                None => Err(g.core.feed_version()),
+            })
+            .await;
+        let (jobs, version) = match page {
+            Ok(page) => page,
+            // Behind what the core retired: the store has every change up
+            // to `latest` durable, and perhaps later ones, in version order.
+            Err(latest) => {
+                let rows = self.store.changes(who, after, limit).await?;
+                let last = rows.last().map_or(after, |r| r.1);
+                let version = if rows.len() >= limit { last } else { last.max(latest) };
+                (rows.iter().map(|(j, _)| job_view(j)).collect(), version)
             }
+        };
+        Ok(ChangeFeed {
+            epoch: self.epoch,
+            version,
+            jobs,
         })
-        .await
+    }
+
+    /// `who`'s job `id` read through `f`: from the core, or from the store
+    /// once the core has retired it.
+    async fn read_job<T>(&self, who: &str, id: JobId, f: impl Fn(&JobRecord) -> T) -> Result<T, AgentError> {
+        match self.seen(|g| g.core.job(who, id).map(&f)).await {
+            Err(CoreError::NotFound(m)) => Ok(f(&owned_by(who, self.store.job(id).await?, m)?)),
+            r => Ok(r?),
+        }
+    }
+
+    /// `who`'s job submitted with idempotency key `key`, read through `f`
+    /// (see [`Agent::read_job`]).
+    async fn read_job_by_key<T>(&self, who: &str, key: &str, f: impl Fn(&JobRecord) -> T) -> Result<T, AgentError> {
+        match self.seen(|g| g.core.job_by_key(who, key).map(&f)).await {
+            Err(CoreError::NotFound(m)) => Ok(f(&owned_by(who, self.store.job_by_key(who, key).await?, m)?)),
+            r => Ok(r?),
+        }
     }
 
     /// `DELETE /v1/jobs/{id}`: any state; a running process is terminated by
     /// its runner, which records the end.
     pub async fn cancel_job(&self, who: &str, id: JobId) -> Result<JobView, AgentError> {
-        self.op_now(|core, t| core.cancel_job(t, who, id).map(job_view)).await
+        match self.op_now(|core, t| core.cancel_job(t, who, id).map(job_view)).await {
+            // A retired job ended long ago: there is nothing to cancel.
+            Err(AgentError::Refused(CoreError::NotFound(_))) => self.read_job(who, id, job_view).await,
+            r => r,
+        }
     }
 
     /// The sandbox of job `id`.
@@ -677,11 +724,8 @@ impl Agent {
     /// path) of the caller's job, opened inside its sandbox without following
     /// a link out of it.
     pub async fn file(&self, who: &str, id: JobId, name: &str) -> Result<std::fs::File, AgentError> {
-        let owner = {
-            let g = self.read().await;
-            let j = g.core.job(who, id)?;
-            self.accounts.of(j.user()).ok().flatten().map(|a| a.uid)
-        };
+        let user = self.read_job(who, id, |j| j.user().to_string()).await?;
+        let owner = self.accounts.of(&user).ok().flatten().map(|a| a.uid);
         crate::sandbox::components(name).map_err(|m| CoreError::BadRequest(format!("name: {m}")))?;
         let (root, rel) = (self.sandbox(id), name.to_string());
         tokio::task::spawn_blocking(move || crate::sandbox::open_read_owned(&root, &rel, owner))

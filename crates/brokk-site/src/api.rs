@@ -232,7 +232,7 @@ async fn changes(
     Query(q): Query<ChangesQuery>,
 ) -> Result<Response, ApiError> {
     let limit = q.limit.unwrap_or(1000).clamp(1, 10_000);
-    Ok(Json(agent.changes(&who.0, q.epoch, q.after, limit).await).into_response())
+    Ok(Json(agent.changes(&who.0, q.epoch, q.after, limit).await?).into_response())
 }
 
 async fn job_by_key(

@@ -74,6 +74,11 @@ pub struct Config {
     /// Seconds between SIGTERM and SIGKILL when a job overruns or is cancelled.
     #[serde(default = "default_grace")]
     pub kill_grace: u64,
+    /// Seconds an ended job stays in the agent's memory before only its
+    /// database answers for it (Slurm's `MinJobAge`, whose default it
+    /// takes): a long-lived site holds its live and recent jobs, not all.
+    #[serde(default = "default_min_job_age")]
+    pub min_job_age_s: i64,
     /// Largest request body accepted, bytes.
     #[serde(default = "default_max_body")]
     pub max_body_bytes: usize,
@@ -159,6 +164,9 @@ fn default_horizon_days() -> i64 {
 }
 fn default_wall_time() -> i64 {
     3600
+}
+fn default_min_job_age() -> i64 {
+    300
 }
 fn default_grace() -> u64 {
     5
@@ -272,6 +280,9 @@ impl Config {
         }
         if !(1..=36_500).contains(&self.horizon_days) {
             return Err(ConfigError::Invalid("horizon_days must be between 1 and 36500".into()));
+        }
+        if self.min_job_age_s < 0 {
+            return Err(ConfigError::Invalid("min_job_age_s must not be negative".into()));
         }
         if self.default_wall_time <= 0 {
             return Err(ConfigError::Invalid("default_wall_time must be positive".into()));

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::str::FromStr;
 use std::sync::{Arc, Mutex};
 
-use brokk_core::{Reservation, ReservationId, State};
+use brokk_core::{JobId, KeptJobs, Reservation, ReservationId, State};
 use brokk_model::{Job, Time};
 use brokk_proto::wire::JobPhase;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
@@ -21,7 +21,7 @@ pub enum StoreError {
     Db(#[from] sqlx::Error),
     /// A stored job description no longer parses.
     #[error("stored job {0}: {1}")]
-    Corrupt(brokk_core::JobId, String),
+    Corrupt(JobId, String),
 }
 
 pub use brokk_core::JobRecord;
@@ -33,8 +33,8 @@ pub enum Write {
     Reservations(Vec<Reservation>),
     /// Reservations that ended, and why (`cancelled`, `expired`, `released`).
     Ended(Vec<ReservationId>, &'static str),
-    /// A job record as it now is.
-    Job(Box<JobRecord>),
+    /// A job record as it now is, with the feed version of this change.
+    Job(Box<JobRecord>, u64),
 }
 
 /// The agent's database.
@@ -145,7 +145,25 @@ const SCHEMA: &[&str] = &[
 ];
 
 /// Columns added after a table was first made, for databases made before.
-const ADDED_COLUMNS: &[(&str, &str)] = &[("jobs", "backend_id INTEGER"), ("jobs", "user TEXT")];
+const ADDED_COLUMNS: &[(&str, &str)] = &[
+    ("jobs", "backend_id INTEGER"),
+    ("jobs", "user TEXT"),
+    ("jobs", "version INTEGER"),
+];
+
+/// Made after the columns: the store answers for retired jobs by id, by
+/// key, by feed version and by end.
+const INDEXES: &[&str] = &[
+    // Rows from before versions were stored: ids are as good an order.
+    "UPDATE jobs SET version = id WHERE version IS NULL",
+    "CREATE INDEX IF NOT EXISTS jobs_feed ON jobs (owner, version)",
+    "CREATE INDEX IF NOT EXISTS jobs_key ON jobs (owner, idem)",
+    "CREATE INDEX IF NOT EXISTS jobs_ended ON jobs (ended)",
+];
+
+/// The columns a job record is read from, `version` last.
+const JOB_COLUMNS: &str =
+    "id, owner, spec, slot, claimed, state, reason, exit_code, planned_start, started, ended, idem, backend_id, user, version";
 
 fn phase_name(p: JobPhase) -> String {
     serde_json::to_value(p)
@@ -166,7 +184,9 @@ impl Store {
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Normal);
-        let pool = SqlitePoolOptions::new().max_connections(1).connect_with(opts).await?;
+        // One writer (the group commit) and readers beside it: under WAL a
+        // reader never waits for a write.
+        let pool = SqlitePoolOptions::new().max_connections(4).connect_with(opts).await?;
         for stmt in SCHEMA {
             sqlx::query(stmt).execute(&pool).await?;
         }
@@ -182,6 +202,9 @@ impl Store {
                     .execute(&pool)
                     .await?;
             }
+        }
+        for stmt in INDEXES {
+            sqlx::query(stmt).execute(&pool).await?;
         }
         Ok(Store { pool })
     }
@@ -225,11 +248,11 @@ impl Store {
                             .await?;
                     }
                 }
-                Write::Job(j) => {
+                Write::Job(j, version) => {
                     let spec = serde_json::to_string(&j.spec).map_err(|e| StoreError::Corrupt(j.id, e.to_string()))?;
                     sqlx::query(
-                        "INSERT OR REPLACE INTO jobs (id, owner, spec, slot, claimed, state, reason, exit_code, planned_start, started, ended, idem, backend_id, user)
-                         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        "INSERT OR REPLACE INTO jobs (id, owner, spec, slot, claimed, state, reason, exit_code, planned_start, started, ended, idem, backend_id, user, version)
+                         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     )
                     .bind(j.id.0 as i64)
                     .bind(&j.owner)
@@ -247,6 +270,7 @@ impl Store {
                     .bind(&j.key)
                     .bind(j.backend_id.map(|b| b as i64))
                     .bind(&j.user)
+                    .bind(*version as i64)
                     .execute(&mut *tx)
                     .await?;
                 }
@@ -290,39 +314,89 @@ impl Store {
         Ok(v.unwrap_or(0) as u64)
     }
 
-    /// Every job record, by id.
-    pub async fn jobs(&self) -> Result<Vec<JobRecord>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT id, owner, spec, slot, claimed, state, reason, exit_code, planned_start, started, ended, idem, backend_id, user FROM jobs ORDER BY id",
-        )
+    /// What a restart reloads: the jobs not ended and those that ended at
+    /// or after `since` (the rest stay retired here), with the largest id
+    /// and the latest version of those left.
+    pub async fn kept_jobs(&self, since: Time) -> Result<KeptJobs, StoreError> {
+        let rows = sqlx::query(&format!(
+            "SELECT {JOB_COLUMNS} FROM jobs WHERE ended IS NULL OR ended >= ? ORDER BY id"
+        ))
+        .bind(since.0)
         .fetch_all(&self.pool)
         .await?;
-        rows.iter()
-            .map(|r| {
-                let id = brokk_core::JobId(r.get::<i64, _>("id") as u64);
-                let spec: String = r.get("spec");
-                let spec: Job = serde_json::from_str(&spec).map_err(|e| StoreError::Corrupt(id, e.to_string()))?;
-                let state: String = r.get("state");
-                Ok(JobRecord {
-                    id,
-                    owner: r.get("owner"),
-                    spec,
-                    slot: r.get::<Option<i64>, _>("slot").map(|s| ReservationId(s as u64)),
-                    claimed: r.get::<i64, _>("claimed") > 0,
-                    release_claim: r.get::<i64, _>("claimed") == 2,
-                    state: phase_of(&state),
-                    reason: r.get("reason"),
-                    exit_code: r.get("exit_code"),
-                    planned_start: r.get::<Option<i64>, _>("planned_start").map(Time),
-                    started: r.get::<Option<i64>, _>("started").map(Time),
-                    ended: r.get::<Option<i64>, _>("ended").map(Time),
-                    key: r.get("idem"),
-                    backend_id: r.get::<Option<i64>, _>("backend_id").map(|b| b as u64),
-                    user: r.get("user"),
-                })
-            })
-            .collect()
+        let records = rows.iter().map(versioned_record).collect::<Result<_, _>>()?;
+        let next: Option<i64> = sqlx::query_scalar("SELECT MAX(id) FROM jobs")
+            .fetch_one(&self.pool)
+            .await?;
+        let retired: Option<i64> = sqlx::query_scalar("SELECT MAX(version) FROM jobs WHERE ended < ?")
+            .bind(since.0)
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(KeptJobs {
+            records,
+            next_job: next.unwrap_or(0) as u64 + 1,
+            retired_through: retired.unwrap_or(0) as u64,
+        })
     }
+
+    /// Job `id`'s record, whoever owns it.
+    pub async fn job(&self, id: JobId) -> Result<Option<JobRecord>, StoreError> {
+        let row = sqlx::query(&format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?"))
+            .bind(id.0 as i64)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.as_ref().map(|r| versioned_record(r).map(|(j, _)| j)).transpose()
+    }
+
+    /// `owner`'s job submitted with idempotency key `key`.
+    pub async fn job_by_key(&self, owner: &str, key: &str) -> Result<Option<JobRecord>, StoreError> {
+        let row = sqlx::query(&format!("SELECT {JOB_COLUMNS} FROM jobs WHERE owner = ? AND idem = ?"))
+            .bind(owner)
+            .bind(key)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.as_ref().map(|r| versioned_record(r).map(|(j, _)| j)).transpose()
+    }
+
+    /// `owner`'s jobs whose latest change is after version `after`, oldest
+    /// first, at most `limit`, each with its version.
+    pub async fn changes(&self, owner: &str, after: u64, limit: usize) -> Result<Vec<(JobRecord, u64)>, StoreError> {
+        let rows = sqlx::query(&format!(
+            "SELECT {JOB_COLUMNS} FROM jobs WHERE owner = ? AND version > ? ORDER BY version LIMIT ?"
+        ))
+        .bind(owner)
+        .bind(after as i64)
+        .bind(limit as i64)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(versioned_record).collect()
+    }
+}
+
+/// A job record read from its row (see [`JOB_COLUMNS`]), with its version.
+fn versioned_record(r: &sqlx::sqlite::SqliteRow) -> Result<(JobRecord, u64), StoreError> {
+    let id = JobId(r.get::<i64, _>("id") as u64);
+    let spec: String = r.get("spec");
+    let spec: Job = serde_json::from_str(&spec).map_err(|e| StoreError::Corrupt(id, e.to_string()))?;
+    let state: String = r.get("state");
+    let record = JobRecord {
+        id,
+        owner: r.get("owner"),
+        spec,
+        slot: r.get::<Option<i64>, _>("slot").map(|s| ReservationId(s as u64)),
+        claimed: r.get::<i64, _>("claimed") > 0,
+        release_claim: r.get::<i64, _>("claimed") == 2,
+        state: phase_of(&state),
+        reason: r.get("reason"),
+        exit_code: r.get("exit_code"),
+        planned_start: r.get::<Option<i64>, _>("planned_start").map(Time),
+        started: r.get::<Option<i64>, _>("started").map(Time),
+        ended: r.get::<Option<i64>, _>("ended").map(Time),
+        key: r.get("idem"),
+        backend_id: r.get::<Option<i64>, _>("backend_id").map(|b| b as u64),
+        user: r.get("user"),
+    };
+    Ok((record, r.get::<Option<i64>, _>("version").unwrap_or(0) as u64))
 }
 
 #[cfg(test)]

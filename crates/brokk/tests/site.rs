@@ -712,3 +712,66 @@ fn a_flexible_reservation_moves_inside_its_window_to_make_room() {
     assert_eq!(moved.window, Some((Time(t), Time(t + 500))));
     assert_eq!(ann.reservation(b).unwrap().start, Time(t));
 }
+
+#[test]
+fn retired_jobs_are_answered_from_the_database() {
+    let dir = scratch("retired");
+    std::fs::create_dir_all(&dir).unwrap();
+    // Ended jobs leave the agent's memory at its next tick.
+    std::fs::write(
+        dir.join("site.toml"),
+        "name = \"test-site\"\ncapacity = 4\ndatabase = \"site.db\"\nworkdir = \"jobs\"\nmin_job_age_s = 0\n\
+         [tokens]\n\"tok-ann\" = \"ann\"\n\"tok-bob\" = \"bob\"\n",
+    )
+    .unwrap();
+    let agent = Agent::start(&dir);
+    let mut ann = agent.client("tok-ann");
+    ann.set_idempotency_key(Some("once".into()));
+    let done = ann.submit("ann", &shell("echo kept > k.txt; exit 4"), None).unwrap();
+    ann.set_idempotency_key(None);
+    let ended = wait_for(&ann, &done, terminal);
+    assert_eq!((ended.state, ended.exit_code), (JobPhase::Failed, Some(4)), "{ended:?}");
+    let live = ann.submit("ann", &shell("sleep 30"), None).unwrap();
+    wait_for(&ann, &live, |v| v.state == JobPhase::Running);
+    std::thread::sleep(StdDuration::from_secs(2));
+    let check = |ann: &mut RemoteSite| {
+        assert_eq!(ann.job(&done).unwrap(), ended);
+        assert_eq!(ann.job_by_key("once").unwrap(), Some(ended.clone()));
+        assert_eq!(read_file(ann, &done, "k.txt").unwrap(), b"kept\n");
+        // Cancelling what ended long ago changes nothing.
+        ann.cancel_job("ann", &done).unwrap();
+        assert_eq!(ann.job(&done).unwrap(), ended);
+        // The same key is still the same job, not a second run.
+        ann.set_idempotency_key(Some("once".into()));
+        assert_eq!(ann.submit("ann", &shell("exit 9"), None).unwrap(), done);
+        ann.set_idempotency_key(None);
+        // A follower from the beginning sees the retired job's end, then
+        // the live one, and nothing more once caught up.
+        let feed = ann.changes(0, 0).unwrap();
+        let seen: Vec<_> = feed.jobs.iter().map(|j| (j.id.clone(), j.state)).collect();
+        assert_eq!(
+            seen,
+            vec![(done.0.clone(), JobPhase::Failed), (live.0.clone(), JobPhase::Running)]
+        );
+        assert!(ann.changes(feed.epoch, feed.version).unwrap().jobs.is_empty());
+        // Another user is still kept out of it.
+        let bob = agent_client(ann, "tok-bob");
+        assert_eq!(bob.job(&done).unwrap_err(), SiteError::Forbidden);
+        assert!(bob.job_by_key("once").unwrap().is_none());
+        assert!(bob.changes(0, 0).unwrap().jobs.is_empty());
+    };
+    check(&mut ann);
+    // The same after a restart, which loads only the live job.
+    let dir = agent.kill();
+    let agent = Agent::start(&dir);
+    let mut ann = agent.client("tok-ann");
+    check(&mut ann);
+    let v = wait_for(&ann, &live, |v| v.state == JobPhase::Running);
+    assert_eq!(v.state, JobPhase::Running);
+    ann.cancel_job("ann", &live).unwrap();
+}
+
+/// A client of the same agent as `site` with another token.
+fn agent_client(site: &RemoteSite, token: &str) -> RemoteSite {
+    RemoteSite::new(site.endpoint(), token)
+}

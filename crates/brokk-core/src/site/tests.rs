@@ -170,14 +170,69 @@ fn a_repeated_key_is_one_job_and_the_feed_shows_only_ones_own() {
     assert!(new && b != a, "keys are per owner");
     assert_eq!(s.job_by_key("ann", "k1").unwrap().id, a);
     assert!(matches!(s.job("bob", a), Err(CoreError::Forbidden(_))));
-    let (jobs, v) = s.changes("ann", 0, 10);
+    let (jobs, v) = s.changes("ann", 0, 10).unwrap();
     assert_eq!(jobs.iter().map(|j| j.id).collect::<Vec<_>>(), vec![a]);
     s.set_phase(T0, a, JobPhase::StagingIn);
-    let (jobs, _) = s.changes("ann", v, 10);
+    let (jobs, _) = s.changes("ann", v, 10).unwrap();
     assert_eq!(jobs.len(), 1);
-    let (jobs, _) = s.changes("bob", v, 10);
+    let (jobs, _) = s.changes("bob", v, 10).unwrap();
     assert!(jobs.is_empty());
     s.check_invariants();
+}
+
+#[test]
+fn ended_jobs_retire_after_their_age_and_the_feed_says_what_it_lost() {
+    let mut s = site(8);
+    let sub = Submission {
+        key: Some("k".into()),
+        ..Submission::of(job(1, 60))
+    };
+    let (early, _) = s.submit(T0, "ann", sub).unwrap();
+    let late = submit(&mut s, T0, "ann", job(1, 60));
+    let live = submit(&mut s, T0, "ann", job(1, 600));
+    let (_, before) = s.changes("ann", 0, 10).unwrap();
+    s.finish(T0 + Duration(10), early, JobPhase::Finished, Some(0), None);
+    let early_version = s.version_of(early);
+    s.finish(T0 + Duration(20), late, JobPhase::Finished, Some(0), None);
+    let late_version = s.version_of(late);
+    let (_, caught_up) = s.changes("ann", 0, 10).unwrap();
+    // Not yet old enough: nothing goes.
+    assert_eq!(s.retire(T0 + Duration(10)), 0);
+    assert_eq!(s.retire(T0 + Duration(15)), 1);
+    assert!(matches!(s.job("ann", early), Err(CoreError::NotFound(_))));
+    assert!(matches!(s.job_by_key("ann", "k"), Err(CoreError::NotFound(_))));
+    assert_eq!(s.job("ann", late).unwrap().state, JobPhase::Finished);
+    // A follower that had not seen the retired job's end is told to ask
+    // the store; one past it is answered here.
+    assert!(s.changes("ann", before, 10).is_none());
+    assert!(s.changes("ann", early_version - 1, 10).is_none());
+    assert_eq!(s.changes("ann", early_version, 10).unwrap().0.len(), 1);
+    assert!(s.changes("ann", caught_up, 10).unwrap().0.is_empty());
+    // Live jobs never retire, however old.
+    assert_eq!(s.retire(T0 + Duration(1_000_000)), 1);
+    assert_eq!(s.job("ann", live).unwrap().state, JobPhase::Accepted);
+    assert_eq!(s.ended_jobs([early, late, live]), vec![early, late]);
+    s.check_invariants();
+    // A restart that keeps only the live job carries on the ids and the
+    // versions.
+    let kept = KeptJobs {
+        records: vec![(s.record(live).unwrap().clone(), s.version_of(live))],
+        next_job: late.0 + 1,
+        retired_through: late_version,
+    };
+    let (back, resume) = SiteCore::restore(
+        s.params(),
+        T0 + Duration(30),
+        &s.planner().reservations(),
+        1,
+        kept,
+        |_| false,
+    );
+    assert_eq!(resume, vec![live]);
+    assert!(back.changes("ann", before, 10).is_none());
+    assert_eq!(back.feed_version(), s.feed_version());
+    assert_eq!(back.version_of(live), s.version_of(live));
+    back.check_invariants();
 }
 
 #[test]
@@ -197,7 +252,9 @@ fn a_restart_fails_only_what_nobody_can_follow() {
         .map(|id| s.record(*id).unwrap().clone())
         .collect();
     let later = Time(T0.0 + 10);
-    let (mut back, resume) = SiteCore::restore(s.params(), later, &reservations, 100, records, |j| j.id == running);
+    let (mut back, resume) = SiteCore::restore(s.params(), later, &reservations, 100, KeptJobs::all(records), |j| {
+        j.id == running
+    });
     assert_eq!(resume, vec![running, queued]);
     assert_eq!(back.record(staging_out).unwrap().state, JobPhase::Failed);
     let effects = back.drain();
