@@ -196,6 +196,10 @@ pub struct EmbeddedSiteConfig {
     /// for benchmarks of the broker only.
     #[serde(default)]
     pub null_backend_for_benchmarks: bool,
+    /// Seconds an ended job stays in the site's memory before only its
+    /// database answers for it (see the site agent's `min_job_age_s`).
+    #[serde(default = "brokk_site::config::default_min_job_age")]
+    pub min_job_age_s: i64,
 }
 
 fn default_listen() -> SocketAddr {

@@ -62,7 +62,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
             horizon_days: 365,
             default_wall_time: 3600,
             kill_grace: 5,
-            min_job_age_s: 300,
+            min_job_age_s: e.min_job_age_s,
             max_body_bytes: 1 << 20,
             max_upload_bytes: config.limits.upload_bytes,
             benchmarks: e.benchmarks.clone(),

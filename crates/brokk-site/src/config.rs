@@ -165,7 +165,8 @@ fn default_horizon_days() -> i64 {
 fn default_wall_time() -> i64 {
     3600
 }
-fn default_min_job_age() -> i64 {
+/// The default of `min_job_age_s`: 300 s, Slurm's `MinJobAge`.
+pub fn default_min_job_age() -> i64 {
     300
 }
 fn default_grace() -> u64 {

@@ -40,6 +40,8 @@ pub struct SoakFigures {
     pub soak: bool,
     /// `sqlite` or `postgresql`.
     pub database: String,
+    /// Seconds an ended job stayed in its site's memory.
+    pub min_job_age_s: i64,
     /// Jobs accepted, dispatched and finished.
     pub jobs: usize,
     /// Seconds the run took.
@@ -125,6 +127,7 @@ pub async fn run(
     jobs: usize,
     concurrency: usize,
     every: Duration,
+    min_job_age_s: i64,
     progress: impl Fn(&Sample),
 ) -> Result<SoakFigures> {
     let base = format!("http://{}", running.addr);
@@ -238,6 +241,7 @@ pub async fn run(
     Ok(SoakFigures {
         soak: true,
         database: database.into(),
+        min_job_age_s,
         jobs: last.accepted,
         seconds,
         accepted_per_s: last.accepted as f64 / seconds,

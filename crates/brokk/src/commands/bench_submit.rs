@@ -31,6 +31,11 @@ pub struct SubmitBenchArgs {
     /// (use with `--null-backend` and a large `--jobs`).
     #[arg(long)]
     soak: bool,
+    /// Seconds an ended job stays in its site agent's memory (the sites'
+    /// `min_job_age_s`; their default when absent): with it the soak shows
+    /// memory once ended jobs retire, in a run shorter than the default.
+    #[arg(long)]
+    min_job_age: Option<i64>,
     /// Seconds between two soak samples.
     #[arg(long, default_value_t = 10.0)]
     sample_seconds: f64,
@@ -68,6 +73,9 @@ pub fn run(a: SubmitBenchArgs) -> Result<ExitCode> {
             "[[embedded]]\nname = \"{name}\"\ncapacity = 4096\nnull_backend_for_benchmarks = {}\n",
             a.null_backend
         );
+        if let Some(age) = a.min_job_age {
+            text += &format!("min_job_age_s = {age}\n");
+        }
     }
     super::write_private(&config_path, &text)?;
     let config = brokk_server::Config::load(&config_path)?;
@@ -77,7 +85,8 @@ pub fn run(a: SubmitBenchArgs) -> Result<ExitCode> {
             let running = brokk_server::start(config).await?;
             let every = Duration::from_secs_f64(a.sample_seconds.max(0.1));
             let json = a.json;
-            super::bench_soak::run(&running, &database, a.jobs, a.concurrency, every, |s| {
+            let age = a.min_job_age.unwrap_or_else(brokk_site::config::default_min_job_age);
+            super::bench_soak::run(&running, &database, a.jobs, a.concurrency, every, age, |s| {
                 if !json {
                     say!(
                         "{:>8.0} s {:>9} accepted {:>9} finished {:>8.1} MiB rss {:>8.1} MiB db  status p50 {:.2} ms p99 {:.2} ms",
