@@ -53,7 +53,8 @@ pub struct SoakFigures {
     /// See `rss_after_warmup_mb`.
     pub rss_end_mb: f64,
     /// Least-squares slope of resident memory over jobs accepted after
-    /// warm-up (the first fifth of the jobs), MiB per 100,000 jobs.
+    /// warm-up (the first fifth of the jobs, and at least twice the sites'
+    /// job age, after which ended jobs retire), MiB per 100,000 jobs.
     pub rss_slope_mb_per_100k_jobs: f64,
     /// The database's size at the end over the jobs stored.
     pub db_bytes_per_job: f64,
@@ -231,7 +232,13 @@ pub async fn run(
     let last = samples.last().cloned().ok_or_else(|| anyhow::anyhow!("no sample"))?;
     let ids = kept.lock().map(|k| k.clone()).unwrap_or_default();
     let (p50, p99) = status_latency(&http, &base, &ids, 2000, u64::MAX).await;
-    let warm: Vec<&Sample> = samples.iter().filter(|s| s.accepted >= jobs / 5).collect();
+    // Memory fills until the first ended jobs retire from the sites, one
+    // job age after they end: warm-up lasts that long twice over, and at
+    // least the first fifth of the jobs.
+    let warm: Vec<&Sample> = samples
+        .iter()
+        .filter(|s| s.accepted >= jobs / 5 && s.seconds >= 2.0 * min_job_age_s as f64)
+        .collect();
     let points: Vec<(f64, f64)> = warm.iter().map(|s| (s.accepted as f64 / 100_000.0, s.rss_mb)).collect();
     let database = if database.starts_with("postgres") {
         "postgresql"
