@@ -40,7 +40,12 @@ pub enum Write {
 /// The agent's database.
 #[derive(Debug, Clone)]
 pub struct Store {
+    /// The one connection that writes (and reloads at a restart), so its
+    /// page cache stays warm.
     pool: SqlitePool,
+    /// Connections for reads of retired jobs beside the writer: under WAL a
+    /// reader never waits for a write.
+    readers: SqlitePool,
 }
 
 /// Writes of operations that arrive together, made durable in one
@@ -184,9 +189,7 @@ impl Store {
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Normal);
-        // One writer (the group commit) and readers beside it: under WAL a
-        // reader never waits for a write.
-        let pool = SqlitePoolOptions::new().max_connections(4).connect_with(opts).await?;
+        let pool = SqlitePoolOptions::new().max_connections(1).connect_with(opts.clone()).await?;
         for stmt in SCHEMA {
             sqlx::query(stmt).execute(&pool).await?;
         }
@@ -206,7 +209,11 @@ impl Store {
         for stmt in INDEXES {
             sqlx::query(stmt).execute(&pool).await?;
         }
-        Ok(Store { pool })
+        let readers = SqlitePoolOptions::new()
+            .max_connections(4)
+            .connect_with(opts.read_only(true))
+            .await?;
+        Ok(Store { pool, readers })
     }
 
     /// Makes `writes` durable together, in order, in one transaction.
@@ -343,7 +350,7 @@ impl Store {
     pub async fn job(&self, id: JobId) -> Result<Option<JobRecord>, StoreError> {
         let row = sqlx::query(&format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?"))
             .bind(id.0 as i64)
-            .fetch_optional(&self.pool)
+            .fetch_optional(&self.readers)
             .await?;
         row.as_ref().map(|r| versioned_record(r).map(|(j, _)| j)).transpose()
     }
@@ -353,7 +360,7 @@ impl Store {
         let row = sqlx::query(&format!("SELECT {JOB_COLUMNS} FROM jobs WHERE owner = ? AND idem = ?"))
             .bind(owner)
             .bind(key)
-            .fetch_optional(&self.pool)
+            .fetch_optional(&self.readers)
             .await?;
         row.as_ref().map(|r| versioned_record(r).map(|(j, _)| j)).transpose()
     }
@@ -367,7 +374,7 @@ impl Store {
         .bind(owner)
         .bind(after as i64)
         .bind(limit as i64)
-        .fetch_all(&self.pool)
+        .fetch_all(&self.readers)
         .await?;
         rows.iter().map(versioned_record).collect()
     }
