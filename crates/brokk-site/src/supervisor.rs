@@ -166,13 +166,17 @@ pub fn ended(dir: &Path, cancelled: bool) -> Outcome {
     })
 }
 
-/// The program that runs `supervise`: the `brokk` binary the agent runs in,
-/// or `BROKK_SUPERVISOR` when the agent is embedded in another program.
+/// The program that runs `supervise`: `BROKK_SUPERVISOR` when set (an
+/// agent embedded in another program), else the small `brokk-supervise`
+/// beside the agent's binary when it is there, else the agent's binary
+/// itself (`brokk supervise` does the same, only slower to start).
 fn supervisor_program() -> std::io::Result<PathBuf> {
-    match std::env::var_os("BROKK_SUPERVISOR") {
-        Some(p) => Ok(PathBuf::from(p)),
-        None => std::env::current_exe(),
+    if let Some(p) = std::env::var_os("BROKK_SUPERVISOR") {
+        return Ok(PathBuf::from(p));
     }
+    let exe = std::env::current_exe()?;
+    let small = exe.with_file_name("brokk-supervise");
+    Ok(if small.is_file() { small } else { exe })
 }
 
 /// Waits until the supervisor in `dir`, which this agent did not start (it

@@ -1,0 +1,20 @@
+//! `brokk-supervise supervise DIR`: a job's supervisor as a program of its
+//! own. A site agent starts one for every job it runs; this one links only
+//! the supervisor, so it starts in a fraction of the time `brokk supervise`
+//! takes (the full binary's loading and relocation were half the CPU of a
+//! trivial job). The agent uses it when it sits beside the `brokk` binary.
+
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let mut args = std::env::args_os().skip(1);
+    match (args.next(), args.next(), args.next()) {
+        (Some(cmd), Some(dir), None) if cmd == "supervise" => {
+            ExitCode::from(u8::try_from(brokk_site::supervisor::main(std::path::Path::new(&dir))).unwrap_or(1))
+        }
+        _ => {
+            eprintln!("usage: brokk-supervise supervise DIR (started by a site agent for each job)");
+            ExitCode::from(2)
+        }
+    }
+}
