@@ -189,7 +189,10 @@ impl Store {
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Normal);
-        let pool = SqlitePoolOptions::new().max_connections(1).connect_with(opts.clone()).await?;
+        let pool = SqlitePoolOptions::new()
+            .max_connections(1)
+            .connect_with(opts.clone())
+            .await?;
         for stmt in SCHEMA {
             sqlx::query(stmt).execute(&pool).await?;
         }

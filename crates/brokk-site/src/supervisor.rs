@@ -8,9 +8,11 @@
 //! supervisor, none reachable by the job):
 //! - `spec.json`: what to run, as whom, until when ([`Spec`]);
 //! - `lock`: held (flock) by the supervisor for its whole life, so the agent
-//!   can tell a live supervisor from a dead one without trusting a pid;
-//! - `pid`: the supervisor's pid, for cancel (SIGTERM);
-//! - `job.pid`: the job's pid (its process group), once started;
+//!   can tell a live supervisor from a dead one without trusting a pid; the
+//!   supervisor writes its pid on the first line (for cancel, SIGTERM) and
+//!   the job's (its process group) on the second once started. One file
+//!   for the three: every file made per job is an inode to allocate, which
+//!   dominated a trivial job's cost on ext4;
 //! - `status.json`: how the job ended ([`Outcome`]), written before the
 //!   supervisor exits, atomically.
 //!
@@ -96,7 +98,7 @@ pub fn alive(dir: &Path) -> bool {
 /// the specification and its supervisor starting the job leaves none of
 /// these, and the job is started afresh.
 pub fn started(dir: &Path) -> bool {
-    dir.join("spec.json").exists() && (alive(dir) || dir.join("job.pid").exists() || dir.join("status.json").exists())
+    dir.join("spec.json").exists() && (alive(dir) || pids(dir).1.is_some() || dir.join("status.json").exists())
 }
 
 /// Asks the supervisor in `dir` to cancel its job (SIGTERM to it).
@@ -104,20 +106,23 @@ pub fn cancel(dir: &Path) {
     if !alive(dir) {
         return;
     }
-    if let Some(pid) = read_pid(&dir.join("pid")) {
+    if let Some(pid) = pids(dir).0 {
         let _ = nix::sys::signal::kill(Pid::from_raw(pid), Signal::SIGTERM);
     }
 }
 
-fn read_pid(path: &Path) -> Option<i32> {
-    std::fs::read_to_string(path).ok()?.trim().parse().ok()
+/// The supervisor's and the job's pids, as far as the supervisor wrote them.
+fn pids(dir: &Path) -> (Option<i32>, Option<i32>) {
+    let text = std::fs::read_to_string(dir.join("lock")).unwrap_or_default();
+    let mut lines = text.lines().map(|l| l.trim().parse().ok());
+    (lines.next().flatten(), lines.next().flatten())
 }
 
 /// After the supervisor in `dir` died without recording an end (it was
 /// killed too): stops whatever is left of the job's process group, so
 /// nothing runs unsupervised. Returns whether the job had been started.
 pub fn stop_orphan(dir: &Path) -> bool {
-    match read_pid(&dir.join("job.pid")) {
+    match pids(dir).1 {
         Some(pid) => {
             let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
             true
@@ -197,14 +202,16 @@ pub fn main(dir: &Path) -> i32 {
     let Ok(lock) = std::fs::OpenOptions::new().write(true).open(dir.join("lock")) else {
         return 2;
     };
-    let Ok(_held) = Flock::lock(lock, FlockArg::LockExclusiveNonblock) else {
+    let Ok(mut held) = Flock::lock(lock, FlockArg::LockExclusiveNonblock) else {
         return 2; // another supervisor has this job
     };
     let outcome = match std::fs::read(dir.join("spec.json"))
         .map_err(|e| e.to_string())
         .and_then(|b| serde_json::from_slice::<Spec>(&b).map_err(|e| e.to_string()))
     {
-        Ok(spec) => supervise(dir, &spec).unwrap_or_else(|e| Outcome::Failed(format!("supervising the job: {e}"))),
+        Ok(spec) => {
+            supervise(&mut held, &spec).unwrap_or_else(|e| Outcome::Failed(format!("supervising the job: {e}")))
+        }
         Err(e) => Outcome::Failed(format!("reading the job's specification: {e}")),
     };
     let bytes = serde_json::to_vec(&outcome).unwrap_or_default();
@@ -221,12 +228,15 @@ fn limit(resource: nix::sys::resource::Resource, value: Option<u64>) -> std::io:
     Ok(())
 }
 
-fn supervise(dir: &Path, spec: &Spec) -> std::io::Result<Outcome> {
+/// Runs the job of `spec`, its pids written to the held `lock`.
+fn supervise(lock: &mut std::fs::File, spec: &Spec) -> std::io::Result<Outcome> {
     use nix::sys::signal::{SigSet, Signal as Sig};
     use nix::sys::signalfd::{SfdFlags, SignalFd};
     use rustix::event::{poll, PollFd, PollFlags, Timespec};
+    use std::io::Write;
     use std::os::unix::process::CommandExt;
-    write_atomically(&dir.join("pid"), std::process::id().to_string().as_bytes())?;
+    // Each line in one write: a reader sees a line whole or not at all.
+    lock.write_all(format!("{}\n", std::process::id()).as_bytes())?;
     // Limits are inherited by the job and everything it starts.
     limit(nix::sys::resource::Resource::RLIMIT_CPU, spec.cpu_seconds)?;
     limit(nix::sys::resource::Resource::RLIMIT_DATA, spec.data_bytes)?;
@@ -248,7 +258,7 @@ fn supervise(dir: &Path, spec: &Spec) -> std::io::Result<Outcome> {
         Err(e) => return Ok(Outcome::Failed(format!("starting the job: {e}"))),
     };
     let pid = child.id();
-    write_atomically(&dir.join("job.pid"), pid.to_string().as_bytes())?;
+    lock.write_all(format!("{pid}\n").as_bytes())?;
     // SIGTERM, the cancel, is read from a signalfd from here on. Blocked only
     // now, so the job does not inherit the block; one arriving before ends
     // the supervisor itself, and the agent that sent it stops the job's
