@@ -8,18 +8,20 @@
 //! supervisor, none reachable by the job):
 //! - `spec.json`: what to run, as whom, until when ([`Spec`]);
 //! - `lock`: held (flock) by the supervisor for its whole life, so the agent
-//!   can tell a live supervisor from a dead one without trusting a pid; the
-//!   supervisor writes its pid on the first line (for cancel, SIGTERM) and
-//!   the job's (its process group) on the second once started. One file
-//!   for the three: every file made per job is an inode to allocate, which
-//!   dominated a trivial job's cost on ext4;
-//! - `status.json`: how the job ended ([`Outcome`]), written before the
-//!   supervisor exits, atomically.
+//!   can tell a live supervisor from a dead one without trusting a pid. The
+//!   supervisor appends to it one tagged line at a time, each in one write:
+//!   `supervisor PID` (for cancel, SIGTERM), `job PID` (its process group)
+//!   once started, and `end JSON`, how the job ended ([`Outcome`]), before
+//!   it exits. A line cut short (a supervisor killed while writing it) does
+//!   not parse and counts as not written. One file for all of it: every
+//!   file made per job is an inode to allocate, which dominated a trivial
+//!   job's cost on ext4.
 //!
 //! The job's standard streams are the supervisor's own, opened by the agent
 //! inside the sandbox; the supervisor writes nothing to them.
 
 use brokk_core::JobId;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration as StdDuration;
 
@@ -82,7 +84,7 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 
 /// The outcome a supervisor recorded, if it has.
 pub fn outcome(dir: &Path) -> Option<Outcome> {
-    serde_json::from_slice(&std::fs::read(dir.join("status.json")).ok()?).ok()
+    record(dir).end
 }
 
 /// Whether the supervisor in `dir` is alive (it holds its lock).
@@ -98,7 +100,11 @@ pub fn alive(dir: &Path) -> bool {
 /// the specification and its supervisor starting the job leaves none of
 /// these, and the job is started afresh.
 pub fn started(dir: &Path) -> bool {
-    dir.join("spec.json").exists() && (alive(dir) || pids(dir).1.is_some() || dir.join("status.json").exists())
+    dir.join("spec.json").exists()
+        && (alive(dir) || {
+            let r = record(dir);
+            r.job.is_some() || r.end.is_some()
+        })
 }
 
 /// Asks the supervisor in `dir` to cancel its job (SIGTERM to it).
@@ -106,23 +112,39 @@ pub fn cancel(dir: &Path) {
     if !alive(dir) {
         return;
     }
-    if let Some(pid) = pids(dir).0 {
+    if let Some(pid) = record(dir).supervisor {
         let _ = nix::sys::signal::kill(Pid::from_raw(pid), Signal::SIGTERM);
     }
 }
 
-/// The supervisor's and the job's pids, as far as the supervisor wrote them.
-fn pids(dir: &Path) -> (Option<i32>, Option<i32>) {
+/// What the supervisor in `dir` wrote to its lock file so far.
+#[derive(Debug, Default)]
+struct Record {
+    supervisor: Option<i32>,
+    job: Option<i32>,
+    end: Option<Outcome>,
+}
+
+/// Reads the supervisor's record ([`Record`]).
+fn record(dir: &Path) -> Record {
     let text = std::fs::read_to_string(dir.join("lock")).unwrap_or_default();
-    let mut lines = text.lines().map(|l| l.trim().parse().ok());
-    (lines.next().flatten(), lines.next().flatten())
+    let mut r = Record::default();
+    for line in text.lines() {
+        match line.split_once(' ') {
+            Some(("supervisor", pid)) => r.supervisor = pid.parse().ok(),
+            Some(("job", pid)) => r.job = pid.parse().ok(),
+            Some(("end", json)) => r.end = serde_json::from_str(json).ok(),
+            _ => {}
+        }
+    }
+    r
 }
 
 /// After the supervisor in `dir` died without recording an end (it was
 /// killed too): stops whatever is left of the job's process group, so
 /// nothing runs unsupervised. Returns whether the job had been started.
 pub fn stop_orphan(dir: &Path) -> bool {
-    match pids(dir).1 {
+    match record(dir).job {
         Some(pid) => {
             let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
             true
@@ -195,7 +217,7 @@ pub async fn wait(dir: &Path) -> Outcome {
 }
 
 /// `brokk supervise DIR`: runs the job described in `DIR/spec.json` and
-/// records its outcome; the process exits 0 once the outcome is on disk. It
+/// records its outcome; the process exits 0 once the outcome is written. It
 /// starts for every job, so it is plain: one thread, no runtime, waiting
 /// with `poll` on the job's pidfd and a signalfd for the cancel.
 pub fn main(dir: &Path) -> i32 {
@@ -214,8 +236,8 @@ pub fn main(dir: &Path) -> i32 {
         }
         Err(e) => Outcome::Failed(format!("reading the job's specification: {e}")),
     };
-    let bytes = serde_json::to_vec(&outcome).unwrap_or_default();
-    match write_atomically(&dir.join("status.json"), &bytes) {
+    let line = format!("end {}\n", serde_json::to_string(&outcome).unwrap_or_default());
+    match held.write_all(line.as_bytes()) {
         Ok(()) => 0,
         Err(_) => 1,
     }
@@ -233,10 +255,9 @@ fn supervise(lock: &mut std::fs::File, spec: &Spec) -> std::io::Result<Outcome> 
     use nix::sys::signal::{SigSet, Signal as Sig};
     use nix::sys::signalfd::{SfdFlags, SignalFd};
     use rustix::event::{poll, PollFd, PollFlags, Timespec};
-    use std::io::Write;
     use std::os::unix::process::CommandExt;
     // Each line in one write: a reader sees a line whole or not at all.
-    lock.write_all(format!("{}\n", std::process::id()).as_bytes())?;
+    lock.write_all(format!("supervisor {}\n", std::process::id()).as_bytes())?;
     // Limits are inherited by the job and everything it starts.
     limit(nix::sys::resource::Resource::RLIMIT_CPU, spec.cpu_seconds)?;
     limit(nix::sys::resource::Resource::RLIMIT_DATA, spec.data_bytes)?;
@@ -258,7 +279,7 @@ fn supervise(lock: &mut std::fs::File, spec: &Spec) -> std::io::Result<Outcome> 
         Err(e) => return Ok(Outcome::Failed(format!("starting the job: {e}"))),
     };
     let pid = child.id();
-    lock.write_all(format!("{pid}\n").as_bytes())?;
+    lock.write_all(format!("job {pid}\n").as_bytes())?;
     // SIGTERM, the cancel, is read from a signalfd from here on. Blocked only
     // now, so the job does not inherit the block; one arriving before ends
     // the supervisor itself, and the agent that sent it stops the job's
