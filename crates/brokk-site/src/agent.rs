@@ -210,7 +210,7 @@ impl Agent {
         // A running local job is followed through its supervisor; a job a
         // resource manager was given is followed there.
         let followable = |j: &JobRecord| match backend {
-            Backend::Processes => crate::supervisor::started(&crate::supervisor::dir(&config.workdir, j.id)),
+            Backend::Processes => crate::supervisor::started(&crate::supervisor::file(&config.workdir, j.id)),
             Backend::Slurm(_) | Backend::Arc(_) | Backend::Gram(_) => j.backend_id.is_some(),
             Backend::NullForBenchmarks => false,
         };

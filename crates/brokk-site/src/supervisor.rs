@@ -1,21 +1,23 @@
-//! A job's supervisor: a small process of its own (`brokk supervise DIR`)
-//! that starts the job, enforces its wall time, passes on a cancel and
-//! records how it ended. It outlives the agent, so a job keeps its limits
-//! and its true ending when the agent is killed, and the restarted agent
-//! attaches to it again.
+//! A job's supervisor: a small process of its own (`brokk-supervise
+//! supervise FILE`) that starts the job, enforces its wall time, passes on a
+//! cancel and records how it ended. It outlives the agent, so a job keeps
+//! its limits and its true ending when the agent is killed, and the
+//! restarted agent attaches to it again.
 //!
-//! The supervisor's directory holds (all written by the agent or the
-//! supervisor, none reachable by the job):
-//! - `spec.json`: what to run, as whom, until when ([`Spec`]);
-//! - `lock`: held (flock) by the supervisor for its whole life, so the agent
-//!   can tell a live supervisor from a dead one without trusting a pid. The
-//!   supervisor appends to it one tagged line at a time, each in one write:
-//!   `supervisor PID` (for cancel, SIGTERM), `job PID` (its process group)
-//!   once started, and `end JSON`, how the job ended ([`Outcome`]), before
-//!   it exits. A line cut short (a supervisor killed while writing it) does
-//!   not parse and counts as not written. One file for all of it: every
-//!   file made per job is an inode to allocate, which dominated a trivial
-//!   job's cost on ext4.
+//! Everything about one job's supervision is one file under the work
+//! directory's `.supervisors` (private to the agent, not reachable by the
+//! job), of tagged lines, each written in one write:
+//! - `spec JSON`: what to run, as whom, until when ([`Spec`]), written by the
+//!   agent before it starts the supervisor;
+//! - `supervisor PID` (for cancel, SIGTERM), `job PID` (its process group)
+//!   once started, and `end JSON`, how the job ended ([`Outcome`]), appended
+//!   by the supervisor, the last before it exits.
+//!
+//! The supervisor holds an flock on the file for its whole life, so the
+//! agent can tell a live supervisor from a dead one without trusting a pid.
+//! A line cut short (a process killed while writing it) does not parse and
+//! counts as not written. One file for all of it: every file made per job
+//! is an inode to allocate, which dominated a trivial job's cost on ext4.
 //!
 //! The job's standard streams are the supervisor's own, opened by the agent
 //! inside the sandbox; the supervisor writes nothing to them.
@@ -71,66 +73,59 @@ pub enum Outcome {
     Failed(String),
 }
 
-/// The supervisor directory of job `id` under the site's work directory.
-pub fn dir(workdir: &Path, id: JobId) -> PathBuf {
+/// The supervision file of job `id` under the site's work directory.
+pub fn file(workdir: &Path, id: JobId) -> PathBuf {
     workdir.join(".supervisors").join(format!("job-{id}"))
 }
 
-fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, bytes)?;
-    std::fs::rename(tmp, path)
-}
-
 /// The outcome a supervisor recorded, if it has.
-pub fn outcome(dir: &Path) -> Option<Outcome> {
-    record(dir).end
+pub fn outcome(file: &Path) -> Option<Outcome> {
+    record(file).end
 }
 
-/// Whether the supervisor in `dir` is alive (it holds its lock).
-pub fn alive(dir: &Path) -> bool {
-    let Ok(f) = std::fs::File::open(dir.join("lock")) else {
+/// Whether the supervisor of `file` is alive (it holds its lock).
+pub fn alive(file: &Path) -> bool {
+    let Ok(f) = std::fs::File::open(file) else {
         return false;
     };
     Flock::lock(f, FlockArg::LockExclusiveNonblock).is_err()
 }
 
-/// Whether the job in `dir` may have started: a supervisor for it is alive,
-/// or one recorded starting it or its end. An agent stopped between writing
-/// the specification and its supervisor starting the job leaves none of
-/// these, and the job is started afresh.
-pub fn started(dir: &Path) -> bool {
-    dir.join("spec.json").exists()
-        && (alive(dir) || {
-            let r = record(dir);
-            r.job.is_some() || r.end.is_some()
-        })
+/// Whether the job of `file` may have started: a supervisor for it is
+/// alive, or one recorded starting it or its end. An agent stopped between
+/// writing the specification and its supervisor starting the job leaves
+/// none of these, and the job is started afresh.
+pub fn started(file: &Path) -> bool {
+    let r = record(file);
+    r.spec.is_some() && (r.job.is_some() || r.end.is_some() || alive(file))
 }
 
-/// Asks the supervisor in `dir` to cancel its job (SIGTERM to it).
-pub fn cancel(dir: &Path) {
-    if !alive(dir) {
+/// Asks the supervisor of `file` to cancel its job (SIGTERM to it).
+pub fn cancel(file: &Path) {
+    if !alive(file) {
         return;
     }
-    if let Some(pid) = record(dir).supervisor {
+    if let Some(pid) = record(file).supervisor {
         let _ = nix::sys::signal::kill(Pid::from_raw(pid), Signal::SIGTERM);
     }
 }
 
-/// What the supervisor in `dir` wrote to its lock file so far.
+/// What the agent and the supervisor wrote to a supervision file so far.
 #[derive(Debug, Default)]
 struct Record {
+    spec: Option<Spec>,
     supervisor: Option<i32>,
     job: Option<i32>,
     end: Option<Outcome>,
 }
 
 /// Reads the supervisor's record ([`Record`]).
-fn record(dir: &Path) -> Record {
-    let text = std::fs::read_to_string(dir.join("lock")).unwrap_or_default();
+fn record(file: &Path) -> Record {
+    let text = std::fs::read_to_string(file).unwrap_or_default();
     let mut r = Record::default();
     for line in text.lines() {
         match line.split_once(' ') {
+            Some(("spec", json)) => r.spec = serde_json::from_str(json).ok(),
             Some(("supervisor", pid)) => r.supervisor = pid.parse().ok(),
             Some(("job", pid)) => r.job = pid.parse().ok(),
             Some(("end", json)) => r.end = serde_json::from_str(json).ok(),
@@ -140,11 +135,11 @@ fn record(dir: &Path) -> Record {
     r
 }
 
-/// After the supervisor in `dir` died without recording an end (it was
+/// After the supervisor of `file` died without recording an end (it was
 /// killed too): stops whatever is left of the job's process group, so
 /// nothing runs unsupervised. Returns whether the job had been started.
-pub fn stop_orphan(dir: &Path) -> bool {
-    match record(dir).job {
+pub fn stop_orphan(file: &Path) -> bool {
+    match record(file).job {
         Some(pid) => {
             let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
             true
@@ -153,23 +148,29 @@ pub fn stop_orphan(dir: &Path) -> bool {
     }
 }
 
-/// Writes `spec` into `dir` (created private) and returns the command that
-/// starts its supervisor, detached from the agent's process group so that it
-/// survives the agent; the caller gives it the job's standard streams.
-pub fn command(dir: &Path, spec: &Spec) -> std::io::Result<tokio::process::Command> {
-    use std::os::unix::fs::DirBuilderExt;
-    if let Some(parent) = dir.parent() {
+/// Writes `spec` as the first line of `file` (made afresh, in a private
+/// directory) and returns the command that starts its supervisor, detached
+/// from the agent's process group so that it survives the agent; the caller
+/// gives it the job's standard streams.
+pub fn command(file: &Path, spec: &Spec) -> std::io::Result<tokio::process::Command> {
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    if let Some(parent) = file.parent() {
         std::fs::DirBuilder::new().recursive(true).mode(0o700).create(parent)?;
     }
-    let _ = std::fs::remove_dir_all(dir);
-    std::fs::DirBuilder::new().mode(0o700).create(dir)?;
-    write_atomically(
-        &dir.join("spec.json"),
-        &serde_json::to_vec(spec).map_err(std::io::Error::other)?,
-    )?;
-    std::fs::File::create(dir.join("lock"))?;
+    // A directory of the layout before one file per job.
+    if file.is_dir() {
+        let _ = std::fs::remove_dir_all(file);
+    }
+    let line = format!("spec {}\n", serde_json::to_string(spec).map_err(std::io::Error::other)?);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(file)?
+        .write_all(line.as_bytes())?;
     let mut cmd = tokio::process::Command::new(supervisor_program()?);
-    cmd.arg("supervise").arg(dir).env_clear().process_group(0);
+    cmd.arg("supervise").arg(file).env_clear().process_group(0);
     Ok(cmd)
 }
 
@@ -178,11 +179,11 @@ pub fn command(dir: &Path, spec: &Spec) -> std::io::Result<tokio::process::Comma
 /// is stopped and the job ended as `cancelled` when the agent had signalled
 /// the supervisor (which may have ended it before it recorded anything),
 /// as failed otherwise.
-pub fn ended(dir: &Path, cancelled: bool) -> Outcome {
-    if let Some(o) = outcome(dir) {
+pub fn ended(file: &Path, cancelled: bool) -> Outcome {
+    if let Some(o) = outcome(file) {
         return o;
     }
-    let started = stop_orphan(dir);
+    let started = stop_orphan(file);
     if cancelled {
         return Outcome::Cancelled;
     }
@@ -206,35 +207,32 @@ fn supervisor_program() -> std::io::Result<PathBuf> {
     Ok(if small.is_file() { small } else { exe })
 }
 
-/// Waits until the supervisor in `dir`, which this agent did not start (it
-/// restarted since), is gone, and returns how the job ended ([`ended`]).
-pub async fn wait(dir: &Path) -> Outcome {
-    // Its status is written before it lets go of the lock.
-    while outcome(dir).is_none() && alive(dir) {
+/// Waits until the supervisor of `file`, which this agent did not start
+/// (it restarted since), is gone, and returns how the job ended ([`ended`]).
+pub async fn wait(file: &Path) -> Outcome {
+    // Its end is written before it lets go of the lock.
+    while outcome(file).is_none() && alive(file) {
         tokio::time::sleep(StdDuration::from_millis(100)).await;
     }
-    ended(dir, false)
+    ended(file, false)
 }
 
-/// `brokk supervise DIR`: runs the job described in `DIR/spec.json` and
-/// records its outcome; the process exits 0 once the outcome is written. It
+/// `brokk supervise FILE`: runs the job specified in `FILE` and records
+/// its outcome there; the process exits 0 once the outcome is written. It
 /// starts for every job, so it is plain: one thread, no runtime, waiting
 /// with `poll` on the job's pidfd and a signalfd for the cancel.
-pub fn main(dir: &Path) -> i32 {
-    let Ok(lock) = std::fs::OpenOptions::new().write(true).open(dir.join("lock")) else {
+pub fn main(file: &Path) -> i32 {
+    let Ok(f) = std::fs::OpenOptions::new().append(true).open(file) else {
         return 2;
     };
-    let Ok(mut held) = Flock::lock(lock, FlockArg::LockExclusiveNonblock) else {
+    let Ok(mut held) = Flock::lock(f, FlockArg::LockExclusiveNonblock) else {
         return 2; // another supervisor has this job
     };
-    let outcome = match std::fs::read(dir.join("spec.json"))
-        .map_err(|e| e.to_string())
-        .and_then(|b| serde_json::from_slice::<Spec>(&b).map_err(|e| e.to_string()))
-    {
-        Ok(spec) => {
+    let outcome = match record(file).spec {
+        Some(spec) => {
             supervise(&mut held, &spec).unwrap_or_else(|e| Outcome::Failed(format!("supervising the job: {e}")))
         }
-        Err(e) => Outcome::Failed(format!("reading the job's specification: {e}")),
+        None => Outcome::Failed("reading the job's specification: it is missing or cut short".into()),
     };
     let line = format!("end {}\n", serde_json::to_string(&outcome).unwrap_or_default());
     match held.write_all(line.as_bytes()) {
@@ -250,7 +248,7 @@ fn limit(resource: nix::sys::resource::Resource, value: Option<u64>) -> std::io:
     Ok(())
 }
 
-/// Runs the job of `spec`, its pids written to the held `lock`.
+/// Runs the job of `spec`, its pids appended to the held supervision file.
 fn supervise(lock: &mut std::fs::File, spec: &Spec) -> std::io::Result<Outcome> {
     use nix::sys::signal::{SigSet, Signal as Sig};
     use nix::sys::signalfd::{SfdFlags, SignalFd};

@@ -82,7 +82,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    // `brokk supervise DIR`: a site agent starts one for every job it runs,
+    // `brokk supervise FILE`: a site agent starts one for every job it runs,
     // so it goes straight to work, without the command line's set-up.
     let mut args = std::env::args_os().skip(1);
     if let (Some(cmd), Some(dir), None) = (args.next(), args.next(), args.next()) {

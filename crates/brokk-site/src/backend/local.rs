@@ -28,7 +28,7 @@ pub(crate) async fn run<P: Progress>(site: &P, config: &Config, launch: Launch, 
         account,
         ..
     } = launch;
-    let sup = supervisor::dir(&config.workdir, id);
+    let sup = supervisor::file(&config.workdir, id);
     let outcome = if started && supervisor::started(&sup) {
         // Taken up again after a restart: the supervisor is followed
         // through its files.

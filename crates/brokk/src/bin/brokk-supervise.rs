@@ -1,4 +1,4 @@
-//! `brokk-supervise supervise DIR`: a job's supervisor as a program of its
+//! `brokk-supervise supervise FILE`: a job's supervisor as a program of its
 //! own. A site agent starts one for every job it runs; this one links only
 //! the supervisor, so it starts in a fraction of the time `brokk supervise`
 //! takes (the full binary's loading and relocation were half the CPU of a
@@ -13,7 +13,7 @@ fn main() -> ExitCode {
             ExitCode::from(u8::try_from(brokk_site::supervisor::main(std::path::Path::new(&dir))).unwrap_or(1))
         }
         _ => {
-            eprintln!("usage: brokk-supervise supervise DIR (started by a site agent for each job)");
+            eprintln!("usage: brokk-supervise supervise FILE (started by a site agent for each job)");
             ExitCode::from(2)
         }
     }
