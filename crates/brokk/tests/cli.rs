@@ -344,3 +344,40 @@ fn workflow_plan_admits_or_says_why_with_the_earliest_finish() {
     let offer: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
     assert_eq!(offer["plan"]["tasks"].as_array().unwrap().len(), 19);
 }
+
+/// The soak mode end to end, small: every job is accepted, dispatched and
+/// followed to its end while the sites retire ended jobs after a second,
+/// so the broker reads some ends from the sites' databases.
+#[test]
+fn a_short_soak_follows_every_job_while_sites_retire_them() {
+    let out = brokk(
+        &[
+            "bench",
+            "submit",
+            "--soak",
+            "--null-backend",
+            "--jobs",
+            "400",
+            "--min-job-age",
+            "1",
+            "--sample-seconds",
+            "0.5",
+            "--json",
+        ],
+        None,
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let f: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(f["soak"], true);
+    assert_eq!(f["jobs"], 400);
+    assert_eq!(f["min_job_age_s"], 1);
+    let last = f["samples"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(
+        (last["accepted"].as_i64(), last["finished"].as_i64()),
+        (Some(400), Some(400)),
+        "{f}"
+    );
+    assert!(f["db_bytes_per_job"].as_f64().unwrap() > 0.0, "{f}");
+    assert!(f["status_p99_ms"].as_f64().unwrap() > 0.0, "{f}");
+}

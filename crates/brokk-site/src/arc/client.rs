@@ -65,6 +65,10 @@ impl ArcState {
 pub struct ArcClient {
     http: reqwest::Client,
     base: String,
+    /// The TLS set-up, kept for [`ArcClient::refused_certificate`].
+    tls: std::sync::Arc<rustls::ClientConfig>,
+    /// The CE's address and server name, for the same.
+    url: reqwest::Url,
 }
 
 fn read(path: &std::path::Path) -> Result<Vec<u8>, ArcError> {
@@ -111,15 +115,70 @@ impl ArcClient {
         let tls = super::tls::client_config(&cas, &pem).map_err(|e| {
             ArcError::Credentials(format!("{} ({}): {e}", config.cert.display(), config.ca_dir.display()))
         })?;
+        let url =
+            reqwest::Url::parse(&config.url).map_err(|e| ArcError::Credentials(format!("{}: {e}", config.url)))?;
         let builder = reqwest::Client::builder()
-            .use_preconfigured_tls(tls)
+            .use_preconfigured_tls(tls.clone())
             .connect_timeout(StdDuration::from_secs(config.timeout_s))
             .timeout(StdDuration::from_secs(config.timeout_s));
         let http = builder.build().map_err(|e| ArcError::Credentials(e.to_string()))?;
         Ok(ArcClient {
             http,
             base: format!("{}/rest/1.0", config.url.trim_end_matches('/')),
+            tls: std::sync::Arc::new(tls),
+            url,
         })
+    }
+
+    /// Whether the CE refuses this client's certificate, found by a TLS
+    /// handshake of its own and one read after it: under TLS 1.3 the server
+    /// judges the client's certificate after the client thinks the
+    /// handshake done, so its alert arrives on the first read, and the HTTP
+    /// client may only see a connection that closed ("connection was not
+    /// ready": seen here against A-REX). `Some(alert)` when refused.
+    pub async fn refused_certificate(&self) -> Option<String> {
+        let (tls, url) = (self.tls.clone(), self.url.clone());
+        let timeout = StdDuration::from_secs(10);
+        tokio::task::spawn_blocking(move || {
+            use std::io::{Read, Write};
+            let host = url.host_str()?.to_string();
+            let addr = url.socket_addrs(|| Some(443)).ok()?.into_iter().next()?;
+            let mut sock = std::net::TcpStream::connect_timeout(&addr, timeout).ok()?;
+            sock.set_read_timeout(Some(timeout)).ok()?;
+            let name = rustls_pki_types::ServerName::try_from(host.clone()).ok()?;
+            let mut conn = rustls::ClientConnection::new(tls, name).ok()?;
+            let mut stream = rustls::Stream::new(&mut conn, &mut sock);
+            let request = format!(
+                "GET {}/rest/1.0/info HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n",
+                url.path().trim_end_matches('/')
+            );
+            let refused = |e: std::io::Error| {
+                let alert = e
+                    .get_ref()
+                    .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+                    .is_some_and(|r| {
+                        matches!(
+                            r,
+                            rustls::Error::AlertReceived(_) | rustls::Error::InvalidCertificate(_)
+                        )
+                    });
+                alert.then(|| e.to_string())
+            };
+            if let Err(e) = stream.write_all(request.as_bytes()) {
+                return refused(e);
+            }
+            let mut first = [0u8; 64];
+            match stream.read(&mut first) {
+                Err(e) => refused(e),
+                Ok(n) => {
+                    tracing::debug!(bytes = n, "the ARC CE answered the certificate probe");
+                    None
+                }
+            }
+        })
+        .await
+        .ok()
+        .flatten()
     }
 
     async fn call(&self, method: Method, path: &str, body: Option<(&str, Vec<u8>)>) -> Result<Vec<u8>, ArcError> {

@@ -92,7 +92,15 @@ impl ArcCe {
     /// and the document.
     pub async fn connect(config: ArcConfig) -> Result<(ArcCe, glue2::Glue2), ArcError> {
         let client = ArcClient::new(&config)?;
-        let info = client.info().await?;
+        let info = match client.info().await {
+            Ok(info) => info,
+            // A connection that closed may be a refused certificate.
+            Err(ArcError::Unreachable(text)) => match client.refused_certificate().await {
+                Some(alert) => return Err(ArcError::Authentication(alert)),
+                None => return Err(ArcError::Unreachable(text)),
+            },
+            Err(e) => return Err(e),
+        };
         let ce = ArcCe {
             config,
             client,
