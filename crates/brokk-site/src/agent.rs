@@ -290,11 +290,19 @@ impl Agent {
     /// everything it could have seen is durable. What a user was shown
     /// survives a crash, as what an operation answered does.
     async fn seen<T>(&self, read: impl FnOnce(&Inner) -> T) -> T {
+        self.seen_if(read, |_| true).await
+    }
+
+    /// [`Agent::seen`] for an answer that `shows` something: one that shows
+    /// nothing (a job not found) waits for no write.
+    async fn seen_if<T>(&self, read: impl FnOnce(&Inner) -> T, shows: impl Fn(&T) -> bool) -> T {
         let (answer, through) = {
             let g = self.read().await;
             (read(&g), self.commits.queued())
         };
-        self.commits.durable_through(through).await;
+        if shows(&answer) {
+            self.commits.durable_through(through).await;
+        }
         answer
     }
 
@@ -690,7 +698,7 @@ impl Agent {
     /// `who`'s job `id` read through `f`: from the core, or from the store
     /// once the core has retired it.
     async fn read_job<T>(&self, who: &str, id: JobId, f: impl Fn(&JobRecord) -> T) -> Result<T, AgentError> {
-        match self.seen(|g| g.core.job(who, id).map(&f)).await {
+        match self.seen_if(|g| g.core.job(who, id).map(&f), Result::is_ok).await {
             Err(CoreError::NotFound(m)) => Ok(f(&owned_by(who, self.store.job(id).await?, m)?)),
             r => Ok(r?),
         }
@@ -699,7 +707,10 @@ impl Agent {
     /// `who`'s job submitted with idempotency key `key`, read through `f`
     /// (see [`Agent::read_job`]).
     async fn read_job_by_key<T>(&self, who: &str, key: &str, f: impl Fn(&JobRecord) -> T) -> Result<T, AgentError> {
-        match self.seen(|g| g.core.job_by_key(who, key).map(&f)).await {
+        match self
+            .seen_if(|g| g.core.job_by_key(who, key).map(&f), Result::is_ok)
+            .await
+        {
             Err(CoreError::NotFound(m)) => Ok(f(&owned_by(who, self.store.job_by_key(who, key).await?, m)?)),
             r => Ok(r?),
         }
