@@ -96,8 +96,10 @@ pub fn alive(file: &Path) -> bool {
 /// writing the specification and its supervisor starting the job leaves
 /// none of these, and the job is started afresh.
 pub fn started(file: &Path) -> bool {
+    // A supervisor is started only once the specification is written, so
+    // any of these implies it.
     let r = record(file);
-    r.spec.is_some() && (r.job.is_some() || r.end.is_some() || alive(file))
+    r.job.is_some() || r.end.is_some() || alive(file)
 }
 
 /// Asks the supervisor of `file` to cancel its job (SIGTERM to it).
@@ -110,25 +112,29 @@ pub fn cancel(file: &Path) {
     }
 }
 
-/// What the agent and the supervisor wrote to a supervision file so far.
+/// What the supervisor wrote to its supervision file so far.
 #[derive(Debug, Default)]
 struct Record {
-    spec: Option<Spec>,
     supervisor: Option<i32>,
     job: Option<i32>,
     end: Option<Outcome>,
 }
 
-/// Reads the supervisor's record ([`Record`]).
+/// The lines of a supervision file as (tag, text).
+fn tagged(text: &str) -> impl Iterator<Item = (&str, &str)> {
+    text.lines().filter_map(|line| line.split_once(' '))
+}
+
+/// Reads the supervisor's record ([`Record`]); the specification, which
+/// only the supervisor needs, is skipped unparsed.
 fn record(file: &Path) -> Record {
     let text = std::fs::read_to_string(file).unwrap_or_default();
     let mut r = Record::default();
-    for line in text.lines() {
-        match line.split_once(' ') {
-            Some(("spec", json)) => r.spec = serde_json::from_str(json).ok(),
-            Some(("supervisor", pid)) => r.supervisor = pid.parse().ok(),
-            Some(("job", pid)) => r.job = pid.parse().ok(),
-            Some(("end", json)) => r.end = serde_json::from_str(json).ok(),
+    for line in tagged(&text) {
+        match line {
+            ("supervisor", pid) => r.supervisor = pid.parse().ok(),
+            ("job", pid) => r.job = pid.parse().ok(),
+            ("end", json) => r.end = serde_json::from_str(json).ok(),
             _ => {}
         }
     }
@@ -217,6 +223,18 @@ pub async fn wait(file: &Path) -> Outcome {
     ended(file, false)
 }
 
+/// The supervisor's command line, `supervise FILE` (after the program's
+/// name), run to its exit code; `None` for any other command line. Both
+/// `brokk` and `brokk-supervise` start with it.
+pub fn from_args(mut args: impl Iterator<Item = std::ffi::OsString>) -> Option<std::process::ExitCode> {
+    match (args.next(), args.next(), args.next()) {
+        (Some(cmd), Some(file), None) if cmd == "supervise" => Some(std::process::ExitCode::from(
+            u8::try_from(main(Path::new(&file))).unwrap_or(1),
+        )),
+        _ => None,
+    }
+}
+
 /// `brokk supervise FILE`: runs the job specified in `FILE` and records
 /// its outcome there; the process exits 0 once the outcome is written. It
 /// starts for every job, so it is plain: one thread, no runtime, waiting
@@ -228,7 +246,10 @@ pub fn main(file: &Path) -> i32 {
     let Ok(mut held) = Flock::lock(f, FlockArg::LockExclusiveNonblock) else {
         return 2; // another supervisor has this job
     };
-    let outcome = match record(file).spec {
+    let text = std::fs::read_to_string(file).unwrap_or_default();
+    let spec =
+        tagged(&text).find_map(|(tag, json)| (tag == "spec").then(|| serde_json::from_str::<Spec>(json).ok())?);
+    let outcome = match spec {
         Some(spec) => {
             supervise(&mut held, &spec).unwrap_or_else(|e| Outcome::Failed(format!("supervising the job: {e}")))
         }

@@ -84,11 +84,8 @@ enum Command {
 fn main() -> ExitCode {
     // `brokk supervise FILE`: a site agent starts one for every job it runs,
     // so it goes straight to work, without the command line's set-up.
-    let mut args = std::env::args_os().skip(1);
-    if let (Some(cmd), Some(dir), None) = (args.next(), args.next(), args.next()) {
-        if cmd == "supervise" {
-            return ExitCode::from(u8::try_from(brokk_site::supervisor::main(std::path::Path::new(&dir))).unwrap_or(1));
-        }
+    if let Some(code) = brokk_site::supervisor::from_args(std::env::args_os().skip(1)) {
+        return code;
     }
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_env("BROKK_LOG"))

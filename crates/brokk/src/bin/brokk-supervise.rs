@@ -7,14 +7,8 @@
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    let mut args = std::env::args_os().skip(1);
-    match (args.next(), args.next(), args.next()) {
-        (Some(cmd), Some(dir), None) if cmd == "supervise" => {
-            ExitCode::from(u8::try_from(brokk_site::supervisor::main(std::path::Path::new(&dir))).unwrap_or(1))
-        }
-        _ => {
-            eprintln!("usage: brokk-supervise supervise FILE (started by a site agent for each job)");
-            ExitCode::from(2)
-        }
-    }
+    brokk_site::supervisor::from_args(std::env::args_os().skip(1)).unwrap_or_else(|| {
+        eprintln!("usage: brokk-supervise supervise FILE (started by a site agent for each job)");
+        ExitCode::from(2)
+    })
 }
