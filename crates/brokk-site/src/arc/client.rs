@@ -67,8 +67,6 @@ pub struct ArcClient {
     base: String,
     /// The TLS set-up, kept for [`ArcClient::refused_certificate`].
     tls: std::sync::Arc<rustls::ClientConfig>,
-    /// The CE's address and server name, for the same.
-    url: reqwest::Url,
 }
 
 fn read(path: &std::path::Path) -> Result<Vec<u8>, ArcError> {
@@ -115,8 +113,6 @@ impl ArcClient {
         let tls = super::tls::client_config(&cas, &pem).map_err(|e| {
             ArcError::Credentials(format!("{} ({}): {e}", config.cert.display(), config.ca_dir.display()))
         })?;
-        let url =
-            reqwest::Url::parse(&config.url).map_err(|e| ArcError::Credentials(format!("{}: {e}", config.url)))?;
         let builder = reqwest::Client::builder()
             .use_preconfigured_tls(tls.clone())
             .connect_timeout(StdDuration::from_secs(config.timeout_s))
@@ -126,7 +122,6 @@ impl ArcClient {
             http,
             base: format!("{}/rest/1.0", config.url.trim_end_matches('/')),
             tls: std::sync::Arc::new(tls),
-            url,
         })
     }
 
@@ -137,7 +132,8 @@ impl ArcClient {
     /// client may only see a connection that closed ("connection was not
     /// ready": seen here against A-REX). `Some(alert)` when refused.
     pub async fn refused_certificate(&self) -> Option<String> {
-        let (tls, url) = (self.tls.clone(), self.url.clone());
+        let tls = self.tls.clone();
+        let url = reqwest::Url::parse(&format!("{}/info", self.base)).ok()?;
         let timeout = StdDuration::from_secs(10);
         tokio::task::spawn_blocking(move || {
             use std::io::{Read, Write};
@@ -149,8 +145,8 @@ impl ArcClient {
             let mut conn = rustls::ClientConnection::new(tls, name).ok()?;
             let mut stream = rustls::Stream::new(&mut conn, &mut sock);
             let request = format!(
-                "GET {}/rest/1.0/info HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n",
-                url.path().trim_end_matches('/')
+                "GET {} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n",
+                url.path()
             );
             let refused = |e: std::io::Error| {
                 let alert = e
