@@ -206,9 +206,7 @@ impl SiteCore {
                 break;
             }
             self.ended.pop_front();
-            if self.jobs.get(&id).is_none_or(|j| !j.state.is_terminal()) {
-                continue;
-            }
+            // Only ended jobs enter `ended`, and an end is never undone.
             let Some(j) = self.jobs.remove(&id) else { continue };
             if let Some(k) = j.key {
                 self.keys.remove(&(j.owner, k));

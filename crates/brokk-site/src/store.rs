@@ -150,17 +150,17 @@ const SCHEMA: &[&str] = &[
 ];
 
 /// Columns added after a table was first made, for databases made before.
-const ADDED_COLUMNS: &[(&str, &str)] = &[
-    ("jobs", "backend_id INTEGER"),
-    ("jobs", "user TEXT"),
-    ("jobs", "version INTEGER"),
+/// Each with what fills it in the rows that were there before, if anything.
+const ADDED_COLUMNS: &[(&str, &str, Option<&str>)] = &[
+    ("jobs", "backend_id INTEGER", None),
+    ("jobs", "user TEXT", None),
+    // Rows from before versions were stored: ids are as good an order.
+    ("jobs", "version INTEGER", Some("UPDATE jobs SET version = id")),
 ];
 
 /// Made after the columns: the store answers for retired jobs by id, by
 /// key, by feed version and by end.
 const INDEXES: &[&str] = &[
-    // Rows from before versions were stored: ids are as good an order.
-    "UPDATE jobs SET version = id WHERE version IS NULL",
     "CREATE INDEX IF NOT EXISTS jobs_feed ON jobs (owner, version)",
     "CREATE INDEX IF NOT EXISTS jobs_key ON jobs (owner, idem)",
     "CREATE INDEX IF NOT EXISTS jobs_ended ON jobs (ended)",
@@ -196,7 +196,7 @@ impl Store {
         for stmt in SCHEMA {
             sqlx::query(stmt).execute(&pool).await?;
         }
-        for (table, column) in ADDED_COLUMNS {
+        for (table, column, fill) in ADDED_COLUMNS {
             let name = column.split_whitespace().next().unwrap_or(column);
             let has: i64 = sqlx::query_scalar(&format!(
                 "SELECT COUNT(*) FROM pragma_table_info('{table}') WHERE name = '{name}'"
@@ -207,6 +207,9 @@ impl Store {
                 sqlx::query(&format!("ALTER TABLE {table} ADD COLUMN {column}"))
                     .execute(&pool)
                     .await?;
+                if let Some(fill) = fill {
+                    sqlx::query(fill).execute(&pool).await?;
+                }
             }
         }
         for stmt in INDEXES {
