@@ -101,6 +101,21 @@ async fn status_latency(http: &reqwest::Client, base: &str, ids: &[String], n: u
     )
 }
 
+/// The benchmarks' job: `/bin/true` in Brokk's JSON.
+pub fn trivial_submission() -> SubmitRequest {
+    SubmitRequest {
+        description: r#"{"executable": "/bin/true", "wall_time": 60}"#.into(),
+        format: Some("json".into()),
+        ..SubmitRequest::default()
+    }
+}
+
+/// How many of the broker's jobs are in `state`.
+pub async fn jobs_in(running: &brokk_server::Running, state: &str) -> Result<i64> {
+    let counts = running.service.db.count_by_state().await?;
+    Ok(counts.iter().find(|(s, _)| s == state).map_or(0, |c| c.1))
+}
+
 /// Least-squares slope of `y` over `x`.
 fn slope(points: &[(f64, f64)]) -> f64 {
     let n = points.len() as f64;
@@ -133,11 +148,7 @@ pub async fn run(
 ) -> Result<SoakFigures> {
     let base = format!("http://{}", running.addr);
     let http = reqwest::Client::new();
-    let body = SubmitRequest {
-        description: r#"{"executable": "/bin/true", "wall_time": 60}"#.into(),
-        format: Some("json".into()),
-        ..SubmitRequest::default()
-    };
+    let body = trivial_submission();
     let left = Arc::new(AtomicUsize::new(jobs));
     let accepted = Arc::new(AtomicUsize::new(0));
     // Every 100th accepted job's id, for the status reads.
@@ -185,14 +196,7 @@ pub async fn run(
     let sample = |round: u64| {
         let (running, http, base, kept, accepted) = (&running, &http, &base, &kept, &accepted);
         async move {
-            let finished = running
-                .service
-                .db
-                .count_by_state()
-                .await?
-                .iter()
-                .find(|(s, _)| s == "finished")
-                .map_or(0, |c| c.1);
+            let finished = jobs_in(running, "finished").await?;
             let ids = kept.lock().map(|k| k.clone()).unwrap_or_default();
             let (p50, p99) = status_latency(http, base, &ids, 200, round).await;
             Ok::<_, anyhow::Error>(Sample {

@@ -129,13 +129,11 @@ pub fn run(a: SubmitBenchArgs) -> Result<ExitCode> {
         let url = format!("http://{}/v1/jobs", running.addr);
         let http = reqwest::Client::new();
         let body = SubmitRequest {
-            description: r#"{"executable": "/bin/true", "wall_time": 60}"#.into(),
-            format: Some("json".into()),
             preferences: a.reserve.then(|| JobPreferences {
                 use_reservations: Some(true),
                 ..JobPreferences::default()
             }),
-            ..SubmitRequest::default()
+            ..super::bench_soak::trivial_submission()
         };
         let start = Instant::now();
         let per = a.jobs.div_ceil(a.concurrency.max(1));
@@ -163,9 +161,7 @@ pub fn run(a: SubmitBenchArgs) -> Result<ExitCode> {
         lat.sort_by(f64::total_cmp);
         // Dispatched: no job is left in `accepted`.
         loop {
-            let counts = running.service.db.count_by_state().await?;
-            let waiting = counts.iter().find(|(s, _)| s == "accepted").map_or(0, |c| c.1);
-            if waiting == 0 {
+            if super::bench_soak::jobs_in(&running, "accepted").await? == 0 {
                 break;
             }
             if start.elapsed() > Duration::from_secs(600) {
