@@ -24,11 +24,7 @@ pub(crate) struct Feed {
 impl Feed {
     /// Records that job `id` changed.
     pub(crate) fn touch(&mut self, id: JobId) {
-        self.version += 1;
-        if let Some(old) = self.versions.insert(id, self.version) {
-            self.changes.remove(&old);
-        }
-        self.changes.insert(self.version, id);
+        self.restore(id, self.version + 1);
     }
 
     /// Puts job `id` back under the version of its latest change, as a
