@@ -2,8 +2,12 @@
 # A local NorduGrid ARC compute element (A-REX with the REST interface, fork
 # LRMS, ARC's test CA) for the ARC tests, from Debian's packages. Needs root.
 #
-#   scripts/arc-testbed.sh start   # install, configure, start; prints the
-#                                  # directory with user.pem, user.key, ca/, url
+#   scripts/arc-testbed.sh start [--slurm CONF]
+#       install, configure, start; prints the directory with user.pem,
+#       user.key, ca/ and url. With --slurm, a second CE (REST on :8443) runs
+#       its jobs on the Slurm cluster of that slurm.conf, with the runtime
+#       environment ENV/SLURM-RESERVATION that binds a job to a Slurm
+#       reservation; its URL is in slurm-url.
 #   scripts/arc-testbed.sh stop
 #
 # What it relies on (measured on this machine kind): the packages install in
@@ -15,6 +19,8 @@
 set -euo pipefail
 BASE=${BROKK_ARC_BASE:-/var/tmp/brokk-arc}
 USER_NAME=brokkgrid
+SLURM_CE=/etc/arc-brokk-slurm.conf
+SLURM_CE_DIR=/var/spool/arc-brokk-slurm
 log() { echo "arc-testbed: $*" >&2; }
 
 listening() { ss -ltn 2>/dev/null | grep -q ":$1 "; }
@@ -65,6 +71,79 @@ allowaccess = zero
 EOF
 }
 
+# The second CE, on Slurm (the set-up measured in GRID-MIDDLEWARE.md): its
+# own control, session and temporary directories (A-REX's Slurm scanner
+# takes a lock in its TMPDIR, and two CEs sharing /tmp block each other),
+# and the runtime environment that puts `#SBATCH --reservation=NAME` into the
+# batch script A-REX writes. Mapped jobs run as nobody, whom Brokk's
+# reservations on that cluster admit.
+configure_slurm_ce() {
+  local conf=$1
+  mkdir -p "$SLURM_CE_DIR"/{jobstatus,sessiondir,log} "$BASE/rte/ENV"
+  install -d -m 1777 "$SLURM_CE_DIR/tmp"
+  cat >"$BASE/rte/ENV/SLURM-RESERVATION" <<'EOF'
+# description: runs the job in the Slurm advance reservation its argument names
+if [ "x$1" = "x0" ] && [ -n "$2" ]; then
+  i=0
+  while eval "[ -n \"\${joboption_nodeproperty_$i+x}\" ]"; do i=$((i + 1)); done
+  eval "joboption_nodeproperty_$i=\"--reservation=$2\""
+fi
+true
+EOF
+  cat >"$SLURM_CE" <<EOF
+# written by Brokk's scripts/arc-testbed.sh: a CE on the Slurm cluster of $conf
+[common]
+x509_host_key = /etc/grid-security/testCA-hostkey.pem
+x509_host_cert = /etc/grid-security/testCA-hostcert.pem
+
+[authgroup:zero]
+file = /etc/grid-security/testCA.allowed-subjects
+
+[mapping]
+map_to_user = zero nobody:nogroup
+
+[lrms]
+lrms = slurm
+slurm_bin_path = /usr/bin
+slurm_use_sacct = no
+slurm_wakeupperiod = 5
+
+[arex]
+controldir = $SLURM_CE_DIR/jobstatus
+sessiondir = $SLURM_CE_DIR/sessiondir
+pidfile = /run/arched-arex-brokk-slurm.pid
+logfile = $SLURM_CE_DIR/log/arex.log
+helperlog = $SLURM_CE_DIR/log/job.helper.errors
+runtimedir = $BASE/rte
+tmpdir = $SLURM_CE_DIR/tmp
+
+[arex/ws]
+wsurl = https://$(hostname -f 2>/dev/null || hostname):8443/arex
+pidfile = /run/arched-arex-ws-brokk-slurm.pid
+logfile = $SLURM_CE_DIR/log/ws-interface.log
+
+[arex/ws/jobs]
+allowaccess = zero
+
+[infosys]
+logfile = $SLURM_CE_DIR/log/infoprovider.log
+
+[infosys/glue2]
+
+[infosys/cluster]
+
+[queue:batch]
+EOF
+  # The SysV scripts source these for both CEs: SLURM_CONF by the config.
+  for f in /etc/default/arc-arex /etc/default/arc-arex-ws; do
+    cat >"$f" <<EOF
+case "\${ARC_CONFIG:-/etc/arc.conf}" in
+  $SLURM_CE) export SLURM_CONF=$conf ;;
+esac
+EOF
+  done
+}
+
 credentials() {
   # A test-CA user certificate; its subject is allowed by the CE.
   id "$USER_NAME" >/dev/null 2>&1 || useradd -m -s /bin/bash "$USER_NAME"
@@ -83,10 +162,30 @@ credentials() {
 }
 
 start() {
+  local slurm_conf=""
+  while [ $# -gt 0 ]; do
+    case "$1" in
+    --slurm) slurm_conf=$(realpath "$2"); shift 2 ;;
+    *) log "unknown argument $1"; return 2 ;;
+    esac
+  done
   mkdir -p "$BASE"
   install_packages
   configure
   credentials
+  rm -f "$BASE/slurm-url"
+  if [ -n "$slurm_conf" ]; then
+    configure_slurm_ce "$slurm_conf"
+    ARC_CONFIG=$SLURM_CE /etc/init.d/arc-arex-ws stop >/dev/null 2>&1 || true
+    ARC_CONFIG=$SLURM_CE /etc/init.d/arc-arex stop >/dev/null 2>&1 || true
+    ARC_CONFIG=$SLURM_CE /etc/init.d/arc-arex start >>"$BASE/start.log" 2>&1
+    ARC_CONFIG=$SLURM_CE /etc/init.d/arc-arex-ws start >>"$BASE/start.log" 2>&1
+    arcctl -c "$SLURM_CE" rte enable ENV/SLURM-RESERVATION >>"$BASE/start.log" 2>&1 ||
+      { log "enabling ENV/SLURM-RESERVATION failed; see $BASE/start.log"; return 1; }
+    for _ in $(seq 1 100); do listening 8443 && break; sleep 0.2; done
+    listening 8443 || { log "the Slurm CE's REST front end is not listening on 8443; see $BASE/start.log"; return 1; }
+    echo "https://$(hostname -f 2>/dev/null || hostname):8443/arex" >"$BASE/slurm-url"
+  fi
   # Both services, REST front end first listening: see the header.
   /etc/init.d/arc-arex-ws stop >/dev/null 2>&1 || true
   /etc/init.d/arc-arex stop >/dev/null 2>&1 || true
@@ -101,10 +200,14 @@ start() {
 stop() {
   /etc/init.d/arc-arex-ws stop >/dev/null 2>&1 || true
   /etc/init.d/arc-arex stop >/dev/null 2>&1 || true
+  if [ -f "$SLURM_CE" ]; then
+    ARC_CONFIG=$SLURM_CE /etc/init.d/arc-arex-ws stop >/dev/null 2>&1 || true
+    ARC_CONFIG=$SLURM_CE /etc/init.d/arc-arex stop >/dev/null 2>&1 || true
+  fi
 }
 
 case "${1:-start}" in
-start) start ;;
+start) shift; start "$@" ;;
 stop) stop ;;
 *) log "usage: $0 start|stop"; exit 2 ;;
 esac

@@ -39,6 +39,7 @@ impl MemorySite {
             horizon,
             default_wall_time: DEFAULT_WALL_TIME,
             policy,
+            lead: Duration(0),
         });
         MemorySite {
             info,
@@ -200,7 +201,7 @@ impl Site for MemorySite {
 
     fn probe(&self, req: &Request, k: usize) -> Result<Vec<Candidate>, SiteError> {
         self.up()?;
-        Ok(self.core.probe(req, k).unwrap_or_default())
+        Ok(self.core.probe(self.now, req, k).unwrap_or_default())
     }
 
     fn reserve(&mut self, owner: &str, req: &Request, hold: Option<Time>) -> Result<Reply, SiteError> {

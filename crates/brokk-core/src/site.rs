@@ -37,6 +37,11 @@ pub struct SiteParams {
     /// never overtake), or protecting only the first few waiting jobs (EASY
     /// protects one) while later ones start only where they fit at once.
     pub policy: Policy,
+    /// The least time from now to a reservation's start: what the resource
+    /// manager takes to have a job in place (an ARC CE hands a job to the
+    /// Slurm behind it at its own cycle, so a reservation starting sooner
+    /// would start empty). Zero where jobs are in place at once.
+    pub lead: Duration,
 }
 
 /// What a site publishes about itself now.
@@ -319,11 +324,37 @@ impl SiteCore {
         }
     }
 
-    /// Non-binding candidates for `req` (at most `k`, clamped to 1..=100).
-    pub fn probe(&self, req: &Request, k: usize) -> Result<Vec<Candidate>, CoreError> {
+    /// Non-binding candidates for `req` at `now` (at most `k`, clamped to
+    /// 1..=100); none when its window closes within the site's lead.
+    pub fn probe(&self, now: Time, req: &Request, k: usize) -> Result<Vec<Candidate>, CoreError> {
+        let req = match self.after_lead(now, req) {
+            Ok(req) => req,
+            Err(_) => return Ok(Vec::new()),
+        };
         self.planner
-            .probe(req, k.clamp(1, 100))
+            .probe(&req, k.clamp(1, 100))
             .map_err(|reason| CoreError::NotGranted(Reply::Never { reason }))
+    }
+
+    /// `req` with its window begun no sooner than the site's lead after
+    /// `now`; when the whole window is sooner, the refusal names the first
+    /// start the site could give.
+    fn after_lead(&self, now: Time, req: &Request) -> Result<Request, Reply> {
+        let first = Time(now.0.saturating_add(self.params.lead.0));
+        if req.earliest >= first {
+            return Ok(*req);
+        }
+        if req.latest < first {
+            let next_start = self.next_start_after(&Request {
+                latest: Time(first.0 - 1),
+                ..*req
+            });
+            return Err(Reply::Rejected { next_start });
+        }
+        Ok(Request {
+            earliest: first,
+            ..*req
+        })
     }
 
     /// Lets holds lapse at `now`: their reservations end, and jobs submitted
@@ -371,6 +402,7 @@ impl SiteCore {
         hold: Option<Time>,
     ) -> Result<Reservation, CoreError> {
         self.expire(now);
+        let req = &self.after_lead(now, req).map_err(CoreError::NotGranted)?;
         match self.planner.reserve(who, req, hold) {
             Reply::Granted { id, .. } => {
                 self.out.push(Effect::SaveReservation(id));

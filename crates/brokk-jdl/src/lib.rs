@@ -38,6 +38,14 @@ use serde::Serialize;
 pub use detect::detect;
 pub use diag::{line_col, Diagnostic, Severity};
 
+/// One xRSL relation, `(attribute="value" ...)`, for what a site adds to a
+/// written description that the job model does not hold (a runtime
+/// environment's arguments, say).
+pub fn xrsl_relation(attribute: &str, values: &[&str]) -> String {
+    let values: Vec<String> = values.iter().map(|v| rsl_syntax::quote(v)).collect();
+    format!("({attribute}={})", values.join(" "))
+}
+
 /// A job description language.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "lowercase")]

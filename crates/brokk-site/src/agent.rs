@@ -154,7 +154,26 @@ impl Agent {
             }
             None => match config.arc.clone() {
                 Some(ac) => {
-                    let (ce, glue2) = crate::arc::ArcCe::connect(ac)
+                    // The Slurm cluster behind the CE, where the site may
+                    // reserve: its cores are what the site plans.
+                    let slurm = match ac.slurm.clone() {
+                        Some(sc) => {
+                            let (slurm, cpus) =
+                                Slurm::connect(&config.name, sc, config.horizon_days)
+                                    .await
+                                    .map_err(|e| {
+                                        AgentError::Unavailable(format!(
+                                            "reading the Slurm cluster behind the ARC CE: {e}"
+                                        ))
+                                    })?;
+                            if config.capacity == 0 {
+                                config.capacity = cpus;
+                            }
+                            Some(Arc::new(slurm.reservations_only()))
+                        }
+                        None => None,
+                    };
+                    let (ce, glue2) = crate::arc::ArcCe::connect(ac, slurm)
                         .await
                         .map_err(|e| AgentError::Unavailable(format!("reading the ARC CE: {e}")))?;
                     if config.capacity == 0 {
@@ -203,6 +222,7 @@ impl Agent {
             horizon: Time(t.0 + config.horizon_days * 86_400),
             default_wall_time: Duration(config.default_wall_time),
             policy: brokk_core::queue::Policy::CONSERVATIVE,
+            lead: backend.lead(),
         };
         let reservations = store.live_reservations().await?;
         let next_reservation = store.max_reservation_id().await? + 1;
@@ -469,7 +489,7 @@ impl Agent {
     pub async fn probe(&self, req: &Request, k: usize) -> Result<Vec<Candidate>, AgentError> {
         self.check_available()?;
         let g = self.read().await;
-        Ok(g.core.probe(req, k)?)
+        Ok(g.core.probe(now(), req, k)?)
     }
 
     /// `POST /v1/reservations`. Behind Slurm the grant is made there too,

@@ -149,6 +149,24 @@ pub struct SlurmConfig {
     pub submitters: usize,
 }
 
+impl SlurmConfig {
+    /// Reads relative paths against `base` (the configuration file's
+    /// directory).
+    pub fn resolve(&mut self, base: &Path) {
+        self.conf = base.join(&self.conf);
+        self.bin_dir = self.bin_dir.as_ref().map(|b| base.join(b));
+    }
+
+    fn check(&self, section: &str) -> Result<(), ConfigError> {
+        if self.poll_ms == 0 || self.submitters == 0 {
+            return Err(ConfigError::Invalid(format!(
+                "{section}.poll_ms and {section}.submitters must be positive"
+            )));
+        }
+        Ok(())
+    }
+}
+
 fn default_poll_ms() -> u64 {
     250
 }
@@ -242,8 +260,7 @@ impl Config {
             g.resolve(base);
         }
         if let Some(s) = &mut c.slurm {
-            s.conf = base.join(&s.conf);
-            s.bin_dir = s.bin_dir.as_ref().map(|b| base.join(b));
+            s.resolve(base);
         }
         c.check()?;
         Ok(c)
@@ -274,10 +291,18 @@ impl Config {
         if (self.capacity == 0 && !fronted) || self.capacity > i32::MAX as u32 {
             return Err(ConfigError::Invalid("capacity must be between 1 and 2^31 - 1".into()));
         }
-        if self.slurm.as_ref().is_some_and(|s| s.poll_ms == 0 || s.submitters == 0) {
-            return Err(ConfigError::Invalid(
-                "slurm.poll_ms and slurm.submitters must be positive".into(),
-            ));
+        if let Some(s) = &self.slurm {
+            s.check("slurm")?;
+        }
+        if let Some(s) = self.arc.as_ref().and_then(|a| a.slurm.as_ref()) {
+            s.check("arc.slurm")?;
+            if s.user.is_none() {
+                return Err(ConfigError::Invalid(
+                    "arc.slurm.user: name the Unix account the CE maps the agent's certificate to; \
+                     the reservations must admit it"
+                        .into(),
+                ));
+            }
         }
         if !(1..=36_500).contains(&self.horizon_days) {
             return Err(ConfigError::Invalid("horizon_days must be between 1 and 36500".into()));

@@ -12,6 +12,7 @@ fn site(capacity: u32) -> SiteCore {
         horizon: Time(T0.0 + 365 * 86_400),
         default_wall_time: Duration(3600),
         policy: crate::queue::Policy::CONSERVATIVE,
+        lead: Duration(0),
     })
 }
 
@@ -409,5 +410,39 @@ fn easy_protects_only_the_head_so_a_backfilled_job_may_delay_the_next() {
     assert_eq!(
         starts_under(crate::queue::Policy::Backfill { reservations: 0 }, &jobs),
         [0, 100, 250, 0]
+    );
+}
+
+#[test]
+fn reservations_start_no_sooner_than_the_sites_lead() {
+    let mut s = SiteCore::new(SiteParams {
+        lead: Duration(60),
+        ..site(8).params()
+    });
+    // A window that closes within the lead is refused, naming the first
+    // start the site can give; the probe has nothing in it.
+    let soon = Request {
+        latest: Time(T0.0 + 30),
+        ..at(4, 600, T0)
+    };
+    assert!(s.probe(T0, &soon, 3).unwrap().is_empty());
+    match s.reserve(T0, "ann", &soon, None) {
+        Err(CoreError::NotGranted(Reply::Rejected { next_start })) => assert_eq!(next_start, Some(Time(T0.0 + 60))),
+        other => panic!("{other:?}"),
+    }
+    assert!(s.drain().is_empty(), "a refusal changes nothing");
+    // A window that reaches past the lead starts where the lead ends.
+    let open = Request {
+        latest: Time(T0.0 + 3600),
+        ..at(4, 600, T0)
+    };
+    let c = s.probe(T0, &open, 3).unwrap();
+    assert!(!c.is_empty() && c.iter().all(|c| c.start >= Time(T0.0 + 60)), "{c:?}");
+    assert_eq!(s.reserve(T0, "ann", &open, None).unwrap().start, Time(T0.0 + 60));
+    // Later, the lead counts from the new now; a window after it is as asked.
+    let later = at(4, 600, Time(T0.0 + 200));
+    assert_eq!(
+        s.reserve(Time(T0.0 + 100), "ann", &later, None).unwrap().start,
+        Time(T0.0 + 200)
     );
 }

@@ -54,8 +54,24 @@ fn prepare(arc: &ArcCe, launch: &Launch, sandbox: &Path) -> Result<(String, Vec<
     keep.sort();
     keep.dedup();
     job.output_files = keep.into_iter().map(OutputFile::kept).collect();
-    let written = brokk_jdl::write(Format::Xrsl, std::slice::from_ref(&job)).map_err(|e| e.to_string())?;
-    Ok((written.text, uploads))
+    let mut xrsl = brokk_jdl::write(Format::Xrsl, std::slice::from_ref(&job))
+        .map_err(|e| e.to_string())?
+        .text;
+    // A job in the owner's reservation runs in its Slurm twin, through the
+    // runtime environment the CE offers for it.
+    if let (Some(slurm), Some(r)) = (&arc.slurm, launch.claimed) {
+        let bind = brokk_jdl::xrsl_relation(
+            "runtimeenvironment",
+            &[&arc.config.reservation_rte, &slurm.reservation_name(r.0)],
+        );
+        xrsl = format!(
+            "{}
+ {bind}
+",
+            xrsl.trim_end()
+        );
+    }
+    Ok((xrsl, uploads))
 }
 
 /// The interval between two readings of a job's state.

@@ -4,7 +4,11 @@
 //! uploaded into the CE's session directory, their state read at an interval,
 //! their outputs fetched back into the sandbox, and the CE's copy cleaned.
 //! ARC has no reservations: the agent plans on the CE's slots (from its
-//! GLUE 2 document) and says it cannot reserve.
+//! GLUE 2 document) and says it cannot reserve, unless the operator names
+//! the Slurm cluster behind the CE (`[arc.slurm]`): then reservations are
+//! made there, as on a Slurm site, and a job that claims one is bound to it
+//! through a runtime environment that adds `--reservation` to the batch
+//! script A-REX writes.
 
 pub mod client;
 pub(crate) mod exec;
@@ -47,6 +51,14 @@ pub struct ArcConfig {
     /// measured); the site publishes it, so the broker's predictions add it.
     #[serde(default = "default_state_lag_s")]
     pub state_lag_s: u64,
+    /// The Slurm cluster the CE submits to, where the operator lets the
+    /// agent make reservations in it; `user` is the Unix account the CE maps
+    /// Brokk's certificate to, whom the reservations must admit.
+    pub slurm: Option<crate::config::SlurmConfig>,
+    /// The CE's runtime environment that binds a job to the Slurm
+    /// reservation its argument names.
+    #[serde(default = "default_reservation_rte")]
+    pub reservation_rte: String,
 }
 
 impl ArcConfig {
@@ -56,6 +68,9 @@ impl ArcConfig {
         self.cert = base.join(&self.cert);
         self.key = self.key.as_ref().map(|k| base.join(k));
         self.ca_dir = base.join(&self.ca_dir);
+        if let Some(s) = &mut self.slurm {
+            s.resolve(base);
+        }
     }
 }
 
@@ -72,6 +87,9 @@ fn default_timeout_s() -> u64 {
 fn default_state_lag_s() -> u64 {
     60
 }
+fn default_reservation_rte() -> String {
+    "ENV/SLURM-RESERVATION".into()
+}
 
 /// A connected compute element.
 #[derive(Debug)]
@@ -85,12 +103,17 @@ pub struct ArcCe {
     down: crate::reachability::Reachability,
     /// Its information as last read.
     latest: std::sync::Mutex<glue2::Glue2>,
+    /// The Slurm cluster behind it that holds the site's reservations.
+    pub slurm: Option<std::sync::Arc<crate::slurm::Slurm>>,
 }
 
 impl ArcCe {
     /// Connects to the CE and reads its GLUE 2 document; returns the backend
     /// and the document.
-    pub async fn connect(config: ArcConfig) -> Result<(ArcCe, glue2::Glue2), ArcError> {
+    pub async fn connect(
+        config: ArcConfig,
+        slurm: Option<std::sync::Arc<crate::slurm::Slurm>>,
+    ) -> Result<(ArcCe, glue2::Glue2), ArcError> {
         let client = ArcClient::new(&config)?;
         let info = match client.info().await {
             Ok(info) => info,
@@ -106,13 +129,15 @@ impl ArcCe {
             client,
             down: Default::default(),
             latest: std::sync::Mutex::new(info.clone()),
+            slurm,
         };
         Ok((ce, info))
     }
 
-    /// Why the CE does not answer; `None` while it does.
+    /// Why the CE (or the Slurm cluster that holds its reservations) does
+    /// not answer; `None` while both do.
     pub fn down(&self) -> Option<String> {
-        self.down.down()
+        self.down.down().or_else(|| self.slurm.as_ref().and_then(|s| s.down()))
     }
 
     /// The CE's information as last read.

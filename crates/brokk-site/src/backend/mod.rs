@@ -51,10 +51,12 @@ impl Backend {
         !matches!(self, Backend::NullForBenchmarks)
     }
 
-    /// The Slurm cluster, when the backend is one.
+    /// The Slurm cluster that holds the site's reservations: the backend
+    /// itself, or the cluster behind an ARC CE.
     pub fn slurm(&self) -> Option<&Arc<Slurm>> {
         match self {
             Backend::Slurm(s) => Some(s),
+            Backend::Arc(a) => a.slurm.as_ref(),
             _ => None,
         }
     }
@@ -102,12 +104,23 @@ impl Backend {
         brokk_model::Duration(self.arc().map_or(0, |a| a.config.state_lag_s as i64))
     }
 
+    /// The least time from now to a reservation's start: an ARC CE on Slurm
+    /// hands a job to Slurm at its own cycle, up to its state lag later.
+    pub fn lead(&self) -> brokk_model::Duration {
+        match self {
+            Backend::Arc(a) if a.slurm.is_some() => self.lag(),
+            _ => brokk_model::Duration(0),
+        }
+    }
+
     /// Why the site cannot promise a start, where it cannot: an ARC CE and
     /// a GRAM gatekeeper have no reservations, so jobs sent there may wait
     /// in their queue past their planned start.
     pub fn cannot_reserve(&self) -> Option<&'static str> {
         match self {
-            Backend::Arc(_) => Some("this site cannot reserve: its ARC compute element has no advance reservations"),
+            Backend::Arc(a) if a.slurm.is_none() => {
+                Some("this site cannot reserve: its ARC compute element has no advance reservations")
+            }
             Backend::Gram(_) => Some("this site cannot reserve: its GRAM gatekeeper has no advance reservations"),
             _ => None,
         }

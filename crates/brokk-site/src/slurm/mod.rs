@@ -62,6 +62,10 @@ pub struct Slurm {
     foreign_reservations: Mutex<Vec<Occupant>>,
     /// Bounds the `sbatch` commands running at once.
     pub submitters: tokio::sync::Semaphore,
+    /// Whether others' running jobs are mirrored into the planner: not
+    /// behind an ARC CE, whose own jobs (Brokk's among them) reach Slurm
+    /// under names A-REX chooses and would be counted twice.
+    mirrors_jobs: bool,
 }
 
 /// Job states after which Slurm runs nothing more of the job.
@@ -122,6 +126,7 @@ impl Slurm {
             log_offset: AtomicU64::new(0),
             foreign_reservations: Mutex::new(Vec::new()),
             submitters: tokio::sync::Semaphore::new(config.submitters),
+            mirrors_jobs: true,
             cluster: Mutex::new(ClusterView {
                 manager: "slurm".into(),
                 ..ClusterView::default()
@@ -130,6 +135,15 @@ impl Slurm {
         };
         let cpus = slurm.read_nodes().await?;
         Ok((slurm, cpus))
+    }
+
+    /// The cluster as the reservations behind an ARC CE: reservations
+    /// Brokk did not make are mirrored into the planner, jobs are not.
+    pub fn reservations_only(self) -> Slurm {
+        Slurm {
+            mirrors_jobs: false,
+            ..self
+        }
     }
 
     /// The Slurm name of Brokk job `id`.
@@ -284,7 +298,7 @@ impl Slurm {
                 continue;
             }
             // A foreign job in a reservation is covered by that reservation.
-            if holds_cpus(&row.state) && row.reservation.is_none() {
+            if self.mirrors_jobs && holds_cpus(&row.state) && row.reservation.is_none() {
                 occupants.push(Occupant {
                     key: format!("job:{}", row.id),
                     start: row.start.unwrap_or(t).min(t),
