@@ -28,12 +28,12 @@ BROKK_TEST_SLURM=$(scripts/slurm-testbed.sh start --clusters 2 --nodes 2 --cpus 
 export BROKK_TEST_SLURM
 echo "Slurm clusters under $BROKK_TEST_SLURM"
 
-echo "== ARC: a local compute element (A-REX, fork LRMS, test CA) for the ARC backend's tests"
+echo "== ARC: two local compute elements (A-REX, test CA; one fork, one on the second Slurm cluster) for the ARC backend's tests"
 arc=no
-if [ "$(id -u)" = 0 ] && BROKK_TEST_ARC=$(scripts/arc-testbed.sh start); then
+if [ "$(id -u)" = 0 ] && BROKK_TEST_ARC=$(scripts/arc-testbed.sh start --slurm "$BROKK_TEST_SLURM/c2/slurm.conf"); then
   export BROKK_TEST_ARC
   arc=yes
-  echo "ARC CE at $(cat "$BROKK_TEST_ARC/url")"
+  echo "ARC CEs at $(cat "$BROKK_TEST_ARC/url") and, on Slurm, $(cat "$BROKK_TEST_ARC/slurm-url")"
 else
   echo "no ARC CE (it needs root and Debian's packages): the ARC tests stay ignored"
 fi
@@ -82,8 +82,8 @@ else
   echo "no PostgreSQL: its crash test stays ignored"
 fi
 if [ "$arc" = yes ]; then
-  ignored="$ignored | binary(arc)"
-  tests+=(--test arc)
+  ignored="$ignored | binary(arc) | binary(arc_slurm)"
+  tests+=(--test arc --test arc_slurm)
 fi
 if [ "$gram" = yes ]; then
   ignored="$ignored | binary(gram)"
