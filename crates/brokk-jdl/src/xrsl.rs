@@ -118,8 +118,18 @@ fn read_job(src: &str, rels: &[Relation], warnings: &mut Vec<Diagnostic>) -> Res
                         "version comparison on runtimeenvironment is kept as the plain name",
                     ));
                 }
-                for v in &rel.values {
-                    job.runtime_environments.push(vars.text(src, v)?);
+                // ARC passes the values after the name to the runtime
+                // environment as its arguments (a site's choice, such as a
+                // reservation); the job model keeps the name only.
+                if let Some((name, args)) = rel.values.split_first() {
+                    job.runtime_environments.push(vars.text(src, name)?);
+                    if !args.is_empty() {
+                        warnings.push(Diagnostic::warning_at(
+                            src,
+                            rel.pos,
+                            "the runtime environment's arguments are not kept (only its name)",
+                        ));
+                    }
                 }
             }
             "environment" => {

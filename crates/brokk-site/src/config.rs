@@ -23,6 +23,16 @@
 //! conf = "/etc/slurm/slurm.conf"  # the cluster's slurm.conf
 //! partition = "batch"             # default: the whole cluster
 //! user = "brokk"                  # Slurm user the jobs run as; default: the agent's
+//!
+//! # Or an ARC CE (see `arc::ArcConfig`), with the Slurm cluster behind it
+//! # when the site may reserve there.
+//! [arc]
+//! url = "https://ce.example.org/arex"
+//! cert = "usercert.pem"
+//! key = "userkey.pem"
+//! [arc.slurm]
+//! conf = "/etc/slurm/slurm.conf"
+//! user = "nobody"                 # the account the CE maps the certificate to
 //! ```
 
 use std::collections::BTreeMap;
@@ -348,5 +358,20 @@ mod tests {
         assert!(c.check().unwrap_err().to_string().contains("not several"));
         let c: Config = toml::from_str(&format!("capacity = 2\n{base}{gram}directory = \"../up\"\n")).unwrap();
         assert!(c.check().unwrap_err().to_string().contains("gram.directory"));
+    }
+
+    #[test]
+    fn an_arc_site_on_slurm_names_the_account_its_reservations_admit() {
+        let base = "name = \"a\"\ndatabase = \"s.db\"\nworkdir = \"jobs\"\n[arc]\nurl = \"https://vm/arex\"\ncert = \"u.pem\"\n";
+        let c: Config = toml::from_str(&format!("{base}[arc.slurm]\nconf = \"slurm.conf\"\n")).unwrap();
+        assert!(c.check().unwrap_err().to_string().contains("arc.slurm.user"));
+        let c: Config = toml::from_str(&format!(
+            "{base}[arc.slurm]\nconf = \"slurm.conf\"\nuser = \"nobody\"\n"
+        ))
+        .unwrap();
+        c.check().unwrap();
+        let arc = c.arc.unwrap();
+        assert_eq!(arc.reservation_rte, "ENV/SLURM-RESERVATION");
+        assert_eq!(arc.slurm.unwrap().user.as_deref(), Some("nobody"));
     }
 }

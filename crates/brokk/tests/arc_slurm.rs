@@ -90,7 +90,8 @@ fn completed_in(b: &Beds, c: u32, reservation: &str, since: i64) -> String {
 
 /// The `[embedded]` table of an ARC site `name` on the Slurm CE.
 fn arc_site(b: &Beds, name: &str) -> String {
-    let url = std::fs::read_to_string(b.arc.join("slurm-url")).expect("the testbed's CE on Slurm (arc-testbed.sh --slurm)");
+    let url =
+        std::fs::read_to_string(b.arc.join("slurm-url")).expect("the testbed's CE on Slurm (arc-testbed.sh --slurm)");
     format!(
         "[[embedded]]\nname = \"{name}\"\n[embedded.arc]\nurl = \"{}\"\ncert = \"{}\"\nkey = \"{}\"\nca_dir = \"{}\"\n\
          poll_ms = 1000\nstate_lag_s = {LAG_S}\n[embedded.arc.slurm]\nconf = \"{}\"\nuser = \"nobody\"\n",
@@ -169,12 +170,18 @@ fn an_arc_site_on_slurm_reserves_there_and_runs_its_job_in_the_reservation() {
     )
     .unwrap();
     let rid = r["id"].as_str().unwrap();
-    let sub = json(&svc.url, &["submit", job.to_str().unwrap(), "--reservation", rid, "--json"]);
+    let sub = json(
+        &svc.url,
+        &["submit", job.to_str().unwrap(), "--reservation", rid, "--json"],
+    );
     let id = sub["id"].as_str().unwrap_or_else(|| panic!("{sub}")).to_string();
     let end = wait_finished(&svc.url, &id, Duration::from_secs(240));
     assert_eq!(end["state"], "finished", "{end}");
     assert_eq!(end["site"], "asr", "{end}");
-    assert_eq!(common::output(&svc.url, "tok-ann", &id, "out.txt"), format!("in {name}\n"));
+    assert_eq!(
+        common::output(&svc.url, "tok-ann", &id, "out.txt"),
+        format!("in {name}\n")
+    );
     // Slurm's own record: the CE's mapped user, in the reservation, not
     // before it began.
     let done = completed_in(&b, 2, &name, asked.0);
