@@ -497,6 +497,10 @@ pub struct BrokerJob {
     /// The wall time it asked for, seconds.
     #[serde(default)]
     pub wall_time: Option<i64>,
+    /// The user the job runs for at the sites, when its owner is a broker
+    /// above this one that sent it on that user's behalf.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runs_as: Option<String>,
     /// State history.
     pub history: Vec<HistoryEntry>,
 }

@@ -21,10 +21,23 @@ use serde::Deserialize;
 
 use crate::service::{Service, ServiceError, LATENCY_BUCKETS};
 
+mod site;
+
+/// Who may call the API, and as what.
+#[derive(Debug, Clone, Default)]
+pub struct Access {
+    /// Bearer token -> identity.
+    pub tokens: BTreeMap<String, String>,
+    /// Identities that may use this broker as a site (`/site/v1`).
+    pub delegates: Vec<String>,
+    /// The name published as a site.
+    pub name: String,
+}
+
 #[derive(Clone)]
 struct App {
     service: Service,
-    tokens: Arc<BTreeMap<String, String>>,
+    access: Arc<Access>,
 }
 
 #[derive(Clone)]
@@ -62,7 +75,7 @@ async fn auth(State(app): State<App>, mut req: Request, next: Next) -> Result<Re
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
-        .and_then(|t| app.tokens.get(t.trim()))
+        .and_then(|t| app.access.tokens.get(t.trim()))
         .ok_or_else(|| ApiError(StatusCode::UNAUTHORIZED, "a valid bearer token is required".into()))?;
     req.extensions_mut().insert(Identity(Arc::from(who.as_str())));
     Ok(next.run(req).await)
@@ -350,11 +363,12 @@ async fn not_found() -> ApiError {
     ApiError(StatusCode::NOT_FOUND, "no such endpoint".into())
 }
 
-/// The router: `/healthz` and `/metrics` are open, `/v1` needs a token.
-pub fn router(service: Service, tokens: BTreeMap<String, String>, max_body: usize) -> Router {
+/// The router: `/healthz` and `/metrics` are open, `/v1` needs a token,
+/// `/site/v1` a delegate's.
+pub fn router(service: Service, access: Access, max_body: usize) -> Router {
     let app = App {
         service,
-        tokens: Arc::new(tokens),
+        access: Arc::new(access),
     };
     let v1 = Router::new()
         .route("/v1/jobs", get(list).post(submit))
@@ -381,6 +395,7 @@ pub fn router(service: Service, tokens: BTreeMap<String, String>, max_body: usiz
         .route("/openapi.json", get(|| async { Json(crate::openapi::document()) }))
         .merge(crate::dashboard::router())
         .merge(v1)
+        .merge(site::router(app.clone()))
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(max_body))
         .with_state(app)

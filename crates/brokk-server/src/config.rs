@@ -92,6 +92,17 @@ pub struct Config {
     /// Workflow admission.
     #[serde(default)]
     pub workflows: WorkflowSettings,
+    /// The name this broker publishes as a site of a broker above it.
+    #[serde(default = "default_name")]
+    pub name: String,
+    /// Identities (brokers above this one) that may use it as a site:
+    /// the site API under `/site/v1`, jobs run for the users they name.
+    #[serde(default)]
+    pub delegates: Vec<String>,
+}
+
+fn default_name() -> String {
+    "brokk".into()
 }
 
 /// How workflows are admitted: the network the broker reserves between its

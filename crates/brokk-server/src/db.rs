@@ -5,6 +5,7 @@
 //! accepted job survives any crash.
 
 use std::path::Path;
+use std::sync::Arc;
 
 use brokk_broker::workflow::Plan;
 use brokk_model::workflow::Workflow;
@@ -29,6 +30,8 @@ pub struct StoredJob {
     pub spec: String,
     /// Preferences, JSON.
     pub prefs: String,
+    /// The idempotency key a broker above gave it, unique per owner.
+    pub key: Option<String>,
 }
 
 /// A stored workflow: what clients see, the workflow as admitted and its plan.
@@ -66,6 +69,9 @@ pub struct Db {
     /// Every job as it is written, for live views (`/v1/events`); what
     /// another broker instance on the same PostgreSQL writes is not seen.
     changes: tokio::sync::broadcast::Sender<BrokerJob>,
+    /// The last feed version given to a job a broker above follows (see
+    /// [`Db::changes`]); one broker instance per database gives them out.
+    feed: Arc<tokio::sync::Mutex<i64>>,
 }
 
 /// The schema, valid in both SQLite and PostgreSQL.
@@ -74,6 +80,13 @@ const SCHEMA: &[&str] = &[
         id TEXT PRIMARY KEY, owner TEXT NOT NULL, format TEXT NOT NULL, spec TEXT NOT NULL, prefs TEXT NOT NULL,
         warnings TEXT NOT NULL, state TEXT NOT NULL, site TEXT, site_job TEXT, predicted_tts BIGINT,
         predicted_ttd BIGINT, submitted BIGINT NOT NULL, started BIGINT, ended BIGINT, exit_code BIGINT, reason TEXT)",
+    // Jobs a broker above sent through the site API: whom they run for, its
+    // idempotency key, and their place in the owner's change feed.
+    "ALTER TABLE jobs ADD COLUMN runs_as TEXT",
+    "ALTER TABLE jobs ADD COLUMN idem TEXT",
+    "ALTER TABLE jobs ADD COLUMN version BIGINT",
+    "CREATE INDEX IF NOT EXISTS jobs_feed ON jobs (owner, version)",
+    "CREATE UNIQUE INDEX IF NOT EXISTS jobs_by_key ON jobs (owner, idem)",
     "CREATE INDEX IF NOT EXISTS jobs_by_owner ON jobs (owner, submitted)",
     "CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs (state)",
     "CREATE INDEX IF NOT EXISTS jobs_by_owner_state ON jobs (owner, state)",
@@ -94,7 +107,7 @@ const SCHEMA: &[&str] = &[
 ];
 
 const COLUMNS: &str = "id, owner, format, spec, prefs, warnings, state, site, site_job, predicted_tts, predicted_ttd, \
-                       submitted, started, ended, exit_code, reason";
+                       submitted, started, ended, exit_code, reason, runs_as, idem";
 
 /// Appends a history entry numbered after the job's last one.
 const ADD_HISTORY: &str = "INSERT INTO history (job, n, at, state, detail)
@@ -141,6 +154,7 @@ fn row_to_job(r: &AnyRow) -> StoredJob {
         exit_code: r.get::<Option<i64>, _>("exit_code").map(|c| c as i32),
         reason: r.get("reason"),
         warnings: serde_json::from_str(&warnings).unwrap_or_default(),
+        runs_as: r.get("runs_as"),
         ..BrokerJob::default()
     };
     if let Ok(job) = serde_json::from_str::<brokk_model::Job>(&spec) {
@@ -150,6 +164,7 @@ fn row_to_job(r: &AnyRow) -> StoredJob {
         view,
         spec,
         prefs: r.get("prefs"),
+        key: r.get("idem"),
     }
 }
 
@@ -187,21 +202,56 @@ impl Db {
             sqlx::query("PRAGMA journal_mode = WAL").execute(&pool).await?;
         }
         for s in SCHEMA {
+            if let Some(column) = s.strip_prefix("ALTER TABLE jobs ADD COLUMN ") {
+                // Added to databases made before the column was.
+                let name = column.split_whitespace().next().unwrap_or_default();
+                if sqlx::query(&format!("SELECT {name} FROM jobs LIMIT 1"))
+                    .fetch_optional(&pool)
+                    .await
+                    .is_ok()
+                {
+                    continue;
+                }
+            }
             sqlx::query(s).execute(&pool).await?;
         }
+        let last: Option<i64> = sqlx::query("SELECT MAX(version) AS v FROM jobs")
+            .fetch_one(&pool)
+            .await?
+            .get("v");
         Ok(Db {
             pool,
             sqlite,
             changes: tokio::sync::broadcast::channel(1024).0,
+            feed: Arc::new(tokio::sync::Mutex::new(last.unwrap_or(0))),
         })
+    }
+
+    /// The next feed version for a write of `v`, with the feed held until
+    /// [`Db::published`]: versions become visible in the order they are
+    /// given, so a follower that read up to one never misses an earlier one.
+    /// Only jobs a broker above follows have versions.
+    async fn feed_turn(&self, v: &BrokerJob) -> Option<(tokio::sync::OwnedMutexGuard<i64>, i64)> {
+        v.runs_as.as_ref()?;
+        let g = self.feed.clone().lock_owned().await;
+        let next = *g + 1;
+        Some((g, next))
+    }
+
+    /// Ends a feed turn whose write committed.
+    fn published(turn: Option<(tokio::sync::OwnedMutexGuard<i64>, i64)>) {
+        if let Some((mut g, n)) = turn {
+            *g = n;
+        }
     }
 
     /// Stores a new job with its first history entry.
     pub async fn insert(&self, j: &StoredJob) -> Result<(), DbError> {
         let v = &j.view;
+        let turn = self.feed_turn(v).await;
         let mut tx = self.pool.begin().await?;
         sqlx::query(&format!(
-            "INSERT INTO jobs ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, NULL, NULL, NULL, NULL, $8, NULL, NULL, NULL, NULL)"
+            "INSERT INTO jobs ({COLUMNS}, version) VALUES ($1, $2, $3, $4, $5, $6, $7, NULL, NULL, NULL, NULL, $8, NULL, NULL, NULL, NULL, $9, $10, $11)"
         ))
         .bind(&v.id)
         .bind(&v.owner)
@@ -211,6 +261,9 @@ impl Db {
         .bind(serde_json::to_string(&v.warnings).unwrap_or_else(|_| "[]".into()))
         .bind(v.state.as_str())
         .bind(v.submitted.0)
+        .bind(&v.runs_as)
+        .bind(&j.key)
+        .bind(turn.as_ref().map(|t| t.1))
         .execute(&mut *tx)
         .await?;
         sqlx::query(ADD_HISTORY)
@@ -221,6 +274,7 @@ impl Db {
             .execute(&mut *tx)
             .await?;
         tx.commit().await?;
+        Self::published(turn);
         self.announce(v);
         Ok(())
     }
@@ -253,10 +307,11 @@ impl Db {
 
     /// Writes a job's mutable fields and, when its state changed, a history entry.
     pub async fn update(&self, v: &BrokerJob, changed: Option<(Time, Option<String>)>) -> Result<(), DbError> {
+        let turn = self.feed_turn(v).await;
         let mut tx = self.pool.begin().await?;
         sqlx::query(
             "UPDATE jobs SET state = $1, site = $2, site_job = $3, predicted_tts = $4, predicted_ttd = $5, started = $6,
-             ended = $7, exit_code = $8, reason = $9 WHERE id = $10",
+             ended = $7, exit_code = $8, reason = $9, version = COALESCE($11, version) WHERE id = $10",
         )
         .bind(v.state.as_str())
         .bind(&v.site)
@@ -268,6 +323,7 @@ impl Db {
         .bind(v.exit_code.map(i64::from))
         .bind(&v.reason)
         .bind(&v.id)
+        .bind(turn.as_ref().map(|t| t.1))
         .execute(&mut *tx)
         .await?;
         if let Some((at, detail)) = changed {
@@ -280,8 +336,35 @@ impl Db {
                 .await?;
         }
         tx.commit().await?;
+        Self::published(turn);
         self.announce(v);
         Ok(())
+    }
+
+    /// `owner`'s job with idempotency key `key`.
+    pub async fn by_key(&self, owner: &str, key: &str) -> Result<Option<StoredJob>, DbError> {
+        let row = sqlx::query(&format!("SELECT {COLUMNS} FROM jobs WHERE owner = $1 AND idem = $2"))
+            .bind(owner)
+            .bind(key)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(row.as_ref().map(row_to_job))
+    }
+
+    /// `owner`'s jobs that changed after feed version `after`, oldest change
+    /// first, at most `limit`, with the version of the last one (`after`
+    /// when none did).
+    pub async fn changes(&self, owner: &str, after: i64, limit: i64) -> Result<(Vec<StoredJob>, i64), DbError> {
+        let rows = sqlx::query(&format!(
+            "SELECT {COLUMNS}, version FROM jobs WHERE owner = $1 AND version > $2 ORDER BY version LIMIT $3"
+        ))
+        .bind(owner)
+        .bind(after)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        let last = rows.last().map_or(after, |r| r.get::<i64, _>("version"));
+        Ok((rows.iter().map(row_to_job).collect(), last))
     }
 
     /// One job with its history.

@@ -162,7 +162,15 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         .await
         .map_err(|e| err(&e))?;
     let addr = listener.local_addr().map_err(|e| err(&e))?;
-    let app = api::router(service.clone(), config.tokens.clone(), config.max_body_bytes);
+    let app = api::router(
+        service.clone(),
+        api::Access {
+            tokens: config.tokens.clone(),
+            delegates: config.delegates.clone(),
+            name: config.name.clone(),
+        },
+        config.max_body_bytes,
+    );
     let server = tokio::spawn(async move {
         if let Err(e) = axum::serve(listener, app).await {
             tracing::error!("serving the client API: {e}");

@@ -81,10 +81,14 @@ impl Service {
         let info = self.info.clone();
         let key = stored.view.id.clone();
         let user = stored.view.owner.clone();
+        let runs_as = stored.view.runs_as.clone();
         let t = now();
         let uploads = self.uploads.clone();
         let outcome = tokio::task::spawn_blocking(move || {
             let mut clients = cached_sites(&sites, &info, Some(&uploads), Some(&key), &user);
+            if let Some(u) = &runs_as {
+                clients.iter_mut().for_each(|c| c.runs_for(u));
+            }
             let mut refs: Vec<&mut dyn Site> = clients.iter_mut().map(|c| c as &mut dyn Site).collect();
             // Reservation-backed when the user asks for it: a hold on the best
             // site, committed by the submission (seed 003's two phases).

@@ -21,6 +21,7 @@ use tokio::sync::Notify;
 
 use crate::db::{Db, DbError, StoredJob};
 
+mod as_site;
 mod coalloc;
 mod dispatch;
 mod files;
@@ -29,6 +30,7 @@ mod reservations;
 mod sites;
 mod workflows;
 
+pub use as_site::NO_RESERVATIONS;
 pub use files::{FileHead, FileStream};
 use sites::cached_sites;
 pub use sites::{Cursor, SiteEntry, SiteInfo};
@@ -317,7 +319,13 @@ impl Service {
             view,
             spec: serde_json::to_string(job).map_err(|e| ServiceError::BadRequest(e.to_string()))?,
             prefs,
+            key: None,
         };
+        self.store(job, stored).await
+    }
+
+    /// Stores a new job as described by `job`.
+    async fn store(&self, job: &Job, stored: StoredJob) -> Result<BrokerJob, ServiceError> {
         self.db.insert(&stored).await?;
         if let Some(r) = &self.record {
             r.accepted(&stored.view, job, &stored.prefs);
@@ -469,6 +477,7 @@ mod tests {
             },
             spec: String::new(),
             prefs: String::new(),
+            key: None,
         }
     }
 

@@ -1,0 +1,148 @@
+//! Brokers stacked as sites ([VRM] 2.4, hierarchical domains): a top
+//! broker whose two sites are departmental brokers, each with an embedded
+//! site of its own. Jobs go down through both levels, their progress and
+//! output come back up, cancels reach through both, and each level keeps
+//! its users apart.
+
+use std::path::Path;
+use std::time::Duration;
+
+mod common;
+
+/// A departmental broker `name` serving the top broker (identity `top`) as a
+/// site, with one embedded site `{name}-a` of `cpus` slots.
+fn department(dir: &Path, name: &str, cpus: u32) -> common::Server {
+    std::fs::create_dir_all(dir).unwrap();
+    let config = format!(
+        "name = \"{name}\"\ndatabase = \"broker.db\"\nstate_dir = \"sites\"\ndelegates = [\"top\"]\n\
+         [tokens]\n\"tok-top\" = \"top\"\n\"tok-ann\" = \"ann\"\n\
+         [[embedded]]\nname = \"{name}-a\"\ncapacity = {cpus}\n"
+    );
+    std::fs::write(dir.join("broker.toml"), config).unwrap();
+    common::serve(dir)
+}
+
+/// The top broker over the departments at `urls`.
+fn top(dir: &Path, urls: &[(&str, &str)]) -> common::Server {
+    std::fs::create_dir_all(dir).unwrap();
+    let mut config = String::from(
+        "database = \"broker.db\"\nstate_dir = \"sites\"\n[tokens]\n\"tok-ann\" = \"ann\"\n\"tok-bob\" = \"bob\"\n",
+    );
+    for (name, url) in urls {
+        config += &format!("[[sites]]\nname = \"{name}\"\nurl = \"{url}/site\"\ntoken = \"tok-top\"\n");
+    }
+    std::fs::write(dir.join("broker.toml"), config).unwrap();
+    common::serve(dir)
+}
+
+struct Hierarchy {
+    top: common::Server,
+    depts: Vec<common::Server>,
+}
+
+impl Hierarchy {
+    fn new(name: &str) -> (std::path::PathBuf, Hierarchy) {
+        let dir = common::scratch("stacked", name);
+        let depts = vec![
+            department(&dir.join("dept1"), "dept1", 4),
+            department(&dir.join("dept2"), "dept2", 2),
+        ];
+        let top = top(&dir.join("top"), &[("dept1", &depts[0].url), ("dept2", &depts[1].url)]);
+        (dir, Hierarchy { top, depts })
+    }
+
+    /// The department server a top-level site name stands for.
+    fn dept(&self, site: &str) -> &common::Server {
+        &self.depts[if site == "dept1" { 0 } else { 1 }]
+    }
+}
+
+#[test]
+fn a_job_goes_down_through_two_brokers_and_its_output_comes_back() {
+    let (dir, h) = Hierarchy::new("through");
+    // The departments, as the top broker sees them: each its sites folded
+    // into one, without reservations.
+    let sites = common::json(&h.top.url, "tok-ann", &["resources", "--json"]);
+    let rows = sites.as_array().unwrap();
+    assert_eq!(rows.len(), 2, "{sites}");
+    for (row, slots) in rows.iter().zip([4, 2]) {
+        assert_eq!(row["total_slots"], slots, "{row}");
+        assert_eq!(row["reservations"], false, "{row}");
+    }
+    // Three slots fit only in the first department.
+    let text = r#"{"executable": "/bin/sh", "arguments": ["-c", "echo through two brokers"],
+                   "cpus": 3, "wall_time": 60, "stdout": "out.txt"}"#;
+    let (id, end) = common::run_to_end(&h.top.url, "tok-ann", &dir, "job.json", text);
+    assert_eq!(end["state"], "finished", "{end}");
+    assert_eq!(end["site"], "dept1", "{end}");
+    assert_eq!(
+        common::output(&h.top.url, "tok-ann", &id, "out.txt"),
+        "through two brokers\n"
+    );
+    // Below, the job is the top broker's, run for ann on the department's
+    // own site.
+    let below = end["site_job"].as_str().unwrap();
+    let low = common::json(&h.dept("dept1").url, "tok-top", &["status", below, "--json"]);
+    assert_eq!(low["owner"], "top", "{low}");
+    assert_eq!(low["runs_as"], "ann", "{low}");
+    assert_eq!(low["site"], "dept1-a", "{low}");
+    assert_eq!(low["state"], "finished", "{low}");
+    // Nobody else sees it: not bob at the top, not ann's own token below
+    // (it is the top broker's job there), and only delegates reach the site
+    // API.
+    assert!(!common::brokk(&h.top.url, "tok-bob", &["status", &id]).status.success());
+    assert!(!common::brokk(&h.dept("dept1").url, "tok-ann", &["status", below])
+        .status
+        .success());
+    let http = reqwest::blocking::Client::new();
+    let info = |token: &str| {
+        http.get(format!("{}/site/v1/info", h.dept("dept1").url))
+            .bearer_auth(token)
+            .send()
+            .unwrap()
+            .status()
+    };
+    assert_eq!(info("tok-ann"), reqwest::StatusCode::FORBIDDEN);
+    assert_eq!(info("tok-top"), reqwest::StatusCode::OK);
+    assert_eq!(info("nonsense"), reqwest::StatusCode::UNAUTHORIZED);
+}
+
+#[test]
+fn a_cancel_reaches_through_both_levels() {
+    let (dir, h) = Hierarchy::new("cancel");
+    std::fs::write(
+        dir.join("long.json"),
+        r#"{"executable": "/bin/sleep", "arguments": ["291"], "wall_time": 600}"#,
+    )
+    .unwrap();
+    let long = dir.join("long.json").display().to_string();
+    let sub = common::json(&h.top.url, "tok-ann", &["submit", "--json", &long]);
+    let id = sub["id"].as_str().unwrap().to_string();
+    common::wait_for_state(&h.top.url, "tok-ann", &id, "running", Duration::from_secs(60));
+    let job = common::json(&h.top.url, "tok-ann", &["status", "--json", &id]);
+    let site = job["site"].as_str().unwrap().to_string();
+    let below = job["site_job"].as_str().unwrap().to_string();
+    assert_eq!(
+        common::json(&h.dept(&site).url, "tok-top", &["status", &below, "--json"])["state"],
+        "running"
+    );
+    let o = common::brokk(&h.top.url, "tok-ann", &["cancel", &id]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        common::json(&h.top.url, "tok-ann", &["status", "--json", &id])["state"],
+        "cancelled"
+    );
+    // Below: the department's job, and its site's, are cancelled, and the
+    // process is gone.
+    let low = common::json(&h.dept(&site).url, "tok-top", &["status", &below, "--json"]);
+    assert_eq!(low["state"], "cancelled", "{low}");
+    let gone = (0..50).any(|_| {
+        let ps = std::process::Command::new("pgrep")
+            .args(["-f", "sleep 291"])
+            .output()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+        !ps.status.success()
+    });
+    assert!(gone, "the job's process still runs");
+}
