@@ -43,6 +43,17 @@ pub fn at_earliest(
     sites: &mut [&mut dyn Site],
     owner: &str,
 ) -> Result<(usize, ReservationId, Time), Vec<(usize, Refusal)>> {
+    at_earliest_held(req, sites, owner, None)
+}
+
+/// [`at_earliest`] for a reservation preliminary until `hold` when given
+/// (what a broker above asks of a broker serving it as a site).
+pub fn at_earliest_held(
+    req: &Request,
+    sites: &mut [&mut dyn Site],
+    owner: &str,
+    hold: Option<Time>,
+) -> Result<(usize, ReservationId, Time), Vec<(usize, Refusal)>> {
     let mut order: Vec<(Time, usize)> = Vec::new();
     let mut refused: Vec<(usize, Refusal)> = Vec::new();
     let mut unplaced: Vec<usize> = Vec::new();
@@ -62,7 +73,7 @@ pub fn at_earliest(
     // Candidates first, soonest first; a site without one is asked too, so
     // that its answer says why.
     for k in order.into_iter().map(|(_, k)| k).chain(unplaced) {
-        match sites[k].reserve(owner, req, None) {
+        match sites[k].reserve(owner, req, hold) {
             Ok(Reply::Granted { id, start }) => return Ok((k, id, start)),
             Ok(Reply::Rejected { next_start }) => refused.push((k, Refusal::Busy { next_start })),
             Ok(Reply::Never { reason }) => refused.push((k, Refusal::Never(reason))),

@@ -410,6 +410,9 @@ impl std::str::FromStr for BrokerState {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum BrokerReservationState {
+    /// Preliminary at its site, until a broker above commits it or its hold
+    /// lapses.
+    Held,
     /// Held at its site.
     Committed,
     /// Given back.
@@ -420,6 +423,7 @@ impl BrokerReservationState {
     /// The state's name, as stored and shown.
     pub fn as_str(self) -> &'static str {
         match self {
+            BrokerReservationState::Held => "held",
             BrokerReservationState::Committed => "committed",
             BrokerReservationState::Cancelled => "cancelled",
         }

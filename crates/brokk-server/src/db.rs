@@ -131,6 +131,7 @@ fn reservation_of(r: &AnyRow) -> BrokerReservation {
         end: Time(r.get("stop")),
         state: match r.get::<String, _>("state").as_str() {
             "committed" => BrokerReservationState::Committed,
+            "held" => BrokerReservationState::Held,
             _ => BrokerReservationState::Cancelled,
         },
     }
@@ -251,7 +252,7 @@ impl Db {
         let turn = self.feed_turn(v).await;
         let mut tx = self.pool.begin().await?;
         sqlx::query(&format!(
-            "INSERT INTO jobs ({COLUMNS}, version) VALUES ($1, $2, $3, $4, $5, $6, $7, NULL, NULL, NULL, NULL, $8, NULL, NULL, NULL, NULL, $9, $10, $11)"
+            "INSERT INTO jobs ({COLUMNS}, version) VALUES ($1, $2, $3, $4, $5, $6, $7, $12, $13, NULL, NULL, $8, NULL, NULL, NULL, NULL, $9, $10, $11)"
         ))
         .bind(&v.id)
         .bind(&v.owner)
@@ -264,6 +265,8 @@ impl Db {
         .bind(&v.runs_as)
         .bind(&j.key)
         .bind(turn.as_ref().map(|t| t.1))
+        .bind(&v.site)
+        .bind(&v.site_job)
         .execute(&mut *tx)
         .await?;
         sqlx::query(ADD_HISTORY)

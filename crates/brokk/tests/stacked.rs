@@ -61,13 +61,13 @@ impl Hierarchy {
 fn a_job_goes_down_through_two_brokers_and_its_output_comes_back() {
     let (dir, h) = Hierarchy::new("through");
     // The departments, as the top broker sees them: each its sites folded
-    // into one, without reservations.
+    // into one.
     let sites = common::json(&h.top.url, "tok-ann", &["resources", "--json"]);
     let rows = sites.as_array().unwrap();
     assert_eq!(rows.len(), 2, "{sites}");
     for (row, slots) in rows.iter().zip([4, 2]) {
         assert_eq!(row["total_slots"], slots, "{row}");
-        assert_eq!(row["reservations"], false, "{row}");
+        assert_eq!(row["reservations"], true, "{row}");
     }
     // Three slots fit only in the first department.
     let text = r#"{"executable": "/bin/sh", "arguments": ["-c", "echo through two brokers"],
@@ -145,4 +145,100 @@ fn a_cancel_reaches_through_both_levels() {
         !ps.status.success()
     });
     assert!(gone, "the job's process still runs");
+}
+
+#[test]
+fn reservations_and_a_coallocation_go_through_both_levels() {
+    let (dir, h) = Hierarchy::new("reserve");
+    // A reservation at the top is one at a department, under the
+    // department's own id, and one at its site below that.
+    let r = common::json(
+        &h.top.url,
+        "tok-ann",
+        &["reserve", "--amount", "2", "--duration", "10m", "--json"],
+    );
+    let site = r["site"].as_str().unwrap().to_string();
+    let below = r["site_reservation"].as_u64().unwrap();
+    let listed = common::json(&h.dept(&site).url, "tok-top", &["reserve", "--list", "--json"]);
+    let held = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["id"] == below.to_string())
+        .unwrap_or_else(|| panic!("{below} not in {listed}"))
+        .clone();
+    assert_eq!(held["owner"], "top", "{held}");
+    assert_eq!(held["state"], "committed", "{held}");
+    assert_eq!(held["site"], format!("{site}-a"), "{held}");
+    // A job in it runs at that department's site.
+    std::fs::write(
+        dir.join("in.json"),
+        r#"{"executable": "/bin/sh", "arguments": ["-c", "echo reserved"], "cpus": 2, "wall_time": 60}"#,
+    )
+    .unwrap();
+    let file = dir.join("in.json").display().to_string();
+    let rid = r["id"].as_str().unwrap();
+    let sub = common::json(
+        &h.top.url,
+        "tok-ann",
+        &["submit", "--json", "--reservation", rid, &file],
+    );
+    let id = sub["id"].as_str().unwrap().to_string();
+    let end = common::watch_end(&h.top.url, "tok-ann", &id);
+    assert_eq!(end["state"], "finished", "{end}");
+    assert_eq!(end["site"], site.as_str(), "{end}");
+    let low = common::json(
+        &h.dept(&site).url,
+        "tok-top",
+        &["status", end["site_job"].as_str().unwrap(), "--json"],
+    );
+    assert_eq!(low["site"], format!("{site}-a"), "{low}");
+    assert_eq!(low["state"], "finished", "{low}");
+    // Nobody else's: ann's own token below cannot cancel the top broker's
+    // reservation; the top cancels it through both levels.
+    assert!(!common::brokk(
+        &h.dept(&site).url,
+        "tok-ann",
+        &["reserve", "--cancel", &below.to_string()]
+    )
+    .status
+    .success());
+    common::json(&h.top.url, "tok-ann", &["reserve", "--cancel", rid, "--json"]);
+    let listed = common::json(&h.dept(&site).url, "tok-top", &["reserve", "--list", "--json"]);
+    let gone = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["id"] == below.to_string())
+        .unwrap();
+    assert_eq!(gone["state"], "cancelled", "{gone}");
+
+    // Three slots fit only the first department, and two beside them only
+    // the second: a co-allocation spans both, held, committed and started
+    // together through both levels.
+    let mut parts = Vec::new();
+    for (k, cpus) in [3, 2].iter().enumerate() {
+        let f = dir.join(format!("part{k}.json"));
+        std::fs::write(
+            &f,
+            format!(r#"{{"executable": "/bin/sleep", "arguments": ["1"], "cpus": {cpus}, "wall_time": 60}}"#),
+        )
+        .unwrap();
+        parts.push(f.display().to_string());
+    }
+    let mut args = vec!["coalloc", "--delta", "5", "--json"];
+    args.extend(parts.iter().map(String::as_str));
+    let done = common::json(&h.top.url, "tok-ann", &args);
+    assert_eq!(common::strings(&done["sites"]), ["dept1", "dept2"], "{done}");
+    let mut starts = Vec::new();
+    for id in common::strings(&done["ids"]) {
+        let end = common::watch_end(&h.top.url, "tok-ann", &id);
+        assert_eq!(end["state"], "finished", "{end}");
+        starts.push(
+            chrono::DateTime::parse_from_rfc3339(end["started"].as_str().unwrap())
+                .unwrap()
+                .timestamp(),
+        );
+    }
+    assert!((starts[0] - starts[1]).abs() <= 5, "{starts:?}");
 }

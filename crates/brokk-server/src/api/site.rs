@@ -5,10 +5,14 @@
 use axum::extract::Query;
 use axum::http::HeaderMap;
 use axum::routing::post;
+use brokk_core::{Change, Reply, Request as Wanted};
 use brokk_model::Job;
+use brokk_proto::wire::{
+    BrokerReservationState, Granted, Never, ProbeResponse, Rejected, ReservationRequest, ReservationState,
+};
 
 use super::*;
-use crate::service::NO_RESERVATIONS;
+use crate::service::{Claim, SiteReply};
 
 /// Lets only delegates through.
 async fn delegates_only(
@@ -48,8 +52,118 @@ async fn info(State(app): State<App>) -> Response {
     (status, Json(v)).into_response()
 }
 
-async fn no_reservations() -> ApiError {
-    ApiError(StatusCode::CONFLICT, NO_RESERVATIONS.into())
+/// A reservation id in a path.
+fn reservation_id(id: &str) -> Result<u64, ApiError> {
+    id.parse()
+        .map_err(|_| ApiError(StatusCode::NOT_FOUND, format!("reservation {id} not found")))
+}
+
+/// A refusal as a site agent answers it: 409 with the next start, 422 why never.
+fn refusal(reply: Reply) -> Response {
+    match reply {
+        Reply::Rejected { next_start } => (
+            StatusCode::CONFLICT,
+            Json(Rejected {
+                reply: "rejected".into(),
+                next_start,
+            }),
+        )
+            .into_response(),
+        Reply::Never { reason } => (
+            StatusCode::UNPROCESSABLE_ENTITY,
+            Json(Never {
+                reply: "never".into(),
+                reason,
+            }),
+        )
+            .into_response(),
+        Reply::Granted { id, start } => (
+            StatusCode::OK,
+            Json(Granted {
+                id: id.0,
+                start,
+                state: ReservationState::Committed,
+            }),
+        )
+            .into_response(),
+    }
+}
+
+#[derive(Deserialize)]
+struct ProbeQuery {
+    k: Option<usize>,
+}
+
+async fn probe(State(app): State<App>, Query(q): Query<ProbeQuery>, bytes: Bytes) -> Result<Response, ApiError> {
+    let req: Wanted = body(&bytes)?;
+    let candidates = app.service.site_probe(req, q.k.unwrap_or(3)).await?;
+    Ok(Json(ProbeResponse { candidates }).into_response())
+}
+
+async fn reserve(
+    State(app): State<App>,
+    Extension(who): Extension<Identity>,
+    bytes: Bytes,
+) -> Result<Response, ApiError> {
+    let req: ReservationRequest = body(&bytes)?;
+    Ok(match app.service.site_reserve(&who.0, req).await? {
+        SiteReply::Granted(r) => (
+            StatusCode::CREATED,
+            Json(Granted {
+                id: r.id.parse().unwrap_or_default(),
+                start: r.start,
+                state: match r.state {
+                    BrokerReservationState::Held => ReservationState::Preliminary,
+                    _ => ReservationState::Committed,
+                },
+            }),
+        )
+            .into_response(),
+        SiteReply::Rejected(next_start) => refusal(Reply::Rejected { next_start }),
+        SiteReply::Never(reason) => refusal(Reply::Never { reason }),
+    })
+}
+
+async fn get_reservation(
+    State(app): State<App>,
+    Extension(who): Extension<Identity>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    Ok(Json(app.service.site_reservation(&who.0, reservation_id(&id)?).await?).into_response())
+}
+
+async fn modify(
+    State(app): State<App>,
+    Extension(who): Extension<Identity>,
+    Path(id): Path<String>,
+    bytes: Bytes,
+) -> Result<Response, ApiError> {
+    let change: Change = body(&bytes)?;
+    Ok(
+        match app.service.site_modify(&who.0, reservation_id(&id)?, change).await? {
+            Ok(v) => Json(v).into_response(),
+            Err(reply) => refusal(reply),
+        },
+    )
+}
+
+async fn commit(
+    State(app): State<App>,
+    Extension(who): Extension<Identity>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    Ok(Json(app.service.site_commit(&who.0, reservation_id(&id)?).await?).into_response())
+}
+
+async fn cancel_reservation(
+    State(app): State<App>,
+    Extension(who): Extension<Identity>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    app.service
+        .cancel_reservation(&who.0, &reservation_id(&id)?.to_string())
+        .await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
 }
 
 async fn submit(
@@ -61,7 +175,16 @@ async fn submit(
     let job: Job = body(&bytes)?;
     let key = text_header(&headers, "idempotency-key")?;
     let on_behalf = text_header(&headers, "on-behalf-of")?;
-    let (id, new) = app.service.site_submit(&who.0, job, key, on_behalf).await?;
+    let is = |name: &str, value: &[u8]| {
+        headers
+            .get(name)
+            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(value))
+    };
+    let claim = Claim {
+        explicit_commit: is("reservation-commit", b"explicit"),
+        release_with_job: is("reservation-release", b"with-job"),
+    };
+    let (id, new) = app.service.site_submit(&who.0, job, key, on_behalf, claim).await?;
     let status = if new { StatusCode::CREATED } else { StatusCode::OK };
     Ok((status, Json(serde_json::json!({ "id": id }))).into_response())
 }
@@ -111,8 +234,13 @@ async fn changes(
 pub(super) fn router(app: App) -> Router<App> {
     Router::new()
         .route("/site/v1/info", get(info))
-        .route("/site/v1/probe", post(no_reservations))
-        .route("/site/v1/reservations", post(no_reservations))
+        .route("/site/v1/probe", post(probe))
+        .route("/site/v1/reservations", post(reserve))
+        .route(
+            "/site/v1/reservations/{id}",
+            get(get_reservation).patch(modify).delete(cancel_reservation),
+        )
+        .route("/site/v1/reservations/{id}/commit", post(commit))
         .route("/site/v1/jobs", post(submit))
         .route("/site/v1/jobs/changes", get(changes))
         .route("/site/v1/jobs/by-key/{key}", get(job_by_key))

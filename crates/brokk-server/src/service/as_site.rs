@@ -8,11 +8,17 @@
 //! What it publishes is its sites' information folded into one site: the
 //! largest site's slots (a job runs at one site, so that bounds what one job
 //! may ask), the most free at one site, every site's running and waiting
-//! jobs, the shortest wait and each benchmark's best value. It offers no
-//! reservations yet: probes and reservations are refused, and it says so.
+//! jobs, the shortest wait and each benchmark's best value. Probes ask every
+//! site and keep the soonest candidates; a reservation is made (held when
+//! asked) at the site where it starts earliest, under an id of this
+//! broker's, and commits, changes and cancels go to that site; a job that
+//! claims one is passed to that site at once, with the headers it came with.
 
+use brokk_broker::reserve::{at_earliest_held, Refusal};
+use brokk_broker::SiteError;
+use brokk_core::{Candidate, Change, NeverReason, Reply, Request, ReservationId};
 use brokk_model::{Duration, JobPhase, PublishedBenchmark};
-use brokk_proto::wire::{ChangeFeed, InfoView, JobView};
+use brokk_proto::wire::{ChangeFeed, InfoView, JobView, ReservationRequest, ReservationView};
 
 use super::*;
 
@@ -22,8 +28,40 @@ const FEED_PAGE: i64 = 1000;
 /// The feed's run: versions are stored with the jobs and outlive restarts.
 const FEED_EPOCH: u64 = 1;
 
-/// Why a broker above gets no reservation here.
-pub const NO_RESERVATIONS: &str = "this broker offers no reservations to a broker above it";
+/// What a broker above is answered when it asks for a reservation.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SiteReply {
+    /// Made, under this broker's id.
+    Granted(BrokerReservation),
+    /// Not in the window; the soonest start any site named after it.
+    Rejected(Option<Time>),
+    /// No site ever can.
+    Never(NeverReason),
+}
+
+/// How a claiming job is passed on: the headers the broker above sent.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Claim {
+    /// `Reservation-Commit: explicit`: the job waits for the commit.
+    pub explicit_commit: bool,
+    /// `Reservation-Release: with-job`: the reservation ends with the job.
+    pub release_with_job: bool,
+}
+
+/// A site's refusal as this broker's.
+fn site_failure(site: &str, e: SiteError) -> ServiceError {
+    match e {
+        SiteError::Unknown => ServiceError::NotFound(format!("the reservation at {site}")),
+        SiteError::Unavailable(m) => ServiceError::Unavailable(m),
+        e => ServiceError::Conflict(format!("{site}: {e}")),
+    }
+}
+
+/// A new reservation id, as the site API numbers them (within JSON's exact
+/// integers).
+fn new_reservation_number() -> u64 {
+    (uuid::Uuid::new_v4().as_u128() as u64 & ((1 << 53) - 1)).max(1)
+}
 
 /// Where a job is, as a site agent names it.
 fn phase_of(s: BrokerState) -> JobPhase {
@@ -79,7 +117,7 @@ fn folded(name: &str, sites: &[Result<ResourceInfo, String>]) -> InfoView {
         estimated_wait: up.iter().filter_map(|i| i.estimated_wait).min().unwrap_or(Duration(0)),
         benchmarks,
         bandwidth_bytes_per_s: up.iter().filter_map(|i| i.bandwidth_bytes_per_s).max(),
-        reservations: false,
+        reservations: up.iter().any(|i| i.reservations),
         available: !up.is_empty(),
         unavailable_reason,
         cluster: None,
@@ -97,25 +135,26 @@ impl Service {
 
     /// `POST /site/v1/jobs`: accepts `job` from the broker `who` for the
     /// user `on_behalf` (`who` itself when absent); a repeated `key` is the
-    /// job it made before. Returns the job's id and whether it is new.
+    /// job it made before. A job that claims a reservation goes to its site
+    /// at once; others wait for the dispatcher. Returns the job's id and
+    /// whether it is new.
     pub async fn site_submit(
         &self,
         who: &str,
         mut job: Job,
         key: Option<String>,
         on_behalf: Option<String>,
+        claim: Claim,
     ) -> Result<(String, bool), ServiceError> {
         if let Some(k) = &key {
             if let Some(j) = self.db.by_key(who, k).await? {
                 return Ok((j.view.id, false));
             }
         }
-        if job.reservation.is_some() {
-            return Err(ServiceError::Conflict(NO_RESERVATIONS.into()));
-        }
         self.within_job_limits(who, 1, 1).await?;
         brokk_broker::select::validate_at(&job, now()).map_err(|e| ServiceError::BadRequest(e.to_string()))?;
         self.take_uploads(who, &mut job, &Default::default(), &Default::default())?;
+        let runs_as = on_behalf.unwrap_or_else(|| who.to_string());
         let mut view = BrokerJob {
             id: new_id(),
             owner: who.to_string(),
@@ -123,9 +162,32 @@ impl Service {
             state: BrokerState::Accepted,
             submitted: now(),
             warnings: brokk_broker::select::not_done_here(&job),
-            runs_as: Some(on_behalf.unwrap_or_else(|| who.to_string())),
+            runs_as: Some(runs_as.clone()),
             ..BrokerJob::default()
         };
+        if let Some(rid) = job.reservation.take() {
+            let (r, site) = self.own_site_reservation(who, &rid).await?;
+            // The site's key: a repeat after a crash between the site's
+            // answer and this broker's record finds the same job there.
+            let site_key = format!("{who}-{}", key.as_deref().unwrap_or(&view.id));
+            let (uploads, owner, sent) = (self.uploads.clone(), who.to_string(), job.clone());
+            let handle = tokio::task::spawn_blocking(move || {
+                let mut c = site.client.clone();
+                super::sites::send_uploads(&c, &uploads, &owner, &sent)?;
+                c.set_on_behalf_of(Some(runs_as));
+                c.set_idempotency_key(Some(site_key));
+                c.set_explicit_commit(claim.explicit_commit);
+                c.set_release_with_job(claim.release_with_job);
+                c.submit("broker", &sent, Some(ReservationId(r.site_reservation)))
+            })
+            .await
+            .map_err(|e| ServiceError::Unavailable(e.to_string()))?
+            .map_err(|e| site_failure(&r.site, e))?;
+            view.state = BrokerState::Dispatched;
+            view.site = Some(r.site.clone());
+            view.site_job = Some(handle.0);
+            job.reservation = Some(rid);
+        }
         view.describe(&job);
         let stored = StoredJob {
             view,
@@ -135,7 +197,9 @@ impl Service {
         };
         match self.store(&job, stored).await {
             Ok(v) => {
-                self.wake.notify_one();
+                if v.state == BrokerState::Accepted {
+                    self.wake.notify_one();
+                }
                 Ok((v.id, true))
             }
             // The same key sent twice at once: the other one stored it.
@@ -146,6 +210,165 @@ impl Service {
                 },
                 None => Err(e),
             },
+        }
+    }
+
+    /// `POST /site/v1/probe`: every site's soonest candidates, the `k`
+    /// soonest of all.
+    pub async fn site_probe(&self, req: Request, k: usize) -> Result<Vec<Candidate>, ServiceError> {
+        let sites = self.sites.clone();
+        let k = k.clamp(1, 100);
+        tokio::task::spawn_blocking(move || {
+            // A site that cannot reserve, or does not answer, offers nothing.
+            let mut all: Vec<Candidate> = sites
+                .iter()
+                .filter_map(|s| s.client.probe(&req, k).ok())
+                .flatten()
+                .collect();
+            all.sort_by(|a, b| a.start.cmp(&b.start).then(a.rating.total_cmp(&b.rating)));
+            all.truncate(k);
+            all
+        })
+        .await
+        .map_err(|e| ServiceError::Unavailable(e.to_string()))
+    }
+
+    /// `POST /site/v1/reservations`: at the site where it starts earliest,
+    /// preliminary until its hold ends when it has one.
+    pub async fn site_reserve(&self, who: &str, body: ReservationRequest) -> Result<SiteReply, ServiceError> {
+        if body.hold.is_some_and(|h| h <= 0) {
+            return Err(ServiceError::BadRequest(
+                "hold: must be a positive number of seconds".into(),
+            ));
+        }
+        let request = body.request();
+        if request.amount == 0 || request.duration.0 <= 0 || request.latest < request.earliest {
+            return Err(ServiceError::BadRequest(
+                "amount and duration must be positive, and earliest <= latest".into(),
+            ));
+        }
+        let t = now();
+        self.within_reserved_limit(who, i64::from(request.amount).saturating_mul(request.duration.0), t)
+            .await?;
+        let hold = body.hold.map(|h| t + Duration(h));
+        let (sites, info, user) = (self.sites.clone(), self.info.clone(), who.to_string());
+        let turn = self.decision_turn().await;
+        let got = tokio::task::spawn_blocking(move || {
+            let mut clients = cached_sites(&sites, &info, None, None, &user);
+            let mut refs: Vec<&mut dyn Site> = clients.iter_mut().map(|c| c as &mut dyn Site).collect();
+            at_earliest_held(&request, &mut refs, "broker", hold)
+                .map(|(k, id, start)| (sites[k].name.clone(), id.0, start))
+        })
+        .await
+        .map_err(|e| ServiceError::Unavailable(e.to_string()))?;
+        drop(turn);
+        let (site, site_reservation, start) = match got {
+            Ok(g) => g,
+            Err(refused) => {
+                if refused.iter().all(|(_, r)| r.is_failure()) {
+                    let why: Vec<String> = refused.iter().map(|(_, r)| r.to_string()).collect();
+                    return Err(ServiceError::Unavailable(format!(
+                        "no site could be asked: {}",
+                        why.join("; ")
+                    )));
+                }
+                let busy: Vec<Option<Time>> = refused
+                    .iter()
+                    .filter_map(|(_, r)| match r {
+                        Refusal::Busy { next_start } => Some(*next_start),
+                        _ => None,
+                    })
+                    .collect();
+                if !busy.is_empty() {
+                    return Ok(SiteReply::Rejected(busy.into_iter().flatten().min()));
+                }
+                let never = refused.iter().find_map(|(_, r)| match r {
+                    Refusal::Never(reason) => Some(*reason),
+                    _ => None,
+                });
+                return Ok(SiteReply::Never(never.unwrap_or(NeverReason::Empty)));
+            }
+        };
+        let r = BrokerReservation {
+            id: new_reservation_number().to_string(),
+            owner: who.to_string(),
+            site,
+            site_reservation,
+            amount: request.amount,
+            start,
+            end: start + request.duration,
+            state: if hold.is_some() {
+                BrokerReservationState::Held
+            } else {
+                BrokerReservationState::Committed
+            },
+        };
+        self.db.save_reservation(&r).await?;
+        Ok(SiteReply::Granted(r))
+    }
+
+    /// `who`'s live reservation `id` and its site.
+    async fn own_site_reservation(&self, who: &str, id: &str) -> Result<(BrokerReservation, SiteEntry), ServiceError> {
+        let r = self.reservation(who, id).await?;
+        if r.state == BrokerReservationState::Cancelled {
+            return Err(ServiceError::Conflict(format!("reservation {id} has ended")));
+        }
+        let site = self
+            .site(&r.site)
+            .ok_or_else(|| ServiceError::Unavailable(format!("site {} is no longer configured", r.site)))?;
+        Ok((r, site))
+    }
+
+    /// `GET /site/v1/reservations/{id}`: as its site has it, under this
+    /// broker's id.
+    pub async fn site_reservation(&self, who: &str, id: u64) -> Result<ReservationView, ServiceError> {
+        let (r, site) = self.own_site_reservation(who, &id.to_string()).await?;
+        let v = tokio::task::spawn_blocking(move || site.client.reservation(ReservationId(r.site_reservation)))
+            .await
+            .map_err(|e| ServiceError::Unavailable(e.to_string()))?
+            .map_err(|e| site_failure(&r.site, e))?;
+        Ok(ReservationView {
+            id,
+            owner: who.to_string(),
+            ..v
+        })
+    }
+
+    /// `POST /site/v1/reservations/{id}/commit`.
+    pub async fn site_commit(&self, who: &str, id: u64) -> Result<ReservationView, ServiceError> {
+        let (mut r, site) = self.own_site_reservation(who, &id.to_string()).await?;
+        let sid = ReservationId(r.site_reservation);
+        tokio::task::spawn_blocking(move || site.client.clone().commit("broker", sid))
+            .await
+            .map_err(|e| ServiceError::Unavailable(e.to_string()))?
+            .map_err(|e| site_failure(&r.site, e))?;
+        r.state = BrokerReservationState::Committed;
+        self.db.save_reservation(&r).await?;
+        self.site_reservation(who, id).await
+    }
+
+    /// `PATCH /site/v1/reservations/{id}`: the reservation as changed, or
+    /// the site's refusal.
+    pub async fn site_modify(
+        &self,
+        who: &str,
+        id: u64,
+        change: Change,
+    ) -> Result<Result<ReservationView, Reply>, ServiceError> {
+        let (mut r, site) = self.own_site_reservation(who, &id.to_string()).await?;
+        let sid = ReservationId(r.site_reservation);
+        let answer = tokio::task::spawn_blocking(move || site.client.clone().modify("broker", sid, change))
+            .await
+            .map_err(|e| ServiceError::Unavailable(e.to_string()))?;
+        match answer {
+            Ok(_) => {
+                let v = self.site_reservation(who, id).await?;
+                (r.start, r.end, r.amount) = (v.start, v.end, v.amount);
+                self.db.save_reservation(&r).await?;
+                Ok(Ok(v))
+            }
+            Err(SiteError::NotGranted(reply)) => Ok(Err(reply)),
+            Err(e) => Err(site_failure(&r.site, e)),
         }
     }
 
