@@ -158,13 +158,13 @@ fn reservations_and_a_coallocation_go_through_both_levels() {
         &["reserve", "--amount", "2", "--duration", "10m", "--json"],
     );
     let site = r["site"].as_str().unwrap().to_string();
-    let below = r["site_reservation"].as_u64().unwrap();
+    let below = r["site_reservation"].as_u64().unwrap().to_string();
     let listed = common::json(&h.dept(&site).url, "tok-top", &["reserve", "--list", "--json"]);
     let held = listed
         .as_array()
         .unwrap()
         .iter()
-        .find(|x| x["id"] == below.to_string())
+        .find(|x| x["id"].as_str() == Some(below.as_str()))
         .unwrap_or_else(|| panic!("{below} not in {listed}"))
         .clone();
     assert_eq!(held["owner"], "top", "{held}");
@@ -196,20 +196,18 @@ fn reservations_and_a_coallocation_go_through_both_levels() {
     assert_eq!(low["state"], "finished", "{low}");
     // Nobody else's: ann's own token below cannot cancel the top broker's
     // reservation; the top cancels it through both levels.
-    assert!(!common::brokk(
-        &h.dept(&site).url,
-        "tok-ann",
-        &["reserve", "--cancel", &below.to_string()]
-    )
-    .status
-    .success());
+    assert!(
+        !common::brokk(&h.dept(&site).url, "tok-ann", &["reserve", "--cancel", &below])
+            .status
+            .success()
+    );
     common::json(&h.top.url, "tok-ann", &["reserve", "--cancel", rid, "--json"]);
     let listed = common::json(&h.dept(&site).url, "tok-top", &["reserve", "--list", "--json"]);
     let gone = listed
         .as_array()
         .unwrap()
         .iter()
-        .find(|x| x["id"] == below.to_string())
+        .find(|x| x["id"].as_str() == Some(below.as_str()))
         .unwrap();
     assert_eq!(gone["state"], "cancelled", "{gone}");
 
