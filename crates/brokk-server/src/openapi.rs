@@ -116,7 +116,8 @@ pub fn document() -> Value {
             "/v1/workflows/{id}": {
                 "get": {"responses": ok("200", json!({"$ref": "#/components/schemas/Workflow"}))},
                 "delete": {"description": "cancel its tasks and every reservation left", "responses": ok("200", json!({"$ref": "#/components/schemas/Workflow"}))}},
-            "/v1/resources": {"get": {"responses": ok("200", json!({"type": "array"}))}}
+            "/v1/resources": {"get": {"responses": ok("200", json!({"type": "array"}))}},
+            "/site/v1": {"description": "the site API of `brokk site` (its /v1 paths under /site/v1), for the brokers this one serves as a site (`delegates`): info, probe, reservations, jobs, changes, files, uploads"}
         }
     })
 }
