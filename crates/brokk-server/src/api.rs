@@ -304,18 +304,25 @@ async fn events(State(app): State<App>, Extension(who): Extension<Identity>) -> 
 }
 
 async fn resources(State(app): State<App>) -> Response {
-    let all: Vec<serde_json::Value> = app
+    let mut all: Vec<serde_json::Value> = app
         .service
         .resources()
         .await
         .into_iter()
-        .zip(app.service.sites.iter())
+        .zip(app.service.sites().iter())
         .map(|(r, site)| match r {
             Ok(info) => serde_json::to_value(info).unwrap_or_default(),
             // A site that did not answer is named, with why.
             Err(e) => serde_json::json!({ "name": site.name, "available": false, "error": e }),
         })
         .collect();
+    // And what discovery found but could not reach.
+    let unreachable = app.service.unreachable.lock().map(|u| u.clone()).unwrap_or_default();
+    all.extend(
+        unreachable
+            .into_iter()
+            .map(|(name, why)| serde_json::json!({ "name": name, "available": false, "error": why })),
+    );
     Json(all).into_response()
 }
 

@@ -99,6 +99,8 @@ pub struct Config {
     /// the site API under `/site/v1`, jobs run for the users they name.
     #[serde(default)]
     pub delegates: Vec<String>,
+    /// ARC compute elements found in GLUE 2, as embedded ARC sites.
+    pub discovery: Option<crate::discovery::DiscoveryConfig>,
 }
 
 fn default_name() -> String {
@@ -213,6 +215,27 @@ pub struct EmbeddedSiteConfig {
     pub min_job_age_s: i64,
 }
 
+impl EmbeddedSiteConfig {
+    /// An embedded site `name` in front of the ARC CE `arc`, its slots and
+    /// benchmarks as the CE publishes them.
+    pub fn arc(name: String, arc: brokk_site::arc::ArcConfig) -> EmbeddedSiteConfig {
+        EmbeddedSiteConfig {
+            name,
+            capacity: 0,
+            benchmarks: Vec::new(),
+            bandwidth_bytes_per_s: None,
+            slurm: None,
+            arc: Some(arc),
+            gram: None,
+            accounts: BTreeMap::new(),
+            stage_in_dirs: Vec::new(),
+            stage_out_dirs: Vec::new(),
+            null_backend_for_benchmarks: false,
+            min_job_age_s: brokk_site::config::default_min_job_age(),
+        }
+    }
+}
+
 fn default_listen() -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], 0))
 }
@@ -253,9 +276,13 @@ impl Config {
         if let Some(r) = &mut c.record {
             *r = base.join(&*r);
         }
+        if let Some(d) = &mut c.discovery {
+            d.endpoints = d.endpoints.as_ref().map(|p| base.join(p));
+            d.arc.resolve(base);
+        }
         for e in &mut c.embedded {
             if let Some(s) = &mut e.slurm {
-                s.conf = base.join(&s.conf);
+                s.resolve(base);
             }
             if let Some(a) = &mut e.arc {
                 a.resolve(base);
@@ -267,8 +294,18 @@ impl Config {
                 *d = base.join(&*d);
             }
         }
-        if c.sites.is_empty() && c.embedded.is_empty() {
-            return Err(err("no sites: add [[sites]] or [[embedded]]".into()));
+        if c.sites.is_empty() && c.embedded.is_empty() && c.discovery.is_none() {
+            return Err(err("no sites: add [[sites]], [[embedded]] or [discovery]".into()));
+        }
+        if let Some(d) = &c.discovery {
+            if d.endpoints.is_none() && d.ldap.is_none() {
+                return Err(err(
+                    "[discovery]: give `endpoints` (an LDIF file) or `ldap` (a URL)".into()
+                ));
+            }
+            if d.interval_s == 0 || d.timeout_s == 0 {
+                return Err(err("[discovery]: interval_s and timeout_s must be positive".into()));
+            }
         }
         Ok(c)
     }

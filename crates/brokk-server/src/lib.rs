@@ -11,6 +11,7 @@ pub mod api;
 pub mod config;
 pub mod dashboard;
 pub mod db;
+pub mod discovery;
 pub mod openapi;
 pub mod record;
 pub mod service;
@@ -51,49 +52,14 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         .map(|s| (s.name.clone(), s.url.clone(), s.token.clone()))
         .collect();
     for e in &config.embedded {
-        let token = uuid::Uuid::new_v4().simple().to_string();
-        let dir = config.state_dir.join(&e.name);
-        let site = brokk_site::Config {
-            name: e.name.clone(),
-            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
-            capacity: e.capacity,
-            database: dir.join("site.db"),
-            workdir: dir.join("jobs"),
-            horizon_days: 365,
-            default_wall_time: 3600,
-            kill_grace: 5,
-            min_job_age_s: e.min_job_age_s,
-            max_body_bytes: 1 << 20,
-            max_upload_bytes: config.limits.upload_bytes,
-            benchmarks: e.benchmarks.clone(),
-            bandwidth_bytes_per_s: e.bandwidth_bytes_per_s,
-            tokens: [(token.clone(), "broker".to_string())].into_iter().collect(),
-            accounts: e.accounts.clone(),
-            delegates: vec!["broker".to_string()],
-            stage_in_dirs: e.stage_in_dirs.clone(),
-            stage_out_dirs: e.stage_out_dirs.clone(),
-            slurm: e.slurm.clone(),
-            arc: e.arc.clone(),
-            gram: e.gram.clone(),
-            null_backend_for_benchmarks: e.null_backend_for_benchmarks,
-        };
-        site.check().map_err(|e| err(&e))?;
-        let running = brokk_site::start(site).await.map_err(|e| err(&e))?;
-        endpoints.push((e.name.clone(), format!("http://{}", running.addr), token));
+        endpoints.push(start_embedded(&config, e).await?);
     }
-    let sites = tokio::task::spawn_blocking(move || {
-        endpoints
-            .into_iter()
-            .map(|(name, url, token)| SiteEntry::new(name, brokk_proto::RemoteSite::new(&url, &token)))
-            .collect::<Vec<_>>()
-    })
-    .await
-    .map_err(|e| err(&e))?;
+    let sites = entries(endpoints).await?;
     let network = service::network(sites.len(), config.workflows.bandwidth_bytes_per_s, service::now())
         .map_err(|e| err(&format!("[workflows]: {e}")))?;
     let service = Service {
         db,
-        sites: Arc::new(sites),
+        sites: Arc::new(std::sync::RwLock::new(Arc::new(sites))),
         info: Arc::new(SiteInfo::new(
             std::time::Duration::from_millis(config.info_ttl_ms),
             brokk_broker::info::FetchOptions::default(),
@@ -111,8 +77,23 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         network: Arc::new(std::sync::Mutex::new(network)),
         workflow_settings: config.workflows,
         workflow_lock: Arc::new(tokio::sync::Mutex::new(())),
+        unreachable: Arc::default(),
     };
     service.restore_network().await.map_err(|e| err(&e))?;
+    if let Some(d) = config.discovery.clone() {
+        // The first reading before the service answers, so the sites found
+        // are there for its first user; then at the interval.
+        discover(&service, &config, &d).await;
+        let (s, c) = (service.clone(), config.clone());
+        tokio::spawn(async move {
+            let mut every = tokio::time::interval(std::time::Duration::from_secs(d.interval_s));
+            every.tick().await;
+            loop {
+                every.tick().await;
+                discover(&s, &c, &d).await;
+            }
+        });
+    }
     // Before anything is dispatched; a site that does not answer yet is
     // asked again until it does (the jobs stay invisible to dispatch meanwhile).
     let r = service.clone();
@@ -177,4 +158,113 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         }
     });
     Ok(Running { addr, service, server })
+}
+
+/// The site agent settings of embedded site `e`, its state under the
+/// broker's `state_dir`, reached with `token`.
+fn embedded_agent(config: &Config, e: &config::EmbeddedSiteConfig, token: &str) -> brokk_site::Config {
+    let dir = config.state_dir.join(&e.name);
+    brokk_site::Config {
+        name: e.name.clone(),
+        listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+        capacity: e.capacity,
+        database: dir.join("site.db"),
+        workdir: dir.join("jobs"),
+        horizon_days: 365,
+        default_wall_time: 3600,
+        kill_grace: 5,
+        min_job_age_s: e.min_job_age_s,
+        max_body_bytes: 1 << 20,
+        max_upload_bytes: config.limits.upload_bytes,
+        benchmarks: e.benchmarks.clone(),
+        bandwidth_bytes_per_s: e.bandwidth_bytes_per_s,
+        tokens: [(token.to_string(), "broker".to_string())].into_iter().collect(),
+        accounts: e.accounts.clone(),
+        delegates: vec!["broker".to_string()],
+        stage_in_dirs: e.stage_in_dirs.clone(),
+        stage_out_dirs: e.stage_out_dirs.clone(),
+        slurm: e.slurm.clone(),
+        arc: e.arc.clone(),
+        gram: e.gram.clone(),
+        null_backend_for_benchmarks: e.null_backend_for_benchmarks,
+    }
+}
+
+/// Starts embedded site `e`; returns its name, URL and the broker's token.
+async fn start_embedded(
+    config: &Config,
+    e: &config::EmbeddedSiteConfig,
+) -> Result<(String, String, String), StartError> {
+    let token = uuid::Uuid::new_v4().simple().to_string();
+    let site = embedded_agent(config, e, &token);
+    site.check().map_err(|e| StartError(e.to_string()))?;
+    let running = brokk_site::start(site).await.map_err(|e| StartError(e.to_string()))?;
+    Ok((e.name.clone(), format!("http://{}", running.addr), token))
+}
+
+/// The site entries for (name, url, token) triples; the blocking clients are
+/// made on a blocking thread, as reqwest requires.
+async fn entries(endpoints: Vec<(String, String, String)>) -> Result<Vec<SiteEntry>, StartError> {
+    tokio::task::spawn_blocking(move || {
+        endpoints
+            .into_iter()
+            .map(|(name, url, token)| SiteEntry::new(name, brokk_proto::RemoteSite::new(&url, &token)))
+            .collect::<Vec<_>>()
+    })
+    .await
+    .map_err(|e| StartError(e.to_string()))
+}
+
+/// One reading of the GLUE 2 listing: every ARC REST endpoint not yet a site
+/// becomes one, all connected to at once, each within the timeout; those
+/// that do not answer are reported (`brokk resources` lists them
+/// unavailable, with why) and asked again at the next reading.
+async fn discover(service: &Service, config: &Config, d: &discovery::DiscoveryConfig) {
+    let timeout = std::time::Duration::from_secs(d.timeout_s);
+    let found = match tokio::time::timeout(timeout, discovery::listing(d)).await {
+        Ok(Ok(found)) => found,
+        Ok(Err(e)) => return tracing::warn!("reading the GLUE 2 listing: {e}"),
+        Err(_) => return tracing::warn!("reading the GLUE 2 listing: no answer within {} s", d.timeout_s),
+    };
+    let known: std::collections::BTreeSet<String> = service.sites().iter().map(|s| s.name.clone()).collect();
+    let new: Vec<(String, config::EmbeddedSiteConfig)> = found
+        .iter()
+        .filter(|ep| !known.contains(&ep.site_name()))
+        .map(|ep| {
+            let mut arc = d.arc.clone();
+            arc.url = ep.url.clone();
+            let site = config::EmbeddedSiteConfig::arc(ep.site_name(), arc);
+            (ep.url.clone(), site)
+        })
+        .collect();
+    let tries = new.iter().map(|(url, site)| async move {
+        let r = match tokio::time::timeout(timeout, start_embedded(config, site)).await {
+            Ok(r) => r.map_err(|e| e.to_string()),
+            Err(_) => Err(format!("no answer within {} s", d.timeout_s)),
+        };
+        (url.clone(), site.name.clone(), r)
+    });
+    let mut started = Vec::new();
+    let mut unreachable = Vec::new();
+    for (url, name, r) in futures_util::future::join_all(tries).await {
+        match r {
+            Ok(e) => {
+                tracing::info!(site = %name, "discovered {url}");
+                started.push(e);
+            }
+            Err(why) => {
+                tracing::warn!(site = %name, "discovered {url}, which does not answer; skipped: {why}");
+                unreachable.push((name, format!("discovered at {url}, not reachable: {why}")));
+            }
+        }
+    }
+    service.set_unreachable(unreachable);
+    match entries(started).await {
+        Ok(sites) => {
+            if let Err(e) = service.add_sites(sites).await {
+                tracing::error!("adding discovered sites: {e}");
+            }
+        }
+        Err(e) => tracing::error!("adding discovered sites: {e}"),
+    }
 }

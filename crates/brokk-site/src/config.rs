@@ -292,6 +292,9 @@ impl Config {
                 ));
             }
         }
+        if self.arc.as_ref().is_some_and(|a| a.url.is_empty()) {
+            return Err(ConfigError::Invalid("arc.url: the CE's A-REX URL is required".into()));
+        }
         if self.arc.as_ref().is_some_and(|a| a.poll_ms == 0 || a.timeout_s == 0) {
             return Err(ConfigError::Invalid(
                 "arc.poll_ms and arc.timeout_s must be positive".into(),

@@ -288,3 +288,77 @@ fn a_ce_that_stops_answering_is_reported_and_its_job_kept() {
     assert_eq!(common::output(&server.url, "tok-ann", &id, "out.txt"), "survived\n");
     assert!(common::site_available(&server.url, "tok-ann", "arc1"));
 }
+
+/// A computing endpoint as ARC's LDAP information system renders it.
+fn ldif_endpoint(url: &str) -> String {
+    format!(
+        "dn: GLUE2EndpointID=urn:ogf:ComputingEndpoint:{url},o=glue\nobjectClass: GLUE2Endpoint\n\
+         objectClass: GLUE2ComputingEndpoint\nGLUE2EndpointURL: {url}\n\
+         GLUE2EndpointInterfaceName: org.nordugrid.arcrest\n\n"
+    )
+}
+
+/// The `brokk resources` row of site `name`, if there is one.
+fn resource_row(url: &str, name: &str) -> Option<serde_json::Value> {
+    let sites = common::json(url, "tok-ann", &["resources", "--json"]);
+    sites.as_array()?.iter().find(|s| s["name"] == name).cloned()
+}
+
+#[test]
+#[ignore = "needs a local ARC CE: scripts/arc-testbed.sh (scripts/test.sh starts it)"]
+fn ces_listed_in_glue2_become_sites_and_an_unreachable_one_is_reported() {
+    let bed = bed();
+    let dir = common::scratch("arctest", "discovery");
+    let ce = std::fs::read_to_string(bed.join("url")).unwrap().trim().to_string();
+    // The testbed's CE, and one nobody listens for.
+    let listing = dir.join("ces.ldif");
+    std::fs::write(
+        &listing,
+        ldif_endpoint(&ce) + &ldif_endpoint("https://127.0.0.1:9/arex"),
+    )
+    .unwrap();
+    let arc = arc_table(&bed, &bed.join("user.pem"), &bed.join("user.key")).replace(&format!("url = \"{ce}\"\n"), "");
+    let config = format!(
+        "database = \"broker.db\"\nstate_dir = \"sites\"\n[tokens]\n\"tok-ann\" = \"ann\"\n\
+         [discovery]\nendpoints = \"ces.ldif\"\ninterval_s = 2\ntimeout_s = 10\n[discovery.arc]\n{arc}"
+    );
+    std::fs::write(dir.join("broker.toml"), config).unwrap();
+    let server = common::serve(&dir);
+    let host = ce.split("://").nth(1).and_then(|r| r.split(':').next()).unwrap();
+    let name = format!("arc-{host}-443");
+    // Found before the service answered: its slots from the CE.
+    let row = resource_row(&server.url, &name).unwrap_or_else(|| panic!("no {name}"));
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
+    assert_eq!(row["total_slots"].as_u64(), Some(cpus), "{row}");
+    let bad = resource_row(&server.url, "arc-127-0-0-1-9").expect("the unreachable endpoint is reported");
+    assert_eq!(bad["available"], false, "{bad}");
+    assert!(
+        bad["error"].as_str().unwrap().contains("https://127.0.0.1:9/arex"),
+        "{bad}"
+    );
+    // A job runs there.
+    let (id, end) = common::run_to_end(
+        &server.url,
+        "tok-ann",
+        &dir,
+        "job.xrsl",
+        r#"&(executable="/bin/echo")(arguments="found")(stdout="out.txt")(walltime="5")"#,
+    );
+    assert_eq!(end["state"], "finished", "{end}");
+    assert_eq!(end["site"], name.as_str(), "{end}");
+    assert_eq!(common::output(&server.url, "tok-ann", &id, "out.txt"), "found\n");
+    // A CE listed later is added at a later reading (the CE on Slurm, when
+    // the testbed has it).
+    if let Ok(second) = std::fs::read_to_string(bed.join("slurm-url")) {
+        let second = second.trim();
+        std::fs::write(&listing, ldif_endpoint(&ce) + &ldif_endpoint(second)).unwrap();
+        let name = format!("arc-{host}-8443");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while resource_row(&server.url, &name).is_none() {
+            assert!(Instant::now() < deadline, "{second} was never added");
+            std::thread::sleep(Duration::from_millis(500));
+        }
+        // No longer listed as unreachable: the listing dropped it.
+        assert!(resource_row(&server.url, "arc-127-0-0-1-9").is_none());
+    }
+}

@@ -216,7 +216,7 @@ impl Service {
     /// `POST /site/v1/probe`: every site's soonest candidates, the `k`
     /// soonest of all.
     pub async fn site_probe(&self, req: Request, k: usize) -> Result<Vec<Candidate>, ServiceError> {
-        let sites = self.sites.clone();
+        let sites = self.sites();
         let k = k.clamp(1, 100);
         tokio::task::spawn_blocking(move || {
             // A site that cannot reserve, or does not answer, offers nothing.
@@ -251,7 +251,7 @@ impl Service {
         self.within_reserved_limit(who, i64::from(request.amount).saturating_mul(request.duration.0), t)
             .await?;
         let hold = body.hold.map(|h| t + Duration(h));
-        let (sites, info, user) = (self.sites.clone(), self.info.clone(), who.to_string());
+        let (sites, info, user) = (self.sites(), self.info.clone(), who.to_string());
         let turn = self.decision_turn().await;
         let got = tokio::task::spawn_blocking(move || {
             let mut clients = cached_sites(&sites, &info, None, None, &user);

@@ -85,7 +85,7 @@ impl Service {
                 .await?;
             stored.push(v);
         }
-        let sites = self.sites.clone();
+        let sites = self.sites();
         let turn = self.decision_turn().await;
         let info = self.info.clone();
         let jobs: Vec<Job> = parsed.iter().map(|p| p.0.clone()).collect();
@@ -168,10 +168,10 @@ impl Service {
                 .iter()
                 .map(|f| {
                     let (name, job) = f.as_ref()?;
-                    Some((self.sites.iter().position(|s| &s.name == name)?, job.clone()))
+                    Some((self.sites().iter().position(|s| &s.name == name)?, job.clone()))
                 })
                 .collect();
-            let (sites, info) = (self.sites.clone(), self.info.clone());
+            let (sites, info) = (self.sites(), self.info.clone());
             let completed = tokio::task::spawn_blocking(move || settle(&sites, &info, &targets))
                 .await
                 .map_err(|e| ServiceError::Unavailable(e.to_string()))?;

@@ -28,7 +28,7 @@ impl Service {
     /// For a job accepted before this process started: the site that already
     /// has it under its idempotency key, if any, with the site's id for it.
     pub(super) async fn already_at(&self, key: &str) -> Result<Option<(String, String)>, ServiceError> {
-        let sites = self.sites.clone();
+        let sites = self.sites();
         let key = key.to_string();
         tokio::task::spawn_blocking(move || {
             for s in sites.iter() {
@@ -77,7 +77,7 @@ impl Service {
         }
         self.refresh_stale().await;
         let prefs: JobPreferences = serde_json::from_str(&stored.prefs).unwrap_or_default();
-        let sites = self.sites.clone();
+        let sites = self.sites();
         let info = self.info.clone();
         let key = stored.view.id.clone();
         let user = stored.view.owner.clone();

@@ -25,7 +25,7 @@ impl Service {
             // submitted at another, so the feed does not record the cancel.
             v.state = BrokerState::Moving;
             self.db.update(&v, None).await?;
-            let sites = self.sites.clone();
+            let sites = self.sites();
             let turn = self.decision_turn().await;
             let info = self.info.clone();
             let margin = self.adapt_margin;
@@ -79,7 +79,7 @@ impl Service {
 
     /// Follows every site's change feed and records the jobs' progress.
     pub async fn poll(&self) -> Result<(), ServiceError> {
-        let sites = self.sites.clone();
+        let sites = self.sites();
         let feeds = tokio::task::spawn_blocking(move || {
             sites
                 .iter()

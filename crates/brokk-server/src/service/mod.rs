@@ -90,8 +90,9 @@ pub const LATENCY_BUCKETS: [f64; 8] = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 
 pub struct Service {
     /// Records.
     pub db: Db,
-    /// Sites, in configuration order.
-    pub sites: Arc<Vec<SiteEntry>>,
+    /// Sites, in configuration order, then as discovered (only ever
+    /// appended: workflows and the network name sites by position).
+    pub sites: Arc<std::sync::RwLock<Arc<Vec<SiteEntry>>>>,
     /// What the sites last published.
     pub info: Arc<SiteInfo>,
     /// Counters.
@@ -117,6 +118,9 @@ pub struct Service {
     /// Taken by each admission, round and cancel of workflows, so a task
     /// is never sent while its workflow is being cancelled.
     pub workflow_lock: Arc<tokio::sync::Mutex<()>>,
+    /// Endpoints discovery found and could not reach at its last reading:
+    /// (the site name they would have, why).
+    pub unreachable: Arc<std::sync::Mutex<Vec<(String, String)>>>,
 }
 
 pub use brokk_proto::wall_clock as now;
@@ -142,6 +146,42 @@ fn round_robin_by_owner(jobs: Vec<StoredJob>) -> Vec<StoredJob> {
 }
 
 impl Service {
+    /// The sites as of now.
+    pub fn sites(&self) -> Arc<Vec<SiteEntry>> {
+        self.sites.read().map(|s| s.clone()).unwrap_or_default()
+    }
+
+    /// Adds sites found at run time after the others, and makes the
+    /// network between all of them again with the workflows' bookings.
+    pub async fn add_sites(&self, found: Vec<SiteEntry>) -> Result<(), ServiceError> {
+        if found.is_empty() {
+            return Ok(());
+        }
+        let _workflows = self.workflow_lock.lock().await;
+        let all = {
+            let Ok(mut sites) = self.sites.write() else {
+                return Err(ServiceError::Unavailable("the site list is poisoned".into()));
+            };
+            let mut all = (**sites).clone();
+            all.extend(found);
+            *sites = Arc::new(all);
+            sites.len()
+        };
+        let network = network(all, self.workflow_settings.bandwidth_bytes_per_s, now())
+            .map_err(|e| ServiceError::Unavailable(format!("[workflows]: {e}")))?;
+        if let Ok(mut n) = self.network.lock() {
+            *n = network;
+        }
+        self.restore_network().await
+    }
+
+    /// Notes the endpoints discovery could not reach at its last reading.
+    pub fn set_unreachable(&self, now_unreachable: Vec<(String, String)>) {
+        if let Ok(mut u) = self.unreachable.lock() {
+            *u = now_unreachable;
+        }
+    }
+
     /// Records the latency of one submission.
     pub fn observe_submit(&self, seconds: f64) {
         let b = LATENCY_BUCKETS
@@ -357,7 +397,7 @@ impl Service {
     }
 
     fn site(&self, name: &str) -> Option<SiteEntry> {
-        self.sites.iter().find(|s| s.name == name).cloned()
+        self.sites().iter().find(|s| s.name == name).cloned()
     }
 
     /// Parses one description that must hold exactly one job.

@@ -43,7 +43,7 @@ impl Service {
         }
         self.within_reserved_limit(owner, i64::from(req.amount).saturating_mul(req.duration.0), t)
             .await?;
-        let sites = self.sites.clone();
+        let sites = self.sites();
         let request = brokk_core::Request {
             amount: req.amount,
             duration: req.duration,

@@ -264,7 +264,7 @@ impl Service {
     /// Fetches, all at once, the information of every site whose cached
     /// answer is stale; called with the turn held.
     pub(super) async fn refresh_stale(&self) {
-        let names: Vec<String> = self.sites.iter().map(|s| s.name.clone()).collect();
+        let names: Vec<String> = self.sites().iter().map(|s| s.name.clone()).collect();
         let stale = match self.info.cache.lock() {
             Ok(mut cache) => cache.stale(&names, std::time::Instant::now()),
             Err(_) => return,
@@ -313,9 +313,10 @@ impl Service {
 
     /// What every site reports now, in configuration order.
     pub async fn resources(&self) -> Vec<Result<ResourceInfo, String>> {
-        let names: Vec<String> = self.sites.iter().map(|s| s.name.clone()).collect();
+        let sites = self.sites();
+        let names: Vec<String> = sites.iter().map(|s| s.name.clone()).collect();
         let mut answers = self.fetch_info(names).await;
-        self.sites
+        sites
             .iter()
             .map(|s| {
                 let at = answers.iter().position(|(n, _)| *n == s.name);

@@ -189,7 +189,7 @@ impl Service {
         t: Time,
     ) -> Result<Result<Offer, Rejection>, ServiceError> {
         let turn = self.decision_turn().await;
-        let (sites, info, network) = (self.sites.clone(), self.info.clone(), self.network.clone());
+        let (sites, info, network) = (self.sites(), self.info.clone(), self.network.clone());
         let hold = brokk_model::Duration(self.workflow_settings.hold_seconds.max(1));
         let (user, wf) = (owner.to_string(), wf.clone());
         let admitted = tokio::task::spawn_blocking(move || {
@@ -231,7 +231,7 @@ impl Service {
         offer: Offer,
         commit: bool,
     ) -> Result<Result<(), brokk_broker::SiteError>, ServiceError> {
-        let (sites, info, network) = (self.sites.clone(), self.info.clone(), self.network.clone());
+        let (sites, info, network) = (self.sites(), self.info.clone(), self.network.clone());
         let user = owner.to_string();
         tokio::task::spawn_blocking(move || {
             let mut clients = cached_sites(&sites, &info, None, None, &user);
@@ -668,7 +668,7 @@ impl Service {
             flexible: false,
         };
         let turn = self.decision_turn().await;
-        let (sites, info) = (self.sites.clone(), self.info.clone());
+        let (sites, info) = (self.sites(), self.info.clone());
         let user = w.view.owner.clone();
         let got = tokio::task::spawn_blocking(move || {
             let mut clients = cached_sites(&sites, &info, None, None, &user);
@@ -696,7 +696,7 @@ impl Service {
 
     /// The name of site `k` of the configuration.
     fn site_name(&self, k: usize) -> String {
-        self.sites.get(k).map_or_else(String::new, |s| s.name.clone())
+        self.sites().get(k).map_or_else(String::new, |s| s.name.clone())
     }
 
     /// Records the reservation a task holds at its site as one of

@@ -25,7 +25,9 @@ pub use client::{ArcClient, ArcError};
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ArcConfig {
-    /// The CE's A-REX URL, e.g. `https://ce.example.org:443/arex`.
+    /// The CE's A-REX URL, e.g. `https://ce.example.org:443/arex` (empty
+    /// only in a broker's `[discovery.arc]`, which discovery fills).
+    #[serde(default)]
     pub url: String,
     /// The certificate (PEM) the agent authenticates with: a user
     /// certificate, or a proxy with its key in the same file.
