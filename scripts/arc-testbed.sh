@@ -4,7 +4,9 @@
 #
 #   scripts/arc-testbed.sh start [--slurm CONF]
 #       install, configure, start; prints the directory with user.pem,
-#       user.key, ca/ and url. With --slurm, a second CE (REST on :8443) runs
+#       user.key, ca/, url and ldap (its GLUE 2 LDAP information system, on
+#       port 2135, which holds data about two minutes after the start). With
+#       --slurm, a second CE (REST on :8443) runs
 #       its jobs on the Slurm cluster of that slurm.conf, with the runtime
 #       environment ENV/SLURM-RESERVATION that binds a job to a Slurm
 #       reservation; its URL is in slurm-url.
@@ -26,10 +28,11 @@ log() { echo "arc-testbed: $*" >&2; }
 listening() { ss -ltn 2>/dev/null | grep -q ":$1 "; }
 
 install_packages() {
-  command -v arcctl >/dev/null 2>&1 && [ -x /etc/init.d/arc-arex-ws ] && return 0
+  command -v arcctl >/dev/null 2>&1 && [ -x /etc/init.d/arc-arex-ws ] && [ -x /etc/init.d/arc-infosys-ldap ] && return 0
   [ "$(id -u)" = 0 ] || { log "installing ARC needs root"; return 1; }
   local pkgs="nordugrid-arc-arex nordugrid-arc-arcctl nordugrid-arc-arcctl-service
-    nordugrid-arc-plugins-arcrest nordugrid-arc-plugins-needed nordugrid-arc-client"
+    nordugrid-arc-plugins-arcrest nordugrid-arc-plugins-needed nordugrid-arc-client
+    nordugrid-arc-infosys-ldap ldap-utils"
   # shellcheck disable=SC2086
   DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $pkgs >"$BASE/install.log" 2>&1 ||
     { apt-get update -q >>"$BASE/install.log" 2>&1 &&
@@ -63,12 +66,34 @@ allowaccess = zero
 
 [infosys]
 
+[infosys/ldap]
+port = 2135
+# Debian 12's slapd has no back_hdb, ARC's default
+bdii_database = mdb
+
 [infosys/glue2]
+
+[infosys/glue2/ldap]
 
 [infosys/cluster]
 
 [queue:fork]
 EOF
+}
+
+# ARC's LDAP information system (slapd fed by bdii-update) with the two
+# fixes Debian 12 needs, measured in GRID-MIDDLEWARE.md: slapd 2.5's mdb
+# back end refuses the hdb-only `cachesize` that ARC's slapd configuration
+# writes, and bdii 6.0.0 calls the OpenLDAP clients with -h/-p, which 2.5
+# removed (so nothing would reach o=glue).
+start_ldap() {
+  sed -i -E 's/^(\s*)cachesize(\s+[0-9]+)$/\1# cachesize\2 (removed for back_mdb)/' /usr/share/arc/create-slapd-config
+  sed -i -e 's/ -h %s -p %s/ -H ldap:\/\/%s:%s/g' -e 's/ -x -h %s -b %s/ -x -H ldap:\/\/%s -b %s/' /usr/sbin/bdii-update
+  /etc/init.d/arc-infosys-ldap stop >/dev/null 2>&1 || true
+  /etc/init.d/arc-infosys-ldap start >>"$BASE/start.log" 2>&1
+  for _ in $(seq 1 100); do listening 2135 && break; sleep 0.2; done
+  listening 2135 || { log "ARC's LDAP information system is not listening on 2135; see $BASE/start.log"; return 1; }
+  echo "ldap://127.0.0.1:2135" >"$BASE/ldap"
 }
 
 # The second CE, on Slurm (the set-up measured in GRID-MIDDLEWARE.md): its
@@ -194,10 +219,13 @@ start() {
   for _ in $(seq 1 100); do listening 443 && break; sleep 0.2; done
   listening 443 || { log "A-REX's REST front end is not listening on 443; see $BASE/start.log"; return 1; }
   echo "https://$(hostname -f 2>/dev/null || hostname):443/arex" >"$BASE/url"
+  rm -f "$BASE/ldap"
+  start_ldap
   echo "$BASE"
 }
 
 stop() {
+  /etc/init.d/arc-infosys-ldap stop >/dev/null 2>&1 || true
   /etc/init.d/arc-arex-ws stop >/dev/null 2>&1 || true
   /etc/init.d/arc-arex stop >/dev/null 2>&1 || true
   if [ -f "$SLURM_CE" ]; then

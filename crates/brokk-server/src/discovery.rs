@@ -221,14 +221,23 @@ pub fn parse_ldif(text: &str) -> Result<Vec<Endpoint>, DiscoveryError> {
 mod tests {
     use super::*;
 
-    /// Two endpoints of ARC's own LDAP rendering (cut from the testbed's
-    /// `ldapsearch -LLL -x -H ldap://vm:2135 -b o=glue`), one folded.
+    /// Endpoints as ARC's LDAP information system renders them (the first
+    /// two as the testbed's `ldapsearch -LLL -x -H ldap://vm:2135 -b o=glue`
+    /// printed them, with more attributes), folded lines, a comment, another
+    /// interface, another class, a base64 value and an attribute option.
     const LDIF: &str = "\
-dn: GLUE2EndpointID=urn:ogf:ComputingEndpoint:vm:arcrest:https://vm:443/arex,GL
- UE2ServiceID=urn:ogf:ComputingService:vm:arex,GLUE2GroupID=services,o=glue
+dn: GLUE2EndpointID=urn:ogf:Endpoint:vm:ldapglue2:2135,GLUE2ServiceID=urn:ogf:
+ ComputingService:vm:arex,GLUE2GroupID=services,o=glue
 objectClass: GLUE2Endpoint
 objectClass: GLUE2ComputingEndpoint
-GLUE2EndpointID: urn:ogf:ComputingEndpoint:vm:arcrest:https://vm:443/arex
+GLUE2EndpointURL: ldap://vm:2135/o=glue
+GLUE2EndpointInterfaceName: org.nordugrid.ldapglue2
+
+dn: GLUE2EndpointID=urn:ogf:ComputingEndpoint:vm:rest:https://vm:443/arex,GLUE
+ 2ServiceID=urn:ogf:ComputingService:vm:arex,GLUE2GroupID=services,o=glue
+objectClass: GLUE2Endpoint
+objectClass: GLUE2ComputingEndpoint
+GLUE2EndpointID: urn:ogf:ComputingEndpoint:vm:rest:https://vm:443/arex
 GLUE2EndpointURL: https://vm:443/arex
 GLUE2EndpointInterfaceName: org.nordugrid.arcrest
 GLUE2EndpointHealthState: ok
@@ -252,11 +261,11 @@ GLUE2EndpointInterfaceName;x-lang: org.nordugrid.arcrest
     #[test]
     fn arc_rest_endpoints_are_read_from_ldif() {
         let all = parse_ldif(LDIF).unwrap();
-        assert_eq!(all.len(), 3, "{all:?}");
+        assert_eq!(all.len(), 4, "{all:?}");
         let rest = arc_rest(all);
         assert_eq!(rest.len(), 2);
         assert_eq!(rest[0].url, "https://vm:443/arex");
-        assert_eq!(rest[0].id, "urn:ogf:ComputingEndpoint:vm:arcrest:https://vm:443/arex");
+        assert_eq!(rest[0].id, "urn:ogf:ComputingEndpoint:vm:rest:https://vm:443/arex");
         assert_eq!(rest[0].health.as_deref(), Some("ok"));
         assert_eq!(rest[0].site_name(), "arc-vm-443");
         assert_eq!(rest[1].url, "https://ce2.example.org:8443/arex");

@@ -362,3 +362,35 @@ fn ces_listed_in_glue2_become_sites_and_an_unreachable_one_is_reported() {
         assert!(resource_row(&server.url, "arc-127-0-0-1-9").is_none());
     }
 }
+
+#[test]
+#[ignore = "needs a local ARC CE: scripts/arc-testbed.sh (scripts/test.sh starts it)"]
+fn ces_published_in_an_arc_ldap_information_system_become_sites() {
+    let bed = bed();
+    let ldap =
+        std::fs::read_to_string(bed.join("ldap")).expect("the testbed's LDAP information system (its `ldap` file)");
+    let dir = common::scratch("arctest", "ldap");
+    let ce = std::fs::read_to_string(bed.join("url")).unwrap().trim().to_string();
+    let arc = arc_table(&bed, &bed.join("user.pem"), &bed.join("user.key")).replace(&format!("url = \"{ce}\"\n"), "");
+    let config = format!(
+        "database = \"broker.db\"\nstate_dir = \"sites\"\n[tokens]\n\"tok-ann\" = \"ann\"\n\
+         [discovery]\nldap = \"{}\"\ninterval_s = 5\ntimeout_s = 10\n[discovery.arc]\n{arc}",
+        ldap.trim()
+    );
+    std::fs::write(dir.join("broker.toml"), config).unwrap();
+    let server = common::serve(&dir);
+    // ARC's information system holds its first data about two minutes after
+    // it starts: until then the listing is empty.
+    let host = ce.split("://").nth(1).and_then(|r| r.split(':').next()).unwrap();
+    let name = format!("arc-{host}-443");
+    let deadline = Instant::now() + Duration::from_secs(300);
+    let row = loop {
+        if let Some(row) = resource_row(&server.url, &name) {
+            break row;
+        }
+        assert!(Instant::now() < deadline, "{name} never appeared from {}", ldap.trim());
+        std::thread::sleep(Duration::from_secs(2));
+    };
+    assert_eq!(row["reservations"], false, "{row}");
+    assert_eq!(row["shares"][0]["name"], "fork", "{row}");
+}
