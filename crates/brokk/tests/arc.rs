@@ -394,3 +394,35 @@ fn ces_published_in_an_arc_ldap_information_system_become_sites() {
     assert_eq!(row["reservations"], false, "{row}");
     assert_eq!(row["shares"][0]["name"], "fork", "{row}");
 }
+
+#[test]
+#[ignore = "needs a local ARC CE: scripts/arc-testbed.sh (scripts/test.sh starts it)"]
+fn the_ces_information_can_come_from_its_ldap_information_system() {
+    let bed = bed();
+    let ldap =
+        std::fs::read_to_string(bed.join("ldap")).expect("the testbed's LDAP information system (its `ldap` file)");
+    let arc = arc_table(&bed, &bed.join("user.pem"), &bed.join("user.key"));
+    // Read from a server that is not there, the site cannot start.
+    let dir = common::scratch("arctest", "ldapinfo");
+    let site = |ldap: &str| {
+        format!(
+            "name = \"arc1\"\ndatabase = \"site.db\"\nworkdir = \"jobs\"\n[tokens]\n\"t\" = \"broker\"\n[arc]\n{arc}ldap = \"{ldap}\"\n"
+        )
+    };
+    std::fs::write(dir.join("site.toml"), site("ldap://127.0.0.1:9")).unwrap();
+    let err = common::site_refuses(&dir.join("site.toml"));
+    assert!(err.contains("ldap://127.0.0.1:9"), "{err}");
+    // From the CE's own, it publishes the CE's slots, queue and health.
+    let config = format!(
+        "database = \"broker.db\"\nstate_dir = \"sites\"\n[tokens]\n\"tok-ann\" = \"ann\"\n\
+         [[embedded]]\nname = \"arc1\"\n[embedded.arc]\n{arc}ldap = \"{}\"\n",
+        ldap.trim()
+    );
+    std::fs::write(dir.join("broker.toml"), config).unwrap();
+    let server = common::serve(&dir);
+    let row = resource_row(&server.url, "arc1").expect("the site");
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
+    assert_eq!(row["total_slots"].as_u64(), Some(cpus), "{row}");
+    assert_eq!(row["shares"][0]["name"], "fork", "{row}");
+    assert!(row["health"].is_string(), "{row}");
+}

@@ -79,7 +79,88 @@ fn count(v: Option<&Value>) -> Option<u32> {
     v.and_then(number).filter(|n| *n >= 0.0).map(|n| n as u32)
 }
 
+/// The first value of attribute `name` (lower case) of an LDAP entry.
+fn attr<'a>(e: &'a super::ldap::Entry, name: &str) -> Option<&'a str> {
+    e.get(name).and_then(|v| v.first()).map(String::as_str)
+}
+
+/// Whether an LDAP entry is of GLUE 2 class `class`.
+fn is(e: &super::ldap::Entry, class: &str) -> bool {
+    e.get("objectclass")
+        .is_some_and(|c| c.iter().any(|c| c.eq_ignore_ascii_case(class)))
+}
+
+/// A count in an LDAP attribute.
+fn ldap_count(e: &super::ldap::Entry, name: &str) -> Option<u32> {
+    attr(e, name)
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .filter(|n| *n >= 0.0)
+        .map(|n| n as u32)
+}
+
 impl Glue2 {
+    /// Reads a CE's GLUE 2 from its LDAP rendering (`o=glue`): the
+    /// entries of the computing service whose ARC REST endpoint is `url`
+    /// (all entries when none names it, as on a CE's own information
+    /// system).
+    pub fn from_ldap(entries: &[super::ldap::Entry], url: &str) -> Glue2 {
+        let rest = |e: &&super::ldap::Entry| {
+            is(e, "GLUE2ComputingEndpoint") && attr(e, "glue2endpointinterfacename") == Some("org.nordugrid.arcrest")
+        };
+        let endpoint = entries
+            .iter()
+            .filter(rest)
+            .find(|e| attr(e, "glue2endpointurl") == Some(url))
+            .or_else(|| entries.iter().find(rest));
+        // The service is the endpoint's parent in the tree.
+        let service_dn = endpoint
+            .and_then(|e| attr(e, "dn"))
+            .and_then(|dn| dn.split_once(',').map(|(_, parent)| parent.to_string()));
+        let mine: Vec<&super::ldap::Entry> = entries
+            .iter()
+            .filter(|e| match (&service_dn, attr(e, "dn")) {
+                (Some(s), Some(dn)) => dn.ends_with(s.as_str()),
+                _ => true,
+            })
+            .collect();
+        let of = |class: &'static str| mine.iter().copied().filter(move |e| is(e, class));
+        let service = of("GLUE2ComputingService").next();
+        let manager = of("GLUE2ComputingManager").next();
+        let shares: Vec<Glue2Share> = of("GLUE2ComputingShare")
+            .filter_map(|s| {
+                Some(Glue2Share {
+                    name: attr(s, "glue2computingsharemappingqueue")
+                        .or_else(|| attr(s, "glue2entityname"))?
+                        .to_string(),
+                    free_slots: ldap_count(s, "glue2computingsharefreeslots"),
+                    max_wall_time: ldap_count(s, "glue2computingsharemaxwalltime")
+                        .filter(|n| *n > 0)
+                        .map(u64::from),
+                })
+            })
+            .collect();
+        let free: Vec<u32> = shares.iter().filter_map(|s| s.free_slots).collect();
+        Glue2 {
+            total_slots: manager.and_then(|m| ldap_count(m, "glue2computingmanagertotalslots")),
+            free_slots: (!free.is_empty()).then(|| free.iter().sum()),
+            running: service.and_then(|s| ldap_count(s, "glue2computingservicerunningjobs")),
+            waiting: service.and_then(|s| ldap_count(s, "glue2computingservicewaitingjobs")),
+            health: endpoint
+                .and_then(|e| attr(e, "glue2endpointhealthstate"))
+                .map(str::to_string),
+            lrms: manager
+                .and_then(|m| attr(m, "glue2managerproductname"))
+                .map(str::to_string),
+            benchmarks: of("GLUE2Benchmark")
+                .filter_map(|b| {
+                    let value = attr(b, "glue2benchmarkvalue")?.trim().parse().ok()?;
+                    Some((attr(b, "glue2benchmarktype")?.to_string(), value))
+                })
+                .collect(),
+            shares,
+        }
+    }
+
     /// Reads the document.
     pub fn from_json(doc: &Value) -> Glue2 {
         let service = find(doc, "ComputingService").unwrap_or(doc);
@@ -167,6 +248,80 @@ mod tests {
                 max_wall_time: Some(3600)
             }]
         );
+    }
+
+    fn entry(pairs: &[(&str, &str)]) -> crate::arc::ldap::Entry {
+        let mut e = crate::arc::ldap::Entry::new();
+        for (k, v) in pairs {
+            e.entry(k.to_ascii_lowercase()).or_default().push(v.to_string());
+        }
+        e
+    }
+
+    #[test]
+    fn a_ces_ldap_rendering_is_read_and_only_its_own_service() {
+        // As the testbed's ARC 6.17 information system publishes a fork CE,
+        // beside another service's share that must not count.
+        let svc = "GLUE2ServiceID=urn:ogf:ComputingService:vm:arex,GLUE2GroupID=services,o=glue";
+        let entries = vec![
+            entry(&[
+                ("dn", svc),
+                ("objectClass", "GLUE2ComputingService"),
+                ("GLUE2ComputingServiceRunningJobs", "1"),
+                ("GLUE2ComputingServiceWaitingJobs", "2"),
+            ]),
+            entry(&[
+                (
+                    "dn",
+                    &format!("GLUE2EndpointID=urn:ogf:ComputingEndpoint:vm:rest:https://vm:443/arex,{svc}"),
+                ),
+                ("objectClass", "GLUE2Endpoint"),
+                ("objectClass", "GLUE2ComputingEndpoint"),
+                ("GLUE2EndpointURL", "https://vm:443/arex"),
+                ("GLUE2EndpointInterfaceName", "org.nordugrid.arcrest"),
+                ("GLUE2EndpointHealthState", "ok"),
+            ]),
+            entry(&[
+                ("dn", &format!("GLUE2ShareID=urn:ogf:ComputingShare:vm:fork,{svc}")),
+                ("objectClass", "GLUE2ComputingShare"),
+                ("GLUE2EntityName", "fork"),
+                ("GLUE2ComputingShareMappingQueue", "fork"),
+                ("GLUE2ComputingShareFreeSlots", "2"),
+            ]),
+            entry(&[
+                ("dn", &format!("GLUE2ManagerID=urn:ogf:ComputingManager:vm:fork,{svc}")),
+                ("objectClass", "GLUE2ComputingManager"),
+                ("GLUE2ManagerProductName", "fork"),
+                ("GLUE2ComputingManagerTotalSlots", "2"),
+            ]),
+            entry(&[
+                (
+                    "dn",
+                    &format!("GLUE2BenchmarkID=urn:ogf:Benchmark:vm:execenv0:HEPSPEC,GLUE2ResourceID=x,{svc}"),
+                ),
+                ("objectClass", "GLUE2Benchmark"),
+                ("GLUE2BenchmarkType", "HEPSPEC"),
+                ("GLUE2BenchmarkValue", "1.0"),
+            ]),
+            entry(&[
+                (
+                    "dn",
+                    "GLUE2ShareID=other,GLUE2ServiceID=other,GLUE2GroupID=services,o=glue",
+                ),
+                ("objectClass", "GLUE2ComputingShare"),
+                ("GLUE2ComputingShareMappingQueue", "other"),
+                ("GLUE2ComputingShareFreeSlots", "50"),
+            ]),
+        ];
+        let g = Glue2::from_ldap(&entries, "https://vm:443/arex");
+        assert_eq!(g.total_slots, Some(2));
+        assert_eq!(g.free_slots, Some(2));
+        assert_eq!((g.running, g.waiting), (Some(1), Some(2)));
+        assert_eq!(g.health.as_deref(), Some("ok"));
+        assert_eq!(g.lrms.as_deref(), Some("fork"));
+        assert_eq!(g.benchmarks, vec![("HEPSPEC".to_string(), 1.0)]);
+        assert_eq!(g.shares.len(), 1);
+        assert_eq!(g.shares[0].name, "fork");
     }
 
     #[test]

@@ -13,6 +13,7 @@
 pub mod client;
 pub(crate) mod exec;
 pub mod glue2;
+pub mod ldap;
 mod tls;
 
 use std::path::PathBuf;
@@ -57,6 +58,9 @@ pub struct ArcConfig {
     /// agent make reservations in it; `user` is the Unix account the CE maps
     /// Brokk's certificate to, whom the reservations must admit.
     pub slurm: Option<crate::config::SlurmConfig>,
+    /// The CE's LDAP information system (`ldap://ce.example.org:2135`), read
+    /// for its GLUE 2 information instead of the REST `/info`.
+    pub ldap: Option<String>,
     /// The CE's runtime environment that binds a job to the Slurm
     /// reservation its argument names.
     #[serde(default = "default_reservation_rte")]
@@ -74,6 +78,16 @@ impl ArcConfig {
             s.resolve(base);
         }
     }
+}
+
+/// The CE's GLUE 2 information from its LDAP information system.
+async fn read_ldap(ldap: &str, url: &str) -> Result<glue2::Glue2, ArcError> {
+    let classes = "(|(objectClass=GLUE2ComputingService)(objectClass=GLUE2ComputingEndpoint)\
+                   (objectClass=GLUE2ComputingShare)(objectClass=GLUE2ComputingManager)(objectClass=GLUE2Benchmark))";
+    let entries = ldap::search(ldap, "o=glue", classes, &["*"])
+        .await
+        .map_err(ArcError::Unreachable)?;
+    Ok(glue2::Glue2::from_ldap(&entries, url))
 }
 
 /// Where grid middleware keeps its trusted CAs by convention.
@@ -117,6 +131,7 @@ impl ArcCe {
         slurm: Option<std::sync::Arc<crate::slurm::Slurm>>,
     ) -> Result<(ArcCe, glue2::Glue2), ArcError> {
         let client = ArcClient::new(&config)?;
+        // The certificate is checked at the REST service in any case.
         let info = match client.info().await {
             Ok(info) => info,
             // A connection that closed may be a refused certificate.
@@ -125,6 +140,14 @@ impl ArcCe {
                 None => return Err(ArcError::Unreachable(text)),
             },
             Err(e) => return Err(e),
+        };
+        // An information system that has no data yet (ARC's fills about two
+        // minutes after it starts) leaves the REST reading standing.
+        let info = match &config.ldap {
+            Some(url) => Some(read_ldap(url, &config.url).await?)
+                .filter(|l| l.total_slots.is_some())
+                .unwrap_or(info),
+            None => info,
         };
         let ce = ArcCe {
             config,
@@ -154,7 +177,11 @@ impl ArcCe {
         let mut every = crate::reachability::every(std::time::Duration::from_millis(self.config.poll_ms));
         loop {
             every.tick().await;
-            let now_down = match self.client.info().await {
+            let read = match &self.config.ldap {
+                Some(url) => read_ldap(url, &self.config.url).await,
+                None => self.client.info().await,
+            };
+            let now_down = match read {
                 Ok(info) => {
                     if let Ok(mut l) = self.latest.lock() {
                         *l = info;
