@@ -41,9 +41,10 @@ install_packages() {
   [ -f /etc/grid-security/testCA-hostcert.pem ] || { arcctl test-ca init && arcctl test-ca hostcert; }
 }
 
-configure() {
-  cat >/etc/arc.conf <<'EOF'
-# written by Brokk's scripts/arc-testbed.sh: a fork CE for the ARC tests
+# What both CEs share: ARC's test CA for the host, and every subject the
+# test CA made mapped to nobody.
+common_blocks() {
+  cat <<'EOF'
 [common]
 x509_host_key = /etc/grid-security/testCA-hostkey.pem
 x509_host_cert = /etc/grid-security/testCA-hostcert.pem
@@ -53,6 +54,14 @@ file = /etc/grid-security/testCA.allowed-subjects
 
 [mapping]
 map_to_user = zero nobody:nogroup
+EOF
+}
+
+configure() {
+  {
+    echo "# written by Brokk's scripts/arc-testbed.sh: a fork CE for the ARC tests"
+    common_blocks
+    cat <<'EOF'
 
 [lrms]
 lrms = fork
@@ -79,6 +88,7 @@ bdii_database = mdb
 
 [queue:fork]
 EOF
+  } >/etc/arc.conf
 }
 
 # ARC's LDAP information system (slapd fed by bdii-update) with the two
@@ -115,17 +125,10 @@ if [ "x$1" = "x0" ] && [ -n "$2" ]; then
 fi
 true
 EOF
-  cat >"$SLURM_CE" <<EOF
-# written by Brokk's scripts/arc-testbed.sh: a CE on the Slurm cluster of $conf
-[common]
-x509_host_key = /etc/grid-security/testCA-hostkey.pem
-x509_host_cert = /etc/grid-security/testCA-hostcert.pem
-
-[authgroup:zero]
-file = /etc/grid-security/testCA.allowed-subjects
-
-[mapping]
-map_to_user = zero nobody:nogroup
+  {
+    echo "# written by Brokk's scripts/arc-testbed.sh: a CE on the Slurm cluster of $conf"
+    common_blocks
+    cat <<EOF
 
 [lrms]
 lrms = slurm
@@ -159,6 +162,7 @@ logfile = $SLURM_CE_DIR/log/infoprovider.log
 
 [queue:batch]
 EOF
+  } >"$SLURM_CE"
   # The SysV scripts source these for both CEs: SLURM_CONF by the config.
   for f in /etc/default/arc-arex /etc/default/arc-arex-ws; do
     cat >"$f" <<EOF

@@ -8,8 +8,7 @@
 //! starts them and runs these one at a time with the Slurm tests.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 mod common;
 
@@ -38,39 +37,7 @@ fn conf(b: &Beds, c: u32) -> PathBuf {
 
 /// A Slurm command on cluster `c`, with its output.
 fn slurm(b: &Beds, c: u32, program: &str, args: &[&str]) -> String {
-    let o = Command::new(program)
-        .args(args)
-        .env("SLURM_CONF", conf(b, c))
-        .env("TZ", "UTC")
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr)
-}
-
-/// Deletes cluster `c`'s reservations whose names start with `prefix`.
-fn drop_reservations(b: &Beds, c: u32, prefix: &str) {
-    for line in slurm(b, c, "scontrol", &["show", "res", "-o"]).lines() {
-        if let Some(name) = line
-            .strip_prefix("ReservationName=")
-            .and_then(|r| r.split_whitespace().next())
-            .filter(|n| n.starts_with(prefix))
-        {
-            slurm(b, c, "scontrol", &["delete", &format!("ReservationName={name}")]);
-        }
-    }
-}
-
-fn field<'a>(line: &'a str, key: &str) -> &'a str {
-    line.split_whitespace()
-        .find_map(|w| w.strip_prefix(key).and_then(|r| r.strip_prefix('=')))
-        .unwrap_or_else(|| panic!("no {key} in {line}"))
-}
-
-fn slurm_time(s: &str) -> i64 {
-    chrono::NaiveDateTime::parse_from_str(s, "%Y-%m-%dT%H:%M:%S")
-        .unwrap()
-        .and_utc()
-        .timestamp()
+    common::slurm_command(&conf(b, c), program, args)
 }
 
 /// The completed job in cluster `c`'s completion log that was submitted at
@@ -82,7 +49,7 @@ fn completed_in(b: &Beds, c: u32, reservation: &str, since: i64) -> String {
         .rfind(|l| {
             l.contains(&format!(" ReservationName={reservation}"))
                 && l.contains("JobState=COMPLETED")
-                && slurm_time(field(l, "SubmitTime")) >= since
+                && common::slurm_time(common::field(l, "SubmitTime")) >= since
         })
         .unwrap_or_else(|| panic!("no completed Slurm job in {reservation} since {since}"))
         .to_string()
@@ -114,15 +81,7 @@ fn json(url: &str, args: &[&str]) -> serde_json::Value {
 }
 
 fn wait_finished(url: &str, id: &str, within: Duration) -> serde_json::Value {
-    let t = Instant::now();
-    loop {
-        let j = json(url, &["status", id, "--json"]);
-        let s = j["state"].as_str().unwrap_or("");
-        if matches!(s, "finished" | "failed" | "cancelled") || t.elapsed() > within {
-            return j;
-        }
-        std::thread::sleep(Duration::from_millis(500));
-    }
+    common::wait_ended(url, "tok-ann", id, within)
 }
 
 #[test]
@@ -157,9 +116,9 @@ fn an_arc_site_on_slurm_reserves_there_and_runs_its_job_in_the_reservation() {
         .find(|l| l.starts_with(&format!("ReservationName={name} ")))
         .unwrap_or_else(|| panic!("Slurm has no {name}"))
         .to_string();
-    assert_eq!(slurm_time(field(&row, "StartTime")), start, "{row}");
-    assert_eq!(field(&row, "CoreCnt"), "2", "{row}");
-    assert_eq!(field(&row, "Users"), "nobody", "{row}");
+    assert_eq!(common::slurm_time(common::field(&row, "StartTime")), start, "{row}");
+    assert_eq!(common::field(&row, "CoreCnt"), "2", "{row}");
+    assert_eq!(common::field(&row, "Users"), "nobody", "{row}");
 
     // A job in the reservation reaches Slurm through the CE, bound to it.
     let job = dir.join("job.json");
@@ -186,9 +145,9 @@ fn an_arc_site_on_slurm_reserves_there_and_runs_its_job_in_the_reservation() {
     // before it began.
     let done = completed_in(&b, 2, &name, asked.0);
     assert!(done.contains("UserId=nobody("), "{done}");
-    assert!(slurm_time(field(&done, "StartTime")) >= start, "{done}");
+    assert!(common::slurm_time(common::field(&done, "StartTime")) >= start, "{done}");
     drop(svc);
-    drop_reservations(&b, 2, "brokk-asr-");
+    common::drop_slurm_reservations(&conf(&b, 2), "brokk-asr-");
 }
 
 #[test]
@@ -229,11 +188,12 @@ fn a_coallocation_across_a_slurm_site_and_an_arc_site_on_slurm_starts_together()
     let on_slurm = completed_in(&b, 1, "brokk-cos-r", asked.0);
     let through_arc = completed_in(&b, 2, "brokk-coa-r", asked.0);
     assert!(through_arc.contains("UserId=nobody("), "{through_arc}");
-    let starts = [on_slurm.as_str(), through_arc.as_str()].map(|row| slurm_time(field(row, "StartTime")));
+    let starts =
+        [on_slurm.as_str(), through_arc.as_str()].map(|row| common::slurm_time(common::field(row, "StartTime")));
     let spread = (starts[0] - starts[1]).abs();
     assert!(spread <= 5, "Slurm's starts {starts:?}:\n{on_slurm}\n{through_arc}");
     eprintln!("co-allocated parts started {spread} s apart on Slurm, one through ARC");
     drop(svc);
-    drop_reservations(&b, 1, "brokk-cos-");
-    drop_reservations(&b, 2, "brokk-coa-");
+    common::drop_slurm_reservations(&conf(&b, 1), "brokk-cos-");
+    common::drop_slurm_reservations(&conf(&b, 2), "brokk-coa-");
 }

@@ -42,13 +42,7 @@ fn conf(bed: &Path, c: u32) -> PathBuf {
 
 /// A Slurm command on cluster `c`, with its output.
 fn slurm(bed: &Path, c: u32, program: &str, args: &[&str]) -> String {
-    let o = Command::new(program)
-        .args(args)
-        .env("SLURM_CONF", conf(bed, c))
-        .env("TZ", "UTC")
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr)
+    common::slurm_command(&conf(bed, c), program, args)
 }
 
 /// One `scontrol show res -o` line for `name`, or `None`.
@@ -59,32 +53,9 @@ fn slurm_reservation(bed: &Path, c: u32, name: &str) -> Option<String> {
         .map(str::to_string)
 }
 
-/// Deletes cluster `c`'s reservations whose names start with `prefix`: what
-/// a test's agents left in Slurm once they are gone.
+/// Deletes cluster `c`'s reservations whose names start with `prefix`.
 fn drop_reservations(bed: &Path, c: u32, prefix: &str) {
-    let all = slurm(bed, c, "scontrol", &["show", "res", "-o"]);
-    for line in all.lines() {
-        if let Some(name) = line
-            .strip_prefix("ReservationName=")
-            .and_then(|r| r.split_whitespace().next())
-            .filter(|n| n.starts_with(prefix))
-        {
-            slurm(bed, c, "scontrol", &["delete", &format!("ReservationName={name}")]);
-        }
-    }
-}
-
-fn field<'a>(line: &'a str, key: &str) -> &'a str {
-    line.split_whitespace()
-        .find_map(|w| w.strip_prefix(key).and_then(|r| r.strip_prefix('=')))
-        .unwrap_or_else(|| panic!("no {key} in {line}"))
-}
-
-fn slurm_time(s: &str) -> i64 {
-    chrono::NaiveDateTime::parse_from_str(s, "%Y-%m-%dT%H:%M:%S")
-        .unwrap()
-        .and_utc()
-        .timestamp()
+    common::drop_slurm_reservations(&conf(bed, c), prefix);
 }
 
 fn spawn(dir: &Path, args: &[&str]) -> common::Server {
@@ -127,15 +98,7 @@ fn json(url: &str, args: &[&str]) -> serde_json::Value {
 }
 
 fn wait_finished(url: &str, id: &str, within: Duration) -> serde_json::Value {
-    let t = Instant::now();
-    loop {
-        let j = json(url, &["status", id, "--json"]);
-        let s = j["state"].as_str().unwrap_or("");
-        if matches!(s, "finished" | "failed" | "cancelled") || t.elapsed() > within {
-            return j;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    common::wait_ended(url, "tok-ann", id, within)
 }
 
 #[test]
@@ -226,9 +189,9 @@ fn reservations_on_slurm_follow_the_protocol() {
     assert_eq!(start, at(600));
     let name = format!("brokk-{site_name}-r{}", id.0);
     let line = slurm_reservation(bed, 1, &name).expect("the grant is a Slurm reservation");
-    assert_eq!(field(&line, "CoreCnt"), "10");
-    assert_eq!(slurm_time(field(&line, "StartTime")), now + 600);
-    assert_eq!(slurm_time(field(&line, "EndTime")), now + 1200);
+    assert_eq!(common::field(&line, "CoreCnt"), "10");
+    assert_eq!(common::slurm_time(common::field(&line, "StartTime")), now + 600);
+    assert_eq!(common::slurm_time(common::field(&line, "EndTime")), now + 1200);
     // Rejected, with the next start Slurm itself cannot give: when ours ends.
     let reply = site.reserve("ann", &req(8, 700, 300), None).unwrap();
     assert_eq!(
@@ -294,7 +257,7 @@ fn reservations_on_slurm_follow_the_protocol() {
     )
     .unwrap();
     let line = slurm_reservation(bed, 1, &name).unwrap();
-    assert_eq!(field(&line, "CoreCnt"), "12");
+    assert_eq!(common::field(&line, "CoreCnt"), "12");
     let moved = site
         .modify(
             "ann",
@@ -307,7 +270,7 @@ fn reservations_on_slurm_follow_the_protocol() {
         .unwrap();
     assert_eq!(moved, at(900));
     let line = slurm_reservation(bed, 1, &name).unwrap();
-    assert_eq!(slurm_time(field(&line, "StartTime")), now + 900);
+    assert_eq!(common::slurm_time(common::field(&line, "StartTime")), now + 900);
     // A move into the maintenance window is refused and changes nothing.
     let refused = site.modify(
         "ann",
@@ -334,7 +297,7 @@ fn reservations_on_slurm_follow_the_protocol() {
     site.cancel("ann", id).unwrap();
     assert!(slurm_reservation(bed, 1, &name).is_none());
     let maint = slurm_reservation(bed, 1, "maint-brokk-test").expect("never touched");
-    assert_eq!(field(&maint, "CoreCnt"), "16");
+    assert_eq!(common::field(&maint, "CoreCnt"), "16");
     slurm(bed, 1, "scontrol", &["delete", "ReservationName=maint-brokk-test"]);
     assert!(site.cancel("ann", ReservationId(held.0)).is_err());
 }
@@ -382,7 +345,7 @@ fn a_coallocation_across_two_slurm_clusters_starts_together() {
             row.contains(&format!("ReservationName=brokk-{site}-r")),
             "ran in its reservation: {row}"
         );
-        starts.push(slurm_time(field(row, "StartTime")));
+        starts.push(common::slurm_time(common::field(row, "StartTime")));
     }
     let spread = starts.iter().max().unwrap() - starts.iter().min().unwrap();
     assert!(spread <= 5, "Slurm's starts {starts:?}");

@@ -208,3 +208,62 @@ pub fn site_refuses(config: &std::path::Path) -> String {
     );
     err
 }
+
+/// A Slurm command on the cluster of `conf`, with its output (stdout, then
+/// stderr), times in UTC.
+#[allow(dead_code)] // the Slurm tests'
+pub fn slurm_command(conf: &std::path::Path, program: &str, args: &[&str]) -> String {
+    let o = Command::new(program)
+        .args(args)
+        .env("SLURM_CONF", conf)
+        .env("TZ", "UTC")
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr)
+}
+
+/// Deletes the reservations of the cluster of `conf` whose names start with
+/// `prefix`: what a test's agents left in Slurm once they are gone.
+#[allow(dead_code)] // the Slurm tests'
+pub fn drop_slurm_reservations(conf: &std::path::Path, prefix: &str) {
+    for line in slurm_command(conf, "scontrol", &["show", "res", "-o"]).lines() {
+        if let Some(name) = line
+            .strip_prefix("ReservationName=")
+            .and_then(|r| r.split_whitespace().next())
+            .filter(|n| n.starts_with(prefix))
+        {
+            slurm_command(conf, "scontrol", &["delete", &format!("ReservationName={name}")]);
+        }
+    }
+}
+
+/// The value of `key=` in a Slurm record line.
+#[allow(dead_code)] // the Slurm tests'
+pub fn field<'a>(line: &'a str, key: &str) -> &'a str {
+    line.split_whitespace()
+        .find_map(|w| w.strip_prefix(key).and_then(|r| r.strip_prefix('=')))
+        .unwrap_or_else(|| panic!("no {key} in {line}"))
+}
+
+/// A Slurm time (UTC) as seconds since the epoch.
+#[allow(dead_code)] // the Slurm tests'
+pub fn slurm_time(s: &str) -> i64 {
+    chrono::NaiveDateTime::parse_from_str(s, "%Y-%m-%dT%H:%M:%S")
+        .unwrap()
+        .and_utc()
+        .timestamp()
+}
+
+/// Polls job `id` until it ends or `within` passes; the job as last read.
+#[allow(dead_code)] // the Slurm tests'
+pub fn wait_ended(url: &str, token: &str, id: &str, within: std::time::Duration) -> serde_json::Value {
+    let t = std::time::Instant::now();
+    loop {
+        let j = json(url, token, &["status", id, "--json"]);
+        let s = j["state"].as_str().unwrap_or("");
+        if matches!(s, "finished" | "failed" | "cancelled") || t.elapsed() > within {
+            return j;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+}
