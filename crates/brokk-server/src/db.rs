@@ -72,6 +72,8 @@ pub struct Db {
     /// The last feed version given to a job a broker above follows (see
     /// [`Db::changes`]); one broker instance per database gives them out.
     feed: Arc<tokio::sync::Mutex<i64>>,
+    /// The change feed's run.
+    feed_epoch: u64,
 }
 
 /// The schema, valid in both SQLite and PostgreSQL.
@@ -87,6 +89,9 @@ const SCHEMA: &[&str] = &[
     "ALTER TABLE jobs ADD COLUMN version BIGINT",
     "CREATE INDEX IF NOT EXISTS jobs_feed ON jobs (owner, version)",
     "CREATE UNIQUE INDEX IF NOT EXISTS jobs_by_key ON jobs (owner, idem)",
+    // The feed's run: made once per database, so a follower of a database
+    // that was replaced starts again instead of waiting past its versions.
+    "CREATE TABLE IF NOT EXISTS feed (epoch BIGINT NOT NULL)",
     "CREATE INDEX IF NOT EXISTS jobs_by_owner ON jobs (owner, submitted)",
     "CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs (state)",
     "CREATE INDEX IF NOT EXISTS jobs_by_owner_state ON jobs (owner, state)",
@@ -220,12 +225,29 @@ impl Db {
             .fetch_one(&pool)
             .await?
             .get("v");
+        let epoch = match sqlx::query("SELECT epoch FROM feed").fetch_optional(&pool).await? {
+            Some(row) => row.get::<i64, _>("epoch"),
+            None => {
+                let made = (uuid::Uuid::new_v4().as_u128() as i64 & i64::MAX).max(1);
+                sqlx::query("INSERT INTO feed (epoch) VALUES ($1)")
+                    .bind(made)
+                    .execute(&pool)
+                    .await?;
+                made
+            }
+        };
         Ok(Db {
             pool,
             sqlite,
             changes: tokio::sync::broadcast::channel(1024).0,
             feed: Arc::new(tokio::sync::Mutex::new(last.unwrap_or(0))),
+            feed_epoch: epoch as u64,
         })
+    }
+
+    /// The change feed's run (see [`Db::changes`]): one per database.
+    pub fn feed_epoch(&self) -> u64 {
+        self.feed_epoch
     }
 
     /// The next feed version for a write of `v`, with the feed held until

@@ -10,12 +10,18 @@ use std::time::Duration;
 mod common;
 
 /// A departmental broker `name` serving the top broker (identity `top`) as a
-/// site, with one embedded site `{name}-a` of `cpus` slots.
+/// site, with one embedded site `{name}-a` of `cpus` slots, on a port of its
+/// own (so it is found again when it restarts).
 fn department(dir: &Path, name: &str, cpus: u32) -> common::Server {
     std::fs::create_dir_all(dir).unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     let config = format!(
-        "name = \"{name}\"\ndatabase = \"broker.db\"\nstate_dir = \"sites\"\ndelegates = [\"top\"]\n\
-         [tokens]\n\"tok-top\" = \"top\"\n\"tok-ann\" = \"ann\"\n\
+        "name = \"{name}\"\nlisten = \"127.0.0.1:{port}\"\ndatabase = \"broker.db\"\nstate_dir = \"sites\"\n\
+         delegates = [\"top\"]\n[tokens]\n\"tok-top\" = \"top\"\n\"tok-ann\" = \"ann\"\n\
          [[embedded]]\nname = \"{name}-a\"\ncapacity = {cpus}\n"
     );
     std::fs::write(dir.join("broker.toml"), config).unwrap();
@@ -38,6 +44,7 @@ fn top(dir: &Path, urls: &[(&str, &str)]) -> common::Server {
 struct Hierarchy {
     top: common::Server,
     depts: Vec<common::Server>,
+    dir: std::path::PathBuf,
 }
 
 impl Hierarchy {
@@ -48,7 +55,20 @@ impl Hierarchy {
             department(&dir.join("dept2"), "dept2", 2),
         ];
         let top = top(&dir.join("top"), &[("dept1", &depts[0].url), ("dept2", &depts[1].url)]);
-        (dir, Hierarchy { top, depts })
+        (dir.clone(), Hierarchy { top, depts, dir })
+    }
+
+    /// Kills department `k` (SIGKILL) and starts it again on its port.
+    fn restart(&mut self, k: usize) {
+        let dir = self.dir.join(format!("dept{}", k + 1));
+        let pid = self.depts[k].pid().to_string();
+        assert!(std::process::Command::new("kill")
+            .args(["-9", &pid])
+            .status()
+            .unwrap()
+            .success());
+        std::thread::sleep(Duration::from_millis(200));
+        self.depts[k] = common::serve(&dir);
     }
 
     /// The department server a top-level site name stands for.
@@ -239,4 +259,36 @@ fn reservations_and_a_coallocation_go_through_both_levels() {
         );
     }
     assert!((starts[0] - starts[1]).abs() <= 5, "{starts:?}");
+}
+
+#[test]
+fn a_department_killed_and_restarted_loses_nothing_the_top_sent_it() {
+    let (dir, mut h) = Hierarchy::new("restart");
+    std::fs::write(
+        dir.join("job.json"),
+        r#"{"executable": "/bin/sh", "arguments": ["-c", "sleep 2; echo after the restart"],
+            "cpus": 3, "wall_time": 60, "stdout": "out.txt"}"#,
+    )
+    .unwrap();
+    let file = dir.join("job.json").display().to_string();
+    let sub = common::json(&h.top.url, "tok-ann", &["submit", "--json", &file]);
+    let id = sub["id"].as_str().unwrap().to_string();
+    common::wait_for_state(&h.top.url, "tok-ann", &id, "running", Duration::from_secs(60));
+    // Three slots: the first department. Killed while the job runs.
+    h.restart(0);
+    let end = common::watch_end(&h.top.url, "tok-ann", &id);
+    assert_eq!(end["state"], "finished", "{end}");
+    assert_eq!(
+        common::output(&h.top.url, "tok-ann", &id, "out.txt"),
+        "after the restart\n"
+    );
+    // And the department takes new work after it.
+    let (_, again) = common::run_to_end(
+        &h.top.url,
+        "tok-ann",
+        &dir,
+        "again.json",
+        r#"{"executable": "/bin/true", "cpus": 3, "wall_time": 60}"#,
+    );
+    assert_eq!(again["state"], "finished", "{again}");
 }

@@ -25,9 +25,6 @@ use super::*;
 /// The most changes one feed read returns.
 const FEED_PAGE: i64 = 1000;
 
-/// The feed's run: versions are stored with the jobs and outlive restarts.
-const FEED_EPOCH: u64 = 1;
-
 /// What a broker above is answered when it asks for a reservation.
 #[derive(Debug, Clone, PartialEq)]
 pub enum SiteReply {
@@ -387,14 +384,15 @@ impl Service {
 
     /// `GET /site/v1/jobs/changes`: `who`'s jobs changed after `after`.
     pub async fn site_changes(&self, who: &str, epoch: u64, after: u64) -> Result<ChangeFeed, ServiceError> {
-        // Another run's position means nothing here: from the start.
-        let after = if epoch == FEED_EPOCH { after } else { 0 };
+        // Another database's position means nothing here: from the start.
+        let run = self.db.feed_epoch();
+        let after = if epoch == run { after } else { 0 };
         let (jobs, version) = self
             .db
             .changes(who, i64::try_from(after).unwrap_or(i64::MAX), FEED_PAGE)
             .await?;
         Ok(ChangeFeed {
-            epoch: FEED_EPOCH,
+            epoch: run,
             version: version.max(0) as u64,
             jobs: jobs.iter().map(|j| job_view(&j.view)).collect(),
         })
