@@ -173,9 +173,7 @@ impl KeptPlan {
         let d = job.estimate.0.max(1);
         let thr = procs as i32 - job.size as i32;
         let latest = now.0.saturating_add(HORIZON) - d;
-        let used = self.used.get();
-        if let Some(s) = used.earliest_fit(thr, d, now.0, latest) {
-            used.add(s, s + d, job.size as i32);
+        if let Some(s) = self.used.get().add_at_earliest(thr, d, now.0, latest, job.size as i32) {
             self.span[i] = Some((s, s + d));
             self.next_start = self.next_start.min(s);
         }

@@ -12,6 +12,14 @@ pub trait Profile {
     fn remove(&mut self, start: i64, end: i64, amount: i32);
     /// The earliest `t` in `[earliest, latest]` where `[t, t + d)` stays at or below `thr`.
     fn earliest_fit(&self, thr: i32, d: i64, earliest: i64, latest: i64) -> Option<i64>;
+    /// Adds `amount` over `[t, t + d)` at `t` = [`Profile::earliest_fit`] and
+    /// returns `t`; nothing when nothing fits. One call, so a structure can
+    /// add where its search ended instead of searching again.
+    fn add_at_earliest(&mut self, thr: i32, d: i64, earliest: i64, latest: i64, amount: i32) -> Option<i64> {
+        let t = self.earliest_fit(thr, d, earliest, latest)?;
+        self.add(t, t + d, amount);
+        Some(t)
+    }
     /// The latest `t` in `[earliest, latest]` where `[t, t + d)` stays at or below `thr`.
     fn latest_fit(&self, thr: i32, d: i64, earliest: i64, latest: i64) -> Option<i64>;
     /// The highest usage anywhere in `[start, end)`.

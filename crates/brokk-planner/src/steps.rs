@@ -48,9 +48,10 @@ impl Steps {
     }
 
     /// The index of a point at `t`, inserting one (with the usage already in
-    /// force there) if none is.
-    fn point_at(&mut self, t: i64) -> usize {
-        let k = self.points.partition_point(|p| p.0 < t);
+    /// force there) if none is, for a `t` whose place is known to be among
+    /// indices `lo..=hi`: a search of that range only.
+    fn point_at_within(&mut self, t: i64, lo: usize, hi: usize) -> usize {
+        let k = lo + self.points[lo..hi].partition_point(|p| p.0 < t);
         if self.points.get(k).is_none_or(|p| p.0 != t) {
             let u = self.before(k);
             self.points.insert(k, (t, u));
@@ -66,11 +67,20 @@ impl Steps {
     }
 
     fn shift(&mut self, start: i64, end: i64, amount: i32) {
+        self.shift_within(start, end, amount, 0, self.points.len());
+    }
+
+    /// [`Steps::shift`] for a span whose start and end points belong among
+    /// indices `lo..=hi`.
+    fn shift_within(&mut self, start: i64, end: i64, amount: i32, lo: usize, hi: usize) {
         if start >= end || amount == 0 {
             return;
         }
-        let a = self.point_at(start);
-        let b = self.point_at(end);
+        let n = self.points.len();
+        let a = self.point_at_within(start, lo, hi);
+        // A point inserted at `a` moved the range's end one place on.
+        let hi = hi + usize::from(self.points.len() > n);
+        let b = self.point_at_within(end, a, hi);
         for p in &mut self.points[a..b] {
             p.1 += amount;
         }
@@ -124,6 +134,43 @@ impl Profile for Steps {
             }
         }
         None
+    }
+
+    fn add_at_earliest(&mut self, thr: i32, d: i64, earliest: i64, latest: i64, amount: i32) -> Option<i64> {
+        if earliest > latest {
+            return None;
+        }
+        // The search of `earliest_fit`, remembering where in the points the
+        // free run began (`lo`: the place of its start) and where the
+        // current segment ends (`j`): the span's points go between them.
+        let n = self.points.len();
+        let k0 = self.points.partition_point(|p| p.0 <= earliest);
+        let (mut s, mut u, mut j) = (earliest, self.before(k0), k0);
+        let mut run: Option<(i64, usize)> = None;
+        loop {
+            let e = self.points.get(j).map_or(i64::MAX, |p| p.0);
+            if u <= thr {
+                // The place of a run's start: `k0 - 1` or `k0` for
+                // `earliest` itself, the point's own index otherwise.
+                let (r, lo) = *run.get_or_insert((s, if s == earliest { k0.saturating_sub(1) } else { j - 1 }));
+                if r > latest {
+                    return None;
+                }
+                if e.saturating_sub(r) >= d {
+                    self.shift_within(r, r + d, amount, lo, j.min(n));
+                    return Some(r);
+                }
+            } else {
+                run = None;
+                if e > latest {
+                    return None;
+                }
+            }
+            if j >= n {
+                return None;
+            }
+            (s, u, j) = (self.points[j].0, self.points[j].1, j + 1);
+        }
     }
 
     fn latest_fit(&self, thr: i32, d: i64, earliest: i64, latest: i64) -> Option<i64> {

@@ -1,9 +1,10 @@
 //! The B+ tree profile against the treap, operation by operation: random
 //! spans added and removed over a long horizon, with small fan-outs so that
 //! leaves and inner nodes split, empty and the tree grows and shrinks, and
-//! every query of the `Profile` trait compared after each change.
+//! every query of the `Profile` trait compared after each change. And the
+//! flat profile's one-pass `add_at_earliest` against a search then an add.
 
-use brokk_planner::{BTree, FreeList, Profile};
+use brokk_planner::{BTree, FreeList, Profile, Steps};
 use proptest::prelude::*;
 
 #[derive(Debug, Clone)]
@@ -83,5 +84,45 @@ proptest! {
         }
         b.check_invariants();
         prop_assert_eq!(b.segments(-10, 2_600), vec![(-10, 2_600, 0)]);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: cases(500), ..ProptestConfig::default() })]
+
+    #[test]
+    fn adding_at_the_earliest_fit_in_one_pass_is_a_search_then_an_add(
+        ops in prop::collection::vec(op(), 1..200),
+        fits in prop::collection::vec((0i32..30, 1i64..300, -50i64..2_500, 0i64..600, 1i32..8), 1..40),
+    ) {
+        let mut flat = Steps::new();
+        let mut live: Vec<(i64, i64, i32)> = Vec::new();
+        for op in &ops {
+            match *op {
+                Op::Add { start, len, amount } => {
+                    flat.add(start, start + len, amount);
+                    live.push((start, start + len, amount));
+                }
+                Op::Remove(i) if !live.is_empty() => {
+                    let (s, e, a) = live.swap_remove(i % live.len());
+                    flat.remove(s, e, a);
+                }
+                Op::Remove(_) => {}
+            }
+        }
+        let mut reference = FreeList::new();
+        for &(s, e, a) in &live {
+            reference.add(s, e, a);
+        }
+        // Fits on top, one after another, as a queue is planned.
+        for &(thr, d, e, w, amount) in &fits {
+            let expected = reference.earliest_fit(thr, d, e, e + w);
+            if let Some(t) = expected {
+                reference.add(t, t + d, amount);
+            }
+            prop_assert_eq!(flat.add_at_earliest(thr, d, e, e + w, amount), expected);
+            flat.check_invariants();
+            prop_assert_eq!(flat.segments(-60, 3_500), reference.segments(-60, 3_500));
+        }
     }
 }
