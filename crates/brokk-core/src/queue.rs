@@ -104,6 +104,8 @@ pub struct LocalQueue<'a> {
     outcomes: Vec<Option<Outcome>>,
     /// Conservative backfilling's profile, kept between passes.
     kept: Option<KeptPlan>,
+    /// Spans above which the kept profile is a tree.
+    flat_spans: usize,
 }
 
 /// How far ahead a reservation may be planned.
@@ -151,10 +153,10 @@ impl Usage {
     }
 
     /// Empties the profile, in the structure that suits `spans` spans.
-    fn reset(&mut self, spans: usize) {
+    fn reset(&mut self, spans: usize, flat_spans: usize) {
         match self {
-            Usage::Flat(p) if spans <= FLAT_SPANS => p.clear(),
-            _ if spans <= FLAT_SPANS => *self = Usage::Flat(Steps::new()),
+            Usage::Flat(p) if spans <= flat_spans => p.clear(),
+            _ if spans <= flat_spans => *self = Usage::Flat(Steps::new()),
             _ => *self = Usage::Tree(BTree::new()),
         }
     }
@@ -195,19 +197,19 @@ impl KeptPlan {
         self.set_span(i, size, span);
     }
 
-    /// Starts the profile again from the running jobs' spans alone, in the
-    /// structure that suits `spans` spans.
-    fn reset_to_running(&mut self, spans: usize) {
-        self.used.reset(spans);
+    /// Empties the profile, in the structure that suits `spans` spans, and
+    /// when that is the flat one, starts it from a copy of the running
+    /// jobs' spans; returns whether it did. A tree counts the ends of each
+    /// span it holds (a removal must match an addition), so the running
+    /// jobs' spans go into it one by one.
+    fn reset_to_running(&mut self, spans: usize, flat_spans: usize) -> bool {
+        self.used.reset(spans, flat_spans);
         match &mut self.used {
-            Usage::Flat(p) => p.clone_from(&self.running),
-            Usage::Tree(p) => {
-                for (s, e, u) in self.running.segments(i64::MIN / 4, i64::MAX / 4) {
-                    if u > 0 {
-                        p.add(s, e, u);
-                    }
-                }
+            Usage::Flat(p) => {
+                p.clone_from(&self.running);
+                true
             }
+            Usage::Tree(_) => false,
         }
     }
 
@@ -240,7 +242,16 @@ impl<'a> LocalQueue<'a> {
             started: vec![None; jobs.len()],
             outcomes: vec![None; jobs.len()],
             kept: None,
+            flat_spans: FLAT_SPANS,
         }
+    }
+
+    /// Keeps conservative backfilling's profile as a tree above `spans`
+    /// spans instead of the tuned default (0: always a tree), so tests reach
+    /// the tree path with small queues.
+    pub fn with_flat_spans(mut self, spans: usize) -> Self {
+        self.flat_spans = spans;
+        self
     }
 
     /// Serves waiting jobs in `order` instead of arrival order.
@@ -403,7 +414,13 @@ impl<'a> LocalQueue<'a> {
             // Rebuilt from the running jobs' spans (kept apart, and current
             // after the overruns above): cheaper than taking out each
             // reservation when the queue is longer than the machine is busy.
-            k.reset_to_running(self.running.len() + self.waiting.len());
+            if !k.reset_to_running(self.running.len() + self.waiting.len(), self.flat_spans) {
+                for &(_, i) in &self.running {
+                    if let Some((s, e)) = k.span[i] {
+                        k.used.get().add(s, e, jobs[i].size as i32);
+                    }
+                }
+            }
             k.next_start = i64::MAX;
             for &i in &self.waiting {
                 k.span[i] = None;

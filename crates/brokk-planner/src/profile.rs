@@ -8,7 +8,9 @@
 pub trait Profile {
     /// Adds `amount` of usage over `[start, end)`.
     fn add(&mut self, start: i64, end: i64, amount: i32);
-    /// Removes `amount` of usage over `[start, end)` that an earlier `add` put there.
+    /// Removes `amount` of usage over `[start, end)` that an earlier `add` of
+    /// that same span and amount put there (the trees count span ends, so a
+    /// removal must match an addition).
     fn remove(&mut self, start: i64, end: i64, amount: i32);
     /// The earliest `t` in `[earliest, latest]` where `[t, t + d)` stays at or below `thr`.
     fn earliest_fit(&self, thr: i32, d: i64, earliest: i64, latest: i64) -> Option<i64>;

@@ -71,6 +71,17 @@ pub fn simulate_in_order(procs: u32, jobs: &[SimJob], policy: Policy, order: Box
     )
 }
 
+/// [`simulate`] with conservative backfilling's kept profile a tree above
+/// `spans` spans (0: always): for tests of the tree path.
+pub fn simulate_with_flat_spans(procs: u32, jobs: &[SimJob], policy: Policy, spans: usize) -> Vec<Outcome> {
+    run(
+        LocalQueue::new(procs, jobs, false).with_flat_spans(spans),
+        procs,
+        jobs,
+        policy,
+    )
+}
+
 /// Like [`simulate`] but always plans on the planner's profile, also where the
 /// fast path applies: the reference the fast path is tested against.
 pub fn simulate_on_profile(procs: u32, jobs: &[SimJob], policy: Policy) -> Vec<Outcome> {

@@ -79,7 +79,7 @@ fn jobs_larger_than_the_machine_are_left_out() {
 
 mod fast_path {
     use super::*;
-    use brokk_sim::cluster::simulate_on_profile;
+    use brokk_sim::cluster::{simulate_on_profile, simulate_with_flat_spans};
     use proptest::prelude::*;
 
     /// (gap to previous arrival, run, size, estimate) on a 16-processor machine;
@@ -114,6 +114,11 @@ mod fast_path {
             for policy in [Policy::EASY, Policy::Backfill { reservations: 0 }, Policy::CONSERVATIVE] {
                 prop_assert_eq!(simulate(16, &js, policy), simulate_on_profile(16, &js, policy));
             }
+            // The kept profile as a tree, as it is for long queues.
+            prop_assert_eq!(
+                simulate_with_flat_spans(16, &js, Policy::CONSERVATIVE, 0),
+                simulate_on_profile(16, &js, Policy::CONSERVATIVE)
+            );
         }
     }
 
