@@ -116,9 +116,6 @@ const HORIZON: i64 = 1 << 40;
 /// pass would build afresh as long as usage only grew where no reservation
 /// needs it.
 struct KeptPlan {
-    /// The running jobs' spans alone, kept as they change: a rebuild starts
-    /// from a copy instead of adding each running job again.
-    running: Steps,
     used: Usage,
     /// Each job's span in `used`, `[start, end)`: its planned run while it
     /// runs, its reservation while it waits.
@@ -160,12 +157,23 @@ impl Usage {
             _ => *self = Usage::Tree(BTree::new()),
         }
     }
+
+    /// Starts the profile again from the running jobs' `spans` (start, end,
+    /// size), in the structure that suits `total` spans: the flat one from a
+    /// sort of their ends, a tree span by span (it counts the ends of each
+    /// span it holds, so a later removal must match an addition).
+    fn reset_to(&mut self, total: usize, flat_spans: usize, spans: impl Iterator<Item = (i64, i64, i32)>) {
+        self.reset(total, flat_spans);
+        match self {
+            Usage::Flat(p) => p.set_sum(spans),
+            Usage::Tree(p) => spans.for_each(|(s, e, a)| p.add(s, e, a)),
+        }
+    }
 }
 
 impl KeptPlan {
     fn new(jobs: usize) -> Self {
         KeptPlan {
-            running: Steps::new(),
             used: Usage::Flat(Steps::new()),
             span: vec![None; jobs],
             next_start: i64::MAX,
@@ -182,34 +190,6 @@ impl KeptPlan {
         if let Some(s) = self.used.get().add_at_earliest(thr, d, now.0, latest, job.size as i32) {
             self.span[i] = Some((s, s + d));
             self.next_start = self.next_start.min(s);
-        }
-    }
-
-    /// Sets running job `i`'s span to `span`, in the profile and among the
-    /// running jobs'.
-    fn set_running_span(&mut self, i: usize, size: u32, span: Option<(i64, i64)>) {
-        if let Some((s, e)) = self.span[i] {
-            self.running.remove(s, e, size as i32);
-        }
-        if let Some((s, e)) = span {
-            self.running.add(s, e, size as i32);
-        }
-        self.set_span(i, size, span);
-    }
-
-    /// Empties the profile, in the structure that suits `spans` spans, and
-    /// when that is the flat one, starts it from a copy of the running
-    /// jobs' spans; returns whether it did. A tree counts the ends of each
-    /// span it holds (a removal must match an addition), so the running
-    /// jobs' spans go into it one by one.
-    fn reset_to_running(&mut self, spans: usize, flat_spans: usize) -> bool {
-        self.used.reset(spans, flat_spans);
-        match &mut self.used {
-            Usage::Flat(p) => {
-                p.clone_from(&self.running);
-                true
-            }
-            Usage::Tree(_) => false,
         }
     }
 
@@ -283,7 +263,7 @@ impl<'a> LocalQueue<'a> {
             if k.span[i].is_some_and(|(_, e)| now.0 < e) && !self.waiting.is_empty() {
                 k.stale = true;
             }
-            k.set_running_span(i, j.size, None);
+            k.set_span(i, j.size, None);
         }
         if let Some(order) = &mut self.order {
             order.ended(j, s, now);
@@ -384,24 +364,14 @@ impl<'a> LocalQueue<'a> {
     fn schedule_on_kept_plan(&mut self, now: Time) -> Vec<usize> {
         let jobs = self.jobs;
         let procs = self.procs;
-        let running = &self.running;
-        let started = &self.started;
-        let k = self.kept.get_or_insert_with(|| {
-            // Jobs another policy started count from where they are.
-            let mut k = KeptPlan::new(jobs.len());
-            for &(end, i) in running {
-                let s = started[i].map_or(now.0, |t| t.0);
-                k.set_running_span(i, jobs[i].size, Some((s, Self::planned_end(end, now))));
-            }
-            k
-        });
+        let k = self.kept.get_or_insert_with(|| KeptPlan::new(jobs.len()));
         for &(end, i) in &self.running {
             if end > now.0 {
                 break;
             }
             let Some((s, e)) = k.span[i] else { continue };
             if e != now.0 + 1 {
-                k.set_running_span(i, jobs[i].size, Some((s, now.0 + 1)));
+                k.set_span(i, jobs[i].size, Some((s, now.0 + 1)));
                 if e < now.0 + 1 && k.used.get().max_used(e, now.0 + 1) > procs as i32 {
                     k.stale = true;
                 }
@@ -411,16 +381,18 @@ impl<'a> LocalQueue<'a> {
         // between passes.
         k.stale |= k.next_start < now.0;
         if k.stale {
-            // Rebuilt from the running jobs' spans (kept apart, and current
-            // after the overruns above): cheaper than taking out each
+            // Rebuilt from the running jobs: cheaper than taking out each
             // reservation when the queue is longer than the machine is busy.
-            if !k.reset_to_running(self.running.len() + self.waiting.len(), self.flat_spans) {
-                for &(_, i) in &self.running {
-                    if let Some((s, e)) = k.span[i] {
-                        k.used.get().add(s, e, jobs[i].size as i32);
-                    }
-                }
+            for &(end, i) in &self.running {
+                let s = self.started[i].map_or(now.0, |t| t.0);
+                k.span[i] = Some((s, Self::planned_end(end, now)));
             }
+            let spans = self.running.iter().filter_map(|&(_, i)| {
+                let (s, e) = k.span[i]?;
+                Some((s, e, jobs[i].size as i32))
+            });
+            k.used
+                .reset_to(self.running.len() + self.waiting.len(), self.flat_spans, spans);
             k.next_start = i64::MAX;
             for &i in &self.waiting {
                 k.span[i] = None;
@@ -441,11 +413,6 @@ impl<'a> LocalQueue<'a> {
                 Some((s, _)) if s == now.0 => starting.push(i),
                 Some((s, _)) => k.next_start = k.next_start.min(s),
                 None => {}
-            }
-        }
-        for &i in &starting {
-            if let Some((s, e)) = k.span[i] {
-                k.running.add(s, e, jobs[i].size as i32);
             }
         }
         self.start_waiting(&starting, now);

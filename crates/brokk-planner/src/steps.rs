@@ -28,6 +28,32 @@ impl Steps {
         self.points.clear();
     }
 
+    /// Replaces the usage with the sum of `spans` (start, end, amount): one
+    /// sort of their ends instead of an insertion per span.
+    pub fn set_sum(&mut self, spans: impl IntoIterator<Item = (i64, i64, i32)>) {
+        let mut ends: Vec<(i64, i32)> = Vec::new();
+        for (s, e, a) in spans {
+            if s < e && a != 0 {
+                ends.push((s, a));
+                ends.push((e, -a));
+            }
+        }
+        ends.sort_unstable_by_key(|p| p.0);
+        self.points.clear();
+        let mut usage = 0;
+        let mut k = 0;
+        while k < ends.len() {
+            let t = ends[k].0;
+            while k < ends.len() && ends[k].0 == t {
+                usage += ends[k].1;
+                k += 1;
+            }
+            if self.points.last().map_or(0, |p| p.1) != usage {
+                self.points.push((t, usage));
+            }
+        }
+    }
+
     /// The number of change points.
     pub fn len(&self) -> usize {
         self.points.len()
