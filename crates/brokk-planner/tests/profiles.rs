@@ -126,3 +126,22 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: cases(500), ..ProptestConfig::default() })]
+
+    #[test]
+    fn a_sum_of_spans_is_their_additions(
+        spans in prop::collection::vec((0i64..2_000, 0i64..400, 0i32..8), 0..60),
+    ) {
+        let mut added = Steps::new();
+        for &(s, len, a) in &spans {
+            added.add(s, s + len, a);
+        }
+        let mut summed = Steps::new();
+        summed.add(5, 10, 3); // replaced, not added to
+        summed.set_sum(spans.iter().map(|&(s, len, a)| (s, s + len, a)));
+        summed.check_invariants();
+        prop_assert_eq!(summed.segments(-10, 2_500), added.segments(-10, 2_500));
+    }
+}
