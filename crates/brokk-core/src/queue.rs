@@ -128,7 +128,18 @@ struct KeptPlan {
     /// Usage fell where a reservation could move to (an early end), or grew
     /// where one was (an overrun): the waiting jobs are planned again.
     stale: bool,
+    /// The running jobs' spans alone, kept up to date while re-plans come
+    /// often (users' estimates: nearly every end is early), so a re-plan
+    /// starts from a copy; dropped after [`KEEP_RUNNING_FOR`] ends without
+    /// one, so workloads that rarely re-plan do not pay for it.
+    running: Option<Steps>,
+    /// Ends since the last re-plan.
+    quiet: u32,
 }
+
+/// Ends without a re-plan after which the running jobs' own profile is no
+/// longer kept.
+const KEEP_RUNNING_FOR: u32 = 8;
 
 /// The kept profile's structure, chosen at each rebuild by the number of
 /// spans: a flat vector scans a queue's few dozen spans faster than a tree is
@@ -179,7 +190,23 @@ impl KeptPlan {
             next_start: i64::MAX,
             unplanned: Vec::new(),
             stale: true,
+            running: None,
+            quiet: 0,
         }
+    }
+
+    /// Sets running job `i`'s span to `span`, in the profile and, while it
+    /// is kept, in the running jobs' own.
+    fn set_running_span(&mut self, i: usize, size: u32, span: Option<(i64, i64)>) {
+        if let Some(r) = &mut self.running {
+            if let Some((s, e)) = self.span[i] {
+                r.remove(s, e, size as i32);
+            }
+            if let Some((s, e)) = span {
+                r.add(s, e, size as i32);
+            }
+        }
+        self.set_span(i, size, span);
     }
 
     /// Reserves job `i` at its earliest start from `now`.
@@ -263,7 +290,11 @@ impl<'a> LocalQueue<'a> {
             if k.span[i].is_some_and(|(_, e)| now.0 < e) && !self.waiting.is_empty() {
                 k.stale = true;
             }
-            k.set_span(i, j.size, None);
+            k.set_running_span(i, j.size, None);
+            k.quiet += 1;
+            if k.quiet > KEEP_RUNNING_FOR {
+                k.running = None;
+            }
         }
         if let Some(order) = &mut self.order {
             order.ended(j, s, now);
@@ -371,7 +402,7 @@ impl<'a> LocalQueue<'a> {
             }
             let Some((s, e)) = k.span[i] else { continue };
             if e != now.0 + 1 {
-                k.set_span(i, jobs[i].size, Some((s, now.0 + 1)));
+                k.set_running_span(i, jobs[i].size, Some((s, now.0 + 1)));
                 if e < now.0 + 1 && k.used.get().max_used(e, now.0 + 1) > procs as i32 {
                     k.stale = true;
                 }
@@ -383,16 +414,34 @@ impl<'a> LocalQueue<'a> {
         if k.stale {
             // Rebuilt from the running jobs: cheaper than taking out each
             // reservation when the queue is longer than the machine is busy.
-            for &(end, i) in &self.running {
-                let s = self.started[i].map_or(now.0, |t| t.0);
-                k.span[i] = Some((s, Self::planned_end(end, now)));
+            let total = self.running.len() + self.waiting.len();
+            k.quiet = 0;
+            match (&k.running, total <= self.flat_spans) {
+                // The running jobs' spans are current (the overruns above
+                // went into them too): the flat profile starts as their copy.
+                (Some(r), true) => {
+                    k.used.reset(total, self.flat_spans);
+                    if let Usage::Flat(p) = &mut k.used {
+                        p.clone_from(r);
+                    }
+                }
+                _ => {
+                    for &(end, i) in &self.running {
+                        let s = self.started[i].map_or(now.0, |t| t.0);
+                        k.span[i] = Some((s, Self::planned_end(end, now)));
+                    }
+                    let spans = self.running.iter().filter_map(|&(_, i)| {
+                        let (s, e) = k.span[i]?;
+                        Some((s, e, jobs[i].size as i32))
+                    });
+                    k.used.reset_to(total, self.flat_spans, spans);
+                    // Kept from now on, while re-plans keep coming.
+                    k.running = match &k.used {
+                        Usage::Flat(p) => Some(p.clone()),
+                        Usage::Tree(_) => None,
+                    };
+                }
             }
-            let spans = self.running.iter().filter_map(|&(_, i)| {
-                let (s, e) = k.span[i]?;
-                Some((s, e, jobs[i].size as i32))
-            });
-            k.used
-                .reset_to(self.running.len() + self.waiting.len(), self.flat_spans, spans);
             k.next_start = i64::MAX;
             for &i in &self.waiting {
                 k.span[i] = None;
@@ -413,6 +462,13 @@ impl<'a> LocalQueue<'a> {
                 Some((s, _)) if s == now.0 => starting.push(i),
                 Some((s, _)) => k.next_start = k.next_start.min(s),
                 None => {}
+            }
+        }
+        if let Some(r) = &mut k.running {
+            for &i in &starting {
+                if let Some((s, e)) = k.span[i] {
+                    r.add(s, e, jobs[i].size as i32);
+                }
             }
         }
         self.start_waiting(&starting, now);
