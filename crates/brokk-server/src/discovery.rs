@@ -289,6 +289,34 @@ GLUE2EndpointInterfaceName;x-lang: org.nordugrid.arcrest
         assert!(e.to_string().contains("base64"), "{e}");
     }
 
+    proptest::proptest! {
+        /// Whatever a listing holds, reading it ends in endpoints or an
+        /// error placed in the text, never a panic.
+        #[test]
+        fn any_text_reads_or_is_placed(
+            lines in proptest::collection::vec(
+                proptest::prop_oneof![
+                    proptest::string::string_regex("[A-Za-z2;]{0,12}:{1,2} ?[ -~]{0,30}").unwrap(),
+                    proptest::string::string_regex(" [ -~]{0,20}").unwrap(),
+                    proptest::string::string_regex("#[ -~]{0,10}").unwrap(),
+                    proptest::string::string_regex("[^\n]{0,20}").unwrap(),
+                    proptest::strategy::Just(String::new()),
+                ],
+                0..30,
+            )
+        ) {
+            let text = lines.join("\n");
+            match parse_ldif(&text) {
+                Ok(_) => {}
+                Err(DiscoveryError::Syntax { line, column, .. }) => {
+                    proptest::prop_assert!(line >= 1 && line <= lines.len().max(1), "line {line}");
+                    proptest::prop_assert!(column >= 1);
+                }
+                Err(e) => proptest::prop_assert!(false, "{e}"),
+            }
+        }
+    }
+
     #[test]
     fn a_url_without_a_port_is_named_by_https_port() {
         let e = Endpoint {
