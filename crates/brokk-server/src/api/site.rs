@@ -12,7 +12,7 @@ use brokk_proto::wire::{
 };
 
 use super::*;
-use crate::service::{Claim, SiteReply};
+use crate::service::Claim;
 
 /// Lets only delegates through.
 async fn delegates_only(
@@ -107,7 +107,7 @@ async fn reserve(
 ) -> Result<Response, ApiError> {
     let req: ReservationRequest = body(&bytes)?;
     Ok(match app.service.site_reserve(&who.0, req).await? {
-        SiteReply::Granted(r) => (
+        Ok(r) => (
             StatusCode::CREATED,
             Json(Granted {
                 id: r.id.parse().unwrap_or_default(),
@@ -119,8 +119,7 @@ async fn reserve(
             }),
         )
             .into_response(),
-        SiteReply::Rejected(next_start) => refusal(Reply::Rejected { next_start }),
-        SiteReply::Never(reason) => refusal(Reply::Never { reason }),
+        Err(reply) => refusal(reply),
     })
 }
 

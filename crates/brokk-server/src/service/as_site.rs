@@ -25,17 +25,6 @@ use super::*;
 /// The most changes one feed read returns.
 const FEED_PAGE: i64 = 1000;
 
-/// What a broker above is answered when it asks for a reservation.
-#[derive(Debug, Clone, PartialEq)]
-pub enum SiteReply {
-    /// Made, under this broker's id.
-    Granted(BrokerReservation),
-    /// Not in the window; the soonest start any site named after it.
-    Rejected(Option<Time>),
-    /// No site ever can.
-    Never(NeverReason),
-}
-
 /// How a claiming job is passed on: the headers the broker above sent.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Claim {
@@ -231,8 +220,14 @@ impl Service {
     }
 
     /// `POST /site/v1/reservations`: at the site where it starts earliest,
-    /// preliminary until its hold ends when it has one.
-    pub async fn site_reserve(&self, who: &str, body: ReservationRequest) -> Result<SiteReply, ServiceError> {
+    /// preliminary until its hold ends when it has one; `Ok(Err(..))` is the
+    /// refusal a site agent would give (rejected with the soonest next start
+    /// any site named, or never).
+    pub async fn site_reserve(
+        &self,
+        who: &str,
+        body: ReservationRequest,
+    ) -> Result<Result<BrokerReservation, Reply>, ServiceError> {
         if body.hold.is_some_and(|h| h <= 0) {
             return Err(ServiceError::BadRequest(
                 "hold: must be a positive number of seconds".into(),
@@ -277,13 +272,17 @@ impl Service {
                     })
                     .collect();
                 if !busy.is_empty() {
-                    return Ok(SiteReply::Rejected(busy.into_iter().flatten().min()));
+                    return Ok(Err(Reply::Rejected {
+                        next_start: busy.into_iter().flatten().min(),
+                    }));
                 }
                 let never = refused.iter().find_map(|(_, r)| match r {
                     Refusal::Never(reason) => Some(*reason),
                     _ => None,
                 });
-                return Ok(SiteReply::Never(never.unwrap_or(NeverReason::Empty)));
+                return Ok(Err(Reply::Never {
+                    reason: never.unwrap_or(NeverReason::Empty),
+                }));
             }
         };
         let r = BrokerReservation {
@@ -301,7 +300,7 @@ impl Service {
             },
         };
         self.db.save_reservation(&r).await?;
-        Ok(SiteReply::Granted(r))
+        Ok(Ok(r))
     }
 
     /// `who`'s live reservation `id` and its site.

@@ -30,7 +30,7 @@ mod reservations;
 mod sites;
 mod workflows;
 
-pub use as_site::{Claim, SiteReply};
+pub use as_site::Claim;
 pub use files::{FileHead, FileStream};
 use sites::cached_sites;
 pub use sites::{Cursor, SiteEntry, SiteInfo};
