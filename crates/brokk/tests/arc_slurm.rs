@@ -76,21 +76,13 @@ fn broker(dir: &Path, sites: &str) -> common::Server {
     common::serve(dir)
 }
 
-fn json(url: &str, args: &[&str]) -> serde_json::Value {
-    common::json(url, "tok-ann", args)
-}
-
-fn wait_finished(url: &str, id: &str, within: Duration) -> serde_json::Value {
-    common::wait_ended(url, "tok-ann", id, within)
-}
-
 #[test]
 #[ignore = "needs the ARC CE on Slurm and the Slurm testbed; scripts/test.sh starts them and runs this"]
 fn an_arc_site_on_slurm_reserves_there_and_runs_its_job_in_the_reservation() {
     let b = beds();
     let dir = common::scratch("arcslurm", "reserve");
     let svc = broker(&dir, &arc_site(&b, "asr"));
-    let sites = json(&svc.url, &["resources", "--json"]);
+    let sites = common::json(&svc.url, "tok-ann", &["resources", "--json"]);
     let site = sites
         .as_array()
         .and_then(|a| a.iter().find(|s| s["name"] == "asr"))
@@ -102,7 +94,11 @@ fn an_arc_site_on_slurm_reserves_there_and_runs_its_job_in_the_reservation() {
     assert_eq!(site["lag"], LAG_S, "{site}");
 
     let asked = brokk_proto::wall_clock();
-    let r = json(&svc.url, &["reserve", "--amount", "2", "--duration", "5m", "--json"]);
+    let r = common::json(
+        &svc.url,
+        "tok-ann",
+        &["reserve", "--amount", "2", "--duration", "5m", "--json"],
+    );
     let start = r["start"]
         .as_str()
         .and_then(|s| chrono::DateTime::parse_from_rfc3339(s).ok())
@@ -129,12 +125,13 @@ fn an_arc_site_on_slurm_reserves_there_and_runs_its_job_in_the_reservation() {
     )
     .unwrap();
     let rid = r["id"].as_str().unwrap();
-    let sub = json(
+    let sub = common::json(
         &svc.url,
+        "tok-ann",
         &["submit", job.to_str().unwrap(), "--reservation", rid, "--json"],
     );
     let id = sub["id"].as_str().unwrap_or_else(|| panic!("{sub}")).to_string();
-    let end = wait_finished(&svc.url, &id, Duration::from_secs(240));
+    let end = common::wait_ended(&svc.url, "tok-ann", &id, Duration::from_secs(240));
     assert_eq!(end["state"], "finished", "{end}");
     assert_eq!(end["site"], "asr", "{end}");
     assert_eq!(
@@ -174,13 +171,13 @@ fn a_coallocation_across_a_slurm_site_and_an_arc_site_on_slurm_starts_together()
     }
     let mut args = vec!["coalloc", "--delta", "5", "--json"];
     args.extend(files.iter().map(String::as_str));
-    let done = json(&svc.url, &args);
+    let done = common::json(&svc.url, "tok-ann", &args);
     let ids = common::strings(&done["ids"]);
     let mut sites = common::strings(&done["sites"]);
     sites.sort();
     assert_eq!(sites, ["coa", "cos"], "{done}");
     for id in &ids {
-        let j = wait_finished(&svc.url, id, Duration::from_secs(240));
+        let j = common::wait_ended(&svc.url, "tok-ann", id, Duration::from_secs(240));
         assert_eq!(j["state"], "finished", "{j}");
     }
     // Slurm's records of both parts: each in its site's reservation, the
