@@ -43,6 +43,21 @@ fn site_failure(site: &str, e: SiteError) -> ServiceError {
     }
 }
 
+/// Reservation `r` as its `site` has it, under this broker's `id` and
+/// owner `who`.
+async fn view_at(who: &str, id: u64, r: &BrokerReservation, site: SiteEntry) -> Result<ReservationView, ServiceError> {
+    let sid = ReservationId(r.site_reservation);
+    let v = tokio::task::spawn_blocking(move || site.client.reservation(sid))
+        .await
+        .map_err(|e| ServiceError::Unavailable(e.to_string()))?
+        .map_err(|e| site_failure(&r.site, e))?;
+    Ok(ReservationView {
+        id,
+        owner: who.to_string(),
+        ..v
+    })
+}
+
 /// A new reservation id, as the site API numbers them (within JSON's exact
 /// integers).
 fn new_reservation_number() -> u64 {
@@ -319,28 +334,20 @@ impl Service {
     /// broker's id.
     pub async fn site_reservation(&self, who: &str, id: u64) -> Result<ReservationView, ServiceError> {
         let (r, site) = self.own_site_reservation(who, &id.to_string()).await?;
-        let v = tokio::task::spawn_blocking(move || site.client.reservation(ReservationId(r.site_reservation)))
-            .await
-            .map_err(|e| ServiceError::Unavailable(e.to_string()))?
-            .map_err(|e| site_failure(&r.site, e))?;
-        Ok(ReservationView {
-            id,
-            owner: who.to_string(),
-            ..v
-        })
+        view_at(who, id, &r, site).await
     }
 
     /// `POST /site/v1/reservations/{id}/commit`.
     pub async fn site_commit(&self, who: &str, id: u64) -> Result<ReservationView, ServiceError> {
         let (mut r, site) = self.own_site_reservation(who, &id.to_string()).await?;
-        let sid = ReservationId(r.site_reservation);
-        tokio::task::spawn_blocking(move || site.client.clone().commit("broker", sid))
+        let (sid, at) = (ReservationId(r.site_reservation), site.clone());
+        tokio::task::spawn_blocking(move || at.client.clone().commit("broker", sid))
             .await
             .map_err(|e| ServiceError::Unavailable(e.to_string()))?
             .map_err(|e| site_failure(&r.site, e))?;
         r.state = BrokerReservationState::Committed;
         self.db.save_reservation(&r).await?;
-        self.site_reservation(who, id).await
+        view_at(who, id, &r, site).await
     }
 
     /// `PATCH /site/v1/reservations/{id}`: the reservation as changed, or
@@ -352,13 +359,13 @@ impl Service {
         change: Change,
     ) -> Result<Result<ReservationView, Reply>, ServiceError> {
         let (mut r, site) = self.own_site_reservation(who, &id.to_string()).await?;
-        let sid = ReservationId(r.site_reservation);
-        let answer = tokio::task::spawn_blocking(move || site.client.clone().modify("broker", sid, change))
+        let (sid, at) = (ReservationId(r.site_reservation), site.clone());
+        let answer = tokio::task::spawn_blocking(move || at.client.clone().modify("broker", sid, change))
             .await
             .map_err(|e| ServiceError::Unavailable(e.to_string()))?;
         match answer {
             Ok(_) => {
-                let v = self.site_reservation(who, id).await?;
+                let v = view_at(who, id, &r, site).await?;
                 (r.start, r.end, r.amount) = (v.start, v.end, v.amount);
                 self.db.save_reservation(&r).await?;
                 Ok(Ok(v))
