@@ -4,8 +4,9 @@
 //! queries for both. A job is written before `202 Accepted` is sent, so an
 //! accepted job survives any crash.
 
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use brokk_broker::workflow::Plan;
 use brokk_model::workflow::Workflow;
@@ -74,7 +75,22 @@ pub struct Db {
     feed: Arc<tokio::sync::Mutex<i64>>,
     /// The change feed's run.
     feed_epoch: u64,
+    /// Each owner's jobs that count against the per-user limit (not ended,
+    /// not held), kept beside the table so a submission's check does not
+    /// count up to the limit's rows; changed while the write that changes a
+    /// job's state holds its lock, so it follows the writes' order.
+    unfinished: Arc<Mutex<HashMap<String, HashSet<String>>>>,
 }
+
+/// The states a job counts against its owner's limit in.
+const UNFINISHED: [BrokerState; 6] = [
+    BrokerState::Accepted,
+    BrokerState::Planned,
+    BrokerState::Reserving,
+    BrokerState::Dispatched,
+    BrokerState::Running,
+    BrokerState::Moving,
+];
 
 /// The schema, valid in both SQLite and PostgreSQL.
 const SCHEMA: &[&str] = &[
@@ -236,12 +252,21 @@ impl Db {
                 made
             }
         };
+        let mut unfinished: HashMap<String, HashSet<String>> = HashMap::new();
+        let names = UNFINISHED.map(|s| format!("'{}'", s.as_str())).join(", ");
+        for r in sqlx::query(&format!("SELECT owner, id FROM jobs WHERE state IN ({names})"))
+            .fetch_all(&pool)
+            .await?
+        {
+            unfinished.entry(r.get("owner")).or_default().insert(r.get("id"));
+        }
         Ok(Db {
             pool,
             sqlite,
             changes: tokio::sync::broadcast::channel(1024).0,
             feed: Arc::new(tokio::sync::Mutex::new(last.unwrap_or(0))),
             feed_epoch: epoch as u64,
+            unfinished: Arc::new(Mutex::new(unfinished)),
         })
     }
 
@@ -291,6 +316,7 @@ impl Db {
         .bind(&v.site_job)
         .execute(&mut *tx)
         .await?;
+        self.track(v);
         sqlx::query(ADD_HISTORY)
             .bind(&v.id)
             .bind(v.submitted.0)
@@ -302,6 +328,28 @@ impl Db {
         Self::published(turn);
         self.announce(v);
         Ok(())
+    }
+
+    /// Counts `v` against its owner's limit or not, as its state says.
+    /// Called with the job's row written and locked (SQLite takes one
+    /// writer, PostgreSQL the row until the commit), so two writes of one
+    /// job change the count in the order they reach the table.
+    fn track(&self, v: &BrokerJob) {
+        let Ok(mut all) = self.unfinished.lock() else { return };
+        if UNFINISHED.contains(&v.state) {
+            let of = match all.get_mut(&v.owner) {
+                Some(of) => of,
+                None => all.entry(v.owner.clone()).or_default(),
+            };
+            if !of.contains(&v.id) {
+                of.insert(v.id.clone());
+            }
+        } else if let Some(of) = all.get_mut(&v.owner) {
+            of.remove(&v.id);
+            if of.is_empty() {
+                all.remove(&v.owner);
+            }
+        }
     }
 
     /// Tells the live views about a job just written.
@@ -351,6 +399,7 @@ impl Db {
         .bind(turn.as_ref().map(|t| t.1))
         .execute(&mut *tx)
         .await?;
+        self.track(v);
         if let Some((at, detail)) = changed {
             sqlx::query(ADD_HISTORY)
                 .bind(&v.id)
@@ -559,17 +608,13 @@ impl Db {
         Ok(rows.iter().map(reservation_of).collect())
     }
 
-    /// How many of `owner`'s jobs have not ended.
-    pub async fn unfinished_of(&self, owner: &str) -> Result<i64, DbError> {
-        // The unfinished states by name, so the (owner, state) index answers.
-        let row = sqlx::query(
-            "SELECT COUNT(*) AS n FROM jobs WHERE owner = $1 \
-             AND state IN ('accepted', 'planned', 'reserving', 'dispatched', 'running', 'moving')",
-        )
-        .bind(owner)
-        .fetch_one(&self.pool)
-        .await?;
-        Ok(row.get("n"))
+    /// How many of `owner`'s jobs count against the per-user limit: not
+    /// ended and not held.
+    pub fn unfinished_of(&self, owner: &str) -> usize {
+        self.unfinished
+            .lock()
+            .map(|all| all.get(owner).map_or(0, HashSet::len))
+            .unwrap_or(0)
     }
 
     /// Slot-seconds `owner` holds in committed reservations that end after `now`.
@@ -656,5 +701,63 @@ impl Db {
             .fetch_all(&self.pool)
             .await?;
         Ok(rows.iter().map(|r| (r.get("state"), r.get("n"))).collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(id: &str, owner: &str, state: BrokerState) -> StoredJob {
+        StoredJob {
+            view: BrokerJob {
+                id: id.into(),
+                owner: owner.into(),
+                format: "json".into(),
+                state,
+                ..BrokerJob::default()
+            },
+            spec: "{}".into(),
+            prefs: "{}".into(),
+            key: None,
+        }
+    }
+
+    /// The per-user count follows inserts and state changes, leaves held and
+    /// ended jobs out, and is read back from the table when opened again.
+    #[tokio::test]
+    async fn unfinished_jobs_are_counted_per_owner_and_survive_a_reopen() {
+        let dir = std::env::temp_dir().join(format!("brokk-db-unfinished-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let path = dir.join("broker.db");
+        let db = Db::open(path.to_str().unwrap()).await.unwrap();
+        for (id, owner) in [("a1", "ann"), ("a2", "ann"), ("a3", "ann"), ("b1", "bob")] {
+            db.insert(&job(id, owner, BrokerState::Accepted)).await.unwrap();
+        }
+        assert_eq!((db.unfinished_of("ann"), db.unfinished_of("bob")), (3, 1));
+        let mut a1 = job("a1", "ann", BrokerState::Running).view;
+        db.update(&a1, None).await.unwrap();
+        assert_eq!(db.unfinished_of("ann"), 3, "running still counts");
+        a1.state = BrokerState::Finished;
+        db.update(&a1, None).await.unwrap();
+        db.update(&a1, None).await.unwrap();
+        assert_eq!(db.unfinished_of("ann"), 2, "an ended job leaves the count once");
+        db.update(&job("a2", "ann", BrokerState::Held).view, None)
+            .await
+            .unwrap();
+        db.update(&job("b1", "bob", BrokerState::Cancelled).view, None)
+            .await
+            .unwrap();
+        assert_eq!((db.unfinished_of("ann"), db.unfinished_of("bob")), (1, 0));
+        db.insert(&job("a4", "ann", BrokerState::Held)).await.unwrap();
+        drop(db);
+        let again = Db::open(path.to_str().unwrap()).await.unwrap();
+        assert_eq!((again.unfinished_of("ann"), again.unfinished_of("bob")), (1, 0));
+        again
+            .update(&job("a2", "ann", BrokerState::Accepted).view, None)
+            .await
+            .unwrap();
+        assert_eq!(again.unfinished_of("ann"), 2, "a released job counts again");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -323,7 +323,7 @@ impl Service {
                 "the request describes {n} jobs; this broker takes at most {per_request} at once"
             )));
         }
-        let queued = self.db.unfinished_of(owner).await?.max(0) as u64;
+        let queued = self.db.unfinished_of(owner) as u64;
         if queued + n as u64 > self.limits.queued_jobs {
             return Err(ServiceError::Conflict(format!(
                 "you have {queued} unfinished jobs; this broker holds at most {} per user",
