@@ -441,6 +441,15 @@ impl Db {
         Ok((rows.iter().map(row_to_job).collect(), last))
     }
 
+    /// One job's state alone: one indexed read, for a check before acting.
+    pub async fn state(&self, id: &str) -> Result<Option<BrokerState>, DbError> {
+        let row = sqlx::query("SELECT state FROM jobs WHERE id = $1")
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(row.map(|r| state_of(&r.get::<String, _>("state"))))
+    }
+
     /// One job with its history.
     pub async fn get(&self, id: &str) -> Result<Option<StoredJob>, DbError> {
         let Some(row) = sqlx::query(&format!("SELECT {COLUMNS} FROM jobs WHERE id = $1"))
@@ -742,6 +751,8 @@ mod tests {
         db.update(&a1, None).await.unwrap();
         db.update(&a1, None).await.unwrap();
         assert_eq!(db.unfinished_of("ann"), 2, "an ended job leaves the count once");
+        assert_eq!(db.state("a1").await.unwrap(), Some(BrokerState::Finished));
+        assert_eq!(db.state("nobody's").await.unwrap(), None);
         db.update(&job("a2", "ann", BrokerState::Held).view, None)
             .await
             .unwrap();

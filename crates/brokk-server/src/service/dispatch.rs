@@ -68,7 +68,7 @@ impl Service {
         let job: Job = serde_json::from_str(&stored.spec).map_err(|e| ServiceError::Unavailable(e.to_string()))?;
         let turn = self.turn().await;
         // Its owner may have held or cancelled it since it was read.
-        if self.db.get(&stored.view.id).await?.map(|j| j.view.state) != Some(BrokerState::Accepted) {
+        if self.db.state(&stored.view.id).await? != Some(BrokerState::Accepted) {
             return Ok(());
         }
         if let Some(rid) = job.reservation.clone() {
