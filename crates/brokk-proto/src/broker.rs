@@ -29,6 +29,19 @@ fn error_of(r: Response) -> CallError {
     CallError { status, message }
 }
 
+/// Which of the caller's jobs [`BrokerClient::jobs`] returns.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct JobsQuery<'a> {
+    /// Only jobs in this state (its name).
+    pub state: Option<&'a str>,
+    /// Only jobs submitted at or after this time.
+    pub since: Option<brokk_model::Time>,
+    /// Only jobs after this one (the last of the page before).
+    pub before: Option<&'a str>,
+    /// At most this many (the service's default: 1,000).
+    pub limit: Option<usize>,
+}
+
 /// The broker service at `url`, acting as the identity of `token`.
 #[derive(Debug, Clone)]
 pub struct BrokerClient {
@@ -168,11 +181,21 @@ impl BrokerClient {
         self.call(self.request(Method::GET, &["v1", "jobs", id]))
     }
 
-    /// The caller's jobs, optionally in one state.
-    pub fn jobs(&self, state: Option<&str>) -> Result<Vec<BrokerJob>, CallError> {
+    /// A page of the caller's jobs, newest first (the service's
+    /// `GET /v1/jobs`; a page is at most 10,000 jobs).
+    pub fn jobs(&self, q: &JobsQuery<'_>) -> Result<Vec<BrokerJob>, CallError> {
         let mut rq = self.request(Method::GET, &["v1", "jobs"]);
-        if let Some(s) = state {
+        if let Some(s) = q.state {
             rq = rq.query(&[("state", s)]);
+        }
+        if let Some(t) = q.since {
+            rq = rq.query(&[("since", t.0)]);
+        }
+        if let Some(b) = q.before {
+            rq = rq.query(&[("before", b)]);
+        }
+        if let Some(n) = q.limit {
+            rq = rq.query(&[("limit", n)]);
         }
         self.call(rq)
     }

@@ -173,24 +173,72 @@ async fn cancel_workflow(
     Ok(Json(app.service.cancel_workflow(&who.0, &id).await?).into_response())
 }
 
+/// `GET /v1/jobs`: a page of the caller's jobs, newest first.
 #[derive(Deserialize)]
 struct ListQuery {
     state: Option<String>,
+    /// RFC 3339, or seconds since the epoch.
+    since: Option<String>,
+    /// The last job of the page before.
+    before: Option<String>,
+    limit: Option<usize>,
 }
+
+/// Jobs in a page when the caller does not say.
+const PAGE: usize = 1000;
+/// The most jobs in a page.
+const MAX_PAGE: usize = 10_000;
 
 async fn list(
     State(app): State<App>,
     Extension(who): Extension<Identity>,
     Query(q): Query<ListQuery>,
 ) -> Result<Response, ApiError> {
+    let bad = |what: String| ApiError::from(ServiceError::BadRequest(what));
     let state = match q.state.as_deref() {
-        Some(s) => Some(
-            s.parse()
-                .map_err(|e: String| ServiceError::BadRequest(format!("state: {e}")))?,
-        ),
+        Some(s) => Some(s.parse().map_err(|e: String| bad(format!("state: {e}")))?),
         None => None,
     };
-    Ok(Json(app.service.jobs(&who.0, state).await?).into_response())
+    let since = match q.since.as_deref() {
+        Some(s) => Some(match s.parse::<i64>() {
+            Ok(t) => brokk_model::Time(t),
+            Err(_) => brokk_model::Time::parse(s)
+                .map_err(|_| bad(format!("since: `{s}` is neither RFC 3339 nor seconds since the epoch")))?,
+        }),
+        None => None,
+    };
+    let limit = q.limit.unwrap_or(PAGE);
+    if !(1..=MAX_PAGE).contains(&limit) {
+        return Err(bad(format!("limit: {limit} is not between 1 and {MAX_PAGE}")));
+    }
+    let page = crate::db::JobPage {
+        state,
+        since,
+        before: q.before.clone(),
+        limit,
+    };
+    let (jobs, more) = app.service.jobs(&who.0, &page).await?;
+    let mut r = Json(&jobs).into_response();
+    if let (true, Some(last)) = (more, jobs.last()) {
+        // The next page, as RFC 8288 links it.
+        let mut next = reqwest::Url::parse("http://broker/v1/jobs").expect("a fixed URL");
+        {
+            let mut pairs = next.query_pairs_mut();
+            if let Some(s) = &q.state {
+                pairs.append_pair("state", s);
+            }
+            if let Some(s) = &q.since {
+                pairs.append_pair("since", s);
+            }
+            pairs.append_pair("before", &last.id);
+            pairs.append_pair("limit", &limit.to_string());
+        }
+        let link = format!("<{}?{}>; rel=\"next\"", next.path(), next.query().unwrap_or_default());
+        if let Ok(v) = header::HeaderValue::from_str(&link) {
+            r.headers_mut().insert(header::LINK, v);
+        }
+    }
+    Ok(r)
 }
 
 async fn show(

@@ -35,6 +35,19 @@ pub struct StoredJob {
     pub key: Option<String>,
 }
 
+/// Which of an owner's jobs a listing returns (see [`Db::list`]).
+#[derive(Debug, Clone, Default)]
+pub struct JobPage {
+    /// Only jobs in this state.
+    pub state: Option<BrokerState>,
+    /// Only jobs submitted at or after this time.
+    pub since: Option<Time>,
+    /// Only jobs after this one, newest first: the last job of the page before.
+    pub before: Option<String>,
+    /// At most this many.
+    pub limit: usize,
+}
+
 /// A stored workflow: what clients see, the workflow as admitted and its plan.
 #[derive(Debug, Clone)]
 pub struct StoredWorkflow {
@@ -110,7 +123,9 @@ const SCHEMA: &[&str] = &[
     "CREATE TABLE IF NOT EXISTS feed (epoch BIGINT NOT NULL)",
     "CREATE INDEX IF NOT EXISTS jobs_by_owner ON jobs (owner, submitted)",
     "CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs (state)",
-    "CREATE INDEX IF NOT EXISTS jobs_by_owner_state ON jobs (owner, state)",
+    // A listing in one state, newest first, reads it in order.
+    "DROP INDEX IF EXISTS jobs_by_owner_state",
+    "CREATE INDEX IF NOT EXISTS jobs_by_owner_state_submitted ON jobs (owner, state, submitted)",
     "CREATE INDEX IF NOT EXISTS jobs_by_site_job ON jobs (site, site_job)",
     "CREATE TABLE IF NOT EXISTS history (
         job TEXT NOT NULL, n BIGINT NOT NULL, at BIGINT NOT NULL, state TEXT NOT NULL, detail TEXT)",
@@ -501,28 +516,53 @@ impl Db {
         Ok(row.as_ref().map(row_to_job))
     }
 
-    /// An owner's jobs, newest first, optionally in one state.
-    pub async fn list(&self, owner: &str, state: Option<BrokerState>) -> Result<Vec<BrokerJob>, DbError> {
-        let rows = match state {
-            Some(s) => {
-                sqlx::query(&format!(
-                    "SELECT {COLUMNS} FROM jobs WHERE owner = $1 AND state = $2 ORDER BY submitted DESC, id"
-                ))
-                .bind(owner)
-                .bind(s.as_str())
-                .fetch_all(&self.pool)
-                .await?
+    /// A page of an owner's jobs, newest first (then by id): at most
+    /// `q.limit`, optionally in one state, submitted at or after `q.since`,
+    /// and after the owner's job `q.before` in that order. `Ok(None)` when
+    /// `q.before` is not one of the owner's jobs.
+    pub async fn list(&self, owner: &str, q: &JobPage) -> Result<Option<Vec<BrokerJob>>, DbError> {
+        let after = match &q.before {
+            Some(id) => {
+                let row = sqlx::query("SELECT submitted FROM jobs WHERE id = $1 AND owner = $2")
+                    .bind(id)
+                    .bind(owner)
+                    .fetch_optional(&self.pool)
+                    .await?;
+                let Some(row) = row else { return Ok(None) };
+                Some((row.get::<i64, _>("submitted"), id.clone()))
             }
-            None => {
-                sqlx::query(&format!(
-                    "SELECT {COLUMNS} FROM jobs WHERE owner = $1 ORDER BY submitted DESC, id"
-                ))
-                .bind(owner)
-                .fetch_all(&self.pool)
-                .await?
-            }
+            None => None,
         };
-        Ok(rows.iter().map(|r| row_to_job(r).view).collect())
+        // Parameters numbered in the order they are bound below.
+        let mut sql = format!("SELECT {COLUMNS} FROM jobs WHERE owner = $1");
+        let mut n = 1;
+        let mut next = || {
+            n += 1;
+            n
+        };
+        if q.state.is_some() {
+            sql += &format!(" AND state = ${}", next());
+        }
+        if q.since.is_some() {
+            sql += &format!(" AND submitted >= ${}", next());
+        }
+        if after.is_some() {
+            let (t, id) = (next(), next());
+            sql += &format!(" AND (submitted < ${t} OR (submitted = ${t} AND id > ${id}))");
+        }
+        sql += &format!(" ORDER BY submitted DESC, id LIMIT ${}", next());
+        let mut query = sqlx::query(&sql).bind(owner);
+        if let Some(s) = q.state {
+            query = query.bind(s.as_str());
+        }
+        if let Some(t) = q.since {
+            query = query.bind(t.0);
+        }
+        if let Some((t, id)) = after {
+            query = query.bind(t).bind(id);
+        }
+        let rows = query.bind(q.limit as i64).fetch_all(&self.pool).await?;
+        Ok(Some(rows.iter().map(|r| row_to_job(r).view).collect()))
     }
 
     /// Jobs in any of `states`, oldest first (for dispatch).

@@ -76,7 +76,12 @@ pub fn document() -> Value {
             "/healthz": {"get": {"security": [], "responses": {"200": {"description": "alive"}}}},
             "/metrics": {"get": {"security": [], "responses": {"200": {"description": "Prometheus text format"}}}},
             "/v1/jobs": {
-                "get": {"parameters": [{"name": "state", "in": "query", "schema": {"type": "string"}}],
+                "get": {"description": "a page of the caller's jobs, newest first; a full page answers with a `Link` header (rel=\"next\") to the next",
+                        "parameters": [
+                            {"name": "state", "in": "query", "schema": {"type": "string"}},
+                            {"name": "since", "in": "query", "description": "submitted at or after: RFC 3339 or seconds since the epoch", "schema": {"type": "string"}},
+                            {"name": "before", "in": "query", "description": "the last job of the page before", "schema": {"type": "string"}},
+                            {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 10000, "default": 1000}}],
                         "responses": ok("200", json!({"type": "array", "items": {"$ref": "#/components/schemas/Job"}}))},
                 "post": {"requestBody": {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/Submit"}}}},
                          "responses": ok("202", json!({"$ref": "#/components/schemas/Accepted"}))}},

@@ -336,6 +336,80 @@ fn deeply_nested_descriptions_are_refused_and_the_broker_lives() {
     assert_eq!(v["state"], "finished");
 }
 
+/// The ids of a listing's page and the path its `Link` header names next.
+fn page(r: reqwest::blocking::Response) -> (Vec<String>, Option<String>) {
+    assert_eq!(r.status(), 200);
+    let next = r.headers().get("link").map(|l| {
+        let l = l.to_str().unwrap();
+        assert!(l.ends_with(r#">; rel="next""#), "{l}");
+        l[1..l.find('>').unwrap()].to_string()
+    });
+    let ids = r
+        .json::<Vec<Value>>()
+        .unwrap()
+        .iter()
+        .map(|j| j["id"].as_str().unwrap().to_string())
+        .collect();
+    (ids, next)
+}
+
+#[test]
+fn a_long_listing_comes_in_pages_of_the_callers_own_jobs() {
+    let b = Broker::start(&scratch("pages"));
+    let held = json!({ "description": shell("true").to_string(), "format": "json", "hold": true });
+    for _ in 0..5 {
+        assert_eq!(b.submit("tok-ann", held.clone()).status(), 202);
+    }
+    let bobs = b.submit("tok-bob", held.clone()).json::<Value>().unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let (all, none) = page(b.get("tok-ann", "/v1/jobs"));
+    assert_eq!((all.len(), none), (5, None), "every job fits the default page");
+    // Followed link by link, the pages are the whole listing, in its order.
+    let (mut seen, mut next) = page(b.get("tok-ann", "/v1/jobs?limit=2"));
+    let mut pages = 1;
+    while let Some(path) = next {
+        let (ids, more) = page(b.get("tok-ann", &path));
+        seen.extend(ids);
+        (next, pages) = (more, pages + 1);
+    }
+    assert_eq!((seen, pages), (all.clone(), 3));
+    let (two, _) = page(b.get("tok-ann", &format!("/v1/jobs?before={}&limit=2", all[2])));
+    assert_eq!(two, all[3..5]);
+    // Another user's job is no place to start from, and says nothing of it.
+    let r = b.get("tok-ann", &format!("/v1/jobs?before={bobs}"));
+    assert_eq!(r.status(), 400);
+    assert!(r.text().unwrap().contains("not one of your jobs"));
+    assert_eq!(page(b.get("tok-bob", "/v1/jobs")).0, vec![bobs]);
+    for bad in ["limit=0", "limit=10001", "since=yesterday", "state=sleeping"] {
+        assert_eq!(b.get("tok-ann", &format!("/v1/jobs?{bad}")).status(), 400, "{bad}");
+    }
+    assert!(page(b.get("tok-ann", "/v1/jobs?since=2999-01-01T00:00:00Z"))
+        .0
+        .is_empty());
+    assert_eq!(page(b.get("tok-ann", "/v1/jobs?since=0&state=held")).0, all);
+    // The command line shows the newest and says that more match.
+    let out = common::brokk(&b.server.url, "tok-ann", &["status", "--limit", "3", "--format", "id"]);
+    let shown: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .skip(1)
+        .map(|l| l.trim().to_string())
+        .collect();
+    assert_eq!(shown, all[..3]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("more match"));
+    let out = common::brokk(
+        &b.server.url,
+        "tok-ann",
+        &["status", "--limit", "0", "--format", "id", "--state", "held,running"],
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).lines().count(),
+        6,
+        "a header and every job"
+    );
+}
+
 #[test]
 fn per_user_limits_and_clear_refusals() {
     let b = Broker::start_with(

@@ -19,7 +19,7 @@ use brokk_proto::wire::{
 use brokk_proto::RemoteSite;
 use tokio::sync::Notify;
 
-use crate::db::{Db, DbError, StoredJob};
+use crate::db::{Db, DbError, JobPage, StoredJob};
 
 mod as_site;
 mod coalloc;
@@ -391,9 +391,22 @@ impl Service {
         Ok(self.owned(owner, id).await?.view)
     }
 
-    /// The owner's jobs.
-    pub async fn jobs(&self, owner: &str, state: Option<BrokerState>) -> Result<Vec<BrokerJob>, ServiceError> {
-        Ok(self.db.list(owner, state).await?)
+    /// A page of the owner's jobs, newest first, and whether more follow.
+    pub async fn jobs(&self, owner: &str, page: &JobPage) -> Result<(Vec<BrokerJob>, bool), ServiceError> {
+        // One more than asked for tells whether another page follows.
+        let ask = JobPage {
+            limit: page.limit + 1,
+            ..page.clone()
+        };
+        let mut jobs = self.db.list(owner, &ask).await?.ok_or_else(|| {
+            ServiceError::BadRequest(format!(
+                "before: {} is not one of your jobs",
+                page.before.as_deref().unwrap_or_default()
+            ))
+        })?;
+        let more = jobs.len() > page.limit;
+        jobs.truncate(page.limit);
+        Ok((jobs, more))
     }
 
     fn site(&self, name: &str) -> Option<SiteEntry> {

@@ -4,7 +4,11 @@
 
 use anyhow::{bail, Result};
 use brokk_model::{Duration, Time};
+use brokk_proto::broker::{BrokerClient, JobsQuery};
 use brokk_proto::wire::{BrokerJob, BrokerState};
+
+/// The most jobs the service returns at once.
+const MAX_PAGE: usize = 10_000;
 
 /// A column of `brokk status`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -216,6 +220,43 @@ impl Filter {
         match Time::parse(s) {
             Ok(t) => Ok(Some(t)),
             Err(_) => bail!("--since: `{s}` is neither a duration (2h, 1d) nor a time (RFC 3339)"),
+        }
+    }
+
+    /// The newest `limit` of the caller's jobs that pass (0: all of them),
+    /// fetched page by page from `c`, and whether more pass beyond them.
+    /// One state and `--since` are filtered by the service, the rest here.
+    pub fn fetch(&self, c: &BrokerClient, limit: usize, now: Time) -> Result<(Vec<BrokerJob>, bool)> {
+        let one_state = match self.state.as_slice() {
+            [s] => Some(s.as_str()),
+            _ => None,
+        };
+        let here = self.state.len() > 1 || !self.name.is_empty() || !self.site.is_empty();
+        let page = if limit == 0 || here {
+            MAX_PAGE
+        } else {
+            limit.min(MAX_PAGE)
+        };
+        let since = self.since(now)?;
+        let (mut out, mut before) = (Vec::new(), None::<String>);
+        loop {
+            let jobs = c.jobs(&JobsQuery {
+                state: one_state,
+                since,
+                before: before.as_deref(),
+                limit: Some(page),
+            })?;
+            let full = jobs.len() == page;
+            before = jobs.last().map(|j| j.id.clone());
+            for j in self.apply(jobs, now)? {
+                if limit > 0 && out.len() == limit {
+                    return Ok((out, true));
+                }
+                out.push(j);
+            }
+            if !full {
+                return Ok((out, false));
+            }
         }
     }
 

@@ -82,6 +82,9 @@ pub struct StatusArgs {
     /// Print JSON.
     #[arg(long)]
     json: bool,
+    /// Without a job: the newest this many that pass the filters (0: all).
+    #[arg(long, default_value_t = 1000)]
+    limit: usize,
     #[command(flatten)]
     server: Server,
 }
@@ -449,12 +452,13 @@ pub fn status(a: StatusArgs) -> Result<ExitCode> {
             }
         }
         None => {
-            // One state is filtered by the service; the rest here.
-            let one_state = match a.filter.state.as_slice() {
-                [s] => Some(s.as_str()),
-                _ => None,
-            };
-            let jobs = a.filter.apply(c.jobs(one_state)?, now)?;
+            let (jobs, more) = a.filter.fetch(&c, a.limit, now)?;
+            if more {
+                eprintln!(
+                    "the newest {} jobs shown; more match (--limit N shows more, --limit 0 all)",
+                    a.limit
+                );
+            }
             if a.json {
                 say!("{}", serde_json::to_string_pretty(&jobs)?);
             } else {
@@ -499,7 +503,7 @@ pub fn select(a: SelectArgs, action: Action) -> Result<ExitCode> {
     let c = a.server.client();
     let mut ids = a.ids.clone();
     if a.filter.is_set() {
-        let picked = a.filter.apply(c.jobs(None)?, brokk_proto::wall_clock())?;
+        let (picked, _) = a.filter.fetch(&c, 0, brokk_proto::wall_clock())?;
         for j in picked {
             if !j.state.is_terminal() && !ids.contains(&j.id) {
                 ids.push(j.id);
