@@ -62,6 +62,11 @@ pub struct SoakFigures {
     pub status_p50_ms: f64,
     /// The same, 99th percentile, ms.
     pub status_p99_ms: f64,
+    /// Listings of the newest 1,000 jobs (`brokk status`, the API's default
+    /// page) with every job stored, at the end: median, ms.
+    pub list_p50_ms: f64,
+    /// The same, 99th percentile, ms.
+    pub list_p99_ms: f64,
     /// The samples.
     pub samples: Vec<Sample>,
 }
@@ -75,23 +80,18 @@ fn rss_mb() -> f64 {
     pages * 4096.0 / (1024.0 * 1024.0)
 }
 
-/// Reads the status of `n` random jobs among `ids`; (p50, p99) in ms.
-async fn status_latency(http: &reqwest::Client, base: &str, ids: &[String], n: usize, seed: u64) -> (f64, f64) {
-    if ids.is_empty() {
-        return (0.0, 0.0);
-    }
-    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
-    let mut lat = Vec::with_capacity(n);
-    for _ in 0..n {
-        let id = &ids[rng.gen_range(0..ids.len())];
+/// Times a read of each of `paths`, one after another, as the benchmark's
+/// user; (p50, p99) in ms.
+async fn latency(http: &reqwest::Client, base: &str, paths: impl Iterator<Item = String>) -> (f64, f64) {
+    let mut lat = Vec::new();
+    for path in paths {
         let t = Instant::now();
-        let r = http
-            .get(format!("{base}/v1/jobs/{id}"))
-            .bearer_auth("bench")
-            .send()
-            .await;
-        if matches!(&r, Ok(r) if r.status().is_success()) {
-            lat.push(t.elapsed().as_secs_f64() * 1000.0);
+        let r = http.get(format!("{base}{path}")).bearer_auth("bench").send().await;
+        if let Ok(r) = r {
+            // The whole answer, as a client reads it.
+            if r.status().is_success() && r.bytes().await.is_ok() {
+                lat.push(t.elapsed().as_secs_f64() * 1000.0);
+            }
         }
     }
     lat.sort_by(f64::total_cmp);
@@ -99,6 +99,16 @@ async fn status_latency(http: &reqwest::Client, base: &str, ids: &[String], n: u
         super::bench::percentile(&lat, 0.5),
         super::bench::percentile(&lat, 0.99),
     )
+}
+
+/// Reads the status of `n` random jobs among `ids`; (p50, p99) in ms.
+async fn status_latency(http: &reqwest::Client, base: &str, ids: &[String], n: usize, seed: u64) -> (f64, f64) {
+    if ids.is_empty() {
+        return (0.0, 0.0);
+    }
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    let paths = (0..n).map(|_| format!("/v1/jobs/{}", ids[rng.gen_range(0..ids.len())]));
+    latency(http, base, paths).await
 }
 
 /// The benchmarks' job: `/bin/true` in Brokk's JSON.
@@ -236,6 +246,8 @@ pub async fn run(
     let last = samples.last().cloned().ok_or_else(|| anyhow::anyhow!("no sample"))?;
     let ids = kept.lock().map(|k| k.clone()).unwrap_or_default();
     let (p50, p99) = status_latency(&http, &base, &ids, 2000, u64::MAX).await;
+    // `brokk status` without a job: the newest page.
+    let (list_p50, list_p99) = latency(&http, &base, (0..50).map(|_| "/v1/jobs".to_string())).await;
     // Memory fills until the first ended jobs retire from the sites, one
     // job age after they end: warm-up lasts that long twice over, and at
     // least the first fifth of the jobs.
@@ -262,6 +274,8 @@ pub async fn run(
         db_bytes_per_job: last.db_bytes as f64 / last.accepted.max(1) as f64,
         status_p50_ms: p50,
         status_p99_ms: p99,
+        list_p50_ms: list_p50,
+        list_p99_ms: list_p99,
         samples,
     })
 }
