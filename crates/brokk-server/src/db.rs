@@ -1,8 +1,9 @@
 //! The service's records: jobs and their state history, in SQLite (a file
-//! path, the default) or PostgreSQL (a `postgres://` URL, for several broker
-//! instances), through sqlx's Any driver with one schema and one set of
-//! queries for both. A job is written before `202 Accepted` is sent, so an
-//! accepted job survives any crash.
+//! path, the default) or PostgreSQL (a `postgres://` URL), through sqlx's Any
+//! driver with one schema and one set of queries for both. A job is written
+//! before `202 Accepted` is sent, so an accepted job survives any crash. One
+//! broker instance uses a database: the change feed's versions and the
+//! per-user counts are handed out and kept in its memory.
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
