@@ -411,6 +411,14 @@ impl<'a> LocalQueue<'a> {
         // A reservation before now was waiting for a job that overran
         // between passes.
         k.stale |= k.next_start < now.0;
+        // While every waiting job is larger than the free processors, none
+        // starts now however the queue is planned: planning afresh keeps
+        // nothing from pass to pass, so the re-plan waits for a pass where
+        // one could start (about a fifth of re-plans on KTH-SP2 with users'
+        // estimates).
+        if k.stale && self.waiting.iter().all(|&i| jobs[i].size > self.free) {
+            return Vec::new();
+        }
         if k.stale {
             // Rebuilt from the running jobs: cheaper than taking out each
             // reservation when the queue is longer than the machine is busy.
