@@ -96,15 +96,11 @@ pub struct Db {
     unfinished: Arc<Mutex<HashMap<String, HashSet<String>>>>,
 }
 
-/// The states a job counts against its owner's limit in.
-const UNFINISHED: [BrokerState; 6] = [
-    BrokerState::Accepted,
-    BrokerState::Planned,
-    BrokerState::Reserving,
-    BrokerState::Dispatched,
-    BrokerState::Running,
-    BrokerState::Moving,
-];
+/// Whether a job in `state` counts against its owner's limit: it has not
+/// ended and is not held.
+fn counts(state: BrokerState) -> bool {
+    !state.is_terminal() && state != BrokerState::Held
+}
 
 /// The schema, valid in both SQLite and PostgreSQL.
 const SCHEMA: &[&str] = &[
@@ -269,7 +265,12 @@ impl Db {
             }
         };
         let mut unfinished: HashMap<String, HashSet<String>> = HashMap::new();
-        let names = UNFINISHED.map(|s| format!("'{}'", s.as_str())).join(", ");
+        let names: Vec<String> = BrokerState::ALL
+            .into_iter()
+            .filter(|&s| counts(s))
+            .map(|s| format!("'{}'", s.as_str()))
+            .collect();
+        let names = names.join(", ");
         for r in sqlx::query(&format!("SELECT owner, id FROM jobs WHERE state IN ({names})"))
             .fetch_all(&pool)
             .await?
@@ -352,7 +353,7 @@ impl Db {
     /// job change the count in the order they reach the table.
     fn track(&self, v: &BrokerJob) {
         let Ok(mut all) = self.unfinished.lock() else { return };
-        if UNFINISHED.contains(&v.state) {
+        if counts(v.state) {
             let of = match all.get_mut(&v.owner) {
                 Some(of) => of,
                 None => all.entry(v.owner.clone()).or_default(),
