@@ -453,18 +453,19 @@ pub fn status(a: StatusArgs) -> Result<ExitCode> {
         }
         None => {
             let (jobs, more) = a.filter.fetch(&c, a.limit, now)?;
-            if more {
-                eprintln!(
-                    "the newest {} jobs shown; more match (--limit N shows more, --limit 0 all)",
-                    a.limit
-                );
-            }
             if a.json {
                 say!("{}", serde_json::to_string_pretty(&jobs)?);
             } else {
                 for line in listing::table(&jobs, &fields, now) {
                     say!("{line}");
                 }
+            }
+            // After the table, where a reader's eye ends up.
+            if more {
+                eprintln!(
+                    "the newest {} jobs shown; more match (--limit N shows more, --limit 0 all)",
+                    a.limit
+                );
             }
         }
     }
