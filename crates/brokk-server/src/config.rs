@@ -213,6 +213,10 @@ pub struct EmbeddedSiteConfig {
     /// database answers for it (see the site agent's `min_job_age_s`).
     #[serde(default = "brokk_site::config::default_min_job_age")]
     pub min_job_age_s: i64,
+    /// Processes and threads one job may have at once (see the site
+    /// agent's `job_processes`).
+    #[serde(default = "brokk_site::config::default_job_processes")]
+    pub job_processes: u64,
 }
 
 impl EmbeddedSiteConfig {
@@ -232,6 +236,7 @@ impl EmbeddedSiteConfig {
             stage_out_dirs: Vec::new(),
             null_backend_for_benchmarks: false,
             min_job_age_s: brokk_site::config::default_min_job_age(),
+            job_processes: brokk_site::config::default_job_processes(),
         }
     }
 }

@@ -174,6 +174,7 @@ fn embedded_agent(config: &Config, e: &config::EmbeddedSiteConfig, token: &str) 
         default_wall_time: 3600,
         kill_grace: 5,
         min_job_age_s: e.min_job_age_s,
+        job_processes: e.job_processes,
         max_body_bytes: 1 << 20,
         max_upload_bytes: config.limits.upload_bytes,
         benchmarks: e.benchmarks.clone(),

@@ -89,6 +89,10 @@ pub struct Config {
     /// takes): a long-lived site holds its live and recent jobs, not all.
     #[serde(default = "default_min_job_age")]
     pub min_job_age_s: i64,
+    /// Processes and threads one local job may have at once (its cgroup's
+    /// `pids.max`; `RLIMIT_NPROC` of its account where no cgroup can be made).
+    #[serde(default = "default_job_processes")]
+    pub job_processes: u64,
     /// Largest request body accepted, bytes.
     #[serde(default = "default_max_body")]
     pub max_body_bytes: usize,
@@ -199,6 +203,10 @@ pub fn default_min_job_age() -> i64 {
 }
 fn default_grace() -> u64 {
     5
+}
+/// The default of `job_processes`.
+pub fn default_job_processes() -> u64 {
+    crate::supervisor::DEFAULT_PROCESSES
 }
 fn default_max_body() -> usize {
     1 << 20

@@ -11,6 +11,7 @@ pub mod api;
 pub mod arc;
 pub mod backend;
 pub mod config;
+pub mod containment;
 pub mod gram;
 pub mod launch;
 pub mod openapi;
@@ -43,6 +44,7 @@ pub struct Running {
 /// expiry ticker and serves the API on `config.listen`.
 pub async fn start(config: Config) -> Result<Running, AgentError> {
     let listen = config.listen;
+    tracing::info!(site = %config.name, "{}", containment::notice(&config));
     let (agent, resume) = Agent::open(config).await?;
     let listener = tokio::net::TcpListener::bind(listen)
         .await

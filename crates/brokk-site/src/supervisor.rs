@@ -9,9 +9,10 @@
 //! job), of tagged lines, each written in one write:
 //! - `spec JSON`: what to run, as whom, until when ([`Spec`]), written by the
 //!   agent before it starts the supervisor;
-//! - `supervisor PID` (for cancel, SIGTERM), `job PID` (its process group)
-//!   once started, and `end JSON`, how the job ended ([`Outcome`]), appended
-//!   by the supervisor, the last before it exits.
+//! - `supervisor PID` (for cancel, SIGTERM), `cgroup DIRS` (where its
+//!   processes are kept, [`crate::containment`]), `job PID` (its process
+//!   group) once started, and `end JSON`, how the job ended ([`Outcome`]),
+//!   appended by the supervisor, the last before it exits.
 //!
 //! The supervisor holds an flock on the file for its whole life, so the
 //! agent can tell a live supervisor from a dead one without trusting a pid.
@@ -27,6 +28,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration as StdDuration;
 
+use crate::containment::{self, JobCgroup, Limits};
 use nix::fcntl::{Flock, FlockArg};
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
@@ -58,6 +60,20 @@ pub struct Spec {
     pub cpu_seconds: Option<u64>,
     /// Bytes of data per process (RLIMIT_DATA), when the job states memory.
     pub data_bytes: Option<u64>,
+    /// Processes and threads the job may have at once (its cgroup's
+    /// `pids.max`, else `RLIMIT_NPROC` of its account).
+    #[serde(default = "default_processes")]
+    pub processes: u64,
+    /// Bytes of memory of the whole job (its cgroup's limit), when it states memory.
+    #[serde(default)]
+    pub memory_bytes: Option<u64>,
+}
+
+/// The process limit of a job whose specification names none.
+pub const DEFAULT_PROCESSES: u64 = 1024;
+
+fn default_processes() -> u64 {
+    DEFAULT_PROCESSES
 }
 
 /// How a supervised job ended.
@@ -116,6 +132,7 @@ pub fn cancel(file: &Path) {
 #[derive(Debug, Default)]
 struct Record {
     supervisor: Option<i32>,
+    cgroup: Option<String>,
     job: Option<i32>,
     end: Option<Outcome>,
 }
@@ -133,6 +150,7 @@ fn record(file: &Path) -> Record {
     for line in tagged(&text) {
         match line {
             ("supervisor", pid) => r.supervisor = pid.parse().ok(),
+            ("cgroup", dirs) => r.cgroup = Some(dirs.to_string()),
             ("job", pid) => r.job = pid.parse().ok(),
             ("end", json) => r.end = serde_json::from_str(json).ok(),
             _ => {}
@@ -142,10 +160,20 @@ fn record(file: &Path) -> Record {
 }
 
 /// After the supervisor of `file` died without recording an end (it was
-/// killed too): stops whatever is left of the job's process group, so
-/// nothing runs unsupervised. Returns whether the job had been started.
+/// killed too): stops whatever is left of the job, its whole cgroup where
+/// it had one, else its process group, so nothing runs unsupervised.
+/// Returns whether the job had been started.
 pub fn stop_orphan(file: &Path) -> bool {
-    match record(file).job {
+    let r = record(file);
+    if let Some(dirs) = &r.cgroup {
+        let cg = JobCgroup::from_paths(dirs);
+        cg.kill_all();
+        // Re-parented to init, which collects them.
+        if cg.wait_empty(StdDuration::from_secs(5), || {}) {
+            cg.remove();
+        }
+    }
+    match r.job {
         Some(pid) => {
             let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
             true
@@ -262,6 +290,40 @@ pub fn main(file: &Path) -> i32 {
     }
 }
 
+/// Runs the job of `spec`, its pids appended to the held supervision file,
+/// inside a cgroup of its own where one can be made and as the subreaper of
+/// everything it starts; whatever of the job is left at its end, however it
+/// ends, is killed ([`crate::containment`]).
+fn supervise(lock: &mut std::fs::File, spec: &Spec) -> std::io::Result<Outcome> {
+    // Each line in one write: a reader sees a line whole or not at all.
+    lock.write_all(format!("supervisor {}\n", std::process::id()).as_bytes())?;
+    containment::become_subreaper()?;
+    let limits = Limits {
+        processes: spec.processes,
+        memory_bytes: spec.memory_bytes,
+    };
+    let mut cgroup = JobCgroup::create(&format!("brokk-job-{}", std::process::id()), limits);
+    if let Some(cg) = &cgroup {
+        lock.write_all(format!("cgroup {}\n", cg.paths()).as_bytes())?;
+    }
+    // Without a pids controller, the account's own process limit (root's
+    // jobs, run without accounts, are exempt from it anyway).
+    if spec.uid.is_some() && !cgroup.as_ref().is_some_and(JobCgroup::limits_processes) {
+        limit(nix::sys::resource::Resource::RLIMIT_NPROC, Some(spec.processes))?;
+    }
+    let outcome = run(lock, spec, &mut cgroup);
+    match &cgroup {
+        Some(cg) => {
+            cg.kill_all();
+            if cg.wait_empty(StdDuration::from_secs(5), containment::reap_children) {
+                cg.remove();
+            }
+        }
+        None => containment::kill_descendants(StdDuration::from_secs(5), containment::reap_children),
+    }
+    outcome
+}
+
 fn limit(resource: nix::sys::resource::Resource, value: Option<u64>) -> std::io::Result<()> {
     if let Some(v) = value {
         nix::sys::resource::setrlimit(resource, v, v).map_err(std::io::Error::from)?;
@@ -269,14 +331,13 @@ fn limit(resource: nix::sys::resource::Resource, value: Option<u64>) -> std::io:
     Ok(())
 }
 
-/// Runs the job of `spec`, its pids appended to the held supervision file.
-fn supervise(lock: &mut std::fs::File, spec: &Spec) -> std::io::Result<Outcome> {
+/// Starts the job (inside `cgroup`, which is dropped if it cannot be
+/// entered) and waits for its exit, its wall time or a cancel.
+fn run(lock: &mut std::fs::File, spec: &Spec, cgroup: &mut Option<JobCgroup>) -> std::io::Result<Outcome> {
     use nix::sys::signal::{SigSet, Signal as Sig};
     use nix::sys::signalfd::{SfdFlags, SignalFd};
     use rustix::event::{poll, PollFd, PollFlags, Timespec};
     use std::os::unix::process::CommandExt;
-    // Each line in one write: a reader sees a line whole or not at all.
-    lock.write_all(format!("supervisor {}\n", std::process::id()).as_bytes())?;
     // Limits are inherited by the job and everything it starts.
     limit(nix::sys::resource::Resource::RLIMIT_CPU, spec.cpu_seconds)?;
     limit(nix::sys::resource::Resource::RLIMIT_DATA, spec.data_bytes)?;
@@ -293,7 +354,22 @@ fn supervise(lock: &mut std::fs::File, spec: &Spec) -> std::io::Result<Outcome> 
     if let Some(uid) = spec.uid {
         cmd.uid(uid);
     }
-    let mut child = match cmd.spawn() {
+    // The job inherits the cgroup from the supervisor, which steps in for the
+    // start only: the job's account could not be moved in by the job itself.
+    if let Some(cg) = cgroup.take() {
+        match cg.enter() {
+            Ok(()) => *cgroup = Some(cg),
+            Err(_) => {
+                let _ = cg.leave();
+                cg.remove();
+            }
+        }
+    }
+    let spawned = cmd.spawn();
+    if let Some(cg) = cgroup {
+        cg.leave()?;
+    }
+    let mut child = match spawned {
         Ok(c) => c,
         Err(e) => return Ok(Outcome::Failed(format!("starting the job: {e}"))),
     };
@@ -332,26 +408,36 @@ fn supervise(lock: &mut std::fs::File, spec: &Spec) -> std::io::Result<Outcome> 
             return Ok(Outcome::Exited(status.code().unwrap_or(-1)));
         }
         if fds[1].revents().contains(PollFlags::IN) {
-            terminate(&mut child, &exited, pid, grace)?;
+            terminate(&mut child, &exited, grace, cgroup.as_ref())?;
             return Ok(Outcome::Cancelled);
         }
         if brokk_proto::wall_clock().0 >= spec.deadline {
-            terminate(&mut child, &exited, pid, grace)?;
+            terminate(&mut child, &exited, grace, cgroup.as_ref())?;
             return Ok(Outcome::WallTime(spec.wall));
         }
     }
 }
 
-/// SIGTERM to the job's process group, SIGKILL after `grace`.
+/// SIGTERM to every process of the job (its cgroup, else the supervisor's
+/// descendants), SIGKILL to its process group after `grace`; the caller
+/// kills whatever else is left.
 fn terminate(
     child: &mut std::process::Child,
     exited: &std::os::fd::OwnedFd,
-    pid: u32,
     grace: StdDuration,
+    cgroup: Option<&JobCgroup>,
 ) -> std::io::Result<()> {
     use rustix::event::{poll, PollFd, PollFlags, Timespec};
-    let group = Pid::from_raw(pid as i32);
+    let group = Pid::from_raw(child.id() as i32);
     let _ = killpg(group, Signal::SIGTERM);
+    match cgroup {
+        Some(cg) => cg.signal(Signal::SIGTERM),
+        None => {
+            for p in containment::descendants(nix::unistd::getpid()) {
+                let _ = nix::sys::signal::kill(p, Signal::SIGTERM);
+            }
+        }
+    }
     let timeout = Timespec {
         tv_sec: grace.as_secs() as i64,
         tv_nsec: 0,

@@ -29,12 +29,20 @@ fn scratch(name: &str) -> PathBuf {
 
 impl Agent {
     fn start(dir: &Path) -> Agent {
+        Agent::start_with(dir, "")
+    }
+
+    /// An agent whose configuration has `settings` (top-level keys) too.
+    fn start_with(dir: &Path, settings: &str) -> Agent {
         let config = dir.join("site.toml");
         if !config.exists() {
             std::fs::write(
                 &config,
-                "name = \"test-site\"\ncapacity = 4\ndatabase = \"site.db\"\nworkdir = \"jobs\"\nkill_grace = 1\n\
-                 bandwidth_bytes_per_s = 1000000\nstage_in_dirs = [\".\"]\nstage_out_dirs = [\".\"]\n[tokens]\n\"tok-ann\" = \"ann\"\n\"tok-bob\" = \"bob\"\n",
+                format!(
+                    "name = \"test-site\"\ncapacity = 4\ndatabase = \"site.db\"\nworkdir = \"jobs\"\nkill_grace = 1\n\
+                     bandwidth_bytes_per_s = 1000000\nstage_in_dirs = [\".\"]\nstage_out_dirs = [\".\"]\n{settings}\n\
+                     [tokens]\n\"tok-ann\" = \"ann\"\n\"tok-bob\" = \"bob\"\n"
+                ),
             )
             .unwrap();
         }
@@ -525,6 +533,106 @@ fn wall_time_is_enforced() {
     assert!(v.reason.unwrap().contains("wall time"));
     // SIGTERM is ignored, so SIGKILL after the 1 s grace: about 2 s in all.
     assert!(t.elapsed() < StdDuration::from_secs(10), "{:?}", t.elapsed());
+}
+
+/// Whether process `pid` is still running (a zombie counts as ended).
+fn running_pid(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        s.rsplit_once(')')
+            .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z'))
+    })
+}
+
+/// A job that leaves its process group and its parent (a `setsid` child
+/// and a grandchild whose parent exits at once) before `tail`.
+fn escaping(tail: &str) -> Job {
+    shell(&format!(
+        "setsid sleep 300 & echo $! > child.pid; (setsid sleep 300 & echo $! > grandchild.pid); {tail}"
+    ))
+}
+
+/// The pids an [`escaping`] job wrote, once both are there.
+fn escaped_pids(site: &RemoteSite, job: &JobHandle) -> Vec<i32> {
+    let t = Instant::now();
+    loop {
+        let pids: Vec<i32> = ["child.pid", "grandchild.pid"]
+            .iter()
+            .filter_map(|f| read_file(site, job, f).ok())
+            .filter_map(|b| String::from_utf8_lossy(&b).trim().parse().ok())
+            .collect();
+        if pids.len() == 2 {
+            return pids;
+        }
+        assert!(t.elapsed() < StdDuration::from_secs(20), "the job wrote no pids");
+        std::thread::sleep(StdDuration::from_millis(50));
+    }
+}
+
+/// Asserts that none of `pids` is running within a few seconds.
+fn all_gone(pids: &[i32], after: &str) {
+    let t = Instant::now();
+    while pids.iter().any(|p| running_pid(*p)) && t.elapsed() < StdDuration::from_secs(10) {
+        std::thread::sleep(StdDuration::from_millis(50));
+    }
+    let left: Vec<&i32> = pids.iter().filter(|p| running_pid(**p)).collect();
+    assert!(left.is_empty(), "processes {left:?} outlived their job after {after}");
+}
+
+#[test]
+fn nothing_outlives_its_job() {
+    let agent = Agent::start(&scratch("contained"));
+    let mut ann = agent.client("tok-ann");
+    // Cancelled.
+    let cancelled = ann.submit("ann", &escaping("sleep 300"), None).unwrap();
+    let pids = escaped_pids(&ann, &cancelled);
+    assert!(pids.iter().all(|p| running_pid(*p)));
+    ann.cancel_job("ann", &cancelled).unwrap();
+    assert_eq!(wait_for(&ann, &cancelled, terminal).state, JobPhase::Cancelled);
+    all_gone(&pids, "a cancel");
+    // Out of wall time.
+    let mut over = escaping("sleep 300");
+    over.wall_time = Some(Duration(2));
+    let over = ann.submit("ann", &over, None).unwrap();
+    let pids = escaped_pids(&ann, &over);
+    let v = wait_for(&ann, &over, terminal);
+    assert!(v.reason.as_deref().is_some_and(|r| r.contains("wall time")), "{v:?}");
+    all_gone(&pids, "its wall time");
+    // Ended by itself, its daemons left behind.
+    let done = ann.submit("ann", &escaping("true"), None).unwrap();
+    assert_eq!(wait_for(&ann, &done, terminal).state, JobPhase::Finished);
+    all_gone(&escaped_pids(&ann, &done), "its own end");
+}
+
+#[test]
+fn a_fork_loop_stops_at_the_jobs_process_limit() {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("skipped: a job's process limit is its cgroup's, which only root makes here");
+        return;
+    }
+    let agent = Agent::start_with(&scratch("forks"), "job_processes = 40");
+    let mut ann = agent.client("tok-ann");
+    let mut bob = agent.client("tok-bob");
+    // Each round starts a process and counts it; dash gives up at the first
+    // fork refused.
+    let greedy = ann
+        .submit(
+            "ann",
+            &shell("i=0; while [ $i -lt 400 ]; do sleep 300 & i=$((i+1)); echo $i > count; done"),
+            None,
+        )
+        .unwrap();
+    let v = wait_for(&ann, &greedy, terminal);
+    assert_eq!((v.state, v.exit_code), (JobPhase::Failed, Some(2)), "{v:?}");
+    let count: u32 = String::from_utf8(read_file(&ann, &greedy, "count").unwrap())
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(count < 40, "{count} processes started past a limit of 40");
+    // Another user's job is served meanwhile and after.
+    let other = bob.submit("bob", &shell("echo fine > out"), None).unwrap();
+    assert_eq!(wait_for(&bob, &other, terminal).state, JobPhase::Finished);
+    assert_eq!(read_file(&bob, &other, "out").unwrap(), b"fine\n");
 }
 
 #[test]

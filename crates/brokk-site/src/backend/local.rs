@@ -175,6 +175,8 @@ async fn start_supervised(
             .memory_per_cpu_mib()
             .or_else(|| job.memory_total_mib())
             .map(|m| m.saturating_mul(1 << 20)),
+        processes: config.job_processes,
+        memory_bytes: job.memory_total_mib().map(|m| m.saturating_mul(1 << 20)),
     };
     let sup = sup.to_path_buf();
     let mut cmd = tokio::task::spawn_blocking(move || supervisor::command(&sup, &spec))

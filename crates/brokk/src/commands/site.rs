@@ -14,5 +14,6 @@ pub fn run(a: super::ServerArgs) -> Result<ExitCode> {
     if let Some(notice) = brokk_site::accounts::shared_account_notice(&config) {
         eprintln!("note: {notice}");
     }
+    eprintln!("note: {}", brokk_site::containment::notice(&config));
     super::serve(async { brokk_site::start(config).await.map(|r| (r.addr, r.server)) })
 }
