@@ -29,7 +29,7 @@ pub struct Access {
     /// Bearer token -> identity.
     pub tokens: BTreeMap<String, String>,
     /// Identities that may use this broker as a site (`/site/v1`).
-    pub delegates: Vec<String>,
+    pub delegates: brokk_site::delegates::Delegates,
     /// The name published as a site.
     pub name: String,
 }

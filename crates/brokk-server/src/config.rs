@@ -98,7 +98,7 @@ pub struct Config {
     /// Identities (brokers above this one) that may use it as a site:
     /// the site API under `/site/v1`, jobs run for the users they name.
     #[serde(default)]
-    pub delegates: Vec<String>,
+    pub delegates: brokk_site::delegates::Delegates,
     /// ARC compute elements found in GLUE 2, as embedded ARC sites.
     pub discovery: Option<crate::discovery::DiscoveryConfig>,
 }

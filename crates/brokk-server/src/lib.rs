@@ -181,7 +181,7 @@ fn embedded_agent(config: &Config, e: &config::EmbeddedSiteConfig, token: &str) 
         bandwidth_bytes_per_s: e.bandwidth_bytes_per_s,
         tokens: [(token.to_string(), "broker".to_string())].into_iter().collect(),
         accounts: e.accounts.clone(),
-        delegates: vec!["broker".to_string()],
+        delegates: brokk_site::delegates::Delegates::anyone(["broker".to_string()]),
         stage_in_dirs: e.stage_in_dirs.clone(),
         stage_out_dirs: e.stage_out_dirs.clone(),
         slurm: e.slurm.clone(),

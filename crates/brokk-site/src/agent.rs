@@ -618,7 +618,13 @@ impl Agent {
         // configured the name changes nothing, so a broker that sends it to
         // an agent that does not know it as a delegate still works there.
         let on_behalf = match on_behalf {
-            Some(_) if self.config.delegates.iter().any(|d| d == who) => on_behalf,
+            Some(user) if self.config.delegates.contains(who) => {
+                self.config
+                    .delegates
+                    .may_speak_for(who, &user)
+                    .map_err(CoreError::Forbidden)?;
+                Some(user)
+            }
             Some(_) if !self.config.accounts.is_empty() => {
                 return Err(CoreError::Forbidden(format!(
                     "submitting on behalf of another user: {who} is not a delegate here, so it"

@@ -12,7 +12,8 @@
 //! value = 20.0
 //! stage_in_dirs = ["/srv/inputs"]   # file:// inputs only from here (default: none)
 //! stage_out_dirs = ["/srv/results"] # file:// outputs only to here (default: none)
-//! delegates = ["broker"]          # identities that submit on behalf of users
+//! [delegates]                    # identities that submit on behalf of users
+//! broker = ["ann"]                 # and the users each may name (see `delegates`)
 //! [tokens]
 //! "secret-token-of-ann" = "ann"
 //! [accounts]                       # identity -> Unix account its jobs run as
@@ -114,11 +115,11 @@ pub struct Config {
     /// the agent's own account, and the agent says so when it starts.
     #[serde(default)]
     pub accounts: BTreeMap<String, String>,
-    /// Identities trusted to submit on behalf of their users (brokers): they
-    /// name the user in an `On-Behalf-Of` header, and that user's account
-    /// runs the job.
+    /// Identities trusted to submit on behalf of their users (brokers), each
+    /// with the users it may name in an `On-Behalf-Of` header
+    /// ([`crate::delegates`]); that user's account runs the job.
     #[serde(default)]
-    pub delegates: Vec<String>,
+    pub delegates: crate::delegates::Delegates,
     /// Local directories `file://` stage-in may read from (none by default:
     /// only `http(s)://` inputs are fetched).
     #[serde(default)]

@@ -12,6 +12,7 @@ pub mod arc;
 pub mod backend;
 pub mod config;
 pub mod containment;
+pub mod delegates;
 pub mod gram;
 pub mod launch;
 pub mod openapi;

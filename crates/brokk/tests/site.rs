@@ -41,7 +41,7 @@ impl Agent {
                 format!(
                     "name = \"test-site\"\ncapacity = 4\ndatabase = \"site.db\"\nworkdir = \"jobs\"\nkill_grace = 1\n\
                      bandwidth_bytes_per_s = 1000000\nstage_in_dirs = [\".\"]\nstage_out_dirs = [\".\"]\n{settings}\n\
-                     [tokens]\n\"tok-ann\" = \"ann\"\n\"tok-bob\" = \"bob\"\n"
+                     [tokens]\n\"tok-ann\" = \"ann\"\n\"tok-bob\" = \"bob\"\n\"tok-broker\" = \"broker\"\n"
                 ),
             )
             .unwrap();
@@ -251,6 +251,32 @@ fn identities_are_checked() {
         .unwrap();
     assert_eq!(doc["openapi"], "3.1.0");
     assert!(doc["paths"]["/v1/reservations/{id}/commit"].is_object());
+}
+
+#[test]
+fn a_delegate_speaks_only_for_the_users_it_is_given() {
+    let agent = Agent::start_with(&scratch("delegates"), "[delegates]\nbroker = [\"ann\", \"grid-*\"]");
+    let http = reqwest::blocking::Client::new();
+    let submit = |token: &str, user: &str| {
+        let r = http
+            .post(format!("{}/v1/jobs", agent.server.url))
+            .bearer_auth(token)
+            .header("On-Behalf-Of", user)
+            .body(serde_json::to_string(&shell("true")).unwrap())
+            .send()
+            .unwrap();
+        (r.status().as_u16(), r.text().unwrap())
+    };
+    assert_eq!(submit("tok-broker", "ann").0, 201);
+    assert_eq!(submit("tok-broker", "grid-7").0, 201);
+    for other in ["bob", "root", "eve", "ANN", "", "grid"] {
+        let (status, why) = submit("tok-broker", other);
+        assert_eq!(status, 403, "{other:?}: {why}");
+        assert!(
+            why.contains("may not speak for") || why.contains("names no user"),
+            "{why}"
+        );
+    }
 }
 
 #[test]

@@ -21,7 +21,7 @@ async fn delegates_only(
     req: Request,
     next: Next,
 ) -> Result<Response, ApiError> {
-    if !app.access.delegates.iter().any(|d| **d == *who.0) {
+    if !app.access.delegates.contains(&who.0) {
         return Err(ApiError(
             StatusCode::FORBIDDEN,
             format!("{} is not a broker this one serves as a site (`delegates`)", who.0),
@@ -174,6 +174,12 @@ async fn submit(
     let job: Job = body(&bytes)?;
     let key = text_header(&headers, "idempotency-key")?;
     let on_behalf = text_header(&headers, "on-behalf-of")?;
+    if let Some(user) = &on_behalf {
+        app.access
+            .delegates
+            .may_speak_for(&who.0, user)
+            .map_err(|why| ApiError(StatusCode::FORBIDDEN, why))?;
+    }
     let is = |name: &str, value: &[u8]| {
         headers
             .get(name)
