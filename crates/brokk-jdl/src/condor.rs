@@ -7,7 +7,8 @@
 //! several jobs with `$(Process)`, `$(Step)`, `$(Item)`, `$(ItemIndex)` and
 //! `$(Row)` set; `$(Cluster)` is left for the scheduler that assigns it.
 
-use std::collections::HashMap;
+use std::cell::Cell;
+use std::collections::{HashMap, HashSet};
 
 use brokk_model::{Attribute, Duration, EnvVar, Job, Memory, MemoryScope, Notify, NotifyOn, OutputFile, Time};
 
@@ -60,6 +61,11 @@ const MAX_EXPANSION: usize = 1 << 16;
 /// Jobs beyond this from one file are refused, so a typo cannot exhaust memory.
 const MAX_JOBS: usize = 100_000;
 
+/// Most work macro expansion may take for one description: references
+/// followed plus 256-byte pieces copied. About a second of one core at
+/// worst; 100,000 queued jobs with a few macros each stay well inside.
+const MAX_WORK: u64 = 4_000_000;
+
 struct Line {
     text: String,
     pos: usize,
@@ -104,6 +110,12 @@ fn logical_lines(src: &str) -> Vec<Line> {
 struct Macros {
     /// Lower-cased name -> (raw value, byte offset of the value).
     vars: HashMap<String, (String, usize)>,
+    /// Lower-cased names some value refers to (`$(name`), kept as values
+    /// are set so that telling a variable from a command is one look-up.
+    referenced: HashSet<String>,
+    /// Work spent expanding so far: references followed, and 256-byte
+    /// pieces of text copied in.
+    work: Cell<u64>,
     /// Submit commands in the order first set.
     order: Vec<String>,
     /// Lower-cased name -> the name as first written, for messages.
@@ -120,6 +132,12 @@ impl Macros {
         } else {
             value
         };
+        let mut rest = value.as_str();
+        while let Some(i) = rest.find("$(") {
+            rest = &rest[i + 2..];
+            let end = rest.find([')', ':', '$']).unwrap_or(rest.len());
+            self.referenced.insert(rest[..end].trim().to_ascii_lowercase());
+        }
         if !self.vars.contains_key(&k) {
             self.order.push(k.clone());
             self.spelled.insert(k.clone(), name.to_string());
@@ -130,7 +148,7 @@ impl Macros {
     /// Expands `$(...)` references; undefined macros become empty, as in HTCondor.
     /// Cycles stop at a fixed depth, and expansion stops growing past [`MAX_EXPANSION`].
     fn expand(&self, s: &str, local: &HashMap<String, String>, depth: usize) -> String {
-        if depth > 16 || !s.contains("$(") || s.len() > MAX_EXPANSION {
+        if depth > 16 || !s.contains("$(") || s.len() > MAX_EXPANSION || self.exhausted() {
             return s.to_string();
         }
         let mut out = String::new();
@@ -154,6 +172,7 @@ impl Macros {
                 None => (inner.trim(), None),
             };
             let k = name.to_ascii_lowercase();
+            self.work.set(self.work.get() + 1 + (out.len() as u64 >> 8));
             if k == "dollar" {
                 out.push('$');
             } else if k == "cluster" || k == "clusterid" {
@@ -173,6 +192,12 @@ impl Macros {
         }
         out.push_str(rest);
         out
+    }
+
+    /// Whether expansion has spent its budget ([`MAX_WORK`]); from then on
+    /// nothing more expands, and the reader refuses the description.
+    fn exhausted(&self) -> bool {
+        self.work.get() > MAX_WORK
     }
 
     fn get(&self, name: &str, local: &HashMap<String, String>) -> Option<(String, usize)> {
@@ -214,7 +239,7 @@ pub(crate) fn read(src: &str, opts: &ReadOptions) -> Result<Parsed, ParseError> 
     let mut m = Macros::default();
     let mut jobs = Vec::new();
     let mut warnings = Vec::new();
-    let mut warned: Vec<String> = Vec::new();
+    let mut warned: HashSet<String> = HashSet::new();
     let mut i = 0;
     while i < lines.len() {
         let line = &lines[i];
@@ -245,6 +270,17 @@ pub(crate) fn read(src: &str, opts: &ReadOptions) -> Result<Parsed, ParseError> 
                     local.insert("itemindex".into(), row_idx.to_string());
                     local.insert("row".into(), row_idx.to_string());
                     jobs.push(make_job(src, &m, &local, &mut warnings, &mut warned)?);
+                    if m.exhausted() {
+                        return Err(Diagnostic::error_at(
+                            src,
+                            line.pos,
+                            format!(
+                                "expanding macros for the jobs of this `queue` took more than {MAX_WORK} steps; \
+                                 the description is refused (fewer chained macros, or fewer jobs)"
+                            ),
+                        )
+                        .into());
+                    }
                 }
             }
             continue;
@@ -429,7 +465,7 @@ fn make_job(
     m: &Macros,
     local: &HashMap<String, String>,
     warnings: &mut Vec<Diagnostic>,
-    warned: &mut Vec<String>,
+    warned: &mut HashSet<String>,
 ) -> Result<Job, ParseError> {
     let mut job = Job::default();
     // Every command is read, so that one pass reports every error.
@@ -646,10 +682,9 @@ fn make_job(
         let Some((v, pos)) = get(command).filter(|(v, _)| !v.trim().eq_ignore_ascii_case("false")) else {
             continue;
         };
-        if v.trim().is_empty() || warned.iter().any(|w| w == command) {
+        if v.trim().is_empty() || !warned.insert(command.to_string()) {
             continue;
         }
-        warned.push(command.to_string());
         unkept.push((pos, format!("`{command} = {}` is not kept: {what}", v.trim())));
     }
     unkept.sort();
@@ -696,14 +731,10 @@ fn make_job(
                 .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '+' || c == '.')
             || local.contains_key(k);
         if !known && !warned.contains(k) && m.vars.get(k).is_some_and(|(v, _)| !v.is_empty()) {
-            warned.push(k.clone());
+            warned.insert(k.clone());
             let pos = m.vars[k].1;
             // A lower-case name used only as a macro elsewhere is a variable, not a command.
-            let used = m
-                .vars
-                .values()
-                .any(|(v, _)| v.to_ascii_lowercase().contains(&format!("$({k}")));
-            if !used {
+            if !m.referenced.contains(k) {
                 warnings.push(Diagnostic::warning_at(
                     src,
                     pos,

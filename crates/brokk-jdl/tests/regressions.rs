@@ -74,3 +74,37 @@ fn thousands_of_diagnostics_on_a_large_collection_are_placed_in_linear_time() {
     assert_eq!(parsed.warnings.len(), 20_000);
     assert_eq!(parsed.warnings[19_999].line, 20_003);
 }
+
+#[test]
+fn condor_macro_expansion_has_a_budget_and_long_chains_stay_linear() {
+    // 20,000 chained macros (`m0 = $(m1)` ...) once took the reader 25 s of
+    // CPU: telling a variable from a command searched every value for every
+    // name. It reads, each macro a variable (no warning for any of them).
+    let mut chain = String::from("executable = /bin/true\n");
+    for i in 0..20_000 {
+        chain.push_str(&format!("m{i} = $(m{})\n", i + 1));
+    }
+    chain.push_str("m20000 = x\nqueue\n");
+    let p = read(Format::Condor, &chain, &ReadOptions::default()).unwrap();
+    assert_eq!(p.jobs.len(), 1);
+    assert!(
+        p.warnings.iter().all(|w| !w.message.contains("`m1`")),
+        "{:?}",
+        p.warnings
+    );
+    // Macros that double at every level, in every command Brokk reads, for
+    // a thousand jobs: refused at the `queue` line once the budget is spent.
+    let mut doubling = String::new();
+    for i in 0..16 {
+        doubling.push_str(&format!("d{i} = $(d{})$(d{})\n", i + 1, i + 1));
+    }
+    doubling.push_str("d16 = xxxxxxxx\n");
+    for command in ["executable", "arguments", "output", "error", "input", "log"] {
+        doubling.push_str(&format!("{command} = $(d0)\n"));
+    }
+    doubling.push_str("queue 1000\n");
+    let e = read(Format::Condor, &doubling, &ReadOptions::default()).unwrap_err();
+    let d = &e.diagnostics[0];
+    assert!(d.message.contains("steps"), "{e}");
+    assert_eq!(d.line, 24, "{e}");
+}

@@ -42,7 +42,7 @@ pub(super) fn settle(sites: &[SiteEntry], info: &Arc<SiteInfo>, parts: &[Option<
 pub(super) const COALLOC_HOLD: brokk_model::Duration = brokk_model::Duration(300);
 
 impl Service {
-    /// Co-allocates jobs that must start together (seed 000's Algorithms 1
+    /// Co-allocates jobs that must start together ([ET-interop]'s Algorithms 1
     /// and 2 over the sites), then submits each into its reservation.
     pub async fn coallocate(&self, owner: &str, req: CoallocRequest) -> Result<Coallocated, ServiceError> {
         if req.jobs.is_empty() || req.latest < req.earliest || req.delta.0 < 0 {
@@ -54,7 +54,11 @@ impl Service {
             .await?;
         let mut parsed = Vec::new();
         for j in &req.jobs {
-            let (mut job, format, warnings) = Self::one_job(&j.description, j.format.as_deref())?;
+            let (description, format) = (j.description.clone(), j.format.clone());
+            let (mut job, format, warnings) = self
+                .parsing
+                .run(owner, move || Self::one_job(&description, format.as_deref()))
+                .await??;
             // Co-allocated jobs take no uploads: a local input is refused, not lost.
             self.take_uploads(owner, &mut job, &Default::default(), &Default::default())?;
             parsed.push((job, format, warnings));

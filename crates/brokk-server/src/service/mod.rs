@@ -26,6 +26,7 @@ mod coalloc;
 mod dispatch;
 mod files;
 mod follow;
+pub mod parsing;
 mod reservations;
 mod sites;
 mod workflows;
@@ -118,6 +119,8 @@ pub struct Service {
     /// Taken by each admission, round and cancel of workflows, so a task
     /// is never sent while its workflow is being cancelled.
     pub workflow_lock: Arc<tokio::sync::Mutex<()>>,
+    /// Turns for reading descriptions off the async workers.
+    pub parsing: Arc<parsing::Parsing>,
     /// Endpoints discovery found and could not reach at its last reading:
     /// (the site name they would have, why).
     pub unreachable: Arc<std::sync::Mutex<Vec<(String, String)>>>,
@@ -202,7 +205,11 @@ impl Service {
                 ServiceError::BadRequest("format: cannot tell the description's language; give `format`".into())
             })?,
         };
-        let parsed = read(format, &req.description, &ReadOptions::default())
+        let description = req.description.clone();
+        let parsed = self
+            .parsing
+            .run(owner, move || read(format, &description, &ReadOptions::default()))
+            .await?
             .map_err(|e| ServiceError::BadRequest(format!("description ({format}): {e}")))?;
         if parsed.jobs.is_empty() {
             return Err(ServiceError::BadRequest("description: it describes no job".into()));
