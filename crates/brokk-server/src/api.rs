@@ -32,12 +32,50 @@ pub struct Access {
     pub delegates: brokk_site::delegates::Delegates,
     /// The name published as a site.
     pub name: String,
+    /// Event streams open at once per user.
+    pub event_streams: usize,
 }
 
 #[derive(Clone)]
 struct App {
     service: Service,
     access: Arc<Access>,
+    /// Event streams open per user.
+    streams: Arc<std::sync::Mutex<std::collections::HashMap<Arc<str>, usize>>>,
+}
+
+/// One open event stream of a user, counted until it is dropped.
+struct StreamTurn {
+    open: Arc<std::sync::Mutex<std::collections::HashMap<Arc<str>, usize>>>,
+    who: Arc<str>,
+}
+
+impl StreamTurn {
+    /// Counts one more stream of `who`, unless it has `most` open already.
+    fn take(app: &App, who: &Arc<str>, most: usize) -> Option<StreamTurn> {
+        let mut open = app.streams.lock().unwrap_or_else(|e| e.into_inner());
+        let n = open.entry(who.clone()).or_insert(0);
+        if *n >= most {
+            return None;
+        }
+        *n += 1;
+        Some(StreamTurn {
+            open: app.streams.clone(),
+            who: who.clone(),
+        })
+    }
+}
+
+impl Drop for StreamTurn {
+    fn drop(&mut self) {
+        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = open.get_mut(&self.who) {
+            *n -= 1;
+            if *n == 0 {
+                open.remove(&self.who);
+            }
+        }
+    }
 }
 
 #[derive(Clone)]
@@ -334,8 +372,19 @@ async fn release(
 /// behind and should read the list again.
 async fn events(State(app): State<App>, Extension(who): Extension<Identity>) -> Response {
     use axum::response::sse::{Event, KeepAlive, Sse};
+    let most = app.access.event_streams;
+    let Some(turn) = StreamTurn::take(&app, &who.0, most) else {
+        return ApiError(
+            StatusCode::TOO_MANY_REQUESTS,
+            format!(
+                "{} has {most} event streams open, the most one user may ([limits] event_streams); close one first",
+                who.0
+            ),
+        )
+        .into_response();
+    };
     let rx = app.service.db.subscribe();
-    let stream = futures_util::stream::unfold((rx, who), |(mut rx, who)| async move {
+    let stream = futures_util::stream::unfold((rx, who, turn), |(mut rx, who, turn)| async move {
         loop {
             let event = match rx.recv().await {
                 Ok(j) if *j.owner == *who.0 => Event::default().event("job").json_data(&j).ok()?,
@@ -345,7 +394,7 @@ async fn events(State(app): State<App>, Extension(who): Extension<Identity>) -> 
                 }
                 Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
             };
-            return Some((Ok::<_, std::convert::Infallible>(event), (rx, who)));
+            return Some((Ok::<_, std::convert::Infallible>(event), (rx, who, turn)));
         }
     });
     Sse::new(stream).keep_alive(KeepAlive::default()).into_response()
@@ -424,6 +473,7 @@ pub fn router(service: Service, access: Access, max_body: usize) -> Router {
     let app = App {
         service,
         access: Arc::new(access),
+        streams: Arc::default(),
     };
     let v1 = Router::new()
         .route("/v1/jobs", get(list).post(submit))

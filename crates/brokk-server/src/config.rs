@@ -146,6 +146,14 @@ pub struct Limits {
     /// Largest file uploaded for a job's input, bytes (the embedded sites
     /// take the same).
     pub upload_bytes: u64,
+    /// Event streams (`/v1/events`, `brokk watch`) open at once per user.
+    pub event_streams: usize,
+    /// Connections open at once (default: half the open files the process
+    /// may have).
+    pub connections: Option<usize>,
+    /// Connections open at once from one address (default: an eighth of
+    /// `connections`, at most 512).
+    pub connections_per_client: Option<usize>,
 }
 
 impl Default for Limits {
@@ -157,6 +165,9 @@ impl Default for Limits {
             reserved_slot_hours: 10_000,
             reservation_seconds: 7 * 24 * 3600,
             upload_bytes: brokk_site::config::default_max_upload(),
+            event_streams: 32,
+            connections: None,
+            connections_per_client: None,
         }
     }
 }

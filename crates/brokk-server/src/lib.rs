@@ -42,6 +42,7 @@ pub struct Running {
 /// and serves the client API.
 pub async fn start(config: Config) -> Result<Running, StartError> {
     let err = |e: &dyn std::fmt::Display| StartError(e.to_string());
+    let descriptors = brokk_site::listener::descriptor_budget().map_err(|e| err(&e))?;
     let db = db::Db::open(&config.database).await.map_err(|e| err(&e))?;
     db.reset_moving().await.map_err(|e| err(&e))?;
     // (name, url, token) of every site; the blocking clients are made on a
@@ -152,14 +153,14 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
             tokens: config.tokens.clone(),
             delegates: config.delegates.clone(),
             name: config.name.clone(),
+            event_streams: config.limits.event_streams,
         },
         config.max_body_bytes,
     );
-    let server = tokio::spawn(async move {
-        if let Err(e) = axum::serve(listener, app).await {
-            tracing::error!("serving the client API: {e}");
-        }
-    });
+    let mut bounds = brokk_site::listener::Bounds::for_descriptors(descriptors);
+    bounds.connections = config.limits.connections.unwrap_or(bounds.connections);
+    bounds.per_client = config.limits.connections_per_client.unwrap_or(bounds.per_client);
+    let server = tokio::spawn(brokk_site::listener::serve(listener, app, bounds));
     Ok(Running { addr, service, server })
 }
 

@@ -15,6 +15,7 @@ pub mod containment;
 pub mod delegates;
 pub mod gram;
 pub mod launch;
+pub mod listener;
 pub mod openapi;
 pub mod reachability;
 pub mod runner;
@@ -46,6 +47,7 @@ pub struct Running {
 pub async fn start(config: Config) -> Result<Running, AgentError> {
     let listen = config.listen;
     tracing::info!(site = %config.name, "{}", containment::notice(&config));
+    let descriptors = listener::descriptor_budget().map_err(AgentError::Internal)?;
     let (agent, resume) = Agent::open(config).await?;
     let listener = tokio::net::TcpListener::bind(listen)
         .await
@@ -74,11 +76,11 @@ pub async fn start(config: Config) -> Result<Running, AgentError> {
         }
     });
     let app = api::router(agent.clone());
-    let server = tokio::spawn(async move {
-        if let Err(e) = axum::serve(listener, app).await {
-            tracing::error!("serving the site API: {e}");
-        }
-    });
+    let server = tokio::spawn(listener::serve(
+        listener,
+        app,
+        listener::Bounds::for_descriptors(descriptors),
+    ));
     tracing::info!(%addr, "site agent listening");
     Ok(Running { addr, agent, server })
 }

@@ -183,10 +183,15 @@ fn a_large_file_streams_through_the_broker_in_bounded_memory() {
 
 /// The process's peak resident set, KiB.
 fn peak_rss_kib(pid: u32) -> u64 {
+    status_kib(pid, "VmHWM:")
+}
+
+/// A `/proc/PID/status` figure in KiB (`VmRSS:`, `VmHWM:`).
+fn status_kib(pid: u32, key: &str) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
     status
         .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .find_map(|l| l.strip_prefix(key))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .unwrap()
 }
@@ -604,4 +609,158 @@ fn a_costly_description_does_not_stall_other_users() {
     for h in hostile {
         assert_eq!(h.join().unwrap().unwrap(), 202, "the chained description is still read");
     }
+}
+
+/// How a hostile connection fared.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Fate {
+    /// Answered with this status, and still open.
+    Status(u16),
+    /// Closed by the broker before any answer.
+    Closed,
+}
+
+/// Opens a connection from `from` to `to` and sends `head`; returns the
+/// status it was answered with (the stream kept open) or that it was closed.
+async fn attempt(
+    from: std::net::IpAddr,
+    to: std::net::SocketAddr,
+    head: String,
+) -> (Fate, Option<tokio::net::TcpStream>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind(std::net::SocketAddr::new(from, 0)).unwrap();
+    let Ok(mut s) = socket.connect(to).await else {
+        return (Fate::Closed, None);
+    };
+    if s.write_all(head.as_bytes()).await.is_err() {
+        return (Fate::Closed, None);
+    }
+    let mut buf = [0u8; 12];
+    match tokio::time::timeout(Duration::from_secs(20), s.read_exact(&mut buf)).await {
+        Ok(Ok(_)) => {
+            let code = std::str::from_utf8(&buf[9..12])
+                .ok()
+                .and_then(|c| c.parse().ok())
+                .unwrap_or(0);
+            (Fate::Status(code), Some(s))
+        }
+        Ok(Err(_)) => (Fate::Closed, None),
+        Err(_) => panic!("the broker neither answered nor closed a connection in 20 s"),
+    }
+}
+
+#[test]
+fn a_flood_of_connections_from_one_client_leaves_room_for_others() {
+    use std::collections::HashMap;
+    let broker = Broker::start(&scratch("flood"));
+    let pid = broker.server.pid();
+    let to: std::net::SocketAddr = broker.server.url.trim_start_matches("http://").parse().unwrap();
+    let hostile: std::net::IpAddr = "127.0.0.2".parse().unwrap();
+    let before = status_kib(pid, "VmRSS:");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    // 25,000 event streams of bob's, a thousand at a time, each held open
+    // while it lasts.
+    let streams = rt.block_on(async {
+        let mut held = Vec::new();
+        let mut fates: HashMap<Fate, usize> = HashMap::new();
+        for _ in 0..25 {
+            let batch: Vec<_> = (0..1000)
+                .map(|_| {
+                    tokio::spawn(attempt(
+                        hostile,
+                        to,
+                        "GET /v1/events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer tok-bob\r\n\r\n".to_string(),
+                    ))
+                })
+                .collect();
+            for b in batch {
+                let (fate, stream) = b.await.unwrap();
+                *fates.entry(fate).or_default() += 1;
+                if fate == Fate::Status(200) {
+                    held.extend(stream);
+                }
+            }
+        }
+        (held, fates)
+    });
+    let (held, fates) = streams;
+    // At most 32 streams a user; the rest refused by name or closed.
+    assert_eq!(fates.get(&Fate::Status(200)), Some(&32), "{fates:?}");
+    assert!(fates.get(&Fate::Status(429)).is_some_and(|n| *n > 0), "{fates:?}");
+    // 5,000 connections that send their headers a line at a time, from the
+    // same address, and ann served meanwhile from another.
+    let trickle = rt.spawn(async move {
+        use tokio::io::AsyncWriteExt;
+        let mut open = Vec::new();
+        for _ in 0..5000 {
+            let socket = tokio::net::TcpSocket::new_v4().unwrap();
+            socket.bind(std::net::SocketAddr::new(hostile, 0)).unwrap();
+            if let Ok(mut s) = socket.connect(to).await {
+                if s.write_all(b"GET /healthz HTTP/1.1\r\n").await.is_ok() {
+                    open.push(s);
+                }
+            }
+        }
+        // A header line a second to each: none may keep its connection
+        // past the header timeout.
+        let t = Instant::now();
+        while !open.is_empty() {
+            assert!(
+                t.elapsed() < Duration::from_secs(30),
+                "{} trickling connections still open",
+                open.len()
+            );
+            let mut still = Vec::new();
+            for mut s in open {
+                if s.write_all(b"X-Slow: 1\r\n").await.is_ok() {
+                    still.push(s);
+                }
+            }
+            open = still;
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        t.elapsed()
+    });
+    let quick = reqwest::blocking::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let url = &broker.server.url;
+    for round in 0..10 {
+        let t = Instant::now();
+        assert!(quick
+            .get(format!("{url}/healthz"))
+            .send()
+            .unwrap()
+            .status()
+            .is_success());
+        let status = quick
+            .get(format!("{url}/v1/jobs"))
+            .bearer_auth("tok-ann")
+            .send()
+            .unwrap();
+        assert_eq!(status.status(), 200);
+        let submitted = quick
+            .post(format!("{url}/v1/jobs"))
+            .bearer_auth("tok-ann")
+            .json(&json!({ "description": shell("true").to_string(), "format": "json", "hold": true }))
+            .send()
+            .unwrap();
+        assert_eq!(submitted.status(), 202);
+        assert!(t.elapsed() < Duration::from_secs(1), "round {round}: {:?}", t.elapsed());
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let during = status_kib(pid, "VmRSS:");
+    let closed_in = rt.block_on(trickle).unwrap();
+    drop(held);
+    std::thread::sleep(Duration::from_secs(2));
+    let after = status_kib(pid, "VmRSS:");
+    eprintln!(
+        "broker memory: {before} KiB before, {during} KiB during, {after} KiB after; trickling closed in {closed_in:?}"
+    );
+    assert!(
+        after < before + 64 * 1024,
+        "memory {before} KiB before, {after} KiB after the streams closed"
+    );
 }

@@ -422,8 +422,22 @@ impl Service {
         for t in &w.view.tasks {
             let Some(j) = jobs.get(&t.job) else { continue };
             if !j.view.state.is_terminal() {
-                if let Err(e) = self.cancel(&owner, &t.job).await {
-                    first_error.get_or_insert(e);
+                match self.cancel(&owner, &t.job).await {
+                    // A task's job at a site holds its reservation until its
+                    // processes are gone, and the site gives it back then
+                    // (it was sent release-with-job): asked now, the site
+                    // would still find it in use.
+                    Ok(_) if j.view.site_job.is_some() => {
+                        if let Some(mut r) = self.db.reservation(&t.reservation).await? {
+                            r.state = BrokerReservationState::Cancelled;
+                            self.db.save_reservation(&r).await?;
+                        }
+                        continue;
+                    }
+                    Ok(_) => {}
+                    Err(e) => {
+                        first_error.get_or_insert(e);
+                    }
                 }
             }
             match self.cancel_reservation(&owner, &t.reservation).await {
