@@ -47,6 +47,37 @@ pub enum Invalid {
         /// What to do instead, where there is more to say.
         hint: &'static str,
     },
+    /// A file or directory name that leaves the job's directory.
+    #[error("{field}: `{name}` {why}; name it relative to the job's directory, without `..`")]
+    OutsideDirectory {
+        /// The field (`stdout`, `output file`, `working_directory`).
+        field: &'static str,
+        /// The name given.
+        name: String,
+        /// What is wrong with it.
+        why: &'static str,
+    },
+}
+
+/// Whether `name` stays inside the job's directory: not absolute, no `..`
+/// component, no NUL. Sites resolve every name in the job's sandbox, so a
+/// name that leaves it would be renamed or lost there; it is refused here,
+/// at submission, with its field named.
+fn inside(field: &'static str, name: &str) -> Result<(), Invalid> {
+    let why = if name.starts_with('/') || name.starts_with('\\') {
+        "is absolute"
+    } else if name.split(['/', '\\']).any(|c| c == "..") {
+        "goes up with `..`"
+    } else if name.contains('\0') {
+        "holds a NUL character"
+    } else {
+        return Ok(());
+    };
+    Err(Invalid::OutsideDirectory {
+        field,
+        name: name.to_string(),
+        why,
+    })
 }
 
 /// Sources Brokk's sites stage from (`upload:` is a file the client sent).
@@ -73,6 +104,23 @@ pub fn validate(job: &Job) -> Result<(), Invalid> {
         if start > deadline {
             return Err(Invalid::StartAfterDeadline { start, deadline });
         }
+    }
+    let streams = [
+        ("working_directory", &job.working_directory),
+        ("stdin", &job.stdin),
+        ("stdout", &job.stdout),
+        ("stderr", &job.stderr),
+    ];
+    for (field, name) in streams {
+        if let Some(n) = name {
+            inside(field, n)?;
+        }
+    }
+    for f in &job.output_files {
+        inside("output file", &f.name)?;
+    }
+    for f in &job.input_files {
+        inside("input file", &f.name)?;
     }
     for f in &job.input_files {
         let Some(source) = &f.source else { continue };

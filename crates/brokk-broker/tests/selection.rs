@@ -55,6 +55,61 @@ fn a_job_needs_something_to_run_and_processors() {
 }
 
 #[test]
+fn names_that_leave_the_jobs_directory_are_refused_with_their_field() {
+    let cases: [(Job, &str); 5] = [
+        (
+            Job {
+                working_directory: Some("/tmp".into()),
+                ..job()
+            },
+            "working_directory: `/tmp` is absolute",
+        ),
+        (
+            Job {
+                stdout: Some("../up.txt".into()),
+                ..job()
+            },
+            "stdout: `../up.txt` goes up",
+        ),
+        (
+            Job {
+                stderr: Some("a/../../b".into()),
+                ..job()
+            },
+            "stderr: `a/../../b` goes up",
+        ),
+        (
+            Job {
+                stdin: Some("/etc/shadow".into()),
+                ..job()
+            },
+            "stdin: `/etc/shadow` is absolute",
+        ),
+        (
+            Job {
+                output_files: vec![brokk_model::OutputFile {
+                    name: "/home/ann/result".into(),
+                    target: None,
+                    size_estimate: None,
+                }],
+                ..job()
+            },
+            "output file: `/home/ann/result` is absolute",
+        ),
+    ];
+    for (j, said) in cases {
+        let e = validate(&j).unwrap_err().to_string();
+        assert!(e.starts_with(said), "{e}");
+    }
+    let fine = Job {
+        stdout: Some("out/run..1.txt".into()),
+        working_directory: Some("sub/dir".into()),
+        ..job()
+    };
+    assert_eq!(validate(&fine), Ok(()));
+}
+
+#[test]
 fn an_input_no_site_can_fetch_is_refused_with_what_to_give_instead() {
     let with = |source: &str| Job {
         input_files: vec![brokk_model::InputFile {

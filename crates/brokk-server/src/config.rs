@@ -216,6 +216,10 @@ pub struct EmbeddedSiteConfig {
     /// Local directories `file://` stage-out may write to (none by default).
     #[serde(default)]
     pub stage_out_dirs: Vec<PathBuf>,
+    /// Hosts HTTP staging may reach although they are this host's own (see
+    /// the site agent's `stage_hosts`).
+    #[serde(default)]
+    pub stage_hosts: Vec<String>,
     /// Run nothing (jobs are planned and finish at their planned start):
     /// for benchmarks of the broker only.
     #[serde(default)]
@@ -245,6 +249,7 @@ impl EmbeddedSiteConfig {
             accounts: BTreeMap::new(),
             stage_in_dirs: Vec::new(),
             stage_out_dirs: Vec::new(),
+            stage_hosts: Vec::new(),
             null_backend_for_benchmarks: false,
             min_job_age_s: brokk_site::config::default_min_job_age(),
             job_processes: brokk_site::config::default_job_processes(),

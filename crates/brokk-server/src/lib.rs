@@ -188,6 +188,7 @@ fn embedded_agent(config: &Config, e: &config::EmbeddedSiteConfig, token: &str) 
         delegates: brokk_site::delegates::Delegates::anyone(["broker".to_string()]),
         stage_in_dirs: e.stage_in_dirs.clone(),
         stage_out_dirs: e.stage_out_dirs.clone(),
+        stage_hosts: e.stage_hosts.clone(),
         slurm: e.slurm.clone(),
         arc: e.arc.clone(),
         gram: e.gram.clone(),

@@ -249,6 +249,8 @@ impl Agent {
                 read: config.stage_in_dirs.clone(),
                 write: config.stage_out_dirs.clone(),
                 workdir: config.workdir.clone(),
+                hosts: config.stage_hosts.clone(),
+                own: Some(config.listen.ip()).filter(|ip| !ip.is_unspecified()),
             }),
             uploads: crate::uploads::Uploads::new(config.workdir.join(".uploads"), config.max_upload_bytes),
             config: Arc::new(config),

@@ -127,6 +127,11 @@ pub struct Config {
     /// Local directories `file://` stage-out may write to (none by default).
     #[serde(default)]
     pub stage_out_dirs: Vec<PathBuf>,
+    /// Hosts (names or addresses) that HTTP stage-in and stage-out may reach
+    /// although they are this host's own (loopback, link-local, the agent's
+    /// address): none by default.
+    #[serde(default)]
+    pub stage_hosts: Vec<String>,
     /// The Slurm backend; without it jobs run as local processes.
     pub slurm: Option<SlurmConfig>,
     /// Front this ARC compute element instead of running jobs as local

@@ -49,8 +49,8 @@ async fn drive(agent: &Agent, mut launch: Launch, sandbox: &Path) -> End {
     let outputs = launch.job.output_files.clone();
     let mut cancel = launch.controls.cancel.clone();
     // Made only when a file moves over HTTP: building a client is not free.
-    let http = std::sync::LazyLock::new(reqwest::Client::new);
     let allowed = agent.staging();
+    let http = std::sync::LazyLock::new(|| allowed.client());
     let account = launch.account;
     // A job already handed to the resource manager, or started, was staged
     // before; a backend that runs nothing needs no sandbox.

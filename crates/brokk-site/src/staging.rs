@@ -1,6 +1,11 @@
-//! Stage-in and stage-out under the site's rules: `http(s)://` anywhere,
-//! `file://` only inside the directories the site's configuration allows
-//! (never inside the job sandboxes of the site), and the job's side of every
+//! Stage-in and stage-out under the site's rules: `http(s)://` anywhere but
+//! this host's own services (loopback, link-local, unspecified and the
+//! agent's own address, checked on every address a name resolves to and on
+//! every redirect, unless the site names the host in `stage_hosts`),
+//! `file:///PATH` only inside the directories the site's configuration allows
+//! (never inside the job sandboxes of the site; a host part or a relative
+//! path is refused, and a refusal reads the same whether the file exists
+//! or not), and the job's side of every
 //! transfer only inside its own sandbox, opened without following links, so
 //! a job cannot make the agent read or write a file its owner could not.
 
@@ -19,6 +24,115 @@ pub struct Allowed {
     pub write: Vec<PathBuf>,
     /// The site's job sandboxes, out of bounds whatever the lists say.
     pub workdir: PathBuf,
+    /// Hosts (names or addresses) that HTTP transfers may reach even though
+    /// they are this host's own.
+    pub hosts: Vec<String>,
+    /// The agent's own listening address.
+    pub own: Option<std::net::IpAddr>,
+}
+
+impl Allowed {
+    /// Whether an HTTP transfer may reach `ip` (of host `host`).
+    fn may_reach(&self, host: &str, ip: std::net::IpAddr) -> bool {
+        use std::net::IpAddr;
+        if self
+            .hosts
+            .iter()
+            .any(|h| h.eq_ignore_ascii_case(host) || h.parse::<IpAddr>().is_ok_and(|a| a == ip))
+        {
+            return true;
+        }
+        let ip = match ip {
+            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+            v4 => v4,
+        };
+        let link_local = match ip {
+            IpAddr::V4(v4) => v4.is_link_local(),
+            IpAddr::V6(v6) => v6.segments()[0] & 0xffc0 == 0xfe80,
+        };
+        !(ip.is_loopback() || ip.is_unspecified() || ip.is_multicast() || link_local || self.own == Some(ip))
+    }
+
+    /// Refuses `url` when its host is an address a transfer may not reach
+    /// (names are checked as they resolve, by [`Allowed::client`]).
+    fn check_url(&self, url: &reqwest::Url) -> Result<(), String> {
+        let refused = || {
+            format!(
+                "{url}: this site does not fetch from or send to its own host's services (loopback, link-local, \
+                 its own address); a site may allow a host in `stage_hosts`"
+            )
+        };
+        match url.host() {
+            Some(url::Host::Ipv4(ip)) if !self.may_reach(&ip.to_string(), ip.into()) => Err(refused()),
+            Some(url::Host::Ipv6(ip)) if !self.may_reach(&format!("[{ip}]"), ip.into()) => Err(refused()),
+            Some(url::Host::Domain(d))
+                if d.eq_ignore_ascii_case("localhost") && !self.may_reach(d, [127, 0, 0, 1].into()) =>
+            {
+                Err(refused())
+            }
+            None => Err(format!("{url}: no host")),
+            _ => Ok(()),
+        }
+    }
+
+    /// The HTTP client of transfers: names resolve only to addresses a
+    /// transfer may reach, and a redirect is followed only to such a URL.
+    pub fn client(self: &Arc<Self>) -> reqwest::Client {
+        let (dns, hops) = (self.clone(), self.clone());
+        reqwest::Client::builder()
+            .dns_resolver(Arc::new(Resolver(dns)))
+            .redirect(reqwest::redirect::Policy::custom(move |attempt| {
+                if attempt.previous().len() >= 10 {
+                    attempt.error("more than 10 redirects")
+                } else if let Err(e) = hops.check_url(attempt.url()) {
+                    attempt.error(e)
+                } else {
+                    attempt.follow()
+                }
+            }))
+            .build()
+            .unwrap_or_default()
+    }
+}
+
+/// Name resolution that leaves out the addresses transfers may not reach.
+struct Resolver(Arc<Allowed>);
+
+impl reqwest::dns::Resolve for Resolver {
+    fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
+        let allowed = self.0.clone();
+        Box::pin(async move {
+            let host = name.as_str().to_string();
+            let all: Vec<std::net::SocketAddr> = tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
+            let kept: Vec<std::net::SocketAddr> = all
+                .iter()
+                .copied()
+                .filter(|a| allowed.may_reach(&host, a.ip()))
+                .collect();
+            if kept.is_empty() && !all.is_empty() {
+                return Err(format!(
+                    "{host} resolves only to this host's own services; a site may allow it in `stage_hosts`"
+                )
+                .into());
+            }
+            Ok(Box::new(kept.into_iter()) as reqwest::dns::Addrs)
+        })
+    }
+}
+
+/// The absolute path of a `file://` URL; a host part (`file://host/x`,
+/// `file://localhost/x`) or a relative path (`file://x`) is refused.
+fn local_path(url: &str, rest: &str) -> Result<PathBuf, String> {
+    if !rest.starts_with('/') {
+        return Err(format!(
+            "{url}: a file URL names an absolute path on the site and no host: file:///PATH"
+        ));
+    }
+    let path = PathBuf::from(rest);
+    if path.components().any(|c| matches!(c, std::path::Component::ParentDir)) {
+        return Err(format!("{url}: `..` in a file URL"));
+    }
+    Ok(path)
 }
 
 /// Creates the file `name` in the sandbox `dir` (no link followed), owned by
@@ -57,13 +171,23 @@ fn may(path: &Path, account: Account, bits: u32) -> bool {
 /// The canonical form of `path` when it lies inside one of `dirs` and
 /// outside `workdir`; an error sentence otherwise.
 fn inside(path: &Path, dirs: &[PathBuf], workdir: &Path, what: &str) -> Result<PathBuf, String> {
+    let refused = || {
+        format!(
+            "{}: this site {what} local files only in the directories its configuration allows",
+            path.display()
+        )
+    };
+    // Outside every allowed directory as written: refused before the file
+    // system is asked, so the answer says nothing of what is there.
+    let written = |d: &PathBuf| std::path::absolute(d).is_ok_and(|d| path.starts_with(d));
+    let canonical = |d: &PathBuf| std::fs::canonicalize(d).is_ok_and(|d| path.starts_with(d));
+    if !dirs.iter().any(|d| written(d) || canonical(d)) {
+        return Err(refused());
+    }
     let real = std::fs::canonicalize(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let under = |d: &PathBuf| std::fs::canonicalize(d).is_ok_and(|d| real.starts_with(d));
     if std::fs::canonicalize(workdir).is_ok_and(|w| real.starts_with(w)) || !dirs.iter().any(under) {
-        return Err(format!(
-            "{}: this site {what} local files only in the directories its configuration allows",
-            path.display()
-        ));
+        return Err(refused());
     }
     Ok(real)
 }
@@ -84,8 +208,8 @@ pub async fn stage_in(
 ) -> Result<(), String> {
     let (dir, owned) = (sandbox_dir.to_path_buf(), name.to_string());
     let mut to = blocking(move || create_owned(&dir, &owned, account).map_err(|e| format!("{owned}: {e}"))).await?;
-    if let Some(path) = source.strip_prefix("file://") {
-        let (allowed, path) = (allowed.clone(), PathBuf::from(path));
+    if let Some(rest) = source.strip_prefix("file://") {
+        let (allowed, path) = (allowed.clone(), local_path(source, rest)?);
         return blocking(move || {
             let real = inside(&path, &allowed.read, &allowed.workdir, "reads")?;
             if account.is_some_and(|a| !may(&real, a, 0o4)) {
@@ -99,7 +223,9 @@ pub async fn stage_in(
     }
     if source.starts_with("http://") || source.starts_with("https://") {
         use tokio::io::AsyncWriteExt;
-        let mut resp = http.get(source).send().await.map_err(|e| e.to_string())?;
+        let url = reqwest::Url::parse(source).map_err(|e| format!("{source}: {e}"))?;
+        allowed.check_url(&url)?;
+        let mut resp = http.get(url).send().await.map_err(|e| e.to_string())?;
         if !resp.status().is_success() {
             return Err(format!("{source}: HTTP {}", resp.status()));
         }
@@ -139,8 +265,8 @@ pub async fn stage_out(
         sandbox::open_read_owned(&dir, &owned, account.map(|a| a.uid)).map_err(|e| format!("{owned}: {e}"))
     })
     .await?;
-    if let Some(path) = target.strip_prefix("file://") {
-        let (allowed, path) = (allowed.clone(), PathBuf::from(path));
+    if let Some(rest) = target.strip_prefix("file://") {
+        let (allowed, path) = (allowed.clone(), local_path(target, rest)?);
         return blocking(move || {
             let (Some(parent), Some(file)) = (path.parent(), path.file_name()) else {
                 return Err(format!("{}: not a file name", path.display()));
@@ -180,10 +306,12 @@ pub async fn stage_out(
     }
     if target.starts_with("http://") || target.starts_with("https://") {
         // Streamed from the file: an output of any size costs a few chunks.
+        let url = reqwest::Url::parse(target).map_err(|e| format!("{target}: {e}"))?;
+        allowed.check_url(&url)?;
         let len = from.metadata().map_err(|e| format!("{name}: {e}"))?.len();
         let body = reqwest::Body::wrap_stream(tokio_util::io::ReaderStream::new(tokio::fs::File::from_std(from)));
         let resp = http
-            .put(target)
+            .put(url)
             .header(reqwest::header::CONTENT_LENGTH, len)
             .body(body)
             .send()

@@ -28,8 +28,9 @@ fn scratch(name: &str) -> PathBuf {
 }
 
 impl Agent {
+    /// An agent whose jobs may stage from the tests' file servers on 127.0.0.1.
     fn start(dir: &Path) -> Agent {
-        Agent::start_with(dir, "")
+        Agent::start_with(dir, "stage_hosts = [\"127.0.0.1\"]")
     }
 
     /// An agent whose configuration has `settings` (top-level keys) too.
@@ -498,6 +499,28 @@ fn jobs_stay_inside_their_sandbox_and_the_sites_staging_rules() {
         }];
         fails_with(&mut bob, job, "only in the directories its configuration allows");
     }
+    // A file URL names a path with no host, and a refusal reads the same
+    // whether the file is there or not.
+    for (source, words) in [
+        ("file://localhost/etc/passwd", "no host: file:///PATH"),
+        ("file://in.txt", "no host: file:///PATH"),
+        (
+            "file:///etc/shadow",
+            "/etc/shadow: this site reads local files only in the directories",
+        ),
+        (
+            "file:///etc/no-such-file",
+            "/etc/no-such-file: this site reads local files only in the directories",
+        ),
+    ] {
+        let mut job = shell("cat in.txt");
+        job.input_files = vec![InputFile {
+            name: "in.txt".into(),
+            source: Some(source.into()),
+            size: None,
+        }];
+        fails_with(&mut bob, job, words);
+    }
     // Stage-out writes nowhere outside the allowed directories, and never
     // follows a link the job planted.
     let outside = std::env::temp_dir().join(format!("brokk-outside-{}", std::process::id()));
@@ -627,6 +650,36 @@ fn nothing_outlives_its_job() {
     let done = ann.submit("ann", &escaping("true"), None).unwrap();
     assert_eq!(wait_for(&ann, &done, terminal).state, JobPhase::Finished);
     all_gone(&escaped_pids(&ann, &done), "its own end");
+}
+
+#[test]
+fn staging_reaches_no_service_of_the_sites_own_host_unless_allowed() {
+    let agent = Agent::start_with(&scratch("egress"), "");
+    let (server, _) = file_server();
+    let mut ann = agent.client("tok-ann");
+    let port = agent.server.url.rsplit(':').next().unwrap().to_string();
+    for source in [
+        format!("{server}/data"),
+        format!("http://localhost:{port}/healthz"),
+        format!("http://[::1]:{port}/healthz"),
+        "http://169.254.169.254/latest/meta-data/".to_string(),
+        format!("http://0.0.0.0:{port}/healthz"),
+    ] {
+        let mut job = shell("cat in.txt");
+        job.input_files = vec![InputFile {
+            name: "in.txt".into(),
+            source: Some(source.clone()),
+            size: None,
+        }];
+        let h = ann.submit("ann", &job, None).unwrap();
+        let v = wait_for(&ann, &h, terminal);
+        assert_eq!(v.state, JobPhase::Failed, "{source}: {v:?}");
+        let reason = v.reason.unwrap_or_default();
+        assert!(
+            reason.contains("own host's services") || reason.contains("stage_hosts"),
+            "{source}: {reason}"
+        );
+    }
 }
 
 #[test]

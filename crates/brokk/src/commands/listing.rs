@@ -110,8 +110,32 @@ fn elapsed(j: &BrokerJob, now: Time) -> Option<Duration> {
     Some(j.ended.unwrap_or(now) - start)
 }
 
-/// One cell.
+/// `text` as a terminal shows it safely: control characters (an escape
+/// sequence's ESC, a carriage return, a line break) as Rust writes them in
+/// a string (`\u{1b}`, `\r`, `\n`), so that a job's name or reason cannot
+/// retitle a terminal, clear it, or add a row of its own. `--json` and
+/// file contents stay as they are.
+pub fn shown(text: &str) -> String {
+    if !text.chars().any(char::is_control) {
+        return text.to_string();
+    }
+    text.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_debug().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
+}
+
+/// One cell, control characters escaped ([`shown`]).
 pub fn cell(j: &BrokerJob, f: Field, now: Time) -> String {
+    shown(&raw_cell(j, f, now))
+}
+
+fn raw_cell(j: &BrokerJob, f: Field, now: Time) -> String {
     let or_dash = |v: Option<String>| v.unwrap_or_else(|| "-".into());
     match f {
         Field::Id => j.id.clone(),
@@ -343,5 +367,17 @@ mod tests {
             .contains("fields are id, name"));
         let t = table(&[j], &parse_format("id,state,left").unwrap(), now);
         assert_eq!(t, ["JOB  STATE    LEFT", "a    running  55m"]);
+    }
+
+    #[test]
+    fn control_characters_in_cells_are_shown_escaped() {
+        let mut j = job("a", Some("\u{1b}]0;owned\u{7}\u{1b}[2J"), BrokerState::Failed, 1);
+        j.reason = Some("no\r\na    finished  0".into());
+        let t = table(&[j], &parse_format("id,name,reason").unwrap(), Time(10));
+        assert_eq!(t.len(), 2, "{t:?}");
+        assert!(t.iter().all(|l| !l.chars().any(char::is_control)), "{t:?}");
+        assert!(t[1].contains("\\u{1b}]0;owned\\u{7}\\u{1b}[2J"), "{t:?}");
+        assert!(t[1].contains("no\\r\\na"), "{t:?}");
+        assert_eq!(shown("plain ünïcode"), "plain ünïcode");
     }
 }

@@ -303,9 +303,11 @@ fn watch(c: &BrokerClient, id: &str, json: bool) -> Result<ExitCode> {
         } else if Some(j.state) != last {
             say!(
                 "{} {}{}",
-                j.id,
+                listing::shown(&j.id),
                 j.state,
-                j.site.as_ref().map_or(String::new(), |s| format!(" at {s}"))
+                j.site
+                    .as_ref()
+                    .map_or(String::new(), |s| format!(" at {}", listing::shown(s)))
             );
             last = Some(j.state);
         }
@@ -436,18 +438,20 @@ pub fn status(a: StatusArgs) -> Result<ExitCode> {
                     say!("{line}");
                 }
                 if let Some(r) = &j.reason {
-                    say!("  reason: {r}");
+                    say!("  reason: {}", listing::shown(r));
                 }
                 for h in &j.history {
                     say!(
                         "  {} {}{}",
                         h.at,
                         h.state,
-                        h.detail.as_ref().map_or(String::new(), |d| format!(": {d}"))
+                        h.detail
+                            .as_ref()
+                            .map_or(String::new(), |d| format!(": {}", listing::shown(d)))
                     );
                 }
                 for w in &j.warnings {
-                    say!("  warning: {w}");
+                    say!("  warning: {}", listing::shown(w));
                 }
             }
         }
@@ -570,7 +574,7 @@ pub fn get(a: GetArgs) -> Result<ExitCode> {
         // Only plain relative paths land in the directory.
         let rel = std::path::Path::new(name);
         if rel.is_absolute() || rel.components().any(|p| !matches!(p, std::path::Component::Normal(_))) {
-            missing.push(format!("{name} (not a relative path)"));
+            missing.push(format!("{} (not a relative path)", listing::shown(name)));
             continue;
         }
         match c.file(&j.id, name) {
@@ -581,9 +585,9 @@ pub fn get(a: GetArgs) -> Result<ExitCode> {
                 }
                 let mut f = std::fs::File::create(&to).with_context(|| format!("creating {}", to.display()))?;
                 let n = std::io::copy(&mut body, &mut f).with_context(|| format!("fetching {name}"))?;
-                say!("{} ({n} bytes)", to.display());
+                say!("{} ({n} bytes)", listing::shown(&to.display().to_string()));
             }
-            Err(e) if e.status == 404 => missing.push(name.clone()),
+            Err(e) if e.status == 404 => missing.push(listing::shown(name)),
             Err(e) => return Err(e.into()),
         }
     }
