@@ -204,6 +204,18 @@ async fn start_embedded(
     let token = uuid::Uuid::new_v4().simple().to_string();
     let site = embedded_agent(config, e, &token);
     site.check().map_err(|e| StartError(e.to_string()))?;
+    if !e.accounts.is_empty() {
+        // The broker made these private (umask 077); job accounts must pass
+        // through them to their sandboxes, without listing them.
+        let dir = config.state_dir.join(&e.name);
+        std::fs::create_dir_all(&dir).map_err(|err| StartError(format!("{}: {err}", dir.display())))?;
+        for d in [config.state_dir.as_path(), dir.as_path()] {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(d).map(|m| m.permissions().mode()).unwrap_or(0o700);
+            std::fs::set_permissions(d, std::fs::Permissions::from_mode(mode | 0o011))
+                .map_err(|err| StartError(format!("{}: {err}", d.display())))?;
+        }
+    }
     let running = brokk_site::start(site).await.map_err(|e| StartError(e.to_string()))?;
     Ok((e.name.clone(), format!("http://{}", running.addr), token))
 }

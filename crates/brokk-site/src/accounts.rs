@@ -63,6 +63,31 @@ impl Accounts {
     }
 }
 
+/// Refuses a work directory that the job accounts cannot reach: every
+/// directory above it must let others pass (`x`), or each job fails with
+/// "Permission denied" on its own sandbox.
+pub fn traversable(workdir: &std::path::Path) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = std::path::absolute(workdir).map_err(|e| format!("{}: {e}", workdir.display()))?;
+    for d in dir.ancestors().skip(1) {
+        let mode = std::fs::metadata(d)
+            .map_err(|e| format!("{}: {e}", d.display()))?
+            .permissions()
+            .mode();
+        if mode & 0o001 == 0 {
+            return Err(format!(
+                "accounts: the job accounts cannot reach the work directory {}: {} is mode {:o}; \
+                 let them through with `chmod o+x {}` (0711 lists nothing to them)",
+                dir.display(),
+                d.display(),
+                mode & 0o7777,
+                d.display()
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// What the agent says when it starts without keeping users apart: every
 /// job of every identity runs as the agent's own account.
 pub fn shared_account_notice(config: &Config) -> Option<String> {

@@ -215,6 +215,9 @@ impl Agent {
         std::fs::set_permissions(&config.workdir, std::os::unix::fs::PermissionsExt::from_mode(0o711))
             .map_err(|e| AgentError::Internal(format!("{}: {e}", config.workdir.display())))?;
         let accounts = Accounts::resolve(&config).map_err(AgentError::Internal)?;
+        if !config.accounts.is_empty() {
+            crate::accounts::traversable(&config.workdir).map_err(AgentError::Internal)?;
+        }
         let store = Store::open(&config.database).await?;
         let t = now();
         let params = SiteParams {

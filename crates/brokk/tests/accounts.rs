@@ -99,6 +99,79 @@ fn uid_of(name: &str) -> u32 {
 
 #[test]
 #[ignore = "creates Unix accounts and runs jobs as them: needs root; scripts/test.sh runs it"]
+fn a_brokers_embedded_site_with_accounts_runs_jobs_out_of_the_box() {
+    assert!(nix::unistd::geteuid().is_root(), "run as root (scripts/test.sh does)");
+    accounts();
+    // The broker makes its state directories private; its embedded site's
+    // job accounts must still reach their sandboxes below them.
+    let dir = common::scratch("accounts", "embedded-broker");
+    // A directory of the operator's own, which the broker leaves as it is,
+    // refuses the start with what to change.
+    let config = |dir: &Path| {
+        std::fs::write(
+            dir.join("broker.toml"),
+            format!(
+                "database = \"broker.db\"\nstate_dir = \"state\"\n[tokens]\n\"tok-ann\" = \"ann\"\n\
+             [[embedded]]\nname = \"apart\"\ncapacity = 2\naccounts = {{ ann = \"{ANN}\" }}\n"
+            ),
+        )
+        .unwrap()
+    };
+    config(&dir);
+    let refused = Command::new(env!("CARGO_BIN_EXE_brokk"))
+        .args(["serve", "--config"])
+        .arg(dir.join("broker.toml"))
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success() && said.contains("chmod o+x"), "{said}");
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o711)).unwrap();
+        std::fs::set_permissions(dir.join("broker.toml"), std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+    let broker = common::serve(&dir);
+    let http = reqwest::blocking::Client::new();
+    let job = serde_json::json!({
+        "executable": "/bin/sh", "arguments": ["-c", "id -un"], "stdout": "who.txt", "wall_time": 60,
+    });
+    let r: serde_json::Value = http
+        .post(format!("{}/v1/jobs", broker.url))
+        .bearer_auth("tok-ann")
+        .json(&serde_json::json!({ "description": job.to_string(), "format": "json" }))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    let id = r["id"].as_str().unwrap_or_else(|| panic!("{r}")).to_string();
+    let t = Instant::now();
+    let v = loop {
+        let v: serde_json::Value = http
+            .get(format!("{}/v1/jobs/{id}", broker.url))
+            .bearer_auth("tok-ann")
+            .send()
+            .unwrap()
+            .json()
+            .unwrap();
+        if ["finished", "failed", "cancelled"].contains(&v["state"].as_str().unwrap_or("")) {
+            break v;
+        }
+        assert!(t.elapsed() < StdDuration::from_secs(60), "{v}");
+        std::thread::sleep(StdDuration::from_millis(100));
+    };
+    assert_eq!(v["state"], "finished", "{v}");
+    let who = http
+        .get(format!("{}/v1/jobs/{id}/files/who.txt", broker.url))
+        .bearer_auth("tok-ann")
+        .send()
+        .unwrap()
+        .text()
+        .unwrap();
+    assert_eq!(who.trim(), ANN);
+}
+
+#[test]
+#[ignore = "creates Unix accounts and runs jobs as them: needs root; scripts/test.sh runs it"]
 fn each_users_jobs_run_as_their_own_account_and_stay_apart() {
     assert!(nix::unistd::geteuid().is_root(), "run as root (scripts/test.sh does)");
     accounts();
