@@ -21,6 +21,7 @@ mod memory_site;
 pub mod predict;
 pub mod reserve;
 pub mod select;
+pub mod share;
 mod site;
 pub mod submit;
 pub mod workflow;

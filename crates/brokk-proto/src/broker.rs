@@ -156,7 +156,17 @@ impl BrokerClient {
         };
         match status {
             200..=299 => r.json().map(Ok).map_err(bad),
-            409 => r.json().map(Err).map_err(bad),
+            // Admission's refusal, or a limit's (an error body).
+            409 => {
+                let text = r.text().map_err(bad)?;
+                match serde_json::from_str::<WorkflowRefused>(&text) {
+                    Ok(refused) => Ok(Err(refused)),
+                    Err(_) => Err(CallError {
+                        status,
+                        message: serde_json::from_str::<ErrorBody>(&text).map_or(text, |e| e.error),
+                    }),
+                }
+            }
             _ => Err(error_of(r)),
         }
     }

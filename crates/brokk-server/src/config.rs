@@ -146,6 +146,12 @@ pub struct Limits {
     /// Largest file uploaded for a job's input, bytes (the embedded sites
     /// take the same).
     pub upload_bytes: u64,
+    /// The fraction of any site's capacity one user may hold reserved at
+    /// any instant (reservations and workflows' tasks alike).
+    pub reserved_share: f64,
+    /// Reservations one user may keep that have not ended (a workflow
+    /// counts as one).
+    pub reservations: usize,
     /// Event streams (`/v1/events`, `brokk watch`) open at once per user.
     pub event_streams: usize,
     /// Connections open at once (default: half the open files the process
@@ -154,6 +160,16 @@ pub struct Limits {
     /// Connections open at once from one address (default: an eighth of
     /// `connections`, at most 512).
     pub connections_per_client: Option<usize>,
+}
+
+impl Limits {
+    /// The share rule's limits ([`brokk_broker::share`]).
+    pub fn share(&self) -> brokk_broker::share::Share {
+        brokk_broker::share::Share {
+            of_capacity: self.reserved_share,
+            live: self.reservations,
+        }
+    }
 }
 
 impl Default for Limits {
@@ -165,6 +181,8 @@ impl Default for Limits {
             reserved_slot_hours: 10_000,
             reservation_seconds: 7 * 24 * 3600,
             upload_bytes: brokk_site::config::default_max_upload(),
+            reserved_share: 0.5,
+            reservations: 100,
             event_streams: 32,
             connections: None,
             connections_per_client: None,

@@ -54,10 +54,10 @@ impl Service {
     }
 }
 
-/// Writes `dir/broker.toml` for ann with embedded sites of these names and
+/// Writes `dir/broker.toml` for ann and bob with embedded sites of these names and
 /// sizes, and `extra` lines before the sites.
 fn broker_config(dir: &Path, extra: &str, sites: &[(&str, u32)]) {
-    let mut text = format!("database = \"broker.db\"\nstate_dir = \"sites\"\n{extra}[tokens]\n\"tok-ann\" = \"ann\"\n");
+    let mut text = format!("database = \"broker.db\"\nstate_dir = \"sites\"\n{extra}[tokens]\n\"tok-ann\" = \"ann\"\n\"tok-bob\" = \"bob\"\n");
     for (name, capacity) in sites {
         text += &format!("[[embedded]]\nname = \"{name}\"\ncapacity = {capacity}\n");
     }
@@ -406,12 +406,10 @@ fn reservations_are_made_and_claimed_on_behalf_of_their_owner() {
     assert!((0..=1).contains(&(started - at)), "started {started}, reserved {at}");
     let c = svc.json("tok-ann", &["reserve", "--cancel", &rid, "--json"]);
     assert_eq!(c["state"], "cancelled");
-    // A request no site can hold is refused with each site's reason.
+    // A request larger than a user's share of any site is refused with the limit.
     let o = svc.brokk("tok-ann", &["reserve", "--amount", "100", "--duration", "60"]);
     assert!(
-        text(&o).1.contains(
-            "small: asks for 100 units but the resource has 2; large: asks for 100 units but the resource has 8"
-        ),
+        text(&o).1.contains("at most 4 of the largest, of 8 slots") && text(&o).1.contains("reserved_share = 0.5"),
         "{}",
         text(&o).1
     );
@@ -432,9 +430,69 @@ fn reservations_are_made_and_claimed_on_behalf_of_their_owner() {
 }
 
 #[test]
+fn reservations_are_shared_by_share_not_by_first_come() {
+    let dir = scratch("share");
+    broker_config(&dir, "[limits]\nreservations = 3\n", &[("a", 4), ("b", 4)]);
+    let svc = Service::start(&dir);
+    let reserve = |amount: &str, days: &str| {
+        svc.brokk(
+            "tok-ann",
+            &[
+                "reserve",
+                "--amount",
+                amount,
+                "--duration",
+                &(86_400 * days.parse::<i64>().unwrap()).to_string(),
+                "--json",
+            ],
+        )
+    };
+    // Half of each site at once, for a week: a and b each give two slots.
+    let first: serde_json::Value = serde_json::from_slice(&reserve("2", "7").stdout).unwrap();
+    let second: serde_json::Value = serde_json::from_slice(&reserve("2", "7").stdout).unwrap();
+    assert_ne!(first["site"], second["site"], "{first} {second}");
+    // A third week-long pair would make more than half of a site ann's.
+    let (_, said) = text(&reserve("1", "7"));
+    assert!(said.contains("reserved_share = 0.5"), "{said}");
+    // Bob's job still starts now, not in a week.
+    let job = dir.join("job.json");
+    std::fs::write(&job, r#"{"executable": "/bin/true", "cpus": 2, "wall_time": 30}"#).unwrap();
+    let done = svc.json("tok-bob", &["submit", job.to_str().unwrap(), "--watch", "--json"]);
+    assert_eq!(done["state"], "finished", "{done}");
+    // At most three reservations that have not ended.
+    let short = svc.json(
+        "tok-ann",
+        &[
+            "reserve",
+            "--amount",
+            "1",
+            "--duration",
+            "60",
+            "--earliest",
+            &(brokk_proto::wall_clock() + brokk_model::Duration(8 * 86_400)).to_string(),
+            "--json",
+        ],
+    );
+    assert!(short["id"].is_string(), "{short}");
+    let (_, said) = text(&reserve("1", "1"));
+    assert!(said.contains("at most 3 ([limits] reservations)"), "{said}");
+    // A workflow counts as one more.
+    let dag = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/workflows/pipeline/pipeline.dag"
+    );
+    let (_, said) = text(&svc.brokk("tok-ann", &["workflow", "submit", dag, "--deadline", "2h"]));
+    assert!(said.contains("the workflow: you have 3 reservations"), "{said}");
+}
+
+#[test]
 fn a_waiting_job_moves_to_a_site_that_frees_up() {
     let dir = scratch("adapt");
-    broker_config(&dir, "adapt_every = 1\nadapt_margin = 10\n", &[("a", 2), ("b", 2)]);
+    broker_config(
+        &dir,
+        "adapt_every = 1\nadapt_margin = 10\n[limits]\nreserved_share = 1.0\n",
+        &[("a", 2), ("b", 2)],
+    );
     let svc = Service::start(&dir);
     // Site a is held by a reservation for two minutes; site b runs a long job.
     let r = svc.json("tok-ann", &["reserve", "--amount", "2", "--duration", "120", "--json"]);

@@ -1,6 +1,7 @@
 //! Advance reservations users make through the broker.
 
 use super::*;
+use brokk_broker::share::Span;
 
 impl Service {
     /// Checks that `rid` is a committed broker reservation of `owner`'s.
@@ -43,6 +44,11 @@ impl Service {
         }
         self.within_reserved_limit(owner, i64::from(req.amount).saturating_mul(req.duration.0), t)
             .await?;
+        let live = self.live_reservations(owner, t).await?;
+        self.limits
+            .share()
+            .count(live, 1)
+            .map_err(|e| ServiceError::Conflict(e.to_string()))?;
         let sites = self.sites();
         let request = brokk_core::Request {
             amount: req.amount,
@@ -54,15 +60,47 @@ impl Service {
         let turn = self.decision_turn().await;
         let info = self.info.clone();
         let user = owner.to_string();
+        let all = sites.clone();
+        let share = self.limits.share();
+        let mut held = Vec::new();
+        for s in sites.iter() {
+            held.push(self.held_at(owner, &s.name, t).await?);
+        }
         let got = tokio::task::spawn_blocking(move || {
             let mut clients = cached_sites(&sites, &info, None, None, &user);
-            let mut refs: Vec<&mut dyn Site> = clients.iter_mut().map(|c| c as &mut dyn Site).collect();
+            // Only sites where the request stays within the user's share
+            // wherever in its window it lands are asked.
+            let capacities: Vec<u32> = clients.iter().map(|c| c.info().map_or(0, |i| i.total_slots)).collect();
+            let anywhere = Span {
+                amount: request.amount,
+                start: request.earliest,
+                end: request.latest + request.duration,
+            };
+            let fits = |k: usize| share.within(&sites[k].name, capacities[k], &held[k], &[anywhere]).is_ok();
+            let eligible: Vec<usize> = (0..clients.len()).filter(|&k| capacities[k] == 0 || fits(k)).collect();
+            if eligible.is_empty() {
+                let widest = capacities.iter().copied().max().unwrap_or(0);
+                return Err(ServiceError::Conflict(format!(
+                    "{} more slots at once would be more than one user may hold reserved at any site in that window \
+                     (at most {} of the largest, of {} slots, counting your reservations there; [limits] reserved_share = {})",
+                    request.amount,
+                    share.most(widest),
+                    widest,
+                    share.of_capacity
+                )));
+            }
+            let mut refs: Vec<&mut dyn Site> = clients
+                .iter_mut()
+                .enumerate()
+                .filter(|(k, _)| eligible.contains(k))
+                .map(|(_, c)| c as &mut dyn Site)
+                .collect();
             at_earliest(&request, &mut refs, "broker")
-                .map(|(k, id, start)| (sites[k].name.clone(), id.0, start))
+                .map(|(i, id, start)| (eligible[i], id.0, start, capacities[eligible[i]]))
                 .map_err(|refused| {
                     let reasons: Vec<String> = refused
                         .iter()
-                        .map(|(k, why)| format!("{}: {why}", sites[*k].name))
+                        .map(|(i, why)| format!("{}: {why}", sites[eligible[*i]].name))
                         .collect();
                     let message = format!("no site can hold the reservation: {}", reasons.join("; "));
                     // Only when no site could even be asked is it the sites' failure.
@@ -75,8 +113,27 @@ impl Service {
         })
         .await
         .map_err(|e| ServiceError::Unavailable(e.to_string()))?;
+        let (k, site_reservation, start, capacity) = got?;
+        let span = Span {
+            amount: req.amount,
+            start,
+            end: start + req.duration,
+        };
+        // Judged where it was granted, in the same turn, and given back there
+        // when it takes more than the user's share.
+        let site = all[k].name.clone();
+        let held = self.held_at(owner, &site, t).await?;
+        if let Err(over) = self.limits.share().within(&site, capacity, &held, &[span]) {
+            let client = all[k].client.clone();
+            let _ = tokio::task::spawn_blocking(move || {
+                client
+                    .clone()
+                    .cancel("broker", brokk_core::ReservationId(site_reservation))
+            })
+            .await;
+            return Err(ServiceError::Conflict(over.to_string()));
+        }
         drop(turn);
-        let (site, site_reservation, start) = got?;
         let r = BrokerReservation {
             id: format!("r{}", &uuid::Uuid::new_v4().simple().to_string()[..15]),
             owner: owner.to_string(),
@@ -89,6 +146,38 @@ impl Service {
         };
         self.db.save_reservation(&r).await?;
         Ok(r)
+    }
+
+    /// `owner`'s reservations at `site` that have not ended at `t`, as spans.
+    pub(super) async fn held_at(&self, owner: &str, site: &str, t: Time) -> Result<Vec<Span>, ServiceError> {
+        Ok(self
+            .db
+            .reservations_of(owner)
+            .await?
+            .into_iter()
+            .filter(|r| r.state == BrokerReservationState::Committed && r.end > t && r.site == site)
+            .map(|r| Span {
+                amount: r.amount,
+                start: r.start,
+                end: r.end,
+            })
+            .collect())
+    }
+
+    /// How many reservations `owner` keeps that have not ended at `t`, a
+    /// workflow's tasks (ids `rw...-K`) counting as one.
+    pub(super) async fn live_reservations(&self, owner: &str, t: Time) -> Result<usize, ServiceError> {
+        let mut kinds = std::collections::BTreeSet::new();
+        for r in self.db.reservations_of(owner).await? {
+            if r.state == BrokerReservationState::Committed && r.end > t {
+                let kind = match r.id.strip_prefix("rw") {
+                    Some(rest) => format!("w{}", rest.split('-').next().unwrap_or(rest)),
+                    None => r.id,
+                };
+                kinds.insert(kind);
+            }
+        }
+        Ok(kinds.len())
     }
 
     /// `owner`'s reservations, by start: their own only.

@@ -150,6 +150,12 @@ impl Service {
             brokk_jdl::assign::assign(format_of(task.format.as_deref()), job, ids);
         }
         self.within_reserved_limit(owner, asked, t).await?;
+        // A workflow counts as one of the owner's reservations.
+        let live = self.live_reservations(owner, t).await?;
+        self.limits
+            .share()
+            .count(live, 1)
+            .map_err(|e| ServiceError::Conflict(format!("the workflow: {e}")))?;
 
         let _course = self.workflow_lock.lock().await;
         let offer = match self.admit_over_sites(owner, &wf, scheduler, t).await? {
