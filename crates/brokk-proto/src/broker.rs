@@ -236,6 +236,11 @@ impl BrokerClient {
         )
     }
 
+    /// Who the caller is, and what their uploads hold against their quota.
+    pub fn me(&self) -> Result<serde_json::Value, CallError> {
+        self.call(self.request(Method::GET, &["v1", "me"]))
+    }
+
     /// What the sites report (an `{"error": ...}` object for a site that failed).
     pub fn resources(&self) -> Result<Vec<serde_json::Value>, CallError> {
         self.call(self.request(Method::GET, &["v1", "resources"]))

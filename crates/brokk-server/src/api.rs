@@ -347,8 +347,19 @@ async fn upload_info(State(app): State<App>, Extension(who): Extension<Identity>
 }
 
 /// `GET /v1/me`: who the token is.
-async fn me(Extension(who): Extension<Identity>) -> Response {
-    Json(serde_json::json!({ "identity": &*who.0 })).into_response()
+/// `GET /v1/me`: who the caller is and what their uploads hold against the quota.
+async fn me(State(app): State<App>, Extension(who): Extension<Identity>) -> Response {
+    let store = app.service.uploads.clone();
+    let owner = who.0.to_string();
+    let used = tokio::task::spawn_blocking(move || store.usage(&owner))
+        .await
+        .unwrap_or_default();
+    let quota = app.service.uploads.quota();
+    Json(serde_json::json!({
+        "identity": &*who.0,
+        "uploads": { "bytes": used.bytes, "files": used.files, "quota_bytes": quota.bytes, "quota_files": quota.files },
+    }))
+    .into_response()
 }
 
 async fn hold(

@@ -152,6 +152,13 @@ pub struct Limits {
     /// Reservations one user may keep that have not ended (a workflow
     /// counts as one).
     pub reservations: usize,
+    /// Bytes one user's uploads (and the workflow files the broker keeps
+    /// for them) may hold.
+    pub upload_quota_bytes: u64,
+    /// Files one user's uploads may be.
+    pub upload_quota_files: u64,
+    /// Seconds an upload no unfinished job needs is kept.
+    pub upload_retention_s: u64,
     /// Event streams (`/v1/events`, `brokk watch`) open at once per user.
     pub event_streams: usize,
     /// Connections open at once (default: half the open files the process
@@ -183,6 +190,9 @@ impl Default for Limits {
             upload_bytes: brokk_site::config::default_max_upload(),
             reserved_share: 0.5,
             reservations: 100,
+            upload_quota_bytes: 10 << 30,
+            upload_quota_files: 10_000,
+            upload_retention_s: 7 * 86_400,
             event_streams: 32,
             connections: None,
             connections_per_client: None,

@@ -746,6 +746,17 @@ impl Db {
         Ok(row.get("n"))
     }
 
+    /// The descriptions of `owner`'s jobs that have not ended, for the
+    /// uploads they still need.
+    pub async fn unfinished_specs(&self, owner: &str) -> Result<Vec<String>, DbError> {
+        let rows =
+            sqlx::query("SELECT spec FROM jobs WHERE owner = $1 AND state NOT IN ('finished', 'failed', 'cancelled')")
+                .bind(owner)
+                .fetch_all(&self.pool)
+                .await?;
+        Ok(rows.iter().map(|r| r.get("spec")).collect())
+    }
+
     /// Jobs per state, for metrics.
     pub async fn count_by_state(&self) -> Result<Vec<(String, i64)>, DbError> {
         let rows = sqlx::query("SELECT state, COUNT(*) AS n FROM jobs GROUP BY state ORDER BY state")

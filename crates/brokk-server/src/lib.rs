@@ -70,7 +70,11 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         started: service::now(),
         adapt_margin: brokk_model::Duration(config.adapt_margin),
         limits: config.limits,
-        uploads: brokk_site::uploads::Uploads::new(config.state_dir.join("uploads"), config.limits.upload_bytes),
+        uploads: brokk_site::uploads::Uploads::new(config.state_dir.join("uploads"), config.limits.upload_bytes)
+            .with_quota(brokk_site::uploads::Quota {
+                bytes: config.limits.upload_quota_bytes,
+                files: config.limits.upload_quota_files,
+            }),
         record: match &config.record {
             Some(path) => Some(Arc::new(record::Recorder::open(path).map_err(|e| err(&e))?)),
             None => None,
@@ -131,6 +135,20 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
                 tracing::error!("dispatching: {e}");
             }
             let _ = tokio::time::timeout(std::time::Duration::from_secs(1), d.wake.notified()).await;
+        }
+    });
+    // Uploads no unfinished job needs go after their retention.
+    let u = service.clone();
+    let retention = std::time::Duration::from_secs(config.limits.upload_retention_s);
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(
+            retention.clamp(std::time::Duration::from_secs(1), std::time::Duration::from_secs(3600)),
+        );
+        loop {
+            every.tick().await;
+            if let Err(e) = u.sweep_uploads(retention).await {
+                tracing::warn!("deleting old uploads: {e}");
+            }
         }
     });
     let p = service.clone();

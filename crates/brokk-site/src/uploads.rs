@@ -36,6 +36,21 @@ pub enum UploadError {
     /// Over the size limit.
     #[error("an uploaded file may hold at most {0} bytes here")]
     TooLarge(u64),
+    /// Over the owner's quota of bytes or files.
+    #[error(
+        "your uploads would hold {bytes} bytes in {files} files; the quota is {quota_bytes} bytes and {quota_files} \
+         files per user (files no unfinished job needs are deleted after their retention)"
+    )]
+    OverQuota {
+        /// Bytes the owner's uploads would hold.
+        bytes: u64,
+        /// Files they would be.
+        files: u64,
+        /// The quota of bytes.
+        quota_bytes: u64,
+        /// The quota of files.
+        quota_files: u64,
+    },
     /// The body stopped arriving.
     #[error("the upload was interrupted: {0}")]
     Interrupted(String),
@@ -67,12 +82,118 @@ pub fn digest_file(path: &Path) -> std::io::Result<(String, u64)> {
 pub struct Uploads {
     root: PathBuf,
     max_bytes: u64,
+    quota: Quota,
+}
+
+/// What one identity's uploads may hold in all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Quota {
+    /// Bytes on disk.
+    pub bytes: u64,
+    /// Files.
+    pub files: u64,
+}
+
+impl Quota {
+    /// No quota.
+    pub const NONE: Quota = Quota {
+        bytes: u64::MAX,
+        files: u64::MAX,
+    };
+}
+
+/// What one identity's uploads hold.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Usage {
+    /// Bytes on disk (allocated blocks, so a sparse file counts what it takes).
+    pub bytes: u64,
+    /// Files.
+    pub files: u64,
 }
 
 impl Uploads {
     /// A store under `root` taking files of at most `max_bytes`.
     pub fn new(root: PathBuf, max_bytes: u64) -> Uploads {
-        Uploads { root, max_bytes }
+        Uploads {
+            root,
+            max_bytes,
+            quota: Quota::NONE,
+        }
+    }
+
+    /// The same store with a quota per identity.
+    pub fn with_quota(mut self, quota: Quota) -> Uploads {
+        self.quota = quota;
+        self
+    }
+
+    /// The quota per identity.
+    pub fn quota(&self) -> Quota {
+        self.quota
+    }
+
+    /// What `owner`'s uploads hold now (files being received included).
+    pub fn usage(&self, owner: &str) -> Usage {
+        use std::os::unix::fs::MetadataExt;
+        let mut u = Usage::default();
+        if let Ok(entries) = std::fs::read_dir(self.dir(owner)) {
+            for m in entries
+                .flatten()
+                .filter_map(|e| e.metadata().ok())
+                .filter(|m| m.is_file())
+            {
+                u.bytes += m.blocks() * 512;
+                u.files += 1;
+            }
+        }
+        u
+    }
+
+    /// Refuses when uploads holding `u` plus `bytes` more in one more file
+    /// would be over the quota.
+    fn within_quota(&self, u: Usage, bytes: u64) -> Result<(), UploadError> {
+        let (b, f) = (u.bytes.saturating_add(bytes), u.files.saturating_add(1));
+        if b > self.quota.bytes || f > self.quota.files {
+            return Err(UploadError::OverQuota {
+                bytes: b,
+                files: f,
+                quota_bytes: self.quota.bytes,
+                quota_files: self.quota.files,
+            });
+        }
+        Ok(())
+    }
+
+    /// Deletes `owner`'s uploads last changed before `before` that `needed`
+    /// does not name (digests an unfinished job or workflow still refers
+    /// to); returns how many went.
+    pub fn sweep(&self, owner_dir: &Path, before: std::time::SystemTime, needed: &dyn Fn(&str) -> bool) -> usize {
+        let mut gone = 0;
+        for e in std::fs::read_dir(owner_dir).into_iter().flatten().flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let old = e.metadata().and_then(|m| m.modified()).is_ok_and(|t| t < before);
+            let digest = is_digest(&name);
+            // A part left by an interrupted upload goes too, once old.
+            if old && ((digest && !needed(&name)) || name.ends_with(".part")) && std::fs::remove_file(e.path()).is_ok()
+            {
+                gone += 1;
+            }
+        }
+        gone
+    }
+
+    /// Every identity's store directory with the identity it belongs to.
+    pub fn owners(&self) -> Vec<(String, PathBuf)> {
+        std::fs::read_dir(&self.root)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| {
+                let name = e.file_name().to_string_lossy().into_owned();
+                let owner = String::from_utf8(hex::decode(&name).ok()?).ok()?;
+                Some((owner, e.path()))
+            })
+            .collect()
     }
 
     fn dir(&self, owner: &str) -> PathBuf {
@@ -104,12 +225,14 @@ impl Uploads {
         E: std::fmt::Display,
     {
         let target = self.path(owner, sha)?;
+        let used = self.usage(owner);
+        self.within_quota(used, 0)?;
         let dir = self.dir(owner);
         let mut b = tokio::fs::DirBuilder::new();
         b.recursive(true).mode(0o700);
         b.create(&dir).await?;
         let part = dir.join(format!(".{sha}.{}.part", uuid::Uuid::new_v4().simple()));
-        let result = self.receive(&part, body).await;
+        let result = self.receive(&part, body, used).await;
         let outcome = match result {
             Ok((found, n)) if found == sha => tokio::fs::rename(&part, &target).await.map(|()| n).map_err(Into::into),
             Ok((found, _)) => Err(UploadError::Mismatch {
@@ -129,6 +252,8 @@ impl Uploads {
     /// returns the digest and the size. Blocking.
     pub fn keep(&self, owner: &str, mut body: impl std::io::Read) -> Result<(String, u64), UploadError> {
         use std::io::Write as _;
+        let used = self.usage(owner);
+        self.within_quota(used, 0)?;
         let dir = self.dir(owner);
         std::os::unix::fs::DirBuilderExt::mode(std::fs::DirBuilder::new().recursive(true), 0o700).create(&dir)?;
         let part = dir.join(format!(".kept.{}.part", uuid::Uuid::new_v4().simple()));
@@ -148,6 +273,7 @@ impl Uploads {
                 if n > self.max_bytes {
                     return Err(UploadError::TooLarge(self.max_bytes));
                 }
+                self.within_quota(used, n)?;
                 h.update(&buf[..got]);
                 f.write_all(&buf[..got])?;
             }
@@ -162,7 +288,7 @@ impl Uploads {
         result
     }
 
-    async fn receive<S, B, E>(&self, part: &Path, mut body: S) -> Result<(String, u64), UploadError>
+    async fn receive<S, B, E>(&self, part: &Path, mut body: S, used: Usage) -> Result<(String, u64), UploadError>
     where
         S: Stream<Item = Result<B, E>> + Unpin,
         B: AsRef<[u8]>,
@@ -178,6 +304,7 @@ impl Uploads {
             if n > self.max_bytes {
                 return Err(UploadError::TooLarge(self.max_bytes));
             }
+            self.within_quota(used, n)?;
             h.update(bytes);
             f.write_all(bytes).await?;
         }
@@ -200,7 +327,7 @@ pub async fn put_response(store: &Uploads, owner: &str, sha: &str, body: axum::b
             .into_response(),
         Err(e) => {
             let status = match e {
-                UploadError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+                UploadError::TooLarge(_) | UploadError::OverQuota { .. } => StatusCode::PAYLOAD_TOO_LARGE,
                 UploadError::Io(_) => StatusCode::INTERNAL_SERVER_ERROR,
                 _ => StatusCode::BAD_REQUEST,
             };

@@ -73,6 +73,8 @@ enum Command {
     Get(commands::user::GetArgs),
     /// Show the sites the broker knows.
     Resources(commands::user::ResourcesArgs),
+    /// Show what your uploads hold on the broker against your quota.
+    Quota(commands::user::QuotaArgs),
     /// Reserve several jobs to start together (within --delta) and submit them.
     Coalloc(commands::user::CoallocArgs),
     /// Reserve slots at the site where they start earliest (or cancel a reservation).
@@ -109,6 +111,7 @@ fn main() -> ExitCode {
         Command::Get(a) => commands::user::get(a),
         Command::Output(a) => commands::user::output(a),
         Command::Resources(a) => commands::user::resources(a),
+        Command::Quota(a) => commands::user::quota(a),
         Command::Coalloc(a) => commands::user::coalloc(a),
         Command::Reserve(a) => commands::user::reserve(a),
         Command::Quickstart(a) => commands::quickstart::run(a),

@@ -764,3 +764,54 @@ fn a_flood_of_connections_from_one_client_leaves_room_for_others() {
         "memory {before} KiB before, {after} KiB after the streams closed"
     );
 }
+
+#[test]
+fn uploads_are_held_to_a_quota_and_deleted_once_no_job_needs_them() {
+    let dir = scratch("quota");
+    let broker = Broker::start_with(
+        &dir,
+        "[limits]\nupload_quota_bytes = 200000\nupload_quota_files = 2\nupload_retention_s = 2\n",
+    );
+    let put = |content: &[u8]| {
+        let file = dir.join("upload");
+        std::fs::write(&file, content).unwrap();
+        let (sha, _) = brokk_site::uploads::digest_file(&file).unwrap();
+        let r = broker
+            .http
+            .put(format!("{}/v1/uploads/{sha}", broker.server.url))
+            .bearer_auth("tok-bob")
+            .body(content.to_vec())
+            .send()
+            .unwrap();
+        (r.status().as_u16(), r.text().unwrap())
+    };
+    let usage = || -> Value { broker.get("tok-bob", "/v1/me").json::<Value>().unwrap()["uploads"].clone() };
+    // Bytes: one file of more than the quota is refused, and leaves nothing.
+    let (status, said) = put(&vec![7u8; 300_000]);
+    assert_eq!(status, 413, "{said}");
+    assert!(said.contains("the quota is 200000 bytes"), "{said}");
+    assert_eq!(usage()["files"], 0);
+    // Files: two fit, a third does not.
+    assert_eq!(put(b"one").0, 201);
+    assert_eq!(put(b"two").0, 201);
+    let (status, said) = put(b"three");
+    assert_eq!(status, 413, "{said}");
+    assert!(said.contains("2 files per user"), "{said}");
+    let u = usage();
+    assert_eq!(
+        (u["files"].as_u64(), u["quota_files"].as_u64()),
+        (Some(2), Some(2)),
+        "{u}"
+    );
+    // Nothing needs them: gone after their retention, and room again.
+    let t = Instant::now();
+    while usage()["files"] != 0 {
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "uploads kept past their retention: {}",
+            usage()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(put(b"three").0, 201);
+}

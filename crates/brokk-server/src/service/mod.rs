@@ -276,6 +276,33 @@ impl Service {
         })
     }
 
+    /// Deletes every user's uploads older than `retention` that no job of
+    /// theirs that has not ended names; returns how many went.
+    pub async fn sweep_uploads(&self, retention: std::time::Duration) -> Result<usize, ServiceError> {
+        let before = std::time::SystemTime::now() - retention;
+        let mut gone = 0;
+        for (owner, dir) in self.uploads.owners() {
+            let needed: std::collections::HashSet<String> = self
+                .db
+                .unfinished_specs(&owner)
+                .await?
+                .iter()
+                .flat_map(|spec| {
+                    let scheme = brokk_site::uploads::SCHEME;
+                    spec.match_indices(scheme)
+                        .filter_map(|(i, _)| spec.get(i + scheme.len()..i + scheme.len() + 64))
+                        .map(str::to_string)
+                        .collect::<Vec<_>>()
+                })
+                .collect();
+            let uploads = self.uploads.clone();
+            gone += tokio::task::spawn_blocking(move || uploads.sweep(&dir, before, &|sha| needed.contains(sha)))
+                .await
+                .map_err(|e| ServiceError::Unavailable(e.to_string()))?;
+        }
+        Ok(gone)
+    }
+
     /// Points the job's local input files at the owner's uploads named in
     /// `uploads`, but for those its workflow parents make (`from_parents`,
     /// stored when they end); refuses one that names no upload, or an

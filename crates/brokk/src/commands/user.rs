@@ -284,6 +284,36 @@ pub struct ResourcesArgs {
     server: Server,
 }
 
+/// `brokk quota`.
+#[derive(clap::Args)]
+pub struct QuotaArgs {
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    server: Server,
+}
+
+/// Runs `brokk quota`: the caller's uploads on the broker against the quota.
+pub fn quota(a: QuotaArgs) -> Result<ExitCode> {
+    let me = a.server.client().me()?;
+    let u = &me["uploads"];
+    if a.json {
+        say!("{}", serde_json::to_string_pretty(u)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let n = |k: &str| u[k].as_u64().unwrap_or(0);
+    say!(
+        "uploads of {}: {} of {} bytes, {} of {} files",
+        listing::shown(me["identity"].as_str().unwrap_or("?")),
+        n("bytes"),
+        n("quota_bytes"),
+        n("files"),
+        n("quota_files")
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
 /// Polls until the job ends, printing each state change (as a line of JSON
 /// with `json`); exits non-zero unless it finished with code 0.
 fn watch(c: &BrokerClient, id: &str, json: bool) -> Result<ExitCode> {
