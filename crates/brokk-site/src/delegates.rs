@@ -56,11 +56,6 @@ impl Delegates {
         self.0.contains_key(who)
     }
 
-    /// The delegate names, in order.
-    pub fn names(&self) -> impl Iterator<Item = &str> {
-        self.0.keys().map(String::as_str)
-    }
-
     /// Whether delegate `who` may speak for `user`; `Err` says why not, for
     /// a 403 (`who` is no delegate, the name is malformed, or it is not
     /// among the delegate's users).
