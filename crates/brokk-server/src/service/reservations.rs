@@ -3,6 +3,28 @@
 use super::*;
 use brokk_broker::share::Span;
 
+/// A user's reservations that have not ended.
+pub(super) struct Live {
+    /// How many, a workflow counting as one.
+    pub count: usize,
+    reservations: Vec<BrokerReservation>,
+}
+
+impl Live {
+    /// Those at `site`, as spans.
+    pub fn at(&self, site: &str) -> Vec<Span> {
+        self.reservations
+            .iter()
+            .filter(|r| r.site == site)
+            .map(|r| Span {
+                amount: r.amount,
+                start: r.start,
+                end: r.end,
+            })
+            .collect()
+    }
+}
+
 impl Service {
     /// Checks that `rid` is a committed broker reservation of `owner`'s.
     pub(super) async fn own_committed_reservation(
@@ -44,11 +66,6 @@ impl Service {
         }
         self.within_reserved_limit(owner, i64::from(req.amount).saturating_mul(req.duration.0), t)
             .await?;
-        let live = self.live_reservations(owner, t).await?;
-        self.limits
-            .share()
-            .count(live, 1)
-            .map_err(|e| ServiceError::Conflict(e.to_string()))?;
         let sites = self.sites();
         let request = brokk_core::Request {
             amount: req.amount,
@@ -58,14 +75,17 @@ impl Service {
             flexible: false,
         };
         let turn = self.decision_turn().await;
+        // Read once, in the turn: what the share is judged against before
+        // the sites are asked and again where the grant came.
+        let live = self.live_of(owner, t).await?;
+        let share = self.limits.share();
+        share
+            .count(live.count, 1)
+            .map_err(|e| ServiceError::Conflict(e.to_string()))?;
+        let held: Vec<Vec<Span>> = sites.iter().map(|s| live.at(&s.name)).collect();
         let info = self.info.clone();
         let user = owner.to_string();
         let all = sites.clone();
-        let share = self.limits.share();
-        let mut held = Vec::new();
-        for s in sites.iter() {
-            held.push(self.held_at(owner, &s.name, t).await?);
-        }
         let got = tokio::task::spawn_blocking(move || {
             let mut clients = cached_sites(&sites, &info, None, None, &user);
             // Only sites where the request stays within the user's share
@@ -122,8 +142,7 @@ impl Service {
         // Judged where it was granted, in the same turn, and given back there
         // when it takes more than the user's share.
         let site = all[k].name.clone();
-        let held = self.held_at(owner, &site, t).await?;
-        if let Err(over) = self.limits.share().within(&site, capacity, &held, &[span]) {
+        if let Err(over) = share.within(&site, capacity, &live.at(&site), &[span]) {
             let client = all[k].client.clone();
             let _ = tokio::task::spawn_blocking(move || {
                 client
@@ -148,36 +167,27 @@ impl Service {
         Ok(r)
     }
 
-    /// `owner`'s reservations at `site` that have not ended at `t`, as spans.
-    pub(super) async fn held_at(&self, owner: &str, site: &str, t: Time) -> Result<Vec<Span>, ServiceError> {
-        Ok(self
+    /// `owner`'s reservations that have not ended at `t`, read once.
+    pub(super) async fn live_of(&self, owner: &str, t: Time) -> Result<Live, ServiceError> {
+        let live: Vec<BrokerReservation> = self
             .db
             .reservations_of(owner)
             .await?
             .into_iter()
-            .filter(|r| r.state == BrokerReservationState::Committed && r.end > t && r.site == site)
-            .map(|r| Span {
-                amount: r.amount,
-                start: r.start,
-                end: r.end,
+            .filter(|r| r.state == BrokerReservationState::Committed && r.end > t)
+            .collect();
+        // A workflow's tasks (ids `rw...-K`) count as one.
+        let kinds: std::collections::BTreeSet<&str> = live
+            .iter()
+            .map(|r| match r.id.strip_prefix("rw") {
+                Some(rest) => rest.split('-').next().unwrap_or(rest),
+                None => r.id.as_str(),
             })
-            .collect())
-    }
-
-    /// How many reservations `owner` keeps that have not ended at `t`, a
-    /// workflow's tasks (ids `rw...-K`) counting as one.
-    pub(super) async fn live_reservations(&self, owner: &str, t: Time) -> Result<usize, ServiceError> {
-        let mut kinds = std::collections::BTreeSet::new();
-        for r in self.db.reservations_of(owner).await? {
-            if r.state == BrokerReservationState::Committed && r.end > t {
-                let kind = match r.id.strip_prefix("rw") {
-                    Some(rest) => format!("w{}", rest.split('-').next().unwrap_or(rest)),
-                    None => r.id,
-                };
-                kinds.insert(kind);
-            }
-        }
-        Ok(kinds.len())
+            .collect();
+        Ok(Live {
+            count: kinds.len(),
+            reservations: live,
+        })
     }
 
     /// `owner`'s reservations, by start: their own only.

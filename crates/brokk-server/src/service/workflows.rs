@@ -151,10 +151,10 @@ impl Service {
         }
         self.within_reserved_limit(owner, asked, t).await?;
         // A workflow counts as one of the owner's reservations.
-        let live = self.live_reservations(owner, t).await?;
+        let live = self.live_of(owner, t).await?;
         self.limits
             .share()
-            .count(live, 1)
+            .count(live.count, 1)
             .map_err(|e| ServiceError::Conflict(format!("the workflow: {e}")))?;
 
         let _course = self.workflow_lock.lock().await;
@@ -414,6 +414,16 @@ impl Service {
         self.current(w.view).await
     }
 
+    /// Records task reservation `id` as ended: the site gives it back with
+    /// its job (it was sent release-with-job), so the site is not asked.
+    async fn given_back_with_job(&self, id: &str) -> Result<(), ServiceError> {
+        if let Some(mut r) = self.db.reservation(id).await? {
+            r.state = BrokerReservationState::Cancelled;
+            self.db.save_reservation(&r).await?;
+        }
+        Ok(())
+    }
+
     /// Ends a workflow in `state`: what has not ended is cancelled, the
     /// reservations not used are given back and its bandwidth released.
     async fn end_workflow(
@@ -434,10 +444,7 @@ impl Service {
                     // (it was sent release-with-job): asked now, the site
                     // would still find it in use.
                     Ok(_) if j.view.site_job.is_some() => {
-                        if let Some(mut r) = self.db.reservation(&t.reservation).await? {
-                            r.state = BrokerReservationState::Cancelled;
-                            self.db.save_reservation(&r).await?;
-                        }
+                        self.given_back_with_job(&t.reservation).await?;
                         continue;
                     }
                     Ok(_) => {}
@@ -492,11 +499,7 @@ impl Service {
                 if j.view.state != t.state {
                     changed = true;
                     if j.view.state.is_terminal() {
-                        // The site gave its reservation back with the job.
-                        if let Some(mut r) = self.db.reservation(&t.reservation).await? {
-                            r.state = BrokerReservationState::Cancelled;
-                            self.db.save_reservation(&r).await?;
-                        }
+                        self.given_back_with_job(&t.reservation).await?;
                     }
                     t.state = j.view.state;
                     t.exit_code = j.view.exit_code;
