@@ -41,25 +41,19 @@ struct App {
     service: Service,
     access: Arc<Access>,
     /// Event streams open per user.
-    streams: Arc<std::sync::Mutex<std::collections::HashMap<Arc<str>, usize>>>,
+    streams: Arc<brokk_site::listener::Counts<Arc<str>>>,
 }
 
 /// One open event stream of a user, counted until it is dropped.
 struct StreamTurn {
-    open: Arc<std::sync::Mutex<std::collections::HashMap<Arc<str>, usize>>>,
+    open: Arc<brokk_site::listener::Counts<Arc<str>>>,
     who: Arc<str>,
 }
 
 impl StreamTurn {
     /// Counts one more stream of `who`, unless it has `most` open already.
     fn take(app: &App, who: &Arc<str>, most: usize) -> Option<StreamTurn> {
-        let mut open = app.streams.lock().unwrap_or_else(|e| e.into_inner());
-        let n = open.entry(who.clone()).or_insert(0);
-        if *n >= most {
-            return None;
-        }
-        *n += 1;
-        Some(StreamTurn {
+        app.streams.take(who.clone(), most).then(|| StreamTurn {
             open: app.streams.clone(),
             who: who.clone(),
         })
@@ -68,13 +62,7 @@ impl StreamTurn {
 
 impl Drop for StreamTurn {
     fn drop(&mut self) {
-        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(n) = open.get_mut(&self.who) {
-            *n -= 1;
-            if *n == 0 {
-                open.remove(&self.who);
-            }
-        }
+        self.open.give_back(&self.who);
     }
 }
 

@@ -69,16 +69,22 @@ pub fn descriptor_budget() -> Result<u64, String> {
     Ok(got)
 }
 
-/// Connections open per address, shared by the accept loop and the
-/// connections' tasks.
-#[derive(Debug, Default)]
-struct PerClient(Mutex<HashMap<IpAddr, usize>>);
+/// What each key (a client's address, a user) has open, each at most a
+/// bound: shared by whoever opens and whoever closes.
+#[derive(Debug)]
+pub struct Counts<K>(Mutex<HashMap<K, usize>>);
 
-impl PerClient {
-    /// Counts one more from `ip` unless it has `most` already.
-    fn take(&self, ip: IpAddr, most: usize) -> bool {
+impl<K> Default for Counts<K> {
+    fn default() -> Self {
+        Counts(Mutex::new(HashMap::new()))
+    }
+}
+
+impl<K: std::hash::Hash + Eq> Counts<K> {
+    /// Counts one more for `key` unless it has `most` already.
+    pub fn take(&self, key: K, most: usize) -> bool {
         let mut m = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        let n = m.entry(ip).or_insert(0);
+        let n = m.entry(key).or_insert(0);
         if *n >= most {
             return false;
         }
@@ -86,12 +92,13 @@ impl PerClient {
         true
     }
 
-    fn give_back(&self, ip: IpAddr) {
+    /// One fewer for `key`.
+    pub fn give_back(&self, key: &K) {
         let mut m = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(n) = m.get_mut(&ip) {
+        if let Some(n) = m.get_mut(key) {
             *n -= 1;
             if *n == 0 {
-                m.remove(&ip);
+                m.remove(key);
             }
         }
     }
@@ -100,7 +107,7 @@ impl PerClient {
 /// Serves `app` on `listener` within `bounds` until the task is dropped.
 pub async fn serve(listener: TcpListener, app: axum::Router, bounds: Bounds) {
     let open = Arc::new(Semaphore::new(bounds.connections));
-    let per_client = Arc::new(PerClient::default());
+    let per_client = Arc::new(Counts::<IpAddr>::default());
     loop {
         let (stream, peer) = match listener.accept().await {
             Ok(c) => c,
@@ -134,7 +141,7 @@ pub async fn serve(listener: TcpListener, app: axum::Router, bounds: Bounds) {
             if let Err(e) = builder.serve_connection(TokioIo::new(stream), service).await {
                 tracing::trace!(%peer, "connection ended: {e}");
             }
-            per_client.give_back(ip);
+            per_client.give_back(&ip);
             drop(permit);
         });
     }
@@ -146,16 +153,16 @@ mod tests {
 
     #[test]
     fn one_address_takes_at_most_its_share_and_gets_it_back() {
-        let p = PerClient::default();
+        let p = Counts::<IpAddr>::default();
         let (a, b): (IpAddr, IpAddr) = ("127.0.0.2".parse().unwrap(), "127.0.0.1".parse().unwrap());
         assert!(p.take(a, 2) && p.take(a, 2));
         assert!(!p.take(a, 2));
         assert!(p.take(b, 2));
-        p.give_back(a);
+        p.give_back(&a);
         assert!(p.take(a, 2));
-        p.give_back(a);
-        p.give_back(a);
-        p.give_back(b);
+        p.give_back(&a);
+        p.give_back(&a);
+        p.give_back(&b);
         assert!(p.0.lock().unwrap().is_empty());
     }
 
