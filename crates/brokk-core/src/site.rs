@@ -982,10 +982,21 @@ impl SiteCore {
         }
     }
 
-    /// Those of `ids` whose job has ended or is unknown here.
-    pub fn ended_jobs(&self, ids: impl IntoIterator<Item = JobId>) -> Vec<JobId> {
-        ids.into_iter()
-            .filter(|id| self.jobs.get(id).is_none_or(|j| j.state.is_terminal()))
+    /// Of resource-manager job ids, those this site submitted for a job
+    /// that has since ended, each with that job. A resource manager's job
+    /// names are hints any job there can take; the id recorded at
+    /// submission is not. (A job retired from here is not found: its
+    /// leftover is stopped by its own run-once guard.)
+    pub fn ended_as(&self, backend_ids: impl IntoIterator<Item = u64>) -> Vec<(JobId, u64)> {
+        let ended: std::collections::HashMap<u64, JobId> = self
+            .jobs
+            .values()
+            .filter(|j| j.state.is_terminal())
+            .filter_map(|j| Some((j.backend_id?, j.id)))
+            .collect();
+        backend_ids
+            .into_iter()
+            .filter_map(|b| Some((*ended.get(&b)?, b)))
             .collect()
     }
 

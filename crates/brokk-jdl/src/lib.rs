@@ -15,6 +15,7 @@ pub mod classad;
 mod condor;
 mod detect;
 mod diag;
+mod header;
 mod jdl;
 mod jsdl;
 mod json;
@@ -24,6 +25,7 @@ mod rsl;
 mod rsl_syntax;
 mod shellwords;
 mod slurm;
+pub use slurm::sbatch_arguments;
 mod units;
 pub mod workflow;
 mod xrsl;
@@ -183,6 +185,25 @@ pub enum WriteError {
 
 /// Reads a description in `format`.
 pub fn read(format: Format, text: &str, opts: &ReadOptions) -> Result<Parsed, ParseError> {
+    let mut parsed = read_only(format, text, opts)?;
+    // A script's own #SBATCH header is the job's too (see `header`).
+    match header::absorb(text, &mut parsed.jobs) {
+        Ok(warnings) => parsed.warnings.extend(warnings),
+        Err(diagnostics) => return Err(ParseError { diagnostics }),
+    }
+    Ok(parsed)
+}
+
+/// Reads `jobs` as they arrive at a site, whatever language they came in:
+/// a script's own `#SBATCH` header is read into its job, as [`read`] does;
+/// the errors that refuse them otherwise.
+pub fn absorb_script_headers(jobs: &mut [Job]) -> Result<(), ParseError> {
+    header::absorb("", jobs)
+        .map(drop)
+        .map_err(|diagnostics| ParseError { diagnostics })
+}
+
+fn read_only(format: Format, text: &str, opts: &ReadOptions) -> Result<Parsed, ParseError> {
     match format {
         Format::Jsdl => jsdl::read(text),
         Format::Xrsl => xrsl::read(text),

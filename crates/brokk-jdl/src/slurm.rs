@@ -46,8 +46,6 @@ const IGNORED: &[&str] = &[
     "cpu-freq",
     "priority",
     "profile",
-    "uid",
-    "gid",
     "oversubscribe",
     "s",
     "spread-job",
@@ -606,6 +604,15 @@ fn directive(
                 }
             }
             "hold" | "H" => job.hold = true,
+            // sbatch runs the job as another user for root only: from a
+            // user it is a request to be someone else, never honoured.
+            "uid" | "gid" => {
+                return Err(Diagnostic::error_at(
+                    src,
+                    pos,
+                    format!("`{w}` asks to run as another user; a job runs as the account its owner maps to"),
+                ))
+            }
             "mail-user" => job.notify.get_or_insert_with(Notify::default).to = Some(value.clone()),
             "mail-type" => {
                 let mut on = Vec::new();
@@ -785,7 +792,7 @@ fn opt_value(v: &str) -> String {
 }
 
 /// The variables Slurm sets for an array task.
-const ARRAY_VARIABLES: [&str; 4] = [
+pub(crate) const ARRAY_VARIABLES: [&str; 4] = [
     "SLURM_ARRAY_TASK_ID",
     "SLURM_ARRAY_TASK_MIN",
     "SLURM_ARRAY_TASK_MAX",
@@ -922,18 +929,12 @@ fn array_spec(indices: &[u32]) -> String {
     parts.join(",")
 }
 
-/// Writes one job as a batch script.
-pub(crate) fn write(job: &Job) -> Written {
-    let mut d = Dropped::default();
-    // A script's own interpreter line heads the batch script; one without
-    // runs with /bin/sh, as everywhere else in Brokk.
-    let (shebang, body) = match job.script.as_deref() {
-        Some(text) if text.starts_with("#!") => text.split_once('\n').unwrap_or((text, "")),
-        Some(text) => ("#!/bin/sh", text),
-        None => ("#!/bin/bash", ""),
-    };
-    let mut s = format!("{shebang}\n");
-    let mut opt = |k: &str, v: &str| s.push_str(&format!("#SBATCH --{k}={}\n", opt_value(v)));
+/// The sbatch options that say `job`, long name and value, in the order a
+/// batch script gives them (`hold` has no value); what Slurm cannot say
+/// goes to `d`.
+fn options(job: &Job, d: &mut Dropped) -> Vec<(&'static str, String)> {
+    let mut out: Vec<(&'static str, String)> = Vec::new();
+    let mut opt = |k: &'static str, v: &str| out.push((k, v.to_string()));
     if let Some(v) = &job.name {
         opt("job-name", v);
     }
@@ -1041,7 +1042,40 @@ pub(crate) fn write(job: &Job) -> Written {
         }
     }
     if job.hold {
-        s.push_str("#SBATCH --hold\n");
+        opt("hold", "");
+    }
+    out
+}
+
+/// `job`'s options as sbatch command-line arguments (`--time=1:00`). A
+/// site gives these on the command line as well as in the script: there
+/// they win over anything the script itself says.
+pub fn sbatch_arguments(job: &Job) -> Vec<String> {
+    options(job, &mut Dropped::default())
+        .into_iter()
+        .map(|(k, v)| match k {
+            "hold" => "--hold".to_string(),
+            _ => format!("--{k}={v}"),
+        })
+        .collect()
+}
+
+/// Writes one job as a batch script.
+pub(crate) fn write(job: &Job) -> Written {
+    let mut d = Dropped::default();
+    // A script's own interpreter line heads the batch script; one without
+    // runs with /bin/sh, as everywhere else in Brokk.
+    let (shebang, body) = match job.script.as_deref() {
+        Some(text) if text.starts_with("#!") => text.split_once('\n').unwrap_or((text, "")),
+        Some(text) => ("#!/bin/sh", text),
+        None => ("#!/bin/bash", ""),
+    };
+    let mut s = format!("{shebang}\n");
+    for (k, v) in options(job, &mut d) {
+        match k {
+            "hold" => s.push_str("#SBATCH --hold\n"),
+            _ => s.push_str(&format!("#SBATCH --{k}={}\n", opt_value(&v))),
+        }
     }
     s.push('\n');
     match (&job.script, &job.executable) {

@@ -614,11 +614,15 @@ impl Agent {
     pub async fn submit(
         &self,
         who: &str,
-        spec: Job,
+        mut spec: Job,
         key: Option<String>,
         on_behalf: Option<String>,
         (explicit_commit, release_with_job): (bool, bool),
     ) -> Result<(JobId, bool), AgentError> {
+        // A script's own #SBATCH header says what the job is, here as at the
+        // broker: Slurm would read it otherwise, after the agent's options.
+        brokk_jdl::absorb_script_headers(std::slice::from_mut(&mut spec))
+            .map_err(|e| CoreError::BadRequest(e.to_string()))?;
         // Only a delegate speaks for another user. Where no accounts are
         // configured the name changes nothing, so a broker that sends it to
         // an agent that does not know it as a delegate still works there.
@@ -856,10 +860,10 @@ impl Agent {
         }
     }
 
-    /// Those of `ids` whose job has ended or is unknown here (for the
-    /// backend's tidying), under one lock.
-    pub async fn ended_jobs(&self, ids: impl IntoIterator<Item = JobId>) -> Vec<JobId> {
-        self.read().await.core.ended_jobs(ids)
+    /// Of resource-manager job ids, those submitted for a job that has since
+    /// ended, each with that job (for the backend's tidying), under one lock.
+    pub async fn ended_as(&self, backend_ids: impl IntoIterator<Item = u64>) -> Vec<(JobId, u64)> {
+        self.read().await.core.ended_as(backend_ids)
     }
 
     /// Whether reservation `id` is live (for the backend's tidying).
@@ -909,8 +913,8 @@ impl Progress for Agent {
         Agent::mirror(self, occupants).await
     }
 
-    async fn ended_jobs(&self, ids: Vec<JobId>) -> Vec<JobId> {
-        Agent::ended_jobs(self, ids).await
+    async fn ended_as(&self, backend_ids: Vec<u64>) -> Vec<(JobId, u64)> {
+        Agent::ended_as(self, backend_ids).await
     }
 
     async fn holds_reservation(&self, id: u64) -> bool {

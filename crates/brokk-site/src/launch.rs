@@ -73,8 +73,9 @@ pub trait Progress: Clone + Send + Sync + 'static {
     fn mark_running(&self, id: JobId, start: Time) -> impl Future<Output = ()> + Send;
     /// What occupies the resource manager without the site having put it there.
     fn mirror(&self, occupants: Vec<Occupant>) -> impl Future<Output = ()> + Send;
-    /// Those of `ids` whose job has ended or is unknown.
-    fn ended_jobs(&self, ids: Vec<JobId>) -> impl Future<Output = Vec<JobId>> + Send;
+    /// Of resource-manager job ids, those the site submitted for a job that
+    /// has since ended, each with that job.
+    fn ended_as(&self, backend_ids: Vec<u64>) -> impl Future<Output = Vec<(JobId, u64)>> + Send;
     /// Whether the site holds reservation `id`.
     fn holds_reservation(&self, id: u64) -> impl Future<Output = bool> + Send;
 }

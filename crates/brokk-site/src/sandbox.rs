@@ -92,14 +92,23 @@ pub fn open_read_owned(root: &Path, name: &str, owner: Option<u32>) -> io::Resul
     Ok(File::from(fd))
 }
 
-/// Creates (or truncates) the regular file `name` inside `root` for writing,
-/// with mode 0600; its parent directories must already exist. A symbolic
-/// link in its place or on the way is refused.
+/// Creates the regular file `name` inside `root` afresh for writing, with
+/// mode 0600; its parent directories must already exist. Whatever had the
+/// name is unlinked first, and the file made with `O_EXCL`: the agent (which
+/// may be root) never truncates, writes or `chown`s through a hard link or
+/// a symbolic link the job planted under that name.
 pub fn create_write(root: &Path, name: &str) -> io::Result<File> {
-    let fd = open_in(
-        root,
-        name,
-        OFlags::WRONLY | OFlags::CREATE | OFlags::TRUNC,
+    let parts = components(name).map_err(bad)?;
+    let dir = parent_of(root, &parts)?;
+    let last = parts[parts.len() - 1];
+    match rustix::fs::unlinkat(&dir, last, rustix::fs::AtFlags::empty()) {
+        Ok(()) | Err(rustix::io::Errno::NOENT) => {}
+        Err(e) => return Err(e.into()),
+    }
+    let fd = openat(
+        &dir,
+        last,
+        OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
         Mode::RUSR | Mode::WUSR,
     )?;
     Ok(File::from(fd))
@@ -156,10 +165,30 @@ mod tests {
         std::os::unix::fs::symlink(&d, root.join("up")).unwrap();
         assert!(open_read(&root, "link").is_err());
         assert!(open_read(&root, "up/secret.txt").is_err());
-        assert!(create_write(&root, "link").is_err());
         assert_eq!(std::fs::read_to_string(d.join("secret.txt")).unwrap(), "secret");
         assert!(open_read(&root, "sub").is_err());
         nix::unistd::mkfifo(&root.join("fifo"), nix::sys::stat::Mode::S_IRWXU).unwrap();
         assert!(open_read(&root, "fifo").is_err());
+    }
+
+    #[test]
+    fn a_file_written_afresh_leaves_what_a_planted_link_points_at() {
+        let d = scratch("fresh");
+        std::fs::write(d.join("secret.txt"), "secret").unwrap();
+        let root = d.join("box");
+        std::fs::hard_link(d.join("secret.txt"), root.join("hard")).unwrap();
+        std::os::unix::fs::symlink(d.join("secret.txt"), root.join("soft")).unwrap();
+        for name in ["hard", "soft"] {
+            std::io::Write::write_all(&mut create_write(&root, name).unwrap(), b"mine").unwrap();
+            assert_eq!(std::fs::read_to_string(root.join(name)).unwrap(), "mine");
+            assert!(!std::fs::symlink_metadata(root.join(name))
+                .unwrap()
+                .file_type()
+                .is_symlink());
+        }
+        assert_eq!(std::fs::read_to_string(d.join("secret.txt")).unwrap(), "secret");
+        // A directory in the way stays, and the write fails.
+        std::fs::create_dir(root.join("dir")).unwrap();
+        assert!(create_write(&root, "dir").is_err());
     }
 }

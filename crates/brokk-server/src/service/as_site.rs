@@ -153,6 +153,8 @@ impl Service {
             }
         }
         self.within_job_limits(who, 1, 1).await?;
+        brokk_jdl::absorb_script_headers(std::slice::from_mut(&mut job))
+            .map_err(|e| ServiceError::BadRequest(e.to_string()))?;
         brokk_broker::select::validate_at(&job, now()).map_err(|e| ServiceError::BadRequest(e.to_string()))?;
         self.take_uploads(who, &mut job, &Default::default(), &Default::default())?;
         let runs_as = on_behalf.unwrap_or_else(|| who.to_string());

@@ -109,6 +109,8 @@ impl Service {
                     task.id
                 )));
             };
+            brokk_jdl::absorb_script_headers(std::slice::from_mut(job))
+                .map_err(|e| ServiceError::BadRequest(format!("task {}: {e}", task.id)))?;
             brokk_broker::select::validate_at(job, t)
                 .map_err(|e| ServiceError::BadRequest(format!("task {}: {e}", task.id)))?;
             if job.reservation.is_some() {

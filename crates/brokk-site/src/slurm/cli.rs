@@ -5,7 +5,7 @@
 //! times Slurm prints and reads are UTC whatever the host's zone.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration as StdDuration;
 
 use brokk_model::Time;
@@ -57,17 +57,17 @@ pub struct QueueRow {
     pub cpus: u32,
     /// The reservation it runs in, if any.
     pub reservation: Option<String>,
-    /// Job name.
-    pub name: String,
+    /// The uid it runs as.
+    pub uid: Option<u32>,
 }
 
-/// A job's final record, from `scontrol show job` or the completion log.
+/// A job's record, from `squeue --json` or the completion log.
 #[derive(Debug, Clone, PartialEq)]
 pub struct JobEnd {
     /// Slurm's job id.
     pub id: u64,
-    /// Job name.
-    pub name: String,
+    /// The uid it ran as.
+    pub uid: Option<u32>,
     /// Job state.
     pub state: String,
     /// Exit code of the batch script (128 + signal when killed by one).
@@ -123,10 +123,22 @@ pub fn format_time(t: Time) -> String {
         .unwrap_or_else(|| "now".to_string())
 }
 
-/// Splits a one-line Slurm record (`Key=Value Key=Value ...`) into its pairs.
-/// Values holding spaces are not split correctly, which no field we read has.
+/// Splits a one-line Slurm record (`Key=Value Key=Value ...`) into its pairs,
+/// the first of each key winning: a job's name comes early in a record and
+/// may hold spaces and `Key=` words of its owner's choosing, so a later
+/// value never replaces an earlier one. (It can still hold a newline, and
+/// so a whole record of its own: see [`parse_job_end`].)
 pub fn key_values(line: &str) -> BTreeMap<&str, &str> {
-    line.split_whitespace().filter_map(|w| w.split_once('=')).collect()
+    let mut kv = BTreeMap::new();
+    for (k, v) in line.split_whitespace().filter_map(|w| w.split_once('=')) {
+        kv.entry(k).or_insert(v);
+    }
+    kv
+}
+
+/// The uid of a `UserId=name(uid)` value.
+fn uid_of(v: &str) -> Option<u32> {
+    v.rsplit_once('(')?.1.strip_suffix(')')?.parse().ok()
 }
 
 /// `ExitCode=3:0` -> 3; `0:9` (killed by signal 9) -> 137.
@@ -137,12 +149,15 @@ fn exit_code(v: &str) -> Option<i32> {
     Some(if signal > 0 { 128 + signal } else { code })
 }
 
-/// One job record of `scontrol show job -o` or of the `jobcomp/filetxt` log.
+/// One record of the `jobcomp/filetxt` log. A job's name is written there
+/// as it is, newlines included, so a line may be a record forged by any
+/// user who can name a job: the agent takes these only for its own jobs
+/// that slurmctld no longer knows (see `exec`), never over slurmctld.
 pub fn parse_job_end(line: &str) -> Option<JobEnd> {
     let kv = key_values(line);
     Some(JobEnd {
         id: kv.get("JobId")?.parse().ok()?,
-        name: kv.get("JobName").or_else(|| kv.get("Name")).unwrap_or(&"").to_string(),
+        uid: kv.get("UserId").and_then(|v| uid_of(v)),
         state: kv.get("JobState")?.to_string(),
         exit_code: kv.get("ExitCode").and_then(|v| exit_code(v)),
         start: kv.get("StartTime").and_then(|v| parse_time(v)),
@@ -150,16 +165,17 @@ pub fn parse_job_end(line: &str) -> Option<JobEnd> {
     })
 }
 
-/// The `squeue` format [`parse_queue`] reads; the name goes last so a `|` in
-/// it cannot shift the other fields.
-pub const QUEUE_FORMAT: &str = "%i|%T|%S|%e|%C|%v|%j";
+/// The `squeue` format [`parse_queue`] reads: no field a job's owner writes
+/// (a name may hold `|` and newlines, and so forge a row), so every row is
+/// slurmctld's; jobs are known by id.
+pub const QUEUE_FORMAT: &str = "%i|%T|%S|%e|%C|%v|%U";
 
 /// `squeue -h -o QUEUE_FORMAT` output.
 pub fn parse_queue(text: &str) -> Vec<QueueRow> {
     text.lines()
         .filter_map(|line| {
-            let f: Vec<&str> = line.splitn(7, '|').collect();
-            if f.len() < 7 {
+            let f: Vec<&str> = line.split('|').collect();
+            if f.len() != 7 {
                 return None;
             }
             let reservation = f[5].trim();
@@ -170,7 +186,7 @@ pub fn parse_queue(text: &str) -> Vec<QueueRow> {
                 end: parse_time(f[3]),
                 cpus: f[4].trim().parse().ok()?,
                 reservation: (!reservation.is_empty() && reservation != "(null)").then(|| reservation.to_string()),
-                name: f[6].to_string(),
+                uid: f[6].trim().parse().ok(),
             })
         })
         .collect()
@@ -247,6 +263,71 @@ pub fn completion_log(conf_text: &str) -> Option<PathBuf> {
     loc.filter(|_| filetxt)
 }
 
+/// `squeue --json`: what Brokk reads of it.
+#[derive(serde::Deserialize)]
+struct JsonListing {
+    #[serde(default)]
+    jobs: Vec<JsonJob>,
+}
+
+/// One job of `squeue --json` (data parser v0.0.38 and later).
+#[derive(serde::Deserialize)]
+struct JsonJob {
+    job_id: u64,
+    #[serde(default)]
+    name: String,
+    #[serde(default)]
+    user_id: Option<u32>,
+    #[serde(default)]
+    job_state: serde_json::Value,
+    #[serde(default)]
+    exit_code: serde_json::Value,
+    #[serde(default)]
+    start_time: serde_json::Value,
+    #[serde(default)]
+    state_reason: String,
+}
+
+/// A number, or the `{"set": .., "number": ..}` later versions write.
+fn number(v: &serde_json::Value) -> Option<i64> {
+    v.as_i64().or_else(|| v.get("number")?.as_i64())
+}
+
+impl JsonJob {
+    fn end(self) -> JobEnd {
+        // A string, or a list of flags whose first is the state (23.02 on).
+        let state = match &self.job_state {
+            serde_json::Value::String(s) => s.clone(),
+            serde_json::Value::Array(a) => a.first().and_then(|s| s.as_str()).unwrap_or("").to_string(),
+            _ => String::new(),
+        };
+        // A wait status (v0.0.38), or `{return_code, signal}` later.
+        let exit_code = match number(&self.exit_code) {
+            Some(status) if status & 0x7f != 0 => Some(128 + (status & 0x7f) as i32),
+            Some(status) => Some((status >> 8) as i32),
+            None => {
+                let rc = number(self.exit_code.get("return_code").unwrap_or(&serde_json::Value::Null));
+                let signal = self
+                    .exit_code
+                    .get("signal")
+                    .and_then(|s| number(s.get("id").or_else(|| s.get("signal_id"))?));
+                match signal.filter(|s| *s > 0) {
+                    Some(s) => Some(128 + s as i32),
+                    None => rc.map(|c| c as i32),
+                }
+            }
+        };
+        JobEnd {
+            id: self.job_id,
+            uid: self.user_id,
+            state,
+            exit_code,
+            start: number(&self.start_time).filter(|t| *t > 0).map(Time),
+            reason: self.state_reason,
+        }
+    }
+}
+
 impl SlurmCli {
     /// The tools for the cluster configured by `conf`; `bin` is where they
     /// are installed when not on `PATH`.
@@ -255,12 +336,19 @@ impl SlurmCli {
     }
 
     async fn run(&self, program: &str, args: &[String]) -> Result<String, SlurmError> {
-        self.run_as(program, args, None).await
+        self.run_as(program, args, None, None).await
     }
 
     /// Runs `program` as `account` (uid, gid) when given: Slurm then records
     /// that user as the job's owner, as if they had submitted it themselves.
-    async fn run_as(&self, program: &str, args: &[String], account: Option<(u32, u32)>) -> Result<String, SlurmError> {
+    /// `input` is its standard input.
+    async fn run_as(
+        &self,
+        program: &str,
+        args: &[String],
+        account: Option<(u32, u32)>,
+        input: Option<&str>,
+    ) -> Result<String, SlurmError> {
         let path = self.bin.as_ref().map_or(PathBuf::from(program), |b| b.join(program));
         let mut cmd = Command::new(&path);
         if let Some((uid, gid)) = account {
@@ -275,9 +363,21 @@ impl SlurmCli {
         cmd.args(args)
             .env("SLURM_CONF", &self.conf)
             .env("TZ", "UTC")
-            .stdin(std::process::Stdio::null())
+            .stdin(match input {
+                Some(_) => std::process::Stdio::piped(),
+                None => std::process::Stdio::null(),
+            })
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
             .kill_on_drop(true);
-        let out = match tokio::time::timeout(COMMAND_TIMEOUT, cmd.output()).await {
+        let output = async {
+            let mut child = cmd.spawn()?;
+            if let (Some(text), Some(mut stdin)) = (input, child.stdin.take()) {
+                tokio::io::AsyncWriteExt::write_all(&mut stdin, text.as_bytes()).await?;
+            }
+            child.wait_with_output().await
+        };
+        let out = match tokio::time::timeout(COMMAND_TIMEOUT, output).await {
             Err(_) => return Err(SlurmError::Unavailable(format!("{program} did not answer in 30 s"))),
             Ok(Err(e)) => return Err(SlurmError::Unavailable(format!("running {}: {e}", path.display()))),
             Ok(Ok(out)) => out,
@@ -293,11 +393,19 @@ impl SlurmCli {
         }
     }
 
-    /// `sbatch --parsable SCRIPT` (its options are in the script), run as
-    /// the job's account (uid, gid) when it has one: the new job's id.
-    pub async fn sbatch(&self, script: &Path, account: Option<(u32, u32)>) -> Result<u64, SlurmError> {
-        let args = ["--parsable".to_string(), script.display().to_string()];
-        let out = self.run_as("sbatch", &args, account).await?;
+    /// `sbatch --parsable OPTIONS` with the batch script on its standard
+    /// input (no file the job could replace or link), run as the job's
+    /// account (uid, gid) when it has one: the new job's id. Options given
+    /// here win over the script's own.
+    pub async fn sbatch(
+        &self,
+        script: &str,
+        options: &[String],
+        account: Option<(u32, u32)>,
+    ) -> Result<u64, SlurmError> {
+        let mut args = vec!["--parsable".to_string()];
+        args.extend(options.iter().cloned());
+        let out = self.run_as("sbatch", &args, account, Some(script)).await?;
         let id = out.trim().split(';').next().unwrap_or("");
         id.parse()
             .map_err(|_| SlurmError::Refused(format!("sbatch printed `{}`, not a job id", out.trim())))
@@ -311,20 +419,37 @@ impl SlurmCli {
         Ok(parse_queue(&self.run("squeue", &args).await?))
     }
 
-    /// Jobs whose name is `name` (any state), oldest first.
-    pub async fn jobs_named(&self, name: &str) -> Result<Vec<QueueRow>, SlurmError> {
-        let args = ["-h", "--states=all", "--name", name, "-o", QUEUE_FORMAT].map(String::from);
-        Ok(parse_queue(&self.run("squeue", &args).await?))
+    /// Every job slurmctld still knows (any state), read structured: names
+    /// there cannot pass for other fields.
+    async fn jobs_json(&self) -> Result<Vec<JsonJob>, SlurmError> {
+        let args = ["--json", "--states=all"].map(String::from);
+        let out = self.run("squeue", &args).await?;
+        let listing: JsonListing = serde_json::from_str(&out)
+            .map_err(|e| SlurmError::Refused(format!("squeue --json printed what Brokk cannot read: {e}")))?;
+        Ok(listing.jobs)
     }
 
-    /// `scontrol show job -o ID`; `None` when slurmctld no longer has it.
+    /// The ids of the jobs named `name` that `uid` runs (any state), oldest first.
+    pub async fn jobs_named(&self, name: &str, uid: u32) -> Result<Vec<u64>, SlurmError> {
+        let mut ids: Vec<u64> = self
+            .jobs_json()
+            .await?
+            .into_iter()
+            .filter(|j| j.name == name && j.user_id == Some(uid))
+            .map(|j| j.job_id)
+            .collect();
+        ids.sort_unstable();
+        Ok(ids)
+    }
+
+    /// Job `id` as slurmctld knows it; `None` once it no longer does.
     pub async fn show_job(&self, id: u64) -> Result<Option<JobEnd>, SlurmError> {
-        let args = ["show", "job", "-o", &id.to_string()].map(String::from);
-        match self.run("scontrol", &args).await {
-            Ok(out) => Ok(out.lines().find_map(parse_job_end)),
-            Err(SlurmError::Refused(m)) if m.contains("Invalid job id") => Ok(None),
-            Err(e) => Err(e),
-        }
+        Ok(self
+            .jobs_json()
+            .await?
+            .into_iter()
+            .find(|j| j.job_id == id)
+            .map(JsonJob::end))
     }
 
     /// `scancel ID`.
@@ -400,16 +525,16 @@ mod tests {
 
     #[test]
     fn reads_squeue_rows() {
-        let text = "1|FAILED|2026-11-22T13:29:49|2026-11-22T13:29:49|3||brokk-x-1\n\
-                    7_2|RUNNING|2026-11-22T13:00:00|2026-11-22T14:00:00|16|maint|a|b\n\
-                    9|PENDING|N/A|N/A|2|(null)|x\n";
+        let text = "1|FAILED|2026-11-22T13:29:49|2026-11-22T13:29:49|3||0\n\
+                    7_2|RUNNING|2026-11-22T13:00:00|2026-11-22T14:00:00|16|maint|1001\n\
+                    9|PENDING|N/A|N/A|2|(null)|1002\n\
+                    9|PENDING|N/A|N/A|2|(null)|1002|extra\n";
         let rows = parse_queue(text);
-        assert_eq!(rows.len(), 3);
+        assert_eq!(rows.len(), 3, "a row with a field too many is no row of slurmctld's");
         assert_eq!(rows[0].state, "FAILED");
-        assert_eq!(rows[0].start, Some(Time(1_795_354_189)));
+        assert_eq!((rows[0].start, rows[0].uid), (Some(Time(1_795_354_189)), Some(0)));
         assert_eq!(rows[0].reservation, None);
         assert_eq!(rows[1].id, "7_2");
-        assert_eq!(rows[1].name, "a|b");
         assert_eq!(rows[1].reservation.as_deref(), Some("maint"));
         assert_eq!(rows[1].end.unwrap().0 - rows[1].start.unwrap().0, 3600);
         assert_eq!(rows[2].start, None);
@@ -417,16 +542,54 @@ mod tests {
 
     #[test]
     fn reads_job_records_and_exit_codes() {
-        let line = "JobId=1 UserId=root(0) GroupId=root(0) Name=brokk-x-1 JobState=FAILED Partition=batch \
+        let line = "JobId=1 UserId=ann(1001) GroupId=ann(1001) Name=brokk-x-1 JobState=FAILED Partition=batch \
                     TimeLimit=2 StartTime=2026-11-22T13:29:49 EndTime=2026-11-22T13:29:50 NodeList=c1n1 \
                     DerivedExitCode=0:0 ExitCode=3:0 ";
         let j = parse_job_end(line).unwrap();
-        assert_eq!((j.id, j.name.as_str(), j.state.as_str()), (1, "brokk-x-1", "FAILED"));
+        assert_eq!((j.id, j.uid, j.state.as_str()), (1, Some(1001), "FAILED"));
         assert_eq!(j.exit_code, Some(3));
         assert_eq!(j.start, Some(Time(1_795_354_189)));
         let killed = parse_job_end("JobId=4 JobName=x JobState=CANCELLED ExitCode=0:15").unwrap();
         assert_eq!(killed.exit_code, Some(143));
         assert_eq!(parse_job_end("JobState=RUNNING"), None);
+    }
+
+    #[test]
+    fn a_name_cannot_pass_for_the_fields_after_it() {
+        // As slurmctld logged bob's job named to look like ann's end.
+        let line = "JobId=900 UserId=bob(1002) GroupId=bob(1002) Name=x JobId=841 UserId=ann(1001) \
+                    JobState=COMPLETED ExitCode=0:0 Name=brokk-a-5 JobState=RUNNING ExitCode=1:0";
+        let j = parse_job_end(line).unwrap();
+        assert_eq!((j.id, j.uid), (900, Some(1002)));
+    }
+
+    #[test]
+    fn reads_squeue_json_ends() {
+        // squeue --json of Slurm 22.05 (exit codes as wait statuses) and of
+        // later versions (objects).
+        let old = r#"{"jobs": [{"job_id": 28, "name": "a\nJobId=1", "user_id": 1001, "job_state": "FAILED",
+            "exit_code": 768, "start_time": 1795643100, "state_reason": "NonZeroExitCode"},
+            {"job_id": 29, "user_id": 0, "job_state": "FAILED", "exit_code": 9, "start_time": 0, "state_reason": "x"}]}"#;
+        let jobs: Vec<JobEnd> = serde_json::from_str::<JsonListing>(old)
+            .unwrap()
+            .jobs
+            .into_iter()
+            .map(JsonJob::end)
+            .collect();
+        assert_eq!((jobs[0].id, jobs[0].uid, jobs[0].exit_code), (28, Some(1001), Some(3)));
+        assert_eq!(
+            (jobs[0].state.as_str(), jobs[0].start),
+            ("FAILED", Some(Time(1_795_643_100)))
+        );
+        assert_eq!((jobs[1].exit_code, jobs[1].start), (Some(137), None));
+        let new = r#"{"jobs": [{"job_id": 5, "user_id": 0, "job_state": ["CANCELLED"],
+            "exit_code": {"status": ["SIGNALED"], "return_code": {"set": true, "number": 0}, "signal": {"id": {"set": true, "number": 15}}},
+            "start_time": {"set": true, "number": 1795643100}}]}"#;
+        let j = serde_json::from_str::<JsonListing>(new).unwrap().jobs.remove(0).end();
+        assert_eq!(
+            (j.state.as_str(), j.exit_code, j.start),
+            ("CANCELLED", Some(143), Some(Time(1_795_643_100)))
+        );
     }
 
     #[test]

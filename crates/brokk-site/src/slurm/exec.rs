@@ -1,9 +1,12 @@
 //! Running one job on Slurm: the job is written as a batch script (Brokk's
-//! Slurm writer) and given to `sbatch` with the options only the agent knows
-//! (job name, working directory, reservation, partition); the queue readings
-//! then follow it to its end, which comes from the completion log or
-//! `scontrol show job`. Until slurmctld answers, submission and cancellation
-//! are retried; nothing is lost while it is down.
+//! Slurm writer) and given to `sbatch` on its standard input, with every
+//! option the agent owns (job name, processors, wall time, working
+//! directory, output files, reservation, partition) on the command line as
+//! well, where it wins over anything a script says; the queue readings then
+//! follow the Slurm job by the id `sbatch` returned (a job can rename
+//! itself; its id it cannot change) to its end, which slurmctld's own
+//! structured record gives. Until slurmctld answers, submission and
+//! cancellation are retried; nothing is lost while it is down.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration as StdDuration;
@@ -16,16 +19,44 @@ use super::cli::{JobEnd, SlurmError};
 use super::{is_final, Slurm};
 use crate::launch::{make_executable, plain_name, wait_cancel, End, Launch, Progress};
 
-/// Readings a submitted job may be missing from the queue before the agent
-/// asks slurmctld about it directly.
-const MISSING_READINGS: u32 = 3;
+/// How many times a job Slurm lost before it started is submitted again.
+const RESUBMISSIONS: u32 = 2;
 
-/// Writes the batch script for the job into the sandbox. What the agent
-/// decides (the Slurm job name, the working directory, the reservation, the
-/// partition, the wall time it planned with) is set on the job, so Brokk's
-/// Slurm writer says it like everything else; begin and deadline are the
+/// The agent's own directory for job `sandbox`'s Slurm side, beside the
+/// sandboxes (`WORKDIR/.slurm/job-ID`): a copy of the batch script as
+/// given to sbatch, and the run-once mark. The job cannot replace anything
+/// the agent put there (made fresh each time, never through a link); with
+/// an account, the directory is sticky and unlistable, so the job can add
+/// its mark and touch nothing else.
+fn control_dir(sandbox: &Path, account: Option<crate::accounts::Account>) -> std::io::Result<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let absolute = std::path::absolute(sandbox)?;
+    let (Some(workdir), Some(name)) = (absolute.parent(), absolute.file_name()) else {
+        return Err(std::io::Error::other(format!("{} has no parent", absolute.display())));
+    };
+    let all = workdir.join(".slurm");
+    std::fs::create_dir_all(&all)?;
+    std::fs::set_permissions(&all, std::fs::Permissions::from_mode(0o711))?;
+    let dir = all.join(name);
+    match std::fs::symlink_metadata(&dir) {
+        Ok(m) if m.is_dir() && !m.file_type().is_symlink() => {}
+        Ok(_) => {
+            std::fs::remove_file(&dir)?;
+            std::fs::create_dir(&dir)?;
+        }
+        Err(_) => std::fs::create_dir(&dir)?,
+    }
+    let mode = if account.is_some() { 0o1733 } else { 0o700 };
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(mode))?;
+    Ok(dir)
+}
+
+/// The job as the agent gives it to Slurm: what the agent decides (the
+/// Slurm job name, the working directory, the reservation, the partition,
+/// the wall time it planned with) is set on the job, so Brokk's Slurm
+/// writer says it like everything else; begin and deadline are the
 /// planner's business, not Slurm's.
-async fn prepare(slurm: &Slurm, launch: &Launch, sandbox: &Path) -> Result<PathBuf, String> {
+async fn for_slurm(slurm: &Slurm, launch: &Launch, sandbox: &Path) -> Result<Job, String> {
     let mut job: Job = launch.job.clone();
     job.name = Some(slurm.job_name(launch.id));
     job.reservation = launch.claimed.map(|r| slurm.reservation_name(r.0));
@@ -53,13 +84,24 @@ async fn prepare(slurm: &Slurm, launch: &Launch, sandbox: &Path) -> Result<PathB
             job.executable = Some(format!("./{}", plain_name(exe)));
         }
     }
+    Ok(job)
+}
+
+/// The batch script and sbatch's options for the job; a copy of the script
+/// is kept in its control directory for the site's operators.
+async fn prepare(
+    slurm: &Slurm,
+    launch: &Launch,
+    sandbox: &Path,
+    control: &Path,
+) -> Result<(String, Vec<String>), String> {
+    let job = for_slurm(slurm, launch, sandbox).await?;
     let written = brokk_jdl::write(Format::Slurm, std::slice::from_ref(&job)).map_err(|e| e.to_string())?;
-    let path = sandbox.join("brokk-job.sbatch");
-    let mut f = crate::staging::create_owned(sandbox, "brokk-job.sbatch", launch.account)
-        .map_err(|e| format!("{}: {e}", path.display()))?;
-    let text = run_once(&written.text, &std::path::absolute(sandbox).map_err(|e| e.to_string())?);
-    std::io::Write::write_all(&mut f, text.as_bytes()).map_err(|e| format!("{}: {e}", path.display()))?;
-    Ok(path)
+    let text = run_once(&written.text, control);
+    let copy = control.join("job.sbatch");
+    let mut f = crate::sandbox::create_write(control, "job.sbatch").map_err(|e| format!("{}: {e}", copy.display()))?;
+    std::io::Write::write_all(&mut f, text.as_bytes()).map_err(|e| format!("{}: {e}", copy.display()))?;
+    Ok((text, brokk_jdl::sbatch_arguments(&job)))
 }
 
 fn sh_quote(s: &str) -> String {
@@ -68,12 +110,17 @@ fn sh_quote(s: &str) -> String {
 
 /// The batch script made to run once: a slurmctld killed before it saved a
 /// job's completion starts the job again when it comes back (seen on the
-/// testbed), so the script's first start leaves a mark in the sandbox (a
-/// directory, made atomically) with its exit status, and a later start
-/// exits with that status without running anything; output files are
-/// appended to, not truncated, by a later start. Only shell scripts get the
-/// guard: another interpreter's script is left as it is.
-fn run_once(script: &str, sandbox: &Path) -> String {
+/// testbed), so the script's first start leaves a mark in its control
+/// directory (a directory, made atomically) with its exit status, and a
+/// later start exits with that status without running anything; output
+/// files are appended to, not truncated, by a later start.
+///
+/// The guard is the first command after the writer's own directives (the
+/// interpreter line and the `#SBATCH` lines right after it): sbatch reads
+/// no directive after a command, so nothing in the job's script is read as
+/// one. Only shell scripts get the guard: another interpreter's script is
+/// left as it is (its directives were read into the job at submission).
+fn run_once(script: &str, control: &Path) -> String {
     let shell = match script.lines().next() {
         Some(l) if l.starts_with("#!") => {
             let interp = l.trim_start_matches("#!").split_whitespace().last().unwrap_or("");
@@ -85,12 +132,9 @@ fn run_once(script: &str, sandbox: &Path) -> String {
         return script.to_string();
     }
     let lines: Vec<&str> = script.lines().collect();
-    // Slurm reads #SBATCH lines up to the first command.
-    let body = lines
-        .iter()
-        .position(|l| !(l.trim().is_empty() || l.trim_start().starts_with('#')))
-        .unwrap_or(lines.len());
-    let mark = sh_quote(&sandbox.join(".brokk-ran").display().to_string());
+    let first = usize::from(lines.first().is_some_and(|l| l.starts_with("#!")));
+    let body = first + lines[first..].iter().take_while(|l| l.starts_with("#SBATCH")).count();
+    let mark = sh_quote(&control.join("ran").display().to_string());
     let mut out = String::new();
     for l in &lines[..body] {
         out.push_str(l);
@@ -144,46 +188,67 @@ async fn pause(slurm: &Slurm, cancel: &mut watch::Receiver<bool>) -> bool {
     }
 }
 
+/// The uid Slurm runs the job as: its account's, or the agent's own.
+fn uid_of(launch: &Launch) -> u32 {
+    launch.account.map_or_else(|| nix::unistd::getuid().as_raw(), |a| a.uid)
+}
+
 /// Submits (or finds again, after a restart) and follows the job to its end.
 pub(crate) async fn execute<P: Progress>(agent: &P, slurm: &Slurm, mut launch: Launch, sandbox: &Path) -> End {
+    let control = match control_dir(sandbox, launch.account) {
+        Ok(dir) => dir,
+        Err(e) => return End::Failed(format!("making the job's Slurm directory: {e}")),
+    };
     let mut readings = slurm.subscribe();
     let mut slurm_id = launch.backend_id;
     if slurm_id.is_none() && launch.resumed {
-        // The agent may have stopped between sbatch and its record.
-        match slurm.cli.jobs_named(&slurm.job_name(launch.id)).await {
-            Ok(rows) => slurm_id = rows.iter().filter_map(|r| r.id.parse().ok()).max(),
+        // The agent may have stopped between sbatch and its record: the
+        // job's own account's job of that name, if there is one.
+        match slurm.cli.jobs_named(&slurm.job_name(launch.id), uid_of(&launch)).await {
+            Ok(ids) => slurm_id = ids.last().copied(),
             Err(e) => slurm.note(&e),
         }
     }
+    let mut lost = 0u32;
     loop {
         let id = match slurm_id.take() {
             Some(id) => id,
-            None => match submit(slurm, &mut launch, sandbox).await {
+            None => match submit(slurm, &mut launch, sandbox, &control).await {
                 Ok(id) => id,
                 Err(end) => return end,
             },
         };
+        slurm.follow(id);
         agent.record_submitted(launch.id, id).await;
-        match follow(agent, slurm, &mut launch, id, &mut readings).await {
+        let followed = follow(agent, slurm, &mut launch, id, &mut readings).await;
+        slurm.unfollow(id);
+        let started = match followed {
             Followed::End(end) => return end,
-            Followed::Lost => match ran_mark(sandbox) {
-                // Slurm lost the job: its sandbox tells whether it ran.
-                Mark::Exited(code) => return End::Exited(code),
-                Mark::Interrupted => {
-                    return End::Failed(format!(
-                        "Slurm lost job {id} (its controller restarted without it) after it had started"
-                    ))
-                }
-                Mark::None => tracing::warn!(
-                    job = %launch.id,
-                    "Slurm lost job {id} before it started; submitting again"
-                ),
-            },
+            Followed::Lost { started } => started,
+        };
+        // Slurm lost the job: what the agent saw and the mark tell whether it ran.
+        match (ran_mark(&control), started) {
+            (Mark::Exited(code), _) => return End::Exited(code),
+            (Mark::Interrupted, _) | (Mark::None, true) => {
+                return End::Failed(format!(
+                    "Slurm lost job {id} (its controller restarted without it) after it had started"
+                ))
+            }
+            (Mark::None, false) if lost >= RESUBMISSIONS => {
+                return End::Failed(format!(
+                    "Slurm lost job {id} before it started, the {} time; not submitted again",
+                    lost + 1
+                ))
+            }
+            (Mark::None, false) => {
+                lost += 1;
+                tracing::warn!(job = %launch.id, "Slurm lost job {id} before it started; submitting again ({lost} of {RESUBMISSIONS})");
+            }
         }
     }
 }
 
-/// What the run-once mark in a sandbox says.
+/// What the run-once mark says.
 enum Mark {
     /// The job ran and exited with this status.
     Exited(i32),
@@ -193,9 +258,12 @@ enum Mark {
     None,
 }
 
-fn ran_mark(sandbox: &Path) -> Mark {
-    let dir = sandbox.join(".brokk-ran");
-    match std::fs::read_to_string(dir.join("exit")) {
+fn ran_mark(control: &Path) -> Mark {
+    let dir = control.join("ran");
+    match crate::sandbox::open_read(control, "ran/exit").and_then(|mut f| {
+        let mut s = String::new();
+        std::io::Read::read_to_string(&mut f, &mut s).map(|_| s)
+    }) {
         Ok(code) => code.trim().parse().map_or(Mark::Interrupted, Mark::Exited),
         Err(_) if dir.is_dir() => Mark::Interrupted,
         Err(_) => Mark::None,
@@ -206,14 +274,17 @@ fn ran_mark(sandbox: &Path) -> Mark {
 enum Followed {
     /// With Slurm's final record (or a cancel).
     End(End),
-    /// Slurm no longer knows the job.
-    Lost,
+    /// Slurm no longer knows the job; whether it was seen started.
+    Lost {
+        /// Whether the agent saw it start.
+        started: bool,
+    },
 }
 
 /// Writes the batch script and submits it, retrying while slurmctld does not
 /// answer; the job's Slurm id, or how it ended without one.
-async fn submit(slurm: &Slurm, launch: &mut Launch, sandbox: &Path) -> Result<u64, End> {
-    let script = prepare(slurm, launch, sandbox)
+async fn submit(slurm: &Slurm, launch: &mut Launch, sandbox: &Path, control: &Path) -> Result<u64, End> {
+    let (script, options) = prepare(slurm, launch, sandbox, control)
         .await
         .map_err(|e| End::Failed(format!("writing the batch script: {e}")))?;
     loop {
@@ -223,7 +294,7 @@ async fn submit(slurm: &Slurm, launch: &mut Launch, sandbox: &Path) -> Result<u6
         let submitted = match slurm.submitters.acquire().await {
             Ok(_slot) => {
                 let account = launch.account.map(|a| (a.uid, a.gid));
-                slurm.cli.sbatch(&script, account).await
+                slurm.cli.sbatch(&script, &options, account).await
             }
             Err(_) => Err(SlurmError::Unavailable("the agent is stopping".into())),
         };
@@ -241,7 +312,9 @@ async fn submit(slurm: &Slurm, launch: &mut Launch, sandbox: &Path) -> Result<u6
     }
 }
 
-/// Follows Slurm job `slurm_id` through the queue readings to its end.
+/// Follows Slurm job `slurm_id` through the queue readings to its end. The
+/// job is known by its id and its owner's uid: a row or record under
+/// another uid is another job that took the id after slurmctld lost ours.
 async fn follow<P: Progress>(
     agent: &P,
     slurm: &Slurm,
@@ -249,11 +322,11 @@ async fn follow<P: Progress>(
     slurm_id: u64,
     readings: &mut watch::Receiver<std::sync::Arc<super::Snapshot>>,
 ) -> Followed {
-    let name = slurm.job_name(launch.id);
+    let uid = uid_of(launch);
     let mut cancelled = false;
     let mut cancel_sent = false;
     let mut running = launch.started;
-    let mut missing = 0u32;
+    let mut missing = false;
     let first = readings.borrow().reading;
     let end = loop {
         if cancelled && !cancel_sent {
@@ -266,33 +339,30 @@ async fn follow<P: Progress>(
                 Err(e) => slurm.note(&e),
             }
         }
-        if let Some(end) = slurm.take_ended(slurm_id, &name) {
-            break end;
-        }
         let snap = readings.borrow_and_update().clone();
         if snap.reading > first {
-            match snap.jobs.get(&slurm_id).filter(|row| row.name == name) {
-                Some(row) => {
-                    missing = 0;
+            match snap.jobs.get(&slurm_id).filter(|row| row.uid == Some(uid)) {
+                Some(row) if !is_final(&row.state) => {
+                    missing = false;
                     if let (false, false, Some(start)) = (running, row.state == "PENDING", row.start) {
                         running = true;
                         agent.mark_running(launch.id, start).await;
                     }
                 }
-                None => missing += 1,
+                _ => missing = true,
             }
         }
-        // Gone from the queue (which lists unfinished jobs only) and not in
-        // the completion log: ask slurmctld for the job's record.
-        if missing >= MISSING_READINGS {
-            // Another job under the same id is no record of ours.
-            match slurm.cli.show_job(slurm_id).await.map(|e| e.filter(|e| e.name == name)) {
-                Ok(Some(end)) if is_final(&end.state) => break end,
-                Ok(Some(_)) => missing = 0,
-                Ok(None) => match slurm.take_ended(slurm_id, &name) {
+        // Gone from the queue of unfinished jobs: slurmctld's own record
+        // says how it ended; the completion log only once slurmctld has
+        // forgotten the job (a line there may be forged by a job's name).
+        if missing {
+            match slurm.cli.show_job(slurm_id).await {
+                Ok(Some(end)) if end.uid == Some(uid) && is_final(&end.state) => break end,
+                Ok(Some(end)) if end.uid == Some(uid) => missing = false,
+                Ok(_) => match slurm.take_ended(slurm_id, uid) {
                     Some(end) => break end,
                     None if cancelled => return Followed::End(End::Cancelled),
-                    None => return Followed::Lost,
+                    None => return Followed::Lost { started: running },
                 },
                 Err(e) => slurm.note(&e),
             }
@@ -322,7 +392,7 @@ mod tests {
     fn final_states_map_to_brokk_ends() {
         let end = |state: &str, code| JobEnd {
             id: 7,
-            name: "brokk-a-1".into(),
+            uid: Some(0),
             state: state.into(),
             exit_code: code,
             start: None,
@@ -371,6 +441,15 @@ mod run_once_tests {
         let text = run_once(script, &dir);
         let header = text.find("--open-mode=append").unwrap();
         assert!(header < text.find("echo ran").unwrap() && header < text.find("BROKK_RAN=").unwrap());
+        // The job's own directives come after the guard, where sbatch reads none.
+        let hostile = "#!/bin/sh\n#SBATCH --time=1\n\n#SBATCH --time=7:00:00\n#SBATCH --uid=0\necho ran\n";
+        let text = run_once(hostile, &dir);
+        let guard = text.find("BROKK_RAN=").unwrap();
+        assert!(
+            guard < text.find("--time=7").unwrap() && guard < text.find("--uid").unwrap(),
+            "{text}"
+        );
+        assert!(guard > text.find("--time=1").unwrap());
         // Another interpreter's script is left alone.
         let py = "#!/usr/bin/env python3\nprint('hi')\n";
         assert_eq!(run_once(py, &dir), py);

@@ -27,10 +27,11 @@ use cli::{JobEnd, QueueRow, ResRow, ResSpec, SlurmCli, SlurmError};
 
 pub use brokk_core::Occupant;
 
-/// One reading of the queue: Brokk's own jobs by Slurm id.
+/// One reading of the queue: every job slurmctld lists, by Slurm id (a
+/// runner follows the id its own `sbatch` returned, never a name).
 #[derive(Debug, Default)]
 pub struct Snapshot {
-    /// Brokk's jobs slurmctld lists, by Slurm job id.
+    /// The jobs slurmctld lists, by Slurm job id (array tasks left out).
     pub jobs: HashMap<u64, QueueRow>,
     /// Counts readings, so a runner can tell a new one from the last.
     pub reading: u64,
@@ -53,8 +54,11 @@ pub struct Slurm {
     /// Why slurmctld does not answer; `None` while it does.
     down: Mutex<Option<String>>,
     snapshot: watch::Sender<Arc<Snapshot>>,
-    /// Final records read from the completion log, until their runner takes them.
-    ended: Mutex<HashMap<(u64, String), (JobEnd, u64)>>,
+    /// Final records read from the completion log, by Slurm id, until their
+    /// runner takes them (and the reading they came in).
+    ended: Mutex<HashMap<u64, (JobEnd, u64)>>,
+    /// The Slurm jobs Brokk's runners follow: Brokk's, whatever their names.
+    followed: Mutex<std::collections::HashSet<u64>>,
     completion_log: Option<PathBuf>,
     log_offset: AtomicU64,
     cluster: Mutex<ClusterView>,
@@ -92,6 +96,11 @@ fn completed(line: &str) -> Option<JobEnd> {
     cli::parse_job_end(line).filter(|e| is_final(&e.state))
 }
 
+/// The `Name=` of a completion-log line (its first word only).
+fn key_values_name(line: &str) -> Option<&str> {
+    cli::key_values(line).get("Name").copied()
+}
+
 /// Job states in which a job holds CPUs.
 fn holds_cpus(state: &str) -> bool {
     matches!(
@@ -122,6 +131,7 @@ impl Slurm {
             down: Mutex::new(None),
             snapshot: watch::channel(Arc::new(Snapshot::default())).0,
             ended: Mutex::new(HashMap::new()),
+            followed: Mutex::new(Default::default()),
             completion_log: cli::completion_log(&conf_text),
             log_offset: AtomicU64::new(0),
             foreign_reservations: Mutex::new(Vec::new()),
@@ -156,16 +166,30 @@ impl Slurm {
         format!("{}r{id}", self.prefix)
     }
 
-    fn own_job(&self, name: &str) -> bool {
-        self.own_job_id(name).is_some()
+    /// Whether a completion-log name may be one of Brokk's: a hint for
+    /// what to keep, never who a job is.
+    fn named_as_own(&self, name: &str) -> bool {
+        name.strip_prefix(&self.prefix)
+            .is_some_and(|rest| !rest.is_empty() && rest.bytes().all(|b| b.is_ascii_digit()))
     }
 
-    /// The Brokk job id of an own Slurm job name.
-    fn own_job_id(&self, name: &str) -> Option<JobId> {
-        name.strip_prefix(&self.prefix)
-            .filter(|rest| !rest.is_empty() && rest.bytes().all(|b| b.is_ascii_digit()))?
-            .parse()
-            .ok()
+    /// Slurm job `id` is Brokk's (its `sbatch` returned it) until
+    /// [`Slurm::unfollow`].
+    pub fn follow(&self, id: u64) {
+        if let Ok(mut f) = self.followed.lock() {
+            f.insert(id);
+        }
+    }
+
+    /// Slurm job `id` is no longer followed.
+    pub fn unfollow(&self, id: u64) {
+        if let Ok(mut f) = self.followed.lock() {
+            f.remove(&id);
+        }
+    }
+
+    fn is_followed(&self, id: u64) -> bool {
+        self.followed.lock().is_ok_and(|f| f.contains(&id))
     }
 
     /// The Brokk reservation id of an own Slurm reservation name.
@@ -207,12 +231,12 @@ impl Slurm {
         self.snapshot.subscribe()
     }
 
-    /// Takes the completion-log record of Slurm job `id`, if one was read.
-    pub fn take_ended(&self, id: u64, name: &str) -> Option<JobEnd> {
-        // Keyed by name too: a controller that lost its state hands the
-        // same id out again, and the name tells whose end it is.
+    /// Takes the completion-log record of Slurm job `id` run as `uid`, if
+    /// one was read (the first for that id: a forged line comes after the
+    /// job it names has ended, never before).
+    pub fn take_ended(&self, id: u64, uid: u32) -> Option<JobEnd> {
         let mut ended = self.ended.lock().ok()?;
-        ended.remove(&(id, name.to_string())).map(|(e, _)| e)
+        ended.remove(&id).map(|(e, _)| e).filter(|e| e.uid == Some(uid))
     }
 
     /// Reads the nodes into the cluster view; returns their CPUs.
@@ -256,8 +280,10 @@ impl Slurm {
         self.log_offset.store(offset + whole as u64, Ordering::Release);
         let Ok(mut ended) = self.ended.lock() else { return };
         for line in text[..whole].lines() {
-            if let Some(e) = completed(line).filter(|e| self.own_job(&e.name)) {
-                ended.insert((e.id, e.name.clone()), (e, reading));
+            let Some(e) = completed(line) else { continue };
+            let keep = self.is_followed(e.id) || key_values_name(line).is_some_and(|n| self.named_as_own(n));
+            if keep {
+                ended.entry(e.id).or_insert((e, reading));
             }
         }
         // Runners take their records within a reading or two; what nobody
@@ -291,20 +317,19 @@ impl Slurm {
             } else if row.state == "PENDING" {
                 pending += 1;
             }
-            if self.own_job(&row.name) {
-                if let Ok(id) = row.id.parse::<u64>() {
-                    jobs.insert(id, row);
-                }
-                continue;
-            }
+            let id = row.id.parse::<u64>().ok();
+            let own = id.is_some_and(|id| self.is_followed(id));
             // A foreign job in a reservation is covered by that reservation.
-            if self.mirrors_jobs && holds_cpus(&row.state) && row.reservation.is_none() {
+            if !own && self.mirrors_jobs && holds_cpus(&row.state) && row.reservation.is_none() {
                 occupants.push(Occupant {
                     key: format!("job:{}", row.id),
                     start: row.start.unwrap_or(t).min(t),
                     end: row.end.filter(|e| *e > t).unwrap_or(horizon),
                     cpus: row.cpus,
                 });
+            }
+            if let Some(id) = id {
+                jobs.insert(id, row);
             }
         }
         let mut own = Vec::new();
@@ -368,17 +393,18 @@ impl Slurm {
         }
     }
 
-    /// Cancels Slurm jobs named as Brokk's whose Brokk job has ended: a
+    /// Cancels Slurm jobs that Brokk submitted for a job that has ended: a
     /// slurmctld that restarted from an old state brings back jobs that
     /// already ran (their run-once guard would stop them, but they would
-    /// hold the queue and nodes meanwhile).
+    /// hold the queue and nodes meanwhile). Known by the ids Brokk recorded,
+    /// not by names, which any job can take.
     async fn tidy_jobs<P: Progress>(&self, agent: &P, jobs: &HashMap<u64, QueueRow>) {
-        let own: HashMap<JobId, u64> = jobs
+        let live: Vec<u64> = jobs
             .iter()
-            .filter_map(|(slurm_id, row)| Some((self.own_job_id(&row.name)?, *slurm_id)))
+            .filter(|(_, row)| !is_final(&row.state))
+            .map(|(id, _)| *id)
             .collect();
-        for id in agent.ended_jobs(own.keys().copied().collect()).await {
-            let slurm_id = own[&id];
+        for (id, slurm_id) in agent.ended_as(live).await {
             match self.cli.cancel(slurm_id).await {
                 Ok(()) => tracing::info!(job = %id, "cancelled Slurm job {slurm_id}: its Brokk job has ended"),
                 Err(e) => tracing::warn!(job = %id, "cancelling leftover Slurm job {slurm_id}: {e}"),
