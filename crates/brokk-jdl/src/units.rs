@@ -83,10 +83,21 @@ pub(crate) fn parse_duration(s: &str, default_unit: i64) -> Option<Duration> {
     Some(Duration(total))
 }
 
-/// Whole minutes when exact, else `N seconds`: what xRSL and RSL read back unchanged.
+/// Whole minutes when exact, else `N seconds`: what RSL reads back unchanged.
 pub(crate) fn format_minutes(d: Duration) -> String {
     if d.0 % 60 == 0 {
         (d.0 / 60).to_string()
+    } else {
+        format!("{} seconds", d.0)
+    }
+}
+
+/// A duration with its unit said (`5 minutes`, `90 seconds`): a bare
+/// number is minutes to ARC's client but seconds to an A-REX that reads the
+/// description as it arrives, so xRSL says which.
+pub(crate) fn format_with_unit(d: Duration) -> String {
+    if d.0 % 60 == 0 {
+        format!("{} minutes", d.0 / 60)
     } else {
         format!("{} seconds", d.0)
     }

@@ -6,7 +6,7 @@ use brokk_model::{Benchmark, EnvVar, InputFile, Job, Memory, MemoryScope, Notify
 use crate::diag::Diagnostic;
 use crate::rsl_syntax::lower::{self, seq, Vars};
 use crate::rsl_syntax::{quote, Op, Relation};
-use crate::units::{format_minutes, format_size, parse_duration, parse_size};
+use crate::units::{format_size, format_with_unit, parse_duration, parse_size};
 use crate::{Dropped, ParseError, Parsed, Written};
 
 /// Attributes ARC knows that say nothing a broker's model needs; read and ignored with a warning.
@@ -368,10 +368,10 @@ fn write_job(job: &Job, dropped: &mut Dropped) -> String {
         rel("disk", d.to_string());
     }
     if let Some(d) = job.wall_time {
-        rel("walltime", quote(&format_minutes(d)));
+        rel("walltime", quote(&format_with_unit(d)));
     }
     if let Some(d) = job.cpu_time {
-        rel("cputime", quote(&format_minutes(d)));
+        rel("cputime", quote(&format_with_unit(d)));
     }
     if let Some(t) = job.earliest_start {
         rel("starttime", quote(&t.to_string()));

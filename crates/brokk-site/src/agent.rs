@@ -150,7 +150,9 @@ impl Agent {
                 if config.capacity == 0 {
                     return Err(AgentError::Unavailable("the Slurm cluster has no CPUs".into()));
                 }
-                Backend::Slurm(Arc::new(slurm))
+                Backend::Slurm(Arc::new(
+                    slurm.with_accounts(config.accounts.clone(), config.delegates.clone()),
+                ))
             }
             None => match config.arc.clone() {
                 Some(ac) => {
@@ -646,9 +648,18 @@ impl Agent {
         self.accounts
             .of(user)
             .map_err(|m| CoreError::Forbidden(format!("{m}; the job")))?;
-        if let Some(dir) = &spec.working_directory {
-            crate::sandbox::components(dir)
-                .map_err(|m| CoreError::BadRequest(format!("working_directory: {m}; jobs run in their sandbox")))?;
+        // Every backend gets these names as they are (sbatch would take an
+        // absolute or `..` one at its word): each stays inside the sandbox.
+        for (what, name) in [
+            ("working_directory", &spec.working_directory),
+            ("stdin", &spec.stdin),
+            ("stdout", &spec.stdout),
+            ("stderr", &spec.stderr),
+        ] {
+            if let Some(name) = name {
+                crate::sandbox::components(name)
+                    .map_err(|m| CoreError::BadRequest(format!("{what}: {m}; jobs run in their sandbox")))?;
+            }
         }
         // An uploaded input must be here, in the submitter's own store.
         for f in &spec.input_files {

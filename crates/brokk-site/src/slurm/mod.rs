@@ -44,8 +44,15 @@ pub struct Slurm {
     pub cli: SlurmCli,
     /// The settings.
     pub config: SlurmConfig,
-    /// The Slurm user jobs and reservations are for.
+    /// The Slurm user jobs and reservations are for where no account is
+    /// mapped.
     pub user: String,
+    /// Brokk users' local accounts (the site's `[accounts]`): a
+    /// reservation admits its owner's account.
+    accounts: std::collections::BTreeMap<String, String>,
+    /// Who may speak for whom: a delegate's reservation (a broker's, made
+    /// for its users' jobs) admits the accounts of the users it may speak for.
+    delegates: crate::delegates::Delegates,
     /// Names of Brokk's jobs and reservations on this cluster start with it.
     prefix: String,
     /// How far ahead the site plans, days: what a foreign job without a
@@ -101,6 +108,32 @@ fn key_values_name(line: &str) -> Option<&str> {
     cli::key_values(line).get("Name").copied()
 }
 
+/// The Slurm users a reservation of `owner` admits (`Users=`): the owner's
+/// account; a delegate's (a broker reserving for its users' jobs), the
+/// accounts of the users it may speak for; `fallback` (the agent's user)
+/// where no account is mapped.
+fn reservation_users(
+    accounts: &std::collections::BTreeMap<String, String>,
+    delegates: &crate::delegates::Delegates,
+    fallback: &str,
+    owner: &str,
+) -> String {
+    if let Some(account) = accounts.get(owner) {
+        return account.clone();
+    }
+    let mut spoken_for: Vec<&str> = accounts
+        .iter()
+        .filter(|(user, _)| delegates.contains(owner) && delegates.may_speak_for(owner, user).is_ok())
+        .map(|(_, account)| account.as_str())
+        .collect();
+    spoken_for.sort_unstable();
+    spoken_for.dedup();
+    match spoken_for.is_empty() {
+        true => fallback.to_string(),
+        false => spoken_for.join(","),
+    }
+}
+
 /// Job states in which a job holds CPUs.
 fn holds_cpus(state: &str) -> bool {
     matches!(
@@ -126,6 +159,8 @@ impl Slurm {
         let slurm = Slurm {
             cli,
             user,
+            accounts: Default::default(),
+            delegates: Default::default(),
             prefix: format!("brokk-{site}-"),
             horizon_days,
             down: Mutex::new(None),
@@ -145,6 +180,21 @@ impl Slurm {
         };
         let cpus = slurm.read_nodes().await?;
         Ok((slurm, cpus))
+    }
+
+    /// The cluster with the site's account map: each reservation is made
+    /// for its owner's account (the owner's own jobs run as it), not for
+    /// the agent's user.
+    pub fn with_accounts(
+        self,
+        accounts: std::collections::BTreeMap<String, String>,
+        delegates: crate::delegates::Delegates,
+    ) -> Slurm {
+        Slurm {
+            accounts,
+            delegates,
+            ..self
+        }
     }
 
     /// The cluster as the reservations behind an ARC CE: reservations
@@ -434,7 +484,7 @@ impl Slurm {
             start: r.start,
             end: r.end,
             cpus: r.amount,
-            user: self.user.clone(),
+            user: reservation_users(&self.accounts, &self.delegates, &self.user, &r.owner),
             partition: self.config.partition.clone(),
         }
     }
@@ -520,5 +570,28 @@ mod tests {
         assert_eq!(completed(requeued), None);
         let end = completed(done).expect("a completed job ended");
         assert_eq!((end.id, end.state.as_str(), end.exit_code), (461, "COMPLETED", Some(0)));
+    }
+
+    #[test]
+    fn a_reservation_admits_its_owners_accounts() {
+        let accounts: std::collections::BTreeMap<String, String> = [("ann", "u-ann"), ("bob", "u-bob"), ("cy", "u-cy")]
+            .map(|(a, b)| (a.into(), b.into()))
+            .into();
+        let delegates: crate::delegates::Delegates =
+            toml::from_str::<std::collections::BTreeMap<String, crate::delegates::Delegates>>(
+                "d = { broker = [\"ann\", \"bob\"], everyone = [\"*\"] }",
+            )
+            .unwrap()
+            .remove("d")
+            .unwrap();
+        let users = |owner| reservation_users(&accounts, &delegates, "root", owner);
+        assert_eq!(users("ann"), "u-ann");
+        assert_eq!(users("broker"), "u-ann,u-bob");
+        assert_eq!(users("everyone"), "u-ann,u-bob,u-cy");
+        assert_eq!(users("stranger"), "root");
+        assert_eq!(
+            reservation_users(&Default::default(), &Default::default(), "root", "ann"),
+            "root"
+        );
     }
 }
