@@ -6,7 +6,7 @@
 //! by a plain `cargo test`; `scripts/test.sh` runs it as root.
 
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration as StdDuration, Instant};
 
 use brokk_broker::{JobHandle, Site, SiteError};
@@ -322,4 +322,185 @@ fn slurm_records_the_mapped_user_as_the_jobs_owner() {
         .rfind(|l| l.contains(&format!("Name=brokk-{name}-{}", h.0)))
         .unwrap_or_else(|| panic!("no completion record for the job in {log}"));
     assert!(record.contains(&format!("UserId={ANN}(")), "{record}");
+}
+
+/// Runs a Slurm command against the testbed's second cluster.
+fn slurm_cmd(bed: &Path, program: &str, args: &[&str]) -> Output {
+    Command::new(program)
+        .args(args)
+        .env("SLURM_CONF", bed.join("c2/slurm.conf"))
+        .output()
+        .unwrap()
+}
+
+/// The Slurm ids of the jobs `squeue` lists for uid `uid` (any state).
+fn slurm_jobs_of(bed: &Path, uid: u32) -> Vec<String> {
+    let o = slurm_cmd(
+        bed,
+        "squeue",
+        &["-h", "--states=all", "-u", &uid.to_string(), "-o", "%i"],
+    );
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(|l| l.trim().to_string())
+        .collect()
+}
+
+/// `scontrol show job -o ID`'s `Key=` value.
+fn slurm_field(bed: &Path, id: &str, key: &str) -> String {
+    let o = slurm_cmd(bed, "scontrol", &["show", "job", "-o", id]);
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    text.split_whitespace()
+        .find_map(|w| w.strip_prefix(&format!("{key}=")))
+        .unwrap_or_else(|| panic!("no {key} in {text}"))
+        .to_string()
+}
+
+fn wait_state(site: &RemoteSite, job: &JobHandle, state: JobPhase) {
+    let t = Instant::now();
+    while site.job(job).unwrap().state != state {
+        assert!(t.elapsed() < StdDuration::from_secs(60), "{:?}", site.job(job).unwrap());
+        std::thread::sleep(StdDuration::from_millis(100));
+    }
+}
+
+#[test]
+#[ignore = "creates Unix accounts and submits to Slurm as them: needs root and the Slurm testbed; scripts/test.sh runs it"]
+fn a_hostile_job_cannot_talk_the_slurm_backend_into_anything() {
+    assert!(nix::unistd::geteuid().is_root(), "run as root (scripts/test.sh does)");
+    let bed = std::env::var("BROKK_TEST_SLURM").expect("BROKK_TEST_SLURM: scripts/test.sh starts the Slurm testbed");
+    let bed = Path::new(&bed);
+    accounts();
+    let name = format!("hostile{}", std::process::id());
+    let dir = site_dir(
+        "slurm-hostile",
+        &format!(
+            "name = \"{name}\"\ndatabase = \"site.db\"\nworkdir = \"jobs\"\n[tokens]\n\"tok-ann\" = \"ann\"\n\
+             [accounts]\nann = \"{ANN}\"\n[slurm]\nconf = \"{}\"\npoll_ms = 300\n",
+            bed.join("c2/slurm.conf").display()
+        ),
+    );
+    let server = start(&dir);
+    let mut ann = RemoteSite::new(&server.url, "tok-ann");
+    let (ann_uid, bob_uid) = (uid_of(ANN), uid_of(BOB));
+    let scripted = |script: &str| Job {
+        script: Some(script.into()),
+        cpus: Some(1),
+        wall_time: Some(Duration(60)),
+        stdout: Some("out.txt".into()),
+        ..Job::default()
+    };
+
+    // 1. A script's own #SBATCH header: refused where no user may say it,
+    // without effect where the description says otherwise.
+    for (header, says) in [
+        ("#SBATCH --uid=0", "--uid=0"),
+        ("#SBATCH --gid=0", "--gid=0"),
+        ("#SBATCH --array=0-3", "an array"),
+    ] {
+        match ann.submit("ann", &scripted(&format!("#!/bin/sh\n{header}\ntrue\n")), None) {
+            Err(SiteError::Refused { reason, .. }) => assert!(reason.contains(says), "{header}: {reason}"),
+            other => panic!("{header} was not refused: {other:?}"),
+        }
+    }
+    let before = slurm_jobs_of(bed, ann_uid);
+    let long = ann
+        .submit(
+            "ann",
+            &scripted("#!/bin/sh\n#SBATCH --time=07:00:00\n#SBATCH --ntasks=6\nsleep 12\necho done\n"),
+            None,
+        )
+        .unwrap();
+    wait_state(&ann, &long, JobPhase::Running);
+    let slurm_ids: Vec<String> = slurm_jobs_of(bed, ann_uid)
+        .into_iter()
+        .filter(|i| !before.contains(i))
+        .collect();
+    assert_eq!(slurm_ids.len(), 1, "one Slurm job for one Brokk job: {slurm_ids:?}");
+    let long_id = &slurm_ids[0];
+    assert_eq!(slurm_field(bed, long_id, "TimeLimit"), "00:01:00");
+    assert_eq!(slurm_field(bed, long_id, "NumCPUs"), "1");
+
+    // 2. A job named to forge the completion log's record of ann's job
+    // (bob's, submitted with plain sbatch) does not end it.
+    let forged = format!(
+        "x\nJobId={long_id} UserId={ANN}({ann_uid}) GroupId={ANN}({ann_uid}) Name=brokk-{name}-{} JobState=COMPLETED \
+         Partition=batch TimeLimit=1 StartTime=2026-01-01T00:00:00 ExitCode=0:0",
+        long.0
+    );
+    let o = slurm_cmd(
+        bed,
+        "sbatch",
+        &[
+            "--uid",
+            &bob_uid.to_string(),
+            "--job-name",
+            &forged,
+            "--chdir",
+            "/tmp",
+            "-o",
+            "/dev/null",
+            "--wrap",
+            "true",
+        ],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    std::thread::sleep(StdDuration::from_secs(3));
+    assert_eq!(
+        ann.job(&long).unwrap().state,
+        JobPhase::Running,
+        "the forged record ended ann's job"
+    );
+    assert_eq!(slurm_field(bed, long_id, "JobState"), "RUNNING");
+    let v = wait(&ann, &long);
+    assert_eq!((v.state, v.exit_code), (JobPhase::Finished, Some(0)), "{v:?}");
+    assert_eq!(text(&ann, &long, "out.txt"), "done\n");
+
+    // 3. A job that renames itself and deletes what it can of its marks runs
+    // once: followed by its id, it is never taken for lost.
+    let before = slurm_jobs_of(bed, ann_uid);
+    let renamer = ann
+        .submit(
+            "ann",
+            &scripted(
+                "#!/bin/sh\nscontrol update JobId=$SLURM_JOB_ID JobName=renamed\n\
+                 rm -rf .brokk-ran \"$BROKK_SANDBOX/.brokk-ran\"\necho run >> runs.txt\nsleep 3\n",
+            ),
+            None,
+        )
+        .unwrap();
+    let v = wait(&ann, &renamer);
+    assert_eq!((v.state, v.exit_code), (JobPhase::Finished, Some(0)), "{v:?}");
+    std::thread::sleep(StdDuration::from_secs(2));
+    assert_eq!(text(&ann, &renamer, "runs.txt"), "run\n");
+    let made: Vec<String> = slurm_jobs_of(bed, ann_uid)
+        .into_iter()
+        .filter(|i| !before.contains(i))
+        .collect();
+    assert_eq!(made.len(), 1, "one Slurm job for the renamer: {made:?}");
+
+    // 4. Ann's own reservation admits ann's own job (it runs as her account).
+    let start = brokk_proto::wall_clock().0 + 20;
+    let req = brokk_planner::Request {
+        amount: 2,
+        duration: Duration(300),
+        earliest: brokk_model::Time(start),
+        latest: brokk_model::Time(start + 600),
+        flexible: false,
+    };
+    let brokk_planner::Reply::Granted { id, .. } = brokk_broker::Site::reserve(&mut ann, "ann", &req, None).unwrap()
+    else {
+        panic!("no reservation for ann");
+    };
+    let o = slurm_cmd(
+        bed,
+        "scontrol",
+        &["show", "res", "-o", &format!("brokk-{name}-r{}", id.0)],
+    );
+    let res = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(res.contains(&format!("Users={ANN}")), "{res}");
+    let inside = brokk_broker::Site::submit(&mut ann, "ann", &shell("id -un"), Some(id)).unwrap();
+    let v = wait(&ann, &inside);
+    assert_eq!((v.state, v.exit_code), (JobPhase::Finished, Some(0)), "{v:?}");
+    assert_eq!(text(&ann, &inside, "out.txt"), format!("{ANN}\n"));
 }
