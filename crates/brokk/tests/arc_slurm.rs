@@ -97,7 +97,7 @@ fn an_arc_site_on_slurm_reserves_there_and_runs_its_job_in_the_reservation() {
     let r = common::json(
         &svc.url,
         "tok-ann",
-        &["reserve", "--amount", "2", "--duration", "5m", "--json"],
+        &["reserve", "--amount", "2", "--duration", "10m", "--json"],
     );
     let start = r["start"]
         .as_str()
@@ -121,7 +121,7 @@ fn an_arc_site_on_slurm_reserves_there_and_runs_its_job_in_the_reservation() {
     std::fs::write(
         &job,
         r#"{"executable": "/bin/sh", "arguments": ["-c", "echo in $SLURM_JOB_RESERVATION"],
-            "cpus": 2, "wall_time": 60, "stdout": "out.txt"}"#,
+            "cpus": 2, "wall_time": 300, "stdout": "out.txt"}"#,
     )
     .unwrap();
     let rid = r["id"].as_str().unwrap();
@@ -142,6 +142,9 @@ fn an_arc_site_on_slurm_reserves_there_and_runs_its_job_in_the_reservation() {
     // before it began.
     let done = completed_in(&b, 2, &name, asked.0);
     assert!(done.contains("UserId=nobody("), "{done}");
+    // Its wall time reached Slurm as five minutes (xRSL says the unit: a
+    // bare `5` was taken as seconds).
+    assert_eq!(common::field(&done, "TimeLimit"), "5", "{done}");
     assert!(common::slurm_time(common::field(&done, "StartTime")) >= start, "{done}");
     drop(svc);
     common::drop_slurm_reservations(&conf(&b, 2), "brokk-asr-");
