@@ -132,6 +132,11 @@ fn read_job(src: &str, rels: &[Relation], warnings: &mut Vec<Diagnostic>) -> Res
         }
         Ok(())
     })?;
+    // RSL defines GRAM's substitutions: the site fills in those the job uses.
+    let text = serde_json::to_string(&job).unwrap_or_default();
+    job.site_variables = crate::assign::GRAM_VARIABLES
+        .iter()
+        .any(|v| text.contains(&format!("$({v})")));
     Ok(job)
 }
 

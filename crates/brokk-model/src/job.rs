@@ -134,6 +134,12 @@ pub struct Job {
     /// (ClassAd expressions); written back where the target has a place.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub attributes: Vec<Attribute>,
+    /// Whether GRAM's standard substitutions (`$(HOME)`,
+    /// `$(SCRATCH_DIRECTORY)`, ...) are filled in where the job runs: set by
+    /// the GRAM RSL reader, whose language defines them. Elsewhere a `$(`
+    /// in a job's strings is the job's own text.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub site_variables: bool,
 }
 
 /// Mail about a job: to whom (the submitter's address where not said) and

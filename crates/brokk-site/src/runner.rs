@@ -36,8 +36,12 @@ pub async fn run(agent: Agent, id: JobId, resumed: bool) {
 /// Stages in, runs on the backend, stages out.
 async fn drive(agent: &Agent, mut launch: Launch, sandbox: &Path) -> End {
     let id = launch.id;
-    let values = crate::launch::site_values(&launch, &agent.config().name, sandbox);
-    brokk_jdl::assign::fill_at_site(&mut launch.job, &values);
+    // Only a language that defines GRAM's substitutions gets them: a `$(`
+    // in a JSON or Slurm job is its own text.
+    if launch.job.site_variables {
+        let values = crate::launch::site_values(&launch, &agent.config().name, sandbox);
+        brokk_jdl::assign::fill_at_site(&mut launch.job, &values);
+    }
     // `directory = $(SCRATCH_DIRECTORY)` names the sandbox itself: the job's
     // working directory stays relative to it.
     if let (Some(dir), Ok(root)) = (&launch.job.working_directory, std::path::absolute(sandbox)) {

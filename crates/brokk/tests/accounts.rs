@@ -333,16 +333,16 @@ fn slurm_cmd(bed: &Path, program: &str, args: &[&str]) -> Output {
         .unwrap()
 }
 
-/// The Slurm ids of the jobs `squeue` lists for uid `uid` (any state).
-fn slurm_jobs_of(bed: &Path, uid: u32) -> Vec<String> {
-    let o = slurm_cmd(
-        bed,
-        "squeue",
-        &["-h", "--states=all", "-u", &uid.to_string(), "-o", "%i"],
-    );
+/// The Slurm ids of the jobs `squeue` lists (any state) that work below
+/// `dir` (a site's directory: its jobs', whatever their names).
+fn slurm_jobs_in(bed: &Path, dir: &Path) -> Vec<String> {
+    let o = slurm_cmd(bed, "squeue", &["-h", "--states=all", "-o", "%i|%Z"]);
+    let dir = dir.display().to_string();
     String::from_utf8_lossy(&o.stdout)
         .lines()
-        .map(|l| l.trim().to_string())
+        .filter_map(|l| l.split_once('|'))
+        .filter(|(_, wd)| wd.starts_with(&dir))
+        .map(|(id, _)| id.trim().to_string())
         .collect()
 }
 
@@ -364,16 +364,25 @@ fn wait_state(site: &RemoteSite, job: &JobHandle, state: JobPhase) {
     }
 }
 
-#[test]
-#[ignore = "creates Unix accounts and submits to Slurm as them: needs root and the Slurm testbed; scripts/test.sh runs it"]
-fn a_hostile_job_cannot_talk_the_slurm_backend_into_anything() {
+/// A `brokk site` as root in front of the testbed's second Slurm cluster,
+/// with ann mapped to her account: the testbed, the site, ann's client and
+/// the site's name.
+fn hostile_site(
+    tag: &str,
+) -> (
+    std::path::PathBuf,
+    std::path::PathBuf,
+    common::Server,
+    RemoteSite,
+    String,
+) {
     assert!(nix::unistd::geteuid().is_root(), "run as root (scripts/test.sh does)");
     let bed = std::env::var("BROKK_TEST_SLURM").expect("BROKK_TEST_SLURM: scripts/test.sh starts the Slurm testbed");
-    let bed = Path::new(&bed);
+    let bed = std::path::PathBuf::from(bed);
     accounts();
-    let name = format!("hostile{}", std::process::id());
+    let name = format!("{tag}{}", std::process::id());
     let dir = site_dir(
-        "slurm-hostile",
+        &format!("slurm-{tag}"),
         &format!(
             "name = \"{name}\"\ndatabase = \"site.db\"\nworkdir = \"jobs\"\n[tokens]\n\"tok-ann\" = \"ann\"\n\
              [accounts]\nann = \"{ANN}\"\n[slurm]\nconf = \"{}\"\npoll_ms = 300\n",
@@ -381,18 +390,27 @@ fn a_hostile_job_cannot_talk_the_slurm_backend_into_anything() {
         ),
     );
     let server = start(&dir);
-    let mut ann = RemoteSite::new(&server.url, "tok-ann");
-    let (ann_uid, bob_uid) = (uid_of(ANN), uid_of(BOB));
-    let scripted = |script: &str| Job {
+    let ann = RemoteSite::new(&server.url, "tok-ann");
+    (bed, dir, server, ann, name)
+}
+
+/// A one-CPU, one-minute job of `script`, its output in `out.txt`.
+fn scripted(script: &str) -> Job {
+    Job {
         script: Some(script.into()),
         cpus: Some(1),
         wall_time: Some(Duration(60)),
         stdout: Some("out.txt".into()),
         ..Job::default()
-    };
+    }
+}
 
-    // 1. A script's own #SBATCH header: refused where no user may say it,
-    // without effect where the description says otherwise.
+#[test]
+#[ignore = "creates Unix accounts and submits to Slurm as them: needs root and the Slurm testbed; scripts/test.sh runs it"]
+fn a_scripts_own_sbatch_header_is_refused_or_without_effect() {
+    let (bed, dir, _server, mut ann, _) = hostile_site("header");
+    let bed = bed.as_path();
+    // Refused where no user may say it.
     for (header, says) in [
         ("#SBATCH --uid=0", "--uid=0"),
         ("#SBATCH --gid=0", "--gid=0"),
@@ -403,26 +421,38 @@ fn a_hostile_job_cannot_talk_the_slurm_backend_into_anything() {
             other => panic!("{header} was not refused: {other:?}"),
         }
     }
-    let before = slurm_jobs_of(bed, ann_uid);
+    // Without effect where the description says otherwise: Slurm's own
+    // record has the description's wall time and processors.
     let long = ann
         .submit(
             "ann",
-            &scripted("#!/bin/sh\n#SBATCH --time=07:00:00\n#SBATCH --ntasks=6\nsleep 12\necho done\n"),
+            &scripted("#!/bin/sh\n#SBATCH --time=07:00:00\n#SBATCH --ntasks=6\nsleep 8\necho done\n"),
             None,
         )
         .unwrap();
     wait_state(&ann, &long, JobPhase::Running);
-    let slurm_ids: Vec<String> = slurm_jobs_of(bed, ann_uid)
-        .into_iter()
-        .filter(|i| !before.contains(i))
-        .collect();
-    assert_eq!(slurm_ids.len(), 1, "one Slurm job for one Brokk job: {slurm_ids:?}");
-    let long_id = &slurm_ids[0];
-    assert_eq!(slurm_field(bed, long_id, "TimeLimit"), "00:01:00");
-    assert_eq!(slurm_field(bed, long_id, "NumCPUs"), "1");
+    let made = slurm_jobs_in(bed, &dir);
+    assert_eq!(made.len(), 1, "one Slurm job for one Brokk job: {made:?}");
+    assert_eq!(slurm_field(bed, &made[0], "TimeLimit"), "00:01:00");
+    assert_eq!(slurm_field(bed, &made[0], "NumCPUs"), "1");
+    let v = wait(&ann, &long);
+    assert_eq!((v.state, v.exit_code), (JobPhase::Finished, Some(0)), "{v:?}");
+}
 
-    // 2. A job named to forge the completion log's record of ann's job
-    // (bob's, submitted with plain sbatch) does not end it.
+#[test]
+#[ignore = "creates Unix accounts and submits to Slurm as them: needs root and the Slurm testbed; scripts/test.sh runs it"]
+fn a_job_named_to_forge_another_jobs_end_does_not_end_it() {
+    let (bed, dir, _server, mut ann, name) = hostile_site("forge");
+    let bed = bed.as_path();
+    let (ann_uid, bob_uid) = (uid_of(ANN), uid_of(BOB));
+    let long = ann
+        .submit("ann", &scripted("#!/bin/sh\nsleep 10\necho done\n"), None)
+        .unwrap();
+    wait_state(&ann, &long, JobPhase::Running);
+    let made = slurm_jobs_in(bed, &dir);
+    let long_id = &made[0];
+    // Bob, with plain sbatch, names a job so that the completion log holds
+    // a line that reads as the end of ann's job.
     let forged = format!(
         "x\nJobId={long_id} UserId={ANN}({ann_uid}) GroupId={ANN}({ann_uid}) Name=brokk-{name}-{} JobState=COMPLETED \
          Partition=batch TimeLimit=1 StartTime=2026-01-01T00:00:00 ExitCode=0:0",
@@ -455,10 +485,14 @@ fn a_hostile_job_cannot_talk_the_slurm_backend_into_anything() {
     let v = wait(&ann, &long);
     assert_eq!((v.state, v.exit_code), (JobPhase::Finished, Some(0)), "{v:?}");
     assert_eq!(text(&ann, &long, "out.txt"), "done\n");
+}
 
-    // 3. A job that renames itself and deletes what it can of its marks runs
-    // once: followed by its id, it is never taken for lost.
-    let before = slurm_jobs_of(bed, ann_uid);
+#[test]
+#[ignore = "creates Unix accounts and submits to Slurm as them: needs root and the Slurm testbed; scripts/test.sh runs it"]
+fn a_job_that_renames_itself_and_deletes_its_marks_runs_once() {
+    let (bed, dir, _server, mut ann, _) = hostile_site("rename");
+    let bed = bed.as_path();
+    // Followed by its id, it is never taken for lost, whatever its name.
     let renamer = ann
         .submit(
             "ann",
@@ -473,14 +507,15 @@ fn a_hostile_job_cannot_talk_the_slurm_backend_into_anything() {
     assert_eq!((v.state, v.exit_code), (JobPhase::Finished, Some(0)), "{v:?}");
     std::thread::sleep(StdDuration::from_secs(2));
     assert_eq!(text(&ann, &renamer, "runs.txt"), "run\n");
-    let made: Vec<String> = slurm_jobs_of(bed, ann_uid)
-        .into_iter()
-        .filter(|i| !before.contains(i))
-        .collect();
+    let made = slurm_jobs_in(bed, &dir);
     assert_eq!(made.len(), 1, "one Slurm job for the renamer: {made:?}");
+}
 
-    // 4. Ann's own reservation admits ann's own job (it runs as her account).
-    let start = brokk_proto::wall_clock().0 + 20;
+#[test]
+#[ignore = "creates Unix accounts and submits to Slurm as them: needs root and the Slurm testbed; scripts/test.sh runs it"]
+fn anns_reservation_on_slurm_admits_anns_own_job() {
+    let (bed, _dir, _server, mut ann, name) = hostile_site("resv");
+    let start = brokk_proto::wall_clock().0 + 10;
     let req = brokk_planner::Request {
         amount: 2,
         duration: Duration(300),
@@ -492,15 +527,14 @@ fn a_hostile_job_cannot_talk_the_slurm_backend_into_anything() {
     else {
         panic!("no reservation for ann");
     };
-    let o = slurm_cmd(
-        bed,
-        "scontrol",
-        &["show", "res", "-o", &format!("brokk-{name}-r{}", id.0)],
-    );
+    let slurm_name = format!("brokk-{name}-r{}", id.0);
+    let o = slurm_cmd(&bed, "scontrol", &["show", "res", "-o", &slurm_name]);
     let res = String::from_utf8_lossy(&o.stdout).into_owned();
     assert!(res.contains(&format!("Users={ANN}")), "{res}");
-    let inside = brokk_broker::Site::submit(&mut ann, "ann", &shell("id -un"), Some(id)).unwrap();
+    // Her job runs as her account, in her reservation.
+    let inside =
+        brokk_broker::Site::submit(&mut ann, "ann", &shell("id -un; echo $SLURM_JOB_RESERVATION"), Some(id)).unwrap();
     let v = wait(&ann, &inside);
     assert_eq!((v.state, v.exit_code), (JobPhase::Finished, Some(0)), "{v:?}");
-    assert_eq!(text(&ann, &inside, "out.txt"), format!("{ANN}\n"));
+    assert_eq!(text(&ann, &inside, "out.txt"), format!("{ANN}\n{slurm_name}\n"));
 }

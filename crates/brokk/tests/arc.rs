@@ -426,3 +426,52 @@ fn the_ces_information_can_come_from_its_ldap_information_system() {
     assert_eq!(row["shares"][0]["name"], "fork", "{row}");
     assert!(row["health"].is_string(), "{row}");
 }
+
+#[test]
+#[ignore = "needs a local ARC CE: scripts/arc-testbed.sh (scripts/test.sh starts it)"]
+fn a_job_the_ce_refuses_fails_with_the_ces_reason() {
+    use brokk_broker::Site;
+    let bed = bed();
+    let dir = common::scratch("arctest", "refused");
+    std::fs::write(
+        dir.join("site.toml"),
+        format!(
+            "name = \"arcrefuse\"\ndatabase = \"site.db\"\nworkdir = \"jobs\"\n[tokens]\n\"tok-ann\" = \"ann\"\n[arc]\n{}",
+            arc_table(&bed, &bed.join("user.pem"), &bed.join("user.key"))
+        ),
+    )
+    .unwrap();
+    let server = common::spawn_listening(
+        Command::new(env!("CARGO_BIN_EXE_brokk"))
+            .args(["site", "--config"])
+            .arg(dir.join("site.toml"))
+            .stderr(std::process::Stdio::null()),
+    );
+    let mut site = brokk_proto::RemoteSite::new(&server.url, "tok-ann");
+    // A-REX reads the description at submission and refuses a queue it
+    // does not have (a broker would not send it there; a site's own client may).
+    let job = brokk_model::Job {
+        executable: Some("/bin/true".into()),
+        queue: Some("nosuchqueue".into()),
+        wall_time: Some(brokk_model::Duration(300)),
+        ..Default::default()
+    };
+    let h = site.submit("ann", &job, None).unwrap();
+    let t = Instant::now();
+    let v = loop {
+        let v = site.job(&h).unwrap();
+        if v.state.is_terminal() {
+            break v;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(120),
+            "still {v:?}: the refusal is retried forever"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let reason = v.reason.clone().unwrap_or_default();
+    assert!(
+        reason.contains("refused the job") && reason.contains("asked 3 times"),
+        "{v:?}"
+    );
+}

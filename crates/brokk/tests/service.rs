@@ -1040,4 +1040,15 @@ fn grams_standard_variables_are_filled_in_where_the_job_runs() {
         "HOME is the sandbox: {printed}"
     );
     assert_eq!((words[1], words[2]), (me.trim(), "linux"), "{printed}");
+    // Only GRAM RSL defines them: a JSON job's `$(HOME)` is its own text.
+    let json = dir.join("job.json");
+    std::fs::write(
+        &json,
+        r#"{"executable": "/bin/echo", "arguments": ["$(HOME)"], "stdout": "out.txt"}"#,
+    )
+    .unwrap();
+    let done = svc.json("tok-ann", &["submit", json.to_str().unwrap(), "--watch", "--json"]);
+    assert_eq!(done["state"], "finished", "{done}");
+    let out = svc.brokk("tok-ann", &["output", done["id"].as_str().unwrap(), "out.txt"]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "$(HOME)\n");
 }

@@ -30,6 +30,16 @@ pub enum ArcError {
         /// What it said.
         message: String,
     },
+    /// The CE read a submission and refused the job: its own status code
+    /// and reason. Never taken as passing by itself (A-REX says 500 for a
+    /// description it cannot take, too).
+    #[error("the ARC CE refused the job ({status}): {message}")]
+    JobRefused {
+        /// The status code inside the CE's answer.
+        status: u16,
+        /// The CE's reason.
+        message: String,
+    },
 }
 
 impl crate::launch::Transient for ArcError {
@@ -222,7 +232,10 @@ impl ArcClient {
                 Some(("application/rsl", xrsl.as_bytes().to_vec())),
             )
             .await?;
-        let answer = job_answer(&bytes)?;
+        let answer = job_answer(&bytes).map_err(|e| match e {
+            ArcError::Refused { status, message } => ArcError::JobRefused { status, message },
+            e => e,
+        })?;
         answer.id.ok_or_else(|| ArcError::Refused {
             status: 200,
             message: "the CE answered without a job id".into(),

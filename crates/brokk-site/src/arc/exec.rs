@@ -75,6 +75,9 @@ fn prepare(arc: &ArcCe, launch: &Launch, sandbox: &Path) -> Result<(String, Vec<
 }
 
 /// The interval between two readings of a job's state.
+/// How many times a job the CE refuses is submitted before it fails.
+const SUBMISSIONS: u32 = 3;
+
 fn period(arc: &ArcCe) -> StdDuration {
     StdDuration::from_millis(arc.config.poll_ms)
 }
@@ -109,12 +112,26 @@ pub(crate) async fn execute<P: Progress>(agent: &P, arc: &ArcCe, mut launch: Lau
 async fn submit(arc: &ArcCe, launch: &mut Launch, sandbox: &Path) -> Result<String, End> {
     let (xrsl, uploads) =
         prepare(arc, launch, sandbox).map_err(|e| End::Failed(format!("writing the xRSL description: {e}")))?;
-    let id = retrying(launch, period(arc), "ARC submission", || arc.client.submit(&xrsl))
-        .await
-        .map_err(|e| match e {
-            None => End::Cancelled,
-            Some(e) => End::Failed(format!("the ARC CE refused the job: {e}")),
-        })?;
+    // A CE that read the job and refused it is asked again a few times (its
+    // refusal may pass, as a full session directory does), then believed.
+    let mut refusals = 0;
+    let id = loop {
+        match retrying(launch, period(arc), "ARC submission", || arc.client.submit(&xrsl)).await {
+            Ok(id) => break id,
+            Err(None) => return Err(End::Cancelled),
+            Err(Some(e @ ArcError::JobRefused { .. })) if refusals + 1 < SUBMISSIONS => {
+                refusals += 1;
+                tracing::warn!(job = %launch.id, "{e}; asking again ({refusals} of {})", SUBMISSIONS - 1);
+                if !pause(launch, period(arc)).await {
+                    return Err(End::Cancelled);
+                }
+            }
+            Err(Some(e @ ArcError::JobRefused { .. })) => {
+                return Err(End::Failed(format!("{e} (asked {SUBMISSIONS} times)")))
+            }
+            Err(Some(e)) => return Err(End::Failed(format!("the ARC CE refused the job: {e}"))),
+        }
+    };
     if let Err(e) = std::fs::write(sandbox.join(ID_FILE), &id) {
         tracing::warn!(job = %launch.id, "keeping ARC job id {id}: {e}");
     }
