@@ -4,7 +4,8 @@
 #
 #   scripts/arc-testbed.sh start [--slurm CONF]
 #       install, configure, start; prints the directory with user.pem,
-#       user.key, ca/, url and ldap (its GLUE 2 LDAP information system, on
+#       user.key (mapped to nobody), user2.pem, user2.key (a second user,
+#       mapped to the account brokkgrid2), ca/, url and ldap (its GLUE 2 LDAP information system, on
 #       port 2135, which holds data about two minutes after the start). With
 #       --slurm, a second CE (REST on :8443) runs
 #       its jobs on the Slurm cluster of that slurm.conf, with the runtime
@@ -21,6 +22,7 @@
 set -euo pipefail
 BASE=${BROKK_ARC_BASE:-/var/tmp/brokk-arc}
 USER_NAME=brokkgrid
+USER2_NAME=brokkgrid2
 SLURM_CE=/etc/arc-brokk-slurm.conf
 SLURM_CE_DIR=/var/spool/arc-brokk-slurm
 log() { echo "arc-testbed: $*" >&2; }
@@ -41,8 +43,9 @@ install_packages() {
   [ -f /etc/grid-security/testCA-hostcert.pem ] || { arcctl test-ca init && arcctl test-ca hostcert; }
 }
 
-# What both CEs share: ARC's test CA for the host, and every subject the
-# test CA made mapped to nobody.
+# What both CEs share: ARC's test CA for the host, the second user's
+# subject mapped to an account of its own, and every other subject the test
+# CA made mapped to nobody.
 common_blocks() {
   cat <<'EOF'
 [common]
@@ -51,10 +54,13 @@ x509_host_cert = /etc/grid-security/testCA-hostcert.pem
 
 [authgroup:zero]
 file = /etc/grid-security/testCA.allowed-subjects
-
-[mapping]
-map_to_user = zero nobody:nogroup
 EOF
+  if [ -f "$BASE/user2.subject" ]; then
+    printf '\n[authgroup:second]\nsubject = "%s"\n' "$(cat "$BASE/user2.subject")"
+    printf '\n[mapping]\nmap_to_user = second %s:%s\nmap_to_user = zero nobody:nogroup\n' "$USER2_NAME" "$USER2_NAME"
+  else
+    printf '\n[mapping]\nmap_to_user = zero nobody:nogroup\n'
+  fi
 }
 
 configure() {
@@ -184,6 +190,16 @@ credentials() {
   fi
   install -m 0644 "$home/.globus/usercert.pem" "$BASE/user.pem"
   install -m 0600 "$home/.globus/userkey.pem" "$BASE/user.key"
+  # The second user, mapped to an account of its own (see common_blocks).
+  id "$USER2_NAME" >/dev/null 2>&1 || useradd -m -s /bin/bash "$USER2_NAME"
+  home=$(getent passwd "$USER2_NAME" | cut -d: -f6)
+  if [ ! -f "$home/.globus/usercert.pem" ]; then
+    (cd /tmp && arcctl test-ca usercert -i "$USER2_NAME" >>"$BASE/usercert.log" 2>&1) ||
+      { log "arcctl test-ca usercert failed; see $BASE/usercert.log"; return 1; }
+  fi
+  install -m 0644 "$home/.globus/usercert.pem" "$BASE/user2.pem"
+  install -m 0600 "$home/.globus/userkey.pem" "$BASE/user2.key"
+  openssl x509 -in "$BASE/user2.pem" -noout -subject -nameopt compat | sed 's/^subject=//' >"$BASE/user2.subject"
   # The CA certificates the CE's host certificate is checked against (not
   # the test CA's key beside them).
   rm -rf "$BASE/ca" && mkdir -p "$BASE/ca"
@@ -202,6 +218,8 @@ start() {
   install_packages
   configure
   credentials
+  # Again, now that the second user's subject is known.
+  configure
   rm -f "$BASE/slurm-url"
   if [ -n "$slurm_conf" ]; then
     configure_slurm_ce "$slurm_conf"

@@ -3,9 +3,11 @@
 # for the GRAM tests, from Debian's packages, with a CA of its own. Needs root.
 #
 #   scripts/gram-testbed.sh start   # install, make credentials, start; prints
-#                                   # the directory with user.pem, user.key,
-#                                   # ca/ and contact (the gatekeeper's
-#                                   # resource contact)
+#                                   # the directory with user.pem, user.key
+#                                   # (mapped to brokkgram), user2.pem,
+#                                   # user2.key (mapped to brokkgram2), ca/
+#                                   # and contact (the gatekeeper's resource
+#                                   # contact)
 #   scripts/gram-testbed.sh stop
 #
 # What it relies on (measured on this machine kind): the packages install in
@@ -18,6 +20,7 @@
 set -euo pipefail
 BASE=${BROKK_GRAM_BASE:-/var/tmp/brokk-gram}
 USER_NAME=brokkgram
+USER2_NAME=brokkgram2
 CERTS=/etc/grid-security/certificates
 log() { echo "gram-testbed: $*" >&2; }
 
@@ -70,12 +73,26 @@ extendedKeyUsage=serverAuth,clientAuth"
     sign user "/O=Brokk/CN=$USER_NAME" "keyUsage=critical,digitalSignature,keyEncipherment
 extendedKeyUsage=clientAuth"
   fi
+  # A second grid user, mapped to an account of its own.
+  if [ ! -f "$ca/user2.pem" ]; then
+    sign user2 "/O=Brokk/CN=$USER2_NAME" "keyUsage=critical,digitalSignature,keyEncipherment
+extendedKeyUsage=clientAuth"
+  fi
   install -m 0644 "$ca/host.pem" /etc/grid-security/hostcert.pem
   install -m 0400 "$ca/host.key" /etc/grid-security/hostkey.pem
-  id "$USER_NAME" >/dev/null 2>&1 || useradd -m -s /bin/bash "$USER_NAME"
-  echo "\"/O=Brokk/CN=$USER_NAME\" $USER_NAME" >/etc/grid-security/grid-mapfile
+  local u
+  for u in "$USER_NAME" "$USER2_NAME"; do
+    id "$u" >/dev/null 2>&1 || useradd -m -s /bin/bash "$u"
+    chmod 0700 "$(getent passwd "$u" | cut -d: -f6)"
+  done
+  {
+    echo "\"/O=Brokk/CN=$USER_NAME\" $USER_NAME"
+    echo "\"/O=Brokk/CN=$USER2_NAME\" $USER2_NAME"
+  } >/etc/grid-security/grid-mapfile
   install -m 0644 "$ca/user.pem" "$BASE/user.pem"
   install -m 0600 "$ca/user.key" "$BASE/user.key"
+  install -m 0644 "$ca/user2.pem" "$BASE/user2.pem"
+  install -m 0600 "$ca/user2.key" "$BASE/user2.key"
   rm -rf "$BASE/ca" && mkdir -p "$BASE/ca" && cp -a "$CERTS/." "$BASE/ca/"
   echo "$host" >"$BASE/host"
 }

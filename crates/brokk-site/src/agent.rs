@@ -648,6 +648,12 @@ impl Agent {
         self.accounts
             .of(user)
             .map_err(|m| CoreError::Forbidden(format!("{m}; the job")))?;
+        if let Some(why) = self
+            .backend()
+            .shared_identity_refusal(user, !self.config.accounts.is_empty())
+        {
+            return Err(CoreError::Forbidden(why).into());
+        }
         // Every backend gets these names as they are (sbatch would take an
         // absolute or `..` one at its word): each stays inside the sandbox.
         for (what, name) in [
@@ -822,6 +828,7 @@ impl Agent {
         Some(Launch {
             id,
             owner: j.owner.clone(),
+            user: j.user().to_string(),
             wall: l.wall.0,
             job: j.spec,
             controls: Controls {

@@ -422,9 +422,24 @@ pub fn describe(processes: u64) -> String {
     }
 }
 
+/// What a grid CE sees of the site's users: each user with a credential of
+/// their own as themselves; everyone else as the site's one identity, which
+/// the CE maps to one account (a site with `[accounts]` refuses those users).
+fn remote_identities(ce: &str, cert: &std::path::Path, own: usize, users_apart: bool) -> String {
+    let shared = match users_apart {
+        true => "users without one are refused, since [accounts] keeps users apart".to_string(),
+        false => format!(
+            "every other user's jobs reach it as the one identity of {} and run as the one account the {ce} maps it to",
+            cert.display()
+        ),
+    };
+    format!("{own} user(s) reach the {ce} with credentials of their own; {shared}")
+}
+
 /// What the agent of `config` says at start about how its jobs are
 /// contained: the embedded runner's cgroups or subreaper, or the resource
-/// manager's own for the backends that hand jobs on.
+/// manager's own for the backends that hand jobs on (and, for a grid CE, as whom it sees the
+/// site's users).
 pub fn notice(config: &crate::Config) -> String {
     if config.null_backend_for_benchmarks {
         "no jobs are run (the null backend)".into()
@@ -432,10 +447,16 @@ pub fn notice(config: &crate::Config) -> String {
         "jobs are contained by Slurm itself (its proctrack and task plugins; proctrack/cgroup keeps every \
          process of a job)"
             .into()
-    } else if config.arc.is_some() {
-        "jobs are contained by the ARC CE and the batch system behind it".into()
-    } else if config.gram.is_some() {
-        "jobs are contained by the GRAM gatekeeper's job manager".into()
+    } else if let Some(arc) = &config.arc {
+        format!(
+            "jobs are contained by the ARC CE and the batch system behind it; {}",
+            remote_identities("ARC CE", &arc.cert, arc.users.len(), !config.accounts.is_empty())
+        )
+    } else if let Some(gram) = &config.gram {
+        format!(
+            "jobs are contained by the GRAM gatekeeper's job manager; {}",
+            remote_identities("gatekeeper", &gram.cert, gram.users.len(), !config.accounts.is_empty())
+        )
     } else {
         describe(config.job_processes)
     }

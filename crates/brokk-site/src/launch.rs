@@ -33,6 +33,8 @@ pub struct Launch {
     pub id: JobId,
     /// The identity that submitted it (its uploads are this one's).
     pub owner: String,
+    /// The user it runs for: the owner, or whom a delegate submitted it for.
+    pub user: String,
     /// The description.
     pub job: Job,
     /// What it listens to.

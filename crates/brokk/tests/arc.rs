@@ -475,3 +475,80 @@ fn a_job_the_ce_refuses_fails_with_the_ces_reason() {
         "{v:?}"
     );
 }
+
+/// Creates local account `name` unless it exists.
+fn local_account(name: &str) {
+    if !Command::new("id").arg(name).output().unwrap().status.success() {
+        let made = Command::new("useradd")
+            .args(["-M", "-s", "/usr/sbin/nologin", name])
+            .status()
+            .unwrap();
+        assert!(made.success(), "useradd {name}");
+    }
+}
+
+#[test]
+#[ignore = "needs a local ARC CE and root: scripts/arc-testbed.sh (scripts/test.sh starts it)"]
+fn two_users_at_one_ce_run_as_their_own_accounts_there() {
+    let bed = bed();
+    for name in ["brokkarcjobs", "brokkarcjobs2"] {
+        local_account(name);
+    }
+    let dir = common::scratch("arctest", "twousers");
+    let cred = |stem: &str| {
+        format!(
+            "{{ cert = \"{}\", key = \"{}\" }}",
+            bed.join(format!("{stem}.pem")).display(),
+            bed.join(format!("{stem}.key")).display()
+        )
+    };
+    let config = format!(
+        "database = \"broker.db\"\nstate_dir = \"sites\"\n[tokens]\n\"tok-ann\" = \"ann\"\n\"tok-bob\" = \"bob\"\n\
+         \"tok-carl\" = \"carl\"\n[[embedded]]\nname = \"arc1\"\n\
+         accounts = {{ ann = \"brokkarcjobs\", bob = \"brokkarcjobs2\", carl = \"brokkarcjobs2\" }}\n\
+         [embedded.arc]\n{}users = {{ ann = {}, bob = {} }}\n",
+        arc_table(&bed, &bed.join("user.pem"), &bed.join("user.key")),
+        cred("user"),
+        cred("user2")
+    );
+    std::fs::write(dir.join("broker.toml"), config).unwrap();
+    let server = common::serve(&dir);
+    // Ann's job leaves a file in its session directory at the CE and stays.
+    let tag = format!("brokk-secret-{}", std::process::id());
+    std::fs::write(
+        dir.join("ann.xrsl"),
+        format!(r#"&(executable="/bin/sh")(arguments="-c" "echo secret > {tag}; sleep 300")(walltime="10")"#),
+    )
+    .unwrap();
+    let path = dir.join("ann.xrsl").display().to_string();
+    let sub = common::json(&server.url, "tok-ann", &["submit", "--json", &path]);
+    let ann = sub["id"].as_str().unwrap().to_string();
+    common::wait_for_state(&server.url, "tok-ann", &ann, "running", Duration::from_secs(240));
+    // Bob's job reaches the CE as bob (its own account there) and cannot
+    // read hers, which it could as the same account.
+    let (bob, end) = common::run_to_end(
+        &server.url,
+        "tok-bob",
+        &dir,
+        "bob.xrsl",
+        &format!(
+            r#"&(executable="/bin/sh")(arguments="-c" "id -un; cat /var/spool/arc/sessiondir/*/{tag} 2>/dev/null || echo denied")(stdout="out.txt")(walltime="5")"#
+        ),
+    );
+    let _ = common::brokk(&server.url, "tok-ann", &["cancel", &ann]);
+    assert_eq!(end["state"], "finished", "{end}");
+    assert_eq!(
+        common::output(&server.url, "tok-bob", &bob, "out.txt"),
+        "brokkgrid2\ndenied\n"
+    );
+    // Carl has an account here and no credential of his own: his job is not
+    // sent under the site's identity.
+    let (_, end) = common::run_to_end(
+        &server.url,
+        "tok-carl",
+        &dir,
+        "carl.xrsl",
+        r#"&(executable="/bin/true")(walltime="5")"#,
+    );
+    assert_eq!(end["state"], "failed", "{end}");
+}

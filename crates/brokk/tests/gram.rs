@@ -14,6 +14,8 @@ mod common;
 
 /// The local account `ann`'s jobs run as at the site.
 const LOCAL_ACCOUNT: &str = "brokkgramjobs";
+/// The local account `bob`'s jobs run as at the site.
+const LOCAL_ACCOUNT2: &str = "brokkgramjobs2";
 
 /// The testbed's directory.
 fn bed() -> PathBuf {
@@ -33,21 +35,40 @@ fn gram_table(bed: &Path, cert: &Path, key: &Path) -> String {
     )
 }
 
-/// Creates the local account jobs run as, unless it exists.
+/// Creates the local accounts jobs run as, unless they exist.
 fn local_account() {
-    let known = Command::new("id").arg(LOCAL_ACCOUNT).output().unwrap();
-    if !known.status.success() {
-        let made = Command::new("useradd")
-            .args(["-M", "-s", "/usr/sbin/nologin", LOCAL_ACCOUNT])
-            .status()
-            .unwrap();
-        assert!(made.success(), "useradd {LOCAL_ACCOUNT}");
+    for name in [LOCAL_ACCOUNT, LOCAL_ACCOUNT2] {
+        let known = Command::new("id").arg(name).output().unwrap();
+        if !known.status.success() {
+            let made = Command::new("useradd")
+                .args(["-M", "-s", "/usr/sbin/nologin", name])
+                .status()
+                .unwrap();
+            assert!(made.success(), "useradd {name}");
+        }
     }
+}
+
+/// `[embedded.gram.users]` giving each `(user, cert, key)` its own credential.
+fn users_table(users: &[(&str, &Path, &Path)]) -> String {
+    let entries: Vec<String> = users
+        .iter()
+        .map(|(u, c, k)| format!("{u} = {{ cert = \"{}\", key = \"{}\" }}", c.display(), k.display()))
+        .collect();
+    format!("users = {{ {} }}\n", entries.join(", "))
 }
 
 /// A broker with one embedded site fronting the gatekeeper, as user `ann`,
 /// whose jobs run as the local account.
 fn broker(name: &str) -> (PathBuf, common::Server) {
+    broker_for(name, &[("ann", LOCAL_ACCOUNT, "user")], "")
+}
+
+/// A broker with one embedded site fronting the gatekeeper, for `users`
+/// (each a Brokk user, the local account their jobs run as, and the
+/// testbed's credential file stem they reach the gatekeeper with), and
+/// `accounts_only` users mapped to a local account with no credential.
+fn broker_for(name: &str, users: &[(&str, &str, &str)], accounts_only: &str) -> (PathBuf, common::Server) {
     let bed = bed();
     local_account();
     let dir = common::scratch("gramtest", name);
@@ -61,10 +82,31 @@ fn broker(name: &str) -> (PathBuf, common::Server) {
             break;
         }
     }
+    let tokens: String = users
+        .iter()
+        .map(|(u, _, _)| format!("\"tok-{u}\" = \"{u}\"\n"))
+        .chain((!accounts_only.is_empty()).then(|| format!("\"tok-{accounts_only}\" = \"{accounts_only}\"\n")))
+        .collect();
+    let accounts: Vec<String> = users
+        .iter()
+        .map(|(u, a, _)| format!("{u} = \"{a}\""))
+        .chain((!accounts_only.is_empty()).then(|| format!("{accounts_only} = \"{LOCAL_ACCOUNT}\"")))
+        .collect();
+    let files: Vec<(PathBuf, PathBuf)> = users
+        .iter()
+        .map(|(_, _, stem)| (bed.join(format!("{stem}.pem")), bed.join(format!("{stem}.key"))))
+        .collect();
+    let credentials: Vec<(&str, &Path, &Path)> = users
+        .iter()
+        .zip(&files)
+        .map(|((u, _, _), (c, k))| (*u, c.as_path(), k.as_path()))
+        .collect();
     let config = format!(
-        "database = \"broker.db\"\nstate_dir = \"sites\"\n[tokens]\n\"tok-ann\" = \"ann\"\n[[embedded]]\nname = \"gram1\"\ncapacity = 2\naccounts = {{ ann = \"{LOCAL_ACCOUNT}\" }}\nstage_in_dirs = [\"{}\"]\n[embedded.gram]\n{}",
+        "database = \"broker.db\"\nstate_dir = \"sites\"\n[tokens]\n{tokens}[[embedded]]\nname = \"gram1\"\ncapacity = 2\naccounts = {{ {} }}\nstage_in_dirs = [\"{}\"]\n[embedded.gram]\n{}{}",
+        accounts.join(", "),
         dir.display(),
-        gram_table(&bed, &bed.join("user.pem"), &bed.join("user.key"))
+        gram_table(&bed, &bed.join("user.pem"), &bed.join("user.key")),
+        users_table(&credentials)
     );
     std::fs::write(dir.join("broker.toml"), config).unwrap();
     std::fs::set_permissions(
@@ -302,4 +344,56 @@ fn a_gatekeeper_that_stops_answering_is_reported_and_its_job_kept() {
     assert_eq!(end["state"], "finished", "{end}");
     assert_eq!(common::output(&server.url, "tok-ann", &id, "out.txt"), "survived\n");
     assert!(common::site_available(&server.url, "tok-ann", "gram1"));
+}
+
+#[test]
+#[ignore = "needs a local GRAM gatekeeper and root: scripts/gram-testbed.sh (scripts/test.sh starts it)"]
+fn two_users_at_one_gatekeeper_run_as_their_own_accounts_there() {
+    let (dir, server) = broker_for(
+        "twousers",
+        &[("ann", LOCAL_ACCOUNT, "user"), ("bob", LOCAL_ACCOUNT2, "user2")],
+        "carl",
+    );
+    let tag = std::process::id();
+    // Ann's job leaves a file in her account's home at the gatekeeper.
+    let (_, end) = common::run_to_end(
+        &server.url,
+        "tok-ann",
+        &dir,
+        "ann.json",
+        &format!(
+            r#"{{"executable": "/bin/sh", "arguments": ["-c", "id -un; echo secret > $HOME/brokk-secret-{tag}; chmod 600 $HOME/brokk-secret-{tag}"], "stdout": "out.txt", "wall_time": 60}}"#
+        ),
+    );
+    assert_eq!(end["state"], "finished", "{end}");
+    let id = end["id"].as_str().unwrap();
+    assert_eq!(common::output(&server.url, "tok-ann", id, "out.txt"), "brokkgram\n");
+    // Bob's reaches the gatekeeper as bob, runs as his own account there,
+    // and cannot read hers.
+    let (_, end) = common::run_to_end(
+        &server.url,
+        "tok-bob",
+        &dir,
+        "bob.json",
+        &format!(
+            r#"{{"executable": "/bin/sh", "arguments": ["-c", "id -un; cat ~brokkgram/brokk-secret-{tag} 2>/dev/null || echo denied"], "stdout": "out.txt", "wall_time": 60}}"#
+        ),
+    );
+    assert_eq!(end["state"], "finished", "{end}");
+    let id = end["id"].as_str().unwrap();
+    assert_eq!(
+        common::output(&server.url, "tok-bob", id, "out.txt"),
+        "brokkgram2\ndenied\n"
+    );
+    let _ = std::fs::remove_file(format!("/home/brokkgram/brokk-secret-{tag}"));
+    // Carl has an account here and no credential of his own: his job is not
+    // sent under the site's identity (nor is its proxy given to his account).
+    let (_, end) = common::run_to_end(
+        &server.url,
+        "tok-carl",
+        &dir,
+        "carl.json",
+        r#"{"executable": "/bin/true", "wall_time": 60}"#,
+    );
+    assert_eq!(end["state"], "failed", "{end}");
 }

@@ -100,7 +100,7 @@ pub(crate) async fn execute<P: Progress>(agent: &P, arc: &ArcCe, mut launch: Lau
     if !matches!(end, End::Cancelled) {
         fetch_outputs(arc, &launch, &id, sandbox).await;
     }
-    if let Err(e) = arc.client.clean(&id).await {
+    if let Err(e) = arc.client_for(&launch.user).clean(&id).await {
         tracing::warn!(job = %launch.id, "cleaning ARC job {id}: {e}");
     }
     end
@@ -115,8 +115,10 @@ async fn submit(arc: &ArcCe, launch: &mut Launch, sandbox: &Path) -> Result<Stri
     // A CE that read the job and refused it is asked again a few times (its
     // refusal may pass, as a full session directory does), then believed.
     let mut refusals = 0;
+    let user = launch.user.clone();
     let id = loop {
-        match retrying(launch, period(arc), "ARC submission", || arc.client.submit(&xrsl)).await {
+        let client = arc.client_for(&user);
+        match retrying(launch, period(arc), "ARC submission", || client.submit(&xrsl)).await {
             Ok(id) => break id,
             Err(None) => return Err(End::Cancelled),
             Err(Some(e @ ArcError::JobRefused { .. })) if refusals + 1 < SUBMISSIONS => {
@@ -136,7 +138,7 @@ async fn submit(arc: &ArcCe, launch: &mut Launch, sandbox: &Path) -> Result<Stri
         tracing::warn!(job = %launch.id, "keeping ARC job id {id}: {e}");
     }
     if let Err(end) = upload(arc, launch, &id, sandbox, &uploads).await {
-        let _ = arc.client.kill(&id).await;
+        let _ = arc.client_for(&launch.user).kill(&id).await;
         return Err(end);
     }
     Ok(id)
@@ -144,19 +146,19 @@ async fn submit(arc: &ArcCe, launch: &mut Launch, sandbox: &Path) -> Result<Stri
 
 /// Uploads `names` from the sandbox into ARC job `id`'s session directory.
 async fn upload(arc: &ArcCe, launch: &mut Launch, id: &str, sandbox: &Path, names: &[String]) -> Result<(), End> {
+    let user = launch.user.clone();
+    let client = arc.client_for(&user);
     for name in names {
         let bytes = tokio::fs::read(sandbox.join(name))
             .await
             .map_err(|e| End::Failed(format!("reading input {name}: {e}")))?;
         let what = format!("uploading {name} to ARC job {id}");
-        retrying(launch, period(arc), &what, || {
-            arc.client.put_file(id, name, bytes.clone())
-        })
-        .await
-        .map_err(|e| match e {
-            None => End::Cancelled,
-            Some(e) => End::Failed(format!("uploading {name} to the ARC CE: {e}")),
-        })?;
+        retrying(launch, period(arc), &what, || client.put_file(id, name, bytes.clone()))
+            .await
+            .map_err(|e| match e {
+                None => End::Cancelled,
+                Some(e) => End::Failed(format!("uploading {name} to the ARC CE: {e}")),
+            })?;
     }
     Ok(())
 }
@@ -181,14 +183,14 @@ async fn follow<P: Progress>(agent: &P, arc: &ArcCe, launch: &mut Launch, id: &s
     let mut kill_sent = false;
     loop {
         if cancelled && !kill_sent {
-            match arc.client.kill(id).await {
+            match arc.client_for(&launch.user).kill(id).await {
                 Ok(()) => kill_sent = true,
                 // Already over, or gone: nothing left to kill.
                 Err(ArcError::Refused { status, .. }) if status < 500 => return End::Cancelled,
                 Err(e) => tracing::warn!(job = %launch.id, "killing ARC job {id}: {e}"),
             }
         }
-        match arc.client.status(id).await {
+        match arc.client_for(&launch.user).status(id).await {
             Ok(state) => {
                 if !running && state.has_started() {
                     running = true;
@@ -196,7 +198,7 @@ async fn follow<P: Progress>(agent: &P, arc: &ArcCe, launch: &mut Launch, id: &s
                 }
                 if state.is_final() {
                     let exit = match state.0.as_str() {
-                        "FINISHED" | "FAILED" => arc.client.exit_code(id).await.ok().flatten(),
+                        "FINISHED" | "FAILED" => arc.client_for(&launch.user).exit_code(id).await.ok().flatten(),
                         _ => None,
                     };
                     return outcome(&state, exit, cancelled, id);
@@ -220,7 +222,7 @@ async fn follow<P: Progress>(agent: &P, arc: &ArcCe, launch: &mut Launch, id: &s
 /// Copies the job's session files (top level) into its sandbox, owned by
 /// the job's account, for the owner to fetch and for stage-out.
 async fn fetch_outputs(arc: &ArcCe, launch: &Launch, id: &str, sandbox: &Path) {
-    let names = match arc.client.list_files(id).await {
+    let names = match arc.client_for(&launch.user).list_files(id).await {
         Ok(n) => n,
         Err(e) => {
             tracing::warn!(job = %launch.id, "listing ARC job {id}'s files: {e}");
@@ -232,7 +234,7 @@ async fn fetch_outputs(arc: &ArcCe, launch: &Launch, id: &str, sandbox: &Path) {
         if plain != name || plain.starts_with('.') {
             continue;
         }
-        match arc.client.get_file(id, &name).await {
+        match arc.client_for(&launch.user).get_file(id, &name).await {
             Ok(bytes) => {
                 let written = crate::staging::create_owned(sandbox, &name, launch.account)
                     .and_then(|mut f| std::io::Write::write_all(&mut f, &bytes));

@@ -65,6 +65,30 @@ pub struct ArcConfig {
     /// reservation its argument names.
     #[serde(default = "default_reservation_rte")]
     pub reservation_rte: String,
+    /// Brokk users' own credentials (`ann = { cert = "ann.pem", key =
+    /// "ann.key" }`): their jobs reach the CE as them, so the CE maps each to
+    /// its own account. A user without one is submitted with `cert`, as the
+    /// site's one identity, which a site with `[accounts]` refuses.
+    #[serde(default)]
+    pub users: std::collections::BTreeMap<String, Credential>,
+}
+
+/// A certificate (or proxy) and its key, as a grid client presents them.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Credential {
+    /// The certificate (PEM), or a proxy with its key in the same file.
+    pub cert: PathBuf,
+    /// The key (PEM), when it is not in `cert`.
+    pub key: Option<PathBuf>,
+}
+
+impl Credential {
+    /// Reads relative paths against `base`.
+    pub fn resolve(&mut self, base: &std::path::Path) {
+        self.cert = base.join(&self.cert);
+        self.key = self.key.as_ref().map(|k| base.join(k));
+    }
 }
 
 impl ArcConfig {
@@ -76,6 +100,9 @@ impl ArcConfig {
         self.ca_dir = base.join(&self.ca_dir);
         if let Some(s) = &mut self.slurm {
             s.resolve(base);
+        }
+        for c in self.users.values_mut() {
+            c.resolve(base);
         }
     }
 }
@@ -112,8 +139,10 @@ fn default_reservation_rte() -> String {
 pub struct ArcCe {
     /// Its settings.
     pub config: ArcConfig,
-    /// The REST client.
+    /// The REST client, with the site's own credential.
     pub client: ArcClient,
+    /// A client per user with a credential of their own.
+    users: std::collections::BTreeMap<String, ArcClient>,
     /// Why the CE does not answer, as of the last reading of its
     /// information; `None` while it does.
     down: crate::reachability::Reachability,
@@ -149,14 +178,35 @@ impl ArcCe {
                 .unwrap_or(info),
             None => info,
         };
+        let mut users = std::collections::BTreeMap::new();
+        for (user, c) in &config.users {
+            let own = ArcConfig {
+                cert: c.cert.clone(),
+                key: c.key.clone(),
+                ..config.clone()
+            };
+            users.insert(user.clone(), ArcClient::new(&own)?);
+        }
         let ce = ArcCe {
             config,
             client,
+            users,
             down: Default::default(),
             latest: std::sync::Mutex::new(info.clone()),
             slurm,
         };
         Ok((ce, info))
+    }
+
+    /// The client `user`'s jobs reach the CE with: their own credential's,
+    /// or the site's.
+    pub fn client_for(&self, user: &str) -> &ArcClient {
+        self.users.get(user).unwrap_or(&self.client)
+    }
+
+    /// Whether `user` has a credential of their own here.
+    pub fn has_own_identity(&self, user: &str) -> bool {
+        self.users.contains_key(user)
     }
 
     /// Why the CE (or the Slurm cluster that holds its reservations) does

@@ -126,6 +126,25 @@ impl Backend {
         }
     }
 
+    /// Why `user`'s job may not go to this site's grid CE, if it may not:
+    /// where `[accounts]` keeps users apart (`users_apart`), a user without
+    /// a credential of their own would reach the CE as the site's one
+    /// identity, mapped there to the same account as every such user, who
+    /// could then read each other's files; so the job is refused.
+    pub fn shared_identity_refusal(&self, user: &str, users_apart: bool) -> Option<String> {
+        let (own, table) = match self {
+            Backend::Arc(a) => (a.has_own_identity(user), "[arc.users]"),
+            Backend::Gram(g) => (g.has_own_identity(user), "[gram.users]"),
+            _ => return None,
+        };
+        (users_apart && !own).then(|| {
+            format!(
+                "{user} has no grid credential of their own at this site ({table}), and its CE would run the job \
+                 under the site's one identity, shared with other users; the job"
+            )
+        })
+    }
+
     /// Whether reservations must be made in the resource manager too.
     pub fn reserves(&self) -> bool {
         self.slurm().is_some()

@@ -175,7 +175,8 @@ async fn submit(gram: &GramCe, launch: &mut Launch, sandbox: &Path) -> Result<(S
         prepare(launch, sandbox, &dir).map_err(|e| End::Failed(format!("writing the RSL description: {e}")))?;
     let account = launch.account;
     let proxy = gram
-        .proxy_for(account)
+        .proxy_for(&launch.user, account)
+        .await
         .map_err(|e| End::Failed(format!("the GRAM proxy: {e}")))?;
     let serve = !prepared.uploads.is_empty();
     let out = retrying(launch, period(gram), "GRAM submission", || {
@@ -235,7 +236,7 @@ async fn fetch(gram: &GramCe, launch: &Launch, dir: &str) -> Result<Returned, Gr
         quoted(r#"cd "$HOME/$1" 2>/dev/null || exit 0; tar cf - -- * .[!.]* 2>/dev/null; exit 0"#),
         quoted(dir)
     );
-    let proxy = gram.proxy_for(launch.account)?;
+    let proxy = gram.proxy_for(&launch.user, launch.account).await?;
     let out = gram.client.output_of(&rsl, &proxy, launch.account).await?;
     if out.is_empty() {
         return Ok(Returned::default());
@@ -259,7 +260,7 @@ fn keep(launch: &Launch, sandbox: &Path, returned: &Returned) {
 /// waited for).
 async fn clean(gram: &GramCe, launch: &Launch, dir: &str) {
     let rsl = format!("&(executable = \"/bin/rm\")(arguments = \"-rf\" {})", quoted(dir));
-    let done = match gram.proxy_for(launch.account) {
+    let done = match gram.proxy_for(&launch.user, launch.account).await {
         Ok(proxy) => gram.client.submit(&rsl, false, &proxy, launch.account).await.map(drop),
         Err(e) => Err(e),
     };
@@ -284,7 +285,7 @@ async fn follow<P: Progress>(
     let mut kill_sent = false;
     let mut unproven = 0;
     loop {
-        let proxy = match gram.proxy_for(launch.account) {
+        let proxy = match gram.proxy_for(&launch.user, launch.account).await {
             Ok(p) => p,
             Err(e) => return End::Failed(format!("the GRAM proxy: {e}")),
         };

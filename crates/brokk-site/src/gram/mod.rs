@@ -60,6 +60,13 @@ pub struct GramConfig {
     /// The ports `globusrun` listens on for call-backs and GASS, `low,high`
     /// (`GLOBUS_TCP_PORT_RANGE`), for a firewall.
     pub port_range: Option<String>,
+    /// Brokk users' own credentials (`ann = { cert = "ann.pem", key =
+    /// "ann.key" }`): their jobs reach the gatekeeper with proxies made from
+    /// them, so its grid-mapfile maps each to its own account. A user without
+    /// one is submitted with the site's credential, which a site with
+    /// `[accounts]` refuses: the site's proxy is never given to another account.
+    #[serde(default)]
+    pub users: std::collections::BTreeMap<String, crate::arc::Credential>,
 }
 
 impl GramConfig {
@@ -69,6 +76,9 @@ impl GramConfig {
         self.cert = base.join(&self.cert);
         self.key = self.key.as_ref().map(|k| base.join(k));
         self.ca_dir = base.join(&self.ca_dir);
+        for c in self.users.values_mut() {
+            c.resolve(base);
+        }
     }
 
     /// Checks ranges.
@@ -104,8 +114,8 @@ pub struct GramCe {
     pub config: GramConfig,
     /// The command-line client.
     pub client: GramClient,
-    /// Where the agent keeps its proxies (the agent's own, and a copy per
-    /// account jobs run as).
+    /// Where the agent keeps its proxies (the site's own, and one per user
+    /// with a credential of their own).
     proxies: PathBuf,
     /// Whether the gatekeeper answers, as of the last reading.
     down: crate::reachability::Reachability,
@@ -166,31 +176,62 @@ impl GramCe {
         std::fs::rename(&fresh, self.proxy()).map_err(|e| GramError::Credentials(e.to_string()))
     }
 
-    /// The proxy `account`'s calls use: the agent's own, or a copy the
-    /// account owns (GSI refuses a credential its user does not own), made
-    /// again when the agent's is newer.
-    pub(crate) fn proxy_for(&self, account: Option<Account>) -> Result<PathBuf, GramError> {
-        let own = self.proxy();
-        let Some(a) = account else { return Ok(own) };
-        let copy = self.proxies.join(format!("{}.pem", a.uid));
-        let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
-        if modified(&copy).is_some() && modified(&copy) >= modified(&own) {
-            return Ok(copy);
+    /// The proxy the calls for `user`'s job (run as `account`) use: one
+    /// made from the user's own credential (owned by the account, as GSI
+    /// wants), or, for a site that runs every job as the agent, the site's
+    /// own. The site's proxy is never given to another account: a user with
+    /// an account and no credential of their own is refused.
+    pub(crate) async fn proxy_for(&self, user: &str, account: Option<Account>) -> Result<PathBuf, GramError> {
+        let Some(credential) = self.config.users.get(user) else {
+            return match account {
+                None => Ok(self.proxy()),
+                Some(_) => Err(GramError::Credentials(format!(
+                    "{user} has no credential of their own here ([gram.users]); the site's proxy is not given to their account"
+                ))),
+            };
+        };
+        let hex: String = user.bytes().map(|b| format!("{b:02x}")).collect();
+        let path = self.proxies.join(format!("user-{hex}.pem"));
+        let fail = |e: std::io::Error| GramError::Credentials(format!("{}: {e}", path.display()));
+        let half = StdDuration::from_secs(u64::from(self.config.proxy_hours) * 1800);
+        let fresh_enough = std::fs::metadata(&path)
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|age| age < half);
+        if fresh_enough {
+            return Ok(path);
         }
-        let fail = |e: std::io::Error| GramError::Credentials(format!("{}: {e}", copy.display()));
-        let bytes = std::fs::read(&own).map_err(fail)?;
-        let fresh = self.proxies.join(format!("{}.pem.new", a.uid));
-        let _ = std::fs::remove_file(&fresh);
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&fresh)
-            .map_err(fail)?;
-        std::io::Write::write_all(&mut f, &bytes).map_err(fail)?;
-        std::os::unix::fs::fchown(&f, Some(a.uid), Some(a.gid)).map_err(fail)?;
-        std::fs::rename(&fresh, &copy).map_err(fail)?;
-        Ok(copy)
+        let new = self.proxies.join(format!("user-{hex}.pem.new"));
+        let _ = std::fs::remove_file(&new);
+        match &credential.key {
+            Some(key) => {
+                self.client
+                    .make_proxy(&credential.cert, key, &new, self.config.proxy_hours)
+                    .await?
+            }
+            // A proxy given as it is: copied, so that its owner can be the account.
+            None => {
+                let bytes = std::fs::read(&credential.cert).map_err(fail)?;
+                let mut f = std::fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .mode(0o600)
+                    .open(&new)
+                    .map_err(fail)?;
+                std::io::Write::write_all(&mut f, &bytes).map_err(fail)?;
+            }
+        }
+        if let Some(a) = account {
+            std::os::unix::fs::chown(&new, Some(a.uid), Some(a.gid)).map_err(fail)?;
+        }
+        std::fs::rename(&new, &path).map_err(fail)?;
+        Ok(path)
+    }
+
+    /// Whether `user` has a credential of their own here.
+    pub fn has_own_identity(&self, user: &str) -> bool {
+        self.config.users.contains_key(user)
     }
 
     /// Why the gatekeeper does not answer; `None` while it does.
