@@ -212,13 +212,6 @@ fn ended_jobs_retire_after_their_age_and_the_feed_says_what_it_lost() {
     // Live jobs never retire, however old.
     assert_eq!(s.retire(T0 + Duration(1_000_000)), 1);
     assert_eq!(s.job("ann", live).unwrap().state, JobPhase::Accepted);
-    // What the resource manager still lists is a leftover only under the
-    // id recorded for an ended job, whatever it is named.
-    s.record_submitted(live, 43);
-    let other = submit(&mut s, T0, "ann", job(1, 60));
-    s.record_submitted(other, 41);
-    s.finish(T0 + Duration(30), other, JobPhase::Finished, Some(0), None);
-    assert_eq!(s.ended_as([41, 42, 43]), vec![(other, 41)]);
     s.check_invariants();
     // A restart that keeps only the live job carries on the ids and the
     // versions.
@@ -240,6 +233,13 @@ fn ended_jobs_retire_after_their_age_and_the_feed_says_what_it_lost() {
     assert_eq!(back.feed_version(), s.feed_version());
     assert_eq!(back.version_of(live), s.version_of(live));
     back.check_invariants();
+    // What the resource manager still lists is a leftover only under the
+    // id recorded for an ended job, whatever it is named.
+    s.record_submitted(live, 43);
+    let other = submit(&mut s, T0, "ann", job(1, 60));
+    s.record_submitted(other, 41);
+    s.finish(T0 + Duration(30), other, JobPhase::Finished, Some(0), None);
+    assert_eq!(s.ended_as([41, 42, 43]), vec![(other, 41)]);
 }
 
 #[test]
