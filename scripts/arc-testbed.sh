@@ -106,7 +106,16 @@ start_ldap() {
   sed -i -E 's/^(\s*)cachesize(\s+[0-9]+)$/\1# cachesize\2 (removed for back_mdb)/' /usr/share/arc/create-slapd-config
   sed -i -e 's/ -h %s -p %s/ -H ldap:\/\/%s:%s/g' -e 's/ -x -h %s -b %s/ -x -H ldap:\/\/%s -b %s/' /usr/sbin/bdii-update
   /etc/init.d/arc-infosys-ldap stop >/dev/null 2>&1 || true
-  /etc/init.d/arc-infosys-ldap start >>"$BASE/start.log" 2>&1
+  # A pid file whose process died (a machine stopped uncleanly) makes the
+  # init script refuse to start: only live ones are kept.
+  local pidfile
+  for pidfile in /run/arc/bdii/bdii-update.pid /run/arc/bdii/db/slapd.pid; do
+    if [ -f "$pidfile" ] && ! kill -0 "$(cat "$pidfile")" 2>/dev/null; then rm -f "$pidfile"; fi
+  done
+  # After such a stop the first start may fail while slapd's old database
+  # is released (seen here): once more before giving up.
+  /etc/init.d/arc-infosys-ldap start >>"$BASE/start.log" 2>&1 ||
+    { sleep 2; /etc/init.d/arc-infosys-ldap start >>"$BASE/start.log" 2>&1; }
   for _ in $(seq 1 100); do listening 2135 && break; sleep 0.2; done
   listening 2135 || { log "ARC's LDAP information system is not listening on 2135; see $BASE/start.log"; return 1; }
   echo "ldap://127.0.0.1:2135" >"$BASE/ldap"
