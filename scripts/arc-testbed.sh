@@ -56,7 +56,7 @@ x509_host_cert = /etc/grid-security/testCA-hostcert.pem
 file = /etc/grid-security/testCA.allowed-subjects
 EOF
   if [ -f "$BASE/user2.subject" ]; then
-    printf '\n[authgroup:second]\nsubject = "%s"\n' "$(cat "$BASE/user2.subject")"
+    printf '\n[authgroup:second]\nsubject = %s\n' "$(cat "$BASE/user2.subject")"
     printf '\n[mapping]\nmap_to_user = second %s:%s\nmap_to_user = zero nobody:nogroup\n' "$USER2_NAME" "$USER2_NAME"
   else
     printf '\n[mapping]\nmap_to_user = zero nobody:nogroup\n'

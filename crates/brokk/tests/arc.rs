@@ -495,6 +495,8 @@ fn two_users_at_one_ce_run_as_their_own_accounts_there() {
         local_account(name);
     }
     let dir = common::scratch("arctest", "twousers");
+    // The job accounts pass through to their sandboxes below it.
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o711)).unwrap();
     let cred = |stem: &str| {
         format!(
             "{{ cert = \"{}\", key = \"{}\" }}",
@@ -512,6 +514,7 @@ fn two_users_at_one_ce_run_as_their_own_accounts_there() {
         cred("user2")
     );
     std::fs::write(dir.join("broker.toml"), config).unwrap();
+    std::fs::set_permissions(dir.join("broker.toml"), std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
     let server = common::serve(&dir);
     // Ann's job leaves a file in its session directory at the CE and stays.
     let tag = format!("brokk-secret-{}", std::process::id());
