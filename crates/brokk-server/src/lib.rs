@@ -199,6 +199,11 @@ fn embedded_agent(config: &Config, e: &config::EmbeddedSiteConfig, token: &str) 
         job_processes: e.job_processes,
         max_body_bytes: 1 << 20,
         max_upload_bytes: config.limits.upload_bytes,
+        // The broker alone uploads here, for all its users, whose quotas it
+        // keeps itself.
+        upload_quota_bytes: u64::MAX,
+        upload_quota_files: u64::MAX,
+        upload_retention_s: config.limits.upload_retention_s,
         benchmarks: e.benchmarks.clone(),
         bandwidth_bytes_per_s: e.bandwidth_bytes_per_s,
         tokens: [(token.to_string(), "broker".to_string())].into_iter().collect(),

@@ -257,7 +257,13 @@ impl Agent {
                 hosts: config.stage_hosts.clone(),
                 own: Some(config.listen.ip()).filter(|ip| !ip.is_unspecified()),
             }),
-            uploads: crate::uploads::Uploads::new(config.workdir.join(".uploads"), config.max_upload_bytes),
+            // One identity's uploads cannot fill the disk the others share.
+            uploads: crate::uploads::Uploads::new(config.workdir.join(".uploads"), config.max_upload_bytes).with_quota(
+                crate::uploads::Quota {
+                    bytes: config.upload_quota_bytes,
+                    files: config.upload_quota_files,
+                },
+            ),
             config: Arc::new(config),
         };
         let commands = {
@@ -585,6 +591,38 @@ impl Agent {
     /// `DELETE /v1/reservations/{id}`.
     pub async fn cancel(&self, who: &str, id: ReservationId) -> Result<(), AgentError> {
         self.op_now(|core, t| core.cancel(t, who, id)).await
+    }
+
+    /// Deletes every identity's uploads older than the configured retention
+    /// that no unfinished job of theirs names; returns how many went.
+    pub async fn sweep_uploads(&self) -> usize {
+        let before = std::time::SystemTime::now() - std::time::Duration::from_secs(self.config.upload_retention_s);
+        let needed: std::collections::HashSet<(String, String)> = {
+            let g = self.read().await;
+            g.core
+                .active()
+                .flat_map(|j| {
+                    j.spec
+                        .input_files
+                        .iter()
+                        .filter_map(|f| crate::uploads::digest_of(f.source.as_deref()?))
+                        .map(|sha| (j.owner.clone(), sha.to_string()))
+                        .collect::<Vec<_>>()
+                })
+                .collect()
+        };
+        let uploads = self.uploads.clone();
+        tokio::task::spawn_blocking(move || {
+            uploads
+                .owners()
+                .into_iter()
+                .map(|(owner, dir)| {
+                    uploads.sweep(&dir, before, &|sha| needed.contains(&(owner.clone(), sha.to_string())))
+                })
+                .sum()
+        })
+        .await
+        .unwrap_or(0)
     }
 
     /// Lets holds lapse on time, moves queued jobs up into what lapsed and

@@ -100,6 +100,15 @@ pub struct Config {
     /// Largest file uploaded for a job's input, bytes (1 GiB by default).
     #[serde(default = "default_max_upload")]
     pub max_upload_bytes: u64,
+    /// Bytes one identity's uploads may hold in all (10 GiB by default).
+    #[serde(default = "default_upload_quota_bytes")]
+    pub upload_quota_bytes: u64,
+    /// Files one identity's uploads may hold (10,000 by default).
+    #[serde(default = "default_upload_quota_files")]
+    pub upload_quota_files: u64,
+    /// Seconds an upload no unfinished job names is kept (7 days by default).
+    #[serde(default = "default_upload_retention_s")]
+    pub upload_retention_s: u64,
     /// Published benchmark results.
     #[serde(default)]
     pub benchmarks: Vec<PublishedBenchmark>,
@@ -220,6 +229,15 @@ fn default_max_body() -> usize {
 /// The largest upload a site or the broker takes unless configured otherwise.
 pub fn default_max_upload() -> u64 {
     1 << 30
+}
+fn default_upload_quota_bytes() -> u64 {
+    10 << 30
+}
+fn default_upload_quota_files() -> u64 {
+    10_000
+}
+fn default_upload_retention_s() -> u64 {
+    7 * 86_400
 }
 
 /// Whether a user other than the file's owner and group can read `path`:

@@ -75,6 +75,22 @@ pub async fn start(config: Config) -> Result<Running, AgentError> {
             }
         }
     });
+    let sweeper = agent.clone();
+    tokio::spawn(async move {
+        // Uploads no unfinished job needs go after their retention, looked
+        // for as often as that (at most hourly, at least every second).
+        let retention = std::time::Duration::from_secs(sweeper.config().upload_retention_s);
+        let mut every = tokio::time::interval(
+            retention.clamp(std::time::Duration::from_secs(1), std::time::Duration::from_secs(3600)),
+        );
+        loop {
+            every.tick().await;
+            let gone = sweeper.sweep_uploads().await;
+            if gone > 0 {
+                tracing::info!("removed {gone} uploads past their retention");
+            }
+        }
+    });
     let app = api::router(agent.clone());
     let server = tokio::spawn(listener::serve(
         listener,

@@ -962,3 +962,41 @@ fn retired_jobs_are_answered_from_the_database() {
 fn agent_client(site: &RemoteSite, token: &str) -> RemoteSite {
     RemoteSite::new(site.endpoint(), token)
 }
+
+#[test]
+fn an_agents_uploads_are_held_to_a_quota_and_go_once_no_job_needs_them() {
+    let dir = scratch("upload-quota");
+    let agent = Agent::start_with(
+        &dir,
+        "upload_quota_bytes = 200000\nupload_quota_files = 2\nupload_retention_s = 2",
+    );
+    let bob = agent.client("tok-bob");
+    let ann = agent.client("tok-ann");
+    let put = |site: &RemoteSite, content: &[u8]| {
+        let file = dir.join("upload");
+        std::fs::write(&file, content).unwrap();
+        let (sha, _) = brokk_site::uploads::digest_file(&file).unwrap();
+        (sha.clone(), site.put_upload(&sha, &file))
+    };
+    // More bytes than the quota in one file: refused, 413.
+    match put(&bob, &vec![7u8; 300_000]).1 {
+        Err(SiteError::Refused { reason, .. }) => assert!(reason.contains("200000 bytes"), "{reason}"),
+        other => panic!("an upload over the quota: {other:?}"),
+    }
+    // Two files fit, a third does not; ann's store is her own.
+    let (one, r) = put(&bob, b"one");
+    r.unwrap();
+    put(&bob, b"two").1.unwrap();
+    assert!(put(&bob, b"three").1.is_err(), "a third file past a quota of two");
+    put(&ann, b"three").1.unwrap();
+    // Nothing needs them: gone after their retention, and room again.
+    let t = Instant::now();
+    while bob.has_upload(&one).unwrap() {
+        assert!(
+            t.elapsed() < StdDuration::from_secs(20),
+            "uploads kept past their retention"
+        );
+        std::thread::sleep(StdDuration::from_millis(200));
+    }
+    put(&bob, b"three").1.unwrap();
+}
