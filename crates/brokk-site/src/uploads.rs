@@ -164,6 +164,25 @@ impl Uploads {
         Ok(())
     }
 
+    /// Refuses when `owner`'s store, counted again with a finished upload's
+    /// part in it, is over the quota. Uploads arriving at once each pass
+    /// the checks made while they stream, against what the others held
+    /// then; this last count, made by each just before it becomes visible,
+    /// sees every other finished one whole, so together they cannot pass
+    /// the quota (at worst two near it are both refused).
+    fn settled_within_quota(&self, owner: &str) -> Result<(), UploadError> {
+        let u = self.usage(owner);
+        if u.bytes > self.quota.bytes || u.files > self.quota.files {
+            return Err(UploadError::OverQuota {
+                bytes: u.bytes,
+                files: u.files,
+                quota_bytes: self.quota.bytes,
+                quota_files: self.quota.files,
+            });
+        }
+        Ok(())
+    }
+
     /// Deletes `owner`'s uploads last changed before `before` that `needed`
     /// does not name (digests an unfinished job or workflow still refers
     /// to); returns how many went.
@@ -234,7 +253,10 @@ impl Uploads {
         let part = dir.join(format!(".{sha}.{}.part", uuid::Uuid::new_v4().simple()));
         let result = self.receive(&part, body, used).await;
         let outcome = match result {
-            Ok((found, n)) if found == sha => tokio::fs::rename(&part, &target).await.map(|()| n).map_err(Into::into),
+            Ok((found, n)) if found == sha => match self.settled_within_quota(owner) {
+                Ok(()) => tokio::fs::rename(&part, &target).await.map(|()| n).map_err(Into::into),
+                Err(e) => Err(e),
+            },
             Ok((found, _)) => Err(UploadError::Mismatch {
                 named: sha.to_string(),
                 found,
@@ -279,6 +301,7 @@ impl Uploads {
             }
             f.sync_all()?;
             let sha = hex::encode(h.finalize());
+            self.settled_within_quota(owner)?;
             std::fs::rename(&part, dir.join(&sha))?;
             Ok((sha, n))
         })();
@@ -397,6 +420,36 @@ mod tests {
         // Nothing half-written is left behind.
         let left: Vec<_> = std::fs::read_dir(dir.join(hex::encode("ann"))).unwrap().collect();
         assert!(left.is_empty(), "{left:?}");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[tokio::test]
+    async fn uploads_arriving_at_once_do_not_pass_the_quota_together() {
+        let dir = std::env::temp_dir().join(format!("brokk-uploads-{}", uuid::Uuid::new_v4().simple()));
+        let store = Uploads::new(dir.clone(), 1 << 20).with_quota(Quota {
+            bytes: u64::MAX,
+            files: 2,
+        });
+        store.put("ann", &sha(b"one"), chunks(&[b"one"])).await.unwrap();
+        // Two more at once, each past the first check before the other ends.
+        let gate = std::sync::Arc::new(tokio::sync::Barrier::new(2));
+        let slow = |bytes: &'static [u8]| {
+            let gate = gate.clone();
+            Box::pin(futures_util::stream::once(async move {
+                gate.wait().await;
+                Ok::<_, String>(bytes)
+            }))
+        };
+        let (two, three) = (sha(b"two"), sha(b"three"));
+        let (a, b) = tokio::join!(
+            store.put("ann", &two, slow(b"two")),
+            store.put("ann", &three, slow(b"three"))
+        );
+        assert!(
+            a.is_err() || b.is_err(),
+            "both fitted a quota of two files with one held"
+        );
+        assert!(store.usage("ann").files <= 2, "{:?}", store.usage("ann"));
         let _ = std::fs::remove_dir_all(dir);
     }
 }
