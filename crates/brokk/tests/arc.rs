@@ -513,12 +513,7 @@ fn two_users_at_one_ce_run_as_their_own_accounts_there() {
         cred("user"),
         cred("user2")
     );
-    std::fs::write(dir.join("broker.toml"), config).unwrap();
-    std::fs::set_permissions(
-        dir.join("broker.toml"),
-        std::os::unix::fs::PermissionsExt::from_mode(0o600),
-    )
-    .unwrap();
+    common::write_private(&dir.join("broker.toml"), &config);
     let server = common::serve(&dir);
     // Ann's job leaves a file in its session directory at the CE and stays.
     let tag = format!("brokk-secret-{}", std::process::id());

@@ -140,12 +140,6 @@ fn operator(bed: &Path) {
     }
 }
 
-fn private(path: &Path, text: &str) {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::write(path, text).unwrap();
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).unwrap();
-}
-
 #[test]
 #[ignore = "starts a Slurm cluster of its own (root, Slurm and munge installed); scripts/test.sh runs it"]
 fn jobs_end_exactly_once_while_broker_agents_and_slurmctld_are_killed() {
@@ -157,7 +151,7 @@ fn jobs_end_exactly_once_while_broker_agents_and_slurmctld_are_killed() {
     let site = format!("chaos{}", std::process::id());
     std::fs::create_dir_all(dir.join("hpc")).unwrap();
     std::fs::create_dir_all(dir.join("local")).unwrap();
-    private(
+    common::write_private(
         &dir.join("hpc/site.toml"),
         &format!(
             "name = \"{site}\"\nlisten = \"127.0.0.1:{p_slurm}\"\ndatabase = \"site.db\"\nworkdir = \"jobs\"\n\
@@ -165,14 +159,14 @@ fn jobs_end_exactly_once_while_broker_agents_and_slurmctld_are_killed() {
             bed.join("c1/slurm.conf").display()
         ),
     );
-    private(
+    common::write_private(
         &dir.join("local/site.toml"),
         &format!(
             "name = \"local\"\nlisten = \"127.0.0.1:{p_local}\"\ncapacity = 4\ndatabase = \"site.db\"\n\
              workdir = \"jobs\"\nkill_grace = 1\n[tokens]\n\"tok-broker\" = \"broker\"\n"
         ),
     );
-    private(
+    common::write_private(
         &dir.join("broker.toml"),
         &format!(
             "listen = \"127.0.0.1:{p_broker}\"\ndatabase = \"broker.db\"\nstate_dir = \"state\"\n\

@@ -108,12 +108,7 @@ fn broker_for(name: &str, users: &[(&str, &str, &str)], accounts_only: &str) -> 
         gram_table(&bed, &bed.join("user.pem"), &bed.join("user.key")),
         users_table(&credentials)
     );
-    std::fs::write(dir.join("broker.toml"), config).unwrap();
-    std::fs::set_permissions(
-        dir.join("broker.toml"),
-        std::os::unix::fs::PermissionsExt::from_mode(0o600),
-    )
-    .unwrap();
+    common::write_private(&dir.join("broker.toml"), &config);
     let server = common::serve(&dir);
     (dir, server)
 }
