@@ -985,17 +985,24 @@ impl SiteCore {
     /// Of resource-manager job ids, those this site submitted for a job
     /// that has since ended, each with that job. A resource manager's job
     /// names are hints any job there can take; the id recorded at
-    /// submission is not. (A job retired from here is not found: its
-    /// leftover is stopped by its own run-once guard.)
+    /// submission is not. An id an unfinished job holds is that job's: a
+    /// manager that lost its state hands the ids out again. (A job retired
+    /// from here is not found: its leftover is stopped by its own run-once
+    /// guard.)
     pub fn ended_as(&self, backend_ids: impl IntoIterator<Item = u64>) -> Vec<(JobId, u64)> {
-        let ended: std::collections::HashMap<u64, JobId> = self
-            .jobs
-            .values()
-            .filter(|j| j.state.is_terminal())
-            .filter_map(|j| Some((j.backend_id?, j.id)))
-            .collect();
+        let mut ended = std::collections::HashMap::new();
+        let mut live = std::collections::HashSet::new();
+        for j in self.jobs.values() {
+            let Some(b) = j.backend_id else { continue };
+            if j.state.is_terminal() {
+                ended.insert(b, j.id);
+            } else {
+                live.insert(b);
+            }
+        }
         backend_ids
             .into_iter()
+            .filter(|b| !live.contains(b))
             .filter_map(|b| Some((*ended.get(&b)?, b)))
             .collect()
     }

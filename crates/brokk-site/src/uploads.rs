@@ -152,16 +152,7 @@ impl Uploads {
     /// Refuses when uploads holding `u` plus `bytes` more in one more file
     /// would be over the quota.
     fn within_quota(&self, u: Usage, bytes: u64) -> Result<(), UploadError> {
-        let (b, f) = (u.bytes.saturating_add(bytes), u.files.saturating_add(1));
-        if b > self.quota.bytes || f > self.quota.files {
-            return Err(UploadError::OverQuota {
-                bytes: b,
-                files: f,
-                quota_bytes: self.quota.bytes,
-                quota_files: self.quota.files,
-            });
-        }
-        Ok(())
+        self.fits(u.bytes.saturating_add(bytes), u.files.saturating_add(1))
     }
 
     /// Refuses when `owner`'s store, counted again with a finished upload's
@@ -172,10 +163,15 @@ impl Uploads {
     /// the quota (at worst two near it are both refused).
     fn settled_within_quota(&self, owner: &str) -> Result<(), UploadError> {
         let u = self.usage(owner);
-        if u.bytes > self.quota.bytes || u.files > self.quota.files {
+        self.fits(u.bytes, u.files)
+    }
+
+    /// Refuses a store of `bytes` in `files` that is over the quota.
+    fn fits(&self, bytes: u64, files: u64) -> Result<(), UploadError> {
+        if bytes > self.quota.bytes || files > self.quota.files {
             return Err(UploadError::OverQuota {
-                bytes: u.bytes,
-                files: u.files,
+                bytes,
+                files,
                 quota_bytes: self.quota.bytes,
                 quota_files: self.quota.files,
             });

@@ -240,6 +240,11 @@ fn ended_jobs_retire_after_their_age_and_the_feed_says_what_it_lost() {
     s.record_submitted(other, 41);
     s.finish(T0 + Duration(30), other, JobPhase::Finished, Some(0), None);
     assert_eq!(s.ended_as([41, 42, 43]), vec![(other, 41)]);
+    // A manager that lost its state gave 41 to another job: it is that
+    // job's now, not a leftover of the ended one.
+    let next = submit(&mut s, T0, "ann", job(1, 60));
+    s.record_submitted(next, 41);
+    assert_eq!(s.ended_as([41, 42, 43]), vec![]);
 }
 
 #[test]

@@ -156,17 +156,21 @@ impl GramCe {
         }
     }
 
+    /// Whether the proxy at `path` is missing or past half of its validity.
+    fn due(&self, path: &Path) -> bool {
+        let half = StdDuration::from_secs(u64::from(self.config.proxy_hours) * 1800);
+        std::fs::metadata(path)
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .is_none_or(|age| age >= half)
+    }
+
     /// Makes a new proxy at start (`now`), or when half of its validity
     /// has passed since it was written.
     async fn renew(&self, now: bool) -> Result<(), GramError> {
         let Some(key) = &self.config.key else { return Ok(()) };
-        let half = StdDuration::from_secs(u64::from(self.config.proxy_hours) * 1800);
-        let age = std::fs::metadata(self.proxy())
-            .and_then(|m| m.modified())
-            .ok()
-            .and_then(|t| t.elapsed().ok());
-        let due = now || age.is_none_or(|a| a >= half);
-        if !due {
+        if !now && !self.due(&self.proxy()) {
             return Ok(());
         }
         let fresh = self.proxies.join("proxy.pem.new");
@@ -193,13 +197,7 @@ impl GramCe {
         let hex: String = user.bytes().map(|b| format!("{b:02x}")).collect();
         let path = self.proxies.join(format!("user-{hex}.pem"));
         let fail = |e: std::io::Error| GramError::Credentials(format!("{}: {e}", path.display()));
-        let half = StdDuration::from_secs(u64::from(self.config.proxy_hours) * 1800);
-        let fresh_enough = std::fs::metadata(&path)
-            .and_then(|m| m.modified())
-            .ok()
-            .and_then(|t| t.elapsed().ok())
-            .is_some_and(|age| age < half);
-        if fresh_enough {
+        if !self.due(&path) {
             return Ok(path);
         }
         let new = self.proxies.join(format!("user-{hex}.pem.new"));

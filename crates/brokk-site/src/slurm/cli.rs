@@ -68,6 +68,9 @@ pub struct JobEnd {
     pub id: u64,
     /// The uid it ran as.
     pub uid: Option<u32>,
+    /// Its name (its first word, in the completion log): a hint of whose
+    /// it may be, never who it is.
+    pub name: String,
     /// Job state.
     pub state: String,
     /// Exit code of the batch script (128 + signal when killed by one).
@@ -158,6 +161,7 @@ pub fn parse_job_end(line: &str) -> Option<JobEnd> {
     Some(JobEnd {
         id: kv.get("JobId")?.parse().ok()?,
         uid: kv.get("UserId").and_then(|v| uid_of(v)),
+        name: kv.get("Name").or_else(|| kv.get("JobName")).unwrap_or(&"").to_string(),
         state: kv.get("JobState")?.to_string(),
         exit_code: kv.get("ExitCode").and_then(|v| exit_code(v)),
         start: kv.get("StartTime").and_then(|v| parse_time(v)),
@@ -320,6 +324,7 @@ impl JsonJob {
         JobEnd {
             id: self.job_id,
             uid: self.user_id,
+            name: self.name,
             state,
             exit_code,
             start: number(&self.start_time).filter(|t| *t > 0).map(Time),

@@ -212,16 +212,18 @@ pub(crate) async fn execute<P: Progress>(agent: &P, slurm: &Slurm, mut launch: L
     let mut lost = 0u32;
     loop {
         let id = match slurm_id.take() {
-            Some(id) => id,
+            Some(id) => {
+                slurm.follow(id, launch.id);
+                id
+            }
             None => match submit(slurm, &mut launch, sandbox, &control).await {
                 Ok(id) => id,
                 Err(end) => return end,
             },
         };
-        slurm.follow(id);
         agent.record_submitted(launch.id, id).await;
         let followed = follow(agent, slurm, &mut launch, id, &mut readings).await;
-        slurm.unfollow(id);
+        slurm.unfollow(id, launch.id);
         let started = match followed {
             Followed::End(end) => return end,
             Followed::Lost { started } => started,
@@ -299,7 +301,10 @@ async fn submit(slurm: &Slurm, launch: &mut Launch, sandbox: &Path, control: &Pa
             Err(_) => Err(SlurmError::Unavailable("the agent is stopping".into())),
         };
         match submitted {
-            Ok(id) => return Ok(id),
+            Ok(id) => {
+                slurm.claim(id, launch.id);
+                return Ok(id);
+            }
             Err(SlurmError::Refused(m)) => return Err(End::Failed(format!("sbatch refused the job: {m}"))),
             Err(e) => {
                 slurm.note(&e);
@@ -314,7 +319,9 @@ async fn submit(slurm: &Slurm, launch: &mut Launch, sandbox: &Path, control: &Pa
 
 /// Follows Slurm job `slurm_id` through the queue readings to its end. The
 /// job is known by its id and its owner's uid: a row or record under
-/// another uid is another job that took the id after slurmctld lost ours.
+/// another uid is another job that took the id after slurmctld lost ours,
+/// and so is one the agent's own `sbatch` has since been given the id for
+/// (see [`super::Slurm::claim`]).
 async fn follow<P: Progress>(
     agent: &P,
     slurm: &Slurm,
@@ -339,6 +346,9 @@ async fn follow<P: Progress>(
                 Err(e) => slurm.note(&e),
             }
         }
+        if !slurm.follows(slurm_id, launch.id) {
+            return Followed::Lost { started: running };
+        }
         let snap = readings.borrow_and_update().clone();
         if snap.reading > first {
             match snap.jobs.get(&slurm_id).filter(|row| row.uid == Some(uid)) {
@@ -356,7 +366,11 @@ async fn follow<P: Progress>(
         // says how it ended; the completion log only once slurmctld has
         // forgotten the job (a line there may be forged by a job's name).
         if missing {
-            match slurm.cli.show_job(slurm_id).await {
+            let shown = slurm.cli.show_job(slurm_id).await;
+            if !slurm.follows(slurm_id, launch.id) {
+                return Followed::Lost { started: running };
+            }
+            match shown {
                 Ok(Some(end)) if end.uid == Some(uid) && is_final(&end.state) => break end,
                 Ok(Some(end)) if end.uid == Some(uid) => missing = false,
                 Ok(_) => match slurm.take_ended(slurm_id, uid) {
@@ -393,6 +407,7 @@ mod tests {
         let end = |state: &str, code| JobEnd {
             id: 7,
             uid: Some(0),
+            name: "brokk-a-1".into(),
             state: state.into(),
             exit_code: code,
             start: None,

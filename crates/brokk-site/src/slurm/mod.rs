@@ -64,8 +64,11 @@ pub struct Slurm {
     /// Final records read from the completion log, by Slurm id, until their
     /// runner takes them (and the reading they came in).
     ended: Mutex<HashMap<u64, (JobEnd, u64)>>,
-    /// The Slurm jobs Brokk's runners follow: Brokk's, whatever their names.
-    followed: Mutex<std::collections::HashSet<u64>>,
+    /// The Slurm jobs Brokk's runners follow (Brokk's, whatever their
+    /// names), each with the Brokk job it is: a controller that lost its
+    /// state hands the same ids out again, and only the agent's own
+    /// `sbatch` answers say which job an id is now.
+    followed: Mutex<HashMap<u64, JobId>>,
     completion_log: Option<PathBuf>,
     log_offset: AtomicU64,
     cluster: Mutex<ClusterView>,
@@ -101,11 +104,6 @@ pub fn is_final(state: &str) -> bool {
 /// failed is logged too, as PENDING, but Slurm requeued that job.
 fn completed(line: &str) -> Option<JobEnd> {
     cli::parse_job_end(line).filter(|e| is_final(&e.state))
-}
-
-/// The `Name=` of a completion-log line (its first word only).
-fn key_values_name(line: &str) -> Option<&str> {
-    cli::key_values(line).get("Name").copied()
 }
 
 /// The Slurm users a reservation of `owner` admits (`Users=`): the owner's
@@ -146,9 +144,16 @@ impl Slurm {
     /// The backend for `site` as configured; reads the cluster's nodes once so
     /// the agent knows its size (an error when slurmctld does not answer).
     pub async fn connect(site: &str, config: SlurmConfig, horizon_days: i64) -> Result<(Slurm, u32), SlurmError> {
-        let cli = SlurmCli::new(config.conf.clone(), config.bin_dir.clone());
         let conf_text = std::fs::read_to_string(&config.conf)
             .map_err(|e| SlurmError::Refused(format!("{}: {e}", config.conf.display())))?;
+        let slurm = Slurm::new(site, config, &conf_text, horizon_days);
+        let cpus = slurm.read_nodes().await?;
+        Ok((slurm, cpus))
+    }
+
+    /// The backend before it has read anything from the cluster.
+    fn new(site: &str, config: SlurmConfig, conf_text: &str, horizon_days: i64) -> Slurm {
+        let cli = SlurmCli::new(config.conf.clone(), config.bin_dir.clone());
         let user = match &config.user {
             Some(u) => u.clone(),
             None => nix::unistd::User::from_uid(nix::unistd::getuid())
@@ -156,7 +161,7 @@ impl Slurm {
                 .flatten()
                 .map_or_else(|| "root".to_string(), |u| u.name),
         };
-        let slurm = Slurm {
+        Slurm {
             cli,
             user,
             accounts: Default::default(),
@@ -167,7 +172,7 @@ impl Slurm {
             snapshot: watch::channel(Arc::new(Snapshot::default())).0,
             ended: Mutex::new(HashMap::new()),
             followed: Mutex::new(Default::default()),
-            completion_log: cli::completion_log(&conf_text),
+            completion_log: cli::completion_log(conf_text),
             log_offset: AtomicU64::new(0),
             foreign_reservations: Mutex::new(Vec::new()),
             submitters: tokio::sync::Semaphore::new(config.submitters),
@@ -177,9 +182,7 @@ impl Slurm {
                 ..ClusterView::default()
             }),
             config,
-        };
-        let cpus = slurm.read_nodes().await?;
-        Ok((slurm, cpus))
+        }
     }
 
     /// The cluster with the site's account map: each reservation is made
@@ -223,23 +226,44 @@ impl Slurm {
             .is_some_and(|rest| !rest.is_empty() && rest.bytes().all(|b| b.is_ascii_digit()))
     }
 
-    /// Slurm job `id` is Brokk's (its `sbatch` returned it) until
-    /// [`Slurm::unfollow`].
-    pub fn follow(&self, id: u64) {
+    /// Slurm job `id` is Brokk job `job`, as `sbatch` has just answered:
+    /// a job that held the id before was lost with the controller's state
+    /// (its runner sees it is no longer followed), and a completion record
+    /// kept for the id was that job's, not this one's.
+    pub fn claim(&self, id: u64, job: JobId) {
         if let Ok(mut f) = self.followed.lock() {
-            f.insert(id);
+            f.insert(id, job);
+        }
+        if let Ok(mut ended) = self.ended.lock() {
+            ended.remove(&id);
         }
     }
 
-    /// Slurm job `id` is no longer followed.
-    pub fn unfollow(&self, id: u64) {
+    /// Slurm job `id` is Brokk job `job`, as the agent recorded before it
+    /// restarted, unless a fresh `sbatch` answer has already given the id
+    /// to another job.
+    pub fn follow(&self, id: u64, job: JobId) {
         if let Ok(mut f) = self.followed.lock() {
-            f.remove(&id);
+            f.entry(id).or_insert(job);
+        }
+    }
+
+    /// Whether Slurm job `id` is still Brokk job `job`.
+    pub fn follows(&self, id: u64, job: JobId) -> bool {
+        self.followed.lock().is_ok_and(|f| f.get(&id) == Some(&job))
+    }
+
+    /// Brokk job `job` no longer follows Slurm job `id`.
+    pub fn unfollow(&self, id: u64, job: JobId) {
+        if let Ok(mut f) = self.followed.lock() {
+            if f.get(&id) == Some(&job) {
+                f.remove(&id);
+            }
         }
     }
 
     fn is_followed(&self, id: u64) -> bool {
-        self.followed.lock().is_ok_and(|f| f.contains(&id))
+        self.followed.lock().is_ok_and(|f| f.contains_key(&id))
     }
 
     /// The Brokk reservation id of an own Slurm reservation name.
@@ -331,7 +355,7 @@ impl Slurm {
         let Ok(mut ended) = self.ended.lock() else { return };
         for line in text[..whole].lines() {
             let Some(e) = completed(line) else { continue };
-            let keep = self.is_followed(e.id) || key_values_name(line).is_some_and(|n| self.named_as_own(n));
+            let keep = self.is_followed(e.id) || self.named_as_own(&e.name);
             if keep {
                 ended.entry(e.id).or_insert((e, reading));
             }
@@ -447,11 +471,12 @@ impl Slurm {
     /// slurmctld that restarted from an old state brings back jobs that
     /// already ran (their run-once guard would stop them, but they would
     /// hold the queue and nodes meanwhile). Known by the ids Brokk recorded,
-    /// not by names, which any job can take.
+    /// not by names, which any job can take; an id a runner follows is its
+    /// job's, whichever ended job held it before the controller lost it.
     async fn tidy_jobs<P: Progress>(&self, agent: &P, jobs: &HashMap<u64, QueueRow>) {
         let live: Vec<u64> = jobs
             .iter()
-            .filter(|(_, row)| !is_final(&row.state))
+            .filter(|(id, row)| !is_final(&row.state) && !self.is_followed(**id))
             .map(|(id, _)| *id)
             .collect();
         for (id, slurm_id) in agent.ended_as(live).await {
@@ -558,6 +583,33 @@ impl Slurm {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A controller that lost its state gives a lost job's id to the next
+    /// job: the runner of the lost one stops following the id as soon as
+    /// the agent's `sbatch` hands it out again, and a completion record
+    /// kept for the id is not taken for the new job.
+    #[test]
+    fn an_id_handed_out_again_belongs_to_the_new_job() {
+        let config: SlurmConfig = toml::from_str("conf = \"/nonexistent/slurm.conf\"").unwrap();
+        let slurm = Slurm::new("a", config, "JobCompLoc=/nonexistent/jobcomp.log\n", 30);
+        let (lost, next) = (JobId(1), JobId(2));
+        slurm.claim(20, lost);
+        let old = completed("JobId=20 UserId=root(0) Name=brokk-a-1 JobState=COMPLETED ExitCode=0:0").unwrap();
+        slurm.ended.lock().unwrap().insert(20, (old, 1));
+        slurm.claim(20, next);
+        assert!(!slurm.follows(20, lost) && slurm.follows(20, next));
+        assert_eq!(slurm.take_ended(20, 0), None, "the record was the lost job's");
+        // The lost job's runner lets go of the id: it stays the new job's.
+        slurm.unfollow(20, lost);
+        assert!(slurm.follows(20, next));
+        // After a restart, a runner resuming the lost job does not take the
+        // id back from the job the agent's own sbatch gave it to.
+        slurm.follow(20, lost);
+        assert!(slurm.follows(20, next));
+        slurm.unfollow(20, next);
+        slurm.follow(20, lost);
+        assert!(slurm.follows(20, lost));
+    }
 
     #[test]
     fn a_requeued_launch_in_the_completion_log_is_no_end() {
