@@ -82,6 +82,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         network: Arc::new(std::sync::Mutex::new(network)),
         workflow_settings: config.workflows,
         workflow_lock: Arc::new(tokio::sync::Mutex::new(())),
+        admissions: Arc::default(),
         parsing: Arc::new(service::parsing::Parsing::new(
             std::thread::available_parallelism().map_or(2, |n| n.get()),
         )),

@@ -29,6 +29,7 @@ mod follow;
 pub mod parsing;
 mod reservations;
 mod sites;
+mod turns;
 mod workflows;
 
 pub use as_site::Claim;
@@ -119,6 +120,8 @@ pub struct Service {
     /// Taken by each admission, round and cancel of workflows, so a task
     /// is never sent while its workflow is being cancelled.
     pub workflow_lock: Arc<tokio::sync::Mutex<()>>,
+    /// Workflow admissions take turns per user before the decision turn.
+    pub admissions: Arc<turns::UserTurns>,
     /// Turns for reading descriptions off the async workers.
     pub parsing: Arc<parsing::Parsing>,
     /// Endpoints discovery found and could not reach at its last reading:

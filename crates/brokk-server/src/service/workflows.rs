@@ -151,6 +151,11 @@ impl Service {
             };
             brokk_jdl::assign::assign(format_of(task.format.as_deref()), job, ids);
         }
+        // Turns per user first: another user's admission waits for at most
+        // one of this user's, however many they send at once; and the
+        // limits below count what the user's earlier admissions stored.
+        let _mine = self.admissions.take(owner).await;
+        let t = now().max(t);
         self.within_reserved_limit(owner, asked, t).await?;
         // A workflow counts as one of the owner's reservations.
         let live = self.live_of(owner, t).await?;
