@@ -83,12 +83,17 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         workflow_settings: config.workflows,
         workflow_lock: Arc::new(tokio::sync::Mutex::new(())),
         admissions: Arc::default(),
+        holds: service::HoldJournal::new(config.state_dir.join("admissions")),
         parsing: Arc::new(service::parsing::Parsing::new(
             std::thread::available_parallelism().map_or(2, |n| n.get()),
         )),
         unreachable: Arc::default(),
     };
     service.restore_network().await.map_err(|e| err(&e))?;
+    let released = service.release_stray_holds().await.map_err(|e| err(&e))?;
+    if released > 0 {
+        tracing::info!("let go of {released} holds of workflow admissions a stop interrupted");
+    }
     if let Some(d) = config.discovery.clone() {
         // The first reading before the service answers, so the sites found
         // are there for its first user; then at the interval.

@@ -295,3 +295,78 @@ fn cancelling_a_workflow_stops_its_tasks_and_gives_back_its_reservations() {
         "{rs:#}"
     );
 }
+
+#[test]
+fn the_holds_of_an_admission_a_kill_cut_short_are_let_go_at_restart() {
+    let (dir, svc) = broker("killed-admission");
+    // Many one-slot tasks, each a reservation asked of the sites in turn:
+    // the broker is killed once the first are granted.
+    let nodes: String = (0..400).map(|k| format!("JOB n{k} n.sub\n")).collect();
+    let many = write_dag(&dir, &nodes, &[("n", "true", "", "")]);
+    let journal = dir.join("sites/admissions");
+    let mut caught = false;
+    let mut svc = Some(svc);
+    for _ in 0..5 {
+        let url = svc.as_ref().unwrap().url.clone();
+        let many = many.clone();
+        let submit = std::thread::spawn(move || {
+            common::brokk(
+                &url,
+                "tok-ann",
+                &["workflow", "submit", many.to_str().unwrap(), "--deadline", "2d"],
+            )
+        });
+        let t = Instant::now();
+        while !submit.is_finished() && t.elapsed() < Duration::from_secs(60) {
+            let grants = std::fs::read_dir(&journal)
+                .into_iter()
+                .flatten()
+                .flatten()
+                .map(|e| std::fs::read_to_string(e.path()).unwrap_or_default().lines().count())
+                .max()
+                .unwrap_or(0);
+            if grants > 3 {
+                svc = None; // SIGKILL
+                caught = true;
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        let _ = submit.join();
+        if caught {
+            break;
+        }
+        // The admission ended before the kill: its reservations are stored
+        // and planned, so begin again on a fresh broker.
+        drop(svc.take());
+        std::fs::remove_file(dir.join("broker.db")).unwrap();
+        let _ = std::fs::remove_dir_all(dir.join("sites"));
+        svc = Some(common::serve(&dir));
+    }
+    assert!(caught, "no admission was caught in the middle");
+    // Back up, well within the holds' 120 s: both sites are wholly free.
+    let killed = Instant::now();
+    let svc = common::serve(&dir);
+    let url = &svc.url;
+    let wide = write_dag(
+        &dir,
+        "JOB wide north.sub\nJOB narrow south.sub\n",
+        &[("north", "true", "", ""), ("south", "true", "", "")],
+    );
+    for (node, cpus) in [("north", 4), ("south", 2)] {
+        let p = dir.join(format!("{node}.sub"));
+        let text = std::fs::read_to_string(&p)
+            .unwrap()
+            .replace("queue", &format!("request_cpus = {cpus}\nqueue"));
+        std::fs::write(&p, text).unwrap();
+    }
+    let (code, w) = workflow(url, "tok-ann", &["submit", wide.to_str().unwrap(), "--deadline", "3m"]);
+    assert_eq!(code, 0, "the killed admission's holds still block the sites: {w:#}");
+    assert!(killed.elapsed() < Duration::from_secs(60));
+    assert!(
+        std::fs::read_dir(&journal).unwrap().next().is_none(),
+        "the record is gone"
+    );
+    let log = std::fs::read_to_string(dir.join("service.log")).unwrap_or_default();
+    assert!(log.contains("holds of workflow admissions a stop interrupted"), "{log}");
+}

@@ -26,6 +26,7 @@ mod coalloc;
 mod dispatch;
 mod files;
 mod follow;
+mod holds;
 pub mod parsing;
 mod reservations;
 mod sites;
@@ -34,6 +35,7 @@ mod workflows;
 
 pub use as_site::Claim;
 pub use files::{FileHead, FileStream};
+pub use holds::HoldJournal;
 use sites::cached_sites;
 pub use sites::{Cursor, SiteEntry, SiteInfo};
 pub use workflows::network;
@@ -122,6 +124,8 @@ pub struct Service {
     pub workflow_lock: Arc<tokio::sync::Mutex<()>>,
     /// Workflow admissions take turns per user before the decision turn.
     pub admissions: Arc<turns::UserTurns>,
+    /// The holds of workflow admissions in progress, written down.
+    pub holds: HoldJournal,
     /// Turns for reading descriptions off the async workers.
     pub parsing: Arc<parsing::Parsing>,
     /// Endpoints discovery found and could not reach at its last reading:

@@ -82,6 +82,16 @@ impl SiteInfo {
 }
 
 impl CachedSite {
+    /// The site's name.
+    pub(super) fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Writes every reservation this site grants down in `holds`.
+    pub(super) fn write_holds_to(&mut self, holds: Arc<super::holds::AdmissionHolds>) {
+        self.holds = Some(holds);
+    }
+
     /// `result` of a call that changed the site: what the cache holds of
     /// it is out of date once the call went through.
     fn changed<T>(&self, result: Result<T, brokk_broker::SiteError>) -> Result<T, brokk_broker::SiteError> {
@@ -102,6 +112,8 @@ pub(super) struct CachedSite {
     uploads: Option<Uploads>,
     /// The user the decision is for: the uploads are this user's.
     owner: String,
+    /// Where an admission writes down the holds it is granted.
+    holds: Option<Arc<super::holds::AdmissionHolds>>,
 }
 
 impl CachedSite {
@@ -136,6 +148,7 @@ pub(super) fn cached_sites(
                 info: info.clone(),
                 uploads: uploads.cloned(),
                 owner: owner.to_string(),
+                holds: None,
             }
         })
         .collect()
@@ -191,6 +204,9 @@ impl Site for CachedSite {
         hold: Option<Time>,
     ) -> Result<brokk_core::Reply, brokk_broker::SiteError> {
         let r = self.client.reserve(owner, req, hold);
+        if let (Some(holds), Ok(brokk_core::Reply::Granted { id, .. })) = (&self.holds, &r) {
+            holds.granted(&self.name, *id);
+        }
         self.changed(r)
     }
     fn modify(

@@ -165,7 +165,8 @@ impl Service {
             .map_err(|e| ServiceError::Conflict(format!("the workflow: {e}")))?;
 
         let _course = self.workflow_lock.lock().await;
-        let offer = match self.admit_over_sites(owner, &wf, scheduler, t).await? {
+        let holds = self.start_holds(&id, owner)?;
+        let offer = match self.admit_over_sites(owner, &wf, scheduler, t, holds.clone()).await? {
             Ok(offer) => offer,
             Err(r) if matches!(r.reason, RejectReason::Invalid { .. }) => {
                 return Err(ServiceError::BadRequest(r.to_string()))
@@ -200,6 +201,7 @@ impl Service {
         wf: &Workflow,
         scheduler: Scheduler,
         t: Time,
+        holds: Arc<super::holds::AdmissionHolds>,
     ) -> Result<Result<Offer, Rejection>, ServiceError> {
         let turn = self.decision_turn().await;
         let (sites, info, network) = (self.sites(), self.info.clone(), self.network.clone());
@@ -207,6 +209,9 @@ impl Service {
         let (user, wf) = (owner.to_string(), wf.clone());
         let admitted = tokio::task::spawn_blocking(move || {
             let mut clients = cached_sites(&sites, &info, None, None, &user);
+            for c in &mut clients {
+                c.write_holds_to(holds.clone());
+            }
             let specs = clients
                 .iter()
                 .zip(sites.iter())
@@ -262,6 +267,59 @@ impl Service {
         })
         .await
         .map_err(|e| ServiceError::Unavailable(e.to_string()))
+    }
+
+    /// Starts writing down the holds admission `key` of `owner` is granted,
+    /// so a broker killed before its end lets them go when it starts again
+    /// ([`Service::release_stray_holds`]); the record goes with the guard.
+    fn start_holds(&self, key: &str, owner: &str) -> Result<Arc<super::holds::AdmissionHolds>, ServiceError> {
+        self.holds
+            .start(key, owner)
+            .map(Arc::new)
+            .map_err(|e| ServiceError::Unavailable(format!("writing down the admission's holds: {e}")))
+    }
+
+    /// Lets go of the holds of admissions a stop interrupted (see
+    /// [`super::holds`]), before the service answers anyone. A hold the
+    /// broker recorded as a reservation of its owner is left to its
+    /// workflow's course. Returns how many holds the sites gave back.
+    pub async fn release_stray_holds(&self) -> Result<usize, ServiceError> {
+        let mut released = 0;
+        for left in self.holds.leftovers() {
+            let known: BTreeSet<(String, u64)> = self
+                .db
+                .reservations_of(&left.owner)
+                .await?
+                .into_iter()
+                .map(|r| (r.site, r.site_reservation))
+                .collect();
+            let stray: Vec<(String, brokk_core::ReservationId)> = left
+                .holds
+                .iter()
+                .filter(|(site, id)| !known.contains(&(site.clone(), id.0)))
+                .cloned()
+                .collect();
+            let (sites, info, owner) = (self.sites(), self.info.clone(), left.owner.clone());
+            released += tokio::task::spawn_blocking(move || {
+                let mut clients = cached_sites(&sites, &info, None, None, &owner);
+                let mut n = 0;
+                for (site, id) in &stray {
+                    let Some(c) = clients.iter_mut().find(|c| c.name() == site) else {
+                        continue;
+                    };
+                    // As the admission would have let them go (`Offer::release`).
+                    match c.cancel("broker", *id) {
+                        Ok(()) => n += 1,
+                        Err(e) => tracing::warn!("letting go of hold {} at {site}: {e}", id.0),
+                    }
+                }
+                n
+            })
+            .await
+            .map_err(|e| ServiceError::Unavailable(e.to_string()))?;
+            self.holds.forget(&left.admission);
+        }
+        Ok(released)
     }
 
     /// Refuses `asked` more slot-seconds of reservations beyond `owner`'s limit.
@@ -840,7 +898,16 @@ impl Service {
         }
         let scheduler = w.view.scheduler.parse::<Scheduler>().unwrap_or(Scheduler::HeftSync);
         let name = &w.spec.tasks[failed].id;
-        let offer = match self.admit_over_sites(&owner, &part, scheduler, t).await? {
+        let key = format!(
+            "{}-rescue-{}",
+            w.view.id,
+            &uuid::Uuid::new_v4().simple().to_string()[..8]
+        );
+        let holds = self.start_holds(&key, &owner)?;
+        let offer = match self
+            .admit_over_sites(&owner, &part, scheduler, t, holds.clone())
+            .await?
+        {
             Ok(offer) => offer,
             Err(r) => {
                 return Ok(Err(format!(
