@@ -105,6 +105,12 @@ else
   if [ -n "${BROKK_TEST_POSTGRES:-}" ]; then cargo test --locked -p brokk --test service -- --ignored; fi
 fi
 
+echo "== load test: a hostile user and an ordinary one at once against one broker"
+# The ordinary user's status and submit p99 alone and under attack, and the
+# broker's memory before, during and after; fails if the ordinary user is
+# refused or left unanswered, or an attack gets past a limit.
+cargo run --locked -q -p brokk -- bench attack --seconds 15
+
 echo "== README's tour, command by command, in a clean clone"
 scripts/readme-tour.sh
 

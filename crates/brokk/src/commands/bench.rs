@@ -20,6 +20,9 @@ pub struct Args {
 
 #[derive(clap::Subcommand)]
 enum What {
+    /// A hostile user and an ordinary one at once: the ordinary user's
+    /// latencies against their own baseline, the broker's memory.
+    Attack(super::bench_attack::AttackArgs),
     /// The reservation planner: free list against the slotted baseline.
     Planner(PlannerArgs),
     /// The simulator on real traces, against AccaSim run on the same trace.
@@ -54,6 +57,7 @@ struct PlannerArgs {
 /// Runs the chosen benchmark.
 pub fn run(a: Args) -> Result<ExitCode> {
     match a.what {
+        What::Attack(a) => super::bench_attack::run(a),
         What::Planner(p) => planner(p),
         What::Sim(s) => super::bench_sim::run(s),
         What::Site(s) => super::bench_site::run(s),

@@ -1,6 +1,7 @@
 //! One module per subcommand, plus the input handling they share.
 
 pub mod bench;
+pub mod bench_attack;
 pub mod bench_sim;
 pub mod bench_site;
 pub mod bench_soak;
