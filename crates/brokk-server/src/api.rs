@@ -334,7 +334,6 @@ async fn upload_info(State(app): State<App>, Extension(who): Extension<Identity>
     brokk_site::uploads::info_response(&app.service.uploads, &who.0, &sha)
 }
 
-/// `GET /v1/me`: who the token is.
 /// `GET /v1/me`: who the caller is and what their uploads hold against the quota.
 async fn me(State(app): State<App>, Extension(who): Extension<Identity>) -> Response {
     let store = app.service.uploads.clone();
