@@ -305,6 +305,58 @@ impl JobCgroup {
     }
 }
 
+/// Hides every other job's sandbox from what the calling process starts:
+/// in a mount namespace of its own, the work directory above `sandbox` is
+/// covered by an empty directory holding only `sandbox` (bound back at its
+/// own path). Two users mapped to one Unix account share its permissions;
+/// this keeps each job to its own sandbox anyway. Needs root (the agent
+/// with `[accounts]` is); the agent's own view is unchanged.
+pub fn hide_other_sandboxes(sandbox: &Path) -> io::Result<()> {
+    use nix::mount::{mount, MsFlags};
+    let sandbox = std::path::absolute(sandbox)?;
+    let (Some(workdir), Some(name)) = (sandbox.parent(), sandbox.file_name()) else {
+        return Err(io::Error::other(format!("{} has no parent", sandbox.display())));
+    };
+    nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNS)?;
+    // Nothing mounted here reaches the host's namespace.
+    mount(
+        None::<&str>,
+        "/",
+        None::<&str>,
+        MsFlags::MS_REC | MsFlags::MS_PRIVATE,
+        None::<&str>,
+    )?;
+    // Opened in this namespace (a bind takes its source from the caller's
+    // own mounts) and held open across the covering mount, which hides
+    // its path.
+    let own = std::fs::File::open(&sandbox)?;
+    mount(
+        Some("tmpfs"),
+        workdir,
+        Some("tmpfs"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+        Some("mode=0711,size=64k"),
+    )?;
+    let target = workdir.join(name);
+    let source = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&own));
+    let bound = std::fs::create_dir(&target).and_then(|()| {
+        mount(
+            Some(source.as_str()),
+            &target,
+            None::<&str>,
+            MsFlags::MS_BIND,
+            None::<&str>,
+        )
+        .map_err(io::Error::from)
+    });
+    if let Err(e) = bound {
+        // Uncovered again: the job keeps its sandbox, if not its privacy.
+        let _ = nix::mount::umount2(workdir, nix::mount::MntFlags::MNT_DETACH);
+        return Err(e);
+    }
+    Ok(())
+}
+
 /// Makes the calling process the child subreaper of what it starts: an
 /// orphaned descendant (its parent gone, a `setsid` daemon) is re-parented
 /// to it instead of init, so it stays findable as a descendant.

@@ -11,8 +11,9 @@
 //!   agent before it starts the supervisor;
 //! - `supervisor PID` (for cancel, SIGTERM), `cgroup DIRS` (where its
 //!   processes are kept, [`crate::containment`]), `job PID` (its process
-//!   group) once started, and `end JSON`, how the job ended ([`Outcome`]),
-//!   appended by the supervisor, the last before it exits.
+//!   group) once started, `note TEXT` (what it could not set up), and
+//!   `end JSON`, how the job ended ([`Outcome`]), appended by the
+//!   supervisor, the last before it exits.
 //!
 //! The supervisor holds an flock on the file for its whole life, so the
 //! agent can tell a live supervisor from a dead one without trusting a pid.
@@ -67,6 +68,10 @@ pub struct Spec {
     /// Bytes of memory of the whole job (its cgroup's limit), when it states memory.
     #[serde(default)]
     pub memory_bytes: Option<u64>,
+    /// The job's sandbox: with an account, the only one it sees
+    /// ([`containment::hide_other_sandboxes`]).
+    #[serde(default)]
+    pub sandbox: Option<PathBuf>,
 }
 
 /// The process limit of a job whose specification names none.
@@ -310,6 +315,14 @@ fn supervise(lock: &mut std::fs::File, spec: &Spec) -> std::io::Result<Outcome> 
     // jobs, run without accounts, are exempt from it anyway).
     if spec.uid.is_some() && !cgroup.as_ref().is_some_and(JobCgroup::limits_processes) {
         limit(nix::sys::resource::Resource::RLIMIT_NPROC, Some(spec.processes))?;
+    }
+    // Jobs of users mapped to one account share its permissions: each sees
+    // only its own sandbox. Without it, the sandbox's mode still keeps
+    // other accounts out.
+    if let (Some(_), Some(sandbox)) = (spec.uid, &spec.sandbox) {
+        if let Err(e) = containment::hide_other_sandboxes(sandbox) {
+            lock.write_all(format!("note other sandboxes not hidden: {e}\n").as_bytes())?;
+        }
     }
     let outcome = run(lock, spec, &mut cgroup);
     match &cgroup {

@@ -294,6 +294,49 @@ fn each_users_jobs_run_as_their_own_account_and_stay_apart() {
 }
 
 #[test]
+#[ignore = "creates Unix accounts and runs jobs as them: needs root; scripts/test.sh runs it"]
+fn two_users_on_one_account_see_only_their_own_sandboxes() {
+    assert!(nix::unistd::geteuid().is_root(), "run as root (scripts/test.sh does)");
+    accounts();
+    // Ann and Dave are both the one account (a grid-mapfile's pool account).
+    let dir = site_dir(
+        "pooled",
+        &format!(
+            "name = \"pooled\"\ncapacity = 4\ndatabase = \"site.db\"\nworkdir = \"jobs\"\nkill_grace = 1\n\
+             [tokens]\n\"tok-ann\" = \"ann\"\n\"tok-dave\" = \"dave\"\n[accounts]\nann = \"{ANN}\"\ndave = \"{ANN}\"\n"
+        ),
+    );
+    let server = start(&dir);
+    let mut ann = RemoteSite::new(&server.url, "tok-ann");
+    let mut dave = RemoteSite::new(&server.url, "tok-dave");
+    let a = ann
+        .submit("ann", &shell("echo ann-secret > secret.txt; cat secret.txt"), None)
+        .unwrap();
+    assert_eq!(wait(&ann, &a).state, JobPhase::Finished);
+    assert_eq!(text(&ann, &a, "out.txt"), "ann-secret\n", "her own sandbox is hers");
+    let sandbox = dir.join(format!("jobs/job-{}", a.0));
+    let probe = format!(
+        "id -un; cat {s}/secret.txt && echo READ-SANDBOX; echo own > mine.txt; cat mine.txt; true",
+        s = sandbox.display(),
+    );
+    let d = dave.submit("dave", &shell(&probe), None).unwrap();
+    let vd = wait(&dave, &d);
+    assert_eq!(vd.state, JobPhase::Finished, "{vd:?}");
+    let out = text(&dave, &d, "out.txt");
+    assert!(
+        out.starts_with(&format!("{ANN}\n")),
+        "dave runs as the pooled account: {out}"
+    );
+    assert!(
+        !out.contains("ann-secret") && !out.contains("READ-SANDBOX"),
+        "dave's job read ann's sandbox: {out}"
+    );
+    assert!(out.contains("own\n"), "dave's job works in its own sandbox: {out}");
+    // Ann's file is where it was, for her.
+    assert_eq!(text(&ann, &a, "secret.txt"), "ann-secret\n");
+}
+
+#[test]
 #[ignore = "creates Unix accounts and submits to Slurm as them: needs root and the Slurm testbed; scripts/test.sh runs it"]
 fn slurm_records_the_mapped_user_as_the_jobs_owner() {
     assert!(nix::unistd::geteuid().is_root(), "run as root (scripts/test.sh does)");

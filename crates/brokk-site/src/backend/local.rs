@@ -177,6 +177,7 @@ async fn start_supervised(
             .map(|m| m.saturating_mul(1 << 20)),
         processes: config.job_processes,
         memory_bytes: job.memory_total_mib().map(|m| m.saturating_mul(1 << 20)),
+        sandbox: Some(std::path::absolute(sandbox)?),
     };
     let sup = sup.to_path_buf();
     let mut cmd = tokio::task::spawn_blocking(move || supervisor::command(&sup, &spec))

@@ -185,7 +185,7 @@ fn ordinary(url: &str, seconds: f64, job_id: &str) -> Samples {
         } else {
             s.failures += 1;
         }
-        if k % 5 == 0 {
+        if k.is_multiple_of(5) {
             let t = Instant::now();
             let job = json!({ "executable": "/bin/true", "wall_time": 60 });
             let ok = http
