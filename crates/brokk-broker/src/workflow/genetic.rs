@@ -208,8 +208,11 @@ pub(super) fn schedule(b: &mut Booking, generations: usize, seed: u64) -> bool {
         scores = population.iter().map(|g| fitness(g)).collect();
     }
     let Some(genes) = found else {
-        b.failure = Some(RejectReason::NoRoom {
-            task: dag.nodes[0].id.clone(),
+        let best = scores.iter().copied().fold(f64::INFINITY, f64::min);
+        b.failure = Some(RejectReason::SearchExhausted {
+            candidates: CANDIDATES,
+            generations,
+            conflicts: (best - bound).max(0.0) as usize,
         });
         return false;
     };

@@ -360,6 +360,21 @@ pub enum RejectReason {
         /// When it would end.
         finish: Time,
     },
+    /// The genetic search found no string without conflicts: its few
+    /// candidate starts per task and site cannot hold every task (a wide
+    /// workflow), though the sites may.
+    #[error(
+        "the genetic search found no plan without conflicts among its {candidates} candidate starts per task and \
+         site in {generations} generations (the best still had {conflicts}); a list scheduler (heftsync) may admit it"
+    )]
+    SearchExhausted {
+        /// Candidate starts per task and site.
+        candidates: usize,
+        /// Generations searched.
+        generations: usize,
+        /// Violated constraints of the best string.
+        conflicts: usize,
+    },
 }
 
 /// A rejection: why, the earliest finish the grid could have offered when
@@ -386,6 +401,7 @@ impl RejectReason {
             RejectReason::CoAllocation { .. } => "co_allocation",
             RejectReason::Network { .. } => "network",
             RejectReason::LateFinish { .. } => "late_finish",
+            RejectReason::SearchExhausted { .. } => "search_exhausted",
         }
     }
 }

@@ -341,6 +341,27 @@ fn the_genetic_search_finds_the_schedule_heftsync_misses() {
 }
 
 #[test]
+fn a_workflow_wider_than_the_genetic_searchs_candidates_is_refused_for_that_reason() {
+    // Forty one-processor tasks on a 4-processor site: five candidate starts
+    // per task hold at most twenty of them, though the site holds all forty
+    // one after another (HEFTSync's plan).
+    let (mut sites, topo, mut net) = grid(&[(4, 1.0)], &[]);
+    let wf = Workflow {
+        tasks: (0..40).map(|k| task(&format!("t{k}"), 10, 1)).collect(),
+        deadline: Some(Time(100_000)),
+        ..Workflow::default()
+    };
+    let r = admit_on(&wf, &mut sites, &topo, &mut net, &opts(Scheduler::Genetic)).unwrap_err();
+    assert!(
+        matches!(r.reason, RejectReason::SearchExhausted { candidates: 5, conflicts, .. } if conflicts > 0),
+        "{:?}",
+        r.reason
+    );
+    assert!(r.to_string().contains("heftsync"), "{r}");
+    assert!(admit_on(&wf, &mut sites, &topo, &mut net, &opts(Scheduler::HeftSync)).is_ok());
+}
+
+#[test]
 fn every_kind_is_its_json_name() {
     let t = || "t".to_string();
     for r in [
@@ -358,6 +379,11 @@ fn every_kind_is_its_json_name() {
         RejectReason::CoAllocation { tasks: vec![t()] },
         RejectReason::Network { from: t(), to: t() },
         RejectReason::LateFinish { finish: Time(0) },
+        RejectReason::SearchExhausted {
+            candidates: 5,
+            generations: 1,
+            conflicts: 1,
+        },
     ] {
         let json = serde_json::to_value(&r).unwrap();
         assert_eq!(json["reason"], r.kind());
