@@ -259,6 +259,22 @@ fn wide_workflow(n: usize) -> Workflow {
     }
 }
 
+/// Counts an answer as granted (2xx) or refused (any other status); a
+/// request that got no answer counts as neither. Returns a refusal.
+fn tally(
+    sent: reqwest::Result<reqwest::blocking::Response>,
+    granted: &AtomicU64,
+    refused: &AtomicU64,
+) -> Option<reqwest::blocking::Response> {
+    let r = sent.ok()?;
+    if r.status().is_success() {
+        granted.fetch_add(1, Ordering::Relaxed);
+        return None;
+    }
+    refused.fetch_add(1, Ordering::Relaxed);
+    Some(r)
+}
+
 /// Every attack, each on its own thread, until `stop`.
 fn attack(
     url: &str,
@@ -320,16 +336,12 @@ fn attack(
                 let Ok((sha, _)) = brokk_site::uploads::digest_file(&path) else {
                     return;
                 };
-                match http
+                let sent = http
                     .put(format!("{url}/v1/uploads/{sha}"))
                     .bearer_auth("tok-eve")
                     .body(blob)
-                    .send()
-                {
-                    Ok(r) if r.status().is_success() => c.uploads_stored.fetch_add(1, Ordering::Relaxed),
-                    Ok(_) => c.uploads_refused.fetch_add(1, Ordering::Relaxed),
-                    Err(_) => 0,
-                };
+                    .send();
+                tally(sent, &c.uploads_stored, &c.uploads_refused);
                 std::thread::sleep(Duration::from_millis(100));
             }
         }));
@@ -346,16 +358,12 @@ fn attack(
                         "amount": amount, "duration": 7 * 86_400,
                         "earliest": now.to_string(), "latest": (now + brokk_model::Duration(60)).to_string(),
                     });
-                    match http
+                    let sent = http
                         .post(format!("{url}/v1/reservations"))
                         .bearer_auth("tok-eve")
                         .json(&body)
-                        .send()
-                    {
-                        Ok(r) if r.status().is_success() => c.reserved.fetch_add(1, Ordering::Relaxed),
-                        Ok(_) => c.reserve_refused.fetch_add(1, Ordering::Relaxed),
-                        Err(_) => 0,
-                    };
+                        .send();
+                    tally(sent, &c.reserved, &c.reserve_refused);
                 }
                 std::thread::sleep(Duration::from_millis(100));
             }
@@ -368,25 +376,18 @@ fn attack(
             let http = http();
             while !stop.load(Ordering::Relaxed) {
                 let body = json!({ "workflow": wide_workflow(1000), "scheduler": "genetic" });
-                match http
+                let sent = http
                     .post(format!("{url}/v1/workflows"))
                     .bearer_auth("tok-eve")
                     .json(&body)
-                    .send()
-                {
-                    Ok(r) if r.status().is_success() => {
-                        c.admitted.fetch_add(1, Ordering::Relaxed);
-                    }
-                    Ok(r) => {
-                        c.wf_refused.fetch_add(1, Ordering::Relaxed);
-                        let why = format!("{}: {}", r.status(), r.text().unwrap_or_default());
-                        if let Ok(mut first) = c.wf_refusal.lock() {
-                            if first.is_empty() {
-                                *first = why.chars().take(300).collect();
-                            }
+                    .send();
+                if let Some(r) = tally(sent, &c.admitted, &c.wf_refused) {
+                    let why = format!("{}: {}", r.status(), r.text().unwrap_or_default());
+                    if let Ok(mut first) = c.wf_refusal.lock() {
+                        if first.is_empty() {
+                            *first = why.chars().take(300).collect();
                         }
                     }
-                    Err(_) => {}
                 }
             }
         }));
