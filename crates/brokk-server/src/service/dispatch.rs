@@ -123,7 +123,9 @@ impl Service {
                     Some(r) => format!("to {name}, in reservation {}", r.0),
                     None => format!("to {name}"),
                 };
-                self.db.update(&v, Some((now(), Some(detail)))).await?;
+                // At the second it was decided, not when the sites' answers
+                // were in: a replay decides it at that second.
+                self.db.update(&v, Some((t, Some(detail)))).await?;
             }
             Err(e @ brokk_broker::submit::SubmitError::NoSite { .. }) if e.worth_retrying() => {
                 let brokk_broker::submit::SubmitError::NoSite { failed, .. } = e else {
