@@ -335,7 +335,12 @@ impl Uploads {
 /// `PUT .../uploads/{sha}` for `owner`, as the site and the broker serve it:
 /// 201 with what was stored, 400 for a bad name or digest, 413 when too large.
 pub async fn put_response(store: &Uploads, owner: &str, sha: &str, body: axum::body::Body) -> Response {
-    match store.put(owner, sha, body.into_data_stream()).await {
+    let mut stream = body.into_data_stream();
+    let stored = store.put(owner, sha, &mut stream).await;
+    if matches!(stored, Err(UploadError::TooLarge(_) | UploadError::OverQuota { .. })) {
+        linger(&mut stream).await;
+    }
+    match stored {
         Ok(size) => (
             StatusCode::CREATED,
             Json(UploadView {
@@ -351,6 +356,27 @@ pub async fn put_response(store: &Uploads, owner: &str, sha: &str, body: axum::b
                 _ => StatusCode::BAD_REQUEST,
             };
             (status, Json(ErrorBody { error: e.to_string() })).into_response()
+        }
+    }
+}
+
+/// Most of a refused upload read and dropped before the refusal is sent.
+const LINGER_BYTES: u64 = 256 << 20;
+
+/// Reads and drops what the client is still sending of a refused upload
+/// (up to [`LINGER_BYTES`], each piece within 5 s), so that it reads the
+/// refusal rather than a connection reset while it writes: the server
+/// closes a connection whose request it did not read to the end.
+async fn linger<S, B, E>(stream: &mut S)
+where
+    S: Stream<Item = Result<B, E>> + Unpin,
+    B: AsRef<[u8]>,
+{
+    let mut read = 0u64;
+    while read < LINGER_BYTES {
+        match tokio::time::timeout(std::time::Duration::from_secs(5), stream.next()).await {
+            Ok(Some(Ok(piece))) => read += piece.as_ref().len() as u64,
+            _ => return,
         }
     }
 }
