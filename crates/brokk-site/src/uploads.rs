@@ -453,12 +453,15 @@ mod tests {
             files: 2,
         });
         store.put("ann", &sha(b"one"), chunks(&[b"one"])).await.unwrap();
-        // Two more at once, each past the first check before the other ends.
+        // Two more at once, each past the first check before the other ends
+        // (when the second is polled after the first made its part file, it
+        // is refused at that check and never reads: the first then goes on
+        // alone after a while rather than wait for it for ever).
         let gate = std::sync::Arc::new(tokio::sync::Barrier::new(2));
         let slow = |bytes: &'static [u8]| {
             let gate = gate.clone();
             Box::pin(futures_util::stream::once(async move {
-                gate.wait().await;
+                let _ = tokio::time::timeout(std::time::Duration::from_secs(1), gate.wait()).await;
                 Ok::<_, String>(bytes)
             }))
         };
