@@ -78,6 +78,24 @@ fn write_dag(dir: &Path, text: &str, nodes: &[(&str, &str, &str, &str)]) -> Path
     path
 }
 
+/// Two tasks as wide as each site (north 4, south 2): a workflow of them
+/// due in a few minutes fits only if both sites are wholly free now.
+fn whole_sites(dir: &Path) -> PathBuf {
+    let path = write_dag(
+        dir,
+        "JOB wide north.sub\nJOB narrow south.sub\n",
+        &[("north", "true", "", ""), ("south", "true", "", "")],
+    );
+    for (node, cpus) in [("north", 4), ("south", 2)] {
+        let p = dir.join(format!("{node}.sub"));
+        let text = std::fs::read_to_string(&p)
+            .unwrap()
+            .replace("queue", &format!("request_cpus = {cpus}\nqueue"));
+        std::fs::write(&p, text).unwrap();
+    }
+    path
+}
+
 /// Each task's reservation as the broker reports it, by task.
 fn tasks(w: &Value) -> Vec<Value> {
     w["tasks"]
@@ -171,18 +189,7 @@ fn an_impossible_deadline_is_refused_with_the_earliest_finish_and_leaves_nothing
     // Nothing stays held: two tasks as wide as each site, due in 3 minutes,
     // fit only if both sites are wholly free now.
     let dir = common::scratch("workflows", "refused-then");
-    let path = write_dag(
-        &dir,
-        "JOB wide north.sub\nJOB narrow south.sub\n",
-        &[("north", "true", "", ""), ("south", "true", "", "")],
-    );
-    for (node, cpus) in [("north", 4), ("south", 2)] {
-        let p = dir.join(format!("{node}.sub"));
-        let text = std::fs::read_to_string(&p)
-            .unwrap()
-            .replace("queue", &format!("request_cpus = {cpus}\nqueue"));
-        std::fs::write(&p, text).unwrap();
-    }
+    let path = whole_sites(&dir);
     let (code, wide) = workflow(url, "tok-ann", &["submit", path.to_str().unwrap(), "--deadline", "3m"]);
     assert_eq!(code, 0, "{wide:#}");
     assert!(common::json(url, "tok-ann", &["reserve", "--list", "--json"])
@@ -348,18 +355,7 @@ fn the_holds_of_an_admission_a_kill_cut_short_are_let_go_at_restart() {
     let killed = Instant::now();
     let svc = common::serve(&dir);
     let url = &svc.url;
-    let wide = write_dag(
-        &dir,
-        "JOB wide north.sub\nJOB narrow south.sub\n",
-        &[("north", "true", "", ""), ("south", "true", "", "")],
-    );
-    for (node, cpus) in [("north", 4), ("south", 2)] {
-        let p = dir.join(format!("{node}.sub"));
-        let text = std::fs::read_to_string(&p)
-            .unwrap()
-            .replace("queue", &format!("request_cpus = {cpus}\nqueue"));
-        std::fs::write(&p, text).unwrap();
-    }
+    let wide = whole_sites(&dir);
     let (code, w) = workflow(url, "tok-ann", &["submit", wide.to_str().unwrap(), "--deadline", "3m"]);
     assert_eq!(code, 0, "the killed admission's holds still block the sites: {w:#}");
     assert!(killed.elapsed() < Duration::from_secs(60));
