@@ -5,7 +5,10 @@
 # - one scheduling core: among the library crates only brokk-core depends
 #   on the planner (the CLI's planner benchmark aside), so site admission and
 #   backfilling exist once, in brokk-core;
-# - the simulator runs the broker (brokk-sim depends on brokk-broker).
+# - the simulator runs the broker (brokk-sim depends on brokk-broker);
+# - a broker job's state changes only by the rules of brokk_broker::jobs:
+#   its field stays private there, the service reads a stored state back
+#   only in its database layer, and no SQL names a state to set.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 status=0
@@ -34,6 +37,18 @@ for crate in brokk-site brokk-broker brokk-sim; do
 done
 if ! direct brokk-sim | grep -qx brokk-broker; then
   echo "invariant broken: brokk-sim does not depend on brokk-broker, so no broker decision runs in simulation"
+  status=1
+fi
+if awk '/^pub struct BrokerJob /,/^}/' crates/brokk-broker/src/jobs.rs | grep -nE '^\s*pub(\([a-z]+\))? state:'; then
+  echo "invariant broken: BrokerJob's state is public; it changes only through brokk_broker::jobs::apply"
+  status=1
+fi
+if grep -rn '\.restored(' crates/brokk-server/src --include='*.rs' | grep -v '^crates/brokk-server/src/db.rs:'; then
+  echo "invariant broken: brokk-server sets a job's state outside its database layer; apply a jobs::Change instead"
+  status=1
+fi
+if grep -rniE "SET state = '" crates/brokk-server/src --include='*.rs'; then
+  echo "invariant broken: SQL sets a job's state; the state is decided by brokk_broker::jobs"
   status=1
 fi
 exit $status

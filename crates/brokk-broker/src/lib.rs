@@ -11,12 +11,14 @@
 //! (validation, filtering with reasons, TTD and TTS selectors); and submission
 //! with fallback and reservation release (seed 003, Algorithm 1); co-allocation
 //! (seed 000, Algorithms 1 and 2); queue adaptation (seed 003, 3.3); and the
-//! information layer (index, fetch with timeouts, conversion, TTL cache).
+//! information layer (index, fetch with timeouts, conversion, TTL cache); and
+//! the broker's jobs, whose states change by the rules of [`jobs`] alone.
 
 pub mod adapt;
 mod clock;
 pub mod coalloc;
 pub mod info;
+pub mod jobs;
 mod memory_site;
 pub mod predict;
 pub mod reserve;

@@ -222,6 +222,7 @@ pub struct NodeView {
     pub load: Option<f64>,
 }
 
+pub use brokk_broker::jobs::{BrokerJob, BrokerState, HistoryEntry};
 pub use brokk_model::JobPhase;
 
 /// `201` answer to a job submission.
@@ -312,100 +313,6 @@ pub struct Accepted {
     pub warnings: Vec<String>,
 }
 
-/// Where a job is at the broker.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum BrokerState {
-    /// Recorded; waiting to be dispatched.
-    #[default]
-    Accepted,
-    /// Recorded and kept back by its owner (`brokk hold`) until released.
-    Held,
-    /// A workflow's task waiting for its parents, its reservation made.
-    Planned,
-    /// Part of a co-allocation whose reservations are being made.
-    Reserving,
-    /// Being moved from one site to another by queue adaptation.
-    Moving,
-    /// At a site, not yet running.
-    Dispatched,
-    /// Running at its site.
-    Running,
-    /// Done; see the exit code.
-    Finished,
-    /// Could not run or complete; see the reason.
-    Failed,
-    /// Cancelled by its owner.
-    Cancelled,
-}
-
-impl BrokerState {
-    /// Every state, in the order of a job's life.
-    pub const ALL: [BrokerState; 10] = [
-        BrokerState::Accepted,
-        BrokerState::Held,
-        BrokerState::Planned,
-        BrokerState::Reserving,
-        BrokerState::Moving,
-        BrokerState::Dispatched,
-        BrokerState::Running,
-        BrokerState::Finished,
-        BrokerState::Failed,
-        BrokerState::Cancelled,
-    ];
-
-    /// The state's name, as stored and shown.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            BrokerState::Accepted => "accepted",
-            BrokerState::Held => "held",
-            BrokerState::Planned => "planned",
-            BrokerState::Reserving => "reserving",
-            BrokerState::Moving => "moving",
-            BrokerState::Dispatched => "dispatched",
-            BrokerState::Running => "running",
-            BrokerState::Finished => "finished",
-            BrokerState::Failed => "failed",
-            BrokerState::Cancelled => "cancelled",
-        }
-    }
-
-    /// Whether the job will not change any more.
-    pub fn is_terminal(self) -> bool {
-        matches!(
-            self,
-            BrokerState::Finished | BrokerState::Failed | BrokerState::Cancelled
-        )
-    }
-
-    /// The broker state a site's job phase maps to.
-    pub fn of_phase(p: JobPhase) -> BrokerState {
-        match p {
-            JobPhase::Accepted | JobPhase::StagingIn | JobPhase::Queued => BrokerState::Dispatched,
-            JobPhase::Running | JobPhase::StagingOut => BrokerState::Running,
-            JobPhase::Finished => BrokerState::Finished,
-            JobPhase::Failed => BrokerState::Failed,
-            JobPhase::Cancelled => BrokerState::Cancelled,
-        }
-    }
-}
-
-impl std::fmt::Display for BrokerState {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl std::str::FromStr for BrokerState {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        BrokerState::ALL.into_iter().find(|b| b.as_str() == s).ok_or_else(|| {
-            let names: Vec<&str> = BrokerState::ALL.iter().map(|b| b.as_str()).collect();
-            format!("unknown state `{s}`; one of {}", names.join(", "))
-        })
-    }
-}
-
 /// Whether a broker reservation holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -436,17 +343,6 @@ impl std::fmt::Display for BrokerReservationState {
     }
 }
 
-/// One entry of a broker job's state history.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct HistoryEntry {
-    /// When.
-    pub at: Time,
-    /// The state entered.
-    pub state: BrokerState,
-    /// Details (the site chosen, a failure's reason).
-    pub detail: Option<String>,
-}
-
 /// A file uploaded for jobs' input, as a store holds it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct UploadView {
@@ -454,71 +350,6 @@ pub struct UploadView {
     pub sha256: String,
     /// Its size in bytes.
     pub size: u64,
-}
-
-/// A job as the broker service reports it.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct BrokerJob {
-    /// Id at the broker.
-    pub id: String,
-    /// Its owner.
-    pub owner: String,
-    /// The language it was written in.
-    pub format: String,
-    /// Where it is.
-    pub state: BrokerState,
-    /// The site it was sent to.
-    pub site: Option<String>,
-    /// Its id there.
-    pub site_job: Option<String>,
-    /// Predicted seconds from submission to start (TTS).
-    pub predicted_tts: Option<i64>,
-    /// Predicted seconds from submission to delivery (TTD).
-    pub predicted_ttd: Option<i64>,
-    /// When it was accepted.
-    pub submitted: Time,
-    /// When it started on the site.
-    pub started: Option<Time>,
-    /// When it ended.
-    pub ended: Option<Time>,
-    /// Exit code.
-    pub exit_code: Option<i32>,
-    /// Why it failed or was cancelled.
-    pub reason: Option<String>,
-    /// Translation warnings.
-    pub warnings: Vec<String>,
-    /// The job's name, if it has one.
-    #[serde(default)]
-    pub name: Option<String>,
-    /// The job's standard output file.
-    pub stdout: Option<String>,
-    /// The job's standard error file.
-    #[serde(default)]
-    pub stderr: Option<String>,
-    /// The other files it leaves for its owner (`brokk get` fetches them all).
-    #[serde(default)]
-    pub outputs: Vec<String>,
-    /// The wall time it asked for, seconds.
-    #[serde(default)]
-    pub wall_time: Option<i64>,
-    /// The user the job runs for at the sites, when its owner is a broker
-    /// above this one that sent it on that user's behalf.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub runs_as: Option<String>,
-    /// State history.
-    pub history: Vec<HistoryEntry>,
-}
-
-impl BrokerJob {
-    /// Takes what the view shows of the job's description: its name, its
-    /// streams, its output files and its wall time.
-    pub fn describe(&mut self, job: &brokk_model::Job) {
-        self.name = job.name.clone();
-        self.stdout = job.stdout.clone();
-        self.stderr = job.stderr.clone();
-        self.outputs = job.output_files.iter().map(|f| f.name.clone()).collect();
-        self.wall_time = job.wall_time.map(|d| d.0);
-    }
 }
 
 /// `POST /v1/coallocations` on the broker service: jobs that must start

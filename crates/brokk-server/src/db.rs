@@ -173,24 +173,21 @@ fn reservation_of(r: &AnyRow) -> BrokerReservation {
 fn row_to_job(r: &AnyRow) -> StoredJob {
     let warnings: String = r.get("warnings");
     let spec: String = r.get("spec");
-    let mut view = BrokerJob {
-        id: r.get("id"),
-        owner: r.get("owner"),
-        format: r.get("format"),
-        state: state_of(&r.get::<String, _>("state")),
-        site: r.get("site"),
-        site_job: r.get("site_job"),
-        predicted_tts: r.get("predicted_tts"),
-        predicted_ttd: r.get("predicted_ttd"),
-        submitted: Time(r.get("submitted")),
-        started: r.get::<Option<i64>, _>("started").map(Time),
-        ended: r.get::<Option<i64>, _>("ended").map(Time),
-        exit_code: r.get::<Option<i64>, _>("exit_code").map(|c| c as i32),
-        reason: r.get("reason"),
-        warnings: serde_json::from_str(&warnings).unwrap_or_default(),
-        runs_as: r.get("runs_as"),
-        ..BrokerJob::default()
-    };
+    let mut view = BrokerJob::default().restored(state_of(&r.get::<String, _>("state")));
+    view.id = r.get("id");
+    view.owner = r.get("owner");
+    view.format = r.get("format");
+    view.site = r.get("site");
+    view.site_job = r.get("site_job");
+    view.predicted_tts = r.get("predicted_tts");
+    view.predicted_ttd = r.get("predicted_ttd");
+    view.submitted = Time(r.get("submitted"));
+    view.started = r.get::<Option<i64>, _>("started").map(Time);
+    view.ended = r.get::<Option<i64>, _>("ended").map(Time);
+    view.exit_code = r.get::<Option<i64>, _>("exit_code").map(|c| c as i32);
+    view.reason = r.get("reason");
+    view.warnings = serde_json::from_str(&warnings).unwrap_or_default();
+    view.runs_as = r.get("runs_as");
     if let Ok(job) = serde_json::from_str::<brokk_model::Job>(&spec) {
         view.describe(&job);
     }
@@ -324,7 +321,7 @@ impl Db {
         .bind(&j.spec)
         .bind(&j.prefs)
         .bind(serde_json::to_string(&v.warnings).unwrap_or_else(|_| "[]".into()))
-        .bind(v.state.as_str())
+        .bind(v.state().as_str())
         .bind(v.submitted.0)
         .bind(&v.runs_as)
         .bind(&j.key)
@@ -337,7 +334,7 @@ impl Db {
         sqlx::query(ADD_HISTORY)
             .bind(&v.id)
             .bind(v.submitted.0)
-            .bind(v.state.as_str())
+            .bind(v.state().as_str())
             .bind(None::<String>)
             .execute(&mut *tx)
             .await?;
@@ -353,7 +350,7 @@ impl Db {
     /// job change the count in the order they reach the table.
     fn track(&self, v: &BrokerJob) {
         let Ok(mut all) = self.unfinished.lock() else { return };
-        if counts(v.state) {
+        if counts(v.state()) {
             let of = match all.get_mut(&v.owner) {
                 Some(of) => of,
                 None => all.entry(v.owner.clone()).or_default(),
@@ -403,7 +400,7 @@ impl Db {
             "UPDATE jobs SET state = $1, site = $2, site_job = $3, predicted_tts = $4, predicted_ttd = $5, started = $6,
              ended = $7, exit_code = $8, reason = $9, version = COALESCE($11, version) WHERE id = $10",
         )
-        .bind(v.state.as_str())
+        .bind(v.state().as_str())
         .bind(&v.site)
         .bind(&v.site_job)
         .bind(v.predicted_tts)
@@ -421,7 +418,7 @@ impl Db {
             sqlx::query(ADD_HISTORY)
                 .bind(&v.id)
                 .bind(at.0)
-                .bind(v.state.as_str())
+                .bind(v.state().as_str())
                 .bind(detail)
                 .execute(&mut *tx)
                 .await?;
@@ -579,15 +576,6 @@ impl Db {
             q = q.bind(s.as_str());
         }
         Ok(q.fetch_all(&self.pool).await?.iter().map(row_to_job).collect())
-    }
-
-    /// Jobs a crash caught in the middle of a move go back to `dispatched`;
-    /// the feed then tells where they are.
-    pub async fn reset_moving(&self) -> Result<(), DbError> {
-        sqlx::query("UPDATE jobs SET state = 'dispatched' WHERE state = 'moving'")
-            .execute(&self.pool)
-            .await?;
-        Ok(())
     }
 
     /// Remembers that a site's job was left behind by a move, so its later
@@ -769,16 +757,12 @@ impl Db {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use brokk_broker::jobs::Entry;
 
     fn job(id: &str, owner: &str, state: BrokerState) -> StoredJob {
         StoredJob {
-            view: BrokerJob {
-                id: id.into(),
-                owner: owner.into(),
-                format: "json".into(),
-                state,
-                ..BrokerJob::default()
-            },
+            // Rows as the core left them: the store keeps whatever state it is given.
+            view: BrokerJob::new(id.into(), owner.into(), "json".into(), Entry::Accepted, Time(0)).restored(state),
             spec: "{}".into(),
             prefs: "{}".into(),
             key: None,
@@ -800,7 +784,7 @@ mod tests {
         let mut a1 = job("a1", "ann", BrokerState::Running).view;
         db.update(&a1, None).await.unwrap();
         assert_eq!(db.unfinished_of("ann"), 3, "running still counts");
-        a1.state = BrokerState::Finished;
+        a1 = a1.restored(BrokerState::Finished);
         db.update(&a1, None).await.unwrap();
         db.update(&a1, None).await.unwrap();
         assert_eq!(db.unfinished_of("ann"), 2, "an ended job leaves the count once");

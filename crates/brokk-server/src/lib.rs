@@ -44,7 +44,6 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
     let err = |e: &dyn std::fmt::Display| StartError(e.to_string());
     let descriptors = brokk_site::listener::descriptor_budget().map_err(|e| err(&e))?;
     let db = db::Db::open(&config.database).await.map_err(|e| err(&e))?;
-    db.reset_moving().await.map_err(|e| err(&e))?;
     // (name, url, token) of every site; the blocking clients are made on a
     // blocking thread, as reqwest requires.
     let mut endpoints: Vec<(String, String, String)> = config
@@ -89,6 +88,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         )),
         unreachable: Arc::default(),
     };
+    service.end_interrupted_moves().await.map_err(|e| err(&e))?;
     service.restore_network().await.map_err(|e| err(&e))?;
     let released = service.release_stray_holds().await.map_err(|e| err(&e))?;
     if released > 0 {

@@ -85,7 +85,7 @@ impl Recorder {
     /// A job that ended.
     pub fn ended(&self, v: &BrokerJob) {
         self.write(serde_json::json!({
-            "event": "ended", "at": v.ended.map(|t| t.0), "id": v.id, "state": v.state,
+            "event": "ended", "at": v.ended.map(|t| t.0), "id": v.id, "state": v.state(),
             "site": v.site, "started": v.started.map(|t| t.0), "ended": v.ended.map(|t| t.0),
             "exit_code": v.exit_code,
         }));

@@ -92,7 +92,7 @@ fn wait_dispatched(client: &BrokerClient, id: &str) -> BrokerJob {
     let deadline = Instant::now() + StdDuration::from_secs(30);
     loop {
         let j = client.job(id).unwrap();
-        if j.state != BrokerState::Accepted {
+        if j.state() != BrokerState::Accepted {
             return j;
         }
         assert!(Instant::now() < deadline, "job {id} was not dispatched");
@@ -157,8 +157,8 @@ fn the_live_broker_and_the_simulated_one_place_and_start_a_stream_alike() {
         .iter()
         .map(|j| loop {
             let v = client.job(&j.id).unwrap();
-            if v.state.is_terminal() {
-                assert_eq!(v.state, BrokerState::Finished, "{v:?}");
+            if v.state().is_terminal() {
+                assert_eq!(v.state(), BrokerState::Finished, "{v:?}");
                 break v;
             }
             assert!(Instant::now() < deadline, "the stream did not finish");

@@ -50,7 +50,7 @@ fn what_the_broker_recorded_replays_in_the_simulator() {
     );
     assert_eq!(lines.matches(r#""event":"ended""#).count(), 3);
     for id in &ids {
-        assert_eq!(client.job(id).unwrap().state, BrokerState::Finished);
+        assert_eq!(client.job(id).unwrap().state(), BrokerState::Finished);
         assert!(lines.contains(id.as_str()), "{id} is not in the record");
     }
     drop(server);

@@ -81,7 +81,7 @@ fn job_view(v: &BrokerJob) -> JobView {
     JobView {
         id: v.id.clone(),
         owner: v.owner.clone(),
-        state: phase_of(v.state),
+        state: phase_of(v.state()),
         reason: v.reason.clone(),
         exit_code: v.exit_code,
         reservation: None,
@@ -158,16 +158,15 @@ impl Service {
         brokk_broker::select::validate_at(&job, now()).map_err(|e| ServiceError::BadRequest(e.to_string()))?;
         self.take_uploads(who, &mut job, &Default::default(), &Default::default())?;
         let runs_as = on_behalf.unwrap_or_else(|| who.to_string());
-        let mut view = BrokerJob {
-            id: new_id(),
-            owner: who.to_string(),
-            format: Format::Json.name().to_string(),
-            state: BrokerState::Accepted,
-            submitted: now(),
-            warnings: brokk_broker::select::not_done_here(&job),
-            runs_as: Some(runs_as.clone()),
-            ..BrokerJob::default()
-        };
+        let mut view = BrokerJob::new(
+            new_id(),
+            who.to_string(),
+            Format::Json.name().to_string(),
+            Entry::Accepted,
+            now(),
+        );
+        view.warnings = brokk_broker::select::not_done_here(&job);
+        view.runs_as = Some(runs_as.clone());
         if let Some(rid) = job.reservation.take() {
             let (r, site) = self.own_site_reservation(who, &rid).await?;
             // The site's key: a repeat after a crash between the site's
@@ -186,9 +185,14 @@ impl Service {
             .await
             .map_err(|e| ServiceError::Unavailable(e.to_string()))?
             .map_err(|e| site_failure(&r.site, e))?;
-            view.state = BrokerState::Dispatched;
-            view.site = Some(r.site.clone());
-            view.site_job = Some(handle.0);
+            let sent = jobs::Change::Dispatch {
+                site: r.site.clone(),
+                site_job: handle.0,
+                tts: None,
+                ttd: None,
+            };
+            // Not stored yet: it is stored below, already at its site.
+            jobs::apply(&mut view, sent, now()).map_err(|e| ServiceError::Conflict(e.to_string()))?;
             job.reservation = Some(rid);
         }
         view.describe(&job);
@@ -200,7 +204,7 @@ impl Service {
         };
         match self.store(&job, stored).await {
             Ok(v) => {
-                if v.state == BrokerState::Accepted {
+                if v.state() == BrokerState::Accepted {
                     self.wake.notify_one();
                 }
                 Ok((v.id, true))

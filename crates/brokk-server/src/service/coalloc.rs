@@ -77,15 +77,7 @@ impl Service {
             };
             brokk_jdl::assign::assign(*format, job, ids);
             let v = self
-                .store_new(
-                    owner,
-                    job,
-                    *format,
-                    warnings.clone(),
-                    "{}".into(),
-                    BrokerState::Reserving,
-                    id,
-                )
+                .store_new(owner, job, *format, warnings.clone(), "{}".into(), Entry::Reserving, id)
                 .await?;
             stored.push(v);
         }
@@ -126,11 +118,14 @@ impl Service {
                     starts: Vec::new(),
                 };
                 for (mut v, (site, handle, start)) in stored.into_iter().zip(placed) {
-                    v.state = BrokerState::Dispatched;
-                    v.site = Some(site.clone());
-                    v.site_job = Some(handle);
                     let detail = format!("to {site}, co-allocated to start at {start}");
-                    self.db.update(&v, Some((now(), Some(detail)))).await?;
+                    let sent = Change::Dispatch {
+                        site: site.clone(),
+                        site_job: handle,
+                        tts: None,
+                        ttd: None,
+                    };
+                    self.change(&mut v, sent, now(), Some(detail)).await?;
                     out.ids.push(v.id);
                     out.sites.push(site);
                     out.starts.push(start);
@@ -139,10 +134,8 @@ impl Service {
             }
             Err(e) => {
                 for mut v in stored {
-                    v.state = BrokerState::Failed;
-                    v.reason = Some(e.to_string());
-                    v.ended = Some(now());
-                    self.db.update(&v, Some((now(), Some(e.to_string())))).await?;
+                    self.change(&mut v, Change::Fail(e.to_string()), now(), Some(e.to_string()))
+                        .await?;
                 }
                 Err(e)
             }
@@ -183,18 +176,19 @@ impl Service {
                 let mut v = p.view;
                 match (completed, f) {
                     (true, Some((site, site_job))) => {
-                        v.state = BrokerState::Dispatched;
-                        v.site = Some(site.clone());
-                        v.site_job = Some(site_job);
                         let detail = format!("to {site}, co-allocated (completed after a restart)");
-                        self.db.update(&v, Some((now(), Some(detail)))).await?;
+                        let found = Change::Dispatch {
+                            site,
+                            site_job,
+                            tts: None,
+                            ttd: None,
+                        };
+                        self.change(&mut v, found, now(), Some(detail)).await?;
                     }
                     _ => {
                         let why = "the broker stopped while co-allocating it; no part of it runs";
-                        v.state = BrokerState::Failed;
-                        v.reason = Some(why.into());
-                        v.ended = Some(now());
-                        self.db.update(&v, Some((now(), Some(why.into())))).await?;
+                        self.change(&mut v, Change::Fail(why.into()), now(), Some(why.into()))
+                            .await?;
                     }
                 }
             }

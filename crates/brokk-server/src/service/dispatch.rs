@@ -11,7 +11,7 @@ impl Service {
     /// turn (each user's oldest first), so one user's thousand jobs do not
     /// keep everyone else's waiting behind them.
     pub async fn dispatch_pending(&self) -> Result<(), ServiceError> {
-        let pending = round_robin_by_owner(self.db.in_states(&[BrokerState::Accepted]).await?);
+        let pending = jobs::round_robin(self.db.in_states(&[BrokerState::Accepted]).await?, |j| &j.view.owner);
         for chunk in pending.chunks(DISPATCH_CONCURRENCY) {
             let mut set = tokio::task::JoinSet::new();
             for j in chunk {
@@ -50,11 +50,14 @@ impl Service {
             match self.already_at(&stored.view.id).await {
                 Ok(Some((name, site_job))) => {
                     let mut v = stored.view;
-                    v.state = BrokerState::Dispatched;
-                    v.site = Some(name.clone());
-                    v.site_job = Some(site_job);
                     let detail = format!("to {name} (found there after a restart)");
-                    self.db.update(&v, Some((now(), Some(detail)))).await?;
+                    let found = Change::Dispatch {
+                        site: name,
+                        site_job,
+                        tts: None,
+                        ttd: None,
+                    };
+                    self.change(&mut v, found, now(), Some(detail)).await?;
                     return Ok(());
                 }
                 Ok(None) => {}
@@ -114,18 +117,19 @@ impl Service {
                 self.counters
                     .site_errors
                     .fetch_add(s.failed.len() as u64, Ordering::Relaxed);
-                v.state = BrokerState::Dispatched;
-                v.site = Some(name.clone());
-                v.site_job = Some(s.handle.0.clone());
-                v.predicted_tts = Some(s.prediction.tts().0);
-                v.predicted_ttd = Some(s.prediction.ttd().0);
                 let detail = match s.reservation {
                     Some(r) => format!("to {name}, in reservation {}", r.0),
                     None => format!("to {name}"),
                 };
+                let sent = Change::Dispatch {
+                    site: name,
+                    site_job: s.handle.0.clone(),
+                    tts: Some(s.prediction.tts().0),
+                    ttd: Some(s.prediction.ttd().0),
+                };
                 // At the second it was decided, not when the sites' answers
                 // were in: a replay decides it at that second.
-                self.db.update(&v, Some((t, Some(detail)))).await?;
+                self.change(&mut v, sent, t, Some(detail)).await?;
             }
             Err(e @ brokk_broker::submit::SubmitError::NoSite { .. }) if e.worth_retrying() => {
                 let brokk_broker::submit::SubmitError::NoSite { failed, .. } = e else {
@@ -139,10 +143,8 @@ impl Service {
             }
             Err(e) => {
                 self.counters.undispatchable.fetch_add(1, Ordering::Relaxed);
-                v.state = BrokerState::Failed;
-                v.reason = Some(e.to_string());
-                v.ended = Some(now());
-                self.db.update(&v, Some((now(), Some(e.to_string())))).await?;
+                self.change(&mut v, Change::Fail(e.to_string()), now(), Some(e.to_string()))
+                    .await?;
             }
         }
         Ok(())
@@ -157,10 +159,9 @@ impl Service {
             Ok(r) => r,
             Err(ServiceError::Unavailable(e)) => return Err(ServiceError::Unavailable(e)),
             Err(e) => {
-                v.state = BrokerState::Failed;
-                v.reason = Some(format!("it cannot run in reservation {rid}: {e}"));
-                v.ended = Some(now());
-                return Ok(self.db.update(&v, Some((now(), v.reason.clone()))).await?);
+                let why = format!("it cannot run in reservation {rid}: {e}");
+                self.change(&mut v, Change::Fail(why.clone()), now(), Some(why)).await?;
+                return Ok(());
             }
         };
         let Some(site) = self.site(&r.site) else {
@@ -186,12 +187,14 @@ impl Service {
         self.counters.decisions.fetch_add(1, Ordering::Relaxed);
         match outcome {
             Ok(h) => {
-                v.state = BrokerState::Dispatched;
-                v.site = Some(r.site.clone());
-                v.site_job = Some(h.0);
-                v.predicted_tts = Some((r.start - now()).0.max(0));
                 let detail = format!("to {}, in reservation {}", r.site, r.id);
-                self.db.update(&v, Some((now(), Some(detail)))).await?;
+                let sent = Change::Dispatch {
+                    site: r.site.clone(),
+                    site_job: h.0,
+                    tts: Some((r.start - now()).0.max(0)),
+                    ttd: None,
+                };
+                self.change(&mut v, sent, now(), Some(detail)).await?;
             }
             Err(brokk_broker::SiteError::Unavailable(e)) => {
                 // The site is down: the job waits for the next round.
@@ -199,10 +202,8 @@ impl Service {
                 tracing::warn!("dispatching {} into {rid}: {e}", v.id);
             }
             Err(e) => {
-                v.state = BrokerState::Failed;
-                v.reason = Some(format!("the site refused the job: {e}"));
-                v.ended = Some(now());
-                self.db.update(&v, Some((now(), v.reason.clone()))).await?;
+                let why = format!("the site refused the job: {e}");
+                self.change(&mut v, Change::Fail(why.clone()), now(), Some(why)).await?;
             }
         }
         Ok(())

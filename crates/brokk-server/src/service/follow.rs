@@ -23,7 +23,10 @@ impl Service {
             };
             // Held as `moving` while it may be cancelled at one site and
             // submitted at another, so the feed does not record the cancel.
-            v.state = BrokerState::Moving;
+            // Not a state its history shows: it stays or moves.
+            if jobs::apply(&mut v, Change::StartMove, now()).is_err() {
+                continue;
+            }
             self.db.update(&v, None).await?;
             let sites = self.sites();
             let turn = self.decision_turn().await;
@@ -58,21 +61,31 @@ impl Service {
             drop(turn);
             let from = v.site.clone().unwrap_or_default();
             let old_job = v.site_job.clone().unwrap_or_default();
-            v.state = BrokerState::Dispatched;
-            match outcome {
+            let moved = match outcome {
                 (Ok(Adapted::Moved { .. }), Some(to), handle) => {
                     self.db.retire(&from, &old_job).await?;
-                    v.site = Some(to.clone());
-                    v.site_job = Some(handle.0);
-                    let detail = format!("moved from {from} to {to}: predicted to deliver sooner");
-                    self.db.update(&v, Some((now(), Some(detail)))).await?;
+                    Some((to, handle.0))
                 }
                 (Err(e), _, _) => {
                     tracing::warn!("adapting {}: {e}", v.id);
-                    self.db.update(&v, None).await?;
+                    None
                 }
-                _ => self.db.update(&v, None).await?,
-            }
+                _ => None,
+            };
+            let detail = moved
+                .as_ref()
+                .map(|(to, _)| format!("moved from {from} to {to}: predicted to deliver sooner"));
+            self.change(&mut v, Change::EndMove(moved), now(), detail).await?;
+        }
+        Ok(())
+    }
+
+    /// Jobs a stop caught in the middle of a move stay where they were
+    /// last recorded; the feed then tells where they are.
+    pub async fn end_interrupted_moves(&self) -> Result<(), ServiceError> {
+        for stored in self.db.in_states(&[BrokerState::Moving]).await? {
+            let mut v = stored.view;
+            self.change(&mut v, Change::EndMove(None), now(), None).await?;
         }
         Ok(())
     }
@@ -123,26 +136,19 @@ impl Service {
                     continue;
                 };
                 let mut v = stored.view;
-                // A job being moved is the adaptation's to record.
-                if v.state.is_terminal() || v.state == BrokerState::Moving {
-                    continue;
-                }
-                let state = BrokerState::of_phase(a.state);
-                let changed = state != v.state;
-                if !changed && a.started == v.started {
-                    continue;
-                }
-                v.state = state;
-                v.started = a.started;
-                v.ended = a.ended;
-                v.exit_code = a.exit_code;
-                v.reason = a.reason.clone();
-                let entry = changed.then(|| (now(), a.reason.clone()));
-                self.db.update(&v, entry).await?;
-                if let (true, Some(r)) = (changed && v.state.is_terminal(), &self.record) {
+                let report = Change::Report {
+                    phase: a.state,
+                    started: a.started,
+                    ended: a.ended,
+                    exit_code: a.exit_code,
+                    reason: a.reason.clone(),
+                };
+                let applied = self.change(&mut v, report, now(), a.reason.clone()).await?;
+                let ended = matches!(applied, Applied::Entered(s) if s.is_terminal());
+                if let (true, Some(r)) = (ended, &self.record) {
                     r.ended(&v);
                 }
-                if changed && v.state.is_terminal() && super::workflows::workflow_of(&v.id).is_some() {
+                if ended && super::workflows::workflow_of(&v.id).is_some() {
                     // Its children may go now.
                     self.wake.notify_one();
                 }

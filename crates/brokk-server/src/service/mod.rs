@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use brokk_broker::adapt::{adapt, AdaptOptions, Adapted, Tracked};
 use brokk_broker::coalloc::{coallocate, place, CoRequest, Found};
+use brokk_broker::jobs::{self, Applied, Change, Entry};
 use brokk_broker::reserve::at_earliest;
 use brokk_broker::submit::{submit, SubmitOptions};
 use brokk_broker::{JobHandle, Site};
@@ -135,26 +136,6 @@ pub struct Service {
 
 pub use brokk_proto::wall_clock as now;
 
-/// `jobs` (oldest first) reordered to take their owners in turn: the
-/// oldest job of each owner, then the second oldest of each, and so on, the
-/// owners in the order of their oldest job.
-fn round_robin_by_owner(jobs: Vec<StoredJob>) -> Vec<StoredJob> {
-    let mut queues: Vec<(String, std::collections::VecDeque<StoredJob>)> = Vec::new();
-    for j in jobs {
-        match queues.iter_mut().find(|(o, _)| *o == j.view.owner) {
-            Some((_, q)) => q.push_back(j),
-            None => queues.push((j.view.owner.clone(), [j].into())),
-        }
-    }
-    let mut out = Vec::new();
-    while queues.iter().any(|(_, q)| !q.is_empty()) {
-        for (_, q) in &mut queues {
-            out.extend(q.pop_front());
-        }
-    }
-    out
-}
-
 impl Service {
     /// The sites as of now.
     pub fn sites(&self) -> Arc<Vec<SiteEntry>> {
@@ -267,12 +248,8 @@ impl Service {
         }
         for (job, id) in jobs.iter().zip(&ids) {
             // Held when the request says so, or the description (`hold = true`, `--hold`).
-            let state = if req.hold || job.hold {
-                BrokerState::Held
-            } else {
-                BrokerState::Accepted
-            };
-            self.store_new(owner, job, format, warnings.clone(), prefs.clone(), state, id.clone())
+            let entry = Entry::submitted(req.hold || job.hold);
+            self.store_new(owner, job, format, warnings.clone(), prefs.clone(), entry, id.clone())
                 .await?;
         }
         self.wake.notify_one();
@@ -374,7 +351,7 @@ impl Service {
         Ok(())
     }
 
-    /// Stores a new job `id` in `state` (`accepted`, or [`BrokerState::Reserving`]).
+    /// Stores a new job `id`, entering as `entry` says.
     #[allow(clippy::too_many_arguments)] // one record's fields
     async fn store_new(
         &self,
@@ -383,18 +360,11 @@ impl Service {
         format: Format,
         warnings: Vec<String>,
         prefs: String,
-        state: BrokerState,
+        entry: Entry,
         id: String,
     ) -> Result<BrokerJob, ServiceError> {
-        let mut view = BrokerJob {
-            id,
-            owner: owner.to_string(),
-            format: format.name().to_string(),
-            state,
-            submitted: now(),
-            warnings,
-            ..BrokerJob::default()
-        };
+        let mut view = BrokerJob::new(id, owner.to_string(), format.name().to_string(), entry, now());
+        view.warnings = warnings;
         view.describe(job);
         let stored = StoredJob {
             view,
@@ -479,49 +449,48 @@ impl Service {
 
     /// Keeps an accepted job from being dispatched until it is released.
     pub async fn hold(&self, owner: &str, id: &str) -> Result<BrokerJob, ServiceError> {
-        self.hold_or_release(owner, id, BrokerState::Accepted, BrokerState::Held)
-            .await
+        self.hold_or_release(owner, id, Change::Hold).await
     }
 
     /// Lets a held job be dispatched.
     pub async fn release(&self, owner: &str, id: &str) -> Result<BrokerJob, ServiceError> {
-        let j = self
-            .hold_or_release(owner, id, BrokerState::Held, BrokerState::Accepted)
-            .await?;
+        let j = self.hold_or_release(owner, id, Change::Release).await?;
         self.wake.notify_one();
         Ok(j)
     }
 
-    async fn hold_or_release(
-        &self,
-        owner: &str,
-        id: &str,
-        from: BrokerState,
-        to: BrokerState,
-    ) -> Result<BrokerJob, ServiceError> {
+    async fn hold_or_release(&self, owner: &str, id: &str, change: Change) -> Result<BrokerJob, ServiceError> {
         // Not while the dispatcher may be sending this very job.
         let _turn = self.turn().await;
         let mut j = self.owned(owner, id).await?.view;
-        if j.state == to {
-            return Ok(j);
-        }
-        if j.state != from {
-            let why = if to == BrokerState::Held {
-                "only a job not yet sent to a site can be held; cancel it instead"
-            } else {
-                "only a held job can be released"
-            };
-            return Err(ServiceError::Conflict(format!("job {id} is {}: {why}", j.state)));
-        }
-        j.state = to;
-        self.db.update(&j, Some((now(), None))).await?;
+        self.change(&mut j, change, now(), None).await?;
         Ok(j)
+    }
+
+    /// Applies `change` to job `v` at `at` by the rules of
+    /// [`brokk_broker::jobs`] and stores what it did: a new state with a
+    /// history line saying `detail`, other fields without one. A change the
+    /// job's state rules out is a conflict.
+    pub(super) async fn change(
+        &self,
+        v: &mut BrokerJob,
+        change: Change,
+        at: Time,
+        detail: Option<String>,
+    ) -> Result<Applied, ServiceError> {
+        let applied = jobs::apply(v, change, at).map_err(|e| ServiceError::Conflict(e.to_string()))?;
+        match applied {
+            Applied::Unchanged => {}
+            Applied::Updated => self.db.update(v, None).await?,
+            Applied::Entered(_) => self.db.update(v, Some((at, detail))).await?,
+        }
+        Ok(applied)
     }
 
     /// Cancels a job wherever it is.
     pub async fn cancel(&self, owner: &str, id: &str) -> Result<BrokerJob, ServiceError> {
         let mut j = self.owned(owner, id).await?.view;
-        if j.state.is_terminal() {
+        if j.state().is_terminal() {
             return Ok(j);
         }
         // A job not yet at a site may be in the dispatcher's hands: wait for
@@ -529,7 +498,7 @@ impl Service {
         let _turn = if j.site.is_none() {
             let turn = self.turn().await;
             j = self.owned(owner, id).await?.view;
-            if j.state.is_terminal() {
+            if j.state().is_terminal() {
                 return Ok(j);
             }
             Some(turn)
@@ -548,45 +517,7 @@ impl Service {
                 return Err(ServiceError::Unavailable(format!("cancelling at the site: {e}")));
             }
         }
-        j.state = BrokerState::Cancelled;
-        j.reason = Some("cancelled by its owner".into());
-        j.ended = Some(now());
-        self.db.update(&j, Some((now(), None))).await?;
+        self.change(&mut j, Change::Cancel, now(), None).await?;
         Ok(j)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn job(owner: &str, n: u32) -> StoredJob {
-        StoredJob {
-            view: BrokerJob {
-                id: format!("{owner}{n}"),
-                owner: owner.into(),
-                format: "json".into(),
-                submitted: Time(i64::from(n)),
-                ..BrokerJob::default()
-            },
-            spec: String::new(),
-            prefs: String::new(),
-            key: None,
-        }
-    }
-
-    #[test]
-    fn dispatch_takes_the_users_in_turn() {
-        let jobs = vec![
-            job("a", 1),
-            job("a", 2),
-            job("a", 3),
-            job("b", 4),
-            job("a", 5),
-            job("c", 6),
-            job("b", 7),
-        ];
-        let order: Vec<String> = round_robin_by_owner(jobs).into_iter().map(|j| j.view.id).collect();
-        assert_eq!(order, ["a1", "b4", "c6", "a2", "b7", "a3", "a5"]);
     }
 }

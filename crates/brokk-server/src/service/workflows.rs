@@ -54,7 +54,7 @@ fn format_of(name: Option<&str>) -> Format {
 
 /// Where a task stands, from its job's state.
 fn status_of(v: &BrokerJob) -> TaskStatus {
-    match v.state {
+    match v.state() {
         BrokerState::Planned => TaskStatus::Planned,
         BrokerState::Finished if v.exit_code == Some(0) => TaskStatus::Succeeded,
         BrokerState::Finished => TaskStatus::Failed(match v.exit_code {
@@ -362,7 +362,7 @@ impl Service {
                 format,
                 Vec::new(),
                 "{}".into(),
-                BrokerState::Planned,
+                Entry::Planned,
                 job_id.clone(),
             )
             .await?;
@@ -445,7 +445,7 @@ impl Service {
         let jobs = self.jobs_of(&view.id).await?;
         for t in &mut view.tasks {
             if let Some(j) = jobs.get(&t.job) {
-                t.state = j.view.state;
+                t.state = j.view.state();
                 t.exit_code = j.view.exit_code;
             }
         }
@@ -502,7 +502,7 @@ impl Service {
         let jobs = self.jobs_of(&w.view.id).await?;
         for t in &w.view.tasks {
             let Some(j) = jobs.get(&t.job) else { continue };
-            if !j.view.state.is_terminal() {
+            if !j.view.state().is_terminal() {
                 match self.cancel(&owner, &t.job).await {
                     // A task's job at a site holds its reservation until its
                     // processes are gone, and the site gives it back then
@@ -561,12 +561,12 @@ impl Service {
                     });
                     continue;
                 };
-                if j.view.state != t.state {
+                if j.view.state() != t.state {
                     changed = true;
-                    if j.view.state.is_terminal() {
+                    if j.view.state().is_terminal() {
                         self.given_back_with_job(&t.reservation).await?;
                     }
-                    t.state = j.view.state;
+                    t.state = j.view.state();
                     t.exit_code = j.view.exit_code;
                 }
                 runs.push(TaskRun {
@@ -706,9 +706,7 @@ impl Service {
         let spec = serde_json::to_string(&job).map_err(|e| ServiceError::Unavailable(e.to_string()))?;
         self.db.set_spec(&t.job, &spec).await?;
         let mut v = stored.view;
-        v.state = BrokerState::Accepted;
-        self.db
-            .update(&v, Some((now(), Some("its parents ended".into()))))
+        self.change(&mut v, Change::Ready, now(), Some("its parents ended".into()))
             .await?;
         self.wake.notify_one();
         Ok(())
@@ -776,7 +774,7 @@ impl Service {
             end: start + brokk_model::Duration(duration),
             reservation,
         };
-        self.place_task(w, k, &p, cores, true, BrokerState::Accepted).await?;
+        self.place_task(w, k, &p, cores, true, Entry::Accepted).await?;
         self.db.save_workflow(w).await?;
         self.wake.notify_one();
         Ok(true)
@@ -820,7 +818,7 @@ impl Service {
         p: &TaskPlan,
         cores: u32,
         rerun: bool,
-        state: BrokerState,
+        entry: Entry,
     ) -> Result<(), ServiceError> {
         let suffix = &uuid::Uuid::new_v4().simple().to_string()[..6];
         let owner = w.view.owner.clone();
@@ -845,7 +843,7 @@ impl Service {
                 format,
                 Vec::new(),
                 "{}".into(),
-                state,
+                entry,
                 task.job.clone(),
             )
             .await?;
@@ -856,7 +854,7 @@ impl Service {
         task.site = r.site;
         task.reservation = r.id;
         (task.start, task.end) = (p.start, p.end);
-        task.state = state;
+        task.state = entry.state();
         task.exit_code = None;
         w.plan.tasks[k] = TaskPlan {
             task: task.task.clone(),
@@ -922,8 +920,7 @@ impl Service {
         }
         for (p, &k) in offer.plan.tasks.iter().zip(&map) {
             let cores = w.spec.tasks[k].cores;
-            self.place_task(w, k, p, cores, k == failed, BrokerState::Planned)
-                .await?;
+            self.place_task(w, k, p, cores, k == failed, Entry::Planned).await?;
         }
         w.plan.transfers.extend(offer.plan.transfers);
         self.db.save_workflow(w).await?;

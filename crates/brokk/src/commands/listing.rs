@@ -140,18 +140,18 @@ fn raw_cell(j: &BrokerJob, f: Field, now: Time) -> String {
     match f {
         Field::Id => j.id.clone(),
         Field::Name => or_dash(j.name.clone()),
-        Field::State => j.state.to_string(),
+        Field::State => j.state().to_string(),
         Field::Site => or_dash(j.site.clone()),
         Field::Exit => or_dash(j.exit_code.map(|c| c.to_string())),
         Field::Submitted => clock(j.submitted, now),
         Field::Started => match (j.started, predicted_start(j)) {
             (Some(t), _) => clock(t, now),
-            (None, Some(p)) if !j.state.is_terminal() && p > now => format!("in {}", (p - now).human()),
-            (None, Some(_)) if !j.state.is_terminal() => "due".into(),
+            (None, Some(p)) if !j.state().is_terminal() && p > now => format!("in {}", (p - now).human()),
+            (None, Some(_)) if !j.state().is_terminal() => "due".into(),
             _ => "-".into(),
         },
         Field::Elapsed => or_dash(elapsed(j, now).map(Duration::human)),
-        Field::Left => match (j.state, elapsed(j, now), j.wall_time) {
+        Field::Left => match (j.state(), elapsed(j, now), j.wall_time) {
             (BrokerState::Running, Some(e), Some(w)) => (Duration(w) - e).human(),
             _ => "-".into(),
         },
@@ -289,7 +289,7 @@ impl Filter {
         let since = self.since(now)?;
         Ok(jobs
             .into_iter()
-            .filter(|j| self.state.is_empty() || self.state.contains(&j.state))
+            .filter(|j| self.state.is_empty() || self.state.contains(&j.state()))
             .filter(|j| self.name.is_empty() || j.name.as_deref().is_some_and(|n| self.name.iter().any(|p| glob(p, n))))
             .filter(|j| self.site.is_empty() || j.site.as_ref().is_some_and(|s| self.site.contains(s)))
             .filter(|j| since.is_none_or(|t| j.submitted >= t))
@@ -302,13 +302,12 @@ mod tests {
     use super::*;
 
     fn job(id: &str, name: Option<&str>, state: BrokerState, submitted: i64) -> BrokerJob {
-        BrokerJob {
-            id: id.into(),
-            name: name.map(str::to_string),
-            state,
-            submitted: Time(submitted),
-            ..BrokerJob::default()
-        }
+        // As the broker reports it.
+        let mut j = BrokerJob::default().restored(state);
+        j.id = id.into();
+        j.name = name.map(str::to_string);
+        j.submitted = Time(submitted);
+        j
     }
 
     #[test]
@@ -356,7 +355,7 @@ mod tests {
         j.predicted_tts = Some(1_540);
         assert_eq!(cell(&j, Field::Started, now), "in 9m");
         assert_eq!(cell(&j, Field::Elapsed, now), "-");
-        j.state = BrokerState::Running;
+        j = j.restored(BrokerState::Running);
         j.started = Some(Time(9_700));
         j.wall_time = Some(3_600);
         assert_eq!(cell(&j, Field::Elapsed, now), "5m");

@@ -163,7 +163,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
     for (label, id) in &submitted {
         let j = loop {
             let j = client.job(id)?;
-            if j.state.is_terminal() || start.elapsed() > Duration::from_secs(60) {
+            if j.state().is_terminal() || start.elapsed() > Duration::from_secs(60) {
                 break j;
             }
             std::thread::sleep(Duration::from_millis(100));
@@ -196,9 +196,9 @@ pub fn run(a: Args) -> Result<ExitCode> {
             j.wall_time.map_or("-".into(), |v| v.to_string()),
             j.predicted_ttd.map_or("-".into(), |v| v.to_string()),
             actual.map_or("-".into(), |v| v.to_string()),
-            j.state
+            j.state()
         );
-        ok &= j.state == BrokerState::Finished && j.exit_code == Some(0);
+        ok &= j.state() == BrokerState::Finished && j.exit_code == Some(0);
         if let Some(name) = &j.stdout {
             if let Ok(mut file) = client.file(&j.id, name) {
                 std::io::copy(&mut file, &mut std::fs::File::create(dir.join(format!("{label}.out")))?)?;

@@ -330,22 +330,22 @@ fn watch(c: &BrokerClient, id: &str, json: bool) -> Result<ExitCode> {
                 say!("{event}");
             }
             seen = seen.max(j.history.len());
-        } else if Some(j.state) != last {
+        } else if Some(j.state()) != last {
             say!(
                 "{} {}{}",
                 listing::shown(&j.id),
-                j.state,
+                j.state(),
                 j.site
                     .as_ref()
                     .map_or(String::new(), |s| format!(" at {}", listing::shown(s)))
             );
-            last = Some(j.state);
+            last = Some(j.state());
         }
-        if j.state.is_terminal() {
+        if j.state().is_terminal() {
             if json {
                 say!("{}", serde_json::json!({ "event": "end", "job": j }));
             }
-            let ok = j.state == BrokerState::Finished && j.exit_code == Some(0);
+            let ok = j.state() == BrokerState::Finished && j.exit_code == Some(0);
             return Ok(if ok { ExitCode::SUCCESS } else { ExitCode::from(1) });
         }
         std::thread::sleep(Duration::from_millis(300));
@@ -540,7 +540,7 @@ pub fn select(a: SelectArgs, action: Action) -> Result<ExitCode> {
     if a.filter.is_set() {
         let (picked, _) = a.filter.fetch(&c, 0, brokk_proto::wall_clock())?;
         for j in picked {
-            if !j.state.is_terminal() && !ids.contains(&j.id) {
+            if !j.state().is_terminal() && !ids.contains(&j.id) {
                 ids.push(j.id);
             }
         }
@@ -557,7 +557,7 @@ pub fn select(a: SelectArgs, action: Action) -> Result<ExitCode> {
         match r {
             Ok(j) => {
                 if !a.json {
-                    say!("{} {}", j.id, j.state);
+                    say!("{} {}", j.id, j.state());
                 }
                 done.push(j);
             }
