@@ -322,21 +322,25 @@ impl Agent {
     /// disk by writes still in the group commit, so the answer waits until
     /// everything it could have seen is durable. What a user was shown
     /// survives a crash, as what an operation answered does.
-    async fn seen<T>(&self, read: impl FnOnce(&Inner) -> T) -> T {
+    async fn seen<T>(&self, read: impl FnOnce(&Inner) -> T) -> Result<T, AgentError> {
         self.seen_if(read, |_| true).await
     }
 
     /// [`Agent::seen`] for an answer that `shows` something: one that shows
-    /// nothing (a job not found) waits for no write.
-    async fn seen_if<T>(&self, read: impl FnOnce(&Inner) -> T, shows: impl Fn(&T) -> bool) -> T {
+    /// nothing (a job not found) waits for no write. A state the disk does
+    /// not have (a write failed) is not shown: the answer is an error.
+    async fn seen_if<T>(&self, read: impl FnOnce(&Inner) -> T, shows: impl Fn(&T) -> bool) -> Result<T, AgentError> {
         let (answer, through) = {
             let g = self.read().await;
             (read(&g), self.commits.queued())
         };
         if shows(&answer) {
-            self.commits.durable_through(through).await;
+            self.commits
+                .durable_through(through)
+                .await
+                .map_err(AgentError::Internal)?;
         }
-        answer
+        Ok(answer)
     }
 
     /// Carries out the core's effects under the lock: writes (durable on
@@ -766,7 +770,7 @@ impl Agent {
                 Some((jobs, version)) => Ok((jobs.into_iter().map(job_view).collect(), version)),
                 None => Err(g.core.feed_version()),
             })
-            .await;
+            .await?;
         let (jobs, version) = match page {
             Ok(page) => page,
             // Behind what the core retired: the store has every change up
@@ -788,7 +792,7 @@ impl Agent {
     /// `who`'s job `id` read through `f`: from the core, or from the store
     /// once the core has retired it.
     async fn read_job<T>(&self, who: &str, id: JobId, f: impl Fn(&JobRecord) -> T) -> Result<T, AgentError> {
-        match self.seen_if(|g| g.core.job(who, id).map(&f), Result::is_ok).await {
+        match self.seen_if(|g| g.core.job(who, id).map(&f), Result::is_ok).await? {
             Err(CoreError::NotFound(m)) => Ok(f(&owned_by(who, self.store.job(id).await?, m)?)),
             r => Ok(r?),
         }
@@ -799,7 +803,7 @@ impl Agent {
     async fn read_job_by_key<T>(&self, who: &str, key: &str, f: impl Fn(&JobRecord) -> T) -> Result<T, AgentError> {
         match self
             .seen_if(|g| g.core.job_by_key(who, key).map(&f), Result::is_ok)
-            .await
+            .await?
         {
             Err(CoreError::NotFound(m)) => Ok(f(&owned_by(who, self.store.job_by_key(who, key).await?, m)?)),
             r => Ok(r?),

@@ -61,7 +61,15 @@ pub struct Store {
 #[derive(Debug, Clone)]
 pub struct GroupCommit {
     queue: Arc<Mutex<(u64, tokio::sync::mpsc::UnboundedSender<Pending>)>>,
-    durable: tokio::sync::watch::Receiver<u64>,
+    durable: tokio::sync::watch::Receiver<Progress>,
+}
+
+/// How far the writer has got: the number of the last write on disk, and
+/// why the writes after it are not, while they are not.
+#[derive(Debug, Clone, Default)]
+struct Progress {
+    through: u64,
+    failing: Option<String>,
 }
 
 /// One operation's writes, its number, and who waits for them.
@@ -74,8 +82,13 @@ impl GroupCommit {
     /// Starts the writer of `store` on the current runtime.
     pub fn start(store: Store) -> GroupCommit {
         let (queue, mut rx) = tokio::sync::mpsc::unbounded_channel::<Pending>();
-        let (publish, durable) = tokio::sync::watch::channel(0);
+        let (publish, durable) = tokio::sync::watch::channel(Progress::default());
         tokio::spawn(async move {
+            // A failed transaction's writes, tried again first with the next
+            // batch: the state they record has been shown to nobody, but the
+            // writes after them build on it, and a retry that lands them
+            // lets the agent answer again.
+            let mut backlog: Vec<Write> = Vec::new();
             while let Some(first) = rx.recv().await {
                 let mut batch = vec![first];
                 while batch.len() < GROUP {
@@ -84,7 +97,7 @@ impl GroupCommit {
                         Err(_) => break,
                     }
                 }
-                let mut writes = Vec::new();
+                let mut writes = std::mem::take(&mut backlog);
                 let mut waiting = Vec::with_capacity(batch.len());
                 let mut last = 0;
                 for (w, n, done) in batch {
@@ -93,9 +106,22 @@ impl GroupCommit {
                     last = n;
                 }
                 let outcome = store.write(&writes).await.map_err(|e| e.to_string());
-                // A failed write is answered as such to its operations; a
-                // reader waiting behind it is not held for ever.
-                publish.send_replace(last);
+                // A failed write is answered as such to its operations and
+                // to every reader waiting for it or for a later one: what
+                // they would show is not on disk.
+                match &outcome {
+                    Ok(()) => {
+                        publish.send_replace(Progress {
+                            through: last,
+                            failing: None,
+                        });
+                    }
+                    Err(e) => {
+                        tracing::error!("the database write failed, to be tried again with the next: {e}");
+                        backlog = writes;
+                        publish.send_modify(|p| p.failing = Some(e.clone()));
+                    }
+                }
                 for done in waiting {
                     let _ = done.send(outcome.clone());
                 }
@@ -130,11 +156,22 @@ impl GroupCommit {
         self.queue.lock().unwrap_or_else(|e| e.into_inner()).0
     }
 
-    /// Waits until write `n` and all before it have been through the
-    /// writer (or the writer has stopped).
-    pub async fn durable_through(&self, n: u64) {
+    /// Waits until write `n` and all before it are on disk; the error says
+    /// why they are not (a failed transaction, a stopped writer).
+    pub async fn durable_through(&self, n: u64) -> Result<(), String> {
         let mut durable = self.durable.clone();
-        let _ = durable.wait_for(|&d| d >= n).await;
+        let seen = durable
+            .wait_for(|p| p.through >= n || p.failing.is_some())
+            .await
+            .map(|p| p.clone());
+        match seen {
+            Ok(p) if p.through >= n => Ok(()),
+            Ok(p) => Err(format!(
+                "the site's database could not write: {}",
+                p.failing.as_deref().unwrap_or("unknown error")
+            )),
+            Err(_) => Err("the database writer has stopped".into()),
+        }
     }
 }
 
@@ -428,6 +465,75 @@ mod tests {
         }
     }
 
+    /// A write that fails is not reported durable, to its operation or to
+    /// a reader of the state after it; the next batch writes it again, and
+    /// once that lands everything is durable again.
+    #[tokio::test]
+    async fn a_failed_write_is_not_durable_until_written_again() {
+        let dir = std::env::temp_dir().join(format!("brokk-group-commit-fail-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let store = Store::open(&dir.join("site.db")).await.unwrap();
+        // A disk that refuses writes while `broken` says so.
+        for stmt in [
+            "CREATE TABLE broken (on_ INTEGER NOT NULL)",
+            "INSERT INTO broken VALUES (0)",
+            "CREATE TRIGGER refuse BEFORE INSERT ON reservations WHEN (SELECT on_ FROM broken) = 1
+             BEGIN SELECT RAISE(ABORT, 'disk I/O error'); END",
+        ] {
+            sqlx::query(stmt).execute(&store.pool).await.unwrap();
+        }
+        let set_broken = |on: i64| {
+            let pool = store.pool.clone();
+            async move {
+                sqlx::query("UPDATE broken SET on_ = $1")
+                    .bind(on)
+                    .execute(&pool)
+                    .await
+                    .unwrap();
+            }
+        };
+        let commits = GroupCommit::start(store.clone());
+        assert_eq!(
+            commits
+                .enqueue(vec![Write::Reservations(vec![reservation(1)])])
+                .await
+                .unwrap(),
+            Ok(())
+        );
+        set_broken(1).await;
+        let failed = commits
+            .enqueue(vec![Write::Reservations(vec![reservation(2)])])
+            .await
+            .unwrap();
+        assert!(failed.unwrap_err().contains("disk I/O error"));
+        assert_eq!(
+            commits.durable_through(1).await,
+            Ok(()),
+            "what was written stays written"
+        );
+        let e = commits.durable_through(2).await.unwrap_err();
+        assert!(e.contains("could not write"), "{e}");
+        set_broken(0).await;
+        assert_eq!(
+            commits
+                .enqueue(vec![Write::Reservations(vec![reservation(3)])])
+                .await
+                .unwrap(),
+            Ok(())
+        );
+        assert_eq!(commits.durable_through(3).await, Ok(()));
+        let ids: Vec<u64> = store
+            .live_reservations()
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| r.id.0)
+            .collect();
+        assert_eq!(ids.len(), 3, "the failed write landed with the next: {ids:?}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     /// A reader that waits for the last queued write finds every write
     /// queued before it on disk, though nobody awaited the writes.
     #[tokio::test]
@@ -444,7 +550,7 @@ mod tests {
         // Nothing to write takes no number.
         assert_eq!(commits.enqueue(Vec::new()).await.unwrap(), Ok(()));
         assert_eq!(commits.queued(), 300);
-        commits.durable_through(commits.queued()).await;
+        commits.durable_through(commits.queued()).await.unwrap();
         let other = Store::open(&dir.join("site.db")).await.unwrap();
         assert_eq!(other.live_reservations().await.unwrap().len(), 300);
         for rx in unawaited {
