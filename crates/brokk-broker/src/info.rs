@@ -173,6 +173,29 @@ pub fn fetch(endpoints: &[String], source: &dyn InfoSource, opts: FetchOptions) 
     report
 }
 
+/// What a site's information becomes once the broker has sent it a job of
+/// `cpus` processors for up to `wall`, until the site's next answer: the
+/// job takes free slots when nothing waits and it fits, else it waits.
+/// The site's one-slot wait did not count the job, so it is bounded by
+/// what the job itself implies: a job that fills the site frees a slot by
+/// its end at the latest (`wall`), and one that queues adds at most its
+/// wall time to the wait. So a burst spreads over the sites instead of
+/// piling onto the one that looked best at the last refresh.
+pub fn book(info: &mut ResourceInfo, cpus: u32, wall: Duration) {
+    let cpus = cpus.max(1);
+    if info.waiting_jobs == 0 && info.free_slots >= cpus {
+        info.free_slots -= cpus;
+        info.used_slots = info.used_slots.saturating_add(cpus);
+        info.running_jobs = info.running_jobs.saturating_add(1);
+        if info.free_slots == 0 {
+            info.estimated_wait = Some(wall);
+        }
+    } else {
+        info.waiting_jobs = info.waiting_jobs.saturating_add(1);
+        info.estimated_wait = info.estimated_wait.map(|w| w + wall);
+    }
+}
+
 /// Default time-to-live of cached information (seed 000, section 5).
 pub const DEFAULT_TTL: Duration = Duration(60);
 
@@ -262,6 +285,14 @@ impl<M: Moment> InfoCache<M> {
     /// reservation made or cancelled).
     pub fn forget(&mut self, site: &str) {
         self.entries.remove(site);
+    }
+
+    /// Counts a job of `cpus` processors for up to `wall` the broker has
+    /// sent `site` in what is known of it, until its next answer ([`book`]).
+    pub fn book(&mut self, site: &str, cpus: u32, wall: Duration) {
+        if let Some((Ok(info), _)) = self.entries.get_mut(site) {
+            book(info, cpus, wall);
+        }
     }
 
     /// The last answer of `site`, however old.

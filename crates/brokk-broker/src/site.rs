@@ -84,6 +84,14 @@ pub enum SiteError {
     NotGranted(Reply),
 }
 
+impl SiteError {
+    /// Whether the site did not answer (it may answer later), rather than
+    /// refusing.
+    pub fn is_unavailable(&self) -> bool {
+        matches!(self, SiteError::Unavailable(_))
+    }
+}
+
 /// What the broker may ask of a site.
 pub trait Site {
     /// The site's endpoint, unique among sites.

@@ -65,8 +65,7 @@ impl SubmitError {
     /// Whether the job should be kept for another try: a site that did not
     /// answer may be the one able to run it.
     pub fn worth_retrying(&self) -> bool {
-        matches!(self, SubmitError::NoSite { failed, .. }
-            if failed.iter().any(|(_, e)| matches!(e, SiteError::Unavailable(_))))
+        matches!(self, SubmitError::NoSite { failed, .. } if failed.iter().any(|(_, e)| e.is_unavailable()))
     }
 }
 
@@ -143,21 +142,9 @@ pub fn submit_informed(
         candidates.sort_by_key(|c| (selector.score(&c.1), site_of[c.0]));
     }
 
-    let mut chosen = None;
-    for (i, (info, prediction, reservation)) in candidates.iter().enumerate() {
-        // Request the predicted (conservative) execution time as the job's wall time.
-        let mut to_send = job.clone();
-        if let Some(w) = prediction.requested_wall_time {
-            to_send.wall_time = Some(w);
-        }
-        match sites[site_of[*info]].submit(owner, &to_send, *reservation) {
-            Ok(handle) => {
-                chosen = Some((i, handle));
-                break;
-            }
-            Err(e) => failed.push((infos[*info].endpoint.clone(), e)),
-        }
-    }
+    let order: Vec<(usize, Prediction, Option<ReservationId>)> =
+        candidates.iter().map(|&(info, p, r)| (site_of[info], p, r)).collect();
+    let chosen = send_in_order(job, owner, sites, &order, &mut failed);
 
     // Step 14: release every reservation that the job does not use.
     for (i, (info, _, reservation)) in candidates.iter().enumerate() {
@@ -182,4 +169,65 @@ pub fn submit_informed(
             failed,
         }),
     }
+}
+
+/// Where a job may go, decided from the sites' information alone (no site
+/// is asked): the sites able to run it, best first, each with its
+/// prediction, and those that cannot with why. A driver that decides
+/// several jobs in one turn plans each, counts it where it goes
+/// ([`crate::info::book`]), and sends it with [`send_in_order`] after the
+/// turn.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plan {
+    /// (site, prediction) best first; `site` indexes the driver's sites.
+    pub candidates: Vec<(usize, Prediction)>,
+    /// Sites that cannot run the job, with every reason.
+    pub excluded: Vec<(String, Vec<Mismatch>)>,
+}
+
+/// Plans `job` over the information at hand: `infos[i]` is what site
+/// `site_of[i]` published. The job itself being unacceptable is the one
+/// error; no candidate at all is an empty plan.
+pub fn plan(
+    job: &Job,
+    prefs: &JobPreferences,
+    (infos, site_of): (&[ResourceInfo], &[usize]),
+    now: Time,
+    predictor: &dyn Predictor,
+) -> Result<Plan, SubmitError> {
+    validate_at(job, now).map_err(SubmitError::Invalid)?;
+    let ranking = rank(job, prefs, infos, now, predictor);
+    Ok(Plan {
+        candidates: ranking
+            .ranked
+            .into_iter()
+            .map(|r| (site_of[r.index], r.prediction))
+            .collect(),
+        excluded: ranking.excluded,
+    })
+}
+
+/// Submits `job` to the `candidates` (site, prediction, reservation there)
+/// in order until one takes it, each failure added to `failed` (step 12
+/// of seed 003's Algorithm 1: fall back on the next best). Each site is
+/// asked for the predicted (conservative) execution time as the job's wall
+/// time. Returns the position in `candidates` that took it.
+pub fn send_in_order(
+    job: &Job,
+    owner: &str,
+    sites: &mut [&mut dyn Site],
+    candidates: &[(usize, Prediction, Option<ReservationId>)],
+    failed: &mut Vec<(String, SiteError)>,
+) -> Option<(usize, JobHandle)> {
+    for (i, (site, prediction, reservation)) in candidates.iter().enumerate() {
+        let mut to_send = job.clone();
+        if let Some(w) = prediction.requested_wall_time {
+            to_send.wall_time = Some(w);
+        }
+        match sites[*site].submit(owner, &to_send, *reservation) {
+            Ok(handle) => return Some((i, handle)),
+            Err(e) => failed.push((sites[*site].endpoint().to_string(), e)),
+        }
+    }
+    None
 }

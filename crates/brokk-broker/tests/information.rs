@@ -161,3 +161,53 @@ fn a_site_that_did_not_answer_is_not_asked_again_until_its_time_to_live_runs_out
     cache.resources(&index, &src, Time(10), FetchOptions::default());
     assert_eq!(src.queries.get(), 4, "both asked again after it");
 }
+
+/// Jobs the broker sends count in what it knows of a site until the site
+/// answers again: a burst fills the free slots, then queues, and the wait
+/// of a site it has filled is what its own jobs imply.
+#[test]
+fn the_brokers_own_jobs_count_until_the_site_answers_again() {
+    use brokk_broker::info::book;
+    use brokk_broker::predict::{queue_wait, LoadModel};
+    let fresh = ResourceInfo {
+        endpoint: "a".into(),
+        total_slots: 8,
+        free_slots: 6,
+        used_slots: 2,
+        running_jobs: 2,
+        estimated_wait: Some(Duration(0)),
+        ..ResourceInfo::default()
+    };
+    let now = Time(1_000);
+    let load = LoadModel::default();
+    let mut info = fresh.clone();
+    book(&mut info, 4, Duration(60));
+    assert_eq!((info.free_slots, info.used_slots, info.running_jobs), (2, 6, 3));
+    assert_eq!(
+        queue_wait(&info, 2, None, now, load),
+        Duration(0),
+        "two slots are still free"
+    );
+    book(&mut info, 2, Duration(50));
+    assert_eq!(info.free_slots, 0);
+    assert_eq!(
+        info.estimated_wait,
+        Some(Duration(50)),
+        "a slot frees when that job ends, at the latest"
+    );
+    // A job that does not fit waits, and adds its wall time to the wait.
+    book(&mut info, 4, Duration(30));
+    assert_eq!((info.free_slots, info.waiting_jobs), (0, 1));
+    assert_eq!(queue_wait(&info, 1, None, now, load), Duration(80));
+
+    // The cache books into its answer, and the next answer replaces the bookings.
+    let mut cache = InfoCache::new(Duration(10));
+    cache.store("a", Ok(fresh.clone()), now);
+    cache.book("a", 6, Duration(60));
+    cache.book("unknown", 6, Duration(60));
+    let booked = cache.get("a").unwrap().as_ref().unwrap();
+    assert_eq!((booked.free_slots, booked.estimated_wait), (0, Some(Duration(60))));
+    cache.store("a", Ok(fresh.clone()), now + Duration(10));
+    assert_eq!(cache.get("a").unwrap().as_ref().unwrap(), &fresh);
+    assert!(cache.get("unknown").is_none());
+}

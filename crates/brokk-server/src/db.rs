@@ -139,6 +139,9 @@ const SCHEMA: &[&str] = &[
     "CREATE INDEX IF NOT EXISTS workflows_by_state ON workflows (state)",
 ];
 
+/// A line for a job's history: when it entered its new state, and why.
+pub type HistoryLine = (Time, Option<String>);
+
 const COLUMNS: &str = "id, owner, format, spec, prefs, warnings, state, site, site_job, predicted_tts, predicted_ttd, \
                        submitted, started, ended, exit_code, reason, runs_as, idem";
 
@@ -393,39 +396,63 @@ impl Db {
     }
 
     /// Writes a job's mutable fields and, when its state changed, a history entry.
-    pub async fn update(&self, v: &BrokerJob, changed: Option<(Time, Option<String>)>) -> Result<(), DbError> {
-        let turn = self.feed_turn(v).await;
+    pub async fn update(&self, v: &BrokerJob, changed: Option<HistoryLine>) -> Result<(), DbError> {
+        self.update_all(&[(v, changed)]).await
+    }
+
+    /// [`Db::update`] of several jobs in one transaction (the jobs a
+    /// dispatch batch sent): one commit, and one turn of the change feed
+    /// for those that run for a user of a broker above.
+    pub async fn update_all(&self, writes: &[(&BrokerJob, Option<HistoryLine>)]) -> Result<(), DbError> {
+        if writes.is_empty() {
+            return Ok(());
+        }
+        let mut feed = match writes.iter().any(|(v, _)| v.runs_as.is_some()) {
+            true => Some(self.feed.clone().lock_owned().await),
+            false => None,
+        };
+        let mut last = feed.as_deref().copied().unwrap_or(0);
         let mut tx = self.pool.begin().await?;
-        sqlx::query(
-            "UPDATE jobs SET state = $1, site = $2, site_job = $3, predicted_tts = $4, predicted_ttd = $5, started = $6,
-             ended = $7, exit_code = $8, reason = $9, version = COALESCE($11, version) WHERE id = $10",
-        )
-        .bind(v.state().as_str())
-        .bind(&v.site)
-        .bind(&v.site_job)
-        .bind(v.predicted_tts)
-        .bind(v.predicted_ttd)
-        .bind(v.started.map(|t| t.0))
-        .bind(v.ended.map(|t| t.0))
-        .bind(v.exit_code.map(i64::from))
-        .bind(&v.reason)
-        .bind(&v.id)
-        .bind(turn.as_ref().map(|t| t.1))
-        .execute(&mut *tx)
-        .await?;
-        self.track(v);
-        if let Some((at, detail)) = changed {
-            sqlx::query(ADD_HISTORY)
-                .bind(&v.id)
-                .bind(at.0)
-                .bind(v.state().as_str())
-                .bind(detail)
-                .execute(&mut *tx)
-                .await?;
+        for (v, changed) in writes {
+            let version = v.runs_as.is_some().then(|| {
+                last += 1;
+                last
+            });
+            sqlx::query(
+                "UPDATE jobs SET state = $1, site = $2, site_job = $3, predicted_tts = $4, predicted_ttd = $5, started = $6,
+                 ended = $7, exit_code = $8, reason = $9, version = COALESCE($11, version) WHERE id = $10",
+            )
+            .bind(v.state().as_str())
+            .bind(&v.site)
+            .bind(&v.site_job)
+            .bind(v.predicted_tts)
+            .bind(v.predicted_ttd)
+            .bind(v.started.map(|t| t.0))
+            .bind(v.ended.map(|t| t.0))
+            .bind(v.exit_code.map(i64::from))
+            .bind(&v.reason)
+            .bind(&v.id)
+            .bind(version)
+            .execute(&mut *tx)
+            .await?;
+            if let Some((at, detail)) = changed {
+                sqlx::query(ADD_HISTORY)
+                    .bind(&v.id)
+                    .bind(at.0)
+                    .bind(v.state().as_str())
+                    .bind(detail)
+                    .execute(&mut *tx)
+                    .await?;
+            }
         }
         tx.commit().await?;
-        Self::published(turn);
-        self.announce(v);
+        if let Some(g) = feed.as_mut() {
+            **g = last;
+        }
+        for (v, _) in writes {
+            self.track(v);
+            self.announce(v);
+        }
         Ok(())
     }
 
@@ -462,6 +489,24 @@ impl Db {
             .fetch_optional(&self.pool)
             .await?;
         Ok(row.map(|r| state_of(&r.get::<String, _>("state"))))
+    }
+
+    /// The states of the jobs `ids` that exist, in one query.
+    pub async fn states(&self, ids: &[&str]) -> Result<HashMap<String, BrokerState>, DbError> {
+        if ids.is_empty() {
+            return Ok(HashMap::new());
+        }
+        let marks: Vec<String> = (1..=ids.len()).map(|i| format!("${i}")).collect();
+        let sql = format!("SELECT id, state FROM jobs WHERE id IN ({})", marks.join(", "));
+        let mut q = sqlx::query(&sql);
+        for id in ids {
+            q = q.bind(*id);
+        }
+        Ok(q.fetch_all(&self.pool)
+            .await?
+            .iter()
+            .map(|r| (r.get("id"), state_of(&r.get::<String, _>("state"))))
+            .collect())
     }
 
     /// One job with its history.

@@ -44,6 +44,16 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
     let err = |e: &dyn std::fmt::Display| StartError(e.to_string());
     let descriptors = brokk_site::listener::descriptor_budget().map_err(|e| err(&e))?;
     let db = db::Db::open(&config.database).await.map_err(|e| err(&e))?;
+    let inherited = db
+        .in_states(&[
+            brokk_broker::jobs::BrokerState::Accepted,
+            brokk_broker::jobs::BrokerState::Reserving,
+        ])
+        .await
+        .map_err(|e| err(&e))?
+        .into_iter()
+        .map(|j| j.view.id)
+        .collect();
     // (name, url, token) of every site; the blocking clients are made on a
     // blocking thread, as reqwest requires.
     let mut endpoints: Vec<(String, String, String)> = config
@@ -66,7 +76,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         )),
         counters: Arc::new(Counters::default()),
         wake: Arc::new(tokio::sync::Notify::new()),
-        started: service::now(),
+        inherited: Arc::new(std::sync::Mutex::new(inherited)),
         adapt_margin: brokk_model::Duration(config.adapt_margin),
         limits: config.limits,
         uploads: brokk_site::uploads::Uploads::new(config.state_dir.join("uploads"), config.limits.upload_bytes)
@@ -86,6 +96,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         parsing: Arc::new(service::parsing::Parsing::new(
             std::thread::available_parallelism().map_or(2, |n| n.get()),
         )),
+        sending: Arc::default(),
         unreachable: Arc::default(),
     };
     service.end_interrupted_moves().await.map_err(|e| err(&e))?;

@@ -2,6 +2,7 @@
 //! real process, and the user's commands (`brokk submit`, `status`, `cancel`,
 //! `output`, `resources`) talk to it.
 
+use brokk_proto::wire::BrokerState;
 use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::time::{Duration, Instant};
@@ -1051,4 +1052,68 @@ fn grams_standard_variables_are_filled_in_where_the_job_runs() {
     assert_eq!(done["state"], "finished", "{done}");
     let out = svc.brokk("tok-ann", &["output", done["id"].as_str().unwrap(), "out.txt"]);
     assert_eq!(String::from_utf8_lossy(&out.stdout), "$(HOME)\n");
+}
+
+#[test]
+fn a_hold_never_crosses_a_dispatch_in_flight() {
+    // Jobs are sent to their sites after the decision's turn: a hold that
+    // arrives meanwhile waits for the send to be recorded, then is refused
+    // (the job is at its site) or holds a job that no site has.
+    let dir = scratch("hold-in-flight");
+    broker_config(&dir, "", &[("a", 64), ("b", 64)]);
+    let svc = Service::start(&dir);
+    let sub = dir.join("many.sub");
+    std::fs::write(&sub, "executable = /bin/true\nqueue 300\n").unwrap();
+    let accepted = svc.json("tok-ann", &["submit", sub.to_str().unwrap(), "--json"]);
+    let ids: Vec<String> = accepted["ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(ids.len(), 300);
+    let client = brokk_proto::broker::BrokerClient::new(&svc.server.url, "tok-ann");
+    // From the last job back, four at once: the holds meet the dispatcher
+    // somewhere in the queue, where jobs are being decided and sent.
+    let answers: Vec<(String, Result<BrokerState, String>)> = std::thread::scope(|scope| {
+        let hands: Vec<_> = (0..4)
+            .map(|k| {
+                let (client, ids) = (&client, &ids);
+                scope.spawn(move || {
+                    ids.iter()
+                        .rev()
+                        .skip(k)
+                        .step_by(4)
+                        .map(|id| {
+                            (
+                                id.clone(),
+                                client.hold(id).map(|j| j.state()).map_err(|e| e.to_string()),
+                            )
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        hands.into_iter().flat_map(|h| h.join().unwrap()).collect()
+    });
+    let (mut held, mut refused) = (Vec::new(), 0);
+    for (id, answer) in answers {
+        match answer {
+            Ok(state) => {
+                assert_eq!(state, BrokerState::Held, "{id}");
+                held.push(id);
+            }
+            Err(e) => {
+                assert!(e.contains("cancel it instead"), "{e}");
+                refused += 1;
+            }
+        }
+    }
+    // Whatever was held stays held, at no site, however long one waits.
+    std::thread::sleep(Duration::from_secs(2));
+    for id in &held {
+        let j = client.job(id).unwrap();
+        assert_eq!((j.state(), j.site.as_deref()), (BrokerState::Held, None), "{j:?}");
+    }
+    eprintln!("{} held before dispatch, {refused} already at a site", held.len());
 }

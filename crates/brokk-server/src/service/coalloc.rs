@@ -151,7 +151,7 @@ impl Service {
         let mut groups: std::collections::BTreeMap<String, Vec<StoredJob>> = Default::default();
         for stored in self.db.in_states(&[BrokerState::Reserving]).await? {
             // This process's own are in progress.
-            if stored.view.submitted <= self.started {
+            if self.inherited(&stored.view.id) {
                 let g = coallocation_of(&stored.view.id).unwrap_or(&stored.view.id).to_string();
                 groups.entry(g).or_default().push(stored);
             }
@@ -174,6 +174,7 @@ impl Service {
                 .map_err(|e| ServiceError::Unavailable(e.to_string()))?;
             for (p, f) in parts.into_iter().zip(found) {
                 let mut v = p.view;
+                let id = v.id.clone();
                 match (completed, f) {
                     (true, Some((site, site_job))) => {
                         let detail = format!("to {site}, co-allocated (completed after a restart)");
@@ -191,6 +192,7 @@ impl Service {
                             .await?;
                     }
                 }
+                self.looked_for(&id);
             }
         }
         Ok(())

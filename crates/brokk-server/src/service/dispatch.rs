@@ -1,28 +1,298 @@
 //! Dispatch: every accepted job through the broker's submission, the users
 //! taken in turn, jobs accepted before a restart looked for first.
+//!
+//! Two paths. The pipelined one decides a batch of jobs in one turn
+//! against the information cache, each counted where it goes
+//! ([`brokk_broker::info::book`]) so the next sees it, and sends them after
+//! the turn, several at once; a site that refuses one sends it to the next
+//! of its plan. The careful one decides one job at a time and holds the
+//! turn until it is at its site: for jobs that reserve (two phases at the
+//! sites), for jobs accepted before a restart (looked for at the sites
+//! first), and when the cache lives for no time at all (every decision
+//! then sees every earlier one landed, as the simulator's exact mode does).
+
+use std::collections::HashSet;
+
+use brokk_broker::predict::Prediction;
+use brokk_broker::submit::{send_in_order, Plan, Submission, SubmitError};
 
 use super::*;
 
 /// Dispatches in flight at once.
 pub(super) const DISPATCH_CONCURRENCY: usize = 8;
 
+/// Jobs decided in one turn.
+const DECISION_BATCH: usize = 64;
+
+/// Batches being sent while the next is decided.
+const BATCHES_IN_FLIGHT: usize = 4;
+
+/// Where a decided job went (the site's name and the submission), or why
+/// it did not go.
+type Outcome = Result<(String, Submission), SubmitError>;
+
+/// A job to decide: its record, its description and its preferences.
+pub(super) type Pending = (StoredJob, Job, JobPreferences);
+
+/// A job decided in a batch, to be sent after the turn.
+#[derive(Debug)]
+pub(super) struct Decided {
+    /// Its record.
+    pub stored: StoredJob,
+    /// Its description.
+    pub job: Job,
+    /// Where it may go, best first.
+    pub plan: Result<Plan, SubmitError>,
+    /// Sites the decision could not consider, and why.
+    pub failed: Vec<(String, brokk_broker::SiteError)>,
+    /// The second it was decided.
+    pub t: Time,
+}
+
+/// Jobs decided and on their way to a site: the turn no longer covers
+/// them, so a hold or a cancel of one waits until it has landed.
+#[derive(Debug, Default)]
+pub struct Sending {
+    ids: std::sync::Mutex<HashSet<String>>,
+    landed: Notify,
+}
+
+impl Sending {
+    fn start(&self, ids: impl IntoIterator<Item = String>) {
+        if let Ok(mut set) = self.ids.lock() {
+            set.extend(ids);
+        }
+    }
+
+    fn land(&self, id: &str) {
+        if let Ok(mut set) = self.ids.lock() {
+            set.remove(id);
+        }
+        self.landed.notify_waiters();
+    }
+
+    pub(super) fn is_sending(&self, id: &str) -> bool {
+        self.ids.lock().is_ok_and(|set| set.contains(id))
+    }
+
+    /// Waits until job `id` is not on its way to a site.
+    pub(super) async fn landed(&self, id: &str) {
+        loop {
+            let landed = self.landed.notified();
+            tokio::pin!(landed);
+            landed.as_mut().enable();
+            if !self.is_sending(id) {
+                return;
+            }
+            landed.await;
+        }
+    }
+}
+
 impl Service {
-    /// Dispatches every accepted job, a few at a time, taking the users in
-    /// turn (each user's oldest first), so one user's thousand jobs do not
-    /// keep everyone else's waiting behind them.
+    /// Dispatches every accepted job, taking the users in turn (each
+    /// user's oldest first), so one user's thousand jobs do not keep
+    /// everyone else's waiting behind them.
     pub async fn dispatch_pending(&self) -> Result<(), ServiceError> {
         let pending = jobs::round_robin(self.db.in_states(&[BrokerState::Accepted]).await?, |j| &j.view.owner);
-        for chunk in pending.chunks(DISPATCH_CONCURRENCY) {
-            let mut set = tokio::task::JoinSet::new();
-            for j in chunk {
-                let (svc, j) = (self.clone(), j.clone());
-                set.spawn(async move { svc.dispatch(j).await });
+        let mut sends = tokio::task::JoinSet::new();
+        let joined = |r: Result<Result<(), ServiceError>, tokio::task::JoinError>| {
+            r.map_err(|e| ServiceError::Unavailable(e.to_string()))?
+        };
+        for chunk in pending.chunks(DECISION_BATCH) {
+            let (mut careful, mut quick) = (Vec::new(), Vec::new());
+            for stored in chunk {
+                match self.pipelined(stored) {
+                    Some(p) => quick.push(p),
+                    None => careful.push(stored.clone()),
+                }
             }
-            while let Some(r) = set.join_next().await {
-                r.map_err(|e| ServiceError::Unavailable(e.to_string()))??;
+            for few in careful.chunks(DISPATCH_CONCURRENCY) {
+                let mut set = tokio::task::JoinSet::new();
+                for j in few {
+                    let (svc, j) = (self.clone(), j.clone());
+                    set.spawn(async move { svc.dispatch(j).await });
+                }
+                while let Some(r) = set.join_next().await {
+                    joined(r)?;
+                }
             }
+            if quick.is_empty() {
+                continue;
+            }
+            let decided = self.decide(quick).await?;
+            while sends.len() >= BATCHES_IN_FLIGHT {
+                if let Some(r) = sends.join_next().await {
+                    joined(r)?;
+                }
+            }
+            let svc = self.clone();
+            sends.spawn(async move { svc.send(decided).await });
+        }
+        while let Some(r) = sends.join_next().await {
+            joined(r)?;
         }
         Ok(())
+    }
+
+    /// The job with its description and preferences when it takes the
+    /// pipelined path (see the module's comment).
+    fn pipelined(&self, stored: &StoredJob) -> Option<Pending> {
+        if self.info.exact() || self.inherited(&stored.view.id) {
+            return None;
+        }
+        let job: Job = serde_json::from_str(&stored.spec).ok()?;
+        let prefs: JobPreferences = serde_json::from_str(&stored.prefs).unwrap_or_default();
+        if job.reservation.is_some() || prefs.use_reservations == Some(true) {
+            return None;
+        }
+        Some((stored.clone(), job, prefs))
+    }
+
+    /// Decides where each job still accepted goes, in one turn and without
+    /// a call to a site beyond refreshing what is stale.
+    async fn decide(&self, batch: Vec<Pending>) -> Result<Vec<Decided>, ServiceError> {
+        let turn = self.turn().await;
+        self.refresh_stale().await;
+        // Its owner may have held or cancelled it since it was read.
+        let ids: Vec<&str> = batch.iter().map(|p| p.0.view.id.as_str()).collect();
+        let states = self.db.states(&ids).await?;
+        let still: Vec<Pending> = batch
+            .into_iter()
+            .filter(|p| states.get(&p.0.view.id) == Some(&BrokerState::Accepted))
+            .collect();
+        let decided = self.info.plan_all(&self.sites(), still, now());
+        self.sending.start(decided.iter().map(|d| d.stored.view.id.clone()));
+        drop(turn);
+        self.counters
+            .decisions
+            .fetch_add(decided.len() as u64, Ordering::Relaxed);
+        Ok(decided)
+    }
+
+    /// Sends decided jobs, several at once, and records where each went in
+    /// one write; a hold or cancel of one of them waits until then.
+    async fn send(&self, decided: Vec<Decided>) -> Result<(), ServiceError> {
+        use futures_util::StreamExt;
+        let ids: Vec<String> = decided.iter().map(|d| d.stored.view.id.clone()).collect();
+        let sent: Vec<Result<(BrokerJob, Outcome, Time), ServiceError>> = futures_util::stream::iter(decided)
+            .map(|d| self.send_one(d))
+            .buffer_unordered(DISPATCH_CONCURRENCY)
+            .collect()
+            .await;
+        let recorded = self.record_all(sent).await;
+        for id in &ids {
+            self.sending.land(id);
+        }
+        recorded
+    }
+
+    /// Applies each outcome to its job and stores them all at once; the
+    /// first error, if any, after storing the rest.
+    async fn record_all(
+        &self,
+        sent: Vec<Result<(BrokerJob, Outcome, Time), ServiceError>>,
+    ) -> Result<(), ServiceError> {
+        let mut first_error = None;
+        let mut writes = Vec::with_capacity(sent.len());
+        for r in sent {
+            let (mut v, outcome, t) = match r {
+                Ok(x) => x,
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                    continue;
+                }
+            };
+            let Some((change, at, detail)) = self.consequence(outcome, t) else {
+                continue;
+            };
+            match jobs::apply(&mut v, change, at) {
+                Ok(Applied::Unchanged) => {}
+                Ok(Applied::Updated) => writes.push((v, None)),
+                Ok(Applied::Entered(_)) => writes.push((v, Some((at, detail)))),
+                Err(e) => {
+                    first_error.get_or_insert(ServiceError::Conflict(e.to_string()));
+                }
+            }
+        }
+        let refs: Vec<(&BrokerJob, Option<crate::db::HistoryLine>)> =
+            writes.iter().map(|(v, h)| (v, h.clone())).collect();
+        self.db.update_all(&refs).await?;
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// Sends one decided job down its plan until a site takes it; returns
+    /// the job with where it went, or why it did not, and when it was decided.
+    async fn send_one(&self, d: Decided) -> Result<(BrokerJob, Outcome, Time), ServiceError> {
+        let Decided {
+            stored,
+            job,
+            plan,
+            mut failed,
+            t,
+        } = d;
+        let plan = match plan {
+            Ok(p) => p,
+            Err(e) => return Ok((stored.view, Err(e), t)),
+        };
+        let Some(&(first, _)) = plan.candidates.first() else {
+            let e = SubmitError::NoSite {
+                excluded: plan.excluded,
+                failed,
+            };
+            return Ok((stored.view, Err(e), t));
+        };
+        let sites = self.sites();
+        let (info, uploads) = (self.info.clone(), self.uploads.clone());
+        let (key, user, runs_as) = (
+            stored.view.id.clone(),
+            stored.view.owner.clone(),
+            stored.view.runs_as.clone(),
+        );
+        let order: Vec<(usize, Prediction, Option<brokk_core::ReservationId>)> =
+            plan.candidates.iter().map(|&(k, p)| (k, p, None)).collect();
+        let cpus = job.cpus.unwrap_or(1);
+        let outcome = tokio::task::spawn_blocking(move || {
+            let mut clients = cached_sites(&sites, &info, Some(&uploads), Some(&key), &user);
+            for c in &mut clients {
+                c.booked();
+                if let Some(u) = &runs_as {
+                    c.runs_for(u);
+                }
+            }
+            let mut refs: Vec<&mut dyn Site> = clients.iter_mut().map(|c| c as &mut dyn Site).collect();
+            let chosen = send_in_order(&job, "broker", &mut refs, &order, &mut failed);
+            if chosen.as_ref().is_none_or(|(i, _)| *i > 0) {
+                // The site it was counted at did not take it: ask that
+                // site again at the next decision, and count it where it went.
+                info.forget(&sites[first].name);
+            }
+            match chosen {
+                Some((i, handle)) => {
+                    let (k, prediction, _) = order[i];
+                    if i > 0 {
+                        info.book(&sites[k].name, cpus, super::sites::booked_wall(&prediction));
+                    }
+                    Ok((
+                        sites[k].name.clone(),
+                        Submission {
+                            endpoint: sites[k].client.endpoint().to_string(),
+                            handle,
+                            reservation: None,
+                            prediction,
+                            failed,
+                        },
+                    ))
+                }
+                None => Err(SubmitError::NoSite {
+                    excluded: plan.excluded,
+                    failed,
+                }),
+            }
+        })
+        .await
+        .map_err(|e| ServiceError::Unavailable(e.to_string()))?;
+        Ok((stored.view, outcome, t))
     }
 
     /// For a job accepted before this process started: the site that already
@@ -46,9 +316,10 @@ impl Service {
     }
 
     pub(super) async fn dispatch(&self, stored: StoredJob) -> Result<(), ServiceError> {
-        if stored.view.submitted <= self.started {
+        if self.inherited(&stored.view.id) {
             match self.already_at(&stored.view.id).await {
                 Ok(Some((name, site_job))) => {
+                    self.looked_for(&stored.view.id);
                     let mut v = stored.view;
                     let detail = format!("to {name} (found there after a restart)");
                     let found = Change::Dispatch {
@@ -60,7 +331,7 @@ impl Service {
                     self.change(&mut v, found, now(), Some(detail)).await?;
                     return Ok(());
                 }
-                Ok(None) => {}
+                Ok(None) => self.looked_for(&stored.view.id),
                 Err(e) => {
                     self.counters.site_errors.fetch_add(1, Ordering::Relaxed);
                     tracing::warn!("not dispatching {} yet: {e}", stored.view.id);
@@ -111,7 +382,23 @@ impl Service {
         .map_err(|e| ServiceError::Unavailable(e.to_string()))?;
         drop(turn);
         self.counters.decisions.fetch_add(1, Ordering::Relaxed);
-        let mut v = stored.view;
+        self.settle(stored.view, outcome, t).await
+    }
+
+    /// Records where job `v`, decided at `t`, went, or why it did not go
+    /// ([`Service::consequence`]).
+    async fn settle(&self, mut v: BrokerJob, outcome: Outcome, t: Time) -> Result<(), ServiceError> {
+        if let Some((change, at, detail)) = self.consequence(outcome, t) {
+            self.change(&mut v, change, at, detail).await?;
+        }
+        Ok(())
+    }
+
+    /// What a decision's outcome does to its job, counted: dispatched at
+    /// the second it was decided (a replay decides it at that second);
+    /// nothing when a site that did not answer may be the one able to run
+    /// it (the job waits for the next round); failed otherwise.
+    fn consequence(&self, outcome: Outcome, t: Time) -> Option<(Change, Time, Option<String>)> {
         match outcome {
             Ok((name, s)) => {
                 self.counters
@@ -123,31 +410,25 @@ impl Service {
                 };
                 let sent = Change::Dispatch {
                     site: name,
-                    site_job: s.handle.0.clone(),
+                    site_job: s.handle.0,
                     tts: Some(s.prediction.tts().0),
                     ttd: Some(s.prediction.ttd().0),
                 };
-                // At the second it was decided, not when the sites' answers
-                // were in: a replay decides it at that second.
-                self.change(&mut v, sent, t, Some(detail)).await?;
+                Some((sent, t, Some(detail)))
             }
-            Err(e @ brokk_broker::submit::SubmitError::NoSite { .. }) if e.worth_retrying() => {
-                let brokk_broker::submit::SubmitError::NoSite { failed, .. } = e else {
-                    return Ok(());
-                };
-                // A site that did not answer may be the one able to run it:
-                // keep the job for the next round.
-                self.counters
-                    .site_errors
-                    .fetch_add(failed.len() as u64, Ordering::Relaxed);
+            Err(e) if e.worth_retrying() => {
+                if let SubmitError::NoSite { failed, .. } = &e {
+                    self.counters
+                        .site_errors
+                        .fetch_add(failed.len() as u64, Ordering::Relaxed);
+                }
+                None
             }
             Err(e) => {
                 self.counters.undispatchable.fetch_add(1, Ordering::Relaxed);
-                self.change(&mut v, Change::Fail(e.to_string()), now(), Some(e.to_string()))
-                    .await?;
+                Some((Change::Fail(e.to_string()), now(), Some(e.to_string())))
             }
         }
-        Ok(())
     }
 
     /// Sends a job into the broker reservation `rid` at its site.

@@ -104,9 +104,10 @@ pub struct Service {
     pub counters: Arc<Counters>,
     /// Wakes the dispatcher.
     pub wake: Arc<Notify>,
-    /// When this process started: jobs accepted before it may have reached a
-    /// site before a crash, so their dispatch first asks the sites.
-    pub started: Time,
+    /// Jobs accepted, or being co-allocated, before this process started:
+    /// they may have reached a site before a crash, so their dispatch first
+    /// asks the sites. Each leaves once looked for.
+    pub inherited: Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
     /// Queue adaptation's margin.
     pub adapt_margin: brokk_model::Duration,
     /// What one user may hold at once.
@@ -129,6 +130,8 @@ pub struct Service {
     pub holds: HoldJournal,
     /// Turns for reading descriptions off the async workers.
     pub parsing: Arc<parsing::Parsing>,
+    /// Jobs decided and on their way to a site.
+    pub sending: Arc<dispatch::Sending>,
     /// Endpoints discovery found and could not reach at its last reading:
     /// (the site name they would have, why).
     pub unreachable: Arc<std::sync::Mutex<Vec<(String, String)>>>,
@@ -461,10 +464,36 @@ impl Service {
 
     async fn hold_or_release(&self, owner: &str, id: &str, change: Change) -> Result<BrokerJob, ServiceError> {
         // Not while the dispatcher may be sending this very job.
-        let _turn = self.turn().await;
+        let _turn = self.turn_without(id).await;
         let mut j = self.owned(owner, id).await?.view;
         self.change(&mut j, change, now(), None).await?;
         Ok(j)
+    }
+
+    /// Whether job `id` was accepted before this process started and has
+    /// not been looked for at the sites yet.
+    pub(super) fn inherited(&self, id: &str) -> bool {
+        self.inherited.lock().is_ok_and(|set| set.contains(id))
+    }
+
+    /// Job `id` has been looked for at the sites.
+    pub(super) fn looked_for(&self, id: &str) {
+        if let Ok(mut set) = self.inherited.lock() {
+            set.remove(id);
+        }
+    }
+
+    /// The decision turn once job `id` is not on its way to a site: a
+    /// decision about it is then over and recorded.
+    async fn turn_without(&self, id: &str) -> tokio::sync::OwnedMutexGuard<()> {
+        loop {
+            let turn = self.turn().await;
+            if !self.sending.is_sending(id) {
+                return turn;
+            }
+            drop(turn);
+            self.sending.landed(id).await;
+        }
     }
 
     /// Applies `change` to job `v` at `at` by the rules of
@@ -496,7 +525,7 @@ impl Service {
         // A job not yet at a site may be in the dispatcher's hands: wait for
         // its decision, then look again.
         let _turn = if j.site.is_none() {
-            let turn = self.turn().await;
+            let turn = self.turn_without(id).await;
             j = self.owned(owner, id).await?.view;
             if j.state().is_terminal() {
                 return Ok(j);

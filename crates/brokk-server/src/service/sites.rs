@@ -4,6 +4,8 @@
 use brokk_broker::info::{convert, Answer, FetchFailure, FetchOptions, InfoCache, RawInfo};
 use brokk_site::uploads::Uploads;
 
+use super::dispatch::{Decided, Pending};
+
 use super::*;
 
 /// A site the service dispatches to.
@@ -53,6 +55,10 @@ pub struct SiteInfo {
     /// to a site: each sees what the ones before it did (a burst spreads
     /// over the sites, and each prediction counts the jobs sent before it).
     turn: Arc<tokio::sync::Mutex<()>>,
+    /// Answers are fetched again at every decision (a time-to-live of
+    /// zero): each decision must then see every earlier one landed, so it
+    /// holds the turn until its job is at its site.
+    exact: bool,
 }
 
 impl SiteInfo {
@@ -62,7 +68,65 @@ impl SiteInfo {
             cache: std::sync::Mutex::new(InfoCache::new(ttl)),
             fetch,
             turn: Arc::default(),
+            exact: ttl.is_zero(),
         }
+    }
+
+    /// Whether every decision reads the sites' present state (see `exact`).
+    pub fn exact(&self) -> bool {
+        self.exact
+    }
+
+    /// Counts a job the broker sends `site` in what it knows of the site
+    /// until the site's next answer ([`brokk_broker::info::book`]).
+    pub(super) fn book(&self, site: &str, cpus: u32, wall: brokk_model::Duration) {
+        if let Ok(mut cache) = self.cache.lock() {
+            cache.book(site, cpus, wall);
+        }
+    }
+
+    /// Plans each of `jobs` over `sites` as the cache knows them, counting
+    /// each where its plan sends it first, so the next plan sees it: the
+    /// whole decision, in one hold of the cache and no call to a site.
+    pub(super) fn plan_all(&self, sites: &[SiteEntry], jobs: Vec<Pending>, t: Time) -> Vec<Decided> {
+        let Ok(mut cache) = self.cache.lock() else {
+            return Vec::new();
+        };
+        jobs.into_iter()
+            .map(|(stored, job, prefs)| {
+                let (mut infos, mut site_of, mut failed) = (Vec::new(), Vec::new(), Vec::new());
+                for (k, s) in sites.iter().enumerate() {
+                    match known(cache.get(&s.name)) {
+                        Some(Ok(info)) => {
+                            infos.push(info);
+                            site_of.push(k);
+                        }
+                        Some(Err(e)) => failed.push((s.client.endpoint().to_string(), e)),
+                        None => failed.push((
+                            s.client.endpoint().to_string(),
+                            brokk_broker::SiteError::Unavailable("no information yet".into()),
+                        )),
+                    }
+                }
+                let plan = brokk_broker::submit::plan(
+                    &job,
+                    &prefs,
+                    (&infos, &site_of),
+                    t,
+                    &brokk_broker::predict::STANDARD_PREDICTOR,
+                );
+                if let Some(&(k, p)) = plan.as_ref().ok().and_then(|p| p.candidates.first()) {
+                    cache.book(&sites[k].name, job.cpus.unwrap_or(1), booked_wall(&p));
+                }
+                Decided {
+                    stored,
+                    job,
+                    plan,
+                    failed,
+                    t,
+                }
+            })
+            .collect()
     }
 
     /// Lookups the cache answered, and lookups that needed a fetch.
@@ -74,7 +138,7 @@ impl SiteInfo {
         self.cache.lock().ok()?.get(site).cloned()
     }
 
-    fn forget(&self, site: &str) {
+    pub(super) fn forget(&self, site: &str) {
         if let Ok(mut cache) = self.cache.lock() {
             cache.forget(site);
         }
@@ -85,6 +149,12 @@ impl CachedSite {
     /// The site's name.
     pub(super) fn name(&self) -> &str {
         &self.name
+    }
+
+    /// Submits without dropping the cache's answer: the job was counted in
+    /// it when decided.
+    pub(super) fn booked(&mut self) {
+        self.booked = true;
     }
 
     /// Writes every reservation this site grants down in `holds`.
@@ -114,6 +184,9 @@ pub(super) struct CachedSite {
     owner: String,
     /// Where an admission writes down the holds it is granted.
     holds: Option<Arc<super::holds::AdmissionHolds>>,
+    /// Submissions were counted in the cache when decided
+    /// ([`SiteInfo::plan_all`]): the cache keeps its answer.
+    booked: bool,
 }
 
 impl CachedSite {
@@ -149,6 +222,7 @@ pub(super) fn cached_sites(
                 uploads: uploads.cloned(),
                 owner: owner.to_string(),
                 holds: None,
+                booked: false,
             }
         })
         .collect()
@@ -177,18 +251,29 @@ pub(super) fn send_uploads(
     Ok(())
 }
 
+/// How long a job sent with prediction `p` may hold its processors: the
+/// wall time it is sent with.
+pub(super) fn booked_wall(p: &brokk_broker::predict::Prediction) -> brokk_model::Duration {
+    p.requested_wall_time.unwrap_or(brokk_model::Duration::hours(1))
+}
+
+/// What a cached answer says of a site, as a site's own answer would;
+/// `None` when there is none.
+fn known(answer: Option<&Answer>) -> Option<Result<ResourceInfo, brokk_broker::SiteError>> {
+    Some(match answer? {
+        Ok(info) => Ok(info.clone()),
+        Err(FetchFailure::Error(e)) => Err(e.clone()),
+        Err(f @ FetchFailure::Timeout(_)) => Err(brokk_broker::SiteError::Unavailable(f.to_string())),
+    })
+}
+
 impl Site for CachedSite {
     fn endpoint(&self) -> &str {
         self.client.endpoint()
     }
     fn info(&self) -> Result<ResourceInfo, brokk_broker::SiteError> {
-        match self.info.get(&self.name) {
-            Some(Ok(info)) => Ok(info),
-            Some(Err(FetchFailure::Error(e))) => Err(e),
-            Some(Err(f @ FetchFailure::Timeout(_))) => Err(brokk_broker::SiteError::Unavailable(f.to_string())),
-            // A decision that did not refresh first asks the site itself.
-            None => self.client.info(),
-        }
+        // A decision that did not refresh first asks the site itself.
+        known(self.info.get(&self.name).as_ref()).unwrap_or_else(|| self.client.info())
     }
     fn probe(
         &self,
@@ -236,6 +321,10 @@ impl Site for CachedSite {
             send_uploads(&self.client, u, &self.owner, job)?;
         }
         let r = self.client.submit(owner, job, reservation);
+        if self.booked {
+            // Counted in the cache when it was decided.
+            return r;
+        }
         self.changed(r)
     }
     fn submit_held(
