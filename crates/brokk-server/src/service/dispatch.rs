@@ -96,8 +96,13 @@ impl Service {
     pub async fn dispatch_pending(&self) -> Result<(), ServiceError> {
         let pending = jobs::round_robin(self.db.in_states(&[BrokerState::Accepted]).await?, |j| &j.view.owner);
         let mut sends = tokio::task::JoinSet::new();
-        let joined = |r: Result<Result<(), ServiceError>, tokio::task::JoinError>| {
-            r.map_err(|e| ServiceError::Unavailable(e.to_string()))?
+        // Every task is joined, whatever fails: a send dropped half-way
+        // would leave its jobs marked as on their way for ever.
+        let mut first_error = None;
+        let mut joined = |r: Result<Result<(), ServiceError>, tokio::task::JoinError>| {
+            if let Err(e) = r.map_err(|e| ServiceError::Unavailable(e.to_string())).and_then(|r| r) {
+                first_error.get_or_insert(e);
+            }
         };
         for chunk in pending.chunks(DECISION_BATCH) {
             let (mut careful, mut quick) = (Vec::new(), Vec::new());
@@ -114,25 +119,31 @@ impl Service {
                     set.spawn(async move { svc.dispatch(j).await });
                 }
                 while let Some(r) = set.join_next().await {
-                    joined(r)?;
+                    joined(r);
                 }
             }
             if quick.is_empty() {
                 continue;
             }
-            let decided = self.decide(quick).await?;
+            let decided = match self.decide(quick).await {
+                Ok(d) => d,
+                Err(e) => {
+                    joined(Ok(Err(e)));
+                    break;
+                }
+            };
             while sends.len() >= BATCHES_IN_FLIGHT {
                 if let Some(r) = sends.join_next().await {
-                    joined(r)?;
+                    joined(r);
                 }
             }
             let svc = self.clone();
             sends.spawn(async move { svc.send(decided).await });
         }
         while let Some(r) = sends.join_next().await {
-            joined(r)?;
+            joined(r);
         }
-        Ok(())
+        first_error.map_or(Ok(()), Err)
     }
 
     /// The job with its description and preferences when it takes the
