@@ -164,8 +164,65 @@ pub struct BrokerJob {
     /// above this one that sent it on that user's behalf.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runs_as: Option<String>,
+    /// What it is part of: a workflow's task or a co-allocation's part.
+    #[serde(default, skip_serializing_if = "Member::is_alone")]
+    pub member: Member,
     /// State history.
     pub history: Vec<HistoryEntry>,
+}
+
+/// What a job is part of beyond its owner. A field of the job, so that no
+/// rule reads it back out of the job's id.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", tag = "kind")]
+pub enum Member {
+    /// A job of its own.
+    #[default]
+    Alone,
+    /// A run of a workflow's task.
+    Task {
+        /// The workflow's id.
+        workflow: String,
+        /// The task's position in the workflow.
+        task: usize,
+        /// Runs of the task before this one.
+        attempt: u32,
+    },
+    /// A part of a co-allocation.
+    Part {
+        /// The co-allocation's id.
+        coallocation: String,
+        /// The part's position in it.
+        index: usize,
+    },
+}
+
+impl Member {
+    /// Whether the job is part of nothing.
+    pub fn is_alone(&self) -> bool {
+        *self == Member::Alone
+    }
+
+    /// The workflow the job is a task of.
+    pub fn workflow(&self) -> Option<&str> {
+        match self {
+            Member::Task { workflow, .. } => Some(workflow),
+            _ => None,
+        }
+    }
+
+    /// The co-allocation the job is a part of.
+    pub fn coallocation(&self) -> Option<&str> {
+        match self {
+            Member::Part { coallocation, .. } => Some(coallocation),
+            _ => None,
+        }
+    }
+
+    /// The workflow or co-allocation, whichever the job belongs to.
+    pub fn group(&self) -> Option<&str> {
+        self.workflow().or_else(|| self.coallocation())
+    }
 }
 
 impl BrokerJob {

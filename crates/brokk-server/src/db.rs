@@ -9,6 +9,7 @@ use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
+use brokk_broker::jobs::Member;
 use brokk_broker::workflow::Plan;
 use brokk_model::workflow::Workflow;
 use brokk_model::Time;
@@ -113,6 +114,9 @@ const SCHEMA: &[&str] = &[
     "ALTER TABLE jobs ADD COLUMN runs_as TEXT",
     "ALTER TABLE jobs ADD COLUMN idem TEXT",
     "ALTER TABLE jobs ADD COLUMN version BIGINT",
+    "ALTER TABLE jobs ADD COLUMN member TEXT",
+    "ALTER TABLE jobs ADD COLUMN member_of TEXT",
+    "CREATE INDEX IF NOT EXISTS jobs_by_member ON jobs (member_of)",
     "CREATE INDEX IF NOT EXISTS jobs_feed ON jobs (owner, version)",
     "CREATE UNIQUE INDEX IF NOT EXISTS jobs_by_key ON jobs (owner, idem)",
     // The feed's run: made once per database, so a follower of a database
@@ -143,7 +147,7 @@ const SCHEMA: &[&str] = &[
 pub type HistoryLine = (Time, Option<String>);
 
 const COLUMNS: &str = "id, owner, format, spec, prefs, warnings, state, site, site_job, predicted_tts, predicted_ttd, \
-                       submitted, started, ended, exit_code, reason, runs_as, idem";
+                       submitted, started, ended, exit_code, reason, runs_as, idem, member";
 
 /// Appends a history entry numbered after the job's last one.
 const ADD_HISTORY: &str = "INSERT INTO history (job, n, at, state, detail)
@@ -173,6 +177,27 @@ fn reservation_of(r: &AnyRow) -> BrokerReservation {
     }
 }
 
+/// What a job stored before the `member` column was is part of, from the
+/// id those versions gave it.
+fn legacy_member(id: &str) -> Member {
+    let Some((group, rest)) = id.split_once('-') else {
+        return Member::Alone;
+    };
+    let (k, attempt) = rest.split_once('.').unwrap_or((rest, "0"));
+    match (group.as_bytes().first(), k.parse::<usize>(), attempt.parse::<u32>()) {
+        (Some(b'w'), Ok(task), Ok(attempt)) => Member::Task {
+            workflow: group.to_string(),
+            task,
+            attempt,
+        },
+        (Some(b'c'), Ok(index), Ok(0)) if !rest.contains('.') => Member::Part {
+            coallocation: group.to_string(),
+            index,
+        },
+        _ => Member::Alone,
+    }
+}
+
 fn row_to_job(r: &AnyRow) -> StoredJob {
     let warnings: String = r.get("warnings");
     let spec: String = r.get("spec");
@@ -191,6 +216,10 @@ fn row_to_job(r: &AnyRow) -> StoredJob {
     view.reason = r.get("reason");
     view.warnings = serde_json::from_str(&warnings).unwrap_or_default();
     view.runs_as = r.get("runs_as");
+    view.member = r
+        .get::<Option<String>, _>("member")
+        .and_then(|m| serde_json::from_str(&m).ok())
+        .unwrap_or_default();
     if let Ok(job) = serde_json::from_str::<brokk_model::Job>(&spec) {
         view.describe(&job);
     }
@@ -249,6 +278,7 @@ impl Db {
             }
             sqlx::query(s).execute(&pool).await?;
         }
+        Self::fill_members(&pool).await?;
         let last: Option<i64> = sqlx::query("SELECT MAX(version) AS v FROM jobs")
             .fetch_one(&pool)
             .await?
@@ -316,7 +346,7 @@ impl Db {
         let turn = self.feed_turn(v).await;
         let mut tx = self.pool.begin().await?;
         sqlx::query(&format!(
-            "INSERT INTO jobs ({COLUMNS}, version) VALUES ($1, $2, $3, $4, $5, $6, $7, $12, $13, NULL, NULL, $8, NULL, NULL, NULL, NULL, $9, $10, $11)"
+            "INSERT INTO jobs ({COLUMNS}, version, member_of) VALUES ($1, $2, $3, $4, $5, $6, $7, $12, $13, NULL, NULL, $8, NULL, NULL, NULL, NULL, $9, $10, $14, $11, $15)"
         ))
         .bind(&v.id)
         .bind(&v.owner)
@@ -331,6 +361,8 @@ impl Db {
         .bind(turn.as_ref().map(|t| t.1))
         .bind(&v.site)
         .bind(&v.site_job)
+        .bind(to_json(&v.member)?)
+        .bind(v.member.group())
         .execute(&mut *tx)
         .await?;
         self.track(v);
@@ -534,14 +566,41 @@ impl Db {
         Ok(Some(j))
     }
 
-    /// The jobs whose ids start with `prefix` (a workflow's tasks and their
-    /// reruns: `wID-`), without their histories.
-    pub async fn jobs_with_prefix(&self, prefix: &str) -> Result<Vec<StoredJob>, DbError> {
-        let rows = sqlx::query(&format!("SELECT {COLUMNS} FROM jobs WHERE id LIKE $1"))
-            .bind(format!("{prefix}%"))
+    /// The jobs of workflow or co-allocation `group` (a workflow's tasks
+    /// and their reruns), without their histories.
+    pub async fn members_of(&self, group: &str) -> Result<Vec<StoredJob>, DbError> {
+        let rows = sqlx::query(&format!("SELECT {COLUMNS} FROM jobs WHERE member_of = $1"))
+            .bind(group)
             .fetch_all(&self.pool)
             .await?;
         Ok(rows.iter().map(row_to_job).collect())
+    }
+
+    /// Gives the jobs stored before jobs had a `member` column theirs, read
+    /// once from the ids those versions made (`wID-k`, a rerun `wID-k.n`;
+    /// `cGROUP-k`): the one place an id is parsed.
+    async fn fill_members(pool: &AnyPool) -> Result<(), DbError> {
+        let ids: Vec<String> = sqlx::query("SELECT id FROM jobs WHERE member IS NULL")
+            .fetch_all(pool)
+            .await?
+            .iter()
+            .map(|r| r.get("id"))
+            .collect();
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let mut tx = pool.begin().await?;
+        for id in &ids {
+            let member = legacy_member(id);
+            sqlx::query("UPDATE jobs SET member = $1, member_of = $2 WHERE id = $3")
+                .bind(to_json(&member)?)
+                .bind(member.group())
+                .bind(id)
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
+        Ok(())
     }
 
     /// The job sent to `site` under the site's id `site_job`. A site whose
@@ -812,6 +871,71 @@ mod tests {
             prefs: "{}".into(),
             key: None,
         }
+    }
+
+    /// What a job is part of is stored with it and read back; jobs stored
+    /// before there was a column for it get theirs, once, from their ids.
+    #[tokio::test]
+    async fn a_jobs_workflow_or_coallocation_is_a_field_and_older_jobs_get_theirs() {
+        let dir = std::env::temp_dir().join(format!("brokk-db-member-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let path = dir.join("broker.db");
+        let db = Db::open(path.to_str().unwrap()).await.unwrap();
+        let mut task = job("t-new", "ann", BrokerState::Planned);
+        task.view.member = Member::Task {
+            workflow: "w1".into(),
+            task: 3,
+            attempt: 1,
+        };
+        db.insert(&task).await.unwrap();
+        for id in ["w1-0", "w1-2.1", "cab12-1", "4f2a9e", "w1-x", "c0-1.2"] {
+            db.insert(&job(id, "ann", BrokerState::Accepted)).await.unwrap();
+        }
+        // As a version before the column left them.
+        sqlx::query("UPDATE jobs SET member = NULL, member_of = NULL WHERE id <> 't-new'")
+            .execute(&db.pool)
+            .await
+            .unwrap();
+        drop(db);
+        let db = Db::open(path.to_str().unwrap()).await.unwrap();
+        let member = |id: &str| {
+            let db = db.clone();
+            let id = id.to_string();
+            async move { db.get(&id).await.unwrap().unwrap().view.member }
+        };
+        assert_eq!(
+            member("t-new").await,
+            task.view.member,
+            "stored as given, not read from the id"
+        );
+        assert_eq!(
+            member("w1-2.1").await,
+            Member::Task {
+                workflow: "w1".into(),
+                task: 2,
+                attempt: 1
+            }
+        );
+        assert_eq!(
+            member("cab12-1").await,
+            Member::Part {
+                coallocation: "cab12".into(),
+                index: 1
+            }
+        );
+        for alone in ["4f2a9e", "w1-x", "c0-1.2"] {
+            assert_eq!(member(alone).await, Member::Alone, "{alone}");
+        }
+        let mut of_w1: Vec<String> = db
+            .members_of("w1")
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|j| j.view.id)
+            .collect();
+        of_w1.sort();
+        assert_eq!(of_w1, ["t-new", "w1-0", "w1-2.1"]);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// The per-user count follows inserts and state changes, leaves held and

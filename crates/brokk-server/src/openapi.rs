@@ -40,6 +40,9 @@ pub fn document() -> Value {
                     "started": {"type": ["string", "null"]}, "ended": {"type": ["string", "null"]},
                     "exit_code": {"type": ["integer", "null"]}, "reason": {"type": ["string", "null"]},
                     "warnings": {"type": "array", "items": {"type": "string"}}, "stdout": {"type": ["string", "null"]},
+                    "member": {"type": "object", "description": "absent for a job of its own; a workflow's task run {kind: task, workflow, task, attempt}, or a co-allocation's part {kind: part, coallocation, index}",
+                        "properties": {"kind": {"enum": ["task", "part"]}, "workflow": {"type": "string"}, "task": {"type": "integer"},
+                                       "attempt": {"type": "integer"}, "coallocation": {"type": "string"}, "index": {"type": "integer"}}},
                     "history": {"type": "array", "items": {"type": "object", "properties": {
                         "at": {"type": "string"}, "state": {"type": "string"}, "detail": {"type": ["string", "null"]}}}}}},
                 "Coalloc": {"type": "object", "required": ["jobs", "earliest", "latest", "delta"], "properties": {

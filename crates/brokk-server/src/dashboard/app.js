@@ -183,7 +183,8 @@ function renderGantt() {
     const start = secs(j.started) ?? (j.predicted_tts != null ? secs(j.submitted) + j.predicted_tts : null);
     if (start == null) continue;
     const end = secs(j.ended) ?? Math.max(start + (j.wall_time || 3600), now);
-    items.push({ kind: "job", site: j.site, start, end, id: j.id, state: j.state, label: j.name || j.id });
+    const group = j.member && j.member.kind === "part" ? j.member.coallocation : null;
+    items.push({ kind: "job", site: j.site, start, end, id: j.id, state: j.state, label: j.name || j.id, group });
   }
   for (const r of state.reservations) {
     if (r.state !== "committed") continue;
@@ -215,16 +216,13 @@ function renderGantt() {
       } else {
         root.append(svg("rect", { x: x(i.start), y: y + 8, width: w, height: rowH - 16, rx: 2, class: `bar job ${i.state}`, "data-id": i.id },
           `${i.label} (${i.id}): ${i.state}`));
-        centres.set(i.id, [x(i.start), y + rowH / 2]);
+        if (i.group) centres.set(i.id, [i.group, x(i.start), y + rowH / 2]);
       }
     }
   });
-  // Co-allocated parts (cGROUP-k) start together: join them.
+  // Co-allocated parts start together: join them.
   const groups = new Map();
-  for (const [id, c] of centres) {
-    const m = /^(c[0-9a-f]+)-\d+$/.exec(id);
-    if (m) groups.set(m[1], [...(groups.get(m[1]) || []), c]);
-  }
+  for (const [g, ...c] of centres.values()) groups.set(g, [...(groups.get(g) || []), c]);
   for (const [g, cs] of groups) {
     if (cs.length < 2) continue;
     const ys = cs.map((c) => c[1]), xs = cs.map((c) => c[0]);

@@ -3,11 +3,6 @@
 
 use super::*;
 
-/// The co-allocation a job id belongs to (`GROUP-k`), if it is a part of one.
-pub(super) fn coallocation_of(id: &str) -> Option<&str> {
-    id.rsplit_once('-').map(|(g, _)| g).filter(|g| g.starts_with('c'))
-}
-
 /// Settles a co-allocation a stop interrupted, given where each part is
 /// (site and its job there, `None` for a part that never got there): the
 /// broker's rule ([`brokk_broker::coalloc::settle`]) on what the sites say
@@ -77,7 +72,19 @@ impl Service {
             };
             brokk_jdl::assign::assign(*format, job, ids);
             let v = self
-                .store_new(owner, job, *format, warnings.clone(), "{}".into(), Entry::Reserving, id)
+                .store_new(
+                    owner,
+                    job,
+                    *format,
+                    warnings.clone(),
+                    "{}".into(),
+                    Entry::Reserving,
+                    id,
+                    Member::Part {
+                        coallocation: group.clone(),
+                        index: k,
+                    },
+                )
                 .await?;
             stored.push(v);
         }
@@ -152,7 +159,7 @@ impl Service {
         for stored in self.db.in_states(&[BrokerState::Reserving]).await? {
             // This process's own are in progress.
             if self.inherited(&stored.view.id) {
-                let g = coallocation_of(&stored.view.id).unwrap_or(&stored.view.id).to_string();
+                let g = stored.view.member.coallocation().unwrap_or(&stored.view.id).to_string();
                 groups.entry(g).or_default().push(stored);
             }
         }

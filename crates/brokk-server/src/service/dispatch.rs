@@ -465,11 +465,12 @@ impl Service {
         let key = v.id.clone();
         let user = v.owner.clone();
         let uploads = self.uploads.clone();
+        let in_workflow = v.member.workflow().is_some();
         let outcome = tokio::task::spawn_blocking(move || {
             let mut c = site.client.clone();
             super::sites::send_uploads(&c, &uploads, &user, &job)?;
             // A workflow's reservation was made for its task: it ends with it.
-            c.set_release_with_job(super::workflows::workflow_of(&key).is_some());
+            c.set_release_with_job(in_workflow);
             c.set_idempotency_key(Some(key));
             c.set_on_behalf_of(Some(user));
             c.submit("broker", &job, Some(brokk_core::ReservationId(r.site_reservation)))

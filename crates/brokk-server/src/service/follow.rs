@@ -148,7 +148,7 @@ impl Service {
                 if let (true, Some(r)) = (ended, &self.record) {
                     r.ended(&v);
                 }
-                if ended && super::workflows::workflow_of(&v.id).is_some() {
+                if ended && v.member.workflow().is_some() {
                     // Its children may go now.
                     self.wake.notify_one();
                 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use brokk_broker::adapt::{adapt, AdaptOptions, Adapted, Tracked};
 use brokk_broker::coalloc::{coallocate, place, CoRequest, Found};
-use brokk_broker::jobs::{self, Applied, Change, Entry};
+use brokk_broker::jobs::{self, Applied, Change, Entry, Member};
 use brokk_broker::reserve::at_earliest;
 use brokk_broker::submit::{submit, SubmitOptions};
 use brokk_broker::{JobHandle, Site};
@@ -252,8 +252,17 @@ impl Service {
         for (job, id) in jobs.iter().zip(&ids) {
             // Held when the request says so, or the description (`hold = true`, `--hold`).
             let entry = Entry::submitted(req.hold || job.hold);
-            self.store_new(owner, job, format, warnings.clone(), prefs.clone(), entry, id.clone())
-                .await?;
+            self.store_new(
+                owner,
+                job,
+                format,
+                warnings.clone(),
+                prefs.clone(),
+                entry,
+                id.clone(),
+                Member::Alone,
+            )
+            .await?;
         }
         self.wake.notify_one();
         Ok(Accepted {
@@ -354,7 +363,8 @@ impl Service {
         Ok(())
     }
 
-    /// Stores a new job `id`, entering as `entry` says.
+    /// Stores a new job `id`, entering as `entry` says, part of what
+    /// `member` says.
     #[allow(clippy::too_many_arguments)] // one record's fields
     async fn store_new(
         &self,
@@ -365,9 +375,11 @@ impl Service {
         prefs: String,
         entry: Entry,
         id: String,
+        member: Member,
     ) -> Result<BrokerJob, ServiceError> {
         let mut view = BrokerJob::new(id, owner.to_string(), format.name().to_string(), entry, now());
         view.warnings = warnings;
+        view.member = member;
         view.describe(job);
         let stored = StoredJob {
             view,

@@ -15,11 +15,6 @@ use brokk_proto::wire::{WorkflowRequest, WorkflowState, WorkflowTask, WorkflowTr
 use super::*;
 use crate::db::StoredWorkflow;
 
-/// The workflow a job id belongs to (`wID-k`, a retry `wID-k.n`), if any.
-pub(super) fn workflow_of(id: &str) -> Option<&str> {
-    id.split_once('-').map(|(w, _)| w).filter(|w| w.starts_with('w'))
-}
-
 /// The network the broker reserves between its `sites` sites: every two
 /// joined directly at `bandwidth` bytes per second, planned 400 days ahead.
 pub fn network(sites: usize, bandwidth: u64, now: Time) -> Result<Network, String> {
@@ -364,6 +359,11 @@ impl Service {
                 "{}".into(),
                 Entry::Planned,
                 job_id.clone(),
+                Member::Task {
+                    workflow: id.to_string(),
+                    task: k,
+                    attempt: 0,
+                },
             )
             .await?;
             tasks.push(WorkflowTask {
@@ -436,7 +436,7 @@ impl Service {
     /// Every job of workflow `id` (its tasks and their reruns), by id, in
     /// one query.
     async fn jobs_of(&self, id: &str) -> Result<HashMap<String, StoredJob>, ServiceError> {
-        let jobs = self.db.jobs_with_prefix(&format!("{id}-")).await?;
+        let jobs = self.db.members_of(id).await?;
         Ok(jobs.into_iter().map(|j| (j.view.id.clone(), j)).collect())
     }
 
@@ -845,6 +845,11 @@ impl Service {
                 "{}".into(),
                 entry,
                 task.job.clone(),
+                Member::Task {
+                    workflow: w.view.id.clone(),
+                    task: k,
+                    attempt: task.retried,
+                },
             )
             .await?;
         } else {
