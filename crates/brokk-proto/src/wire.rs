@@ -424,6 +424,10 @@ pub struct BrokerReservation {
     pub end: Time,
     /// Held or given back.
     pub state: BrokerReservationState,
+    /// The workflow whose task it was made for, if any (a workflow's
+    /// reservations count as one toward the per-user limit).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workflow: Option<String>,
 }
 
 /// `POST /v1/workflows` on the broker service: a workflow to admit against

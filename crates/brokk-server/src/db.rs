@@ -136,6 +136,7 @@ const SCHEMA: &[&str] = &[
     "CREATE TABLE IF NOT EXISTS reservations (
         id TEXT PRIMARY KEY, owner TEXT NOT NULL, site TEXT NOT NULL, site_reservation BIGINT NOT NULL,
         amount BIGINT NOT NULL, start BIGINT NOT NULL, stop BIGINT NOT NULL, state TEXT NOT NULL)",
+    "ALTER TABLE reservations ADD COLUMN workflow TEXT",
     "CREATE TABLE IF NOT EXISTS workflows (
         id TEXT PRIMARY KEY, owner TEXT NOT NULL, state TEXT NOT NULL, submitted BIGINT NOT NULL,
         view TEXT NOT NULL, spec TEXT NOT NULL, plan TEXT NOT NULL)",
@@ -174,6 +175,7 @@ fn reservation_of(r: &AnyRow) -> BrokerReservation {
             "held" => BrokerReservationState::Held,
             _ => BrokerReservationState::Cancelled,
         },
+        workflow: r.get("workflow"),
     }
 }
 
@@ -265,10 +267,14 @@ impl Db {
             sqlx::query("PRAGMA journal_mode = WAL").execute(&pool).await?;
         }
         for s in SCHEMA {
-            if let Some(column) = s.strip_prefix("ALTER TABLE jobs ADD COLUMN ") {
+            if let Some(added) = s.strip_prefix("ALTER TABLE ") {
                 // Added to databases made before the column was.
-                let name = column.split_whitespace().next().unwrap_or_default();
-                if sqlx::query(&format!("SELECT {name} FROM jobs LIMIT 1"))
+                let words: Vec<&str> = added.split_whitespace().collect();
+                let (table, name) = (
+                    words.first().copied().unwrap_or_default(),
+                    words.get(3).copied().unwrap_or_default(),
+                );
+                if sqlx::query(&format!("SELECT {name} FROM {table} LIMIT 1"))
                     .fetch_optional(&pool)
                     .await
                     .is_ok()
@@ -576,10 +582,28 @@ impl Db {
         Ok(rows.iter().map(row_to_job).collect())
     }
 
-    /// Gives the jobs stored before jobs had a `member` column theirs, read
-    /// once from the ids those versions made (`wID-k`, a rerun `wID-k.n`;
-    /// `cGROUP-k`): the one place an id is parsed.
+    /// Gives the jobs and reservations stored before they had a column
+    /// for what they are part of theirs, read once from the ids those
+    /// versions made (`wID-k`, a rerun `wID-k.n`; `cGROUP-k`; `rwID-k`): the
+    /// one place an id is parsed.
     async fn fill_members(pool: &AnyPool) -> Result<(), DbError> {
+        // A workflow task's reservation was `rWID-K` (a rerun's `rWID-K.S`).
+        let reservations: Vec<String> =
+            sqlx::query("SELECT id FROM reservations WHERE workflow IS NULL AND id LIKE 'rw%'")
+                .fetch_all(pool)
+                .await?
+                .iter()
+                .map(|r| r.get("id"))
+                .collect();
+        for id in &reservations {
+            if let Some((workflow, _)) = id[1..].split_once('-') {
+                sqlx::query("UPDATE reservations SET workflow = $1 WHERE id = $2")
+                    .bind(workflow)
+                    .bind(id)
+                    .execute(pool)
+                    .await?;
+            }
+        }
         let ids: Vec<String> = sqlx::query("SELECT id FROM jobs WHERE member IS NULL")
             .fetch_all(pool)
             .await?
@@ -711,8 +735,8 @@ impl Db {
             .execute(&mut *tx)
             .await?;
         sqlx::query(
-            "INSERT INTO reservations (id, owner, site, site_reservation, amount, start, stop, state)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+            "INSERT INTO reservations (id, owner, site, site_reservation, amount, start, stop, state, workflow)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
         )
         .bind(&r.id)
         .bind(&r.owner)
@@ -722,6 +746,7 @@ impl Db {
         .bind(r.start.0)
         .bind(r.end.0)
         .bind(r.state.as_str())
+        .bind(&r.workflow)
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;
@@ -731,7 +756,7 @@ impl Db {
     /// A reservation by id.
     pub async fn reservation(&self, id: &str) -> Result<Option<BrokerReservation>, DbError> {
         let row = sqlx::query(
-            "SELECT id, owner, site, site_reservation, amount, start, stop, state FROM reservations WHERE id = $1",
+            "SELECT id, owner, site, site_reservation, amount, start, stop, state, workflow FROM reservations WHERE id = $1",
         )
         .bind(id)
         .fetch_optional(&self.pool)
@@ -742,7 +767,7 @@ impl Db {
     /// `owner`'s reservations, by start.
     pub async fn reservations_of(&self, owner: &str) -> Result<Vec<BrokerReservation>, DbError> {
         let rows = sqlx::query(
-            "SELECT id, owner, site, site_reservation, amount, start, stop, state FROM reservations \
+            "SELECT id, owner, site, site_reservation, amount, start, stop, state, workflow FROM reservations \
              WHERE owner = $1 ORDER BY start, id",
         )
         .bind(owner)
@@ -873,8 +898,9 @@ mod tests {
         }
     }
 
-    /// What a job is part of is stored with it and read back; jobs stored
-    /// before there was a column for it get theirs, once, from their ids.
+    /// What a job or a reservation is part of is stored with it and read
+    /// back; those stored before there was a column for it get theirs,
+    /// once, from their ids.
     #[tokio::test]
     async fn a_jobs_workflow_or_coallocation_is_a_field_and_older_jobs_get_theirs() {
         let dir = std::env::temp_dir().join(format!("brokk-db-member-{}", std::process::id()));
@@ -890,6 +916,20 @@ mod tests {
         db.insert(&task).await.unwrap();
         for id in ["w1-0", "w1-2.1", "cab12-1", "4f2a9e", "w1-x", "c0-1.2"] {
             db.insert(&job(id, "ann", BrokerState::Accepted)).await.unwrap();
+        }
+        for id in ["rw1-0", "r0a1b2"] {
+            let r = BrokerReservation {
+                id: id.into(),
+                owner: "ann".into(),
+                site: "a".into(),
+                site_reservation: 1,
+                amount: 1,
+                start: Time(0),
+                end: Time(10),
+                state: BrokerReservationState::Committed,
+                workflow: None,
+            };
+            db.save_reservation(&r).await.unwrap();
         }
         // As a version before the column left them.
         sqlx::query("UPDATE jobs SET member = NULL, member_of = NULL WHERE id <> 't-new'")
@@ -926,6 +966,13 @@ mod tests {
         for alone in ["4f2a9e", "w1-x", "c0-1.2"] {
             assert_eq!(member(alone).await, Member::Alone, "{alone}");
         }
+        let workflow_of = |id: &str| {
+            let db = db.clone();
+            let id = id.to_string();
+            async move { db.reservation(&id).await.unwrap().unwrap().workflow }
+        };
+        assert_eq!(workflow_of("rw1-0").await.as_deref(), Some("w1"));
+        assert_eq!(workflow_of("r0a1b2").await, None);
         let mut of_w1: Vec<String> = db
             .members_of("w1")
             .await

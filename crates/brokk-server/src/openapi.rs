@@ -53,7 +53,8 @@ pub fn document() -> Value {
                 "Reservation": {"type": "object", "properties": {"id": {"type": "string"}, "owner": {"type": "string"},
                     "site": {"type": "string"}, "site_reservation": {"type": "integer"}, "amount": {"type": "integer"},
                     "start": {"type": "string", "format": "date-time"}, "end": {"type": "string", "format": "date-time"},
-                    "state": {"enum": ["committed", "cancelled"]}}},
+                    "state": {"enum": ["committed", "cancelled"]},
+                    "workflow": {"type": "string", "description": "the workflow whose task it was made for; absent otherwise"}}},
                 "Coallocated": {"type": "object", "properties": {"ids": {"type": "array"}, "sites": {"type": "array"}, "starts": {"type": "array"}}},
                 "WorkflowRequest": {"type": "object", "required": ["workflow"], "properties": {
                     "workflow": {"type": "object", "description": "Brokk's workflow JSON (`brokk workflow validate --json`): name, tasks (id, job, runtime, cores, retries, format), edges (parent, child, bytes), coallocations, earliest, deadline"},

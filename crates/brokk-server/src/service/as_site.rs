@@ -319,6 +319,7 @@ impl Service {
             } else {
                 BrokerReservationState::Committed
             },
+            workflow: None,
         };
         self.db.save_reservation(&r).await?;
         Ok(Ok(r))

@@ -162,6 +162,7 @@ impl Service {
             start,
             end: start + req.duration,
             state: BrokerReservationState::Committed,
+            workflow: None,
         };
         self.db.save_reservation(&r).await?;
         Ok(r)
@@ -176,14 +177,9 @@ impl Service {
             .into_iter()
             .filter(|r| r.state == BrokerReservationState::Committed && r.end > t)
             .collect();
-        // A workflow's tasks (ids `rw...-K`) count as one.
-        let kinds: std::collections::BTreeSet<&str> = live
-            .iter()
-            .map(|r| match r.id.strip_prefix("rw") {
-                Some(rest) => rest.split('-').next().unwrap_or(rest),
-                None => r.id.as_str(),
-            })
-            .collect();
+        // A workflow's tasks count as one.
+        let kinds: std::collections::BTreeSet<&str> =
+            live.iter().map(|r| r.workflow.as_deref().unwrap_or(&r.id)).collect();
         Ok(Live {
             count: kinds.len(),
             reservations: live,

@@ -345,7 +345,7 @@ impl Service {
         let mut tasks = Vec::new();
         for (k, (task, p)) in wf.tasks.iter().zip(&offer.plan.tasks).enumerate() {
             let r = self
-                .save_reservation_of(format!("r{id}-{k}"), owner, p, task.cores)
+                .save_reservation_of((id, format!("r{id}-{k}")), owner, p, task.cores)
                 .await?;
             let mut job = task.job.clone().unwrap_or_default();
             job.reservation = Some(r.id.clone());
@@ -785,16 +785,17 @@ impl Service {
         self.sites().get(k).map_or_else(String::new, |s| s.name.clone())
     }
 
-    /// Records the reservation a task holds at its site as one of
-    /// `owner`'s broker reservations, under `id`.
+    /// Records the reservation a task of `workflow` holds at its site as
+    /// one of `owner`'s broker reservations, under `id`.
     async fn save_reservation_of(
         &self,
-        id: String,
+        (workflow, id): (&str, String),
         owner: &str,
         p: &TaskPlan,
         cores: u32,
     ) -> Result<BrokerReservation, ServiceError> {
         let r = BrokerReservation {
+            workflow: Some(workflow.to_string()),
             id,
             owner: owner.to_string(),
             site: self.site_name(p.site),
@@ -823,7 +824,7 @@ impl Service {
         let suffix = &uuid::Uuid::new_v4().simple().to_string()[..6];
         let owner = w.view.owner.clone();
         let r = self
-            .save_reservation_of(format!("r{}-{k}.{suffix}", w.view.id), &owner, p, cores)
+            .save_reservation_of((&w.view.id, format!("r{}-{k}.{suffix}", w.view.id)), &owner, p, cores)
             .await?;
         let task = &mut w.view.tasks[k];
         let old = self
