@@ -480,6 +480,90 @@ pub fn apply(job: &mut BrokerJob, change: Change, now: Time) -> Result<Applied, 
     Ok(Applied::Entered(to))
 }
 
+/// Whether a job in `state` counts toward its owner's limit of unfinished
+/// jobs: every job that has not ended, but a held one (its owner keeps it
+/// back; it takes nothing from anyone).
+pub fn counts_toward_limit(state: BrokerState) -> bool {
+    !state.is_terminal() && state != BrokerState::Held
+}
+
+/// Why a request for more jobs is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OverLimit {
+    /// One request describes more jobs than the broker takes at once.
+    #[error("the request describes {n} jobs; this broker takes at most {per_request} at once")]
+    PerRequest {
+        /// Jobs described.
+        n: u64,
+        /// Jobs a request may describe.
+        per_request: u64,
+    },
+    /// The owner would hold more unfinished jobs than allowed.
+    #[error("you have {unfinished} unfinished jobs; this broker holds at most {limit} per user")]
+    Unfinished {
+        /// The owner's unfinished jobs now.
+        unfinished: u64,
+        /// What one user may hold.
+        limit: u64,
+    },
+}
+
+/// Whether `n` more jobs fit a user who has `unfinished` jobs that count
+/// ([`counts_toward_limit`]), at most `per_request` per request and
+/// `limit` in all.
+pub fn within_limits(n: u64, per_request: u64, unfinished: u64, limit: u64) -> Result<(), OverLimit> {
+    if n > per_request {
+        return Err(OverLimit::PerRequest { n, per_request });
+    }
+    if unfinished.checked_add(n).is_none_or(|all| all > limit) {
+        return Err(OverLimit::Unfinished { unfinished, limit });
+    }
+    Ok(())
+}
+
+/// The path an accepted job takes through the dispatcher.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Route {
+    /// Into the broker reservation it names: its site and slot are chosen
+    /// already, no information needed.
+    Reservation(String),
+    /// One decision per turn, the turn held until the job is at its site
+    /// and the cache then asking the sites it changed again: for a job that
+    /// reserves on its best `reserve_top_k` sites first (two phases at the
+    /// sites), and for every job when the information is exact (each
+    /// decision must see every earlier one landed) or when the job may be
+    /// at a site already (accepted before the broker restarted: its key is
+    /// looked for first).
+    OneByOne {
+        /// Sites to hold a reservation on before choosing (0: none).
+        reserve_top_k: usize,
+    },
+    /// Decided in a batch against the information cache, counted where it
+    /// goes, sent after the turn.
+    Batched,
+}
+
+/// The path `job` takes, with `prefs`, when the broker's information is
+/// `exact` (read afresh at every decision) or not, and the job `inherited`
+/// from before the broker's start or not.
+pub fn route(job: &brokk_model::Job, prefs: &brokk_model::JobPreferences, exact: bool, inherited: bool) -> Route {
+    if let Some(rid) = &job.reservation {
+        return Route::Reservation(rid.clone());
+    }
+    let reserve_top_k = usize::from(prefs.use_reservations == Some(true));
+    if reserve_top_k > 0 || exact || inherited {
+        return Route::OneByOne { reserve_top_k };
+    }
+    Route::Batched
+}
+
+/// Whether an adaptation round looks at a job ([ET-brokering] 3.3): one
+/// waiting at a site whose owner asked for it; a running job stays where
+/// it runs, and one being moved is the round's already.
+pub fn adapts(state: BrokerState, prefs: &brokk_model::JobPreferences) -> bool {
+    state == BrokerState::Dispatched && prefs.queue_adaptation == Some(true)
+}
+
 /// Takes the owners in turn, each one's jobs in the order given (oldest
 /// first when given so), so that one user's thousand jobs do not keep
 /// everyone else's waiting behind them.
@@ -693,6 +777,73 @@ mod tests {
             Ok(Applied::Entered(BrokerState::Failed))
         );
         assert_eq!(t.reason.as_deref(), Some("no site"));
+    }
+
+    #[test]
+    fn a_user_holds_a_bounded_number_of_unfinished_jobs_and_held_ones_are_free() {
+        assert_eq!(within_limits(3, 10, 7, 10), Ok(()));
+        assert_eq!(
+            within_limits(4, 10, 7, 10),
+            Err(OverLimit::Unfinished {
+                unfinished: 7,
+                limit: 10
+            })
+        );
+        assert_eq!(
+            within_limits(11, 10, 0, 100),
+            Err(OverLimit::PerRequest { n: 11, per_request: 10 })
+        );
+        assert!(within_limits(1, 1, u64::MAX, u64::MAX).is_err(), "no overflow");
+        let counted: Vec<BrokerState> = BrokerState::ALL
+            .into_iter()
+            .filter(|s| counts_toward_limit(*s))
+            .collect();
+        use BrokerState as S;
+        assert_eq!(
+            counted,
+            [
+                S::Accepted,
+                S::Planned,
+                S::Reserving,
+                S::Moving,
+                S::Dispatched,
+                S::Running
+            ]
+        );
+    }
+
+    #[test]
+    fn a_job_goes_one_by_one_only_where_a_batch_would_be_wrong() {
+        use brokk_model::{Job, JobPreferences};
+        let plain = Job::default();
+        let prefs = JobPreferences::default();
+        assert_eq!(route(&plain, &prefs, false, false), Route::Batched);
+        let reserving = JobPreferences {
+            use_reservations: Some(true),
+            ..JobPreferences::default()
+        };
+        assert_eq!(
+            route(&plain, &reserving, false, false),
+            Route::OneByOne { reserve_top_k: 1 }
+        );
+        assert_eq!(route(&plain, &prefs, true, false), Route::OneByOne { reserve_top_k: 0 });
+        assert_eq!(route(&plain, &prefs, false, true), Route::OneByOne { reserve_top_k: 0 });
+        let into = Job {
+            reservation: Some("r1".into()),
+            ..Job::default()
+        };
+        assert_eq!(route(&into, &reserving, true, true), Route::Reservation("r1".into()));
+    }
+
+    #[test]
+    fn adaptation_looks_only_at_waiting_jobs_that_asked_for_it() {
+        let asked = brokk_model::JobPreferences {
+            queue_adaptation: Some(true),
+            ..Default::default()
+        };
+        let looked: Vec<BrokerState> = BrokerState::ALL.into_iter().filter(|s| adapts(*s, &asked)).collect();
+        assert_eq!(looked, [BrokerState::Dispatched]);
+        assert!(!adapts(BrokerState::Dispatched, &Default::default()));
     }
 
     #[test]

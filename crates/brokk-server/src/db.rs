@@ -97,12 +97,6 @@ pub struct Db {
     unfinished: Arc<Mutex<HashMap<String, HashSet<String>>>>,
 }
 
-/// Whether a job in `state` counts against its owner's limit: it has not
-/// ended and is not held.
-fn counts(state: BrokerState) -> bool {
-    !state.is_terminal() && state != BrokerState::Held
-}
-
 /// The schema, valid in both SQLite and PostgreSQL.
 const SCHEMA: &[&str] = &[
     "CREATE TABLE IF NOT EXISTS jobs (
@@ -303,7 +297,7 @@ impl Db {
         let mut unfinished: HashMap<String, HashSet<String>> = HashMap::new();
         let names: Vec<String> = BrokerState::ALL
             .into_iter()
-            .filter(|&s| counts(s))
+            .filter(|&s| brokk_broker::jobs::counts_toward_limit(s))
             .map(|s| format!("'{}'", s.as_str()))
             .collect();
         let names = names.join(", ");
@@ -391,7 +385,7 @@ impl Db {
     /// job change the count in the order they reach the table.
     fn track(&self, v: &BrokerJob) {
         let Ok(mut all) = self.unfinished.lock() else { return };
-        if counts(v.state()) {
+        if brokk_broker::jobs::counts_toward_limit(v.state()) {
             let of = match all.get_mut(&v.owner) {
                 Some(of) => of,
                 None => all.entry(v.owner.clone()).or_default(),

@@ -1,7 +1,8 @@
 //! Dispatch: every accepted job through the broker's submission, the users
 //! taken in turn, jobs accepted before a restart looked for first.
 //!
-//! Two paths. The pipelined one decides a batch of jobs in one turn
+//! Two paths, chosen by the broker's rule ([`brokk_broker::jobs::route`]).
+//! The pipelined one decides a batch of jobs in one turn
 //! against the information cache, each counted where it goes
 //! ([`brokk_broker::info::book`]) so the next sees it, and sends them after
 //! the turn, several at once; a site that refuses one sends it to the next
@@ -149,15 +150,10 @@ impl Service {
     /// The job with its description and preferences when it takes the
     /// pipelined path (see the module's comment).
     fn pipelined(&self, stored: &StoredJob) -> Option<Pending> {
-        if self.info.exact() || self.inherited(&stored.view.id) {
-            return None;
-        }
         let job: Job = serde_json::from_str(&stored.spec).ok()?;
         let prefs: JobPreferences = serde_json::from_str(&stored.prefs).unwrap_or_default();
-        if job.reservation.is_some() || prefs.use_reservations == Some(true) {
-            return None;
-        }
-        Some((stored.clone(), job, prefs))
+        let route = jobs::route(&job, &prefs, self.info.exact(), self.inherited(&stored.view.id));
+        (route == jobs::Route::Batched).then(|| (stored.clone(), job, prefs))
     }
 
     /// Decides where each job still accepted goes, in one turn and without
@@ -356,12 +352,15 @@ impl Service {
         if self.db.state(&stored.view.id).await? != Some(BrokerState::Accepted) {
             return Ok(());
         }
-        if let Some(rid) = job.reservation.clone() {
-            // Its site and slot are chosen already: no site information needed.
-            return self.dispatch_into(stored, job, &rid).await;
-        }
-        self.refresh_stale().await;
         let prefs: JobPreferences = serde_json::from_str(&stored.prefs).unwrap_or_default();
+        let route = jobs::route(&job, &prefs, self.info.exact(), self.inherited(&stored.view.id));
+        let reserve_top_k = match route {
+            jobs::Route::Reservation(rid) => return self.dispatch_into(stored, job, &rid).await,
+            jobs::Route::OneByOne { reserve_top_k } => reserve_top_k,
+            // Looked for at the sites just now: sent here all the same.
+            jobs::Route::Batched => 0,
+        };
+        self.refresh_stale().await;
         let sites = self.sites();
         let info = self.info.clone();
         let key = stored.view.id.clone();
@@ -378,7 +377,7 @@ impl Service {
             // Reservation-backed when the user asks for it: a hold on the best
             // site, committed by the submission (seed 003's two phases).
             let opts = SubmitOptions {
-                reserve_top_k: usize::from(prefs.use_reservations == Some(true)),
+                reserve_top_k,
                 ..SubmitOptions::default()
             };
             submit(&job, &prefs, "broker", &mut refs, t, opts).map(|s| {

@@ -13,7 +13,7 @@ impl Service {
     pub async fn adapt_round(&self) -> Result<(), ServiceError> {
         for stored in self.db.in_states(&[BrokerState::Dispatched]).await? {
             let prefs: JobPreferences = serde_json::from_str(&stored.prefs).unwrap_or_default();
-            if prefs.queue_adaptation != Some(true) {
+            if !jobs::adapts(stored.view.state(), &prefs) {
                 continue;
             }
             let job: Job = serde_json::from_str(&stored.spec).map_err(|e| ServiceError::Unavailable(e.to_string()))?;

@@ -348,19 +348,11 @@ impl Service {
     /// Refuses `n` more jobs for `owner` beyond `per_request` at once or the
     /// queued-jobs limit.
     async fn within_job_limits(&self, owner: &str, n: usize, per_request: u64) -> Result<(), ServiceError> {
-        if n as u64 > per_request {
-            return Err(ServiceError::BadRequest(format!(
-                "the request describes {n} jobs; this broker takes at most {per_request} at once"
-            )));
-        }
-        let queued = self.db.unfinished_of(owner) as u64;
-        if queued + n as u64 > self.limits.queued_jobs {
-            return Err(ServiceError::Conflict(format!(
-                "you have {queued} unfinished jobs; this broker holds at most {} per user",
-                self.limits.queued_jobs
-            )));
-        }
-        Ok(())
+        let unfinished = self.db.unfinished_of(owner) as u64;
+        jobs::within_limits(n as u64, per_request, unfinished, self.limits.queued_jobs).map_err(|e| match e {
+            jobs::OverLimit::PerRequest { .. } => ServiceError::BadRequest(e.to_string()),
+            jobs::OverLimit::Unfinished { .. } => ServiceError::Conflict(e.to_string()),
+        })
     }
 
     /// Stores a new job `id`, entering as `entry` says, part of what
