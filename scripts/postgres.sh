@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs (apt) and starts a local PostgreSQL for the broker service's
-# persistence tests, with a fresh database `brokk_test` owned by `brokk`.
+# persistence tests, with fresh databases `brokk_test` and `brokk_test_standby`
+# owned by `brokk`.
 # Prints the URL on success; fails (exit 1) with a message where it cannot.
 set -euo pipefail
 if ! ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1; then
@@ -14,6 +15,9 @@ pg_ctlcluster "$ver" main start >&2 2>/dev/null || pg_ctlcluster "$ver" main sta
 as_pg() { su postgres -c "$1"; }
 as_pg "psql -qtAc \"SELECT 1 FROM pg_roles WHERE rolname = 'brokk'\"" | grep -q 1 \
   || as_pg "psql -qc \"CREATE USER brokk WITH PASSWORD 'brokk'\"" >&2
-as_pg "dropdb --if-exists brokk_test" >&2
-as_pg "createdb -O brokk brokk_test" >&2
+# One database per test that needs one: they run at once.
+for db in brokk_test brokk_test_standby; do
+  as_pg "dropdb --if-exists $db" >&2
+  as_pg "createdb -O brokk $db" >&2
+done
 echo "postgres://brokk:brokk@127.0.0.1/brokk_test"

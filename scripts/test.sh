@@ -102,7 +102,7 @@ if command -v cargo-nextest >/dev/null 2>&1; then
     -E "package(brokk) & ($ignored)"
 else
   cargo test --locked -p brokk "${tests[@]}" -- --ignored --test-threads=1
-  if [ -n "${BROKK_TEST_POSTGRES:-}" ]; then cargo test --locked -p brokk --test service -- --ignored; fi
+  if [ -n "${BROKK_TEST_POSTGRES:-}" ]; then cargo test --locked -p brokk --test service --test standby -- --ignored; fi
 fi
 
 echo "== load test: a hostile user and an ordinary one at once against one broker"

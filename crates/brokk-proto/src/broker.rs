@@ -29,6 +29,13 @@ fn error_of(r: Response) -> CallError {
     CallError { status, message }
 }
 
+/// `url` sent to the broker at `base` instead: its scheme, host and port.
+fn rebase(url: &mut reqwest::Url, base: &reqwest::Url) {
+    let _ = url.set_scheme(base.scheme());
+    let _ = url.set_host(base.host_str());
+    let _ = url.set_port(base.port());
+}
+
 /// Which of the caller's jobs [`BrokerClient::jobs`] returns.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct JobsQuery<'a> {
@@ -46,40 +53,92 @@ pub struct JobsQuery<'a> {
 #[derive(Debug, Clone)]
 pub struct BrokerClient {
     url: String,
-    base: reqwest::Url,
+    /// Every broker the client may reach: an active one and its standby.
+    bases: Vec<reqwest::Url>,
+    /// The one asked first: the last that answered as the active broker.
+    base: std::sync::Arc<std::sync::Mutex<reqwest::Url>>,
     token: String,
     http: Client,
 }
 
 impl BrokerClient {
-    /// A client.
+    /// A client of the broker at `url`, or of the first of several
+    /// separated by commas (an active broker and its standby): a broker
+    /// that cannot be reached is passed over for the next, and a standby's
+    /// answer names the active one, which is asked instead.
     pub fn new(url: &str, token: &str) -> BrokerClient {
+        let bases: Vec<reqwest::Url> = url
+            .split(',')
+            .map(str::trim)
+            .filter(|u| !u.is_empty())
+            .map(crate::base_url)
+            .collect();
+        let first = bases.first().cloned().unwrap_or_else(|| crate::base_url(url));
         BrokerClient {
             url: url.trim_end_matches('/').to_string(),
-            base: crate::base_url(url),
+            bases,
+            base: std::sync::Arc::new(std::sync::Mutex::new(first)),
             token: token.to_string(),
             http: Client::new(),
         }
+    }
+
+    fn current(&self) -> reqwest::Url {
+        self.base
+            .lock()
+            .map(|b| b.clone())
+            .unwrap_or_else(|e| e.into_inner().clone())
     }
 
     /// A request to the path made of `segments` ([`crate::url_with`]) with
     /// the caller's token.
     fn request(&self, method: Method, segments: &[&str]) -> RequestBuilder {
         self.http
-            .request(method, crate::url_with(&self.base, segments))
+            .request(method, crate::url_with(&self.current(), segments))
             .bearer_auth(&self.token)
     }
 
-    /// Sends `rq`; a non-success status becomes the service's message.
+    /// Sends `rq`; a non-success status becomes the service's message. A
+    /// standby's answer sends the request on to the active broker it names,
+    /// and a broker that cannot be reached to the next of the client's
+    /// (each at most once; a streamed body is not sent again).
     fn send(&self, rq: RequestBuilder) -> Result<Response, CallError> {
-        let r = rq.send().map_err(|e| CallError {
+        let unreachable = |e: reqwest::Error| CallError {
             status: 0,
             message: format!("{}: {e}", self.url),
-        })?;
-        if r.status().is_success() {
-            return Ok(r);
+        };
+        let mut req = rq.build().map_err(unreachable)?;
+        let mut tried = vec![self.current()];
+        loop {
+            let again = req.try_clone();
+            let (to, failure) = match self.http.execute(req) {
+                Ok(r) if r.status().is_success() => return Ok(r),
+                Ok(r) if r.status() == reqwest::StatusCode::SERVICE_UNAVAILABLE => {
+                    let body: serde_json::Value = r.json().unwrap_or_default();
+                    let failure = CallError {
+                        status: 503,
+                        message: body["error"].as_str().unwrap_or("HTTP 503").to_string(),
+                    };
+                    let active = body["active"].as_str().filter(|a| !a.is_empty()).map(crate::base_url);
+                    (active, failure)
+                }
+                Ok(r) => return Err(error_of(r)),
+                Err(e) if e.is_connect() => {
+                    let next = self.bases.iter().find(|b| !tried.contains(b)).cloned();
+                    (next, unreachable(e))
+                }
+                Err(e) => return Err(unreachable(e)),
+            };
+            let (Some(to), Some(mut next)) = (to.filter(|t| !tried.contains(t)), again) else {
+                return Err(failure);
+            };
+            rebase(next.url_mut(), &to);
+            if let Ok(mut b) = self.base.lock() {
+                *b = to.clone();
+            }
+            tried.push(to);
+            req = next;
         }
-        Err(error_of(r))
     }
 
     /// Sends `rq` and reads the JSON answer.

@@ -19,6 +19,9 @@
 //! [workflows]                        # workflow admission; these are the defaults
 //! bandwidth_bytes_per_s = 125000000  # between every two sites, reserved per transfer
 //! hold_seconds = 120                 # how long an admission's holds wait for its commit
+//! [standby]                          # optional: one of two brokers on one database
+//! url = "http://host-a:8440"         # how clients reach this one
+//! lease_s = 10                       # a silent active broker is replaced after this
 //! [[sites]]                          # a remote `brokk site`
 //! name = "alpha"
 //! url = "http://127.0.0.1:8441"
@@ -101,6 +104,27 @@ pub struct Config {
     pub delegates: brokk_site::delegates::Delegates,
     /// ARC compute elements found in GLUE 2, as embedded ARC sites.
     pub discovery: Option<crate::discovery::DiscoveryConfig>,
+    /// Two brokers on one database, one active and one waiting to take over.
+    pub standby: Option<Standby>,
+}
+
+/// `[standby]`: this broker runs only while it holds the database's lease;
+/// another `brokk serve` on the same database waits, answering that it is
+/// the standby, and takes over when the lease lapses (what Slurm's backup
+/// controller and HTCondor's high-availability schedd give).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Standby {
+    /// This broker's URL as clients reach it, told to them by the standby.
+    pub url: String,
+    /// Seconds the lease lasts unrenewed: how long a crash of the active
+    /// broker goes unnoticed. It is renewed every third of that.
+    #[serde(default = "default_lease_s")]
+    pub lease_s: u64,
+}
+
+fn default_lease_s() -> u64 {
+    10
 }
 
 fn default_name() -> String {

@@ -12,6 +12,7 @@ pub mod config;
 pub mod dashboard;
 pub mod db;
 pub mod discovery;
+pub mod lease;
 pub mod openapi;
 pub mod record;
 pub mod service;
@@ -43,6 +44,41 @@ pub struct Running {
 pub async fn start(config: Config) -> Result<Running, StartError> {
     let err = |e: &dyn std::fmt::Display| StartError(e.to_string());
     let descriptors = brokk_site::listener::descriptor_budget().map_err(|e| err(&e))?;
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .map_err(|e| err(&e))?;
+    let mut bounds = brokk_site::listener::Bounds::for_descriptors(descriptors);
+    bounds.connections = config.limits.connections.unwrap_or(bounds.connections);
+    bounds.per_client = config.limits.connections_per_client.unwrap_or(bounds.per_client);
+    // With a standby configured, nothing starts before the lease is ours:
+    // the listener answers as the standby until then.
+    let listener = match &config.standby {
+        Some(standby) => {
+            let lease = lease::Lease::open(
+                &config.database,
+                &standby.url,
+                std::time::Duration::from_secs(standby.lease_s),
+            )
+            .await
+            .map_err(|e| err(&e))?;
+            let shared = listener.into_std().map_err(|e| err(&e))?;
+            let answering = shared.try_clone().map_err(|e| err(&e))?;
+            let answering = tokio::net::TcpListener::from_std(answering).map_err(|e| err(&e))?;
+            lease::wait_as_standby(&lease, answering, bounds)
+                .await
+                .map_err(|e| err(&e))?;
+            let listener = tokio::net::TcpListener::from_std(shared).map_err(|e| err(&e))?;
+            // Renewed from now on, through the start: a broker that loses
+            // it stops at once, not a moment beside its successor.
+            tokio::spawn(async move {
+                let why = lease::keep(lease).await;
+                tracing::error!("stopping: {why}");
+                std::process::exit(3);
+            });
+            listener
+        }
+        None => listener,
+    };
     let db = db::Db::open(&config.database).await.map_err(|e| err(&e))?;
     let inherited = db
         .in_states(&[
@@ -178,9 +214,6 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
             }
         }
     });
-    let listener = tokio::net::TcpListener::bind(config.listen)
-        .await
-        .map_err(|e| err(&e))?;
     let addr = listener.local_addr().map_err(|e| err(&e))?;
     let app = api::router(
         service.clone(),
@@ -192,9 +225,6 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         },
         config.max_body_bytes,
     );
-    let mut bounds = brokk_site::listener::Bounds::for_descriptors(descriptors);
-    bounds.connections = config.limits.connections.unwrap_or(bounds.connections);
-    bounds.per_client = config.limits.connections_per_client.unwrap_or(bounds.per_client);
     let server = tokio::spawn(brokk_site::listener::serve(listener, app, bounds));
     Ok(Running { addr, service, server })
 }
