@@ -194,6 +194,20 @@ fn legacy_member(id: &str) -> Member {
     }
 }
 
+/// The sqlx URL of the configured `database`: a `postgres://` URL as it
+/// is, else a SQLite file (its directory made), created if missing. Installs
+/// the drivers.
+pub fn connection_url(database: &str) -> String {
+    sqlx::any::install_default_drivers();
+    if database.starts_with("postgres://") || database.starts_with("postgresql://") {
+        return database.to_string();
+    }
+    if let Some(dir) = Path::new(database).parent() {
+        let _ = std::fs::create_dir_all(dir);
+    }
+    format!("sqlite://{database}?mode=rwc")
+}
+
 fn row_to_job(r: &AnyRow) -> StoredJob {
     let warnings: String = r.get("warnings");
     let spec: String = r.get("spec");
@@ -231,15 +245,7 @@ impl Db {
     /// Opens the database: `postgres://...` URLs go to PostgreSQL, anything
     /// else is a SQLite file (created if needed, WAL journal).
     pub async fn open(database: &str) -> Result<Db, DbError> {
-        sqlx::any::install_default_drivers();
-        let url = if database.starts_with("postgres://") || database.starts_with("postgresql://") {
-            database.to_string()
-        } else {
-            if let Some(dir) = Path::new(database).parent() {
-                let _ = std::fs::create_dir_all(dir);
-            }
-            format!("sqlite://{database}?mode=rwc")
-        };
+        let url = connection_url(database);
         let sqlite = !url.starts_with("postgres");
         let pool = AnyPoolOptions::new()
             .max_connections(4)

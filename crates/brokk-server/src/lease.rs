@@ -8,8 +8,6 @@
 //! another stops at once (a paused or partitioned broker must not go on
 //! beside its successor).
 
-use std::path::Path;
-
 use sqlx::any::AnyPoolOptions;
 use sqlx::{AnyPool, Row};
 
@@ -35,16 +33,10 @@ impl Lease {
     /// A claim of the lease on `database` for the broker clients reach at
     /// `url`, lasting `length` unrenewed. Takes nothing yet.
     pub async fn open(database: &str, url: &str, length: std::time::Duration) -> Result<Lease, DbError> {
-        sqlx::any::install_default_drivers();
-        let db_url = if database.starts_with("postgres://") || database.starts_with("postgresql://") {
-            database.to_string()
-        } else {
-            if let Some(dir) = Path::new(database).parent() {
-                let _ = std::fs::create_dir_all(dir);
-            }
-            format!("sqlite://{database}?mode=rwc")
-        };
-        let pool = AnyPoolOptions::new().max_connections(1).connect(&db_url).await?;
+        let pool = AnyPoolOptions::new()
+            .max_connections(1)
+            .connect(&crate::db::connection_url(database))
+            .await?;
         sqlx::query(
             "CREATE TABLE IF NOT EXISTS lease (name TEXT PRIMARY KEY, holder TEXT NOT NULL, url TEXT NOT NULL,
              expires BIGINT NOT NULL)",

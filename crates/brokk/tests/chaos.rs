@@ -64,14 +64,6 @@ impl Drop for Cluster {
     }
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// A server process of the test, restartable on its fixed address.
 struct Daemon {
     args: Vec<String>,
@@ -147,7 +139,7 @@ fn jobs_end_exactly_once_while_broker_agents_and_slurmctld_are_killed() {
     let cluster = Cluster::start(dir.join("slurm"));
     let bed = cluster.dir.clone();
     let ran = dir.join("ran.txt");
-    let (p_broker, p_slurm, p_local) = (free_port(), free_port(), free_port());
+    let (p_broker, p_slurm, p_local) = (common::free_port(), common::free_port(), common::free_port());
     let site = format!("chaos{}", std::process::id());
     std::fs::create_dir_all(dir.join("hpc")).unwrap();
     std::fs::create_dir_all(dir.join("local")).unwrap();

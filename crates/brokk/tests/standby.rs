@@ -18,15 +18,6 @@ const LEASE_S: u64 = 2;
 /// Kills of the active broker.
 const KILLS: usize = 4;
 
-/// A free port on the loopback interface.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// One of the two brokers: its configuration and, while it runs, its process.
 struct Broker {
     config: PathBuf,
@@ -37,7 +28,7 @@ struct Broker {
 
 impl Broker {
     fn new(dir: &Path, name: &str, database: &str) -> Broker {
-        let port = free_port();
+        let port = common::free_port();
         let url = format!("http://127.0.0.1:{port}");
         let config = dir.join(format!("{name}.toml"));
         std::fs::write(

@@ -17,6 +17,17 @@ pub fn scratch(kind: &str, name: &str) -> PathBuf {
     dir
 }
 
+/// A free port on the loopback interface, for a server that must keep its
+/// address across restarts.
+#[allow(dead_code)] // the tests that restart servers'
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
 /// A server process and where it listens; killed (SIGKILL) when dropped.
 pub struct Server {
     child: Child,
