@@ -103,6 +103,16 @@ impl BrokerClient {
     /// and a broker that cannot be reached to the next of the client's
     /// (each at most once; a streamed body is not sent again).
     fn send(&self, rq: RequestBuilder) -> Result<Response, CallError> {
+        let r = self.execute(rq)?;
+        if r.status().is_success() {
+            return Ok(r);
+        }
+        Err(error_of(r))
+    }
+
+    /// Sends `rq` to the active broker (see [`BrokerClient::send`]) and
+    /// returns its answer, whatever the status.
+    fn execute(&self, rq: RequestBuilder) -> Result<Response, CallError> {
         let unreachable = |e: reqwest::Error| CallError {
             status: 0,
             message: format!("{}: {e}", self.url),
@@ -112,7 +122,6 @@ impl BrokerClient {
         loop {
             let again = req.try_clone();
             let (to, failure) = match self.http.execute(req) {
-                Ok(r) if r.status().is_success() => return Ok(r),
                 Ok(r) if r.status() == reqwest::StatusCode::SERVICE_UNAVAILABLE => {
                     let body: serde_json::Value = r.json().unwrap_or_default();
                     let failure = CallError {
@@ -122,7 +131,7 @@ impl BrokerClient {
                     let active = body["active"].as_str().filter(|a| !a.is_empty()).map(crate::base_url);
                     (active, failure)
                 }
-                Ok(r) => return Err(error_of(r)),
+                Ok(r) => return Ok(r),
                 Err(e) if e.is_connect() => {
                     let next = self.bases.iter().find(|b| !tried.contains(b)).cloned();
                     (next, unreachable(e))
@@ -200,14 +209,7 @@ impl BrokerClient {
     /// Admits a workflow against its deadline: its plan, or (409) why not
     /// with the earliest finish on offer.
     pub fn submit_workflow(&self, req: &WorkflowRequest) -> Result<Result<WorkflowView, WorkflowRefused>, CallError> {
-        let r = self
-            .request(Method::POST, &["v1", "workflows"])
-            .json(req)
-            .send()
-            .map_err(|e| CallError {
-                status: 0,
-                message: format!("{}: {e}", self.url),
-            })?;
+        let r = self.execute(self.request(Method::POST, &["v1", "workflows"]).json(req))?;
         let status = r.status().as_u16();
         let bad = |e: reqwest::Error| CallError {
             status,
