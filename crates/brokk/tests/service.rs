@@ -1117,3 +1117,38 @@ fn a_hold_never_crosses_a_dispatch_in_flight() {
     }
     eprintln!("{} held before dispatch, {refused} already at a site", held.len());
 }
+
+#[test]
+fn submit_watch_follows_every_job_of_a_submission_and_says_why_one_failed() {
+    let dir = scratch("watch-all");
+    broker_config(&dir, "", &[("a", 4)]);
+    let svc = Service::start(&dir);
+    // Three jobs: the first exits 0, the others 1 and 2.
+    let sub = dir.join("three.sub");
+    std::fs::write(
+        &sub,
+        "executable = /bin/sh\narguments = \"-c 'sleep 1; exit $(Process)'\"\nqueue 3\n",
+    )
+    .unwrap();
+    let out = svc.brokk("tok-ann", &["submit", sub.to_str().unwrap(), "--watch"]);
+    let (_, said) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "two of three failed: {said}");
+    let printed = String::from_utf8_lossy(&out.stdout);
+    let ends: Vec<&str> = printed
+        .lines()
+        .filter(|l| l.contains(" finished at") || l.contains(" failed at"))
+        .collect();
+    assert_eq!(ends.len(), 3, "{printed}");
+    assert!(
+        ends.iter().any(|l| l.ends_with("failed at a: exited with code 1")),
+        "{printed}"
+    );
+    assert!(
+        ends.iter().any(|l| l.ends_with("failed at a: exited with code 2")),
+        "{printed}"
+    );
+    // A token is never shown in help.
+    let help = common::brokk(&svc.server.url, "the-secret-token", &["status", "--help"]);
+    assert!(help.status.success());
+    assert!(!String::from_utf8_lossy(&help.stdout).contains("the-secret-token"));
+}

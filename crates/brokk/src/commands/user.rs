@@ -17,11 +17,18 @@ use super::listing::{self, Filter};
 /// Where the service is and who we are.
 #[derive(clap::Args, Clone)]
 pub struct Server {
-    /// The broker service's URL.
+    /// The broker service's URL; an active broker and its standby
+    /// separated by a comma.
     #[arg(long, env = "BROKK_SERVER", default_value = "http://127.0.0.1:8440")]
     server: String,
-    /// Bearer token.
-    #[arg(long, env = "BROKK_TOKEN", default_value = "")]
+    /// Bearer token (never shown in `--help`).
+    #[arg(
+        long,
+        env = "BROKK_TOKEN",
+        default_value = "",
+        hide_env_values = true,
+        hide_default_value = true
+    )]
     token: String,
 }
 
@@ -58,7 +65,8 @@ pub struct SubmitArgs {
     /// Run in this reservation, made earlier with `brokk reserve`.
     #[arg(long, conflicts_with = "reserve")]
     reservation: Option<String>,
-    /// Follow the job until it ends.
+    /// Follow every job the description made until all have ended (the
+    /// status is 0 only if every one finished with exit code 0).
     #[arg(long)]
     watch: bool,
     /// Print JSON.
@@ -314,42 +322,61 @@ pub fn quota(a: QuotaArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Polls until the job ends, printing each state change (as a line of JSON
-/// with `json`); exits non-zero unless it finished with code 0.
-fn watch(c: &BrokerClient, id: &str, json: bool) -> Result<ExitCode> {
-    let mut seen = 0;
-    let mut last = None;
-    loop {
-        let j = c.job(id)?;
-        if json {
-            // Every history entry once, in order: an event stream a script can follow.
-            for h in j.history.iter().skip(seen) {
-                let event = serde_json::json!({
-                    "event": "state", "id": j.id, "at": h.at, "state": h.state, "detail": h.detail,
-                });
-                say!("{event}");
+/// Polls until every job of `ids` ends, printing each state change (as a
+/// line of JSON with `json`), with the reason or exit code of an end that
+/// is not a success; exits non-zero unless every one finished with code 0.
+fn watch(c: &BrokerClient, ids: &[String], json: bool) -> Result<ExitCode> {
+    // Per job: history entries shown, last state shown, and whether it ended well.
+    let mut seen = vec![0; ids.len()];
+    let mut last = vec![None; ids.len()];
+    let mut ended: Vec<Option<bool>> = vec![None; ids.len()];
+    while ended.iter().any(Option::is_none) {
+        for (k, id) in ids.iter().enumerate() {
+            if ended[k].is_some() {
+                continue;
             }
-            seen = seen.max(j.history.len());
-        } else if Some(j.state()) != last {
-            say!(
-                "{} {}{}",
-                listing::shown(&j.id),
-                j.state(),
-                j.site
-                    .as_ref()
-                    .map_or(String::new(), |s| format!(" at {}", listing::shown(s)))
-            );
-            last = Some(j.state());
-        }
-        if j.state().is_terminal() {
+            let j = c.job(id)?;
             if json {
-                say!("{}", serde_json::json!({ "event": "end", "job": j }));
+                // Every history entry once, in order: an event stream a script can follow.
+                for h in j.history.iter().skip(seen[k]) {
+                    let event = serde_json::json!({
+                        "event": "state", "id": j.id, "at": h.at, "state": h.state, "detail": h.detail,
+                    });
+                    say!("{event}");
+                }
+                seen[k] = seen[k].max(j.history.len());
+            } else if Some(j.state()) != last[k] {
+                say!("{}", change_line(&j));
+                last[k] = Some(j.state());
             }
-            let ok = j.state() == BrokerState::Finished && j.exit_code == Some(0);
-            return Ok(if ok { ExitCode::SUCCESS } else { ExitCode::from(1) });
+            if j.state().is_terminal() {
+                if json {
+                    say!("{}", serde_json::json!({ "event": "end", "job": j }));
+                }
+                ended[k] = Some(j.state() == BrokerState::Finished && j.exit_code == Some(0));
+            }
         }
-        std::thread::sleep(Duration::from_millis(300));
+        if ended.iter().any(Option::is_none) {
+            std::thread::sleep(Duration::from_millis(300));
+        }
     }
+    let ok = ended.iter().all(|e| *e == Some(true));
+    Ok(if ok { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}
+
+/// A job's state as `watch` prints it: `ID STATE [at SITE]`, and for an end
+/// that is not a success its exit code or its reason.
+fn change_line(j: &brokk_proto::wire::BrokerJob) -> String {
+    let at = j
+        .site
+        .as_ref()
+        .map_or(String::new(), |s| format!(" at {}", listing::shown(s)));
+    let why = match (j.state(), j.exit_code, &j.reason) {
+        (BrokerState::Finished, Some(code), _) if code != 0 => format!(" (exit code {code})"),
+        (BrokerState::Failed | BrokerState::Cancelled, _, Some(reason)) => format!(": {}", listing::shown(reason)),
+        _ => String::new(),
+    };
+    format!("{} {}{at}{why}", listing::shown(&j.id), j.state())
 }
 
 /// Preferences from `--prefs`: inline JSON, or a file holding it.
@@ -448,7 +475,7 @@ pub fn submit(a: SubmitArgs) -> Result<ExitCode> {
         }
     }
     if a.watch {
-        return watch(&c, &accepted.id, a.json);
+        return watch(&c, &accepted.ids, a.json);
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -508,7 +535,7 @@ pub fn status(a: StatusArgs) -> Result<ExitCode> {
 
 /// Runs `brokk watch`.
 pub fn watch_cmd(a: IdArgs) -> Result<ExitCode> {
-    watch(&a.server.client(), &a.id, a.json)
+    watch(&a.server.client(), std::slice::from_ref(&a.id), a.json)
 }
 
 /// What `cancel`, `hold` and `release` do to one job.
