@@ -848,6 +848,18 @@ fn local_inputs_are_uploaded_and_every_output_comes_back_under_brokk_ids() {
             std::fs::read_to_string(got.join("result.txt")).unwrap(),
             format!("{k}\n")
         );
+        // A file already there is not replaced without --force, and nothing is fetched.
+        std::fs::write(got.join("result.txt"), "mine\n").unwrap();
+        let again = svc.brokk("tok-ann", &["get", id, "--dir", got.to_str().unwrap()]);
+        assert!(!again.status.success());
+        assert!(text(&again).1.contains("--force"), "{}", text(&again).1);
+        assert_eq!(std::fs::read_to_string(got.join("result.txt")).unwrap(), "mine\n");
+        let forced = svc.brokk("tok-ann", &["get", id, "--dir", got.to_str().unwrap(), "--force"]);
+        assert!(forced.status.success(), "{}", text(&forced).1);
+        assert_eq!(
+            std::fs::read_to_string(got.join("result.txt")).unwrap(),
+            format!("{k}\n")
+        );
     }
     // A file that is not there is named before anything is sent.
     std::fs::remove_file(work.join("data.txt")).unwrap();

@@ -132,6 +132,10 @@ pub struct GetArgs {
     /// Where to put its files [default: a directory named after the job].
     #[arg(long)]
     dir: Option<PathBuf>,
+    /// Replace files that are there already (without it, `get` refuses
+    /// before fetching anything).
+    #[arg(long)]
+    force: bool,
     #[command(flatten)]
     server: Server,
 }
@@ -625,12 +629,26 @@ pub fn get(a: GetArgs) -> Result<ExitCode> {
             names.push(n.clone());
         }
     }
+    // Only plain relative paths land in the directory.
+    let plain = |name: &str| {
+        let rel = std::path::Path::new(name);
+        !rel.is_absolute() && rel.components().all(|p| matches!(p, std::path::Component::Normal(_)))
+    };
+    if !a.force {
+        let there: Vec<String> = names
+            .iter()
+            .filter(|n| plain(n) && dir.join(n).symlink_metadata().is_ok())
+            .map(|n| listing::shown(&dir.join(n).display().to_string()))
+            .collect();
+        if !there.is_empty() {
+            anyhow::bail!("not replacing {} (--force replaces them)", there.join(", "));
+        }
+    }
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let mut missing = Vec::new();
     for name in &names {
-        // Only plain relative paths land in the directory.
         let rel = std::path::Path::new(name);
-        if rel.is_absolute() || rel.components().any(|p| !matches!(p, std::path::Component::Normal(_))) {
+        if !plain(name) {
             missing.push(format!("{} (not a relative path)", listing::shown(name)));
             continue;
         }
