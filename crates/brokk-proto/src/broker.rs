@@ -29,6 +29,27 @@ fn error_of(r: Response) -> CallError {
     CallError { status, message }
 }
 
+/// What a user reads when the broker at `url` could not be asked: the
+/// innermost cause (`Connection refused`), and for a refused or failed
+/// connection where to look.
+fn unreachable_message(url: &str, e: &reqwest::Error) -> String {
+    let mut cause: &dyn std::error::Error = e;
+    while let Some(inner) = cause.source() {
+        cause = inner;
+    }
+    if e.is_connect() {
+        return format!("cannot reach the broker at {url}: {cause} (is `brokk serve` running there? BROKK_SERVER or --server names it)");
+    }
+    if e.is_timeout() {
+        return format!("the broker at {url} did not answer in time: {cause}");
+    }
+    let (outer, inner) = (e.to_string(), cause.to_string());
+    if outer.contains(&inner) {
+        return format!("{url}: {outer}");
+    }
+    format!("{url}: {outer}: {inner}")
+}
+
 /// `url` sent to the broker at `base` instead: its scheme, host and port.
 fn rebase(url: &mut reqwest::Url, base: &reqwest::Url) {
     let _ = url.set_scheme(base.scheme());
@@ -115,7 +136,7 @@ impl BrokerClient {
     fn execute(&self, rq: RequestBuilder) -> Result<Response, CallError> {
         let unreachable = |e: reqwest::Error| CallError {
             status: 0,
-            message: format!("{}: {e}", self.url),
+            message: unreachable_message(&self.url, &e),
         };
         let mut req = rq.build().map_err(unreachable)?;
         let mut tried = vec![self.current()];

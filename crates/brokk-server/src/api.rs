@@ -102,7 +102,7 @@ async fn auth(State(app): State<App>, mut req: Request, next: Next) -> Result<Re
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
         .and_then(|t| app.access.tokens.get(t.trim()))
-        .ok_or_else(|| ApiError(StatusCode::UNAUTHORIZED, "a valid bearer token is required".into()))?;
+        .ok_or_else(|| ApiError(StatusCode::UNAUTHORIZED, "a valid bearer token is required (`Authorization: Bearer TOKEN`; the brokk commands send BROKK_TOKEN or --token)".into()))?;
     req.extensions_mut().insert(Identity(Arc::from(who.as_str())));
     Ok(next.run(req).await)
 }

@@ -1164,3 +1164,19 @@ fn submit_watch_follows_every_job_of_a_submission_and_says_why_one_failed() {
     assert!(help.status.success());
     assert!(!String::from_utf8_lossy(&help.stdout).contains("the-secret-token"));
 }
+
+#[test]
+fn a_missing_token_and_an_absent_broker_say_what_to_set() {
+    let dir = scratch("messages");
+    broker_config(&dir, "", &[("a", 1)]);
+    let svc = Service::start(&dir);
+    let no_token = svc.brokk("", &["status"]);
+    assert_eq!(no_token.status.code(), Some(4));
+    assert!(text(&no_token).1.contains("BROKK_TOKEN"), "{}", text(&no_token).1);
+    let nobody = format!("http://127.0.0.1:{}", common::free_port());
+    let absent = common::brokk(&nobody, "tok-ann", &["status"]);
+    assert_eq!(absent.status.code(), Some(5));
+    let said = text(&absent).1;
+    assert!(said.contains(&format!("cannot reach the broker at {nobody}")), "{said}");
+    assert!(said.contains("BROKK_SERVER"), "{said}");
+}
