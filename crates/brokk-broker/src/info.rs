@@ -196,6 +196,13 @@ pub fn book(info: &mut ResourceInfo, cpus: u32, wall: Duration) {
     }
 }
 
+/// How long a job sent with `prediction` may hold its processors, as
+/// [`book`] counts it: the wall time it is sent with (an hour when nothing
+/// predicts one).
+pub fn booked_wall(prediction: &crate::predict::Prediction) -> Duration {
+    prediction.requested_wall_time.unwrap_or(Duration::hours(1))
+}
+
 /// Default time-to-live of cached information (seed 000, section 5).
 pub const DEFAULT_TTL: Duration = Duration(60);
 

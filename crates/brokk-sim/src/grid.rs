@@ -21,7 +21,7 @@ use std::collections::HashMap;
 
 use brokk_broker::adapt::{adapt, AdaptOptions, Adapted, Tracked};
 use brokk_broker::coalloc::{coallocate, place, CoRequest};
-use brokk_broker::info::book;
+use brokk_broker::info::{book, booked_wall};
 use brokk_broker::submit::{submit_informed, SubmitOptions};
 use brokk_broker::{JobHandle, MemorySite, Site, SiteError};
 use brokk_core::queue::Policy;
@@ -478,11 +478,7 @@ impl Grid<'_> {
         if reserve_top_k == 0 {
             // As `brokk serve` dispatches: the job counts in what the broker
             // knows of the site until the site's next snapshot.
-            let wall = s
-                .prediction
-                .requested_wall_time
-                .unwrap_or(job.wall_time.unwrap_or(Duration(1)));
-            book(&mut self.visible[c], job.cpus.unwrap_or(1), wall);
+            book(&mut self.visible[c], job.cpus.unwrap_or(1), booked_wall(&s.prediction));
         } else {
             // Reservations were made and given back: asked again.
             self.snapshots[c].changed = true;

@@ -278,7 +278,7 @@ impl Service {
                 Some((i, handle)) => {
                     let (k, prediction, _) = order[i];
                     if i > 0 {
-                        info.book(&sites[k].name, cpus, super::sites::booked_wall(&prediction));
+                        info.book(&sites[k].name, cpus, brokk_broker::info::booked_wall(&prediction));
                     }
                     Ok((
                         sites[k].name.clone(),

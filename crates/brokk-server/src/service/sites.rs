@@ -116,7 +116,11 @@ impl SiteInfo {
                     &brokk_broker::predict::STANDARD_PREDICTOR,
                 );
                 if let Some(&(k, p)) = plan.as_ref().ok().and_then(|p| p.candidates.first()) {
-                    cache.book(&sites[k].name, job.cpus.unwrap_or(1), booked_wall(&p));
+                    cache.book(
+                        &sites[k].name,
+                        job.cpus.unwrap_or(1),
+                        brokk_broker::info::booked_wall(&p),
+                    );
                 }
                 Decided {
                     stored,
@@ -249,12 +253,6 @@ pub(super) fn send_uploads(
         client.put_upload(sha, &path)?;
     }
     Ok(())
-}
-
-/// How long a job sent with prediction `p` may hold its processors: the
-/// wall time it is sent with.
-pub(super) fn booked_wall(p: &brokk_broker::predict::Prediction) -> brokk_model::Duration {
-    p.requested_wall_time.unwrap_or(brokk_model::Duration::hours(1))
 }
 
 /// What a cached answer says of a site, as a site's own answer would;
