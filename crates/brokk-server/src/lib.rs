@@ -46,7 +46,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
     let descriptors = brokk_site::listener::descriptor_budget().map_err(|e| err(&e))?;
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
-        .map_err(|e| err(&e))?;
+        .map_err(|e| err(&format!("listening on {}: {e}", config.listen)))?;
     let mut bounds = brokk_site::listener::Bounds::for_descriptors(descriptors);
     bounds.connections = config.limits.connections.unwrap_or(bounds.connections);
     bounds.per_client = config.limits.connections_per_client.unwrap_or(bounds.per_client);

@@ -1179,4 +1179,27 @@ fn a_missing_token_and_an_absent_broker_say_what_to_set() {
     let said = text(&absent).1;
     assert!(said.contains(&format!("cannot reach the broker at {nobody}")), "{said}");
     assert!(said.contains("BROKK_SERVER"), "{said}");
+    // A reservation's window takes a duration from now, as --since takes one back.
+    let before = brokk_proto::wall_clock();
+    let r = svc.json(
+        "tok-ann",
+        &[
+            "reserve",
+            "--amount",
+            "1",
+            "--duration",
+            "60",
+            "--earliest",
+            "2h",
+            "--json",
+        ],
+    );
+    let start = brokk_model::Time::parse(r["start"].as_str().unwrap()).unwrap();
+    assert!(start >= before + brokk_model::Duration(7200), "{r}");
+    let bad = svc.brokk(
+        "tok-ann",
+        &["reserve", "--amount", "1", "--duration", "60", "--earliest", "soonish"],
+    );
+    assert!(!bad.status.success());
+    assert!(text(&bad).1.contains("--earliest: `soonish`"), "{}", text(&bad).1);
 }

@@ -48,7 +48,7 @@ pub struct SubmitArgs {
     #[arg(long)]
     format: Option<String>,
     /// Preferences: a JSON file, or the JSON itself
-    /// (`--prefs '{"objective":"earliest-start"}'`).
+    /// (`--prefs '{"objective":"earliest_start"}'`).
     #[arg(long)]
     prefs: Option<String>,
     /// Keep the jobs held until `brokk release`.
@@ -214,10 +214,12 @@ pub struct ReserveArgs {
     /// How long (`3600`, `90m`, `1h30m`, `01:30:00`).
     #[arg(long, required_unless_present_any = ["cancel", "list"])]
     duration: Option<brokk_model::Duration>,
-    /// Earliest start (RFC 3339) [default: now].
+    /// Earliest start: a time (RFC 3339) or a duration from now (`2h`, `1d`)
+    /// [default: now].
     #[arg(long)]
     earliest: Option<String>,
-    /// Latest start (RFC 3339) [default: a day after the earliest].
+    /// Latest start: a time (RFC 3339) or a duration from now [default: a
+    /// day after the earliest].
     #[arg(long)]
     latest: Option<String>,
     /// Cancel this reservation instead.
@@ -263,11 +265,16 @@ pub fn reserve(a: ReserveArgs) -> Result<ExitCode> {
         Some(id) => c.cancel_reservation(id)?,
         None => {
             let now = brokk_proto::wall_clock();
-            let earliest = a.earliest.as_deref().map(Time::parse).transpose()?.unwrap_or(now);
+            let earliest = a
+                .earliest
+                .as_deref()
+                .map(|s| ahead("--earliest", s, now))
+                .transpose()?
+                .unwrap_or(now);
             let latest = a
                 .latest
                 .as_deref()
-                .map(Time::parse)
+                .map(|s| ahead("--latest", s, now))
                 .transpose()?
                 .unwrap_or(earliest + brokk_model::Duration::hours(24));
             c.reserve(&brokk_proto::wire::BrokerReservationRequest {
@@ -381,6 +388,16 @@ fn change_line(j: &brokk_proto::wire::BrokerJob) -> String {
         _ => String::new(),
     };
     format!("{} {}{at}{why}", listing::shown(&j.id), j.state())
+}
+
+/// A time given as `option`: a duration from `now` (`90m`, `2h`, `1d`, as
+/// `--since` takes one back from now) or a time (RFC 3339).
+fn ahead(option: &str, s: &str, now: Time) -> Result<Time> {
+    if let Ok(d) = brokk_model::Duration::parse_human(s) {
+        return Ok(now + d);
+    }
+    Time::parse(s)
+        .map_err(|_| anyhow::anyhow!("{option}: `{s}` is neither a duration from now (2h, 1d) nor a time (RFC 3339)"))
 }
 
 /// Preferences from `--prefs`: inline JSON, or a file holding it.
