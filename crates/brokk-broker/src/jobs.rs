@@ -352,13 +352,6 @@ pub enum Applied {
     Entered(BrokerState),
 }
 
-impl Applied {
-    /// Whether there is anything to store.
-    pub fn changed(self) -> bool {
-        self != Applied::Unchanged
-    }
-}
-
 /// A change that cannot happen from the job's state, with the reason in
 /// words for its owner.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
