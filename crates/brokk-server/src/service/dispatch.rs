@@ -105,18 +105,20 @@ impl Service {
                 first_error.get_or_insert(e);
             }
         };
-        for chunk in pending.chunks(DECISION_BATCH) {
+        let mut pending = pending.into_iter().peekable();
+        while pending.peek().is_some() {
             let (mut careful, mut quick) = (Vec::new(), Vec::new());
-            for stored in chunk {
-                match self.pipelined(stored) {
-                    Some(p) => quick.push(p),
-                    None => careful.push(stored.clone()),
+            for stored in pending.by_ref().take(DECISION_BATCH) {
+                match self.pipelined(&stored) {
+                    Some((job, prefs)) => quick.push((stored, job, prefs)),
+                    None => careful.push(stored),
                 }
             }
-            for few in careful.chunks(DISPATCH_CONCURRENCY) {
+            let mut careful = careful.into_iter().peekable();
+            while careful.peek().is_some() {
                 let mut set = tokio::task::JoinSet::new();
-                for j in few {
-                    let (svc, j) = (self.clone(), j.clone());
+                for j in careful.by_ref().take(DISPATCH_CONCURRENCY) {
+                    let svc = self.clone();
                     set.spawn(async move { svc.dispatch(j).await });
                 }
                 while let Some(r) = set.join_next().await {
@@ -147,13 +149,18 @@ impl Service {
         first_error.map_or(Ok(()), Err)
     }
 
-    /// The job with its description and preferences when it takes the
-    /// pipelined path (see the module's comment).
-    fn pipelined(&self, stored: &StoredJob) -> Option<Pending> {
+    /// The job's description and preferences when it takes the pipelined
+    /// path (see the module's comment); nothing is read with exact
+    /// information, where every job goes one by one.
+    fn pipelined(&self, stored: &StoredJob) -> Option<(Job, JobPreferences)> {
+        // Exact information sends every job one by one: nothing to read.
+        if self.info.exact() {
+            return None;
+        }
         let job: Job = serde_json::from_str(&stored.spec).ok()?;
         let prefs: JobPreferences = serde_json::from_str(&stored.prefs).unwrap_or_default();
-        let route = jobs::route(&job, &prefs, self.info.exact(), self.inherited(&stored.view.id));
-        (route == jobs::Route::Batched).then(|| (stored.clone(), job, prefs))
+        let route = jobs::route(&job, &prefs, false, self.inherited(&stored.view.id));
+        (route == jobs::Route::Batched).then_some((job, prefs))
     }
 
     /// Decides where each job still accepted goes, in one turn and without
