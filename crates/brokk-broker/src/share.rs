@@ -6,7 +6,10 @@
 //! whoever asked first. Workflows count like reservations: each task's
 //! reservation is one.
 
-use brokk_model::Time;
+use brokk_core::{Candidate, Change, Reply, Request, ReservationId};
+use brokk_model::{Job, ResourceInfo, Time};
+
+use crate::site::{JobHandle, JobState, Site, SiteError};
 
 /// A user's reservation at one site: `amount` slots over `[start, end)`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -102,6 +105,227 @@ impl Share {
     }
 }
 
+/// A site as one user may use it within their share: probes offer only
+/// starts where the request keeps the user within it, and a grant that
+/// would take more is given back and answered as a site answers a request
+/// that does not fit. Workflow admission asks through it, so a workflow is
+/// planned within the share (later, or at another site) rather than refused
+/// after the sites were searched.
+pub struct Within<'a> {
+    site: &'a mut dyn Site,
+    share: Share,
+    capacity: u32,
+    /// The user's reservations at the site, and those granted through here.
+    held: Vec<Span>,
+    granted: Vec<(ReservationId, Span)>,
+    /// The first time the share stood in the way, for the reason of a
+    /// rejection (probes judge through `&self`).
+    over: std::cell::RefCell<Option<OverShare>>,
+}
+
+impl<'a> Within<'a> {
+    /// `site`, of `capacity` slots, for a user who holds `held` there.
+    pub fn new(site: &'a mut dyn Site, share: Share, capacity: u32, held: Vec<Span>) -> Self {
+        Within {
+            site,
+            share,
+            capacity,
+            held,
+            granted: Vec::new(),
+            over: Default::default(),
+        }
+    }
+
+    /// The first time the share kept a request from a start the site had.
+    pub fn over(&self) -> Option<OverShare> {
+        self.over.borrow().clone()
+    }
+
+    /// The user's spans at the site: held before and granted through here.
+    fn spans(&self) -> Vec<Span> {
+        let mut all = self.held.clone();
+        all.extend(self.granted.iter().map(|(_, s)| *s));
+        all
+    }
+
+    /// Whether `span` keeps the user within the share; remembers the first
+    /// time it does not. A site without a known capacity is not judged.
+    fn fits(&self, span: Span) -> bool {
+        if self.capacity == 0 {
+            return true;
+        }
+        match self
+            .share
+            .within(self.site.endpoint(), self.capacity, &self.spans(), &[span])
+        {
+            Ok(()) => true,
+            Err(e) => {
+                self.over.borrow_mut().get_or_insert(e);
+                false
+            }
+        }
+    }
+
+    /// `req` moved to start no earlier than where the share lets it (after
+    /// `after` as well), or `None` when it cannot start within its window
+    /// (the reason remembered).
+    fn within_window(&self, req: &Request, after: Time) -> Option<Request> {
+        let from = req.earliest.max(after);
+        if self.capacity == 0 {
+            return (from <= req.latest).then_some(Request { earliest: from, ..*req });
+        }
+        let most = self.share.most(self.capacity);
+        match earliest_within(most, &self.spans(), req.amount, req.duration.0, from) {
+            Some(t) if t <= req.latest => Some(Request { earliest: t, ..*req }),
+            _ => {
+                self.fits(span_of(req, from));
+                None
+            }
+        }
+    }
+}
+
+/// How many times a view asks its site again after the site's answer fell
+/// where the share does not allow: each time past one more of the user's
+/// own reservations' ends, so a few suffice; the bound keeps a pathological
+/// site from being asked without end.
+const ASKED_AGAIN: usize = 16;
+
+/// The earliest start at or after `from` where `amount` more slots for
+/// `duration` seconds keep a user who holds `spans` at no more than `most`
+/// at any instant: `from` itself or the end of one of the spans (the level
+/// only falls there). `None` when `amount` alone is more than `most`.
+pub fn earliest_within(most: u32, spans: &[Span], amount: u32, duration: i64, from: Time) -> Option<Time> {
+    if amount > most {
+        return None;
+    }
+    let room = most - amount;
+    let mut ends: Vec<Time> = spans.iter().map(|s| s.end).filter(|&e| e > from).collect();
+    ends.sort_unstable();
+    ends.dedup();
+    std::iter::once(from).chain(ends).find(|&t| {
+        let window = Span {
+            amount: 0,
+            start: t,
+            end: t + brokk_model::Duration(duration.max(1)),
+        };
+        let inside: Vec<Span> = spans
+            .iter()
+            .filter(|s| s.start < window.end && s.end > window.start)
+            .map(|s| Span {
+                start: s.start.max(window.start),
+                end: s.end.min(window.end),
+                ..*s
+            })
+            .collect();
+        peak(inside.iter()).0 <= room
+    })
+}
+
+fn span_of(req: &Request, start: Time) -> Span {
+    Span {
+        amount: req.amount,
+        start,
+        end: start + req.duration,
+    }
+}
+
+impl Site for Within<'_> {
+    fn endpoint(&self) -> &str {
+        self.site.endpoint()
+    }
+
+    fn info(&self) -> Result<ResourceInfo, SiteError> {
+        self.site.info()
+    }
+
+    fn probe(&self, req: &Request, k: usize) -> Result<Vec<Candidate>, SiteError> {
+        // The site's candidates start where the share allows; where all of
+        // them fall where it does not, the site is asked again past them.
+        let mut after = req.earliest;
+        for _ in 0..ASKED_AGAIN {
+            let Some(moved) = self.within_window(req, after) else {
+                return Ok(Vec::new());
+            };
+            let found = self.site.probe(&moved, k)?;
+            let Some(first) = found.iter().map(|c| c.start).min() else {
+                return Ok(found);
+            };
+            let kept: Vec<Candidate> = found.into_iter().filter(|c| self.fits(span_of(req, c.start))).collect();
+            if !kept.is_empty() {
+                return Ok(kept);
+            }
+            after = first + brokk_model::Duration(1);
+        }
+        Ok(Vec::new())
+    }
+
+    fn reserve(&mut self, owner: &str, req: &Request, hold: Option<Time>) -> Result<Reply, SiteError> {
+        let mut after = req.earliest;
+        for _ in 0..ASKED_AGAIN {
+            let Some(moved) = self.within_window(req, after) else {
+                break;
+            };
+            let reply = self.site.reserve(owner, &moved, hold)?;
+            let Reply::Granted { id, start } = reply else {
+                return Ok(reply);
+            };
+            let span = span_of(req, start);
+            if self.fits(span) {
+                self.granted.push((id, span));
+                return Ok(reply);
+            }
+            // The site put it where the share does not allow: given back,
+            // and asked again past it.
+            self.site.cancel(owner, id)?;
+            after = start + brokk_model::Duration(1);
+        }
+        // As a site answers a request that does not fit in its window.
+        Ok(Reply::Rejected { next_start: None })
+    }
+
+    fn modify(&mut self, _owner: &str, _id: ReservationId, _change: Change) -> Result<Time, SiteError> {
+        // Nothing that asks through a share changes a reservation; judging
+        // a change would need the reservation's old shape.
+        Err(SiteError::Refused {
+            site: self.site.endpoint().to_string(),
+            reason: "a reservation is not changed through a user's share".into(),
+        })
+    }
+
+    fn commit(&mut self, owner: &str, id: ReservationId) -> Result<(), SiteError> {
+        self.site.commit(owner, id)
+    }
+
+    fn cancel(&mut self, owner: &str, id: ReservationId) -> Result<(), SiteError> {
+        self.site.cancel(owner, id)?;
+        self.granted.retain(|(g, _)| *g != id);
+        Ok(())
+    }
+
+    fn submit(&mut self, owner: &str, job: &Job, reservation: Option<ReservationId>) -> Result<JobHandle, SiteError> {
+        self.site.submit(owner, job, reservation)
+    }
+
+    fn submit_held(
+        &mut self,
+        owner: &str,
+        job: &Job,
+        reservation: ReservationId,
+        key: &str,
+    ) -> Result<JobHandle, SiteError> {
+        self.site.submit_held(owner, job, reservation, key)
+    }
+
+    fn status(&self, job: &JobHandle) -> Result<JobState, SiteError> {
+        self.site.status(job)
+    }
+
+    fn cancel_job(&mut self, owner: &str, job: &JobHandle) -> Result<(), SiteError> {
+        self.site.cancel_job(owner, job)
+    }
+}
+
 /// The most slots `spans` hold at once, and when that begins: one sweep
 /// over their starts and ends, an end before a start at the same instant
 /// (`[start, end)`).
@@ -164,6 +388,31 @@ mod tests {
             .is_err());
         // A share never rounds down to nothing.
         assert_eq!(HALF.most(1), 1);
+    }
+
+    #[test]
+    fn the_earliest_start_within_the_share_is_after_the_users_own_reservations() {
+        // 2 from 0, 4 from 50, 2 from 100, none from 150, 1 over [300, 400).
+        let held = [span(2, 0, 100), span(2, 50, 150), span(1, 300, 400)];
+        // 4 at most: a 1 fits at once for 40 s, for 60 s only from 100.
+        assert_eq!(earliest_within(4, &held, 1, 40, Time(0)), Some(Time(0)));
+        assert_eq!(earliest_within(4, &held, 1, 60, Time(0)), Some(Time(100)));
+        assert_eq!(earliest_within(4, &held, 3, 10, Time(0)), Some(Time(150)));
+        // From 150 a 3 fits for 150 s; for 200 s only beside the 1; a 4 after it.
+        assert_eq!(earliest_within(4, &held, 3, 150, Time(0)), Some(Time(150)));
+        assert_eq!(earliest_within(4, &held, 3, 200, Time(120)), Some(Time(150)));
+        assert_eq!(earliest_within(4, &held, 4, 200, Time(0)), Some(Time(400)));
+        assert_eq!(earliest_within(4, &held, 5, 1, Time(0)), None);
+        assert_eq!(earliest_within(4, &[], 4, 1_000, Time(7)), Some(Time(7)));
+        // What it finds is what `within` accepts, and nothing earlier is.
+        for amount in 1..=4 {
+            for duration in [1, 50, 120, 400] {
+                let t = earliest_within(4, &held, amount, duration, Time(0)).unwrap();
+                let ok = |s: i64| HALF.within("a", 8, &held, &[span(amount, s, s + duration)]).is_ok();
+                assert!(ok(t.0), "{amount} for {duration} at {t:?}");
+                assert!((0..t.0).all(|s| !ok(s)), "{amount} for {duration} fits before {t:?}");
+            }
+        }
     }
 
     #[test]

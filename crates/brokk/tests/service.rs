@@ -455,6 +455,30 @@ fn reservations_are_shared_by_share_not_by_first_come() {
     // A third week-long pair would make more than half of a site ann's.
     let (_, said) = text(&reserve("1", "7"));
     assert!(said.contains("reserved_share = 0.5"), "{said}");
+    // A workflow is planned within the share too: with ann's half of both
+    // sites held for a week, one due in two hours finds no room, and says why.
+    let dag = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/workflows/pipeline/pipeline.dag"
+    );
+    let (_, said) = text(&svc.brokk("tok-ann", &["workflow", "submit", dag, "--deadline", "2h"]));
+    assert!(
+        said.contains("within your share of the sites") && said.contains("reserved_share = 0.5"),
+        "{said}"
+    );
+    // A task wider than half of any site is refused by the share, named as such.
+    std::fs::write(
+        dir.join("wide.sub"),
+        "executable = /bin/true\nrequest_cpus = 3\nallowed_job_duration = 60\nqueue\n",
+    )
+    .unwrap();
+    std::fs::write(dir.join("wide.dag"), "JOB wide wide.sub\n").unwrap();
+    let wide = dir.join("wide.dag");
+    let (_, said) = text(&svc.brokk("tok-bob", &["workflow", "submit", wide.to_str().unwrap()]));
+    assert!(
+        said.contains("this would hold 3 of the 4 slots") && said.contains("at most 2 there"),
+        "{said}"
+    );
     // Bob's job still starts now, not in a week.
     let job = dir.join("job.json");
     std::fs::write(&job, r#"{"executable": "/bin/true", "cpus": 2, "wall_time": 30}"#).unwrap();
@@ -478,10 +502,6 @@ fn reservations_are_shared_by_share_not_by_first_come() {
     let (_, said) = text(&reserve("1", "1"));
     assert!(said.contains("at most 3 ([limits] reservations)"), "{said}");
     // A workflow counts as one more.
-    let dag = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../examples/workflows/pipeline/pipeline.dag"
-    );
     let (_, said) = text(&svc.brokk("tok-ann", &["workflow", "submit", dag, "--deadline", "2h"]));
     assert!(said.contains("the workflow: you have 3 reservations"), "{said}");
 }

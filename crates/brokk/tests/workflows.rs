@@ -17,13 +17,14 @@ const PIPELINE: &str = concat!(
     "/../../examples/workflows/pipeline/pipeline.dag"
 );
 
-/// A broker with two embedded sites, north (4 processors) and south (2).
+/// A broker with two embedded sites, north (4 processors) and south (2),
+/// where one user may reserve a whole site (the tests' workflows do).
 fn broker(name: &str) -> (PathBuf, common::Server) {
     let dir = common::scratch("workflows", name);
     std::fs::write(
         dir.join("broker.toml"),
         "database = \"broker.db\"\nstate_dir = \"sites\"\n[tokens]\n\"tok-ann\" = \"ann\"\n\"tok-bob\" = \"bob\"\n\
-         [[embedded]]\nname = \"north\"\ncapacity = 4\n[[embedded]]\nname = \"south\"\ncapacity = 2\n",
+         [limits]\nreserved_share = 1.0\n[[embedded]]\nname = \"north\"\ncapacity = 4\n[[embedded]]\nname = \"south\"\ncapacity = 2\n",
     )
     .unwrap();
     let server = common::serve(&dir);

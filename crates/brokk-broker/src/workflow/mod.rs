@@ -340,6 +340,15 @@ pub enum RejectReason {
         /// The task.
         task: String,
     },
+    /// A task found no room before the deadline within the share of the
+    /// sites its owner may hold reserved (the sites had room beyond it).
+    #[error("no site has room for task `{task}` before the deadline within your share of the sites: {limit}")]
+    Share {
+        /// The task.
+        task: String,
+        /// The share's limit where it stood in the way.
+        limit: String,
+    },
     /// Co-allocated tasks found no common window.
     #[error("the co-allocated tasks {} found no common window", tasks.join(", "))]
     CoAllocation {
@@ -398,6 +407,7 @@ impl RejectReason {
             RejectReason::TooLarge { .. } => "too_large",
             RejectReason::PastDeadline { .. } => "past_deadline",
             RejectReason::NoRoom { .. } => "no_room",
+            RejectReason::Share { .. } => "share",
             RejectReason::CoAllocation { .. } => "co_allocation",
             RejectReason::Network { .. } => "network",
             RejectReason::LateFinish { .. } => "late_finish",

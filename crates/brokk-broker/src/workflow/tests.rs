@@ -443,3 +443,60 @@ fn a_broker_without_probes_guesses_from_what_it_knows_and_is_refused_where_other
     assert_eq!(told.messages.refused, 0);
     assert_eq!(told.messages.reservations, probing.messages.reservations);
 }
+
+/// The sites of `grid` seen through alice's share of half of each.
+fn within_half(sites: &mut [MemorySite]) -> Vec<crate::share::Within<'_>> {
+    let half = crate::share::Share {
+        of_capacity: 0.5,
+        live: 100,
+    };
+    sites
+        .iter_mut()
+        .map(|s| {
+            let capacity = s.info().unwrap().total_slots;
+            crate::share::Within::new(s as &mut dyn Site, half, capacity, Vec::new())
+        })
+        .collect()
+}
+
+#[test]
+fn a_workflow_is_planned_within_its_owners_share() {
+    // Two independent 4-processor tasks on one site of 8: side by side
+    // without a share; one after the other within half the site.
+    let wf = Workflow {
+        tasks: vec![task("a", 100, 4), task("b", 100, 4)],
+        ..Workflow::default()
+    };
+    for scheduler in [Scheduler::HeftSync, Scheduler::Genetic] {
+        let (mut sites, topo, mut net) = grid(&[(8, 1.0)], &[]);
+        let free = admit_on(&wf, &mut sites, &topo, &mut net, &opts(scheduler)).unwrap();
+        assert_eq!(free.plan.tasks[0].start, free.plan.tasks[1].start, "{scheduler:?}");
+        free.release("alice", &mut refs(&mut sites), &mut net);
+
+        // As the service asks: the sites as large as the share lets alice use.
+        let mut halved = topo.clone();
+        halved.sites[0].capacity = 4;
+        let mut shared = within_half(&mut sites);
+        let mut views: Vec<&mut dyn Site> = shared.iter_mut().map(|s| s as &mut dyn Site).collect();
+        let offer = admit(&wf, &halved, &mut views, &mut net, "alice", &opts(scheduler)).unwrap();
+        let (a, b) = (&offer.plan.tasks[0], &offer.plan.tasks[1]);
+        assert!(a.end <= b.start || b.end <= a.start, "{scheduler:?}: {a:?} {b:?}");
+    }
+    // Beyond a deadline that only side by side would meet, it is refused,
+    // and the share is what stood in the way.
+    let (mut sites, topo, mut net) = grid(&[(8, 1.0)], &[]);
+    let tight = Workflow {
+        deadline: Some(Time(150)),
+        ..wf
+    };
+    let mut shared = within_half(&mut sites);
+    let mut views: Vec<&mut dyn Site> = shared.iter_mut().map(|s| s as &mut dyn Site).collect();
+    let mut o = opts(Scheduler::HeftSync);
+    o.explain = false;
+    assert!(admit(&tight, &topo, &mut views, &mut net, "alice", &o).is_err());
+    drop(views);
+    let why = shared[0].over().expect("the share stood in the way");
+    assert!(why.to_string().contains("8 of the 8 slots of site0"), "{why}");
+    drop(shared);
+    assert_eq!(held(&sites, &net), 0, "nothing left reserved");
+}

@@ -6,6 +6,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+use brokk_broker::share::{Share, Span, Within};
 use brokk_broker::workflow::course::{self, Step, TaskRun, TaskStatus};
 use brokk_broker::workflow::{admit, LinkSpec, Network, Offer, Options, RejectReason, Rejection, Scheduler};
 use brokk_broker::workflow::{SiteSpec, TaskPlan, Topology};
@@ -202,17 +203,23 @@ impl Service {
         let (sites, info, network) = (self.sites(), self.info.clone(), self.network.clone());
         let hold = brokk_model::Duration(self.workflow_settings.hold_seconds.max(1));
         let (user, wf) = (owner.to_string(), wf.clone());
+        // Planned within the owner's share of each site: the sites are seen
+        // as large as the share and through it (`share::Within`).
+        let live = self.live_of(owner, t).await?;
+        let held: Vec<Vec<Span>> = sites.iter().map(|s| live.at(&s.name)).collect();
+        let share = self.limits.share();
         let admitted = tokio::task::spawn_blocking(move || {
             let mut clients = cached_sites(&sites, &info, None, None, &user);
             for c in &mut clients {
                 c.write_holds_to(holds.clone());
             }
-            let specs = clients
+            let capacities: Vec<u32> = clients.iter().map(|c| c.info().map_or(0, |i| i.total_slots)).collect();
+            let specs = sites
                 .iter()
-                .zip(sites.iter())
-                .map(|(c, s)| SiteSpec {
+                .zip(&capacities)
+                .map(|(s, &capacity)| SiteSpec {
                     name: s.name.clone(),
-                    capacity: c.info().map_or(0, |i| i.total_slots),
+                    capacity: if capacity == 0 { 0 } else { share.most(capacity) },
                     speed: 1.0,
                 })
                 .collect();
@@ -221,14 +228,27 @@ impl Service {
                 .map_err(|_| ServiceError::Unavailable("the network's lock".into()))?;
             net.advance(t);
             let topo = Topology::new(specs, &net);
-            let mut refs: Vec<&mut dyn Site> = clients.iter_mut().map(|c| c as &mut dyn Site).collect();
+            let mut views: Vec<Within> = clients
+                .iter_mut()
+                .zip(capacities)
+                .zip(held)
+                .map(|((c, capacity), held)| Within::new(c as &mut dyn Site, share, capacity, held))
+                .collect();
+            let mut refs: Vec<&mut dyn Site> = views.iter_mut().map(|c| c as &mut dyn Site).collect();
             let opts = Options {
                 scheduler,
                 now: t,
                 hold,
                 explain: true,
             };
-            Ok::<_, ServiceError>(admit(&wf, &topo, &mut refs, &mut net, "broker", &opts))
+            let mut answer = admit(&wf, &topo, &mut refs, &mut net, "broker", &opts);
+            drop(refs);
+            if let Err(r) = &mut answer {
+                if let Some(reason) = share_was_why(&r.reason, &views, &topo, share, t) {
+                    r.reason = reason;
+                }
+            }
+            Ok::<_, ServiceError>(answer)
         })
         .await
         .map_err(|e| ServiceError::Unavailable(e.to_string()))?;
@@ -954,5 +974,44 @@ impl Service {
             }
         }
         Ok(())
+    }
+}
+
+/// The rejection's reason when the owner's share, not the sites, kept a
+/// workflow out: a task wider than the share of every site it would fit,
+/// or no room found where the share stood in the way.
+fn share_was_why(
+    reason: &RejectReason,
+    views: &[Within],
+    topo: &Topology,
+    share: Share,
+    t: Time,
+) -> Option<RejectReason> {
+    match reason {
+        RejectReason::TooLarge { task, cores, .. } => {
+            let (k, capacity) = views
+                .iter()
+                .enumerate()
+                .map(|(k, v)| (k, v.info().map_or(0, |i| i.total_slots)))
+                .filter(|&(_, c)| c >= *cores)
+                .max_by_key(|&(_, c)| c)?;
+            let limit = brokk_broker::share::OverShare::Slots {
+                site: topo.sites[k].name.clone(),
+                held: *cores,
+                at: t,
+                capacity,
+                most: share.most(capacity),
+                share: share.of_capacity,
+            };
+            Some(RejectReason::Share {
+                task: task.clone(),
+                limit: limit.to_string(),
+            })
+        }
+        RejectReason::NoRoom { task } => views.iter().find_map(|v| v.over()).map(|limit| RejectReason::Share {
+            task: task.clone(),
+            limit: limit.to_string(),
+        }),
+        _ => None,
     }
 }
