@@ -113,6 +113,8 @@ impl Share {
 /// after the sites were searched.
 pub struct Within<'a> {
     site: &'a mut dyn Site,
+    /// The site's name, for the reason of a refusal.
+    name: String,
     share: Share,
     capacity: u32,
     /// The user's reservations at the site, and those granted through here.
@@ -124,10 +126,12 @@ pub struct Within<'a> {
 }
 
 impl<'a> Within<'a> {
-    /// `site`, of `capacity` slots, for a user who holds `held` there.
-    pub fn new(site: &'a mut dyn Site, share: Share, capacity: u32, held: Vec<Span>) -> Self {
+    /// `site`, named `name` and of `capacity` slots, for a user who holds
+    /// `held` there.
+    pub fn new(site: &'a mut dyn Site, name: &str, share: Share, capacity: u32, held: Vec<Span>) -> Self {
         Within {
             site,
+            name: name.to_string(),
             share,
             capacity,
             held,
@@ -154,10 +158,7 @@ impl<'a> Within<'a> {
         if self.capacity == 0 {
             return true;
         }
-        match self
-            .share
-            .within(self.site.endpoint(), self.capacity, &self.spans(), &[span])
-        {
+        match self.share.within(&self.name, self.capacity, &self.spans(), &[span]) {
             Ok(()) => true,
             Err(e) => {
                 self.over.borrow_mut().get_or_insert(e);
@@ -193,33 +194,85 @@ const ASKED_AGAIN: usize = 16;
 
 /// The earliest start at or after `from` where `amount` more slots for
 /// `duration` seconds keep a user who holds `spans` at no more than `most`
-/// at any instant: `from` itself or the end of one of the spans (the level
-/// only falls there). `None` when `amount` alone is more than `most`.
+/// at any instant: `from` itself or the end of a stretch where the user
+/// holds too much. `None` when `amount` alone is more than `most`.
 pub fn earliest_within(most: u32, spans: &[Span], amount: u32, duration: i64, from: Time) -> Option<Time> {
     if amount > most {
         return None;
     }
-    let room = most - amount;
-    let mut ends: Vec<Time> = spans.iter().map(|s| s.end).filter(|&e| e > from).collect();
-    ends.sort_unstable();
-    ends.dedup();
-    std::iter::once(from).chain(ends).find(|&t| {
-        let window = Span {
-            amount: 0,
-            start: t,
-            end: t + brokk_model::Duration(duration.max(1)),
-        };
-        let inside: Vec<Span> = spans
+    let room = i64::from(most - amount);
+    let length = brokk_model::Duration(duration.max(1));
+    let levels = Levels::of(spans);
+    let mut t = from;
+    // Each stretch over the room pushes the start past its end; the scan
+    // goes on from there, so every stretch is looked at once.
+    while let Some(end) = levels.over(room, t, t + length).map(|k| levels.end(k)) {
+        t = end;
+    }
+    Some(t)
+}
+
+/// The run of starts at or after `from` where `amount` more slots for
+/// `duration` seconds keep a user who holds `spans` within `most`: its
+/// first start (as [`earliest_within`]) and its last, where the user's own
+/// reservations would next take too much (`None` for the last when nothing
+/// later does). Any start in that run keeps the user within the share, so
+/// a site may be asked to place the request anywhere in it.
+pub fn starts_within(
+    most: u32,
+    spans: &[Span],
+    amount: u32,
+    duration: i64,
+    from: Time,
+) -> Option<(Time, Option<Time>)> {
+    let first = earliest_within(most, spans, amount, duration, from)?;
+    let length = brokk_model::Duration(duration.max(1));
+    let levels = Levels::of(spans);
+    // No stretch over the room meets the first start's window, so the next
+    // one begins after it.
+    let next = levels.over(i64::from(most - amount), first, Time(i64::MAX));
+    Some((first, next.map(|k| Time(levels.at[k].0 .0 - length.0))))
+}
+
+/// What a user holds over time: from each change point on, a level, in
+/// time order (the last is 0: every span ends).
+struct Levels {
+    at: Vec<(Time, i64)>,
+}
+
+impl Levels {
+    fn of(spans: &[Span]) -> Levels {
+        let mut edges: Vec<(Time, i64)> = spans
             .iter()
-            .filter(|s| s.start < window.end && s.end > window.start)
-            .map(|s| Span {
-                start: s.start.max(window.start),
-                end: s.end.min(window.end),
-                ..*s
-            })
+            .filter(|s| s.end > s.start)
+            .flat_map(|s| [(s.start, i64::from(s.amount)), (s.end, -i64::from(s.amount))])
             .collect();
-        peak(inside.iter()).0 <= room
-    })
+        edges.sort_unstable();
+        let mut at: Vec<(Time, i64)> = Vec::new();
+        let mut level = 0;
+        for (t, d) in edges {
+            level += d;
+            match at.last_mut() {
+                Some(last) if last.0 == t => last.1 = level,
+                _ => at.push((t, level)),
+            }
+        }
+        Levels { at }
+    }
+
+    /// The first stretch over `room` that meets `[from, to)`.
+    fn over(&self, room: i64, from: Time, to: Time) -> Option<usize> {
+        // The stretch holding `from`, or the first after it.
+        let k = self.at.partition_point(|&(t, _)| t <= from).saturating_sub(1);
+        (k..self.at.len())
+            .take_while(|&k| self.at[k].0 < to)
+            .find(|&k| self.at[k].1 > room && self.end(k) > from)
+    }
+
+    /// Where stretch `k` ends.
+    fn end(&self, k: usize) -> Time {
+        self.at.get(k + 1).map_or(Time(i64::MAX), |s| s.0)
+    }
 }
 
 fn span_of(req: &Request, start: Time) -> Span {
@@ -411,6 +464,32 @@ mod tests {
                 let ok = |s: i64| HALF.within("a", 8, &held, &[span(amount, s, s + duration)]).is_ok();
                 assert!(ok(t.0), "{amount} for {duration} at {t:?}");
                 assert!((0..t.0).all(|s| !ok(s)), "{amount} for {duration} fits before {t:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn any_start_in_the_run_keeps_the_user_within_the_share() {
+        let held = [span(2, 0, 100), span(2, 50, 150), span(1, 300, 400), span(3, 600, 700)];
+        // A 2 for 100 s: from 100 (level 2 until 150) until the 3 at 600.
+        assert_eq!(
+            starts_within(4, &held, 2, 100, Time(0)),
+            Some((Time(100), Some(Time(500))))
+        );
+        // A 1 for 50 s fits at 0 only (the 4 from 50), and from 150 for good.
+        assert_eq!(starts_within(4, &held, 1, 50, Time(0)), Some((Time(0), Some(Time(0)))));
+        assert_eq!(starts_within(4, &held, 1, 50, Time(150)), Some((Time(150), None)));
+        assert_eq!(starts_within(4, &held, 5, 50, Time(0)), None);
+        for amount in 1..=4 {
+            for duration in [1, 50, 120, 400] {
+                let (first, last) = starts_within(4, &held, amount, duration, Time(0)).unwrap();
+                let ok = |s: i64| HALF.within("a", 8, &held, &[span(amount, s, s + duration)]).is_ok();
+                let last = last.map_or(first.0 + 1_000, |t| t.0);
+                assert!((first.0..=last).all(ok), "{amount} for {duration}: {first:?}..{last}");
+                assert!(
+                    !ok(last + 1) || last == first.0 + 1_000,
+                    "{amount} for {duration}: the run ends early"
+                );
             }
         }
     }

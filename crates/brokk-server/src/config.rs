@@ -19,6 +19,7 @@
 //! [workflows]                        # workflow admission; these are the defaults
 //! bandwidth_bytes_per_s = 125000000  # between every two sites, reserved per transfer
 //! hold_seconds = 120                 # how long an admission's holds wait for its commit
+//! admission_seconds = 10             # how long one admission may ask the sites
 //! [standby]                          # optional: one of two brokers on one database
 //! url = "http://host-a:8440"         # how clients reach this one
 //! lease_s = 10                       # a silent active broker is replaced after this
@@ -141,6 +142,10 @@ pub struct WorkflowSettings {
     pub bandwidth_bytes_per_s: u64,
     /// Seconds the holds of an admission wait for its commit.
     pub hold_seconds: i64,
+    /// Seconds an admission may ask the sites: past them it is answered
+    /// with what it found (a plan, or no plan and why), so one user's
+    /// large workflow holds the decision turn for no longer.
+    pub admission_seconds: u64,
 }
 
 impl Default for WorkflowSettings {
@@ -148,6 +153,7 @@ impl Default for WorkflowSettings {
         WorkflowSettings {
             bandwidth_bytes_per_s: 125_000_000,
             hold_seconds: 120,
+            admission_seconds: 10,
         }
     }
 }

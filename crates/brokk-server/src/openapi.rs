@@ -71,7 +71,7 @@ pub fn document() -> Value {
                         "exit_code": {"type": "integer"}}}},
                     "transfers": {"type": "array", "items": {"type": "object"}}}},
                 "WorkflowRefused": {"type": "object", "properties": {"error": {"type": "string"}, "rejection": {"type": "object", "properties": {
-                    "reason": {"enum": ["too_large", "past_deadline", "no_room", "share", "co_allocation", "network", "late_finish", "search_exhausted"]},
+                    "reason": {"enum": ["too_large", "past_deadline", "no_room", "share", "time_up", "co_allocation", "network", "late_finish", "search_exhausted"]},
                     "earliest_finish": {"type": ["string", "null"], "format": "date-time"}}}}}
             }
         },

@@ -20,11 +20,20 @@ const PIPELINE: &str = concat!(
 /// A broker with two embedded sites, north (4 processors) and south (2),
 /// where one user may reserve a whole site (the tests' workflows do).
 fn broker(name: &str) -> (PathBuf, common::Server) {
+    broker_with(name, "", "")
+}
+
+/// [`broker`] with `limits` added to its `[limits]` table and `workflows`
+/// in its `[workflows]` table.
+fn broker_with(name: &str, limits: &str, workflows: &str) -> (PathBuf, common::Server) {
     let dir = common::scratch("workflows", name);
     std::fs::write(
         dir.join("broker.toml"),
-        "database = \"broker.db\"\nstate_dir = \"sites\"\n[tokens]\n\"tok-ann\" = \"ann\"\n\"tok-bob\" = \"bob\"\n\
-         [limits]\nreserved_share = 1.0\n[[embedded]]\nname = \"north\"\ncapacity = 4\n[[embedded]]\nname = \"south\"\ncapacity = 2\n",
+        format!(
+            "database = \"broker.db\"\nstate_dir = \"sites\"\n[tokens]\n\"tok-ann\" = \"ann\"\n\"tok-bob\" = \"bob\"\n\
+             [limits]\nreserved_share = 1.0\n{limits}\n[workflows]\n{workflows}\n\
+             [[embedded]]\nname = \"north\"\ncapacity = 4\n[[embedded]]\nname = \"south\"\ncapacity = 2\n"
+        ),
     )
     .unwrap();
     let server = common::serve(&dir);
@@ -366,4 +375,44 @@ fn the_holds_of_an_admission_a_kill_cut_short_are_let_go_at_restart() {
     );
     let log = std::fs::read_to_string(dir.join("service.log")).unwrap_or_default();
     assert!(log.contains("holds of workflow admissions a stop interrupted"), "{log}");
+}
+
+#[test]
+fn an_admission_past_its_time_is_answered_and_holds_up_no_one_else() {
+    let (dir, svc) = broker_with("time-up", "jobs_per_submission = 3000", "admission_seconds = 1");
+    let url = svc.url.clone();
+    // Thousands of one-slot tasks, each probed and reserved in turn: more
+    // than a second of asking the sites.
+    let nodes: String = (0..3000).map(|k| format!("JOB n{k} n.sub\n")).collect();
+    let many = write_dag(&dir, &nodes, &[("n", "true", "", "")]);
+    let large = {
+        let url = url.clone();
+        std::thread::spawn(move || {
+            let t = Instant::now();
+            let o = common::brokk(
+                &url,
+                "tok-ann",
+                &["workflow", "submit", many.to_str().unwrap(), "--deadline", "7d"],
+            );
+            (o, t.elapsed())
+        })
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    // Bob's small workflow waits for the decision turn at most the bound.
+    let t = Instant::now();
+    let (code, small) = workflow(&url, "tok-bob", &["submit", PIPELINE, "--deadline", "2h"]);
+    let waited = t.elapsed();
+    assert_eq!(code, 0, "{small:#}");
+    let (o, took) = large.join().unwrap();
+    let said = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "admitted in {took:?}");
+    assert!(said.contains("admission_seconds"), "{said}");
+    // Answered soon after the bound: the explain run asks nothing more and
+    // the holds are let go.
+    assert!(took < Duration::from_secs(8), "ann waited {took:?}");
+    assert!(waited < Duration::from_secs(8), "bob waited {waited:?}");
+    eprintln!("ann's answer after {took:?}, bob's admission after {waited:?}");
+    // Nothing of ann's is left reserved.
+    let rs = common::json(&url, "tok-ann", &["reserve", "--list", "--json"]);
+    assert_eq!(rs, serde_json::json!([]), "{rs:#}");
 }

@@ -349,6 +349,12 @@ pub enum RejectReason {
         /// The share's limit where it stood in the way.
         limit: String,
     },
+    /// The admission's time to ask the sites ran out before it found a plan.
+    #[error("no plan was found within the {seconds} s an admission may ask the sites ([workflows] admission_seconds); a smaller workflow or a list scheduler (heftsync) asks fewer")]
+    TimeUp {
+        /// The bound.
+        seconds: u64,
+    },
     /// Co-allocated tasks found no common window.
     #[error("the co-allocated tasks {} found no common window", tasks.join(", "))]
     CoAllocation {
@@ -408,6 +414,7 @@ impl RejectReason {
             RejectReason::PastDeadline { .. } => "past_deadline",
             RejectReason::NoRoom { .. } => "no_room",
             RejectReason::Share { .. } => "share",
+            RejectReason::TimeUp { .. } => "time_up",
             RejectReason::CoAllocation { .. } => "co_allocation",
             RejectReason::Network { .. } => "network",
             RejectReason::LateFinish { .. } => "late_finish",

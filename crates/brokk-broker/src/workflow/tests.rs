@@ -453,8 +453,8 @@ fn within_half(sites: &mut [MemorySite]) -> Vec<crate::share::Within<'_>> {
     sites
         .iter_mut()
         .map(|s| {
-            let capacity = s.info().unwrap().total_slots;
-            crate::share::Within::new(s as &mut dyn Site, half, capacity, Vec::new())
+            let info = s.info().unwrap();
+            crate::share::Within::new(s as &mut dyn Site, &info.name, half, info.total_slots, Vec::new())
         })
         .collect()
 }

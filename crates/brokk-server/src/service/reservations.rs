@@ -13,9 +13,21 @@ pub(super) struct Live {
 impl Live {
     /// Those at `site`, as spans.
     pub fn at(&self, site: &str) -> Vec<Span> {
+        self.at_but(site, "")
+    }
+
+    /// Reservation `r` where it is now.
+    pub fn moved(&mut self, r: &BrokerReservation) {
+        if let Some(old) = self.reservations.iter_mut().find(|o| o.id == r.id) {
+            (old.start, old.end) = (r.start, r.end);
+        }
+    }
+
+    /// Those at `site` but reservation `id`, as spans.
+    pub fn at_but(&self, site: &str, id: &str) -> Vec<Span> {
         self.reservations
             .iter()
-            .filter(|r| r.site == site)
+            .filter(|r| r.site == site && r.id != id)
             .map(|r| Span {
                 amount: r.amount,
                 start: r.start,

@@ -161,6 +161,23 @@ impl CachedSite {
         self.booked = true;
     }
 
+    /// Asks nothing more of the site for the decision after `until`: its
+    /// probes and reservations then answer that the time is up.
+    pub(super) fn answer_until(&mut self, until: std::time::Instant) {
+        self.until = Some(until);
+    }
+
+    /// Refuses to ask the site once the decision's time is up.
+    fn in_time(&self) -> Result<(), brokk_broker::SiteError> {
+        match self.until {
+            Some(until) if std::time::Instant::now() >= until => Err(brokk_broker::SiteError::Unavailable(format!(
+                "{}: the decision's time is up",
+                self.name
+            ))),
+            _ => Ok(()),
+        }
+    }
+
     /// Writes every reservation this site grants down in `holds`.
     pub(super) fn write_holds_to(&mut self, holds: Arc<super::holds::AdmissionHolds>) {
         self.holds = Some(holds);
@@ -191,6 +208,9 @@ pub(super) struct CachedSite {
     /// Submissions were counted in the cache when decided
     /// ([`SiteInfo::plan_all`]): the cache keeps its answer.
     booked: bool,
+    /// After this, probes and reservations are not sent: the decision's
+    /// time is up (a workflow admission's bound).
+    until: Option<std::time::Instant>,
 }
 
 impl CachedSite {
@@ -227,6 +247,7 @@ pub(super) fn cached_sites(
                 owner: owner.to_string(),
                 holds: None,
                 booked: false,
+                until: None,
             }
         })
         .collect()
@@ -278,6 +299,7 @@ impl Site for CachedSite {
         req: &brokk_core::Request,
         k: usize,
     ) -> Result<Vec<brokk_core::Candidate>, brokk_broker::SiteError> {
+        self.in_time()?;
         self.client.probe(req, k)
     }
     fn reserve(
@@ -286,6 +308,7 @@ impl Site for CachedSite {
         req: &brokk_core::Request,
         hold: Option<Time>,
     ) -> Result<brokk_core::Reply, brokk_broker::SiteError> {
+        self.in_time()?;
         let r = self.client.reserve(owner, req, hold);
         if let (Some(holds), Ok(brokk_core::Reply::Granted { id, .. })) = (&self.holds, &r) {
             holds.granted(&self.name, *id);

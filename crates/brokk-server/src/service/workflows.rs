@@ -13,6 +13,7 @@ use brokk_broker::workflow::{SiteSpec, TaskPlan, Topology};
 use brokk_model::workflow::Workflow;
 use brokk_proto::wire::{WorkflowRequest, WorkflowState, WorkflowTask, WorkflowTransfer, WorkflowView};
 
+use super::reservations::Live;
 use super::*;
 use crate::db::StoredWorkflow;
 
@@ -208,10 +209,13 @@ impl Service {
         let live = self.live_of(owner, t).await?;
         let held: Vec<Vec<Span>> = sites.iter().map(|s| live.at(&s.name)).collect();
         let share = self.limits.share();
+        let bound = self.workflow_settings.admission_seconds;
         let admitted = tokio::task::spawn_blocking(move || {
+            let until = std::time::Instant::now() + std::time::Duration::from_secs(bound);
             let mut clients = cached_sites(&sites, &info, None, None, &user);
             for c in &mut clients {
                 c.write_holds_to(holds.clone());
+                c.answer_until(until);
             }
             let capacities: Vec<u32> = clients.iter().map(|c| c.info().map_or(0, |i| i.total_slots)).collect();
             let specs = sites
@@ -228,12 +232,7 @@ impl Service {
                 .map_err(|_| ServiceError::Unavailable("the network's lock".into()))?;
             net.advance(t);
             let topo = Topology::new(specs, &net);
-            let mut views: Vec<Within> = clients
-                .iter_mut()
-                .zip(capacities)
-                .zip(held)
-                .map(|((c, capacity), held)| Within::new(c as &mut dyn Site, share, capacity, held))
-                .collect();
+            let mut views = within_share(&mut clients, share, held);
             let mut refs: Vec<&mut dyn Site> = views.iter_mut().map(|c| c as &mut dyn Site).collect();
             let opts = Options {
                 scheduler,
@@ -244,7 +243,9 @@ impl Service {
             let mut answer = admit(&wf, &topo, &mut refs, &mut net, "broker", &opts);
             drop(refs);
             if let Err(r) = &mut answer {
-                if let Some(reason) = share_was_why(&r.reason, &views, &topo, share, t) {
+                if std::time::Instant::now() >= until && !matches!(r.reason, RejectReason::Invalid { .. }) {
+                    r.reason = RejectReason::TimeUp { seconds: bound };
+                } else if let Some(reason) = share_was_why(&r.reason, &views, &topo, share, t) {
                     r.reason = reason;
                 }
             }
@@ -597,11 +598,18 @@ impl Service {
             if changed {
                 self.db.save_workflow(&w).await?;
             }
+            // The owner's reservations, read once for the round's moves.
+            let mut live = None;
+            let mut moved = false;
             for step in course::steps(&w.spec, &w.plan, &runs, now()) {
                 match step {
                     Step::Release { task, early } => {
                         if early {
-                            self.move_up(&mut w, task).await?;
+                            let live = match &mut live {
+                                Some(live) => live,
+                                None => live.insert(self.live_of(&w.view.owner, now()).await?),
+                            };
+                            moved |= self.move_up(&mut w, task, live).await?;
                         }
                         self.release_task(&w, task, &jobs, &mut kept).await?;
                     }
@@ -636,46 +644,68 @@ impl Service {
                     }
                 }
             }
+            if moved {
+                self.db.save_workflow(&w).await?;
+            }
         }
         Ok(())
     }
 
     /// Moves task `k`'s reservation to start as early as its site can
     /// between now and its planned start (never later, so the deadline
-    /// holds); where the site cannot, it stays.
-    async fn move_up(&self, w: &mut StoredWorkflow, k: usize) -> Result<(), ServiceError> {
+    /// holds) and where its owner, who holds `live`, stays within their
+    /// share of the site; where the site cannot, it stays. Whether it
+    /// moved: the caller saves the workflow (once for all its moves).
+    async fn move_up(&self, w: &mut StoredWorkflow, k: usize, live: &mut Live) -> Result<bool, ServiceError> {
         let t = now();
         let task = &w.view.tasks[k];
         let Some(mut r) = self.db.reservation(&task.reservation).await? else {
-            return Ok(());
+            return Ok(false);
         };
-        let Some(site) = self.site(&r.site) else { return Ok(()) };
-        let change = brokk_core::Change {
-            amount: None,
-            duration: None,
-            window: Some((t, r.start)),
+        let Some(site) = self.site(&r.site) else {
+            return Ok(false);
         };
-        let (owner, id) = (w.view.owner.clone(), brokk_core::ReservationId(r.site_reservation));
+        let owner = w.view.owner.clone();
+        let held = live.at_but(&r.site, &r.id);
+        let (share, info, planned) = (self.limits.share(), self.info.clone(), r.clone());
+        let id = brokk_core::ReservationId(r.site_reservation);
         let moved = tokio::task::spawn_blocking(move || {
-            let mut c = site.client.clone();
-            c.set_on_behalf_of(Some(owner));
-            c.modify("broker", id, change)
+            let mut c = cached_sites(std::slice::from_ref(&site), &info, None, None, &owner).remove(0);
+            let capacity = c.info().map_or(0, |i| i.total_slots);
+            // Only where any start the site picks keeps the share.
+            let window = if capacity == 0 {
+                (t, planned.start)
+            } else {
+                let length = (planned.end - planned.start).0;
+                let (first, last) =
+                    brokk_broker::share::starts_within(share.most(capacity), &held, planned.amount, length, t)?;
+                (first, last.map_or(planned.start, |l| l.min(planned.start)))
+            };
+            if window.0 >= planned.start || window.1 < window.0 {
+                return None;
+            }
+            let change = brokk_core::Change {
+                amount: None,
+                duration: None,
+                window: Some(window),
+            };
+            c.modify("broker", id, change).ok()
         })
         .await
         .map_err(|e| ServiceError::Unavailable(e.to_string()))?;
-        let Ok(start) = moved else { return Ok(()) };
+        let Some(start) = moved else { return Ok(false) };
         if start >= r.start {
-            return Ok(());
+            return Ok(false);
         }
         let length = r.end - r.start;
         r.start = start;
         r.end = start + length;
         self.db.save_reservation(&r).await?;
+        live.moved(&r);
         let (task, planned) = (&mut w.view.tasks[k], &mut w.plan.tasks[k]);
         (task.start, task.end) = (r.start, r.end);
         (planned.start, planned.end) = (r.start, r.end);
-        self.db.save_workflow(w).await?;
-        Ok(())
+        Ok(true)
     }
 
     /// Sends task `k` on its way: its parents' outputs stored as its
@@ -776,9 +806,13 @@ impl Service {
         let turn = self.decision_turn().await;
         let (sites, info) = (self.sites(), self.info.clone());
         let user = w.view.owner.clone();
+        let live = self.live_of(&user, t).await?;
+        let held: Vec<Vec<Span>> = sites.iter().map(|s| live.at(&s.name)).collect();
+        let share = self.limits.share();
         let got = tokio::task::spawn_blocking(move || {
             let mut clients = cached_sites(&sites, &info, None, None, &user);
-            let mut refs: Vec<&mut dyn Site> = clients.iter_mut().map(|c| c as &mut dyn Site).collect();
+            let mut views = within_share(&mut clients, share, held);
+            let mut refs: Vec<&mut dyn Site> = views.iter_mut().map(|c| c as &mut dyn Site).collect();
             at_earliest(&request, &mut refs, "broker")
         })
         .await
@@ -1014,4 +1048,18 @@ fn share_was_why(
         }),
         _ => None,
     }
+}
+
+/// The sites as their owner may use them within `share` ([`Within`]),
+/// holding `held` at each.
+fn within_share(clients: &mut [super::sites::CachedSite], share: Share, held: Vec<Vec<Span>>) -> Vec<Within<'_>> {
+    clients
+        .iter_mut()
+        .zip(held)
+        .map(|(c, held)| {
+            let capacity = c.info().map_or(0, |i| i.total_slots);
+            let name = c.name().to_string();
+            Within::new(c as &mut dyn Site, &name, share, capacity, held)
+        })
+        .collect()
 }
