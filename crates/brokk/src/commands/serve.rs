@@ -6,6 +6,7 @@ use anyhow::Result;
 
 /// Runs the service; prints `listening on URL` once it serves.
 pub fn run(a: super::ServerArgs) -> Result<ExitCode> {
+    super::bounded_allocator()?;
     let mut config = brokk_server::Config::load(&a.config)?;
     if let Some(l) = a.listen {
         config.listen = l;

@@ -7,6 +7,7 @@ use brokk_site::Config;
 
 /// Runs the agent; prints `listening on URL` once it serves.
 pub fn run(a: super::ServerArgs) -> Result<ExitCode> {
+    super::bounded_allocator()?;
     let mut config = Config::load(&a.config)?;
     if let Some(l) = a.listen {
         config.listen = l;
