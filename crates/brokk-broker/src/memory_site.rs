@@ -77,6 +77,17 @@ impl MemorySite {
         self.core.record(handle_id(job).ok()?)
     }
 
+    /// Forgets the jobs that ended before `before`, showing each record to
+    /// `each` first ([`SiteCore::retire_each`]).
+    pub fn retire(&mut self, before: Time, each: impl FnMut(&JobRecord)) -> usize {
+        self.core.retire_each(before, each)
+    }
+
+    /// The number of the job `job` names here (what [`JobRecord::id`] holds).
+    pub fn job_number(job: &JobHandle) -> Option<u64> {
+        handle_id(job).ok().map(|id| id.0)
+    }
+
     /// Takes the site down (every call fails as unreachable) or brings it back.
     pub fn set_available(&mut self, up: bool) {
         self.available = up;

@@ -342,6 +342,26 @@ pub fn rank(
     now: Time,
     predictor: &dyn Predictor,
 ) -> Ranking {
+    let mut out = assess(job, prefs, resources, now, predictor);
+    // Ties go to the resource listed first (the configuration's order), in
+    // every driver alike: endpoints differ between worlds (URLs live, names
+    // in simulation), positions do not. The candidates were pushed in that
+    // order, so a stable sort on the score alone gives it; sorting the small
+    // keys and then moving each candidate once costs less than moving the
+    // candidates through the whole sort.
+    out.ranked.sort_by_cached_key(|r| r.score);
+    out
+}
+
+/// [`rank`] without the ordering: the candidates in the order of
+/// `resources`, for a caller that needs only the best unless it refuses.
+pub fn assess(
+    job: &Job,
+    prefs: &JobPreferences,
+    resources: &[ResourceInfo],
+    now: Time,
+    predictor: &dyn Predictor,
+) -> Ranking {
     let selector = selector_for(prefs.objective());
     let mut out = Ranking {
         ranked: Vec::with_capacity(resources.len()),
@@ -360,12 +380,5 @@ pub fn rank(
             prediction,
         });
     }
-    // Ties go to the resource listed first (the configuration's order), in
-    // every driver alike: endpoints differ between worlds (URLs live, names
-    // in simulation), positions do not. The candidates were pushed in that
-    // order, so a stable sort on the score alone gives it; sorting the small
-    // keys and then moving each candidate once costs less than moving the
-    // candidates through the whole sort.
-    out.ranked.sort_by_cached_key(|r| r.score);
     out
 }

@@ -6,7 +6,7 @@ use brokk_core::{Reply, Request, ReservationId};
 use brokk_model::{Duration, Job, JobPreferences, ResourceInfo, Time};
 
 use crate::predict::{Prediction, Predictor, STANDARD_PREDICTOR};
-use crate::select::{rank, selector_for, validate_at, Invalid, Mismatch};
+use crate::select::{assess, rank, selector_for, validate_at, Invalid, Mismatch, Ranked, Ranking};
 use crate::site::{JobHandle, Site, SiteError};
 
 /// How to submit.
@@ -110,64 +110,79 @@ pub fn submit_informed(
     opts: SubmitOptions<'_>,
 ) -> Result<Submission, SubmitError> {
     validate_at(job, now).map_err(SubmitError::Invalid)?;
-    let ranking = rank(job, prefs, infos, now, opts.predictor);
-    // (index into `infos`, prediction, reservation held there)
-    let mut candidates: Vec<(usize, Prediction, Option<ReservationId>)> = ranking
-        .ranked
-        .into_iter()
-        .map(|r| (r.index, r.prediction, None))
-        .collect();
-
-    if opts.reserve_top_k > 0 && prefs.use_reservations != Some(false) {
+    let Ranking { mut ranked, excluded } = assess(job, prefs, infos, now, opts.predictor);
+    // The reservation held for each candidate, when the sites were asked for any.
+    let mut held: Vec<Option<ReservationId>> = Vec::new();
+    let reserving = opts.reserve_top_k > 0 && prefs.use_reservations != Some(false);
+    if reserving {
+        ranked.sort_by_key(|r| (r.score, r.index));
+        held = vec![None; ranked.len()];
         let selector = selector_for(prefs.objective());
-        for (info, prediction, reservation) in candidates.iter_mut().take(opts.reserve_top_k) {
-            if !infos[*info].reservations {
+        for (r, reservation) in ranked.iter_mut().zip(&mut held).take(opts.reserve_top_k) {
+            if !infos[r.index].reservations {
                 continue;
             }
-            let earliest = now + prediction.stage_in.unwrap_or(Duration::ZERO);
+            let earliest = now + r.prediction.stage_in.unwrap_or(Duration::ZERO);
             let req = Request {
                 amount: job.cpus.unwrap_or(1),
-                duration: prediction.requested_wall_time.unwrap_or(Duration::hours(1)),
+                duration: r.prediction.requested_wall_time.unwrap_or(Duration::hours(1)),
                 earliest,
                 latest: earliest + opts.reservation_window,
                 flexible: false,
             };
             // Two-phase: a preliminary hold that the submission commits and that lapses if the broker dies.
             let hold = Some(now + Duration::minutes(10));
-            if let Ok(Reply::Granted { id, start }) = sites[site_of[*info]].reserve(owner, &req, hold) {
+            if let Ok(Reply::Granted { id, start }) = sites[site_of[r.index]].reserve(owner, &req, hold) {
                 *reservation = Some(id);
-                *prediction = opts.predictor.predict(job, prefs, &infos[*info], Some(start), now);
+                r.prediction = opts.predictor.predict(job, prefs, &infos[r.index], Some(start), now);
+                r.score = selector.score(&r.prediction);
             }
         }
-        candidates.sort_by_key(|c| (selector.score(&c.1), site_of[c.0]));
+        let mut both: Vec<(Ranked, Option<ReservationId>)> = ranked.into_iter().zip(held).collect();
+        both.sort_by_key(|(r, _)| (r.score, site_of[r.index]));
+        (ranked, held) = both.into_iter().unzip();
+    } else if let Some(best) = (0..ranked.len()).min_by_key(|&k| (ranked[k].score, ranked[k].index)) {
+        // Most submissions go to the best: the rest are put in order
+        // (ties to the site listed first, as `rank` orders them) only
+        // when it refuses.
+        ranked.swap(0, best);
     }
 
-    let order: Vec<(usize, Prediction, Option<ReservationId>)> =
-        candidates.iter().map(|&(info, p, r)| (site_of[info], p, r)).collect();
-    let chosen = send_in_order(job, owner, sites, &order, &mut failed);
+    let mut chosen = None;
+    for i in 0..ranked.len() {
+        if i == 1 && !reserving {
+            ranked[1..].sort_by_key(|r| (r.score, r.index));
+        }
+        let site = site_of[ranked[i].index];
+        let reservation = held.get(i).copied().flatten();
+        match send_to(job, owner, sites[site], &ranked[i].prediction, reservation) {
+            Ok(handle) => {
+                chosen = Some((i, handle));
+                break;
+            }
+            Err(e) => failed.push((sites[site].endpoint().to_string(), e)),
+        }
+    }
 
     // Step 14: release every reservation that the job does not use.
-    for (i, (info, _, reservation)) in candidates.iter().enumerate() {
+    for (i, (r, reservation)) in ranked.iter().zip(&held).enumerate() {
         if let (Some(id), false) = (reservation, chosen.as_ref().is_some_and(|(c, _)| *c == i)) {
-            let _ = sites[site_of[*info]].cancel(owner, *id);
+            let _ = sites[site_of[r.index]].cancel(owner, *id);
         }
     }
 
     match chosen {
         Some((i, handle)) => {
-            let (info, prediction, reservation) = candidates.swap_remove(i);
+            let r = ranked.swap_remove(i);
             Ok(Submission {
-                endpoint: infos[info].endpoint.clone(),
+                endpoint: infos[r.index].endpoint.clone(),
                 handle,
-                reservation,
-                prediction,
+                reservation: held.get(i).copied().flatten(),
+                prediction: r.prediction,
                 failed,
             })
         }
-        None => Err(SubmitError::NoSite {
-            excluded: ranking.excluded,
-            failed,
-        }),
+        None => Err(SubmitError::NoSite { excluded, failed }),
     }
 }
 
@@ -220,14 +235,29 @@ pub fn send_in_order(
     failed: &mut Vec<(String, SiteError)>,
 ) -> Option<(usize, JobHandle)> {
     for (i, (site, prediction, reservation)) in candidates.iter().enumerate() {
-        let mut to_send = job.clone();
-        if let Some(w) = prediction.requested_wall_time {
-            to_send.wall_time = Some(w);
-        }
-        match sites[*site].submit(owner, &to_send, *reservation) {
+        match send_to(job, owner, sites[*site], prediction, *reservation) {
             Ok(handle) => return Some((i, handle)),
             Err(e) => failed.push((sites[*site].endpoint().to_string(), e)),
         }
     }
     None
+}
+
+/// Submits `job` to `site` with the predicted (conservative) execution time
+/// as its wall time, into `reservation` when one is held there.
+fn send_to(
+    job: &Job,
+    owner: &str,
+    site: &mut dyn Site,
+    prediction: &Prediction,
+    reservation: Option<ReservationId>,
+) -> Result<JobHandle, SiteError> {
+    match prediction.requested_wall_time {
+        Some(w) if job.wall_time != Some(w) => {
+            let mut to_send = job.clone();
+            to_send.wall_time = Some(w);
+            site.submit(owner, &to_send, reservation)
+        }
+        _ => site.submit(owner, job, reservation),
+    }
 }

@@ -205,6 +205,12 @@ impl SiteCore {
     /// Keeps a long-lived site's memory to its live and recent jobs.
     /// Returns how many were retired.
     pub fn retire(&mut self, before: Time) -> usize {
+        self.retire_each(before, |_| {})
+    }
+
+    /// [`SiteCore::retire`], showing each record to `each` as it goes (a
+    /// simulation keeps the few figures it reports, not the records).
+    pub fn retire_each(&mut self, before: Time, mut each: impl FnMut(&JobRecord)) -> usize {
         let mut n = 0;
         while let Some(&(t, id)) = self.ended.front() {
             if t >= before {
@@ -213,6 +219,7 @@ impl SiteCore {
             self.ended.pop_front();
             // Only ended jobs enter `ended`, and an end is never undone.
             let Some(j) = self.jobs.remove(&id) else { continue };
+            each(&j);
             if let Some(k) = j.key {
                 self.keys.remove(&(j.owner, k));
             }

@@ -261,9 +261,52 @@ struct Grid<'a> {
     all: Vec<usize>,
     staleness: Staleness,
     by_name: HashMap<String, usize>,
+    /// What the run reports of the jobs each site has forgotten, by job
+    /// number there.
+    ended: Vec<HashMap<u64, Ended>>,
 }
 
+/// What a run reports of a job, kept when its site forgets the record.
+#[derive(Debug, Clone, Copy)]
+struct Ended {
+    started: Option<Time>,
+    ended: Option<Time>,
+    failed: bool,
+    cpus: u32,
+}
+
+impl Ended {
+    fn of(r: &brokk_core::JobRecord) -> Ended {
+        Ended {
+            started: r.started,
+            ended: r.ended,
+            failed: r.state == JobPhase::Failed,
+            cpus: r.spec.cpus.unwrap_or(1),
+        }
+    }
+}
+
+/// How often (simulated seconds) the sites forget the jobs that ended,
+/// their figures kept: a site's records are the run's largest memory.
+const HARVEST_EVERY: Duration = Duration(3600);
+
 impl Grid<'_> {
+    /// Keeps the figures of the jobs that ended before `t` and lets their
+    /// sites forget them.
+    fn harvest(&mut self, t: Time) {
+        for (site, kept) in self.sites.iter_mut().zip(&mut self.ended) {
+            site.retire(t, |r| {
+                kept.insert(r.id.0, Ended::of(r));
+            });
+        }
+    }
+
+    /// What the run reports of job `handle` at site `c`.
+    fn ended(&self, c: usize, handle: &JobHandle) -> Option<Ended> {
+        let kept = MemorySite::job_number(handle).and_then(|n| self.ended[c].get(&n));
+        kept.copied().or_else(|| self.sites[c].record(handle).map(Ended::of))
+    }
+
     /// Moves every site with something due by `t` to `t`.
     fn advance(&mut self, t: Time) {
         for s in &mut self.sites {
@@ -362,6 +405,7 @@ pub fn simulate_grid(clusters: &[ClusterSpec], jobs: &[SimJob], routing: GridRou
         sites.len()
     ];
     let mut grid = Grid {
+        ended: vec![HashMap::new(); sites.len()],
         visible,
         all: (0..sites.len()).collect(),
         specs: clusters,
@@ -386,6 +430,7 @@ pub fn simulate_grid(clusters: &[ClusterSpec], jobs: &[SimJob], routing: GridRou
     let mut moved = 0;
     // Co-allocated jobs: their parts' sites and handles.
     let mut parts: HashMap<usize, Vec<(usize, JobHandle)>> = HashMap::new();
+    let mut next_harvest = start + HARVEST_EVERY;
     loop {
         let arrival = order.get(next).map(|&i| jobs[i].submit);
         let due = [arrival, grid.next_event(), next_round.filter(|_| !watched.is_empty())];
@@ -393,6 +438,10 @@ pub fn simulate_grid(clusters: &[ClusterSpec], jobs: &[SimJob], routing: GridRou
             break;
         };
         grid.advance(t);
+        if t >= next_harvest {
+            grid.harvest(t);
+            next_harvest = t + HARVEST_EVERY;
+        }
         if let (Some(a), Some(round)) = (adaptation, next_round.filter(|r| *r == t)) {
             next_round = Some(round + a.every);
             moved += grid.adapt(jobs, &mut placed, &mut watched, t, a);
@@ -597,20 +646,19 @@ impl Grid<'_> {
                 let mut ran = Vec::new();
                 for (c, handle) in parts {
                     submitted[*c] += 1;
-                    let Some(r) = self.sites[*c].record(handle) else {
+                    let Some(r) = self.ended(*c, handle) else {
                         continue;
                     };
                     if let (Some(s), Some(e)) = (r.started, r.ended) {
-                        let size = r.spec.cpus.unwrap_or(1);
                         outcomes[*c].push(Outcome {
                             id: j.id,
                             submit: j.submit,
                             start: s,
                             end: e,
-                            size,
+                            size: r.cpus,
                             user: j.user,
                         });
-                        ran.push((s, e, r.state == JobPhase::Failed));
+                        ran.push((s, e, r.failed));
                     }
                 }
                 if ran.len() == parts.len() {
@@ -628,13 +676,13 @@ impl Grid<'_> {
             }
             let Some((c, handle, predicted)) = p else { continue };
             submitted[*c] += 1;
-            let Some(r) = self.sites[*c].record(handle) else {
+            let Some(r) = self.ended(*c, handle) else {
                 continue;
             };
             let (Some(s), Some(e)) = (r.started, r.ended) else {
                 continue;
             };
-            if r.state == JobPhase::Failed {
+            if r.failed {
                 killed += 1;
             }
             let outcome = Outcome {
