@@ -213,6 +213,16 @@ pub struct PlatformSpec {
     /// start it together (broker routings).
     #[serde(default)]
     pub coallocate: bool,
+    /// Brokers in the grid (broker routings): the clusters in this many
+    /// groups of consecutive clusters, each routed by a broker of its own
+    /// for the jobs whose home is there (their partition's cluster, else
+    /// their user modulo the brokers). Default one.
+    #[serde(default = "default_brokers")]
+    pub brokers: usize,
+}
+
+fn default_brokers() -> usize {
+    1
 }
 
 fn default_adapt_margin() -> i64 {
@@ -537,8 +547,17 @@ pub fn prepare_with_orders(
             "platform: info_ttl, info_delay, adapt_every and adapt_margin are seconds, zero or more".into(),
         );
     }
-    if (p.adapt_every > 0 || p.coallocate) && !on_grid {
-        return invalid("platform: adapt_every and coallocate apply to broker routings; add one to routings".into());
+    if (p.adapt_every > 0 || p.coallocate || p.brokers > 1) && !on_grid {
+        return invalid(
+            "platform: adapt_every, coallocate and brokers apply to broker routings; add one to routings".into(),
+        );
+    }
+    if p.brokers == 0 || p.brokers > clusters.len().max(1) {
+        return invalid(format!(
+            "platform: brokers must be between 1 and the number of clusters ({}), not {}",
+            clusters.len(),
+            p.brokers
+        ));
     }
     let adaptation = (p.adapt_every > 0).then_some(Adaptation {
         every: Duration(p.adapt_every),
@@ -551,6 +570,7 @@ pub fn prepare_with_orders(
         },
         adaptation,
         coallocate: p.coallocate,
+        brokers: p.brokers,
         ..GridOptions::default()
     };
     let mut series = Vec::new();

@@ -18,6 +18,7 @@
 //! becomes an experiment parameter.
 
 use std::collections::HashMap;
+use std::ops::Range;
 
 use brokk_broker::adapt::{adapt, AdaptOptions, Adapted, Tracked};
 use brokk_broker::coalloc::{coallocate, place, CoRequest};
@@ -120,16 +121,23 @@ pub struct GridOptions {
     /// that start together ([ET-interop]'s co-allocation; broker routings
     /// only); otherwise it is unrouted.
     pub coallocate: bool,
+    /// Brokers (broker routings only): the sites in this many groups of
+    /// consecutive sites, each with a broker of its own that routes,
+    /// co-allocates and adapts the jobs whose home is there (the cluster of
+    /// their trace partition, else their user modulo the brokers) over its
+    /// own sites, on its own view of them. 0 and 1 are one broker.
+    pub brokers: usize,
 }
 
 impl Default for GridOptions {
-    /// Fresh information, conservative sites (as live), no adaptation.
+    /// Fresh information, conservative sites (as live), no adaptation, one broker.
     fn default() -> Self {
         GridOptions {
             staleness: Staleness::default(),
             policy: Policy::CONSERVATIVE,
             adaptation: None,
             coallocate: false,
+            brokers: 1,
         }
     }
 }
@@ -264,6 +272,17 @@ struct Grid<'a> {
     /// What the run reports of the jobs each site has forgotten, by job
     /// number there.
     ended: Vec<HashMap<u64, Ended>>,
+    /// Each broker's sites.
+    groups: Vec<Range<usize>>,
+    /// The cluster of each trace partition.
+    home: HashMap<i64, usize>,
+}
+
+/// `n` sites in `brokers` groups of consecutive sites, as even as can be
+/// (at least one group).
+fn groups(n: usize, brokers: usize) -> Vec<Range<usize>> {
+    let b = brokers.clamp(1, n.max(1));
+    (0..b).map(|k| k * n / b..(k + 1) * n / b).collect()
 }
 
 /// What a run reports of a job, kept when its site forgets the record.
@@ -291,6 +310,20 @@ impl Ended {
 const HARVEST_EVERY: Duration = Duration(3600);
 
 impl Grid<'_> {
+    /// The sites of the broker that site `c` belongs to.
+    fn group(&self, c: usize) -> Range<usize> {
+        self.groups.iter().find(|g| g.contains(&c)).cloned().unwrap_or(0..0)
+    }
+
+    /// The sites of job `j`'s home broker: the one of its partition's
+    /// cluster, else its user's turn among the brokers.
+    fn home_of(&self, j: &SimJob) -> Range<usize> {
+        match self.home.get(&j.partition) {
+            Some(&c) => self.group(c),
+            None => self.groups[j.user.rem_euclid(self.groups.len() as i64) as usize].clone(),
+        }
+    }
+
     /// Keeps the figures of the jobs that ended before `t` and lets their
     /// sites forget them.
     fn harvest(&mut self, t: Time) {
@@ -371,8 +404,8 @@ pub fn simulate_grid(clusters: &[ClusterSpec], jobs: &[SimJob], routing: GridRou
         policy,
         adaptation,
         coallocate,
+        brokers,
     } = options;
-    let largest = clusters.iter().map(|c| c.procs).max().unwrap_or(0);
     let mut order: Vec<usize> = (0..jobs.len()).filter(|&i| jobs[i].size > 0).collect();
     order.sort_by_key(|&i| (jobs[i].submit, i));
     let start = order.first().map_or(Time::EPOCH, |&i| jobs[i].submit);
@@ -405,6 +438,12 @@ pub fn simulate_grid(clusters: &[ClusterSpec], jobs: &[SimJob], routing: GridRou
         sites.len()
     ];
     let mut grid = Grid {
+        groups: groups(sites.len(), brokers),
+        home: clusters
+            .iter()
+            .enumerate()
+            .flat_map(|(k, c)| c.partitions.iter().map(move |&p| (p, k)))
+            .collect(),
         ended: vec![HashMap::new(); sites.len()],
         visible,
         all: (0..sites.len()).collect(),
@@ -449,8 +488,10 @@ pub fn simulate_grid(clusters: &[ClusterSpec], jobs: &[SimJob], routing: GridRou
         while let Some(&i) = order.get(next).filter(|&&i| jobs[i].submit == t) {
             next += 1;
             let j = &jobs[i];
-            if coallocate && routing.is_broker() && j.size > largest {
-                match grid.coallocate(j, t, largest) {
+            let home = grid.home_of(j);
+            let wider = || clusters[home.clone()].iter().all(|c| j.size > c.procs);
+            if coallocate && routing.is_broker() && wider() {
+                match grid.coallocate(j, t, home) {
                     Some(placed_parts) => {
                         for (c, handle) in &placed_parts {
                             let site = &mut grid.sites[*c];
@@ -477,7 +518,7 @@ pub fn simulate_grid(clusters: &[ClusterSpec], jobs: &[SimJob], routing: GridRou
                         objective,
                         reserve_top_k,
                     },
-                ) => grid.broker(j, t, objective, reserve_top_k),
+                ) => grid.broker(j, t, home, objective, reserve_top_k),
                 (None, GridRouting::Fixed(_)) => None,
             };
             match outcome {
@@ -505,6 +546,7 @@ impl Grid<'_> {
         &mut self,
         j: &SimJob,
         t: Time,
+        home: Range<usize>,
         objective: Objective,
         reserve_top_k: usize,
     ) -> Option<(usize, JobHandle, Option<Time>)> {
@@ -515,13 +557,13 @@ impl Grid<'_> {
             use_reservations: Some(reserve_top_k > 0),
             ..JobPreferences::default()
         };
-        let mut views = viewed(&mut self.sites, &self.visible, t);
+        let mut views = viewed(&mut self.sites[home.clone()], &self.visible[home.clone()], t);
         let mut refs: Vec<&mut dyn Site> = views.iter_mut().map(|v| v as &mut dyn Site).collect();
         let opts = SubmitOptions {
             reserve_top_k,
             ..SubmitOptions::default()
         };
-        let seen = (&self.visible[..], &self.all[..]);
+        let seen = (&self.visible[home.clone()], &self.all[..home.len()]);
         let s = submit_informed(&job, &prefs, OWNER, &mut refs, seen, Vec::new(), t, opts).ok()?;
         let c = *self.by_name.get(&s.endpoint)?;
         if reserve_top_k == 0 {
@@ -539,13 +581,15 @@ impl Grid<'_> {
     /// (`largest` processors) allows, each for the job's estimate on the slowest site, starting
     /// together within 30 days ([ET-interop]'s Algorithms 1 and 2, then the
     /// broker's two-phase placement, as `brokk serve` co-allocates).
-    fn coallocate(&mut self, j: &SimJob, t: Time, largest: u32) -> Option<Vec<(usize, JobHandle)>> {
+    fn coallocate(&mut self, j: &SimJob, t: Time, home: Range<usize>) -> Option<Vec<(usize, JobHandle)>> {
+        let specs = &self.specs[home.clone()];
+        let largest = specs.iter().map(|c| c.procs).max().unwrap_or(0);
         if largest == 0 {
             return None;
         }
         self.refresh(t);
         let k = j.size.div_ceil(largest);
-        let slowest = self.specs.iter().map(|c| c.speed).fold(f64::INFINITY, f64::min);
+        let slowest = specs.iter().map(|c| c.speed).fold(f64::INFINITY, f64::min);
         let wall = scaled(j.estimate.max(Duration(1)), slowest);
         let jobs: Vec<Job> = (0..k)
             .map(|p| Job {
@@ -557,7 +601,7 @@ impl Grid<'_> {
             })
             .collect();
         let keys: Vec<String> = (0..k).map(|p| format!("co-{}-{p}", j.id)).collect();
-        let infos: Vec<Option<ResourceInfo>> = self.visible.iter().cloned().map(Some).collect();
+        let infos: Vec<Option<ResourceInfo>> = self.visible[home.clone()].iter().cloned().map(Some).collect();
         let request = CoRequest::of(
             &jobs,
             &infos,
@@ -565,14 +609,14 @@ impl Grid<'_> {
             Duration::ZERO,
             Some(t + Duration::minutes(10)),
         );
-        let mut views = viewed(&mut self.sites, &self.visible, t);
+        let mut views = viewed(&mut self.sites[home.clone()], &self.visible[home.clone()], t);
         let mut refs: Vec<&mut dyn Site> = views.iter_mut().map(|v| v as &mut dyn Site).collect();
         let plan = coallocate(&request, &mut refs, OWNER).ok()?;
         let handles = place(&plan, &jobs, &keys, &mut refs, OWNER).ok()?;
         for &(c, _, _) in &plan.assignments {
-            self.snapshots[c].changed = true;
+            self.snapshots[home.start + c].changed = true;
         }
-        Some(plan.assignments.iter().map(|a| a.0).zip(handles).collect())
+        Some(plan.assignments.iter().map(|a| home.start + a.0).zip(handles).collect())
     }
 
     /// One adaptation round at `t` over the watched jobs: those that have
@@ -607,7 +651,9 @@ impl Grid<'_> {
                 endpoint: self.specs[c].name.clone(),
                 handle,
             };
-            let mut views = viewed(&mut self.sites, &self.visible, t);
+            // Among the sites of the broker that placed it.
+            let mine = self.group(c);
+            let mut views = viewed(&mut self.sites[mine.clone()], &self.visible[mine], t);
             let mut refs: Vec<&mut dyn Site> = views.iter_mut().map(|v| v as &mut dyn Site).collect();
             match adapt(&mut tracked, &mut refs, t, opts) {
                 Ok(Adapted::Moved { to, .. }) => {

@@ -276,3 +276,51 @@ fn a_job_larger_than_every_site_is_coallocated_to_start_together() {
     let whole = co.jobs.iter().find(|o| o.id == 2).unwrap();
     assert_eq!((whole.size, whole.start.0, whole.end.0), (12, 50, 100));
 }
+
+#[test]
+fn two_brokers_each_route_their_own_jobs_over_their_own_sites() {
+    // a and b are one broker's, c and d the other's; partition 1 is a's,
+    // partition 4 d's. The fast sites are b and c.
+    let mut sites = [
+        site("a", 4, 1.0),
+        site("b", 4, 2.0),
+        site("c", 4, 4.0),
+        site("d", 4, 1.0),
+    ];
+    sites[0].partitions = vec![1];
+    sites[3].partitions = vec![4];
+    let jobs: Vec<SimJob> = (0..8)
+        .map(|k| SimJob {
+            partition: if k % 2 == 0 { 1 } else { 4 },
+            ..job(k, k * 10, 4, 400)
+        })
+        .collect();
+    let ran_at = |r: &brokk_sim::grid::GridRun| -> Vec<(i64, usize)> {
+        let mut at: Vec<(i64, usize)> = r
+            .clusters
+            .iter()
+            .enumerate()
+            .flat_map(|(c, run)| run.outcomes.iter().map(move |o| (o.id, c)))
+            .collect();
+        at.sort_unstable();
+        at
+    };
+    let two = simulate_grid(
+        &sites,
+        &jobs,
+        TTD,
+        GridOptions {
+            brokers: 2,
+            ..GridOptions::default()
+        },
+    );
+    let at = ran_at(&two);
+    assert_eq!(at.len(), 8, "every job ran");
+    for (id, c) in at {
+        let home = if id % 2 == 0 { 0..2 } else { 2..4 };
+        assert!(home.contains(&c), "job {id} of broker {home:?} ran at site {c}");
+    }
+    // One broker over all four sends both partitions' jobs to the fastest.
+    let one = ran_at(&simulate_grid(&sites, &jobs, TTD, GridOptions::default()));
+    assert!(one.iter().any(|&(id, c)| id % 2 == 0 && c >= 2), "{one:?}");
+}

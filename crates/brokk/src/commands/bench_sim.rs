@@ -288,24 +288,40 @@ pub fn run(a: SimArgs) -> Result<ExitCode> {
         info_ttl: Duration(60),
         info_delay: Duration(0),
     };
-    let (jobs, seconds) = time_runs(a.seconds, || {
-        simulate_grid(
-            &clusters,
-            &lcg_jobs,
-            routing,
-            GridOptions {
-                staleness,
-                ..GridOptions::default()
-            },
-        )
-        .clusters
-        .iter()
-        .map(|c| c.outcomes.len())
-        .sum()
-    });
+    let brokered = |brokers: usize| {
+        time_runs(a.seconds, || {
+            simulate_grid(
+                &clusters,
+                &lcg_jobs,
+                routing,
+                GridOptions {
+                    staleness,
+                    brokers,
+                    ..GridOptions::default()
+                },
+            )
+            .clusters
+            .iter()
+            .map(|c| c.outcomes.len())
+            .sum()
+        })
+    };
+    let (jobs, seconds) = brokered(1);
     rows.push(SimFigures::plain(
         format!(
             "LCG-2005-1, {} clusters as site cores, broker TTD routing (ratio to partition routing above: {:.3})",
+            clusters.len(),
+            (jobs as f64 / seconds) / partition_rate
+        ),
+        jobs,
+        seconds,
+    ));
+    // Two brokers in one simulation, each over half the clusters with the
+    // jobs of its half's partitions.
+    let (jobs, seconds) = brokered(2);
+    rows.push(SimFigures::plain(
+        format!(
+            "LCG-2005-1, {} clusters as site cores, two brokers over half each, TTD (ratio to partition routing above: {:.3})",
             clusters.len(),
             (jobs as f64 / seconds) / partition_rate
         ),
