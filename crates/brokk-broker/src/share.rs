@@ -10,6 +10,7 @@ use brokk_core::{Candidate, Change, Reply, Request, ReservationId};
 use brokk_model::{Job, ResourceInfo, Time};
 
 use crate::site::{JobHandle, JobState, Site, SiteError};
+use crate::workflow::RejectReason;
 
 /// A user's reservation at one site: `amount` slots over `[start, end)`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -71,6 +72,29 @@ impl Share {
     /// at least one, so a share rounds down to no less than a slot.
     pub fn most(&self, capacity: u32) -> u32 {
         ((f64::from(capacity) * self.of_capacity.clamp(0.0, 1.0)).floor() as u32).max(1)
+    }
+
+    /// Where a user's reservation of `amount` slots over `(start, end)` at
+    /// a site of `capacity` may move up to from `now`, the user holding
+    /// `held` there besides: a window of starts before `start` in which any
+    /// start keeps them within the share (a site may place it anywhere in
+    /// it), or `None` when there is none. A site of unknown capacity (0)
+    /// is not judged.
+    pub fn move_up_window(
+        &self,
+        capacity: u32,
+        held: &[Span],
+        amount: u32,
+        (start, end): (Time, Time),
+        now: Time,
+    ) -> Option<(Time, Time)> {
+        let window = if capacity == 0 {
+            (now, start)
+        } else {
+            let (first, last) = starts_within(self.most(capacity), held, amount, (end - start).0, now)?;
+            (first, last.map_or(start, |l| l.min(start)))
+        };
+        (window.0 < start && window.0 <= window.1).then_some(window)
     }
 
     /// Whether a user who keeps `have` live reservations may ask for `asked` more.
@@ -184,6 +208,38 @@ impl<'a> Within<'a> {
             }
         }
     }
+}
+
+/// The reason of a workflow's rejection when the owner's share, not the
+/// sites, kept it out, asked through `views`: a task wider than the share
+/// of every site it would fit, or no room found where the share stood in
+/// the way. `None` when the share was not why.
+pub fn why_rejected(reason: &RejectReason, views: &[Within], at: Time) -> Option<RejectReason> {
+    let limit = match reason {
+        RejectReason::TooLarge { cores, .. } => {
+            let v = views
+                .iter()
+                .filter(|v| v.capacity >= *cores)
+                .max_by_key(|v| v.capacity)?;
+            OverShare::Slots {
+                site: v.name.clone(),
+                held: *cores,
+                at,
+                capacity: v.capacity,
+                most: v.share.most(v.capacity),
+                share: v.share.of_capacity,
+            }
+        }
+        RejectReason::NoRoom { .. } => views.iter().find_map(Within::over)?,
+        _ => return None,
+    };
+    let (RejectReason::TooLarge { task, .. } | RejectReason::NoRoom { task }) = reason else {
+        return None;
+    };
+    Some(RejectReason::Share {
+        task: task.clone(),
+        limit: limit.to_string(),
+    })
 }
 
 /// How many times a view asks its site again after the site's answer fell
@@ -492,6 +548,31 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn a_reservation_moves_up_only_where_the_share_allows() {
+        let held = [span(2, 0, 1_000)];
+        // Half of 8: 2 more beside the 2 fit from now on.
+        assert_eq!(
+            HALF.move_up_window(8, &held, 2, (Time(500), Time(600)), Time(0)),
+            Some((Time(0), Time(500)))
+        );
+        // 3 more fit only once the 2 end, after the planned start: no move.
+        assert_eq!(HALF.move_up_window(8, &held, 3, (Time(500), Time(600)), Time(0)), None);
+        // 4 held over [300, 400): 2 more for 100 s fit from now until 200 only.
+        let busy = [span(4, 300, 400)];
+        assert_eq!(
+            HALF.move_up_window(8, &busy, 2, (Time(800), Time(900)), Time(0)),
+            Some((Time(0), Time(200)))
+        );
+        // Nothing earlier than the planned start: nothing to move.
+        assert_eq!(HALF.move_up_window(8, &[], 1, (Time(50), Time(60)), Time(50)), None);
+        // A site of unknown size is not judged.
+        assert_eq!(
+            HALF.move_up_window(0, &busy, 9, (Time(800), Time(900)), Time(0)),
+            Some((Time(0), Time(800)))
+        );
     }
 
     #[test]

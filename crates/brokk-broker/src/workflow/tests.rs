@@ -497,6 +497,32 @@ fn a_workflow_is_planned_within_its_owners_share() {
     drop(views);
     let why = shared[0].over().expect("the share stood in the way");
     assert!(why.to_string().contains("8 of the 8 slots of site0"), "{why}");
+    let said = crate::share::why_rejected(&RejectReason::NoRoom { task: "b".into() }, &shared, Time(0));
+    assert!(
+        matches!(&said, Some(RejectReason::Share { task, .. }) if task == "b"),
+        "{said:?}"
+    );
+    // A task wider than the share of the site is the share's doing too.
+    let wide = RejectReason::TooLarge {
+        task: "w".into(),
+        cores: 6,
+        largest: 4,
+    };
+    let said = crate::share::why_rejected(&wide, &shared, Time(0)).unwrap().to_string();
+    assert!(
+        said.contains("6 of the 8 slots of site0") && said.contains("at most 4"),
+        "{said}"
+    );
+    let wider = RejectReason::TooLarge {
+        task: "w".into(),
+        cores: 9,
+        largest: 4,
+    };
+    assert_eq!(
+        crate::share::why_rejected(&wider, &shared, Time(0)),
+        None,
+        "wider than the site itself"
+    );
     drop(shared);
     assert_eq!(held(&sites, &net), 0, "nothing left reserved");
 }

@@ -245,7 +245,7 @@ impl Service {
             if let Err(r) = &mut answer {
                 if std::time::Instant::now() >= until && !matches!(r.reason, RejectReason::Invalid { .. }) {
                     r.reason = RejectReason::TimeUp { seconds: bound };
-                } else if let Some(reason) = share_was_why(&r.reason, &views, &topo, share, t) {
+                } else if let Some(reason) = brokk_broker::share::why_rejected(&r.reason, &views, t) {
                     r.reason = reason;
                 }
             }
@@ -672,18 +672,8 @@ impl Service {
         let moved = tokio::task::spawn_blocking(move || {
             let mut c = cached_sites(std::slice::from_ref(&site), &info, None, None, &owner).remove(0);
             let capacity = c.info().map_or(0, |i| i.total_slots);
-            // Only where any start the site picks keeps the share.
-            let window = if capacity == 0 {
-                (t, planned.start)
-            } else {
-                let length = (planned.end - planned.start).0;
-                let (first, last) =
-                    brokk_broker::share::starts_within(share.most(capacity), &held, planned.amount, length, t)?;
-                (first, last.map_or(planned.start, |l| l.min(planned.start)))
-            };
-            if window.0 >= planned.start || window.1 < window.0 {
-                return None;
-            }
+            let span = (planned.start, planned.end);
+            let window = share.move_up_window(capacity, &held, planned.amount, span, t)?;
             let change = brokk_core::Change {
                 amount: None,
                 duration: None,
@@ -1008,45 +998,6 @@ impl Service {
             }
         }
         Ok(())
-    }
-}
-
-/// The rejection's reason when the owner's share, not the sites, kept a
-/// workflow out: a task wider than the share of every site it would fit,
-/// or no room found where the share stood in the way.
-fn share_was_why(
-    reason: &RejectReason,
-    views: &[Within],
-    topo: &Topology,
-    share: Share,
-    t: Time,
-) -> Option<RejectReason> {
-    match reason {
-        RejectReason::TooLarge { task, cores, .. } => {
-            let (k, capacity) = views
-                .iter()
-                .enumerate()
-                .map(|(k, v)| (k, v.info().map_or(0, |i| i.total_slots)))
-                .filter(|&(_, c)| c >= *cores)
-                .max_by_key(|&(_, c)| c)?;
-            let limit = brokk_broker::share::OverShare::Slots {
-                site: topo.sites[k].name.clone(),
-                held: *cores,
-                at: t,
-                capacity,
-                most: share.most(capacity),
-                share: share.of_capacity,
-            };
-            Some(RejectReason::Share {
-                task: task.clone(),
-                limit: limit.to_string(),
-            })
-        }
-        RejectReason::NoRoom { task } => views.iter().find_map(|v| v.over()).map(|limit| RejectReason::Share {
-            task: task.clone(),
-            limit: limit.to_string(),
-        }),
-        _ => None,
     }
 }
 
