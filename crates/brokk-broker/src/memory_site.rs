@@ -77,6 +77,21 @@ impl MemorySite {
         self.core.record(handle_id(job).ok()?)
     }
 
+    /// Brings `info`, an earlier answer of this site's [`Site::info`], up to
+    /// date in place: what changes is figures, the names stay (a simulation
+    /// refreshing every site every minute copies no strings).
+    pub fn refresh_info(&self, info: &mut ResourceInfo) -> Result<(), SiteError> {
+        self.up()?;
+        let p = self.core.published(self.now);
+        info.free_slots = p.free_now;
+        info.used_slots = info.total_slots.saturating_sub(p.free_now);
+        info.running_jobs = p.running;
+        info.waiting_jobs = p.waiting;
+        info.estimated_wait = p.estimated_wait;
+        info.reservations = true;
+        Ok(())
+    }
+
     /// Forgets the jobs that ended before `before`, showing each record to
     /// `each` first ([`SiteCore::retire_each`]).
     pub fn retire(&mut self, before: Time, each: impl FnMut(&JobRecord)) -> usize {
@@ -198,15 +213,8 @@ impl Site for MemorySite {
     }
 
     fn info(&self) -> Result<ResourceInfo, SiteError> {
-        self.up()?;
-        let p = self.core.published(self.now);
         let mut info = self.info.clone();
-        info.free_slots = p.free_now;
-        info.used_slots = info.total_slots.saturating_sub(p.free_now);
-        info.running_jobs = p.running;
-        info.waiting_jobs = p.waiting;
-        info.estimated_wait = p.estimated_wait;
-        info.reservations = true;
+        self.refresh_info(&mut info)?;
         Ok(info)
     }
 

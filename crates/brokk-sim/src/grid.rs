@@ -364,14 +364,16 @@ impl Grid<'_> {
             }
             if snap.pending.is_none() && (st.info_ttl.0 == 0 || snap.changed || t - snap.taken >= st.info_ttl) {
                 site.advance(t);
-                if let Ok(info) = site.info() {
+                // Taken at once: the snapshot the broker sees is brought up
+                // to date in place.
+                let taken = if st.info_delay.0 == 0 {
+                    site.refresh_info(visible).is_ok()
+                } else {
+                    site.info().map(|info| snap.pending = Some((info, t))).is_ok()
+                };
+                if taken {
                     snap.taken = t;
                     snap.changed = false;
-                    if st.info_delay.0 == 0 {
-                        *visible = info;
-                    } else {
-                        snap.pending = Some((info, t));
-                    }
                 }
             }
         }
