@@ -164,6 +164,21 @@ impl<'a> Within<'a> {
         }
     }
 
+    /// The site's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// As many slots as the user may hold at the site at once: the
+    /// site's size for their plans (a site of unknown size stays unknown, 0).
+    pub fn usable(&self) -> u32 {
+        if self.capacity == 0 {
+            0
+        } else {
+            self.share.most(self.capacity)
+        }
+    }
+
     /// The first time the share kept a request from a start the site had.
     pub fn over(&self) -> Option<OverShare> {
         self.over.borrow().clone()

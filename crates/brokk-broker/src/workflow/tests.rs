@@ -474,9 +474,10 @@ fn a_workflow_is_planned_within_its_owners_share() {
         free.release("alice", &mut refs(&mut sites), &mut net);
 
         // As the service asks: the sites as large as the share lets alice use.
-        let mut halved = topo.clone();
-        halved.sites[0].capacity = 4;
         let mut shared = within_half(&mut sites);
+        let mut halved = topo.clone();
+        halved.sites[0].capacity = shared[0].usable();
+        assert_eq!(halved.sites[0].capacity, 4);
         let mut views: Vec<&mut dyn Site> = shared.iter_mut().map(|s| s as &mut dyn Site).collect();
         let offer = admit(&wf, &halved, &mut views, &mut net, "alice", &opts(scheduler)).unwrap();
         let (a, b) = (&offer.plan.tasks[0], &offer.plan.tasks[1]);

@@ -217,13 +217,12 @@ impl Service {
                 c.write_holds_to(holds.clone());
                 c.answer_until(until);
             }
-            let capacities: Vec<u32> = clients.iter().map(|c| c.info().map_or(0, |i| i.total_slots)).collect();
-            let specs = sites
+            let mut views = within_share(&mut clients, share, held);
+            let specs = views
                 .iter()
-                .zip(&capacities)
-                .map(|(s, &capacity)| SiteSpec {
-                    name: s.name.clone(),
-                    capacity: if capacity == 0 { 0 } else { share.most(capacity) },
+                .map(|v| SiteSpec {
+                    name: v.name().to_string(),
+                    capacity: v.usable(),
                     speed: 1.0,
                 })
                 .collect();
@@ -232,7 +231,6 @@ impl Service {
                 .map_err(|_| ServiceError::Unavailable("the network's lock".into()))?;
             net.advance(t);
             let topo = Topology::new(specs, &net);
-            let mut views = within_share(&mut clients, share, held);
             let mut refs: Vec<&mut dyn Site> = views.iter_mut().map(|c| c as &mut dyn Site).collect();
             let opts = Options {
                 scheduler,

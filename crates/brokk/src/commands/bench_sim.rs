@@ -288,8 +288,10 @@ pub fn run(a: SimArgs) -> Result<ExitCode> {
         info_ttl: Duration(60),
         info_delay: Duration(0),
     };
-    let brokered = |brokers: usize| {
-        time_runs(a.seconds, || {
+    // One broker over all the clusters, then two in one simulation, each
+    // over half the clusters with the jobs of its half's partitions.
+    for (brokers, who) in [(1, "broker TTD routing"), (2, "two brokers over half each, TTD")] {
+        let (jobs, seconds) = time_runs(a.seconds, || {
             simulate_grid(
                 &clusters,
                 &lcg_jobs,
@@ -304,30 +306,17 @@ pub fn run(a: SimArgs) -> Result<ExitCode> {
             .iter()
             .map(|c| c.outcomes.len())
             .sum()
-        })
-    };
-    let (jobs, seconds) = brokered(1);
-    rows.push(SimFigures::plain(
-        format!(
-            "LCG-2005-1, {} clusters as site cores, broker TTD routing (ratio to partition routing above: {:.3})",
-            clusters.len(),
-            (jobs as f64 / seconds) / partition_rate
-        ),
-        jobs,
-        seconds,
-    ));
-    // Two brokers in one simulation, each over half the clusters with the
-    // jobs of its half's partitions.
-    let (jobs, seconds) = brokered(2);
-    rows.push(SimFigures::plain(
-        format!(
-            "LCG-2005-1, {} clusters as site cores, two brokers over half each, TTD (ratio to partition routing above: {:.3})",
-            clusters.len(),
-            (jobs as f64 / seconds) / partition_rate
-        ),
-        jobs,
-        seconds,
-    ));
+        });
+        rows.push(SimFigures::plain(
+            format!(
+                "LCG-2005-1, {} clusters as site cores, {who} (ratio to partition routing above: {:.3})",
+                clusters.len(),
+                (jobs as f64 / seconds) / partition_rate
+            ),
+            jobs,
+            seconds,
+        ));
+    }
     for r in &rows {
         if a.json {
             say!("{}", serde_json::to_string(r)?);
