@@ -229,6 +229,16 @@ fn glob(pattern: &str, text: &str) -> bool {
     true
 }
 
+/// A time given to `option`: RFC 3339, or a duration (`90m`, `2h`, `1d`)
+/// that `offset` makes a time of (back from now for `--since`, ahead of it
+/// for a reservation's window).
+pub fn time_arg(option: &str, s: &str, offset: impl FnOnce(Duration) -> Time) -> Result<Time> {
+    if let Ok(d) = Duration::parse_human(s) {
+        return Ok(offset(d));
+    }
+    Time::parse(s).map_err(|_| anyhow::anyhow!("{option}: `{s}` is neither a duration (2h, 1d) nor a time (RFC 3339)"))
+}
+
 impl Filter {
     /// Whether any filter is given.
     pub fn is_set(&self) -> bool {
@@ -237,14 +247,10 @@ impl Filter {
 
     /// The earliest submission time `--since` allows.
     fn since(&self, now: Time) -> Result<Option<Time>> {
-        let Some(s) = &self.since else { return Ok(None) };
-        if let Ok(d) = Duration::parse_human(s) {
-            return Ok(Some(now - d));
-        }
-        match Time::parse(s) {
-            Ok(t) => Ok(Some(t)),
-            Err(_) => bail!("--since: `{s}` is neither a duration (2h, 1d) nor a time (RFC 3339)"),
-        }
+        self.since
+            .as_deref()
+            .map(|s| time_arg("--since", s, |d| now - d))
+            .transpose()
     }
 
     /// The newest `limit` of the caller's jobs that pass (0: all of them),

@@ -268,13 +268,13 @@ pub fn reserve(a: ReserveArgs) -> Result<ExitCode> {
             let earliest = a
                 .earliest
                 .as_deref()
-                .map(|s| ahead("--earliest", s, now))
+                .map(|s| listing::time_arg("--earliest", s, |d| now + d))
                 .transpose()?
                 .unwrap_or(now);
             let latest = a
                 .latest
                 .as_deref()
-                .map(|s| ahead("--latest", s, now))
+                .map(|s| listing::time_arg("--latest", s, |d| now + d))
                 .transpose()?
                 .unwrap_or(earliest + brokk_model::Duration::hours(24));
             c.reserve(&brokk_proto::wire::BrokerReservationRequest {
@@ -388,16 +388,6 @@ fn change_line(j: &brokk_proto::wire::BrokerJob) -> String {
         _ => String::new(),
     };
     format!("{} {}{at}{why}", listing::shown(&j.id), j.state())
-}
-
-/// A time given as `option`: a duration from `now` (`90m`, `2h`, `1d`, as
-/// `--since` takes one back from now) or a time (RFC 3339).
-fn ahead(option: &str, s: &str, now: Time) -> Result<Time> {
-    if let Ok(d) = brokk_model::Duration::parse_human(s) {
-        return Ok(now + d);
-    }
-    Time::parse(s)
-        .map_err(|_| anyhow::anyhow!("{option}: `{s}` is neither a duration from now (2h, 1d) nor a time (RFC 3339)"))
 }
 
 /// Preferences from `--prefs`: inline JSON, or a file holding it.
