@@ -230,26 +230,24 @@ impl<'a> Within<'a> {
 /// of every site it would fit, or no room found where the share stood in
 /// the way. `None` when the share was not why.
 pub fn why_rejected(reason: &RejectReason, views: &[Within], at: Time) -> Option<RejectReason> {
-    let limit = match reason {
-        RejectReason::TooLarge { cores, .. } => {
+    let (task, limit) = match reason {
+        RejectReason::TooLarge { task, cores, .. } => {
             let v = views
                 .iter()
                 .filter(|v| v.capacity >= *cores)
                 .max_by_key(|v| v.capacity)?;
-            OverShare::Slots {
+            let limit = OverShare::Slots {
                 site: v.name.clone(),
                 held: *cores,
                 at,
                 capacity: v.capacity,
                 most: v.share.most(v.capacity),
                 share: v.share.of_capacity,
-            }
+            };
+            (task, limit)
         }
-        RejectReason::NoRoom { .. } => views.iter().find_map(Within::over)?,
+        RejectReason::NoRoom { task } => (task, views.iter().find_map(Within::over)?),
         _ => return None,
-    };
-    let (RejectReason::TooLarge { task, .. } | RejectReason::NoRoom { task }) = reason else {
-        return None;
     };
     Some(RejectReason::Share {
         task: task.clone(),
@@ -268,19 +266,8 @@ const ASKED_AGAIN: usize = 16;
 /// at any instant: `from` itself or the end of a stretch where the user
 /// holds too much. `None` when `amount` alone is more than `most`.
 pub fn earliest_within(most: u32, spans: &[Span], amount: u32, duration: i64, from: Time) -> Option<Time> {
-    if amount > most {
-        return None;
-    }
-    let room = i64::from(most - amount);
-    let length = brokk_model::Duration(duration.max(1));
-    let levels = Levels::of(spans);
-    let mut t = from;
-    // Each stretch over the room pushes the start past its end; the scan
-    // goes on from there, so every stretch is looked at once.
-    while let Some(end) = levels.over(room, t, t + length).map(|k| levels.end(k)) {
-        t = end;
-    }
-    Some(t)
+    let room = i64::from(most.checked_sub(amount)?);
+    Some(Levels::of(spans).earliest(room, duration, from))
 }
 
 /// The run of starts at or after `from` where `amount` more slots for
@@ -296,13 +283,13 @@ pub fn starts_within(
     duration: i64,
     from: Time,
 ) -> Option<(Time, Option<Time>)> {
-    let first = earliest_within(most, spans, amount, duration, from)?;
-    let length = brokk_model::Duration(duration.max(1));
+    let room = i64::from(most.checked_sub(amount)?);
     let levels = Levels::of(spans);
+    let first = levels.earliest(room, duration, from);
     // No stretch over the room meets the first start's window, so the next
     // one begins after it.
-    let next = levels.over(i64::from(most - amount), first, Time(i64::MAX));
-    Some((first, next.map(|k| Time(levels.at[k].0 .0 - length.0))))
+    let next = levels.over(room, first, Time(i64::MAX));
+    Some((first, next.map(|k| Time(levels.at[k].0 .0 - duration.max(1)))))
 }
 
 /// What a user holds over time: from each change point on, a level, in
@@ -312,9 +299,9 @@ struct Levels {
 }
 
 impl Levels {
-    fn of(spans: &[Span]) -> Levels {
+    fn of<'a>(spans: impl IntoIterator<Item = &'a Span>) -> Levels {
         let mut edges: Vec<(Time, i64)> = spans
-            .iter()
+            .into_iter()
             .filter(|s| s.end > s.start)
             .flat_map(|s| [(s.start, i64::from(s.amount)), (s.end, -i64::from(s.amount))])
             .collect();
@@ -329,6 +316,19 @@ impl Levels {
             }
         }
         Levels { at }
+    }
+
+    /// The earliest start at or after `from` of `duration` seconds that
+    /// meets no stretch over `room`: each such stretch pushes the start
+    /// past its end and the scan goes on from there, so every stretch is
+    /// looked at once.
+    fn earliest(&self, room: i64, duration: i64, from: Time) -> Time {
+        let length = brokk_model::Duration(duration.max(1));
+        let mut t = from;
+        while let Some(k) = self.over(room, t, t + length) {
+            t = self.end(k);
+        }
+        t
     }
 
     /// The first stretch over `room` that meets `[from, to)`.
@@ -454,19 +454,11 @@ impl Site for Within<'_> {
 /// over their starts and ends, an end before a start at the same instant
 /// (`[start, end)`).
 pub fn peak<'a>(spans: impl Iterator<Item = &'a Span>) -> (u32, Time) {
-    let mut edges: Vec<(Time, i64)> = spans
-        .filter(|s| s.end > s.start)
-        .flat_map(|s| [(s.start, i64::from(s.amount)), (s.end, -i64::from(s.amount))])
-        .collect();
-    edges.sort_by_key(|&(t, d)| (t, d));
-    let (mut now, mut best, mut at) = (0i64, 0i64, Time(0));
-    for (t, d) in edges {
-        now += d;
-        if now > best {
-            best = now;
-            at = t;
-        }
-    }
+    let (at, best) =
+        Levels::of(spans).at.into_iter().fold(
+            (Time(0), 0),
+            |best, (t, level)| if level > best.1 { (t, level) } else { best },
+        );
     (u32::try_from(best).unwrap_or(u32::MAX), at)
 }
 
