@@ -111,11 +111,13 @@ pub fn submit_informed(
 ) -> Result<Submission, SubmitError> {
     validate_at(job, now).map_err(SubmitError::Invalid)?;
     let Ranking { mut ranked, excluded } = assess(job, prefs, infos, now, opts.predictor);
+    // `rank`'s order: by score, ties to the site listed first.
+    let order = |r: &Ranked| (r.score, r.index);
     // The reservation held for each candidate, when the sites were asked for any.
     let mut held: Vec<Option<ReservationId>> = Vec::new();
     let reserving = opts.reserve_top_k > 0 && prefs.use_reservations != Some(false);
     if reserving {
-        ranked.sort_by_key(|r| (r.score, r.index));
+        ranked.sort_by_key(order);
         held = vec![None; ranked.len()];
         let selector = selector_for(prefs.objective());
         for (r, reservation) in ranked.iter_mut().zip(&mut held).take(opts.reserve_top_k) {
@@ -141,9 +143,8 @@ pub fn submit_informed(
         let mut both: Vec<(Ranked, Option<ReservationId>)> = ranked.into_iter().zip(held).collect();
         both.sort_by_key(|(r, _)| (r.score, site_of[r.index]));
         (ranked, held) = both.into_iter().unzip();
-    } else if let Some(best) = (0..ranked.len()).min_by_key(|&k| (ranked[k].score, ranked[k].index)) {
-        // Most submissions go to the best: the rest are put in order
-        // (ties to the site listed first, as `rank` orders them) only
+    } else if let Some(best) = (0..ranked.len()).min_by_key(|&k| order(&ranked[k])) {
+        // Most submissions go to the best: the rest are put in order only
         // when it refuses.
         ranked.swap(0, best);
     }
@@ -151,7 +152,7 @@ pub fn submit_informed(
     let mut chosen = None;
     for i in 0..ranked.len() {
         if i == 1 && !reserving {
-            ranked[1..].sort_by_key(|r| (r.score, r.index));
+            ranked[1..].sort_by_key(order);
         }
         let site = site_of[ranked[i].index];
         let reservation = held.get(i).copied().flatten();

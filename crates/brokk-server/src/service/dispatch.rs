@@ -159,7 +159,7 @@ impl Service {
         }
         let job: Job = serde_json::from_str(&stored.spec).ok()?;
         let prefs: JobPreferences = serde_json::from_str(&stored.prefs).unwrap_or_default();
-        let route = jobs::route(&job, &prefs, false, self.inherited(&stored.view.id));
+        let route = jobs::route(&job, &prefs, self.info.exact(), self.inherited(&stored.view.id));
         (route == jobs::Route::Batched).then_some((job, prefs))
     }
 
