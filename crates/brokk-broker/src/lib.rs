@@ -15,6 +15,7 @@
 //! the broker's jobs, whose states change by the rules of [`jobs`] alone.
 
 pub mod adapt;
+pub mod broker;
 mod clock;
 pub mod coalloc;
 pub mod info;

@@ -11,18 +11,23 @@
 //! reference time, and asks for the scaled estimate as the job's wall time;
 //! a job that outlives its wall time is killed, as a live site kills it.
 //!
-//! What the broker knows of a site is a snapshot: taken at most every
-//! `info_ttl` (and at the next decision after the broker itself sent the
-//! site a job, as the live information cache does) and visible only
-//! `info_delay` after it was taken, so how stale brokering information is
-//! becomes an experiment parameter.
+//! Each broker is a `brokk_broker::broker::BrokerCore`, the broker's own
+//! core, driven on the event engine: it accepts each arrival, asks for
+//! its sites' information, decides and sends, and this driver carries
+//! out what it asks. What a broker knows of a site is a snapshot: taken at
+//! most every `info_ttl` (and at the next decision after the broker itself
+//! changed the site, as live) and visible only `info_delay` after it was
+//! taken, so how stale brokering information is becomes an experiment
+//! parameter. Jobs that reserve, co-allocation and queue adaptation still
+//! call the broker's rules from here, on the core's information.
 
 use std::collections::HashMap;
 use std::ops::Range;
 
 use brokk_broker::adapt::{adapt, AdaptOptions, Adapted, Tracked};
+use brokk_broker::broker::{BrokerCore, BrokerParams, Effect, NewJob, Report};
 use brokk_broker::coalloc::{coallocate, place, CoRequest};
-use brokk_broker::info::{book, booked_wall};
+use brokk_broker::info::FetchFailure;
 use brokk_broker::submit::{submit_informed, SubmitOptions};
 use brokk_broker::{JobHandle, MemorySite, Site, SiteError};
 use brokk_core::queue::Policy;
@@ -180,17 +185,6 @@ fn scaled(d: Duration, speed: f64) -> Duration {
     Duration(((d.0 as f64 / speed).ceil() as i64).max(1))
 }
 
-/// The broker's picture of one site beyond what it sees now: the snapshot
-/// on its way, when the last one was taken, and whether the broker has
-/// changed the site since (then, as `brokk serve` does, it asks again at
-/// its next decision).
-#[derive(Debug, Clone)]
-struct Snapshot {
-    pending: Option<(ResourceInfo, Time)>,
-    taken: Time,
-    changed: bool,
-}
-
 /// A site as one brokering decision sees it: brought to the decision's
 /// time when the broker acts on it, its information what the broker's
 /// snapshot shows.
@@ -249,7 +243,7 @@ impl Site for Viewed<'_> {
     }
 }
 
-/// The sites as a decision at `at` sees them, through the broker's snapshots.
+/// The sites as a decision at `at` sees them, through the broker's information.
 fn viewed<'a>(sites: &'a mut [MemorySite], visible: &'a [ResourceInfo], at: Time) -> Vec<Viewed<'a>> {
     sites
         .iter_mut()
@@ -262,11 +256,12 @@ fn viewed<'a>(sites: &'a mut [MemorySite], visible: &'a [ResourceInfo], at: Time
 struct Grid<'a> {
     specs: &'a [ClusterSpec],
     sites: Vec<MemorySite>,
-    /// What the broker sees of each site, in site order.
-    visible: Vec<ResourceInfo>,
-    snapshots: Vec<Snapshot>,
-    /// 0, 1, 2, ...: every site answers (from its snapshot).
-    all: Vec<usize>,
+    /// Each broker, over the sites of its group (by position in it).
+    cores: Vec<BrokerCore>,
+    /// Snapshots taken and not yet visible, per site, with when each was taken.
+    arriving: Vec<Option<(ResourceInfo, Time)>>,
+    /// The trace's index of each job a broker holds, by the broker's id.
+    held: HashMap<String, usize>,
     staleness: Staleness,
     by_name: HashMap<String, usize>,
     /// What the run reports of the jobs each site has forgotten, by job
@@ -310,26 +305,49 @@ impl Ended {
 const HARVEST_EVERY: Duration = Duration(3600);
 
 impl Grid<'_> {
-    /// The sites of the broker that site `c` belongs to.
-    fn group(&self, c: usize) -> Range<usize> {
-        self.groups.iter().find(|g| g.contains(&c)).cloned().unwrap_or(0..0)
+    /// The broker that site `c` belongs to.
+    fn broker_of(&self, c: usize) -> usize {
+        self.groups.iter().position(|g| g.contains(&c)).unwrap_or(0)
     }
 
-    /// The sites of job `j`'s home broker: the one of its partition's
-    /// cluster, else its user's turn among the brokers.
-    fn home_of(&self, j: &SimJob) -> Range<usize> {
+    /// Job `j`'s home broker: the one of its partition's cluster, else its
+    /// user's turn among the brokers.
+    fn home_of(&self, j: &SimJob) -> usize {
         match self.home.get(&j.partition) {
-            Some(&c) => self.group(c),
-            None => self.groups[j.user.rem_euclid(self.groups.len() as i64) as usize].clone(),
+            Some(&c) => self.broker_of(c),
+            None => j.user.rem_euclid(self.groups.len() as i64) as usize,
         }
     }
 
-    /// Keeps the figures of the jobs that ended before `t` and lets their
-    /// sites forget them.
+    /// Keeps the figures of the jobs that ended before `t`, lets their
+    /// sites forget them, and tells their brokers (a site's report of its
+    /// ended jobs, once an hour).
     fn harvest(&mut self, t: Time) {
-        for (site, kept) in self.sites.iter_mut().zip(&mut self.ended) {
+        let Grid {
+            sites,
+            ended,
+            cores,
+            groups,
+            ..
+        } = self;
+        for (c, (site, kept)) in sites.iter_mut().zip(ended.iter_mut()).enumerate() {
+            let b = groups.iter().position(|g| g.contains(&c));
+            let mut core = b.and_then(|b| cores.get_mut(b).map(|core| (core, c - groups[b].start)));
+            let name = site.endpoint().to_string();
             site.retire(t, |r| {
                 kept.insert(r.id.0, Ended::of(r));
+                if let Some((core, k)) = core.as_mut() {
+                    if !core.is_empty() {
+                        let report = Report {
+                            phase: r.state,
+                            started: r.started,
+                            ended: r.ended,
+                            exit_code: r.exit_code,
+                            reason: None,
+                        };
+                        core.reported(t, *k, &format!("{name}/jobs/{}", r.id.0), report);
+                    }
+                }
             });
         }
     }
@@ -353,27 +371,82 @@ impl Grid<'_> {
         self.sites.iter().filter_map(MemorySite::next_event).min()
     }
 
-    /// Brings the broker's snapshots up to `t`.
-    fn refresh(&mut self, t: Time) {
-        let st = self.staleness;
-        for ((site, snap), visible) in self.sites.iter_mut().zip(&mut self.snapshots).zip(&mut self.visible) {
-            if snap.pending.as_ref().is_some_and(|(_, at)| *at + st.info_delay <= t) {
-                if let Some((info, _)) = snap.pending.take() {
-                    *visible = info;
+    /// Brings broker `b`'s information up to `t`: the snapshots due are
+    /// shown to it, then it asks for what it needs.
+    fn refresh(&mut self, t: Time, b: usize) {
+        let g = self.groups[b].clone();
+        let delay = self.staleness.info_delay;
+        for (k, arriving) in self.arriving[g.clone()].iter_mut().enumerate() {
+            if arriving.as_ref().is_some_and(|(_, at)| *at + delay <= t) {
+                if let Some((info, at)) = arriving.take() {
+                    self.cores[b].informed(k, Ok(info), at);
                 }
             }
-            if snap.pending.is_none() && (st.info_ttl.0 == 0 || snap.changed || t - snap.taken >= st.info_ttl) {
-                site.advance(t);
-                // Taken at once: the snapshot the broker sees is brought up
-                // to date in place.
-                let taken = if st.info_delay.0 == 0 {
-                    site.refresh_info(visible).is_ok()
-                } else {
-                    site.info().map(|info| snap.pending = Some((info, t))).is_ok()
-                };
-                if taken {
-                    snap.taken = t;
-                    snap.changed = false;
+        }
+        self.cores[b].stale(t);
+        self.carry_out(t, b);
+    }
+
+    /// Carries out broker `b`'s effects at `t` until it has none: a fetch
+    /// is answered at once (brought up to date in place) or, with a delay,
+    /// when it is due; a job sent is answered at once. Returns the jobs
+    /// placed: (trace index, site, handle, predicted completion).
+    fn carry_out(&mut self, t: Time, b: usize) -> Vec<(usize, usize, JobHandle, Time)> {
+        let start = self.groups[b].start;
+        let mut placed = Vec::new();
+        loop {
+            let effects: Vec<Effect> = self.cores[b].drain().collect();
+            if effects.is_empty() {
+                return placed;
+            }
+            for e in effects {
+                match e {
+                    Effect::Fetch { site: k } => {
+                        let site = &mut self.sites[start + k];
+                        site.advance(t);
+                        let core = &mut self.cores[b];
+                        if self.staleness.info_delay.0 == 0 {
+                            core.refresh(k, t, |info| site.refresh_info(info).is_ok());
+                        } else {
+                            match site.info() {
+                                Ok(info) => self.arriving[start + k] = Some((info, t)),
+                                Err(e) => core.informed(k, Err(FetchFailure::Error(e)), t),
+                            }
+                        }
+                    }
+                    Effect::Send { job, site: k, wall } => {
+                        let site = &mut self.sites[start + k];
+                        site.advance(t);
+                        let core = &mut self.cores[b];
+                        let answer = match core.description(&job) {
+                            Some(d) if wall.is_some() && d.wall_time != wall => {
+                                let mut d = d.clone();
+                                d.wall_time = wall;
+                                site.submit(OWNER, &d, None)
+                            }
+                            Some(d) => site.submit(OWNER, d, None),
+                            None => Err(SiteError::Unknown),
+                        };
+                        core.sent(t, &job, k, answer.map(|h| h.0));
+                    }
+                    Effect::Placed {
+                        job,
+                        site: k,
+                        site_job,
+                        prediction,
+                    } => {
+                        if let Some(i) = self.held.remove(&job) {
+                            placed.push((i, start + k, JobHandle(site_job), t + prediction.ttd()));
+                        }
+                    }
+                    Effect::Withdraw {
+                        site: k,
+                        site_job,
+                        owner,
+                    } => {
+                        let _ = self.sites[start + k].cancel_job(&owner, &JobHandle(site_job));
+                    }
+                    Effect::Persist { .. } => {}
                 }
             }
         }
@@ -430,29 +503,41 @@ pub fn simulate_grid(clusters: &[ClusterSpec], jobs: &[SimJob], routing: GridRou
             MemorySite::with_policy(info, start, horizon, policy)
         })
         .collect();
-    let visible = sites.iter().map(|s| s.info().unwrap_or_default()).collect();
-    let snapshots = vec![
-        Snapshot {
-            pending: None,
-            taken: start,
-            changed: false,
-        };
-        sites.len()
-    ];
+    let groups = groups(sites.len(), brokers);
+    // Each broker knows its sites as they are at the start.
+    let cores = if routing.is_broker() {
+        groups
+            .iter()
+            .map(|g| {
+                let params = BrokerParams {
+                    info_ttl: staleness.info_ttl,
+                    persist: false,
+                    ..BrokerParams::default()
+                };
+                let mut core = BrokerCore::new(clusters[g.clone()].iter().map(|c| c.name.clone()).collect(), params);
+                for (k, site) in sites[g.clone()].iter().enumerate() {
+                    core.informed(k, site.info().map_err(FetchFailure::Error), start);
+                }
+                core
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
     let mut grid = Grid {
-        groups: groups(sites.len(), brokers),
+        arriving: vec![None; sites.len()],
+        cores,
+        held: HashMap::new(),
+        groups,
         home: clusters
             .iter()
             .enumerate()
             .flat_map(|(k, c)| c.partitions.iter().map(move |&p| (p, k)))
             .collect(),
         ended: vec![HashMap::new(); sites.len()],
-        visible,
-        all: (0..sites.len()).collect(),
         specs: clusters,
         by_name: clusters.iter().enumerate().map(|(k, c)| (c.name.clone(), k)).collect(),
         sites,
-        snapshots,
         staleness,
     };
     let mut router = match routing {
@@ -491,7 +576,7 @@ pub fn simulate_grid(clusters: &[ClusterSpec], jobs: &[SimJob], routing: GridRou
             next += 1;
             let j = &jobs[i];
             let home = grid.home_of(j);
-            let wider = || clusters[home.clone()].iter().all(|c| j.size > c.procs);
+            let wider = || clusters[grid.groups[home].clone()].iter().all(|c| j.size > c.procs);
             if coallocate && routing.is_broker() && wider() {
                 match grid.coallocate(j, t, home) {
                     Some(placed_parts) => {
@@ -506,76 +591,135 @@ pub fn simulate_grid(clusters: &[ClusterSpec], jobs: &[SimJob], routing: GridRou
                 }
                 continue;
             }
-            let outcome = match (&mut router, routing) {
-                (Some(router), _) => router.route(j).and_then(|c| {
-                    let mut job = job_of(j);
-                    job.wall_time = Some(scaled(j.estimate, clusters[c].speed));
-                    grid.sites[c].advance(t);
-                    let handle = grid.sites[c].submit(OWNER, &job, None).ok()?;
-                    Some((c, handle, None))
-                }),
+            // The jobs placed now, (trace index, site, handle, predicted
+            // completion): this one, or with a broker, any it decided.
+            let (now_placed, waits) = match (&mut router, routing) {
+                (Some(router), _) => {
+                    let one = router.route(j).and_then(|c| {
+                        let mut job = job_of(j);
+                        job.wall_time = Some(scaled(j.estimate, clusters[c].speed));
+                        grid.sites[c].advance(t);
+                        let handle = grid.sites[c].submit(OWNER, &job, None).ok()?;
+                        Some((i, c, handle, None))
+                    });
+                    (one.into_iter().collect(), false)
+                }
+                (
+                    None,
+                    GridRouting::Broker {
+                        objective,
+                        reserve_top_k: 0,
+                    },
+                ) => grid.dispatch(i, j, t, home, objective),
                 (
                     None,
                     GridRouting::Broker {
                         objective,
                         reserve_top_k,
                     },
-                ) => grid.broker(j, t, home, objective, reserve_top_k),
-                (None, GridRouting::Fixed(_)) => None,
-            };
-            match outcome {
-                Some((c, handle, predicted)) => {
-                    let site = &mut grid.sites[c];
-                    let _ = site.set_run_time(&handle, scaled(j.run, clusters[c].speed));
-                    site.advance(t);
-                    placed[i] = Some((c, handle, predicted));
-                    if adaptation.is_some() {
-                        watched.push(i);
-                    }
+                ) => {
+                    let one = grid.reserve(j, t, home, objective, reserve_top_k);
+                    (one.map(|(c, h, p)| (i, c, h, p)).into_iter().collect(), false)
                 }
-                None => unrouted += 1,
+                (None, GridRouting::Fixed(_)) => (Vec::new(), false),
+            };
+            if !waits && !now_placed.iter().any(|p| p.0 == i) {
+                unrouted += 1;
+            }
+            for (k, c, handle, predicted) in now_placed {
+                let site = &mut grid.sites[c];
+                let _ = site.set_run_time(&handle, scaled(jobs[k].run, clusters[c].speed));
+                site.advance(t);
+                placed[k] = Some((c, handle, predicted));
+                if adaptation.is_some() {
+                    watched.push(k);
+                }
             }
         }
     }
+    // Jobs a broker still held for another try at the end never ran.
+    unrouted += grid.held.len();
     let mut run = grid.collect(jobs, &placed, &parts, unrouted, routing);
     run.moved = moved;
     run
 }
 
 impl Grid<'_> {
-    /// The broker's submission of `j` at `t`.
-    fn broker(
+    /// Job `i` (`j`) arriving at `t` at its home broker `b`, which accepts
+    /// it, decides and sends it as `brokk serve` does.
+    /// Returns every job the broker placed meanwhile (trace index, site,
+    /// handle, predicted completion), and whether job `i` waits at the
+    /// broker for another try.
+    #[allow(clippy::type_complexity)]
+    fn dispatch(
+        &mut self,
+        i: usize,
+        j: &SimJob,
+        t: Time,
+        b: usize,
+        objective: Objective,
+    ) -> (Vec<(usize, usize, JobHandle, Option<Time>)>, bool) {
+        self.refresh(t, b);
+        let id = i.to_string();
+        let new = NewJob {
+            id: id.clone(),
+            format: "swf".into(),
+            job: job_of(j),
+            prefs: JobPreferences {
+                objective: Some(objective),
+                use_reservations: Some(false),
+                ..JobPreferences::default()
+            },
+            hold: false,
+            runs_as: None,
+            warnings: Vec::new(),
+        };
+        if self.cores[b].accept(t, OWNER, vec![new]).is_err() {
+            return (Vec::new(), false);
+        }
+        self.held.insert(id.clone(), i);
+        self.cores[b].decide(t, usize::MAX);
+        let placed = self.carry_out(t, b);
+        // Failed at the broker: taken nowhere.
+        let waits = self.cores[b].job(&id).is_some() && self.held.contains_key(&id);
+        if !waits {
+            self.held.remove(&id);
+        }
+        let placed = placed.into_iter().map(|(k, c, h, at)| (k, c, h, Some(at))).collect();
+        (placed, waits)
+    }
+
+    /// The broker's submission of `j` at `t` at its home broker `b`,
+    /// reserving on the best `reserve_top_k` sites first.
+    fn reserve(
         &mut self,
         j: &SimJob,
         t: Time,
-        home: Range<usize>,
+        b: usize,
         objective: Objective,
         reserve_top_k: usize,
     ) -> Option<(usize, JobHandle, Option<Time>)> {
-        self.refresh(t);
+        self.refresh(t, b);
+        let home = self.groups[b].clone();
         let job = job_of(j);
         let prefs = JobPreferences {
             objective: Some(objective),
-            use_reservations: Some(reserve_top_k > 0),
+            use_reservations: Some(true),
             ..JobPreferences::default()
         };
-        let mut views = viewed(&mut self.sites[home.clone()], &self.visible[home.clone()], t);
+        let all: Vec<usize> = (0..home.len()).collect();
+        let core = &self.cores[b];
+        let mut views = viewed(&mut self.sites[home.clone()], core.information(), t);
         let mut refs: Vec<&mut dyn Site> = views.iter_mut().map(|v| v as &mut dyn Site).collect();
         let opts = SubmitOptions {
             reserve_top_k,
             ..SubmitOptions::default()
         };
-        let seen = (&self.visible[home.clone()], &self.all[..home.len()]);
+        let seen = (core.information(), &all[..]);
         let s = submit_informed(&job, &prefs, OWNER, &mut refs, seen, Vec::new(), t, opts).ok()?;
         let c = *self.by_name.get(&s.endpoint)?;
-        if reserve_top_k == 0 {
-            // As `brokk serve` dispatches: the job counts in what the broker
-            // knows of the site until the site's next snapshot.
-            book(&mut self.visible[c], job.cpus.unwrap_or(1), booked_wall(&s.prediction));
-        } else {
-            // Reservations were made and given back: asked again.
-            self.snapshots[c].changed = true;
-        }
+        // Reservations were made and given back: asked again.
+        self.cores[b].changed(c - home.start);
         Some((c, s.handle, Some(t + s.prediction.ttd())))
     }
 
@@ -583,13 +727,14 @@ impl Grid<'_> {
     /// (`largest` processors) allows, each for the job's estimate on the slowest site, starting
     /// together within 30 days ([ET-interop]'s Algorithms 1 and 2, then the
     /// broker's two-phase placement, as `brokk serve` co-allocates).
-    fn coallocate(&mut self, j: &SimJob, t: Time, home: Range<usize>) -> Option<Vec<(usize, JobHandle)>> {
+    fn coallocate(&mut self, j: &SimJob, t: Time, b: usize) -> Option<Vec<(usize, JobHandle)>> {
+        let home = self.groups[b].clone();
         let specs = &self.specs[home.clone()];
         let largest = specs.iter().map(|c| c.procs).max().unwrap_or(0);
         if largest == 0 {
             return None;
         }
-        self.refresh(t);
+        self.refresh(t, b);
         let k = j.size.div_ceil(largest);
         let slowest = specs.iter().map(|c| c.speed).fold(f64::INFINITY, f64::min);
         let wall = scaled(j.estimate.max(Duration(1)), slowest);
@@ -603,7 +748,7 @@ impl Grid<'_> {
             })
             .collect();
         let keys: Vec<String> = (0..k).map(|p| format!("co-{}-{p}", j.id)).collect();
-        let infos: Vec<Option<ResourceInfo>> = self.visible[home.clone()].iter().cloned().map(Some).collect();
+        let infos: Vec<Option<ResourceInfo>> = self.cores[b].information().iter().cloned().map(Some).collect();
         let request = CoRequest::of(
             &jobs,
             &infos,
@@ -611,12 +756,12 @@ impl Grid<'_> {
             Duration::ZERO,
             Some(t + Duration::minutes(10)),
         );
-        let mut views = viewed(&mut self.sites[home.clone()], &self.visible[home.clone()], t);
+        let mut views = viewed(&mut self.sites[home.clone()], self.cores[b].information(), t);
         let mut refs: Vec<&mut dyn Site> = views.iter_mut().map(|v| v as &mut dyn Site).collect();
         let plan = coallocate(&request, &mut refs, OWNER).ok()?;
         let handles = place(&plan, &jobs, &keys, &mut refs, OWNER).ok()?;
         for &(c, _, _) in &plan.assignments {
-            self.snapshots[home.start + c].changed = true;
+            self.cores[b].changed(c);
         }
         Some(plan.assignments.iter().map(|a| home.start + a.0).zip(handles).collect())
     }
@@ -633,7 +778,9 @@ impl Grid<'_> {
         t: Time,
         a: Adaptation,
     ) -> usize {
-        self.refresh(t);
+        for b in 0..self.cores.len() {
+            self.refresh(t, b);
+        }
         let opts = AdaptOptions {
             margin: a.margin,
             ..AdaptOptions::default()
@@ -654,8 +801,9 @@ impl Grid<'_> {
                 handle,
             };
             // Among the sites of the broker that placed it.
-            let mine = self.group(c);
-            let mut views = viewed(&mut self.sites[mine.clone()], &self.visible[mine], t);
+            let b = self.broker_of(c);
+            let mine = self.groups[b].clone();
+            let mut views = viewed(&mut self.sites[mine.clone()], self.cores[b].information(), t);
             let mut refs: Vec<&mut dyn Site> = views.iter_mut().map(|v| v as &mut dyn Site).collect();
             match adapt(&mut tracked, &mut refs, t, opts) {
                 Ok(Adapted::Moved { to, .. }) => {
@@ -663,8 +811,8 @@ impl Grid<'_> {
                     let site = &mut self.sites[to];
                     let _ = site.set_run_time(&tracked.handle, scaled(jobs[i].run, self.specs[to].speed));
                     site.advance(t);
-                    self.snapshots[c].changed = true;
-                    self.snapshots[to].changed = true;
+                    self.cores[b].changed(c - mine.start);
+                    self.cores[b].changed(to - mine.start);
                     placed[i] = Some((to, tracked.handle, predicted));
                     moved += 1;
                     true

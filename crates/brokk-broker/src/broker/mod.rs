@@ -1,0 +1,767 @@
+//! The broker's own core: one synchronous state machine of a broker, which
+//! the service and the simulator both drive, as `brokk_core::SiteCore` is
+//! the one state machine of a site.
+//!
+//! It owns its jobs from acceptance to their end, the per-user limit and
+//! its count, the users' turns, hold, release and cancel, the information
+//! it holds of its sites with its age, and the dispatcher's decisions.
+//! Inputs are calls with `now` (a submission, an owner's hold, a site's
+//! information, a site's answer to a job sent, a site's report of a job);
+//! outputs are [`Effect`]s in an outbox the driver drains and carries out
+//! (fetch a site's information, send a job, withdraw one, store a record),
+//! feeding what comes back in as further calls. Nothing here waits on a
+//! site: a decision is made against the information at hand and the
+//! core's own bookings since ([`crate::info::book`]), the job sent, and a
+//! refusal decided again; so a driver decides as many jobs per turn as are
+//! pending together, and a simulated broker decides exactly as a live one.
+//!
+//! Not yet here (the drivers still call the rules themselves): jobs that
+//! reserve, co-allocations, workflows and their course, queue adaptation
+//! and the broker-as-a-site view.
+
+use std::borrow::Cow;
+use std::collections::{HashMap, VecDeque};
+
+use brokk_model::{Duration, Job, JobPhase, JobPreferences, ResourceInfo, Time};
+
+use crate::info::{booked_wall, Answer, FetchFailure};
+use crate::jobs::{self, Applied, BrokerJob, BrokerState, Change, Entry, HistoryEntry, OverLimit, Refused};
+use crate::predict::{Prediction, STANDARD_PREDICTOR};
+use crate::select::{assess, validate_at, Mismatch, Ranked};
+use crate::site::SiteError;
+use crate::submit::SubmitError;
+
+#[cfg(test)]
+mod tests;
+
+/// What a broker allows and how it paces itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BrokerParams {
+    /// Unfinished jobs one user may have ([`jobs::counts_toward_limit`]).
+    pub limit: u64,
+    /// Jobs one request may describe.
+    pub per_request: u64,
+    /// How long a site's information is used before it is asked again
+    /// (zero: before every decision).
+    pub info_ttl: Duration,
+    /// How long a job that no site could take because one did not answer
+    /// waits before it is decided again.
+    pub retry_after: Duration,
+    /// Whether every change of a job is given out to be stored
+    /// ([`Effect::Persist`]); a simulation that reports from its sites
+    /// turns this off.
+    pub persist: bool,
+}
+
+impl Default for BrokerParams {
+    fn default() -> Self {
+        BrokerParams {
+            limit: u64::MAX,
+            per_request: u64::MAX,
+            info_ttl: crate::info::DEFAULT_TTL,
+            retry_after: Duration(5),
+            persist: true,
+        }
+    }
+}
+
+/// What the core asks its driver to do, in the order given.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Effect {
+    /// Fetch site `site`'s information and give it back with
+    /// [`BrokerCore::informed`].
+    Fetch {
+        /// The site, by position.
+        site: usize,
+    },
+    /// Send job `job` (its description: [`BrokerCore::description`]) to
+    /// site `site`, asking for `wall` as its wall time when given, under
+    /// its owner's identity there, and give the answer back with
+    /// [`BrokerCore::sent`].
+    Send {
+        /// The broker's id of the job.
+        job: String,
+        /// The site, by position.
+        site: usize,
+        /// The wall time to ask for.
+        wall: Option<Duration>,
+    },
+    /// Cancel job `site_job` of `owner`'s at site `site`: the broker no
+    /// longer wants it there.
+    Withdraw {
+        /// The site, by position.
+        site: usize,
+        /// The site's id for the job.
+        site_job: String,
+        /// Its owner.
+        owner: String,
+    },
+    /// A site took job `job`, as predicted.
+    Placed {
+        /// The broker's id of the job.
+        job: String,
+        /// The site, by position.
+        site: usize,
+        /// The site's id for it.
+        site_job: String,
+        /// The prediction the choice was made on.
+        prediction: Prediction,
+    },
+    /// Store the job's record, with a line of its history when it entered
+    /// a state (only with [`BrokerParams::persist`]).
+    Persist {
+        /// The record as it is now.
+        job: Box<BrokerJob>,
+        /// The state it entered, when it entered one.
+        line: Option<HistoryEntry>,
+    },
+}
+
+/// A job being accepted.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewJob {
+    /// Its id at the broker (the driver's choice, unique).
+    pub id: String,
+    /// The language it was written in.
+    pub format: String,
+    /// Its description.
+    pub job: Job,
+    /// Its owner's preferences.
+    pub prefs: JobPreferences,
+    /// Kept back until released.
+    pub hold: bool,
+    /// The user it runs for at the sites, when its owner is a broker above.
+    pub runs_as: Option<String>,
+    /// Translation warnings.
+    pub warnings: Vec<String>,
+}
+
+/// Why an owner's request about a job is not carried out.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Denied {
+    /// No such job of the asker's (another user's job is not shown to exist).
+    #[error("no job {0}")]
+    Unknown(String),
+    /// The job's state rules it out.
+    #[error(transparent)]
+    Refused(#[from] Refused),
+}
+
+/// What the broker knows of one site.
+#[derive(Debug, Clone)]
+struct SiteSlot {
+    name: String,
+    /// Whether its last answer was its information (kept in
+    /// [`BrokerCore::infos`]) or a failure; `None` before the first.
+    answer: Option<Result<(), FetchFailure>>,
+    /// When the information in hand was asked for.
+    taken: Option<Time>,
+    /// A fetch is on its way.
+    asked: bool,
+    /// The broker changed the site since (a job went elsewhere than
+    /// counted, or it refused one): asked again before the next decision.
+    changed: bool,
+}
+
+/// A job the core holds: its record, its description and preferences.
+#[derive(Debug, Clone)]
+struct Record {
+    view: BrokerJob,
+    job: Job,
+    prefs: JobPreferences,
+}
+
+/// A decided job on its way down its candidates.
+#[derive(Debug, Clone)]
+struct Attempt {
+    owner: String,
+    /// The sites able to run it (indexes into `site_of`), the best first,
+    /// the rest put in order only if the best refuses.
+    candidates: Vec<Ranked>,
+    /// Site positions of the information the decision read.
+    site_of: Vec<usize>,
+    /// The candidate being asked.
+    next: usize,
+    /// The site it was counted at.
+    first: usize,
+    excluded: Vec<(String, Vec<Mismatch>)>,
+    failed: Vec<(String, SiteError)>,
+    /// When it was decided (its dispatch is recorded at that second).
+    decided: Time,
+}
+
+impl Attempt {
+    fn site(&self) -> usize {
+        self.site_of[self.candidates[self.next].index]
+    }
+}
+
+/// The broker's own state and rules: see the module's documentation.
+#[derive(Debug, Clone)]
+pub struct BrokerCore {
+    params: BrokerParams,
+    sites: Vec<SiteSlot>,
+    /// Every site's information, in site order (empty where none is known),
+    /// read by decisions without copies.
+    infos: Vec<ResourceInfo>,
+    /// 0, 1, 2, ...: the site of each entry of `infos` when all are known.
+    all: Vec<usize>,
+    jobs: HashMap<String, Record>,
+    /// Accepted jobs waiting for a decision, per owner in the order they
+    /// came, the owners in turn (the front owner's front job goes next).
+    queues: VecDeque<(String, VecDeque<String>)>,
+    /// Jobs no site could take because one did not answer, until when.
+    waiting: Vec<(Time, String)>,
+    /// Unfinished jobs per owner that count toward the limit.
+    unfinished: HashMap<String, u64>,
+    sending: HashMap<String, Attempt>,
+    /// The broker's job of each (site, site's id).
+    at_site: HashMap<(usize, String), String>,
+    outbox: Vec<Effect>,
+}
+
+impl BrokerCore {
+    /// A broker over the sites named `sites`, in the order that breaks ties.
+    pub fn new(sites: Vec<String>, params: BrokerParams) -> BrokerCore {
+        let n = sites.len();
+        BrokerCore {
+            params,
+            sites: sites
+                .into_iter()
+                .map(|name| SiteSlot {
+                    name,
+                    answer: None,
+                    taken: None,
+                    asked: false,
+                    changed: false,
+                })
+                .collect(),
+            infos: vec![ResourceInfo::default(); n],
+            all: (0..n).collect(),
+            jobs: HashMap::new(),
+            queues: VecDeque::new(),
+            waiting: Vec::new(),
+            unfinished: HashMap::new(),
+            sending: HashMap::new(),
+            at_site: HashMap::new(),
+            outbox: Vec::new(),
+        }
+    }
+
+    /// The effects given out since the last drain, in order.
+    pub fn drain(&mut self) -> std::vec::Drain<'_, Effect> {
+        self.outbox.drain(..)
+    }
+
+    /// Site `site`'s name.
+    pub fn site_name(&self, site: usize) -> &str {
+        &self.sites[site].name
+    }
+
+    /// Job `id`'s record, while the core holds it (until it ends).
+    pub fn job(&self, id: &str) -> Option<&BrokerJob> {
+        self.jobs.get(id).map(|r| &r.view)
+    }
+
+    /// Job `id`'s description, while the core holds it.
+    pub fn description(&self, id: &str) -> Option<&Job> {
+        self.jobs.get(id).map(|r| &r.job)
+    }
+
+    /// What the broker knows of each site, in site order (empty where
+    /// nothing is known), with its own bookings since: what a rule the
+    /// core does not hold yet (co-allocation, adaptation, reservations)
+    /// reads.
+    pub fn information(&self) -> &[ResourceInfo] {
+        &self.infos
+    }
+
+    /// Site `site` was changed by the broker outside a decision (a
+    /// reservation made or given back, a job moved): asked again before
+    /// the next decision.
+    pub fn changed(&mut self, site: usize) {
+        self.sites[site].changed = true;
+    }
+
+    /// Jobs the core holds (not yet ended).
+    pub fn len(&self) -> usize {
+        self.jobs.len()
+    }
+
+    /// Whether the core holds no job.
+    pub fn is_empty(&self) -> bool {
+        self.jobs.is_empty()
+    }
+
+    /// Jobs waiting for a decision (those waiting to be tried again included).
+    pub fn pending(&self) -> usize {
+        self.queues.iter().map(|(_, q)| q.len()).sum::<usize>() + self.waiting.len()
+    }
+
+    /// `owner`'s unfinished jobs that count toward the limit.
+    pub fn unfinished(&self, owner: &str) -> u64 {
+        self.unfinished.get(owner).copied().unwrap_or(0)
+    }
+
+    /// Accepts `jobs` of `owner`'s at `now`, all or none: refused when they
+    /// are more than a request may describe or would take the owner past
+    /// the limit.
+    pub fn accept(&mut self, now: Time, owner: &str, jobs: Vec<NewJob>) -> Result<(), OverLimit> {
+        let p = self.params;
+        jobs::within_limits(jobs.len() as u64, p.per_request, self.unfinished(owner), p.limit)?;
+        for n in jobs {
+            let mut view = BrokerJob::new(n.id, owner.to_string(), n.format, Entry::submitted(n.hold), now);
+            view.runs_as = n.runs_as;
+            view.warnings = n.warnings;
+            view.describe(&n.job);
+            let state = view.state();
+            self.persist(&view, Some((now, state, None)));
+            self.hold_record(Record {
+                view,
+                job: n.job,
+                prefs: n.prefs,
+            });
+        }
+        Ok(())
+    }
+
+    /// Takes back a job recorded before (the driver restarting from its
+    /// store): accepted jobs wait for a decision, dispatched and running
+    /// ones are followed at their site; ended ones are not held.
+    pub fn restore(&mut self, view: BrokerJob, job: Job, prefs: JobPreferences) {
+        if !view.state().is_terminal() {
+            self.hold_record(Record { view, job, prefs });
+        }
+    }
+
+    fn hold_record(&mut self, r: Record) {
+        let id = r.view.id.clone();
+        let state = r.view.state();
+        if jobs::counts_toward_limit(state) {
+            *self.unfinished.entry(r.view.owner.clone()).or_default() += 1;
+        }
+        if state == BrokerState::Accepted {
+            self.enqueue(&r.view.owner, id.clone(), false);
+        }
+        if let (Some(site), Some(site_job)) = (&r.view.site, &r.view.site_job) {
+            if let Some(k) = self.sites.iter().position(|s| &s.name == site) {
+                self.at_site.insert((k, site_job.clone()), id.clone());
+            }
+        }
+        self.jobs.insert(id, r);
+    }
+
+    /// Puts job `id` in `owner`'s queue: at the back, or at the front for
+    /// one that was there before (it keeps its age).
+    fn enqueue(&mut self, owner: &str, id: String, front: bool) {
+        match self.queues.iter_mut().find(|(o, _)| o == owner) {
+            Some((_, q)) if front => q.push_front(id),
+            Some((_, q)) => q.push_back(id),
+            None => self.queues.push_back((owner.to_string(), VecDeque::from([id]))),
+        }
+    }
+
+    /// `owner`'s job `id`, for a request of theirs.
+    fn owned(&self, owner: &str, id: &str) -> Result<&Record, Denied> {
+        match self.jobs.get(id) {
+            Some(r) if r.view.owner == owner => Ok(r),
+            _ => Err(Denied::Unknown(id.to_string())),
+        }
+    }
+
+    /// Keeps `owner`'s job `id` back (`brokk hold`). A job already decided
+    /// and on its way is held all the same: a site that takes it is asked
+    /// to give it back.
+    pub fn hold(&mut self, now: Time, owner: &str, id: &str) -> Result<Applied, Denied> {
+        self.owned(owner, id)?;
+        Ok(self.change(id, Change::Hold, now, None)?)
+    }
+
+    /// Lets `owner`'s held job `id` go (`brokk release`): it is decided
+    /// again from the start.
+    pub fn release(&mut self, now: Time, owner: &str, id: &str) -> Result<Applied, Denied> {
+        self.owned(owner, id)?;
+        let applied = self.change(id, Change::Release, now, None)?;
+        if applied == Applied::Entered(BrokerState::Accepted) && !self.sending.contains_key(id) {
+            self.enqueue(owner, id.to_string(), false);
+        }
+        Ok(applied)
+    }
+
+    /// Cancels `owner`'s job `id`: withdrawn from its site if it has one
+    /// (or once one takes it, if it is on its way).
+    pub fn cancel(&mut self, now: Time, owner: &str, id: &str) -> Result<Applied, Denied> {
+        let r = self.owned(owner, id)?;
+        let at = match (&r.view.site, &r.view.site_job, r.view.state()) {
+            (Some(site), Some(job), BrokerState::Dispatched | BrokerState::Running) => self
+                .sites
+                .iter()
+                .position(|s| &s.name == site)
+                .map(|k| (k, job.clone())),
+            _ => None,
+        };
+        let applied = self.change(id, Change::Cancel, now, Some("cancelled by its owner".into()))?;
+        if let Some((site, site_job)) = at {
+            self.at_site.remove(&(site, site_job.clone()));
+            self.outbox.push(Effect::Withdraw {
+                site,
+                site_job,
+                owner: owner.to_string(),
+            });
+        }
+        Ok(applied)
+    }
+
+    /// Applies `change` to job `id` at `now`: the count toward its owner's
+    /// limit follows its state, the record is given out to be stored, and
+    /// an ended job is let go.
+    fn change(&mut self, id: &str, change: Change, now: Time, detail: Option<String>) -> Result<Applied, Refused> {
+        let Some(r) = self.jobs.get_mut(id) else {
+            return Ok(Applied::Unchanged);
+        };
+        let counted = jobs::counts_toward_limit(r.view.state());
+        let applied = jobs::apply(&mut r.view, change, now)?;
+        let state = r.view.state();
+        if counted != jobs::counts_toward_limit(state) {
+            let n = self.unfinished.entry(r.view.owner.clone()).or_default();
+            if counted {
+                *n = n.saturating_sub(1);
+            } else {
+                *n += 1;
+            }
+        }
+        match applied {
+            Applied::Unchanged => return Ok(applied),
+            Applied::Updated => {
+                if self.params.persist {
+                    let job = Box::new(r.view.clone());
+                    self.outbox.push(Effect::Persist { job, line: None });
+                }
+            }
+            Applied::Entered(s) => {
+                if self.params.persist {
+                    let job = Box::new(r.view.clone());
+                    let line = Some(HistoryEntry {
+                        at: now,
+                        state: s,
+                        detail,
+                    });
+                    self.outbox.push(Effect::Persist { job, line });
+                }
+            }
+        }
+        if state.is_terminal() {
+            if let Some(r) = self.jobs.remove(id) {
+                if let (Some(site), Some(job)) = (r.view.site, r.view.site_job) {
+                    if let Some(k) = self.sites.iter().position(|s| s.name == site) {
+                        self.at_site.remove(&(k, job));
+                    }
+                }
+            }
+        }
+        Ok(applied)
+    }
+
+    fn persist(&mut self, view: &BrokerJob, line: Option<(Time, BrokerState, Option<String>)>) {
+        if self.params.persist {
+            let line = line.map(|(at, state, detail)| HistoryEntry { at, state, detail });
+            self.outbox.push(Effect::Persist {
+                job: Box::new(view.clone()),
+                line,
+            });
+        }
+    }
+
+    /// Asks for the information of every site that needs it at `now`
+    /// ([`Effect::Fetch`]): never asked, changed by the broker, or older
+    /// than the time-to-live; a site already being asked is not asked twice.
+    pub fn stale(&mut self, now: Time) {
+        let ttl = self.params.info_ttl;
+        for (k, s) in self.sites.iter_mut().enumerate() {
+            let old = s.taken.is_none_or(|t| ttl.0 == 0 || now - t >= ttl);
+            if !s.asked && (s.answer.is_none() || s.changed || old) {
+                s.asked = true;
+                s.changed = false;
+                s.taken = Some(now);
+                self.outbox.push(Effect::Fetch { site: k });
+            }
+        }
+    }
+
+    /// What site `site` answered when asked for its information at `taken`.
+    pub fn informed(&mut self, site: usize, answer: Answer, taken: Time) {
+        let s = &mut self.sites[site];
+        s.asked = false;
+        s.taken = Some(taken);
+        s.answer = Some(match answer {
+            Ok(info) => {
+                self.infos[site] = info;
+                Ok(())
+            }
+            Err(e) => Err(e),
+        });
+    }
+
+    /// Site `site`'s information brought up to date in place by `fetch`
+    /// (a driver that can, the simulator, saves a copy), asked at `taken`;
+    /// `fetch` says whether it succeeded.
+    pub fn refresh(&mut self, site: usize, taken: Time, fetch: impl FnOnce(&mut ResourceInfo) -> bool) {
+        let s = &mut self.sites[site];
+        s.asked = false;
+        if fetch(&mut self.infos[site]) {
+            s.taken = Some(taken);
+            s.answer = Some(Ok(()));
+        }
+    }
+
+    /// The information a decision reads: every site known, in site order
+    /// (without a copy when all are), and the sites that cannot be read.
+    fn at_hand(&self) -> AtHand<'_> {
+        let known = |s: &SiteSlot| matches!(s.answer, Some(Ok(_)));
+        if self.sites.iter().all(known) {
+            return AtHand {
+                infos: self.infos[..].into(),
+                site_of: self.all[..].into(),
+                failed: Vec::new(),
+            };
+        }
+        let (mut infos, mut site_of, mut failed) = (Vec::new(), Vec::new(), Vec::new());
+        for (k, s) in self.sites.iter().enumerate() {
+            match &s.answer {
+                Some(Ok(_)) => {
+                    infos.push(self.infos[k].clone());
+                    site_of.push(k);
+                }
+                Some(Err(e)) => failed.push((s.name.clone(), SiteError::Unavailable(e.to_string()))),
+                None => failed.push((s.name.clone(), SiteError::Unavailable("no information yet".into()))),
+            }
+        }
+        AtHand {
+            infos: infos.into(),
+            site_of: site_of.into(),
+            failed,
+        }
+    }
+
+    /// Decides up to `max` pending jobs at `now`, the owners in turn, each
+    /// against the information at hand and the jobs decided before it,
+    /// and sends each to its best site ([`Effect::Send`]). Returns how
+    /// many were decided.
+    pub fn decide(&mut self, now: Time, max: usize) -> usize {
+        if !self.waiting.is_empty() {
+            let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.waiting)
+                .into_iter()
+                .partition(|(t, _)| *t <= now);
+            self.waiting = later;
+            for (_, id) in due.into_iter().rev() {
+                if let Some(owner) = self.jobs.get(&id).map(|r| r.view.owner.clone()) {
+                    self.enqueue(&owner, id, true);
+                }
+            }
+        }
+        let mut n = 0;
+        while n < max {
+            let Some((owner, mut q)) = self.queues.pop_front() else {
+                break;
+            };
+            let id = q.pop_front();
+            if !q.is_empty() {
+                self.queues.push_back((owner, q));
+            }
+            let Some(id) = id else { continue };
+            // Held, cancelled or already on its way since it was queued.
+            let ready = self
+                .jobs
+                .get(&id)
+                .is_some_and(|r| r.view.state() == BrokerState::Accepted);
+            if ready && !self.sending.contains_key(&id) {
+                self.decide_one(id, now);
+                n += 1;
+            }
+        }
+        n
+    }
+
+    /// Decides job `id` at `now`: its candidates from the information at
+    /// hand, the best sent for and counted there at once.
+    fn decide_one(&mut self, id: String, now: Time) {
+        let Some(r) = self.jobs.get(&id) else { return };
+        if let Err(e) = validate_at(&r.job, now) {
+            let why = SubmitError::Invalid(e).to_string();
+            let _ = self.change(&id, Change::Fail(why.clone()), now, Some(why));
+            return;
+        }
+        let AtHand { infos, site_of, failed } = self.at_hand();
+        let ranking = assess(&r.job, &r.prefs, &infos, now, &STANDARD_PREDICTOR);
+        let site_of = site_of.into_owned();
+        drop(infos);
+        let mut candidates = ranking.ranked;
+        // Most jobs go to the best: the rest are put in order only when it
+        // refuses. Ties go to the site listed first.
+        let Some(best) = (0..candidates.len()).min_by_key(|&k| (candidates[k].score, candidates[k].index)) else {
+            let e = SubmitError::NoSite {
+                excluded: ranking.excluded,
+                failed,
+            };
+            self.undecided(id, e, now);
+            return;
+        };
+        candidates.swap(0, best);
+        let first = site_of[candidates[0].index];
+        let cpus = r.job.cpus.unwrap_or(1);
+        crate::info::book(&mut self.infos[first], cpus, booked_wall(&candidates[0].prediction));
+        let wall = candidates[0].prediction.requested_wall_time;
+        let a = Attempt {
+            owner: r.view.owner.clone(),
+            candidates,
+            site_of,
+            next: 0,
+            first,
+            excluded: ranking.excluded,
+            failed,
+            decided: now,
+        };
+        self.outbox.push(Effect::Send {
+            job: id.clone(),
+            site: first,
+            wall,
+        });
+        self.sending.insert(id, a);
+    }
+
+    /// Job `id`, which no site took: kept for another try when a site that
+    /// did not answer may be the one able to run it, else failed.
+    fn undecided(&mut self, id: String, e: SubmitError, now: Time) {
+        if e.worth_retrying() {
+            if self
+                .jobs
+                .get(&id)
+                .is_some_and(|r| r.view.state() == BrokerState::Accepted)
+            {
+                self.waiting.push((now + self.params.retry_after, id));
+            }
+            return;
+        }
+        let why = e.to_string();
+        let _ = self.change(&id, Change::Fail(why.clone()), now, Some(why));
+    }
+
+    /// What site `site` answered at `now` when sent job `id`: its id for
+    /// the job, or why it did not take it (then the next candidate is sent
+    /// for).
+    pub fn sent(&mut self, now: Time, id: &str, site: usize, answer: Result<String, SiteError>) {
+        let Some(mut a) = self.sending.remove(id) else { return };
+        if a.site() != site {
+            // Not the answer awaited: keep waiting for that one.
+            self.sending.insert(id.to_string(), a);
+            return;
+        }
+        match answer {
+            Ok(site_job) => {
+                let prediction = a.candidates[a.next].prediction;
+                if a.next > 0 {
+                    // Counted where it did not go: asked again; counted
+                    // where it went.
+                    self.sites[a.first].changed = true;
+                    let cpus = self.jobs.get(id).and_then(|r| r.job.cpus).unwrap_or(1);
+                    crate::info::book(&mut self.infos[site], cpus, booked_wall(&prediction));
+                }
+                let wanted = self
+                    .jobs
+                    .get(id)
+                    .is_some_and(|r| r.view.state() == BrokerState::Accepted);
+                if !wanted {
+                    // Held or cancelled on its way: its owner's word stands.
+                    self.outbox.push(Effect::Withdraw {
+                        site,
+                        site_job,
+                        owner: a.owner,
+                    });
+                    return;
+                }
+                let name = self.sites[site].name.clone();
+                let sent = Change::Dispatch {
+                    site: name.clone(),
+                    site_job: site_job.clone(),
+                    tts: Some(prediction.tts().0),
+                    ttd: Some(prediction.ttd().0),
+                };
+                let _ = self.change(id, sent, a.decided, Some(format!("to {name}")));
+                self.at_site.insert((site, site_job.clone()), id.to_string());
+                self.outbox.push(Effect::Placed {
+                    job: id.to_string(),
+                    site,
+                    site_job,
+                    prediction,
+                });
+            }
+            Err(e) => {
+                a.failed.push((self.sites[site].name.clone(), e));
+                a.next += 1;
+                if a.next == 1 {
+                    a.candidates[1..].sort_by_key(|r| (r.score, r.index));
+                }
+                if a.next < a.candidates.len()
+                    && self
+                        .jobs
+                        .get(id)
+                        .is_some_and(|r| r.view.state() == BrokerState::Accepted)
+                {
+                    let c = &a.candidates[a.next];
+                    self.outbox.push(Effect::Send {
+                        job: id.to_string(),
+                        site: a.site_of[c.index],
+                        wall: c.prediction.requested_wall_time,
+                    });
+                    self.sending.insert(id.to_string(), a);
+                    return;
+                }
+                self.sites[a.first].changed = true;
+                let e = SubmitError::NoSite {
+                    excluded: a.excluded,
+                    failed: a.failed,
+                };
+                self.undecided(id.to_string(), e, now);
+            }
+        }
+    }
+
+    /// What site `site` reports at `now` of its job `site_job`.
+    pub fn reported(&mut self, now: Time, site: usize, site_job: &str, report: Report) {
+        let Some(id) = self.at_site.get(&(site, site_job.to_string())).cloned() else {
+            return;
+        };
+        let detail = report.reason.clone();
+        let change = Change::Report {
+            phase: report.phase,
+            started: report.started,
+            ended: report.ended,
+            exit_code: report.exit_code,
+            reason: report.reason,
+        };
+        let _ = self.change(&id, change, now, detail);
+    }
+}
+
+/// What one decision reads: the information of the sites known, the
+/// site of each entry, and the sites that cannot be read, with why.
+struct AtHand<'a> {
+    infos: Cow<'a, [ResourceInfo]>,
+    site_of: Cow<'a, [usize]>,
+    failed: Vec<(String, SiteError)>,
+}
+
+/// A site's report of one job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Report {
+    /// Its phase there.
+    pub phase: JobPhase,
+    /// When it started.
+    pub started: Option<Time>,
+    /// When it ended.
+    pub ended: Option<Time>,
+    /// Its exit code.
+    pub exit_code: Option<i32>,
+    /// Why it failed or was cancelled.
+    pub reason: Option<String>,
+}

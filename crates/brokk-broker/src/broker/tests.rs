@@ -1,0 +1,341 @@
+//! The broker core's rules on virtual time: every effect checked as a
+//! driver would see it, no site and no sleep.
+
+use super::*;
+
+fn site(name: &str, slots: u32) -> ResourceInfo {
+    ResourceInfo {
+        endpoint: name.into(),
+        name: name.into(),
+        total_slots: slots,
+        free_slots: slots,
+        ..ResourceInfo::default()
+    }
+}
+
+fn job(id: &str, cpus: u32) -> NewJob {
+    NewJob {
+        id: id.into(),
+        format: "json".into(),
+        job: Job {
+            executable: Some("/bin/true".into()),
+            cpus: Some(cpus),
+            wall_time: Some(Duration(600)),
+            ..Job::default()
+        },
+        prefs: JobPreferences::default(),
+        hold: false,
+        runs_as: None,
+        warnings: Vec::new(),
+    }
+}
+
+fn params() -> BrokerParams {
+    BrokerParams {
+        persist: false,
+        ..BrokerParams::default()
+    }
+}
+
+/// A broker over sites `a` (4 slots) and `b` (4 slots), both known at 0.
+fn broker(p: BrokerParams) -> BrokerCore {
+    let mut b = BrokerCore::new(vec!["a".into(), "b".into()], p);
+    b.informed(0, Ok(site("a", 4)), Time(0));
+    b.informed(1, Ok(site("b", 4)), Time(0));
+    b
+}
+
+/// The jobs sent, as (job, site), in order; everything else drained too.
+fn sends(b: &mut BrokerCore) -> Vec<(String, usize)> {
+    b.drain()
+        .filter_map(|e| match e {
+            Effect::Send { job, site, .. } => Some((job, site)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Carries out every send by having the site take the job as `site-N`.
+fn land_all(b: &mut BrokerCore, t: Time) -> Vec<(String, usize)> {
+    let s = sends(b);
+    for (k, (id, site)) in s.iter().enumerate() {
+        b.sent(t, id, *site, Ok(format!("{site}-{k}")));
+    }
+    s
+}
+
+#[test]
+fn a_burst_spreads_over_the_sites_as_each_decision_counts_the_ones_before() {
+    let mut b = broker(params());
+    b.accept(Time(1), "ann", vec![job("j1", 4), job("j2", 4), job("j3", 4)])
+        .unwrap();
+    assert_eq!(b.decide(Time(1), usize::MAX), 3);
+    let s = land_all(&mut b, Time(1));
+    // The first fills a, so the second finds b free; the third queues
+    // behind one of them (a, listed first, on a tie).
+    assert_eq!(s.iter().map(|x| x.1).collect::<Vec<_>>(), [0, 1, 0]);
+    for id in ["j1", "j2", "j3"] {
+        assert_eq!(b.job(id).unwrap().state(), BrokerState::Dispatched);
+    }
+    assert_eq!(b.job("j2").unwrap().site.as_deref(), Some("b"));
+}
+
+#[test]
+fn a_refusal_sends_the_job_to_the_next_site_and_the_first_is_asked_again() {
+    let mut b = broker(BrokerParams {
+        info_ttl: Duration(3600),
+        ..params()
+    });
+    b.accept(Time(1), "ann", vec![job("j1", 1)]).unwrap();
+    b.decide(Time(1), 1);
+    assert_eq!(sends(&mut b), [("j1".to_string(), 0)]);
+    let refused = SiteError::Refused {
+        site: "a".into(),
+        reason: "full".into(),
+    };
+    b.sent(Time(2), "j1", 0, Err(refused));
+    assert_eq!(sends(&mut b), [("j1".to_string(), 1)]);
+    b.sent(Time(2), "j1", 1, Ok("7".into()));
+    let j = b.job("j1").unwrap();
+    assert_eq!((j.state(), j.site.as_deref()), (BrokerState::Dispatched, Some("b")));
+    // Recorded at the second it was decided.
+    assert_eq!(j.history.len(), 0);
+    b.drain().for_each(drop);
+    // Within the time-to-live only the site that refused is asked again.
+    b.stale(Time(3));
+    assert_eq!(b.drain().collect::<Vec<_>>(), [Effect::Fetch { site: 0 }]);
+}
+
+#[test]
+fn no_site_that_answered_can_take_it_so_it_fails_with_every_reason() {
+    let mut b = broker(params());
+    b.accept(Time(1), "ann", vec![job("big", 64)]).unwrap();
+    b.decide(Time(1), 1);
+    assert!(sends(&mut b).is_empty());
+    assert!(b.job("big").is_none(), "an ended job is let go");
+    assert_eq!(b.unfinished("ann"), 0);
+    assert_eq!(b.pending(), 0);
+}
+
+#[test]
+fn a_site_that_did_not_answer_keeps_the_job_for_another_try() {
+    let mut b = BrokerCore::new(vec!["a".into()], params());
+    b.informed(0, Err(FetchFailure::Timeout(Duration(5))), Time(0));
+    b.accept(Time(1), "ann", vec![job("j1", 1)]).unwrap();
+    b.decide(Time(1), 1);
+    assert!(sends(&mut b).is_empty());
+    assert_eq!(b.job("j1").unwrap().state(), BrokerState::Accepted);
+    // Not before retry_after (5 s)...
+    b.informed(0, Ok(site("a", 4)), Time(2));
+    assert_eq!(b.decide(Time(3), 10), 0);
+    // ... then decided again.
+    assert_eq!(b.decide(Time(6), 10), 1);
+    assert_eq!(sends(&mut b), [("j1".to_string(), 0)]);
+}
+
+#[test]
+fn the_limit_counts_unfinished_jobs_but_not_held_ones() {
+    let mut b = broker(BrokerParams { limit: 2, ..params() });
+    b.accept(Time(1), "ann", vec![job("j1", 1), job("j2", 1)]).unwrap();
+    let over = b.accept(Time(1), "ann", vec![job("j3", 1)]).unwrap_err();
+    assert_eq!(
+        over,
+        OverLimit::Unfinished {
+            unfinished: 2,
+            limit: 2
+        }
+    );
+    // Another user is not held back by ann.
+    b.accept(Time(1), "bob", vec![job("k1", 1)]).unwrap();
+    b.hold(Time(2), "ann", "j2").unwrap();
+    b.accept(Time(2), "ann", vec![job("j3", 1)]).unwrap();
+    assert_eq!(b.unfinished("ann"), 2);
+    // Releasing puts the held job back in the count, past the limit: the
+    // limit bounds new work, not what the owner kept back.
+    b.release(Time(3), "ann", "j2").unwrap();
+    assert_eq!(b.unfinished("ann"), 3);
+}
+
+#[test]
+fn the_per_request_limit_refuses_the_whole_request() {
+    let mut b = broker(BrokerParams {
+        per_request: 2,
+        ..params()
+    });
+    let over = b.accept(Time(1), "ann", vec![job("j1", 1), job("j2", 1), job("j3", 1)]);
+    assert_eq!(over, Err(OverLimit::PerRequest { n: 3, per_request: 2 }));
+    assert!(b.is_empty());
+}
+
+#[test]
+fn owners_take_turns_so_one_users_thousand_jobs_do_not_hold_up_another() {
+    let mut b = broker(params());
+    let many: Vec<NewJob> = (0..10).map(|k| job(&format!("a{k}"), 1)).collect();
+    b.accept(Time(1), "ann", many).unwrap();
+    b.accept(Time(1), "bob", vec![job("b0", 1), job("b1", 1)]).unwrap();
+    b.decide(Time(1), 4);
+    let order: Vec<String> = sends(&mut b).into_iter().map(|s| s.0).collect();
+    assert_eq!(order, ["a0", "b0", "a1", "b1"]);
+    assert_eq!(b.pending(), 8);
+}
+
+#[test]
+fn a_held_job_is_not_decided_until_released() {
+    let mut b = broker(params());
+    let mut held = job("j1", 1);
+    held.hold = true;
+    b.accept(Time(1), "ann", vec![held]).unwrap();
+    assert_eq!(b.decide(Time(1), 10), 0);
+    assert_eq!(b.unfinished("ann"), 0);
+    b.release(Time(2), "ann", "j1").unwrap();
+    assert_eq!(b.decide(Time(2), 10), 1);
+}
+
+#[test]
+fn only_the_owner_reaches_a_job() {
+    let mut b = broker(params());
+    b.accept(Time(1), "ann", vec![job("j1", 1)]).unwrap();
+    assert_eq!(b.hold(Time(2), "bob", "j1"), Err(Denied::Unknown("j1".into())));
+    assert_eq!(b.cancel(Time(2), "bob", "j1"), Err(Denied::Unknown("j1".into())));
+    assert_eq!(b.job("j1").unwrap().state(), BrokerState::Accepted);
+}
+
+#[test]
+fn a_job_held_or_cancelled_on_its_way_is_withdrawn_from_the_site_that_takes_it() {
+    let mut b = broker(params());
+    b.accept(Time(1), "ann", vec![job("j1", 1), job("j2", 1)]).unwrap();
+    b.decide(Time(1), 2);
+    let s = sends(&mut b);
+    b.hold(Time(1), "ann", "j1").unwrap();
+    b.cancel(Time(1), "ann", "j2").unwrap();
+    b.sent(Time(2), "j1", s[0].1, Ok("41".into()));
+    b.sent(Time(2), "j2", s[1].1, Ok("42".into()));
+    let withdrawn: Vec<String> = b
+        .drain()
+        .filter_map(|e| match e {
+            Effect::Withdraw { site_job, owner, .. } => Some(format!("{owner}:{site_job}")),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(withdrawn, ["ann:41", "ann:42"]);
+    assert_eq!(b.job("j1").unwrap().state(), BrokerState::Held);
+    assert!(b.job("j2").is_none());
+}
+
+#[test]
+fn a_running_job_cancelled_is_withdrawn_and_its_reports_then_change_nothing() {
+    let mut b = broker(params());
+    b.accept(Time(1), "ann", vec![job("j1", 1)]).unwrap();
+    b.decide(Time(1), 1);
+    land_all(&mut b, Time(1));
+    b.drain().for_each(drop);
+    let running = Report {
+        phase: JobPhase::Running,
+        started: Some(Time(5)),
+        ended: None,
+        exit_code: None,
+        reason: None,
+    };
+    b.reported(Time(5), 0, "0-0", running);
+    assert_eq!(b.job("j1").unwrap().state(), BrokerState::Running);
+    b.cancel(Time(6), "ann", "j1").unwrap();
+    let e: Vec<Effect> = b.drain().collect();
+    assert!(e.contains(&Effect::Withdraw {
+        site: 0,
+        site_job: "0-0".into(),
+        owner: "ann".into()
+    }));
+    let ended = Report {
+        phase: JobPhase::Cancelled,
+        started: Some(Time(5)),
+        ended: Some(Time(7)),
+        exit_code: None,
+        reason: Some("cancelled".into()),
+    };
+    b.reported(Time(7), 0, "0-0", ended);
+    assert!(b.is_empty());
+    assert_eq!(b.unfinished("ann"), 0);
+}
+
+#[test]
+fn a_site_reporting_an_end_frees_the_owners_count_and_the_record_is_stored_with_its_history() {
+    let mut b = broker(BrokerParams {
+        limit: 1,
+        ..BrokerParams::default()
+    });
+    b.accept(Time(1), "ann", vec![job("j1", 1)]).unwrap();
+    b.decide(Time(1), 1);
+    let mut effects: Vec<Effect> = b.drain().collect();
+    b.sent(Time(2), "j1", 0, Ok("0-0".into()));
+    let ended = Report {
+        phase: JobPhase::Finished,
+        started: Some(Time(3)),
+        ended: Some(Time(9)),
+        exit_code: Some(0),
+        reason: None,
+    };
+    b.reported(Time(10), 0, "0-0", ended);
+    effects.extend(b.drain());
+    let lines: Vec<(BrokerState, Time, Option<String>)> = effects
+        .into_iter()
+        .filter_map(|e| match e {
+            Effect::Persist { line: Some(l), .. } => Some((l.state, l.at, l.detail)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        lines,
+        [
+            (BrokerState::Accepted, Time(1), None),
+            (BrokerState::Dispatched, Time(1), Some("to a".into())),
+            (BrokerState::Finished, Time(10), None),
+        ]
+    );
+    assert!(b.accept(Time(11), "ann", vec![job("j2", 1)]).is_ok());
+}
+
+#[test]
+fn information_is_asked_for_when_missing_old_or_changed_and_never_twice_at_once() {
+    let mut b = BrokerCore::new(
+        vec!["a".into(), "b".into()],
+        BrokerParams {
+            info_ttl: Duration(60),
+            ..params()
+        },
+    );
+    b.stale(Time(0));
+    assert_eq!(b.drain().count(), 2);
+    // Asked already: not again while the answers are on their way.
+    b.stale(Time(1));
+    assert_eq!(b.drain().count(), 0);
+    b.informed(0, Ok(site("a", 4)), Time(0));
+    b.informed(1, Ok(site("b", 4)), Time(0));
+    b.stale(Time(59));
+    assert_eq!(b.drain().count(), 0);
+    b.stale(Time(60));
+    assert_eq!(b.drain().count(), 2);
+}
+
+#[test]
+fn a_restored_broker_follows_its_dispatched_jobs_and_decides_its_accepted_ones() {
+    let mut b = broker(params());
+    b.accept(Time(1), "ann", vec![job("j1", 1), job("j2", 1)]).unwrap();
+    b.decide(Time(1), 1);
+    land_all(&mut b, Time(1));
+    let mut again = broker(params());
+    for id in ["j1", "j2"] {
+        let view = b.job(id).unwrap().clone();
+        again.restore(view, b.description(id).unwrap().clone(), JobPreferences::default());
+    }
+    assert_eq!(again.unfinished("ann"), 2);
+    assert_eq!(again.decide(Time(2), 10), 1);
+    let done = Report {
+        phase: JobPhase::Finished,
+        started: Some(Time(2)),
+        ended: Some(Time(3)),
+        exit_code: Some(0),
+        reason: None,
+    };
+    again.reported(Time(3), 0, "0-0", done);
+    assert!(again.job("j1").is_none());
+}
