@@ -325,10 +325,11 @@ impl BrokerCore {
         Ok(())
     }
 
-    /// Takes back a job recorded before (the driver restarting from its
-    /// store): accepted jobs wait for a decision, dispatched and running
-    /// ones are followed at their site; ended ones are not held.
-    pub fn restore(&mut self, view: BrokerJob, job: Job, prefs: JobPreferences) {
+    /// Takes a job already recorded (a driver that stored it itself, or
+    /// one restarting from its store): an accepted job waits for a
+    /// decision, a dispatched or running one is followed at its site; an
+    /// ended one is not held.
+    pub fn adopt(&mut self, view: BrokerJob, job: Job, prefs: JobPreferences) {
         if !view.state().is_terminal() {
             self.hold_record(Record { view, job, prefs });
         }
@@ -344,7 +345,7 @@ impl BrokerCore {
             self.enqueue(&r.view.owner, id.clone(), false);
         }
         if let (Some(site), Some(site_job)) = (&r.view.site, &r.view.site_job) {
-            if let Some(k) = self.sites.iter().position(|s| &s.name == site) {
+            if let Some(k) = self.site_position(site) {
                 self.at_site.insert((k, site_job.clone()), id.clone());
             }
         }
@@ -388,29 +389,70 @@ impl BrokerCore {
         Ok(applied)
     }
 
-    /// Cancels `owner`'s job `id`: withdrawn from its site if it has one
-    /// (or once one takes it, if it is on its way).
+    /// Cancels `owner`'s job `id`. One at a site is withdrawn from it
+    /// first ([`Effect::Withdraw`]) and recorded cancelled once the site
+    /// lets it go ([`BrokerCore::withdrawn`]), so a site that cannot be
+    /// reached leaves it as it is, running there; one on its way is
+    /// cancelled now and withdrawn from the site that takes it.
     pub fn cancel(&mut self, now: Time, owner: &str, id: &str) -> Result<Applied, Denied> {
         let r = self.owned(owner, id)?;
-        let at = match (&r.view.site, &r.view.site_job, r.view.state()) {
-            (Some(site), Some(job), BrokerState::Dispatched | BrokerState::Running) => self
-                .sites
-                .iter()
-                .position(|s| &s.name == site)
-                .map(|k| (k, job.clone())),
-            _ => None,
-        };
-        let applied = self.change(id, Change::Cancel, now, Some("cancelled by its owner".into()))?;
-        if let Some((site, site_job)) = at {
-            self.at_site.remove(&(site, site_job.clone()));
-            self.outbox.push(Effect::Withdraw {
-                site,
-                site_job,
-                owner: owner.to_string(),
-            });
+        if let (Some(site), Some(site_job), BrokerState::Dispatched | BrokerState::Running) =
+            (&r.view.site, &r.view.site_job, r.view.state())
+        {
+            if let Some(k) = self.site_position(site) {
+                self.outbox.push(Effect::Withdraw {
+                    site: k,
+                    site_job: site_job.clone(),
+                    owner: owner.to_string(),
+                });
+                return Ok(Applied::Unchanged);
+            }
         }
-        Ok(applied)
+        Ok(self.change(id, Change::Cancel, now, Some("cancelled by its owner".into()))?)
     }
+
+    /// What site `site` answered at `now` when asked to let its job
+    /// `site_job` go: a job of the broker's there is then cancelled; one
+    /// the site could not let go stays as it is (the error is its owner's
+    /// answer).
+    pub fn withdrawn(
+        &mut self,
+        now: Time,
+        site: usize,
+        site_job: &str,
+        answer: Result<(), SiteError>,
+    ) -> Result<Applied, SiteError> {
+        answer?;
+        let Some(id) = self.at_site.get(&(site, site_job.to_string())).cloned() else {
+            return Ok(Applied::Unchanged);
+        };
+        Ok(self
+            .change(&id, Change::Cancel, now, Some("cancelled by its owner".into()))
+            .unwrap_or(Applied::Unchanged))
+    }
+
+    /// The position of the site named `name`.
+    pub fn site_position(&self, name: &str) -> Option<usize> {
+        self.sites.iter().position(|s| s.name == name)
+    }
+
+    /// Adds a site after the others (found at run time); returns its position.
+    pub fn add_site(&mut self, name: String) -> usize {
+        if let Some(k) = self.site_position(&name) {
+            return k;
+        }
+        self.sites.push(SiteSlot {
+            name,
+            answer: None,
+            taken: None,
+            asked: false,
+            changed: false,
+        });
+        self.infos.push(ResourceInfo::default());
+        self.all.push(self.all.len());
+        self.sites.len() - 1
+    }
+
 
     /// Applies `change` to job `id` at `now`: the count toward its owner's
     /// limit follows its state, the record is given out to be stored, and
@@ -453,7 +495,7 @@ impl BrokerCore {
         if state.is_terminal() {
             if let Some(r) = self.jobs.remove(id) {
                 if let (Some(site), Some(job)) = (r.view.site, r.view.site_job) {
-                    if let Some(k) = self.sites.iter().position(|s| s.name == site) {
+                    if let Some(k) = self.site_position(&site) {
                         self.at_site.remove(&(k, job));
                     }
                 }
@@ -726,10 +768,11 @@ impl BrokerCore {
         }
     }
 
-    /// What site `site` reports at `now` of its job `site_job`.
-    pub fn reported(&mut self, now: Time, site: usize, site_job: &str, report: Report) {
+    /// What site `site` reports at `now` of its job `site_job`; whether
+    /// the job is one the core holds.
+    pub fn reported(&mut self, now: Time, site: usize, site_job: &str, report: Report) -> bool {
         let Some(id) = self.at_site.get(&(site, site_job.to_string())).cloned() else {
-            return;
+            return false;
         };
         let detail = report.reason.clone();
         let change = Change::Report {
@@ -740,6 +783,7 @@ impl BrokerCore {
             reason: report.reason,
         };
         let _ = self.change(&id, change, now, detail);
+        true
     }
 }
 

@@ -238,13 +238,29 @@ fn a_running_job_cancelled_is_withdrawn_and_its_reports_then_change_nothing() {
     };
     b.reported(Time(5), 0, "0-0", running);
     assert_eq!(b.job("j1").unwrap().state(), BrokerState::Running);
-    b.cancel(Time(6), "ann", "j1").unwrap();
+    // Withdrawn from the site first; a site that cannot be reached leaves
+    // it running there.
+    assert_eq!(b.cancel(Time(6), "ann", "j1"), Ok(Applied::Unchanged));
     let e: Vec<Effect> = b.drain().collect();
-    assert!(e.contains(&Effect::Withdraw {
-        site: 0,
-        site_job: "0-0".into(),
-        owner: "ann".into()
-    }));
+    assert_eq!(
+        e,
+        [Effect::Withdraw {
+            site: 0,
+            site_job: "0-0".into(),
+            owner: "ann".into()
+        }]
+    );
+    let down = SiteError::Unavailable("a".into());
+    assert_eq!(b.withdrawn(Time(6), 0, "0-0", Err(down.clone())), Err(down));
+    assert_eq!(b.job("j1").unwrap().state(), BrokerState::Running);
+    b.cancel(Time(6), "ann", "j1").unwrap();
+    b.drain().for_each(drop);
+    assert_eq!(
+        b.withdrawn(Time(6), 0, "0-0", Ok(())),
+        Ok(Applied::Entered(BrokerState::Cancelled))
+    );
+    assert!(b.is_empty());
+    // The site's own report of the end then changes nothing.
     let ended = Report {
         phase: JobPhase::Cancelled,
         started: Some(Time(5)),
@@ -252,7 +268,7 @@ fn a_running_job_cancelled_is_withdrawn_and_its_reports_then_change_nothing() {
         exit_code: None,
         reason: Some("cancelled".into()),
     };
-    b.reported(Time(7), 0, "0-0", ended);
+    assert!(!b.reported(Time(7), 0, "0-0", ended));
     assert!(b.is_empty());
     assert_eq!(b.unfinished("ann"), 0);
 }
@@ -325,7 +341,7 @@ fn a_restored_broker_follows_its_dispatched_jobs_and_decides_its_accepted_ones()
     let mut again = broker(params());
     for id in ["j1", "j2"] {
         let view = b.job(id).unwrap().clone();
-        again.restore(view, b.description(id).unwrap().clone(), JobPreferences::default());
+        again.adopt(view, b.description(id).unwrap().clone(), JobPreferences::default());
     }
     assert_eq!(again.unfinished("ann"), 2);
     assert_eq!(again.decide(Time(2), 10), 1);
