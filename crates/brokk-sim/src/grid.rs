@@ -444,7 +444,8 @@ impl Grid<'_> {
                         site_job,
                         owner,
                     } => {
-                        let _ = self.sites[start + k].cancel_job(&owner, &JobHandle(site_job));
+                        let answer = self.sites[start + k].cancel_job(&owner, &JobHandle(site_job.clone()));
+                        let _ = self.cores[b].withdrawn(t, k, &site_job, answer);
                     }
                     Effect::Persist { .. } => {}
                 }

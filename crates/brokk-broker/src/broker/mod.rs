@@ -453,7 +453,6 @@ impl BrokerCore {
         self.sites.len() - 1
     }
 
-
     /// Applies `change` to job `id` at `now`: the count toward its owner's
     /// limit follows its state, the record is given out to be stored, and
     /// an ended job is let go.
