@@ -103,12 +103,29 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
     let sites = entries(endpoints).await?;
     let network = service::network(sites.len(), config.workflows.bandwidth_bytes_per_s, service::now())
         .map_err(|e| err(&format!("[workflows]: {e}")))?;
+    let record = match &config.record {
+        Some(path) => Some(Arc::new(record::Recorder::open(path).map_err(|e| err(&e))?)),
+        None => None,
+    };
+    let core = brokk_broker::broker::BrokerCore::new(
+        sites.iter().map(|s| s.name.clone()).collect(),
+        brokk_broker::broker::BrokerParams {
+            // The core's clock counts seconds: a time-to-live of part of
+            // one is a second.
+            info_ttl: brokk_model::Duration(config.info_ttl_ms.div_ceil(1000) as i64),
+            retry_after: brokk_model::Duration(1),
+            ..brokk_broker::broker::BrokerParams::default()
+        },
+    );
+    let core = Arc::new(std::sync::Mutex::new(core));
     let service = Service {
+        broker: Arc::new(service::Broker::start(core.clone(), db.clone(), record.clone())),
         db,
         sites: Arc::new(std::sync::RwLock::new(Arc::new(sites))),
         info: Arc::new(SiteInfo::new(
             std::time::Duration::from_millis(config.info_ttl_ms),
             brokk_broker::info::FetchOptions::default(),
+            core,
         )),
         counters: Arc::new(Counters::default()),
         wake: Arc::new(tokio::sync::Notify::new()),
@@ -120,10 +137,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
                 bytes: config.limits.upload_quota_bytes,
                 files: config.limits.upload_quota_files,
             }),
-        record: match &config.record {
-            Some(path) => Some(Arc::new(record::Recorder::open(path).map_err(|e| err(&e))?)),
-            None => None,
-        },
+        record,
         network: Arc::new(std::sync::Mutex::new(network)),
         workflow_settings: config.workflows,
         workflow_lock: Arc::new(tokio::sync::Mutex::new(())),
@@ -132,10 +146,11 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         parsing: Arc::new(service::parsing::Parsing::new(
             std::thread::available_parallelism().map_or(2, |n| n.get()),
         )),
-        sending: Arc::default(),
         unreachable: Arc::default(),
     };
     service.end_interrupted_moves().await.map_err(|e| err(&e))?;
+    let adopted = service.adopt_unfinished().await.map_err(|e| err(&e))?;
+    tracing::debug!("the broker core follows {adopted} jobs recorded before this start");
     service.restore_network().await.map_err(|e| err(&e))?;
     let released = service.release_stray_holds().await.map_err(|e| err(&e))?;
     if released > 0 {

@@ -34,6 +34,15 @@ use crate::submit::SubmitError;
 #[cfg(test)]
 mod tests;
 
+/// Whether the core takes a job that goes `route` with `prefs`: one
+/// decided in a batch against the information at hand and not moved by
+/// queue adaptation. The rest (jobs into a reservation, jobs that reserve
+/// first, jobs that may be at a site already, jobs adaptation may move,
+/// every job when information is exact) still go the drivers' own ways.
+pub fn takes(route: &jobs::Route, prefs: &JobPreferences) -> bool {
+    *route == jobs::Route::Batched && prefs.queue_adaptation != Some(true)
+}
+
 /// What a broker allows and how it paces itself.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BrokerParams {

@@ -204,10 +204,12 @@ impl Service {
         };
         match self.store(&job, stored).await {
             Ok(v) => {
+                let id = v.id.clone();
                 if v.state() == BrokerState::Accepted {
+                    self.adopt(v, job, &JobPreferences::default());
                     self.wake.notify_one();
                 }
-                Ok((v.id, true))
+                Ok((id, true))
             }
             // The same key sent twice at once: the other one stored it.
             Err(e) => match &key {

@@ -120,7 +120,21 @@ impl Service {
                 };
             }
             let mut complete = true;
+            // The core's changes, stored in order: waiting for the last
+            // waits for them all.
+            let mut held = None;
             for a in &feed.jobs {
+                let report = brokk_broker::broker::Report {
+                    phase: a.state,
+                    started: a.started,
+                    ended: a.ended,
+                    exit_code: a.exit_code,
+                    reason: a.reason.clone(),
+                };
+                if let Some(stored) = self.report_held(&site.name, &a.id, report) {
+                    held = Some(stored);
+                    continue;
+                }
                 let Some(stored) = self.db.by_site_job(&site.name, &a.id).await? else {
                     if self.db.is_retired(&site.name, &a.id).await? {
                         continue;
@@ -152,6 +166,9 @@ impl Service {
                     // Its children may go now.
                     self.wake.notify_one();
                 }
+            }
+            if let Some(stored) = held {
+                stored.wait().await?;
             }
             if complete {
                 cursor.version = feed.version;

@@ -23,6 +23,7 @@ use tokio::sync::Notify;
 use crate::db::{Db, DbError, JobPage, StoredJob};
 
 mod as_site;
+mod broker;
 mod coalloc;
 mod dispatch;
 mod files;
@@ -35,6 +36,7 @@ mod turns;
 mod workflows;
 
 pub use as_site::Claim;
+pub use broker::Broker;
 pub use files::{FileHead, FileStream};
 pub use holds::HoldJournal;
 use sites::cached_sites;
@@ -130,8 +132,8 @@ pub struct Service {
     pub holds: HoldJournal,
     /// Turns for reading descriptions off the async workers.
     pub parsing: Arc<parsing::Parsing>,
-    /// Jobs decided and on their way to a site.
-    pub sending: Arc<dispatch::Sending>,
+    /// The broker's own core and its driver.
+    pub broker: Arc<Broker>,
     /// Endpoints discovery found and could not reach at its last reading:
     /// (the site name they would have, why).
     pub unreachable: Arc<std::sync::Mutex<Vec<(String, String)>>>,
@@ -152,6 +154,8 @@ impl Service {
             return Ok(());
         }
         let _workflows = self.workflow_lock.lock().await;
+        let names: Vec<String> = found.iter().map(|s| s.name.clone()).collect();
+        self.core_sites(&names);
         let all = {
             let Ok(mut sites) = self.sites.write() else {
                 return Err(ServiceError::Unavailable("the site list is poisoned".into()));
@@ -234,8 +238,8 @@ impl Service {
                 self.own_committed_reservation(owner, rid).await?;
             }
         }
-        let prefs = serde_json::to_string(&req.preferences.unwrap_or_default())
-            .map_err(|e| ServiceError::BadRequest(e.to_string()))?;
+        let preferences = req.preferences.unwrap_or_default();
+        let prefs = serde_json::to_string(&preferences).map_err(|e| ServiceError::BadRequest(e.to_string()))?;
         for job in &mut jobs {
             self.take_uploads(owner, job, &req.uploads, &Default::default())?;
         }
@@ -249,20 +253,22 @@ impl Service {
             };
             brokk_jdl::assign::assign(format, job, assigned);
         }
-        for (job, id) in jobs.iter().zip(&ids) {
+        for (job, id) in jobs.into_iter().zip(&ids) {
             // Held when the request says so, or the description (`hold = true`, `--hold`).
             let entry = Entry::submitted(req.hold || job.hold);
-            self.store_new(
-                owner,
-                job,
-                format,
-                warnings.clone(),
-                prefs.clone(),
-                entry,
-                id.clone(),
-                Member::Alone,
-            )
-            .await?;
+            let view = self
+                .store_new(
+                    owner,
+                    &job,
+                    format,
+                    warnings.clone(),
+                    prefs.clone(),
+                    entry,
+                    id.clone(),
+                    Member::Alone,
+                )
+                .await?;
+            self.adopt(view, job, &preferences);
         }
         self.wake.notify_one();
         Ok(Accepted {
@@ -382,6 +388,42 @@ impl Service {
         self.store(job, stored).await
     }
 
+    /// Hands a stored job to the core when the core takes it
+    /// ([`brokk_broker::broker::takes`]).
+    fn adopt(&self, view: BrokerJob, job: Job, prefs: &JobPreferences) {
+        let route = jobs::route(&job, prefs, self.info.exact(), false);
+        if brokk_broker::broker::takes(&route, prefs) {
+            let prefs = prefs.clone();
+            let _ = self.broker.run(move |c| c.adopt(view, job, prefs));
+        }
+    }
+
+    /// Hands the core, at start, the unfinished jobs it takes: held ones
+    /// wait for release, those at sites are followed there. Accepted ones
+    /// are looked for at the sites first, by the careful path.
+    pub async fn adopt_unfinished(&self) -> Result<usize, ServiceError> {
+        use BrokerState as S;
+        let mut n = 0;
+        for stored in self.db.in_states(&[S::Held, S::Dispatched, S::Running]).await? {
+            if !stored.view.member.is_alone() {
+                continue;
+            }
+            let (Ok(job), Ok(prefs)) = (
+                serde_json::from_str::<Job>(&stored.spec),
+                serde_json::from_str::<JobPreferences>(&stored.prefs),
+            ) else {
+                continue;
+            };
+            let route = jobs::route(&job, &prefs, self.info.exact(), false);
+            if brokk_broker::broker::takes(&route, &prefs) {
+                let view = stored.view;
+                let _ = self.broker.run(move |c| c.adopt(view, job, prefs));
+                n += 1;
+            }
+        }
+        Ok(n)
+    }
+
     /// Stores a new job as described by `job`.
     async fn store(&self, job: &Job, stored: StoredJob) -> Result<BrokerJob, ServiceError> {
         self.db.insert(&stored).await?;
@@ -467,8 +509,11 @@ impl Service {
     }
 
     async fn hold_or_release(&self, owner: &str, id: &str, change: Change) -> Result<BrokerJob, ServiceError> {
-        // Not while the dispatcher may be sending this very job.
-        let _turn = self.turn_without(id).await;
+        if let Some(answer) = self.owner_request(owner, id, change.clone()).await {
+            return answer;
+        }
+        // Not while the dispatcher may be deciding this very job.
+        let _turn = self.turn().await;
         let mut j = self.owned(owner, id).await?.view;
         self.change(&mut j, change, now(), None).await?;
         Ok(j)
@@ -484,19 +529,6 @@ impl Service {
     pub(super) fn looked_for(&self, id: &str) {
         if let Ok(mut set) = self.inherited.lock() {
             set.remove(id);
-        }
-    }
-
-    /// The decision turn once job `id` is not on its way to a site: a
-    /// decision about it is then over and recorded.
-    async fn turn_without(&self, id: &str) -> tokio::sync::OwnedMutexGuard<()> {
-        loop {
-            let turn = self.turn().await;
-            if !self.sending.is_sending(id) {
-                return turn;
-            }
-            drop(turn);
-            self.sending.landed(id).await;
         }
     }
 
@@ -522,6 +554,9 @@ impl Service {
 
     /// Cancels a job wherever it is.
     pub async fn cancel(&self, owner: &str, id: &str) -> Result<BrokerJob, ServiceError> {
+        if let Some(answer) = self.owner_request(owner, id, Change::Cancel).await {
+            return answer;
+        }
         let mut j = self.owned(owner, id).await?.view;
         if j.state().is_terminal() {
             return Ok(j);
@@ -529,7 +564,7 @@ impl Service {
         // A job not yet at a site may be in the dispatcher's hands: wait for
         // its decision, then look again.
         let _turn = if j.site.is_none() {
-            let turn = self.turn_without(id).await;
+            let turn = self.turn().await;
             j = self.owned(owner, id).await?.view;
             if j.state().is_terminal() {
                 return Ok(j);

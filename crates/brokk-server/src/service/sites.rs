@@ -4,8 +4,6 @@
 use brokk_broker::info::{convert, Answer, FetchFailure, FetchOptions, InfoCache, RawInfo};
 use brokk_site::uploads::Uploads;
 
-use super::dispatch::{Decided, Pending};
-
 use super::*;
 
 /// A site the service dispatches to.
@@ -50,6 +48,9 @@ impl SiteEntry {
 #[derive(Debug)]
 pub struct SiteInfo {
     cache: std::sync::Mutex<InfoCache<std::time::Instant>>,
+    /// The broker core, which keeps the same answers for its decisions
+    /// and is told of every change the careful paths make at a site.
+    core: Arc<std::sync::Mutex<brokk_broker::broker::BrokerCore>>,
     fetch: FetchOptions,
     /// One brokering decision at a time, from its refresh to its last call
     /// to a site: each sees what the ones before it did (a burst spreads
@@ -62,10 +63,15 @@ pub struct SiteInfo {
 }
 
 impl SiteInfo {
-    /// An empty cache whose answers live for `ttl`.
-    pub fn new(ttl: std::time::Duration, fetch: FetchOptions) -> SiteInfo {
+    /// An empty cache whose answers live for `ttl`, beside `core`'s.
+    pub fn new(
+        ttl: std::time::Duration,
+        fetch: FetchOptions,
+        core: Arc<std::sync::Mutex<brokk_broker::broker::BrokerCore>>,
+    ) -> SiteInfo {
         SiteInfo {
             cache: std::sync::Mutex::new(InfoCache::new(ttl)),
+            core,
             fetch,
             turn: Arc::default(),
             exact: ttl.is_zero(),
@@ -75,62 +81,6 @@ impl SiteInfo {
     /// Whether every decision reads the sites' present state (see `exact`).
     pub fn exact(&self) -> bool {
         self.exact
-    }
-
-    /// Counts a job the broker sends `site` in what it knows of the site
-    /// until the site's next answer ([`brokk_broker::info::book`]).
-    pub(super) fn book(&self, site: &str, cpus: u32, wall: brokk_model::Duration) {
-        if let Ok(mut cache) = self.cache.lock() {
-            cache.book(site, cpus, wall);
-        }
-    }
-
-    /// Plans each of `jobs` over `sites` as the cache knows them, counting
-    /// each where its plan sends it first, so the next plan sees it: the
-    /// whole decision, in one hold of the cache and no call to a site.
-    pub(super) fn plan_all(&self, sites: &[SiteEntry], jobs: Vec<Pending>, t: Time) -> Vec<Decided> {
-        let Ok(mut cache) = self.cache.lock() else {
-            return Vec::new();
-        };
-        jobs.into_iter()
-            .map(|(stored, job, prefs)| {
-                let (mut infos, mut site_of, mut failed) = (Vec::new(), Vec::new(), Vec::new());
-                for (k, s) in sites.iter().enumerate() {
-                    match known(cache.get(&s.name)) {
-                        Some(Ok(info)) => {
-                            infos.push(info);
-                            site_of.push(k);
-                        }
-                        Some(Err(e)) => failed.push((s.client.endpoint().to_string(), e)),
-                        None => failed.push((
-                            s.client.endpoint().to_string(),
-                            brokk_broker::SiteError::Unavailable("no information yet".into()),
-                        )),
-                    }
-                }
-                let plan = brokk_broker::submit::plan(
-                    &job,
-                    &prefs,
-                    (&infos, &site_of),
-                    t,
-                    &brokk_broker::predict::STANDARD_PREDICTOR,
-                );
-                if let Some(&(k, p)) = plan.as_ref().ok().and_then(|p| p.candidates.first()) {
-                    cache.book(
-                        &sites[k].name,
-                        job.cpus.unwrap_or(1),
-                        brokk_broker::info::booked_wall(&p),
-                    );
-                }
-                Decided {
-                    stored,
-                    job,
-                    plan,
-                    failed,
-                    t,
-                }
-            })
-            .collect()
     }
 
     /// Lookups the cache answered, and lookups that needed a fetch.
@@ -146,6 +96,22 @@ impl SiteInfo {
         if let Ok(mut cache) = self.cache.lock() {
             cache.forget(site);
         }
+        let mut core = self.core.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(k) = core.site_position(site) {
+            core.changed(k);
+        }
+    }
+
+    /// Keeps what `site` answered when asked at `asked` (`taken` by the
+    /// wall clock), in the cache and in the core.
+    fn store(&self, site: &str, answer: &Answer, asked: std::time::Instant, taken: Time) {
+        if let Ok(mut cache) = self.cache.lock() {
+            cache.store(site, answer.clone(), asked);
+        }
+        let mut core = self.core.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(k) = core.site_position(site) {
+            core.informed(k, answer.clone(), taken);
+        }
     }
 }
 
@@ -153,12 +119,6 @@ impl CachedSite {
     /// The site's name.
     pub(super) fn name(&self) -> &str {
         &self.name
-    }
-
-    /// Submits without dropping the cache's answer: the job was counted in
-    /// it when decided.
-    pub(super) fn booked(&mut self) {
-        self.booked = true;
     }
 
     /// Asks nothing more of the site for the decision after `until`: its
@@ -205,9 +165,6 @@ pub(super) struct CachedSite {
     owner: String,
     /// Where an admission writes down the holds it is granted.
     holds: Option<Arc<super::holds::AdmissionHolds>>,
-    /// Submissions were counted in the cache when decided
-    /// ([`SiteInfo::plan_all`]): the cache keeps its answer.
-    booked: bool,
     /// After this, probes and reservations are not sent: the decision's
     /// time is up (a workflow admission's bound).
     until: Option<std::time::Instant>,
@@ -246,7 +203,6 @@ pub(super) fn cached_sites(
                 uploads: uploads.cloned(),
                 owner: owner.to_string(),
                 holds: None,
-                booked: false,
                 until: None,
             }
         })
@@ -342,10 +298,6 @@ impl Site for CachedSite {
             send_uploads(&self.client, u, &self.owner, job)?;
         }
         let r = self.client.submit(owner, job, reservation);
-        if self.booked {
-            // Counted in the cache when it was decided.
-            return r;
-        }
         self.changed(r)
     }
     fn submit_held(
@@ -402,11 +354,12 @@ impl Service {
 
     /// Asks `names` for their information concurrently, within the fetch
     /// rules' bound and timeout, and keeps the answers.
-    async fn fetch_info(&self, names: Vec<String>) -> Vec<(String, Answer)> {
+    pub(super) async fn fetch_info(&self, names: Vec<String>) -> Vec<(String, Answer)> {
         use futures_util::StreamExt;
         let rules = self.info.fetch;
         let timeout = std::time::Duration::from_secs(rules.timeout.0.max(1).unsigned_abs());
         let sites: Vec<SiteEntry> = names.iter().filter_map(|n| self.site(n)).collect();
+        let (asked, taken) = (std::time::Instant::now(), now());
         let answers: Vec<(String, Answer)> = futures_util::stream::iter(sites)
             .map(|s| async move {
                 let client = s.client.clone();
@@ -422,11 +375,8 @@ impl Service {
             .buffer_unordered(rules.concurrency.max(1))
             .collect()
             .await;
-        if let Ok(mut cache) = self.info.cache.lock() {
-            let now = std::time::Instant::now();
-            for (name, answer) in &answers {
-                cache.store(name, answer.clone(), now);
-            }
+        for (name, answer) in &answers {
+            self.info.store(name, answer, asked, taken);
         }
         if let Some(record) = &self.record {
             let at = now();

@@ -1,0 +1,382 @@
+//! The service's driver of the broker's own core
+//! ([`brokk_broker::broker::BrokerCore`]): the core decides, this module
+//! carries out what it asks and feeds the answers back.
+//!
+//! The core holds the jobs it takes ([`brokk_broker::broker::takes`]) from
+//! their acceptance to their end; every change it makes to one is written
+//! by one writer task in the order the core made them, several at a time
+//! in one transaction (group commit), and an operation answers its user
+//! only once its changes are stored. A write that fails is answered as a
+//! failure and tried again with the next, never reported stored.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+
+use brokk_broker::broker::{BrokerCore, Effect};
+use brokk_broker::jobs::BrokerJob;
+use brokk_broker::JobHandle;
+use tokio::sync::{mpsc, oneshot};
+
+use super::*;
+use crate::db::HistoryLine;
+
+/// Sends in flight at once.
+const SENDS_IN_FLIGHT: usize = 32;
+
+/// Rows written in one transaction at most.
+const GROUP: usize = 512;
+
+/// A site's answer to a job sent: the job, the site's position, the
+/// site's id for the job or why it did not take it.
+type SendAnswer = (String, usize, Result<String, brokk_broker::SiteError>);
+
+/// Rows to store, and who waits for them.
+struct Batch {
+    rows: Vec<(BrokerJob, Option<HistoryLine>)>,
+    done: Option<oneshot::Sender<Result<(), String>>>,
+}
+
+/// The core, shared by every task of the service, and its writer.
+#[derive(Debug)]
+pub struct Broker {
+    core: Arc<Mutex<BrokerCore>>,
+    writes: mpsc::UnboundedSender<Batch>,
+    record: Option<Arc<crate::record::Recorder>>,
+}
+
+impl std::fmt::Debug for Batch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} rows", self.rows.len())
+    }
+}
+
+/// Answers once what an operation changed is stored.
+pub(super) struct Stored(Option<oneshot::Receiver<Result<(), String>>>);
+
+impl Stored {
+    /// Waits until the changes are stored; an error when they could not be.
+    pub(super) async fn wait(self) -> Result<(), ServiceError> {
+        match self.0 {
+            None => Ok(()),
+            Some(rx) => match rx.await {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(e)) => Err(ServiceError::Unavailable(format!("storing the job: {e}"))),
+                Err(_) => Err(ServiceError::Unavailable("storing the job: the writer stopped".into())),
+            },
+        }
+    }
+}
+
+impl Broker {
+    /// The driver of `core`, its writer started on the current runtime
+    /// over `db`; ended jobs go to `record` when one is kept.
+    pub fn start(core: Arc<Mutex<BrokerCore>>, db: Db, record: Option<Arc<crate::record::Recorder>>) -> Broker {
+        let (writes, mut rx) = mpsc::unbounded_channel::<Batch>();
+        tokio::spawn(async move {
+            // Rows a failed transaction held, written first with the next.
+            let mut backlog: Vec<(BrokerJob, Option<HistoryLine>)> = Vec::new();
+            while let Some(first) = rx.recv().await {
+                let mut rows = std::mem::take(&mut backlog);
+                let mut waiting = Vec::new();
+                let mut next = Some(first);
+                while let Some(b) = next.take() {
+                    rows.extend(b.rows);
+                    waiting.extend(b.done);
+                    if rows.len() < GROUP {
+                        next = rx.try_recv().ok();
+                    }
+                }
+                let refs: Vec<(&BrokerJob, Option<HistoryLine>)> = rows.iter().map(|(v, h)| (v, h.clone())).collect();
+                let outcome = db.update_all(&refs).await.map_err(|e| e.to_string());
+                if let Err(e) = &outcome {
+                    tracing::error!("storing {} job changes: {e}; trying again with the next", rows.len());
+                    backlog = rows;
+                }
+                for w in waiting {
+                    let _ = w.send(outcome.clone());
+                }
+            }
+        });
+        Broker { core, writes, record }
+    }
+
+    /// Runs `f` on the core; what it changed is queued to be stored in
+    /// the order changed. Returns `f`'s answer, the other effects, and
+    /// what answers once the changes are stored.
+    pub(super) fn run<T>(&self, f: impl FnOnce(&mut BrokerCore) -> T) -> (T, Vec<Effect>, Stored) {
+        // A rule that panicked left the core as it was between two calls.
+        let mut core = self.core.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let out = f(&mut core);
+        let mut rows = Vec::new();
+        let mut rest = Vec::new();
+        for e in core.drain() {
+            match e {
+                Effect::Persist { job, line } => {
+                    if let (Some(r), Some(l)) = (&self.record, &line) {
+                        if l.state.is_terminal() {
+                            r.ended(&job);
+                        }
+                    }
+                    rows.push((*job, line.map(|l| (l.at, l.detail))));
+                }
+                other => rest.push(other),
+            }
+        }
+        if rows.is_empty() {
+            return (out, rest, Stored(None));
+        }
+        let (tx, rx) = oneshot::channel();
+        // Sent under the lock: the writer sees the changes in the core's order.
+        let stored = match self.writes.send(Batch { rows, done: Some(tx) }) {
+            Ok(()) => Stored(Some(rx)),
+            Err(_) => Stored(Some(oneshot::channel().1)),
+        };
+        drop(core);
+        (out, rest, stored)
+    }
+
+    /// Whether the core holds job `id`, and whose it is.
+    pub(super) fn owner_of(&self, id: &str) -> Option<String> {
+        self.core.lock().ok()?.job(id).map(|v| v.owner.clone())
+    }
+}
+
+impl Service {
+    /// Decides every job the core holds that waits, a batch at a time, and
+    /// carries out what the core asks (fetch, send, withdraw) until it
+    /// asks nothing more; the sends of a batch go while the next is decided.
+    pub(super) async fn dispatch_held(&self) -> Result<(), ServiceError> {
+        let mut batches = tokio::task::JoinSet::new();
+        let mut first_error = None;
+        loop {
+            let (_, fetches, _) = self.broker.run(|c| c.stale(now()));
+            self.carry_out(fetches).await?;
+            let (n, effects, stored) = self.broker.run(|c| c.decide(now(), super::dispatch::DECISION_BATCH));
+            self.counters.decisions.fetch_add(n as u64, Ordering::Relaxed);
+            if n == 0 && effects.is_empty() {
+                stored.wait().await?;
+                break;
+            }
+            while batches.len() >= super::dispatch::BATCHES_IN_FLIGHT {
+                if let Some(Ok(Err(e))) = batches.join_next().await {
+                    first_error.get_or_insert(e);
+                }
+            }
+            let svc = self.clone();
+            batches.spawn(async move {
+                svc.carry_out(effects).await?;
+                stored.wait().await
+            });
+        }
+        while let Some(r) = batches.join_next().await {
+            if let Ok(Err(e)) = r {
+                first_error.get_or_insert(e);
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// Carries out `effects` and every effect the answers lead to: fetches
+    /// all at once, sends several at once (each answer fed back, a refusal
+    /// sending the job on), withdrawals one by one. Returns once the
+    /// changes the answers made are stored.
+    pub(super) async fn carry_out(&self, effects: Vec<Effect>) -> Result<(), ServiceError> {
+        use futures_util::StreamExt;
+        let mut queue: VecDeque<Effect> = effects.into();
+        let mut sends = futures_util::stream::FuturesUnordered::new();
+        let mut last = Stored(None);
+        loop {
+            let mut fetch = Vec::new();
+            while let Some(e) = queue.pop_front() {
+                match e {
+                    Effect::Fetch { site } => fetch.push(site),
+                    Effect::Send { job, site, wall } => {
+                        if sends.len() >= SENDS_IN_FLIGHT {
+                            let next: Option<SendAnswer> = sends.next().await;
+                            if let Some((id, k, answer)) = next {
+                                let (_, more, stored) = self.broker.run(|c| c.sent(now(), &id, k, answer));
+                                queue.extend(more);
+                                last = stored;
+                            }
+                        }
+                        sends.push(self.send(job, site, wall));
+                    }
+                    Effect::Withdraw { site, site_job, owner } => {
+                        let (_, more, stored) = self.withdraw(site, site_job, owner).await;
+                        queue.extend(more);
+                        last = stored;
+                    }
+                    Effect::Placed { .. } | Effect::Persist { .. } => {}
+                }
+            }
+            if !fetch.is_empty() {
+                let names: Vec<String> = {
+                    let core = self.broker.core.lock().map_err(|_| poisoned())?;
+                    fetch.iter().map(|&k| core.site_name(k).to_string()).collect()
+                };
+                // The answers reach the core as they are kept.
+                self.fetch_info(names).await;
+                continue;
+            }
+            let next: Option<SendAnswer> = sends.next().await;
+            match next {
+                Some((id, k, answer)) => {
+                    if answer.is_err() {
+                        self.counters.site_errors.fetch_add(1, Ordering::Relaxed);
+                    }
+                    let (_, more, stored) = self.broker.run(|c| c.sent(now(), &id, k, answer));
+                    queue.extend(more);
+                    last = stored;
+                }
+                None => break,
+            }
+        }
+        last.wait().await
+    }
+
+    /// Sends job `id` to the site at position `k`, asking for `wall`:
+    /// the owner's uploads first, under the job's id as the site's
+    /// idempotency key, for the user it runs for.
+    async fn send(&self, id: String, k: usize, wall: Option<brokk_model::Duration>) -> SendAnswer {
+        let found = self.broker.core.lock().ok().and_then(|core| {
+            let v = core.job(&id)?;
+            let mut job = core.description(&id)?.clone();
+            if wall.is_some() {
+                job.wall_time = wall;
+            }
+            Some((core.site_name(k).to_string(), v.owner.clone(), v.runs_as.clone(), job))
+        });
+        let Some((name, owner, runs_as, job)) = found else {
+            return (id, k, Err(brokk_broker::SiteError::Unknown));
+        };
+        let Some(site) = self.site(&name) else {
+            return (
+                id,
+                k,
+                Err(brokk_broker::SiteError::Unavailable(format!(
+                    "site {name} is no longer configured"
+                ))),
+            );
+        };
+        let uploads = self.uploads.clone();
+        let key = id.clone();
+        let answer = tokio::task::spawn_blocking(move || {
+            let mut c = site.client.clone();
+            super::sites::send_uploads(&c, &uploads, &owner, &job)?;
+            c.set_idempotency_key(Some(key));
+            c.set_on_behalf_of(Some(runs_as.unwrap_or(owner)));
+            c.submit("broker", &job, None).map(|h| h.0)
+        })
+        .await
+        .unwrap_or_else(|e| Err(brokk_broker::SiteError::Unavailable(e.to_string())));
+        (id, k, answer)
+    }
+
+    /// Asks the site at position `k` to let `owner`'s job `site_job` go,
+    /// and tells the core its answer.
+    async fn withdraw(
+        &self,
+        k: usize,
+        site_job: String,
+        owner: String,
+    ) -> (Result<jobs::Applied, brokk_broker::SiteError>, Vec<Effect>, Stored) {
+        let name = self
+            .broker
+            .core
+            .lock()
+            .map(|c| c.site_name(k).to_string())
+            .unwrap_or_default();
+        let answer = match self.site(&name) {
+            None => Err(brokk_broker::SiteError::Unavailable(format!(
+                "site {name} is no longer configured"
+            ))),
+            Some(site) => {
+                let handle = JobHandle(site_job.clone());
+                tokio::task::spawn_blocking(move || {
+                    let mut c = site.client;
+                    c.set_on_behalf_of(Some(owner));
+                    c.cancel_job("broker", &handle)
+                })
+                .await
+                .unwrap_or_else(|e| Err(brokk_broker::SiteError::Unavailable(e.to_string())))
+            }
+        };
+        if answer.is_err() {
+            self.counters.site_errors.fetch_add(1, Ordering::Relaxed);
+        }
+        self.broker.run(|c| c.withdrawn(now(), k, &site_job, answer))
+    }
+
+    /// `owner`'s job `id` held, released or cancelled by the core, when the
+    /// core holds it: `None` when it does not (the caller's own path).
+    pub(super) async fn owner_request(
+        &self,
+        owner: &str,
+        id: &str,
+        change: jobs::Change,
+    ) -> Option<Result<BrokerJob, ServiceError>> {
+        let whose = self.broker.owner_of(id)?;
+        if whose != owner {
+            return Some(Err(ServiceError::Forbidden(format!("job {id}"))));
+        }
+        Some(self.owner_change(owner, id, change).await)
+    }
+
+    async fn owner_change(&self, owner: &str, id: &str, change: jobs::Change) -> Result<BrokerJob, ServiceError> {
+        let t = now();
+        let (answer, effects, stored) = self.broker.run(|c| match change {
+            jobs::Change::Hold => c.hold(t, owner, id),
+            jobs::Change::Release => c.release(t, owner, id),
+            _ => c.cancel(t, owner, id),
+        });
+        answer.map_err(denied)?;
+        stored.wait().await?;
+        for e in effects {
+            if let Effect::Withdraw { site, site_job, owner } = e {
+                // Its site lets it go first: one that cannot leaves it running.
+                let (gone, more, stored) = self.withdraw(site, site_job, owner).await;
+                gone.map_err(|e| ServiceError::Unavailable(format!("cancelling at the site: {e}")))?;
+                self.carry_out(more).await?;
+                stored.wait().await?;
+            }
+        }
+        self.wake.notify_one();
+        Ok(self.owned(owner, id).await?.view)
+    }
+
+    /// A job's report from site `site`, when the core holds the job:
+    /// whether it does, and what answers once the change is stored.
+    pub(super) fn report_held(
+        &self,
+        site: &str,
+        site_job: &str,
+        report: brokk_broker::broker::Report,
+    ) -> Option<Stored> {
+        let (known, _, stored) = self.broker.run(|c| {
+            let k = c.site_position(site)?;
+            c.reported(now(), k, site_job, report).then_some(())
+        });
+        known.map(|()| stored)
+    }
+
+    /// Sites found at run time, known to the core too.
+    pub(super) fn core_sites(&self, names: &[String]) {
+        let _ = self.broker.run(|c| {
+            for n in names {
+                c.add_site(n.clone());
+            }
+        });
+    }
+}
+
+fn poisoned() -> ServiceError {
+    ServiceError::Unavailable("the broker core's lock is poisoned".into())
+}
+
+/// An owner's request the core turned down, as the API answers it.
+fn denied(d: brokk_broker::broker::Denied) -> ServiceError {
+    match d {
+        brokk_broker::broker::Denied::Unknown(id) => ServiceError::NotFound(format!("job {id}")),
+        brokk_broker::broker::Denied::Refused(r) => ServiceError::Conflict(r.to_string()),
+    }
+}
