@@ -95,14 +95,15 @@ pub enum Effect {
         /// The wall time to ask for.
         wall: Option<Duration>,
     },
-    /// Cancel job `site_job` of `owner`'s at site `site`: the broker no
+    /// Cancel job `site_job` at site `site`, where it runs as `owner`
+    /// (its owner, or the user a broker above sent it for): the broker no
     /// longer wants it there.
     Withdraw {
         /// The site, by position.
         site: usize,
         /// The site's id for the job.
         site_job: String,
-        /// Its owner.
+        /// Whom it runs as at the site.
         owner: String,
     },
     /// A site took job `job`, as predicted.
@@ -183,6 +184,7 @@ struct Record {
 /// A decided job on its way down its candidates.
 #[derive(Debug, Clone)]
 struct Attempt {
+    /// Whom it runs as at the sites.
     owner: String,
     /// The sites able to run it (indexes into `site_of`), the best first,
     /// the rest put in order only if the best refuses.
@@ -412,7 +414,7 @@ impl BrokerCore {
                 self.outbox.push(Effect::Withdraw {
                     site: k,
                     site_job: site_job.clone(),
-                    owner: owner.to_string(),
+                    owner: r.view.runs_as.clone().unwrap_or_else(|| owner.to_string()),
                 });
                 return Ok(Applied::Unchanged);
             }
@@ -662,7 +664,7 @@ impl BrokerCore {
         crate::info::book(&mut self.infos[first], cpus, booked_wall(&candidates[0].prediction));
         let wall = candidates[0].prediction.requested_wall_time;
         let a = Attempt {
-            owner: r.view.owner.clone(),
+            owner: r.view.runs_as.clone().unwrap_or_else(|| r.view.owner.clone()),
             candidates,
             site_of,
             next: 0,

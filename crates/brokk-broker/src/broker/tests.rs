@@ -355,3 +355,26 @@ fn a_restored_broker_follows_its_dispatched_jobs_and_decides_its_accepted_ones()
     again.reported(Time(3), 0, "0-0", done);
     assert!(again.job("j1").is_none());
 }
+
+#[test]
+fn a_job_a_broker_above_sent_for_a_user_is_withdrawn_as_that_user() {
+    let mut b = broker(params());
+    let mut sent = job("j1", 1);
+    sent.runs_as = Some("carol".into());
+    b.accept(Time(1), "north", vec![sent]).unwrap();
+    b.decide(Time(1), 1);
+    land_all(&mut b, Time(1));
+    b.drain().for_each(drop);
+    b.cancel(Time(2), "north", "j1").unwrap();
+    let withdrawn: Vec<Effect> = b.drain().collect();
+    assert_eq!(
+        withdrawn,
+        [Effect::Withdraw {
+            site: 0,
+            site_job: "0-0".into(),
+            owner: "carol".into()
+        }]
+    );
+    // carol herself does not own it here: the broker above does.
+    assert_eq!(b.cancel(Time(2), "carol", "j1"), Err(Denied::Unknown("j1".into())));
+}
