@@ -51,4 +51,16 @@ if grep -rniE "SET state = '" crates/brokk-server/src --include='*.rs'; then
   echo "invariant broken: SQL sets a job's state; the state is decided by brokk_broker::jobs"
   status=1
 fi
+# The broker core decides; its drivers carry out. The service's driver of
+# the core and the simulator's grid call no selection, prediction or
+# submission rule and apply no state change themselves, and nothing but the
+# core counts a job in what the broker knows of a site.
+if grep -nE 'jobs::apply|select::|predict::|submit::|info::book|\bbook\(' crates/brokk-server/src/service/broker.rs; then
+  echo "invariant broken: the service's driver of the broker core decides something itself; write the rule in brokk_broker::broker"
+  status=1
+fi
+if grep -rnE 'info::book|\bbook\(' crates/brokk-server/src crates/brokk-sim/src --include='*.rs'; then
+  echo "invariant broken: a driver counts a job in the broker's information; only brokk_broker::broker::BrokerCore does"
+  status=1
+fi
 exit $status

@@ -6,7 +6,7 @@ use brokk_core::{Reply, Request, ReservationId};
 use brokk_model::{Duration, Job, JobPreferences, ResourceInfo, Time};
 
 use crate::predict::{Prediction, Predictor, STANDARD_PREDICTOR};
-use crate::select::{assess, rank, selector_for, validate_at, Invalid, Mismatch, Ranked, Ranking};
+use crate::select::{assess, selector_for, validate_at, Invalid, Mismatch, Ranked, Ranking};
 use crate::site::{JobHandle, Site, SiteError};
 
 /// How to submit.
@@ -185,63 +185,6 @@ pub fn submit_informed(
         }
         None => Err(SubmitError::NoSite { excluded, failed }),
     }
-}
-
-/// Where a job may go, decided from the sites' information alone (no site
-/// is asked): the sites able to run it, best first, each with its
-/// prediction, and those that cannot with why. A driver that decides
-/// several jobs in one turn plans each, counts it where it goes
-/// ([`crate::info::book`]), and sends it with [`send_in_order`] after the
-/// turn.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Plan {
-    /// (site, prediction) best first; `site` indexes the driver's sites.
-    pub candidates: Vec<(usize, Prediction)>,
-    /// Sites that cannot run the job, with every reason.
-    pub excluded: Vec<(String, Vec<Mismatch>)>,
-}
-
-/// Plans `job` over the information at hand: `infos[i]` is what site
-/// `site_of[i]` published. The job itself being unacceptable is the one
-/// error; no candidate at all is an empty plan.
-pub fn plan(
-    job: &Job,
-    prefs: &JobPreferences,
-    (infos, site_of): (&[ResourceInfo], &[usize]),
-    now: Time,
-    predictor: &dyn Predictor,
-) -> Result<Plan, SubmitError> {
-    validate_at(job, now).map_err(SubmitError::Invalid)?;
-    let ranking = rank(job, prefs, infos, now, predictor);
-    Ok(Plan {
-        candidates: ranking
-            .ranked
-            .into_iter()
-            .map(|r| (site_of[r.index], r.prediction))
-            .collect(),
-        excluded: ranking.excluded,
-    })
-}
-
-/// Submits `job` to the `candidates` (site, prediction, reservation there)
-/// in order until one takes it, each failure added to `failed` (step 12
-/// of seed 003's Algorithm 1: fall back on the next best). Each site is
-/// asked for the predicted (conservative) execution time as the job's wall
-/// time. Returns the position in `candidates` that took it.
-pub fn send_in_order(
-    job: &Job,
-    owner: &str,
-    sites: &mut [&mut dyn Site],
-    candidates: &[(usize, Prediction, Option<ReservationId>)],
-    failed: &mut Vec<(String, SiteError)>,
-) -> Option<(usize, JobHandle)> {
-    for (i, (site, prediction, reservation)) in candidates.iter().enumerate() {
-        match send_to(job, owner, sites[*site], prediction, *reservation) {
-            Ok(handle) => return Some((i, handle)),
-            Err(e) => failed.push((sites[*site].endpoint().to_string(), e)),
-        }
-    }
-    None
 }
 
 /// Submits `job` to `site` with the predicted (conservative) execution time

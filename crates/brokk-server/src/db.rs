@@ -328,60 +328,65 @@ impl Db {
         self.feed_epoch
     }
 
-    /// The next feed version for a write of `v`, with the feed held until
-    /// [`Db::published`]: versions become visible in the order they are
-    /// given, so a follower that read up to one never misses an earlier one.
-    /// Only jobs a broker above follows have versions.
-    async fn feed_turn(&self, v: &BrokerJob) -> Option<(tokio::sync::OwnedMutexGuard<i64>, i64)> {
-        v.runs_as.as_ref()?;
-        let g = self.feed.clone().lock_owned().await;
-        let next = *g + 1;
-        Some((g, next))
-    }
-
-    /// Ends a feed turn whose write committed.
-    fn published(turn: Option<(tokio::sync::OwnedMutexGuard<i64>, i64)>) {
-        if let Some((mut g, n)) = turn {
-            *g = n;
-        }
-    }
-
     /// Stores a new job with its first history entry.
     pub async fn insert(&self, j: &StoredJob) -> Result<(), DbError> {
-        let v = &j.view;
-        let turn = self.feed_turn(v).await;
+        self.insert_all(std::slice::from_ref(j)).await
+    }
+
+    /// [`Db::insert`] of several jobs in one transaction (one commit for
+    /// the jobs several requests accepted at once).
+    pub async fn insert_all(&self, jobs: &[StoredJob]) -> Result<(), DbError> {
+        if jobs.is_empty() {
+            return Ok(());
+        }
+        let mut feed = match jobs.iter().any(|j| j.view.runs_as.is_some()) {
+            true => Some(self.feed.clone().lock_owned().await),
+            false => None,
+        };
+        let mut last = feed.as_deref().copied().unwrap_or(0);
         let mut tx = self.pool.begin().await?;
-        sqlx::query(&format!(
-            "INSERT INTO jobs ({COLUMNS}, version, member_of) VALUES ($1, $2, $3, $4, $5, $6, $7, $12, $13, NULL, NULL, $8, NULL, NULL, NULL, NULL, $9, $10, $14, $11, $15)"
-        ))
-        .bind(&v.id)
-        .bind(&v.owner)
-        .bind(&v.format)
-        .bind(&j.spec)
-        .bind(&j.prefs)
-        .bind(serde_json::to_string(&v.warnings).unwrap_or_else(|_| "[]".into()))
-        .bind(v.state().as_str())
-        .bind(v.submitted.0)
-        .bind(&v.runs_as)
-        .bind(&j.key)
-        .bind(turn.as_ref().map(|t| t.1))
-        .bind(&v.site)
-        .bind(&v.site_job)
-        .bind(to_json(&v.member)?)
-        .bind(v.member.group())
-        .execute(&mut *tx)
-        .await?;
-        self.track(v);
-        sqlx::query(ADD_HISTORY)
+        for j in jobs {
+            let v = &j.view;
+            let version = v.runs_as.is_some().then(|| {
+                last += 1;
+                last
+            });
+            sqlx::query(&format!(
+                "INSERT INTO jobs ({COLUMNS}, version, member_of) VALUES ($1, $2, $3, $4, $5, $6, $7, $12, $13, NULL, NULL, $8, NULL, NULL, NULL, NULL, $9, $10, $14, $11, $15)"
+            ))
             .bind(&v.id)
-            .bind(v.submitted.0)
+            .bind(&v.owner)
+            .bind(&v.format)
+            .bind(&j.spec)
+            .bind(&j.prefs)
+            .bind(serde_json::to_string(&v.warnings).unwrap_or_else(|_| "[]".into()))
             .bind(v.state().as_str())
-            .bind(None::<String>)
+            .bind(v.submitted.0)
+            .bind(&v.runs_as)
+            .bind(&j.key)
+            .bind(version)
+            .bind(&v.site)
+            .bind(&v.site_job)
+            .bind(to_json(&v.member)?)
+            .bind(v.member.group())
             .execute(&mut *tx)
             .await?;
+            sqlx::query(ADD_HISTORY)
+                .bind(&v.id)
+                .bind(v.submitted.0)
+                .bind(v.state().as_str())
+                .bind(None::<String>)
+                .execute(&mut *tx)
+                .await?;
+        }
         tx.commit().await?;
-        Self::published(turn);
-        self.announce(v);
+        if let Some(g) = feed.as_mut() {
+            **g = last;
+        }
+        for j in jobs {
+            self.track(&j.view);
+            self.announce(&j.view);
+        }
         Ok(())
     }
 

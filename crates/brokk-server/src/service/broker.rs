@@ -32,6 +32,8 @@ type SendAnswer = (String, usize, Result<String, brokk_broker::SiteError>);
 
 /// Rows to store, and who waits for them.
 struct Batch {
+    /// New jobs, stored before any change of theirs.
+    new: Vec<StoredJob>,
     rows: Vec<(BrokerJob, Option<HistoryLine>)>,
     done: Option<oneshot::Sender<Result<(), String>>>,
 }
@@ -73,23 +75,33 @@ impl Broker {
     pub fn start(core: Arc<Mutex<BrokerCore>>, db: Db, record: Option<Arc<crate::record::Recorder>>) -> Broker {
         let (writes, mut rx) = mpsc::unbounded_channel::<Batch>();
         tokio::spawn(async move {
-            // Rows a failed transaction held, written first with the next.
+            // The changes a failed transaction held, written first with the
+            // next: the core made them, and later ones build on them. New
+            // jobs are not: their requests were answered that they failed.
             let mut backlog: Vec<(BrokerJob, Option<HistoryLine>)> = Vec::new();
             while let Some(first) = rx.recv().await {
+                let mut new: Vec<StoredJob> = Vec::new();
                 let mut rows = std::mem::take(&mut backlog);
                 let mut waiting = Vec::new();
                 let mut next = Some(first);
                 while let Some(b) = next.take() {
+                    new.extend(b.new);
                     rows.extend(b.rows);
                     waiting.extend(b.done);
-                    if rows.len() < GROUP {
+                    if new.len() + rows.len() < GROUP {
                         next = rx.try_recv().ok();
                     }
                 }
-                let refs: Vec<(&BrokerJob, Option<HistoryLine>)> = rows.iter().map(|(v, h)| (v, h.clone())).collect();
-                let outcome = db.update_all(&refs).await.map_err(|e| e.to_string());
+                // A job's changes come after it in the queue: new jobs
+                // first keeps every job's own order.
+                let mut outcome = db.insert_all(&new).await.map_err(|e| e.to_string());
                 if let Err(e) = &outcome {
+                    tracing::error!("storing {} new jobs: {e}", new.len());
+                }
+                let refs: Vec<(&BrokerJob, Option<HistoryLine>)> = rows.iter().map(|(v, h)| (v, h.clone())).collect();
+                if let Err(e) = db.update_all(&refs).await {
                     tracing::error!("storing {} job changes: {e}; trying again with the next", rows.len());
+                    outcome = Err(e.to_string());
                     backlog = rows;
                 }
                 for w in waiting {
@@ -127,12 +139,38 @@ impl Broker {
         }
         let (tx, rx) = oneshot::channel();
         // Sent under the lock: the writer sees the changes in the core's order.
-        let stored = match self.writes.send(Batch { rows, done: Some(tx) }) {
+        let batch = Batch {
+            new: Vec::new(),
+            rows,
+            done: Some(tx),
+        };
+        let stored = match self.writes.send(batch) {
             Ok(()) => Stored(Some(rx)),
             Err(_) => Stored(Some(oneshot::channel().1)),
         };
         drop(core);
         (out, rest, stored)
+    }
+
+    /// Answers once every change queued so far is stored: a read of the
+    /// database after it sees every job the core has let go as it left.
+    pub(super) fn flush(&self) -> Stored {
+        self.insert(Vec::new())
+    }
+
+    /// Stores new jobs with those other requests store at the same time;
+    /// answers once they are stored.
+    pub(super) fn insert(&self, new: Vec<StoredJob>) -> Stored {
+        let (tx, rx) = oneshot::channel();
+        let batch = Batch {
+            new,
+            rows: Vec::new(),
+            done: Some(tx),
+        };
+        match self.writes.send(batch) {
+            Ok(()) => Stored(Some(rx)),
+            Err(_) => Stored(Some(oneshot::channel().1)),
+        }
     }
 
     /// Whether the core holds job `id`, and whose it is.
@@ -315,7 +353,12 @@ impl Service {
         id: &str,
         change: jobs::Change,
     ) -> Option<Result<BrokerJob, ServiceError>> {
-        let whose = self.broker.owner_of(id)?;
+        let Some(whose) = self.broker.owner_of(id) else {
+            // Not the core's now: if it was, its last change is read
+            // back by the caller's own path.
+            let _ = self.broker.flush().wait().await;
+            return None;
+        };
         if whose != owner {
             return Some(Err(ServiceError::Forbidden(format!("job {id}"))));
         }

@@ -120,6 +120,8 @@ impl Service {
                 };
             }
             let mut complete = true;
+            // The jobs the core has let go are read back as they left it.
+            self.broker.flush().wait().await?;
             // The core's changes, stored in order: waiting for the last
             // waits for them all.
             let mut held = None;

@@ -253,22 +253,29 @@ impl Service {
             };
             brokk_jdl::assign::assign(format, job, assigned);
         }
-        for (job, id) in jobs.into_iter().zip(&ids) {
+        let mut new = Vec::with_capacity(jobs.len());
+        for (job, id) in jobs.iter().zip(&ids) {
             // Held when the request says so, or the description (`hold = true`, `--hold`).
             let entry = Entry::submitted(req.hold || job.hold);
-            let view = self
-                .store_new(
-                    owner,
-                    &job,
-                    format,
-                    warnings.clone(),
-                    prefs.clone(),
-                    entry,
-                    id.clone(),
-                    Member::Alone,
-                )
-                .await?;
-            self.adopt(view, job, &preferences);
+            let mut view = BrokerJob::new(id.clone(), owner.to_string(), format.name().to_string(), entry, now());
+            view.warnings = warnings.clone();
+            view.describe(job);
+            let spec = serde_json::to_string(job).map_err(|e| ServiceError::BadRequest(e.to_string()))?;
+            new.push(StoredJob {
+                view,
+                spec,
+                prefs: prefs.clone(),
+                key: None,
+            });
+        }
+        // Stored with what other requests store meanwhile, in one commit.
+        self.broker.insert(new.clone()).wait().await?;
+        for (stored, job) in new.into_iter().zip(jobs) {
+            if let Some(r) = &self.record {
+                r.accepted(&stored.view, &job, &stored.prefs);
+            }
+            self.counters.accepted.fetch_add(1, Ordering::Relaxed);
+            self.adopt(stored.view, job, &preferences);
         }
         self.wake.notify_one();
         Ok(Accepted {
@@ -391,11 +398,17 @@ impl Service {
     /// Hands a stored job to the core when the core takes it
     /// ([`brokk_broker::broker::takes`]).
     fn adopt(&self, view: BrokerJob, job: Job, prefs: &JobPreferences) {
-        let route = jobs::route(&job, prefs, self.info.exact(), false);
-        if brokk_broker::broker::takes(&route, prefs) {
+        if self.core_rule(&job, prefs) {
             let prefs = prefs.clone();
             let _ = self.broker.run(move |c| c.adopt(view, job, prefs));
         }
+    }
+
+    /// Whether the core takes a job of its own (not one inherited from
+    /// before a restart, not a workflow's or co-allocation's).
+    pub(super) fn core_rule(&self, job: &Job, prefs: &JobPreferences) -> bool {
+        let route = jobs::route(job, prefs, self.info.exact(), false);
+        brokk_broker::broker::takes(&route, prefs)
     }
 
     /// Hands the core, at start, the unfinished jobs it takes: held ones
@@ -414,8 +427,7 @@ impl Service {
             ) else {
                 continue;
             };
-            let route = jobs::route(&job, &prefs, self.info.exact(), false);
-            if brokk_broker::broker::takes(&route, &prefs) {
+            if self.core_rule(&job, &prefs) {
                 let view = stored.view;
                 let _ = self.broker.run(move |c| c.adopt(view, job, prefs));
                 n += 1;
