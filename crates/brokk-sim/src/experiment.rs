@@ -219,6 +219,11 @@ pub struct PlatformSpec {
     /// their user modulo the brokers). Default one.
     #[serde(default = "default_brokers")]
     pub brokers: usize,
+    /// Seconds a message between a broker and a site takes (broker
+    /// routings): a job reaches its site this long after the decision, and
+    /// the site's answer the broker as long again.
+    #[serde(default)]
+    pub latency: i64,
 }
 
 fn default_brokers() -> usize {
@@ -542,14 +547,15 @@ pub fn prepare_with_orders(
     if clusters.iter().any(|c| !(c.speed.is_finite() && c.speed > 0.0)) {
         return invalid("platform.clusters: speed must be a positive number".into());
     }
-    if p.info_ttl < 0 || p.info_delay < 0 || p.adapt_every < 0 || p.adapt_margin < 0 {
+    if p.info_ttl < 0 || p.info_delay < 0 || p.adapt_every < 0 || p.adapt_margin < 0 || p.latency < 0 {
         return invalid(
-            "platform: info_ttl, info_delay, adapt_every and adapt_margin are seconds, zero or more".into(),
+            "platform: info_ttl, info_delay, adapt_every, adapt_margin and latency are seconds, zero or more".into(),
         );
     }
-    if (p.adapt_every > 0 || p.coallocate || p.brokers > 1) && !on_grid {
+    if (p.adapt_every > 0 || p.coallocate || p.brokers > 1 || p.latency > 0) && !on_grid {
         return invalid(
-            "platform: adapt_every, coallocate and brokers apply to broker routings; add one to routings".into(),
+            "platform: adapt_every, coallocate, brokers and latency apply to broker routings; add one to routings"
+                .into(),
         );
     }
     if p.brokers == 0 || p.brokers > clusters.len().max(1) {
@@ -571,6 +577,7 @@ pub fn prepare_with_orders(
         adaptation,
         coallocate: p.coallocate,
         brokers: p.brokers,
+        latency: Duration(p.latency),
         ..GridOptions::default()
     };
     let mut series = Vec::new();

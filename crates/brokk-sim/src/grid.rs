@@ -132,6 +132,13 @@ pub struct GridOptions {
     /// their trace partition, else their user modulo the brokers) over its
     /// own sites, on its own view of them. 0 and 1 are one broker.
     pub brokers: usize,
+    /// How long a message between a broker and a site takes (broker
+    /// routings): a job the core sends reaches its site this long after
+    /// the decision, and the site's answer the broker as long again;
+    /// meanwhile the broker decides on (its information in
+    /// `staleness`, itself aged by `info_delay`). Jobs that reserve,
+    /// co-allocations and moves are carried at once.
+    pub latency: Duration,
 }
 
 impl Default for GridOptions {
@@ -143,6 +150,7 @@ impl Default for GridOptions {
             adaptation: None,
             coallocate: false,
             brokers: 1,
+            latency: Duration::ZERO,
         }
     }
 }
@@ -252,9 +260,35 @@ fn viewed<'a>(sites: &'a mut [MemorySite], visible: &'a [ResourceInfo], at: Time
         .collect()
 }
 
+/// A message between a broker and a site on its way.
+#[derive(Debug)]
+enum Flight {
+    /// Job `job` of broker `b` reaching its site `site` (by position in
+    /// the broker's group), to run with `wall`.
+    Arrive {
+        b: usize,
+        job: String,
+        site: usize,
+        wall: Option<Duration>,
+    },
+    /// The site's answer reaching broker `b`.
+    Answer {
+        b: usize,
+        job: String,
+        site: usize,
+        answer: Result<String, SiteError>,
+    },
+}
+
 /// The grid's state during a run.
 struct Grid<'a> {
     specs: &'a [ClusterSpec],
+    /// The trace.
+    jobs: &'a [SimJob],
+    /// Messages on their way, in the order they land (each leaves at the
+    /// present and takes the same time, so they land in the order sent).
+    flights: std::collections::VecDeque<(Time, Flight)>,
+    latency: Duration,
     sites: Vec<MemorySite>,
     /// Each broker, over the sites of its group (by position in it).
     cores: Vec<BrokerCore>,
@@ -371,6 +405,52 @@ impl Grid<'_> {
         self.sites.iter().filter_map(MemorySite::next_event).min()
     }
 
+    /// Job `job` of broker `b` reaching its site `k` at `t`, to run with
+    /// `wall`: submitted there, given its run time there, and the site's
+    /// answer.
+    fn deliver(&mut self, t: Time, b: usize, job: &str, k: usize, wall: Option<Duration>) -> Result<String, SiteError> {
+        let c = self.groups[b].start + k;
+        let site = &mut self.sites[c];
+        site.advance(t);
+        let handle = match self.cores[b].description(job) {
+            Some(d) if wall.is_some() && d.wall_time != wall => {
+                let mut d = d.clone();
+                d.wall_time = wall;
+                site.submit(OWNER, &d, None)
+            }
+            Some(d) => site.submit(OWNER, d, None),
+            None => Err(SiteError::Unknown),
+        }?;
+        if let Some(&i) = self.held.get(job) {
+            let _ = site.set_run_time(&handle, scaled(self.jobs[i].run, self.specs[c].speed));
+            site.advance(t);
+        }
+        Ok(handle.0)
+    }
+
+    /// The messages that land by `t`, each at its own time; returns the
+    /// jobs placed as their answers land, as [`Grid::carry_out`] does.
+    fn land(&mut self, t: Time) -> Vec<(usize, usize, JobHandle, Time)> {
+        let mut placed = Vec::new();
+        while self.flights.front().is_some_and(|f| f.0 <= t) {
+            let Some((at, flight)) = self.flights.pop_front() else {
+                break;
+            };
+            match flight {
+                Flight::Arrive { b, job, site, wall } => {
+                    let answer = self.deliver(at, b, &job, site, wall);
+                    let f = Flight::Answer { b, job, site, answer };
+                    self.flights.push_back((at + self.latency, f));
+                }
+                Flight::Answer { b, job, site, answer } => {
+                    self.cores[b].sent(at, &job, site, answer);
+                    placed.extend(self.carry_out(at, b));
+                }
+            }
+        }
+        placed
+    }
+
     /// Brings broker `b`'s information up to `t`: the snapshots due are
     /// shown to it, then it asks for what it needs.
     fn refresh(&mut self, t: Time, b: usize) {
@@ -414,29 +494,23 @@ impl Grid<'_> {
                             }
                         }
                     }
+                    Effect::Send { job, site: k, wall } if self.latency.0 > 0 => {
+                        let f = Flight::Arrive { b, job, site: k, wall };
+                        self.flights.push_back((t + self.latency, f));
+                    }
                     Effect::Send { job, site: k, wall } => {
-                        let site = &mut self.sites[start + k];
-                        site.advance(t);
-                        let core = &mut self.cores[b];
-                        let answer = match core.description(&job) {
-                            Some(d) if wall.is_some() && d.wall_time != wall => {
-                                let mut d = d.clone();
-                                d.wall_time = wall;
-                                site.submit(OWNER, &d, None)
-                            }
-                            Some(d) => site.submit(OWNER, d, None),
-                            None => Err(SiteError::Unknown),
-                        };
-                        core.sent(t, &job, k, answer.map(|h| h.0));
+                        let answer = self.deliver(t, b, &job, k, wall);
+                        self.cores[b].sent(t, &job, k, answer);
                     }
                     Effect::Placed {
                         job,
                         site: k,
                         site_job,
                         prediction,
+                        decided,
                     } => {
                         if let Some(i) = self.held.remove(&job) {
-                            placed.push((i, start + k, JobHandle(site_job), t + prediction.ttd()));
+                            placed.push((i, start + k, JobHandle(site_job), decided + prediction.ttd()));
                         }
                     }
                     Effect::Withdraw {
@@ -481,6 +555,7 @@ pub fn simulate_grid(clusters: &[ClusterSpec], jobs: &[SimJob], routing: GridRou
         adaptation,
         coallocate,
         brokers,
+        latency,
     } = options;
     let mut order: Vec<usize> = (0..jobs.len()).filter(|&i| jobs[i].size > 0).collect();
     order.sort_by_key(|&i| (jobs[i].submit, i));
@@ -526,6 +601,9 @@ pub fn simulate_grid(clusters: &[ClusterSpec], jobs: &[SimJob], routing: GridRou
         Vec::new()
     };
     let mut grid = Grid {
+        jobs,
+        flights: std::collections::VecDeque::new(),
+        latency,
         arriving: vec![None; sites.len()],
         cores,
         held: HashMap::new(),
@@ -560,7 +638,13 @@ pub fn simulate_grid(clusters: &[ClusterSpec], jobs: &[SimJob], routing: GridRou
     let mut next_harvest = start + HARVEST_EVERY;
     loop {
         let arrival = order.get(next).map(|&i| jobs[i].submit);
-        let due = [arrival, grid.next_event(), next_round.filter(|_| !watched.is_empty())];
+        let landing = grid.flights.front().map(|f| f.0);
+        let due = [
+            arrival,
+            grid.next_event(),
+            next_round.filter(|_| !watched.is_empty()),
+            landing,
+        ];
         let Some(t) = due.into_iter().flatten().min() else {
             break;
         };
@@ -568,6 +652,13 @@ pub fn simulate_grid(clusters: &[ClusterSpec], jobs: &[SimJob], routing: GridRou
         if t >= next_harvest {
             grid.harvest(t);
             next_harvest = t + HARVEST_EVERY;
+        }
+        // Answers that place jobs: their run times were set as they reached their sites.
+        for (k, c, handle, predicted) in grid.land(t) {
+            placed[k] = Some((c, handle, Some(predicted)));
+            if adaptation.is_some() {
+                watched.push(k);
+            }
         }
         if let (Some(a), Some(round)) = (adaptation, next_round.filter(|r| *r == t)) {
             next_round = Some(round + a.every);
@@ -593,8 +684,10 @@ pub fn simulate_grid(clusters: &[ClusterSpec], jobs: &[SimJob], routing: GridRou
                 continue;
             }
             // The jobs placed now, (trace index, site, handle, predicted
-            // completion): this one, or with a broker, any it decided.
-            let (now_placed, waits) = match (&mut router, routing) {
+            // completion): this one, or with a broker, any it decided;
+            // and whether their run times are set (a broker's core sets
+            // them as its jobs reach their sites).
+            let (now_placed, waits, timed) = match (&mut router, routing) {
                 (Some(router), _) => {
                     let one = router.route(j).and_then(|c| {
                         let mut job = job_of(j);
@@ -603,7 +696,7 @@ pub fn simulate_grid(clusters: &[ClusterSpec], jobs: &[SimJob], routing: GridRou
                         let handle = grid.sites[c].submit(OWNER, &job, None).ok()?;
                         Some((i, c, handle, None))
                     });
-                    (one.into_iter().collect(), false)
+                    (one.into_iter().collect(), false, false)
                 }
                 (
                     None,
@@ -611,7 +704,10 @@ pub fn simulate_grid(clusters: &[ClusterSpec], jobs: &[SimJob], routing: GridRou
                         objective,
                         reserve_top_k: 0,
                     },
-                ) => grid.dispatch(i, j, t, home, objective),
+                ) => {
+                    let (placed, waits) = grid.dispatch(i, j, t, home, objective);
+                    (placed, waits, true)
+                }
                 (
                     None,
                     GridRouting::Broker {
@@ -620,17 +716,19 @@ pub fn simulate_grid(clusters: &[ClusterSpec], jobs: &[SimJob], routing: GridRou
                     },
                 ) => {
                     let one = grid.reserve(j, t, home, objective, reserve_top_k);
-                    (one.map(|(c, h, p)| (i, c, h, p)).into_iter().collect(), false)
+                    (one.map(|(c, h, p)| (i, c, h, p)).into_iter().collect(), false, false)
                 }
-                (None, GridRouting::Fixed(_)) => (Vec::new(), false),
+                (None, GridRouting::Fixed(_)) => (Vec::new(), false, false),
             };
             if !waits && !now_placed.iter().any(|p| p.0 == i) {
                 unrouted += 1;
             }
             for (k, c, handle, predicted) in now_placed {
-                let site = &mut grid.sites[c];
-                let _ = site.set_run_time(&handle, scaled(jobs[k].run, clusters[c].speed));
-                site.advance(t);
+                if !timed {
+                    let site = &mut grid.sites[c];
+                    let _ = site.set_run_time(&handle, scaled(jobs[k].run, clusters[c].speed));
+                    site.advance(t);
+                }
                 placed[k] = Some((c, handle, predicted));
                 if adaptation.is_some() {
                     watched.push(k);

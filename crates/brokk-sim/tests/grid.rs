@@ -324,3 +324,42 @@ fn two_brokers_each_route_their_own_jobs_over_their_own_sites() {
     let one = ran_at(&simulate_grid(&sites, &jobs, TTD, GridOptions::default()));
     assert!(one.iter().any(|&(id, c)| id % 2 == 0 && c >= 2), "{one:?}");
 }
+
+#[test]
+fn with_latency_a_job_starts_when_it_reaches_its_site_and_the_broker_decides_meanwhile_on_its_bookings() {
+    let sites = [site("a", 4, 1.0), site("b", 4, 1.0)];
+    // Three 4-wide jobs in one second: the second is decided while the
+    // first is still on its way, and goes to the other site all the same.
+    let jobs = [job(1, 100, 4, 1000), job(2, 100, 4, 1000), job(3, 101, 4, 1000)];
+    let options = |latency| GridOptions {
+        latency: Duration(latency),
+        ..GridOptions::default()
+    };
+    let at_once = simulate_grid(&sites, &jobs, TTD, options(0));
+    let far = simulate_grid(&sites, &jobs, TTD, options(30));
+    let starts = |r: &brokk_sim::grid::GridRun| {
+        let mut s: Vec<(i64, String, Time)> = r
+            .clusters
+            .iter()
+            .flat_map(|c| c.outcomes.iter().map(move |o| (o.id, c.spec.name.clone(), o.start)))
+            .collect();
+        s.sort();
+        s
+    };
+    let a = |name: &str| name.to_string();
+    assert_eq!(
+        starts(&at_once),
+        [(1, a("a"), Time(100)), (2, a("b"), Time(100)), (3, a("a"), Time(1100))]
+    );
+    // 30 s to reach the site; the third queues behind the first wherever it lands.
+    assert_eq!(
+        starts(&far),
+        [(1, a("a"), Time(130)), (2, a("b"), Time(130)), (3, a("a"), Time(1130))]
+    );
+    assert_eq!((far.unrouted, far.jobs.len()), (0, 3));
+    // Predicted from the decision, which did not know the latency: the
+    // first two end 30 s later than predicted, the third 29 s (decided at
+    // 101 behind the first's booking, which ends at 1100 as seen from 100).
+    let p = far.prediction.unwrap();
+    assert_eq!((p.jobs, p.mean), (3, (30.0 + 30.0 + 29.0) / 3.0));
+}

@@ -116,6 +116,8 @@ pub enum Effect {
         site_job: String,
         /// The prediction the choice was made on.
         prediction: Prediction,
+        /// When the choice was made.
+        decided: Time,
     },
     /// Store the job's record, with a line of its history when it entered
     /// a state (only with [`BrokerParams::persist`]).
@@ -199,6 +201,11 @@ struct Attempt {
     failed: Vec<(String, SiteError)>,
     /// When it was decided (its dispatch is recorded at that second).
     decided: Time,
+    /// Its place among the decisions, for counting jobs on their way in
+    /// the order they were decided.
+    seq: u64,
+    /// Its processors.
+    cpus: u32,
 }
 
 impl Attempt {
@@ -228,6 +235,8 @@ pub struct BrokerCore {
     sending: HashMap<String, Attempt>,
     /// The broker's job of each (site, site's id).
     at_site: HashMap<(usize, String), String>,
+    /// Decisions made so far.
+    decisions: u64,
     outbox: Vec<Effect>,
 }
 
@@ -255,6 +264,7 @@ impl BrokerCore {
             unfinished: HashMap::new(),
             sending: HashMap::new(),
             at_site: HashMap::new(),
+            decisions: 0,
             outbox: Vec::new(),
         }
     }
@@ -552,6 +562,26 @@ impl BrokerCore {
             }
             Err(e) => Err(e),
         });
+        self.rebook(site);
+    }
+
+    /// Counts again, in the information just taken of `site`, the jobs on
+    /// their way to it: the site may have answered before they reached it,
+    /// and a burst must not pile onto a site because its answer came first.
+    fn rebook(&mut self, site: usize) {
+        if self.sending.is_empty() {
+            return;
+        }
+        let mut on_way: Vec<(u64, u32, Duration)> = self
+            .sending
+            .values()
+            .filter(|a| a.site() == site)
+            .map(|a| (a.seq, a.cpus, booked_wall(&a.candidates[a.next].prediction)))
+            .collect();
+        on_way.sort_unstable_by_key(|w| w.0);
+        for (_, cpus, wall) in on_way {
+            crate::info::book(&mut self.infos[site], cpus, wall);
+        }
     }
 
     /// Site `site`'s information brought up to date in place by `fetch`
@@ -563,6 +593,7 @@ impl BrokerCore {
         if fetch(&mut self.infos[site]) {
             s.taken = Some(taken);
             s.answer = Some(Ok(()));
+            self.rebook(site);
         }
     }
 
@@ -672,7 +703,10 @@ impl BrokerCore {
             excluded: ranking.excluded,
             failed,
             decided: now,
+            seq: self.decisions,
+            cpus,
         };
+        self.decisions += 1;
         self.outbox.push(Effect::Send {
             job: id.clone(),
             site: first,
@@ -715,7 +749,7 @@ impl BrokerCore {
                     // Counted where it did not go: asked again; counted
                     // where it went.
                     self.sites[a.first].changed = true;
-                    let cpus = self.jobs.get(id).and_then(|r| r.job.cpus).unwrap_or(1);
+                    let cpus = a.cpus;
                     crate::info::book(&mut self.infos[site], cpus, booked_wall(&prediction));
                 }
                 let wanted = self
@@ -745,6 +779,7 @@ impl BrokerCore {
                     site,
                     site_job,
                     prediction,
+                    decided: a.decided,
                 });
             }
             Err(e) => {

@@ -378,3 +378,23 @@ fn a_job_a_broker_above_sent_for_a_user_is_withdrawn_as_that_user() {
     // carol herself does not own it here: the broker above does.
     assert_eq!(b.cancel(Time(2), "carol", "j1"), Err(Denied::Unknown("j1".into())));
 }
+
+#[test]
+fn jobs_on_their_way_are_counted_again_in_information_taken_before_they_land() {
+    let mut b = broker(BrokerParams {
+        info_ttl: Duration(0),
+        ..params()
+    });
+    b.accept(Time(1), "ann", vec![job("j1", 4)]).unwrap();
+    b.decide(Time(1), 1);
+    assert_eq!(sends(&mut b), [("j1".to_string(), 0)]);
+    // Site a answers again before j1 reaches it: still 4 free slots.
+    b.informed(0, Ok(site("a", 4)), Time(2));
+    b.accept(Time(2), "ann", vec![job("j2", 4)]).unwrap();
+    b.decide(Time(2), 1);
+    assert_eq!(sends(&mut b), [("j2".to_string(), 1)], "a is full with j1 on its way");
+    // Once a has answered for j1, its information is taken as it comes.
+    b.sent(Time(3), "j1", 0, Ok("9".into()));
+    b.informed(0, Ok(site("a", 4)), Time(4));
+    assert_eq!(b.information()[0].free_slots, 4);
+}
