@@ -202,7 +202,18 @@ impl Service {
             prefs: "{}".into(),
             key: key.clone(),
         };
-        match self.store(&job, stored).await {
+        // The core's before it is stored (see `Service::accept`).
+        let core_s =
+            match stored.view.state() == BrokerState::Accepted && self.core_rule(&job, &JobPreferences::default()) {
+                true => vec![stored.view.id.clone()],
+                false => Vec::new(),
+            };
+        self.broker.claim(&core_s, true);
+        let stored_now = self.store(&job, stored).await;
+        if stored_now.is_err() {
+            self.broker.claim(&core_s, false);
+        }
+        match stored_now {
             Ok(v) => {
                 let id = v.id.clone();
                 if v.state() == BrokerState::Accepted {

@@ -44,6 +44,10 @@ pub struct Broker {
     core: Arc<Mutex<BrokerCore>>,
     writes: mpsc::UnboundedSender<Batch>,
     record: Option<Arc<crate::record::Recorder>>,
+    /// Every job the core has taken until its end is stored: the careful
+    /// path leaves these alone even where the database, behind the core,
+    /// still says accepted.
+    taken: Arc<Mutex<std::collections::HashSet<String>>>,
 }
 
 impl std::fmt::Debug for Batch {
@@ -74,6 +78,8 @@ impl Broker {
     /// over `db`; ended jobs go to `record` when one is kept.
     pub fn start(core: Arc<Mutex<BrokerCore>>, db: Db, record: Option<Arc<crate::record::Recorder>>) -> Broker {
         let (writes, mut rx) = mpsc::unbounded_channel::<Batch>();
+        let taken: Arc<Mutex<std::collections::HashSet<String>>> = Arc::default();
+        let ended = taken.clone();
         tokio::spawn(async move {
             // The changes a failed transaction held, written first with the
             // next: the core made them, and later ones build on them. New
@@ -103,13 +109,23 @@ impl Broker {
                     tracing::error!("storing {} job changes: {e}; trying again with the next", rows.len());
                     outcome = Err(e.to_string());
                     backlog = rows;
+                } else {
+                    let mut taken = ended.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                    for (v, _) in rows.iter().filter(|(v, _)| v.state().is_terminal()) {
+                        taken.remove(&v.id);
+                    }
                 }
                 for w in waiting {
                     let _ = w.send(outcome.clone());
                 }
             }
         });
-        Broker { core, writes, record }
+        Broker {
+            core,
+            writes,
+            record,
+            taken,
+        }
     }
 
     /// Runs `f` on the core; what it changed is queued to be stored in
@@ -171,6 +187,38 @@ impl Broker {
             Ok(()) => Stored(Some(rx)),
             Err(_) => Stored(Some(oneshot::channel().1)),
         }
+    }
+
+    /// Marks jobs `ids` as the core's (`yes`), or not after all (their
+    /// rows could not be stored).
+    pub(super) fn claim(&self, ids: &[String], yes: bool) {
+        let mut taken = self.taken.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        for id in ids {
+            if yes {
+                taken.insert(id.clone());
+            } else {
+                taken.remove(id);
+            }
+        }
+    }
+
+    /// Hands the core a job already stored.
+    pub(super) fn adopt(&self, view: BrokerJob, job: Job, prefs: JobPreferences) {
+        let id = view.id.clone();
+        self.taken
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(id);
+        let _ = self.run(move |c| c.adopt(view, job, prefs));
+    }
+
+    /// Whether job `id` is the core's (held by it, or let go and its end
+    /// not yet stored).
+    pub(super) fn took(&self, id: &str) -> bool {
+        self.taken
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .contains(id)
     }
 
     /// Whether the core holds job `id`, and whose it is.

@@ -36,7 +36,10 @@ impl Service {
     pub async fn dispatch_pending(&self) -> Result<(), ServiceError> {
         let held = self.dispatch_held().await;
         let pending = jobs::round_robin(self.db.in_states(&[BrokerState::Accepted]).await?, |j| &j.view.owner);
-        let mut careful = pending.into_iter().filter(|j| !self.core_takes(j)).peekable();
+        // The core's, by whether it took them, not whether it holds them
+        // now: one it has just let go may still read as accepted here
+        // until its end is stored, and would be sent again.
+        let mut careful = pending.into_iter().filter(|j| !self.broker.took(&j.view.id)).peekable();
         let mut first_error = held.err();
         while careful.peek().is_some() {
             let mut set = tokio::task::JoinSet::new();
@@ -51,20 +54,6 @@ impl Service {
             }
         }
         first_error.map_or(Ok(()), Err)
-    }
-
-    /// Whether job `stored` is the core's: by the rule the core took it by,
-    /// not by whether the core holds it now (one it has just let go may
-    /// still read as accepted here until its end is stored).
-    fn core_takes(&self, stored: &StoredJob) -> bool {
-        if self.inherited(&stored.view.id) || !stored.view.member.is_alone() {
-            return false;
-        }
-        let Ok(job) = serde_json::from_str::<Job>(&stored.spec) else {
-            return false;
-        };
-        let prefs: JobPreferences = serde_json::from_str(&stored.prefs).unwrap_or_default();
-        self.core_rule(&job, &prefs)
     }
 
     /// For a job accepted before this process started: the site that already

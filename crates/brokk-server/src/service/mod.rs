@@ -268,8 +268,20 @@ impl Service {
                 key: None,
             });
         }
+        // The core's before they are stored, so no dispatch round that
+        // reads them takes them first.
+        let core_s: Vec<String> = new
+            .iter()
+            .zip(&jobs)
+            .filter(|(_, job)| self.core_rule(job, &preferences))
+            .map(|(s, _)| s.view.id.clone())
+            .collect();
+        self.broker.claim(&core_s, true);
         // Stored with what other requests store meanwhile, in one commit.
-        self.broker.insert(new.clone()).wait().await?;
+        if let Err(e) = self.broker.insert(new.clone()).wait().await {
+            self.broker.claim(&core_s, false);
+            return Err(e);
+        }
         for (stored, job) in new.into_iter().zip(jobs) {
             if let Some(r) = &self.record {
                 r.accepted(&stored.view, &job, &stored.prefs);
@@ -399,8 +411,7 @@ impl Service {
     /// ([`brokk_broker::broker::takes`]).
     fn adopt(&self, view: BrokerJob, job: Job, prefs: &JobPreferences) {
         if self.core_rule(&job, prefs) {
-            let prefs = prefs.clone();
-            let _ = self.broker.run(move |c| c.adopt(view, job, prefs));
+            self.broker.adopt(view, job, prefs.clone());
         }
     }
 
@@ -428,8 +439,7 @@ impl Service {
                 continue;
             };
             if self.core_rule(&job, &prefs) {
-                let view = stored.view;
-                let _ = self.broker.run(move |c| c.adopt(view, job, prefs));
+                self.broker.adopt(stored.view, job, prefs);
                 n += 1;
             }
         }
