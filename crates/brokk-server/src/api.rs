@@ -429,6 +429,12 @@ async fn metrics(State(app): State<App>) -> Result<Response, ApiError> {
     for (state, n) in app.service.db.count_by_state().await.map_err(ServiceError::from)? {
         let _ = writeln!(out, "brokk_jobs{{state=\"{state}\"}} {n}");
     }
+    // The broker core's own: the jobs it holds, and those waiting for a decision.
+    let (held, waiting) = app.service.broker.held_and_waiting();
+    let _ = writeln!(
+        out,
+        "# TYPE brokk_core_jobs gauge\nbrokk_core_jobs {held}\n# TYPE brokk_core_jobs_waiting gauge\nbrokk_core_jobs_waiting {waiting}"
+    );
     for (name, v) in [
         ("brokk_jobs_accepted_total", &c.accepted),
         ("brokk_decisions_total", &c.decisions),

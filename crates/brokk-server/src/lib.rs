@@ -118,8 +118,14 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         },
     );
     let core = Arc::new(std::sync::Mutex::new(core));
+    let counters = Arc::new(Counters::default());
     let service = Service {
-        broker: Arc::new(service::Broker::start(core.clone(), db.clone(), record.clone())),
+        broker: Arc::new(service::Broker::start(
+            core.clone(),
+            db.clone(),
+            record.clone(),
+            counters.clone(),
+        )),
         db,
         sites: Arc::new(std::sync::RwLock::new(Arc::new(sites))),
         info: Arc::new(SiteInfo::new(
@@ -127,7 +133,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
             brokk_broker::info::FetchOptions::default(),
             core,
         )),
-        counters: Arc::new(Counters::default()),
+        counters,
         wake: Arc::new(tokio::sync::Notify::new()),
         inherited: Arc::new(std::sync::Mutex::new(inherited)),
         adapt_margin: brokk_model::Duration(config.adapt_margin),

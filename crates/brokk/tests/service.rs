@@ -141,6 +141,9 @@ fn every_language_runs_through_the_broker() {
         "brokk_jobs{state=\"finished\"} 8",
         "brokk_jobs_accepted_total 8",
         "brokk_decisions_total 8",
+        // Every job the core took has ended and left it.
+        "brokk_core_jobs 0",
+        "brokk_core_jobs_waiting 0",
     ] {
         assert!(metrics.contains(line), "{line} not in\n{metrics}");
     }
@@ -610,6 +613,20 @@ fn exit_codes_tell_what_went_wrong() {
         code("tok-ann", &["reserve", "--amount", "100", "--duration", "60"]),
         Some(6)
     );
+    // A job wider than every site fails at the broker's decision, says
+    // why, and counts as one no site could take.
+    let wide = dir.join("wide.json");
+    std::fs::write(&wide, r#"{"executable": "/bin/true", "cpus": 100, "wall_time": 30}"#).unwrap();
+    let done = svc.brokk("tok-ann", &["submit", wide.to_str().unwrap(), "--watch", "--json"]);
+    assert_eq!(done.status.code(), Some(1));
+    let job = common::printed(&done.stdout);
+    assert_eq!(job["state"], "failed", "{job}");
+    assert_eq!(job["reason"], "no site took the job (2 unsuitable, 0 failed)");
+    let metrics = reqwest::blocking::get(format!("{}/metrics", svc.server.url))
+        .unwrap()
+        .text()
+        .unwrap();
+    assert!(metrics.contains("brokk_jobs_undispatchable_total 1"), "{metrics}");
     drop(svc);
     // 5: the service cannot be reached.
     let gone = common::brokk("http://127.0.0.1:9", "tok-ann", &["status"]);

@@ -44,6 +44,7 @@ pub struct Broker {
     core: Arc<Mutex<BrokerCore>>,
     writes: mpsc::UnboundedSender<Batch>,
     record: Option<Arc<crate::record::Recorder>>,
+    counters: Arc<Counters>,
     /// Every job the core has taken until its end is stored: the careful
     /// path leaves these alone even where the database, behind the core,
     /// still says accepted.
@@ -75,8 +76,14 @@ impl Stored {
 
 impl Broker {
     /// The driver of `core`, its writer started on the current runtime
-    /// over `db`; ended jobs go to `record` when one is kept.
-    pub fn start(core: Arc<Mutex<BrokerCore>>, db: Db, record: Option<Arc<crate::record::Recorder>>) -> Broker {
+    /// over `db`; ended jobs go to `record` when one is kept, and what it
+    /// sees to `counters`.
+    pub fn start(
+        core: Arc<Mutex<BrokerCore>>,
+        db: Db,
+        record: Option<Arc<crate::record::Recorder>>,
+        counters: Arc<Counters>,
+    ) -> Broker {
         let (writes, mut rx) = mpsc::unbounded_channel::<Batch>();
         let taken: Arc<Mutex<std::collections::HashSet<String>>> = Arc::default();
         let ended = taken.clone();
@@ -124,6 +131,7 @@ impl Broker {
             core,
             writes,
             record,
+            counters,
             taken,
         }
     }
@@ -144,6 +152,10 @@ impl Broker {
                         if l.state.is_terminal() {
                             r.ended(&job);
                         }
+                    }
+                    if line.as_ref().is_some_and(|l| l.state == BrokerState::Failed) && job.site.is_none() {
+                        // Failed before any site took it: no site could.
+                        self.counters.undispatchable.fetch_add(1, Ordering::Relaxed);
                     }
                     rows.push((*job, line.map(|l| (l.at, l.detail))));
                 }
@@ -219,6 +231,12 @@ impl Broker {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .contains(id)
+    }
+
+    /// Jobs the core holds, and those of them waiting for a decision.
+    pub fn held_and_waiting(&self) -> (usize, usize) {
+        let core = self.core.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        (core.len(), core.pending())
     }
 
     /// Whether the core holds job `id`, and whose it is.
