@@ -23,6 +23,9 @@ use crate::db::HistoryLine;
 /// Sends in flight at once.
 const SENDS_IN_FLIGHT: usize = 32;
 
+/// Batches the core decides in one turn of the dispatcher.
+const ROUNDS_PER_TURN: usize = 16;
+
 /// Rows written in one transaction at most.
 const GROUP: usize = 512;
 
@@ -241,36 +244,51 @@ impl Broker {
 
     /// Whether the core holds job `id`, and whose it is.
     pub(super) fn owner_of(&self, id: &str) -> Option<String> {
-        self.core.lock().ok()?.job(id).map(|v| v.owner.clone())
+        self.core
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .job(id)
+            .map(|v| v.owner.clone())
     }
 }
 
 impl Service {
-    /// Decides every job the core holds that waits, a batch at a time, and
-    /// carries out what the core asks (fetch, send, withdraw) until it
-    /// asks nothing more; the sends of a batch go while the next is decided.
+    /// Decides the jobs the core holds that wait, a batch at a time, and
+    /// carries out what the core asks (fetch, send, withdraw); the sends
+    /// of a batch go while the next is decided. At most
+    /// [`ROUNDS_PER_TURN`] batches, so that a flood of plain jobs does not
+    /// keep the careful path's (reservations, workflows' tasks) waiting:
+    /// the dispatcher comes back at once for the rest.
     pub(super) async fn dispatch_held(&self) -> Result<(), ServiceError> {
         let mut batches = tokio::task::JoinSet::new();
         let mut first_error = None;
-        loop {
+        for _ in 0..ROUNDS_PER_TURN {
             let (_, fetches, _) = self.broker.run(|c| c.stale(now()));
-            self.carry_out(fetches).await?;
-            let (n, effects, stored) = self.broker.run(|c| c.decide(now(), super::dispatch::DECISION_BATCH));
-            self.counters.decisions.fetch_add(n as u64, Ordering::Relaxed);
-            if n == 0 && effects.is_empty() {
-                stored.wait().await?;
+            if let Err(e) = self.carry_out(fetches).await {
+                first_error.get_or_insert(e);
                 break;
             }
+            let (n, effects, stored) = self.broker.run(|c| c.decide(now(), super::dispatch::DECISION_BATCH));
+            self.counters.decisions.fetch_add(n as u64, Ordering::Relaxed);
             while batches.len() >= super::dispatch::BATCHES_IN_FLIGHT {
                 if let Some(Ok(Err(e))) = batches.join_next().await {
                     first_error.get_or_insert(e);
                 }
             }
             let svc = self.clone();
+            // Every batch is joined below, whatever fails: one dropped
+            // half-way would leave its jobs on their way for ever.
             batches.spawn(async move {
                 svc.carry_out(effects).await?;
                 stored.wait().await
             });
+            if n == 0 {
+                break;
+            }
+            if n == super::dispatch::DECISION_BATCH && self.broker.held_and_waiting().1 > 0 {
+                // More wait than one turn decides: the dispatcher comes back.
+                self.wake.notify_one();
+            }
         }
         while let Some(r) = batches.join_next().await {
             if let Ok(Err(e)) = r {
@@ -315,7 +333,11 @@ impl Service {
             }
             if !fetch.is_empty() {
                 let names: Vec<String> = {
-                    let core = self.broker.core.lock().map_err(|_| poisoned())?;
+                    let core = self
+                        .broker
+                        .core
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
                     fetch.iter().map(|&k| core.site_name(k).to_string()).collect()
                 };
                 // The answers reach the core as they are kept.
@@ -342,14 +364,20 @@ impl Service {
     /// the owner's uploads first, under the job's id as the site's
     /// idempotency key, for the user it runs for.
     async fn send(&self, id: String, k: usize, wall: Option<brokk_model::Duration>) -> SendAnswer {
-        let found = self.broker.core.lock().ok().and_then(|core| {
-            let v = core.job(&id)?;
-            let mut job = core.description(&id)?.clone();
-            if wall.is_some() {
-                job.wall_time = wall;
-            }
-            Some((core.site_name(k).to_string(), v.owner.clone(), v.runs_as.clone(), job))
-        });
+        let found = {
+            let core = self
+                .broker
+                .core
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            core.job(&id).zip(core.description(&id)).map(|(v, d)| {
+                let mut job = d.clone();
+                if wall.is_some() {
+                    job.wall_time = wall;
+                }
+                (core.site_name(k).to_string(), v.owner.clone(), v.runs_as.clone(), job)
+            })
+        };
         let Some((name, owner, runs_as, job)) = found else {
             return (id, k, Err(brokk_broker::SiteError::Unknown));
         };
@@ -476,10 +504,6 @@ impl Service {
             }
         });
     }
-}
-
-fn poisoned() -> ServiceError {
-    ServiceError::Unavailable("the broker core's lock is poisoned".into())
 }
 
 /// An owner's request the core turned down, as the API answers it.

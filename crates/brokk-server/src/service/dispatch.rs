@@ -35,11 +35,18 @@ impl Service {
     /// rest one at a time, several at once.
     pub async fn dispatch_pending(&self) -> Result<(), ServiceError> {
         let held = self.dispatch_held().await;
-        let pending = jobs::round_robin(self.db.in_states(&[BrokerState::Accepted]).await?, |j| &j.view.owner);
         // The core's, by whether it took them, not whether it holds them
         // now: one it has just let go may still read as accepted here
         // until its end is stored, and would be sent again.
-        let mut careful = pending.into_iter().filter(|j| !self.broker.took(&j.view.id)).peekable();
+        let rest: Vec<StoredJob> = self
+            .db
+            .in_states(&[BrokerState::Accepted])
+            .await?
+            .into_iter()
+            .filter(|j| !self.broker.took(&j.view.id))
+            .collect();
+        let pending = jobs::round_robin(rest, |j| &j.view.owner);
+        let mut careful = pending.into_iter().peekable();
         let mut first_error = held.err();
         while careful.peek().is_some() {
             let mut set = tokio::task::JoinSet::new();
