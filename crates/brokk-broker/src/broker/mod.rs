@@ -335,8 +335,12 @@ impl BrokerCore {
             view.runs_as = n.runs_as;
             view.warnings = n.warnings;
             view.describe(&n.job);
-            let state = view.state();
-            self.persist(&view, Some((now, state, None)));
+            let line = HistoryEntry {
+                at: now,
+                state: view.state(),
+                detail: None,
+            };
+            persist(self.params.persist, &mut self.outbox, &view, Some(line));
             self.hold_record(Record {
                 view,
                 job: n.job,
@@ -492,26 +496,16 @@ impl BrokerCore {
                 *n += 1;
             }
         }
-        match applied {
+        let line = match applied {
             Applied::Unchanged => return Ok(applied),
-            Applied::Updated => {
-                if self.params.persist {
-                    let job = Box::new(r.view.clone());
-                    self.outbox.push(Effect::Persist { job, line: None });
-                }
-            }
-            Applied::Entered(s) => {
-                if self.params.persist {
-                    let job = Box::new(r.view.clone());
-                    let line = Some(HistoryEntry {
-                        at: now,
-                        state: s,
-                        detail,
-                    });
-                    self.outbox.push(Effect::Persist { job, line });
-                }
-            }
-        }
+            Applied::Updated => None,
+            Applied::Entered(s) => Some(HistoryEntry {
+                at: now,
+                state: s,
+                detail,
+            }),
+        };
+        persist(self.params.persist, &mut self.outbox, &r.view, line);
         if state.is_terminal() {
             if let Some(r) = self.jobs.remove(id) {
                 if let (Some(site), Some(job)) = (r.view.site, r.view.site_job) {
@@ -522,16 +516,6 @@ impl BrokerCore {
             }
         }
         Ok(applied)
-    }
-
-    fn persist(&mut self, view: &BrokerJob, line: Option<(Time, BrokerState, Option<String>)>) {
-        if self.params.persist {
-            let line = line.map(|(at, state, detail)| HistoryEntry { at, state, detail });
-            self.outbox.push(Effect::Persist {
-                job: Box::new(view.clone()),
-                line,
-            });
-        }
     }
 
     /// Asks for the information of every site that needs it at `now`
@@ -829,6 +813,17 @@ impl BrokerCore {
         };
         let _ = self.change(&id, change, now, detail);
         true
+    }
+}
+
+/// Gives `view` out to be stored with `line`, when the broker stores
+/// (`on`, [`BrokerParams::persist`]).
+fn persist(on: bool, outbox: &mut Vec<Effect>, view: &BrokerJob, line: Option<HistoryEntry>) {
+    if on {
+        outbox.push(Effect::Persist {
+            job: Box::new(view.clone()),
+            line,
+        });
     }
 }
 

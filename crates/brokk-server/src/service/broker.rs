@@ -314,9 +314,8 @@ impl Service {
                     Effect::Fetch { site } => fetch.push(site),
                     Effect::Send { job, site, wall } => {
                         if sends.len() >= SENDS_IN_FLIGHT {
-                            let next: Option<SendAnswer> = sends.next().await;
-                            if let Some((id, k, answer)) = next {
-                                let (_, more, stored) = self.broker.run(|c| c.sent(now(), &id, k, answer));
+                            if let Some(answer) = sends.next().await {
+                                let (more, stored) = self.answered(answer);
                                 queue.extend(more);
                                 last = stored;
                             }
@@ -344,13 +343,9 @@ impl Service {
                 self.fetch_info(names).await;
                 continue;
             }
-            let next: Option<SendAnswer> = sends.next().await;
-            match next {
-                Some((id, k, answer)) => {
-                    if answer.is_err() {
-                        self.counters.site_errors.fetch_add(1, Ordering::Relaxed);
-                    }
-                    let (_, more, stored) = self.broker.run(|c| c.sent(now(), &id, k, answer));
+            match sends.next().await {
+                Some(answer) => {
+                    let (more, stored) = self.answered(answer);
                     queue.extend(more);
                     last = stored;
                 }
@@ -358,6 +353,15 @@ impl Service {
             }
         }
         last.wait().await
+    }
+
+    /// A site's answer to a job sent, counted and told to the core.
+    fn answered(&self, (id, k, answer): SendAnswer) -> (Vec<Effect>, Stored) {
+        if answer.is_err() {
+            self.counters.site_errors.fetch_add(1, Ordering::Relaxed);
+        }
+        let (_, more, stored) = self.broker.run(|c| c.sent(now(), &id, k, answer));
+        (more, stored)
     }
 
     /// Sends job `id` to the site at position `k`, asking for `wall`:
