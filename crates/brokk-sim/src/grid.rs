@@ -264,12 +264,14 @@ fn viewed<'a>(sites: &'a mut [MemorySite], visible: &'a [ResourceInfo], at: Time
 #[derive(Debug)]
 enum Flight {
     /// Job `job` of broker `b` reaching its site `site` (by position in
-    /// the broker's group), to run with `wall`.
+    /// the broker's group), to run with `wall`, in the site's reservation
+    /// `into` when given.
     Arrive {
         b: usize,
         job: String,
         site: usize,
         wall: Option<Duration>,
+        into: Option<u64>,
     },
     /// The site's answer reaching broker `b`.
     Answer {
@@ -408,7 +410,13 @@ impl Grid<'_> {
     /// Job `job` of broker `b` reaching its site `k` at `t`, to run with
     /// `wall`: submitted there, given its run time there, and the site's
     /// answer.
-    fn deliver(&mut self, t: Time, b: usize, job: &str, k: usize, wall: Option<Duration>) -> Result<String, SiteError> {
+    fn deliver(
+        &mut self,
+        t: Time,
+        b: usize,
+        job: &str,
+        (k, wall, into): (usize, Option<Duration>, Option<u64>),
+    ) -> Result<String, SiteError> {
         let c = self.groups[b].start + k;
         let site = &mut self.sites[c];
         site.advance(t);
@@ -416,9 +424,9 @@ impl Grid<'_> {
             Some(d) if wall.is_some() && d.wall_time != wall => {
                 let mut d = d.clone();
                 d.wall_time = wall;
-                site.submit(OWNER, &d, None)
+                site.submit(OWNER, &d, into.map(ReservationId))
             }
-            Some(d) => site.submit(OWNER, d, None),
+            Some(d) => site.submit(OWNER, d, into.map(ReservationId)),
             None => Err(SiteError::Unknown),
         }?;
         if let Some(&i) = self.held.get(job) {
@@ -437,8 +445,14 @@ impl Grid<'_> {
                 break;
             };
             match flight {
-                Flight::Arrive { b, job, site, wall } => {
-                    let answer = self.deliver(at, b, &job, site, wall);
+                Flight::Arrive {
+                    b,
+                    job,
+                    site,
+                    wall,
+                    into,
+                } => {
+                    let answer = self.deliver(at, b, &job, (site, wall, into));
                     let f = Flight::Answer { b, job, site, answer };
                     self.flights.push_back((at + self.latency, f));
                 }
@@ -494,14 +508,35 @@ impl Grid<'_> {
                             }
                         }
                     }
-                    Effect::Send { job, site: k, wall } if self.latency.0 > 0 => {
-                        let f = Flight::Arrive { b, job, site: k, wall };
+                    Effect::Send {
+                        job,
+                        site: k,
+                        wall,
+                        into,
+                    } if self.latency.0 > 0 => {
+                        let f = Flight::Arrive {
+                            b,
+                            job,
+                            site: k,
+                            wall,
+                            into,
+                        };
                         self.flights.push_back((t + self.latency, f));
                     }
-                    Effect::Send { job, site: k, wall } => {
-                        let answer = self.deliver(t, b, &job, k, wall);
+                    Effect::Send {
+                        job,
+                        site: k,
+                        wall,
+                        into,
+                    } => {
+                        let answer = self.deliver(t, b, &job, (k, wall, into));
                         self.cores[b].sent(t, &job, k, answer);
                     }
+                    // A simulated broker starts with no jobs behind it and
+                    // holds no reservations of its users': neither is
+                    // asked of it (nothing is found, nothing read).
+                    Effect::Find { job } => self.cores[b].found(t, &job, Ok(None)),
+                    Effect::Resolve { job, .. } => self.cores[b].resolved(t, &job, Ok(None)),
                     Effect::Placed {
                         job,
                         site: k,

@@ -15,9 +15,15 @@
 //! refusal decided again; so a driver decides as many jobs per turn as are
 //! pending together, and a simulated broker decides exactly as a live one.
 //!
+//! A job that names a broker reservation is sent into it once the core
+//! has the reservation in hand ([`Effect::Resolve`]) and found it the
+//! owner's, committed and not ended ([`claimable`]); a job accepted before
+//! the broker restarted is looked for at the sites under its key first
+//! ([`Effect::Find`]), so a restart never sends a second copy.
+//!
 //! Not yet here (the drivers still call the rules themselves): jobs that
-//! reserve, co-allocations, workflows and their course, queue adaptation
-//! and the broker-as-a-site view.
+//! reserve on their best sites first, co-allocations, workflows and their
+//! course, queue adaptation and the broker-as-a-site view.
 
 use std::borrow::Cow;
 use std::collections::{HashMap, VecDeque};
@@ -34,13 +40,49 @@ use crate::submit::SubmitError;
 #[cfg(test)]
 mod tests;
 
-/// Whether the core takes a job that goes `route` with `prefs`: one
-/// decided in a batch against the information at hand and not moved by
-/// queue adaptation. The rest (jobs into a reservation, jobs that reserve
-/// first, jobs that may be at a site already, jobs adaptation may move,
-/// every job when information is exact) still go the drivers' own ways.
-pub fn takes(route: &jobs::Route, prefs: &JobPreferences) -> bool {
-    *route == jobs::Route::Batched && prefs.queue_adaptation != Some(true)
+/// Whether the core takes a job that goes `route` with `prefs`, part of
+/// `member`: every job of its own that adaptation does not move and that
+/// does not reserve on its best sites first (two phases at the sites,
+/// still the drivers' own way), whether the information is exact or not
+/// and whether it names a reservation or not. A workflow's task and a
+/// co-allocation's part follow their whole.
+pub fn takes(route: &jobs::Route, prefs: &JobPreferences, member: &jobs::Member) -> bool {
+    let own = member.is_alone() && prefs.queue_adaptation != Some(true);
+    own && !matches!(route, jobs::Route::OneByOne { reserve_top_k } if *reserve_top_k > 0)
+}
+
+/// A broker reservation as a job that names it finds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reserved {
+    /// Whose it is.
+    pub owner: String,
+    /// The site that holds it.
+    pub site: String,
+    /// The site's id for it.
+    pub site_reservation: u64,
+    /// When it starts.
+    pub start: Time,
+    /// When it ends.
+    pub end: Time,
+    /// Committed, neither cancelled nor only held.
+    pub committed: bool,
+}
+
+/// Whether a job of `owner`'s may run at `now` in reservation `rid` as
+/// found: only in a committed one of the owner's that has not ended. A
+/// reservation of someone else's reads as one that does not exist, so a
+/// job cannot learn of others' reservations by naming them.
+pub fn claimable(owner: &str, rid: &str, found: Option<&Reserved>, now: Time) -> Result<(), String> {
+    match found {
+        Some(r) if r.owner == owner && r.committed && r.end > now => Ok(()),
+        Some(r) if r.owner == owner && r.committed => Err(format!(
+            "it cannot run in reservation {rid}: the reservation ended at {}",
+            r.end
+        )),
+        _ => Err(format!(
+            "it cannot run in reservation {rid}: you hold no committed reservation {rid}"
+        )),
+    }
 }
 
 /// What a broker allows and how it paces itself.
@@ -84,9 +126,9 @@ pub enum Effect {
         site: usize,
     },
     /// Send job `job` (its description: [`BrokerCore::description`]) to
-    /// site `site`, asking for `wall` as its wall time when given, under
-    /// its owner's identity there, and give the answer back with
-    /// [`BrokerCore::sent`].
+    /// site `site`, asking for `wall` as its wall time when given, into the
+    /// site's reservation `into` when given, under its owner's identity
+    /// there, and give the answer back with [`BrokerCore::sent`].
     Send {
         /// The broker's id of the job.
         job: String,
@@ -94,6 +136,23 @@ pub enum Effect {
         site: usize,
         /// The wall time to ask for.
         wall: Option<Duration>,
+        /// The site's id of the reservation it runs in.
+        into: Option<u64>,
+    },
+    /// Look for job `job` at every site under its key (its id): it was
+    /// accepted before the broker restarted and may have reached one.
+    /// Give the answer back with [`BrokerCore::found`].
+    Find {
+        /// The broker's id of the job.
+        job: String,
+    },
+    /// Read broker reservation `reservation`, which job `job` names, and
+    /// give it back with [`BrokerCore::resolved`].
+    Resolve {
+        /// The broker's id of the job.
+        job: String,
+        /// The broker's id of the reservation.
+        reservation: String,
     },
     /// Cancel job `site_job` at site `site`, where it runs as `owner`
     /// (its owner, or the user a broker above sent it for): the broker no
@@ -181,6 +240,34 @@ struct Record {
     view: BrokerJob,
     job: Job,
     prefs: JobPreferences,
+    /// Accepted before the broker restarted and not looked for at the
+    /// sites since.
+    inherited: bool,
+}
+
+/// A job the driver is asked about before it is sent: whom it runs as,
+/// and what is asked.
+#[derive(Debug, Clone)]
+struct Lookup {
+    owner: String,
+    asked: Asked,
+}
+
+/// What a [`Lookup`] asks.
+#[derive(Debug, Clone, PartialEq)]
+enum Asked {
+    /// Whether a site has it already ([`Effect::Find`]).
+    Find,
+    /// The reservation it names ([`Effect::Resolve`]).
+    Resolve(String),
+    /// Whether the site took it into the reservation: its id, start and
+    /// site, and when it was sent.
+    Claim {
+        reservation: String,
+        start: Time,
+        site: usize,
+        decided: Time,
+    },
 }
 
 /// A decided job on its way down its candidates.
@@ -233,6 +320,8 @@ pub struct BrokerCore {
     /// Unfinished jobs per owner that count toward the limit.
     unfinished: HashMap<String, u64>,
     sending: HashMap<String, Attempt>,
+    /// Jobs the driver was asked about, or sent into a reservation.
+    looking: HashMap<String, Lookup>,
     /// The broker's job of each (site, site's id).
     at_site: HashMap<(usize, String), String>,
     /// Decisions made so far.
@@ -263,6 +352,7 @@ impl BrokerCore {
             waiting: Vec::new(),
             unfinished: HashMap::new(),
             sending: HashMap::new(),
+            looking: HashMap::new(),
             at_site: HashMap::new(),
             decisions: 0,
             outbox: Vec::new(),
@@ -345,6 +435,7 @@ impl BrokerCore {
                 view,
                 job: n.job,
                 prefs: n.prefs,
+                inherited: false,
             });
         }
         Ok(())
@@ -356,8 +447,38 @@ impl BrokerCore {
     /// ended one is not held.
     pub fn adopt(&mut self, view: BrokerJob, job: Job, prefs: JobPreferences) {
         if !view.state().is_terminal() {
-            self.hold_record(Record { view, job, prefs });
+            let inherited = false;
+            self.hold_record(Record {
+                view,
+                job,
+                prefs,
+                inherited,
+            });
         }
+    }
+
+    /// Takes a job recorded before the broker restarted: as [`adopt`]
+    /// does, but an accepted one is looked for at the sites before it is
+    /// decided ([`Effect::Find`]), since it may have reached one before
+    /// its dispatch was stored.
+    ///
+    /// [`adopt`]: BrokerCore::adopt
+    pub fn inherit(&mut self, view: BrokerJob, job: Job, prefs: JobPreferences) {
+        if !view.state().is_terminal() {
+            let inherited = view.state() == BrokerState::Accepted;
+            self.hold_record(Record {
+                view,
+                job,
+                prefs,
+                inherited,
+            });
+        }
+    }
+
+    /// Whether job `id` is on its way somewhere: decided and being sent,
+    /// or asked about.
+    fn in_flight(&self, id: &str) -> bool {
+        self.sending.contains_key(id) || self.looking.contains_key(id)
     }
 
     fn hold_record(&mut self, r: Record) {
@@ -408,7 +529,7 @@ impl BrokerCore {
     pub fn release(&mut self, now: Time, owner: &str, id: &str) -> Result<Applied, Denied> {
         self.owned(owner, id)?;
         let applied = self.change(id, Change::Release, now, None)?;
-        if applied == Applied::Entered(BrokerState::Accepted) && !self.sending.contains_key(id) {
+        if applied == Applied::Entered(BrokerState::Accepted) && !self.in_flight(id) {
             self.enqueue(owner, id.to_string(), false);
         }
         Ok(applied)
@@ -641,12 +762,202 @@ impl BrokerCore {
                 .jobs
                 .get(&id)
                 .is_some_and(|r| r.view.state() == BrokerState::Accepted);
-            if ready && !self.sending.contains_key(&id) {
-                self.decide_one(id, now);
+            if ready && !self.in_flight(&id) {
+                self.take_up(id, now);
                 n += 1;
             }
         }
         n
+    }
+
+    /// Takes up job `id` at `now`: one inherited from before a restart is
+    /// looked for first, one naming a reservation waits for it to be read,
+    /// the rest are decided.
+    fn take_up(&mut self, id: String, now: Time) {
+        let Some(r) = self.jobs.get(&id) else { return };
+        let owner = r.view.runs_as.clone().unwrap_or_else(|| r.view.owner.clone());
+        let asked = match (&r.job.reservation, r.inherited) {
+            (_, true) => Asked::Find,
+            (Some(rid), false) => Asked::Resolve(rid.clone()),
+            (None, false) => return self.decide_one(id, now),
+        };
+        self.outbox.push(match &asked {
+            Asked::Resolve(rid) => Effect::Resolve {
+                job: id.clone(),
+                reservation: rid.clone(),
+            },
+            _ => Effect::Find { job: id.clone() },
+        });
+        self.looking.insert(id, Lookup { owner, asked });
+    }
+
+    /// What the sites answered at `now` when job `id` was looked for:
+    /// the site that has it and its id there, none, or why they could not
+    /// say (then it is looked for again after `retry_after`, never sent
+    /// while unsure). One found is dispatched there; one not found is
+    /// decided as any other.
+    pub fn found(&mut self, now: Time, id: &str, answer: Result<Option<(usize, String)>, String>) {
+        let Some(look) = self.looking.remove(id) else { return };
+        if look.asked != Asked::Find {
+            self.looking.insert(id.to_string(), look);
+            return;
+        }
+        let wanted = self.waits_here(id);
+        match answer {
+            Err(why) => {
+                tracing::warn!("not dispatching {id} yet: looking for it at the sites: {why}");
+                if wanted {
+                    self.waiting.push((now + self.params.retry_after, id.to_string()));
+                }
+            }
+            Ok(None) => {
+                if let Some(r) = self.jobs.get_mut(id) {
+                    r.inherited = false;
+                }
+                if wanted {
+                    self.enqueue(&self.jobs[id].view.owner.clone(), id.to_string(), true);
+                }
+            }
+            Ok(Some((site, site_job))) => {
+                if let Some(r) = self.jobs.get_mut(id) {
+                    r.inherited = false;
+                }
+                if !wanted {
+                    self.outbox.push(Effect::Withdraw {
+                        site,
+                        site_job,
+                        owner: look.owner,
+                    });
+                    return;
+                }
+                let name = self.sites[site].name.clone();
+                let found = Change::Dispatch {
+                    site: name.clone(),
+                    site_job: site_job.clone(),
+                    tts: None,
+                    ttd: None,
+                };
+                let detail = format!("to {name} (found there after a restart)");
+                let _ = self.change(id, found, now, Some(detail));
+                self.at_site.insert((site, site_job), id.to_string());
+                self.sites[site].changed = true;
+            }
+        }
+    }
+
+    /// The reservation job `id` names, as the driver read it at `now`
+    /// (`Err`: it could not be read; the job is taken up again after
+    /// `retry_after`). A job that may claim it ([`claimable`]) is sent
+    /// into it at its site; one that may not fails with the reason.
+    pub fn resolved(&mut self, now: Time, id: &str, answer: Result<Option<Reserved>, String>) {
+        let Some(look) = self.looking.remove(id) else { return };
+        let Asked::Resolve(rid) = &look.asked else {
+            self.looking.insert(id.to_string(), look);
+            return;
+        };
+        if !self.waits_here(id) {
+            return;
+        }
+        let found = match answer {
+            Ok(found) => found,
+            Err(why) => {
+                tracing::warn!("not dispatching {id} yet: reading reservation {rid}: {why}");
+                self.waiting.push((now + self.params.retry_after, id.to_string()));
+                return;
+            }
+        };
+        let owner = &self.jobs[id].view.owner;
+        let verdict = claimable(owner, rid, found.as_ref(), now).and_then(|()| {
+            let r = found.as_ref().ok_or_else(|| format!("no reservation {rid}"))?;
+            match self.site_position(&r.site) {
+                Some(k) => Ok((k, r.site_reservation, r.start)),
+                None => Err(format!(
+                    "it cannot run in reservation {rid}: its site {} is not one of this broker's",
+                    r.site
+                )),
+            }
+        });
+        match verdict {
+            Ok((site, site_reservation, start)) => {
+                self.outbox.push(Effect::Send {
+                    job: id.to_string(),
+                    site,
+                    wall: None,
+                    into: Some(site_reservation),
+                });
+                let asked = Asked::Claim {
+                    reservation: rid.clone(),
+                    start,
+                    site,
+                    decided: now,
+                };
+                self.looking.insert(
+                    id.to_string(),
+                    Lookup {
+                        owner: look.owner,
+                        asked,
+                    },
+                );
+            }
+            Err(why) => {
+                let _ = self.change(id, Change::Fail(why.clone()), now, Some(why));
+            }
+        }
+    }
+
+    /// What site `site` answered at `now` when sent job `id` into a
+    /// reservation: one taken is dispatched; one the site could not be
+    /// asked about waits for another try; one it refused fails, since no
+    /// other site holds its reservation.
+    fn claimed(&mut self, now: Time, id: &str, look: Lookup, answer: Result<String, SiteError>) {
+        let Asked::Claim {
+            reservation,
+            start,
+            site,
+            decided,
+        } = look.asked
+        else {
+            return;
+        };
+        let wanted = self.waits_here(id);
+        match answer {
+            Ok(site_job) if !wanted => {
+                self.outbox.push(Effect::Withdraw {
+                    site,
+                    site_job,
+                    owner: look.owner,
+                });
+            }
+            Ok(site_job) => {
+                let name = self.sites[site].name.clone();
+                let sent = Change::Dispatch {
+                    site: name.clone(),
+                    site_job: site_job.clone(),
+                    tts: Some((start - decided).0.max(0)),
+                    ttd: None,
+                };
+                let detail = format!("to {name}, in reservation {reservation}");
+                let _ = self.change(id, sent, decided, Some(detail));
+                self.at_site.insert((site, site_job), id.to_string());
+            }
+            Err(SiteError::Unavailable(why)) if wanted => {
+                tracing::warn!("dispatching {id} into {reservation}: {why}");
+                self.waiting.push((now + self.params.retry_after, id.to_string()));
+            }
+            Err(_) if !wanted => {}
+            Err(e) => {
+                let why = format!("the site refused the job: {e}");
+                let _ = self.change(id, Change::Fail(why.clone()), now, Some(why));
+            }
+        }
+    }
+
+    /// Whether job `id` is held here and still waits to be dispatched
+    /// (not held, cancelled or failed meanwhile).
+    fn waits_here(&self, id: &str) -> bool {
+        self.jobs
+            .get(id)
+            .is_some_and(|r| r.view.state() == BrokerState::Accepted)
     }
 
     /// Decides job `id` at `now`: its candidates from the information at
@@ -695,6 +1006,7 @@ impl BrokerCore {
             job: id.clone(),
             site: first,
             wall,
+            into: None,
         });
         self.sending.insert(id, a);
     }
@@ -720,6 +1032,16 @@ impl BrokerCore {
     /// the job, or why it did not take it (then the next candidate is sent
     /// for).
     pub fn sent(&mut self, now: Time, id: &str, site: usize, answer: Result<String, SiteError>) {
+        if let Some(look) = self.looking.remove(id) {
+            match look.asked {
+                Asked::Claim { site: at, .. } if at == site => self.claimed(now, id, look, answer),
+                // Not the answer awaited: keep waiting for that one.
+                _ => {
+                    self.looking.insert(id.to_string(), look);
+                }
+            }
+            return;
+        }
         let Some(mut a) = self.sending.remove(id) else { return };
         if a.site() != site {
             // Not the answer awaited: keep waiting for that one.
@@ -783,6 +1105,7 @@ impl BrokerCore {
                         job: id.to_string(),
                         site: a.site_of[c.index],
                         wall: c.prediction.requested_wall_time,
+                        into: None,
                     });
                     self.sending.insert(id.to_string(), a);
                     return;

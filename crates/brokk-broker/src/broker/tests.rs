@@ -398,3 +398,269 @@ fn jobs_on_their_way_are_counted_again_in_information_taken_before_they_land() {
     b.informed(0, Ok(site("a", 4)), Time(4));
     assert_eq!(b.information()[0].free_slots, 4);
 }
+
+/// A job naming reservation `rid`.
+fn in_reservation(id: &str, rid: &str) -> NewJob {
+    let mut n = job(id, 2);
+    n.job.reservation = Some(rid.into());
+    n
+}
+
+/// Ann's committed reservation `r1` at site `b` (its id there 7), from
+/// 100 to 700.
+fn anns_r1() -> Reserved {
+    Reserved {
+        owner: "ann".into(),
+        site: "b".into(),
+        site_reservation: 7,
+        start: Time(100),
+        end: Time(700),
+        committed: true,
+    }
+}
+
+/// The history lines given out to be stored: (job, state, detail).
+fn lines(effects: &[Effect]) -> Vec<(String, BrokerState, Option<String>)> {
+    effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Persist { job, line: Some(l) } => Some((job.id.clone(), l.state, l.detail.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_job_naming_a_reservation_is_sent_into_it_at_its_site_once_read() {
+    let mut b = broker(BrokerParams {
+        persist: true,
+        ..params()
+    });
+    b.accept(Time(1), "ann", vec![in_reservation("j1", "r1")]).unwrap();
+    b.drain();
+    assert_eq!(b.decide(Time(2), 10), 1);
+    let asked: Vec<Effect> = b.drain().collect();
+    assert_eq!(
+        asked,
+        [Effect::Resolve {
+            job: "j1".into(),
+            reservation: "r1".into()
+        }]
+    );
+    // Not decided again while the reservation is being read.
+    assert_eq!(b.decide(Time(3), 10), 0);
+    b.resolved(Time(3), "j1", Ok(Some(anns_r1())));
+    let send: Vec<Effect> = b.drain().collect();
+    assert_eq!(
+        send,
+        [Effect::Send {
+            job: "j1".into(),
+            site: 1,
+            wall: None,
+            into: Some(7)
+        }]
+    );
+    b.sent(Time(4), "j1", 1, Ok("b-1".into()));
+    let v = b.job("j1").unwrap();
+    assert_eq!((v.state(), v.site.as_deref()), (BrokerState::Dispatched, Some("b")));
+    // Its start is the reservation's: 97 s after it was sent at 3.
+    assert_eq!(v.predicted_tts, Some(97));
+    let stored = lines(&b.drain().collect::<Vec<_>>());
+    assert_eq!(
+        stored,
+        [(
+            "j1".into(),
+            BrokerState::Dispatched,
+            Some("to b, in reservation r1".into())
+        )]
+    );
+}
+
+#[test]
+fn only_the_owners_committed_reservation_before_its_end_takes_the_job() {
+    let cases = [
+        (
+            Some(Reserved {
+                owner: "bob".into(),
+                ..anns_r1()
+            }),
+            Time(3),
+            "you hold no committed reservation r1",
+        ),
+        (
+            Some(Reserved {
+                committed: false,
+                ..anns_r1()
+            }),
+            Time(3),
+            "you hold no committed reservation r1",
+        ),
+        (None, Time(3), "you hold no committed reservation r1"),
+        (Some(anns_r1()), Time(700), "the reservation ended at"),
+        (
+            Some(Reserved {
+                site: "gone".into(),
+                ..anns_r1()
+            }),
+            Time(3),
+            "its site gone is not one of this broker's",
+        ),
+    ];
+    for (found, at, why) in cases {
+        let mut b = broker(params());
+        b.accept(Time(1), "ann", vec![in_reservation("j1", "r1")]).unwrap();
+        b.decide(Time(2), 10);
+        b.drain();
+        b.resolved(at, "j1", Ok(found.clone()));
+        assert!(sends(&mut b).is_empty(), "{found:?}");
+        assert!(b.job("j1").is_none(), "failed and let go: {found:?}");
+        assert_eq!(b.unfinished("ann"), 0);
+        let e = claimable("ann", "r1", found.as_ref(), at);
+        assert!(e.as_ref().map_or(true, |()| why.contains("site")), "{e:?}");
+        if let Err(e) = e {
+            assert!(e.contains(why), "{e}");
+        }
+    }
+}
+
+#[test]
+fn a_reservation_unread_or_its_site_unreachable_waits_and_a_refusal_fails() {
+    let mut b = broker(BrokerParams {
+        persist: true,
+        ..params()
+    });
+    b.accept(Time(1), "ann", vec![in_reservation("j1", "r1")]).unwrap();
+    b.decide(Time(1), 10);
+    b.drain();
+    // The store could not be read: read again after retry_after (5 s).
+    b.resolved(Time(1), "j1", Err("database is locked".into()));
+    assert_eq!(b.decide(Time(5), 10), 0);
+    assert_eq!(b.decide(Time(6), 10), 1);
+    b.resolved(Time(6), "j1", Ok(Some(anns_r1())));
+    b.drain();
+    // The site could not be reached: sent again later.
+    b.sent(
+        Time(6),
+        "j1",
+        1,
+        Err(SiteError::Unavailable("connection refused".into())),
+    );
+    assert_eq!(b.job("j1").unwrap().state(), BrokerState::Accepted);
+    assert_eq!(b.decide(Time(11), 10), 1);
+    b.resolved(Time(11), "j1", Ok(Some(anns_r1())));
+    b.drain();
+    // The site refused it: no other site holds its reservation.
+    b.sent(
+        Time(11),
+        "j1",
+        1,
+        Err(SiteError::Refused {
+            site: "b".into(),
+            reason: "reservation 7 has ended".into(),
+        }),
+    );
+    assert!(b.job("j1").is_none());
+    let stored = lines(&b.drain().collect::<Vec<_>>());
+    assert_eq!(stored.len(), 1);
+    assert_eq!(stored[0].1, BrokerState::Failed);
+    assert!(
+        stored[0].2.as_deref().unwrap().contains("reservation 7 has ended"),
+        "{stored:?}"
+    );
+}
+
+#[test]
+fn a_job_held_while_sent_into_its_reservation_is_withdrawn_from_the_site() {
+    let mut b = broker(params());
+    b.accept(Time(1), "ann", vec![in_reservation("j1", "r1")]).unwrap();
+    b.decide(Time(1), 10);
+    b.resolved(Time(1), "j1", Ok(Some(anns_r1())));
+    b.drain();
+    b.hold(Time(2), "ann", "j1").unwrap();
+    b.sent(Time(3), "j1", 1, Ok("b-1".into()));
+    let out: Vec<Effect> = b.drain().collect();
+    assert_eq!(
+        out,
+        [Effect::Withdraw {
+            site: 1,
+            site_job: "b-1".into(),
+            owner: "ann".into()
+        }]
+    );
+    assert_eq!(b.job("j1").unwrap().state(), BrokerState::Held);
+}
+
+#[test]
+fn a_job_inherited_from_before_a_restart_is_looked_for_before_it_is_sent() {
+    let mut old = broker(params());
+    old.accept(Time(1), "ann", vec![job("j1", 1), job("j2", 1), job("j3", 1)])
+        .unwrap();
+    let mut b = broker(BrokerParams {
+        persist: true,
+        ..params()
+    });
+    for id in ["j1", "j2", "j3"] {
+        b.inherit(
+            old.job(id).unwrap().clone(),
+            old.description(id).unwrap().clone(),
+            JobPreferences::default(),
+        );
+    }
+    assert_eq!(b.decide(Time(2), 10), 3);
+    let asked: Vec<Effect> = b.drain().collect();
+    assert!(
+        asked
+            .iter()
+            .all(|e| matches!(e, Effect::Find { job } if ["j1", "j2", "j3"].contains(&job.as_str()))),
+        "{asked:?}"
+    );
+    assert_eq!(asked.len(), 3);
+    // j1 reached b before the restart: followed there, never sent again.
+    b.found(Time(3), "j1", Ok(Some((1, "b-9".into()))));
+    assert!(sends(&mut b).is_empty());
+    let v = b.job("j1").unwrap();
+    assert_eq!(
+        (v.state(), v.site_job.as_deref()),
+        (BrokerState::Dispatched, Some("b-9"))
+    );
+    // j2 is nowhere: decided as any other.
+    b.found(Time(3), "j2", Ok(None));
+    // j3: a site could not say; never sent while unsure.
+    b.found(Time(3), "j3", Err("b: connection refused".into()));
+    assert_eq!(b.decide(Time(3), 10), 1);
+    assert_eq!(sends(&mut b), [("j2".to_string(), 0)]);
+    assert_eq!(b.decide(Time(8), 10), 1);
+    let again: Vec<Effect> = b.drain().collect();
+    assert_eq!(again, [Effect::Find { job: "j3".into() }]);
+    // The one followed at b reports as any other.
+    let done = Report {
+        phase: JobPhase::Finished,
+        started: Some(Time(3)),
+        ended: Some(Time(4)),
+        exit_code: Some(0),
+        reason: None,
+    };
+    assert!(b.reported(Time(4), 1, "b-9", done));
+}
+
+#[test]
+fn the_core_takes_every_job_of_its_own_but_those_that_reserve_first_or_adapt() {
+    use jobs::{Member, Route};
+    let plain = JobPreferences::default();
+    let adapting = JobPreferences {
+        queue_adaptation: Some(true),
+        ..JobPreferences::default()
+    };
+    let task = Member::Task {
+        workflow: "w1".into(),
+        task: 0,
+        attempt: 0,
+    };
+    let alone = Member::Alone;
+    assert!(takes(&Route::Batched, &plain, &alone));
+    assert!(takes(&Route::OneByOne { reserve_top_k: 0 }, &plain, &alone));
+    assert!(takes(&Route::Reservation("r1".into()), &plain, &alone));
+    assert!(!takes(&Route::OneByOne { reserve_top_k: 1 }, &plain, &alone));
+    assert!(!takes(&Route::Batched, &adapting, &alone));
+    assert!(!takes(&Route::Reservation("r1".into()), &plain, &task));
+}

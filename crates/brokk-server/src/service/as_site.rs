@@ -203,11 +203,12 @@ impl Service {
             key: key.clone(),
         };
         // The core's before it is stored (see `Service::accept`).
-        let core_s =
-            match stored.view.state() == BrokerState::Accepted && self.core_rule(&job, &JobPreferences::default()) {
-                true => vec![stored.view.id.clone()],
-                false => Vec::new(),
-            };
+        let core_s = match stored.view.state() == BrokerState::Accepted
+            && self.core_rule(&job, &JobPreferences::default(), &stored.view.member)
+        {
+            true => vec![stored.view.id.clone()],
+            false => Vec::new(),
+        };
         self.broker.claim(&core_s, true);
         let stored_now = self.store(&job, stored).await;
         if stored_now.is_err() {

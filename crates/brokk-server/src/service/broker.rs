@@ -33,6 +33,16 @@ const GROUP: usize = 512;
 /// site's id for the job or why it did not take it.
 type SendAnswer = (String, usize, Result<String, brokk_broker::SiteError>);
 
+/// An answer to something the core asked about one job.
+enum Answer {
+    /// A site's answer to the job sent.
+    Sent(SendAnswer),
+    /// Where the job was found under its key, if anywhere.
+    Found(String, Result<Option<(usize, String)>, String>),
+    /// The reservation the job names, as stored.
+    Resolved(String, Result<Option<brokk_broker::broker::Reserved>, String>),
+}
+
 /// Rows to store, and who waits for them.
 struct Batch {
     /// New jobs, stored before any change of theirs.
@@ -219,12 +229,15 @@ impl Broker {
 
     /// Hands the core a job already stored.
     pub(super) fn adopt(&self, view: BrokerJob, job: Job, prefs: JobPreferences) {
-        let id = view.id.clone();
-        self.taken
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(id);
+        self.claim(std::slice::from_ref(&view.id), true);
         let _ = self.run(move |c| c.adopt(view, job, prefs));
+    }
+
+    /// Hands the core a job stored before this process started
+    /// ([`BrokerCore::inherit`]).
+    pub(super) fn inherit(&self, view: BrokerJob, job: Job, prefs: JobPreferences) {
+        self.claim(std::slice::from_ref(&view.id), true);
+        let _ = self.run(move |c| c.inherit(view, job, prefs));
     }
 
     /// Whether job `id` is the core's (held by it, or let go and its end
@@ -259,16 +272,23 @@ impl Service {
     /// [`ROUNDS_PER_TURN`] batches, so that a flood of plain jobs does not
     /// keep the careful path's (reservations, workflows' tasks) waiting:
     /// the dispatcher comes back at once for the rest.
+    ///
+    /// When the information lives for no time at all, a batch is one job,
+    /// carried out before the next is decided: each decision then reads
+    /// every site afresh after every earlier job landed, as a simulation
+    /// without latency decides.
     pub(super) async fn dispatch_held(&self) -> Result<(), ServiceError> {
         let mut batches = tokio::task::JoinSet::new();
         let mut first_error = None;
+        let exact = self.info.exact();
+        let batch = if exact { 1 } else { super::dispatch::DECISION_BATCH };
         for _ in 0..ROUNDS_PER_TURN {
             let (_, fetches, _) = self.broker.run(|c| c.stale(now()));
             if let Err(e) = self.carry_out(fetches).await {
                 first_error.get_or_insert(e);
                 break;
             }
-            let (n, effects, stored) = self.broker.run(|c| c.decide(now(), super::dispatch::DECISION_BATCH));
+            let (n, effects, stored) = self.broker.run(|c| c.decide(now(), batch));
             self.counters.decisions.fetch_add(n as u64, Ordering::Relaxed);
             while batches.len() >= super::dispatch::BATCHES_IN_FLIGHT {
                 if let Some(Ok(Err(e))) = batches.join_next().await {
@@ -282,10 +302,15 @@ impl Service {
                 svc.carry_out(effects).await?;
                 stored.wait().await
             });
+            while exact && !batches.is_empty() {
+                if let Some(Ok(Err(e))) = batches.join_next().await {
+                    first_error.get_or_insert(e);
+                }
+            }
             if n == 0 {
                 break;
             }
-            if n == super::dispatch::DECISION_BATCH && self.broker.held_and_waiting().1 > 0 {
+            if n == batch && self.broker.held_and_waiting().1 > 0 {
                 // More wait than one turn decides: the dispatcher comes back.
                 self.wake.notify_one();
             }
@@ -299,36 +324,43 @@ impl Service {
     }
 
     /// Carries out `effects` and every effect the answers lead to: fetches
-    /// all at once, sends several at once (each answer fed back, a refusal
-    /// sending the job on), withdrawals one by one. Returns once the
-    /// changes the answers made are stored.
+    /// all at once, sends, searches and reads several at once (each answer
+    /// fed back, a refusal sending the job on), withdrawals one by one.
+    /// Returns once the changes the answers made are stored.
     pub(super) async fn carry_out(&self, effects: Vec<Effect>) -> Result<(), ServiceError> {
-        use futures_util::StreamExt;
+        use futures_util::{FutureExt, StreamExt};
         let mut queue: VecDeque<Effect> = effects.into();
-        let mut sends = futures_util::stream::FuturesUnordered::new();
+        let mut asked = futures_util::stream::FuturesUnordered::new();
         let mut last = Stored(None);
         loop {
             let mut fetch = Vec::new();
             while let Some(e) = queue.pop_front() {
-                match e {
-                    Effect::Fetch { site } => fetch.push(site),
-                    Effect::Send { job, site, wall } => {
-                        if sends.len() >= SENDS_IN_FLIGHT {
-                            if let Some(answer) = sends.next().await {
-                                let (more, stored) = self.answered(answer);
-                                queue.extend(more);
-                                last = stored;
-                            }
-                        }
-                        sends.push(self.send(job, site, wall));
+                let ask = match e {
+                    Effect::Fetch { site } => {
+                        fetch.push(site);
+                        continue;
                     }
                     Effect::Withdraw { site, site_job, owner } => {
                         let (_, more, stored) = self.withdraw(site, site_job, owner).await;
                         queue.extend(more);
                         last = stored;
+                        continue;
                     }
-                    Effect::Placed { .. } | Effect::Persist { .. } => {}
+                    Effect::Placed { .. } | Effect::Persist { .. } => continue,
+                    Effect::Send { job, site, wall, into } => {
+                        self.send(job, site, wall, into).map(Answer::Sent).boxed()
+                    }
+                    Effect::Find { job } => self.find(job).boxed(),
+                    Effect::Resolve { job, reservation } => self.resolve(job, reservation).boxed(),
+                };
+                if asked.len() >= SENDS_IN_FLIGHT {
+                    if let Some(answer) = asked.next().await {
+                        let (more, stored) = self.answered(answer);
+                        queue.extend(more);
+                        last = stored;
+                    }
                 }
+                asked.push(ask);
             }
             if !fetch.is_empty() {
                 let names: Vec<String> = {
@@ -343,7 +375,7 @@ impl Service {
                 self.fetch_info(names).await;
                 continue;
             }
-            match sends.next().await {
+            match asked.next().await {
                 Some(answer) => {
                     let (more, stored) = self.answered(answer);
                     queue.extend(more);
@@ -355,19 +387,60 @@ impl Service {
         last.wait().await
     }
 
-    /// A site's answer to a job sent, counted and told to the core.
-    fn answered(&self, (id, k, answer): SendAnswer) -> (Vec<Effect>, Stored) {
-        if answer.is_err() {
-            self.counters.site_errors.fetch_add(1, Ordering::Relaxed);
-        }
-        let (_, more, stored) = self.broker.run(|c| c.sent(now(), &id, k, answer));
+    /// An answer to what the core asked, counted and told to the core.
+    fn answered(&self, answer: Answer) -> (Vec<Effect>, Stored) {
+        let t = now();
+        let (_, more, stored) = match answer {
+            Answer::Sent((id, k, answer)) => {
+                if answer.is_err() {
+                    self.counters.site_errors.fetch_add(1, Ordering::Relaxed);
+                }
+                self.broker.run(|c| c.sent(t, &id, k, answer))
+            }
+            Answer::Found(id, found) => self.broker.run(|c| c.found(t, &id, found)),
+            Answer::Resolved(id, r) => self.broker.run(|c| c.resolved(t, &id, r)),
+        };
         (more, stored)
     }
 
-    /// Sends job `id` to the site at position `k`, asking for `wall`:
-    /// the owner's uploads first, under the job's id as the site's
-    /// idempotency key, for the user it runs for.
-    async fn send(&self, id: String, k: usize, wall: Option<brokk_model::Duration>) -> SendAnswer {
+    /// Looks for job `id` at every site under its key (it was accepted
+    /// before this process started and may have reached one).
+    async fn find(&self, id: String) -> Answer {
+        let found = match self.already_at(&id).await {
+            Ok(Some((name, site_job))) => {
+                let k = self.broker.core.lock().ok().and_then(|c| c.site_position(&name));
+                Ok(k.map(|k| (k, site_job)))
+            }
+            Ok(None) => Ok(None),
+            Err(e) => {
+                self.counters.site_errors.fetch_add(1, Ordering::Relaxed);
+                Err(e.to_string())
+            }
+        };
+        Answer::Found(id, found)
+    }
+
+    /// Reads the broker reservation `rid` job `id` names.
+    async fn resolve(&self, id: String, rid: String) -> Answer {
+        let found = self.db.reservation(&rid).await.map_err(|e| e.to_string());
+        let found = found.map(|r| {
+            r.map(|r| brokk_broker::broker::Reserved {
+                committed: r.state == BrokerReservationState::Committed,
+                owner: r.owner,
+                site: r.site,
+                site_reservation: r.site_reservation,
+                start: r.start,
+                end: r.end,
+            })
+        });
+        Answer::Resolved(id, found)
+    }
+
+    /// Sends job `id` to the site at position `k`, asking for `wall`, into
+    /// the site's reservation `into` when given: the owner's uploads
+    /// first, under the job's id as the site's idempotency key, for the
+    /// user it runs for.
+    async fn send(&self, id: String, k: usize, wall: Option<brokk_model::Duration>, into: Option<u64>) -> SendAnswer {
         let found = {
             let core = self
                 .broker
@@ -401,7 +474,8 @@ impl Service {
             super::sites::send_uploads(&c, &uploads, &owner, &job)?;
             c.set_idempotency_key(Some(key));
             c.set_on_behalf_of(Some(runs_as.unwrap_or(owner)));
-            c.submit("broker", &job, None).map(|h| h.0)
+            c.submit("broker", &job, into.map(brokk_core::ReservationId))
+                .map(|h| h.0)
         })
         .await
         .unwrap_or_else(|e| Err(brokk_broker::SiteError::Unavailable(e.to_string())));

@@ -3,13 +3,14 @@
 //!
 //! Two paths, chosen by the broker's rules ([`brokk_broker::jobs::route`],
 //! [`brokk_broker::broker::takes`]). The broker core decides the jobs it
-//! holds, a batch at a time against its information, and this service
-//! sends them (`service::broker`). The careful path decides one job at a
-//! time and holds the turn until it is at its site: for jobs that reserve
-//! (two phases at the sites), for jobs accepted before a restart (looked
-//! for at the sites first), for jobs queue adaptation may move, and when
-//! the cache lives for no time at all (every decision then sees every
-//! earlier one landed, as the simulator's exact mode does).
+//! holds, a batch at a time against its information (one at a time when
+//! the information lives for no time), and this service carries out what
+//! it asks (`service::broker`): every job of its own, those naming a
+//! reservation and those accepted before a restart included. The careful
+//! path decides one job at a time and holds the turn until it is at its
+//! site, for what the core does not hold yet: jobs that reserve on their
+//! best sites first (two phases at the sites), jobs queue adaptation may
+//! move, and workflows' tasks, sent into their reservations.
 
 use brokk_broker::submit::{Submission, SubmitError};
 

@@ -273,7 +273,7 @@ impl Service {
         let core_s: Vec<String> = new
             .iter()
             .zip(&jobs)
-            .filter(|(_, job)| self.core_rule(job, &preferences))
+            .filter(|(_, job)| self.core_rule(job, &preferences, &Member::Alone))
             .map(|(s, _)| s.view.id.clone())
             .collect();
         self.broker.claim(&core_s, true);
@@ -410,36 +410,37 @@ impl Service {
     /// Hands a stored job to the core when the core takes it
     /// ([`brokk_broker::broker::takes`]).
     fn adopt(&self, view: BrokerJob, job: Job, prefs: &JobPreferences) {
-        if self.core_rule(&job, prefs) {
+        if self.core_rule(&job, prefs, &view.member) {
             self.broker.adopt(view, job, prefs.clone());
         }
     }
 
-    /// Whether the core takes a job of its own (not one inherited from
-    /// before a restart, not a workflow's or co-allocation's).
-    pub(super) fn core_rule(&self, job: &Job, prefs: &JobPreferences) -> bool {
+    /// Whether the core takes `job` with `prefs`, part of `member`
+    /// ([`brokk_broker::broker::takes`]).
+    pub(super) fn core_rule(&self, job: &Job, prefs: &JobPreferences, member: &Member) -> bool {
         let route = jobs::route(job, prefs, self.info.exact(), false);
-        brokk_broker::broker::takes(&route, prefs)
+        brokk_broker::broker::takes(&route, prefs, member)
     }
 
-    /// Hands the core, at start, the unfinished jobs it takes: held ones
-    /// wait for release, those at sites are followed there. Accepted ones
-    /// are looked for at the sites first, by the careful path.
+    /// Hands the core, at start, the unfinished jobs it takes: accepted
+    /// ones are looked for at the sites before they are decided, held ones
+    /// wait for release, those at sites are followed there.
     pub async fn adopt_unfinished(&self) -> Result<usize, ServiceError> {
         use BrokerState as S;
         let mut n = 0;
-        for stored in self.db.in_states(&[S::Held, S::Dispatched, S::Running]).await? {
-            if !stored.view.member.is_alone() {
-                continue;
-            }
+        for stored in self
+            .db
+            .in_states(&[S::Accepted, S::Held, S::Dispatched, S::Running])
+            .await?
+        {
             let (Ok(job), Ok(prefs)) = (
                 serde_json::from_str::<Job>(&stored.spec),
                 serde_json::from_str::<JobPreferences>(&stored.prefs),
             ) else {
                 continue;
             };
-            if self.core_rule(&job, &prefs) {
-                self.broker.adopt(stored.view, job, prefs);
+            if self.core_rule(&job, &prefs, &stored.view.member) {
+                self.broker.inherit(stored.view, job, prefs);
                 n += 1;
             }
         }
