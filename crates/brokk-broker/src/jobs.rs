@@ -514,71 +514,11 @@ pub fn within_limits(n: u64, per_request: u64, unfinished: u64, limit: u64) -> R
     Ok(())
 }
 
-/// The path an accepted job takes through the dispatcher.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Route {
-    /// Into the broker reservation it names: its site and slot are chosen
-    /// already, no information needed.
-    Reservation(String),
-    /// One decision per turn, the turn held until the job is at its site
-    /// and the cache then asking the sites it changed again: for a job that
-    /// reserves on its best `reserve_top_k` sites first (two phases at the
-    /// sites), and for every job when the information is exact (each
-    /// decision must see every earlier one landed) or when the job may be
-    /// at a site already (accepted before the broker restarted: its key is
-    /// looked for first).
-    OneByOne {
-        /// Sites to hold a reservation on before choosing (0: none).
-        reserve_top_k: usize,
-    },
-    /// Decided in a batch against the information cache, counted where it
-    /// goes, sent after the turn.
-    Batched,
-}
-
-/// The path `job` takes, with `prefs`, when the broker's information is
-/// `exact` (read afresh at every decision) or not, and the job `inherited`
-/// from before the broker's start or not.
-pub fn route(job: &brokk_model::Job, prefs: &brokk_model::JobPreferences, exact: bool, inherited: bool) -> Route {
-    if let Some(rid) = &job.reservation {
-        return Route::Reservation(rid.clone());
-    }
-    let reserve_top_k = usize::from(prefs.use_reservations == Some(true));
-    if reserve_top_k > 0 || exact || inherited {
-        return Route::OneByOne { reserve_top_k };
-    }
-    Route::Batched
-}
-
 /// Whether an adaptation round looks at a job ([ET-brokering] 3.3): one
 /// waiting at a site whose owner asked for it; a running job stays where
 /// it runs, and one being moved is the round's already.
 pub fn adapts(state: BrokerState, prefs: &brokk_model::JobPreferences) -> bool {
     state == BrokerState::Dispatched && prefs.queue_adaptation == Some(true)
-}
-
-/// Takes the owners in turn, each one's jobs in the order given (oldest
-/// first when given so), so that one user's thousand jobs do not keep
-/// everyone else's waiting behind them.
-pub fn round_robin<T>(items: Vec<T>, owner: impl Fn(&T) -> &str) -> Vec<T> {
-    let mut queues: Vec<(String, std::collections::VecDeque<T>)> = Vec::new();
-    for item in items {
-        let who = owner(&item);
-        match queues.iter_mut().find(|(o, _)| o == who) {
-            Some((_, q)) => q.push_back(item),
-            None => {
-                let o = who.to_string();
-                queues.push((o, std::collections::VecDeque::from([item])));
-            }
-        }
-    }
-    let mut out = Vec::new();
-    while queues.iter().any(|(_, q)| !q.is_empty()) {
-        for (_, q) in &mut queues {
-            out.extend(q.pop_front());
-        }
-    }
-    out
 }
 
 #[cfg(test)]
@@ -806,29 +746,6 @@ mod tests {
     }
 
     #[test]
-    fn a_job_goes_one_by_one_only_where_a_batch_would_be_wrong() {
-        use brokk_model::{Job, JobPreferences};
-        let plain = Job::default();
-        let prefs = JobPreferences::default();
-        assert_eq!(route(&plain, &prefs, false, false), Route::Batched);
-        let reserving = JobPreferences {
-            use_reservations: Some(true),
-            ..JobPreferences::default()
-        };
-        assert_eq!(
-            route(&plain, &reserving, false, false),
-            Route::OneByOne { reserve_top_k: 1 }
-        );
-        assert_eq!(route(&plain, &prefs, true, false), Route::OneByOne { reserve_top_k: 0 });
-        assert_eq!(route(&plain, &prefs, false, true), Route::OneByOne { reserve_top_k: 0 });
-        let into = Job {
-            reservation: Some("r1".into()),
-            ..Job::default()
-        };
-        assert_eq!(route(&into, &reserving, true, true), Route::Reservation("r1".into()));
-    }
-
-    #[test]
     fn adaptation_looks_only_at_waiting_jobs_that_asked_for_it() {
         let asked = brokk_model::JobPreferences {
             queue_adaptation: Some(true),
@@ -837,12 +754,5 @@ mod tests {
         let looked: Vec<BrokerState> = BrokerState::ALL.into_iter().filter(|s| adapts(*s, &asked)).collect();
         assert_eq!(looked, [BrokerState::Dispatched]);
         assert!(!adapts(BrokerState::Dispatched, &Default::default()));
-    }
-
-    #[test]
-    fn dispatch_takes_the_users_in_turn() {
-        let jobs = ["a1", "a2", "a3", "b4", "a5", "c6", "b7"];
-        let order = round_robin(jobs.to_vec(), |j| &j[..1]);
-        assert_eq!(order, ["a1", "b4", "c6", "a2", "b7", "a3", "a5"]);
     }
 }

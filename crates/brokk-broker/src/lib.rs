@@ -1,6 +1,7 @@
-//! The brokering algorithms of seeds 000 and 003 as a library that runs the same
-//! against real sites (through the service) and simulated ones (through the
-//! simulator).
+//! The broker's own core ([`broker::BrokerCore`]) and the brokering
+//! algorithms of [ET-interop] and [ET-brokering] as a library that runs the
+//! same against real sites (the service drives it) and simulated ones (the
+//! simulator drives it).
 //!
 //! Architecture invariant: nothing here sleeps, spawns threads, opens sockets or
 //! reads the wall clock; time comes from a [`Clock`] or as an argument.
@@ -8,9 +9,11 @@
 //! So far: the clock seam; the [`Site`] trait and [`MemorySite`], an in-memory
 //! site on the planner; the predictors of seed 003, 3.1 (benchmark-scaled
 //! execution time, file transfer time, queue wait, TTD and TTS); selection
-//! (validation, filtering with reasons, TTD and TTS selectors); and submission
-//! with fallback and reservation release (seed 003, Algorithm 1); co-allocation
-//! (seed 000, Algorithms 1 and 2); queue adaptation (seed 003, 3.3); and the
+//! (validation, filtering with reasons, TTD and TTS selectors); the broker
+//! core, whose submission falls back past refusals and gives back unused
+//! holds ([ET-brokering] Algorithm 1) and whose rounds adapt queues
+//! ([ET-brokering] 3.3, the rule in [`adapt`]); co-allocation
+//! ([ET-interop] Algorithms 1 and 2); and the
 //! information layer (index, fetch with timeouts, conversion, TTL cache); and
 //! the broker's jobs, whose states change by the rules of [`jobs`] alone.
 

@@ -114,6 +114,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
             // one is a second.
             info_ttl: brokk_model::Duration(config.info_ttl_ms.div_ceil(1000) as i64),
             retry_after: brokk_model::Duration(1),
+            adapt_margin: brokk_model::Duration(config.adapt_margin),
             ..brokk_broker::broker::BrokerParams::default()
         },
     );
@@ -136,7 +137,6 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         counters,
         wake: Arc::new(tokio::sync::Notify::new()),
         inherited: Arc::new(std::sync::Mutex::new(inherited)),
-        adapt_margin: brokk_model::Duration(config.adapt_margin),
         limits: config.limits,
         uploads: brokk_site::uploads::Uploads::new(config.state_dir.join("uploads"), config.limits.upload_bytes)
             .with_quota(brokk_site::uploads::Quota {

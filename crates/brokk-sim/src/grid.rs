@@ -18,17 +18,17 @@
 //! most every `info_ttl` (and at the next decision after the broker itself
 //! changed the site, as live) and visible only `info_delay` after it was
 //! taken, so how stale brokering information is becomes an experiment
-//! parameter. Jobs that reserve, co-allocation and queue adaptation still
-//! call the broker's rules from here, on the core's information.
+//! parameter. Jobs that reserve on their best sites first and queue
+//! adaptation rounds go through the core too (holds and status questions
+//! answered at once; only jobs travel with `latency`). Co-allocation still
+//! calls the broker's rules from here, on the core's information.
 
 use std::collections::HashMap;
 use std::ops::Range;
 
-use brokk_broker::adapt::{adapt, AdaptOptions, Adapted, Tracked};
-use brokk_broker::broker::{BrokerCore, BrokerParams, Effect, NewJob, Report};
+use brokk_broker::broker::{BrokerCore, BrokerParams, Claim, Effect, NewJob, Report};
 use brokk_broker::coalloc::{coallocate, place, CoRequest};
 use brokk_broker::info::FetchFailure;
-use brokk_broker::submit::{submit_informed, SubmitOptions};
 use brokk_broker::{JobHandle, MemorySite, Site, SiteError};
 use brokk_core::queue::Policy;
 use brokk_core::{Candidate, Change, Reply, Request, ReservationId};
@@ -264,14 +264,14 @@ fn viewed<'a>(sites: &'a mut [MemorySite], visible: &'a [ResourceInfo], at: Time
 #[derive(Debug)]
 enum Flight {
     /// Job `job` of broker `b` reaching its site `site` (by position in
-    /// the broker's group), to run with `wall`, in the site's reservation
-    /// `into` when given.
+    /// the broker's group), to run with `wall`, in reservation `claim`
+    /// there when given.
     Arrive {
         b: usize,
         job: String,
         site: usize,
         wall: Option<Duration>,
-        into: Option<u64>,
+        claim: Option<Claim>,
     },
     /// The site's answer reaching broker `b`.
     Answer {
@@ -299,7 +299,6 @@ struct Grid<'a> {
     /// The trace's index of each job a broker holds, by the broker's id.
     held: HashMap<String, usize>,
     staleness: Staleness,
-    by_name: HashMap<String, usize>,
     /// What the run reports of the jobs each site has forgotten, by job
     /// number there.
     ended: Vec<HashMap<u64, Ended>>,
@@ -415,7 +414,7 @@ impl Grid<'_> {
         t: Time,
         b: usize,
         job: &str,
-        (k, wall, into): (usize, Option<Duration>, Option<u64>),
+        (k, wall, claim): (usize, Option<Duration>, Option<Claim>),
     ) -> Result<String, SiteError> {
         let c = self.groups[b].start + k;
         let site = &mut self.sites[c];
@@ -424,12 +423,12 @@ impl Grid<'_> {
             Some(d) if wall.is_some() && d.wall_time != wall => {
                 let mut d = d.clone();
                 d.wall_time = wall;
-                site.submit(OWNER, &d, into.map(ReservationId))
+                site.submit(OWNER, &d, claim.map(|c| ReservationId(c.reservation)))
             }
-            Some(d) => site.submit(OWNER, d, into.map(ReservationId)),
+            Some(d) => site.submit(OWNER, d, claim.map(|c| ReservationId(c.reservation))),
             None => Err(SiteError::Unknown),
         }?;
-        if let Some(&i) = self.held.get(job) {
+        if let Some(i) = index_of(job) {
             let _ = site.set_run_time(&handle, scaled(self.jobs[i].run, self.specs[c].speed));
             site.advance(t);
         }
@@ -450,9 +449,9 @@ impl Grid<'_> {
                     job,
                     site,
                     wall,
-                    into,
+                    claim,
                 } => {
-                    let answer = self.deliver(at, b, &job, (site, wall, into));
+                    let answer = self.deliver(at, b, &job, (site, wall, claim));
                     let f = Flight::Answer { b, job, site, answer };
                     self.flights.push_back((at + self.latency, f));
                 }
@@ -512,14 +511,14 @@ impl Grid<'_> {
                         job,
                         site: k,
                         wall,
-                        into,
+                        claim,
                     } if self.latency.0 > 0 => {
                         let f = Flight::Arrive {
                             b,
                             job,
                             site: k,
                             wall,
-                            into,
+                            claim,
                         };
                         self.flights.push_back((t + self.latency, f));
                     }
@@ -527,15 +526,46 @@ impl Grid<'_> {
                         job,
                         site: k,
                         wall,
-                        into,
+                        claim,
                     } => {
-                        let answer = self.deliver(t, b, &job, (k, wall, into));
+                        let answer = self.deliver(t, b, &job, (k, wall, claim));
                         self.cores[b].sent(t, &job, k, answer);
+                    }
+                    // Holds are answered at once, latency or not: only
+                    // jobs travel.
+                    Effect::Hold {
+                        job,
+                        site: k,
+                        owner,
+                        request,
+                        until,
+                    } => {
+                        let site = &mut self.sites[start + k];
+                        site.advance(t);
+                        let answer = site.reserve(&owner, &request, Some(until));
+                        self.cores[b].held(t, &job, k, answer);
+                    }
+                    Effect::Release {
+                        site: k,
+                        reservation,
+                        owner,
+                    } => {
+                        let site = &mut self.sites[start + k];
+                        site.advance(t);
+                        let _ = site.cancel(&owner, ReservationId(reservation));
                     }
                     // A simulated broker starts with no jobs behind it and
                     // holds no reservations of its users': neither is
                     // asked of it (nothing is found, nothing read).
                     Effect::Find { job } => self.cores[b].found(t, &job, Ok(None)),
+                    Effect::Status { job, site: k, site_job } => {
+                        let site = &mut self.sites[start + k];
+                        site.advance(t);
+                        let answer = site.status(&JobHandle(site_job));
+                        self.cores[b].status(t, &job, answer);
+                    }
+                    // The copy let go reports nothing the grid reads.
+                    Effect::Retired { .. } => {}
                     Effect::Resolve { job, .. } => self.cores[b].resolved(t, &job, Ok(None)),
                     Effect::Placed {
                         job,
@@ -544,7 +574,9 @@ impl Grid<'_> {
                         prediction,
                         decided,
                     } => {
-                        if let Some(i) = self.held.remove(&job) {
+                        // Placed for the first time, or moved.
+                        self.held.remove(&job);
+                        if let Some(i) = index_of(&job) {
                             placed.push((i, start + k, JobHandle(site_job), decided + prediction.ttd()));
                         }
                     }
@@ -561,6 +593,12 @@ impl Grid<'_> {
             }
         }
     }
+}
+
+/// The trace index of the broker's job `id`: the simulator names each
+/// job it hands a broker by its index.
+fn index_of(id: &str) -> Option<usize> {
+    id.parse().ok()
 }
 
 /// The job a simulated arrival becomes: it names the speed benchmark with
@@ -620,9 +658,15 @@ pub fn simulate_grid(clusters: &[ClusterSpec], jobs: &[SimJob], routing: GridRou
         groups
             .iter()
             .map(|g| {
+                let reserve_top_k = match routing {
+                    GridRouting::Broker { reserve_top_k, .. } => reserve_top_k,
+                    GridRouting::Fixed(_) => 0,
+                };
                 let params = BrokerParams {
                     info_ttl: staleness.info_ttl,
                     persist: false,
+                    reserve_top_k,
+                    adapt_margin: adaptation.map_or(BrokerParams::default().adapt_margin, |a| a.margin),
                     ..BrokerParams::default()
                 };
                 let mut core = BrokerCore::new(clusters[g.clone()].iter().map(|c| c.name.clone()).collect(), params);
@@ -650,7 +694,6 @@ pub fn simulate_grid(clusters: &[ClusterSpec], jobs: &[SimJob], routing: GridRou
             .collect(),
         ended: vec![HashMap::new(); sites.len()],
         specs: clusters,
-        by_name: clusters.iter().enumerate().map(|(k, c)| (c.name.clone(), k)).collect(),
         sites,
         staleness,
     };
@@ -662,12 +705,9 @@ pub fn simulate_grid(clusters: &[ClusterSpec], jobs: &[SimJob], routing: GridRou
     let mut placed: Vec<Option<(usize, JobHandle, Option<Time>)>> = vec![None; jobs.len()];
     let mut unrouted = jobs.len() - order.len();
     let mut next = 0;
-    // Adaptation: the next round, and the broker's placed jobs that may
-    // still move, in placement order.
+    // Adaptation: the next round, while a broker holds jobs it may move.
     let adaptation = adaptation.filter(|a| routing.is_broker() && a.every.0 > 0);
     let mut next_round = adaptation.map(|a| start + a.every);
-    let mut watched: Vec<usize> = Vec::new();
-    let mut moved = 0;
     // Co-allocated jobs: their parts' sites and handles.
     let mut parts: HashMap<usize, Vec<(usize, JobHandle)>> = HashMap::new();
     let mut next_harvest = start + HARVEST_EVERY;
@@ -677,7 +717,7 @@ pub fn simulate_grid(clusters: &[ClusterSpec], jobs: &[SimJob], routing: GridRou
         let due = [
             arrival,
             grid.next_event(),
-            next_round.filter(|_| !watched.is_empty()),
+            next_round.filter(|_| grid.cores.iter().any(|c| c.adapting() > 0)),
             landing,
         ];
         let Some(t) = due.into_iter().flatten().min() else {
@@ -690,14 +730,16 @@ pub fn simulate_grid(clusters: &[ClusterSpec], jobs: &[SimJob], routing: GridRou
         }
         // Answers that place jobs: their run times were set as they reached their sites.
         for (k, c, handle, predicted) in grid.land(t) {
-            placed[k] = Some((c, handle, Some(predicted)));
-            if adaptation.is_some() {
-                watched.push(k);
-            }
+            // A job moved keeps its first prediction, which is what is judged.
+            let first = placed[k].as_ref().and_then(|p| p.2);
+            placed[k] = Some((c, handle, first.or(Some(predicted))));
         }
         if let (Some(a), Some(round)) = (adaptation, next_round.filter(|r| *r == t)) {
             next_round = Some(round + a.every);
-            moved += grid.adapt(jobs, &mut placed, &mut watched, t, a);
+            for (k, c, handle, _) in grid.adapt(t) {
+                let first = placed[k].as_ref().and_then(|p| p.2);
+                placed[k] = Some((c, handle, first));
+            }
         }
         while let Some(&i) = order.get(next).filter(|&&i| jobs[i].submit == t) {
             next += 1;
@@ -737,21 +779,12 @@ pub fn simulate_grid(clusters: &[ClusterSpec], jobs: &[SimJob], routing: GridRou
                     None,
                     GridRouting::Broker {
                         objective,
-                        reserve_top_k: 0,
-                    },
-                ) => {
-                    let (placed, waits) = grid.dispatch(i, j, t, home, objective);
-                    (placed, waits, true)
-                }
-                (
-                    None,
-                    GridRouting::Broker {
-                        objective,
                         reserve_top_k,
                     },
                 ) => {
-                    let one = grid.reserve(j, t, home, objective, reserve_top_k);
-                    (one.map(|(c, h, p)| (i, c, h, p)).into_iter().collect(), false, false)
+                    let how = (objective, reserve_top_k > 0, adaptation.is_some());
+                    let (placed, waits) = grid.dispatch(i, j, t, home, how);
+                    (placed, waits, true)
                 }
                 (None, GridRouting::Fixed(_)) => (Vec::new(), false, false),
             };
@@ -765,22 +798,20 @@ pub fn simulate_grid(clusters: &[ClusterSpec], jobs: &[SimJob], routing: GridRou
                     site.advance(t);
                 }
                 placed[k] = Some((c, handle, predicted));
-                if adaptation.is_some() {
-                    watched.push(k);
-                }
             }
         }
     }
     // Jobs a broker still held for another try at the end never ran.
     unrouted += grid.held.len();
     let mut run = grid.collect(jobs, &placed, &parts, unrouted, routing);
-    run.moved = moved;
+    run.moved = grid.cores.iter().map(|c| c.moved() as usize).sum();
     run
 }
 
 impl Grid<'_> {
     /// Job `i` (`j`) arriving at `t` at its home broker `b`, which accepts
-    /// it, decides and sends it as `brokk serve` does.
+    /// it, decides and sends it as `brokk serve` does, by `objective`,
+    /// holding reservations on its best sites first when it `reserves`.
     /// Returns every job the broker placed meanwhile (trace index, site,
     /// handle, predicted completion), and whether job `i` waits at the
     /// broker for another try.
@@ -791,7 +822,7 @@ impl Grid<'_> {
         j: &SimJob,
         t: Time,
         b: usize,
-        objective: Objective,
+        (objective, reserves, adapts): (Objective, bool, bool),
     ) -> (Vec<(usize, usize, JobHandle, Option<Time>)>, bool) {
         self.refresh(t, b);
         let id = i.to_string();
@@ -801,7 +832,8 @@ impl Grid<'_> {
             job: job_of(j),
             prefs: JobPreferences {
                 objective: Some(objective),
-                use_reservations: Some(false),
+                use_reservations: Some(reserves),
+                queue_adaptation: Some(adapts),
                 ..JobPreferences::default()
             },
             hold: false,
@@ -821,40 +853,6 @@ impl Grid<'_> {
         }
         let placed = placed.into_iter().map(|(k, c, h, at)| (k, c, h, Some(at))).collect();
         (placed, waits)
-    }
-
-    /// The broker's submission of `j` at `t` at its home broker `b`,
-    /// reserving on the best `reserve_top_k` sites first.
-    fn reserve(
-        &mut self,
-        j: &SimJob,
-        t: Time,
-        b: usize,
-        objective: Objective,
-        reserve_top_k: usize,
-    ) -> Option<(usize, JobHandle, Option<Time>)> {
-        self.refresh(t, b);
-        let home = self.groups[b].clone();
-        let job = job_of(j);
-        let prefs = JobPreferences {
-            objective: Some(objective),
-            use_reservations: Some(true),
-            ..JobPreferences::default()
-        };
-        let all: Vec<usize> = (0..home.len()).collect();
-        let core = &self.cores[b];
-        let mut views = viewed(&mut self.sites[home.clone()], core.information(), t);
-        let mut refs: Vec<&mut dyn Site> = views.iter_mut().map(|v| v as &mut dyn Site).collect();
-        let opts = SubmitOptions {
-            reserve_top_k,
-            ..SubmitOptions::default()
-        };
-        let seen = (core.information(), &all[..]);
-        let s = submit_informed(&job, &prefs, OWNER, &mut refs, seen, Vec::new(), t, opts).ok()?;
-        let c = *self.by_name.get(&s.endpoint)?;
-        // Reservations were made and given back: asked again.
-        self.cores[b].changed(c - home.start);
-        Some((c, s.handle, Some(t + s.prediction.ttd())))
     }
 
     /// Co-allocates `j` at `t` in as few equal parts as the largest site
@@ -900,61 +898,16 @@ impl Grid<'_> {
         Some(plan.assignments.iter().map(|a| home.start + a.0).zip(handles).collect())
     }
 
-    /// One adaptation round at `t` over the watched jobs: those that have
-    /// started leave the watch, those a site would deliver sooner by the
-    /// margin move there (the broker's own rule, as `brokk serve` runs
-    /// it). Returns the moves.
-    fn adapt(
-        &mut self,
-        jobs: &[SimJob],
-        placed: &mut [Option<(usize, JobHandle, Option<Time>)>],
-        watched: &mut Vec<usize>,
-        t: Time,
-        a: Adaptation,
-    ) -> usize {
+    /// One adaptation round at `t` at every broker ([ET-brokering] 3.3, the
+    /// broker core's own rule, as `brokk serve` runs it): the jobs moved,
+    /// (trace index, site, handle, predicted completion).
+    fn adapt(&mut self, t: Time) -> Vec<(usize, usize, JobHandle, Time)> {
+        let mut moved = Vec::new();
         for b in 0..self.cores.len() {
             self.refresh(t, b);
+            self.cores[b].adapt(t);
+            moved.extend(self.carry_out(t, b));
         }
-        let opts = AdaptOptions {
-            margin: a.margin,
-            ..AdaptOptions::default()
-        };
-        let mut moved = 0;
-        watched.retain(|&i| {
-            let Some((c, handle, predicted)) = placed[i].clone() else {
-                return false;
-            };
-            let mut tracked = Tracked {
-                job: job_of(&jobs[i]),
-                prefs: JobPreferences {
-                    objective: Some(Objective::EarliestCompletion),
-                    ..JobPreferences::default()
-                },
-                owner: OWNER.into(),
-                endpoint: self.specs[c].name.clone(),
-                handle,
-            };
-            // Among the sites of the broker that placed it.
-            let b = self.broker_of(c);
-            let mine = self.groups[b].clone();
-            let mut views = viewed(&mut self.sites[mine.clone()], self.cores[b].information(), t);
-            let mut refs: Vec<&mut dyn Site> = views.iter_mut().map(|v| v as &mut dyn Site).collect();
-            match adapt(&mut tracked, &mut refs, t, opts) {
-                Ok(Adapted::Moved { to, .. }) => {
-                    let Some(&to) = self.by_name.get(&to) else { return false };
-                    let site = &mut self.sites[to];
-                    let _ = site.set_run_time(&tracked.handle, scaled(jobs[i].run, self.specs[to].speed));
-                    site.advance(t);
-                    self.cores[b].changed(c - mine.start);
-                    self.cores[b].changed(to - mine.start);
-                    placed[i] = Some((to, tracked.handle, predicted));
-                    moved += 1;
-                    true
-                }
-                Ok(Adapted::Stayed) => true,
-                Ok(Adapted::Started) | Err(_) => false,
-            }
-        });
         moved
     }
 

@@ -21,34 +21,41 @@
 //! the broker restarted is looked for at the sites under its key first
 //! ([`Effect::Find`]), so a restart never sends a second copy.
 //!
-//! Not yet here (the drivers still call the rules themselves): jobs that
-//! reserve on their best sites first, co-allocations, workflows and their
-//! course, queue adaptation and the broker-as-a-site view.
+//! A job that asks for reservations holds one on each of its best
+//! `reserve_top_k` sites first ([`Effect::Hold`], [ET-brokering]'s two
+//! phases), is sent to the best candidate as the grants leave it, into its
+//! hold there, and every other hold is given back ([`Effect::Release`]).
+//!
+//! A workflow's task is taken once its parents ended ([`BrokerCore::ready`])
+//! and sent into the reservation its workflow made for it.
+//!
+//! Not yet here (the drivers still call the rules themselves): standalone
+//! reservations, co-allocations, workflows' admission and course, queue
+//! adaptation and the broker-as-a-site view.
 
 use std::borrow::Cow;
 use std::collections::{HashMap, VecDeque};
 
+use brokk_core::{Reply, Request, ReservationId};
 use brokk_model::{Duration, Job, JobPhase, JobPreferences, ResourceInfo, Time};
 
 use crate::info::{booked_wall, Answer, FetchFailure};
 use crate::jobs::{self, Applied, BrokerJob, BrokerState, Change, Entry, HistoryEntry, OverLimit, Refused};
-use crate::predict::{Prediction, STANDARD_PREDICTOR};
-use crate::select::{assess, validate_at, Mismatch, Ranked};
+use crate::predict::{Prediction, Predictor, STANDARD_PREDICTOR};
+use crate::select::{assess, selector_for, validate_at, Mismatch, Ranked};
 use crate::site::SiteError;
+use crate::submit::hold_request;
 use crate::submit::SubmitError;
 
 #[cfg(test)]
 mod tests;
 
-/// Whether the core takes a job that goes `route` with `prefs`, part of
-/// `member`: every job of its own that adaptation does not move and that
-/// does not reserve on its best sites first (two phases at the sites,
-/// still the drivers' own way), whether the information is exact or not
-/// and whether it names a reservation or not. A workflow's task and a
-/// co-allocation's part follow their whole.
-pub fn takes(route: &jobs::Route, prefs: &JobPreferences, member: &jobs::Member) -> bool {
-    let own = member.is_alone() && prefs.queue_adaptation != Some(true);
-    own && !matches!(route, jobs::Route::OneByOne { reserve_top_k } if *reserve_top_k > 0)
+/// Whether the core takes a job that is part of `member`: every job but
+/// a co-allocation's parts, which are placed together by their whole
+/// (still the drivers' own way). A workflow's task is taken once its
+/// parents ended ([`BrokerCore::ready`]).
+pub fn takes(member: &jobs::Member) -> bool {
+    !matches!(member, jobs::Member::Part { .. })
 }
 
 /// A broker reservation as a job that names it finds it.
@@ -66,6 +73,9 @@ pub struct Reserved {
     pub end: Time,
     /// Committed, neither cancelled nor only held.
     pub committed: bool,
+    /// Made by a workflow for one of its tasks: it ends with the task's
+    /// job, where a user's own outlives the jobs run in it.
+    pub workflow: bool,
 }
 
 /// Whether a job of `owner`'s may run at `now` in reservation `rid` as
@@ -102,6 +112,14 @@ pub struct BrokerParams {
     /// ([`Effect::Persist`]); a simulation that reports from its sites
     /// turns this off.
     pub persist: bool,
+    /// On how many of its best sites a job that asks for reservations
+    /// (`use_reservations`) holds one before it is sent ([ET-brokering]'s
+    /// two phases); 0: none.
+    pub reserve_top_k: usize,
+    /// How long after its earliest start such a hold may begin.
+    pub reservation_window: Duration,
+    /// The least sooner delivery a move by queue adaptation must gain.
+    pub adapt_margin: Duration,
 }
 
 impl Default for BrokerParams {
@@ -112,6 +130,9 @@ impl Default for BrokerParams {
             info_ttl: crate::info::DEFAULT_TTL,
             retry_after: Duration(5),
             persist: true,
+            reserve_top_k: 1,
+            reservation_window: Duration::hours(24),
+            adapt_margin: Duration::minutes(10),
         }
     }
 }
@@ -126,9 +147,9 @@ pub enum Effect {
         site: usize,
     },
     /// Send job `job` (its description: [`BrokerCore::description`]) to
-    /// site `site`, asking for `wall` as its wall time when given, into the
-    /// site's reservation `into` when given, under its owner's identity
-    /// there, and give the answer back with [`BrokerCore::sent`].
+    /// site `site`, asking for `wall` as its wall time when given, into a
+    /// reservation there when given, under its owner's identity there,
+    /// and give the answer back with [`BrokerCore::sent`].
     Send {
         /// The broker's id of the job.
         job: String,
@@ -136,8 +157,34 @@ pub enum Effect {
         site: usize,
         /// The wall time to ask for.
         wall: Option<Duration>,
-        /// The site's id of the reservation it runs in.
-        into: Option<u64>,
+        /// The reservation it runs in.
+        claim: Option<Claim>,
+    },
+    /// Hold a reservation for job `job` at site `site` for `owner` (the
+    /// user it runs as), lapsing at `until` unless a submission claims
+    /// it, and give the answer back with [`BrokerCore::held`].
+    Hold {
+        /// The broker's id of the job.
+        job: String,
+        /// The site, by position.
+        site: usize,
+        /// Whom it is held for.
+        owner: String,
+        /// What is asked.
+        request: Request,
+        /// When the hold lapses.
+        until: Time,
+    },
+    /// Give back `owner`'s reservation `reservation` at site `site`: held
+    /// for a job that went elsewhere. Nothing is answered (a hold not
+    /// given back lapses by itself).
+    Release {
+        /// The site, by position.
+        site: usize,
+        /// The site's id of the reservation.
+        reservation: u64,
+        /// Whom it was held for.
+        owner: String,
     },
     /// Look for job `job` at every site under its key (its id): it was
     /// accepted before the broker restarted and may have reached one.
@@ -145,6 +192,26 @@ pub enum Effect {
     Find {
         /// The broker's id of the job.
         job: String,
+    },
+    /// Ask site `site` where its job `site_job` (job `job`) stands, and
+    /// give the answer back with [`BrokerCore::status`].
+    Status {
+        /// The broker's id of the job.
+        job: String,
+        /// The site, by position.
+        site: usize,
+        /// The site's id for it.
+        site_job: String,
+    },
+    /// Job `job`'s copy `site_job` at site `site` was let go for a move:
+    /// what the site reports of it is no longer the job's.
+    Retired {
+        /// The broker's id of the job.
+        job: String,
+        /// The site, by position.
+        site: usize,
+        /// The site's id of the copy let go.
+        site_job: String,
     },
     /// Read broker reservation `reservation`, which job `job` names, and
     /// give it back with [`BrokerCore::resolved`].
@@ -186,6 +253,16 @@ pub enum Effect {
         /// The state it entered, when it entered one.
         line: Option<HistoryEntry>,
     },
+}
+
+/// A reservation a job is sent into.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Claim {
+    /// The site's id of the reservation.
+    pub reservation: u64,
+    /// Whether it ends with the job: held by the broker for this job
+    /// alone, where a user's own reservation outlives it.
+    pub release_with_job: bool,
 }
 
 /// A job being accepted.
@@ -270,6 +347,20 @@ enum Asked {
     },
 }
 
+/// Where a job queue adaptation moves is in its move.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Move {
+    /// Its site is asked whether it still waits there.
+    Asking,
+    /// Its site is asked to let it go.
+    Withdrawing,
+    /// Let go at site `from`, and decided again.
+    Resending {
+        /// The site it left.
+        from: usize,
+    },
+}
+
 /// A decided job on its way down its candidates.
 #[derive(Debug, Clone)]
 struct Attempt {
@@ -293,11 +384,45 @@ struct Attempt {
     seq: u64,
     /// Its processors.
     cpus: u32,
+    /// Whether it holds reservations on its best sites before it is sent
+    /// (then nothing is counted where it goes: the site is asked again).
+    reserving: bool,
+    /// The reservation held for each candidate (empty unless reserving).
+    held: Vec<Option<ReservationId>>,
+    /// Holds asked for and not answered yet.
+    holding: usize,
 }
 
 impl Attempt {
     fn site(&self) -> usize {
         self.site_of[self.candidates[self.next].index]
+    }
+
+    /// The send of candidate `next`, into its reservation when one is held.
+    fn send(&self, job: &str) -> Effect {
+        let c = &self.candidates[self.next];
+        Effect::Send {
+            job: job.to_string(),
+            site: self.site_of[c.index],
+            wall: c.prediction.requested_wall_time,
+            claim: self.held.get(self.next).copied().flatten().map(|r| Claim {
+                reservation: r.0,
+                release_with_job: true,
+            }),
+        }
+    }
+
+    /// Gives back every reservation held but candidate `used`'s.
+    fn release(&self, used: Option<usize>, outbox: &mut Vec<Effect>) {
+        for (i, h) in self.held.iter().enumerate() {
+            if let (Some(r), false) = (h, used == Some(i)) {
+                outbox.push(Effect::Release {
+                    site: self.site_of[self.candidates[i].index],
+                    reservation: r.0,
+                    owner: self.owner.clone(),
+                });
+            }
+        }
     }
 }
 
@@ -322,6 +447,12 @@ pub struct BrokerCore {
     sending: HashMap<String, Attempt>,
     /// Jobs the driver was asked about, or sent into a reservation.
     looking: HashMap<String, Lookup>,
+    /// Jobs whose owners asked for queue adaptation, in id order.
+    adapting: std::collections::BTreeSet<String>,
+    /// Jobs in a move.
+    moves: HashMap<String, Move>,
+    /// Moves made, to another site.
+    moved: u64,
     /// The broker's job of each (site, site's id).
     at_site: HashMap<(usize, String), String>,
     /// Decisions made so far.
@@ -353,6 +484,9 @@ impl BrokerCore {
             unfinished: HashMap::new(),
             sending: HashMap::new(),
             looking: HashMap::new(),
+            adapting: std::collections::BTreeSet::new(),
+            moves: HashMap::new(),
+            moved: 0,
             at_site: HashMap::new(),
             decisions: 0,
             outbox: Vec::new(),
@@ -475,6 +609,36 @@ impl BrokerCore {
         }
     }
 
+    /// Takes a planned job whose turn has come (a workflow's task whose
+    /// parents ended, `detail` saying so), already stored as planned: it is
+    /// accepted now and decided as any other.
+    pub fn ready(
+        &mut self,
+        now: Time,
+        mut view: BrokerJob,
+        job: Job,
+        prefs: JobPreferences,
+        detail: String,
+    ) -> Result<(), Refused> {
+        let applied = jobs::apply(&mut view, Change::Ready, now)?;
+        let line = match applied {
+            Applied::Entered(state) => Some(HistoryEntry {
+                at: now,
+                state,
+                detail: Some(detail),
+            }),
+            _ => None,
+        };
+        persist(self.params.persist, &mut self.outbox, &view, line);
+        self.hold_record(Record {
+            view,
+            job,
+            prefs,
+            inherited: false,
+        });
+        Ok(())
+    }
+
     /// Whether job `id` is on its way somewhere: decided and being sent,
     /// or asked about.
     fn in_flight(&self, id: &str) -> bool {
@@ -484,6 +648,9 @@ impl BrokerCore {
     fn hold_record(&mut self, r: Record) {
         let id = r.view.id.clone();
         let state = r.view.state();
+        if r.prefs.queue_adaptation == Some(true) {
+            self.adapting.insert(id.clone());
+        }
         if jobs::counts_toward_limit(state) {
             *self.unfinished.entry(r.view.owner.clone()).or_default() += 1;
         }
@@ -568,13 +735,142 @@ impl BrokerCore {
         site_job: &str,
         answer: Result<(), SiteError>,
     ) -> Result<Applied, SiteError> {
+        let id = self.at_site.get(&(site, site_job.to_string())).cloned();
+        if let Some(id) = id.as_ref().filter(|id| self.moves.get(*id) == Some(&Move::Withdrawing)) {
+            return self.let_go_for_move(now, id, site, site_job, answer);
+        }
         answer?;
-        let Some(id) = self.at_site.get(&(site, site_job.to_string())).cloned() else {
+        let Some(id) = id else {
             return Ok(Applied::Unchanged);
         };
         Ok(self
             .change(&id, Change::Cancel, now, Some("cancelled by its owner".into()))
             .unwrap_or(Applied::Unchanged))
+    }
+
+    /// Jobs that queue adaptation may move (those whose owners asked for
+    /// it, until they end).
+    pub fn adapting(&self) -> usize {
+        self.adapting.len()
+    }
+
+    /// Moves queue adaptation made to another site so far.
+    pub fn moved(&self) -> u64 {
+        self.moved
+    }
+
+    /// One round of queue adaptation ([ET-brokering] 3.3) at `now`: the
+    /// site of every job that asked for it and waits at one is asked where
+    /// it stands ([`Effect::Status`]); the answers decide the moves
+    /// ([`BrokerCore::status`]).
+    pub fn adapt(&mut self, now: Time) {
+        let _ = now;
+        for id in &self.adapting {
+            let Some(r) = self.jobs.get(id) else { continue };
+            if !jobs::adapts(r.view.state(), &r.prefs) || self.moves.contains_key(id) {
+                continue;
+            }
+            let (Some(site), Some(site_job)) = (&r.view.site, &r.view.site_job) else {
+                continue;
+            };
+            let Some(k) = self.sites.iter().position(|s| &s.name == site) else {
+                continue;
+            };
+            self.outbox.push(Effect::Status {
+                job: id.clone(),
+                site: k,
+                site_job: site_job.clone(),
+            });
+            self.moves.insert(id.clone(), Move::Asking);
+        }
+    }
+
+    /// Where job `id` stands at its site, as asked at `now`: one still
+    /// waiting there that another site would deliver at least
+    /// `adapt_margin` sooner ([`crate::adapt::worth_moving`], on the
+    /// information at hand) is moved. Its site is asked to let it go first
+    /// ([`Effect::Withdraw`]), so it can never run twice; it is then
+    /// decided again over every site, its old one included.
+    pub fn status(&mut self, now: Time, id: &str, answer: Result<crate::site::JobState, SiteError>) {
+        if self.moves.get(id) != Some(&Move::Asking) {
+            return;
+        }
+        self.moves.remove(id);
+        let Ok(crate::site::JobState::Queued { expected_start }) = answer else {
+            return;
+        };
+        let Some(r) = self.jobs.get(id).filter(|r| r.view.state() == BrokerState::Dispatched) else {
+            return;
+        };
+        let (Some(from), Some(site_job)) = (
+            r.view.site.as_deref().and_then(|s| self.site_position(s)),
+            r.view.site_job.clone(),
+        ) else {
+            return;
+        };
+        let AtHand { infos, site_of, .. } = self.at_hand();
+        let Some(here) = site_of.iter().position(|&k| k == from) else {
+            return;
+        };
+        let margin = self.params.adapt_margin;
+        let worth = crate::adapt::worth_moving(
+            &r.job,
+            &r.prefs,
+            &infos,
+            here,
+            expected_start,
+            now,
+            margin,
+            &STANDARD_PREDICTOR,
+        );
+        drop(infos);
+        if worth.is_none() {
+            return;
+        }
+        let owner = r.view.runs_as.clone().unwrap_or_else(|| r.view.owner.clone());
+        let Some(r) = self.jobs.get_mut(id) else { return };
+        // Not a state its history shows: it stays or moves.
+        if jobs::apply(&mut r.view, Change::StartMove, now).is_err() {
+            return;
+        }
+        persist(self.params.persist, &mut self.outbox, &r.view, None);
+        self.moves.insert(id.to_string(), Move::Withdrawing);
+        self.outbox.push(Effect::Withdraw {
+            site: from,
+            site_job,
+            owner,
+        });
+    }
+
+    /// Site `site`'s answer when asked to let job `id`'s copy `site_job`
+    /// go for a move: let go, the job is decided again; kept, it stays
+    /// where it is.
+    fn let_go_for_move(
+        &mut self,
+        now: Time,
+        id: &str,
+        site: usize,
+        site_job: &str,
+        answer: Result<(), SiteError>,
+    ) -> Result<Applied, SiteError> {
+        if let Err(e) = answer {
+            self.moves.remove(id);
+            if let Some(r) = self.jobs.get_mut(id) {
+                if jobs::apply(&mut r.view, Change::EndMove(None), now).is_ok() {
+                    persist(self.params.persist, &mut self.outbox, &r.view, None);
+                }
+            }
+            return Err(e);
+        }
+        self.at_site.remove(&(site, site_job.to_string()));
+        self.outbox.push(Effect::Retired {
+            job: id.to_string(),
+            site,
+            site_job: site_job.to_string(),
+        });
+        self.moves.insert(id.to_string(), Move::Resending { from: site });
+        self.decide_one(id.to_string(), now);
+        Ok(Applied::Unchanged)
     }
 
     /// The position of the site named `name`.
@@ -628,6 +924,8 @@ impl BrokerCore {
         };
         persist(self.params.persist, &mut self.outbox, &r.view, line);
         if state.is_terminal() {
+            self.adapting.remove(id);
+            self.moves.remove(id);
             if let Some(r) = self.jobs.remove(id) {
                 if let (Some(site), Some(job)) = (r.view.site, r.view.site_job) {
                     if let Some(k) = self.site_position(&site) {
@@ -680,7 +978,7 @@ impl BrokerCore {
         let mut on_way: Vec<(u64, u32, Duration)> = self
             .sending
             .values()
-            .filter(|a| a.site() == site)
+            .filter(|a| !a.reserving && a.site() == site)
             .map(|a| (a.seq, a.cpus, booked_wall(&a.candidates[a.next].prediction)))
             .collect();
         on_way.sort_unstable_by_key(|w| w.0);
@@ -870,7 +1168,7 @@ impl BrokerCore {
         let verdict = claimable(owner, rid, found.as_ref(), now).and_then(|()| {
             let r = found.as_ref().ok_or_else(|| format!("no reservation {rid}"))?;
             match self.site_position(&r.site) {
-                Some(k) => Ok((k, r.site_reservation, r.start)),
+                Some(k) => Ok((k, r.site_reservation, r.start, r.workflow)),
                 None => Err(format!(
                     "it cannot run in reservation {rid}: its site {} is not one of this broker's",
                     r.site
@@ -878,12 +1176,18 @@ impl BrokerCore {
             }
         });
         match verdict {
-            Ok((site, site_reservation, start)) => {
+            Ok((site, site_reservation, start, workflow)) => {
+                // A user's own reservation outlives the job; a task's ends
+                // with it.
+                let claim = Claim {
+                    reservation: site_reservation,
+                    release_with_job: workflow,
+                };
                 self.outbox.push(Effect::Send {
                     job: id.to_string(),
                     site,
                     wall: None,
-                    into: Some(site_reservation),
+                    claim: Some(claim),
                 });
                 let asked = Asked::Claim {
                     reservation: rid.clone(),
@@ -955,9 +1259,11 @@ impl BrokerCore {
     /// Whether job `id` is held here and still waits to be dispatched
     /// (not held, cancelled or failed meanwhile).
     fn waits_here(&self, id: &str) -> bool {
-        self.jobs
-            .get(id)
-            .is_some_and(|r| r.view.state() == BrokerState::Accepted)
+        self.jobs.get(id).is_some_and(|r| match r.view.state() {
+            BrokerState::Accepted => true,
+            BrokerState::Moving => matches!(self.moves.get(id), Some(Move::Resending { .. })),
+            _ => false,
+        })
     }
 
     /// Decides job `id` at `now`: its candidates from the information at
@@ -972,6 +1278,11 @@ impl BrokerCore {
         let AtHand { infos, site_of, failed } = self.at_hand();
         let ranking = assess(&r.job, &r.prefs, &infos, now, &STANDARD_PREDICTOR);
         let site_of = site_of.into_owned();
+        let reserving = self.params.reserve_top_k > 0 && r.prefs.use_reservations == Some(true);
+        let holds: Vec<(usize, Request)> = match reserving {
+            true => self.holds(&r.job, &ranking.ranked, &infos, &site_of, now),
+            false => Vec::new(),
+        };
         drop(infos);
         let mut candidates = ranking.ranked;
         // Most jobs go to the best: the rest are put in order only when it
@@ -985,10 +1296,12 @@ impl BrokerCore {
             return;
         };
         candidates.swap(0, best);
+        if reserving {
+            candidates.sort_by_key(|c| (c.score, c.index));
+        }
         let first = site_of[candidates[0].index];
         let cpus = r.job.cpus.unwrap_or(1);
-        crate::info::book(&mut self.infos[first], cpus, booked_wall(&candidates[0].prediction));
-        let wall = candidates[0].prediction.requested_wall_time;
+        let n = candidates.len();
         let a = Attempt {
             owner: r.view.runs_as.clone().unwrap_or_else(|| r.view.owner.clone()),
             candidates,
@@ -1000,20 +1313,108 @@ impl BrokerCore {
             decided: now,
             seq: self.decisions,
             cpus,
+            reserving,
+            held: if reserving { vec![None; n] } else { Vec::new() },
+            holding: holds.len(),
         };
         self.decisions += 1;
-        self.outbox.push(Effect::Send {
-            job: id.clone(),
-            site: first,
-            wall,
-            into: None,
-        });
+        if !reserving {
+            crate::info::book(&mut self.infos[first], cpus, booked_wall(&a.candidates[0].prediction));
+        }
+        for (site, request) in holds {
+            self.outbox.push(Effect::Hold {
+                job: id.clone(),
+                site,
+                owner: a.owner.clone(),
+                request,
+                until: now + crate::submit::HOLD_FOR,
+            });
+        }
+        if a.holding == 0 {
+            self.outbox.push(a.send(&id));
+        }
+        // Otherwise sent once every hold is answered, to the best as it
+        // then stands.
         self.sending.insert(id, a);
+    }
+
+    /// The holds a job that reserves asks for: one on each of its best
+    /// `reserve_top_k` candidates (by score, ties to the site listed
+    /// first) whose site takes reservations, as (site, request).
+    fn holds(
+        &self,
+        job: &Job,
+        ranked: &[Ranked],
+        infos: &[ResourceInfo],
+        site_of: &[usize],
+        now: Time,
+    ) -> Vec<(usize, Request)> {
+        let mut best: Vec<&Ranked> = ranked.iter().collect();
+        best.sort_by_key(|c| (c.score, c.index));
+        best.into_iter()
+            .take(self.params.reserve_top_k)
+            .filter(|c| infos[c.index].reservations)
+            .map(|c| {
+                let req = hold_request(job, &c.prediction, now, self.params.reservation_window);
+                (site_of[c.index], req)
+            })
+            .collect()
+    }
+
+    /// What site `site` answered when asked to hold a reservation for job
+    /// `id`: a grant re-predicts the job there from the reservation's
+    /// start. Once every hold is answered the job is sent to the best
+    /// candidate as it then stands, into its reservation when it holds
+    /// one; a job held or cancelled meanwhile gives every hold back.
+    pub fn held(&mut self, _now: Time, id: &str, site: usize, answer: Result<Reply, SiteError>) {
+        let wanted = self.waits_here(id);
+        let Some(a) = self.sending.get_mut(id) else {
+            return;
+        };
+        let Some(i) = (0..a.candidates.len()).find(|&i| a.site_of[a.candidates[i].index] == site) else {
+            return;
+        };
+        if a.holding == 0 || a.held[i].is_some() {
+            return;
+        }
+        a.holding -= 1;
+        if let Ok(Reply::Granted { id: rid, start }) = answer {
+            a.held[i] = Some(rid);
+            if let Some(r) = self.jobs.get(id) {
+                let c = &mut a.candidates[i];
+                c.prediction = STANDARD_PREDICTOR.predict(&r.job, &r.prefs, &self.infos[site], Some(start), a.decided);
+                c.score = selector_for(r.prefs.objective()).score(&c.prediction);
+            }
+        }
+        if a.holding > 0 {
+            return;
+        }
+        if !wanted {
+            let a = self.sending.remove(id).expect("looked up above");
+            a.release(None, &mut self.outbox);
+            return;
+        }
+        let site_of = a.site_of.clone();
+        let mut both: Vec<(Ranked, Option<ReservationId>)> = std::mem::take(&mut a.candidates)
+            .into_iter()
+            .zip(std::mem::take(&mut a.held))
+            .collect();
+        both.sort_by_key(|(c, _)| (c.score, site_of[c.index]));
+        (a.candidates, a.held) = both.into_iter().unzip();
+        a.next = 0;
+        let send = a.send(id);
+        self.outbox.push(send);
     }
 
     /// Job `id`, which no site took: kept for another try when a site that
     /// did not answer may be the one able to run it, else failed.
     fn undecided(&mut self, id: String, e: SubmitError, now: Time) {
+        if let Some(Move::Resending { from }) = self.moves.remove(&id) {
+            // Let go where it waited and taken nowhere since.
+            let why = format!("moved off {} and then taken by no site: {e}", self.sites[from].name);
+            let _ = self.change(&id, Change::Fail(why.clone()), now, Some(why));
+            return;
+        }
         if e.worth_retrying() {
             if self
                 .jobs
@@ -1043,7 +1444,7 @@ impl BrokerCore {
             return;
         }
         let Some(mut a) = self.sending.remove(id) else { return };
-        if a.site() != site {
+        if a.holding > 0 || a.site() != site {
             // Not the answer awaited: keep waiting for that one.
             self.sending.insert(id.to_string(), a);
             return;
@@ -1051,17 +1452,19 @@ impl BrokerCore {
         match answer {
             Ok(site_job) => {
                 let prediction = a.candidates[a.next].prediction;
-                if a.next > 0 {
+                // Every hold but the one the job claimed goes back.
+                a.release(Some(a.next), &mut self.outbox);
+                if a.reserving {
+                    // Nothing was counted there: asked again.
+                    self.sites[site].changed = true;
+                } else if a.next > 0 {
                     // Counted where it did not go: asked again; counted
                     // where it went.
                     self.sites[a.first].changed = true;
                     let cpus = a.cpus;
                     crate::info::book(&mut self.infos[site], cpus, booked_wall(&prediction));
                 }
-                let wanted = self
-                    .jobs
-                    .get(id)
-                    .is_some_and(|r| r.view.state() == BrokerState::Accepted);
+                let wanted = self.waits_here(id);
                 if !wanted {
                     // Held or cancelled on its way: its owner's word stands.
                     self.outbox.push(Effect::Withdraw {
@@ -1078,7 +1481,26 @@ impl BrokerCore {
                     tts: Some(prediction.tts().0),
                     ttd: Some(prediction.ttd().0),
                 };
-                let _ = self.change(id, sent, a.decided, Some(format!("to {name}")));
+                let detail = match a.held.get(a.next).copied().flatten() {
+                    Some(r) => format!("to {name}, in reservation {}", r.0),
+                    None => format!("to {name}"),
+                };
+                let (sent, detail) = match self.moves.remove(id) {
+                    Some(Move::Resending { from }) => {
+                        self.moved += u64::from(from != site);
+                        self.sites[from].changed = true;
+                        let detail = match from == site {
+                            true => format!("sent again to {name}: no site would deliver it sooner"),
+                            false => format!(
+                                "moved from {} to {name}: predicted to deliver sooner",
+                                self.sites[from].name
+                            ),
+                        };
+                        (Change::EndMove(Some((name.clone(), site_job.clone()))), detail)
+                    }
+                    _ => (sent, detail),
+                };
+                let _ = self.change(id, sent, a.decided, Some(detail));
                 self.at_site.insert((site, site_job.clone()), id.to_string());
                 self.outbox.push(Effect::Placed {
                     job: id.to_string(),
@@ -1091,25 +1513,15 @@ impl BrokerCore {
             Err(e) => {
                 a.failed.push((self.sites[site].name.clone(), e));
                 a.next += 1;
-                if a.next == 1 {
+                if a.next == 1 && !a.reserving {
                     a.candidates[1..].sort_by_key(|r| (r.score, r.index));
                 }
-                if a.next < a.candidates.len()
-                    && self
-                        .jobs
-                        .get(id)
-                        .is_some_and(|r| r.view.state() == BrokerState::Accepted)
-                {
-                    let c = &a.candidates[a.next];
-                    self.outbox.push(Effect::Send {
-                        job: id.to_string(),
-                        site: a.site_of[c.index],
-                        wall: c.prediction.requested_wall_time,
-                        into: None,
-                    });
+                if a.next < a.candidates.len() && self.waits_here(id) {
+                    self.outbox.push(a.send(id));
                     self.sending.insert(id.to_string(), a);
                     return;
                 }
+                a.release(None, &mut self.outbox);
                 self.sites[a.first].changed = true;
                 let e = SubmitError::NoSite {
                     excluded: a.excluded,

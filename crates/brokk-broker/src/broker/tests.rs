@@ -416,6 +416,7 @@ fn anns_r1() -> Reserved {
         start: Time(100),
         end: Time(700),
         committed: true,
+        workflow: false,
     }
 }
 
@@ -457,7 +458,10 @@ fn a_job_naming_a_reservation_is_sent_into_it_at_its_site_once_read() {
             job: "j1".into(),
             site: 1,
             wall: None,
-            into: Some(7)
+            claim: Some(Claim {
+                reservation: 7,
+                release_with_job: false
+            })
         }]
     );
     b.sent(Time(4), "j1", 1, Ok("b-1".into()));
@@ -644,23 +648,402 @@ fn a_job_inherited_from_before_a_restart_is_looked_for_before_it_is_sent() {
 }
 
 #[test]
-fn the_core_takes_every_job_of_its_own_but_those_that_reserve_first_or_adapt() {
-    use jobs::{Member, Route};
-    let plain = JobPreferences::default();
-    let adapting = JobPreferences {
-        queue_adaptation: Some(true),
-        ..JobPreferences::default()
-    };
+fn the_core_takes_every_job_but_a_coallocations_parts() {
+    use jobs::Member;
     let task = Member::Task {
         workflow: "w1".into(),
         task: 0,
         attempt: 0,
     };
-    let alone = Member::Alone;
-    assert!(takes(&Route::Batched, &plain, &alone));
-    assert!(takes(&Route::OneByOne { reserve_top_k: 0 }, &plain, &alone));
-    assert!(takes(&Route::Reservation("r1".into()), &plain, &alone));
-    assert!(!takes(&Route::OneByOne { reserve_top_k: 1 }, &plain, &alone));
-    assert!(!takes(&Route::Batched, &adapting, &alone));
-    assert!(!takes(&Route::Reservation("r1".into()), &plain, &task));
+    let part = Member::Part {
+        coallocation: "c1".into(),
+        index: 0,
+    };
+    assert!(takes(&Member::Alone));
+    assert!(takes(&task));
+    assert!(!takes(&part));
+}
+
+/// A job of `cpus` that asks for reservations.
+fn reserving(id: &str, cpus: u32) -> NewJob {
+    let mut n = job(id, cpus);
+    n.prefs.use_reservations = Some(true);
+    n
+}
+
+/// A broker over `a` and `b` that take reservations, holding on `k` sites.
+fn reserving_broker(k: usize) -> BrokerCore {
+    let mut b = BrokerCore::new(
+        vec!["a".into(), "b".into()],
+        BrokerParams {
+            reserve_top_k: k,
+            persist: true,
+            ..params()
+        },
+    );
+    for (s, name) in ["a", "b"].into_iter().enumerate() {
+        let info = ResourceInfo {
+            reservations: true,
+            ..site(name, 4)
+        };
+        b.informed(s, Ok(info), Time(0));
+    }
+    b
+}
+
+#[test]
+fn a_job_that_reserves_holds_on_its_best_sites_and_goes_where_its_hold_starts_first() {
+    let mut b = reserving_broker(2);
+    b.accept(Time(1), "ann", vec![reserving("j1", 2)]).unwrap();
+    b.drain();
+    b.decide(Time(1), 10);
+    let asked: Vec<Effect> = b.drain().collect();
+    let holds: Vec<(usize, Time)> = asked
+        .iter()
+        .map(|e| match e {
+            Effect::Hold {
+                site,
+                owner,
+                request,
+                until,
+                ..
+            } => {
+                assert_eq!((owner.as_str(), request.amount, *until), ("ann", 2, Time(601)));
+                (*site, request.earliest)
+            }
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(holds, [(0, Time(1)), (1, Time(1))], "both sites, nothing sent yet");
+    // a can hold it only later; b at once: b is best now.
+    b.held(
+        Time(2),
+        "j1",
+        0,
+        Ok(Reply::Granted {
+            id: ReservationId(5),
+            start: Time(3000),
+        }),
+    );
+    assert!(b.drain().next().is_none(), "sent once every hold is answered");
+    b.held(
+        Time(2),
+        "j1",
+        1,
+        Ok(Reply::Granted {
+            id: ReservationId(9),
+            start: Time(1),
+        }),
+    );
+    let out: Vec<Effect> = b.drain().collect();
+    assert_eq!(
+        out,
+        [Effect::Send {
+            job: "j1".into(),
+            site: 1,
+            wall: Some(Duration(600)),
+            claim: Some(Claim {
+                reservation: 9,
+                release_with_job: true
+            })
+        }]
+    );
+    b.sent(Time(3), "j1", 1, Ok("b-1".into()));
+    let out: Vec<Effect> = b.drain().collect();
+    // The hold at a goes back; the dispatch names the reservation used.
+    assert!(out.contains(&Effect::Release {
+        site: 0,
+        reservation: 5,
+        owner: "ann".into()
+    }));
+    let stored = lines(&out);
+    assert_eq!(
+        stored,
+        [(
+            "j1".into(),
+            BrokerState::Dispatched,
+            Some("to b, in reservation 9".into())
+        )]
+    );
+    // b was not counted at the decision: it is asked again.
+    b.stale(Time(3));
+    assert_eq!(b.drain().collect::<Vec<_>>(), [Effect::Fetch { site: 1 }]);
+}
+
+#[test]
+fn a_refused_hold_still_sends_the_job_and_a_refused_send_gives_its_hold_back() {
+    let mut b = reserving_broker(1);
+    b.accept(Time(1), "ann", vec![reserving("j1", 2)]).unwrap();
+    b.decide(Time(1), 10);
+    b.drain();
+    // Only the best (a, listed first) is asked; it refuses the hold.
+    b.held(Time(1), "j1", 0, Err(SiteError::Unavailable("down".into())));
+    let out: Vec<Effect> = b.drain().collect();
+    assert!(
+        matches!(
+            &out[..],
+            [Effect::Send {
+                site: 0,
+                claim: None,
+                ..
+            }]
+        ),
+        "{out:?}"
+    );
+    // Again, granted this time, but the send is refused: the hold goes
+    // back and the next candidate is sent without one.
+    let mut b = reserving_broker(1);
+    b.accept(Time(1), "ann", vec![reserving("j1", 2)]).unwrap();
+    b.decide(Time(1), 10);
+    b.drain();
+    let granted = Reply::Granted {
+        id: ReservationId(5),
+        start: Time(1),
+    };
+    b.held(Time(1), "j1", 0, Ok(granted));
+    b.drain();
+    let refused = SiteError::Refused {
+        site: "a".into(),
+        reason: "full".into(),
+    };
+    b.sent(Time(2), "j1", 0, Err(refused));
+    let out: Vec<Effect> = b.drain().collect();
+    assert!(
+        matches!(
+            &out[..],
+            [Effect::Send {
+                site: 1,
+                claim: None,
+                ..
+            }]
+        ),
+        "{out:?}"
+    );
+    b.sent(Time(2), "j1", 1, Ok("b-1".into()));
+    let out: Vec<Effect> = b.drain().collect();
+    assert!(out.contains(&Effect::Release {
+        site: 0,
+        reservation: 5,
+        owner: "ann".into()
+    }));
+}
+
+#[test]
+fn a_job_cancelled_while_its_holds_are_asked_gives_them_all_back_and_is_not_sent() {
+    let mut b = reserving_broker(2);
+    b.accept(Time(1), "ann", vec![reserving("j1", 2)]).unwrap();
+    b.decide(Time(1), 10);
+    b.drain();
+    b.cancel(Time(1), "ann", "j1").unwrap();
+    for (site, rid) in [(0, 5), (1, 9)] {
+        let granted = Reply::Granted {
+            id: ReservationId(rid),
+            start: Time(1),
+        };
+        b.held(Time(2), "j1", site, Ok(granted));
+    }
+    let out: Vec<Effect> = b.drain().filter(|e| !matches!(e, Effect::Persist { .. })).collect();
+    assert_eq!(
+        out,
+        [
+            Effect::Release {
+                site: 0,
+                reservation: 5,
+                owner: "ann".into()
+            },
+            Effect::Release {
+                site: 1,
+                reservation: 9,
+                owner: "ann".into()
+            }
+        ]
+    );
+}
+
+#[test]
+fn a_workflows_task_is_taken_when_ready_and_sent_into_its_reservation_which_ends_with_it() {
+    let mut b = broker(BrokerParams {
+        persist: true,
+        ..params()
+    });
+    let mut task = BrokerJob::new("w1-t0".into(), "ann".into(), "json".into(), Entry::Planned, Time(1));
+    task.member = jobs::Member::Task {
+        workflow: "w1".into(),
+        task: 0,
+        attempt: 0,
+    };
+    let mut spec = job("w1-t0", 2).job;
+    spec.reservation = Some("r1".into());
+    // Not before its parents ended: a planned job is not decided.
+    b.ready(
+        Time(5),
+        task,
+        spec,
+        JobPreferences::default(),
+        "its parents ended".into(),
+    )
+    .unwrap();
+    let stored = lines(&b.drain().collect::<Vec<_>>());
+    assert_eq!(
+        stored,
+        [("w1-t0".into(), BrokerState::Accepted, Some("its parents ended".into()))]
+    );
+    assert_eq!(b.decide(Time(5), 10), 1);
+    b.drain();
+    let r1 = Reserved {
+        workflow: true,
+        ..anns_r1()
+    };
+    b.resolved(Time(5), "w1-t0", Ok(Some(r1)));
+    let out: Vec<Effect> = b.drain().collect();
+    assert!(
+        matches!(
+            &out[..],
+            [Effect::Send {
+                site: 1,
+                claim: Some(Claim {
+                    reservation: 7,
+                    release_with_job: true
+                }),
+                ..
+            }]
+        ),
+        "{out:?}"
+    );
+}
+
+/// A job of `cpus` whose owner asked for queue adaptation.
+fn adapting(id: &str, cpus: u32) -> NewJob {
+    let mut n = job(id, cpus);
+    n.prefs.queue_adaptation = Some(true);
+    n
+}
+
+#[test]
+fn adaptation_moves_a_waiting_job_to_a_site_that_delivers_it_sooner_after_its_site_lets_it_go() {
+    let mut b = broker(BrokerParams {
+        persist: true,
+        adapt_margin: Duration(60),
+        ..params()
+    });
+    b.accept(Time(1), "ann", vec![adapting("j1", 4)]).unwrap();
+    b.decide(Time(1), 10);
+    land_all(&mut b, Time(1));
+    assert_eq!(b.job("j1").unwrap().site.as_deref(), Some("a"));
+    b.drain();
+    // A round: a is asked where the job stands.
+    b.adapt(Time(100));
+    let asked: Vec<Effect> = b.drain().collect();
+    assert_eq!(
+        asked,
+        [Effect::Status {
+            job: "j1".into(),
+            site: 0,
+            site_job: "0-0".into()
+        }]
+    );
+    // It waits at a until 5000; b is free: moved, a asked to let it go first.
+    b.status(
+        Time(100),
+        "j1",
+        Ok(crate::site::JobState::Queued {
+            expected_start: Some(Time(5000)),
+        }),
+    );
+    let out: Vec<Effect> = b.drain().collect();
+    assert!(
+        out.contains(&Effect::Withdraw {
+            site: 0,
+            site_job: "0-0".into(),
+            owner: "ann".into()
+        }),
+        "{out:?}"
+    );
+    assert!(
+        lines(&out).is_empty(),
+        "a move is no state of its history until it lands"
+    );
+    assert_eq!(b.job("j1").unwrap().state(), BrokerState::Moving);
+    // A report of the copy being let go changes nothing.
+    let gone = Report {
+        phase: JobPhase::Cancelled,
+        started: None,
+        ended: Some(Time(100)),
+        exit_code: None,
+        reason: None,
+    };
+    b.reported(Time(100), 0, "0-0", gone);
+    assert_eq!(b.job("j1").unwrap().state(), BrokerState::Moving);
+    b.withdrawn(Time(101), 0, "0-0", Ok(())).unwrap();
+    let out: Vec<Effect> = b.drain().collect();
+    assert!(out.contains(&Effect::Retired {
+        job: "j1".into(),
+        site: 0,
+        site_job: "0-0".into()
+    }));
+    let sent: Vec<usize> = out
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Send { site, .. } => Some(*site),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(sent, [1]);
+    b.sent(Time(101), "j1", 1, Ok("b-7".into()));
+    let v = b.job("j1").unwrap();
+    assert_eq!(
+        (v.state(), v.site.as_deref(), v.site_job.as_deref()),
+        (BrokerState::Dispatched, Some("b"), Some("b-7"))
+    );
+    assert_eq!(b.moved(), 1);
+    let stored = lines(&b.drain().collect::<Vec<_>>());
+    assert_eq!(
+        stored,
+        [(
+            "j1".into(),
+            BrokerState::Dispatched,
+            Some("moved from a to b: predicted to deliver sooner".into())
+        )]
+    );
+}
+
+#[test]
+fn adaptation_leaves_a_job_that_started_gains_too_little_or_whose_site_keeps_it() {
+    let mut b = broker(BrokerParams {
+        adapt_margin: Duration(600),
+        ..params()
+    });
+    b.accept(Time(1), "ann", vec![adapting("j1", 4), job("plain", 1)])
+        .unwrap();
+    b.decide(Time(1), 10);
+    land_all(&mut b, Time(1));
+    b.drain();
+    b.adapt(Time(100));
+    // Only the job that asked for it is looked at.
+    let asked: Vec<Effect> = b.drain().collect();
+    assert_eq!(asked.len(), 1, "{asked:?}");
+    // Started: stays.
+    b.status(Time(100), "j1", Ok(crate::site::JobState::Running { since: Time(50) }));
+    assert!(b.drain().next().is_none());
+    // Waits 500 s more at a: b would gain less than the margin (600 s).
+    b.adapt(Time(200));
+    b.drain();
+    let soon = crate::site::JobState::Queued {
+        expected_start: Some(Time(700)),
+    };
+    b.status(Time(200), "j1", Ok(soon));
+    assert!(b.drain().next().is_none());
+    // Waits long: a is asked to let it go, but cannot; it stays at a.
+    b.adapt(Time(300));
+    b.drain();
+    let late = crate::site::JobState::Queued {
+        expected_start: Some(Time(9000)),
+    };
+    b.status(Time(300), "j1", Ok(late));
+    b.drain();
+    let kept = b.withdrawn(Time(301), 0, "0-0", Err(SiteError::Unavailable("down".into())));
+    assert!(kept.is_err());
+    let v = b.job("j1").unwrap();
+    assert_eq!((v.state(), v.site.as_deref()), (BrokerState::Dispatched, Some("a")));
+    assert_eq!(b.moved(), 0);
 }

@@ -202,27 +202,8 @@ impl Service {
             prefs: "{}".into(),
             key: key.clone(),
         };
-        // The core's before it is stored (see `Service::accept`).
-        let core_s = match stored.view.state() == BrokerState::Accepted
-            && self.core_rule(&job, &JobPreferences::default(), &stored.view.member)
-        {
-            true => vec![stored.view.id.clone()],
-            false => Vec::new(),
-        };
-        self.broker.claim(&core_s, true);
-        let stored_now = self.store(&job, stored).await;
-        if stored_now.is_err() {
-            self.broker.claim(&core_s, false);
-        }
-        match stored_now {
-            Ok(v) => {
-                let id = v.id.clone();
-                if v.state() == BrokerState::Accepted {
-                    self.adopt(v, job, &JobPreferences::default());
-                    self.wake.notify_one();
-                }
-                Ok((id, true))
-            }
+        match self.store(&job, stored).await {
+            Ok(v) => Ok((v.id, true)),
             // The same key sent twice at once: the other one stored it.
             Err(e) => match &key {
                 Some(k) => match self.db.by_key(who, k).await? {

@@ -37,6 +37,10 @@ type SendAnswer = (String, usize, Result<String, brokk_broker::SiteError>);
 enum Answer {
     /// A site's answer to the job sent.
     Sent(SendAnswer),
+    /// A site's answer when asked to hold a reservation for the job.
+    Held(String, usize, Result<brokk_core::Reply, brokk_broker::SiteError>),
+    /// Where the job stands at its site.
+    Status(String, Result<brokk_broker::JobState, brokk_broker::SiteError>),
     /// Where the job was found under its key, if anywhere.
     Found(String, Result<Option<(usize, String)>, String>),
     /// The reservation the job names, as stored.
@@ -233,6 +237,25 @@ impl Broker {
         let _ = self.run(move |c| c.adopt(view, job, prefs));
     }
 
+    /// Hands the core a planned job whose turn has come (`detail` says
+    /// why), to be accepted and decided; answers once that is stored.
+    pub(super) fn ready(
+        &self,
+        view: BrokerJob,
+        job: Job,
+        prefs: JobPreferences,
+        detail: String,
+    ) -> Result<Stored, ServiceError> {
+        let id = view.id.clone();
+        self.claim(std::slice::from_ref(&id), true);
+        let (done, _, stored) = self.run(move |c| c.ready(now(), view, job, prefs, detail));
+        if let Err(e) = done {
+            self.claim(&[id], false);
+            return Err(ServiceError::Conflict(e.to_string()));
+        }
+        Ok(stored)
+    }
+
     /// Hands the core a job stored before this process started
     /// ([`BrokerCore::inherit`]).
     pub(super) fn inherit(&self, view: BrokerJob, job: Job, prefs: JobPreferences) {
@@ -346,10 +369,30 @@ impl Service {
                         last = stored;
                         continue;
                     }
-                    Effect::Placed { .. } | Effect::Persist { .. } => continue,
-                    Effect::Send { job, site, wall, into } => {
-                        self.send(job, site, wall, into).map(Answer::Sent).boxed()
+                    Effect::Release {
+                        site,
+                        reservation,
+                        owner,
+                    } => {
+                        self.give_back(site, reservation, owner).await;
+                        continue;
                     }
+                    Effect::Retired { site, site_job, .. } => {
+                        self.retired(site, &site_job).await;
+                        continue;
+                    }
+                    Effect::Placed { .. } | Effect::Persist { .. } => continue,
+                    Effect::Status { job, site, site_job } => self.status_of(job, site, site_job).boxed(),
+                    Effect::Send { job, site, wall, claim } => {
+                        self.send(job, site, wall, claim).map(Answer::Sent).boxed()
+                    }
+                    Effect::Hold {
+                        job,
+                        site,
+                        owner,
+                        request,
+                        until,
+                    } => self.hold_at(job, site, owner, request, until).boxed(),
                     Effect::Find { job } => self.find(job).boxed(),
                     Effect::Resolve { job, reservation } => self.resolve(job, reservation).boxed(),
                 };
@@ -397,10 +440,48 @@ impl Service {
                 }
                 self.broker.run(|c| c.sent(t, &id, k, answer))
             }
+            Answer::Held(id, k, reply) => {
+                if reply.is_err() {
+                    self.counters.site_errors.fetch_add(1, Ordering::Relaxed);
+                }
+                self.broker.run(|c| c.held(t, &id, k, reply))
+            }
+            Answer::Status(id, state) => {
+                if state.is_err() {
+                    self.counters.site_errors.fetch_add(1, Ordering::Relaxed);
+                }
+                self.broker.run(|c| c.status(t, &id, state))
+            }
             Answer::Found(id, found) => self.broker.run(|c| c.found(t, &id, found)),
             Answer::Resolved(id, r) => self.broker.run(|c| c.resolved(t, &id, r)),
         };
         (more, stored)
+    }
+
+    /// Asks the site at position `k` where job `id`'s copy `site_job`
+    /// stands.
+    async fn status_of(&self, id: String, k: usize, site_job: String) -> Answer {
+        let state = match self.client_for(k, String::new()) {
+            Ok(c) => tokio::task::spawn_blocking(move || c.status(&JobHandle(site_job)))
+                .await
+                .unwrap_or_else(|e| Err(brokk_broker::SiteError::Unavailable(e.to_string()))),
+            Err(e) => Err(e),
+        };
+        Answer::Status(id, state)
+    }
+
+    /// Records that the copy `site_job` at the site at position `k` was
+    /// let go for a move, so that its site's reports of it are passed over.
+    async fn retired(&self, k: usize, site_job: &str) {
+        let name = self
+            .broker
+            .core
+            .lock()
+            .map(|c| c.site_name(k).to_string())
+            .unwrap_or_default();
+        if let Err(e) = self.db.retire(&name, site_job).await {
+            tracing::warn!("recording {name}'s job {site_job} as moved away: {e}");
+        }
     }
 
     /// Looks for job `id` at every site under its key (it was accepted
@@ -431,16 +512,69 @@ impl Service {
                 site_reservation: r.site_reservation,
                 start: r.start,
                 end: r.end,
+                workflow: r.workflow.is_some(),
             })
         });
         Answer::Resolved(id, found)
     }
 
+    /// The client of the site at position `k`, acting for `owner`, or why
+    /// there is none.
+    fn client_for(&self, k: usize, owner: String) -> Result<brokk_proto::RemoteSite, brokk_broker::SiteError> {
+        let name = self
+            .broker
+            .core
+            .lock()
+            .map(|c| c.site_name(k).to_string())
+            .unwrap_or_default();
+        let site = self
+            .site(&name)
+            .ok_or_else(|| brokk_broker::SiteError::Unavailable(format!("site {name} is no longer configured")))?;
+        let mut c = site.client;
+        c.set_on_behalf_of(Some(owner));
+        Ok(c)
+    }
+
+    /// Asks the site at position `k` to hold `request` for `owner` until
+    /// `until`, for job `id`.
+    async fn hold_at(&self, id: String, k: usize, owner: String, request: brokk_core::Request, until: Time) -> Answer {
+        let reply = match self.client_for(k, owner) {
+            Ok(mut c) => tokio::task::spawn_blocking(move || c.reserve("broker", &request, Some(until)))
+                .await
+                .unwrap_or_else(|e| Err(brokk_broker::SiteError::Unavailable(e.to_string()))),
+            Err(e) => Err(e),
+        };
+        Answer::Held(id, k, reply)
+    }
+
+    /// Gives `owner`'s reservation back at the site at position `k`; one
+    /// that cannot be given back lapses by itself.
+    async fn give_back(&self, k: usize, reservation: u64, owner: String) {
+        let gone = match self.client_for(k, owner) {
+            Ok(mut c) => {
+                tokio::task::spawn_blocking(move || c.cancel("broker", brokk_core::ReservationId(reservation)))
+                    .await
+                    .unwrap_or_else(|e| Err(brokk_broker::SiteError::Unavailable(e.to_string())))
+            }
+            Err(e) => Err(e),
+        };
+        if let Err(e) = gone {
+            self.counters.site_errors.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!("giving back reservation {reservation}: {e}; it lapses by itself");
+        }
+    }
+
     /// Sends job `id` to the site at position `k`, asking for `wall`, into
-    /// the site's reservation `into` when given: the owner's uploads
-    /// first, under the job's id as the site's idempotency key, for the
-    /// user it runs for.
-    async fn send(&self, id: String, k: usize, wall: Option<brokk_model::Duration>, into: Option<u64>) -> SendAnswer {
+    /// reservation `claim` there when given: the owner's uploads first,
+    /// under the job's id as the site's idempotency key, for the user it
+    /// runs for.
+    async fn send(
+        &self,
+        id: String,
+        k: usize,
+        wall: Option<brokk_model::Duration>,
+        claim: Option<brokk_broker::broker::Claim>,
+    ) -> SendAnswer {
         let found = {
             let core = self
                 .broker
@@ -474,8 +608,11 @@ impl Service {
             super::sites::send_uploads(&c, &uploads, &owner, &job)?;
             c.set_idempotency_key(Some(key));
             c.set_on_behalf_of(Some(runs_as.unwrap_or(owner)));
-            c.submit("broker", &job, into.map(brokk_core::ReservationId))
-                .map(|h| h.0)
+            // What the broker held for this job ends with it; a user's own
+            // reservation is kept.
+            c.set_release_with_job(claim.is_some_and(|c| c.release_with_job));
+            let into = claim.map(|c| brokk_core::ReservationId(c.reservation));
+            c.submit("broker", &job, into).map(|h| h.0)
         })
         .await
         .unwrap_or_else(|e| Err(brokk_broker::SiteError::Unavailable(e.to_string())));

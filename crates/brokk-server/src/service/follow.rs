@@ -7,77 +7,15 @@ use super::*;
 pub(super) const STALL_LIMIT: std::time::Duration = std::time::Duration::from_secs(30);
 
 impl Service {
-    /// One round of queue adaptation (seed 003, 3.3) over the waiting jobs
-    /// that asked for it: each moves if another site would deliver it at
-    /// least the margin sooner, counting restaging and a restart.
+    /// One round of queue adaptation ([ET-brokering] 3.3) over the
+    /// waiting jobs that asked for it, by the core's rule
+    /// ([`brokk_broker::broker::BrokerCore::adapt`]) on information
+    /// brought up to date first.
     pub async fn adapt_round(&self) -> Result<(), ServiceError> {
-        for stored in self.db.in_states(&[BrokerState::Dispatched]).await? {
-            let prefs: JobPreferences = serde_json::from_str(&stored.prefs).unwrap_or_default();
-            if !jobs::adapts(stored.view.state(), &prefs) {
-                continue;
-            }
-            let job: Job = serde_json::from_str(&stored.spec).map_err(|e| ServiceError::Unavailable(e.to_string()))?;
-            let mut v = stored.view;
-            let (Some(site), Some(handle)) = (v.site.clone().and_then(|s| self.site(&s)), v.site_job.clone()) else {
-                continue;
-            };
-            // Held as `moving` while it may be cancelled at one site and
-            // submitted at another, so the feed does not record the cancel.
-            // Not a state its history shows: it stays or moves.
-            if jobs::apply(&mut v, Change::StartMove, now()).is_err() {
-                continue;
-            }
-            self.db.update(&v, None).await?;
-            let sites = self.sites();
-            let turn = self.decision_turn().await;
-            let info = self.info.clone();
-            let margin = self.adapt_margin;
-            let key = format!("{}-{}", v.id, uuid::Uuid::new_v4().simple());
-            let owner = v.owner.clone();
-            let uploads = self.uploads.clone();
-            let outcome = tokio::task::spawn_blocking(move || {
-                let mut clients = cached_sites(&sites, &info, Some(&uploads), Some(&key), &owner);
-                let mut tracked = Tracked {
-                    job,
-                    prefs,
-                    owner,
-                    endpoint: site.client.endpoint().to_string(),
-                    handle: JobHandle(handle),
-                };
-                let mut refs: Vec<&mut dyn Site> = clients.iter_mut().map(|c| c as &mut dyn Site).collect();
-                let opts = AdaptOptions {
-                    margin,
-                    ..AdaptOptions::default()
-                };
-                let r = adapt(&mut tracked, &mut refs, now(), opts);
-                let to = sites
-                    .iter()
-                    .find(|s| s.client.endpoint() == tracked.endpoint)
-                    .map(|s| s.name.clone());
-                (r, to, tracked.handle)
-            })
-            .await
-            .map_err(|e| ServiceError::Unavailable(e.to_string()))?;
-            drop(turn);
-            let from = v.site.clone().unwrap_or_default();
-            let old_job = v.site_job.clone().unwrap_or_default();
-            let moved = match outcome {
-                (Ok(Adapted::Moved { .. }), Some(to), handle) => {
-                    self.db.retire(&from, &old_job).await?;
-                    Some((to, handle.0))
-                }
-                (Err(e), _, _) => {
-                    tracing::warn!("adapting {}: {e}", v.id);
-                    None
-                }
-                _ => None,
-            };
-            let detail = moved
-                .as_ref()
-                .map(|(to, _)| format!("moved from {from} to {to}: predicted to deliver sooner"));
-            self.change(&mut v, Change::EndMove(moved), now(), detail).await?;
-        }
-        Ok(())
+        let (_, fetches, _) = self.broker.run(|c| c.stale(now()));
+        self.carry_out(fetches).await?;
+        let (_, asked, _) = self.broker.run(|c| c.adapt(now()));
+        self.carry_out(asked).await
     }
 
     /// Jobs a stop caught in the middle of a move stay where they were
@@ -125,6 +63,9 @@ impl Service {
             // The core's changes, stored in order: waiting for the last
             // waits for them all.
             let mut held = None;
+            // A job of the core's ended: a workflow's next tasks may go
+            // once that is stored.
+            let mut held_ended = false;
             for a in &feed.jobs {
                 let report = brokk_broker::broker::Report {
                     phase: a.state,
@@ -133,8 +74,10 @@ impl Service {
                     exit_code: a.exit_code,
                     reason: a.reason.clone(),
                 };
+                let ends = a.state.is_terminal();
                 if let Some(stored) = self.report_held(&site.name, &a.id, report) {
                     held = Some(stored);
+                    held_ended |= ends;
                     continue;
                 }
                 let Some(stored) = self.db.by_site_job(&site.name, &a.id).await? else {
@@ -171,6 +114,9 @@ impl Service {
             }
             if let Some(stored) = held {
                 stored.wait().await?;
+            }
+            if held_ended {
+                self.wake.notify_one();
             }
             if complete {
                 cursor.version = feed.version;

@@ -5,11 +5,9 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use brokk_broker::adapt::{adapt, AdaptOptions, Adapted, Tracked};
 use brokk_broker::coalloc::{coallocate, place, CoRequest, Found};
 use brokk_broker::jobs::{self, Applied, Change, Entry, Member};
 use brokk_broker::reserve::at_earliest;
-use brokk_broker::submit::{submit, SubmitOptions};
 use brokk_broker::{JobHandle, Site};
 use brokk_jdl::{detect, read, Format, ReadOptions};
 use brokk_model::{Job, JobPreferences, ResourceInfo, Time};
@@ -110,8 +108,6 @@ pub struct Service {
     /// they may have reached a site before a crash, so their dispatch first
     /// asks the sites. Each leaves once looked for.
     pub inherited: Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
-    /// Queue adaptation's margin.
-    pub adapt_margin: brokk_model::Duration,
     /// What one user may hold at once.
     pub limits: crate::config::Limits,
     /// Files users uploaded for their jobs' input.
@@ -269,13 +265,8 @@ impl Service {
             });
         }
         // The core's before they are stored, so no dispatch round that
-        // reads them takes them first.
-        let core_s: Vec<String> = new
-            .iter()
-            .zip(&jobs)
-            .filter(|(_, job)| self.core_rule(job, &preferences, &Member::Alone))
-            .map(|(s, _)| s.view.id.clone())
-            .collect();
+        // reads them takes them again.
+        let core_s: Vec<String> = new.iter().map(|s| s.view.id.clone()).collect();
         self.broker.claim(&core_s, true);
         // Stored with what other requests store meanwhile, in one commit.
         if let Err(e) = self.broker.insert(new.clone()).wait().await {
@@ -287,7 +278,7 @@ impl Service {
                 r.accepted(&stored.view, &job, &stored.prefs);
             }
             self.counters.accepted.fetch_add(1, Ordering::Relaxed);
-            self.adopt(stored.view, job, &preferences);
+            self.broker.adopt(stored.view, job, preferences.clone());
         }
         self.wake.notify_one();
         Ok(Accepted {
@@ -407,21 +398,6 @@ impl Service {
         self.store(job, stored).await
     }
 
-    /// Hands a stored job to the core when the core takes it
-    /// ([`brokk_broker::broker::takes`]).
-    fn adopt(&self, view: BrokerJob, job: Job, prefs: &JobPreferences) {
-        if self.core_rule(&job, prefs, &view.member) {
-            self.broker.adopt(view, job, prefs.clone());
-        }
-    }
-
-    /// Whether the core takes `job` with `prefs`, part of `member`
-    /// ([`brokk_broker::broker::takes`]).
-    pub(super) fn core_rule(&self, job: &Job, prefs: &JobPreferences, member: &Member) -> bool {
-        let route = jobs::route(job, prefs, self.info.exact(), false);
-        brokk_broker::broker::takes(&route, prefs, member)
-    }
-
     /// Hands the core, at start, the unfinished jobs it takes: accepted
     /// ones are looked for at the sites before they are decided, held ones
     /// wait for release, those at sites are followed there.
@@ -439,7 +415,7 @@ impl Service {
             ) else {
                 continue;
             };
-            if self.core_rule(&job, &prefs, &stored.view.member) {
+            if brokk_broker::broker::takes(&stored.view.member) {
                 self.broker.inherit(stored.view, job, prefs);
                 n += 1;
             }
@@ -448,12 +424,29 @@ impl Service {
     }
 
     /// Stores a new job as described by `job`.
+    /// An accepted one the core takes is handed to it: marked the core's
+    /// before its row is stored (see `Service::accept`), and its
+    /// dispatcher woken.
     async fn store(&self, job: &Job, stored: StoredJob) -> Result<BrokerJob, ServiceError> {
-        self.db.insert(&stored).await?;
+        let prefs: JobPreferences = serde_json::from_str(&stored.prefs).unwrap_or_default();
+        let takes = brokk_broker::broker::takes(&stored.view.member);
+        let core_s = match stored.view.state() == BrokerState::Accepted && takes {
+            true => vec![stored.view.id.clone()],
+            false => Vec::new(),
+        };
+        self.broker.claim(&core_s, true);
+        if let Err(e) = self.db.insert(&stored).await {
+            self.broker.claim(&core_s, false);
+            return Err(e.into());
+        }
         if let Some(r) = &self.record {
             r.accepted(&stored.view, job, &stored.prefs);
         }
         self.counters.accepted.fetch_add(1, Ordering::Relaxed);
+        if !core_s.is_empty() {
+            self.broker.adopt(stored.view.clone(), job.clone(), prefs);
+            self.wake.notify_one();
+        }
         Ok(stored.view)
     }
 

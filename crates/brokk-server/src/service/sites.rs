@@ -170,14 +170,6 @@ pub(super) struct CachedSite {
     until: Option<std::time::Instant>,
 }
 
-impl CachedSite {
-    /// Submits for `user` at the site, where the job's owner is a broker
-    /// above this one (the uploads stay the owner's).
-    pub(super) fn runs_for(&mut self, user: &str) {
-        self.client.set_on_behalf_of(Some(user.to_string()));
-    }
-}
-
 /// The sites as one brokering decision sees them, submitting under `key`
 /// for the user `owner`, with that user's `uploads` where it submits jobs.
 pub(super) fn cached_sites(

@@ -743,8 +743,11 @@ impl Service {
         }
         let spec = serde_json::to_string(&job).map_err(|e| ServiceError::Unavailable(e.to_string()))?;
         self.db.set_spec(&t.job, &spec).await?;
-        let mut v = stored.view;
-        self.change(&mut v, Change::Ready, now(), Some("its parents ended".into()))
+        let prefs: JobPreferences = serde_json::from_str(&stored.prefs).unwrap_or_default();
+        // The core's from now on: it sends the task into its reservation.
+        self.broker
+            .ready(stored.view, job, prefs, "its parents ended".into())?
+            .wait()
             .await?;
         self.wake.notify_one();
         Ok(())

@@ -1,0 +1,357 @@
+//! The broker core against in-memory site cores, its effects carried out
+//! by a small synchronous driver as the simulator carries them out:
+//! [ET-brokering]'s submission (the best site with the predicted wall
+//! time, fallback past a refusal, holds on the best sites given back,
+//! unreachable sites skipped, nothing left behind when every site fails)
+//! and its queue adaptation (a waiting job moves when another site would
+//! deliver it sooner by the margin, never once started).
+
+use std::collections::HashMap;
+
+use brokk_broker::broker::{BrokerCore, BrokerParams, Effect, NewJob};
+use brokk_broker::info::FetchFailure;
+use brokk_broker::jobs::{BrokerJob, BrokerState};
+use brokk_broker::{JobHandle, JobState, MemorySite, Site, SiteError};
+use brokk_core::{Reply, Request, ReservationId};
+use brokk_model::{Benchmark, Duration, Job, JobPreferences, PublishedBenchmark, ResourceInfo, Time};
+
+const NOW: Time = Time(1_000_000);
+
+fn site(endpoint: &str, speed: f64) -> MemorySite {
+    let info = ResourceInfo {
+        endpoint: endpoint.into(),
+        name: endpoint.into(),
+        total_slots: 16,
+        reservations: true,
+        benchmarks: vec![PublishedBenchmark {
+            name: "app".into(),
+            value: speed,
+        }],
+        ..ResourceInfo::default()
+    };
+    MemorySite::new(info, NOW, NOW + Duration::hours(24 * 30))
+}
+
+/// 8 CPUs for 2 h where the `app` benchmark scores 100.
+fn job() -> Job {
+    Job {
+        executable: Some("sim".into()),
+        cpus: Some(8),
+        benchmarks: vec![Benchmark {
+            name: "app".into(),
+            result: 100.0,
+            time: Duration::hours(2),
+        }],
+        ..Job::default()
+    }
+}
+
+/// A broker core over in-memory sites, and the records and history lines
+/// it gave out to be stored.
+struct Grid {
+    core: BrokerCore,
+    sites: Vec<MemorySite>,
+    records: HashMap<String, BrokerJob>,
+    lines: Vec<(String, BrokerState, Option<String>)>,
+}
+
+impl Grid {
+    fn new(sites: Vec<MemorySite>, params: BrokerParams) -> Grid {
+        let names = sites.iter().map(|s| s.endpoint().to_string()).collect();
+        Grid {
+            core: BrokerCore::new(
+                names,
+                BrokerParams {
+                    persist: true,
+                    ..params
+                },
+            ),
+            sites,
+            records: HashMap::new(),
+            lines: Vec::new(),
+        }
+    }
+
+    /// Carries out every effect at `now`, and those the answers lead to.
+    fn settle(&mut self, now: Time) {
+        loop {
+            let effects: Vec<Effect> = self.core.drain().collect();
+            if effects.is_empty() {
+                return;
+            }
+            for e in effects {
+                self.carry_out(e, now);
+            }
+        }
+    }
+
+    fn carry_out(&mut self, e: Effect, now: Time) {
+        let core = &mut self.core;
+        match e {
+            Effect::Fetch { site } => {
+                let info = self.sites[site].info().map_err(FetchFailure::Error);
+                core.informed(site, info, now);
+            }
+            Effect::Send { job, site, wall, claim } => {
+                let mut d = core.description(&job).expect("held").clone();
+                d.wall_time = wall.or(d.wall_time);
+                let owner = core.job(&job).expect("held").owner.clone();
+                let into = claim.map(|c| ReservationId(c.reservation));
+                let answer = self.sites[site].submit(&owner, &d, into).map(|h| h.0);
+                core.sent(now, &job, site, answer);
+            }
+            Effect::Hold {
+                job,
+                site,
+                owner,
+                request,
+                until,
+            } => {
+                let answer = self.sites[site].reserve(&owner, &request, Some(until));
+                core.held(now, &job, site, answer);
+            }
+            Effect::Release {
+                site,
+                reservation,
+                owner,
+            } => {
+                let _ = self.sites[site].cancel(&owner, ReservationId(reservation));
+            }
+            Effect::Status { job, site, site_job } => {
+                let answer = self.sites[site].status(&JobHandle(site_job));
+                core.status(now, &job, answer);
+            }
+            Effect::Withdraw { site, site_job, owner } => {
+                let answer = self.sites[site].cancel_job(&owner, &JobHandle(site_job.clone()));
+                let _ = core.withdrawn(now, site, &site_job, answer);
+            }
+            Effect::Find { job } => core.found(now, &job, Ok(None)),
+            Effect::Resolve { job, .. } => core.resolved(now, &job, Ok(None)),
+            Effect::Persist { job, line } => {
+                if let Some(l) = line {
+                    self.lines.push((job.id.clone(), l.state, l.detail));
+                }
+                self.records.insert(job.id.clone(), *job);
+            }
+            Effect::Placed { .. } | Effect::Retired { .. } => {}
+        }
+    }
+
+    /// Alice's job `id` accepted and decided at `now`: its record.
+    fn submit(&mut self, id: &str, job: Job, prefs: JobPreferences, now: Time) -> BrokerJob {
+        let new = NewJob {
+            id: id.into(),
+            format: "json".into(),
+            job,
+            prefs,
+            hold: false,
+            runs_as: None,
+            warnings: Vec::new(),
+        };
+        self.core.accept(now, "alice", vec![new]).unwrap();
+        self.core.stale(now);
+        self.settle(now);
+        self.core.decide(now, 1);
+        self.settle(now);
+        self.records[id].clone()
+    }
+
+    /// One adaptation round at `now`.
+    fn adapt(&mut self, now: Time) {
+        for s in &mut self.sites {
+            s.advance(now);
+        }
+        self.core.stale(now);
+        self.settle(now);
+        self.core.adapt(now);
+        self.settle(now);
+    }
+
+    /// Alice's reservations at site `k`.
+    fn alices(&self, k: usize) -> usize {
+        let r = self.sites[k].planner().reservations();
+        r.iter().filter(|r| &*r.owner == "alice").count()
+    }
+}
+
+fn reserving(k: usize) -> (JobPreferences, BrokerParams) {
+    let prefs = JobPreferences {
+        use_reservations: Some(true),
+        ..JobPreferences::default()
+    };
+    let params = BrokerParams {
+        reserve_top_k: k,
+        ..BrokerParams::default()
+    };
+    (prefs, params)
+}
+
+#[test]
+fn the_best_site_gets_the_job_with_the_predicted_wall_time() {
+    let mut g = Grid::new(vec![site("a", 200.0), site("b", 100.0)], BrokerParams::default());
+    let v = g.submit("j1", job(), JobPreferences::default(), NOW);
+    assert_eq!((v.state(), v.site.as_deref()), (BrokerState::Dispatched, Some("a")));
+    // 2 h where the benchmark scores 100, on a site scoring 200: 1 h,
+    // asked for as the wall time.
+    let r = g.sites[0].planner().reservations();
+    assert_eq!((r.len(), r[0].end - r[0].start), (1, Duration::hours(1)));
+    let handle = JobHandle(v.site_job.unwrap());
+    let a = &mut g.sites[0];
+    assert_eq!(
+        a.status(&handle),
+        Ok(JobState::Queued {
+            expected_start: Some(NOW)
+        })
+    );
+    a.advance(NOW);
+    assert_eq!(a.status(&handle), Ok(JobState::Running { since: NOW }));
+    assert!(g.sites[1].planner().is_empty());
+}
+
+#[test]
+fn a_refusing_site_is_passed_over_for_the_next() {
+    let mut sites = vec![site("a", 400.0), site("b", 200.0), site("c", 100.0)];
+    sites[0].set_accepting(false);
+    let mut g = Grid::new(sites, BrokerParams::default());
+    let v = g.submit("j1", job(), JobPreferences::default(), NOW);
+    assert_eq!((v.state(), v.site.as_deref()), (BrokerState::Dispatched, Some("b")));
+}
+
+#[test]
+fn holds_on_the_sites_not_used_are_given_back_and_the_one_used_committed() {
+    let mut sites = vec![site("a", 400.0), site("b", 200.0), site("c", 100.0)];
+    sites[0].set_accepting(false);
+    let (prefs, params) = reserving(3);
+    let mut g = Grid::new(sites, params);
+    let v = g.submit("j1", job(), prefs, NOW);
+    assert_eq!(v.site.as_deref(), Some("b"));
+    let sent = g.lines.iter().find(|l| l.1 == BrokerState::Dispatched).unwrap();
+    assert!(sent.2.as_deref().unwrap().contains("in reservation"), "{sent:?}");
+    assert!(g.sites[0].planner().is_empty(), "the refusing site kept a hold");
+    assert!(g.sites[2].planner().is_empty(), "an unused site kept a hold");
+    let held = g.sites[1].planner().reservations();
+    assert_eq!(held.len(), 1);
+    assert_eq!(held[0].state, brokk_core::State::Committed);
+}
+
+#[test]
+fn an_unreachable_site_is_skipped() {
+    let mut sites = vec![site("a", 400.0), site("b", 100.0)];
+    sites[0].set_available(false);
+    let mut g = Grid::new(sites, BrokerParams::default());
+    let v = g.submit("j1", job(), JobPreferences::default(), NOW);
+    assert_eq!(v.site.as_deref(), Some("b"));
+}
+
+#[test]
+fn when_every_site_refuses_nothing_stays_held_and_the_job_fails_with_every_reason() {
+    let mut sites = vec![site("a", 400.0), site("b", 100.0)];
+    sites[0].set_accepting(false);
+    sites[1].set_accepting(false);
+    let (prefs, params) = reserving(2);
+    let mut g = Grid::new(sites, params);
+    let v = g.submit("j1", job(), prefs, NOW);
+    assert_eq!(v.state(), BrokerState::Failed);
+    let why = v.reason.unwrap();
+    assert!(why.contains("0 unsuitable, 2 failed"), "{why}");
+    assert!(g.sites[0].planner().is_empty() && g.sites[1].planner().is_empty());
+    // A job no site can run fails with the reasons.
+    let big = Job {
+        cpus: Some(64),
+        ..job()
+    };
+    let v = g.submit("j2", big, JobPreferences::default(), NOW);
+    assert_eq!(v.state(), BrokerState::Failed);
+    let why = v.reason.unwrap();
+    assert!(why.contains("2 unsuitable, 0 failed"), "{why}");
+}
+
+#[test]
+fn only_the_owner_may_touch_a_hold_or_a_job() {
+    let (prefs, params) = reserving(1);
+    let mut g = Grid::new(vec![site("a", 100.0)], params);
+    let v = g.submit("j1", job(), prefs, NOW);
+    let handle = JobHandle(v.site_job.unwrap());
+    let a = &mut g.sites[0];
+    let id = a.planner().reservations()[0].id;
+    assert_eq!(a.cancel("mallory", id), Err(SiteError::Forbidden));
+    assert_eq!(a.cancel_job("mallory", &handle), Err(SiteError::Forbidden));
+    assert_eq!(a.cancel_job("alice", &handle), Ok(()));
+    assert_eq!(a.status(&handle), Ok(JobState::Cancelled));
+}
+
+/// Both sites' 16 CPUs taken by others for `hours` from now.
+fn busy(s: &mut MemorySite, hours: i64) -> ReservationId {
+    let req = Request {
+        amount: 16,
+        duration: Duration::hours(hours),
+        earliest: NOW,
+        latest: NOW,
+        flexible: false,
+    };
+    match s.reserve("others", &req, None) {
+        Ok(Reply::Granted { id, .. }) => id,
+        other => panic!("{other:?}"),
+    }
+}
+
+/// A 16-CPU hour-long job that asked for adaptation, queued at `a` (busy
+/// 5 h) because `b` is busier (10 h); the reservation keeping `b` busy.
+fn queued(margin: Duration) -> (Grid, ReservationId) {
+    let (mut a, mut b) = (site("a", 100.0), site("b", 100.0));
+    busy(&mut a, 5);
+    let on_b = busy(&mut b, 10);
+    // Every site read afresh at every decision and round.
+    let params = BrokerParams {
+        adapt_margin: margin,
+        info_ttl: Duration(0),
+        ..BrokerParams::default()
+    };
+    let mut g = Grid::new(vec![a, b], params);
+    let prefs = JobPreferences {
+        queue_adaptation: Some(true),
+        ..JobPreferences::default()
+    };
+    let one = Job {
+        executable: Some("sim".into()),
+        cpus: Some(16),
+        wall_time: Some(Duration::hours(1)),
+        ..Job::default()
+    };
+    let v = g.submit("j1", one, prefs, NOW);
+    assert_eq!(v.site.as_deref(), Some("a"));
+    (g, on_b)
+}
+
+#[test]
+fn a_waiting_job_moves_when_another_site_would_deliver_it_sooner() {
+    let (mut g, on_b) = queued(Duration::minutes(10));
+    g.sites[1].cancel("others", on_b).unwrap();
+    g.adapt(NOW + Duration(1));
+    let v = g.records["j1"].clone();
+    assert_eq!((v.state(), v.site.as_deref()), (BrokerState::Dispatched, Some("b")));
+    assert_eq!(g.core.moved(), 1);
+    assert_eq!(
+        (g.alices(0), g.alices(1)),
+        (0, 1),
+        "the job must be in exactly one queue"
+    );
+}
+
+#[test]
+fn a_gain_under_the_margin_is_not_worth_a_move() {
+    let (mut g, on_b) = queued(Duration::hours(6));
+    g.sites[1].cancel("others", on_b).unwrap();
+    g.adapt(NOW + Duration(1));
+    assert_eq!(g.records["j1"].site.as_deref(), Some("a"));
+    assert_eq!((g.alices(0), g.alices(1)), (1, 0));
+}
+
+#[test]
+fn a_started_job_is_never_moved() {
+    let (mut g, on_b) = queued(Duration::minutes(10));
+    g.sites[1].cancel("others", on_b).unwrap();
+    g.adapt(NOW + Duration::hours(5) + Duration::minutes(1));
+    assert_eq!(g.records["j1"].site.as_deref(), Some("a"));
+    assert_eq!(g.core.moved(), 0);
+}
