@@ -7,7 +7,9 @@
 //! What differs between the worlds is only time. The live service decides
 //! at the wall clock, in whole seconds as every site does, and a process
 //! starts a fraction of a second after its planned second and ends a
-//! fraction after its run; the simulator is exact. So:
+//! fraction after its run; the simulator is exact. A second stream asks
+//! for reservations (`--reserve`): each job holds one on its best site
+//! before it is sent, live and simulated by the same core. So:
 //! - each job's arrival in the simulator is the second the live broker
 //!   dispatched it (from its history), and jobs are submitted one at a time,
 //!   each once the previous one is dispatched, so decisions happen in the
@@ -50,7 +52,9 @@ use brokk_sim::platform::ClusterSpec;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
+/// Jobs of the plain stream, and of the stream that reserves.
 const JOBS: usize = 160;
+const RESERVING_JOBS: usize = 60;
 /// The shortest run: every job is dispatched before the first can end.
 const MIN_RUN: i64 = 16;
 /// Jobs are submitted only this early in a second, so that a decision (tens
@@ -62,10 +66,10 @@ const SLACK: i64 = 6;
 /// Percent of starts (and of start orders) allowed beyond the slack.
 const ALLOWED_PERCENT: usize = 10;
 
-/// (cpus, wall time, run time) of each job, from a seed.
-fn stream() -> Vec<(u32, i64, i64)> {
+/// (cpus, wall time, run time) of each of `n` jobs, from a seed.
+fn stream(n: usize) -> Vec<(u32, i64, i64)> {
     let mut rng = ChaCha8Rng::seed_from_u64(15);
-    (0..JOBS)
+    (0..n)
         .map(|_| {
             let cpus = rng.gen_range(1..=8);
             let run = rng.gen_range(MIN_RUN..=MIN_RUN + 4);
@@ -103,7 +107,18 @@ fn wait_dispatched(client: &BrokerClient, id: &str) -> BrokerJob {
 
 #[test]
 fn the_live_broker_and_the_simulated_one_place_and_start_a_stream_alike() {
-    let dir = common::scratch("differential", "stream");
+    alike("stream", JOBS, false);
+}
+
+#[test]
+fn the_live_broker_and_the_simulated_one_place_and_start_a_reserving_stream_alike() {
+    alike("reserving", RESERVING_JOBS, true);
+}
+
+/// Runs a stream of `n` jobs, which hold a reservation on their best site
+/// first when `reserving`, live and simulated, and compares them.
+fn alike(name: &str, n: usize, reserving: bool) {
+    let dir = common::scratch("differential", name);
     let mut config =
         String::from("database = \"broker.db\"\nstate_dir = \"sites\"\ninfo_ttl_ms = 0\n[tokens]\n\"t\" = \"ann\"\n");
     for (name, cpus) in SITES {
@@ -114,7 +129,11 @@ fn the_live_broker_and_the_simulated_one_place_and_start_a_stream_alike() {
     let client = BrokerClient::new(&server.url, "t");
 
     // Live: one job at a time, each once the one before is dispatched.
-    let jobs = stream();
+    let jobs = stream(n);
+    let preferences = reserving.then(|| brokk_model::JobPreferences {
+        use_reservations: Some(true),
+        ..Default::default()
+    });
     let mut live = Vec::new();
     let began = Instant::now();
     let mut straddled = None;
@@ -130,6 +149,7 @@ fn the_live_broker_and_the_simulated_one_place_and_start_a_stream_alike() {
             .submit(&brokk_proto::wire::SubmitRequest {
                 description: description.clone(),
                 format: Some("json".into()),
+                preferences: preferences.clone(),
                 ..Default::default()
             })
             .unwrap()
@@ -140,10 +160,21 @@ fn the_live_broker_and_the_simulated_one_place_and_start_a_stream_alike() {
         }
         live.push(j);
     }
+    // Jobs that went into the hold they took (one whose hold started later
+    // than another site could start it went there instead, hold given back).
+    let held = live
+        .iter()
+        .filter(|j| {
+            let sent = j.history.iter().find(|h| h.state == BrokerState::Dispatched);
+            sent.and_then(|h| h.detail.as_deref())
+                .is_some_and(|d| d.contains("in reservation"))
+        })
+        .count();
+    assert_eq!(held > 0, reserving, "{held} of {n} jobs ran in a hold");
     // Jobs decided after a straddling decision are compared by site only up to it.
-    let exact = straddled.unwrap_or(JOBS);
+    let exact = straddled.unwrap_or(n);
     assert!(
-        exact >= JOBS / 2,
+        exact >= n / 2,
         "job {exact}'s decision spanned two seconds: the machine is too busy for an exact comparison"
     );
     let dispatching = began.elapsed();
@@ -192,7 +223,8 @@ fn the_live_broker_and_the_simulated_one_place_and_start_a_stream_alike() {
         .collect();
     let routing = GridRouting::Broker {
         objective: Objective::EarliestCompletion,
-        reserve_top_k: 0,
+        // The live broker holds on its best site (`--reserve`).
+        reserve_top_k: usize::from(reserving),
     };
     let sim = simulate_grid(&specs, &sim_jobs, routing, GridOptions::default());
 
@@ -254,8 +286,8 @@ fn the_live_broker_and_the_simulated_one_place_and_start_a_stream_alike() {
         swapped.len()
     );
     eprintln!(
-        "{JOBS} jobs dispatched in {dispatching:?}, {exact} compared exactly; largest start difference {worst} s; \
-         {} starts beyond {SLACK} s, {} of {pairs} orders differ",
+        "{n} jobs dispatched in {dispatching:?} ({held} in their holds), {exact} compared exactly; \
+         largest start difference {worst} s; {} starts beyond {SLACK} s, {} of {pairs} orders differ",
         late.len(),
         swapped.len()
     );

@@ -1025,22 +1025,20 @@ fn adaptation_leaves_a_job_that_started_gains_too_little_or_whose_site_keeps_it(
     // Started: stays.
     b.status(Time(100), "j1", Ok(crate::site::JobState::Running { since: Time(50) }));
     assert!(b.drain().next().is_none());
+    // A round at `t` where a says j1 waits until `start`.
+    let waits_until = |b: &mut BrokerCore, t: i64, start: i64| {
+        b.adapt(Time(t));
+        b.drain();
+        let queued = crate::site::JobState::Queued {
+            expected_start: Some(Time(start)),
+        };
+        b.status(Time(t), "j1", Ok(queued));
+        b.drain().collect::<Vec<_>>()
+    };
     // Waits 500 s more at a: b would gain less than the margin (600 s).
-    b.adapt(Time(200));
-    b.drain();
-    let soon = crate::site::JobState::Queued {
-        expected_start: Some(Time(700)),
-    };
-    b.status(Time(200), "j1", Ok(soon));
-    assert!(b.drain().next().is_none());
+    assert!(waits_until(&mut b, 200, 700).is_empty());
     // Waits long: a is asked to let it go, but cannot; it stays at a.
-    b.adapt(Time(300));
-    b.drain();
-    let late = crate::site::JobState::Queued {
-        expected_start: Some(Time(9000)),
-    };
-    b.status(Time(300), "j1", Ok(late));
-    b.drain();
+    assert_eq!(waits_until(&mut b, 300, 9000).len(), 1);
     let kept = b.withdrawn(Time(301), 0, "0-0", Err(SiteError::Unavailable("down".into())));
     assert!(kept.is_err());
     let v = b.job("j1").unwrap();

@@ -461,24 +461,16 @@ impl Service {
     /// Asks the site at position `k` where job `id`'s copy `site_job`
     /// stands.
     async fn status_of(&self, id: String, k: usize, site_job: String) -> Answer {
-        let state = match self.client_for(k, String::new()) {
-            Ok(c) => tokio::task::spawn_blocking(move || c.status(&JobHandle(site_job)))
-                .await
-                .unwrap_or_else(|e| Err(brokk_broker::SiteError::Unavailable(e.to_string()))),
-            Err(e) => Err(e),
-        };
+        let state = self
+            .at_site(k, String::new(), move |c| c.status(&JobHandle(site_job)))
+            .await;
         Answer::Status(id, state)
     }
 
     /// Records that the copy `site_job` at the site at position `k` was
     /// let go for a move, so that its site's reports of it are passed over.
     async fn retired(&self, k: usize, site_job: &str) {
-        let name = self
-            .broker
-            .core
-            .lock()
-            .map(|c| c.site_name(k).to_string())
-            .unwrap_or_default();
+        let name = self.site_name_of(k);
         if let Err(e) = self.db.retire(&name, site_job).await {
             tracing::warn!("recording {name}'s job {site_job} as moved away: {e}");
         }
@@ -518,46 +510,49 @@ impl Service {
         Answer::Resolved(id, found)
     }
 
-    /// The client of the site at position `k`, acting for `owner`, or why
-    /// there is none.
-    fn client_for(&self, k: usize, owner: String) -> Result<brokk_proto::RemoteSite, brokk_broker::SiteError> {
-        let name = self
+    /// The name of the site at position `k` in the core.
+    fn site_name_of(&self, k: usize) -> String {
+        let core = self
             .broker
             .core
             .lock()
-            .map(|c| c.site_name(k).to_string())
-            .unwrap_or_default();
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        core.site_name(k).to_string()
+    }
+
+    /// Runs `call` on the blocking pool with the client of the site at
+    /// position `k`, acting for `owner`.
+    async fn at_site<T: Send + 'static>(
+        &self,
+        k: usize,
+        owner: String,
+        call: impl FnOnce(brokk_proto::RemoteSite) -> Result<T, brokk_broker::SiteError> + Send + 'static,
+    ) -> Result<T, brokk_broker::SiteError> {
+        let name = self.site_name_of(k);
         let site = self
             .site(&name)
             .ok_or_else(|| brokk_broker::SiteError::Unavailable(format!("site {name} is no longer configured")))?;
         let mut c = site.client;
         c.set_on_behalf_of(Some(owner));
-        Ok(c)
+        tokio::task::spawn_blocking(move || call(c))
+            .await
+            .unwrap_or_else(|e| Err(brokk_broker::SiteError::Unavailable(e.to_string())))
     }
 
     /// Asks the site at position `k` to hold `request` for `owner` until
     /// `until`, for job `id`.
     async fn hold_at(&self, id: String, k: usize, owner: String, request: brokk_core::Request, until: Time) -> Answer {
-        let reply = match self.client_for(k, owner) {
-            Ok(mut c) => tokio::task::spawn_blocking(move || c.reserve("broker", &request, Some(until)))
-                .await
-                .unwrap_or_else(|e| Err(brokk_broker::SiteError::Unavailable(e.to_string()))),
-            Err(e) => Err(e),
-        };
+        let reply = self
+            .at_site(k, owner, move |mut c| c.reserve("broker", &request, Some(until)))
+            .await;
         Answer::Held(id, k, reply)
     }
 
     /// Gives `owner`'s reservation back at the site at position `k`; one
     /// that cannot be given back lapses by itself.
     async fn give_back(&self, k: usize, reservation: u64, owner: String) {
-        let gone = match self.client_for(k, owner) {
-            Ok(mut c) => {
-                tokio::task::spawn_blocking(move || c.cancel("broker", brokk_core::ReservationId(reservation)))
-                    .await
-                    .unwrap_or_else(|e| Err(brokk_broker::SiteError::Unavailable(e.to_string())))
-            }
-            Err(e) => Err(e),
-        };
+        let id = brokk_core::ReservationId(reservation);
+        let gone = self.at_site(k, owner, move |mut c| c.cancel("broker", id)).await;
         if let Err(e) = gone {
             self.counters.site_errors.fetch_add(1, Ordering::Relaxed);
             tracing::warn!("giving back reservation {reservation}: {e}; it lapses by itself");
@@ -627,27 +622,10 @@ impl Service {
         site_job: String,
         owner: String,
     ) -> (Result<jobs::Applied, brokk_broker::SiteError>, Vec<Effect>, Stored) {
-        let name = self
-            .broker
-            .core
-            .lock()
-            .map(|c| c.site_name(k).to_string())
-            .unwrap_or_default();
-        let answer = match self.site(&name) {
-            None => Err(brokk_broker::SiteError::Unavailable(format!(
-                "site {name} is no longer configured"
-            ))),
-            Some(site) => {
-                let handle = JobHandle(site_job.clone());
-                tokio::task::spawn_blocking(move || {
-                    let mut c = site.client;
-                    c.set_on_behalf_of(Some(owner));
-                    c.cancel_job("broker", &handle)
-                })
-                .await
-                .unwrap_or_else(|e| Err(brokk_broker::SiteError::Unavailable(e.to_string())))
-            }
-        };
+        let handle = JobHandle(site_job.clone());
+        let answer = self
+            .at_site(k, owner, move |mut c| c.cancel_job("broker", &handle))
+            .await;
         if answer.is_err() {
             self.counters.site_errors.fetch_add(1, Ordering::Relaxed);
         }
