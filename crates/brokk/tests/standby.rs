@@ -1,5 +1,6 @@
 //! Two `brokk serve` on one database: one active, one standby. The active
-//! one is killed (SIGKILL) again and again while two users submit; each
+//! one is killed (SIGKILL) again and again while two users submit (every
+//! third job holding a reservation on its site before it is sent); each
 //! time the standby takes over, clients that know both find it, and the
 //! killed one comes back as the new standby. At the end every job the
 //! broker accepted ended exactly once, and none ran twice.
@@ -155,9 +156,16 @@ fn takeovers(dir: &Path, database: &str) {
                 r#"{{"executable": "/bin/sh", "arguments": ["-c", "echo {n} >> {}"], "wall_time": 60}}"#,
                 runs.display()
             );
+            // Every third job holds a reservation first (`--reserve`): a
+            // kill may fall between its hold and its send.
+            let preferences = (n % 3 == 0).then(|| brokk_model::JobPreferences {
+                use_reservations: Some(true),
+                ..Default::default()
+            });
             let rq = SubmitRequest {
                 description,
                 format: Some("json".into()),
+                preferences,
                 ..Default::default()
             };
             // Refused while no broker is active: the user tries again.
@@ -202,6 +210,7 @@ fn takeovers(dir: &Path, database: &str) {
     submit_some(10, &mut accepted);
 
     // Every accepted job ends exactly once, wherever it was when a broker died.
+    let mut in_holds = 0;
     for (n, id, who) in &accepted {
         let t = Instant::now();
         loop {
@@ -210,6 +219,11 @@ fn takeovers(dir: &Path, database: &str) {
                 assert_eq!(j.state(), BrokerState::Finished, "job {n}: {j:?}");
                 let ends = j.history.iter().filter(|h| h.state.is_terminal()).count();
                 assert_eq!(ends, 1, "job {n} ended {ends} times: {j:?}");
+                let sent = j.history.iter().find(|h| h.state == BrokerState::Dispatched);
+                in_holds += usize::from(
+                    sent.and_then(|h| h.detail.as_deref())
+                        .is_some_and(|d| d.contains("in reservation")),
+                );
                 break;
             }
             assert!(t.elapsed() < Duration::from_secs(60), "job {n} stuck: {j:?}");
@@ -221,9 +235,11 @@ fn takeovers(dir: &Path, database: &str) {
         let times = ran.lines().filter(|l| l.trim() == n.to_string()).count();
         assert_eq!(times, 1, "job {n} ran {times} times");
     }
+    assert!(in_holds > 0, "no job ran in the reservation it held");
     let secs: Vec<String> = takeover.iter().map(|d| format!("{:.1}", d.as_secs_f64())).collect();
     eprintln!(
-        "{} jobs accepted over {KILLS} kills of the active broker; takeovers after {} s (lease {LEASE_S} s)",
+        "{} jobs accepted over {KILLS} kills of the active broker ({in_holds} ran in the holds they took); \
+         takeovers after {} s (lease {LEASE_S} s)",
         accepted.len(),
         secs.join(", ")
     );
