@@ -119,6 +119,9 @@ pub struct GramCe {
     proxies: PathBuf,
     /// Whether the gatekeeper answers, as of the last reading.
     down: crate::reachability::Reachability,
+    /// Held while a proxy is made: two of a user's jobs submitted at once
+    /// would otherwise both write it, and one would find it moved away.
+    making: tokio::sync::Mutex<()>,
 }
 
 impl GramCe {
@@ -142,6 +145,7 @@ impl GramCe {
             client,
             proxies,
             down: Default::default(),
+            making: tokio::sync::Mutex::new(()),
         };
         ce.renew(true).await?;
         ce.client.ping(&ce.proxy()).await?;
@@ -173,6 +177,7 @@ impl GramCe {
         if !now && !self.due(&self.proxy()) {
             return Ok(());
         }
+        let _one = self.making.lock().await;
         let fresh = self.proxies.join("proxy.pem.new");
         self.client
             .make_proxy(&self.config.cert, key, &fresh, self.config.proxy_hours)
@@ -197,6 +202,11 @@ impl GramCe {
         let hex: String = user.bytes().map(|b| format!("{b:02x}")).collect();
         let path = self.proxies.join(format!("user-{hex}.pem"));
         let fail = |e: std::io::Error| GramError::Credentials(format!("{}: {e}", path.display()));
+        if !self.due(&path) {
+            return Ok(path);
+        }
+        // Made once: a job that waited here finds it fresh.
+        let _one = self.making.lock().await;
         if !self.due(&path) {
             return Ok(path);
         }
@@ -251,5 +261,47 @@ impl GramCe {
             };
             self.down.record("GRAM gatekeeper", &self.config.contact, now_down);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Many of a user's jobs asking for the user's proxy at once all get
+    /// it: made once, never found moved away half-way. (A proxy given as it
+    /// is, so it is copied and no gatekeeper is needed.)
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_users_proxy_asked_for_by_many_jobs_at_once_is_made_once_for_all() {
+        let dir = std::env::temp_dir().join(format!("brokk-gram-proxy-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join(".gram")).unwrap();
+        let given = dir.join("ann.pem");
+        std::fs::write(&given, "a proxy\n").unwrap();
+        let config: GramConfig = toml::from_str(&format!(
+            "contact = \"ce.example.org/jobmanager-fork\"\ncert = \"{0}\"\nca_dir = \"{0}\"\n\
+             [users.ann]\ncert = \"{1}\"\n",
+            dir.display(),
+            given.display()
+        ))
+        .unwrap();
+        let ce = std::sync::Arc::new(GramCe {
+            client: GramClient::new(&config.contact, &config.ca_dir, None, None, StdDuration::from_secs(5)),
+            config,
+            proxies: dir.join(".gram"),
+            down: Default::default(),
+            making: tokio::sync::Mutex::new(()),
+        });
+        let asks: Vec<_> = (0..16)
+            .map(|_| {
+                let ce = ce.clone();
+                tokio::spawn(async move { ce.proxy_for("ann", None).await })
+            })
+            .collect();
+        for a in asks {
+            let path = a.await.unwrap().unwrap();
+            assert_eq!(std::fs::read_to_string(path).unwrap(), "a proxy\n");
+        }
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
