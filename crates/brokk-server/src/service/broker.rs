@@ -293,8 +293,8 @@ impl Service {
     /// carries out what the core asks (fetch, send, withdraw); the sends
     /// of a batch go while the next is decided. At most
     /// [`ROUNDS_PER_TURN`] batches, so that a flood of plain jobs does not
-    /// keep the careful path's (reservations, workflows' tasks) waiting:
-    /// the dispatcher comes back at once for the rest.
+    /// keep the dispatcher's other work (co-allocations, workflow rounds)
+    /// waiting: the dispatcher comes back at once for the rest.
     ///
     /// When the information lives for no time at all, a batch is one job,
     /// carried out before the next is decided: each decision then reads

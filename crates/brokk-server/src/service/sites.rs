@@ -49,7 +49,8 @@ impl SiteEntry {
 pub struct SiteInfo {
     cache: std::sync::Mutex<InfoCache<std::time::Instant>>,
     /// The broker core, which keeps the same answers for its decisions
-    /// and is told of every change the careful paths make at a site.
+    /// and is told of every change the service's own handlers make at a
+    /// site.
     core: Arc<std::sync::Mutex<brokk_broker::broker::BrokerCore>>,
     fetch: FetchOptions,
     /// One brokering decision at a time, from its refresh to its last call
