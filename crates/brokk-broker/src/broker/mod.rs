@@ -580,15 +580,7 @@ impl BrokerCore {
     /// decision, a dispatched or running one is followed at its site; an
     /// ended one is not held.
     pub fn adopt(&mut self, view: BrokerJob, job: Job, prefs: JobPreferences) {
-        if !view.state().is_terminal() {
-            let inherited = false;
-            self.hold_record(Record {
-                view,
-                job,
-                prefs,
-                inherited,
-            });
-        }
+        self.hold_unended(view, job, prefs, false);
     }
 
     /// Takes a job recorded before the broker restarted: as [`adopt`]
@@ -598,8 +590,13 @@ impl BrokerCore {
     ///
     /// [`adopt`]: BrokerCore::adopt
     pub fn inherit(&mut self, view: BrokerJob, job: Job, prefs: JobPreferences) {
+        let inherited = view.state() == BrokerState::Accepted;
+        self.hold_unended(view, job, prefs, inherited);
+    }
+
+    /// Holds a recorded job unless it has ended.
+    fn hold_unended(&mut self, view: BrokerJob, job: Job, prefs: JobPreferences, inherited: bool) {
         if !view.state().is_terminal() {
-            let inherited = view.state() == BrokerState::Accepted;
             self.hold_record(Record {
                 view,
                 job,
@@ -607,6 +604,14 @@ impl BrokerCore {
                 inherited,
             });
         }
+    }
+
+    /// Records job `id` taken by site `site` as `site_job` (`change` at
+    /// `at`, its history saying `detail`), so that the site's reports of
+    /// it reach it.
+    fn landed(&mut self, id: &str, site: usize, site_job: String, (change, at, detail): (Change, Time, String)) {
+        let _ = self.change(id, change, at, Some(detail));
+        self.at_site.insert((site, site_job), id.to_string());
     }
 
     /// Takes a planned job whose turn has come (a workflow's task whose
@@ -1129,15 +1134,14 @@ impl BrokerCore {
                     return;
                 }
                 let name = self.sites[site].name.clone();
+                let detail = format!("to {name} (found there after a restart)");
                 let found = Change::Dispatch {
-                    site: name.clone(),
+                    site: name,
                     site_job: site_job.clone(),
                     tts: None,
                     ttd: None,
                 };
-                let detail = format!("to {name} (found there after a restart)");
-                let _ = self.change(id, found, now, Some(detail));
-                self.at_site.insert((site, site_job), id.to_string());
+                self.landed(id, site, site_job, (found, now, detail));
                 self.sites[site].changed = true;
             }
         }
@@ -1234,15 +1238,14 @@ impl BrokerCore {
             }
             Ok(site_job) => {
                 let name = self.sites[site].name.clone();
+                let detail = format!("to {name}, in reservation {reservation}");
                 let sent = Change::Dispatch {
-                    site: name.clone(),
+                    site: name,
                     site_job: site_job.clone(),
                     tts: Some((start - decided).0.max(0)),
                     ttd: None,
                 };
-                let detail = format!("to {name}, in reservation {reservation}");
-                let _ = self.change(id, sent, decided, Some(detail));
-                self.at_site.insert((site, site_job), id.to_string());
+                self.landed(id, site, site_job, (sent, decided, detail));
             }
             Err(SiteError::Unavailable(why)) if wanted => {
                 tracing::warn!("dispatching {id} into {reservation}: {why}");
@@ -1475,16 +1478,6 @@ impl BrokerCore {
                     return;
                 }
                 let name = self.sites[site].name.clone();
-                let sent = Change::Dispatch {
-                    site: name.clone(),
-                    site_job: site_job.clone(),
-                    tts: Some(prediction.tts().0),
-                    ttd: Some(prediction.ttd().0),
-                };
-                let detail = match a.held.get(a.next).copied().flatten() {
-                    Some(r) => format!("to {name}, in reservation {}", r.0),
-                    None => format!("to {name}"),
-                };
                 let (sent, detail) = match self.moves.remove(id) {
                     Some(Move::Resending { from }) => {
                         self.moved += u64::from(from != site);
@@ -1496,12 +1489,23 @@ impl BrokerCore {
                                 self.sites[from].name
                             ),
                         };
-                        (Change::EndMove(Some((name.clone(), site_job.clone()))), detail)
+                        (Change::EndMove(Some((name, site_job.clone()))), detail)
                     }
-                    _ => (sent, detail),
+                    _ => {
+                        let detail = match a.held.get(a.next).copied().flatten() {
+                            Some(r) => format!("to {name}, in reservation {}", r.0),
+                            None => format!("to {name}"),
+                        };
+                        let sent = Change::Dispatch {
+                            site: name,
+                            site_job: site_job.clone(),
+                            tts: Some(prediction.tts().0),
+                            ttd: Some(prediction.ttd().0),
+                        };
+                        (sent, detail)
+                    }
                 };
-                let _ = self.change(id, sent, a.decided, Some(detail));
-                self.at_site.insert((site, site_job.clone()), id.to_string());
+                self.landed(id, site, site_job.clone(), (sent, a.decided, detail));
                 self.outbox.push(Effect::Placed {
                     job: id.to_string(),
                     site,
