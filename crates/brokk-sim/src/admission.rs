@@ -23,6 +23,7 @@ use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, Exp};
 use serde::{Deserialize, Serialize};
 
+use crate::course::{CourseConfig, CourseFigures, Courses, Grid};
 use crate::lublin;
 use crate::stats::{spread, Spread};
 use crate::workflows::{generate, WorkflowParams};
@@ -86,6 +87,10 @@ pub struct AdmissionExperiment {
     pub grid: GridConfig,
     /// The workflows' shape.
     pub workflow: ShapeConfig,
+    /// Whether the accepters' admitted workflows run after their commit,
+    /// and how (`[course]`); without it only allocation is simulated.
+    #[serde(default)]
+    pub course: Option<CourseConfig>,
     /// The workflow every arrival submits, when `workflow.file` names one
     /// (read by the caller, which knows the job languages).
     #[serde(skip)]
@@ -311,6 +316,9 @@ pub struct AdmissionPoint {
     pub local: [usize; 2],
     /// Rejections by reason.
     pub reasons: BTreeMap<String, usize>,
+    /// The admitted workflows' courses, when they run (`[course]`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub course: Option<CourseFigures>,
 }
 
 /// The figures aggregated over seeds.
@@ -339,6 +347,9 @@ pub struct AdmissionAggregate {
     pub messages_admitted: Spread,
     /// Of rejected workflows.
     pub messages_rejected: Spread,
+    /// Share of the workflows run that finished, when they run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub finished: Option<Spread>,
 }
 
 /// Everything a sweep found.
@@ -397,6 +408,9 @@ impl AdmissionExperiment {
         let [lo, hi] = self.workflow.tasks;
         if lo == 0 || hi < lo || hi > 10_000 {
             return bad("workflow.tasks: [low, high] with 1 <= low <= high <= 10000");
+        }
+        if let Some(c) = &self.course {
+            c.check().map_err(AdmissionError::Invalid)?;
         }
         // The generator checks its own parameters: try one workflow.
         generate(&self.params(lo, 512), "check", 0).map_err(|e| AdmissionError::Invalid(e.to_string()))?;
@@ -486,6 +500,13 @@ impl AdmissionExperiment {
                 attempts_rejected: over(|p| p.attempts_per_task[1]),
                 messages_admitted: over(|p| p.messages_per_task[0]),
                 messages_rejected: over(|p| p.messages_per_task[1]),
+                finished: self.course.as_ref().map(|_| {
+                    over(|p| {
+                        p.course
+                            .as_ref()
+                            .map_or(0.0, |c| c.finished as f64 / c.ran.max(1) as f64)
+                    })
+                }),
             });
         }
         Ok(AdmissionReport {
@@ -674,8 +695,24 @@ impl AdmissionExperiment {
         // Which broker takes each workflow: a stream of its own, the same
         // for every other setting.
         let mut split = ChaCha8Rng::seed_from_u64(seed ^ 0x5eed_0046);
+        let mut courses = self.course.clone().map(|c| Courses::new(c, seed));
+        let opts_at = |now| Options {
+            scheduler: setting.scheduler,
+            now,
+            hold: Duration(setting.hold * self.slot),
+            explain: false,
+        };
         for a in &arrivals {
             let now = a.at;
+            if let Some(courses) = &mut courses {
+                let mut grid = Grid {
+                    sites: &mut sites,
+                    net: &mut net,
+                    topo: &topo,
+                    opts: opts_at(now),
+                };
+                courses.until(now, &mut grid);
+            }
             for s in &mut sites {
                 s.advance(now);
             }
@@ -709,12 +746,7 @@ impl AdmissionExperiment {
                     p.submitted += 1;
                     accepters[0] += usize::from(*commits);
                     tasks += wf.tasks.len() as u64;
-                    let opts = Options {
-                        scheduler: setting.scheduler,
-                        now,
-                        hold: Duration(setting.hold * self.slot),
-                        explain: false,
-                    };
+                    let opts = opts_at(now);
                     let mut refs: Vec<&mut dyn Site> = sites.iter_mut().map(|s| s as &mut dyn Site).collect();
                     let mine = split.gen::<f64>() < setting.share;
                     let answer = if mine && !setting.probing {
@@ -752,6 +784,16 @@ impl AdmissionExperiment {
                                         remember(&mut knowledge[t.site], spec.cores, t.start, t.end);
                                     }
                                 }
+                                if let Some(courses) = &mut courses {
+                                    drop(refs);
+                                    let mut grid = Grid {
+                                        sites: &mut sites,
+                                        net: &mut net,
+                                        topo: &topo,
+                                        opts: opts_at(now),
+                                    };
+                                    courses.start(now, wf, offer.plan, &mut grid);
+                                }
                             } else {
                                 offer.release("broker", &mut refs, &mut net);
                                 p.admitted -= 1;
@@ -766,6 +808,16 @@ impl AdmissionExperiment {
                     }
                 }
             }
+        }
+        if let Some(courses) = &mut courses {
+            let mut grid = Grid {
+                sites: &mut sites,
+                net: &mut net,
+                topo: &topo,
+                opts: opts_at(Time(last)),
+            };
+            courses.until(Time(i64::MAX), &mut grid);
+            p.course = Some(courses.figures());
         }
         let capacity: f64 = specs.iter().map(|s| f64::from(s.capacity)).sum();
         let window = (steady.1 .0 - steady.0 .0).max(1) as f64 * capacity;
@@ -810,6 +862,7 @@ impl AdmissionExperiment {
             messages_per_task: [0.0, 0.0],
             local: [0, 0],
             reasons: BTreeMap::new(),
+            course: None,
         }
     }
 }

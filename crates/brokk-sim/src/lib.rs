@@ -15,6 +15,7 @@
 
 pub mod admission;
 pub mod cluster;
+pub mod course;
 pub mod engine;
 pub mod experiment;
 pub mod export;

@@ -146,3 +146,70 @@ coallocation_density = 1.0
     assert_eq!(alone.monitored[0], alone.submitted);
     assert_eq!(alone.probes_per_task, 0.0);
 }
+
+/// [`SMALL`] with its admitted workflows run (`[course]`), one scheduler.
+fn with_course(course: &str) -> AdmissionExperiment {
+    let text = SMALL.replace("[\"heftsync\", \"single\"]", "[\"heftsync\"]") + "[course]\n" + course;
+    AdmissionExperiment::from_toml(&text).unwrap()
+}
+
+#[test]
+fn admitted_workflows_run_their_course_to_the_end() {
+    // Runs as long as booked, none failing: every workflow run finishes.
+    let r = with_course("runtime = [1, 1]\n").sweep(2, &|| ()).unwrap();
+    for p in &r.points {
+        let c = p.course.as_ref().unwrap();
+        assert_eq!(c.ran, p.admitted, "every admitted accepter's workflow runs");
+        assert!(c.ran > 0);
+        assert_eq!((c.finished, c.failed, c.failures, c.retries), (c.ran, 0, 0, 0));
+        assert_eq!(c.rescues, [0, 0]);
+        assert!(c.runs >= c.ran as u64, "every task of every workflow ran");
+    }
+    // Runs shorter than booked: children move up and workflows end sooner.
+    let r = with_course("runtime = [0.3, 0.7]\n").sweep(2, &|| ()).unwrap();
+    for p in &r.points {
+        let c = p.course.as_ref().unwrap();
+        assert_eq!(c.finished, c.ran);
+        assert!(c.moved > 0, "{c:?}");
+        assert!(c.gain > 0.0, "{c:?}");
+    }
+}
+
+#[test]
+fn failed_tasks_retry_are_rescued_or_fail_their_workflow() {
+    let e = with_course("runtime = [0.5, 1]\nfailure = 0.1\nretries = 1\n");
+    let one = e.sweep(1, &|| ()).unwrap();
+    let two = e.sweep(2, &|| ()).unwrap();
+    assert_eq!(
+        serde_json::to_string(&one).unwrap(),
+        serde_json::to_string(&two).unwrap(),
+        "the courses draw from the seed alone"
+    );
+    let sum = |f: fn(&brokk_sim::course::CourseFigures) -> u64| -> u64 {
+        one.points.iter().map(|p| f(p.course.as_ref().unwrap())).sum()
+    };
+    for p in &one.points {
+        let c = p.course.as_ref().unwrap();
+        assert_eq!(c.finished + c.failed, c.ran, "{c:?}");
+        assert!(c.rescues[1] <= c.rescues[0]);
+    }
+    assert!(sum(|c| c.failures) > 0);
+    assert!(sum(|c| c.retries) > 0, "a failed task ran again in its slack");
+    assert!(
+        sum(|c| c.rescues[0]) > 0,
+        "a failure without slack had the rest planned again"
+    );
+    assert!(sum(|c| c.finished as u64) > sum(|c| c.failed as u64));
+    // Without retries every failure fails its workflow at once.
+    let none = with_course("runtime = [0.5, 1]\nfailure = 0.1\n")
+        .sweep(2, &|| ())
+        .unwrap();
+    for p in &none.points {
+        let c = p.course.as_ref().unwrap();
+        assert_eq!((c.retries, c.rescues[0]), (0, 0));
+        assert!(c.failed > 0 && c.failed as u64 <= c.failures, "{c:?}");
+    }
+    let bad = SMALL.to_string() + "[course]\nruntime = [0.5, 2]\n";
+    let e = AdmissionExperiment::from_toml(&bad).unwrap_err();
+    assert!(e.to_string().contains("course.runtime"), "{e}");
+}

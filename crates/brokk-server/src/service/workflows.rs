@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use brokk_broker::share::{Share, Span, Within};
-use brokk_broker::workflow::course::{self, Step, TaskRun, TaskStatus};
+use brokk_broker::workflow::course::{Action, Course, Outcome, TaskRun, TaskStatus, Unplanned};
 use brokk_broker::workflow::{admit, LinkSpec, Network, Offer, Options, RejectReason, Rejection, Scheduler};
 use brokk_broker::workflow::{SiteSpec, TaskPlan, Topology};
 use brokk_model::workflow::Workflow;
@@ -596,53 +596,58 @@ impl Service {
             if changed {
                 self.db.save_workflow(&w).await?;
             }
+            // The course decides (`brokk_broker::workflow::course::Course`);
+            // this carries out its actions and tells it the answers.
+            let mut course = Course::new(w.spec.clone(), w.plan.clone(), runs);
+            let mut actions: std::collections::VecDeque<Action> = course.advance(now()).into();
             // The owner's reservations, read once for the round's moves.
             let mut live = None;
             let mut moved = false;
-            for step in course::steps(&w.spec, &w.plan, &runs, now()) {
-                match step {
-                    Step::Release { task, early } => {
-                        if early {
+            while let Some(action) = actions.pop_front() {
+                match action {
+                    Action::Release { task, early } => {
+                        if let Some(from) = early {
                             let live = match &mut live {
                                 Some(live) => live,
                                 None => live.insert(self.live_of(&w.view.owner, now()).await?),
                             };
-                            moved |= self.move_up(&mut w, task, live).await?;
+                            if let Some(start) = self.move_up(&mut w, task, live, from).await? {
+                                course.moved(task, start);
+                                moved = true;
+                            }
                         }
                         self.release_task(&w, task, &jobs, &mut kept).await?;
                     }
-                    Step::Retry {
+                    Action::Reserve { task, request } => {
+                        let granted = self.retry_task(&mut w, task, &request).await?;
+                        actions.extend(course.retried(now(), task, granted));
+                        w.plan = course.plan().clone();
+                        self.db.save_workflow(&w).await?;
+                    }
+                    Action::Replan {
                         task,
-                        cores,
-                        duration,
-                        latest_end,
-                        why,
+                        part,
+                        map,
+                        transfers,
                     } => {
-                        // No site has room in the slack: the rest moves instead.
-                        if !self.retry_task(&mut w, task, cores, duration, latest_end).await? {
-                            if let Err(why) = self.rescue(&mut w, &runs, task, &why).await? {
-                                self.end_workflow(&mut w, WorkflowState::Failed, why).await?;
-                                break;
-                            }
-                        }
+                        let answer = self.rescue(&mut w, task, &part, &map, &transfers).await?;
+                        actions.extend(course.replanned(task, answer));
+                        w.plan = course.plan().clone();
+                        self.db.save_workflow(&w).await?;
                     }
-                    Step::Rescue { task, why } => {
-                        if let Err(why) = self.rescue(&mut w, &runs, task, &why).await? {
-                            self.end_workflow(&mut w, WorkflowState::Failed, why).await?;
-                            break;
-                        }
-                    }
-                    Step::Fail { reason, .. } => {
-                        self.end_workflow(&mut w, WorkflowState::Failed, reason).await?;
-                        break;
-                    }
-                    Step::Finished => {
-                        self.end_workflow(&mut w, WorkflowState::Finished, String::new())
-                            .await?;
+                    Action::End(outcome) => {
+                        w.plan = course.plan().clone();
+                        let (state, reason) = match outcome {
+                            Outcome::Finished => (WorkflowState::Finished, String::new()),
+                            Outcome::Failed(why) => (WorkflowState::Failed, why),
+                        };
+                        self.end_workflow(&mut w, state, reason).await?;
+                        moved = false;
                     }
                 }
             }
             if moved {
+                w.plan = course.plan().clone();
                 self.db.save_workflow(&w).await?;
             }
         }
@@ -650,18 +655,24 @@ impl Service {
     }
 
     /// Moves task `k`'s reservation to start as early as its site can
-    /// between now and its planned start (never later, so the deadline
+    /// between `from` and its planned start (never later, so the deadline
     /// holds) and where its owner, who holds `live`, stays within their
-    /// share of the site; where the site cannot, it stays. Whether it
-    /// moved: the caller saves the workflow (once for all its moves).
-    async fn move_up(&self, w: &mut StoredWorkflow, k: usize, live: &mut Live) -> Result<bool, ServiceError> {
-        let t = now();
+    /// share of the site; where the site cannot, it stays. Its new start
+    /// if it moved: the caller tells the course and saves the workflow
+    /// (once for all its moves).
+    async fn move_up(
+        &self,
+        w: &mut StoredWorkflow,
+        k: usize,
+        live: &mut Live,
+        from: Time,
+    ) -> Result<Option<Time>, ServiceError> {
         let task = &w.view.tasks[k];
         let Some(mut r) = self.db.reservation(&task.reservation).await? else {
-            return Ok(false);
+            return Ok(None);
         };
         let Some(site) = self.site(&r.site) else {
-            return Ok(false);
+            return Ok(None);
         };
         let owner = w.view.owner.clone();
         let held = live.at_but(&r.site, &r.id);
@@ -671,7 +682,7 @@ impl Service {
             let mut c = cached_sites(std::slice::from_ref(&site), &info, None, None, &owner).remove(0);
             let capacity = c.info().map_or(0, |i| i.total_slots);
             let span = (planned.start, planned.end);
-            let window = share.move_up_window(capacity, &held, planned.amount, span, t)?;
+            let window = share.move_up_window(capacity, &held, planned.amount, span, from)?;
             let change = brokk_core::Change {
                 amount: None,
                 duration: None,
@@ -681,19 +692,18 @@ impl Service {
         })
         .await
         .map_err(|e| ServiceError::Unavailable(e.to_string()))?;
-        let Some(start) = moved else { return Ok(false) };
+        let Some(start) = moved else { return Ok(None) };
         if start >= r.start {
-            return Ok(false);
+            return Ok(None);
         }
         let length = r.end - r.start;
         r.start = start;
         r.end = start + length;
         self.db.save_reservation(&r).await?;
         live.moved(&r);
-        let (task, planned) = (&mut w.view.tasks[k], &mut w.plan.tasks[k]);
+        let task = &mut w.view.tasks[k];
         (task.start, task.end) = (r.start, r.end);
-        (planned.start, planned.end) = (r.start, r.end);
-        Ok(true)
+        Ok(Some(start))
     }
 
     /// Sends task `k` on its way: its parents' outputs stored as its
@@ -776,53 +786,45 @@ impl Service {
         .map_err(|e| ServiceError::Unavailable(e.to_string()))?
     }
 
-    /// Runs task `k` again in a new reservation that ends by `latest_end`;
-    /// `Ok(false)` when no site has room for it in time.
+    /// Reserves `request` for a retry of task `k` at the site that can
+    /// start it first, within its owner's share, and puts the task's new
+    /// job into it; the reservation (site, id, start), or `None` when no
+    /// site has room for it in time.
     async fn retry_task(
         &self,
         w: &mut StoredWorkflow,
         k: usize,
-        cores: u32,
-        duration: i64,
-        latest_end: Time,
-    ) -> Result<bool, ServiceError> {
-        let t = now();
-        let request = brokk_core::Request {
-            amount: cores,
-            duration: brokk_model::Duration(duration),
-            earliest: t,
-            latest: latest_end - brokk_model::Duration(duration),
-            flexible: false,
-        };
+        request: &brokk_core::Request,
+    ) -> Result<Option<(usize, brokk_core::ReservationId, Time)>, ServiceError> {
         let turn = self.decision_turn().await;
         let (sites, info) = (self.sites(), self.info.clone());
         let user = w.view.owner.clone();
-        let live = self.live_of(&user, t).await?;
+        let live = self.live_of(&user, now()).await?;
         let held: Vec<Vec<Span>> = sites.iter().map(|s| live.at(&s.name)).collect();
         let share = self.limits.share();
+        let asked = *request;
         let got = tokio::task::spawn_blocking(move || {
             let mut clients = cached_sites(&sites, &info, None, None, &user);
             let mut views = within_share(&mut clients, share, held);
             let mut refs: Vec<&mut dyn Site> = views.iter_mut().map(|c| c as &mut dyn Site).collect();
-            at_earliest(&request, &mut refs, "broker")
+            at_earliest(&asked, &mut refs, "broker")
         })
         .await
         .map_err(|e| ServiceError::Unavailable(e.to_string()))?;
         drop(turn);
         let Ok((site, reservation, start)) = got else {
-            return Ok(false);
+            return Ok(None);
         };
         let p = TaskPlan {
             task: w.view.tasks[k].task.clone(),
             site,
             start,
-            end: start + brokk_model::Duration(duration),
+            end: start + request.duration,
             reservation,
         };
-        self.place_task(w, k, &p, cores, true, Entry::Accepted).await?;
-        self.db.save_workflow(w).await?;
+        self.place_task(w, k, &p, request.amount, true, Entry::Accepted).await?;
         self.wake.notify_one();
-        Ok(true)
+        Ok(Some((site, reservation, start)))
     }
 
     /// The name of site `k` of the configuration.
@@ -856,7 +858,8 @@ impl Service {
 
     /// Puts task `k` into the reservation `p` made for it (recorded as one
     /// of the owner's), under a new job when it runs again (`rerun`, its
-    /// retries counted) or else its own, in `state`.
+    /// retries counted) or else its own, in `state`. The plan is the
+    /// course's to change.
     async fn place_task(
         &self,
         w: &mut StoredWorkflow,
@@ -907,46 +910,36 @@ impl Service {
         (task.start, task.end) = (p.start, p.end);
         task.state = entry.state();
         task.exit_code = None;
-        w.plan.tasks[k] = TaskPlan {
-            task: task.task.clone(),
-            ..p.clone()
-        };
         Ok(())
     }
 
     /// Plans the rest of a workflow again after task `failed` failed with
-    /// no room left for its retry before its children
-    /// ([`course::rest`]): the rest's reservations and bandwidth given back,
-    /// then admitted anew against the deadline and committed; `Ok(Err(why))`
-    /// when it no longer fits.
+    /// no room left for its retry before its children (the course's
+    /// [`Action::Replan`]): the rest's reservations (tasks `map`) and the
+    /// bandwidth of `transfers` given back, then `part` admitted anew
+    /// against the deadline, committed and its tasks put into their new
+    /// reservations; the new plan, or why there is none.
     async fn rescue(
         &self,
         w: &mut StoredWorkflow,
-        runs: &[TaskRun],
         failed: usize,
-        why: &str,
-    ) -> Result<Result<(), String>, ServiceError> {
-        let t = now();
-        let (part, map) = course::rest(&w.spec, &w.plan, runs, failed, t);
+        part: &Workflow,
+        map: &[usize],
+        transfers: &[brokk_broker::workflow::TransferPlan],
+    ) -> Result<Result<brokk_broker::workflow::Plan, Unplanned>, ServiceError> {
         let owner = w.view.owner.clone();
-        for &k in &map {
+        for &k in map {
             match self.cancel_reservation(&owner, &w.view.tasks[k].reservation).await {
                 Ok(_) | Err(ServiceError::NotFound(_)) => {}
                 Err(e) => return Err(e),
             }
         }
-        let ids: BTreeSet<&str> = part.tasks.iter().map(|t| t.id.as_str()).collect();
-        let (gone, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut w.plan.transfers)
-            .into_iter()
-            .partition(|x| ids.contains(x.to_task.as_str()) || ids.contains(x.from_task.as_str()));
-        w.plan.transfers = kept;
         if let Ok(mut net) = self.network.lock() {
-            for x in &gone {
+            for x in transfers {
                 net.release(&x.links);
             }
         }
         let scheduler = w.view.scheduler.parse::<Scheduler>().unwrap_or(Scheduler::HeftSync);
-        let name = &w.spec.tasks[failed].id;
         let key = format!(
             "{}-rescue-{}",
             w.view.id,
@@ -954,28 +947,20 @@ impl Service {
         );
         let holds = self.start_holds(&key, &owner)?;
         let offer = match self
-            .admit_over_sites(&owner, &part, scheduler, t, holds.clone())
+            .admit_over_sites(&owner, part, scheduler, now(), holds.clone())
             .await?
         {
             Ok(offer) => offer,
-            Err(r) => {
-                return Ok(Err(format!(
-                    "task {name} failed: {why}; its retry and the rest no longer fit: {r}"
-                )))
-            }
+            Err(r) => return Ok(Err(Unplanned::NoFit(r.to_string()))),
         };
         if let Err(e) = self.settle_offer(&owner, offer.clone(), true).await? {
-            return Ok(Err(format!(
-                "task {name} failed: {why}; its rescue could not be committed: {e}"
-            )));
+            return Ok(Err(Unplanned::NotCommitted(e.to_string())));
         }
-        for (p, &k) in offer.plan.tasks.iter().zip(&map) {
+        for (p, &k) in offer.plan.tasks.iter().zip(map) {
             let cores = w.spec.tasks[k].cores;
             self.place_task(w, k, p, cores, k == failed, Entry::Planned).await?;
         }
-        w.plan.transfers.extend(offer.plan.transfers);
-        self.db.save_workflow(w).await?;
-        Ok(Ok(()))
+        Ok(Ok(offer.plan))
     }
 
     /// After a restart: the bandwidth of the running workflows booked again

@@ -222,6 +222,51 @@ fn workflows(a: WorkflowsArgs) -> Result<ExitCode> {
         "arrival: mean inter-arrival of the accepters' workflows and hold: of a preliminary reservation, in slots of {} s; rej: rejecters per accepter; ± is the half-width of the 95% confidence interval over the seeds",
         exp.slot
     );
+    if exp.course.is_some() {
+        say!(
+            "{:<11} {:>8} {:>5} {:>6} {:>17} {:>7} {:>9} {:>8} {:>9} {:>9} {:>8}",
+            "scheduler",
+            "arrival",
+            "hold",
+            "rej",
+            "finished",
+            "ran",
+            "failures",
+            "retries",
+            "rescues",
+            "moved",
+            "gain"
+        );
+        for g in &report.aggregates {
+            let of: Vec<&brokk_sim::course::CourseFigures> = report
+                .points
+                .iter()
+                .filter(|p| p.setting == g.setting)
+                .filter_map(|p| p.course.as_ref())
+                .collect();
+            let n = of.len().max(1) as f64;
+            let mean = |f: fn(&brokk_sim::course::CourseFigures) -> f64| of.iter().map(|c| f(c)).sum::<f64>() / n;
+            say!(
+                "{:<11} {:>8} {:>5} {:>6} {:>17} {:>7.0} {:>9.1} {:>8.1} {:>9} {:>9.1} {:>8}",
+                g.setting.scheduler.name(),
+                g.setting.inter_arrival,
+                g.setting.hold,
+                g.setting.rejecters,
+                g.finished.as_ref().map_or_else(String::new, cell),
+                mean(|c| c.ran as f64),
+                mean(|c| c.failures as f64),
+                mean(|c| c.retries as f64),
+                format!(
+                    "{:.1}/{:.1}",
+                    mean(|c| c.rescues[1] as f64),
+                    mean(|c| c.rescues[0] as f64)
+                ),
+                mean(|c| c.moved as f64),
+                brokk_model::Duration(mean(|c| c.gain).round() as i64).to_string()
+            );
+        }
+        say!("the admitted workflows' courses, means over the seeds: finished of those run; failures: task runs that failed; retries: that found room in their slack; rescues: the rest planned again, committed/tried; moved: reservations moved up as parents ended early; gain: how much sooner than planned a finished workflow ended");
+    }
     if exp.shares.len() > 1 || exp.probing.len() > 1 {
         say!(
             "{:<11} {:>6} {:>8} {:>17} {:>17} {:>17} {:>17}",

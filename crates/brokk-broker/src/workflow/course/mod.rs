@@ -2,7 +2,8 @@
 //! tasks may go to their reservations, when a failed task may run again
 //! (DAGMan's RETRY) inside the slack before its children's reservations,
 //! and when the workflow is over. Synchronous, time as an argument: the
-//! service asks on every round what to do and does it.
+//! driver asks what to do and does it; [`Course`] chains the rules as a
+//! state machine for the service and the simulator alike.
 
 use brokk_model::workflow::Workflow;
 use brokk_model::Time;
@@ -10,6 +11,9 @@ use brokk_model::Time;
 use brokk_model::workflow::{CoAllocation, Edge};
 
 use super::{Plan, FAR};
+
+mod run;
+pub use run::{Action, Course, Outcome, Unplanned};
 
 /// Where one task is, as the broker's records say.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -43,10 +47,12 @@ pub enum Step {
     Release {
         /// The task.
         task: usize,
-        /// Whether its reservation may first move up to start now: its
-        /// parents ended before their reservations did, and it neither
-        /// waits for booked data nor starts together with other tasks.
-        early: bool,
+        /// The earliest its reservation may first move up to start at,
+        /// when it may: its parents ended before their reservations did
+        /// (or it has none and its reservation starts later than it may),
+        /// and it neither waits for booked data nor starts together with
+        /// other tasks. Never before the workflow's earliest start.
+        early: Option<Time>,
     },
     /// Task `task` failed and may run again: reserve `cores` for `duration`
     /// seconds ending by `latest_end` (its children's first reservation, or
@@ -150,13 +156,17 @@ pub fn steps(wf: &Workflow, plan: &Plan, runs: &[TaskRun], now: Time) -> Vec<Ste
             TaskStatus::Planned => {
                 if parents[k].iter().all(|&p| runs[p].status == TaskStatus::Succeeded) {
                     let id = &wf.tasks[k].id;
-                    let early = now < plan.tasks[k].start
+                    let from = wf.earliest.map_or(now, |e| e.max(now));
+                    let early = from < plan.tasks[k].start
                         && !wf.coallocations.iter().any(|c| &c.a == id || &c.b == id)
                         && !plan
                             .transfers
                             .iter()
                             .any(|x| &x.to_task == id || &x.from_task == id && x.kind == super::TransferKind::Stream);
-                    out.push(Step::Release { task: k, early });
+                    out.push(Step::Release {
+                        task: k,
+                        early: early.then_some(from),
+                    });
                 }
             }
             TaskStatus::Sent | TaskStatus::Succeeded => {}
@@ -209,14 +219,14 @@ pub fn rest(wf: &Workflow, plan: &Plan, runs: &[TaskRun], failed: usize, now: Ti
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::workflow::{TaskPlan, TransferKind, TransferPlan};
     use brokk_core::ReservationId;
     use brokk_model::workflow::{Edge, Task};
 
     /// a -> b, a -> c, b -> d, c -> d; b may retry once.
-    fn diamond() -> (Workflow, Plan) {
+    pub(in crate::workflow::course) fn diamond() -> (Workflow, Plan) {
         let task = |id: &str, retries| Task {
             id: id.into(),
             runtime: brokk_model::Duration(100),
@@ -264,8 +274,11 @@ mod tests {
     #[test]
     fn tasks_go_when_every_parent_succeeded() {
         let (wf, plan) = diamond();
-        let go = |task| Step::Release { task, early: false };
-        let early = |task| Step::Release { task, early: true };
+        let go = |task| Step::Release { task, early: None };
+        let early = |task, from| Step::Release {
+            task,
+            early: Some(Time(from)),
+        };
         assert_eq!(
             steps(&wf, &plan, &runs([Planned, Planned, Planned, Planned]), Time(0)),
             [go(0)]
@@ -277,7 +290,7 @@ mod tests {
         // Its parents ended early: b and c may move up.
         assert_eq!(
             steps(&wf, &plan, &runs([Succeeded, Planned, Planned, Planned]), Time(40)),
-            [early(1), early(2)]
+            [early(1, 40), early(2, 40)]
         );
         // d waits for both of its parents.
         assert_eq!(
@@ -286,7 +299,7 @@ mod tests {
         );
         assert_eq!(
             steps(&wf, &plan, &runs([Succeeded, Succeeded, Succeeded, Planned]), Time(200)),
-            [early(3)]
+            [early(3, 200)]
         );
         assert_eq!(
             steps(
@@ -296,6 +309,27 @@ mod tests {
                 Time(600)
             ),
             [Step::Finished]
+        );
+    }
+
+    #[test]
+    fn a_first_task_booked_ahead_moves_up_no_sooner_than_the_workflow_may_start() {
+        let (mut wf, mut plan) = diamond();
+        plan.tasks[0].start = Time(300);
+        plan.tasks[0].end = Time(400);
+        wf.earliest = Some(Time(200));
+        let all_planned = runs([Planned, Planned, Planned, Planned]);
+        assert_eq!(
+            steps(&wf, &plan, &all_planned, Time(0)),
+            [Step::Release {
+                task: 0,
+                early: Some(Time(200))
+            }]
+        );
+        wf.earliest = Some(Time(300));
+        assert_eq!(
+            steps(&wf, &plan, &all_planned, Time(0)),
+            [Step::Release { task: 0, early: None }]
         );
     }
 
@@ -364,7 +398,7 @@ mod tests {
         ));
         // d waits for b's data where it was booked: it does not move up.
         let got = steps(&wf, &plan, &runs([Succeeded, Succeeded, Succeeded, Planned]), Time(250));
-        assert_eq!(got, [Step::Release { task: 3, early: false }]);
+        assert_eq!(got, [Step::Release { task: 3, early: None }]);
         // d has no retries: its failure fails the workflow.
         let got = steps(
             &wf,
