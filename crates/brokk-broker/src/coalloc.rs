@@ -447,6 +447,41 @@ pub fn place(
     Ok(placed.into_iter().map(|(_, h)| h).collect())
 }
 
+/// Why [`search`] found no placement; nothing of it is left at any site.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SearchError {
+    /// No common start within the window on these sites.
+    #[error("no co-allocation fits the window on these sites")]
+    NoFit,
+    /// A start was found, but the parts could not be placed into it.
+    #[error(transparent)]
+    Place(#[from] PlaceError),
+}
+
+/// What a broker's driver does for a co-allocation its core asks for
+/// ([`crate::broker::Effect::CoAllocate`]): the search for a common start
+/// of `jobs` over `sites` (described by `infos`, `None` for a site that did
+/// not answer), then every part placed into its hold under its key
+/// ([`place`]). Each part's site, the site's id for it and its start.
+pub fn search(
+    jobs: &[Job],
+    keys: &[String],
+    infos: &[Option<brokk_model::ResourceInfo>],
+    asked: crate::broker::CoSearch,
+    sites: &mut [&mut dyn Site],
+    owner: &str,
+) -> Result<Vec<(usize, String, Time)>, SearchError> {
+    let request = CoRequest::of(jobs, infos, asked.window, asked.delta, Some(asked.hold));
+    let plan = coallocate(&request, sites, owner).map_err(|_| SearchError::NoFit)?;
+    let handles = place(&plan, jobs, keys, sites, owner)?;
+    Ok(plan
+        .assignments
+        .iter()
+        .zip(handles)
+        .map(|(&(site, _, start), h)| (site, h.0, start))
+        .collect())
+}
+
 /// Where one part of an interrupted co-allocation was found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Found {

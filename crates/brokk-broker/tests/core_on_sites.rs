@@ -4,13 +4,15 @@
 //! time, fallback past a refusal, holds on the best sites given back,
 //! unreachable sites skipped, nothing left behind when every site fails)
 //! and its queue adaptation (a waiting job moves when another site would
-//! deliver it sooner by the margin, never once started).
+//! deliver it sooner by the margin, never once started), and
+//! co-allocation ([ET-interop]: parts placed over the sites to start
+//! together, or none anywhere).
 
 use std::collections::HashMap;
 
-use brokk_broker::broker::{BrokerCore, BrokerParams, Effect, NewJob};
+use brokk_broker::broker::{BrokerCore, BrokerParams, CoAnswer, CoSearch, Effect, NewJob};
 use brokk_broker::info::FetchFailure;
-use brokk_broker::jobs::{BrokerJob, BrokerState};
+use brokk_broker::jobs::{BrokerJob, BrokerState, Entry, Member};
 use brokk_broker::{JobHandle, JobState, MemorySite, Site, SiteError};
 use brokk_core::{Reply, Request, ReservationId};
 use brokk_model::{Benchmark, Duration, Job, JobPreferences, PublishedBenchmark, ResourceInfo, Time};
@@ -132,6 +134,21 @@ impl Grid {
                     self.lines.push((job.id.clone(), l.state, l.detail));
                 }
                 self.records.insert(job.id.clone(), *job);
+            }
+            Effect::CoAllocate {
+                group, parts, search, ..
+            } => {
+                let jobs: Vec<Job> = parts
+                    .iter()
+                    .map(|id| core.description(id).expect("held").clone())
+                    .collect();
+                let infos: Vec<Option<ResourceInfo>> = self.sites.iter().map(|s| s.info().ok()).collect();
+                let mut refs: Vec<&mut dyn Site> = self.sites.iter_mut().map(|s| s as &mut dyn Site).collect();
+                let answer = match brokk_broker::coalloc::search(&jobs, &parts, &infos, search, &mut refs, "broker") {
+                    Ok(placed) => CoAnswer::Placed(placed),
+                    Err(e) => CoAnswer::Failed(e.to_string()),
+                };
+                core.coallocated(now, &group, answer);
             }
             Effect::Placed { .. } | Effect::Retired { .. } => {}
         }
@@ -354,4 +371,76 @@ fn a_started_job_is_never_moved() {
     g.adapt(NOW + Duration::hours(5) + Duration::minutes(1));
     assert_eq!(g.records["j1"].site.as_deref(), Some("a"));
     assert_eq!(g.core.moved(), 0);
+}
+
+/// Alice's co-allocation `c1` of `n` parts of 16 CPUs for an hour, to
+/// start together within a day.
+fn coallocate(g: &mut Grid, n: usize) -> Vec<BrokerJob> {
+    let parts: Vec<(BrokerJob, Job)> = (0..n)
+        .map(|k| {
+            let mut v = BrokerJob::new(format!("c1-{k}"), "alice".into(), "json".into(), Entry::Reserving, NOW);
+            v.member = Member::Part {
+                coallocation: "c1".into(),
+                index: k,
+            };
+            let j = Job {
+                cpus: Some(16),
+                wall_time: Some(Duration::hours(1)),
+                ..job()
+            };
+            (v, j)
+        })
+        .collect();
+    let search = CoSearch {
+        window: (NOW, NOW + Duration::hours(24)),
+        delta: Duration::ZERO,
+        hold: NOW + Duration::minutes(5),
+    };
+    g.core.coallocate("c1", parts, Some(search));
+    g.settle(NOW);
+    (0..n).map(|k| g.records[&format!("c1-{k}")].clone()).collect()
+}
+
+#[test]
+fn a_coallocations_parts_start_together_at_different_sites() {
+    let mut sites = vec![site("a", 100.0), site("b", 100.0)];
+    // a is busy for two hours: both parts wait for it.
+    busy(&mut sites[0], 2);
+    let mut g = Grid::new(sites, BrokerParams::default());
+    let parts = coallocate(&mut g, 2);
+    let at: Vec<&str> = parts.iter().map(|v| v.site.as_deref().unwrap()).collect();
+    assert_eq!(at.iter().collect::<std::collections::BTreeSet<_>>().len(), 2, "{at:?}");
+    for v in &parts {
+        assert_eq!(v.state(), BrokerState::Dispatched);
+        let k = if v.site.as_deref() == Some("a") { 0 } else { 1 };
+        let status = g.sites[k].status(&JobHandle(v.site_job.clone().unwrap()));
+        assert_eq!(
+            status,
+            Ok(JobState::Queued {
+                expected_start: Some(NOW + Duration::hours(2))
+            }),
+            "{v:?}"
+        );
+    }
+    let placed = g.lines.iter().filter(|l| l.1 == BrokerState::Dispatched);
+    assert!(placed.clone().count() == 2);
+    assert!(placed
+        .clone()
+        .all(|l| l.2.as_deref().unwrap().contains("co-allocated to start at")));
+}
+
+#[test]
+fn a_coallocation_that_fits_nowhere_leaves_nothing_and_fails_every_part() {
+    let sites = vec![site("a", 100.0), site("b", 100.0)];
+    let mut g = Grid::new(sites, BrokerParams::default());
+    let parts = coallocate(&mut g, 3);
+    for v in &parts {
+        assert_eq!(v.state(), BrokerState::Failed);
+        assert_eq!(
+            v.reason.as_deref(),
+            Some("no co-allocation fits the window on these sites")
+        );
+    }
+    assert!(g.sites.iter().all(|s| s.planner().is_empty()), "nothing stays held");
+    assert_eq!(g.core.unfinished("alice"), 0);
 }

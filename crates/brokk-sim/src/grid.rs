@@ -27,8 +27,10 @@ use std::collections::HashMap;
 use std::ops::Range;
 
 use brokk_broker::broker::{BrokerCore, BrokerParams, Claim, Effect, NewJob, Report};
-use brokk_broker::coalloc::{coallocate, place, CoRequest};
+use brokk_broker::broker::{CoAnswer, CoSearch};
+use brokk_broker::coalloc::search as coalloc_search;
 use brokk_broker::info::FetchFailure;
+use brokk_broker::jobs::{BrokerJob, Entry, Member};
 use brokk_broker::{JobHandle, MemorySite, Site, SiteError};
 use brokk_core::queue::Policy;
 use brokk_core::{Candidate, Change, Reply, Request, ReservationId};
@@ -588,6 +590,11 @@ impl Grid<'_> {
                         let answer = self.sites[start + k].cancel_job(&owner, &JobHandle(site_job.clone()));
                         let _ = self.cores[b].withdrawn(t, k, &site_job, answer);
                     }
+                    Effect::CoAllocate {
+                        group, parts, search, ..
+                    } => {
+                        let _ = self.search(t, b, &group, &parts, search);
+                    }
                     Effect::Persist { .. } => {}
                 }
             }
@@ -879,23 +886,71 @@ impl Grid<'_> {
                 ..Job::default()
             })
             .collect();
-        let keys: Vec<String> = (0..k).map(|p| format!("co-{}-{p}", j.id)).collect();
-        let infos: Vec<Option<ResourceInfo>> = self.cores[b].information().iter().cloned().map(Some).collect();
-        let request = CoRequest::of(
-            &jobs,
-            &infos,
-            (t, t + Duration::hours(24 * 30)),
-            Duration::ZERO,
-            Some(t + Duration::minutes(10)),
-        );
-        let mut views = viewed(&mut self.sites[home.clone()], self.cores[b].information(), t);
-        let mut refs: Vec<&mut dyn Site> = views.iter_mut().map(|v| v as &mut dyn Site).collect();
-        let plan = coallocate(&request, &mut refs, OWNER).ok()?;
-        let handles = place(&plan, &jobs, &keys, &mut refs, OWNER).ok()?;
-        for &(c, _, _) in &plan.assignments {
-            self.cores[b].changed(c);
+        // The parts are the broker core's: it asks for the search, records
+        // each part where it went, and follows it there.
+        let group = format!("co-{}", j.id);
+        let parts: Vec<(BrokerJob, Job)> = jobs
+            .into_iter()
+            .enumerate()
+            .map(|(p, job)| {
+                let mut v = BrokerJob::new(format!("{group}-{p}"), OWNER.into(), "swf".into(), Entry::Reserving, t);
+                v.member = Member::Part {
+                    coallocation: group.clone(),
+                    index: p,
+                };
+                (v, job)
+            })
+            .collect();
+        let search = CoSearch {
+            window: (t, t + Duration::hours(24 * 30)),
+            delta: Duration::ZERO,
+            hold: t + Duration::minutes(10),
+        };
+        self.cores[b].coallocate(&group, parts, Some(search));
+        let mut placed = None;
+        for e in self.cores[b].drain().collect::<Vec<_>>() {
+            if let Effect::CoAllocate {
+                group, parts, search, ..
+            } = e
+            {
+                placed = self.search(t, b, &group, &parts, search);
+            }
         }
-        Some(plan.assignments.iter().map(|a| home.start + a.0).zip(handles).collect())
+        placed
+    }
+
+    /// Carries out broker `b`'s [`Effect::CoAllocate`] at `t` over its
+    /// sites ([`brokk_broker::coalloc::search`], as `brokk serve` does)
+    /// and tells the core; each part's site and handle when placed.
+    fn search(
+        &mut self,
+        t: Time,
+        b: usize,
+        group: &str,
+        parts: &[String],
+        search: CoSearch,
+    ) -> Option<Vec<(usize, JobHandle)>> {
+        let home = self.groups[b].clone();
+        let core = &self.cores[b];
+        let jobs: Vec<Job> = parts.iter().filter_map(|id| core.description(id).cloned()).collect();
+        let infos: Vec<Option<ResourceInfo>> = core.information().iter().cloned().map(Some).collect();
+        let mut views = viewed(&mut self.sites[home.clone()], core.information(), t);
+        let mut refs: Vec<&mut dyn Site> = views.iter_mut().map(|v| v as &mut dyn Site).collect();
+        let found = coalloc_search(&jobs, parts, &infos, search, &mut refs, OWNER);
+        drop(refs);
+        drop(views);
+        let (answer, placed) = match found {
+            Ok(p) => {
+                let placed = p
+                    .iter()
+                    .map(|(k, h, _)| (home.start + k, JobHandle(h.clone())))
+                    .collect();
+                (CoAnswer::Placed(p), Some(placed))
+            }
+            Err(e) => (CoAnswer::Failed(e.to_string()), None),
+        };
+        self.cores[b].coallocated(t, group, answer);
+        placed
     }
 
     /// One adaptation round at `t` at every broker ([ET-brokering] 3.3, the

@@ -29,9 +29,16 @@
 //! A workflow's task is taken once its parents ended ([`BrokerCore::ready`])
 //! and sent into the reservation its workflow made for it.
 //!
+//! A co-allocation's parts are taken together ([`BrokerCore::coallocate`]):
+//! the driver searches and places them over its sites
+//! ([`Effect::CoAllocate`], [`crate::coalloc::search`]) and says how that
+//! ended ([`BrokerCore::coallocated`]); the core records each part at its
+//! site, or fails them all with the reason. Parts a restart caught
+//! half-way are settled the same way.
+//!
 //! Not yet here (the drivers still call the rules themselves): standalone
-//! reservations, co-allocations, workflows' admission and course, queue
-//! adaptation and the broker-as-a-site view.
+//! reservations, workflows' admission (their course is
+//! [`crate::workflow::course::Course`]) and the broker-as-a-site view.
 
 use std::borrow::Cow;
 use std::collections::{HashMap, VecDeque};
@@ -49,14 +56,6 @@ use crate::submit::SubmitError;
 
 #[cfg(test)]
 mod tests;
-
-/// Whether the core takes a job that is part of `member`: every job but
-/// a co-allocation's parts, which are placed together by their whole
-/// (still the drivers' own way). A workflow's task is taken once its
-/// parents ended ([`BrokerCore::ready`]).
-pub fn takes(member: &jobs::Member) -> bool {
-    !matches!(member, jobs::Member::Part { .. })
-}
 
 /// A broker reservation as a job that names it finds it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -245,6 +244,20 @@ pub enum Effect {
         /// When the choice was made.
         decided: Time,
     },
+    /// Search for a common start of co-allocation `group`'s parts (their
+    /// ids in part order; their descriptions: [`BrokerCore::description`])
+    /// over the sites and place each into its hold there, for `owner`;
+    /// give the answer back with [`BrokerCore::coallocated`].
+    CoAllocate {
+        /// The group.
+        group: String,
+        /// Whose parts they are.
+        owner: String,
+        /// The parts' ids, in part order.
+        parts: Vec<String>,
+        /// What is searched for.
+        search: CoSearch,
+    },
     /// Store the job's record, with a line of its history when it entered
     /// a state (only with [`BrokerParams::persist`]).
     Persist {
@@ -253,6 +266,31 @@ pub enum Effect {
         /// The state it entered, when it entered one.
         line: Option<HistoryEntry>,
     },
+}
+
+/// What a co-allocation searches for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CoSearch {
+    /// The window the common start must fall in.
+    pub window: (Time, Time),
+    /// How far apart the parts' starts may be.
+    pub delta: Duration,
+    /// When the holds made while searching lapse unless the parts claim
+    /// them: a driver that stops half-way leaves nothing booked.
+    pub hold: Time,
+}
+
+/// How a co-allocation ended, as its driver found it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CoAnswer {
+    /// Every part placed, in part order: its site (by position), the
+    /// site's id for it, and its start.
+    Placed(Vec<(usize, String, Time)>),
+    /// Caught half-way by a restart and completed: every part was at its
+    /// site, none ended, and their holds were committed.
+    Completed(Vec<(usize, String)>),
+    /// No part runs, and why.
+    Failed(String),
 }
 
 /// A reservation a job is sent into.
@@ -455,6 +493,9 @@ pub struct BrokerCore {
     moved: u64,
     /// The broker's job of each (site, site's id).
     at_site: HashMap<(usize, String), String>,
+    /// The owner and the parts of each co-allocation being placed, in
+    /// part order.
+    groups: HashMap<String, (String, Vec<String>)>,
     /// Decisions made so far.
     decisions: u64,
     outbox: Vec<Effect>,
@@ -488,6 +529,7 @@ impl BrokerCore {
             moves: HashMap::new(),
             moved: 0,
             at_site: HashMap::new(),
+            groups: HashMap::new(),
             decisions: 0,
             outbox: Vec::new(),
         }
@@ -644,6 +686,85 @@ impl BrokerCore {
         Ok(())
     }
 
+    /// Takes the parts of co-allocation `group`, stored as reserving with
+    /// their descriptions, in part order. With `search` the driver is
+    /// asked to search for a common start and place them
+    /// ([`Effect::CoAllocate`]); without, a restart caught them half-way
+    /// and the driver settles them ([`crate::coalloc::settle`]). Either
+    /// way [`BrokerCore::coallocated`] says how it ended.
+    pub fn coallocate(&mut self, group: &str, parts: Vec<(BrokerJob, Job)>, search: Option<CoSearch>) {
+        let Some(owner) = parts.first().map(|(v, _)| v.owner.clone()) else {
+            return;
+        };
+        let ids: Vec<String> = parts.iter().map(|(v, _)| v.id.clone()).collect();
+        for (view, job) in parts {
+            self.hold_unended(view, job, JobPreferences::default(), false);
+        }
+        self.groups.insert(group.to_string(), (owner.clone(), ids.clone()));
+        if let Some(search) = search {
+            self.outbox.push(Effect::CoAllocate {
+                group: group.to_string(),
+                owner,
+                parts: ids,
+                search,
+            });
+        }
+    }
+
+    /// How co-allocation `group` ended, at `now`: each part recorded at
+    /// its site, or every part failed with the reason (an answer that
+    /// does not cover every part fails those it leaves out). A site that
+    /// took a part is asked for its information again.
+    pub fn coallocated(&mut self, now: Time, group: &str, answer: CoAnswer) {
+        let Some((owner, ids)) = self.groups.remove(group) else {
+            return;
+        };
+        let placed: Vec<Option<(usize, String, String)>> = match answer {
+            CoAnswer::Placed(parts) => parts
+                .into_iter()
+                .map(|(k, job, start)| {
+                    let why = format!("co-allocated to start at {start}");
+                    Some((k, job, why))
+                })
+                .collect(),
+            CoAnswer::Completed(parts) => parts
+                .into_iter()
+                .map(|(k, job)| Some((k, job, "co-allocated (completed after a restart)".to_string())))
+                .collect(),
+            CoAnswer::Failed(why) => {
+                for id in &ids {
+                    let _ = self.change(id, Change::Fail(why.clone()), now, Some(why.clone()));
+                }
+                return;
+            }
+        };
+        for (k, id) in ids.iter().enumerate() {
+            match placed.get(k).cloned().flatten().filter(|p| p.0 < self.sites.len()) {
+                Some((site, site_job, why)) => {
+                    let name = self.sites[site].name.clone();
+                    self.sites[site].changed = true;
+                    if !self.jobs.contains_key(id) {
+                        // Cancelled while it was placed: the site lets it go.
+                        let owner = owner.clone();
+                        self.outbox.push(Effect::Withdraw { site, site_job, owner });
+                        continue;
+                    }
+                    let sent = Change::Dispatch {
+                        site: name.clone(),
+                        site_job: site_job.clone(),
+                        tts: None,
+                        ttd: None,
+                    };
+                    self.landed(id, site, site_job, (sent, now, format!("to {name}, {why}")));
+                }
+                None => {
+                    let why = "the co-allocation placed no such part".to_string();
+                    let _ = self.change(id, Change::Fail(why.clone()), now, Some(why));
+                }
+            }
+        }
+    }
+
     /// Whether job `id` is on its way somewhere: decided and being sent,
     /// or asked about.
     fn in_flight(&self, id: &str) -> bool {
@@ -730,9 +851,9 @@ impl BrokerCore {
     }
 
     /// What site `site` answered at `now` when asked to let its job
-    /// `site_job` go: a job of the broker's there is then cancelled; one
-    /// the site could not let go stays as it is (the error is its owner's
-    /// answer).
+    /// `site_job` go: a job of the broker's there is then cancelled, and
+    /// the site asked for its information again; one the site could not
+    /// let go stays as it is (the error is its owner's answer).
     pub fn withdrawn(
         &mut self,
         now: Time,
@@ -745,6 +866,11 @@ impl BrokerCore {
             return self.let_go_for_move(now, id, site, site_job, answer);
         }
         answer?;
+        // What it held there is free again: the site is asked anew before
+        // the next decision.
+        if let Some(s) = self.sites.get_mut(site) {
+            s.changed = true;
+        }
         let Some(id) = id else {
             return Ok(Applied::Unchanged);
         };

@@ -260,6 +260,9 @@ fn a_running_job_cancelled_is_withdrawn_and_its_reports_then_change_nothing() {
         Ok(Applied::Entered(BrokerState::Cancelled))
     );
     assert!(b.is_empty());
+    // Its slot is free again: the site is asked before the next decision.
+    b.stale(Time(7));
+    assert_eq!(b.drain().collect::<Vec<_>>(), [Effect::Fetch { site: 0 }]);
     // The site's own report of the end then changes nothing.
     let ended = Report {
         phase: JobPhase::Cancelled,
@@ -440,7 +443,7 @@ fn a_job_naming_a_reservation_is_sent_into_it_at_its_site_once_read() {
     b.accept(Time(1), "ann", vec![in_reservation("j1", "r1")]).unwrap();
     b.drain();
     assert_eq!(b.decide(Time(2), 10), 1);
-    let asked: Vec<Effect> = b.drain().collect();
+    let asked: Vec<Effect> = b.drain().filter(|e| !matches!(e, Effect::Persist { .. })).collect();
     assert_eq!(
         asked,
         [Effect::Resolve {
@@ -647,21 +650,151 @@ fn a_job_inherited_from_before_a_restart_is_looked_for_before_it_is_sent() {
     assert!(b.reported(Time(4), 1, "b-9", done));
 }
 
+/// Co-allocation `c1`'s `n` parts of ann's, stored as reserving.
+fn parts(n: usize) -> Vec<(BrokerJob, Job)> {
+    (0..n)
+        .map(|k| {
+            let j = job(&format!("c1-{k}"), 4);
+            let mut v = BrokerJob::new(j.id, "ann".into(), j.format, Entry::Reserving, Time(1));
+            v.member = jobs::Member::Part {
+                coallocation: "c1".into(),
+                index: k,
+            };
+            (v, j.job)
+        })
+        .collect()
+}
+
+const SEARCH: CoSearch = CoSearch {
+    window: (Time(1), Time(1000)),
+    delta: Duration(0),
+    hold: Time(300),
+};
+
 #[test]
-fn the_core_takes_every_job_but_a_coallocations_parts() {
-    use jobs::Member;
-    let task = Member::Task {
-        workflow: "w1".into(),
-        task: 0,
-        attempt: 0,
+fn a_coallocation_is_searched_for_and_each_part_recorded_where_it_went() {
+    let mut b = broker(BrokerParams {
+        persist: true,
+        ..params()
+    });
+    b.coallocate("c1", parts(2), Some(SEARCH));
+    let asked: Vec<Effect> = b.drain().collect();
+    assert_eq!(
+        asked,
+        [Effect::CoAllocate {
+            group: "c1".into(),
+            owner: "ann".into(),
+            parts: vec!["c1-0".into(), "c1-1".into()],
+            search: SEARCH,
+        }]
+    );
+    // Reserving parts count toward their owner's limit and are never decided.
+    assert_eq!(b.unfinished("ann"), 2);
+    assert_eq!(b.decide(Time(2), usize::MAX), 0);
+    assert!(b.description("c1-1").is_some(), "the driver reads what it places");
+    b.coallocated(
+        Time(3),
+        "c1",
+        CoAnswer::Placed(vec![(0, "a-7".into(), Time(50)), (1, "b-9".into(), Time(50))]),
+    );
+    for (id, site) in [("c1-0", "a"), ("c1-1", "b")] {
+        let v = b.job(id).unwrap();
+        assert_eq!((v.state(), v.site.as_deref()), (BrokerState::Dispatched, Some(site)));
+    }
+    let stored = lines(&b.drain().collect::<Vec<_>>());
+    let detail = |id: &str| stored.iter().find(|l| l.0 == id).and_then(|l| l.2.clone());
+    assert_eq!(
+        detail("c1-1").as_deref(),
+        Some("to b, co-allocated to start at 1970-01-01T00:00:50Z")
+    );
+    // Both sites took a part: their information is asked for again.
+    b.stale(Time(4));
+    let fetched: Vec<Effect> = b.drain().collect();
+    assert_eq!(fetched, [Effect::Fetch { site: 0 }, Effect::Fetch { site: 1 }]);
+    // The sites' reports reach the parts.
+    let ended = Report {
+        phase: JobPhase::Finished,
+        started: Some(Time(50)),
+        ended: Some(Time(60)),
+        exit_code: Some(0),
+        reason: None,
     };
-    let part = Member::Part {
-        coallocation: "c1".into(),
-        index: 0,
-    };
-    assert!(takes(&Member::Alone));
-    assert!(takes(&task));
-    assert!(!takes(&part));
+    assert!(b.reported(Time(60), 1, "b-9", ended));
+    assert!(b.job("c1-1").is_none(), "ended: let go");
+    assert_eq!(b.unfinished("ann"), 1);
+}
+
+#[test]
+fn a_coallocation_that_fits_nowhere_fails_every_part_with_the_reason() {
+    let mut b = broker(BrokerParams {
+        persist: true,
+        ..params()
+    });
+    b.coallocate("c1", parts(3), Some(SEARCH));
+    b.drain().for_each(drop);
+    b.coallocated(Time(3), "c1", CoAnswer::Failed("no co-allocation fits".into()));
+    let stored = lines(&b.drain().collect::<Vec<_>>());
+    assert_eq!(stored.len(), 3);
+    for (k, (id, state, detail)) in stored.into_iter().enumerate() {
+        assert_eq!(id, format!("c1-{k}"));
+        assert_eq!(
+            (state, detail.as_deref()),
+            (BrokerState::Failed, Some("no co-allocation fits"))
+        );
+    }
+    assert_eq!(b.unfinished("ann"), 0);
+    // Answered twice: nothing more happens.
+    b.coallocated(Time(4), "c1", CoAnswer::Failed("again".into()));
+    assert_eq!(b.drain().count(), 0);
+}
+
+#[test]
+fn a_part_cancelled_while_placed_is_withdrawn_and_a_restart_completes_or_undoes_the_rest() {
+    let mut b = broker(params());
+    b.coallocate("c1", parts(2), Some(SEARCH));
+    b.drain().for_each(drop);
+    b.cancel(Time(2), "ann", "c1-0").unwrap();
+    b.coallocated(
+        Time(3),
+        "c1",
+        CoAnswer::Placed(vec![(0, "a-7".into(), Time(50)), (1, "b-9".into(), Time(50))]),
+    );
+    let effects: Vec<Effect> = b.drain().collect();
+    assert!(effects.contains(&Effect::Withdraw {
+        site: 0,
+        site_job: "a-7".into(),
+        owner: "ann".into()
+    }));
+    assert_eq!(b.job("c1-1").unwrap().state(), BrokerState::Dispatched);
+
+    // After a restart: settled by the driver, no search asked for.
+    let mut b = broker(BrokerParams {
+        persist: true,
+        ..params()
+    });
+    b.coallocate("c1", parts(2), None);
+    assert_eq!(b.drain().count(), 0);
+    b.coallocated(
+        Time(9),
+        "c1",
+        CoAnswer::Completed(vec![(1, "b-1".into()), (0, "a-2".into())]),
+    );
+    let v = b.job("c1-0").unwrap();
+    assert_eq!(
+        (v.state(), v.site_job.as_deref()),
+        (BrokerState::Dispatched, Some("b-1"))
+    );
+    let stored = lines(&b.drain().collect::<Vec<_>>());
+    assert_eq!(
+        stored[0].2.as_deref(),
+        Some("to b, co-allocated (completed after a restart)")
+    );
+    // An answer that leaves a part out fails that part.
+    let mut b = broker(params());
+    b.coallocate("c1", parts(2), None);
+    b.coallocated(Time(9), "c1", CoAnswer::Completed(vec![(1, "b-1".into())]));
+    assert_eq!(b.job("c1-0").unwrap().state(), BrokerState::Dispatched);
+    assert!(b.job("c1-1").is_none(), "failed and let go");
 }
 
 /// A job of `cpus` that asks for reservations.

@@ -2,11 +2,11 @@
 //! ([`brokk_broker::broker::BrokerCore`]): the core decides, this module
 //! carries out what it asks and feeds the answers back.
 //!
-//! The core holds the jobs it takes ([`brokk_broker::broker::takes`]) from
-//! their acceptance to their end; every change it makes to one is written
-//! by one writer task in the order the core made them, several at a time
-//! in one transaction (group commit), and an operation answers its user
-//! only once its changes are stored. A write that fails is answered as a
+//! The core holds every job (a co-allocation's parts through
+//! [`BrokerCore::coallocate`]) from their acceptance to their end; every
+//! change it makes to one is written by one writer task in the order the
+//! core made them, several at a time in one transaction (group commit),
+//! and an operation answers its user only once its changes are stored. A write that fails is answered as a
 //! failure and tried again with the next, never reported stored.
 
 use std::collections::VecDeque;
@@ -197,6 +197,11 @@ impl Broker {
         (out, rest, stored)
     }
 
+    /// Reads the core: `f`'s answer.
+    pub(super) fn read<T>(&self, f: impl FnOnce(&BrokerCore) -> T) -> T {
+        f(&self.core.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
+    }
+
     /// Answers once every change queued so far is stored: a read of the
     /// database after it sees every job the core has let go as it left.
     pub(super) fn flush(&self) -> Stored {
@@ -381,6 +386,16 @@ impl Service {
                         self.retired(site, &site_job).await;
                         continue;
                     }
+                    Effect::CoAllocate {
+                        group,
+                        owner,
+                        parts,
+                        search,
+                    } => {
+                        let (_, more) = self.coallocation(&group, &owner, &parts, search).await?;
+                        queue.extend(more);
+                        continue;
+                    }
                     Effect::Placed { .. } | Effect::Persist { .. } => continue,
                     Effect::Status { job, site, site_job } => self.status_of(job, site, site_job).boxed(),
                     Effect::Send { job, site, wall, claim } => {
@@ -511,13 +526,8 @@ impl Service {
     }
 
     /// The name of the site at position `k` in the core.
-    fn site_name_of(&self, k: usize) -> String {
-        let core = self
-            .broker
-            .core
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        core.site_name(k).to_string()
+    pub(super) fn site_name_of(&self, k: usize) -> String {
+        self.broker.read(|c| c.site_name(k).to_string())
     }
 
     /// Runs `call` on the blocking pool with the client of the site at

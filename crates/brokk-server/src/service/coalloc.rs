@@ -1,7 +1,17 @@
-//! Co-allocation: the broker's search and two-phase placement driven over
-//! the sites, and the settling of co-allocations a stop interrupted.
+//! Co-allocation: the parts stored and handed to the broker core, which
+//! asks for the search and two-phase placement over the sites
+//! ([`brokk_broker::coalloc::search`], carried out here) and records where
+//! each part went; and the settling of co-allocations a stop interrupted.
+
+use brokk_broker::broker::{CoAnswer, CoSearch, Effect};
+use brokk_broker::coalloc::SearchError;
+use brokk_broker::jobs::BrokerJob;
 
 use super::*;
+
+/// Where each part of a co-allocation went (the core's site position,
+/// the site's id, its start), or why none runs.
+pub(super) type CoPlaced = Result<Vec<(usize, String, Time)>, ServiceError>;
 
 /// Settles a co-allocation a stop interrupted, given where each part is
 /// (site and its job there, `None` for a part that never got there): the
@@ -88,65 +98,104 @@ impl Service {
                 .await?;
             stored.push(v);
         }
-        let sites = self.sites();
+        // The core's from now on: it asks for the search, and records
+        // where each part went or why none runs.
+        let search = CoSearch {
+            window: (req.earliest, req.latest),
+            delta: req.delta,
+            hold: now() + COALLOC_HOLD,
+        };
+        let ids: Vec<String> = stored.iter().map(|v| v.id.clone()).collect();
+        let parts: Vec<(BrokerJob, Job)> = stored.into_iter().zip(parsed.into_iter().map(|p| p.0)).collect();
         let turn = self.decision_turn().await;
-        let info = self.info.clone();
-        let jobs: Vec<Job> = parsed.iter().map(|p| p.0.clone()).collect();
-        let keys: Vec<String> = stored.iter().map(|v| v.id.clone()).collect();
-        let (earliest, latest, delta) = (req.earliest, req.latest, req.delta);
-        let user = owner.to_string();
-        let outcome = tokio::task::spawn_blocking(move || {
-            let mut clients = cached_sites(&sites, &info, None, None, &user);
-            let infos: Vec<Option<ResourceInfo>> = clients.iter().map(|c| c.info().ok()).collect();
-            // Holds until every part is submitted: a broker that stops
-            // mid-way leaves nothing booked once they lapse.
-            let co = CoRequest::of(&jobs, &infos, (earliest, latest), delta, Some(now() + COALLOC_HOLD));
-            let mut refs: Vec<&mut dyn Site> = clients.iter_mut().map(|c| c as &mut dyn Site).collect();
-            let plan = coallocate(&co, &mut refs, "broker")
-                .map_err(|_| ServiceError::BadRequest("no co-allocation fits the window on these sites".into()))?;
-            let handles = place(&plan, &jobs, &keys, &mut refs, "broker")
-                .map_err(|e| ServiceError::Unavailable(e.to_string()))?;
-            Ok::<_, ServiceError>(
-                plan.assignments
-                    .iter()
-                    .zip(handles)
-                    .map(|(&(site, _, start), h)| (sites[site].name.clone(), h.0, start))
-                    .collect::<Vec<_>>(),
-            )
-        })
-        .await
-        .map_err(|e| ServiceError::Unavailable(e.to_string()))?;
-        drop(turn);
-        match outcome {
-            Ok(placed) => {
-                let mut out = Coallocated {
-                    ids: Vec::new(),
-                    sites: Vec::new(),
-                    starts: Vec::new(),
-                };
-                for (mut v, (site, handle, start)) in stored.into_iter().zip(placed) {
-                    let detail = format!("to {site}, co-allocated to start at {start}");
-                    let sent = Change::Dispatch {
-                        site: site.clone(),
-                        site_job: handle,
-                        tts: None,
-                        ttd: None,
-                    };
-                    self.change(&mut v, sent, now(), Some(detail)).await?;
-                    out.ids.push(v.id);
-                    out.sites.push(site);
-                    out.starts.push(start);
+        self.broker.claim(&ids, true);
+        let (_, effects, stored) = self.broker.run(|c| c.coallocate(&group, parts, Some(search)));
+        stored.wait().await?;
+        let mut outcome = None;
+        for e in effects {
+            match e {
+                Effect::CoAllocate {
+                    group,
+                    owner,
+                    parts,
+                    search,
+                } => {
+                    let (found, more) = self.coallocation(&group, &owner, &parts, search).await?;
+                    self.carry_out(more).await?;
+                    outcome = Some(found);
                 }
-                Ok(out)
-            }
-            Err(e) => {
-                for mut v in stored {
-                    self.change(&mut v, Change::Fail(e.to_string()), now(), Some(e.to_string()))
-                        .await?;
-                }
-                Err(e)
+                other => self.carry_out(vec![other]).await?,
             }
         }
+        drop(turn);
+        let placed = outcome.unwrap_or_else(|| {
+            Err(ServiceError::Unavailable(
+                "the co-allocation was not searched for".into(),
+            ))
+        })?;
+        let names: Vec<String> = placed.iter().map(|p| self.site_name_of(p.0)).collect();
+        Ok(Coallocated {
+            ids,
+            sites: names,
+            starts: placed.into_iter().map(|p| p.2).collect(),
+        })
+    }
+
+    /// Carries out the core's [`Effect::CoAllocate`]: the search over the
+    /// sites and the placement of every part into its hold
+    /// ([`brokk_broker::coalloc::search`]), told to the core. Returns where
+    /// each part went (the core's site position, the site's id, its start)
+    /// or why none runs, and what the core asks next.
+    pub(super) async fn coallocation(
+        &self,
+        group: &str,
+        owner: &str,
+        parts: &[String],
+        search: CoSearch,
+    ) -> Result<(CoPlaced, Vec<Effect>), ServiceError> {
+        let jobs: Vec<Job> = self
+            .broker
+            .read(|c| parts.iter().filter_map(|id| c.description(id).cloned()).collect());
+        let found = if jobs.len() < parts.len() {
+            Err(ServiceError::Unavailable("a part of the co-allocation is gone".into()))
+        } else {
+            let (sites, info) = (self.sites(), self.info.clone());
+            let (user, keys) = (owner.to_string(), parts.to_vec());
+            let found = tokio::task::spawn_blocking(move || {
+                let mut clients = cached_sites(&sites, &info, None, None, &user);
+                let infos: Vec<Option<ResourceInfo>> = clients.iter().map(|c| c.info().ok()).collect();
+                let mut refs: Vec<&mut dyn Site> = clients.iter_mut().map(|c| c as &mut dyn Site).collect();
+                brokk_broker::coalloc::search(&jobs, &keys, &infos, search, &mut refs, "broker")
+                    .map(|placed| {
+                        placed
+                            .into_iter()
+                            .map(|(k, job, start)| (sites[k].name.clone(), job, start))
+                            .collect::<Vec<_>>()
+                    })
+                    .map_err(|e| match e {
+                        SearchError::NoFit => ServiceError::BadRequest(e.to_string()),
+                        SearchError::Place(e) => ServiceError::Unavailable(e.to_string()),
+                    })
+            })
+            .await
+            .map_err(|e| ServiceError::Unavailable(e.to_string()))?;
+            // Sites by the core's positions.
+            found.map(|placed| {
+                self.broker.read(|c| {
+                    placed
+                        .into_iter()
+                        .map(|(name, job, start)| (c.site_position(&name).unwrap_or(usize::MAX), job, start))
+                        .collect::<Vec<_>>()
+                })
+            })
+        };
+        let answer = match &found {
+            Ok(placed) => CoAnswer::Placed(placed.clone()),
+            Err(e) => CoAnswer::Failed(e.to_string()),
+        };
+        let (_, more, stored) = self.broker.run(|c| c.coallocated(now(), group, answer));
+        stored.wait().await?;
+        Ok((found, more))
     }
 
     /// After a restart: co-allocations caught half-way are settled. One whose
@@ -163,7 +212,7 @@ impl Service {
                 groups.entry(g).or_default().push(stored);
             }
         }
-        for (_, parts) in groups {
+        for (g, parts) in groups {
             let mut found = Vec::new();
             for p in &parts {
                 found.push(self.already_at(&p.view.id).await?);
@@ -179,27 +228,28 @@ impl Service {
             let completed = tokio::task::spawn_blocking(move || settle(&sites, &info, &targets))
                 .await
                 .map_err(|e| ServiceError::Unavailable(e.to_string()))?;
-            for (p, f) in parts.into_iter().zip(found) {
-                let mut v = p.view;
-                let id = v.id.clone();
-                match (completed, f) {
-                    (true, Some((site, site_job))) => {
-                        let detail = format!("to {site}, co-allocated (completed after a restart)");
-                        let found = Change::Dispatch {
-                            site,
-                            site_job,
-                            tts: None,
-                            ttd: None,
-                        };
-                        self.change(&mut v, found, now(), Some(detail)).await?;
-                    }
-                    _ => {
-                        let why = "the broker stopped while co-allocating it; no part of it runs";
-                        self.change(&mut v, Change::Fail(why.into()), now(), Some(why.into()))
-                            .await?;
-                    }
-                }
-                self.looked_for(&id);
+            let ids: Vec<String> = parts.iter().map(|p| p.view.id.clone()).collect();
+            let held: Vec<(BrokerJob, Job)> = parts
+                .into_iter()
+                .map(|p| (p.view, serde_json::from_str(&p.spec).unwrap_or_default()))
+                .collect();
+            self.broker.claim(&ids, true);
+            let (_, more, stored) = self.broker.run(|c| {
+                let answer = match found.into_iter().collect::<Option<Vec<_>>>() {
+                    Some(all) if completed => CoAnswer::Completed(
+                        all.into_iter()
+                            .map(|(name, job)| (c.site_position(&name).unwrap_or(usize::MAX), job))
+                            .collect(),
+                    ),
+                    _ => CoAnswer::Failed("the broker stopped while co-allocating it; no part of it runs".into()),
+                };
+                c.coallocate(&g, held, None);
+                c.coallocated(now(), &g, answer);
+            });
+            self.carry_out(more).await?;
+            stored.wait().await?;
+            for id in &ids {
+                self.looked_for(id);
             }
         }
         Ok(())

@@ -2,8 +2,8 @@
 //! ([`brokk_broker::broker::BrokerCore`]), the users taken in turn, jobs
 //! accepted before a restart looked for at the sites first.
 //!
-//! The core holds every job but a co-allocation's parts
-//! ([`brokk_broker::broker::takes`]) and decides them a batch at a time
+//! The core holds every job (a co-allocation's parts from their search
+//! on, `service::coalloc`) and decides waiting ones a batch at a time
 //! against its information (one at a time when the information lives for
 //! no time); this service carries out what it asks (`service::broker`).
 
@@ -30,7 +30,7 @@ impl Service {
             .in_states(&[BrokerState::Accepted])
             .await?
             .into_iter()
-            .filter(|j| !self.broker.took(&j.view.id) && brokk_broker::broker::takes(&j.view.member))
+            .filter(|j| !self.broker.took(&j.view.id))
             .collect();
         for stored in strays {
             tracing::warn!(

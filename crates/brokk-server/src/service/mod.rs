@@ -5,7 +5,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use brokk_broker::coalloc::{coallocate, place, CoRequest, Found};
+use brokk_broker::coalloc::Found;
 use brokk_broker::jobs::{self, Applied, Change, Entry, Member};
 use brokk_broker::reserve::at_earliest;
 use brokk_broker::{JobHandle, Site};
@@ -415,10 +415,8 @@ impl Service {
             ) else {
                 continue;
             };
-            if brokk_broker::broker::takes(&stored.view.member) {
-                self.broker.inherit(stored.view, job, prefs);
-                n += 1;
-            }
+            self.broker.inherit(stored.view, job, prefs);
+            n += 1;
         }
         Ok(n)
     }
@@ -429,8 +427,7 @@ impl Service {
     /// dispatcher woken.
     async fn store(&self, job: &Job, stored: StoredJob) -> Result<BrokerJob, ServiceError> {
         let prefs: JobPreferences = serde_json::from_str(&stored.prefs).unwrap_or_default();
-        let takes = brokk_broker::broker::takes(&stored.view.member);
-        let core_s = match stored.view.state() == BrokerState::Accepted && takes {
+        let core_s = match stored.view.state() == BrokerState::Accepted {
             true => vec![stored.view.id.clone()],
             false => Vec::new(),
         };
