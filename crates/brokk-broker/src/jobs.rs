@@ -365,6 +365,13 @@ pub struct Refused {
     pub why: &'static str,
 }
 
+/// Whether `change` may be made to `job` at `now`, and why not: the rules
+/// of [`apply`], with nothing changed (what a driver answers for a job no
+/// core holds).
+pub fn check(job: &BrokerJob, change: Change, now: Time) -> Result<(), Refused> {
+    apply(&mut job.clone(), change, now).map(|_| ())
+}
+
 /// Applies `change` to `job` at `now`: the one place a broker job's state
 /// changes.
 pub fn apply(job: &mut BrokerJob, change: Change, now: Time) -> Result<Applied, Refused> {

@@ -154,7 +154,6 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         )),
         unreachable: Arc::default(),
     };
-    service.end_interrupted_moves().await.map_err(|e| err(&e))?;
     let adopted = service.adopt_unfinished().await.map_err(|e| err(&e))?;
     tracing::debug!("the broker core follows {adopted} jobs recorded before this start");
     service.restore_network().await.map_err(|e| err(&e))?;

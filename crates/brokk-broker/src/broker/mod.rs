@@ -625,15 +625,42 @@ impl BrokerCore {
         self.hold_unended(view, job, prefs, false);
     }
 
-    /// Takes a job recorded before the broker restarted: as [`adopt`]
-    /// does, but an accepted one is looked for at the sites before it is
-    /// decided ([`Effect::Find`]), since it may have reached one before
-    /// its dispatch was stored.
+    /// Takes a job recorded before the broker restarted at `now`: as
+    /// [`adopt`] does, but an accepted one is looked for at the sites
+    /// before it is decided ([`Effect::Find`]), since it may have reached
+    /// one before its dispatch was stored; and one a stop caught in the
+    /// middle of a move stays where it was last recorded (its site's
+    /// reports then say where it is).
     ///
     /// [`adopt`]: BrokerCore::adopt
-    pub fn inherit(&mut self, view: BrokerJob, job: Job, prefs: JobPreferences) {
+    pub fn inherit(&mut self, now: Time, mut view: BrokerJob, job: Job, prefs: JobPreferences) {
+        if view.state() == BrokerState::Moving {
+            if let Ok(applied) = jobs::apply(&mut view, Change::EndMove(None), now) {
+                if applied != Applied::Unchanged {
+                    persist(self.params.persist, &mut self.outbox, &view, None);
+                }
+            }
+        }
         let inherited = view.state() == BrokerState::Accepted;
         self.hold_unended(view, job, prefs, inherited);
+    }
+
+    /// A stored job that cannot be taken (its description no longer reads
+    /// back, `why`) fails at `now` with the reason, and is not held.
+    pub fn refuse(&mut self, now: Time, mut view: BrokerJob, why: String) {
+        let counted = jobs::counts_toward_limit(view.state());
+        if let Ok(Applied::Entered(state)) = jobs::apply(&mut view, Change::Fail(why.clone()), now) {
+            let line = HistoryEntry {
+                at: now,
+                state,
+                detail: Some(why),
+            };
+            persist(self.params.persist, &mut self.outbox, &view, Some(line));
+            if counted && self.jobs.remove(&view.id).is_some() {
+                let n = self.unfinished.entry(view.owner.clone()).or_default();
+                *n = n.saturating_sub(1);
+            }
+        }
     }
 
     /// Holds a recorded job unless it has ended.
@@ -657,16 +684,37 @@ impl BrokerCore {
     }
 
     /// Takes a planned job whose turn has come (a workflow's task whose
-    /// parents ended, `detail` saying so), already stored as planned: it is
-    /// accepted now and decided as any other.
+    /// parents ended, `detail` saying so), already stored as planned, as
+    /// `job` now reads (its parents' outputs named as its inputs): it is
+    /// accepted now and decided as any other. One the core holds already
+    /// (planned when adopted) is taken from its own record.
     pub fn ready(
         &mut self,
         now: Time,
-        mut view: BrokerJob,
+        view: BrokerJob,
         job: Job,
         prefs: JobPreferences,
         detail: String,
     ) -> Result<(), Refused> {
+        if let Some(held) = self
+            .jobs
+            .get(&view.id)
+            .filter(|h| h.view.state() != BrokerState::Planned)
+        {
+            // Only a planned one is taken from its record: any other
+            // answers as its state rules (changing nothing).
+            return jobs::apply(&mut held.view.clone(), Change::Ready, now).map(|_| ());
+        }
+        let mut view = match self.jobs.remove(&view.id) {
+            Some(held) => {
+                if jobs::counts_toward_limit(held.view.state()) {
+                    let n = self.unfinished.entry(held.view.owner.clone()).or_default();
+                    *n = n.saturating_sub(1);
+                }
+                held.view
+            }
+            None => view,
+        };
         let applied = jobs::apply(&mut view, Change::Ready, now)?;
         let line = match applied {
             Applied::Entered(state) => Some(HistoryEntry {

@@ -608,6 +608,7 @@ fn a_job_inherited_from_before_a_restart_is_looked_for_before_it_is_sent() {
     });
     for id in ["j1", "j2", "j3"] {
         b.inherit(
+            Time(2),
             old.job(id).unwrap().clone(),
             old.description(id).unwrap().clone(),
             JobPreferences::default(),
@@ -795,6 +796,109 @@ fn a_part_cancelled_while_placed_is_withdrawn_and_a_restart_completes_or_undoes_
     b.coallocated(Time(9), "c1", CoAnswer::Completed(vec![(1, "b-1".into())]));
     assert_eq!(b.job("c1-0").unwrap().state(), BrokerState::Dispatched);
     assert!(b.job("c1-1").is_none(), "failed and let go");
+}
+
+#[test]
+fn a_planned_task_held_waits_is_cancelled_by_its_owner_or_goes_as_it_reads_when_ready() {
+    let mut b = broker(BrokerParams {
+        persist: true,
+        ..params()
+    });
+    let planned = |id: &str| {
+        let mut v = BrokerJob::new(id.into(), "ann".into(), "json".into(), Entry::Planned, Time(1));
+        v.member = jobs::Member::Task {
+            workflow: "w1".into(),
+            task: 0,
+            attempt: 0,
+        };
+        v
+    };
+    b.adopt(planned("t0"), job("t0", 2).job, JobPreferences::default());
+    b.adopt(planned("t1"), job("t1", 2).job, JobPreferences::default());
+    assert_eq!(b.decide(Time(2), 10), 0, "planned tasks wait for their parents");
+    // Its owner cancels one before its turn: the core's rules, no site asked.
+    assert_eq!(
+        b.cancel(Time(3), "ann", "t1"),
+        Ok(Applied::Entered(BrokerState::Cancelled))
+    );
+    assert!(b.job("t1").is_none());
+    // The other's turn: taken from the record the core holds, as the job
+    // now reads (an input named), and decided.
+    let mut now_reads = job("t0", 2).job;
+    now_reads.arguments = vec!["in.txt".into()];
+    b.ready(
+        Time(4),
+        planned("t0"),
+        now_reads,
+        JobPreferences::default(),
+        "parents ended".into(),
+    )
+    .unwrap();
+    assert_eq!(b.description("t0").unwrap().arguments, ["in.txt"]);
+    assert_eq!(b.unfinished("ann"), 1);
+    // Ready twice: refused, nothing changes.
+    b.drain().for_each(drop);
+    assert!(b
+        .ready(
+            Time(4),
+            planned("t0"),
+            job("t0", 2).job,
+            JobPreferences::default(),
+            "again".into()
+        )
+        .is_err());
+    assert_eq!(b.drain().count(), 0);
+    assert_eq!(b.decide(Time(5), 10), 1);
+}
+
+#[test]
+fn a_move_a_restart_interrupted_ends_where_it_was_and_an_unreadable_job_fails() {
+    let mut b = broker(BrokerParams {
+        persist: true,
+        ..params()
+    });
+    let mut moving = BrokerJob::new("j1".into(), "ann".into(), "json".into(), Entry::Accepted, Time(1));
+    for change in [
+        Change::Dispatch {
+            site: "a".into(),
+            site_job: "a-1".into(),
+            tts: None,
+            ttd: None,
+        },
+        Change::StartMove,
+    ] {
+        jobs::apply(&mut moving, change, Time(1)).unwrap();
+    }
+    b.inherit(Time(9), moving, job("j1", 1).job, JobPreferences::default());
+    let v = b.job("j1").unwrap();
+    assert_eq!(
+        (v.state(), v.site_job.as_deref()),
+        (BrokerState::Dispatched, Some("a-1"))
+    );
+    assert_eq!(b.drain().count(), 1, "stored as it now is");
+    // Its site's reports reach it there.
+    let running = Report {
+        phase: JobPhase::Running,
+        started: Some(Time(10)),
+        ended: None,
+        exit_code: None,
+        reason: None,
+    };
+    assert!(b.reported(Time(10), 0, "a-1", running));
+    assert_eq!(b.job("j1").unwrap().state(), BrokerState::Running);
+    b.drain().for_each(drop);
+    // A stored job whose description no longer reads fails with why.
+    let lost = BrokerJob::new("j2".into(), "ann".into(), "json".into(), Entry::Accepted, Time(1));
+    b.refuse(Time(11), lost, "its description cannot be read back".into());
+    assert_eq!(
+        lines(&b.drain().collect::<Vec<_>>()),
+        [(
+            "j2".into(),
+            BrokerState::Failed,
+            Some("its description cannot be read back".into())
+        )]
+    );
+    assert!(b.job("j2").is_none());
 }
 
 /// A job of `cpus` that asks for reservations.

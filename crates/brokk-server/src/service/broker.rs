@@ -265,7 +265,14 @@ impl Broker {
     /// ([`BrokerCore::inherit`]).
     pub(super) fn inherit(&self, view: BrokerJob, job: Job, prefs: JobPreferences) {
         self.claim(std::slice::from_ref(&view.id), true);
-        let _ = self.run(move |c| c.inherit(view, job, prefs));
+        let _ = self.run(move |c| c.inherit(now(), view, job, prefs));
+    }
+
+    /// Has the core fail a stored job it cannot take (`why`: its
+    /// description no longer reads back); answers once that is stored.
+    pub(super) fn refuse(&self, view: BrokerJob, why: String) -> Stored {
+        self.claim(std::slice::from_ref(&view.id), true);
+        self.run(move |c| c.refuse(now(), view, why)).2
     }
 
     /// Whether job `id` is the core's (held by it, or let go and its end

@@ -42,8 +42,7 @@ impl Service {
                 Ok(job) => self.broker.adopt(stored.view, job, prefs),
                 Err(e) => {
                     let why = format!("its description cannot be read back: {e}");
-                    let mut v = stored.view;
-                    self.change(&mut v, Change::Fail(why.clone()), now(), Some(why)).await?;
+                    self.broker.refuse(stored.view, why).wait().await?;
                 }
             }
         }

@@ -18,16 +18,6 @@ impl Service {
         self.carry_out(asked).await
     }
 
-    /// Jobs a stop caught in the middle of a move stay where they were
-    /// last recorded; the feed then tells where they are.
-    pub async fn end_interrupted_moves(&self) -> Result<(), ServiceError> {
-        for stored in self.db.in_states(&[BrokerState::Moving]).await? {
-            let mut v = stored.view;
-            self.change(&mut v, Change::EndMove(None), now(), None).await?;
-        }
-        Ok(())
-    }
-
     /// Follows every site's change feed and records the jobs' progress.
     pub async fn poll(&self) -> Result<(), ServiceError> {
         let sites = self.sites();
@@ -80,36 +70,20 @@ impl Service {
                     held_ended |= ends;
                     continue;
                 }
-                let Some(stored) = self.db.by_site_job(&site.name, &a.id).await? else {
-                    if self.db.is_retired(&site.name, &a.id).await? {
-                        continue;
-                    }
-                    // Not recorded yet (a dispatch in flight, or one a restart
-                    // has still to reconcile): wait for it, within reason.
-                    let since = *cursor.stalled.get_or_insert_with(std::time::Instant::now);
-                    tracing::debug!(site = %site.name, job = %a.id, "change for a job not recorded yet");
-                    if since.elapsed() < STALL_LIMIT {
-                        complete = false;
-                        break;
-                    }
+                if self.db.by_site_job(&site.name, &a.id).await?.is_some()
+                    || self.db.is_retired(&site.name, &a.id).await?
+                {
+                    // Recorded, and not the core's: it ended (the core let
+                    // it go), or it was moved away from here.
                     continue;
-                };
-                let mut v = stored.view;
-                let report = Change::Report {
-                    phase: a.state,
-                    started: a.started,
-                    ended: a.ended,
-                    exit_code: a.exit_code,
-                    reason: a.reason.clone(),
-                };
-                let applied = self.change(&mut v, report, now(), a.reason.clone()).await?;
-                let ended = matches!(applied, Applied::Entered(s) if s.is_terminal());
-                if let (true, Some(r)) = (ended, &self.record) {
-                    r.ended(&v);
                 }
-                if ended && v.member.workflow().is_some() {
-                    // Its children may go now.
-                    self.wake.notify_one();
+                // Not recorded yet (a dispatch in flight, or one a restart
+                // has still to reconcile): wait for it, within reason.
+                let since = *cursor.stalled.get_or_insert_with(std::time::Instant::now);
+                tracing::debug!(site = %site.name, job = %a.id, "change for a job not recorded yet");
+                if since.elapsed() < STALL_LIMIT {
+                    complete = false;
+                    break;
                 }
             }
             if let Some(stored) = held {

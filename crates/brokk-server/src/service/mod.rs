@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use brokk_broker::coalloc::Found;
-use brokk_broker::jobs::{self, Applied, Change, Entry, Member};
+use brokk_broker::jobs::{self, Change, Entry, Member};
 use brokk_broker::reserve::at_earliest;
 use brokk_broker::{JobHandle, Site};
 use brokk_jdl::{detect, read, Format, ReadOptions};
@@ -406,28 +406,34 @@ impl Service {
         let mut n = 0;
         for stored in self
             .db
-            .in_states(&[S::Accepted, S::Held, S::Dispatched, S::Running])
+            .in_states(&[S::Accepted, S::Held, S::Planned, S::Dispatched, S::Moving, S::Running])
             .await?
         {
-            let (Ok(job), Ok(prefs)) = (
-                serde_json::from_str::<Job>(&stored.spec),
-                serde_json::from_str::<JobPreferences>(&stored.prefs),
-            ) else {
-                continue;
-            };
-            self.broker.inherit(stored.view, job, prefs);
+            let prefs = serde_json::from_str::<JobPreferences>(&stored.prefs).unwrap_or_default();
+            match serde_json::from_str::<Job>(&stored.spec) {
+                Ok(job) => self.broker.inherit(stored.view, job, prefs),
+                // One at a site is followed there all the same; one not
+                // sent yet cannot be.
+                Err(_) if stored.view.site_job.is_some() => self.broker.inherit(stored.view, Job::default(), prefs),
+                Err(e) => {
+                    let why = format!("its description cannot be read back: {e}");
+                    self.broker.refuse(stored.view, why).wait().await?;
+                }
+            }
             n += 1;
         }
         Ok(n)
     }
 
-    /// Stores a new job as described by `job`.
-    /// An accepted one the core takes is handed to it: marked the core's
-    /// before its row is stored (see `Service::accept`), and its
-    /// dispatcher woken.
+    /// Stores a new job as described by `job` and hands it to the core:
+    /// marked the core's before its row is stored (see `Service::accept`),
+    /// and its dispatcher woken. A co-allocation's part is handed over
+    /// with its group (`service::coalloc`).
     async fn store(&self, job: &Job, stored: StoredJob) -> Result<BrokerJob, ServiceError> {
         let prefs: JobPreferences = serde_json::from_str(&stored.prefs).unwrap_or_default();
-        let core_s = match stored.view.state() == BrokerState::Accepted {
+        // Every job is the core's (a co-allocation's parts once their search
+        // is asked for, `service::coalloc`).
+        let core_s = match stored.view.state() != BrokerState::Reserving {
             true => vec![stored.view.id.clone()],
             false => Vec::new(),
         };
@@ -525,11 +531,10 @@ impl Service {
         if let Some(answer) = self.owner_request(owner, id, change.clone()).await {
             return answer;
         }
-        // Not while the dispatcher may be deciding this very job.
-        let _turn = self.turn().await;
-        let mut j = self.owned(owner, id).await?.view;
-        self.change(&mut j, change, now(), None).await?;
-        Ok(j)
+        // Not the core's: ended (its rules say why nothing changes), or a
+        // co-allocation's part not handed over yet.
+        let j = self.owned(owner, id).await?.view;
+        Err(not_held(&j, change))
     }
 
     /// Whether job `id` was accepted before this process started and has
@@ -545,60 +550,26 @@ impl Service {
         }
     }
 
-    /// Applies `change` to job `v` at `at` by the rules of
-    /// [`brokk_broker::jobs`] and stores what it did: a new state with a
-    /// history line saying `detail`, other fields without one. A change the
-    /// job's state rules out is a conflict.
-    pub(super) async fn change(
-        &self,
-        v: &mut BrokerJob,
-        change: Change,
-        at: Time,
-        detail: Option<String>,
-    ) -> Result<Applied, ServiceError> {
-        let applied = jobs::apply(v, change, at).map_err(|e| ServiceError::Conflict(e.to_string()))?;
-        match applied {
-            Applied::Unchanged => {}
-            Applied::Updated => self.db.update(v, None).await?,
-            Applied::Entered(_) => self.db.update(v, Some((at, detail))).await?,
-        }
-        Ok(applied)
-    }
-
     /// Cancels a job wherever it is.
     pub async fn cancel(&self, owner: &str, id: &str) -> Result<BrokerJob, ServiceError> {
         if let Some(answer) = self.owner_request(owner, id, Change::Cancel).await {
             return answer;
         }
-        let mut j = self.owned(owner, id).await?.view;
+        // Not the core's: ended already, or a co-allocation's part not
+        // handed over yet.
+        let j = self.owned(owner, id).await?.view;
         if j.state().is_terminal() {
             return Ok(j);
         }
-        // A job not yet at a site may be in the dispatcher's hands: wait for
-        // its decision, then look again.
-        let _turn = if j.site.is_none() {
-            let turn = self.turn().await;
-            j = self.owned(owner, id).await?.view;
-            if j.state().is_terminal() {
-                return Ok(j);
-            }
-            Some(turn)
-        } else {
-            None
-        };
-        if let (Some(site), Some(handle)) = (j.site.clone().and_then(|s| self.site(&s)), j.site_job.clone()) {
-            let r = tokio::task::spawn_blocking(move || {
-                let mut c = site.client;
-                c.cancel_job("broker", &JobHandle(handle))
-            })
-            .await
-            .map_err(|e| ServiceError::Unavailable(e.to_string()))?;
-            if let Err(e) = r {
-                self.counters.site_errors.fetch_add(1, Ordering::Relaxed);
-                return Err(ServiceError::Unavailable(format!("cancelling at the site: {e}")));
-            }
-        }
-        self.change(&mut j, Change::Cancel, now(), None).await?;
-        Ok(j)
+        Err(not_held(&j, Change::Cancel))
+    }
+}
+
+/// Why `change` is not made to job `j`, which the core does not hold: its
+/// state's rules (an ended job), or its co-allocation still being placed.
+fn not_held(j: &BrokerJob, change: Change) -> ServiceError {
+    match jobs::check(j, change, now()) {
+        Err(refused) => ServiceError::Conflict(refused.to_string()),
+        Ok(()) => ServiceError::Conflict(format!("job {}: its co-allocation is being placed; try again", j.id)),
     }
 }
