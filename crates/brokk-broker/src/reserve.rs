@@ -54,10 +54,21 @@ pub fn at_earliest_held(
     owner: &str,
     hold: Option<Time>,
 ) -> Result<(usize, ReservationId, Time), Vec<(usize, Refusal)>> {
+    at_earliest_among(req, sites, owner, hold, |_| true)
+}
+
+/// [`at_earliest_held`] asking only the sites `among` admits.
+fn at_earliest_among(
+    req: &Request,
+    sites: &mut [&mut dyn Site],
+    owner: &str,
+    hold: Option<Time>,
+    among: impl Fn(usize) -> bool,
+) -> Result<(usize, ReservationId, Time), Vec<(usize, Refusal)>> {
     let mut order: Vec<(Time, usize)> = Vec::new();
     let mut refused: Vec<(usize, Refusal)> = Vec::new();
     let mut unplaced: Vec<usize> = Vec::new();
-    for (k, s) in sites.iter().enumerate() {
+    for (k, s) in sites.iter().enumerate().filter(|(k, _)| among(*k)) {
         match s.probe(req, 1) {
             Ok(c) => match c.first() {
                 Some(c) => order.push((c.start, k)),
@@ -82,4 +93,207 @@ pub fn at_earliest_held(
     }
     refused.sort_by_key(|r| r.0);
     Err(refused)
+}
+
+/// Why a user's reservation was not made ([`within_share`]), in words the
+/// user reads.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum NotReserved {
+    /// No site can take it without the user holding more than their share
+    /// wherever in the window it lands.
+    #[error(
+        "{amount} more slots at once would be more than one user may hold reserved at any site in that window \
+         (at most {most} of the largest, of {widest} slots, counting your reservations there; [limits] \
+         reserved_share = {of_capacity})"
+    )]
+    NoSiteWithin {
+        /// Slots asked for.
+        amount: u32,
+        /// The most the user may hold at the largest site.
+        most: u32,
+        /// The largest site's slots.
+        widest: u32,
+        /// The share of a site's capacity one user may hold.
+        of_capacity: f64,
+    },
+    /// Every site asked said no or could not be asked, each with why
+    /// (`names[k]: why`).
+    #[error("no site can hold the reservation: {}", .reasons.join("; "))]
+    Refused {
+        /// Each site's reason, as `name: why`.
+        reasons: Vec<String>,
+        /// Whether no site could even be asked (the sites' failure, not an answer).
+        unreachable: bool,
+    },
+    /// Granted where it took more than the user's share (given back there).
+    #[error(transparent)]
+    OverShare(#[from] crate::share::OverShare),
+}
+
+/// Reserves `request` for a user who holds `held[k]` at site `k` (named
+/// `names[k]`) within `share`: only the sites where it stays within the
+/// share wherever in its window it lands are asked (one whose capacity is
+/// not known, 0, is asked all the same), the earliest start wins
+/// ([`at_earliest`]), and a grant that takes more than the share where it
+/// landed is given back. The site (index), reservation and start.
+pub fn within_share(
+    request: &Request,
+    sites: &mut [&mut dyn Site],
+    names: &[String],
+    held: &[Vec<crate::share::Span>],
+    share: crate::share::Share,
+    owner: &str,
+) -> Result<(usize, ReservationId, Time), NotReserved> {
+    use crate::share::Span;
+    let capacities: Vec<u32> = sites.iter().map(|s| s.info().map_or(0, |i| i.total_slots)).collect();
+    let anywhere = Span {
+        amount: request.amount,
+        start: request.earliest,
+        end: request.latest + request.duration,
+    };
+    let fits = |k: usize| share.within(&names[k], capacities[k], &held[k], &[anywhere]).is_ok();
+    let eligible: Vec<usize> = (0..sites.len()).filter(|&k| capacities[k] == 0 || fits(k)).collect();
+    if eligible.is_empty() {
+        let widest = capacities.iter().copied().max().unwrap_or(0);
+        return Err(NotReserved::NoSiteWithin {
+            amount: request.amount,
+            most: share.most(widest),
+            widest,
+            of_capacity: share.of_capacity,
+        });
+    }
+    let among = |k: usize| eligible.contains(&k);
+    let (k, id, start) =
+        at_earliest_among(request, sites, owner, None, among).map_err(|refused| NotReserved::Refused {
+            unreachable: refused.iter().all(|(_, r)| r.is_failure()),
+            reasons: refused.iter().map(|(k, why)| format!("{}: {why}", names[*k])).collect(),
+        })?;
+    let span = Span {
+        amount: request.amount,
+        start,
+        end: start + request.duration,
+    };
+    // Judged again where it landed (what decides at a site whose capacity
+    // was not known before).
+    if let Err(over) = share.within(&names[k], capacities[k], &held[k], &[span]) {
+        let _ = sites[k].cancel(owner, id);
+        return Err(over.into());
+    }
+    Ok((k, id, start))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::share::{Share, Span};
+    use crate::MemorySite;
+    use brokk_model::{Duration, ResourceInfo};
+
+    fn site(name: &str, slots: u32) -> MemorySite {
+        let info = ResourceInfo {
+            endpoint: name.into(),
+            name: name.into(),
+            total_slots: slots,
+            reservations: true,
+            ..ResourceInfo::default()
+        };
+        MemorySite::new(info, Time(0), Time(100_000))
+    }
+
+    fn ask(amount: u32, earliest: i64, latest: i64) -> Request {
+        Request {
+            amount,
+            duration: Duration(100),
+            earliest: Time(earliest),
+            latest: Time(latest),
+            flexible: false,
+        }
+    }
+
+    const HALF: Share = Share {
+        of_capacity: 0.5,
+        live: 10,
+    };
+
+    #[test]
+    fn a_users_reservation_goes_only_where_it_stays_within_their_share() {
+        let (mut a, mut b) = (site("a", 8), site("b", 8));
+        let names = ["a".to_string(), "b".to_string()];
+        // The user holds 3 of a's 8 for the whole window: 2 more would pass
+        // half of a, so only b is asked, though a is listed first.
+        let held = vec![
+            vec![Span {
+                amount: 3,
+                start: Time(0),
+                end: Time(10_000),
+            }],
+            Vec::new(),
+        ];
+        let mut sites: Vec<&mut dyn Site> = vec![&mut a, &mut b];
+        let got = within_share(&ask(2, 0, 500), &mut sites, &names, &held, HALF, "ann");
+        assert!(matches!(got, Ok((1, _, Time(0)))), "{got:?}");
+        // 5 slots are more than half of any site.
+        let got = within_share(&ask(5, 0, 500), &mut sites, &names, &held, HALF, "ann").unwrap_err();
+        assert_eq!(
+            got.to_string(),
+            "5 more slots at once would be more than one user may hold reserved at any site in that window \
+             (at most 4 of the largest, of 8 slots, counting your reservations there; [limits] reserved_share = 0.5)"
+        );
+        assert!(a.planner().is_empty(), "a was never asked");
+    }
+
+    #[test]
+    fn a_site_is_asked_only_if_the_request_fits_the_share_anywhere_in_its_window() {
+        let mut a = site("a", 8);
+        let names = ["a".to_string()];
+        // 3 held over [0, 100) only, which any start in the window overlaps.
+        let held = vec![vec![Span {
+            amount: 3,
+            start: Time(0),
+            end: Time(100),
+        }]];
+        // The window itself fits (3 + 1 = 4 of 8 at most).
+        let mut sites: Vec<&mut dyn Site> = vec![&mut a];
+        let got = within_share(&ask(1, 0, 0), &mut sites, &names, &held, HALF, "ann");
+        assert!(matches!(got, Ok((0, _, Time(0)))), "{got:?}");
+        // 2 more would hold 5 of 8 at once: a is not asked.
+        let got = within_share(&ask(2, 0, 0), &mut sites, &names, &held, HALF, "ann");
+        assert!(matches!(got, Err(NotReserved::NoSiteWithin { .. })), "{got:?}");
+        assert_eq!(a.planner().reservations().len(), 1, "only the first was made");
+    }
+
+    #[test]
+    fn every_sites_reason_is_given_and_unreachable_sites_say_so() {
+        let (mut a, mut b) = (site("a", 8), site("b", 4));
+        b.set_available(false);
+        let names = ["a".to_string(), "b".to_string()];
+        let held = vec![Vec::new(), Vec::new()];
+        let whole = Share {
+            of_capacity: 1.0,
+            live: 10,
+        };
+        // a is full until 1000 for someone else.
+        a.reserve(
+            "bob",
+            &Request {
+                duration: Duration(1000),
+                ..ask(8, 0, 0)
+            },
+            None,
+        )
+        .unwrap();
+        let mut sites: Vec<&mut dyn Site> = vec![&mut a, &mut b];
+        let got = within_share(&ask(1, 0, 0), &mut sites, &names, &held, whole, "ann").unwrap_err();
+        let NotReserved::Refused { reasons, unreachable } = &got else {
+            panic!("{got:?}")
+        };
+        assert!(!unreachable, "a answered");
+        assert_eq!(reasons.len(), 2);
+        assert!(reasons.iter().any(|r| r.starts_with("a: busy")), "{reasons:?}");
+        assert!(reasons.iter().any(|r| r.starts_with("b: ")), "{reasons:?}");
+        a.set_available(false);
+        let mut sites: Vec<&mut dyn Site> = vec![&mut a, &mut b];
+        let got = within_share(&ask(1, 0, 0), &mut sites, &names, &held, whole, "ann").unwrap_err();
+        assert!(matches!(got, NotReserved::Refused { unreachable: true, .. }), "{got:?}");
+    }
 }

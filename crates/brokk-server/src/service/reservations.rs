@@ -1,6 +1,7 @@
 //! Advance reservations users make through the broker.
 
 use super::*;
+use brokk_broker::reserve::{within_share, NotReserved};
 use brokk_broker::share::Span;
 
 /// A user's reservations that have not ended.
@@ -95,76 +96,22 @@ impl Service {
             .count(live.count, 1)
             .map_err(|e| ServiceError::Conflict(e.to_string()))?;
         let held: Vec<Vec<Span>> = sites.iter().map(|s| live.at(&s.name)).collect();
-        let info = self.info.clone();
-        let user = owner.to_string();
-        let all = sites.clone();
+        let (info, user) = (self.info.clone(), owner.to_string());
+        let names: Vec<String> = sites.iter().map(|s| s.name.clone()).collect();
         let got = tokio::task::spawn_blocking(move || {
             let mut clients = cached_sites(&sites, &info, None, None, &user);
-            // Only sites where the request stays within the user's share
-            // wherever in its window it lands are asked.
-            let capacities: Vec<u32> = clients.iter().map(|c| c.info().map_or(0, |i| i.total_slots)).collect();
-            let anywhere = Span {
-                amount: request.amount,
-                start: request.earliest,
-                end: request.latest + request.duration,
-            };
-            let fits = |k: usize| share.within(&sites[k].name, capacities[k], &held[k], &[anywhere]).is_ok();
-            let eligible: Vec<usize> = (0..clients.len()).filter(|&k| capacities[k] == 0 || fits(k)).collect();
-            if eligible.is_empty() {
-                let widest = capacities.iter().copied().max().unwrap_or(0);
-                return Err(ServiceError::Conflict(format!(
-                    "{} more slots at once would be more than one user may hold reserved at any site in that window \
-                     (at most {} of the largest, of {} slots, counting your reservations there; [limits] reserved_share = {})",
-                    request.amount,
-                    share.most(widest),
-                    widest,
-                    share.of_capacity
-                )));
-            }
-            let mut refs: Vec<&mut dyn Site> = clients
-                .iter_mut()
-                .enumerate()
-                .filter(|(k, _)| eligible.contains(k))
-                .map(|(_, c)| c as &mut dyn Site)
-                .collect();
-            at_earliest(&request, &mut refs, "broker")
-                .map(|(i, id, start)| (eligible[i], id.0, start, capacities[eligible[i]]))
-                .map_err(|refused| {
-                    let reasons: Vec<String> = refused
-                        .iter()
-                        .map(|(i, why)| format!("{}: {why}", sites[eligible[*i]].name))
-                        .collect();
-                    let message = format!("no site can hold the reservation: {}", reasons.join("; "));
-                    // Only when no site could even be asked is it the sites' failure.
-                    if refused.iter().all(|(_, r)| r.is_failure()) {
-                        ServiceError::Unavailable(message)
-                    } else {
-                        ServiceError::Conflict(message)
-                    }
-                })
+            let mut refs: Vec<&mut dyn Site> = clients.iter_mut().map(|c| c as &mut dyn Site).collect();
+            within_share(&request, &mut refs, &names, &held, share, "broker")
+                .map(|(k, id, start)| (names[k].clone(), id.0, start))
         })
         .await
         .map_err(|e| ServiceError::Unavailable(e.to_string()))?;
-        let (k, site_reservation, start, capacity) = got?;
-        let span = Span {
-            amount: req.amount,
-            start,
-            end: start + req.duration,
-        };
-        // Judged where it was granted, in the same turn, and given back there
-        // when it takes more than the user's share.
-        let site = all[k].name.clone();
-        if let Err(over) = share.within(&site, capacity, &live.at(&site), &[span]) {
-            let client = all[k].client.clone();
-            let _ = tokio::task::spawn_blocking(move || {
-                client
-                    .clone()
-                    .cancel("broker", brokk_core::ReservationId(site_reservation))
-            })
-            .await;
-            return Err(ServiceError::Conflict(over.to_string()));
-        }
         drop(turn);
+        let (site, site_reservation, start) = got.map_err(|e| match e {
+            // Only when no site could even be asked is it the sites' failure.
+            NotReserved::Refused { unreachable: true, .. } => ServiceError::Unavailable(e.to_string()),
+            e => ServiceError::Conflict(e.to_string()),
+        })?;
         let r = BrokerReservation {
             id: format!("r{}", &uuid::Uuid::new_v4().simple().to_string()[..15]),
             owner: owner.to_string(),
