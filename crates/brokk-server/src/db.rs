@@ -136,6 +136,13 @@ const SCHEMA: &[&str] = &[
         view TEXT NOT NULL, spec TEXT NOT NULL, plan TEXT NOT NULL)",
     "CREATE INDEX IF NOT EXISTS workflows_by_owner ON workflows (owner, submitted)",
     "CREATE INDEX IF NOT EXISTS workflows_by_state ON workflows (state)",
+    // The holds the broker core has at the sites for jobs not sent yet
+    // ([ET-brokering]'s first phase): a broker that stops, or a standby
+    // that takes over, gives them back instead of leaving them to block
+    // the sites until they lapse.
+    "CREATE TABLE IF NOT EXISTS holds (
+        site TEXT NOT NULL, reservation BIGINT NOT NULL, job TEXT NOT NULL, owner TEXT NOT NULL)",
+    "CREATE INDEX IF NOT EXISTS holds_by_site ON holds (site, reservation)",
 ];
 
 /// A line for a job's history: when it entered its new state, and why.
@@ -732,6 +739,39 @@ impl Db {
         Ok(row.is_some())
     }
 
+    /// Site `site` holds reservation `reservation` for job `job`, as `owner`.
+    pub async fn add_hold(&self, site: &str, reservation: u64, job: &str, owner: &str) -> Result<(), DbError> {
+        sqlx::query("INSERT INTO holds (site, reservation, job, owner) VALUES ($1, $2, $3, $4)")
+            .bind(site)
+            .bind(reservation as i64)
+            .bind(job)
+            .bind(owner)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// The hold `reservation` at `site` is given back or taken by its job.
+    pub async fn drop_hold(&self, site: &str, reservation: u64) -> Result<(), DbError> {
+        sqlx::query("DELETE FROM holds WHERE site = $1 AND reservation = $2")
+            .bind(site)
+            .bind(reservation as i64)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// Every hold written down: (site, reservation, owner).
+    pub async fn holds(&self) -> Result<Vec<(String, u64, String)>, DbError> {
+        let rows = sqlx::query("SELECT site, reservation, owner FROM holds ORDER BY site, reservation")
+            .fetch_all(&self.pool)
+            .await?;
+        Ok(rows
+            .iter()
+            .map(|r| (r.get::<String, _>(0), r.get::<i64, _>(1) as u64, r.get::<String, _>(2)))
+            .collect())
+    }
+
     /// Stores or updates a reservation.
     pub async fn save_reservation(&self, r: &BrokerReservation) -> Result<(), DbError> {
         let mut tx = self.pool.begin().await?;
@@ -987,6 +1027,29 @@ mod tests {
             .collect();
         of_w1.sort();
         assert_eq!(of_w1, ["t-new", "w1-0", "w1-2.1"]);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Holds written down are read back after a reopen until dropped.
+    #[tokio::test]
+    async fn holds_are_written_down_until_dropped() {
+        let dir = std::env::temp_dir().join(format!("brokk-db-holds-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let path = dir.join("broker.db");
+        let db = Db::open(path.to_str().unwrap()).await.unwrap();
+        db.add_hold("b", 9, "j1", "ann").await.unwrap();
+        db.add_hold("a", u64::from(u32::MAX) * 4, "j1", "ann").await.unwrap();
+        db.add_hold("a", 3, "j2", "bob").await.unwrap();
+        db.drop_hold("a", 3).await.unwrap();
+        drop(db);
+        let db = Db::open(path.to_str().unwrap()).await.unwrap();
+        assert_eq!(
+            db.holds().await.unwrap(),
+            [
+                ("a".to_string(), u64::from(u32::MAX) * 4, "ann".to_string()),
+                ("b".to_string(), 9, "ann".to_string())
+            ]
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 

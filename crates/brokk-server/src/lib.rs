@@ -157,6 +157,10 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
     let adopted = service.adopt_unfinished().await.map_err(|e| err(&e))?;
     tracing::debug!("the broker core follows {adopted} jobs recorded before this start");
     service.restore_network().await.map_err(|e| err(&e))?;
+    let given_back = service.release_core_holds().await.map_err(|e| err(&e))?;
+    if given_back > 0 {
+        tracing::info!("gave back {given_back} holds the broker had for jobs it had not sent before it stopped");
+    }
     let released = service.release_stray_holds().await.map_err(|e| err(&e))?;
     if released > 0 {
         tracing::info!("let go of {released} holds of workflow admissions a stop interrupted");

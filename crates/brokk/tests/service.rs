@@ -717,6 +717,58 @@ fn a_burst_spreads_over_idle_sites() {
 }
 
 #[test]
+fn holds_a_stopped_broker_had_for_jobs_not_sent_are_given_back_when_it_starts_again() {
+    // One 4-CPU site, held whole for an hour by what a stopped broker had
+    // written down as a hold for a job it never sent (made here as a
+    // reservation of ann's, then written down as such a hold).
+    let dir = scratch("holds-given-back");
+    broker_config(&dir, "[limits]\nreserved_share = 1.0\n", &[("a", 4)]);
+    let job = dir.join("whole.json");
+    std::fs::write(&job, r#"{"executable": "/bin/true", "cpus": 4, "wall_time": 600}"#).unwrap();
+    let held = {
+        let svc = Service::start(&dir);
+        let now = brokk_proto::wall_clock().to_string();
+        let r = svc.json(
+            "tok-ann",
+            &[
+                "reserve",
+                "--amount",
+                "4",
+                "--duration",
+                "3600",
+                "--earliest",
+                &now,
+                "--latest",
+                &now,
+                "--json",
+            ],
+        );
+        r["site_reservation"].as_u64().unwrap()
+    };
+    tokio::runtime::Runtime::new().unwrap().block_on(async {
+        let db = brokk_server::db::Db::open(dir.join("broker.db").to_str().unwrap())
+            .await
+            .unwrap();
+        db.add_hold("a", held, "never-sent", "ann").await.unwrap();
+    });
+    // Started again: the hold is given back first, so a job as wide as the
+    // site starts at once instead of an hour later.
+    let svc = Service::start(&dir);
+    let sent = svc.json("tok-ann", &["submit", job.to_str().unwrap(), "--json"]);
+    let id = sent["id"].as_str().unwrap().to_string();
+    let t = Instant::now();
+    let placed = loop {
+        let v = svc.json("tok-ann", &["status", &id, "--json"]);
+        if v["predicted_tts"].is_i64() {
+            break v;
+        }
+        assert!(t.elapsed() < Duration::from_secs(30), "never dispatched: {v}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(placed["predicted_tts"].as_i64().unwrap() <= 1, "{placed}");
+}
+
+#[test]
 fn reservations_made_for_a_job_end_with_it() {
     // Two 4-CPU sites. Whatever the broker reserved for a job (`--reserve`,
     // the parts of a co-allocation) must not hold slots after the job has

@@ -558,10 +558,19 @@ impl Service {
 
     /// Asks the site at position `k` to hold `request` for `owner` until
     /// `until`, for job `id`.
+    /// A grant is written down (`holds`) before the core hears of it, so
+    /// that a broker that stops before it is used or given back gives it
+    /// back when it starts again ([`Service::release_core_holds`]).
     async fn hold_at(&self, id: String, k: usize, owner: String, request: brokk_core::Request, until: Time) -> Answer {
+        let on_behalf = owner.clone();
         let reply = self
-            .at_site(k, owner, move |mut c| c.reserve("broker", &request, Some(until)))
+            .at_site(k, on_behalf, move |mut c| c.reserve("broker", &request, Some(until)))
             .await;
+        if let Ok(brokk_core::Reply::Granted { id: rid, .. }) = &reply {
+            if let Err(e) = self.db.add_hold(&self.site_name_of(k), rid.0, &id, &owner).await {
+                tracing::warn!("writing down hold {} for job {id}: {e}; it lapses by itself", rid.0);
+            }
+        }
         Answer::Held(id, k, reply)
     }
 
@@ -574,6 +583,37 @@ impl Service {
             self.counters.site_errors.fetch_add(1, Ordering::Relaxed);
             tracing::warn!("giving back reservation {reservation}: {e}; it lapses by itself");
         }
+        self.forget_hold(k, reservation).await;
+    }
+
+    /// Hold `reservation` at the site at position `k` is no longer the
+    /// broker's to give back.
+    async fn forget_hold(&self, k: usize, reservation: u64) {
+        if let Err(e) = self.db.drop_hold(&self.site_name_of(k), reservation).await {
+            tracing::warn!("forgetting hold {reservation}: {e}");
+        }
+    }
+
+    /// At start, before anything is decided: the holds a stopped broker (or
+    /// the active one a standby takes over from) had for jobs it had not
+    /// sent yet are given back, so they do not keep the sites' slots until
+    /// they lapse. One a job was sent into before the stop is in use at
+    /// its site, which keeps it. Returns how many were given back.
+    pub async fn release_core_holds(&self) -> Result<usize, ServiceError> {
+        let mut n = 0;
+        for (site, reservation, owner) in self.db.holds().await? {
+            let id = brokk_core::ReservationId(reservation);
+            if let Some(entry) = self.site(&site) {
+                let mut c = entry.client;
+                c.set_on_behalf_of(Some(owner));
+                let gone = tokio::task::spawn_blocking(move || c.cancel("broker", id))
+                    .await
+                    .map_err(|e| ServiceError::Unavailable(e.to_string()))?;
+                n += usize::from(gone.is_ok());
+            }
+            self.db.drop_hold(&site, reservation).await?;
+        }
+        Ok(n)
     }
 
     /// Sends job `id` to the site at position `k`, asking for `wall`, into
@@ -628,6 +668,10 @@ impl Service {
         })
         .await
         .unwrap_or_else(|e| Err(brokk_broker::SiteError::Unavailable(e.to_string())));
+        if let (Ok(_), Some(claim)) = (&answer, claim) {
+            // Taken by the job: it ends with it, or is its owner's own.
+            self.forget_hold(k, claim.reservation).await;
+        }
         (id, k, answer)
     }
 
