@@ -173,6 +173,48 @@ pub fn fetch(endpoints: &[String], source: &dyn InfoSource, opts: FetchOptions) 
     report
 }
 
+/// A broker's sites as one site, as a broker serving another as a site
+/// publishes them ([VRM] 2.4's hierarchical domains): the largest site's
+/// slots (a job runs at one site, so that bounds what one job may ask),
+/// the most free at one site, every site's running and waiting jobs, the
+/// shortest wait, each benchmark's best value, the widest bandwidth and the
+/// shortest lag; reservations when any site takes them. `sites` are each
+/// site's information or why it has none; with none answering, the
+/// reason names every site's failure.
+pub fn fold(name: &str, sites: &[Result<ResourceInfo, String>]) -> (ResourceInfo, Option<String>) {
+    let up: Vec<&ResourceInfo> = sites.iter().filter_map(|s| s.as_ref().ok()).collect();
+    let mut benchmarks: Vec<brokk_model::PublishedBenchmark> = Vec::new();
+    for b in up.iter().flat_map(|i| &i.benchmarks) {
+        match benchmarks.iter_mut().find(|k| k.name == b.name) {
+            Some(k) => k.value = k.value.max(b.value),
+            None => benchmarks.push(b.clone()),
+        }
+    }
+    let unavailable = up.is_empty().then(|| {
+        let why: Vec<&str> = sites
+            .iter()
+            .filter_map(|s| s.as_ref().err())
+            .map(String::as_str)
+            .collect();
+        format!("none of its sites answers ({})", why.join("; "))
+    });
+    let info = ResourceInfo {
+        endpoint: name.to_string(),
+        name: name.to_string(),
+        total_slots: up.iter().map(|i| i.total_slots).max().unwrap_or(0),
+        free_slots: up.iter().map(|i| i.free_slots).max().unwrap_or(0),
+        running_jobs: up.iter().map(|i| i.running_jobs).sum(),
+        waiting_jobs: up.iter().map(|i| i.waiting_jobs).sum(),
+        estimated_wait: Some(up.iter().filter_map(|i| i.estimated_wait).min().unwrap_or(Duration(0))),
+        benchmarks,
+        bandwidth_bytes_per_s: up.iter().filter_map(|i| i.bandwidth_bytes_per_s).max(),
+        reservations: up.iter().any(|i| i.reservations),
+        lag: Some(up.iter().filter_map(|i| i.lag).min().unwrap_or(Duration(0))),
+        ..ResourceInfo::default()
+    };
+    (info, unavailable)
+}
+
 /// What a site's information becomes once the broker has sent it a job of
 /// `cpus` processors for up to `wall`, until the site's next answer: the
 /// job takes free slots when nothing waits and it fits, else it waits.

@@ -95,6 +95,45 @@ fn at_earliest_among(
     Err(refused)
 }
 
+/// The `k` soonest of every site's candidates for a probe, the better
+/// rated first among equal starts: what a broker serving another as a site
+/// offers for it.
+pub fn soonest(mut all: Vec<brokk_core::Candidate>, k: usize) -> Vec<brokk_core::Candidate> {
+    all.sort_by(|a, b| a.start.cmp(&b.start).then(a.rating.total_cmp(&b.rating)));
+    all.truncate(k);
+    all
+}
+
+/// What a broker serving another as a site answers when none of its
+/// sites granted a reservation, as a site agent would: rejected with the
+/// soonest next start any busy site named, else never (with the first
+/// reason given); or, when no site could even be asked, why (`Err`).
+pub fn as_one_site(refused: &[(usize, Refusal)]) -> Result<Reply, String> {
+    if refused.iter().all(|(_, r)| r.is_failure()) {
+        let why: Vec<String> = refused.iter().map(|(_, r)| r.to_string()).collect();
+        return Err(format!("no site could be asked: {}", why.join("; ")));
+    }
+    let busy: Vec<Option<Time>> = refused
+        .iter()
+        .filter_map(|(_, r)| match r {
+            Refusal::Busy { next_start } => Some(*next_start),
+            _ => None,
+        })
+        .collect();
+    if !busy.is_empty() {
+        return Ok(Reply::Rejected {
+            next_start: busy.into_iter().flatten().min(),
+        });
+    }
+    let never = refused.iter().find_map(|(_, r)| match r {
+        Refusal::Never(reason) => Some(*reason),
+        _ => None,
+    });
+    Ok(Reply::Never {
+        reason: never.unwrap_or(NeverReason::Empty),
+    })
+}
+
 /// Why a user's reservation was not made ([`within_share`]), in words the
 /// user reads.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -260,6 +299,35 @@ mod tests {
         let got = within_share(&ask(2, 0, 0), &mut sites, &names, &held, HALF, "ann");
         assert!(matches!(got, Err(NotReserved::NoSiteWithin { .. })), "{got:?}");
         assert_eq!(a.planner().reservations().len(), 1, "only the first was made");
+    }
+
+    #[test]
+    fn a_broker_as_one_site_offers_the_soonest_and_refuses_as_a_site_would() {
+        let c = |start: i64, rating: f64| brokk_core::Candidate {
+            start: Time(start),
+            rating,
+        };
+        let got = soonest(vec![c(50, 1.0), c(10, 2.0), c(10, 0.5), c(90, 0.0)], 2);
+        assert_eq!(got, [c(10, 0.5), c(10, 2.0)]);
+        let busy = |t: Option<i64>| Refusal::Busy {
+            next_start: t.map(Time),
+        };
+        let down = || Refusal::Failed(SiteError::Unavailable("down".into()));
+        assert_eq!(
+            as_one_site(&[(0, busy(Some(70))), (1, down()), (2, busy(Some(40)))]),
+            Ok(Reply::Rejected {
+                next_start: Some(Time(40))
+            })
+        );
+        assert_eq!(
+            as_one_site(&[(0, Refusal::Never(NeverReason::BeyondHorizon)), (1, down())]),
+            Ok(Reply::Never {
+                reason: NeverReason::BeyondHorizon
+            })
+        );
+        assert!(as_one_site(&[(0, down()), (1, down())])
+            .unwrap_err()
+            .starts_with("no site could be asked"));
     }
 
     #[test]

@@ -211,3 +211,40 @@ fn the_brokers_own_jobs_count_until_the_site_answers_again() {
     assert_eq!(cache.get("a").unwrap().as_ref().unwrap(), &fresh);
     assert!(cache.get("unknown").is_none());
 }
+
+fn folded_site(name: &str, total: u32, free: u32, wait: i64, bench: f64) -> Result<ResourceInfo, String> {
+    Ok(ResourceInfo {
+        name: name.into(),
+        total_slots: total,
+        free_slots: free,
+        running_jobs: 2,
+        waiting_jobs: 1,
+        estimated_wait: Some(Duration(wait)),
+        benchmarks: vec![brokk_model::PublishedBenchmark {
+            name: "specint2006".into(),
+            value: bench,
+        }],
+        ..ResourceInfo::default()
+    })
+}
+
+#[test]
+fn a_broker_folds_its_sites_into_one_that_a_job_fits_at_one_of() {
+    let sites = [
+        folded_site("a", 16, 4, 300, 20.0),
+        folded_site("b", 8, 6, 60, 30.0),
+        Err("c: connection refused".to_string()),
+    ];
+    let (v, unavailable) = brokk_broker::info::fold("dept", &sites);
+    assert_eq!(
+        (v.total_slots, v.free_slots),
+        (16, 6),
+        "the largest site and the most free at one"
+    );
+    assert_eq!((v.running_jobs, v.waiting_jobs), (4, 2));
+    assert_eq!(v.estimated_wait, Some(Duration(60)));
+    assert_eq!(v.benchmarks[0].value, 30.0);
+    assert!(unavailable.is_none() && !v.reservations);
+    let (_, down) = brokk_broker::info::fold("dept", &sites[2..]);
+    assert!(down.unwrap().contains("connection refused"));
+}

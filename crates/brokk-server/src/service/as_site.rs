@@ -14,10 +14,10 @@
 //! broker's, and commits, changes and cancels go to that site; a job that
 //! claims one is passed to that site at once, with the headers it came with.
 
-use brokk_broker::reserve::{at_earliest_held, Refusal};
+use brokk_broker::reserve::{as_one_site, at_earliest_held, soonest};
 use brokk_broker::SiteError;
-use brokk_core::{Candidate, Change, NeverReason, Reply, Request, ReservationId};
-use brokk_model::{Duration, JobPhase, PublishedBenchmark};
+use brokk_core::{Candidate, Change, Reply, Request, ReservationId};
+use brokk_model::{Duration, JobPhase};
 use brokk_proto::wire::{ChangeFeed, InfoView, JobView, ReservationRequest, ReservationView};
 
 use super::*;
@@ -91,40 +91,26 @@ fn job_view(v: &BrokerJob) -> JobView {
     }
 }
 
-/// The sites' information folded into one site named `name`.
+/// The sites' information folded into one site named `name`
+/// ([`brokk_broker::info::fold`]), as the site API shows it.
 fn folded(name: &str, sites: &[Result<ResourceInfo, String>]) -> InfoView {
-    let up: Vec<&ResourceInfo> = sites.iter().filter_map(|s| s.as_ref().ok()).collect();
-    let mut benchmarks: Vec<PublishedBenchmark> = Vec::new();
-    for b in up.iter().flat_map(|i| &i.benchmarks) {
-        match benchmarks.iter_mut().find(|k| k.name == b.name) {
-            Some(k) => k.value = k.value.max(b.value),
-            None => benchmarks.push(b.clone()),
-        }
-    }
-    let unavailable_reason = up.is_empty().then(|| {
-        let why: Vec<&str> = sites
-            .iter()
-            .filter_map(|s| s.as_ref().err())
-            .map(String::as_str)
-            .collect();
-        format!("none of its sites answers ({})", why.join("; "))
-    });
+    let (info, unavailable_reason) = brokk_broker::info::fold(name, sites);
     InfoView {
         name: name.to_string(),
-        capacity: up.iter().map(|i| i.total_slots).max().unwrap_or(0),
-        free_now: up.iter().map(|i| i.free_slots).max().unwrap_or(0),
-        running: up.iter().map(|i| i.running_jobs).sum(),
-        waiting: up.iter().map(|i| i.waiting_jobs).sum(),
-        estimated_wait: up.iter().filter_map(|i| i.estimated_wait).min().unwrap_or(Duration(0)),
-        benchmarks,
-        bandwidth_bytes_per_s: up.iter().filter_map(|i| i.bandwidth_bytes_per_s).max(),
-        reservations: up.iter().any(|i| i.reservations),
-        available: !up.is_empty(),
+        capacity: info.total_slots,
+        free_now: info.free_slots,
+        running: info.running_jobs,
+        waiting: info.waiting_jobs,
+        estimated_wait: info.estimated_wait.unwrap_or(Duration(0)),
+        benchmarks: info.benchmarks,
+        bandwidth_bytes_per_s: info.bandwidth_bytes_per_s,
+        reservations: info.reservations,
+        available: unavailable_reason.is_none(),
         unavailable_reason,
         cluster: None,
         shares: Vec::new(),
         health: None,
-        lag: up.iter().filter_map(|i| i.lag).min().unwrap_or(Duration(0)),
+        lag: info.lag.unwrap_or(Duration(0)),
     }
 }
 
@@ -222,14 +208,12 @@ impl Service {
         let k = k.clamp(1, 100);
         tokio::task::spawn_blocking(move || {
             // A site that cannot reserve, or does not answer, offers nothing.
-            let mut all: Vec<Candidate> = sites
+            let all: Vec<Candidate> = sites
                 .iter()
                 .filter_map(|s| s.client.probe(&req, k).ok())
                 .flatten()
                 .collect();
-            all.sort_by(|a, b| a.start.cmp(&b.start).then(a.rating.total_cmp(&b.rating)));
-            all.truncate(k);
-            all
+            soonest(all, k)
         })
         .await
         .map_err(|e| ServiceError::Unavailable(e.to_string()))
@@ -273,32 +257,10 @@ impl Service {
         let (site, site_reservation, start) = match got {
             Ok(g) => g,
             Err(refused) => {
-                if refused.iter().all(|(_, r)| r.is_failure()) {
-                    let why: Vec<String> = refused.iter().map(|(_, r)| r.to_string()).collect();
-                    return Err(ServiceError::Unavailable(format!(
-                        "no site could be asked: {}",
-                        why.join("; ")
-                    )));
-                }
-                let busy: Vec<Option<Time>> = refused
-                    .iter()
-                    .filter_map(|(_, r)| match r {
-                        Refusal::Busy { next_start } => Some(*next_start),
-                        _ => None,
-                    })
-                    .collect();
-                if !busy.is_empty() {
-                    return Ok(Err(Reply::Rejected {
-                        next_start: busy.into_iter().flatten().min(),
-                    }));
-                }
-                let never = refused.iter().find_map(|(_, r)| match r {
-                    Refusal::Never(reason) => Some(*reason),
-                    _ => None,
-                });
-                return Ok(Err(Reply::Never {
-                    reason: never.unwrap_or(NeverReason::Empty),
-                }));
+                return match as_one_site(&refused) {
+                    Ok(reply) => Ok(Err(reply)),
+                    Err(why) => Err(ServiceError::Unavailable(why)),
+                };
             }
         };
         let r = BrokerReservation {
@@ -411,41 +373,11 @@ impl Service {
 mod tests {
     use super::*;
 
-    fn site(name: &str, total: u32, free: u32, wait: i64, bench: f64) -> Result<ResourceInfo, String> {
-        Ok(ResourceInfo {
-            name: name.into(),
-            total_slots: total,
-            free_slots: free,
-            running_jobs: 2,
-            waiting_jobs: 1,
-            estimated_wait: Some(Duration(wait)),
-            benchmarks: vec![PublishedBenchmark {
-                name: "specint2006".into(),
-                value: bench,
-            }],
-            ..ResourceInfo::default()
-        })
-    }
-
     #[test]
-    fn a_broker_publishes_its_sites_as_one_that_a_job_fits_at_one_of() {
-        let sites = [
-            site("a", 16, 4, 300, 20.0),
-            site("b", 8, 6, 60, 30.0),
-            Err("c: connection refused".to_string()),
-        ];
-        let v = folded("dept", &sites);
-        assert_eq!(
-            (v.capacity, v.free_now),
-            (16, 6),
-            "the largest site and the most free at one"
-        );
-        assert_eq!((v.running, v.waiting), (4, 2));
-        assert_eq!(v.estimated_wait, Duration(60));
-        assert_eq!(v.benchmarks[0].value, 30.0);
-        assert!(v.available && !v.reservations);
-        let down = folded("dept", &sites[2..]);
-        assert!(!down.available);
+    fn a_broker_publishes_its_sites_as_one() {
+        let sites = [Err("c: connection refused".to_string())];
+        let down = folded("dept", &sites);
+        assert!(!down.available && down.capacity == 0);
         assert!(down.unavailable_reason.unwrap().contains("connection refused"));
     }
 
