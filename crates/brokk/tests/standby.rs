@@ -193,9 +193,7 @@ fn takeovers(dir: &Path, database: &str) {
     // its own, run under its own marks, and not followed here).
     let mut workflows: Vec<(String, String)> = Vec::new();
     let mut in_reservations: Vec<(String, String)> = Vec::new();
-    let mut extras = |round: usize,
-                      workflows: &mut Vec<(String, String)>,
-                      in_reservations: &mut Vec<(String, String)>| {
+    let extras = |round: usize, workflows: &mut Vec<(String, String)>, in_reservations: &mut Vec<(String, String)>| {
         let t = Instant::now();
         for attempt in 0.. {
             let task = |k: usize| brokk_model::workflow::Task {
