@@ -62,6 +62,26 @@ pub enum Policy {
     },
 }
 
+impl std::str::FromStr for Policy {
+    type Err = String;
+
+    /// `fcfs`, `easy`, `conservative` or `backfill:K` (K protected jobs).
+    fn from_str(name: &str) -> Result<Policy, String> {
+        match name {
+            "fcfs" => Ok(Policy::Fcfs),
+            "easy" => Ok(Policy::EASY),
+            "conservative" => Ok(Policy::CONSERVATIVE),
+            _ => name
+                .strip_prefix("backfill:")
+                .and_then(|k| k.parse().ok())
+                .map(|reservations| Policy::Backfill { reservations })
+                .ok_or_else(|| {
+                    format!("policy {name:?}: one of fcfs, easy, conservative or backfill:K (K protected jobs)")
+                }),
+        }
+    }
+}
+
 impl Policy {
     /// EASY backfilling: only the queue's head is protected.
     pub const EASY: Policy = Policy::Backfill { reservations: 1 };

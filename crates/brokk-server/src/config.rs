@@ -290,6 +290,9 @@ pub struct EmbeddedSiteConfig {
     /// agent's `job_processes`).
     #[serde(default = "brokk_site::config::default_job_processes")]
     pub job_processes: u64,
+    /// How the site serves its own queue (see the site agent's `policy`).
+    #[serde(default = "brokk_site::config::default_policy")]
+    pub policy: String,
 }
 
 impl EmbeddedSiteConfig {
@@ -311,6 +314,7 @@ impl EmbeddedSiteConfig {
             null_backend_for_benchmarks: false,
             min_job_age_s: brokk_site::config::default_min_job_age(),
             job_processes: brokk_site::config::default_job_processes(),
+            policy: brokk_site::config::default_policy(),
         }
     }
 }

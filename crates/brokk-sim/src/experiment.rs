@@ -293,15 +293,7 @@ pub struct SweepSpec {
 
 /// Parses a policy name.
 pub fn parse_policy(name: &str) -> Option<Policy> {
-    match name {
-        "fcfs" => Some(Policy::Fcfs),
-        "easy" => Some(Policy::EASY),
-        "conservative" => Some(Policy::CONSERVATIVE),
-        _ => {
-            let k = name.strip_prefix("backfill:")?.parse().ok()?;
-            Some(Policy::Backfill { reservations: k })
-        }
-    }
+    name.parse().ok()
 }
 
 /// An experiment read, checked and with its trace loaded, ready to run points.

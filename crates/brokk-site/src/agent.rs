@@ -226,7 +226,8 @@ impl Agent {
             capacity: config.capacity,
             horizon: Time(t.0 + config.horizon_days * 86_400),
             default_wall_time: Duration(config.default_wall_time),
-            policy: brokk_core::queue::Policy::CONSERVATIVE,
+            // Checked when the configuration was read.
+            policy: config.policy.parse().unwrap_or(brokk_core::queue::Policy::CONSERVATIVE),
             lead: backend.lead(),
         };
         let reservations = store.live_reservations().await?;

@@ -79,6 +79,12 @@ pub struct Config {
     /// How far ahead the planner books, in days.
     #[serde(default = "default_horizon_days")]
     pub horizon_days: i64,
+    /// How the site's own queue is served between reservations: `fcfs`,
+    /// `easy`, `conservative` (the default: every waiting job keeps its
+    /// planned start) or `backfill:K` (K protected jobs), as the
+    /// simulator's sites run them.
+    #[serde(default = "default_policy")]
+    pub policy: String,
     /// Wall time assumed for jobs that state none, seconds.
     #[serde(default = "default_wall_time")]
     pub default_wall_time: i64,
@@ -206,6 +212,11 @@ fn default_submitters() -> usize {
 fn default_listen() -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], 0))
 }
+/// Conservative backfilling, as sites have always served their queues.
+pub fn default_policy() -> String {
+    "conservative".into()
+}
+
 fn default_horizon_days() -> i64 {
     365
 }
@@ -310,6 +321,9 @@ impl Config {
 
     /// Checks ranges.
     pub fn check(&self) -> Result<(), ConfigError> {
+        self.policy
+            .parse::<brokk_core::queue::Policy>()
+            .map_err(ConfigError::Invalid)?;
         let managers = [self.slurm.is_some(), self.arc.is_some(), self.gram.is_some()];
         if managers.iter().filter(|m| **m).count() > 1 {
             return Err(ConfigError::Invalid(

@@ -1001,3 +1001,48 @@ fn an_agents_uploads_are_held_to_a_quota_and_go_once_no_job_needs_them() {
     }
     put(&bob, b"three").1.unwrap();
 }
+
+#[test]
+fn the_site_serves_its_queue_by_its_policy() {
+    // 4 slots: 3 held by a first job, a 4-slot job waits for them, and a
+    // 1-slot job that would end before the wide one could start: under
+    // conservative backfilling (the default) it starts at once, under
+    // FCFS it waits behind the wide one.
+    let starts_at_once = |policy: &str| {
+        let agent = Agent::start_with(&scratch(&format!("policy-{policy}")), &format!("policy = \"{policy}\""));
+        let mut site = agent.client("tok-ann");
+        let wide = |cpus: u32| Job {
+            cpus: Some(cpus),
+            ..shell("sleep 5")
+        };
+        let first = site.submit("ann", &wide(3), None).unwrap();
+        wait_for(&site, &first, |v| v.state == JobPhase::Running);
+        site.submit("ann", &wide(4), None).unwrap();
+        let small = site.submit("ann", &wide(1), None).unwrap();
+        let v = wait_for(&site, &small, |v| {
+            !matches!(v.state, JobPhase::Accepted | JobPhase::StagingIn)
+        });
+        for j in [first, small] {
+            let _ = site.cancel_job("ann", &j);
+        }
+        v.state == JobPhase::Running
+    };
+    assert!(starts_at_once("conservative"));
+    assert!(starts_at_once("easy"));
+    assert!(!starts_at_once("fcfs"));
+    // A policy the site does not know stops it with the key named.
+    let dir = scratch("policy-bad");
+    std::fs::write(
+        dir.join("site.toml"),
+        "name = \"s\"\ncapacity = 4\ndatabase = \"site.db\"\nworkdir = \"jobs\"\npolicy = \"sjf\"\n",
+    )
+    .unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_brokk"))
+        .args(["site", "--config"])
+        .arg(dir.join("site.toml"))
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("policy \"sjf\": one of fcfs, easy, conservative"), "{err}");
+}
