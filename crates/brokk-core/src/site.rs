@@ -743,12 +743,18 @@ impl SiteCore {
     /// claimed when that was made for it alone (the resource manager's
     /// reservation goes too); an owner's reservation is kept.
     fn release_slot(&mut self, j: &JobRecord) {
-        let Some(slot) = j.slot.filter(|_| !j.claimed || j.release_claim) else {
+        self.release_slot_of(j.slot, j.claimed, j.release_claim);
+    }
+
+    /// [`SiteCore::release_slot`] from what it reads of the job: its slot,
+    /// whether it claimed it and whether that ends with the job.
+    fn release_slot_of(&mut self, slot: Option<ReservationId>, claimed: bool, release_claim: bool) {
+        let Some(slot) = slot.filter(|_| !claimed || release_claim) else {
             return;
         };
         if self.planner.cancel(slot).is_ok() {
             self.end(vec![slot], Ended::Released);
-            if j.claimed {
+            if claimed {
                 self.out.push(Effect::Manager(Manager::Release(vec![slot])));
             }
         }
@@ -771,23 +777,25 @@ impl SiteCore {
 
     /// Records job `id`'s end, unless it has ended already.
     fn record_end(&mut self, now: Time, id: JobId, phase: JobPhase, exit_code: Option<i32>, reason: Option<String>) {
-        if self.jobs.get(&id).is_none_or(|j| j.state.is_terminal()) {
+        // Changed where it is: a record is large, and moving it out and
+        // back cost more than the rest of an end.
+        let Some(j) = self.jobs.get_mut(&id).filter(|j| !j.state.is_terminal()) else {
             return;
-        }
-        let Some(mut j) = self.jobs.remove(&id) else { return };
-        if runs(j.state) && self.active.contains(&id) {
-            self.running -= 1;
-        }
+        };
+        let was_running = runs(j.state);
         j.state = phase;
         j.exit_code = exit_code;
         j.reason = reason;
         j.ended = Some(now);
+        let (planned, slot, claimed, release_claim) = (j.planned_start, j.slot, j.claimed, j.release_claim);
+        if was_running && self.active.contains(&id) {
+            self.running -= 1;
+        }
         self.active.remove(&id);
-        if let Some(p) = j.planned_start {
+        if let Some(p) = planned {
             self.queue.remove(&(p, id));
         }
-        self.release_slot(&j);
-        self.jobs.insert(id, j);
+        self.release_slot_of(slot, claimed, release_claim);
         self.ended.push_back((now, id));
         self.touch(id);
         self.out.push(Effect::SaveJob(id));

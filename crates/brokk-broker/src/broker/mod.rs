@@ -491,8 +491,9 @@ pub struct BrokerCore {
     moves: HashMap<String, Move>,
     /// Moves made, to another site.
     moved: u64,
-    /// The broker's job of each (site, site's id).
-    at_site: HashMap<(usize, String), String>,
+    /// The broker's job of each site's id, per site (looked up by a
+    /// site's id without making a key of it).
+    at_site: Vec<HashMap<String, String>>,
     /// The owner and the parts of each co-allocation being placed, in
     /// part order.
     groups: HashMap<String, (String, Vec<String>)>,
@@ -528,7 +529,7 @@ impl BrokerCore {
             adapting: std::collections::BTreeSet::new(),
             moves: HashMap::new(),
             moved: 0,
-            at_site: HashMap::new(),
+            at_site: vec![HashMap::new(); n],
             groups: HashMap::new(),
             decisions: 0,
             outbox: Vec::new(),
@@ -680,7 +681,9 @@ impl BrokerCore {
     /// it reach it.
     fn landed(&mut self, id: &str, site: usize, site_job: String, (change, at, detail): (Change, Time, String)) {
         let _ = self.change(id, change, at, Some(detail));
-        self.at_site.insert((site, site_job), id.to_string());
+        if let Some(m) = self.at_site.get_mut(site) {
+            m.insert(site_job, id.to_string());
+        }
     }
 
     /// Takes a planned job whose turn has come (a workflow's task whose
@@ -833,7 +836,7 @@ impl BrokerCore {
         }
         if let (Some(site), Some(site_job)) = (&r.view.site, &r.view.site_job) {
             if let Some(k) = self.site_position(site) {
-                self.at_site.insert((k, site_job.clone()), id.clone());
+                self.at_site[k].insert(site_job.clone(), id.clone());
             }
         }
         self.jobs.insert(id, r);
@@ -909,7 +912,7 @@ impl BrokerCore {
         site_job: &str,
         answer: Result<(), SiteError>,
     ) -> Result<Applied, SiteError> {
-        let id = self.at_site.get(&(site, site_job.to_string())).cloned();
+        let id = self.at_site.get(site).and_then(|m| m.get(site_job)).cloned();
         if let Some(id) = id.as_ref().filter(|id| self.moves.get(*id) == Some(&Move::Withdrawing)) {
             return self.let_go_for_move(now, id, site, site_job, answer);
         }
@@ -1041,7 +1044,9 @@ impl BrokerCore {
             }
             return Err(e);
         }
-        self.at_site.remove(&(site, site_job.to_string()));
+        if let Some(m) = self.at_site.get_mut(site) {
+            m.remove(site_job);
+        }
         self.outbox.push(Effect::Retired {
             job: id.to_string(),
             site,
@@ -1070,6 +1075,7 @@ impl BrokerCore {
             changed: false,
         });
         self.infos.push(ResourceInfo::default());
+        self.at_site.push(HashMap::new());
         self.all.push(self.all.len());
         self.sites.len() - 1
     }
@@ -1108,7 +1114,7 @@ impl BrokerCore {
             if let Some(r) = self.jobs.remove(id) {
                 if let (Some(site), Some(job)) = (r.view.site, r.view.site_job) {
                     if let Some(k) = self.site_position(&site) {
-                        self.at_site.remove(&(k, job));
+                        self.at_site[k].remove(&job);
                     }
                 }
             }
@@ -1713,7 +1719,7 @@ impl BrokerCore {
     /// What site `site` reports at `now` of its job `site_job`; whether
     /// the job is one the core holds.
     pub fn reported(&mut self, now: Time, site: usize, site_job: &str, report: Report) -> bool {
-        let Some(id) = self.at_site.get(&(site, site_job.to_string())).cloned() else {
+        let Some(id) = self.at_site.get(site).and_then(|m| m.get(site_job)).cloned() else {
             return false;
         };
         let detail = report.reason.clone();
