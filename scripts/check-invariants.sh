@@ -67,6 +67,14 @@ if grep -rn 'jobs::apply' crates/brokk-server/src crates/brokk-sim/src --include
   echo "invariant broken: a driver changes a broker job's state itself; ask the core (brokk_broker::broker::BrokerCore)"
   status=1
 fi
+# A workflow's course and a co-allocation's search are the broker's: the
+# drivers run the course through its state machine
+# (`workflow::course::Course`, not the rules it chains) and a search through
+# `coalloc::search` for the core's `CoAllocate`, never the algorithm's steps.
+if grep -rnE 'course::(steps|rest)\b|coalloc::(coallocate|place|CoRequest)\b|use brokk_broker::coalloc::\{[^}]*\b(coallocate|place|CoRequest)\b' crates/brokk-server/src crates/brokk-sim/src --include='*.rs'; then
+  echo "invariant broken: a driver runs a workflow's course or a co-allocation's steps itself; go through brokk_broker::workflow::course::Course or the core's CoAllocate (coalloc::search)"
+  status=1
+fi
 if grep -rnE 'info::book|\bbook\(' crates/brokk-server/src crates/brokk-sim/src --include='*.rs'; then
   echo "invariant broken: a driver counts a job in the broker's information; only brokk_broker::broker::BrokerCore does"
   status=1
