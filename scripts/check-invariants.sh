@@ -43,6 +43,10 @@ if awk '/^pub struct BrokerJob /,/^}/' crates/brokk-broker/src/jobs.rs | grep -n
   echo "invariant broken: BrokerJob's state is public; it changes only through brokk_broker::jobs::apply"
   status=1
 fi
+if awk '/^pub struct BrokerReservation /,/^}/' crates/brokk-broker/src/reservations.rs | grep -nE '^\s*pub(\([a-z]+\))? state:'; then
+  echo "invariant broken: BrokerReservation's state is public; it changes only through BrokerReservation::apply"
+  status=1
+fi
 if grep -rn '\.restored(' crates/brokk-server/src --include='*.rs' | grep -v '^crates/brokk-server/src/db.rs:'; then
   echo "invariant broken: brokk-server sets a job's state outside its database layer; apply a jobs::Change instead"
   status=1

@@ -25,6 +25,7 @@ pub mod info;
 pub mod jobs;
 mod memory_site;
 pub mod predict;
+pub mod reservations;
 pub mod reserve;
 pub mod select;
 pub mod share;

@@ -223,6 +223,7 @@ pub struct NodeView {
 }
 
 pub use brokk_broker::jobs::{BrokerJob, BrokerState, HistoryEntry};
+pub use brokk_broker::reservations::{BrokerReservation, BrokerReservationState};
 pub use brokk_model::JobPhase;
 
 /// `201` answer to a job submission.
@@ -313,36 +314,6 @@ pub struct Accepted {
     pub warnings: Vec<String>,
 }
 
-/// Whether a broker reservation holds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum BrokerReservationState {
-    /// Preliminary at its site, until a broker above commits it or its hold
-    /// lapses.
-    Held,
-    /// Held at its site.
-    Committed,
-    /// Given back.
-    Cancelled,
-}
-
-impl BrokerReservationState {
-    /// The state's name, as stored and shown.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            BrokerReservationState::Held => "held",
-            BrokerReservationState::Committed => "committed",
-            BrokerReservationState::Cancelled => "cancelled",
-        }
-    }
-}
-
-impl std::fmt::Display for BrokerReservationState {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
 /// A file uploaded for jobs' input, as a store holds it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct UploadView {
@@ -403,31 +374,6 @@ pub struct BrokerReservationRequest {
     pub earliest: Time,
     /// Latest acceptable start.
     pub latest: Time,
-}
-
-/// A reservation held by the broker service for a user.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct BrokerReservation {
-    /// Id at the broker; jobs claim it with `reservation` in the submission.
-    pub id: String,
-    /// Its owner.
-    pub owner: String,
-    /// The site holding it.
-    pub site: String,
-    /// The site's id for it.
-    pub site_reservation: u64,
-    /// Slots.
-    pub amount: u32,
-    /// Start.
-    pub start: Time,
-    /// End.
-    pub end: Time,
-    /// Held or given back.
-    pub state: BrokerReservationState,
-    /// The workflow whose task it was made for, if any (a workflow's
-    /// reservations count as one toward the per-user limit).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub workflow: Option<String>,
 }
 
 /// `POST /v1/workflows` on the broker service: a workflow to admit against

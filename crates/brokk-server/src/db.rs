@@ -10,6 +10,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use brokk_broker::jobs::Member;
+use brokk_broker::reservations::Made;
 use brokk_broker::workflow::Plan;
 use brokk_model::workflow::Workflow;
 use brokk_model::Time;
@@ -163,7 +164,7 @@ fn state_of(name: &str) -> BrokerState {
 
 /// A reservation as its row holds it.
 fn reservation_of(r: &AnyRow) -> BrokerReservation {
-    BrokerReservation {
+    let made = Made {
         id: r.get("id"),
         owner: r.get("owner"),
         site: r.get("site"),
@@ -171,13 +172,14 @@ fn reservation_of(r: &AnyRow) -> BrokerReservation {
         amount: r.get::<i64, _>("amount") as u32,
         start: Time(r.get("start")),
         end: Time(r.get("stop")),
-        state: match r.get::<String, _>("state").as_str() {
-            "committed" => BrokerReservationState::Committed,
-            "held" => BrokerReservationState::Held,
-            _ => BrokerReservationState::Cancelled,
-        },
         workflow: r.get("workflow"),
-    }
+    };
+    let state = match r.get::<String, _>("state").as_str() {
+        "committed" => BrokerReservationState::Committed,
+        "held" => BrokerReservationState::Held,
+        _ => BrokerReservationState::Cancelled,
+    };
+    BrokerReservation::new(made, false).restored(state)
 }
 
 /// What a job stored before the `member` column was is part of, from the
@@ -790,7 +792,7 @@ impl Db {
         .bind(i64::from(r.amount))
         .bind(r.start.0)
         .bind(r.end.0)
-        .bind(r.state.as_str())
+        .bind(r.state().as_str())
         .bind(&r.workflow)
         .execute(&mut *tx)
         .await?;
@@ -963,7 +965,7 @@ mod tests {
             db.insert(&job(id, "ann", BrokerState::Accepted)).await.unwrap();
         }
         for id in ["rw1-0", "r0a1b2"] {
-            let r = BrokerReservation {
+            let made = Made {
                 id: id.into(),
                 owner: "ann".into(),
                 site: "a".into(),
@@ -971,9 +973,9 @@ mod tests {
                 amount: 1,
                 start: Time(0),
                 end: Time(10),
-                state: BrokerReservationState::Committed,
                 workflow: None,
             };
+            let r = BrokerReservation::new(made, false);
             db.save_reservation(&r).await.unwrap();
         }
         // As a version before the column left them.

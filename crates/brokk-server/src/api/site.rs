@@ -112,7 +112,7 @@ async fn reserve(
             Json(Granted {
                 id: r.id.parse().unwrap_or_default(),
                 start: r.start,
-                state: match r.state {
+                state: match r.state() {
                     BrokerReservationState::Held => ReservationState::Preliminary,
                     _ => ReservationState::Committed,
                 },

@@ -263,7 +263,7 @@ impl Service {
                 };
             }
         };
-        let r = BrokerReservation {
+        let made = Made {
             id: new_reservation_number().to_string(),
             owner: who.to_string(),
             site,
@@ -271,13 +271,9 @@ impl Service {
             amount: request.amount,
             start,
             end: start + request.duration,
-            state: if hold.is_some() {
-                BrokerReservationState::Held
-            } else {
-                BrokerReservationState::Committed
-            },
             workflow: None,
         };
+        let r = BrokerReservation::new(made, hold.is_some());
         self.db.save_reservation(&r).await?;
         Ok(Ok(r))
     }
@@ -285,7 +281,7 @@ impl Service {
     /// `who`'s live reservation `id` and its site.
     async fn own_site_reservation(&self, who: &str, id: &str) -> Result<(BrokerReservation, SiteEntry), ServiceError> {
         let r = self.reservation(who, id).await?;
-        if r.state == BrokerReservationState::Cancelled {
+        if r.state() == BrokerReservationState::Cancelled {
             return Err(ServiceError::Conflict(format!("reservation {id} has ended")));
         }
         let site = self
@@ -309,7 +305,8 @@ impl Service {
             .await
             .map_err(|e| ServiceError::Unavailable(e.to_string()))?
             .map_err(|e| site_failure(&r.site, e))?;
-        r.state = BrokerReservationState::Committed;
+        r.apply(ReservationChange::Commit)
+            .map_err(|e| ServiceError::Conflict(e.to_string()))?;
         self.db.save_reservation(&r).await?;
         view_at(who, id, &r, site).await
     }

@@ -49,7 +49,7 @@ impl Service {
             .db
             .reservation(rid)
             .await?
-            .filter(|r| r.state == BrokerReservationState::Committed)
+            .filter(|r| r.state() == BrokerReservationState::Committed)
             .ok_or_else(|| ServiceError::NotFound(format!("reservation {rid}")))?;
         if r.owner != owner {
             return Err(ServiceError::Forbidden(format!("reservation {rid}")));
@@ -112,7 +112,7 @@ impl Service {
             NotReserved::Refused { unreachable: true, .. } => ServiceError::Unavailable(e.to_string()),
             e => ServiceError::Conflict(e.to_string()),
         })?;
-        let r = BrokerReservation {
+        let made = Made {
             id: format!("r{}", &uuid::Uuid::new_v4().simple().to_string()[..15]),
             owner: owner.to_string(),
             site,
@@ -120,9 +120,9 @@ impl Service {
             amount: req.amount,
             start,
             end: start + req.duration,
-            state: BrokerReservationState::Committed,
             workflow: None,
         };
+        let r = BrokerReservation::new(made, false);
         self.db.save_reservation(&r).await?;
         Ok(r)
     }
@@ -134,7 +134,7 @@ impl Service {
             .reservations_of(owner)
             .await?
             .into_iter()
-            .filter(|r| r.state == BrokerReservationState::Committed && r.end > t)
+            .filter(|r| r.state() == BrokerReservationState::Committed && r.end > t)
             .collect();
         // A workflow's tasks count as one.
         let kinds: std::collections::BTreeSet<&str> =
@@ -166,7 +166,7 @@ impl Service {
     /// Cancels a reservation at its site.
     pub async fn cancel_reservation(&self, owner: &str, id: &str) -> Result<BrokerReservation, ServiceError> {
         let mut r = self.reservation(owner, id).await?;
-        if r.state == BrokerReservationState::Cancelled {
+        if r.state() == BrokerReservationState::Cancelled {
             return Ok(r);
         }
         let site = self
@@ -181,7 +181,7 @@ impl Service {
             Ok(()) | Err(brokk_broker::SiteError::Unknown) => {}
             Err(e) => return Err(ServiceError::Unavailable(format!("cancelling at {}: {e}", r.site))),
         }
-        r.state = BrokerReservationState::Cancelled;
+        let _ = r.apply(ReservationChange::Cancel);
         self.db.save_reservation(&r).await?;
         Ok(r)
     }

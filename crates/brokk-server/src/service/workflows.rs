@@ -502,7 +502,7 @@ impl Service {
     /// its job (it was sent release-with-job), so the site is not asked.
     async fn given_back_with_job(&self, id: &str) -> Result<(), ServiceError> {
         if let Some(mut r) = self.db.reservation(id).await? {
-            r.state = BrokerReservationState::Cancelled;
+            let _ = r.apply(ReservationChange::Cancel);
             self.db.save_reservation(&r).await?;
         }
         Ok(())
@@ -841,7 +841,7 @@ impl Service {
         p: &TaskPlan,
         cores: u32,
     ) -> Result<BrokerReservation, ServiceError> {
-        let r = BrokerReservation {
+        let made = Made {
             workflow: Some(workflow.to_string()),
             id,
             owner: owner.to_string(),
@@ -850,8 +850,8 @@ impl Service {
             amount: cores,
             start: p.start,
             end: p.end,
-            state: BrokerReservationState::Committed,
         };
+        let r = BrokerReservation::new(made, false);
         self.db.save_reservation(&r).await?;
         Ok(r)
     }

@@ -239,7 +239,7 @@ fn print_reservation(r: &brokk_proto::wire::BrokerReservation) {
     say!(
         "{} {} at {}: {} slots {} to {}",
         r.id,
-        r.state,
+        r.state(),
         r.site,
         r.amount,
         r.start,
