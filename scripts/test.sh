@@ -124,6 +124,12 @@ echo "== WfCommons instances from the wfcommons package's recipes: read, admitte
 scripts/wfcommons-check.sh
 
 echo "== the Python package: built with pip into a fresh virtual environment, pytest, the example notebook"
+# Its lock file is tracked: a change of the workspace's crates must update
+# it here, not in a user's `pip install ./python`.
+if ! cargo metadata --locked --format-version 1 --manifest-path python/Cargo.toml > /dev/null; then
+  echo "python/Cargo.lock is out of date: run cargo update --workspace --manifest-path python/Cargo.toml and commit it"
+  exit 1
+fi
 if command -v python3 >/dev/null 2>&1; then
   scripts/python-tests.sh
 else
