@@ -78,46 +78,37 @@ pub struct Ended {
     pub id: String,
 }
 
-/// What a new reservation is for: its place at its site and its span.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Made {
-    /// Its id at the broker.
-    pub id: String,
-    /// Its owner.
-    pub owner: String,
-    /// The site holding it.
-    pub site: String,
-    /// The site's id for it.
-    pub site_reservation: u64,
-    /// Slots.
-    pub amount: u32,
-    /// Start.
-    pub start: Time,
-    /// End.
-    pub end: Time,
-    /// The workflow whose task it was made for.
-    pub workflow: Option<String>,
-}
-
 impl BrokerReservation {
-    /// A reservation just granted: preliminary at its site until committed
-    /// (`held`), or committed.
-    pub fn new(made: Made, held: bool) -> BrokerReservation {
+    /// `owner`'s reservation `id`, just granted and committed: `amount`
+    /// slots over `[start, end)` at `site`, which knows it as
+    /// `site_reservation`.
+    pub fn new(
+        id: String,
+        owner: String,
+        site: String,
+        site_reservation: u64,
+        amount: u32,
+        start: Time,
+        end: Time,
+    ) -> BrokerReservation {
         BrokerReservation {
-            id: made.id,
-            owner: made.owner,
-            site: made.site,
-            site_reservation: made.site_reservation,
-            amount: made.amount,
-            start: made.start,
-            end: made.end,
-            state: if held {
-                BrokerReservationState::Held
-            } else {
-                BrokerReservationState::Committed
-            },
-            workflow: made.workflow,
+            id,
+            owner,
+            site,
+            site_reservation,
+            amount,
+            start,
+            end,
+            state: BrokerReservationState::Committed,
+            workflow: None,
         }
+    }
+
+    /// Granted preliminary instead: held at its site until a broker above
+    /// commits it ([`ReservationChange::Commit`]) or the hold lapses.
+    pub fn preliminary(mut self) -> BrokerReservation {
+        self.state = BrokerReservationState::Held;
+        self
     }
 
     /// Where it is.
@@ -150,22 +141,13 @@ impl BrokerReservation {
 mod tests {
     use super::*;
 
-    fn made() -> Made {
-        Made {
-            id: "r1".into(),
-            owner: "ann".into(),
-            site: "a".into(),
-            site_reservation: 7,
-            amount: 2,
-            start: Time(10),
-            end: Time(20),
-            workflow: None,
-        }
+    fn granted() -> BrokerReservation {
+        BrokerReservation::new("r1".into(), "ann".into(), "a".into(), 7, 2, Time(10), Time(20))
     }
 
     #[test]
     fn a_reservation_is_committed_once_and_given_back_once() {
-        let mut held = BrokerReservation::new(made(), true);
+        let mut held = granted().preliminary();
         assert_eq!(held.state(), BrokerReservationState::Held);
         assert_eq!(held.apply(ReservationChange::Commit), Ok(true));
         assert_eq!(held.apply(ReservationChange::Commit), Ok(false));
@@ -173,7 +155,7 @@ mod tests {
         assert_eq!(held.apply(ReservationChange::Cancel), Ok(true));
         assert_eq!(held.apply(ReservationChange::Cancel), Ok(false));
         assert_eq!(held.apply(ReservationChange::Commit), Err(Ended { id: "r1".into() }));
-        let direct = BrokerReservation::new(made(), false);
+        let direct = granted();
         assert_eq!(direct.state(), BrokerReservationState::Committed);
         // Its state is stored and read back as a name.
         let json = serde_json::to_value(&direct).unwrap();

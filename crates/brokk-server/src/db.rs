@@ -10,7 +10,6 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use brokk_broker::jobs::Member;
-use brokk_broker::reservations::Made;
 use brokk_broker::workflow::Plan;
 use brokk_model::workflow::Workflow;
 use brokk_model::Time;
@@ -164,22 +163,22 @@ fn state_of(name: &str) -> BrokerState {
 
 /// A reservation as its row holds it.
 fn reservation_of(r: &AnyRow) -> BrokerReservation {
-    let made = Made {
-        id: r.get("id"),
-        owner: r.get("owner"),
-        site: r.get("site"),
-        site_reservation: r.get::<i64, _>("site_reservation") as u64,
-        amount: r.get::<i64, _>("amount") as u32,
-        start: Time(r.get("start")),
-        end: Time(r.get("stop")),
-        workflow: r.get("workflow"),
-    };
+    let mut v = BrokerReservation::new(
+        r.get("id"),
+        r.get("owner"),
+        r.get("site"),
+        r.get::<i64, _>("site_reservation") as u64,
+        r.get::<i64, _>("amount") as u32,
+        Time(r.get("start")),
+        Time(r.get("stop")),
+    );
+    v.workflow = r.get("workflow");
     let state = match r.get::<String, _>("state").as_str() {
         "committed" => BrokerReservationState::Committed,
         "held" => BrokerReservationState::Held,
         _ => BrokerReservationState::Cancelled,
     };
-    BrokerReservation::new(made, false).restored(state)
+    v.restored(state)
 }
 
 /// What a job stored before the `member` column was is part of, from the
@@ -965,17 +964,7 @@ mod tests {
             db.insert(&job(id, "ann", BrokerState::Accepted)).await.unwrap();
         }
         for id in ["rw1-0", "r0a1b2"] {
-            let made = Made {
-                id: id.into(),
-                owner: "ann".into(),
-                site: "a".into(),
-                site_reservation: 1,
-                amount: 1,
-                start: Time(0),
-                end: Time(10),
-                workflow: None,
-            };
-            let r = BrokerReservation::new(made, false);
+            let r = BrokerReservation::new(id.into(), "ann".into(), "a".into(), 1, 1, Time(0), Time(10));
             db.save_reservation(&r).await.unwrap();
         }
         // As a version before the column left them.

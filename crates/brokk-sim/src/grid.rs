@@ -300,6 +300,8 @@ struct Grid<'a> {
     arriving: Vec<Option<(ResourceInfo, Time)>>,
     /// The trace's index of each job a broker holds, by the broker's id.
     held: HashMap<String, usize>,
+    /// Where the parts of the co-allocation last placed went (site, handle).
+    coplaced: Option<Vec<(usize, JobHandle)>>,
     staleness: Staleness,
     /// What the run reports of the jobs each site has forgotten, by job
     /// number there.
@@ -592,9 +594,7 @@ impl Grid<'_> {
                     }
                     Effect::CoAllocate {
                         group, parts, search, ..
-                    } => {
-                        let _ = self.search(t, b, &group, &parts, search);
-                    }
+                    } => self.search(t, b, &group, &parts, search),
                     Effect::Persist { .. } => {}
                 }
             }
@@ -693,6 +693,7 @@ pub fn simulate_grid(clusters: &[ClusterSpec], jobs: &[SimJob], routing: GridRou
         arriving: vec![None; sites.len()],
         cores,
         held: HashMap::new(),
+        coplaced: None,
         groups,
         home: clusters
             .iter()
@@ -907,29 +908,15 @@ impl Grid<'_> {
             hold: t + Duration::minutes(10),
         };
         self.cores[b].coallocate(&group, parts, Some(search));
-        let mut placed = None;
-        for e in self.cores[b].drain().collect::<Vec<_>>() {
-            if let Effect::CoAllocate {
-                group, parts, search, ..
-            } = e
-            {
-                placed = self.search(t, b, &group, &parts, search);
-            }
-        }
-        placed
+        self.carry_out(t, b);
+        self.coplaced.take()
     }
 
     /// Carries out broker `b`'s [`Effect::CoAllocate`] at `t` over its
     /// sites ([`brokk_broker::coalloc::search`], as `brokk serve` does)
-    /// and tells the core; each part's site and handle when placed.
-    fn search(
-        &mut self,
-        t: Time,
-        b: usize,
-        group: &str,
-        parts: &[String],
-        search: CoSearch,
-    ) -> Option<Vec<(usize, JobHandle)>> {
+    /// and tells the core; where each part went, when placed, is kept in
+    /// `coplaced`.
+    fn search(&mut self, t: Time, b: usize, group: &str, parts: &[String], search: CoSearch) {
         let home = self.groups[b].clone();
         let core = &self.cores[b];
         let jobs: Vec<Job> = parts.iter().filter_map(|id| core.description(id).cloned()).collect();
@@ -950,7 +937,7 @@ impl Grid<'_> {
             Err(e) => (CoAnswer::Failed(e.to_string()), None),
         };
         self.cores[b].coallocated(t, group, answer);
-        placed
+        self.coplaced = placed;
     }
 
     /// One adaptation round at `t` at every broker ([ET-brokering] 3.3, the

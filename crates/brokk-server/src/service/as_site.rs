@@ -263,17 +263,12 @@ impl Service {
                 };
             }
         };
-        let made = Made {
-            id: new_reservation_number().to_string(),
-            owner: who.to_string(),
-            site,
-            site_reservation,
-            amount: request.amount,
-            start,
-            end: start + request.duration,
-            workflow: None,
-        };
-        let r = BrokerReservation::new(made, hold.is_some());
+        let id = new_reservation_number().to_string();
+        let (amount, end) = (request.amount, start + request.duration);
+        let mut r = BrokerReservation::new(id, who.to_string(), site, site_reservation, amount, start, end);
+        if hold.is_some() {
+            r = r.preliminary();
+        }
         self.db.save_reservation(&r).await?;
         Ok(Ok(r))
     }

@@ -576,14 +576,16 @@ impl Service {
 
     /// Gives `owner`'s reservation back at the site at position `k`; one
     /// that cannot be given back lapses by itself.
-    async fn give_back(&self, k: usize, reservation: u64, owner: String) {
+    /// Whether the site gave it back.
+    async fn give_back(&self, k: usize, reservation: u64, owner: String) -> bool {
         let id = brokk_core::ReservationId(reservation);
         let gone = self.at_site(k, owner, move |mut c| c.cancel("broker", id)).await;
-        if let Err(e) = gone {
+        if let Err(e) = &gone {
             self.counters.site_errors.fetch_add(1, Ordering::Relaxed);
             tracing::warn!("giving back reservation {reservation}: {e}; it lapses by itself");
         }
         self.forget_hold(k, reservation).await;
+        gone.is_ok()
     }
 
     /// Hold `reservation` at the site at position `k` is no longer the
@@ -602,16 +604,11 @@ impl Service {
     pub async fn release_core_holds(&self) -> Result<usize, ServiceError> {
         let mut n = 0;
         for (site, reservation, owner) in self.db.holds().await? {
-            let id = brokk_core::ReservationId(reservation);
-            if let Some(entry) = self.site(&site) {
-                let mut c = entry.client;
-                c.set_on_behalf_of(Some(owner));
-                let gone = tokio::task::spawn_blocking(move || c.cancel("broker", id))
-                    .await
-                    .map_err(|e| ServiceError::Unavailable(e.to_string()))?;
-                n += usize::from(gone.is_ok());
+            match self.broker.read(|c| c.site_position(&site)) {
+                Some(k) => n += usize::from(self.give_back(k, reservation, owner).await),
+                // A site no longer configured keeps nothing of this broker's.
+                None => self.db.drop_hold(&site, reservation).await?,
             }
-            self.db.drop_hold(&site, reservation).await?;
         }
         Ok(n)
     }

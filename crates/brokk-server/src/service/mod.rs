@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use brokk_broker::coalloc::Found;
 use brokk_broker::jobs::{self, Change, Entry, Member};
-use brokk_broker::reservations::{Made, ReservationChange};
+use brokk_broker::reservations::ReservationChange;
 use brokk_broker::reserve::at_earliest;
 use brokk_broker::{JobHandle, Site};
 use brokk_jdl::{detect, read, Format, ReadOptions};

@@ -112,17 +112,9 @@ impl Service {
             NotReserved::Refused { unreachable: true, .. } => ServiceError::Unavailable(e.to_string()),
             e => ServiceError::Conflict(e.to_string()),
         })?;
-        let made = Made {
-            id: format!("r{}", &uuid::Uuid::new_v4().simple().to_string()[..15]),
-            owner: owner.to_string(),
-            site,
-            site_reservation,
-            amount: req.amount,
-            start,
-            end: start + req.duration,
-            workflow: None,
-        };
-        let r = BrokerReservation::new(made, false);
+        let id = format!("r{}", &uuid::Uuid::new_v4().simple().to_string()[..15]);
+        let (amount, end) = (req.amount, start + req.duration);
+        let r = BrokerReservation::new(id, owner.to_string(), site, site_reservation, amount, start, end);
         self.db.save_reservation(&r).await?;
         Ok(r)
     }

@@ -841,17 +841,9 @@ impl Service {
         p: &TaskPlan,
         cores: u32,
     ) -> Result<BrokerReservation, ServiceError> {
-        let made = Made {
-            workflow: Some(workflow.to_string()),
-            id,
-            owner: owner.to_string(),
-            site: self.site_name(p.site),
-            site_reservation: p.reservation.0,
-            amount: cores,
-            start: p.start,
-            end: p.end,
-        };
-        let r = BrokerReservation::new(made, false);
+        let site = self.site_name(p.site);
+        let mut r = BrokerReservation::new(id, owner.to_string(), site, p.reservation.0, cores, p.start, p.end);
+        r.workflow = Some(workflow.to_string());
         self.db.save_reservation(&r).await?;
         Ok(r)
     }
