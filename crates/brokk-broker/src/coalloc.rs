@@ -489,23 +489,55 @@ pub struct Found {
     pub site: usize,
     /// The part's job there.
     pub job: JobHandle,
-    /// Whether it waits (has not ended), in which reservation.
-    pub waiting_in: Option<ReservationId>,
+    /// How it stands there.
+    pub standing: Standing,
+}
+
+/// How a part of an interrupted co-allocation stands at its site.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Standing {
+    /// It has not ended and waits in (or runs in) this reservation.
+    Waiting(ReservationId),
+    /// It ended after it started: its hold had been committed, so the
+    /// commit phase had begun before the stop.
+    Ran,
+    /// It ended without starting (cancelled, or its hold lapsed).
+    Gone,
 }
 
 /// Settles a co-allocation a stop of the broker interrupted, given where
-/// each part was found (`None`: it never reached a site): when every part
-/// waits in its hold, the holds are committed and the co-allocation
-/// completes (`true`); otherwise whatever reached a site is cancelled there
-/// (`false`), and the holds lapse.
+/// each part was found (`None`: it never reached a site). Every part in
+/// place (waiting in its hold, or already run because its hold was
+/// committed) means the placement had finished: the holds still waiting are
+/// committed and the co-allocation completes (`true`). A part that ran
+/// settles it the same way even if another's commit now fails: the stop came
+/// during the commits, and cancelling the rest would leave the one that ran
+/// alone anyway, so only the parts whose commit failed are cancelled.
+/// Otherwise the placement never finished: whatever reached a site is
+/// cancelled there (`false`), and the holds lapse.
 pub fn settle(parts: &[Option<Found>], sites: &mut [&mut dyn Site], owner: &str) -> bool {
-    let waiting: Option<Vec<(usize, ReservationId)>> = parts
+    let in_place: Option<Vec<&Found>> = parts
         .iter()
-        .map(|p| p.as_ref().and_then(|f| Some((f.site, f.waiting_in?))))
+        .map(|p| p.as_ref().filter(|f| f.standing != Standing::Gone))
         .collect();
-    if let Some(waiting) = waiting {
-        if waiting.iter().all(|&(s, r)| sites[s].commit(owner, r).is_ok()) {
+    if let Some(in_place) = in_place {
+        let ran = in_place.iter().any(|f| f.standing == Standing::Ran);
+        let mut failed = Vec::new();
+        for f in &in_place {
+            if let Standing::Waiting(r) = f.standing {
+                if sites[f.site].commit(owner, r).is_err() {
+                    failed.push(*f);
+                }
+            }
+        }
+        if failed.is_empty() {
             return true;
+        }
+        if ran {
+            for f in failed {
+                let _ = sites[f.site].cancel_job(owner, &f.job);
+            }
+            return false;
         }
     }
     for f in parts.iter().flatten() {

@@ -2,7 +2,7 @@
 //! co-allocation, and choosing the site of a reservation: the broker's
 //! rules the service drives, run here on in-memory sites.
 
-use brokk_broker::coalloc::{coallocate, place, settle, CoRequest, Found, PlaceError};
+use brokk_broker::coalloc::{coallocate, place, settle, CoRequest, Found, PlaceError, Standing};
 use brokk_broker::reserve::at_earliest;
 use brokk_broker::{JobState, MemorySite, Site, SiteError};
 use brokk_core::{Reply, Request, State};
@@ -99,7 +99,7 @@ fn settling_commits_when_every_part_waits_and_cancels_otherwise() {
                 found.push(Some(Found {
                     site: s,
                     job: h,
-                    waiting_in: Some(r),
+                    standing: Standing::Waiting(r),
                 }));
             }
         }
@@ -116,6 +116,58 @@ fn settling_commits_when_every_part_waits_and_cancels_otherwise() {
         } else {
             assert!(matches!(state, JobState::Queued { .. }));
             assert_eq!(s.planner().get(plan.assignments[0].1).unwrap().state, State::Committed);
+        }
+    }
+}
+
+/// A stop between the commits: the first part's hold was committed and the
+/// part has started and ended, the second still waits in its hold. Cancelling
+/// would leave the first run alone; the second's hold is committed instead.
+/// A part that ended without starting (cancelled) undoes the co-allocation.
+#[test]
+fn settling_after_a_stop_between_the_commits_completes_the_co_allocation() {
+    for second_gone in [false, true] {
+        let mut sites = [site("a", 8), site("b", 8)];
+        let [a, b] = &mut sites;
+        let (plan, jobs) = plan_two(a, b);
+        let ((s0, r0, _), (s1, r1, _)) = (plan.assignments[0], plan.assignments[1]);
+        let h0 = sites[s0].submit_held("broker", &jobs[0], r0, &keys()[0]).unwrap();
+        let h1 = sites[s1].submit_held("broker", &jobs[1], r1, &keys()[1]).unwrap();
+        sites[s0].commit("broker", r0).unwrap();
+        if second_gone {
+            sites[s1].cancel_job("broker", &h1).unwrap();
+        }
+        // The first starts and ends (here cancelled) within the holds' 300 s.
+        for s in &mut sites {
+            s.advance(NOW);
+        }
+        assert!(matches!(sites[s0].status(&h0).unwrap(), JobState::Running { .. }));
+        sites[s0].advance(NOW + Duration(100));
+        sites[s0].cancel_job("broker", &h0).unwrap();
+        let found = [
+            Some(Found {
+                site: s0,
+                job: h0,
+                standing: Standing::Ran,
+            }),
+            Some(Found {
+                site: s1,
+                job: h1.clone(),
+                standing: if second_gone {
+                    Standing::Gone
+                } else {
+                    Standing::Waiting(r1)
+                },
+            }),
+        ];
+        let [a, b] = &mut sites;
+        let done = settle(&found, &mut [a, b], "broker");
+        assert_eq!(done, !second_gone);
+        if second_gone {
+            assert_eq!(sites[s1].status(&h1).unwrap(), JobState::Cancelled);
+        } else {
+            assert_eq!(sites[s1].planner().get(r1).unwrap().state, State::Committed);
+            assert!(matches!(sites[s1].status(&h1).unwrap(), JobState::Queued { .. }));
         }
     }
 }

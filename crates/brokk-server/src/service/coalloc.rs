@@ -4,7 +4,7 @@
 //! each part went; and the settling of co-allocations a stop interrupted.
 
 use brokk_broker::broker::{CoAnswer, CoSearch, Effect};
-use brokk_broker::coalloc::SearchError;
+use brokk_broker::coalloc::{SearchError, Standing};
 use brokk_broker::jobs::BrokerJob;
 
 use super::*;
@@ -23,17 +23,18 @@ pub(super) fn settle(sites: &[SiteEntry], info: &Arc<SiteInfo>, parts: &[Option<
         .map(|p| {
             let (site, job) = p.as_ref()?;
             let handle = JobHandle(job.clone());
-            let waiting_in = sites[*site]
-                .client
-                .job(&handle)
-                .ok()
-                .filter(|v| !v.state.is_terminal())
-                .and_then(|v| v.reservation)
-                .map(brokk_core::ReservationId);
+            let view = sites[*site].client.job(&handle).ok();
+            let standing = match view {
+                Some(v) if !v.state.is_terminal() => v
+                    .reservation
+                    .map_or(Standing::Gone, |r| Standing::Waiting(brokk_core::ReservationId(r))),
+                Some(v) if v.started.is_some() => Standing::Ran,
+                _ => Standing::Gone,
+            };
             Some(Found {
                 site: *site,
                 job: handle,
-                waiting_in,
+                standing,
             })
         })
         .collect();
@@ -241,7 +242,9 @@ impl Service {
                             .map(|(name, job)| (c.site_position(&name).unwrap_or(usize::MAX), job))
                             .collect(),
                     ),
-                    _ => CoAnswer::Failed("the broker stopped while co-allocating it; no part of it runs".into()),
+                    _ => {
+                        CoAnswer::Failed("the broker stopped while co-allocating it; it was undone at its sites".into())
+                    }
                 };
                 c.coallocate(&g, held, None);
                 c.coallocated(now(), &g, answer);
