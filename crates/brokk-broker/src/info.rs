@@ -178,7 +178,8 @@ pub fn fetch(endpoints: &[String], source: &dyn InfoSource, opts: FetchOptions) 
 /// slots (a job runs at one site, so that bounds what one job may ask),
 /// the most free at one site, every site's running and waiting jobs, the
 /// shortest wait, each benchmark's best value, the widest bandwidth and the
-/// shortest lag; reservations when any site takes them. `sites` are each
+/// shortest lag; reservations when any site takes them; the fold of their
+/// free capacity over time when every one publishes it. `sites` are each
 /// site's information or why it has none; with none answering, the
 /// reason names every site's failure.
 pub fn fold(name: &str, sites: &[Result<ResourceInfo, String>]) -> (ResourceInfo, Option<String>) {
@@ -190,6 +191,9 @@ pub fn fold(name: &str, sites: &[Result<ResourceInfo, String>]) -> (ResourceInfo
             None => benchmarks.push(b.clone()),
         }
     }
+    // Free capacity over time only when every site answering publishes it:
+    // one that does not could be the one with room.
+    let published: Option<Vec<&brokk_model::Availability>> = up.iter().map(|i| i.availability.as_ref()).collect();
     let unavailable = up.is_empty().then(|| {
         let why: Vec<&str> = sites
             .iter()
@@ -210,6 +214,7 @@ pub fn fold(name: &str, sites: &[Result<ResourceInfo, String>]) -> (ResourceInfo
         bandwidth_bytes_per_s: up.iter().filter_map(|i| i.bandwidth_bytes_per_s).max(),
         reservations: up.iter().any(|i| i.reservations),
         lag: Some(up.iter().filter_map(|i| i.lag).min().unwrap_or(Duration(0))),
+        availability: published.and_then(|p| brokk_model::Availability::fold(&p)),
         ..ResourceInfo::default()
     };
     (info, unavailable)
@@ -222,9 +227,17 @@ pub fn fold(name: &str, sites: &[Result<ResourceInfo, String>]) -> (ResourceInfo
 /// what the job itself implies: a job that fills the site frees a slot by
 /// its end at the latest (`wall`), and one that queues adds at most its
 /// wall time to the wait. So a burst spreads over the sites instead of
-/// piling onto the one that looked best at the last refresh.
-pub fn book(info: &mut ResourceInfo, cpus: u32, wall: Duration) {
+/// piling onto the one that looked best at the last refresh. Where the
+/// site publishes its free capacity over time, the job's processors are
+/// taken off it from where the job starts first after `now`.
+pub fn book(info: &mut ResourceInfo, cpus: u32, wall: Duration, now: Time) {
     let cpus = cpus.max(1);
+    let capacity = info.total_slots;
+    if let Some(a) = info.availability.as_mut() {
+        if let Some(start) = a.earliest_start(cpus, wall, now, capacity) {
+            a.book(cpus, start, wall);
+        }
+    }
     if info.waiting_jobs == 0 && info.free_slots >= cpus {
         info.free_slots -= cpus;
         info.used_slots = info.used_slots.saturating_add(cpus);
@@ -334,14 +347,6 @@ impl<M: Moment> InfoCache<M> {
     /// reservation made or cancelled).
     pub fn forget(&mut self, site: &str) {
         self.entries.remove(site);
-    }
-
-    /// Counts a job of `cpus` processors for up to `wall` the broker has
-    /// sent `site` in what is known of it, until its next answer ([`book`]).
-    pub fn book(&mut self, site: &str, cpus: u32, wall: Duration) {
-        if let Some((Ok(info), _)) = self.entries.get_mut(site) {
-            book(info, cpus, wall);
-        }
     }
 
     /// The last answer of `site`, however old.

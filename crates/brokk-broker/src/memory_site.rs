@@ -23,6 +23,8 @@ pub struct MemorySite {
     now: Time,
     available: bool,
     accepting: bool,
+    /// Whether its information carries its free capacity over time.
+    publishes: bool,
 }
 
 impl MemorySite {
@@ -48,7 +50,15 @@ impl MemorySite {
             now,
             available: true,
             accepting: true,
+            publishes: false,
         }
+    }
+
+    /// Makes the site's information carry its free capacity over time, as
+    /// a live agent's does ([`SiteCore::availability`]), or only the
+    /// summary figures.
+    pub fn publish_availability(&mut self, on: bool) {
+        self.publishes = on;
     }
 
     /// Moves the site's clock to `now`: jobs start and end on the way, and
@@ -89,6 +99,13 @@ impl MemorySite {
         info.waiting_jobs = p.waiting;
         info.estimated_wait = p.estimated_wait;
         info.reservations = true;
+        info.availability = self.publishes.then(|| {
+            self.core.availability(
+                self.now,
+                self.now + brokk_core::PUBLISHED_SPAN,
+                brokk_core::PUBLISHED_RANGES,
+            )
+        });
         Ok(())
     }
 

@@ -108,14 +108,20 @@ impl Default for LoadModel {
     }
 }
 
-/// Queue wait: from a reservation's start when there is one (exact); else the
-/// resource's own published estimate; else zero when enough slots are free and
-/// nothing waits; else the time for the resource to work through the waiting
-/// jobs at its full width, `waiting * mean_job_runtime / total_slots` (coarse,
-/// as seed 003, 3.1.3 warns).
+/// Queue wait: from a reservation's start when there is one (exact); else,
+/// where the resource publishes its free capacity over time, the earliest
+/// start of the job's own shape (`cpus` for `wall`) in it, counted from
+/// `now` however old the answer (what has passed since is gone); else the
+/// resource's own published estimate, which is for a one-slot job, so a
+/// job wider than the slots free now waits at least the coarse estimate
+/// below; else zero when enough slots are free and nothing waits; else the
+/// time for the resource to work through the waiting jobs at its full
+/// width, `waiting * mean_job_runtime / total_slots` (coarse, as seed 003,
+/// 3.1.3 warns).
 pub fn queue_wait(
     resource: &ResourceInfo,
     cpus: u32,
+    wall: Duration,
     reservation_start: Option<Time>,
     now: Time,
     load: LoadModel,
@@ -123,14 +129,26 @@ pub fn queue_wait(
     if let Some(start) = reservation_start {
         return Duration((start - now).0.max(0));
     }
-    if let Some(w) = resource.estimated_wait {
-        return w;
+    let cpus = cpus.max(1);
+    if let Some(start) = resource
+        .availability
+        .as_ref()
+        .and_then(|a| a.earliest_start(cpus, wall, now, resource.total_slots))
+    {
+        return start - now;
     }
-    if resource.free_slots >= cpus.max(1) && resource.waiting_jobs == 0 {
-        return Duration::ZERO;
-    }
+    let fits = resource.free_slots >= cpus;
+    // The published estimate is a one-slot job's: it stands for one that
+    // fits the slots free now, and for a one-slot job in any case.
+    let as_estimated = fits || cpus == 1;
     let width = i64::from(resource.total_slots.max(1));
-    Duration((i64::from(resource.waiting_jobs) + 1).saturating_mul(load.mean_job_runtime.0) / width)
+    let coarse = Duration((i64::from(resource.waiting_jobs) + 1).saturating_mul(load.mean_job_runtime.0) / width);
+    match resource.estimated_wait {
+        Some(w) if as_estimated => w,
+        Some(w) => w.max(coarse),
+        None if fits && resource.waiting_jobs == 0 => Duration::ZERO,
+        None => coarse,
+    }
 }
 
 /// The predicted components of a job's delivery on one resource.
@@ -186,11 +204,15 @@ pub fn predict(
         let triples: Vec<Benchmark> = job.benchmarks.iter().chain(extra_benchmarks).cloned().collect();
         execution_time(&triples, &resource.benchmarks, penalty)
     };
+    let requested = exec.map(|e| e.requested).or(job.wall_time);
+    // The shape the job takes in the queue: its wall time there, an hour
+    // when nothing says.
+    let wall = requested.unwrap_or(Duration::hours(1));
     Prediction {
         stage_in: stage_in(job, resource),
-        queue_wait: queue_wait(resource, job.cpus.unwrap_or(1), reservation_start, now, load),
+        queue_wait: queue_wait(resource, job.cpus.unwrap_or(1), wall, reservation_start, now, load),
         execution: exec.map(|e| e.ranking).or(job.wall_time),
-        requested_wall_time: exec.map(|e| e.requested).or(job.wall_time),
+        requested_wall_time: requested,
         stage_out: stage_out(job, resource),
         lag: resource.lag.unwrap_or(Duration::ZERO),
     }

@@ -9,7 +9,7 @@ use brokk_broker::info::{
     fetch, BatchSummary, FetchFailure, FetchOptions, InfoCache, InfoSource, RawInfo, StaticIndex,
 };
 use brokk_broker::{Clock, ManualClock, SiteError};
-use brokk_model::{Duration, ResourceInfo, Time};
+use brokk_model::{Duration, FreeRange, ResourceInfo, Time};
 
 /// An information service answering from a table, with a latency per site.
 struct Answers {
@@ -181,14 +181,14 @@ fn the_brokers_own_jobs_count_until_the_site_answers_again() {
     let now = Time(1_000);
     let load = LoadModel::default();
     let mut info = fresh.clone();
-    book(&mut info, 4, Duration(60));
+    book(&mut info, 4, Duration(60), now);
     assert_eq!((info.free_slots, info.used_slots, info.running_jobs), (2, 6, 3));
     assert_eq!(
-        queue_wait(&info, 2, None, now, load),
+        queue_wait(&info, 2, Duration(60), None, now, load),
         Duration(0),
         "two slots are still free"
     );
-    book(&mut info, 2, Duration(50));
+    book(&mut info, 2, Duration(50), now);
     assert_eq!(info.free_slots, 0);
     assert_eq!(
         info.estimated_wait,
@@ -196,17 +196,41 @@ fn the_brokers_own_jobs_count_until_the_site_answers_again() {
         "a slot frees when that job ends, at the latest"
     );
     // A job that does not fit waits, and adds its wall time to the wait.
-    book(&mut info, 4, Duration(30));
+    book(&mut info, 4, Duration(30), now);
     assert_eq!((info.free_slots, info.waiting_jobs), (0, 1));
-    assert_eq!(queue_wait(&info, 1, None, now, load), Duration(80));
+    assert_eq!(queue_wait(&info, 1, Duration(60), None, now, load), Duration(80));
 
-    // The cache books into its answer, and the next answer replaces the bookings.
+    // Where the site publishes its free capacity over time, a job takes its
+    // processors off it where it starts first: the 2-wide job running
+    // until 1,100 leaves 6 free, so a 4-wide job for 200 s starts now and
+    // the next 6-wide one after both.
+    let mut info = ResourceInfo {
+        availability: Some(brokk_model::Availability {
+            computed_at: now,
+            until: now + Duration(3600),
+            ranges: vec![
+                FreeRange {
+                    start: now,
+                    end: Time(1_100),
+                    free: 6,
+                },
+                FreeRange {
+                    start: Time(1_100),
+                    end: now + Duration(3600),
+                    free: 8,
+                },
+            ],
+        }),
+        ..fresh.clone()
+    };
+    assert_eq!(queue_wait(&info, 6, Duration(60), None, now, load), Duration(0));
+    book(&mut info, 4, Duration(200), now);
+    assert_eq!(queue_wait(&info, 6, Duration(60), None, now, load), Duration(200));
+    assert_eq!(queue_wait(&info, 2, Duration(60), None, now, load), Duration(0));
+
+    // The next answer replaces the cache's entry.
     let mut cache = InfoCache::new(Duration(10));
-    cache.store("a", Ok(fresh.clone()), now);
-    cache.book("a", 6, Duration(60));
-    cache.book("unknown", 6, Duration(60));
-    let booked = cache.get("a").unwrap().as_ref().unwrap();
-    assert_eq!((booked.free_slots, booked.estimated_wait), (0, Some(Duration(60))));
+    cache.store("a", Ok(info.clone()), now);
     cache.store("a", Ok(fresh.clone()), now + Duration(10));
     assert_eq!(cache.get("a").unwrap().as_ref().unwrap(), &fresh);
     assert!(cache.get("unknown").is_none());

@@ -135,17 +135,72 @@ fn queue_wait_prefers_a_reservation_then_the_published_estimate_then_load() {
     let clock = ManualClock::new(Time(100));
     let mut s = site(&[]);
     let load = LoadModel::default();
-    assert_eq!(queue_wait(&s, 4, Some(Time(400)), clock.now(), load), Duration(300));
+    let hour = Duration(3600);
+    assert_eq!(
+        queue_wait(&s, 4, hour, Some(Time(400)), clock.now(), load),
+        Duration(300)
+    );
     s.estimated_wait = Some(Duration(42));
-    assert_eq!(queue_wait(&s, 4, None, clock.now(), load), Duration(42));
+    assert_eq!(queue_wait(&s, 4, hour, None, clock.now(), load), Duration(42));
     s.estimated_wait = None;
-    assert_eq!(queue_wait(&s, 4, None, clock.now(), load), Duration::ZERO);
+    assert_eq!(queue_wait(&s, 4, hour, None, clock.now(), load), Duration::ZERO);
     s.free_slots = 0;
     s.waiting_jobs = 31;
     // (31 + 1) jobs of an hour each over 64 slots.
-    assert_eq!(queue_wait(&s, 4, None, clock.now(), load), Duration(32 * 3600 / 64));
+    assert_eq!(
+        queue_wait(&s, 4, hour, None, clock.now(), load),
+        Duration(32 * 3600 / 64)
+    );
     clock.advance(Duration(500));
-    assert_eq!(queue_wait(&s, 4, Some(Time(400)), clock.now(), load), Duration::ZERO);
+    assert_eq!(
+        queue_wait(&s, 4, hour, Some(Time(400)), clock.now(), load),
+        Duration::ZERO
+    );
+}
+
+/// The estimate a site publishes is for a one-slot job: a job wider than
+/// the slots free now never reads it as a start at once.
+#[test]
+fn a_job_wider_than_the_free_slots_does_not_start_at_once_by_the_summary() {
+    let load = LoadModel::default();
+    let s = ResourceInfo {
+        total_slots: 8,
+        free_slots: 6,
+        estimated_wait: Some(Duration::ZERO),
+        ..ResourceInfo::default()
+    };
+    let hour = Duration(3600);
+    assert_eq!(queue_wait(&s, 6, hour, None, Time(0), load), Duration::ZERO);
+    // One queue's worth of the mean job over the site's width.
+    assert_eq!(queue_wait(&s, 8, hour, None, Time(0), load), Duration(3600 / 8));
+}
+
+/// Where the site publishes its free capacity over time, the wait is the
+/// start of the job's own shape in it, read from now however old it is.
+#[test]
+fn a_published_availability_gives_the_start_of_the_jobs_own_shape() {
+    use brokk_model::{Availability, FreeRange};
+    let load = LoadModel::default();
+    let range = |start: i64, end: i64, free: u32| FreeRange {
+        start: Time(start),
+        end: Time(end),
+        free,
+    };
+    let s = ResourceInfo {
+        total_slots: 8,
+        free_slots: 6,
+        estimated_wait: Some(Duration::ZERO),
+        availability: Some(Availability {
+            computed_at: Time(0),
+            until: Time(3600),
+            ranges: vec![range(0, 39, 6), range(39, 3600, 8)],
+        }),
+        ..ResourceInfo::default()
+    };
+    assert_eq!(queue_wait(&s, 8, Duration(600), None, Time(0), load), Duration(39));
+    assert_eq!(queue_wait(&s, 2, Duration(600), None, Time(0), load), Duration::ZERO);
+    // Read ten seconds later: 29 s to go.
+    assert_eq!(queue_wait(&s, 8, Duration(600), None, Time(10), load), Duration(29));
 }
 
 /// A site whose middleware moves jobs along at its own cycle (an ARC CE)

@@ -40,4 +40,4 @@ pub use effect::{Effect, Ended, Manager};
 pub use error::CoreError;
 pub use record::{JobId, JobRecord, KeptJobs, Occupant, Submission};
 pub use runner::VirtualRunner;
-pub use site::{Launch, Published, SiteCore, SiteParams};
+pub use site::{Launch, Published, SiteCore, SiteParams, PUBLISHED_RANGES, PUBLISHED_SPAN};

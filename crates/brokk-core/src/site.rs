@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
-use brokk_model::{Duration, Job, JobPhase, Time};
+use brokk_model::{Availability, Duration, FreeRange, Job, JobPhase, Time};
 use brokk_planner::{
     BTree, Candidate, Change, Planner, PlannerError, Reply, Request, Reservation, ReservationId, State,
 };
@@ -57,6 +57,16 @@ pub struct Published {
     /// cannot be placed within the horizon.
     pub estimated_wait: Option<Duration>,
 }
+
+/// How far ahead a site's information carries its free capacity over
+/// time ([`SiteCore::availability`]): a day, enough to place the jobs a
+/// broker is deciding now.
+pub const PUBLISHED_SPAN: Duration = Duration::hours(24);
+
+/// The most free ranges a site's information carries: a site with many
+/// reservations publishes the nearest ones, and a broker reads the rest of
+/// the span as unknown.
+pub const PUBLISHED_RANGES: usize = 1000;
 
 /// What a job's runner needs to know when it takes the job up.
 #[derive(Debug, Clone, PartialEq)]
@@ -329,6 +339,79 @@ impl SiteCore {
             waiting: self.active.len() as u32 - running,
             estimated_wait: self.planner.earliest_start(&probe).ok().flatten().map(|s| s - now),
         }
+    }
+
+    /// The free capacity over `[now, until)` ([AB-avail]'s published
+    /// slots), from the schedule as it stands at `now`: at most `most`
+    /// ranges, the span ending where the last one kept ends when there are
+    /// more (a consumer then reads the rest as unknown, not as taken).
+    /// `until` is clipped to the site's horizon.
+    pub fn availability(&self, now: Time, until: Time, most: usize) -> Availability {
+        let until = until.min(self.params.horizon).max(now);
+        let mut ranges: Vec<FreeRange> = self
+            .planner
+            .free_slots(now, until)
+            .into_iter()
+            .map(|f| FreeRange {
+                start: f.start,
+                end: f.end,
+                free: f.free,
+            })
+            .collect();
+        let until = match ranges.get(most) {
+            Some(cut) => {
+                let end = cut.start;
+                ranges.truncate(most);
+                end
+            }
+            None => until,
+        };
+        Availability {
+            computed_at: now,
+            until,
+            ranges,
+        }
+    }
+
+    /// `GET /v1/slots`: the free capacity over `[from, to)` (from no
+    /// sooner than `now`) in runs of at least `min_amount` processors
+    /// lasting at least `min_duration` ([`Availability::filtered`]),
+    /// computed at `now`. A query that cannot be answered is refused
+    /// naming its field: an inverted or empty range, a span past the
+    /// site's horizon, a minimum amount below one or a negative duration.
+    pub fn slots(
+        &self,
+        now: Time,
+        from: Time,
+        to: Time,
+        min_amount: i64,
+        min_duration: Duration,
+    ) -> Result<Availability, CoreError> {
+        let bad = |m: String| Err(CoreError::BadRequest(m));
+        if to <= from {
+            return bad(format!("to: {to} is not after from ({from})"));
+        }
+        if to > self.params.horizon {
+            return bad(format!(
+                "to: {to} is beyond the site's planning horizon ({})",
+                self.params.horizon
+            ));
+        }
+        if min_amount < 1 {
+            return bad(format!("min_amount: {min_amount} is not at least 1"));
+        }
+        let min_amount = u32::try_from(min_amount).unwrap_or(u32::MAX);
+        if min_duration.0 < 0 {
+            return bad(format!("min_duration: {} s is negative", min_duration.0));
+        }
+        let from = from.max(now);
+        let to = to.max(from);
+        let whole = self.availability(now, to, usize::MAX);
+        Ok(Availability {
+            computed_at: now,
+            until: to,
+            ranges: whole.filtered(from, to, min_amount, min_duration),
+        })
     }
 
     /// Non-binding candidates for `req` at `now` (at most `k`, clamped to

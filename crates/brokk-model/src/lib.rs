@@ -4,6 +4,7 @@
 //! integer seconds ([`Time`], [`Duration`]); quantities are integers with the
 //! unit in the name.
 
+mod availability;
 mod job;
 mod phase;
 mod prefs;
@@ -11,6 +12,7 @@ mod resource;
 mod time;
 pub mod workflow;
 
+pub use availability::{Availability, FreeRange};
 pub use job::{Attribute, Benchmark, EnvVar, InputFile, Job, Memory, MemoryScope, Notify, NotifyOn, OutputFile};
 pub use phase::JobPhase;
 pub use prefs::{JobPreferences, Objective, StartBound, DEFAULT_PENALTY_FACTOR};

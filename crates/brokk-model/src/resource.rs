@@ -47,6 +47,10 @@ pub struct ResourceInfo {
     /// the job's end is known (an ARC CE's state cycle).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub lag: Option<Duration>,
+    /// Its free capacity over time, where it publishes that ([AB-avail]):
+    /// a job's wait is then read for the job's own shape.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub availability: Option<crate::Availability>,
 }
 
 /// A queue / share of the resource.

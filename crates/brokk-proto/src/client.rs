@@ -260,6 +260,7 @@ impl Site for RemoteSite {
             shares: v.shares,
             health: v.health,
             lag: (!v.lag.is_zero()).then_some(v.lag),
+            availability: v.availability,
             ..ResourceInfo::default()
         })
     }

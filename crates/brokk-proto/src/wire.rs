@@ -176,6 +176,10 @@ pub struct InfoView {
     /// before its end is known, seconds (an ARC CE's state cycle).
     #[serde(default, skip_serializing_if = "Duration::is_zero")]
     pub lag: Duration,
+    /// Its free capacity over the next day, as `GET /v1/slots` gives it
+    /// unfiltered ([AB-avail]'s published slots).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub availability: Option<brokk_model::Availability>,
 }
 
 fn yes() -> bool {

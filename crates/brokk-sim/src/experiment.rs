@@ -224,6 +224,23 @@ pub struct PlatformSpec {
     /// the site's answer the broker as long again.
     #[serde(default)]
     pub latency: i64,
+    /// What the sites publish (grid runs): `slots`, their free capacity
+    /// over time as live agents do ([AB-avail]), or `summary`, only their
+    /// free slots, queue and one-slot wait, as an ARC CE does. Default
+    /// `slots`.
+    #[serde(default)]
+    pub published: Published,
+}
+
+/// What the sites of a grid run publish.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Published {
+    /// Their free capacity over time.
+    #[default]
+    Slots,
+    /// Only the summary figures.
+    Summary,
 }
 
 fn default_brokers() -> usize {
@@ -570,6 +587,7 @@ pub fn prepare_with_orders(
         coallocate: p.coallocate,
         brokers: p.brokers,
         latency: Duration(p.latency),
+        published: p.published == Published::Slots,
         ..GridOptions::default()
     };
     let mut series = Vec::new();

@@ -141,6 +141,10 @@ pub struct GridOptions {
     /// `staleness`, itself aged by `info_delay`). Jobs that reserve,
     /// co-allocations and moves are carried at once.
     pub latency: Duration,
+    /// Whether the sites' information carries their free capacity over
+    /// time, as live agents' does ([AB-avail]); otherwise only the summary
+    /// figures, as an ARC CE or a GRAM gatekeeper publishes.
+    pub published: bool,
 }
 
 impl Default for GridOptions {
@@ -153,6 +157,7 @@ impl Default for GridOptions {
             coallocate: false,
             brokers: 1,
             latency: Duration::ZERO,
+            published: true,
         }
     }
 }
@@ -636,6 +641,7 @@ pub fn simulate_grid(clusters: &[ClusterSpec], jobs: &[SimJob], routing: GridRou
         coallocate,
         brokers,
         latency,
+        published,
     } = options;
     let mut order: Vec<usize> = (0..jobs.len()).filter(|&i| jobs[i].size > 0).collect();
     order.sort_by_key(|&i| (jobs[i].submit, i));
@@ -656,7 +662,9 @@ pub fn simulate_grid(clusters: &[ClusterSpec], jobs: &[SimJob], routing: GridRou
                 reservations: true,
                 ..ResourceInfo::default()
             };
-            MemorySite::with_policy(info, start, horizon, policy)
+            let mut site = MemorySite::with_policy(info, start, horizon, policy);
+            site.publish_availability(published);
+            site
         })
         .collect();
     let groups = groups(sites.len(), brokers);

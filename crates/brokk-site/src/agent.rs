@@ -468,9 +468,13 @@ impl Agent {
 
     /// `GET /v1/info`.
     pub async fn info(&self) -> InfoView {
-        let p = {
+        let t = now();
+        let (p, availability) = {
             let g = self.read().await;
-            g.core.published(now())
+            let a = g
+                .core
+                .availability(t, t + brokk_core::PUBLISHED_SPAN, brokk_core::PUBLISHED_RANGES);
+            (g.core.published(t), a)
         };
         let unavailable = self.check_available().err();
         // A resource manager that publishes its load also counts others'
@@ -500,7 +504,27 @@ impl Agent {
                 .collect(),
             health: glue.health,
             lag: self.backend.lag(),
+            // A resource manager running others' jobs beside the agent's
+            // frees and takes slots the agent's schedule mirrors only
+            // roughly: its summary figures stand alone there.
+            availability: glue.free_slots.is_none().then_some(availability),
         }
+    }
+
+    /// `GET /v1/slots`: the site's free capacity over a span, computed now
+    /// ([`brokk_core::SiteCore::slots`]).
+    pub async fn slots(
+        &self,
+        from: Option<Time>,
+        to: Option<Time>,
+        min_amount: i64,
+        min_duration: Duration,
+    ) -> Result<brokk_model::Availability, AgentError> {
+        let t = now();
+        let from = from.unwrap_or(t);
+        let to = to.unwrap_or(from.max(t) + brokk_core::PUBLISHED_SPAN);
+        let g = self.read().await;
+        Ok(g.core.slots(t, from, to, min_amount, min_duration)?)
     }
 
     /// `POST /v1/probe`.

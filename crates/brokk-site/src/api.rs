@@ -111,6 +111,42 @@ async fn info(State(agent): State<Agent>) -> Response {
     (status, Json(info)).into_response()
 }
 
+/// `GET /v1/slots`'s query, read field by field so that a bad value is
+/// refused naming its field.
+#[derive(Deserialize)]
+struct SlotsQuery {
+    from: Option<String>,
+    to: Option<String>,
+    min_amount: Option<String>,
+    min_duration: Option<String>,
+}
+
+async fn slots(State(agent): State<Agent>, Query(q): Query<SlotsQuery>) -> Result<Response, ApiError> {
+    let bad = |field: &str, e: String| error(StatusCode::BAD_REQUEST, format!("{field}: {e}"));
+    let time = |field: &str, v: &Option<String>| {
+        v.as_deref()
+            .map(|t| t.parse::<brokk_model::Time>().map_err(|e| bad(field, e.to_string())))
+            .transpose()
+    };
+    let (from, to) = (time("from", &q.from)?, time("to", &q.to)?);
+    let min_amount = match q.min_amount.as_deref() {
+        None => 1,
+        Some(v) => v
+            .trim()
+            .parse::<i64>()
+            .map_err(|_| bad("min_amount", format!("`{v}` is not a whole number")))?,
+    };
+    let min_duration = match q.min_duration.as_deref() {
+        None => brokk_model::Duration(0),
+        Some(v) => match v.trim().parse::<i64>() {
+            Ok(n) => brokk_model::Duration(n),
+            Err(_) => brokk_model::Duration::parse_human(v).map_err(|e| bad("min_duration", e))?,
+        },
+    };
+    let a = agent.slots(from, to, min_amount, min_duration).await?;
+    Ok(Json(a).into_response())
+}
+
 #[derive(Deserialize)]
 struct ProbeQuery {
     k: Option<usize>,
@@ -353,6 +389,7 @@ pub fn router(agent: Agent) -> Router {
     let v1 = Router::new()
         .route("/v1/info", get(info))
         .route("/v1/probe", post(probe))
+        .route("/v1/slots", get(slots))
         .route("/v1/reservations", post(reserve))
         .route(
             "/v1/reservations/{id}",

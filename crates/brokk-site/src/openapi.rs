@@ -70,6 +70,15 @@ pub fn document() -> Value {
             "/v1/probe": {"post": {"parameters": [{"name": "k", "in": "query", "schema": {"type": "integer"}}],
                 "requestBody": {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/Request"}}}},
                 "responses": with(errors(&["400", "401", "413", "503"]), "200", ok(json!({"type": "object", "properties": {"candidates": {"type": "array"}}})))}},
+            "/v1/slots": {"get": {"description": "free capacity over [from, to) (default: the next day) in runs of at least min_amount processors lasting at least min_duration seconds, computed at computed_at",
+                "parameters": [{"name": "from", "in": "query", "schema": {"type": "string"}},
+                               {"name": "to", "in": "query", "schema": {"type": "string"}},
+                               {"name": "min_amount", "in": "query", "schema": {"type": "integer", "minimum": 1}},
+                               {"name": "min_duration", "in": "query", "schema": {"type": "integer", "minimum": 0}}],
+                "responses": with(errors(&["400", "401"]), "200", ok(json!({"type": "object", "properties": {
+                    "computed_at": {"type": "string"}, "until": {"type": "string"},
+                    "ranges": {"type": "array", "items": {"type": "object", "properties": {
+                        "start": {"type": "string"}, "end": {"type": "string"}, "free": {"type": "integer"}}}}}})))}},
             "/v1/reservations": {"post": {
                 "requestBody": {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/ReservationRequest"}}}},
                 "responses": {"201": ok(json!({"$ref": "#/components/schemas/Granted"})),

@@ -32,6 +32,12 @@ const PATHS: &[&str] = &[
     "/v1/probe",
     "/v1/probe?k=abc",
     "/v1/probe?k=100000",
+    "/v1/slots",
+    "/v1/slots?from=2030-01-01T00:00:00Z&to=2029-01-01T00:00:00Z",
+    "/v1/slots?to=9999-12-31T23:59:59Z",
+    "/v1/slots?min_amount=0",
+    "/v1/slots?min_amount=-3&min_duration=-1",
+    "/v1/slots?min_amount=abc&min_duration=1h",
     "/v1/reservations",
     "/v1/reservations/1",
     "/v1/reservations/18446744073709551615",
@@ -113,4 +119,48 @@ proptest! {
         }
         let _ = std::fs::remove_dir_all(dir.parent().unwrap());
     }
+}
+
+/// A slots query that cannot be answered gets a 400 naming its field; a
+/// good one gets the free capacity, computed now.
+#[test]
+fn a_bad_slots_query_is_refused_naming_its_field() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let agent = agent(&rt);
+    let get = |uri: &str| {
+        let req = Request::builder()
+            .uri(uri)
+            .header("authorization", "Bearer tok")
+            .body(Body::empty())
+            .unwrap();
+        let resp = rt.block_on(api::router(agent.clone()).oneshot(req)).unwrap();
+        let status = resp.status().as_u16();
+        let bytes = rt.block_on(axum::body::to_bytes(resp.into_body(), 1 << 20)).unwrap();
+        (status, serde_json::from_slice::<serde_json::Value>(&bytes).unwrap())
+    };
+    for (uri, field) in [
+        ("/v1/slots?from=2030-01-02T00:00:00Z&to=2030-01-01T00:00:00Z", "to:"),
+        ("/v1/slots?to=9999-12-31T23:59:59Z", "to:"),
+        ("/v1/slots?min_amount=0", "min_amount:"),
+        ("/v1/slots?min_amount=-2", "min_amount:"),
+        ("/v1/slots?min_duration=-1", "min_duration:"),
+        ("/v1/slots?from=yesterday", "from:"),
+    ] {
+        let (status, body) = get(uri);
+        assert_eq!(status, 400, "{uri}: {body}");
+        let said = body["error"].as_str().unwrap();
+        assert!(said.starts_with(field), "{uri}: {said}");
+    }
+    // An idle site of 8: all of it free over the next day, from now.
+    let (status, body) = get("/v1/slots?min_amount=8&min_duration=600");
+    assert_eq!(status, 200, "{body}");
+    let ranges = body["ranges"].as_array().unwrap();
+    assert_eq!(ranges.len(), 1, "{body}");
+    assert_eq!(ranges[0]["free"], 8);
+    assert_eq!(ranges[0]["start"], body["computed_at"]);
+    assert_eq!(ranges[0]["end"], body["until"]);
+    let _ = std::fs::remove_dir_all(agent.config().workdir.parent().unwrap());
 }

@@ -717,6 +717,65 @@ fn a_burst_spreads_over_idle_sites() {
 }
 
 #[test]
+fn a_wide_job_goes_where_its_own_shape_starts_first() {
+    // Two 8-CPU sites, alpha twice as fast. A 2-CPU job takes alpha for up
+    // to two minutes; then an 8-CPU job that runs 10 s at alpha and 20 s at
+    // local: alpha's one-slot estimate is "at once", but eight slots are
+    // not free there for two minutes, while local has all eight now. It
+    // goes to local, predicted to start at once.
+    let dir = scratch("wide-shape");
+    std::fs::write(
+        dir.join("broker.toml"),
+        "database = \"broker.db\"\nstate_dir = \"sites\"\n[tokens]\n\"tok-ann\" = \"ann\"\n\
+         [[embedded]]\nname = \"alpha\"\ncapacity = 8\nbenchmarks = [{ name = \"specint2006\", value = 40.0 }]\n\
+         [[embedded]]\nname = \"local\"\ncapacity = 8\nbenchmarks = [{ name = \"specint2006\", value = 20.0 }]\n",
+    )
+    .unwrap();
+    let svc = Service::start(&dir);
+    let prefs = dir.join("prefs.json");
+    std::fs::write(
+        &prefs,
+        r#"{"benchmarks": [{"name": "specint2006", "result": 40, "time": 10}]}"#,
+    )
+    .unwrap();
+    let submit = |name: &str, description: &str, prefs: &[&str]| {
+        let f = dir.join(name);
+        std::fs::write(&f, description).unwrap();
+        let args = [&["submit", f.to_str().unwrap(), "--json"], prefs].concat();
+        svc.json("tok-ann", &args)["id"].as_str().unwrap().to_string()
+    };
+    // Without a benchmark both sites look alike: the first listed.
+    let narrow = submit(
+        "narrow.json",
+        r#"{"executable": "/bin/sleep", "arguments": ["60"], "cpus": 2, "wall_time": 120}"#,
+        &[],
+    );
+    common::wait_for_state(&svc.server.url, "tok-ann", &narrow, "running", Duration::from_secs(20));
+    let placed = svc.json("tok-ann", &["status", &narrow, "--json"]);
+    assert_eq!(placed["site"], "alpha", "{placed}");
+    // What alpha publishes: six free now, eight only once the narrow job ends.
+    let info = svc.json("tok-ann", &["resources", "--json"]);
+    let alpha = info.as_array().unwrap().iter().find(|s| s["name"] == "alpha").unwrap();
+    assert_eq!(alpha["free_slots"], 6, "{alpha}");
+    let wide = submit(
+        "wide.json",
+        r#"{"executable": "/bin/true", "cpus": 8, "wall_time": 60}"#,
+        &["--prefs", prefs.to_str().unwrap()],
+    );
+    let t = Instant::now();
+    let job = loop {
+        let j = svc.json("tok-ann", &["status", &wide, "--json"]);
+        if j["site"].is_string() || t.elapsed() > Duration::from_secs(20) {
+            break j;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(job["site"], "local", "{job}");
+    assert!(job["predicted_tts"].as_i64().unwrap() <= 1, "{job}");
+    svc.brokk("tok-ann", &["cancel", &narrow]);
+}
+
+#[test]
 fn holds_a_stopped_broker_had_for_jobs_not_sent_are_given_back_when_it_starts_again() {
     // One 4-CPU site, held whole for an hour by what a stopped broker had
     // written down as a hold for a job it never sent (made here as a

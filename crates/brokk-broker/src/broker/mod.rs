@@ -1160,15 +1160,15 @@ impl BrokerCore {
         if self.sending.is_empty() {
             return;
         }
-        let mut on_way: Vec<(u64, u32, Duration)> = self
+        let mut on_way: Vec<(u64, u32, Duration, Time)> = self
             .sending
             .values()
             .filter(|a| !a.reserving && a.site() == site)
-            .map(|a| (a.seq, a.cpus, booked_wall(&a.candidates[a.next].prediction)))
+            .map(|a| (a.seq, a.cpus, booked_wall(&a.candidates[a.next].prediction), a.decided))
             .collect();
         on_way.sort_unstable_by_key(|w| w.0);
-        for (_, cpus, wall) in on_way {
-            crate::info::book(&mut self.infos[site], cpus, wall);
+        for (_, cpus, wall, decided) in on_way {
+            crate::info::book(&mut self.infos[site], cpus, wall, decided);
         }
     }
 
@@ -1502,7 +1502,12 @@ impl BrokerCore {
         };
         self.decisions += 1;
         if !reserving {
-            crate::info::book(&mut self.infos[first], cpus, booked_wall(&a.candidates[0].prediction));
+            crate::info::book(
+                &mut self.infos[first],
+                cpus,
+                booked_wall(&a.candidates[0].prediction),
+                now,
+            );
         }
         for (site, request) in holds {
             self.outbox.push(Effect::Hold {
@@ -1645,7 +1650,7 @@ impl BrokerCore {
                     // where it went.
                     self.sites[a.first].changed = true;
                     let cpus = a.cpus;
-                    crate::info::book(&mut self.infos[site], cpus, booked_wall(&prediction));
+                    crate::info::book(&mut self.infos[site], cpus, booked_wall(&prediction), now);
                 }
                 let wanted = self.waits_here(id);
                 if !wanted {

@@ -457,3 +457,37 @@ fn reservations_start_no_sooner_than_the_sites_lead() {
         Time(T0.0 + 200)
     );
 }
+
+proptest::proptest! {
+    /// What a site publishes agrees with what its schedule would grant: for
+    /// any job shape, the earliest start read from the published ranges is
+    /// the planner's own earliest start, and a span cut to fewer ranges is
+    /// never read as later than the planner (the rest counts as unknown).
+    #[test]
+    fn published_availability_gives_the_planners_earliest_starts(
+        booked in proptest::collection::vec((0i64..20_000, 1i64..5_000, 1u32..=16), 0..40),
+        shapes in proptest::collection::vec((1u32..=16, 1i64..8_000, 0i64..5_000), 1..20),
+        most in 1usize..30,
+    ) {
+        let mut s = site(16);
+        for (offset, duration, amount) in booked {
+            let _ = s.reserve(T0, "ann", &at(amount, duration, Time(T0.0 + offset)), None);
+        }
+        let whole = s.availability(T0, Time(T0.0 + 86_400), usize::MAX);
+        let cut = s.availability(T0, Time(T0.0 + 86_400), most);
+        for (cpus, wall, after) in shapes {
+            let from = Time(T0.0 + after);
+            let req = Request {
+                amount: cpus,
+                duration: Duration(wall),
+                earliest: from,
+                latest: OPEN_END,
+                flexible: false,
+            };
+            let planned = s.planner().earliest_start(&req).unwrap();
+            proptest::prop_assert_eq!(whole.earliest_start(cpus, Duration(wall), from, 16), planned);
+            let guessed = cut.earliest_start(cpus, Duration(wall), from, 16).unwrap();
+            proptest::prop_assert!(guessed <= planned.unwrap());
+        }
+    }
+}

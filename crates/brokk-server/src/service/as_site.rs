@@ -111,6 +111,7 @@ fn folded(name: &str, sites: &[Result<ResourceInfo, String>]) -> InfoView {
         shares: Vec::new(),
         health: None,
         lag: info.lag.unwrap_or(Duration(0)),
+        availability: info.availability,
     }
 }
 
