@@ -270,7 +270,114 @@ fn planner(a: PlannerArgs) -> Result<ExitCode> {
             );
         }
     }
+    availability(&a)?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// What publishing a site's free capacity costs ([AB-avail]), against the
+/// planner's own earliest start in the same run.
+#[derive(Serialize)]
+struct AvailabilityFigures {
+    /// Live reservations at the site.
+    live: usize,
+    /// Microseconds to publish its next week (`SiteCore::availability`).
+    publish_week_us: f64,
+    /// Ranges in that week.
+    week_ranges: usize,
+    /// Microseconds for the earliest start of a job shape in a published
+    /// profile of `PUBLISHED_RANGES` ranges (`Availability::earliest_start`).
+    earliest_start_us: f64,
+    /// Microseconds for the planner's own earliest start of the same shapes.
+    planner_earliest_start_us: f64,
+    /// Publishing a week against one earliest start at the planner.
+    publish_vs_planner: f64,
+    /// The published profile's earliest start against the planner's.
+    earliest_start_vs_planner: f64,
+}
+
+/// Mean microseconds per call of `f` over at least `seconds`.
+fn per_call(seconds: f64, mut f: impl FnMut(u64)) -> f64 {
+    let started = Instant::now();
+    let mut n = 0u64;
+    while n < 16 || started.elapsed().as_secs_f64() < seconds {
+        f(n);
+        n += 1;
+    }
+    started.elapsed().as_secs_f64() * 1e6 / n as f64
+}
+
+/// A site of `CAPACITY` processors filled to 10,000 live reservations by
+/// the planner stream, publishing its next week; shapes read from what it
+/// publishes in `/v1/info` and from the planner itself.
+fn availability(a: &PlannerArgs) -> Result<()> {
+    use brokk_core::{SiteCore, SiteParams, PUBLISHED_RANGES};
+    let live = 10_000;
+    let mut stream = Stream::new(a.seed, live);
+    let mut site = SiteCore::new(SiteParams {
+        capacity: CAPACITY,
+        horizon: Time(horizon(&stream)),
+        default_wall_time: Duration(3600),
+        policy: brokk_core::queue::Policy::CONSERVATIVE,
+        lead: Duration(0),
+    });
+    let mut n = 0;
+    while n < live {
+        n += usize::from(site.reserve(Time(0), "bench", &stream.request(), None).is_ok());
+    }
+    let week = Time(7 * 86_400);
+    let published = site.availability(Time(0), week, usize::MAX);
+    let publish_week_us = per_call(a.seconds / 4.0, |_| {
+        std::hint::black_box(site.availability(Time(0), week, usize::MAX));
+    });
+    let profile = site.availability(Time(0), week, PUBLISHED_RANGES);
+    let shapes: Vec<Request> = (0..1024).map(|_| stream.request()).collect();
+    let shape = |k: u64| {
+        let r = &shapes[k as usize % shapes.len()];
+        // Asked within the profile's span.
+        let from = Time(r.earliest.0 % (profile.until.0.max(1)));
+        (r.amount, r.duration, from)
+    };
+    let earliest_start_us = per_call(a.seconds / 4.0, |k| {
+        let (amount, duration, from) = shape(k);
+        std::hint::black_box(profile.earliest_start(amount, duration, from, CAPACITY));
+    });
+    let planner_earliest_start_us = per_call(a.seconds / 4.0, |k| {
+        let (amount, duration, from) = shape(k);
+        let req = Request {
+            amount,
+            duration,
+            earliest: from,
+            latest: Time(horizon(&stream)),
+            flexible: false,
+        };
+        let _ = std::hint::black_box(site.planner().earliest_start(&req));
+    });
+    let f = AvailabilityFigures {
+        live,
+        publish_week_us: (publish_week_us * 10.0).round() / 10.0,
+        week_ranges: published.ranges.len(),
+        earliest_start_us: (earliest_start_us * 1000.0).round() / 1000.0,
+        planner_earliest_start_us: (planner_earliest_start_us * 1000.0).round() / 1000.0,
+        publish_vs_planner: (publish_week_us / planner_earliest_start_us * 10.0).round() / 10.0,
+        earliest_start_vs_planner: (earliest_start_us / planner_earliest_start_us * 100.0).round() / 100.0,
+    };
+    if a.json {
+        say!("{}", serde_json::to_string(&f)?);
+    } else {
+        say!(
+            "published availability, {} live reservations: a week ({} ranges) in {:.1} us ({:.1}x the planner's earliest start); \
+             earliest start in {} ranges {:.3} us against the planner's {:.3} us ({:.2}x)",
+            f.live,
+            f.week_ranges,
+            f.publish_week_us,
+            f.publish_vs_planner,
+            PUBLISHED_RANGES,
+            f.earliest_start_us,
+            f.planner_earliest_start_us,
+            f.earliest_start_vs_planner
+        );
+    }
+    Ok(())
 }
 
 /// Counts live heap bytes so the benchmark can report memory per reservation.
