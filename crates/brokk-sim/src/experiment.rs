@@ -26,7 +26,7 @@ use brokk_model::{Duration, Time};
 use serde::Deserialize;
 
 use crate::cluster::{from_swf, Estimates, Outcome, Policy, SimJob};
-use crate::grid::{simulate_grid, Adaptation, GridOptions, GridRouting, PredictionError, Staleness};
+use crate::grid::{simulate_grid, Adaptation, GridOptions, GridRouting, Messages, PredictionError, Staleness};
 use crate::lublin;
 use crate::metrics::{by_size, by_user, summary, Horizon, Summary, DEFAULT_BOUND};
 use crate::orders::{OrderMaker, Orders};
@@ -378,6 +378,8 @@ pub struct PointResult {
     pub coallocated: usize,
     /// How well the broker predicted completions (broker routings).
     pub prediction: Option<PredictionError>,
+    /// What the brokers asked of the sites (broker routings).
+    pub messages: Option<Messages>,
     /// Every cluster's outcomes.
     pub runs: Vec<ClusterRun>,
     /// Where the measured period ends: the steady-state rule's last arrival,
@@ -840,7 +842,7 @@ impl Prepared {
         let (name, policy) = &self.policies[point.policy];
         // Each job once: on a grid, a co-allocated job is one job of its
         // whole size, though its parts count at their own sites.
-        let (run, all, killed, moved, coallocated, prediction) = match self.routes[point.policy] {
+        let (run, all, killed, moved, coallocated, prediction, messages) = match self.routes[point.policy] {
             Route::Clusters(routing) => {
                 let routing = match routing {
                     Routing::Random(_) => Routing::Random(point.seed),
@@ -849,7 +851,7 @@ impl Prepared {
                 let order = self.orders[point.policy].as_ref();
                 let run = simulate_platform(&self.clusters, &jobs, routing, *policy, order);
                 let all: Vec<_> = run.clusters.iter().flat_map(|c| c.outcomes.iter().copied()).collect();
-                (run, all, 0, 0, 0, None)
+                (run, all, 0, 0, 0, None, None)
             }
             Route::Grid(routing, options) => {
                 let routing = match routing {
@@ -865,7 +867,7 @@ impl Prepared {
                     clusters: g.clusters,
                     unrouted: g.unrouted,
                 };
-                (run, g.jobs, g.killed, g.moved, g.coallocated, g.prediction)
+                (run, g.jobs, g.killed, g.moved, g.coallocated, g.prediction, g.messages)
             }
         };
         let cut = self.cut(&jobs);
@@ -897,6 +899,7 @@ impl Prepared {
             moved,
             coallocated,
             prediction,
+            messages,
             runs: run.clusters,
         })
     }

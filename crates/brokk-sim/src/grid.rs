@@ -172,6 +172,42 @@ pub struct PredictionError {
     pub mean: f64,
     /// Mean of its absolute value, seconds.
     pub mean_absolute: f64,
+    /// Jobs that started more than [`VIOLATION_TOLERANCE`] later than the
+    /// broker predicted when it placed them: [AB-avail]'s violations (the
+    /// room the broker counted on was gone).
+    pub violations: usize,
+}
+
+/// What the broker predicted of a job when it placed it: its start and
+/// its completion.
+type Predicted = (Time, Time);
+
+/// How much later than predicted a job may start before it counts as a
+/// violation ([AB-avail] section 6.1: T = 20 s).
+pub const VIOLATION_TOLERANCE: Duration = Duration(20);
+
+/// The requests a grid's brokers made of their sites, by kind; each has a
+/// reply, so the messages are twice their sum ([AB-avail]'s overhead).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+pub struct Messages {
+    /// Information asked for (a site's figures, with its free capacity
+    /// over time where it publishes it).
+    pub info: u64,
+    /// Jobs sent.
+    pub submit: u64,
+    /// Reservations held, and co-allocation searches.
+    pub reserve: u64,
+    /// Reservations given back.
+    pub release: u64,
+    /// Jobs withdrawn or asked about.
+    pub other: u64,
+}
+
+impl Messages {
+    /// Requests and replies together.
+    pub fn total(&self) -> u64 {
+        2 * (self.info + self.submit + self.reserve + self.release + self.other)
+    }
 }
 
 /// A grid run.
@@ -193,6 +229,8 @@ pub struct GridRun {
     pub moved: usize,
     /// How well the broker predicted (broker routings only).
     pub prediction: Option<PredictionError>,
+    /// What the brokers asked of the sites (broker routings only).
+    pub messages: Option<Messages>,
 }
 
 /// A duration on a reference machine as taken on a site of `speed`.
@@ -315,6 +353,8 @@ struct Grid<'a> {
     groups: Vec<Range<usize>>,
     /// The cluster of each trace partition.
     home: HashMap<i64, usize>,
+    /// What the brokers asked of the sites.
+    messages: Messages,
 }
 
 /// `n` sites in `brokers` groups of consecutive sites, as even as can be
@@ -446,7 +486,7 @@ impl Grid<'_> {
 
     /// The messages that land by `t`, each at its own time; returns the
     /// jobs placed as their answers land, as [`Grid::carry_out`] does.
-    fn land(&mut self, t: Time) -> Vec<(usize, usize, JobHandle, Time)> {
+    fn land(&mut self, t: Time) -> Vec<(usize, usize, JobHandle, Predicted)> {
         let mut placed = Vec::new();
         while self.flights.front().is_some_and(|f| f.0 <= t) {
             let Some((at, flight)) = self.flights.pop_front() else {
@@ -493,7 +533,7 @@ impl Grid<'_> {
     /// is answered at once (brought up to date in place) or, with a delay,
     /// when it is due; a job sent is answered at once. Returns the jobs
     /// placed: (trace index, site, handle, predicted completion).
-    fn carry_out(&mut self, t: Time, b: usize) -> Vec<(usize, usize, JobHandle, Time)> {
+    fn carry_out(&mut self, t: Time, b: usize) -> Vec<(usize, usize, JobHandle, Predicted)> {
         let start = self.groups[b].start;
         let mut placed = Vec::new();
         loop {
@@ -502,6 +542,7 @@ impl Grid<'_> {
                 return placed;
             }
             for e in effects {
+                self.count(&e);
                 match e {
                     Effect::Fetch { site: k } => {
                         let site = &mut self.sites[start + k];
@@ -586,7 +627,12 @@ impl Grid<'_> {
                         // Placed for the first time, or moved.
                         self.held.remove(&job);
                         if let Some(i) = index_of(&job) {
-                            placed.push((i, start + k, JobHandle(site_job), decided + prediction.ttd()));
+                            placed.push((
+                                i,
+                                start + k,
+                                JobHandle(site_job),
+                                (decided + prediction.tts(), decided + prediction.ttd()),
+                            ));
                         }
                     }
                     Effect::Withdraw {
@@ -603,6 +649,21 @@ impl Grid<'_> {
                     Effect::Persist { .. } => {}
                 }
             }
+        }
+    }
+}
+
+impl Grid<'_> {
+    /// Counts what effect `e` asks of a site, if anything.
+    fn count(&mut self, e: &Effect) {
+        let m = &mut self.messages;
+        match e {
+            Effect::Fetch { .. } => m.info += 1,
+            Effect::Send { .. } => m.submit += 1,
+            Effect::Hold { .. } | Effect::CoAllocate { .. } => m.reserve += 1,
+            Effect::Release { .. } => m.release += 1,
+            Effect::Withdraw { .. } | Effect::Status { .. } => m.other += 1,
+            _ => {}
         }
     }
 }
@@ -709,6 +770,7 @@ pub fn simulate_grid(clusters: &[ClusterSpec], jobs: &[SimJob], routing: GridRou
             .flat_map(|(k, c)| c.partitions.iter().map(move |&p| (p, k)))
             .collect(),
         ended: vec![HashMap::new(); sites.len()],
+        messages: Messages::default(),
         specs: clusters,
         sites,
         staleness,
@@ -718,7 +780,7 @@ pub fn simulate_grid(clusters: &[ClusterSpec], jobs: &[SimJob], routing: GridRou
         GridRouting::Broker { .. } => None,
     };
     // Per job: (site, handle, predicted completion).
-    let mut placed: Vec<Option<(usize, JobHandle, Option<Time>)>> = vec![None; jobs.len()];
+    let mut placed: Vec<Option<(usize, JobHandle, Option<Predicted>)>> = vec![None; jobs.len()];
     let mut unrouted = jobs.len() - order.len();
     let mut next = 0;
     // Adaptation: the next round, while a broker holds jobs it may move.
@@ -839,7 +901,7 @@ impl Grid<'_> {
         t: Time,
         b: usize,
         (objective, reserves, adapts): (Objective, bool, bool),
-    ) -> (Vec<(usize, usize, JobHandle, Option<Time>)>, bool) {
+    ) -> (Vec<(usize, usize, JobHandle, Option<Predicted>)>, bool) {
         self.refresh(t, b);
         let id = i.to_string();
         let new = NewJob {
@@ -951,7 +1013,7 @@ impl Grid<'_> {
     /// One adaptation round at `t` at every broker ([ET-brokering] 3.3, the
     /// broker core's own rule, as `brokk serve` runs it): the jobs moved,
     /// (trace index, site, handle, predicted completion).
-    fn adapt(&mut self, t: Time) -> Vec<(usize, usize, JobHandle, Time)> {
+    fn adapt(&mut self, t: Time) -> Vec<(usize, usize, JobHandle, Predicted)> {
         let mut moved = Vec::new();
         for b in 0..self.cores.len() {
             self.refresh(t, b);
@@ -965,7 +1027,7 @@ impl Grid<'_> {
     fn collect(
         &self,
         jobs: &[SimJob],
-        placed: &[Option<(usize, JobHandle, Option<Time>)>],
+        placed: &[Option<(usize, JobHandle, Option<Predicted>)>],
         parts: &HashMap<usize, Vec<(usize, JobHandle)>>,
         unrouted: usize,
         routing: GridRouting,
@@ -973,7 +1035,7 @@ impl Grid<'_> {
         let mut outcomes: Vec<Vec<Outcome>> = vec![Vec::new(); self.specs.len()];
         let mut whole = Vec::new();
         let mut submitted = vec![0usize; self.specs.len()];
-        let (mut killed, mut n, mut sum, mut abs) = (0, 0usize, 0.0, 0.0);
+        let (mut killed, mut n, mut sum, mut abs, mut violations) = (0, 0usize, 0.0, 0.0, 0usize);
         for (i, (j, p)) in jobs.iter().zip(placed).enumerate() {
             if let Some(parts) = parts.get(&i) {
                 let mut ran = Vec::new();
@@ -1028,11 +1090,12 @@ impl Grid<'_> {
             };
             outcomes[*c].push(outcome);
             whole.push(outcome);
-            if let Some(p) = predicted {
-                let err = (e - *p).0 as f64;
+            if let Some((start, end)) = predicted {
+                let err = (e - *end).0 as f64;
                 n += 1;
                 sum += err;
                 abs += err.abs();
+                violations += usize::from(s - *start > VIOLATION_TOLERANCE);
             }
         }
         GridRun {
@@ -1056,7 +1119,9 @@ impl Grid<'_> {
                 jobs: n,
                 mean: if n > 0 { sum / n as f64 } else { 0.0 },
                 mean_absolute: if n > 0 { abs / n as f64 } else { 0.0 },
+                violations,
             }),
+            messages: routing.is_broker().then_some(self.messages),
         }
     }
 }

@@ -38,6 +38,10 @@ pub struct PointSummary<'a> {
     /// (actual minus predicted; broker routings only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub prediction_error: Option<PredictionErrorSummary>,
+    /// The requests the brokers made of the sites by kind, and the
+    /// messages (requests and replies) in all (broker routings only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub messages: Option<MessagesSummary>,
     /// All clusters together.
     pub overall: Summary,
     /// Per cluster.
@@ -91,6 +95,23 @@ pub struct PredictionErrorSummary {
     pub mean_s: f64,
     /// Mean absolute error, seconds.
     pub mean_absolute_s: f64,
+    /// Jobs that started more than `violation_tolerance_s` later than
+    /// predicted ([AB-avail]'s violations), and their share of `jobs`.
+    pub violations: usize,
+    /// The violations' percentage of the jobs compared.
+    pub violations_pct: f64,
+    /// The tolerance, seconds.
+    pub violation_tolerance_s: i64,
+}
+
+/// The brokers' requests to the sites, as written to JSON.
+#[derive(Debug, Serialize)]
+pub struct MessagesSummary {
+    /// By kind.
+    #[serde(flatten)]
+    pub requests: crate::grid::Messages,
+    /// Requests and replies in all.
+    pub total: u64,
 }
 
 /// One cluster's summary.
@@ -200,6 +221,13 @@ pub fn report<'a>(prepared: &'a Prepared, results: &'a [PointResult], baseline: 
                     jobs: p.jobs,
                     mean_s: p.mean,
                     mean_absolute_s: p.mean_absolute,
+                    violations: p.violations,
+                    violations_pct: 100.0 * p.violations as f64 / p.jobs.max(1) as f64,
+                    violation_tolerance_s: crate::grid::VIOLATION_TOLERANCE.0,
+                }),
+                messages: r.messages.map(|m| MessagesSummary {
+                    requests: m,
+                    total: m.total(),
                 }),
                 overall: r.overall,
                 clusters: r

@@ -363,3 +363,39 @@ fn with_latency_a_job_starts_when_it_reaches_its_site_and_the_broker_decides_mea
     let p = far.prediction.unwrap();
     assert_eq!((p.jobs, p.mean), (3, (30.0 + 30.0 + 29.0) / 3.0));
 }
+
+/// [AB-avail]'s violations: a job that starts more than 20 s later than the
+/// broker predicted from what the site published. One 4-processor site,
+/// four 4-wide jobs of 100 s a second apart, fresh information before each
+/// decision. A conservative site plans every waiting job, so what it
+/// publishes holds: starts 0, 100, 200, 300 as predicted. An EASY site
+/// plans only the head of its queue: the third job waits unplanned, so the
+/// fourth is predicted to start at 200 and starts at 300.
+#[test]
+fn a_start_later_than_predicted_counts_as_a_violation_and_every_request_as_two_messages() {
+    let sites = [site("only", 4, 1.0)];
+    let jobs: Vec<SimJob> = (0..4).map(|k| job(k + 1, k, 4, 100)).collect();
+    let tts = GridRouting::Broker {
+        objective: brokk_model::Objective::EarliestStart,
+        reserve_top_k: 0,
+    };
+    for (policy, violations) in [(Policy::CONSERVATIVE, 0), (Policy::EASY, 1)] {
+        let run = simulate_grid(
+            &sites,
+            &jobs,
+            tts,
+            GridOptions {
+                policy,
+                ..GridOptions::default()
+            },
+        );
+        let mut starts: Vec<i64> = run.clusters[0].outcomes.iter().map(|o| o.start.0).collect();
+        starts.sort_unstable();
+        assert_eq!(starts, [0, 100, 200, 300], "{policy:?}");
+        let p = run.prediction.unwrap();
+        assert_eq!((p.jobs, p.violations), (4, violations), "{policy:?}");
+        // Asked before each decision, each job sent: a request and a reply each.
+        let m = run.messages.unwrap();
+        assert_eq!((m.info, m.submit, m.total()), (4, 4, 16), "{policy:?}: {m:?}");
+    }
+}

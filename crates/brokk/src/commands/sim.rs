@@ -367,7 +367,7 @@ fn print_aggregates(results: &[PointResult]) {
 fn print_table(points: &[Point], results: &[PointResult]) {
     let w = results.iter().map(|r| r.policy.len()).max().unwrap_or(0).max(20);
     say!(
-        "{:<w$} {:>6} {:>5} {:>8} {:>9} {:>11} {:>9} {:>7} {:>7} {:>12}",
+        "{:<w$} {:>6} {:>5} {:>8} {:>9} {:>11} {:>9} {:>7} {:>7} {:>12} {:>6}",
         "policy",
         "load",
         "seed",
@@ -377,12 +377,13 @@ fn print_table(points: &[Point], results: &[PointResult]) {
         "bsld",
         "util",
         "offered",
-        "pred err (s)"
+        "pred err (s)",
+        "viol%"
     );
     for (p, r) in points.iter().zip(results) {
         let s = &r.overall;
         say!(
-            "{:<w$} {:>6} {:>5} {:>8} {:>9.2} {:>11.0} {:>9.2} {:>7.3} {:>7.3} {:>12}",
+            "{:<w$} {:>6} {:>5} {:>8} {:>9.2} {:>11.0} {:>9.2} {:>7.3} {:>7.3} {:>12} {:>6}",
             r.policy,
             p.load.map_or("-".into(), |l| format!("{l:.2}")),
             p.seed,
@@ -393,6 +394,10 @@ fn print_table(points: &[Point], results: &[PointResult]) {
             s.utilization,
             r.offered_load,
             r.prediction.map_or("-".into(), |e| format!("{:.0}", e.mean_absolute)),
+            r.prediction.map_or("-".into(), |e| format!(
+                "{:.1}",
+                100.0 * e.violations as f64 / e.jobs.max(1) as f64
+            )),
         );
     }
 }
