@@ -23,8 +23,9 @@ pub struct MemorySite {
     now: Time,
     available: bool,
     accepting: bool,
-    /// Whether its information carries its free capacity over time.
-    publishes: bool,
+    /// Whether its information carries its free capacity over time: how
+    /// far ahead, in how many ranges at most.
+    publishes: Option<(Duration, usize)>,
 }
 
 impl MemorySite {
@@ -50,15 +51,17 @@ impl MemorySite {
             now,
             available: true,
             accepting: true,
-            publishes: false,
+            publishes: None,
         }
     }
 
     /// Makes the site's information carry its free capacity over time, as
-    /// a live agent's does ([`SiteCore::availability`]), or only the
-    /// summary figures.
-    pub fn publish_availability(&mut self, on: bool) {
-        self.publishes = on;
+    /// a live agent's does ([`SiteCore::availability`]): `span` ahead in at
+    /// most `most` ranges (a live agent's are [`brokk_core::PUBLISHED_SPAN`]
+    /// and [`brokk_core::PUBLISHED_RANGES`]); `None`, only the summary
+    /// figures.
+    pub fn publish_availability(&mut self, publishes: Option<(Duration, usize)>) {
+        self.publishes = publishes;
     }
 
     /// Moves the site's clock to `now`: jobs start and end on the way, and
@@ -99,13 +102,9 @@ impl MemorySite {
         info.waiting_jobs = p.waiting;
         info.estimated_wait = p.estimated_wait;
         info.reservations = true;
-        info.availability = self.publishes.then(|| {
-            self.core.availability(
-                self.now,
-                self.now + brokk_core::PUBLISHED_SPAN,
-                brokk_core::PUBLISHED_RANGES,
-            )
-        });
+        info.availability = self
+            .publishes
+            .map(|(span, most)| self.core.availability(self.now, self.now + span, most));
         Ok(())
     }
 

@@ -319,12 +319,14 @@ impl SiteCore {
 
     /// What the site publishes at `now`.
     pub fn published(&self, now: Time) -> Published {
+        // The free ranges leave out what is wholly taken: none at `now`
+        // is none free.
         let free_now = self
             .planner
             .free_slots(now, Time(now.0 + 1))
             .first()
             .filter(|s| s.start <= now)
-            .map_or(self.params.capacity, |s| s.free);
+            .map_or(0, |s| s.free);
         let running = self.running;
         let probe = Request {
             amount: 1,

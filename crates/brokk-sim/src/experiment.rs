@@ -26,7 +26,9 @@ use brokk_model::{Duration, Time};
 use serde::Deserialize;
 
 use crate::cluster::{from_swf, Estimates, Outcome, Policy, SimJob};
-use crate::grid::{simulate_grid, Adaptation, GridOptions, GridRouting, Messages, PredictionError, Staleness};
+use crate::grid::{
+    simulate_grid_with_local, Adaptation, GridOptions, GridRouting, Messages, PredictionError, Published, Staleness,
+};
 use crate::lublin;
 use crate::metrics::{by_size, by_user, summary, Horizon, Summary, DEFAULT_BOUND};
 use crate::orders::{OrderMaker, Orders};
@@ -192,8 +194,11 @@ pub struct PlatformSpec {
     /// clusters from partitions, else `round-robin`.
     pub routing: Option<String>,
     /// Routings to compare, each a series: the rules above and the broker's
-    /// `broker-tts`, `broker-ttd`, `broker-ttd-reserve[:K]`. With a broker
-    /// routing among them every series runs on a grid of site cores.
+    /// `broker-tts`, `broker-ttd`, `broker-ttd-reserve[:K]`, each of these
+    /// with `@ask` (the sites asked before every decision) or `@INTERVAL`
+    /// (`@15m`: what a site said is used until it is that old) in place
+    /// of `info_ttl` for that series. With a broker routing among them
+    /// every series runs on a grid of site cores.
     #[serde(default)]
     pub routings: Vec<String>,
     /// Seconds the broker reuses a site's information (grid runs).
@@ -229,13 +234,26 @@ pub struct PlatformSpec {
     /// free slots, queue and one-slot wait, as an ARC CE does. Default
     /// `slots`.
     #[serde(default)]
-    pub published: Published,
+    pub published: PublishedSpec,
+    /// How far ahead the sites publish (with `published = "slots"`), as a
+    /// duration (`30d`), every range of it; by default what a live agent
+    /// publishes, the next day in up to 1,000 ranges. [AB-avail] publishes
+    /// the whole schedule.
+    #[serde(default)]
+    pub published_span: Option<String>,
+    /// The offered load of each site's own users (grid runs, with a
+    /// Lublin-Feitelson workload): every cluster also runs a stream of
+    /// local jobs of its own, drawn by the same model for its size over the
+    /// same days, submitted straight to it ([AB-avail]'s local jobs). Their
+    /// figures are reported apart (`local`); the table's are the grid's.
+    #[serde(default)]
+    pub local_load: Option<f64>,
 }
 
 /// What the sites of a grid run publish.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Published {
+pub enum PublishedSpec {
     /// Their free capacity over time.
     #[default]
     Slots,
@@ -380,6 +398,9 @@ pub struct PointResult {
     pub prediction: Option<PredictionError>,
     /// What the brokers asked of the sites (broker routings).
     pub messages: Option<Messages>,
+    /// The sites' own users' jobs, all clusters together
+    /// (`platform.local_load`).
+    pub local: Option<Summary>,
     /// Every cluster's outcomes.
     pub runs: Vec<ClusterRun>,
     /// Where the measured period ends: the steady-state rule's last arrival,
@@ -541,12 +562,30 @@ pub fn prepare_with_orders(
         p.routings.clone()
     };
     let mut grid = Vec::new();
+    // Per series, how old its broker's information may grow, when it says.
+    let mut intervals = Vec::new();
     for n in &names {
-        match GridRouting::parse(n) {
-            Some(r) => grid.push(r),
+        let (rule, interval) = match n.split_once('@') {
+            Some((rule, "ask")) => (rule, Some(Duration(0))),
+            Some((rule, every)) => match Duration::parse_human(every) {
+                Ok(d) => (rule, Some(d)),
+                Err(e) => return invalid(format!("platform.routings: {n:?}: {e}")),
+            },
+            None => (n.as_str(), None),
+        };
+        match GridRouting::parse(rule) {
+            Some(r) if interval.is_none() || r.is_broker() => {
+                grid.push(r);
+                intervals.push(interval);
+            }
+            Some(_) => {
+                return invalid(format!(
+                    "platform.routings: {n:?}: `@` sets how old a broker's information may grow; it applies to broker routings"
+                ))
+            }
             None => {
                 return invalid(format!(
-                    "platform.routing: unknown rule {n:?} (partition, round-robin, random, broker-tts, broker-ttd, broker-ttd-reserve[:K])"
+                    "platform.routing: unknown rule {n:?} (partition, round-robin, random, broker-tts, broker-ttd, broker-ttd-reserve[:K], each broker rule with @ask or @INTERVAL)"
                 ))
             }
         }
@@ -563,6 +602,17 @@ pub fn prepare_with_orders(
             "platform: info_ttl, info_delay, adapt_every, adapt_margin and latency are seconds, zero or more".into(),
         );
     }
+    if let Some(l) = p.local_load {
+        if !(l > 0.0 && l < 1.0) {
+            return invalid(format!("platform: local_load must be above 0 and below 1, not {l}"));
+        }
+        if !on_grid || spec.workload.lublin.is_none() {
+            return invalid(
+                "platform: local_load applies to broker routings over a Lublin-Feitelson workload ([workload] lublin)"
+                    .into(),
+            );
+        }
+    }
     if (p.adapt_every > 0 || p.coallocate || p.brokers > 1 || p.latency > 0) && !on_grid {
         return invalid(
             "platform: adapt_every, coallocate, brokers and latency apply to broker routings; add one to routings"
@@ -576,6 +626,21 @@ pub fn prepare_with_orders(
             p.brokers
         ));
     }
+    let published = match (p.published, &p.published_span) {
+        (PublishedSpec::Summary, None) => Published::SUMMARY,
+        (PublishedSpec::Summary, Some(_)) => {
+            return invalid("platform: published_span applies to published = \"slots\"".into())
+        }
+        (PublishedSpec::Slots, None) => Published::LIVE,
+        (PublishedSpec::Slots, Some(span)) => match Duration::parse_human(span) {
+            Ok(d) if d.0 > 0 => Published {
+                span: Some(d),
+                most: usize::MAX,
+            },
+            Ok(_) => return invalid("platform: published_span must be longer than zero".into()),
+            Err(e) => return invalid(format!("platform: published_span: {e}")),
+        },
+    };
     let adaptation = (p.adapt_every > 0).then_some(Adaptation {
         every: Duration(p.adapt_every),
         margin: Duration(p.adapt_margin),
@@ -589,13 +654,17 @@ pub fn prepare_with_orders(
         coallocate: p.coallocate,
         brokers: p.brokers,
         latency: Duration(p.latency),
-        published: p.published == Published::Slots,
+        published,
         ..GridOptions::default()
     };
     let mut series = Vec::new();
     let mut series_orders = Vec::new();
     let mut routes = Vec::new();
-    for (n, r) in names.iter().zip(grid) {
+    for ((n, r), interval) in names.iter().zip(grid).zip(intervals) {
+        let mut options = options;
+        if let Some(every) = interval {
+            options.staleness.info_ttl = every;
+        }
         let route = if on_grid {
             Route::Grid(r, options)
         } else {
@@ -778,6 +847,30 @@ impl Prepared {
         }
     }
 
+    /// The sites' own users' jobs for a point of seed `seed`
+    /// (`platform.local_load`): per cluster, a Lublin-Feitelson stream for
+    /// its size at that load over the workload's days, each job's
+    /// `partition` its cluster's position. None without a local load.
+    fn local_jobs(&self, seed: u64, estimates: Estimates) -> Result<Vec<SimJob>, ExperimentError> {
+        let (Some(load), Some(l)) = (self.spec.platform.local_load, &self.spec.workload.lublin) else {
+            return Ok(Vec::new());
+        };
+        let span = (l.days * 86_400.0) as i64;
+        let mut out = Vec::new();
+        for (k, c) in self.clusters.iter().enumerate() {
+            let mut params = lublin::Params::typeless(c.procs);
+            params.start_hour = l.start_hour;
+            // A stream of its own per cluster and seed, apart from the grid's.
+            let own = seed.wrapping_mul(1_000_003).wrapping_add(k as u64 + 1);
+            let records = lublin::at_load(params, c.procs, span, load, own)?.0;
+            out.extend(from_swf(&records, estimates).into_iter().map(|mut j| {
+                j.partition = k as i64;
+                j
+            }));
+        }
+        Ok(out)
+    }
+
     /// Where the measured period of `jobs` ends: the last arrival under the
     /// steady-state rule, none when every job counts.
     fn cut(&self, jobs: &[SimJob]) -> Option<Time> {
@@ -839,10 +932,11 @@ impl Prepared {
             EstimateSpec::Requested => Estimates::Requested,
         };
         let jobs = from_swf(&records, estimates);
+        let local = self.local_jobs(point.seed, estimates)?;
         let (name, policy) = &self.policies[point.policy];
         // Each job once: on a grid, a co-allocated job is one job of its
         // whole size, though its parts count at their own sites.
-        let (run, all, killed, moved, coallocated, prediction, messages) = match self.routes[point.policy] {
+        let (run, all, killed, moved, coallocated, prediction, messages, local_ran) = match self.routes[point.policy] {
             Route::Clusters(routing) => {
                 let routing = match routing {
                     Routing::Random(_) => Routing::Random(point.seed),
@@ -851,7 +945,7 @@ impl Prepared {
                 let order = self.orders[point.policy].as_ref();
                 let run = simulate_platform(&self.clusters, &jobs, routing, *policy, order);
                 let all: Vec<_> = run.clusters.iter().flat_map(|c| c.outcomes.iter().copied()).collect();
-                (run, all, 0, 0, 0, None, None)
+                (run, all, 0, 0, 0, None, None, Vec::new())
             }
             Route::Grid(routing, options) => {
                 let routing = match routing {
@@ -862,12 +956,21 @@ impl Prepared {
                     policy: *policy,
                     ..options
                 };
-                let g = simulate_grid(&self.clusters, &jobs, routing, options);
+                let g = simulate_grid_with_local(&self.clusters, &jobs, &local, routing, options);
                 let run = PlatformRun {
                     clusters: g.clusters,
                     unrouted: g.unrouted,
                 };
-                (run, g.jobs, g.killed, g.moved, g.coallocated, g.prediction, g.messages)
+                (
+                    run,
+                    g.jobs,
+                    g.killed,
+                    g.moved,
+                    g.coallocated,
+                    g.prediction,
+                    g.messages,
+                    g.local,
+                )
             }
         };
         let cut = self.cut(&jobs);
@@ -900,6 +1003,7 @@ impl Prepared {
             coallocated,
             prediction,
             messages,
+            local: (!local.is_empty()).then(|| summary(&local_ran, local.len(), procs, cut, bound)),
             runs: run.clusters,
         })
     }

@@ -44,8 +44,11 @@ use crate::platform::{ClusterRun, ClusterSpec, Router, Routing};
 /// The benchmark that carries a site's relative speed.
 const SPEED: &str = "speed";
 
-/// The owner of every simulated job.
+/// The owner of every job the grid routes.
 const OWNER: &str = "grid";
+
+/// Who a site's own users' jobs belong to.
+const LOCAL: &str = "local";
 
 /// How arrivals reach a site of the grid.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -141,10 +144,9 @@ pub struct GridOptions {
     /// `staleness`, itself aged by `info_delay`). Jobs that reserve,
     /// co-allocations and moves are carried at once.
     pub latency: Duration,
-    /// Whether the sites' information carries their free capacity over
-    /// time, as live agents' does ([AB-avail]); otherwise only the summary
-    /// figures, as an ARC CE or a GRAM gatekeeper publishes.
-    pub published: bool,
+    /// What the sites' information carries of their free capacity over
+    /// time ([AB-avail]); by default what live agents publish.
+    pub published: Published,
 }
 
 impl Default for GridOptions {
@@ -157,9 +159,29 @@ impl Default for GridOptions {
             coallocate: false,
             brokers: 1,
             latency: Duration::ZERO,
-            published: true,
+            published: Published::LIVE,
         }
     }
+}
+
+/// What the sites of a grid publish of their free capacity over time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Published {
+    /// How far ahead; `None`: nothing, only the summary figures, as an ARC
+    /// CE or a GRAM gatekeeper publishes.
+    pub span: Option<Duration>,
+    /// In how many ranges at most.
+    pub most: usize,
+}
+
+impl Published {
+    /// What a live agent publishes: the next day, in up to 1,000 ranges.
+    pub const LIVE: Published = Published {
+        span: Some(brokk_core::PUBLISHED_SPAN),
+        most: brokk_core::PUBLISHED_RANGES,
+    };
+    /// Only the summary figures.
+    pub const SUMMARY: Published = Published { span: None, most: 0 };
 }
 
 /// Predicted against actual completion of the jobs the broker placed.
@@ -231,6 +253,9 @@ pub struct GridRun {
     pub prediction: Option<PredictionError>,
     /// What the brokers asked of the sites (broker routings only).
     pub messages: Option<Messages>,
+    /// The sites' own users' jobs that ran, in their order
+    /// ([`simulate_grid_with_local`]).
+    pub local: Vec<Outcome>,
 }
 
 /// A duration on a reference machine as taken on a site of `speed`.
@@ -654,6 +679,34 @@ impl Grid<'_> {
 }
 
 impl Grid<'_> {
+    /// The local jobs that ran, each also counted at its cluster.
+    fn collect_local(
+        &self,
+        local: &[SimJob],
+        placed: &[Option<(usize, JobHandle)>],
+        clusters: &mut [ClusterRun],
+    ) -> Vec<Outcome> {
+        let mut ran = Vec::new();
+        for (j, p) in local.iter().zip(placed) {
+            let Some((c, handle)) = p else { continue };
+            clusters[*c].submitted += 1;
+            let Some(r) = self.ended(*c, handle) else { continue };
+            if let (Some(start), Some(end)) = (r.started, r.ended) {
+                let o = Outcome {
+                    id: j.id,
+                    submit: j.submit,
+                    start,
+                    end,
+                    size: j.size,
+                    user: j.user,
+                };
+                clusters[*c].outcomes.push(o);
+                ran.push(o);
+            }
+        }
+        ran
+    }
+
     /// Counts what effect `e` asks of a site, if anything.
     fn count(&mut self, e: &Effect) {
         let m = &mut self.messages;
@@ -695,6 +748,22 @@ fn job_of(j: &SimJob) -> Job {
 /// queue follows the options' policy) and runs them to the end. Jobs larger
 /// than every site are unrouted.
 pub fn simulate_grid(clusters: &[ClusterSpec], jobs: &[SimJob], routing: GridRouting, options: GridOptions) -> GridRun {
+    simulate_grid_with_local(clusters, jobs, &[], routing, options)
+}
+
+/// [`simulate_grid`] with the sites' own users beside the grid's
+/// ([AB-avail]'s local jobs): each of `local` is submitted at its arrival
+/// straight to the site of cluster `partition` (by position), never seen
+/// by a broker but for what it takes of the site's free capacity. They
+/// count in the clusters' figures and in [`GridRun::local`], not in
+/// [`GridRun::jobs`].
+pub fn simulate_grid_with_local(
+    clusters: &[ClusterSpec],
+    jobs: &[SimJob],
+    local: &[SimJob],
+    routing: GridRouting,
+    options: GridOptions,
+) -> GridRun {
     let GridOptions {
         staleness,
         policy,
@@ -706,7 +775,21 @@ pub fn simulate_grid(clusters: &[ClusterSpec], jobs: &[SimJob], routing: GridRou
     } = options;
     let mut order: Vec<usize> = (0..jobs.len()).filter(|&i| jobs[i].size > 0).collect();
     order.sort_by_key(|&i| (jobs[i].submit, i));
-    let start = order.first().map_or(Time::EPOCH, |&i| jobs[i].submit);
+    // Local jobs that fit their own cluster, in arrival order.
+    let fits = |j: &SimJob| {
+        usize::try_from(j.partition)
+            .ok()
+            .and_then(|c| clusters.get(c))
+            .is_some_and(|c| j.size > 0 && j.size <= c.procs)
+    };
+    let mut local_order: Vec<usize> = (0..local.len()).filter(|&i| fits(&local[i])).collect();
+    local_order.sort_by_key(|&i| (local[i].submit, i));
+    let first = |o: &[usize], js: &[SimJob]| o.first().map(|&i| js[i].submit);
+    let start = [first(&order, jobs), first(&local_order, local)]
+        .into_iter()
+        .flatten()
+        .min()
+        .unwrap_or(Time::EPOCH);
     // Far beyond any trace, far from overflow.
     let horizon = Time(start.0.saturating_add(1 << 40));
     let sites: Vec<MemorySite> = clusters
@@ -724,7 +807,7 @@ pub fn simulate_grid(clusters: &[ClusterSpec], jobs: &[SimJob], routing: GridRou
                 ..ResourceInfo::default()
             };
             let mut site = MemorySite::with_policy(info, start, horizon, policy);
-            site.publish_availability(published);
+            site.publish_availability(published.span.map(|span| (span, published.most)));
             site
         })
         .collect();
@@ -789,8 +872,17 @@ pub fn simulate_grid(clusters: &[ClusterSpec], jobs: &[SimJob], routing: GridRou
     // Co-allocated jobs: their parts' sites and handles.
     let mut parts: HashMap<usize, Vec<(usize, JobHandle)>> = HashMap::new();
     let mut next_harvest = start + HARVEST_EVERY;
+    // Local jobs: where each went, and the next to arrive.
+    let mut local_placed: Vec<Option<(usize, JobHandle)>> = vec![None; local.len()];
+    let mut next_local = 0;
     loop {
-        let arrival = order.get(next).map(|&i| jobs[i].submit);
+        let arrival = [
+            order.get(next).map(|&i| jobs[i].submit),
+            local_order.get(next_local).map(|&i| local[i].submit),
+        ]
+        .into_iter()
+        .flatten()
+        .min();
         let landing = grid.flights.front().map(|f| f.0);
         let due = [
             arrival,
@@ -817,6 +909,19 @@ pub fn simulate_grid(clusters: &[ClusterSpec], jobs: &[SimJob], routing: GridRou
             for (k, c, handle, _) in grid.adapt(t) {
                 let first = placed[k].as_ref().and_then(|p| p.2);
                 placed[k] = Some((c, handle, first));
+            }
+        }
+        while let Some(&i) = local_order.get(next_local).filter(|&&i| local[i].submit == t) {
+            next_local += 1;
+            let (j, c) = (&local[i], local[i].partition as usize);
+            let mut job = job_of(j);
+            job.wall_time = Some(scaled(j.estimate.max(Duration(1)), clusters[c].speed));
+            let site = &mut grid.sites[c];
+            site.advance(t);
+            if let Ok(handle) = site.submit(LOCAL, &job, None) {
+                let _ = site.set_run_time(&handle, scaled(j.run, clusters[c].speed));
+                site.advance(t);
+                local_placed[i] = Some((c, handle));
             }
         }
         while let Some(&i) = order.get(next).filter(|&&i| jobs[i].submit == t) {
@@ -882,6 +987,7 @@ pub fn simulate_grid(clusters: &[ClusterSpec], jobs: &[SimJob], routing: GridRou
     // Jobs a broker still held for another try at the end never ran.
     unrouted += grid.held.len();
     let mut run = grid.collect(jobs, &placed, &parts, unrouted, routing);
+    run.local = grid.collect_local(local, &local_placed, &mut run.clusters);
     run.moved = grid.cores.iter().map(|c| c.moved() as usize).sum();
     run
 }
@@ -1122,6 +1228,7 @@ impl Grid<'_> {
                 violations,
             }),
             messages: routing.is_broker().then_some(self.messages),
+            local: Vec::new(),
         }
     }
 }

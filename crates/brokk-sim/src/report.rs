@@ -42,6 +42,10 @@ pub struct PointSummary<'a> {
     /// messages (requests and replies) in all (broker routings only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub messages: Option<MessagesSummary>,
+    /// The sites' own users' jobs (`platform.local_load`); `overall` is
+    /// then the grid's jobs alone.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub local: Option<Summary>,
     /// All clusters together.
     pub overall: Summary,
     /// Per cluster.
@@ -225,6 +229,7 @@ pub fn report<'a>(prepared: &'a Prepared, results: &'a [PointResult], baseline: 
                     violations_pct: 100.0 * p.violations as f64 / p.jobs.max(1) as f64,
                     violation_tolerance_s: crate::grid::VIOLATION_TOLERANCE.0,
                 }),
+                local: r.local,
                 messages: r.messages.map(|m| MessagesSummary {
                     requests: m,
                     total: m.total(),

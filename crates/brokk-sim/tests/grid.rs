@@ -2,7 +2,9 @@
 
 use brokk_model::{Duration, Time};
 use brokk_sim::cluster::{Policy, SimJob};
-use brokk_sim::grid::{simulate_grid, Adaptation, GridOptions, GridRouting, Staleness};
+use brokk_sim::grid::{
+    simulate_grid, simulate_grid_with_local, Adaptation, GridOptions, GridRouting, Published, Staleness,
+};
 use brokk_sim::platform::{ClusterSpec, Routing};
 
 fn site(name: &str, procs: u32, speed: f64) -> ClusterSpec {
@@ -398,4 +400,45 @@ fn a_start_later_than_predicted_counts_as_a_violation_and_every_request_as_two_m
         let m = run.messages.unwrap();
         assert_eq!((m.info, m.submit, m.total()), (4, 4, 16), "{policy:?}: {m:?}");
     }
+}
+
+/// A site's own users' jobs go straight to it; the broker sees them only
+/// in what the site publishes. Two 4-processor sites; local jobs fill `a`
+/// until 100 and `b` until 300; a grid job at 1 goes to `a`, predicted and
+/// started at 100. With only the summary figures (both sites full, a
+/// one-slot wait that says nothing of four slots) the broker cannot tell
+/// them apart and takes the first.
+#[test]
+fn local_jobs_take_their_site_and_the_broker_reads_them_in_what_it_publishes() {
+    let sites = [site("b", 4, 1.0), site("a", 4, 1.0)];
+    let local = [
+        SimJob {
+            partition: 1,
+            ..job(100, 0, 4, 100)
+        },
+        SimJob {
+            partition: 0,
+            ..job(101, 0, 4, 300)
+        },
+    ];
+    let tts = GridRouting::Broker {
+        objective: brokk_model::Objective::EarliestStart,
+        reserve_top_k: 0,
+    };
+    let run = simulate_grid_with_local(&sites, &[job(1, 1, 4, 50)], &local, tts, GridOptions::default());
+    assert_eq!(run.local.len(), 2);
+    assert_eq!((run.clusters[0].submitted, run.clusters[1].submitted), (1, 2));
+    let o = run.jobs[0];
+    assert_eq!((o.start, o.end), (Time(100), Time(150)));
+    let p = run.prediction.unwrap();
+    assert_eq!((p.jobs, p.mean_absolute, p.violations), (1, 0.0, 0));
+    let summary = GridOptions {
+        published: Published::SUMMARY,
+        ..GridOptions::default()
+    };
+    let run = simulate_grid_with_local(&sites, &[job(1, 1, 4, 50)], &local, tts, summary);
+    assert_eq!(run.jobs[0].start, Time(300), "{:?}", run.jobs);
+    // Predicted from the coarse estimate: 900 s to wait, ends at 951.
+    let p = run.prediction.unwrap();
+    assert_eq!((p.mean_absolute, p.violations), (601.0, 0));
 }

@@ -491,3 +491,18 @@ proptest::proptest! {
         }
     }
 }
+
+/// A site whose every processor is taken publishes none free (the free
+/// ranges leave out what is wholly taken; the site once read that as all
+/// of them free), and its one-slot wait runs to the first end.
+#[test]
+fn a_full_site_publishes_none_free() {
+    let mut s = site(4);
+    submit(&mut s, T0, "ann", job(4, 100));
+    assert_eq!(s.published(T0).free_now, 0);
+    assert_eq!(s.published(T0).estimated_wait, Some(Duration(100)));
+    submit(&mut s, T0, "ann", job(2, 100));
+    let p = s.published(Time(T0.0 + 1));
+    assert_eq!((p.free_now, p.estimated_wait), (0, Some(Duration(99))));
+    assert_eq!(s.published(Time(T0.0 + 100)).free_now, 2);
+}
