@@ -151,6 +151,17 @@ pub fn queue_wait(
     }
 }
 
+/// How much later than predicted a job may start before the prediction
+/// counts as violated ([AB-avail] section 6.1: T = 20 s).
+pub const VIOLATION_TOLERANCE: Duration = Duration(20);
+
+/// Whether a job predicted to start at `predicted` and started at
+/// `started` is a violation ([AB-avail]'s Eq. 3): the room the broker
+/// counted on was gone. Starting sooner never is.
+pub fn violated(predicted: Time, started: Time) -> bool {
+    started - predicted > VIOLATION_TOLERANCE
+}
+
 /// The predicted components of a job's delivery on one resource.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Prediction {

@@ -435,6 +435,23 @@ async fn metrics(State(app): State<App>) -> Result<Response, ApiError> {
         out,
         "# TYPE brokk_core_jobs gauge\nbrokk_core_jobs {held}\n# TYPE brokk_core_jobs_waiting gauge\nbrokk_core_jobs_waiting {waiting}"
     );
+    // What the core asked of the sites, each with a reply, and how often
+    // a job started later than it predicted ([AB-avail]).
+    let (requests, violations) = app.service.broker.requests_and_violations();
+    let _ = writeln!(out, "# TYPE brokk_site_requests_total counter");
+    for (kind, n) in [
+        ("info", requests.info),
+        ("submit", requests.submit),
+        ("reserve", requests.reserve),
+        ("release", requests.release),
+        ("other", requests.other),
+    ] {
+        let _ = writeln!(out, "brokk_site_requests_total{{kind=\"{kind}\"}} {n}");
+    }
+    let _ = writeln!(
+        out,
+        "# TYPE brokk_start_violations_total counter\nbrokk_start_violations_total {violations}"
+    );
     for (name, v) in [
         ("brokk_jobs_accepted_total", &c.accepted),
         ("brokk_decisions_total", &c.decisions),

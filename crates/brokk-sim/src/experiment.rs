@@ -27,7 +27,7 @@ use serde::Deserialize;
 
 use crate::cluster::{from_swf, Estimates, Outcome, Policy, SimJob};
 use crate::grid::{
-    simulate_grid_with_local, Adaptation, GridOptions, GridRouting, Messages, PredictionError, Published, Staleness,
+    simulate_grid_with_local, Adaptation, GridOptions, GridRouting, PredictionError, Published, Staleness,
 };
 use crate::lublin;
 use crate::metrics::{by_size, by_user, summary, Horizon, Summary, DEFAULT_BOUND};
@@ -397,7 +397,7 @@ pub struct PointResult {
     /// How well the broker predicted completions (broker routings).
     pub prediction: Option<PredictionError>,
     /// What the brokers asked of the sites (broker routings).
-    pub messages: Option<Messages>,
+    pub messages: Option<brokk_broker::broker::Requests>,
     /// The sites' own users' jobs, all clusters together
     /// (`platform.local_load`).
     pub local: Option<Summary>,

@@ -26,7 +26,7 @@
 use std::collections::HashMap;
 use std::ops::Range;
 
-use brokk_broker::broker::{BrokerCore, BrokerParams, Claim, Effect, NewJob, Report};
+use brokk_broker::broker::{BrokerCore, BrokerParams, Claim, Effect, NewJob, Report, Requests};
 use brokk_broker::broker::{CoAnswer, CoSearch};
 use brokk_broker::coalloc::search as coalloc_search;
 use brokk_broker::info::FetchFailure;
@@ -194,43 +194,16 @@ pub struct PredictionError {
     pub mean: f64,
     /// Mean of its absolute value, seconds.
     pub mean_absolute: f64,
-    /// Jobs that started more than [`VIOLATION_TOLERANCE`] later than the
-    /// broker predicted when it placed them: [AB-avail]'s violations (the
-    /// room the broker counted on was gone).
+    /// Jobs that started more than
+    /// [`brokk_broker::predict::VIOLATION_TOLERANCE`] later than the broker
+    /// predicted when it placed them: [AB-avail]'s violations (the room the
+    /// broker counted on was gone).
     pub violations: usize,
 }
 
 /// What the broker predicted of a job when it placed it: its start and
 /// its completion.
 type Predicted = (Time, Time);
-
-/// How much later than predicted a job may start before it counts as a
-/// violation ([AB-avail] section 6.1: T = 20 s).
-pub const VIOLATION_TOLERANCE: Duration = Duration(20);
-
-/// The requests a grid's brokers made of their sites, by kind; each has a
-/// reply, so the messages are twice their sum ([AB-avail]'s overhead).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
-pub struct Messages {
-    /// Information asked for (a site's figures, with its free capacity
-    /// over time where it publishes it).
-    pub info: u64,
-    /// Jobs sent.
-    pub submit: u64,
-    /// Reservations held, and co-allocation searches.
-    pub reserve: u64,
-    /// Reservations given back.
-    pub release: u64,
-    /// Jobs withdrawn or asked about.
-    pub other: u64,
-}
-
-impl Messages {
-    /// Requests and replies together.
-    pub fn total(&self) -> u64 {
-        2 * (self.info + self.submit + self.reserve + self.release + self.other)
-    }
-}
 
 /// A grid run.
 #[derive(Debug, Clone, PartialEq)]
@@ -252,7 +225,7 @@ pub struct GridRun {
     /// How well the broker predicted (broker routings only).
     pub prediction: Option<PredictionError>,
     /// What the brokers asked of the sites (broker routings only).
-    pub messages: Option<Messages>,
+    pub messages: Option<Requests>,
     /// The sites' own users' jobs that ran, in their order
     /// ([`simulate_grid_with_local`]).
     pub local: Vec<Outcome>,
@@ -378,8 +351,6 @@ struct Grid<'a> {
     groups: Vec<Range<usize>>,
     /// The cluster of each trace partition.
     home: HashMap<i64, usize>,
-    /// What the brokers asked of the sites.
-    messages: Messages,
 }
 
 /// `n` sites in `brokers` groups of consecutive sites, as even as can be
@@ -567,7 +538,6 @@ impl Grid<'_> {
                 return placed;
             }
             for e in effects {
-                self.count(&e);
                 match e {
                     Effect::Fetch { site: k } => {
                         let site = &mut self.sites[start + k];
@@ -706,19 +676,6 @@ impl Grid<'_> {
         }
         ran
     }
-
-    /// Counts what effect `e` asks of a site, if anything.
-    fn count(&mut self, e: &Effect) {
-        let m = &mut self.messages;
-        match e {
-            Effect::Fetch { .. } => m.info += 1,
-            Effect::Send { .. } => m.submit += 1,
-            Effect::Hold { .. } | Effect::CoAllocate { .. } => m.reserve += 1,
-            Effect::Release { .. } => m.release += 1,
-            Effect::Withdraw { .. } | Effect::Status { .. } => m.other += 1,
-            _ => {}
-        }
-    }
 }
 
 /// The trace index of the broker's job `id`: the simulator names each
@@ -853,7 +810,6 @@ pub fn simulate_grid_with_local(
             .flat_map(|(k, c)| c.partitions.iter().map(move |&p| (p, k)))
             .collect(),
         ended: vec![HashMap::new(); sites.len()],
-        messages: Messages::default(),
         specs: clusters,
         sites,
         staleness,
@@ -1201,7 +1157,7 @@ impl Grid<'_> {
                 n += 1;
                 sum += err;
                 abs += err.abs();
-                violations += usize::from(s - *start > VIOLATION_TOLERANCE);
+                violations += usize::from(brokk_broker::predict::violated(*start, s));
             }
         }
         GridRun {
@@ -1227,7 +1183,13 @@ impl Grid<'_> {
                 mean_absolute: if n > 0 { abs / n as f64 } else { 0.0 },
                 violations,
             }),
-            messages: routing.is_broker().then_some(self.messages),
+            messages: routing.is_broker().then(|| {
+                let mut all = Requests::default();
+                for c in &self.cores {
+                    all.add(&c.requests());
+                }
+                all
+            }),
             local: Vec::new(),
         }
     }

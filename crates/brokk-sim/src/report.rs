@@ -113,7 +113,7 @@ pub struct PredictionErrorSummary {
 pub struct MessagesSummary {
     /// By kind.
     #[serde(flatten)]
-    pub requests: crate::grid::Messages,
+    pub requests: brokk_broker::broker::Requests,
     /// Requests and replies in all.
     pub total: u64,
 }
@@ -227,12 +227,12 @@ pub fn report<'a>(prepared: &'a Prepared, results: &'a [PointResult], baseline: 
                     mean_absolute_s: p.mean_absolute,
                     violations: p.violations,
                     violations_pct: 100.0 * p.violations as f64 / p.jobs.max(1) as f64,
-                    violation_tolerance_s: crate::grid::VIOLATION_TOLERANCE.0,
+                    violation_tolerance_s: brokk_broker::predict::VIOLATION_TOLERANCE.0,
                 }),
                 local: r.local,
                 messages: r.messages.map(|m| MessagesSummary {
                     requests: m,
-                    total: m.total(),
+                    total: m.messages(),
                 }),
                 overall: r.overall,
                 clusters: r

@@ -398,7 +398,7 @@ fn a_start_later_than_predicted_counts_as_a_violation_and_every_request_as_two_m
         assert_eq!((p.jobs, p.violations), (4, violations), "{policy:?}");
         // Asked before each decision, each job sent: a request and a reply each.
         let m = run.messages.unwrap();
-        assert_eq!((m.info, m.submit, m.total()), (4, 4, 16), "{policy:?}: {m:?}");
+        assert_eq!((m.info, m.submit, m.messages()), (4, 4, 16), "{policy:?}: {m:?}");
     }
 }
 

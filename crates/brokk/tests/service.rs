@@ -144,6 +144,9 @@ fn every_language_runs_through_the_broker() {
         // Every job the core took has ended and left it.
         "brokk_core_jobs 0",
         "brokk_core_jobs_waiting 0",
+        // Each sent once, on a decision's prediction that held.
+        "brokk_site_requests_total{kind=\"submit\"} 8",
+        "brokk_start_violations_total 0",
     ] {
         assert!(metrics.contains(line), "{line} not in\n{metrics}");
     }

@@ -355,6 +355,8 @@ struct Record {
     view: BrokerJob,
     job: Job,
     prefs: JobPreferences,
+    /// When the core, sending it, predicted it would start.
+    predicted_start: Option<Time>,
     /// Accepted before the broker restarted and not looked for at the
     /// sites since.
     inherited: bool,
@@ -499,7 +501,60 @@ pub struct BrokerCore {
     groups: HashMap<String, (String, Vec<String>)>,
     /// Decisions made so far.
     decisions: u64,
+    /// What the core has asked of its sites so far, by kind.
+    requests: Requests,
+    /// Its jobs that started later than it predicted
+    /// ([`crate::predict::violated`]).
+    violations: u64,
     outbox: Vec<Effect>,
+}
+
+/// The requests a broker makes of its sites, by kind ([AB-avail]'s
+/// message overhead: each has a reply, so the messages are twice their
+/// sum).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+pub struct Requests {
+    /// Information asked for (a site's figures, with its free capacity
+    /// over time where it publishes it).
+    pub info: u64,
+    /// Jobs sent.
+    pub submit: u64,
+    /// Reservations held, and co-allocation searches.
+    pub reserve: u64,
+    /// Reservations given back.
+    pub release: u64,
+    /// Jobs withdrawn, looked for or asked about.
+    pub other: u64,
+}
+
+impl Requests {
+    /// Counts what effect `e` asks of a site, if anything.
+    pub fn count(&mut self, e: &Effect) {
+        match e {
+            Effect::Fetch { .. } => self.info += 1,
+            Effect::Send { .. } => self.submit += 1,
+            Effect::Hold { .. } | Effect::CoAllocate { .. } => self.reserve += 1,
+            Effect::Release { .. } => self.release += 1,
+            Effect::Withdraw { .. } | Effect::Status { .. } | Effect::Find { .. } | Effect::Resolve { .. } => {
+                self.other += 1
+            }
+            Effect::Placed { .. } | Effect::Persist { .. } | Effect::Retired { .. } => {}
+        }
+    }
+
+    /// Another's counts added to these.
+    pub fn add(&mut self, o: &Requests) {
+        self.info += o.info;
+        self.submit += o.submit;
+        self.reserve += o.reserve;
+        self.release += o.release;
+        self.other += o.other;
+    }
+
+    /// Requests and replies together.
+    pub fn messages(&self) -> u64 {
+        2 * (self.info + self.submit + self.reserve + self.release + self.other)
+    }
 }
 
 impl BrokerCore {
@@ -532,13 +587,29 @@ impl BrokerCore {
             at_site: vec![HashMap::new(); n],
             groups: HashMap::new(),
             decisions: 0,
+            requests: Requests::default(),
+            violations: 0,
             outbox: Vec::new(),
         }
     }
 
     /// The effects given out since the last drain, in order.
     pub fn drain(&mut self) -> std::vec::Drain<'_, Effect> {
+        for e in &self.outbox {
+            self.requests.count(e);
+        }
         self.outbox.drain(..)
+    }
+
+    /// What the core has asked of its sites so far, by kind.
+    pub fn requests(&self) -> Requests {
+        self.requests
+    }
+
+    /// Its jobs that started more than [`crate::predict::VIOLATION_TOLERANCE`]
+    /// later than it predicted when it sent them ([AB-avail]'s violations).
+    pub fn violations(&self) -> u64 {
+        self.violations
     }
 
     /// Site `site`'s name.
@@ -613,6 +684,7 @@ impl BrokerCore {
                 job: n.job,
                 prefs: n.prefs,
                 inherited: false,
+                predicted_start: None,
             });
         }
         Ok(())
@@ -672,6 +744,7 @@ impl BrokerCore {
                 job,
                 prefs,
                 inherited,
+                predicted_start: None,
             });
         }
     }
@@ -680,7 +753,14 @@ impl BrokerCore {
     /// `at`, its history saying `detail`), so that the site's reports of
     /// it reach it.
     fn landed(&mut self, id: &str, site: usize, site_job: String, (change, at, detail): (Change, Time, String)) {
+        let predicted = match &change {
+            Change::Dispatch { tts: Some(s), .. } => Some(at + Duration(*s)),
+            _ => None,
+        };
         let _ = self.change(id, change, at, Some(detail));
+        if let Some(r) = self.jobs.get_mut(id) {
+            r.predicted_start = predicted.or(r.predicted_start);
+        }
         if let Some(m) = self.at_site.get_mut(site) {
             m.insert(site_job, id.to_string());
         }
@@ -733,6 +813,7 @@ impl BrokerCore {
             job,
             prefs,
             inherited: false,
+            predicted_start: None,
         });
         Ok(())
     }
@@ -1727,6 +1808,13 @@ impl BrokerCore {
         let Some(id) = self.at_site.get(site).and_then(|m| m.get(site_job)).cloned() else {
             return false;
         };
+        // A start learnt for the first time is judged against the
+        // prediction the job was sent with.
+        if let Some(r) = self.jobs.get(&id).filter(|r| r.view.started.is_none()) {
+            if let (Some(predicted), Some(started)) = (r.predicted_start, report.started) {
+                self.violations += u64::from(crate::predict::violated(predicted, started));
+            }
+        }
         let detail = report.reason.clone();
         let change = Change::Report {
             phase: report.phase,

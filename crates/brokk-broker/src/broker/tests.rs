@@ -1282,3 +1282,31 @@ fn adaptation_leaves_a_job_that_started_gains_too_little_or_whose_site_keeps_it(
     assert_eq!((v.state(), v.site.as_deref()), (BrokerState::Dispatched, Some("a")));
     assert_eq!(b.moved(), 0);
 }
+
+/// [AB-avail]'s violations, judged when a job's start is first reported:
+/// two jobs predicted to start at once (both sites idle), one starting
+/// 20 s after its decision (within the tolerance), one 21 s after; the
+/// first report of a start counts, a repeat does not. Every request to a
+/// site is counted by kind as the driver drains it.
+#[test]
+fn a_start_later_than_predicted_by_more_than_the_tolerance_is_a_violation() {
+    let mut b = broker(params());
+    b.accept(Time(1), "ann", vec![job("j1", 4), job("j2", 4)]).unwrap();
+    b.decide(Time(1), usize::MAX);
+    assert_eq!(land_all(&mut b, Time(1)).len(), 2);
+    let started = |t: i64| Report {
+        phase: JobPhase::Running,
+        started: Some(Time(t)),
+        ended: None,
+        exit_code: None,
+        reason: None,
+    };
+    b.reported(Time(21), 0, "0-0", started(21));
+    assert_eq!(b.violations(), 0, "20 s late is within the tolerance");
+    b.reported(Time(22), 1, "1-1", started(22));
+    assert_eq!(b.violations(), 1);
+    b.reported(Time(30), 1, "1-1", started(22));
+    assert_eq!(b.violations(), 1, "a start is judged once");
+    let r = b.requests();
+    assert_eq!((r.info, r.submit, r.messages()), (0, 2, 4));
+}

@@ -290,6 +290,12 @@ impl Broker {
         (core.len(), core.pending())
     }
 
+    /// What the core has asked of the sites by kind, and its jobs that
+    /// started later than it predicted ([AB-avail]'s violations).
+    pub fn requests_and_violations(&self) -> (brokk_broker::broker::Requests, u64) {
+        self.read(|c| (c.requests(), c.violations()))
+    }
+
     /// Whether the core holds job `id`, and whose it is.
     pub(super) fn owner_of(&self, id: &str) -> Option<String> {
         self.core
