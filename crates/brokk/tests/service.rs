@@ -1354,3 +1354,58 @@ fn a_missing_token_and_an_absent_broker_say_what_to_set() {
     assert!(!bad.status.success());
     assert!(text(&bad).1.contains("--earliest: `soonish`"), "{}", text(&bad).1);
 }
+
+/// [AB-avail]'s two ways to learn the sites' free capacity, live: a broker
+/// that asks every site before each decision (`info_ttl_ms = 0`) and one
+/// that uses what a site said for two seconds place the same stream of 100
+/// jobs, submitted in ten bursts, over three sites. Both send each job
+/// once, with no start later than predicted; the one that asks asks more.
+#[test]
+fn asking_before_every_decision_costs_more_requests_than_information_two_seconds_old() {
+    let counts = |ttl_ms: u64| {
+        let dir = scratch(&format!("publication-{ttl_ms}"));
+        broker_config(
+            &dir,
+            &format!("info_ttl_ms = {ttl_ms}\n"),
+            &[("a", 4), ("b", 4), ("c", 4)],
+        );
+        let svc = Service::start(&dir);
+        let sub = dir.join("ten.sub");
+        std::fs::write(&sub, "executable = /bin/true\nqueue 10\n").unwrap();
+        let mut ids = Vec::new();
+        for _ in 0..10 {
+            let accepted = svc.json("tok-ann", &["submit", sub.to_str().unwrap(), "--json"]);
+            ids.extend(common::strings(&accepted["ids"]));
+            std::thread::sleep(Duration::from_millis(300));
+        }
+        assert_eq!(ids.len(), 100);
+        for id in &ids {
+            let j = common::wait_ended(&svc.server.url, "tok-ann", id, Duration::from_secs(60));
+            assert_eq!(j["state"], "finished", "{j}");
+        }
+        let metrics = reqwest::blocking::get(format!("{}/metrics", svc.server.url))
+            .unwrap()
+            .text()
+            .unwrap();
+        let value = |name: &str| -> u64 {
+            metrics
+                .lines()
+                .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
+                .unwrap_or_else(|| panic!("{name} not in\n{metrics}"))
+        };
+        (
+            value("brokk_site_requests_total{kind=\"info\"}"),
+            value("brokk_site_requests_total{kind=\"submit\"}"),
+            value("brokk_start_violations_total"),
+        )
+    };
+    let (asked, sent, late) = counts(0);
+    let (kept, sent_kept, late_kept) = counts(2000);
+    assert_eq!((sent, sent_kept), (100, 100));
+    assert_eq!((late, late_kept), (0, 0));
+    // Every decision turn asks all three sites; with two seconds' reuse, a
+    // turn within two seconds of the last asks none.
+    assert!(asked >= 3 * 10, "{asked}");
+    assert!(asked > kept, "asked {asked}, with reuse {kept}");
+    eprintln!("information requests: asking {asked}, two seconds' reuse {kept}");
+}
