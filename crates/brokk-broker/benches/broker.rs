@@ -117,7 +117,7 @@ fn bench(c: &mut Criterion) {
                     let prediction = predictor.predict(&job, &prefs, r, None, NOW);
                     Ranked {
                         index,
-                        score: selector.score(&prediction),
+                        score: selector.score(&prediction, r),
                         prediction,
                     }
                 })

@@ -280,29 +280,43 @@ pub fn mismatches(job: &Job, resource: &ResourceInfo) -> Vec<Mismatch> {
     out
 }
 
-/// Chooses the order of resources from their predictions.
+/// Chooses the order of resources from their predictions and what they
+/// publish.
 pub trait Selector {
-    /// The figure to minimise.
-    fn score(&self, p: &Prediction) -> Duration;
+    /// The figure to minimise for a job predicted as `p` on `r`.
+    fn score(&self, p: &Prediction, r: &ResourceInfo) -> i64;
 }
 
-/// Earliest completion: minimise the Total Time to Delivery.
+/// Earliest completion: minimise the Total Time to Delivery (seconds).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct TtdSelector;
 
 impl Selector for TtdSelector {
-    fn score(&self, p: &Prediction) -> Duration {
-        p.ttd()
+    fn score(&self, p: &Prediction, _: &ResourceInfo) -> i64 {
+        p.ttd().0
     }
 }
 
-/// Earliest start: minimise the Time To Start.
+/// Earliest start: minimise the Time To Start (seconds).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct TtsSelector;
 
 impl Selector for TtsSelector {
-    fn score(&self, p: &Prediction) -> Duration {
-        p.tts()
+    fn score(&self, p: &Prediction, _: &ResourceInfo) -> i64 {
+        p.tts().0
+    }
+}
+
+/// The least loaded site: minimise the share of its processors in use as
+/// it last reported, in millionths ([AB-avail]'s `least-load`); the
+/// prediction does not count.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LeastLoadedSelector;
+
+impl Selector for LeastLoadedSelector {
+    fn score(&self, _: &Prediction, r: &ResourceInfo) -> i64 {
+        let used = r.total_slots.saturating_sub(r.free_slots);
+        i64::from(used) * 1_000_000 / i64::from(r.total_slots.max(1))
     }
 }
 
@@ -311,6 +325,7 @@ pub fn selector_for(objective: Objective) -> &'static dyn Selector {
     match objective {
         Objective::EarliestCompletion => &TtdSelector,
         Objective::EarliestStart => &TtsSelector,
+        Objective::LeastLoaded => &LeastLoadedSelector,
     }
 }
 
@@ -321,8 +336,9 @@ pub struct Ranked {
     pub index: usize,
     /// The predicted components.
     pub prediction: Prediction,
-    /// The selector's figure (lower is better).
-    pub score: Duration,
+    /// The selector's figure (lower is better): seconds for the time
+    /// objectives, millionths of the site in use for the least loaded.
+    pub score: i64,
 }
 
 /// The outcome of selection: candidates best first, and what was left out and why.
@@ -376,7 +392,7 @@ pub fn assess(
         let prediction = predictor.predict(job, prefs, r, None, now);
         out.ranked.push(Ranked {
             index,
-            score: selector.score(&prediction),
+            score: selector.score(&prediction, r),
             prediction,
         });
     }

@@ -183,7 +183,7 @@ fn earliest_completion_and_earliest_start_disagree_when_they_should() {
     assert_eq!(
         r.ranked
             .iter()
-            .map(|x| (sites[x.index].endpoint.as_str(), x.score.0))
+            .map(|x| (sites[x.index].endpoint.as_str(), x.score))
             .collect::<Vec<_>>(),
         vec![("fast", 3600 + 7200), ("free", 14_400)]
     );
@@ -192,7 +192,7 @@ fn earliest_completion_and_earliest_start_disagree_when_they_should() {
     assert_eq!(
         r.ranked
             .iter()
-            .map(|x| (sites[x.index].endpoint.as_str(), x.score.0))
+            .map(|x| (sites[x.index].endpoint.as_str(), x.score))
             .collect::<Vec<_>>(),
         vec![("free", 0), ("fast", 3600)]
     );
@@ -227,4 +227,27 @@ fn a_container_job_is_refused_rather_than_run_without_its_image() {
     let e = validate(&job).unwrap_err();
     assert_eq!(e, Invalid::Container("python:3.12".into()));
     assert!(e.to_string().contains("do not run containers"));
+}
+
+/// [AB-avail]'s base gateway policy: the site with the smallest share of
+/// its processors in use, whatever the predictions say.
+#[test]
+fn least_loaded_takes_the_site_with_the_smallest_share_in_use() {
+    let mut fast = site("fast", 200.0, 0);
+    fast.free_slots = 32; // 96 of 128 in use
+    let mut slow = site("slow", 100.0, 0);
+    slow.free_slots = 64; // 64 of 128 in use
+    let sites = vec![fast, slow];
+    let prefs = JobPreferences {
+        objective: Some(Objective::LeastLoaded),
+        ..JobPreferences::default()
+    };
+    let r = rank(&job(), &prefs, &sites, Time(0), &StandardPredictor::default());
+    assert_eq!(
+        r.ranked
+            .iter()
+            .map(|x| (sites[x.index].endpoint.as_str(), x.score))
+            .collect::<Vec<_>>(),
+        vec![("slow", 500_000), ("fast", 750_000)]
+    );
 }

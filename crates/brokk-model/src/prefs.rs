@@ -17,6 +17,9 @@ pub enum Objective {
     EarliestCompletion,
     /// Earliest start: minimize Time To Start (TTS).
     EarliestStart,
+    /// The least loaded site: the smallest share of its processors in use
+    /// as it last reported ([AB-avail]'s base gateway policy).
+    LeastLoaded,
 }
 
 /// A bound on the job's start: an absolute instant (RFC 3339 string in JSON) or

@@ -180,6 +180,9 @@ pub struct LublinSpec {
     pub max_size: Option<u32>,
 }
 
+/// Each cluster's local jobs are numbered from its position times this.
+const LOCAL_IDS: i64 = 1_000_000_000;
+
 /// The clusters.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -194,7 +197,8 @@ pub struct PlatformSpec {
     /// clusters from partitions, else `round-robin`.
     pub routing: Option<String>,
     /// Routings to compare, each a series: the rules above and the broker's
-    /// `broker-tts`, `broker-ttd`, `broker-ttd-reserve[:K]`, each of these
+    /// `broker-tts`, `broker-ttd`, `broker-least-load`,
+    /// `broker-ttd-reserve[:K]`, each of these
     /// with `@ask` (the sites asked before every decision) or `@INTERVAL`
     /// (`@15m`: what a site said is used until it is that old) in place
     /// of `info_ttl` for that series. With a broker routing among them
@@ -299,6 +303,11 @@ pub struct MetricsSpec {
     /// `cool-down` (default) or `steady-state`.
     #[serde(default)]
     pub horizon: Horizon,
+    /// A series to compare every other with job by job at each point:
+    /// [AB-avail]'s improvement ratio of bounded slowdowns, for the grid's
+    /// jobs and the sites' own (`improvement` in the JSON report).
+    #[serde(default)]
+    pub base: Option<String>,
 }
 
 fn default_bound() -> i64 {
@@ -310,6 +319,7 @@ impl Default for MetricsSpec {
         MetricsSpec {
             bound: default_bound(),
             horizon: Horizon::default(),
+            base: None,
         }
     }
 }
@@ -401,6 +411,10 @@ pub struct PointResult {
     /// The sites' own users' jobs, all clusters together
     /// (`platform.local_load`).
     pub local: Option<Summary>,
+    /// Every job of the workload that ran (a co-allocated one once).
+    pub jobs: Vec<Outcome>,
+    /// Every local job that ran.
+    pub local_jobs: Vec<Outcome>,
     /// Every cluster's outcomes.
     pub runs: Vec<ClusterRun>,
     /// Where the measured period ends: the steady-state rule's last arrival,
@@ -585,7 +599,7 @@ pub fn prepare_with_orders(
             }
             None => {
                 return invalid(format!(
-                    "platform.routing: unknown rule {n:?} (partition, round-robin, random, broker-tts, broker-ttd, broker-ttd-reserve[:K], each broker rule with @ask or @INTERVAL)"
+                    "platform.routing: unknown rule {n:?} (partition, round-robin, random, broker-tts, broker-ttd, broker-least-load, broker-ttd-reserve[:K], each broker rule with @ask or @INTERVAL)"
                 ))
             }
         }
@@ -690,6 +704,15 @@ pub fn prepare_with_orders(
         }
     }
     let policies = series;
+    if let Some(base) = &spec.metrics.base {
+        if !policies.iter().any(|(name, _)| name == base) {
+            let names: Vec<&str> = policies.iter().map(|(n, _)| n.as_str()).collect();
+            return invalid(format!(
+                "metrics.base: no series {base:?} (the series are {})",
+                names.join(", ")
+            ));
+        }
+    }
     Ok(Prepared {
         spec,
         policies,
@@ -864,6 +887,9 @@ impl Prepared {
             let own = seed.wrapping_mul(1_000_003).wrapping_add(k as u64 + 1);
             let records = lublin::at_load(params, c.procs, span, load, own)?.0;
             out.extend(from_swf(&records, estimates).into_iter().map(|mut j| {
+                // Ids unique across the clusters' streams, so that runs
+                // can be compared job by job.
+                j.id += (k as i64 + 1) * LOCAL_IDS;
                 j.partition = k as i64;
                 j
             }));
@@ -1004,6 +1030,8 @@ impl Prepared {
             prediction,
             messages,
             local: (!local.is_empty()).then(|| summary(&local_ran, local.len(), procs, cut, bound)),
+            jobs: all,
+            local_jobs: local_ran,
             runs: run.clusters,
         })
     }

@@ -67,7 +67,8 @@ pub enum GridRouting {
 
 impl GridRouting {
     /// Parses `random`, `round-robin`, `partition`, `broker-tts`,
-    /// `broker-ttd` and `broker-ttd-reserve[:K]` (K defaults to 3).
+    /// `broker-ttd`, `broker-least-load` and `broker-ttd-reserve[:K]` (K
+    /// defaults to 3).
     pub fn parse(name: &str) -> Option<GridRouting> {
         let broker = |objective, reserve_top_k| GridRouting::Broker {
             objective,
@@ -79,6 +80,7 @@ impl GridRouting {
             "partition" => GridRouting::Fixed(Routing::Partition),
             "broker-tts" => broker(Objective::EarliestStart, 0),
             "broker-ttd" => broker(Objective::EarliestCompletion, 0),
+            "broker-least-load" => broker(Objective::LeastLoaded, 0),
             "broker-ttd-reserve" => broker(Objective::EarliestCompletion, 3),
             _ => {
                 let k = name

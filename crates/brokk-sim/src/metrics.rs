@@ -36,6 +36,29 @@ pub fn job(o: &Outcome, bound: Duration) -> JobMetrics {
     }
 }
 
+/// [AB-avail]'s improvement ratio (Eq. 2, after Lawson and Smirni): per
+/// job found in both runs (by id, ended by `cut` in both), `(s_base -
+/// s_new) / min(s_base, s_new)` of its bounded slowdowns, averaged;
+/// positive when `new` does better. `None` when no job is in both.
+pub fn improvement(base: &[Outcome], new: &[Outcome], cut: Option<Time>, bound: Duration) -> Option<f64> {
+    let ended = |o: &&Outcome| cut.is_none_or(|c| o.end <= c);
+    let before: std::collections::HashMap<i64, f64> = base
+        .iter()
+        .filter(ended)
+        .map(|o| (o.id, job(o, bound).bounded_slowdown))
+        .collect();
+    let ratios: Vec<f64> = new
+        .iter()
+        .filter(ended)
+        .filter_map(|o| {
+            let b = *before.get(&o.id)?;
+            let n = job(o, bound).bounded_slowdown;
+            Some((b - n) / b.min(n))
+        })
+        .collect();
+    (!ratios.is_empty()).then(|| ratios.iter().sum::<f64>() / ratios.len() as f64)
+}
+
 /// Where the measured period ends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -201,6 +224,23 @@ mod tests {
             size,
             user: -1,
         }
+    }
+
+    /// Eq. 2 of [AB-avail] by hand: job 1 goes from a bounded slowdown of
+    /// 4 to 2 (+1), job 2 from 1 to 3 (-2), job 3 is in one run only and
+    /// job 4 ends after the cut; the mean is -0.5.
+    #[test]
+    fn the_improvement_ratio_compares_each_job_with_itself() {
+        let with = |id: i64, wait: i64| Outcome {
+            id,
+            ..o(0, wait, wait + 100, 1)
+        };
+        let base = [with(1, 300), with(2, 0), with(4, 0)];
+        let new = [with(1, 100), with(2, 200), with(3, 0), with(4, 10_000)];
+        let cut = Some(Time(1000));
+        assert_eq!(improvement(&base, &new, cut, DEFAULT_BOUND), Some(-0.5));
+        assert_eq!(improvement(&base, &base, cut, DEFAULT_BOUND), Some(0.0));
+        assert_eq!(improvement(&base, &[with(9, 0)], cut, DEFAULT_BOUND), None);
     }
 
     #[test]

@@ -11,7 +11,7 @@ use serde::Serialize;
 
 use crate::experiment::{Baseline, PointResult, Prepared};
 use crate::export::{jobs_csv, schedule_swf};
-use crate::metrics::{Horizon, Summary};
+use crate::metrics::{improvement, Horizon, Summary};
 use crate::stats::{spread, Spread};
 
 /// The summary of one point, as written to JSON.
@@ -46,6 +46,10 @@ pub struct PointSummary<'a> {
     /// then the grid's jobs alone.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub local: Option<Summary>,
+    /// Against the base series at the same load and seed
+    /// (`metrics.base`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub improvement: Option<Improvement<'a>>,
     /// All clusters together.
     pub overall: Summary,
     /// Per cluster.
@@ -106,6 +110,20 @@ pub struct PredictionErrorSummary {
     pub violations_pct: f64,
     /// The tolerance, seconds.
     pub violation_tolerance_s: i64,
+}
+
+/// [AB-avail]'s improvement ratio against a base series: the mean over the
+/// jobs of both runs of `(s_base - s) / min(s_base, s)` of their bounded
+/// slowdowns; positive is better than the base.
+#[derive(Debug, Serialize)]
+pub struct Improvement<'a> {
+    /// The base series.
+    pub base: &'a str,
+    /// The grid's jobs.
+    pub grid: Option<f64>,
+    /// The sites' own users' jobs, when there are any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub local: Option<f64>,
 }
 
 /// The brokers' requests to the sites, as written to JSON.
@@ -230,6 +248,17 @@ pub fn report<'a>(prepared: &'a Prepared, results: &'a [PointResult], baseline: 
                     violation_tolerance_s: brokk_broker::predict::VIOLATION_TOLERANCE.0,
                 }),
                 local: r.local,
+                improvement: prepared.spec.metrics.base.as_deref().and_then(|base| {
+                    let b = results
+                        .iter()
+                        .find(|b| b.policy == base && b.point.load == r.point.load && b.point.seed == r.point.seed)?;
+                    let bound = brokk_model::Duration(prepared.spec.metrics.bound);
+                    Some(Improvement {
+                        base,
+                        grid: improvement(&b.jobs, &r.jobs, r.cut, bound),
+                        local: improvement(&b.local_jobs, &r.local_jobs, r.cut, bound),
+                    })
+                }),
                 messages: r.messages.map(|m| MessagesSummary {
                     requests: m,
                     total: m.messages(),

@@ -1652,7 +1652,7 @@ impl BrokerCore {
             if let Some(r) = self.jobs.get(id) {
                 let c = &mut a.candidates[i];
                 c.prediction = STANDARD_PREDICTOR.predict(&r.job, &r.prefs, &self.infos[site], Some(start), a.decided);
-                c.score = selector_for(r.prefs.objective()).score(&c.prediction);
+                c.score = selector_for(r.prefs.objective()).score(&c.prediction, &self.infos[site]);
             }
         }
         if a.holding > 0 {
