@@ -178,25 +178,29 @@ fn every_reason_for_leaving_a_site_out_is_reported() {
 fn earliest_completion_and_earliest_start_disagree_when_they_should() {
     // "fast" runs the job in 2 h but starts in 1 h; "free" runs it in 4 h but starts now.
     let sites = vec![site("fast", 200.0, 3600), site("free", 100.0, 0)];
-    let mut prefs = JobPreferences::default();
-    let r = rank(&job(), &prefs, &sites, Time(0), &StandardPredictor::default());
     assert_eq!(
-        r.ranked
-            .iter()
-            .map(|x| (sites[x.index].endpoint.as_str(), x.score))
-            .collect::<Vec<_>>(),
-        vec![("fast", 3600 + 7200), ("free", 14_400)]
+        ranked(&sites, None),
+        vec![("fast".to_string(), 3600 + 7200), ("free".to_string(), 14_400)]
     );
-    prefs.objective = Some(Objective::EarliestStart);
-    let r = rank(&job(), &prefs, &sites, Time(0), &StandardPredictor::default());
     assert_eq!(
-        r.ranked
-            .iter()
-            .map(|x| (sites[x.index].endpoint.as_str(), x.score))
-            .collect::<Vec<_>>(),
-        vec![("free", 0), ("fast", 3600)]
+        ranked(&sites, Some(Objective::EarliestStart)),
+        vec![("free".to_string(), 0), ("fast".to_string(), 3600)]
     );
+}
+
+/// The sites `job()` may run on, best first, with their scores, by
+/// `objective` (the default without one).
+fn ranked(sites: &[ResourceInfo], objective: Option<Objective>) -> Vec<(String, i64)> {
+    let prefs = JobPreferences {
+        objective,
+        ..JobPreferences::default()
+    };
+    let r = rank(&job(), &prefs, sites, Time(0), &StandardPredictor::default());
     assert!(r.excluded.is_empty());
+    r.ranked
+        .iter()
+        .map(|x| (sites[x.index].endpoint.clone(), x.score))
+        .collect()
 }
 
 #[test]
@@ -237,17 +241,8 @@ fn least_loaded_takes_the_site_with_the_smallest_share_in_use() {
     fast.free_slots = 32; // 96 of 128 in use
     let mut slow = site("slow", 100.0, 0);
     slow.free_slots = 64; // 64 of 128 in use
-    let sites = vec![fast, slow];
-    let prefs = JobPreferences {
-        objective: Some(Objective::LeastLoaded),
-        ..JobPreferences::default()
-    };
-    let r = rank(&job(), &prefs, &sites, Time(0), &StandardPredictor::default());
     assert_eq!(
-        r.ranked
-            .iter()
-            .map(|x| (sites[x.index].endpoint.as_str(), x.score))
-            .collect::<Vec<_>>(),
-        vec![("slow", 500_000), ("fast", 750_000)]
+        ranked(&[fast, slow], Some(Objective::LeastLoaded)),
+        vec![("slow".to_string(), 500_000), ("fast".to_string(), 750_000)]
     );
 }
