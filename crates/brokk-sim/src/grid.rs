@@ -530,7 +530,7 @@ impl Grid<'_> {
     /// Carries out broker `b`'s effects at `t` until it has none: a fetch
     /// is answered at once (brought up to date in place) or, with a delay,
     /// when it is due; a job sent is answered at once. Returns the jobs
-    /// placed: (trace index, site, handle, predicted completion).
+    /// placed: (trace index, site, handle, predicted start and completion).
     fn carry_out(&mut self, t: Time, b: usize) -> Vec<(usize, usize, JobHandle, Predicted)> {
         let start = self.groups[b].start;
         let mut placed = Vec::new();
@@ -820,7 +820,7 @@ pub fn simulate_grid_with_local(
         GridRouting::Fixed(r) => Some(Router::new(clusters, r)),
         GridRouting::Broker { .. } => None,
     };
-    // Per job: (site, handle, predicted completion).
+    // Per job: (site, handle, predicted start and completion).
     let mut placed: Vec<Option<(usize, JobHandle, Option<Predicted>)>> = vec![None; jobs.len()];
     let mut unrouted = jobs.len() - order.len();
     let mut next = 0;
@@ -955,7 +955,7 @@ impl Grid<'_> {
     /// it, decides and sends it as `brokk serve` does, by `objective`,
     /// holding reservations on its best sites first when it `reserves`.
     /// Returns every job the broker placed meanwhile (trace index, site,
-    /// handle, predicted completion), and whether job `i` waits at the
+    /// handle, predicted start and completion), and whether job `i` waits at the
     /// broker for another try.
     #[allow(clippy::type_complexity)]
     fn dispatch(
@@ -1076,7 +1076,7 @@ impl Grid<'_> {
 
     /// One adaptation round at `t` at every broker ([ET-brokering] 3.3, the
     /// broker core's own rule, as `brokk serve` runs it): the jobs moved,
-    /// (trace index, site, handle, predicted completion).
+    /// (trace index, site, handle, predicted start and completion).
     fn adapt(&mut self, t: Time) -> Vec<(usize, usize, JobHandle, Predicted)> {
         let mut moved = Vec::new();
         for b in 0..self.cores.len() {

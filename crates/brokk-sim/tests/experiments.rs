@@ -231,3 +231,41 @@ clusters = [{ name = "a", procs = 32, speed = 2.0 }, { name = "b", procs = 64 }]
     let bad = grid.replace("broker-ttd-reserve:2", "broker-ttx");
     assert!(parse(&bad).unwrap_err().to_string().contains("broker-ttx"));
 }
+
+/// A series' own information interval, the sites' own users and a base to
+/// compare with: what they produce, and each mistake named.
+#[test]
+fn intervals_local_users_and_a_base_series_are_read_and_checked() {
+    let grid = r#"
+name = "g"
+policies = ["conservative"]
+[workload]
+lublin = { days = 2 }
+[platform]
+routings = ["broker-tts@ask", "broker-tts@4h"]
+local_load = 0.5
+clusters = [{ name = "a", procs = 32 }, { name = "b", procs = 64 }]
+[metrics]
+base = "broker-tts@ask"
+"#;
+    let p = parse(grid).unwrap();
+    let results = run_points(&p, &p.single_points(), 2, &|| {}).unwrap();
+    let (ask, kept) = (&results[0], &results[1]);
+    // Asking before each decision costs more information requests.
+    let info = |r: &brokk_sim::experiment::PointResult| r.messages.unwrap().info;
+    assert!(info(ask) > info(kept), "{} vs {}", info(ask), info(kept));
+    // The sites' own users ran, apart from the grid's (two days of the
+    // model at half the sites' size use a third to a half of them).
+    let local = ask.local.unwrap();
+    assert!((0.25..0.6).contains(&local.utilization), "{}", local.utilization);
+    assert!(!ask.local_jobs.is_empty() && !ask.jobs.is_empty());
+    let err = |text: String| parse(&text).err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(err(grid.replace("@4h", "@soon")).contains("broker-tts@soon"));
+    assert!(err(grid.replace("broker-tts@4h", "round-robin@4h")).contains("applies to broker routings"));
+    assert!(err(grid.replace("local_load = 0.5", "local_load = 1.5")).contains("local_load"));
+    assert!(err(grid.replace("base = \"broker-tts@ask\"", "base = \"nope\"")).contains("metrics.base"));
+    assert!(
+        err(grid.replace("local_load = 0.5", "published = \"summary\"\npublished_span = \"1d\""))
+            .contains("published_span")
+    );
+}
