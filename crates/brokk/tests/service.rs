@@ -1409,3 +1409,76 @@ fn asking_before_every_decision_costs_more_requests_than_information_two_seconds
     assert!(asked > kept, "asked {asked}, with reuse {kept}");
     eprintln!("information requests: asking {asked}, two seconds' reuse {kept}");
 }
+
+/// [AB-avail]'s violation, live: a broker that reuses what a site said for
+/// a minute sends a 4-CPU job to a site that looked free, while the site's
+/// own user has just taken all of it for half a minute. The job starts
+/// that much later than predicted: counted as a violation, and still run.
+#[test]
+fn a_site_taken_by_its_own_user_after_it_reported_makes_a_violation_and_the_job_still_runs() {
+    let dir = scratch("violation");
+    let site_dir = dir.join("site");
+    std::fs::create_dir_all(&site_dir).unwrap();
+    common::write_private(
+        &site_dir.join("site.toml"),
+        "name = \"a\"\ncapacity = 4\ndatabase = \"site.db\"\nworkdir = \"jobs\"\nkill_grace = 1\n\
+         [tokens]\n\"tok-broker\" = \"broker\"\n\"tok-lee\" = \"lee\"\n",
+    );
+    let site = common::spawn_listening(
+        std::process::Command::new(env!("CARGO_BIN_EXE_brokk"))
+            .args(["site", "--config"])
+            .arg(site_dir.join("site.toml"))
+            .stderr(std::process::Stdio::null()),
+    );
+    common::write_private(
+        &dir.join("broker.toml"),
+        &format!(
+            "database = \"broker.db\"\nstate_dir = \"sites\"\ninfo_ttl_ms = 60000\n\
+             [tokens]\n\"tok-ann\" = \"ann\"\n\
+             [[sites]]\nname = \"a\"\nurl = \"{}\"\ntoken = \"tok-broker\"\n",
+            site.url
+        ),
+    );
+    let svc = Service::start(&dir);
+    let write = |name: &str, text: &str| {
+        let f = dir.join(name);
+        std::fs::write(&f, text).unwrap();
+        f.to_str().unwrap().to_string()
+    };
+    // A first job has the broker read the idle site.
+    let first = write(
+        "first.json",
+        r#"{"executable": "/bin/true", "cpus": 1, "wall_time": 5}"#,
+    );
+    let id = svc.json("tok-ann", &["submit", &first, "--json"])["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let done = common::wait_ended(&svc.server.url, "tok-ann", &id, Duration::from_secs(20));
+    assert_eq!(done["state"], "finished", "{done}");
+    // The site's own user takes all of it for 30 s, straight at the site.
+    let local = reqwest::blocking::Client::new()
+        .post(format!("{}/v1/jobs", site.url))
+        .bearer_auth("tok-lee")
+        .json(&serde_json::json!({"executable": "/bin/sleep", "arguments": ["30"], "cpus": 4, "wall_time": 60}))
+        .send()
+        .unwrap();
+    assert!(local.status().is_success(), "{}", local.text().unwrap());
+    // The broker, on what it read, predicts a start within seconds.
+    let wide = write(
+        "wide.json",
+        r#"{"executable": "/bin/true", "cpus": 4, "wall_time": 10}"#,
+    );
+    let id = svc.json("tok-ann", &["submit", &wide, "--json"])["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let done = common::wait_ended(&svc.server.url, "tok-ann", &id, Duration::from_secs(90));
+    assert_eq!(done["state"], "finished", "{done}");
+    assert!(done["predicted_tts"].as_i64().unwrap() <= 5, "{done}");
+    let metrics = reqwest::blocking::get(format!("{}/metrics", svc.server.url))
+        .unwrap()
+        .text()
+        .unwrap();
+    assert!(metrics.contains("brokk_start_violations_total 1"), "{metrics}");
+}
