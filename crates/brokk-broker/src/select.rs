@@ -167,10 +167,12 @@ pub fn validate_at(job: &Job, now: Time) -> Result<(), Invalid> {
     }
 }
 
-/// Why a resource cannot run a job.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Why a resource cannot run a job, in words a user reads beside the
+/// site's name.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Mismatch {
     /// Different processor architecture.
+    #[error("it needs architecture {wanted}, the site has {}", offered.as_deref().unwrap_or("none named"))]
     Architecture {
         /// What the job needs.
         wanted: String,
@@ -178,6 +180,7 @@ pub enum Mismatch {
         offered: Option<String>,
     },
     /// Different operating system.
+    #[error("it needs operating system {wanted}, the site has {}", offered.as_deref().unwrap_or("none named"))]
     OperatingSystem {
         /// What the job needs.
         wanted: String,
@@ -185,8 +188,10 @@ pub enum Mismatch {
         offered: Option<String>,
     },
     /// A runtime environment the resource does not have.
+    #[error("it needs runtime environment {0}, which the site does not have")]
     RuntimeEnvironment(String),
     /// More processors than the resource (or the queue) has.
+    #[error("it asks for {wanted} processors, the site has at most {offered}")]
     Processors {
         /// Processors wanted.
         wanted: u32,
@@ -194,6 +199,7 @@ pub enum Mismatch {
         offered: u32,
     },
     /// More memory per node than a node has.
+    #[error("it asks for {wanted} MiB per node, a node has {offered}")]
     Memory {
         /// MiB per node wanted.
         wanted: u64,
@@ -201,13 +207,19 @@ pub enum Mismatch {
         offered: u64,
     },
     /// The named queue does not exist here.
+    #[error("the site has no queue {0}")]
     Queue(String),
     /// The job's project is not among those the resource admits.
+    #[error("{}", match project {
+        Some(p) => format!("the site does not admit project {p}"),
+        None => "the site admits named projects only, and the job names none".to_string(),
+    })]
     NotAuthorized {
         /// The job's project, if it names one.
         project: Option<String>,
     },
     /// The wall time exceeds the queue's limit.
+    #[error("it asks for {} s of wall time, the queue allows {} s", wanted.0, limit.0)]
     WallTime {
         /// Wall time wanted.
         wanted: Duration,

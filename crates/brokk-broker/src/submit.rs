@@ -37,13 +37,38 @@ pub enum SubmitError {
     #[error("{0}")]
     Invalid(Invalid),
     /// No site could take it: those that cannot run it, and those that failed.
-    #[error("no site took the job ({} unsuitable, {} failed)", excluded.len(), failed.len())]
+    #[error("no site took the job ({} unsuitable, {} failed){}", excluded.len(), failed.len(), why_no_site(excluded, failed))]
     NoSite {
         /// Sites that cannot run the job, with every reason.
         excluded: Vec<(String, Vec<Mismatch>)>,
         /// Sites that failed when asked, with the error.
         failed: Vec<(String, SiteError)>,
     },
+}
+
+/// Each site's reason, as many as a line can hold: `: a: why; b failed:
+/// why; ...`.
+fn why_no_site(excluded: &[(String, Vec<Mismatch>)], failed: &[(String, SiteError)]) -> String {
+    const SHOWN: usize = 5;
+    let mut each: Vec<String> = excluded
+        .iter()
+        .map(|(site, m)| {
+            let words: Vec<String> = m.iter().map(ToString::to_string).collect();
+            format!("{site}: {}", words.join(", "))
+        })
+        .chain(failed.iter().map(|(site, e)| format!("{site} failed: {e}")))
+        .collect();
+    if each.is_empty() {
+        return String::new();
+    }
+    let more = each.len().saturating_sub(SHOWN);
+    each.truncate(SHOWN);
+    let tail = if more > 0 {
+        format!("; and {more} more")
+    } else {
+        String::new()
+    };
+    format!(": {}{tail}", each.join("; "))
 }
 
 impl SubmitError {

@@ -624,7 +624,12 @@ fn exit_codes_tell_what_went_wrong() {
     assert_eq!(done.status.code(), Some(1));
     let job = common::printed(&done.stdout);
     assert_eq!(job["state"], "failed", "{job}");
-    assert_eq!(job["reason"], "no site took the job (2 unsuitable, 0 failed)");
+    // Each site's reason, by name (the default service's two sites).
+    assert_eq!(
+        job["reason"],
+        "no site took the job (2 unsuitable, 0 failed): small: it asks for 100 processors, the site has at most 2; \
+         large: it asks for 100 processors, the site has at most 8"
+    );
     let metrics = reqwest::blocking::get(format!("{}/metrics", svc.server.url))
         .unwrap()
         .text()

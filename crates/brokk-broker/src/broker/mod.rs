@@ -897,6 +897,18 @@ impl BrokerCore {
         }
     }
 
+    /// Sites named by their endpoints in what selection left out, named
+    /// as this broker names them (what its users see), for a refusal.
+    fn by_name(&self, excluded: Vec<(String, Vec<Mismatch>)>) -> Vec<(String, Vec<Mismatch>)> {
+        excluded
+            .into_iter()
+            .map(|(endpoint, m)| {
+                let k = self.infos.iter().position(|i| i.endpoint == endpoint);
+                (k.map_or(endpoint, |k| self.sites[k].name.clone()), m)
+            })
+            .collect()
+    }
+
     /// Whether job `id` is on its way somewhere: decided and being sent,
     /// or asked about.
     fn in_flight(&self, id: &str) -> bool {
@@ -1553,7 +1565,7 @@ impl BrokerCore {
         // refuses. Ties go to the site listed first.
         let Some(best) = (0..candidates.len()).min_by_key(|&k| (candidates[k].score, candidates[k].index)) else {
             let e = SubmitError::NoSite {
-                excluded: ranking.excluded,
+                excluded: self.by_name(ranking.excluded),
                 failed,
             };
             self.undecided(id, e, now);
@@ -1794,7 +1806,7 @@ impl BrokerCore {
                 a.release(None, &mut self.outbox);
                 self.sites[a.first].changed = true;
                 let e = SubmitError::NoSite {
-                    excluded: a.excluded,
+                    excluded: self.by_name(a.excluded),
                     failed: a.failed,
                 };
                 self.undecided(id.to_string(), e, now);
