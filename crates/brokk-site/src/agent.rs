@@ -468,18 +468,22 @@ impl Agent {
 
     /// `GET /v1/info`.
     pub async fn info(&self) -> InfoView {
+        // A resource manager that publishes its load also counts others'
+        // jobs: its figures bound the agent's own. It frees and takes slots
+        // the agent's schedule mirrors only roughly, so the summary figures
+        // stand alone there: the free capacity over time is published only
+        // where the schedule is the agent's own.
+        let glue = self.backend.published().unwrap_or_default();
         let t = now();
         let (p, availability) = {
             let g = self.read().await;
-            let a = g
-                .core
-                .availability(t, t + brokk_core::PUBLISHED_SPAN, brokk_core::PUBLISHED_RANGES);
+            let a = glue.free_slots.is_none().then(|| {
+                g.core
+                    .availability(t, t + brokk_core::PUBLISHED_SPAN, brokk_core::PUBLISHED_RANGES)
+            });
             (g.core.published(t), a)
         };
         let unavailable = self.check_available().err();
-        // A resource manager that publishes its load also counts others'
-        // jobs: its figures bound the agent's own.
-        let glue = self.backend.published().unwrap_or_default();
         InfoView {
             name: self.config.name.clone(),
             capacity: self.config.capacity,
@@ -504,10 +508,7 @@ impl Agent {
                 .collect(),
             health: glue.health,
             lag: self.backend.lag(),
-            // A resource manager running others' jobs beside the agent's
-            // frees and takes slots the agent's schedule mirrors only
-            // roughly: its summary figures stand alone there.
-            availability: glue.free_slots.is_none().then_some(availability),
+            availability,
         }
     }
 

@@ -65,6 +65,14 @@ fn broker_config(dir: &Path, extra: &str, sites: &[(&str, u32)]) {
     std::fs::write(dir.join("broker.toml"), text).unwrap();
 }
 
+/// Writes `text` to `dir/name` and returns the file's path, as a command
+/// line names it.
+fn written(dir: &Path, name: &str, text: &str) -> String {
+    let f = dir.join(name);
+    std::fs::write(&f, text).unwrap();
+    f.to_str().unwrap().to_string()
+}
+
 fn text(o: &Output) -> (String, String) {
     (
         String::from_utf8_lossy(&o.stdout).into_owned(),
@@ -747,9 +755,8 @@ fn a_wide_job_goes_where_its_own_shape_starts_first() {
     )
     .unwrap();
     let submit = |name: &str, description: &str, prefs: &[&str]| {
-        let f = dir.join(name);
-        std::fs::write(&f, description).unwrap();
-        let args = [&["submit", f.to_str().unwrap(), "--json"], prefs].concat();
+        let f = written(&dir, name, description);
+        let args = [&["submit", f.as_str(), "--json"], prefs].concat();
         svc.json("tok-ann", &args)["id"].as_str().unwrap().to_string()
     };
     // Without a benchmark both sites look alike: the first listed.
@@ -844,11 +851,7 @@ fn reservations_made_for_a_job_end_with_it() {
     let dir = scratch("reservations-end");
     broker_config(&dir, "", &[("a", 4), ("b", 4)]);
     let svc = Service::start(&dir);
-    let write = |name: &str, body: &str| {
-        let f = dir.join(name);
-        std::fs::write(&f, body).unwrap();
-        f.to_str().unwrap().to_string()
-    };
+    let write = |name: &str, body: &str| written(&dir, name, body);
     let short = write(
         "short.json",
         r#"{"executable": "/bin/true", "cpus": 4, "wall_time": 600}"#,
@@ -1445,11 +1448,7 @@ fn a_site_taken_by_its_own_user_after_it_reported_makes_a_violation_and_the_job_
         ),
     );
     let svc = Service::start(&dir);
-    let write = |name: &str, text: &str| {
-        let f = dir.join(name);
-        std::fs::write(&f, text).unwrap();
-        f.to_str().unwrap().to_string()
-    };
+    let write = |name: &str, text: &str| written(&dir, name, text);
     // A first job has the broker read the idle site.
     let first = write(
         "first.json",
