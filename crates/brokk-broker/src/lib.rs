@@ -34,5 +34,5 @@ pub mod submit;
 pub mod workflow;
 
 pub use clock::{Clock, ManualClock};
-pub use memory_site::MemorySite;
+pub use memory_site::{MemorySite, Publishing};
 pub use site::{JobHandle, JobState, Site, SiteError};

@@ -14,6 +14,24 @@ use crate::site::{JobHandle, JobState, Site, SiteError};
 /// Wall time assumed for a job that states none.
 const DEFAULT_WALL_TIME: Duration = Duration::hours(1);
 
+/// What a site publishes of its free capacity over time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Publishing {
+    /// How far ahead.
+    pub span: Duration,
+    /// In how many ranges at most.
+    pub most: usize,
+}
+
+impl Publishing {
+    /// What a live agent publishes: [`brokk_core::PUBLISHED_SPAN`] ahead in
+    /// up to [`brokk_core::PUBLISHED_RANGES`] ranges.
+    pub const LIVE: Publishing = Publishing {
+        span: brokk_core::PUBLISHED_SPAN,
+        most: brokk_core::PUBLISHED_RANGES,
+    };
+}
+
 /// An in-memory site: `info.total_slots` slots described by `info`.
 #[derive(Debug, Clone)]
 pub struct MemorySite {
@@ -23,9 +41,8 @@ pub struct MemorySite {
     now: Time,
     available: bool,
     accepting: bool,
-    /// Whether its information carries its free capacity over time: how
-    /// far ahead, in how many ranges at most.
-    publishes: Option<(Duration, usize)>,
+    /// What its information carries of its free capacity over time.
+    publishes: Option<Publishing>,
 }
 
 impl MemorySite {
@@ -55,12 +72,10 @@ impl MemorySite {
         }
     }
 
-    /// Makes the site's information carry its free capacity over time, as
-    /// a live agent's does ([`SiteCore::availability`]): `span` ahead in at
-    /// most `most` ranges (a live agent's are [`brokk_core::PUBLISHED_SPAN`]
-    /// and [`brokk_core::PUBLISHED_RANGES`]); `None`, only the summary
-    /// figures.
-    pub fn publish_availability(&mut self, publishes: Option<(Duration, usize)>) {
+    /// Makes the site's information carry its free capacity over time
+    /// ([`SiteCore::availability`]) as `publishes` says; `None`, only the
+    /// summary figures, as an ARC CE or a GRAM gatekeeper publishes.
+    pub fn publish_availability(&mut self, publishes: Option<Publishing>) {
         self.publishes = publishes;
     }
 
@@ -104,7 +119,7 @@ impl MemorySite {
         info.reservations = true;
         info.availability = self
             .publishes
-            .map(|(span, most)| self.core.availability(self.now, self.now + span, most));
+            .map(|p| self.core.availability(self.now, self.now + p.span, p.most));
         Ok(())
     }
 

@@ -22,13 +22,12 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
+use brokk_broker::Publishing;
 use brokk_model::{Duration, Time};
 use serde::Deserialize;
 
 use crate::cluster::{from_swf, Estimates, Outcome, Policy, SimJob};
-use crate::grid::{
-    simulate_grid_with_local, Adaptation, GridOptions, GridRouting, PredictionError, Published, Staleness,
-};
+use crate::grid::{simulate_grid_with_local, Adaptation, GridOptions, GridRouting, PredictionError, Staleness};
 use crate::lublin;
 use crate::metrics::{by_size, by_user, summary, Horizon, Summary, DEFAULT_BOUND};
 use crate::orders::{OrderMaker, Orders};
@@ -641,16 +640,16 @@ pub fn prepare_with_orders(
         ));
     }
     let published = match (p.published, &p.published_span) {
-        (PublishedSpec::Summary, None) => Published::SUMMARY,
+        (PublishedSpec::Summary, None) => None,
         (PublishedSpec::Summary, Some(_)) => {
             return invalid("platform: published_span applies to published = \"slots\"".into())
         }
-        (PublishedSpec::Slots, None) => Published::LIVE,
+        (PublishedSpec::Slots, None) => Some(Publishing::LIVE),
         (PublishedSpec::Slots, Some(span)) => match Duration::parse_human(span) {
-            Ok(d) if d.0 > 0 => Published {
-                span: Some(d),
+            Ok(d) if d.0 > 0 => Some(Publishing {
+                span: d,
                 most: usize::MAX,
-            },
+            }),
             Ok(_) => return invalid("platform: published_span must be longer than zero".into()),
             Err(e) => return invalid(format!("platform: published_span: {e}")),
         },

@@ -31,7 +31,7 @@ use brokk_broker::broker::{CoAnswer, CoSearch};
 use brokk_broker::coalloc::search as coalloc_search;
 use brokk_broker::info::FetchFailure;
 use brokk_broker::jobs::{BrokerJob, Entry, Member};
-use brokk_broker::{JobHandle, MemorySite, Site, SiteError};
+use brokk_broker::{JobHandle, MemorySite, Publishing, Site, SiteError};
 use brokk_core::queue::Policy;
 use brokk_core::{Candidate, Change, Reply, Request, ReservationId};
 use brokk_model::{
@@ -147,8 +147,9 @@ pub struct GridOptions {
     /// co-allocations and moves are carried at once.
     pub latency: Duration,
     /// What the sites' information carries of their free capacity over
-    /// time ([AB-avail]); by default what live agents publish.
-    pub published: Published,
+    /// time ([AB-avail]); by default what live agents publish, `None` only
+    /// the summary figures.
+    pub published: Option<Publishing>,
 }
 
 impl Default for GridOptions {
@@ -161,29 +162,9 @@ impl Default for GridOptions {
             coallocate: false,
             brokers: 1,
             latency: Duration::ZERO,
-            published: Published::LIVE,
+            published: Some(Publishing::LIVE),
         }
     }
-}
-
-/// What the sites of a grid publish of their free capacity over time.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Published {
-    /// How far ahead; `None`: nothing, only the summary figures, as an ARC
-    /// CE or a GRAM gatekeeper publishes.
-    pub span: Option<Duration>,
-    /// In how many ranges at most.
-    pub most: usize,
-}
-
-impl Published {
-    /// What a live agent publishes: the next day, in up to 1,000 ranges.
-    pub const LIVE: Published = Published {
-        span: Some(brokk_core::PUBLISHED_SPAN),
-        most: brokk_core::PUBLISHED_RANGES,
-    };
-    /// Only the summary figures.
-    pub const SUMMARY: Published = Published { span: None, most: 0 };
 }
 
 /// Predicted against actual completion of the jobs the broker placed.
@@ -766,7 +747,7 @@ pub fn simulate_grid_with_local(
                 ..ResourceInfo::default()
             };
             let mut site = MemorySite::with_policy(info, start, horizon, policy);
-            site.publish_availability(published.span.map(|span| (span, published.most)));
+            site.publish_availability(published);
             site
         })
         .collect();

@@ -2,9 +2,7 @@
 
 use brokk_model::{Duration, Time};
 use brokk_sim::cluster::{Policy, SimJob};
-use brokk_sim::grid::{
-    simulate_grid, simulate_grid_with_local, Adaptation, GridOptions, GridRouting, Published, Staleness,
-};
+use brokk_sim::grid::{simulate_grid, simulate_grid_with_local, Adaptation, GridOptions, GridRouting, Staleness};
 use brokk_sim::platform::{ClusterSpec, Routing};
 
 fn site(name: &str, procs: u32, speed: f64) -> ClusterSpec {
@@ -433,7 +431,7 @@ fn local_jobs_take_their_site_and_the_broker_reads_them_in_what_it_publishes() {
     let p = run.prediction.unwrap();
     assert_eq!((p.jobs, p.mean_absolute, p.violations), (1, 0.0, 0));
     let summary = GridOptions {
-        published: Published::SUMMARY,
+        published: None,
         ..GridOptions::default()
     };
     let run = simulate_grid_with_local(&sites, &[job(1, 1, 4, 50)], &local, tts, summary);
