@@ -1004,21 +1004,23 @@ fn an_agents_uploads_are_held_to_a_quota_and_go_once_no_job_needs_them() {
 
 #[test]
 fn the_site_serves_its_queue_by_its_policy() {
-    // 4 slots: 3 held by a first job, a 4-slot job waits for them, and a
-    // 1-slot job that would end before the wide one could start: under
-    // conservative backfilling (the default) it starts at once, under
-    // FCFS it waits behind the wide one.
+    // 4 slots: 3 held by a first job for up to a minute, a 4-slot job
+    // waits for them, and a 1-slot job of 10 s that ends before the wide
+    // one could start (whichever second it arrives in): under conservative
+    // backfilling (the default) it starts at once, under FCFS it waits
+    // behind the wide one.
     let starts_at_once = |policy: &str| {
         let agent = Agent::start_with(&scratch(&format!("policy-{policy}")), &format!("policy = \"{policy}\""));
         let mut site = agent.client("tok-ann");
-        let wide = |cpus: u32| Job {
+        let wide = |cpus: u32, wall: i64| Job {
             cpus: Some(cpus),
+            wall_time: Some(Duration(wall)),
             ..shell("sleep 5")
         };
-        let first = site.submit("ann", &wide(3), None).unwrap();
+        let first = site.submit("ann", &wide(3, 60), None).unwrap();
         wait_for(&site, &first, |v| v.state == JobPhase::Running);
-        site.submit("ann", &wide(4), None).unwrap();
-        let small = site.submit("ann", &wide(1), None).unwrap();
+        site.submit("ann", &wide(4, 60), None).unwrap();
+        let small = site.submit("ann", &wide(1, 10), None).unwrap();
         let v = wait_for(&site, &small, |v| {
             !matches!(v.state, JobPhase::Accepted | JobPhase::StagingIn)
         });
