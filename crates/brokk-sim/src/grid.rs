@@ -764,6 +764,8 @@ pub fn simulate_grid_with_local(
                 let params = BrokerParams {
                     info_ttl: staleness.info_ttl,
                     persist: false,
+                    // The simulated sites publish at the time-to-live only.
+                    ask_after_end: false,
                     reserve_top_k,
                     adapt_margin: adaptation.map_or(BrokerParams::default().adapt_margin, |a| a.margin),
                     ..BrokerParams::default()

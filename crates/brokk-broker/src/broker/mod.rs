@@ -119,6 +119,13 @@ pub struct BrokerParams {
     pub reservation_window: Duration,
     /// The least sooner delivery a move by queue adaptation must gain.
     pub adapt_margin: Duration,
+    /// Whether a site at which a job has ended is asked again before the
+    /// next decision: the news of the end stands for the site pushing its
+    /// change, as a startd tells its collector when a slot frees, so a job
+    /// that ended early does not hold its processors in the broker's view
+    /// until the time-to-live runs out. A simulation of information that
+    /// sites publish only at an interval turns this off.
+    pub ask_after_end: bool,
 }
 
 impl Default for BrokerParams {
@@ -132,6 +139,7 @@ impl Default for BrokerParams {
             reserve_top_k: 1,
             reservation_window: Duration::hours(24),
             adapt_margin: Duration::minutes(10),
+            ask_after_end: true,
         }
     }
 }
@@ -1208,6 +1216,7 @@ impl BrokerCore {
                 if let (Some(site), Some(job)) = (r.view.site, r.view.site_job) {
                     if let Some(k) = self.site_position(&site) {
                         self.at_site[k].remove(&job);
+                        self.sites[k].changed |= self.params.ask_after_end;
                     }
                 }
             }

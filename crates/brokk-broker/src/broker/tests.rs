@@ -1310,3 +1310,47 @@ fn a_start_later_than_predicted_by_more_than_the_tolerance_is_a_violation() {
     let r = b.requests();
     assert_eq!((r.info, r.submit, r.messages()), (0, 2, 4));
 }
+
+#[test]
+fn a_job_that_ends_early_frees_its_site_in_the_brokers_view_at_the_next_decision() {
+    // Within an hour's time-to-live the broker would read site a as full
+    // for the whole ten minutes the job may run; told of its end, it asks
+    // a again first, unless its sites publish only at an interval.
+    for ask_after_end in [true, false] {
+        let mut b = broker(BrokerParams {
+            info_ttl: Duration(3600),
+            ask_after_end,
+            ..params()
+        });
+        b.accept(Time(1), "ann", vec![job("j1", 4)]).unwrap();
+        b.decide(Time(1), 1);
+        assert_eq!(land_all(&mut b, Time(1)), [("j1".to_string(), 0)]);
+        // The site's answer shows the job running.
+        b.informed(
+            0,
+            Ok(ResourceInfo {
+                free_slots: 0,
+                ..site("a", 4)
+            }),
+            Time(2),
+        );
+        let ended = Report {
+            phase: JobPhase::Finished,
+            started: Some(Time(2)),
+            ended: Some(Time(3)),
+            exit_code: Some(0),
+            reason: None,
+        };
+        b.stale(Time(3));
+        assert_eq!(b.drain().filter(|e| matches!(e, Effect::Fetch { .. })).count(), 0);
+        assert!(b.reported(Time(3), 0, "0-0", ended));
+        b.stale(Time(4));
+        let asked: Vec<Effect> = b.drain().filter(|e| matches!(e, Effect::Fetch { .. })).collect();
+        let expected = if ask_after_end {
+            vec![Effect::Fetch { site: 0 }]
+        } else {
+            Vec::new()
+        };
+        assert_eq!(asked, expected, "ask_after_end = {ask_after_end}");
+    }
+}
