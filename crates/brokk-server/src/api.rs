@@ -437,7 +437,7 @@ async fn metrics(State(app): State<App>) -> Result<Response, ApiError> {
     );
     // What the core asked of the sites, each with a reply, and how often
     // a job started later than it predicted ([AB-avail]).
-    let (requests, violations) = app.service.broker.requests_and_violations();
+    let (requests, violations, refused) = app.service.broker.requests_and_violations();
     let _ = writeln!(out, "# TYPE brokk_site_requests_total counter");
     for (kind, n) in [
         ("info", requests.info),
@@ -450,7 +450,8 @@ async fn metrics(State(app): State<App>) -> Result<Response, ApiError> {
     }
     let _ = writeln!(
         out,
-        "# TYPE brokk_start_violations_total counter\nbrokk_start_violations_total {violations}"
+        "# TYPE brokk_start_violations_total counter\nbrokk_start_violations_total {violations}\n\
+         # TYPE brokk_slot_refusals_total counter\nbrokk_slot_refusals_total {refused}"
     );
     for (name, v) in [
         ("brokk_jobs_accepted_total", &c.accepted),

@@ -25,6 +25,9 @@
 //! `reserve_top_k` sites first ([`Effect::Hold`], [ET-brokering]'s two
 //! phases), is sent to the best candidate as the grants leave it, into its
 //! hold there, and every other hold is given back ([`Effect::Release`]).
+//! A job with a deadline reserves the earliest slot that ends by it, one
+//! site at a time ([AB-avail]'s Algorithm 2): a refused slot is a
+//! violation, and the site's next possible start is tried among the rest.
 //!
 //! A workflow's task is taken once its parents ended ([`BrokerCore::ready`])
 //! and sent into the reservation its workflow made for it.
@@ -126,6 +129,10 @@ pub struct BrokerParams {
     /// until the time-to-live runs out. A simulation of information that
     /// sites publish only at an interval turns this off.
     pub ask_after_end: bool,
+    /// Whether a job with a deadline is sent into a reservation made for
+    /// it at its earliest predicted start ([AB-avail]'s Algorithm 2, see
+    /// the module's documentation), where its best site takes reservations.
+    pub reserve_deadlines: bool,
 }
 
 impl Default for BrokerParams {
@@ -140,6 +147,7 @@ impl Default for BrokerParams {
             reservation_window: Duration::hours(24),
             adapt_margin: Duration::minutes(10),
             ask_after_end: true,
+            reserve_deadlines: true,
         }
     }
 }
@@ -439,6 +447,11 @@ struct Attempt {
     held: Vec<Option<ReservationId>>,
     /// Holds asked for and not answered yet.
     holding: usize,
+    /// The deadline of a job that reserves its earliest slot, one site
+    /// after another ([`BrokerParams::reserve_deadlines`]).
+    deadline: Option<Time>,
+    /// Reservations such a job may still ask for.
+    trials: usize,
 }
 
 impl Attempt {
@@ -514,6 +527,9 @@ pub struct BrokerCore {
     /// Its jobs that started later than it predicted
     /// ([`crate::predict::violated`]).
     violations: u64,
+    /// Reservations of a slot it read as free that a site refused
+    /// ([AB-avail] counts them as violations too).
+    refused_slots: u64,
     outbox: Vec<Effect>,
 }
 
@@ -597,6 +613,7 @@ impl BrokerCore {
             decisions: 0,
             requests: Requests::default(),
             violations: 0,
+            refused_slots: 0,
             outbox: Vec::new(),
         }
     }
@@ -618,6 +635,13 @@ impl BrokerCore {
     /// later than it predicted when it sent them ([AB-avail]'s violations).
     pub fn violations(&self) -> u64 {
         self.violations
+    }
+
+    /// Reservations of a job's earliest slot, read in a site's published
+    /// free capacity, that the site refused: the slot was gone
+    /// ([`BrokerParams::reserve_deadlines`]).
+    pub fn refused_slots(&self) -> u64 {
+        self.refused_slots
     }
 
     /// Site `site`'s name.
@@ -1563,13 +1587,41 @@ impl BrokerCore {
         let AtHand { infos, site_of, failed } = self.at_hand();
         let ranking = assess(&r.job, &r.prefs, &infos, now, &STANDARD_PREDICTOR);
         let site_of = site_of.into_owned();
-        let reserving = self.params.reserve_top_k > 0 && r.prefs.use_reservations == Some(true);
-        let holds: Vec<(usize, Request)> = match reserving {
-            true => self.holds(&r.job, &ranking.ranked, &infos, &site_of, now),
+        let mut candidates = ranking.ranked;
+        let mut failed = failed;
+        let deadline = r.job.deadline.filter(|_| self.params.reserve_deadlines);
+        if let Some(d) = deadline {
+            // Sites where it would not end in time are no candidates.
+            candidates.retain(|c| match slot_ends_by(&c.prediction, now, d) {
+                Ok(()) => true,
+                Err(reason) => {
+                    let site = self.sites[site_of[c.index]].name.clone();
+                    failed.push((site.clone(), SiteError::Refused { site, reason }));
+                    false
+                }
+            });
+        }
+        if let (Some(d), true) = (deadline, candidates.is_empty()) {
+            if !failed.iter().any(|(_, e)| e.is_unavailable()) {
+                let why = late_everywhere(d, &failed);
+                let _ = self.change(&id, Change::Fail(why.clone()), now, Some(why));
+                return;
+            }
+        }
+        // A job with a deadline reserves its slot where the best candidate
+        // takes reservations; elsewhere it is sent as any other job.
+        let slot = deadline.is_some()
+            && candidates
+                .iter()
+                .min_by_key(|c| (c.score, c.index))
+                .is_some_and(|c| infos[c.index].reservations);
+        let deadline = deadline.filter(|_| slot);
+        let reserving = slot || (self.params.reserve_top_k > 0 && r.prefs.use_reservations == Some(true));
+        let holds: Vec<(usize, Request)> = match reserving && !slot {
+            true => self.holds(&r.job, &candidates, &infos, &site_of, now),
             false => Vec::new(),
         };
         drop(infos);
-        let mut candidates = ranking.ranked;
         // Most jobs go to the best: the rest are put in order only when it
         // refuses. Ties go to the site listed first.
         let Some(best) = (0..candidates.len()).min_by_key(|&k| (candidates[k].score, candidates[k].index)) else {
@@ -1584,6 +1636,13 @@ impl BrokerCore {
         if reserving {
             candidates.sort_by_key(|c| (c.score, c.index));
         }
+        let holds = match slot {
+            true => vec![(
+                site_of[candidates[0].index],
+                slot_request(&r.job, &candidates[0].prediction, now, now),
+            )],
+            false => holds,
+        };
         let first = site_of[candidates[0].index];
         let cpus = r.job.cpus.unwrap_or(1);
         let n = candidates.len();
@@ -1601,6 +1660,8 @@ impl BrokerCore {
             reserving,
             held: if reserving { vec![None; n] } else { Vec::new() },
             holding: holds.len(),
+            deadline,
+            trials: self.sites.len(),
         };
         self.decisions += 1;
         if !reserving {
@@ -1656,7 +1717,7 @@ impl BrokerCore {
     /// start. Once every hold is answered the job is sent to the best
     /// candidate as it then stands, into its reservation when it holds
     /// one; a job held or cancelled meanwhile gives every hold back.
-    pub fn held(&mut self, _now: Time, id: &str, site: usize, answer: Result<Reply, SiteError>) {
+    pub fn held(&mut self, now: Time, id: &str, site: usize, answer: Result<Reply, SiteError>) {
         let wanted = self.waits_here(id);
         let Some(a) = self.sending.get_mut(id) else {
             return;
@@ -1665,6 +1726,10 @@ impl BrokerCore {
             return;
         };
         if a.holding == 0 || a.held[i].is_some() {
+            return;
+        }
+        if a.deadline.is_some() {
+            self.slot_answered(now, id, i, answer);
             return;
         }
         a.holding -= 1;
@@ -1694,6 +1759,121 @@ impl BrokerCore {
         a.next = 0;
         let send = a.send(id);
         self.outbox.push(send);
+    }
+
+    /// What a site answered at `now` when asked to reserve the earliest
+    /// slot of job `id`, which has a deadline, for candidate `i`
+    /// ([AB-avail]'s Algorithm 2). A grant sends the job into it. A
+    /// refusal is a violation (the slot the broker read is gone,
+    /// [`BrokerCore::refused_slots`]): the
+    /// site's next possible start becomes its candidate's, the site is
+    /// asked for its information again before the next decision (the
+    /// refusal's options), and the earliest slot that still ends by the
+    /// deadline is reserved next; after as many attempts as the job had
+    /// candidates, or with none left, the job fails with every reason.
+    fn slot_answered(&mut self, now: Time, id: &str, i: usize, answer: Result<Reply, SiteError>) {
+        let wanted = self.waits_here(id);
+        let Some(mut a) = self.sending.remove(id) else { return };
+        let Some(deadline) = a.deadline else { return };
+        a.holding = 0;
+        a.trials = a.trials.saturating_sub(1);
+        let site = a.site_of[a.candidates[i].index];
+        let name = self.sites[site].name.clone();
+        let refused = |reason: String| SiteError::Refused {
+            site: name.clone(),
+            reason,
+        };
+        match answer {
+            Ok(Reply::Granted { id: rid, start }) => {
+                a.held[i] = Some(rid);
+                if !wanted {
+                    a.release(None, &mut self.outbox);
+                    return;
+                }
+                if let Some(r) = self.jobs.get(id) {
+                    let c = &mut a.candidates[i];
+                    c.prediction =
+                        STANDARD_PREDICTOR.predict(&r.job, &r.prefs, &self.infos[site], Some(start), a.decided);
+                }
+                a.next = i;
+                self.outbox.push(a.send(id));
+                self.sending.insert(id.to_string(), a);
+                return;
+            }
+            Ok(Reply::Rejected { next_start }) => {
+                self.refused_slots += 1;
+                self.sites[site].changed = true;
+                let again = next_start.and_then(|t| {
+                    let r = self.jobs.get(id)?;
+                    let p = STANDARD_PREDICTOR.predict(&r.job, &r.prefs, &self.infos[site], Some(t), a.decided);
+                    Some(p).filter(|p| slot_ends_by(p, a.decided, deadline).is_ok())
+                });
+                match (again, self.jobs.get(id)) {
+                    (Some(p), Some(r)) => {
+                        let c = &mut a.candidates[i];
+                        c.prediction = p;
+                        c.score = selector_for(r.prefs.objective()).score(&p, &self.infos[site]);
+                    }
+                    _ => {
+                        a.failed.push((
+                            name.clone(),
+                            refused("its slot was gone, and no later one ends in time".into()),
+                        ));
+                        a.candidates.remove(i);
+                        a.held.remove(i);
+                    }
+                }
+            }
+            Ok(Reply::Never { reason }) => {
+                a.failed.push((name.clone(), refused(reason.to_string())));
+                a.candidates.remove(i);
+                a.held.remove(i);
+            }
+            Err(e) => {
+                a.failed.push((name.clone(), e));
+                a.candidates.remove(i);
+                a.held.remove(i);
+            }
+        }
+        if !wanted {
+            return;
+        }
+        if a.trials > 0 && !a.candidates.is_empty() {
+            a.candidates.sort_by_key(|c| (c.score, c.index));
+            a.next = 0;
+            a.holding = 1;
+            let at = a.site();
+            if let Some(r) = self.jobs.get(id) {
+                let request = slot_request(&r.job, &a.candidates[0].prediction, a.decided, now);
+                self.outbox.push(Effect::Hold {
+                    job: id.to_string(),
+                    site: at,
+                    owner: a.owner.clone(),
+                    request,
+                    until: now + crate::submit::HOLD_FOR,
+                });
+            }
+            self.sending.insert(id.to_string(), a);
+            return;
+        }
+        if a.failed.iter().any(|(_, e)| e.is_unavailable()) {
+            let e = SubmitError::NoSite {
+                excluded: self.by_name(a.excluded),
+                failed: a.failed,
+            };
+            self.undecided(id.to_string(), e, now);
+            return;
+        }
+        for c in &a.candidates {
+            let why = format!(
+                "not asked: the job had {} reservation attempts, one per site",
+                self.sites.len()
+            );
+            let site = self.sites[a.site_of[c.index]].name.clone();
+            a.failed.push((site.clone(), SiteError::Refused { site, reason: why }));
+        }
+        let why = late_everywhere(deadline, &a.failed);
+        let _ = self.change(id, Change::Fail(why.clone()), now, Some(why));
     }
 
     /// Job `id`, which no site took: kept for another try when a site that
@@ -1744,7 +1924,11 @@ impl BrokerCore {
                 let prediction = a.candidates[a.next].prediction;
                 // Every hold but the one the job claimed goes back.
                 a.release(Some(a.next), &mut self.outbox);
-                if a.reserving {
+                if a.deadline.is_some() {
+                    // Counted where it went, as a gateway adds the job to
+                    // its copy of the site's free slots.
+                    crate::info::book(&mut self.infos[site], a.cpus, booked_wall(&prediction), now);
+                } else if a.reserving {
                     // Nothing was counted there: asked again.
                     self.sites[site].changed = true;
                 } else if a.next > 0 {
@@ -1846,6 +2030,44 @@ impl BrokerCore {
         };
         let _ = self.change(&id, change, now, detail);
         true
+    }
+}
+
+/// Whether a job predicted as `p` when decided at `decided` ends by
+/// `deadline` when it starts at its predicted start and runs its whole
+/// wall time (what a reservation for it would hold), or why not.
+fn slot_ends_by(p: &Prediction, decided: Time, deadline: Time) -> Result<(), String> {
+    let end = decided + p.tts() + booked_wall(p);
+    match end <= deadline {
+        true => Ok(()),
+        false => Err(format!("it would end at {end}, after its deadline ({deadline})")),
+    }
+}
+
+/// Why a job with deadline `deadline` runs nowhere: each site's reason.
+fn late_everywhere(deadline: Time, failed: &[(String, SiteError)]) -> String {
+    let each: Vec<String> = failed
+        .iter()
+        .map(|(site, e)| match e {
+            SiteError::Refused { reason, .. } => format!("{site}: {reason}"),
+            e => format!("{site}: {e}"),
+        })
+        .collect();
+    format!("no site can end it by its deadline ({deadline}): {}", each.join("; "))
+}
+
+/// The reservation of the slot a job predicted as `p` when decided at
+/// `decided` takes at `now`: its processors for its wall time from
+/// exactly its predicted start (not before `now`), as [AB-avail]'s
+/// gateway asks (a slot that has moved is refused, not taken later).
+fn slot_request(job: &Job, p: &Prediction, decided: Time, now: Time) -> Request {
+    let start = (decided + p.tts()).max(now);
+    Request {
+        amount: job.cpus.unwrap_or(1),
+        duration: booked_wall(p),
+        earliest: start,
+        latest: start,
+        flexible: false,
     }
 }
 

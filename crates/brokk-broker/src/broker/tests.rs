@@ -1304,7 +1304,7 @@ fn a_start_later_than_predicted_by_more_than_the_tolerance_is_a_violation() {
     b.reported(Time(21), 0, "0-0", started(21));
     assert_eq!(b.violations(), 0, "20 s late is within the tolerance");
     b.reported(Time(22), 1, "1-1", started(22));
-    assert_eq!(b.violations(), 1);
+    assert_eq!(b.refused_slots(), 1);
     b.reported(Time(30), 1, "1-1", started(22));
     assert_eq!(b.violations(), 1, "a start is judged once");
     let r = b.requests();
@@ -1353,4 +1353,159 @@ fn a_job_that_ends_early_frees_its_site_in_the_brokers_view_at_the_next_decision
         };
         assert_eq!(asked, expected, "ask_after_end = {ask_after_end}");
     }
+}
+
+/// Job `id` of `cpus` processors for 600 s that must end by `deadline`.
+fn due(id: &str, cpus: u32, deadline: i64) -> NewJob {
+    let mut j = job(id, cpus);
+    j.job.deadline = Some(Time(deadline));
+    j
+}
+
+/// The holds asked for, as (job, site, earliest, latest, duration); the
+/// rest drained too.
+fn holds(b: &mut BrokerCore) -> Vec<(String, usize, i64, i64, i64)> {
+    b.drain()
+        .filter_map(|e| match e {
+            Effect::Hold { job, site, request, .. } => {
+                Some((job, site, request.earliest.0, request.latest.0, request.duration.0))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// Why job `id` failed, from the last record given out to be stored.
+fn failure(effects: &[Effect], id: &str) -> Option<String> {
+    effects.iter().rev().find_map(|e| match e {
+        Effect::Persist { job, .. } if job.id == id => job.reason.clone(),
+        _ => None,
+    })
+}
+
+#[test]
+fn a_job_with_a_deadline_reserves_its_earliest_slot_and_tries_the_next_when_it_is_gone() {
+    let mut b = reserving_broker(0);
+    b.accept(Time(10), "ann", vec![due("j1", 4, 2000)]).unwrap();
+    b.decide(Time(10), 1);
+    // Both sites are idle: the slot at once on a (listed first), exactly.
+    assert_eq!(holds(&mut b), [("j1".to_string(), 0, 10, 10, 600)]);
+    // a's slot is gone (a local job took it): a violation; a's next start
+    // (500) is later than b's, so b's slot is asked for next.
+    b.held(
+        Time(10),
+        "j1",
+        0,
+        Ok(Reply::Rejected {
+            next_start: Some(Time(500)),
+        }),
+    );
+    assert_eq!(b.refused_slots(), 1);
+    assert_eq!(holds(&mut b), [("j1".to_string(), 1, 10, 10, 600)]);
+    b.held(
+        Time(10),
+        "j1",
+        1,
+        Ok(Reply::Granted {
+            id: ReservationId(7),
+            start: Time(10),
+        }),
+    );
+    let sent: Vec<Effect> = b.drain().filter(|e| matches!(e, Effect::Send { .. })).collect();
+    assert_eq!(
+        sent,
+        [Effect::Send {
+            job: "j1".into(),
+            site: 1,
+            wall: Some(Duration(600)),
+            claim: Some(Claim {
+                reservation: 7,
+                release_with_job: true
+            }),
+        }]
+    );
+    b.sent(Time(10), "j1", 1, Ok("b-1".into()));
+    let j = b.job("j1").unwrap();
+    assert_eq!((j.state(), j.site.as_deref()), (BrokerState::Dispatched, Some("b")));
+    // a, whose slot was gone, is asked for its information again.
+    b.stale(Time(11));
+    assert_eq!(
+        b.drain()
+            .filter(|e| matches!(e, Effect::Fetch { .. }))
+            .collect::<Vec<_>>(),
+        [Effect::Fetch { site: 0 }]
+    );
+}
+
+#[test]
+fn a_refused_slot_may_be_taken_again_at_the_sites_next_start_while_it_ends_by_the_deadline() {
+    let mut b = reserving_broker(0);
+    // b is busy for 300 s in the broker's view; a's slot at once is gone
+    // and its next start (100) still ends by 1000, before b's.
+    b.informed(
+        1,
+        Ok(ResourceInfo {
+            free_slots: 0,
+            estimated_wait: Some(Duration(300)),
+            reservations: true,
+            ..site("b", 4)
+        }),
+        Time(0),
+    );
+    b.accept(Time(0), "ann", vec![due("j1", 4, 1000)]).unwrap();
+    b.decide(Time(0), 1);
+    assert_eq!(holds(&mut b), [("j1".to_string(), 0, 0, 0, 600)]);
+    b.held(
+        Time(0),
+        "j1",
+        0,
+        Ok(Reply::Rejected {
+            next_start: Some(Time(100)),
+        }),
+    );
+    assert_eq!(holds(&mut b), [("j1".to_string(), 0, 100, 100, 600)]);
+}
+
+#[test]
+fn a_job_that_cannot_end_by_its_deadline_fails_with_every_sites_reason() {
+    // Nowhere in time from the start: nothing is reserved.
+    let mut b = reserving_broker(0);
+    b.accept(Time(0), "ann", vec![due("late", 4, 300)]).unwrap();
+    b.decide(Time(0), 1);
+    let effects: Vec<Effect> = b.drain().collect();
+    assert!(!effects
+        .iter()
+        .any(|e| matches!(e, Effect::Hold { .. } | Effect::Send { .. })));
+    let why = failure(&effects, "late").expect("failed");
+    assert!(why.starts_with("no site can end it by its deadline"), "{why}");
+    assert!(
+        why.contains("a: it would end at") && why.contains("b: it would end at"),
+        "{why}"
+    );
+    // Both slots gone, and neither site's next start ends in time: two
+    // violations, then failed.
+    b.accept(Time(0), "ann", vec![due("j2", 4, 1000)]).unwrap();
+    b.decide(Time(0), 1);
+    let asked = holds(&mut b);
+    assert_eq!(asked.len(), 1);
+    b.held(
+        Time(0),
+        "j2",
+        asked[0].1,
+        Ok(Reply::Rejected {
+            next_start: Some(Time(900)),
+        }),
+    );
+    let asked = holds(&mut b);
+    assert_eq!(asked.len(), 1);
+    b.held(Time(0), "j2", asked[0].1, Ok(Reply::Rejected { next_start: None }));
+    let effects: Vec<Effect> = b.drain().collect();
+    assert!(!effects
+        .iter()
+        .any(|e| matches!(e, Effect::Hold { .. } | Effect::Send { .. })));
+    assert_eq!(b.refused_slots(), 2);
+    let why = failure(&effects, "j2").expect("failed");
+    assert!(why.starts_with("no site can end it by its deadline"), "{why}");
+    assert!(why.contains("its slot was gone"), "{why}");
+    assert!(b.job("j2").is_none());
 }

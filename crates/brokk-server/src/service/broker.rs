@@ -290,10 +290,11 @@ impl Broker {
         (core.len(), core.pending())
     }
 
-    /// What the core has asked of the sites by kind, and its jobs that
-    /// started later than it predicted ([AB-avail]'s violations).
-    pub fn requests_and_violations(&self) -> (brokk_broker::broker::Requests, u64) {
-        self.read(|c| (c.requests(), c.violations()))
+    /// What the core has asked of the sites by kind, its jobs that
+    /// started later than it predicted and the slots it reserved that were
+    /// gone ([AB-avail]'s violations).
+    pub fn requests_and_violations(&self) -> (brokk_broker::broker::Requests, u64, u64) {
+        self.read(|c| (c.requests(), c.violations(), c.refused_slots()))
     }
 
     /// Whether the core holds job `id`, and whose it is.
