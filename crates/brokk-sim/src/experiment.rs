@@ -149,6 +149,29 @@ pub struct WorkloadSpec {
     pub filter: Option<Filter>,
     /// Offered load to scale to when the sweep gives none.
     pub load: Option<f64>,
+    /// Deadlines for a share of the grid's jobs ([AB-avail]'s
+    /// QoS-constrained requests; broker routings).
+    pub deadlines: Option<DeadlineSpec>,
+}
+
+/// Which grid jobs get a deadline, and how tight, by [AB-avail]'s rule
+/// after Islam et al.: the workload is first run with EASY backfilling at
+/// the sites and the least-loaded site chosen for each job (the base
+/// policy, the sites' load read every 10 minutes); a job's deadline is
+/// its arrival plus `stringency` times its response time there.
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeadlineSpec {
+    /// The share of the grid's jobs given one, drawn by the point's seed.
+    pub share: f64,
+    /// How many times its base response time a job may take (the paper's
+    /// stringency factor, 5).
+    #[serde(default = "default_stringency")]
+    pub stringency: f64,
+}
+
+fn default_stringency() -> f64 {
+    5.0
 }
 
 /// `exact` or `requested` estimates.
@@ -358,7 +381,15 @@ pub struct Prepared {
     pub trace: Vec<SwfJob>,
     /// The SWF trace's header lines (empty for other workloads).
     pub header: Vec<String>,
+    /// The grid jobs' deadlines of each (load, seed) drawn so far
+    /// ([`DeadlineSpec`]): every series of a point reads the same ones,
+    /// and the base run behind them is made once.
+    deadlines: DeadlineCache,
 }
+
+/// Deadlines by (offered load's bits, seed).
+type DeadlineCache =
+    std::sync::Arc<Mutex<std::collections::HashMap<(Option<u64>, u64), std::sync::Arc<Vec<Option<Time>>>>>>;
 
 /// How one series spreads jobs over the platform.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -626,6 +657,17 @@ pub fn prepare_with_orders(
             );
         }
     }
+    if let Some(d) = spec.workload.deadlines {
+        if !(d.share > 0.0 && d.share <= 1.0 && d.stringency >= 1.0 && d.stringency.is_finite()) {
+            return invalid(format!(
+                "workload.deadlines: share must be above 0 and at most 1, stringency at least 1 (not {} and {})",
+                d.share, d.stringency
+            ));
+        }
+        if !on_grid {
+            return invalid("workload.deadlines applies to broker routings; add one to routings".into());
+        }
+    }
     if (p.adapt_every > 0 || p.coallocate || p.brokers > 1 || p.latency > 0) && !on_grid {
         return invalid(
             "platform: adapt_every, coallocate, brokers and latency apply to broker routings; add one to routings"
@@ -720,6 +762,7 @@ pub fn prepare_with_orders(
         clusters,
         trace,
         header,
+        deadlines: DeadlineCache::default(),
     })
 }
 
@@ -896,6 +939,48 @@ impl Prepared {
         Ok(out)
     }
 
+    /// The deadline of each of `jobs` ([`DeadlineSpec`]) for a point of
+    /// seed `seed`: the base policy's run of them beside the sites' `local`
+    /// jobs on the platform of `options`, then a share drawn by the seed.
+    /// A job the base run did not finish gets none.
+    fn draw_deadlines(
+        &self,
+        jobs: &[SimJob],
+        local: &[SimJob],
+        spec: DeadlineSpec,
+        seed: u64,
+        options: GridOptions,
+    ) -> Vec<Option<Time>> {
+        let base = GridRouting::Broker {
+            objective: brokk_model::Objective::LeastLoaded,
+            reserve_top_k: 0,
+        };
+        let options = GridOptions {
+            policy: Policy::EASY,
+            staleness: Staleness {
+                info_ttl: Duration(600),
+                info_delay: Duration::ZERO,
+            },
+            ..options
+        };
+        let ends: std::collections::HashMap<i64, Time> =
+            simulate_grid_with_local(&self.clusters, jobs, local, &[], base, options)
+                .jobs
+                .iter()
+                .map(|o| (o.id, o.end))
+                .collect();
+        // A stream of its own, apart from the workload's and the routing's.
+        let mut rng = <rand_chacha::ChaCha8Rng as rand::SeedableRng>::seed_from_u64(seed ^ 0xdead_11e5);
+        jobs.iter()
+            .map(|j| {
+                let chosen = rand::Rng::gen_bool(&mut rng, spec.share);
+                let end = ends.get(&j.id).filter(|_| chosen)?;
+                let response = (*end - j.submit).0 as f64;
+                Some(j.submit + Duration((spec.stringency * response).ceil() as i64))
+            })
+            .collect()
+    }
+
     /// Where the measured period of `jobs` ends: the last arrival under the
     /// steady-state rule, none when every job counts.
     fn cut(&self, jobs: &[SimJob]) -> Option<Time> {
@@ -981,7 +1066,21 @@ impl Prepared {
                     policy: *policy,
                     ..options
                 };
-                let g = simulate_grid_with_local(&self.clusters, &jobs, &local, routing, options);
+                let deadlines = match self.spec.workload.deadlines {
+                    Some(d) => {
+                        let key = (point.load.map(f64::to_bits), point.seed);
+                        let known = self.deadlines.lock().ok().and_then(|m| m.get(&key).cloned());
+                        known.unwrap_or_else(|| {
+                            let drawn = std::sync::Arc::new(self.draw_deadlines(&jobs, &local, d, point.seed, options));
+                            if let Ok(mut m) = self.deadlines.lock() {
+                                m.insert(key, drawn.clone());
+                            }
+                            drawn
+                        })
+                    }
+                    None => Default::default(),
+                };
+                let g = simulate_grid_with_local(&self.clusters, &jobs, &local, &deadlines, routing, options);
                 let run = PlatformRun {
                     clusters: g.clusters,
                     unrouted: g.unrouted,

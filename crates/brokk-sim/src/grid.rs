@@ -179,7 +179,8 @@ pub struct PredictionError {
     pub mean_absolute: f64,
     /// Jobs that started more than
     /// [`brokk_broker::predict::VIOLATION_TOLERANCE`] later than the broker
-    /// predicted when it placed them: [AB-avail]'s violations (the room the
+    /// predicted when it placed them, and reservations of a slot it read
+    /// as free that a site refused: [AB-avail]'s violations (the room the
     /// broker counted on was gone).
     pub violations: usize,
 }
@@ -313,6 +314,8 @@ struct Grid<'a> {
     specs: &'a [ClusterSpec],
     /// The trace.
     jobs: &'a [SimJob],
+    /// The deadline of each job of the trace that has one, by index.
+    deadlines: &'a [Option<Time>],
     /// Messages on their way, in the order they land (each leaves at the
     /// present and takes the same time, so they land in the order sent).
     flights: std::collections::VecDeque<(Time, Flight)>,
@@ -688,7 +691,7 @@ fn job_of(j: &SimJob) -> Job {
 /// queue follows the options' policy) and runs them to the end. Jobs larger
 /// than every site are unrouted.
 pub fn simulate_grid(clusters: &[ClusterSpec], jobs: &[SimJob], routing: GridRouting, options: GridOptions) -> GridRun {
-    simulate_grid_with_local(clusters, jobs, &[], routing, options)
+    simulate_grid_with_local(clusters, jobs, &[], &[], routing, options)
 }
 
 /// [`simulate_grid`] with the sites' own users beside the grid's
@@ -696,11 +699,15 @@ pub fn simulate_grid(clusters: &[ClusterSpec], jobs: &[SimJob], routing: GridRou
 /// straight to the site of cluster `partition` (by position), never seen
 /// by a broker but for what it takes of the site's free capacity. They
 /// count in the clusters' figures and in [`GridRun::local`], not in
-/// [`GridRun::jobs`].
+/// [`GridRun::jobs`]. Job `i` of `jobs` with a deadline `deadlines[i]`
+/// (where the slice reaches) reserves its earliest slot that ends by it
+/// ([AB-avail]'s Algorithm 2, broker routings); one that fits nowhere in
+/// time is unrouted.
 pub fn simulate_grid_with_local(
     clusters: &[ClusterSpec],
     jobs: &[SimJob],
     local: &[SimJob],
+    deadlines: &[Option<Time>],
     routing: GridRouting,
     options: GridOptions,
 ) -> GridRun {
@@ -782,6 +789,7 @@ pub fn simulate_grid_with_local(
     };
     let mut grid = Grid {
         jobs,
+        deadlines,
         flights: std::collections::VecDeque::new(),
         latency,
         arriving: vec![None; sites.len()],
@@ -954,7 +962,10 @@ impl Grid<'_> {
         let new = NewJob {
             id: id.clone(),
             format: "swf".into(),
-            job: job_of(j),
+            job: Job {
+                deadline: self.deadlines.get(i).copied().flatten(),
+                ..job_of(j)
+            },
             prefs: JobPreferences {
                 objective: Some(objective),
                 use_reservations: Some(reserves),
@@ -1166,7 +1177,7 @@ impl Grid<'_> {
                 jobs: n,
                 mean: if n > 0 { sum / n as f64 } else { 0.0 },
                 mean_absolute: if n > 0 { abs / n as f64 } else { 0.0 },
-                violations,
+                violations: violations + self.cores.iter().map(|c| c.refused_slots() as usize).sum::<usize>(),
             }),
             messages: routing.is_broker().then(|| {
                 let mut all = Requests::default();

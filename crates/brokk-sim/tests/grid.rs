@@ -423,7 +423,7 @@ fn local_jobs_take_their_site_and_the_broker_reads_them_in_what_it_publishes() {
         objective: brokk_model::Objective::EarliestStart,
         reserve_top_k: 0,
     };
-    let run = simulate_grid_with_local(&sites, &[job(1, 1, 4, 50)], &local, tts, GridOptions::default());
+    let run = simulate_grid_with_local(&sites, &[job(1, 1, 4, 50)], &local, &[], tts, GridOptions::default());
     assert_eq!(run.local.len(), 2);
     assert_eq!((run.clusters[0].submitted, run.clusters[1].submitted), (1, 2));
     let o = run.jobs[0];
@@ -434,9 +434,49 @@ fn local_jobs_take_their_site_and_the_broker_reads_them_in_what_it_publishes() {
         published: None,
         ..GridOptions::default()
     };
-    let run = simulate_grid_with_local(&sites, &[job(1, 1, 4, 50)], &local, tts, summary);
+    let run = simulate_grid_with_local(&sites, &[job(1, 1, 4, 50)], &local, &[], tts, summary);
     assert_eq!(run.jobs[0].start, Time(300), "{:?}", run.jobs);
     // Predicted from the coarse estimate: 900 s to wait, ends at 951.
     let p = run.prediction.unwrap();
     assert_eq!((p.mean_absolute, p.violations), (601.0, 0));
+}
+
+/// [AB-avail]'s Algorithm 2 in simulation: two 4-processor sites whose
+/// information the broker reuses for 1000 s. A local job takes all of `a`
+/// at 5, after the broker last read it; the grid job at 10 with a deadline
+/// reserves its slot at once on `a` (listed first), is refused (a
+/// violation), and reserves `b`'s instead, where it starts at 10. A job
+/// that cannot end by its deadline anywhere is unrouted.
+#[test]
+fn a_job_with_a_deadline_reserves_its_slot_and_a_gone_slot_is_a_violation() {
+    let sites = [site("a", 4, 1.0), site("b", 4, 1.0)];
+    let local = [SimJob {
+        partition: 0,
+        ..job(100, 5, 4, 100)
+    }];
+    let jobs = [job(1, 10, 4, 50), job(2, 20, 4, 50)];
+    let deadlines = [Some(Time(1000)), Some(Time(60))];
+    let tts = GridRouting::Broker {
+        objective: brokk_model::Objective::EarliestStart,
+        reserve_top_k: 0,
+    };
+    let options = GridOptions {
+        staleness: Staleness {
+            info_ttl: Duration(1000),
+            info_delay: Duration::ZERO,
+        },
+        ..GridOptions::default()
+    };
+    let run = simulate_grid_with_local(&sites, &jobs, &local, &deadlines, tts, options);
+    assert_eq!(run.jobs.len(), 1, "{:?}", run.jobs);
+    assert_eq!((run.jobs[0].id, run.jobs[0].start), (1, Time(10)));
+    assert_eq!((run.clusters[0].submitted, run.clusters[1].submitted), (1, 1));
+    assert_eq!(run.unrouted, 1);
+    let p = run.prediction.unwrap();
+    assert_eq!((p.jobs, p.violations), (1, 1));
+    // Two holds asked (a refused, b granted); none for the late job.
+    assert_eq!(run.messages.unwrap().reserve, 2);
+    // Without deadlines, the same job goes to a and waits there.
+    let run = simulate_grid_with_local(&sites, &jobs, &local, &[], tts, options);
+    assert_eq!(run.jobs[0].start, Time(105), "{:?}", run.jobs);
 }

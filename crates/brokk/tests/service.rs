@@ -1418,10 +1418,13 @@ fn asking_before_every_decision_costs_more_requests_than_information_two_seconds
     eprintln!("information requests: asking {asked}, two seconds' reuse {kept}");
 }
 
-/// [AB-avail]'s violation, live: a broker that reuses what a site said for
+/// [AB-avail]'s violations, live: a broker that reuses what a site said for
 /// a minute sends a 4-CPU job to a site that looked free, while the site's
-/// own user has just taken all of it for half a minute. The job starts
-/// that much later than predicted: counted as a violation, and still run.
+/// own user has just taken all of it for 25 s. The job starts that much
+/// later than predicted: counted as a violation, and still run. Then a
+/// job with a deadline, in the same case, asks for its slot at once: the
+/// site refuses it (counted), and the job reserves the site's next start,
+/// which still ends by the deadline, and runs in that reservation.
 #[test]
 fn a_site_taken_by_its_own_user_after_it_reported_makes_a_violation_and_the_job_still_runs() {
     let dir = scratch("violation");
@@ -1449,25 +1452,62 @@ fn a_site_taken_by_its_own_user_after_it_reported_makes_a_violation_and_the_job_
     );
     let svc = Service::start(&dir);
     let write = |name: &str, text: &str| written(&dir, name, text);
-    // A first job has the broker read the idle site.
-    let first = write(
-        "first.json",
-        r#"{"executable": "/bin/true", "cpus": 1, "wall_time": 5}"#,
+    let metrics = || {
+        reqwest::blocking::get(format!("{}/metrics", svc.server.url))
+            .unwrap()
+            .text()
+            .unwrap()
+    };
+    let info_requests = || {
+        let m = metrics();
+        m.lines()
+            .find_map(|l| l.strip_prefix("brokk_site_requests_total{kind=\"info\"} "))
+            .and_then(|n| n.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    // A short job, then the broker reads the idle site again (it asks a
+    // site where a job ended before its next decision): what it knows of
+    // the site is then a minute fresh. Counted from while the job runs,
+    // the next request for information is that one.
+    let short = write(
+        "short.json",
+        r#"{"executable": "/bin/sleep", "arguments": ["2"], "cpus": 1, "wall_time": 5}"#,
     );
-    let id = svc.json("tok-ann", &["submit", &first, "--json"])["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let done = common::wait_ended(&svc.server.url, "tok-ann", &id, Duration::from_secs(20));
-    assert_eq!(done["state"], "finished", "{done}");
-    // The site's own user takes all of it for 30 s, straight at the site.
-    let local = reqwest::blocking::Client::new()
-        .post(format!("{}/v1/jobs", site.url))
-        .bearer_auth("tok-lee")
-        .json(&serde_json::json!({"executable": "/bin/sleep", "arguments": ["30"], "cpus": 4, "wall_time": 60}))
-        .send()
-        .unwrap();
-    assert!(local.status().is_success(), "{}", local.text().unwrap());
+    let reads_the_idle_site = || {
+        let id = svc.json("tok-ann", &["submit", &short, "--json"])["id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let t = Instant::now();
+        while svc.json("tok-ann", &["status", &id, "--json"])["state"] != "running" {
+            assert!(t.elapsed() < Duration::from_secs(20), "{id} never ran");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let before = info_requests();
+        let done = common::wait_ended(&svc.server.url, "tok-ann", &id, Duration::from_secs(20));
+        assert_eq!(done["state"], "finished", "{done}");
+        let t = Instant::now();
+        while info_requests() <= before {
+            assert!(
+                t.elapsed() < Duration::from_secs(10),
+                "the site was not read again after the end"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    // The site's own user takes all of it for `secs`, straight at the site.
+    let taken_by_its_user = |secs: u32| {
+        let local = reqwest::blocking::Client::new()
+            .post(format!("{}/v1/jobs", site.url))
+            .bearer_auth("tok-lee")
+            .json(&serde_json::json!({"executable": "/bin/sleep", "arguments": [secs.to_string()], "cpus": 4, "wall_time": secs + 5}))
+            .send()
+            .unwrap();
+        assert!(local.status().is_success(), "{}", local.text().unwrap());
+    };
+    reads_the_idle_site();
+    // Longer than the 20 s a start may slip before it is a violation.
+    taken_by_its_user(25);
     // The broker, on what it read, predicts a start within seconds.
     let wide = write(
         "wide.json",
@@ -1480,9 +1520,36 @@ fn a_site_taken_by_its_own_user_after_it_reported_makes_a_violation_and_the_job_
     let done = common::wait_ended(&svc.server.url, "tok-ann", &id, Duration::from_secs(90));
     assert_eq!(done["state"], "finished", "{done}");
     assert!(done["predicted_tts"].as_i64().unwrap() <= 5, "{done}");
-    let metrics = reqwest::blocking::get(format!("{}/metrics", svc.server.url))
-        .unwrap()
-        .text()
+    let m = metrics();
+    assert!(m.contains("brokk_start_violations_total 1"), "{m}");
+    assert!(m.contains("brokk_slot_refusals_total 0"), "{m}");
+    // The same with a deadline five minutes away.
+    reads_the_idle_site();
+    taken_by_its_user(10);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
         .unwrap();
-    assert!(metrics.contains("brokk_start_violations_total 1"), "{metrics}");
+    let deadline = brokk_model::Time(now.as_secs() as i64 + 300);
+    let due = write(
+        "due.json",
+        &format!(r#"{{"executable": "/bin/true", "cpus": 4, "wall_time": 10, "deadline": "{deadline}"}}"#),
+    );
+    let id = svc.json("tok-ann", &["submit", &due, "--json"])["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let done = common::wait_ended(&svc.server.url, "tok-ann", &id, Duration::from_secs(90));
+    assert_eq!(done["state"], "finished", "{done}");
+    let sent = done["history"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|h| h["state"] == "dispatched")
+        .expect("dispatched");
+    assert!(sent["detail"].as_str().unwrap().contains("in reservation"), "{done}");
+    // Promised after the local job, and started as promised.
+    assert!(done["predicted_tts"].as_i64().unwrap() >= 10, "{done}");
+    let m = metrics();
+    assert!(m.contains("brokk_slot_refusals_total 1"), "{m}");
+    assert!(m.contains("brokk_start_violations_total 1\n"), "{m}");
 }

@@ -27,7 +27,8 @@
 //! hold there, and every other hold is given back ([`Effect::Release`]).
 //! A job with a deadline reserves the earliest slot that ends by it, one
 //! site at a time ([AB-avail]'s Algorithm 2): a refused slot is a
-//! violation, and the site's next possible start is tried among the rest.
+//! violation, and the site's next possible start is tried among the rest,
+//! up to one attempt per site and one more.
 //!
 //! A workflow's task is taken once its parents ended ([`BrokerCore::ready`])
 //! and sent into the reservation its workflow made for it.
@@ -452,6 +453,8 @@ struct Attempt {
     deadline: Option<Time>,
     /// Reservations such a job may still ask for.
     trials: usize,
+    /// The sites that refused it a slot.
+    refused: Vec<usize>,
 }
 
 impl Attempt {
@@ -1661,7 +1664,8 @@ impl BrokerCore {
             held: if reserving { vec![None; n] } else { Vec::new() },
             holding: holds.len(),
             deadline,
-            trials: self.sites.len(),
+            trials: slot_attempts(self.sites.len()),
+            refused: Vec::new(),
         };
         self.decisions += 1;
         if !reserving {
@@ -1802,6 +1806,7 @@ impl BrokerCore {
             }
             Ok(Reply::Rejected { next_start }) => {
                 self.refused_slots += 1;
+                a.refused.push(site);
                 self.sites[site].changed = true;
                 let again = next_start.and_then(|t| {
                     let r = self.jobs.get(id)?;
@@ -1864,12 +1869,14 @@ impl BrokerCore {
             self.undecided(id.to_string(), e, now);
             return;
         }
+        let n = slot_attempts(self.sites.len());
         for c in &a.candidates {
-            let why = format!(
-                "not asked: the job had {} reservation attempts, one per site",
-                self.sites.len()
-            );
-            let site = self.sites[a.site_of[c.index]].name.clone();
+            let at = a.site_of[c.index];
+            let why = match a.refused.contains(&at) {
+                true => format!("its slot was gone, and no attempt was left for the next ({n} made)"),
+                false => format!("not asked: {n} attempts were made first"),
+            };
+            let site = self.sites[at].name.clone();
             a.failed.push((site.clone(), SiteError::Refused { site, reason: why }));
         }
         let why = late_everywhere(deadline, &a.failed);
@@ -2042,6 +2049,14 @@ fn slot_ends_by(p: &Prediction, decided: Time, deadline: Time) -> Result<(), Str
         true => Ok(()),
         false => Err(format!("it would end at {end}, after its deadline ({deadline})")),
     }
+}
+
+/// How many slots a job with a deadline may try to reserve over `sites`
+/// sites: one per site, as [AB-avail]'s Algorithm 2, and one more, so that
+/// the next start the last refusal offers is not thrown away (with one
+/// site, the paper's count would never take the start its site offers).
+fn slot_attempts(sites: usize) -> usize {
+    sites + 1
 }
 
 /// Why a job with deadline `deadline` runs nowhere: each site's reason.
