@@ -252,6 +252,13 @@ impl SiteCore {
         self.feed.version()
     }
 
+    /// A number that grows with every change of what the site publishes
+    /// (a job's change, a reservation made, moved or given back): equal
+    /// twice, the site's information differs only by the time passed.
+    pub fn published_version(&self) -> u64 {
+        self.feed.version() + self.planner.changes()
+    }
+
     /// The effects of the operations so far, in order; the driver carries
     /// them out and the outbox starts empty again.
     pub fn drain(&mut self) -> Vec<Effect> {

@@ -46,6 +46,8 @@ pub struct Planner<P: Profile> {
     owners: Vec<Arc<str>>,
     owner_ids: HashMap<Arc<str>, u32>,
     next_id: u64,
+    /// Changes made to the schedule so far.
+    changes: u64,
 }
 
 impl<P: Profile> Planner<P> {
@@ -62,7 +64,26 @@ impl<P: Profile> Planner<P> {
             owners: Vec::new(),
             owner_ids: HashMap::default(),
             next_id: 1,
+            changes: 0,
         }
+    }
+
+    /// How many changes the schedule has had (a reservation made, moved,
+    /// cancelled, lapsed or restored): a consumer that saw this number
+    /// and sees it again knows the schedule is the same, but for time
+    /// having passed.
+    pub fn changes(&self) -> u64 {
+        self.changes
+    }
+
+    fn add_use(&mut self, start: i64, end: i64, amount: i32) {
+        self.changes += 1;
+        self.profile.add(start, end, amount);
+    }
+
+    fn remove_use(&mut self, start: i64, end: i64, amount: i32) {
+        self.changes += 1;
+        self.profile.remove(start, end, amount);
     }
 
     /// Units of the resource.
@@ -217,7 +238,7 @@ impl<P: Profile> Planner<P> {
         let placed = match self.fit(amount, d, e, l) {
             Some(s) => {
                 let (s, end) = self.profile.round(s, s + d);
-                self.profile.add(s, end, amount as i32);
+                self.add_use(s, end, amount as i32);
                 Some((s, end))
             }
             None => self.place_by_moving(amount, d, e, l),
@@ -270,23 +291,23 @@ impl<P: Profile> Planner<P> {
         candidates.sort_unstable();
         for (id, (lo, hi)) in candidates {
             let f = self.entries[&id];
-            self.profile.remove(f.start, f.end, f.amount as i32);
+            self.remove_use(f.start, f.end, f.amount as i32);
             if let Some(s) = self.fit(amount, d, e, l) {
                 let (s, end) = self.profile.round(s, s + d);
-                self.profile.add(s, end, amount as i32);
+                self.add_use(s, end, amount as i32);
                 let fd = f.end - f.start;
                 if let Some(fs) = self.fit(f.amount, fd, lo, hi) {
                     let (fs, fe) = self.profile.round(fs, fs + fd);
-                    self.profile.add(fs, fe, f.amount as i32);
+                    self.add_use(fs, fe, f.amount as i32);
                     if let Some(x) = self.entries.get_mut(&id) {
                         x.start = fs;
                         x.end = fe;
                     }
                     return Some((s, end));
                 }
-                self.profile.remove(s, end, amount as i32);
+                self.remove_use(s, end, amount as i32);
             }
-            self.profile.add(f.start, f.end, f.amount as i32);
+            self.add_use(f.start, f.end, f.amount as i32);
         }
         None
     }
@@ -305,7 +326,7 @@ impl<P: Profile> Planner<P> {
     pub fn cancel(&mut self, id: ReservationId) -> Result<Reservation, PlannerError> {
         let r = self.get(id).ok_or(PlannerError::Unknown(id))?;
         let e = self.entries.remove(&id.0).ok_or(PlannerError::Unknown(id))?;
-        self.profile.remove(e.start, e.end, e.amount as i32);
+        self.remove_use(e.start, e.end, e.amount as i32);
         if e.expires != COMMITTED {
             self.holds.remove(&(e.expires, id.0));
         }
@@ -330,11 +351,11 @@ impl<P: Profile> Planner<P> {
         if let Some(reason) = self.never(amount, d, lo, hi) {
             return Err(PlannerError::DoesNotFit(Reply::Never { reason }));
         }
-        self.profile.remove(old.start, old.end, old.amount as i32);
+        self.remove_use(old.start, old.end, old.amount as i32);
         match self.fit(amount, d, lo, hi) {
             Some(s) => {
                 let (s, end) = self.profile.round(s, s + d);
-                self.profile.add(s, end, amount as i32);
+                self.add_use(s, end, amount as i32);
                 if let Some(e) = self.entries.get_mut(&id.0) {
                     e.start = s;
                     e.end = end;
@@ -347,7 +368,7 @@ impl<P: Profile> Planner<P> {
             }
             None => {
                 let next_start = self.next_start(amount, d, hi);
-                self.profile.add(old.start, old.end, old.amount as i32);
+                self.add_use(old.start, old.end, old.amount as i32);
                 Err(PlannerError::DoesNotFit(Reply::Rejected { next_start }))
             }
         }
@@ -363,7 +384,7 @@ impl<P: Profile> Planner<P> {
             }
             self.holds.pop_first();
             if let Some(e) = self.entries.remove(&id) {
-                self.profile.remove(e.start, e.end, e.amount as i32);
+                self.remove_use(e.start, e.end, e.amount as i32);
                 self.flexible.remove(&id);
                 gone.push(ReservationId(id));
             }
@@ -391,7 +412,7 @@ impl<P: Profile> Planner<P> {
         if !fits {
             return Err(PlannerError::DoesNotFit(Reply::Rejected { next_start: None }));
         }
-        self.profile.add(s, e, r.amount as i32);
+        self.add_use(s, e, r.amount as i32);
         let owner = self.owner_id(&r.owner);
         let expires = match r.state {
             State::Committed => COMMITTED,

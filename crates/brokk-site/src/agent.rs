@@ -91,7 +91,13 @@ pub struct Agent {
     staging: Arc<crate::staging::Allowed>,
     /// Files uploaded for jobs' input.
     uploads: crate::uploads::Uploads,
+    /// Room for brokers' subscriptions to the site's information
+    /// ([`Agent::subscription`]): each holds a connection open.
+    subscriptions: Arc<tokio::sync::Semaphore>,
 }
+
+/// Subscriptions to a site's information that may be open at once.
+pub const MAX_SUBSCRIPTIONS: usize = 32;
 
 /// A stored job record if `who` owns it: someone else's job is forbidden,
 /// none is not found (`missing` says what).
@@ -266,6 +272,7 @@ impl Agent {
                 },
             ),
             config: Arc::new(config),
+            subscriptions: Arc::new(tokio::sync::Semaphore::new(MAX_SUBSCRIPTIONS)),
         };
         let commands = {
             let mut g = agent.lock().await;
@@ -510,6 +517,18 @@ impl Agent {
             lag: self.backend.lag(),
             availability,
         }
+    }
+
+    /// A number that changes whenever what [`Agent::info`] publishes does
+    /// but for the time passed ([`brokk_core::SiteCore::published_version`]).
+    pub async fn published_version(&self) -> u64 {
+        self.read().await.core.published_version()
+    }
+
+    /// Room for one more subscription to the site's information, held
+    /// while it is open; `None` when [`MAX_SUBSCRIPTIONS`] are.
+    pub fn subscription(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        self.subscriptions.clone().try_acquire_owned().ok()
     }
 
     /// `GET /v1/slots`: the site's free capacity over a span, computed now

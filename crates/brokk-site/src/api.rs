@@ -111,6 +111,75 @@ async fn info(State(agent): State<Agent>) -> Response {
     (status, Json(info)).into_response()
 }
 
+/// `GET /v1/info/stream`'s query, read field by field so that a bad value
+/// is refused naming its field.
+#[derive(Deserialize)]
+struct StreamQuery {
+    every: Option<String>,
+    on_change: Option<String>,
+}
+
+/// How often a subscription looks for a change of the site's information.
+const CHANGE_CHECK: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// The least time between two pushes a change makes: a burst of changes
+/// is one push.
+const CHANGE_GAP: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// `GET /v1/info/stream?every=SECONDS&on_change=BOOL`: the site's
+/// information (`/v1/info`'s body) pushed as server-sent `info` events at
+/// once, then at least every `every` seconds (default 60) and, unless
+/// `on_change=false`, within a second of any change of what it says (a
+/// job's, a reservation's): [AB-avail]'s publication to a gateway, which
+/// then need not ask. At most [`crate::agent::MAX_SUBSCRIPTIONS`] are
+/// open at once (503 beyond).
+async fn info_stream(State(agent): State<Agent>, Query(q): Query<StreamQuery>) -> Result<Response, ApiError> {
+    use axum::response::sse::{Event, KeepAlive, Sse};
+    let bad = |field: &str, e: String| error(StatusCode::BAD_REQUEST, format!("{field}: {e}"));
+    let every = match q.every.as_deref() {
+        None => brokk_model::Duration(60),
+        Some(v) => match v.trim().parse::<i64>() {
+            Ok(n) => brokk_model::Duration(n),
+            Err(_) => brokk_model::Duration::parse_human(v).map_err(|e| bad("every", e))?,
+        },
+    };
+    if every.0 < 1 {
+        return Err(bad("every", format!("at least a second, not {} s", every.0)));
+    }
+    let on_change = match q.on_change.as_deref() {
+        None | Some("true") => true,
+        Some("false") => false,
+        Some(v) => return Err(bad("on_change", format!("`{v}` is neither true nor false"))),
+    };
+    let permit = agent.subscription().ok_or_else(|| {
+        error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("{} subscriptions are open already", crate::agent::MAX_SUBSCRIPTIONS),
+        )
+    })?;
+    let every = std::time::Duration::from_secs(every.0.unsigned_abs());
+    // (agent, its subscription, when and at which version it last pushed)
+    let first = (agent, permit, None::<(tokio::time::Instant, u64)>);
+    let events = futures_util::stream::unfold(first, move |(agent, permit, last)| async move {
+        if let Some((at, seen)) = last {
+            loop {
+                tokio::time::sleep(CHANGE_CHECK).await;
+                let due = at.elapsed() >= every;
+                let changed = on_change && at.elapsed() >= CHANGE_GAP && agent.published_version().await != seen;
+                if due || changed {
+                    break;
+                }
+            }
+        }
+        let version = agent.published_version().await;
+        let info = agent.info().await;
+        let event = Event::default().event("info").json_data(info);
+        Some((event, (agent, permit, Some((tokio::time::Instant::now(), version)))))
+    });
+    let keep_alive = KeepAlive::new().interval(std::time::Duration::from_secs(10));
+    Ok(Sse::new(events).keep_alive(keep_alive).into_response())
+}
+
 /// `GET /v1/slots`'s query, read field by field so that a bad value is
 /// refused naming its field.
 #[derive(Deserialize)]
@@ -388,6 +457,7 @@ pub fn router(agent: Agent) -> Router {
     let limit = agent.config().max_body_bytes;
     let v1 = Router::new()
         .route("/v1/info", get(info))
+        .route("/v1/info/stream", get(info_stream))
         .route("/v1/probe", post(probe))
         .route("/v1/slots", get(slots))
         .route("/v1/reservations", post(reserve))

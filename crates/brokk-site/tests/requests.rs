@@ -164,3 +164,85 @@ fn a_bad_slots_query_is_refused_naming_its_field() {
     assert_eq!(ranges[0]["end"], body["until"]);
     let _ = std::fs::remove_dir_all(agent.config().workdir.parent().unwrap());
 }
+
+/// A subscription to the site's information: a bad query is refused
+/// naming its field; a good one pushes the information at once, then
+/// within about a second of a change (a reservation made), and with
+/// `on_change=false` nothing before its interval.
+#[test]
+fn the_sites_information_is_pushed_at_once_and_on_change() {
+    use futures_util::StreamExt;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let agent = agent(&rt);
+    let call = |method: Method, uri: &str, body: &str| {
+        let req = Request::builder()
+            .method(method)
+            .uri(uri)
+            .header("authorization", "Bearer tok")
+            .header("content-type", "application/json")
+            .body(Body::from(body.to_string()))
+            .unwrap();
+        rt.block_on(api::router(agent.clone()).oneshot(req)).unwrap()
+    };
+    for (uri, field) in [
+        ("/v1/info/stream?every=0", "every:"),
+        ("/v1/info/stream?every=-5", "every:"),
+        ("/v1/info/stream?every=soon", "every:"),
+        ("/v1/info/stream?on_change=maybe", "on_change:"),
+    ] {
+        let resp = call(Method::GET, uri, "");
+        assert_eq!(resp.status().as_u16(), 400, "{uri}");
+        let bytes = rt.block_on(axum::body::to_bytes(resp.into_body(), 1 << 20)).unwrap();
+        let body: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        assert!(body["error"].as_str().unwrap().starts_with(field), "{uri}: {body}");
+    }
+    // The next `info` event of a stream within `within`, as JSON.
+    let next = |events: &mut axum::body::BodyDataStream, within: std::time::Duration| {
+        rt.block_on(async {
+            let mut text = String::new();
+            loop {
+                let chunk = tokio::time::timeout(within, events.next()).await.ok()??.ok()?;
+                text.push_str(std::str::from_utf8(&chunk).ok()?);
+                if let Some(end) = text.find("\n\n") {
+                    let event = &text[..end];
+                    if event.contains("event: info") {
+                        let data = event.lines().find_map(|l| l.strip_prefix("data: "))?;
+                        return serde_json::from_str::<serde_json::Value>(data).ok();
+                    }
+                    text.drain(..end + 2);
+                }
+            }
+        })
+    };
+    let reserve = |amount: u32| {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap();
+        let at = brokk_model::Time(now.as_secs() as i64 + 3600).to_string();
+        let body = serde_json::json!({"amount": amount, "duration": 3600, "earliest": at, "latest": at});
+        let resp = call(Method::POST, "/v1/reservations", &body.to_string());
+        assert!(resp.status().is_success(), "{}", resp.status());
+    };
+    let wait = std::time::Duration::from_secs(3);
+    let resp = call(Method::GET, "/v1/info/stream?every=3600", "");
+    assert_eq!(resp.status().as_u16(), 200);
+    assert_eq!(resp.headers()["content-type"], "text/event-stream");
+    let mut pushed = resp.into_body().into_data_stream();
+    let first = next(&mut pushed, wait).expect("the information at once");
+    assert_eq!(
+        (first["name"].as_str(), first["capacity"].as_u64()),
+        (Some("t"), Some(8))
+    );
+    let quiet = call(Method::GET, "/v1/info/stream?every=3600&on_change=false", "");
+    let mut quiet = quiet.into_body().into_data_stream();
+    assert!(next(&mut quiet, wait).is_some());
+    // A change: pushed to the first, not to the one that asked for none.
+    reserve(8);
+    let after = next(&mut pushed, wait).expect("pushed on change");
+    assert_ne!(after["availability"], first["availability"], "{after}");
+    assert!(next(&mut quiet, std::time::Duration::from_millis(1500)).is_none());
+    let _ = std::fs::remove_dir_all(agent.config().workdir.parent().unwrap());
+}
