@@ -222,6 +222,29 @@ impl RemoteSite {
     }
 }
 
+/// What an agent's information (`/v1/info`'s body, or one event of
+/// `/v1/info/stream`) says of the site at `endpoint`.
+pub fn resource_info(endpoint: &str, v: InfoView) -> ResourceInfo {
+    ResourceInfo {
+        endpoint: endpoint.to_string(),
+        name: v.name,
+        benchmarks: v.benchmarks,
+        total_slots: v.capacity,
+        free_slots: v.free_now,
+        used_slots: v.capacity.saturating_sub(v.free_now),
+        running_jobs: v.running,
+        waiting_jobs: v.waiting,
+        estimated_wait: Some(v.estimated_wait),
+        bandwidth_bytes_per_s: v.bandwidth_bytes_per_s,
+        reservations: v.reservations,
+        shares: v.shares,
+        health: v.health,
+        lag: (!v.lag.is_zero()).then_some(v.lag),
+        availability: v.availability,
+        ..ResourceInfo::default()
+    }
+}
+
 /// How long a file download may take as a whole: outputs can be large.
 const FILE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3600);
 
@@ -245,24 +268,7 @@ impl Site for RemoteSite {
             return Err(self.fail(resp));
         }
         let v: InfoView = self.json(resp)?;
-        Ok(ResourceInfo {
-            endpoint: self.endpoint.clone(),
-            name: v.name,
-            benchmarks: v.benchmarks,
-            total_slots: v.capacity,
-            free_slots: v.free_now,
-            used_slots: v.capacity.saturating_sub(v.free_now),
-            running_jobs: v.running,
-            waiting_jobs: v.waiting,
-            estimated_wait: Some(v.estimated_wait),
-            bandwidth_bytes_per_s: v.bandwidth_bytes_per_s,
-            reservations: v.reservations,
-            shares: v.shares,
-            health: v.health,
-            lag: (!v.lag.is_zero()).then_some(v.lag),
-            availability: v.availability,
-            ..ResourceInfo::default()
-        })
+        Ok(resource_info(&self.endpoint, v))
     }
 
     fn probe(&self, req: &Request, k: usize) -> Result<Vec<Candidate>, SiteError> {

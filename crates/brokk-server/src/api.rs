@@ -458,6 +458,7 @@ async fn metrics(State(app): State<App>) -> Result<Response, ApiError> {
         ("brokk_decisions_total", &c.decisions),
         ("brokk_jobs_undispatchable_total", &c.undispatchable),
         ("brokk_site_errors_total", &c.site_errors),
+        ("brokk_info_pushes_total", &c.info_pushes),
     ] {
         let _ = writeln!(out, "# TYPE {name} counter\n{name} {}", v.load(Ordering::Relaxed));
     }

@@ -27,6 +27,7 @@
 //! name = "alpha"
 //! url = "http://127.0.0.1:8441"
 //! token = "the broker's token there"
+//! push_every_s = 60                  # optional: the site pushes its information (at least this often, and on change)
 //! [[embedded]]                       # started by the broker itself
 //! name = "small"
 //! capacity = 4
@@ -240,6 +241,11 @@ pub struct RemoteSiteConfig {
     pub url: String,
     /// The broker's token at that agent.
     pub token: String,
+    /// Subscribe to the site's information (`/v1/info/stream`), which it
+    /// then pushes at least this often, in seconds, and within a second
+    /// of every change; the broker asks it only while the subscription is
+    /// down. Absent: asked as `info_ttl_ms` says.
+    pub push_every_s: Option<u64>,
 }
 
 /// An embedded site.
@@ -376,6 +382,9 @@ impl Config {
             for d in e.stage_in_dirs.iter_mut().chain(e.stage_out_dirs.iter_mut()) {
                 *d = base.join(&*d);
             }
+        }
+        if let Some(s) = c.sites.iter().find(|s| s.push_every_s == Some(0)) {
+            return Err(err(format!("[[sites]] {}: push_every_s must be at least 1", s.name)));
         }
         if c.sites.is_empty() && c.embedded.is_empty() && c.discovery.is_none() {
             return Err(err("no sites: add [[sites]], [[embedded]] or [discovery]".into()));

@@ -228,6 +228,13 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
             }
         }
     });
+    // Sites that push their information, each followed by a task of its own.
+    for s in config.sites.iter() {
+        if let Some(every) = s.push_every_s {
+            let (f, name, url, token) = (service.clone(), s.name.clone(), s.url.clone(), s.token.clone());
+            tokio::spawn(async move { f.follow_pushes(name, url, token, every).await });
+        }
+    }
     let p = service.clone();
     tokio::spawn(async move {
         let mut every = tokio::time::interval(std::time::Duration::from_millis(250));

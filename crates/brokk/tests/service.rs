@@ -1553,3 +1553,89 @@ fn a_site_taken_by_its_own_user_after_it_reported_makes_a_violation_and_the_job_
     assert!(m.contains("brokk_slot_refusals_total 1"), "{m}");
     assert!(m.contains("brokk_start_violations_total 1\n"), "{m}");
 }
+
+/// [AB-avail]'s publication, live: a site the broker subscribes to pushes
+/// its information on change, so the broker knows of what the site's own
+/// user did without asking: a 4-CPU job submitted after the site's user
+/// took the whole site is predicted to wait for it, and the site is never
+/// asked while its stream is up.
+#[test]
+fn a_subscribed_site_pushes_its_changes_and_is_not_asked() {
+    let dir = scratch("pushed");
+    let site_dir = dir.join("site");
+    std::fs::create_dir_all(&site_dir).unwrap();
+    common::write_private(
+        &site_dir.join("site.toml"),
+        "name = \"a\"\ncapacity = 4\ndatabase = \"site.db\"\nworkdir = \"jobs\"\nkill_grace = 1\n\
+         [tokens]\n\"tok-broker\" = \"broker\"\n\"tok-lee\" = \"lee\"\n",
+    );
+    let site = common::spawn_listening(
+        std::process::Command::new(env!("CARGO_BIN_EXE_brokk"))
+            .args(["site", "--config"])
+            .arg(site_dir.join("site.toml"))
+            .stderr(std::process::Stdio::null()),
+    );
+    common::write_private(
+        &dir.join("broker.toml"),
+        &format!(
+            "database = \"broker.db\"\nstate_dir = \"sites\"\ninfo_ttl_ms = 1000\n\
+             [tokens]\n\"tok-ann\" = \"ann\"\n\
+             [[sites]]\nname = \"a\"\nurl = \"{}\"\ntoken = \"tok-broker\"\npush_every_s = 3600\n",
+            site.url
+        ),
+    );
+    let svc = Service::start(&dir);
+    let metric = |name: &str| {
+        let m = reqwest::blocking::get(format!("{}/metrics", svc.server.url))
+            .unwrap()
+            .text()
+            .unwrap();
+        m.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    let pushes_after = |n: u64| {
+        let t = Instant::now();
+        while metric("brokk_info_pushes_total") <= n {
+            assert!(t.elapsed() < Duration::from_secs(10), "no push after {n}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    pushes_after(0);
+    let asked = metric("brokk_site_requests_total{kind=\"info\"}");
+    let write = |name: &str, text: &str| written(&dir, name, text);
+    let short = write(
+        "short.json",
+        r#"{"executable": "/bin/true", "cpus": 1, "wall_time": 5}"#,
+    );
+    let id = svc.json("tok-ann", &["submit", &short, "--json"])["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let done = common::wait_ended(&svc.server.url, "tok-ann", &id, Duration::from_secs(20));
+    assert_eq!(done["state"], "finished", "{done}");
+    // The site's own user takes all of it; the site pushes the change.
+    let pushed = metric("brokk_info_pushes_total");
+    let local = reqwest::blocking::Client::new()
+        .post(format!("{}/v1/jobs", site.url))
+        .bearer_auth("tok-lee")
+        .json(&serde_json::json!({"executable": "/bin/sleep", "arguments": ["8"], "cpus": 4, "wall_time": 10}))
+        .send()
+        .unwrap();
+    assert!(local.status().is_success(), "{}", local.text().unwrap());
+    pushes_after(pushed);
+    let wide = write(
+        "wide.json",
+        r#"{"executable": "/bin/true", "cpus": 4, "wall_time": 10}"#,
+    );
+    let id = svc.json("tok-ann", &["submit", &wide, "--json"])["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let done = common::wait_ended(&svc.server.url, "tok-ann", &id, Duration::from_secs(60));
+    assert_eq!(done["state"], "finished", "{done}");
+    assert!(done["predicted_tts"].as_i64().unwrap() >= 5, "{done}");
+    assert_eq!(metric("brokk_start_violations_total"), 0);
+    // Never asked while it pushed.
+    assert_eq!(metric("brokk_site_requests_total{kind=\"info\"}"), asked);
+}

@@ -364,6 +364,9 @@ struct SiteSlot {
     /// The broker changed the site since (a job went elsewhere than
     /// counted, or it refused one): asked again before the next decision.
     changed: bool,
+    /// The site pushes its information as it changes ([`BrokerCore::pushed`]):
+    /// it is not asked.
+    pushed: bool,
 }
 
 /// A job the core holds: its record, its description and preferences.
@@ -598,6 +601,7 @@ impl BrokerCore {
                     taken: None,
                     asked: false,
                     changed: false,
+                    pushed: false,
                 })
                 .collect(),
             infos: vec![ResourceInfo::default(); n],
@@ -1201,6 +1205,7 @@ impl BrokerCore {
             taken: None,
             asked: false,
             changed: false,
+            pushed: false,
         });
         self.infos.push(ResourceInfo::default());
         self.at_site.push(HashMap::new());
@@ -1253,10 +1258,14 @@ impl BrokerCore {
 
     /// Asks for the information of every site that needs it at `now`
     /// ([`Effect::Fetch`]): never asked, changed by the broker, or older
-    /// than the time-to-live; a site already being asked is not asked twice.
+    /// than the time-to-live; a site already being asked is not asked
+    /// twice, and one that pushes its information is not asked.
     pub fn stale(&mut self, now: Time) {
         let ttl = self.params.info_ttl;
         for (k, s) in self.sites.iter_mut().enumerate() {
+            if s.pushed && s.answer.is_some() {
+                continue;
+            }
             let old = s.taken.is_none_or(|t| ttl.0 == 0 || now - t >= ttl);
             if !s.asked && (s.answer.is_none() || s.changed || old) {
                 s.asked = true;
@@ -1264,6 +1273,16 @@ impl BrokerCore {
                 s.taken = Some(now);
                 self.outbox.push(Effect::Fetch { site: k });
             }
+        }
+    }
+
+    /// Whether site `site` pushes its information to the broker as it
+    /// changes and at an interval ([AB-avail]'s publication): while it
+    /// does, its pushes come in as [`BrokerCore::informed`] and it is
+    /// never asked; once its stream is down it is asked again as any site.
+    pub fn pushed(&mut self, site: usize, on: bool) {
+        if let Some(s) = self.sites.get_mut(site) {
+            s.pushed = on;
         }
     }
 

@@ -1509,3 +1509,33 @@ fn a_job_that_cannot_end_by_its_deadline_fails_with_every_sites_reason() {
     assert!(why.contains("its slot was gone"), "{why}");
     assert!(b.job("j2").is_none());
 }
+
+#[test]
+fn a_site_that_pushes_its_information_is_not_asked_until_its_stream_is_down() {
+    let mut b = broker(BrokerParams {
+        info_ttl: Duration(60),
+        ..params()
+    });
+    b.pushed(0, true);
+    // Long after the time-to-live, only b is asked.
+    b.stale(Time(1000));
+    assert_eq!(b.drain().collect::<Vec<_>>(), [Effect::Fetch { site: 1 }]);
+    // A push is the site's answer: the job is decided on it.
+    b.informed(
+        0,
+        Ok(ResourceInfo {
+            free_slots: 0,
+            ..site("a", 4)
+        }),
+        Time(1000),
+    );
+    b.informed(1, Ok(site("b", 4)), Time(1000));
+    b.accept(Time(1000), "ann", vec![job("j1", 4)]).unwrap();
+    b.decide(Time(1000), 1);
+    assert_eq!(sends(&mut b), [("j1".to_string(), 1)]);
+    // The stream is down: asked again.
+    b.pushed(0, false);
+    b.stale(Time(2000));
+    let asked: Vec<Effect> = b.drain().filter(|e| matches!(e, Effect::Fetch { .. })).collect();
+    assert_eq!(asked, [Effect::Fetch { site: 0 }, Effect::Fetch { site: 1 }]);
+}

@@ -29,6 +29,7 @@ mod files;
 mod follow;
 mod holds;
 pub mod parsing;
+mod pushed;
 mod reservations;
 mod sites;
 mod turns;
@@ -84,6 +85,8 @@ pub struct Counters {
     pub undispatchable: AtomicU64,
     /// Calls to sites that failed.
     pub site_errors: AtomicU64,
+    /// Pushes of their information the sites made.
+    pub info_pushes: AtomicU64,
     /// Submit latency histogram: counts per bucket of [`LATENCY_BUCKETS`], then the sum in microseconds.
     pub submit_latency: [AtomicU64; LATENCY_BUCKETS.len() + 2],
 }

@@ -103,6 +103,19 @@ impl SiteInfo {
         }
     }
 
+    /// Keeps what `site` pushed at `taken` (by the wall clock) as its
+    /// answer, and tells the core it pushes (or, `answer` being `None`,
+    /// that its stream is down: it is asked again).
+    pub(super) fn pushed(&self, site: &str, answer: Option<&Answer>, taken: Time) {
+        if let Some(answer) = answer {
+            self.store(site, answer, std::time::Instant::now(), taken);
+        }
+        let mut core = self.core.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(k) = core.site_position(site) {
+            core.pushed(k, answer.is_some());
+        }
+    }
+
     /// Keeps what `site` answered when asked at `asked` (`taken` by the
     /// wall clock), in the cache and in the core.
     fn store(&self, site: &str, answer: &Answer, asked: std::time::Instant, taken: Time) {
