@@ -29,7 +29,7 @@ use serde::Deserialize;
 use crate::cluster::{from_swf, Estimates, Outcome, Policy, SimJob};
 use crate::grid::{simulate_grid_with_local, Adaptation, GridOptions, GridRouting, PredictionError, Staleness};
 use crate::lublin;
-use crate::metrics::{by_size, by_user, summary, Horizon, Summary, DEFAULT_BOUND};
+use crate::metrics::{by_size, by_user, summary, Horizon, Summary, Window, DEFAULT_BOUND};
 use crate::orders::{OrderMaker, Orders};
 use crate::platform::{clusters_from_partitions, simulate_platform, ClusterRun, ClusterSpec, PlatformRun, Routing};
 use crate::swf::SwfJob;
@@ -330,6 +330,11 @@ pub struct MetricsSpec {
     /// jobs and the sites' own (`improvement` in the JSON report).
     #[serde(default)]
     pub base: Option<String>,
+    /// How long after the first arrival the measured period starts
+    /// (`14d`: [AB-avail] leaves out its first two weeks); jobs that
+    /// arrive earlier are a warm-up and count in no figure.
+    #[serde(default)]
+    pub warmup: Option<String>,
 }
 
 fn default_bound() -> i64 {
@@ -342,6 +347,7 @@ impl Default for MetricsSpec {
             bound: default_bound(),
             horizon: Horizon::default(),
             base: None,
+            warmup: None,
         }
     }
 }
@@ -385,6 +391,8 @@ pub struct Prepared {
     /// ([`DeadlineSpec`]): every series of a point reads the same ones,
     /// and the base run behind them is made once.
     deadlines: DeadlineCache,
+    /// `metrics.warmup`, read.
+    warmup: Option<Duration>,
 }
 
 /// Deadlines by (offered load's bits, seed).
@@ -447,9 +455,8 @@ pub struct PointResult {
     pub local_jobs: Vec<Outcome>,
     /// Every cluster's outcomes.
     pub runs: Vec<ClusterRun>,
-    /// Where the measured period ends: the steady-state rule's last arrival,
-    /// none when every job counts.
-    pub cut: Option<Time>,
+    /// The measured period ([`Window`]).
+    pub cut: Window,
     /// All clusters together, per user.
     pub by_user: Vec<(i64, Summary)>,
     /// All clusters together, per size class.
@@ -466,8 +473,8 @@ pub struct Baseline {
     pub overall: Summary,
     /// When each job ran.
     pub outcomes: Vec<Outcome>,
-    /// Where the measured period ends, as for the simulated points.
-    pub cut: Option<Time>,
+    /// The measured period, as for the simulated points.
+    pub cut: Window,
 }
 
 /// Reads and checks an experiment file, loading its trace.
@@ -657,6 +664,12 @@ pub fn prepare_with_orders(
             );
         }
     }
+    let warmup = match spec.metrics.warmup.as_deref().map(Duration::parse_human) {
+        None => None,
+        Some(Ok(d)) if d.0 > 0 => Some(d),
+        Some(Ok(_)) => return invalid("metrics.warmup must be longer than zero".into()),
+        Some(Err(e)) => return invalid(format!("metrics.warmup: {e}")),
+    };
     if let Some(d) = spec.workload.deadlines {
         if !(d.share > 0.0 && d.share <= 1.0 && d.stringency >= 1.0 && d.stringency.is_finite()) {
             return invalid(format!(
@@ -763,6 +776,7 @@ pub fn prepare_with_orders(
         trace,
         header,
         deadlines: DeadlineCache::default(),
+        warmup,
     })
 }
 
@@ -981,13 +995,16 @@ impl Prepared {
             .collect()
     }
 
-    /// Where the measured period of `jobs` ends: the last arrival under the
-    /// steady-state rule, none when every job counts.
-    fn cut(&self, jobs: &[SimJob]) -> Option<Time> {
-        match self.spec.metrics.horizon {
+    /// The measured period of `jobs`: from the end of the warm-up after
+    /// their first arrival, to their last arrival under the steady-state
+    /// rule (no end when every job counts).
+    fn cut(&self, jobs: &[SimJob]) -> Window {
+        let to = match self.spec.metrics.horizon {
             Horizon::SteadyState => jobs.iter().map(|j| j.submit).max().or(Some(Time::EPOCH)),
             Horizon::CoolDown => None,
-        }
+        };
+        let from = self.warmup.and_then(|w| Some(jobs.iter().map(|j| j.submit).min()? + w));
+        Window { from, to }
     }
 
     /// The trace's own schedule ("as recorded"): each job the simulator
@@ -1103,13 +1120,19 @@ impl Prepared {
             .clusters
             .iter()
             .map(|c| {
-                let s = summary(&c.outcomes, c.submitted, c.spec.procs, cut, bound);
+                // Those of its jobs that never ran count as submitted.
+                let warm = c.outcomes.len() - cut.arrived(&c.outcomes);
+                let s = summary(&c.outcomes, c.submitted - warm, c.spec.procs, cut, bound);
                 (c.spec.name.clone(), s)
             })
             .collect();
         // Jobs the trace record could not describe (no size or run time) never
         // reach the simulator; they count as submitted but never finished.
-        let submitted = records.len();
+        let submitted = match cut.from {
+            None => records.len(),
+            Some(f) => records.iter().filter(|r| Time(r.submit) >= f).count(),
+        };
+        let local_submitted = local.iter().filter(|j| cut.from.is_none_or(|f| j.submit >= f)).count();
         let procs = self.total_procs();
         let overall = summary(&all, submitted, procs, cut, bound);
         Ok(PointResult {
@@ -1127,7 +1150,7 @@ impl Prepared {
             coallocated,
             prediction,
             messages,
-            local: (!local.is_empty()).then(|| summary(&local_ran, local.len(), procs, cut, bound)),
+            local: (!local.is_empty()).then(|| summary(&local_ran, local_submitted, procs, cut, bound)),
             jobs: all,
             local_jobs: local_ran,
             runs: run.clusters,

@@ -107,8 +107,9 @@ pub struct JobRow {
     pub response: i64,
     /// Bounded slowdown under the experiment's bound.
     pub bounded_slowdown: f64,
-    /// Whether the job counts in the means: it ended within the measured
-    /// period (always, unless the steady-state rule cut it off).
+    /// Whether the job counts in the means: it arrived after the warm-up
+    /// and ended within the measured period (always, unless a warm-up or
+    /// the steady-state rule left it out).
     pub counted: bool,
 }
 
@@ -191,7 +192,7 @@ fn each_row(prepared: &Prepared, results: &[PointResult], baseline: Option<&Base
         bounded_slowdown: 0.0,
         counted: false,
     };
-    let mut fill = |row: &mut JobRow, o: &crate::cluster::Outcome, cut: Option<brokk_model::Time>| {
+    let mut fill = |row: &mut JobRow, o: &crate::cluster::Outcome, cut: crate::metrics::Window| {
         let m = job(o, bound);
         row.job = o.id;
         row.user = o.user;
@@ -202,7 +203,7 @@ fn each_row(prepared: &Prepared, results: &[PointResult], baseline: Option<&Base
         row.wait = m.wait.0;
         row.response = m.response.0;
         row.bounded_slowdown = m.bounded_slowdown;
-        row.counted = cut.is_none_or(|c| o.end <= c);
+        row.counted = cut.counts(o);
         f(row);
     };
     for r in results {

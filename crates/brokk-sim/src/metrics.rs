@@ -40,8 +40,8 @@ pub fn job(o: &Outcome, bound: Duration) -> JobMetrics {
 /// job found in both runs (by id, ended by `cut` in both), `(s_base -
 /// s_new) / min(s_base, s_new)` of its bounded slowdowns, averaged;
 /// positive when `new` does better. `None` when no job is in both.
-pub fn improvement(base: &[Outcome], new: &[Outcome], cut: Option<Time>, bound: Duration) -> Option<f64> {
-    let ended = |o: &&Outcome| cut.is_none_or(|c| o.end <= c);
+pub fn improvement(base: &[Outcome], new: &[Outcome], cut: Window, bound: Duration) -> Option<f64> {
+    let ended = |o: &&Outcome| cut.counts(o);
     let before: std::collections::HashMap<i64, f64> = base
         .iter()
         .filter(ended)
@@ -115,14 +115,17 @@ pub struct Summary {
     pub utilization: f64,
 }
 
-/// Summarises `outcomes` of `submitted` jobs run on `procs` processors. With
-/// `cut` (the steady-state rule's last arrival) only jobs ending by it count as
-/// finished and utilization counts work up to it.
-pub fn summary(outcomes: &[Outcome], submitted: usize, procs: u32, cut: Option<Time>, bound: Duration) -> Summary {
-    let finished: Vec<&Outcome> = outcomes.iter().filter(|o| cut.is_none_or(|c| o.end <= c)).collect();
+/// Summarises `outcomes` of `submitted` jobs run on `procs` processors,
+/// over the measured period `cut` ([`Window`]): only the jobs it counts are
+/// finished, and utilization counts the work done inside it.
+pub fn summary(outcomes: &[Outcome], submitted: usize, procs: u32, cut: Window, bound: Duration) -> Summary {
+    let finished: Vec<&Outcome> = outcomes.iter().filter(|o| cut.counts(o)).collect();
     let n = finished.len();
-    let first = outcomes.iter().map(|o| o.submit).min().unwrap_or(Time::EPOCH);
-    let last = match cut {
+    let first = match cut.from {
+        Some(f) => f,
+        None => outcomes.iter().map(|o| o.submit).min().unwrap_or(Time::EPOCH),
+    };
+    let last = match cut.to {
         Some(c) => c,
         None => outcomes.iter().map(|o| o.end).max().unwrap_or(first),
     };
@@ -139,7 +142,7 @@ pub fn summary(outcomes: &[Outcome], submitted: usize, procs: u32, cut: Option<T
     let [wait_p50, wait_p90, wait_p99] = column(&|m| m.wait.0 as f64);
     let [response_p50, response_p90, response_p99] = column(&|m| m.response.0 as f64);
     let [bounded_slowdown_p50, bounded_slowdown_p90, bounded_slowdown_p99] = column(&|m| m.bounded_slowdown);
-    let work_until = |o: &Outcome, end: Time| (o.end.min(end) - o.start).0.max(0) as f64 * f64::from(o.size);
+    let work_until = |o: &Outcome, end: Time| (o.end.min(end) - o.start.max(first)).0.max(0) as f64 * f64::from(o.size);
     let used: f64 = outcomes.iter().map(|o| work_until(o, last)).sum();
     let makespan = (last - first).0.max(0);
     Summary {
@@ -163,7 +166,10 @@ pub fn summary(outcomes: &[Outcome], submitted: usize, procs: u32, cut: Option<T
         bounded_slowdown_p50,
         bounded_slowdown_p90,
         bounded_slowdown_p99,
-        goodput: finished.iter().map(|o| work_until(o, o.end)).sum(),
+        goodput: finished
+            .iter()
+            .map(|o| (o.end - o.start).0.max(0) as f64 * f64::from(o.size))
+            .sum(),
         makespan,
         utilization: if makespan > 0 && procs > 0 {
             used / (makespan as f64 * f64::from(procs))
@@ -183,19 +189,49 @@ pub const SIZE_CLASSES: [(u32, &str); 6] = [
     (u32::MAX, ">256"),
 ];
 
+/// The measured period of a run: the jobs that arrived at or after `from`
+/// (a warm-up before it is left out, as [AB-avail] leaves out its first
+/// two weeks) and ended by `to` (the steady-state rule's last arrival);
+/// utilization is measured between the two.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Window {
+    /// The first arrival that counts; `None`: the first of all.
+    pub from: Option<Time>,
+    /// The last end that counts; `None`: every end.
+    pub to: Option<Time>,
+}
+
+impl Window {
+    /// Every job, however late it ends.
+    pub const ALL: Window = Window { from: None, to: None };
+
+    /// Whether job `o` counts in the figures.
+    pub fn counts(&self, o: &Outcome) -> bool {
+        self.from.is_none_or(|f| o.submit >= f) && self.to.is_none_or(|t| o.end <= t)
+    }
+
+    /// How many of `outcomes` arrived in the measured period.
+    pub fn arrived(&self, outcomes: &[Outcome]) -> usize {
+        match self.from {
+            None => outcomes.len(),
+            Some(f) => outcomes.iter().filter(|o| o.submit >= f).count(),
+        }
+    }
+}
+
 /// [`summary`] per user (ascending ids; -1 for unknown), each over the
 /// user's jobs; utilization is the user's share of the whole platform.
-pub fn by_user(outcomes: &[Outcome], procs: u32, cut: Option<Time>, bound: Duration) -> Vec<(i64, Summary)> {
+pub fn by_user(outcomes: &[Outcome], procs: u32, cut: Window, bound: Duration) -> Vec<(i64, Summary)> {
     let mut sorted: Vec<Outcome> = outcomes.to_vec();
     sorted.sort_by_key(|o| o.user);
     sorted
         .chunk_by(|a, b| a.user == b.user)
-        .map(|group| (group[0].user, summary(group, group.len(), procs, cut, bound)))
+        .map(|group| (group[0].user, summary(group, cut.arrived(group), procs, cut, bound)))
         .collect()
 }
 
 /// [`summary`] per size class of [`SIZE_CLASSES`] that has jobs.
-pub fn by_size(outcomes: &[Outcome], procs: u32, cut: Option<Time>, bound: Duration) -> Vec<(&'static str, Summary)> {
+pub fn by_size(outcomes: &[Outcome], procs: u32, cut: Window, bound: Duration) -> Vec<(&'static str, Summary)> {
     let class = |size: u32| SIZE_CLASSES.iter().position(|&(max, _)| size <= max).unwrap_or(0);
     let mut sorted: Vec<(usize, Outcome)> = outcomes.iter().map(|o| (class(o.size), *o)).collect();
     sorted.sort_by_key(|(c, _)| *c);
@@ -205,7 +241,7 @@ pub fn by_size(outcomes: &[Outcome], procs: u32, cut: Option<Time>, bound: Durat
             let jobs: Vec<Outcome> = group.iter().map(|(_, o)| *o).collect();
             (
                 SIZE_CLASSES[group[0].0].1,
-                summary(&jobs, jobs.len(), procs, cut, bound),
+                summary(&jobs, cut.arrived(&jobs), procs, cut, bound),
             )
         })
         .collect()
@@ -237,7 +273,10 @@ mod tests {
         };
         let base = [with(1, 300), with(2, 0), with(4, 0)];
         let new = [with(1, 100), with(2, 200), with(3, 0), with(4, 10_000)];
-        let cut = Some(Time(1000));
+        let cut = Window {
+            from: None,
+            to: Some(Time(1000)),
+        };
         assert_eq!(improvement(&base, &new, cut, DEFAULT_BOUND), Some(-0.5));
         assert_eq!(improvement(&base, &base, cut, DEFAULT_BOUND), Some(0.0));
         assert_eq!(improvement(&base, &[with(9, 0)], cut, DEFAULT_BOUND), None);
@@ -257,7 +296,7 @@ mod tests {
     #[test]
     fn summary_of_a_small_schedule() {
         // 10 processors: 6 busy for [0, 10) and 4 busy for [5, 20); makespan 20.
-        let s = summary(&[o(0, 0, 10, 6), o(0, 5, 20, 4)], 3, 10, None, DEFAULT_BOUND);
+        let s = summary(&[o(0, 0, 10, 6), o(0, 5, 20, 4)], 3, 10, Window::ALL, DEFAULT_BOUND);
         assert_eq!(s.makespan, 20);
         assert!((s.utilization - (60.0 + 60.0) / 200.0).abs() < 1e-12);
         assert_eq!(s.mean_wait, 2.5);
@@ -278,7 +317,10 @@ mod tests {
             &[o(0, 0, 10, 6), o(12, 12, 20, 4)],
             2,
             10,
-            Some(Time(12)),
+            Window {
+                from: None,
+                to: Some(Time(12)),
+            },
             DEFAULT_BOUND,
         );
         assert_eq!((s.finished, s.finished_pct), (1, 50.0));
@@ -290,14 +332,29 @@ mod tests {
     }
 
     #[test]
+    fn a_warm_up_leaves_out_the_jobs_that_arrived_in_it_and_the_time_before_its_end() {
+        // Warm-up until 10: the first job (arrived at 0, busy 6 of 10
+        // processors until 20) counts only in utilization, from 10 on.
+        let window = Window {
+            from: Some(Time(10)),
+            to: None,
+        };
+        let s = summary(&[o(0, 0, 20, 6), o(10, 15, 30, 4)], 1, 10, window, DEFAULT_BOUND);
+        assert_eq!((s.finished, s.submitted, s.mean_wait), (1, 1, 5.0));
+        assert_eq!(s.makespan, 20);
+        // 6 x 10 by the first, 4 x 15 by the second, over 10 x 20.
+        assert!((s.utilization - 120.0 / 200.0).abs() < 1e-12, "{}", s.utilization);
+    }
+
+    #[test]
     fn groups_by_user_and_size_class() {
         let mut jobs = [o(0, 0, 10, 1), o(0, 10, 20, 4), o(0, 20, 30, 300)];
         jobs[1].user = 5;
         jobs[2].user = 5;
-        let users = by_user(&jobs, 400, None, DEFAULT_BOUND);
+        let users = by_user(&jobs, 400, Window::ALL, DEFAULT_BOUND);
         let waits: Vec<(i64, usize, f64)> = users.iter().map(|(u, s)| (*u, s.finished, s.mean_wait)).collect();
         assert_eq!(waits, [(-1, 1, 0.0), (5, 2, 15.0)]);
-        let sizes: Vec<(&str, usize)> = by_size(&jobs, 400, None, DEFAULT_BOUND)
+        let sizes: Vec<(&str, usize)> = by_size(&jobs, 400, Window::ALL, DEFAULT_BOUND)
             .iter()
             .map(|(c, s)| (*c, s.finished))
             .collect();

@@ -155,6 +155,9 @@ pub struct Report<'a> {
     /// `steady-state` (the jobs ended by the last arrival; each point's
     /// `finished_pct` is the share kept).
     pub horizon: Horizon,
+    /// The warm-up left out of every figure (`metrics.warmup`), if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub warmup: Option<&'a str>,
     /// Every point, in sweep order.
     pub points: Vec<PointSummary<'a>>,
     /// Each (policy, load) over its seeds, in sweep order.
@@ -223,6 +226,7 @@ pub fn report<'a>(prepared: &'a Prepared, results: &'a [PointResult], baseline: 
     Report {
         experiment: &prepared.spec.name,
         horizon: prepared.spec.metrics.horizon,
+        warmup: prepared.spec.metrics.warmup.as_deref(),
         aggregates: aggregates(results),
         as_recorded: baseline.map(|b| BaselineSummary {
             offered_load: b.offered_load,

@@ -338,3 +338,37 @@ loads = [0.3]
         .replace("local_load = 0.5\n", "");
     assert!(err(fixed).contains("workload.deadlines applies to broker routings"));
 }
+
+/// A warm-up leaves the jobs that arrived in it out of every figure.
+#[test]
+fn a_warm_up_leaves_the_first_days_out() {
+    let with = |warmup: &str| {
+        SWEEP.replace(
+            "horizon = \"steady-state\"",
+            &format!("horizon = \"steady-state\"\n{warmup}"),
+        )
+    };
+    let p = parse(&with("")).unwrap();
+    let all = run_points(&p, &p.single_points(), 2, &|| {}).unwrap();
+    let p = parse(&with("warmup = \"2d\"")).unwrap();
+    let warm = run_points(&p, &p.single_points(), 2, &|| {}).unwrap();
+    let (a, w) = (&all[0], &warm[0]);
+    // The same schedule, fewer jobs counted: those of the last five days.
+    assert_eq!(a.jobs, w.jobs);
+    assert!(w.overall.submitted < a.overall.submitted);
+    assert!(
+        w.overall.submitted > a.overall.submitted / 2,
+        "{} of {}",
+        w.overall.submitted,
+        a.overall.submitted
+    );
+    let from = w.cut.from.unwrap();
+    let first = a.jobs.iter().map(|o| o.submit).min().unwrap();
+    assert_eq!(from, first + brokk_model::Duration(2 * 86_400));
+    let counted = w.jobs.iter().filter(|o| w.cut.counts(o)).count();
+    assert_eq!(w.overall.finished, counted);
+    assert!(w.jobs.iter().filter(|o| w.cut.counts(o)).all(|o| o.submit >= from));
+    let err = |text: String| parse(&text).err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(err(with("warmup = \"0s\"")).contains("metrics.warmup"));
+    assert!(err(with("warmup = \"soon\"")).contains("metrics.warmup"));
+}

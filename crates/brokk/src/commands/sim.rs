@@ -135,6 +135,9 @@ pub fn run(a: Args) -> Result<ExitCode> {
         if prepared.spec.metrics.horizon == Horizon::SteadyState {
             say!("steady-state rule: means are over the jobs ended by the last arrival, the JF% of each row");
         }
+        if let Some(w) = &prepared.spec.metrics.warmup {
+            say!("warm-up: jobs that arrived in the first {w} count in no figure");
+        }
         say!("wrote {}", out.display());
     }
     Ok(ExitCode::SUCCESS)
