@@ -35,8 +35,23 @@ use clap::{Parser, Subcommand};
 #[derive(Parser)]
 #[command(name = "brokk", version, about)]
 struct Cli {
+    /// How log lines are written to standard error: `text` for people,
+    /// `json` (one object per line, with each event's fields such as the
+    /// job, site and user) for log shippers; what is logged is filtered by
+    /// `BROKK_LOG`.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text, env = "BROKK_LOG_FORMAT")]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
+}
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
 }
 
 #[derive(Subcommand)]
@@ -89,11 +104,14 @@ fn main() -> ExitCode {
     if let Some(code) = brokk_site::supervisor::from_args(std::env::args_os().skip(1)) {
         return code;
     }
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_env("BROKK_LOG"))
-        .with_writer(std::io::stderr)
-        .init();
     let cli = Cli::parse();
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_env("BROKK_LOG"))
+        .with_writer(std::io::stderr);
+    match cli.log_format {
+        LogFormat::Text => logs.init(),
+        LogFormat::Json => logs.json().with_current_span(true).init(),
+    }
     let result = match cli.command {
         Command::Translate(a) => commands::translate::run(a),
         Command::Validate(a) => commands::validate::run(a),

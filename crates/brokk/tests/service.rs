@@ -1639,3 +1639,58 @@ fn a_subscribed_site_pushes_its_changes_and_is_not_asked() {
     // Never asked while it pushed.
     assert_eq!(metric("brokk_site_requests_total{kind=\"info\"}"), asked);
 }
+
+/// `--log-format json`: every log line is one JSON object with its level,
+/// time and fields, the site named as a field, for a log shipper to read.
+#[test]
+fn logs_are_json_lines_with_their_fields_when_asked() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = scratch("json-logs");
+    let config = dir.join("broker.toml");
+    std::fs::write(
+        &config,
+        "database = \"broker.db\"\nstate_dir = \"sites\"\n[tokens]\n\"tok-ann\" = \"ann\"\n\
+         [[embedded]]\nname = \"up\"\ncapacity = 2\n\
+         [[sites]]\nname = \"ghost\"\nurl = \"http://127.0.0.1:9\"\ntoken = \"t\"\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&config, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let log = dir.join("service.log");
+    let _server = common::spawn_listening(
+        std::process::Command::new(env!("CARGO_BIN_EXE_brokk"))
+            .args(["--log-format", "json", "serve", "--config"])
+            .arg(&config)
+            .stderr(std::fs::File::create(&log).unwrap())
+            .env("BROKK_LOG", "brokk_server=warn"),
+    );
+    // The ghost's change feed cannot be read: warned about at every poll.
+    let t = Instant::now();
+    let text = loop {
+        let text = std::fs::read_to_string(&log).unwrap();
+        if text.lines().any(|l| l.contains("ghost")) {
+            break text;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "no warning about the ghost: {text}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
+    assert!(
+        lines
+            .iter()
+            .all(|l| l["level"].is_string() && l["timestamp"].is_string()),
+        "{text}"
+    );
+    let ghost = lines
+        .iter()
+        .find(|l| l["fields"]["site"] == "ghost")
+        .unwrap_or_else(|| panic!("no line with the site as a field: {text}"));
+    assert_eq!(ghost["level"], "WARN", "{ghost}");
+    assert!(ghost["fields"]["message"].is_string(), "{ghost}");
+}
