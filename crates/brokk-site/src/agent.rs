@@ -94,6 +94,8 @@ pub struct Agent {
     /// Room for brokers' subscriptions to the site's information
     /// ([`Agent::subscription`]): each holds a connection open.
     subscriptions: Arc<tokio::sync::Semaphore>,
+    /// The API's calls, for `/metrics`.
+    api_metrics: Arc<crate::metrics::ApiMetrics>,
 }
 
 /// Subscriptions to a site's information that may be open at once.
@@ -273,6 +275,7 @@ impl Agent {
             ),
             config: Arc::new(config),
             subscriptions: Arc::new(tokio::sync::Semaphore::new(MAX_SUBSCRIPTIONS)),
+            api_metrics: Arc::default(),
         };
         let commands = {
             let mut g = agent.lock().await;
@@ -523,6 +526,44 @@ impl Agent {
     /// but for the time passed ([`brokk_core::SiteCore::published_version`]).
     pub async fn published_version(&self) -> u64 {
         self.read().await.core.published_version()
+    }
+
+    /// The API's calls so far.
+    pub fn api_metrics(&self) -> &crate::metrics::ApiMetrics {
+        &self.api_metrics
+    }
+
+    /// The site's figures in Prometheus's text exposition: its jobs not
+    /// yet ended by state, its reservations (jobs' own slots included),
+    /// its free processors, the subscriptions open, and the API's calls.
+    pub async fn metrics(&self) -> String {
+        use std::fmt::Write as _;
+        let t = now();
+        let (by_state, reservations, free) = {
+            let g = self.read().await;
+            let mut by_state: std::collections::BTreeMap<String, u64> = std::collections::BTreeMap::new();
+            for j in g.core.active() {
+                let state = serde_json::to_value(j.state)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_string));
+                *by_state.entry(state.unwrap_or_default()).or_default() += 1;
+            }
+            (by_state, g.core.planner().len(), g.core.published(t).free_now)
+        };
+        let mut out = String::from("# TYPE brokk_site_jobs gauge\n");
+        for state in ["accepted", "staging-in", "queued", "running", "staging-out"] {
+            let n = by_state.get(state).copied().unwrap_or(0);
+            let _ = writeln!(out, "brokk_site_jobs{{state=\"{state}\"}} {n}");
+        }
+        let open = MAX_SUBSCRIPTIONS - self.subscriptions.available_permits();
+        let _ = writeln!(
+            out,
+            "# TYPE brokk_site_reservations gauge\nbrokk_site_reservations {reservations}\n\
+             # TYPE brokk_site_free_slots gauge\nbrokk_site_free_slots {free}\n\
+             # TYPE brokk_site_subscriptions gauge\nbrokk_site_subscriptions {open}"
+        );
+        self.api_metrics.write(&mut out);
+        out
     }
 
     /// Room for one more subscription to the site's information, held

@@ -452,7 +452,31 @@ async fn not_found() -> ApiError {
     error(StatusCode::NOT_FOUND, "no such endpoint")
 }
 
-/// The router: `/healthz` and `/openapi.json` are open, `/v1` needs a token.
+/// `GET /metrics`: the site's figures for Prometheus (open, as `/healthz`:
+/// counts only, nobody's jobs).
+async fn metrics(State(agent): State<Agent>) -> Response {
+    let body = agent.metrics().await;
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body).into_response()
+}
+
+/// Counts every call by the route it matched (`unmatched` for none), its
+/// method and status, with its latency to the answer's head.
+async fn measure(State(agent): State<Agent>, req: axum::extract::Request, next: middleware::Next) -> Response {
+    let route = req
+        .extensions()
+        .get::<axum::extract::MatchedPath>()
+        .map_or_else(|| "unmatched".to_string(), |p| p.as_str().to_string());
+    let method = req.method().clone();
+    let t = std::time::Instant::now();
+    let resp = next.run(req).await;
+    agent
+        .api_metrics()
+        .observe(method.as_str(), &route, resp.status().as_u16(), t.elapsed());
+    resp
+}
+
+/// The router: `/healthz`, `/openapi.json` and `/metrics` are open, `/v1`
+/// needs a token.
 pub fn router(agent: Agent) -> Router {
     let limit = agent.config().max_body_bytes;
     let v1 = Router::new()
@@ -476,8 +500,10 @@ pub fn router(agent: Agent) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
         .route("/openapi.json", get(openapi))
+        .route("/metrics", get(metrics))
         .merge(v1)
         .fallback(not_found)
+        .layer(middleware::from_fn_with_state(agent.clone(), measure))
         .layer(DefaultBodyLimit::max(limit))
         .with_state(agent)
 }

@@ -16,6 +16,7 @@ pub mod delegates;
 pub mod gram;
 pub mod launch;
 pub mod listener;
+pub mod metrics;
 pub mod openapi;
 pub mod reachability;
 pub mod runner;

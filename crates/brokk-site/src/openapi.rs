@@ -63,6 +63,8 @@ pub fn document() -> Value {
         "security": [{"bearer": []}],
         "paths": {
             "/healthz": {"get": {"security": [], "responses": {"200": {"description": "alive"}}}},
+            "/metrics": {"get": {"security": [], "description": "the site's figures in Prometheus's text format: jobs by state, reservations, free slots, subscriptions, and every API call by route, method and status with its latency",
+                "responses": {"200": {"description": "text exposition", "content": {"text/plain": {"schema": {"type": "string"}}}}}}},
             "/v1/info": {"get": {"responses": {"200": ok(json!({"$ref": "#/components/schemas/Info"})),
                 "401": {"description": "no token"},
                 "503": {"description": "the resource manager does not answer (available: false, unavailable_reason)",

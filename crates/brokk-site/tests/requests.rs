@@ -48,6 +48,7 @@ const PATHS: &[&str] = &[
     "/v1/jobs/1/files/out.txt",
     "/v1/jobs/1/files/..",
     "/healthz",
+    "/metrics",
     "/openapi.json",
     "/nope",
 ];
@@ -244,5 +245,47 @@ fn the_sites_information_is_pushed_at_once_and_on_change() {
     let after = next(&mut pushed, wait).expect("pushed on change");
     assert_ne!(after["availability"], first["availability"], "{after}");
     assert!(next(&mut quiet, std::time::Duration::from_millis(1500)).is_none());
+    let _ = std::fs::remove_dir_all(agent.config().workdir.parent().unwrap());
+}
+
+/// `GET /metrics`, open: the site's gauges and each call counted under the
+/// route it matched (not the path asked), by status.
+#[test]
+fn metrics_count_calls_by_route_and_read_the_sites_state() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let agent = agent(&rt);
+    let call = |uri: &str, token: bool| {
+        let mut req = Request::builder().uri(uri);
+        if token {
+            req = req.header("authorization", "Bearer tok");
+        }
+        let resp = rt
+            .block_on(api::router(agent.clone()).oneshot(req.body(Body::empty()).unwrap()))
+            .unwrap();
+        let status = resp.status().as_u16();
+        let bytes = rt.block_on(axum::body::to_bytes(resp.into_body(), 1 << 20)).unwrap();
+        (status, String::from_utf8_lossy(&bytes).to_string())
+    };
+    assert_eq!(call("/v1/jobs/7", true).0, 404);
+    assert_eq!(call("/v1/jobs/8", true).0, 404);
+    assert_eq!(call("/v1/info", false).0, 401);
+    assert_eq!(call("/no/such/path/123", true).0, 404);
+    let (status, text) = call("/metrics", false);
+    assert_eq!(status, 200);
+    for line in [
+        "brokk_site_jobs{state=\"running\"} 0",
+        "brokk_site_reservations 0",
+        "brokk_site_free_slots 8",
+        "brokk_site_subscriptions 0",
+        "brokk_site_http_requests_total{method=\"GET\",route=\"/v1/jobs/{id}\",code=\"404\"} 2",
+        "brokk_site_http_requests_total{method=\"GET\",route=\"/v1/info\",code=\"401\"} 1",
+        "brokk_site_http_requests_total{method=\"GET\",route=\"unmatched\",code=\"404\"} 1",
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line} not in:\n{text}");
+    }
+    assert!(!text.contains("/v1/jobs/7"), "{text}");
     let _ = std::fs::remove_dir_all(agent.config().workdir.parent().unwrap());
 }

@@ -1,0 +1,120 @@
+//! The agent's figures for Prometheus (`GET /metrics`): each API call's
+//! count by status and its latency, per route, beside the gauges read from
+//! the site's state when scraped. Names follow Prometheus's advice: base
+//! units in the name, `_total` for counters.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// Upper bounds of the latency histograms, seconds.
+pub const LATENCY_BUCKETS: [f64; 10] = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0];
+
+/// Observations counted by the bucket they fall in, and their sum.
+#[derive(Debug, Clone, Default)]
+pub struct Histogram {
+    /// Per bucket of [`LATENCY_BUCKETS`], then above the last.
+    counts: [u64; LATENCY_BUCKETS.len() + 1],
+    sum: f64,
+}
+
+impl Histogram {
+    /// Counts one observation of `seconds`.
+    pub fn observe(&mut self, seconds: f64) {
+        let b = LATENCY_BUCKETS
+            .iter()
+            .position(|&ub| seconds <= ub)
+            .unwrap_or(LATENCY_BUCKETS.len());
+        self.counts[b] += 1;
+        self.sum += seconds;
+    }
+
+    /// Its lines in the text exposition, as `name` with `labels` (`k="v",...`).
+    pub fn write(&self, out: &mut String, name: &str, labels: &str) {
+        let mut cumulative = 0;
+        for (ub, n) in LATENCY_BUCKETS.iter().zip(&self.counts) {
+            cumulative += n;
+            let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{ub}\"}} {cumulative}");
+        }
+        cumulative += self.counts[LATENCY_BUCKETS.len()];
+        let _ = writeln!(out, "{name}_bucket{{{labels},le=\"+Inf\"}} {cumulative}");
+        let _ = writeln!(out, "{name}_sum{{{labels}}} {}", self.sum);
+        let _ = writeln!(out, "{name}_count{{{labels}}} {cumulative}");
+    }
+}
+
+/// One route's calls: how many ended with each status, and how long they took.
+#[derive(Debug, Clone, Default)]
+struct Calls {
+    statuses: BTreeMap<u16, u64>,
+    latency: Histogram,
+}
+
+/// The API's calls by (method, route), as the router matched them (an
+/// unmatched path counts under `unmatched`, so a scan of random paths
+/// cannot grow the table).
+#[derive(Debug, Default)]
+pub struct ApiMetrics {
+    calls: Mutex<BTreeMap<(String, String), Calls>>,
+}
+
+impl ApiMetrics {
+    /// Counts one call of `method` on `route` that answered `status` after `took`.
+    pub fn observe(&self, method: &str, route: &str, status: u16, took: Duration) {
+        let mut calls = self.calls.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let c = calls.entry((method.to_string(), route.to_string())).or_default();
+        *c.statuses.entry(status).or_default() += 1;
+        c.latency.observe(took.as_secs_f64());
+    }
+
+    /// Their lines in the text exposition.
+    pub fn write(&self, out: &mut String) {
+        let calls = self
+            .calls
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        let _ = writeln!(out, "# TYPE brokk_site_http_requests_total counter");
+        for ((method, route), c) in &calls {
+            for (status, n) in &c.statuses {
+                let _ = writeln!(
+                    out,
+                    "brokk_site_http_requests_total{{method=\"{method}\",route=\"{route}\",code=\"{status}\"}} {n}"
+                );
+            }
+        }
+        let _ = writeln!(out, "# TYPE brokk_site_http_request_duration_seconds histogram");
+        for ((method, route), c) in &calls {
+            let labels = format!("method=\"{method}\",route=\"{route}\"");
+            c.latency
+                .write(out, "brokk_site_http_request_duration_seconds", &labels);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn calls_are_counted_by_route_and_status_with_cumulative_buckets() {
+        let m = ApiMetrics::default();
+        m.observe("POST", "/v1/jobs", 201, Duration::from_millis(3));
+        m.observe("POST", "/v1/jobs", 201, Duration::from_millis(30));
+        m.observe("POST", "/v1/jobs", 400, Duration::from_secs(9));
+        let mut out = String::new();
+        m.write(&mut out);
+        assert!(out.contains("brokk_site_http_requests_total{method=\"POST\",route=\"/v1/jobs\",code=\"201\"} 2\n"));
+        assert!(out.contains("brokk_site_http_requests_total{method=\"POST\",route=\"/v1/jobs\",code=\"400\"} 1\n"));
+        let bucket = |le: &str| {
+            format!("brokk_site_http_request_duration_seconds_bucket{{method=\"POST\",route=\"/v1/jobs\",le=\"{le}\"}}")
+        };
+        assert!(out.contains(&format!("{} 0\n", bucket("0.0025"))), "{out}");
+        assert!(out.contains(&format!("{} 1\n", bucket("0.005"))), "{out}");
+        assert!(out.contains(&format!("{} 2\n", bucket("0.05"))), "{out}");
+        assert!(out.contains(&format!("{} 2\n", bucket("5"))), "{out}");
+        assert!(out.contains(&format!("{} 3\n", bucket("+Inf"))), "{out}");
+        assert!(out.contains("brokk_site_http_request_duration_seconds_count{method=\"POST\",route=\"/v1/jobs\"} 3\n"));
+    }
+}
