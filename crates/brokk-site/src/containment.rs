@@ -406,7 +406,13 @@ pub fn kill_descendants(limit: Duration, mut reap: impl FnMut()) {
         reap();
         // A zombie is a descendant until it is collected; only live ones count.
         let live: Vec<Pid> = descendants(me).into_iter().filter(|p| !zombie(*p)).collect();
-        if live.is_empty() || t.elapsed() >= limit {
+        if live.is_empty() {
+            // Those that died since the reap above are zombies now: collected
+            // too, or they would outlive the job as entries in the table.
+            reap();
+            return;
+        }
+        if t.elapsed() >= limit {
             return;
         }
         for p in &live {

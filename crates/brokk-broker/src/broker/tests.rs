@@ -1304,7 +1304,7 @@ fn a_start_later_than_predicted_by_more_than_the_tolerance_is_a_violation() {
     b.reported(Time(21), 0, "0-0", started(21));
     assert_eq!(b.violations(), 0, "20 s late is within the tolerance");
     b.reported(Time(22), 1, "1-1", started(22));
-    assert_eq!(b.refused_slots(), 1);
+    assert_eq!(b.violations(), 1);
     b.reported(Time(30), 1, "1-1", started(22));
     assert_eq!(b.violations(), 1, "a start is judged once");
     let r = b.requests();
