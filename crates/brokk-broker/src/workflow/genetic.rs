@@ -9,6 +9,12 @@
 //! task with its transfers; a booking the sites refuse (their local load
 //! moved on since the probe) rejects the workflow.
 //!
+//! HEFTSync's plan seeds the population, as the thesis seeds its own: it
+//! is made first (and given back), each task's place in it becomes one
+//! more candidate, and the first string is that plan; a chosen string the
+//! sites refuse is repaired by booking that plan instead, so the search
+//! admits every workflow HEFTSync would admit in its place.
+//!
 //! Operators, where the thesis leaves them open: a population of 50,
 //! tournaments of two, uniform crossover with probability 0.9, each gene
 //! mutated with probability 1/|J| to a random candidate, one elite; a
@@ -91,6 +97,7 @@ pub(super) fn schedule(b: &mut Booking, generations: usize, seed: u64) -> bool {
                 .unwrap_or(1)
         })
         .collect();
+    let seed_plan = heftsync_plan(b);
     let mut options: Vec<Vec<Candidate>> = Vec::with_capacity(n);
     for t in 0..n {
         let class = dag.nodes[t].class;
@@ -111,6 +118,17 @@ pub(super) fn schedule(b: &mut Booking, generations: usize, seed: u64) -> bool {
                     rating,
                 });
             }
+        }
+        if let Some(&(site, start, duration)) = seed_plan.as_ref().and_then(|p| p.get(t)) {
+            // Rated as the site rates that very start.
+            let rated = b.probe_many(t, site, duration, start, start, 1);
+            let rating = rated.first().map_or(0.0, |r| r.1);
+            mine.push(Candidate {
+                site,
+                start,
+                duration,
+                rating,
+            });
         }
         if mine.is_empty() {
             b.failure = Some(RejectReason::NoRoom {
@@ -159,12 +177,18 @@ pub(super) fn schedule(b: &mut Booking, generations: usize, seed: u64) -> bool {
         }
     };
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    // The earliest candidate of every task is the first string: a list
-    // schedule's guess; the rest are random.
+    // HEFTSync's plan (each task's last candidate) is the first string,
+    // the earliest candidate of every task the next (a list schedule's
+    // guess); the rest are random.
+    let seeded = usize::from(seed_plan.is_some());
     let mut population: Vec<Vec<usize>> = (0..POPULATION)
         .map(|i| {
             (0..n)
-                .map(|t| if i == 0 { 0 } else { rng.gen_range(0..options[t].len()) })
+                .map(|t| match i {
+                    0 if seeded == 1 => options[t].len() - 1,
+                    i if i == seeded => 0,
+                    _ => rng.gen_range(0..options[t].len()),
+                })
                 .collect()
         })
         .collect();
@@ -207,16 +231,54 @@ pub(super) fn schedule(b: &mut Booking, generations: usize, seed: u64) -> bool {
         population = next;
         scores = population.iter().map(|g| fitness(g)).collect();
     }
-    let Some(genes) = found else {
+    // HEFTSync's plan, where there is one, is what a string the sites
+    // refuse, or a search that found none, falls back on: the checks
+    // above read transfers at the mean bandwidth, where HEFTSync booked
+    // each on its links, so they may fault a plan that holds.
+    let seed_genes: Option<Vec<usize>> = seed_plan.map(|_| options.iter().map(|o| o.len() - 1).collect());
+    let mark = b.mark();
+    if let Some(genes) = &found {
+        if book(b, &options, genes) {
+            return true;
+        }
+        b.rollback(mark);
+    }
+    if let Some(genes) = &seed_genes {
+        if found.as_ref() != Some(genes) {
+            b.failure = None;
+            if book(b, &options, genes) {
+                return true;
+            }
+            b.rollback(mark);
+        }
+    }
+    if found.is_none() && b.failure.is_none() {
         let best = scores.iter().copied().fold(f64::INFINITY, f64::min);
         b.failure = Some(RejectReason::SearchExhausted {
             candidates: CANDIDATES,
             generations,
             conflicts: (best - bound).max(0.0) as usize,
         });
-        return false;
-    };
-    book(b, &options, &genes)
+    }
+    false
+}
+
+/// HEFTSync's placement of every task as (site, start, duration), made
+/// and then given back; `None` when it finds no plan.
+fn heftsync_plan(b: &mut Booking) -> Option<Vec<(usize, i64, i64)>> {
+    let mark = b.mark();
+    let planned = super::heft::schedule(b, false);
+    let plan = planned
+        .then(|| {
+            b.tasks
+                .iter()
+                .map(|p| p.as_ref().map(|p| (p.site, p.start.0, (p.end - p.start).0)))
+                .collect::<Option<Vec<_>>>()
+        })
+        .flatten();
+    b.rollback(mark);
+    b.failure = None;
+    plan
 }
 
 /// Books the chosen candidates in dependency order with their data.

@@ -375,12 +375,12 @@ pub enum RejectReason {
         /// When it would end.
         finish: Time,
     },
-    /// The genetic search found no string without conflicts: its few
-    /// candidate starts per task and site cannot hold every task (a wide
-    /// workflow), though the sites may.
+    /// The genetic search found no string without conflicts: HEFTSync,
+    /// its first string, found no plan either, and its few candidate
+    /// starts per task and site hold none.
     #[error(
-        "the genetic search found no plan without conflicts among its {candidates} candidate starts per task and \
-         site in {generations} generations (the best still had {conflicts}); a list scheduler (heftsync) may admit it"
+        "the genetic search found no plan without conflicts among HEFTSync's and its {candidates} candidate starts \
+         per task and site in {generations} generations (the best still had {conflicts})"
     )]
     SearchExhausted {
         /// Candidate starts per task and site.
