@@ -1694,3 +1694,66 @@ fn logs_are_json_lines_with_their_fields_when_asked() {
     assert_eq!(ghost["level"], "WARN", "{ghost}");
     assert!(ghost["fields"]["message"].is_string(), "{ghost}");
 }
+
+/// `status` takes several jobs (a table of them; one that cannot be read is
+/// named and the rest shown), and `watch` follows several and waits for a
+/// broker that restarts under it instead of giving up, as a user who left
+/// a `watch` running in a terminal expects.
+#[test]
+fn watch_follows_several_jobs_across_a_broker_restart_and_status_takes_several() {
+    let dir = scratch("watch-restart");
+    // A fixed port, so the broker comes back where the watch looks.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    broker_config(&dir, &format!("listen = \"127.0.0.1:{port}\"\n"), &[("a", 2)]);
+    let svc = Service::start(&dir);
+    let url = svc.server.url.clone();
+    let long = written(
+        &dir,
+        "long.json",
+        r#"{"executable": "/bin/sleep", "arguments": ["6"], "wall_time": 60}"#,
+    );
+    let short = written(&dir, "short.json", r#"{"executable": "/bin/true", "wall_time": 60}"#);
+    let id = |file: &str| {
+        svc.json("tok-ann", &["submit", file, "--json"])["id"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let (a, b) = (id(&long), id(&short));
+    let o = svc.brokk("tok-ann", &["status", &a, &b, "nope"]);
+    let (out, err) = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}{err}");
+    assert!(out.contains(&a) && out.contains(&b), "{out}");
+    assert!(err.contains("nope"), "{err}");
+    let watch = std::process::Command::new(env!("CARGO_BIN_EXE_brokk"))
+        .args(["watch", &a, &b])
+        .env("BROKK_SERVER", &url)
+        .env("BROKK_TOKEN", "tok-ann")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(800));
+    svc.kill();
+    std::thread::sleep(Duration::from_millis(1500));
+    let svc = Service::start(&dir);
+    assert_eq!(svc.server.url, url);
+    let o = watch.wait_with_output().unwrap();
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}{err}");
+    assert!(
+        err.contains("does not answer") && err.contains("answers again"),
+        "{err}"
+    );
+    for id in [&a, &b] {
+        assert!(
+            out.lines()
+                .any(|l| l.starts_with(id.as_str()) && l.contains("finished")),
+            "{out}"
+        );
+    }
+}

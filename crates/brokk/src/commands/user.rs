@@ -79,8 +79,9 @@ pub struct SubmitArgs {
 /// `brokk status`.
 #[derive(clap::Args)]
 pub struct StatusArgs {
-    /// A job; without one, all of yours that pass the filters.
-    id: Option<String>,
+    /// A job (shown with its history), or several (a table of them);
+    /// without one, all of yours that pass the filters.
+    ids: Vec<String>,
     #[command(flatten)]
     filter: Filter,
     /// Columns, comma-separated, from: id, name, state, site, exit,
@@ -100,8 +101,9 @@ pub struct StatusArgs {
 /// `brokk watch`.
 #[derive(clap::Args)]
 pub struct IdArgs {
-    /// The job.
-    id: String,
+    /// The jobs, followed together until every one has ended.
+    #[arg(required = true)]
+    ids: Vec<String>,
     /// Print each change as a line of JSON (an event stream), the job last.
     #[arg(long)]
     json: bool,
@@ -341,12 +343,13 @@ fn watch(c: &BrokerClient, ids: &[String], json: bool) -> Result<ExitCode> {
     let mut seen = vec![0; ids.len()];
     let mut last = vec![None; ids.len()];
     let mut ended: Vec<Option<bool>> = vec![None; ids.len()];
+    let mut waiting = None;
     while ended.iter().any(Option::is_none) {
         for (k, id) in ids.iter().enumerate() {
             if ended[k].is_some() {
                 continue;
             }
-            let j = c.job(id)?;
+            let j = job_patiently(c, id, &mut waiting)?;
             if json {
                 // Every history entry once, in order: an event stream a script can follow.
                 for h in j.history.iter().skip(seen[k]) {
@@ -373,6 +376,45 @@ fn watch(c: &BrokerClient, ids: &[String], json: bool) -> Result<ExitCode> {
     }
     let ok = ended.iter().all(|e| *e == Some(true));
     Ok(if ok { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}
+
+/// How long `watch` waits for a broker that does not answer (restarting,
+/// or its standby taking over) before it gives up.
+const PATIENCE: Duration = Duration::from_secs(600);
+
+/// Job `id` as the broker answers; while the broker cannot be reached (or
+/// answers that it is not the active one), asked again every second for
+/// up to [`PATIENCE`], said once on standard error. `waiting` keeps since
+/// when it has not answered.
+fn job_patiently(
+    c: &BrokerClient,
+    id: &str,
+    waiting: &mut Option<std::time::Instant>,
+) -> Result<brokk_proto::wire::BrokerJob> {
+    loop {
+        match c.job(id) {
+            Ok(j) => {
+                if waiting.take().is_some() {
+                    eprintln!("the broker answers again");
+                }
+                return Ok(j);
+            }
+            Err(e) if e.status == 0 || e.status == 503 => {
+                let since = *waiting.get_or_insert_with(|| {
+                    eprintln!(
+                        "the broker does not answer ({e}); trying again for up to {} minutes",
+                        PATIENCE.as_secs() / 60
+                    );
+                    std::time::Instant::now()
+                });
+                if since.elapsed() >= PATIENCE {
+                    return Err(e.into());
+                }
+                std::thread::sleep(Duration::from_secs(1));
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
 }
 
 /// A job's state as `watch` prints it: `ID STATE [at SITE]`, and for an end
@@ -496,8 +538,10 @@ pub fn status(a: StatusArgs) -> Result<ExitCode> {
     let c = a.server.client();
     let fields = listing::parse_format(&a.format)?;
     let now = brokk_proto::wall_clock();
-    match &a.id {
-        Some(id) => {
+    match a.ids.as_slice() {
+        // All that pass the filters: below.
+        [] => {}
+        [id] => {
             let j = c.job(id)?;
             if a.json {
                 say!("{}", serde_json::to_string_pretty(&j)?);
@@ -522,9 +566,21 @@ pub fn status(a: StatusArgs) -> Result<ExitCode> {
                     say!("  warning: {}", listing::shown(w));
                 }
             }
+            return Ok(ExitCode::SUCCESS);
         }
-        None => {
-            let (jobs, more) = a.filter.fetch(&c, a.limit, now)?;
+        ids => {
+            // Each as it is; one that cannot be read is said and the rest shown.
+            let mut jobs = Vec::new();
+            let mut failed = false;
+            for id in ids {
+                match c.job(id) {
+                    Ok(j) => jobs.push(j),
+                    Err(e) => {
+                        eprintln!("{id}: {e}");
+                        failed = true;
+                    }
+                }
+            }
             if a.json {
                 say!("{}", serde_json::to_string_pretty(&jobs)?);
             } else {
@@ -532,21 +588,30 @@ pub fn status(a: StatusArgs) -> Result<ExitCode> {
                     say!("{line}");
                 }
             }
-            // After the table, where a reader's eye ends up.
-            if more {
-                eprintln!(
-                    "the newest {} jobs shown; more match (--limit N shows more, --limit 0 all)",
-                    a.limit
-                );
-            }
+            return Ok(if failed { ExitCode::from(1) } else { ExitCode::SUCCESS });
         }
+    }
+    let (jobs, more) = a.filter.fetch(&c, a.limit, now)?;
+    if a.json {
+        say!("{}", serde_json::to_string_pretty(&jobs)?);
+    } else {
+        for line in listing::table(&jobs, &fields, now) {
+            say!("{line}");
+        }
+    }
+    // After the table, where a reader's eye ends up.
+    if more {
+        eprintln!(
+            "the newest {} jobs shown; more match (--limit N shows more, --limit 0 all)",
+            a.limit
+        );
     }
     Ok(ExitCode::SUCCESS)
 }
 
 /// Runs `brokk watch`.
 pub fn watch_cmd(a: IdArgs) -> Result<ExitCode> {
-    watch(&a.server.client(), std::slice::from_ref(&a.id), a.json)
+    watch(&a.server.client(), &a.ids, a.json)
 }
 
 /// What `cancel`, `hold` and `release` do to one job.
