@@ -344,6 +344,29 @@ fn limit(resource: nix::sys::resource::Resource, value: Option<u64>) -> std::io:
     Ok(())
 }
 
+/// Why job `spec` could not be started, naming what was missing or
+/// refused: the error alone (`No such file or directory`) says neither
+/// the program nor the directory.
+fn start_failure(spec: &Spec, e: &std::io::Error) -> String {
+    let program = spec.program.display();
+    match e.kind() {
+        std::io::ErrorKind::NotFound if !spec.cwd.is_dir() => {
+            format!(
+                "starting the job: its working directory {} does not exist",
+                spec.cwd.display()
+            )
+        }
+        std::io::ErrorKind::NotFound => format!(
+            "starting the job: no program {program} (in {}, or an interpreter its first line names)",
+            spec.cwd.display()
+        ),
+        std::io::ErrorKind::PermissionDenied => {
+            format!("starting the job: {program} may not be run by the job's account ({e})")
+        }
+        _ => format!("starting the job: {program}: {e}"),
+    }
+}
+
 /// Starts the job (inside `cgroup`, which is dropped if it cannot be
 /// entered) and waits for its exit, its wall time or a cancel.
 fn run(lock: &mut std::fs::File, spec: &Spec, cgroup: &mut Option<JobCgroup>) -> std::io::Result<Outcome> {
@@ -384,7 +407,7 @@ fn run(lock: &mut std::fs::File, spec: &Spec, cgroup: &mut Option<JobCgroup>) ->
     }
     let mut child = match spawned {
         Ok(c) => c,
-        Err(e) => return Ok(Outcome::Failed(format!("starting the job: {e}"))),
+        Err(e) => return Ok(Outcome::Failed(start_failure(spec, &e))),
     };
     let pid = child.id();
     lock.write_all(format!("job {pid}\n").as_bytes())?;

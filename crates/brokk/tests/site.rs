@@ -584,6 +584,24 @@ fn wall_time_is_enforced() {
     assert!(t.elapsed() < StdDuration::from_secs(10), "{:?}", t.elapsed());
 }
 
+/// A job whose program does not exist fails with a reason that names it,
+/// not the bare `No such file or directory`.
+#[test]
+fn a_job_whose_program_is_missing_fails_naming_it() {
+    let agent = Agent::start(&scratch("missing-program"));
+    let mut ann = agent.client("tok-ann");
+    let job = Job {
+        executable: Some("/opt/nowhere/simulate".into()),
+        wall_time: Some(Duration(60)),
+        ..Job::default()
+    };
+    let h = ann.submit("ann", &job, None).unwrap();
+    let v = wait_for(&ann, &h, terminal);
+    assert_eq!(v.state, JobPhase::Failed, "{v:?}");
+    let why = v.reason.unwrap();
+    assert!(why.contains("no program /opt/nowhere/simulate"), "{why}");
+}
+
 /// Whether process `pid` is still running (a zombie counts as ended).
 fn running_pid(pid: i32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
