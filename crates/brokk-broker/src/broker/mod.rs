@@ -729,6 +729,29 @@ impl BrokerCore {
         Ok(())
     }
 
+    /// Why no site could ever run `job`, when every site has answered and
+    /// each has a reason it cannot (too few processors, another
+    /// architecture, a queue it lacks: [`crate::select::mismatches`], none
+    /// of which a wait changes), to refuse it at submission as `sbatch`
+    /// does rather than accept it to fail at its first decision; `None`
+    /// when a site can, or one has not answered yet.
+    pub fn runs_nowhere(&self, job: &Job) -> Option<String> {
+        let answered = |s: &SiteSlot| matches!(s.answer, Some(Ok(())));
+        if self.sites.is_empty() || !self.sites.iter().all(answered) {
+            return None;
+        }
+        let mut why = Vec::new();
+        for (k, info) in self.infos.iter().enumerate() {
+            let m = crate::select::mismatches(job, info);
+            if m.is_empty() {
+                return None;
+            }
+            let reasons: Vec<String> = m.iter().map(ToString::to_string).collect();
+            why.push(format!("{}: {}", self.sites[k].name, reasons.join(", ")));
+        }
+        Some(format!("no site can run it: {}", why.join("; ")))
+    }
+
     /// Takes a job already recorded (a driver that stored it itself, or
     /// one restarting from its store): an accepted job waits for a
     /// decision, a dispatched or running one is followed at its site; an

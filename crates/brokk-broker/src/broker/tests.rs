@@ -1539,3 +1539,19 @@ fn a_site_that_pushes_its_information_is_not_asked_until_its_stream_is_down() {
     let asked: Vec<Effect> = b.drain().filter(|e| matches!(e, Effect::Fetch { .. })).collect();
     assert_eq!(asked, [Effect::Fetch { site: 0 }, Effect::Fetch { site: 1 }]);
 }
+
+#[test]
+fn a_job_no_site_could_ever_run_is_named_before_it_is_taken() {
+    let b = broker(params());
+    let why = b.runs_nowhere(&job("big", 64).job).expect("too wide for both");
+    assert_eq!(
+        why,
+        "no site can run it: a: it asks for 64 processors, the site has at most 4; \
+         b: it asks for 64 processors, the site has at most 4"
+    );
+    assert_eq!(b.runs_nowhere(&job("fits", 4).job), None);
+    // A site that has not answered may be the one.
+    let mut c = BrokerCore::new(vec!["a".into(), "b".into()], params());
+    c.informed(0, Ok(site("a", 4)), Time(0));
+    assert_eq!(c.runs_nowhere(&job("big", 64).job), None);
+}
