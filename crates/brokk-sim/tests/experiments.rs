@@ -15,6 +15,11 @@ fn parse(text: &str) -> Result<brokk_sim::experiment::Prepared, ExperimentError>
     prepare(spec, Path::new("."))
 }
 
+/// Why `text` is refused, empty when it is not.
+fn err(text: String) -> String {
+    parse(&text).err().map(|e| e.to_string()).unwrap_or_default()
+}
+
 const SWEEP: &str = r#"
 name = "small-sweep"
 policies = ["fcfs", "easy"]
@@ -259,7 +264,6 @@ base = "broker-tts@ask"
     let local = ask.local.unwrap();
     assert!((0.25..0.6).contains(&local.utilization), "{}", local.utilization);
     assert!(!ask.local_jobs.is_empty() && !ask.jobs.is_empty());
-    let err = |text: String| parse(&text).err().map(|e| e.to_string()).unwrap_or_default();
     assert!(err(grid.replace("@4h", "@soon")).contains("broker-tts@soon"));
     assert!(err(grid.replace("broker-tts@4h", "round-robin@4h")).contains("applies to broker routings"));
     assert!(err(grid.replace("local_load = 0.5", "local_load = 1.5")).contains("local_load"));
@@ -331,7 +335,6 @@ loads = [0.3]
         results[0].unrouted,
         ask.unrouted
     );
-    let err = |text: String| parse(&text).err().map(|e| e.to_string()).unwrap_or_default();
     assert!(err(grid.replace("share = 1.0", "share = 0.0")).contains("workload.deadlines"));
     let fixed = grid
         .replace(r#"["broker-tts@ask", "broker-tts@4h"]"#, r#"["round-robin"]"#)
@@ -368,7 +371,6 @@ fn a_warm_up_leaves_the_first_days_out() {
     let counted = w.jobs.iter().filter(|o| w.cut.counts(o)).count();
     assert_eq!(w.overall.finished, counted);
     assert!(w.jobs.iter().filter(|o| w.cut.counts(o)).all(|o| o.submit >= from));
-    let err = |text: String| parse(&text).err().map(|e| e.to_string()).unwrap_or_default();
     assert!(err(with("warmup = \"0s\"")).contains("metrics.warmup"));
     assert!(err(with("warmup = \"soon\"")).contains("metrics.warmup"));
 }

@@ -1417,16 +1417,10 @@ fn asking_before_every_decision_costs_more_requests_than_information_two_seconds
     eprintln!("information requests: asking {asked}, two seconds' reuse {kept}");
 }
 
-/// [AB-avail]'s violations, live: a broker that reuses what a site said for
-/// a minute sends a 4-CPU job to a site that looked free, while the site's
-/// own user has just taken all of it for 25 s. The job starts that much
-/// later than predicted: counted as a violation, and still run. Then a
-/// job with a deadline, in the same case, asks for its slot at once: the
-/// site refuses it (counted), and the job reserves the site's next start,
-/// which still ends by the deadline, and runs in that reservation.
-#[test]
-fn a_site_taken_by_its_own_user_after_it_reported_makes_a_violation_and_the_job_still_runs() {
-    let dir = scratch("violation");
+/// A `brokk site` "a" of 4 slots (tokens: the broker's, and its own user
+/// lee's) under `dir/site`, and a broker over it alone that reuses what it
+/// says for `info_ttl_ms`, its `[[sites]]` entry with the `extra` lines.
+fn broker_over_an_agent(dir: &Path, info_ttl_ms: u64, extra: &str) -> (common::Server, Service) {
     let site_dir = dir.join("site");
     std::fs::create_dir_all(&site_dir).unwrap();
     common::write_private(
@@ -1443,27 +1437,52 @@ fn a_site_taken_by_its_own_user_after_it_reported_makes_a_violation_and_the_job_
     common::write_private(
         &dir.join("broker.toml"),
         &format!(
-            "database = \"broker.db\"\nstate_dir = \"sites\"\ninfo_ttl_ms = 60000\n\
+            "database = \"broker.db\"\nstate_dir = \"sites\"\ninfo_ttl_ms = {info_ttl_ms}\n\
              [tokens]\n\"tok-ann\" = \"ann\"\n\
-             [[sites]]\nname = \"a\"\nurl = \"{}\"\ntoken = \"tok-broker\"\n",
+             [[sites]]\nname = \"a\"\nurl = \"{}\"\ntoken = \"tok-broker\"\n{extra}",
             site.url
         ),
     );
-    let svc = Service::start(&dir);
+    let svc = Service::start(dir);
+    (site, svc)
+}
+
+/// Metric `name` (with its labels) as the broker's `/metrics` says, 0 when absent.
+fn metric(svc: &Service, name: &str) -> u64 {
+    let m = reqwest::blocking::get(format!("{}/metrics", svc.server.url))
+        .unwrap()
+        .text()
+        .unwrap();
+    m.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse::<u64>().ok())
+        .unwrap_or(0)
+}
+
+/// The own user of the site at `url` takes all 4 of its slots for `secs`
+/// seconds, straight at the site (its wall time 5 s longer).
+fn taken_by_its_user(url: &str, secs: u32) {
+    let local = reqwest::blocking::Client::new()
+        .post(format!("{url}/v1/jobs"))
+        .bearer_auth("tok-lee")
+        .json(&serde_json::json!({"executable": "/bin/sleep", "arguments": [secs.to_string()], "cpus": 4, "wall_time": secs + 5}))
+        .send()
+        .unwrap();
+    assert!(local.status().is_success(), "{}", local.text().unwrap());
+}
+
+/// [AB-avail]'s violations, live: a broker that reuses what a site said for
+/// a minute sends a 4-CPU job to a site that looked free, while the site's
+/// own user has just taken all of it for 25 s. The job starts that much
+/// later than predicted: counted as a violation, and still run. Then a
+/// job with a deadline, in the same case, asks for its slot at once: the
+/// site refuses it (counted), and the job reserves the site's next start,
+/// which still ends by the deadline, and runs in that reservation.
+#[test]
+fn a_site_taken_by_its_own_user_after_it_reported_makes_a_violation_and_the_job_still_runs() {
+    let dir = scratch("violation");
+    let (site, svc) = broker_over_an_agent(&dir, 60_000, "");
     let write = |name: &str, text: &str| written(&dir, name, text);
-    let metrics = || {
-        reqwest::blocking::get(format!("{}/metrics", svc.server.url))
-            .unwrap()
-            .text()
-            .unwrap()
-    };
-    let info_requests = || {
-        let m = metrics();
-        m.lines()
-            .find_map(|l| l.strip_prefix("brokk_site_requests_total{kind=\"info\"} "))
-            .and_then(|n| n.parse::<u64>().ok())
-            .unwrap_or(0)
-    };
+    let info_requests = || metric(&svc, "brokk_site_requests_total{kind=\"info\"}");
     // A short job, then the broker reads the idle site again (it asks a
     // site where a job ended before its next decision): what it knows of
     // the site is then a minute fresh. Counted from while the job runs,
@@ -1494,19 +1513,9 @@ fn a_site_taken_by_its_own_user_after_it_reported_makes_a_violation_and_the_job_
             std::thread::sleep(Duration::from_millis(50));
         }
     };
-    // The site's own user takes all of it for `secs`, straight at the site.
-    let taken_by_its_user = |secs: u32| {
-        let local = reqwest::blocking::Client::new()
-            .post(format!("{}/v1/jobs", site.url))
-            .bearer_auth("tok-lee")
-            .json(&serde_json::json!({"executable": "/bin/sleep", "arguments": [secs.to_string()], "cpus": 4, "wall_time": secs + 5}))
-            .send()
-            .unwrap();
-        assert!(local.status().is_success(), "{}", local.text().unwrap());
-    };
     reads_the_idle_site();
     // Longer than the 20 s a start may slip before it is a violation.
-    taken_by_its_user(25);
+    taken_by_its_user(&site.url, 25);
     // The broker, on what it read, predicts a start within seconds.
     let wide = write(
         "wide.json",
@@ -1519,12 +1528,11 @@ fn a_site_taken_by_its_own_user_after_it_reported_makes_a_violation_and_the_job_
     let done = common::wait_ended(&svc.server.url, "tok-ann", &id, Duration::from_secs(90));
     assert_eq!(done["state"], "finished", "{done}");
     assert!(done["predicted_tts"].as_i64().unwrap() <= 5, "{done}");
-    let m = metrics();
-    assert!(m.contains("brokk_start_violations_total 1"), "{m}");
-    assert!(m.contains("brokk_slot_refusals_total 0"), "{m}");
+    assert_eq!(metric(&svc, "brokk_start_violations_total"), 1);
+    assert_eq!(metric(&svc, "brokk_slot_refusals_total"), 0);
     // The same with a deadline five minutes away.
     reads_the_idle_site();
-    taken_by_its_user(10);
+    taken_by_its_user(&site.url, 10);
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap();
@@ -1548,9 +1556,8 @@ fn a_site_taken_by_its_own_user_after_it_reported_makes_a_violation_and_the_job_
     assert!(sent["detail"].as_str().unwrap().contains("in reservation"), "{done}");
     // Promised after the local job, and started as promised.
     assert!(done["predicted_tts"].as_i64().unwrap() >= 10, "{done}");
-    let m = metrics();
-    assert!(m.contains("brokk_slot_refusals_total 1"), "{m}");
-    assert!(m.contains("brokk_start_violations_total 1\n"), "{m}");
+    assert_eq!(metric(&svc, "brokk_slot_refusals_total"), 1);
+    assert_eq!(metric(&svc, "brokk_start_violations_total"), 1);
 }
 
 /// [AB-avail]'s publication, live: a site the broker subscribes to pushes
@@ -1561,38 +1568,8 @@ fn a_site_taken_by_its_own_user_after_it_reported_makes_a_violation_and_the_job_
 #[test]
 fn a_subscribed_site_pushes_its_changes_and_is_not_asked() {
     let dir = scratch("pushed");
-    let site_dir = dir.join("site");
-    std::fs::create_dir_all(&site_dir).unwrap();
-    common::write_private(
-        &site_dir.join("site.toml"),
-        "name = \"a\"\ncapacity = 4\ndatabase = \"site.db\"\nworkdir = \"jobs\"\nkill_grace = 1\n\
-         [tokens]\n\"tok-broker\" = \"broker\"\n\"tok-lee\" = \"lee\"\n",
-    );
-    let site = common::spawn_listening(
-        std::process::Command::new(env!("CARGO_BIN_EXE_brokk"))
-            .args(["site", "--config"])
-            .arg(site_dir.join("site.toml"))
-            .stderr(std::process::Stdio::null()),
-    );
-    common::write_private(
-        &dir.join("broker.toml"),
-        &format!(
-            "database = \"broker.db\"\nstate_dir = \"sites\"\ninfo_ttl_ms = 1000\n\
-             [tokens]\n\"tok-ann\" = \"ann\"\n\
-             [[sites]]\nname = \"a\"\nurl = \"{}\"\ntoken = \"tok-broker\"\npush_every_s = 3600\n",
-            site.url
-        ),
-    );
-    let svc = Service::start(&dir);
-    let metric = |name: &str| {
-        let m = reqwest::blocking::get(format!("{}/metrics", svc.server.url))
-            .unwrap()
-            .text()
-            .unwrap();
-        m.lines()
-            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse::<u64>().ok())
-            .unwrap_or(0)
-    };
+    let (site, svc) = broker_over_an_agent(&dir, 1000, "push_every_s = 3600\n");
+    let metric = |name: &str| metric(&svc, name);
     let pushes_after = |n: u64| {
         let t = Instant::now();
         while metric("brokk_info_pushes_total") <= n {
@@ -1615,13 +1592,7 @@ fn a_subscribed_site_pushes_its_changes_and_is_not_asked() {
     assert_eq!(done["state"], "finished", "{done}");
     // The site's own user takes all of it; the site pushes the change.
     let pushed = metric("brokk_info_pushes_total");
-    let local = reqwest::blocking::Client::new()
-        .post(format!("{}/v1/jobs", site.url))
-        .bearer_auth("tok-lee")
-        .json(&serde_json::json!({"executable": "/bin/sleep", "arguments": ["8"], "cpus": 4, "wall_time": 10}))
-        .send()
-        .unwrap();
-    assert!(local.status().is_success(), "{}", local.text().unwrap());
+    taken_by_its_user(&site.url, 8);
     pushes_after(pushed);
     let wide = write(
         "wide.json",
