@@ -1811,12 +1811,12 @@ impl BrokerCore {
     /// slot of job `id`, which has a deadline, for candidate `i`
     /// ([AB-avail]'s Algorithm 2). A grant sends the job into it. A
     /// refusal is a violation (the slot the broker read is gone,
-    /// [`BrokerCore::refused_slots`]): the
-    /// site's next possible start becomes its candidate's, the site is
-    /// asked for its information again before the next decision (the
-    /// refusal's options), and the earliest slot that still ends by the
-    /// deadline is reserved next; after as many attempts as the job had
-    /// candidates, or with none left, the job fails with every reason.
+    /// [`BrokerCore::refused_slots`]): the site's next possible start
+    /// becomes its candidate's, the site is asked for its information
+    /// again before the next decision (the refusal's options), and the
+    /// earliest slot that still ends by the deadline is reserved next;
+    /// after [`slot_attempts`], or with no candidate left, the job fails
+    /// with every site's reason.
     fn slot_answered(&mut self, now: Time, id: &str, i: usize, answer: Result<Reply, SiteError>) {
         let wanted = self.waits_here(id);
         let Some(mut a) = self.sending.remove(id) else { return };
