@@ -470,6 +470,7 @@ async fn metrics(State(app): State<App>) -> Result<Response, ApiError> {
     ] {
         let _ = writeln!(out, "# TYPE {name} counter\n{name} {v}");
     }
+    app.service.per_site.write(&mut out);
     let _ = writeln!(out, "# TYPE brokk_submit_seconds histogram");
     let mut cumulative = 0;
     for (i, ub) in LATENCY_BUCKETS.iter().enumerate() {

@@ -135,6 +135,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
             core,
         )),
         counters,
+        per_site: Arc::default(),
         wake: Arc::new(tokio::sync::Notify::new()),
         inherited: Arc::new(std::sync::Mutex::new(inherited)),
         limits: config.limits,

@@ -1558,6 +1558,15 @@ fn a_site_taken_by_its_own_user_after_it_reported_makes_a_violation_and_the_job_
     assert!(done["predicted_tts"].as_i64().unwrap() >= 10, "{done}");
     assert_eq!(metric(&svc, "brokk_slot_refusals_total"), 1);
     assert_eq!(metric(&svc, "brokk_start_violations_total"), 1);
+    // Per site: four jobs taken (two short, the wide one, the one with a
+    // deadline), and every request for information timed.
+    assert_eq!(
+        metric(&svc, "brokk_site_dispatches_total{site=\"a\",outcome=\"taken\"}"),
+        4
+    );
+    let fetches = metric(&svc, "brokk_site_info_fetch_duration_seconds_count{site=\"a\"}");
+    assert!(fetches >= 3, "{fetches}");
+    assert_eq!(metric(&svc, "brokk_site_info_fetch_failures_total{site=\"a\"}"), 0);
 }
 
 /// [AB-avail]'s publication, live: a site the broker subscribes to pushes

@@ -467,6 +467,9 @@ impl Service {
                 if answer.is_err() {
                     self.counters.site_errors.fetch_add(1, Ordering::Relaxed);
                 }
+                if let Some(site) = self.sites().get(k) {
+                    self.per_site.sent(&site.name, answer.is_ok());
+                }
                 self.broker.run(|c| c.sent(t, &id, k, answer))
             }
             Answer::Held(id, k, reply) => {

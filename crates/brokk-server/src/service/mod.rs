@@ -29,6 +29,7 @@ mod files;
 mod follow;
 mod holds;
 pub mod parsing;
+mod per_site;
 mod pushed;
 mod reservations;
 mod sites;
@@ -39,6 +40,7 @@ pub use as_site::Claim;
 pub use broker::Broker;
 pub use files::{FileHead, FileStream};
 pub use holds::HoldJournal;
+pub use per_site::PerSite;
 use sites::cached_sites;
 pub use sites::{Cursor, SiteEntry, SiteInfo};
 pub use workflows::network;
@@ -106,6 +108,8 @@ pub struct Service {
     pub info: Arc<SiteInfo>,
     /// Counters.
     pub counters: Arc<Counters>,
+    /// Figures per site (information fetches, dispatches).
+    pub per_site: Arc<PerSite>,
     /// Wakes the dispatcher.
     pub wake: Arc<Notify>,
     /// Jobs accepted, or being co-allocated, before this process started:

@@ -369,7 +369,10 @@ impl Service {
         let answers: Vec<(String, Answer)> = futures_util::stream::iter(sites)
             .map(|s| async move {
                 let client = s.client.clone();
+                let started = std::time::Instant::now();
                 let asked = tokio::time::timeout(timeout, tokio::task::spawn_blocking(move || client.info())).await;
+                let ok = matches!(asked, Ok(Ok(Ok(_))));
+                self.per_site.fetched(&s.name, started.elapsed(), ok);
                 let answer = match asked {
                     Ok(Ok(Ok(info))) => Ok(convert(s.client.endpoint(), RawInfo::Glue(Box::new(info)))),
                     Ok(Ok(Err(e))) => Err(FetchFailure::Error(e)),
