@@ -19,7 +19,7 @@ use brokk_proto::wire::{
 };
 use serde::Deserialize;
 
-use crate::service::{Service, ServiceError, LATENCY_BUCKETS};
+use crate::service::{Service, ServiceError};
 
 mod site;
 
@@ -472,18 +472,8 @@ async fn metrics(State(app): State<App>) -> Result<Response, ApiError> {
     }
     app.service.per_site.write(&mut out);
     let _ = writeln!(out, "# TYPE brokk_submit_seconds histogram");
-    let mut cumulative = 0;
-    for (i, ub) in LATENCY_BUCKETS.iter().enumerate() {
-        cumulative += c.submit_latency[i].load(Ordering::Relaxed);
-        let _ = writeln!(out, "brokk_submit_seconds_bucket{{le=\"{ub}\"}} {cumulative}");
-    }
-    cumulative += c.submit_latency[LATENCY_BUCKETS.len()].load(Ordering::Relaxed);
-    let _ = writeln!(out, "brokk_submit_seconds_bucket{{le=\"+Inf\"}} {cumulative}");
-    let sum = c.submit_latency[LATENCY_BUCKETS.len() + 1].load(Ordering::Relaxed) as f64 / 1e6;
-    let _ = writeln!(
-        out,
-        "brokk_submit_seconds_sum {sum}\nbrokk_submit_seconds_count {cumulative}"
-    );
+    let submits = c.submit_latency.lock().map(|h| h.clone()).unwrap_or_default();
+    submits.write(&mut out, "brokk_submit_seconds", "");
     Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response())
 }
 

@@ -30,17 +30,22 @@ impl Histogram {
         self.sum += seconds;
     }
 
-    /// Its lines in the text exposition, as `name` with `labels` (`k="v",...`).
+    /// Its lines in the text exposition, as `name` with `labels`
+    /// (`k="v",...`, or none).
     pub fn write(&self, out: &mut String, name: &str, labels: &str) {
+        let (with, own) = match labels {
+            "" => (String::new(), String::new()),
+            l => (format!("{l},"), format!("{{{l}}}")),
+        };
         let mut cumulative = 0;
         for (ub, n) in LATENCY_BUCKETS.iter().zip(&self.counts) {
             cumulative += n;
-            let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{ub}\"}} {cumulative}");
+            let _ = writeln!(out, "{name}_bucket{{{with}le=\"{ub}\"}} {cumulative}");
         }
         cumulative += self.counts[LATENCY_BUCKETS.len()];
-        let _ = writeln!(out, "{name}_bucket{{{labels},le=\"+Inf\"}} {cumulative}");
-        let _ = writeln!(out, "{name}_sum{{{labels}}} {}", self.sum);
-        let _ = writeln!(out, "{name}_count{{{labels}}} {cumulative}");
+        let _ = writeln!(out, "{name}_bucket{{{with}le=\"+Inf\"}} {cumulative}");
+        let _ = writeln!(out, "{name}_sum{own} {}", self.sum);
+        let _ = writeln!(out, "{name}_count{own} {cumulative}");
     }
 }
 
@@ -116,5 +121,18 @@ mod tests {
         assert!(out.contains(&format!("{} 2\n", bucket("5"))), "{out}");
         assert!(out.contains(&format!("{} 3\n", bucket("+Inf"))), "{out}");
         assert!(out.contains("brokk_site_http_request_duration_seconds_count{method=\"POST\",route=\"/v1/jobs\"} 3\n"));
+    }
+
+    #[test]
+    fn a_histogram_without_labels_writes_none() {
+        let mut h = Histogram::default();
+        h.observe(0.5);
+        let mut out = String::new();
+        h.write(&mut out, "x_seconds", "");
+        assert!(
+            out.contains("x_seconds_bucket{le=\"0.25\"} 0\nx_seconds_bucket{le=\"1\"} 1\n"),
+            "{out}"
+        );
+        assert!(out.contains("x_seconds_sum 0.5\nx_seconds_count 1\n"), "{out}");
     }
 }

@@ -89,12 +89,9 @@ pub struct Counters {
     pub site_errors: AtomicU64,
     /// Pushes of their information the sites made.
     pub info_pushes: AtomicU64,
-    /// Submit latency histogram: counts per bucket of [`LATENCY_BUCKETS`], then the sum in microseconds.
-    pub submit_latency: [AtomicU64; LATENCY_BUCKETS.len() + 2],
+    /// How long submissions took to answer.
+    pub submit_latency: std::sync::Mutex<brokk_site::metrics::Histogram>,
 }
-
-/// Upper bounds of the submit-latency histogram, seconds.
-pub const LATENCY_BUCKETS: [f64; 8] = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 1.0];
 
 /// The service, shared by its handlers and tasks.
 #[derive(Debug, Clone)]
@@ -186,12 +183,9 @@ impl Service {
 
     /// Records the latency of one submission.
     pub fn observe_submit(&self, seconds: f64) {
-        let b = LATENCY_BUCKETS
-            .iter()
-            .position(|&ub| seconds <= ub)
-            .unwrap_or(LATENCY_BUCKETS.len());
-        self.counters.submit_latency[b].fetch_add(1, Ordering::Relaxed);
-        self.counters.submit_latency[LATENCY_BUCKETS.len() + 1].fetch_add((seconds * 1e6) as u64, Ordering::Relaxed);
+        if let Ok(mut h) = self.counters.submit_latency.lock() {
+            h.observe(seconds);
+        }
     }
 
     /// Translates and stores a description's jobs; they are dispatched later.
