@@ -255,3 +255,38 @@ proptest! {
         }
     }
 }
+
+/// The case the property above once found: a co-allocation whose members
+/// the genetic search placed in windows of different lengths (one from
+/// HEFTSync's plan, one from its own probes), both starting at 0.
+#[test]
+fn the_genetic_search_keeps_a_coallocations_members_in_one_window() {
+    let task = |id: &str, runtime: i64, cores: u32| Task {
+        id: id.into(),
+        runtime: Duration(runtime),
+        cores,
+        ..Task::default()
+    };
+    let wf = Workflow {
+        name: "random".into(),
+        tasks: vec![task("t0", 1, 3), task("t1", 117, 1)],
+        coallocations: vec![CoAllocation {
+            a: "t1".into(),
+            b: "t0".into(),
+            bandwidth: 0,
+        }],
+        deadline: Some(Time(234)),
+        ..Workflow::default()
+    };
+    let mut g = grid(&[(1, 1), (1, 1), (3, 1), (1, 2)], 60);
+    background(&mut g, &[(0, 234, 1, 1), (2, 117, 1, 1)]);
+    let opts = Options {
+        scheduler: Scheduler::Genetic,
+        now: Time(0),
+        hold: Duration(50),
+        explain: true,
+    };
+    if let Ok(offer) = admit(&wf, &g.topo, &mut refs(&mut g.sites), &mut g.net, "alice", &opts) {
+        check_plan(&wf, &offer, &g).unwrap();
+    }
+}

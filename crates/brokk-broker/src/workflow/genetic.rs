@@ -2,7 +2,7 @@
 //! to run it for up to five candidate starts inside the workflow's window;
 //! a chromosome picks one candidate per task; its fitness is the number of
 //! violated constraints (precedence with transfer time at the mean
-//! bandwidth, co-allocated tasks apart, more processors at a site than it
+//! bandwidth, co-allocated tasks in different windows, more processors at a site than it
 //! has among the chosen candidates), plus a bound on the ratings, when it
 //! violates any, else the sum of the candidates' ratings (the fragmentation
 //! each leaves). The first string without violations is booked task by
@@ -157,8 +157,10 @@ pub(super) fn schedule(b: &mut Booking, generations: usize, seed: u64) -> bool {
             let gap = if a.site == z.site { 0 } else { move_time };
             v += usize::from(a.start + a.duration + gap > z.start);
         }
+        // Co-allocated tasks share one window: the same start and length
+        // (HEFTSync's plan gives its own length, the probes the class's).
         for &(x, y) in &pairs {
-            v += usize::from(at(x).start != at(y).start);
+            v += usize::from(at(x).start != at(y).start || at(x).duration != at(y).duration);
         }
         let chosen: Vec<(usize, i64, i64, u32)> = (0..n)
             .map(|t| {
