@@ -885,19 +885,23 @@ fn reservations_made_for_a_job_end_with_it() {
     }
 }
 
-#[test]
-fn a_site_that_does_not_answer_is_named_with_why() {
-    use std::os::unix::fs::PermissionsExt;
-    let dir = scratch("down-site");
+/// Writes `dir/broker.toml` for ann with an embedded site `up` (2 slots)
+/// and a remote site `ghost` that nothing answers at; returns its path.
+fn with_a_ghost(dir: &Path) -> PathBuf {
     let config = dir.join("broker.toml");
-    std::fs::write(
+    common::write_private(
         &config,
         "database = \"broker.db\"\nstate_dir = \"sites\"\n[tokens]\n\"tok-ann\" = \"ann\"\n\
          [[embedded]]\nname = \"up\"\ncapacity = 2\n\
          [[sites]]\nname = \"ghost\"\nurl = \"http://127.0.0.1:9\"\ntoken = \"t\"\n",
-    )
-    .unwrap();
-    std::fs::set_permissions(&config, std::fs::Permissions::from_mode(0o600)).unwrap();
+    );
+    config
+}
+
+#[test]
+fn a_site_that_does_not_answer_is_named_with_why() {
+    let dir = scratch("down-site");
+    with_a_ghost(&dir);
     let svc = Service::start(&dir);
     let (table, _) = text(&svc.brokk("tok-ann", &["resources"]));
     let ghost = table
@@ -1623,17 +1627,8 @@ fn a_subscribed_site_pushes_its_changes_and_is_not_asked() {
 /// time and fields, the site named as a field, for a log shipper to read.
 #[test]
 fn logs_are_json_lines_with_their_fields_when_asked() {
-    use std::os::unix::fs::PermissionsExt;
     let dir = scratch("json-logs");
-    let config = dir.join("broker.toml");
-    std::fs::write(
-        &config,
-        "database = \"broker.db\"\nstate_dir = \"sites\"\n[tokens]\n\"tok-ann\" = \"ann\"\n\
-         [[embedded]]\nname = \"up\"\ncapacity = 2\n\
-         [[sites]]\nname = \"ghost\"\nurl = \"http://127.0.0.1:9\"\ntoken = \"t\"\n",
-    )
-    .unwrap();
-    std::fs::set_permissions(&config, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let config = with_a_ghost(&dir);
     let log = dir.join("service.log");
     let _server = common::spawn_listening(
         std::process::Command::new(env!("CARGO_BIN_EXE_brokk"))

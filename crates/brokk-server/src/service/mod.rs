@@ -211,10 +211,11 @@ impl Service {
             .await?;
         for job in &parsed.jobs {
             brokk_broker::select::validate_at(job, now()).map_err(|e| ServiceError::BadRequest(e.to_string()))?;
-            // One no site could ever run is refused now, with each site's reason.
-            if let Some(why) = self.broker.read(|c| c.runs_nowhere(job)) {
-                return Err(ServiceError::BadRequest(why));
-            }
+        }
+        // One no site could ever run is refused now, with each site's
+        // reason: the core read once for the whole submission.
+        if let Some(why) = self.broker.read(|c| parsed.jobs.iter().find_map(|j| c.runs_nowhere(j))) {
+            return Err(ServiceError::BadRequest(why));
         }
         let mut warnings: Vec<String> = parsed.warnings.iter().map(|d| d.to_string()).collect();
         for job in &parsed.jobs {
