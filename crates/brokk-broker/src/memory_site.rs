@@ -3,6 +3,7 @@
 //! and the simulator's grids.
 
 use brokk_core::queue::Policy;
+use brokk_core::SitePolicy;
 use brokk_core::{
     Candidate, Change, CoreError, JobId, JobRecord, Reply, Request, ReservationId, SiteCore, SiteParams, Submission,
     VirtualRunner,
@@ -53,12 +54,12 @@ impl MemorySite {
     }
 
     /// [`MemorySite::new`] with the local queue run by `policy`.
-    pub fn with_policy(info: ResourceInfo, now: Time, horizon: Time, policy: Policy) -> Self {
+    pub fn with_policy(info: ResourceInfo, now: Time, horizon: Time, policy: impl Into<SitePolicy>) -> Self {
         let core = SiteCore::new(SiteParams {
             capacity: info.total_slots,
             horizon,
             default_wall_time: DEFAULT_WALL_TIME,
-            policy,
+            policy: policy.into(),
             lead: Duration(0),
         });
         MemorySite {
@@ -89,9 +90,21 @@ impl MemorySite {
     }
 
     /// The next time something happens here on its own (a job starts or
-    /// ends), if anything will.
+    /// ends, or, while it has work, the site's policy acts), if anything
+    /// will. An idle site's policy waits for its next job: a simulation
+    /// ends when its work does.
     pub fn next_event(&self) -> Option<Time> {
-        self.runner.next_event()
+        let work = self.runner.next_event()?;
+        Some(
+            self.core
+                .next_policy_event()
+                .map_or(work, |p| p.max(self.now).min(work)),
+        )
+    }
+
+    /// A job of the site's own users (not placed by a broker), from `owner`.
+    pub fn submit_local(&mut self, owner: &str, job: &Job) -> Result<JobHandle, SiteError> {
+        self.accept(owner, job, None, None, false)
     }
 
     /// Job `job` will run for `d` rather than its whole wall time.
@@ -198,6 +211,7 @@ impl MemorySite {
         job: &Job,
         reservation: Option<ReservationId>,
         held_under: Option<&str>,
+        grid: bool,
     ) -> Result<JobHandle, SiteError> {
         self.up()?;
         if !self.accepting {
@@ -216,8 +230,10 @@ impl MemorySite {
         }
         // The broker's algorithms reserve for one job: its reservation
         // ends with it.
+        // A broker's job is the grid's: it names the user it is placed for.
         let sub = Submission {
             key: held_under.map(str::to_string),
+            on_behalf: grid.then(|| owner.to_string()),
             explicit_commit: held_under.is_some(),
             release_with_job: true,
             ..Submission::of(spec)
@@ -279,7 +295,7 @@ impl Site for MemorySite {
     }
 
     fn submit(&mut self, owner: &str, job: &Job, reservation: Option<ReservationId>) -> Result<JobHandle, SiteError> {
-        self.accept(owner, job, reservation, None)
+        self.accept(owner, job, reservation, None, true)
     }
 
     fn submit_held(
@@ -289,7 +305,7 @@ impl Site for MemorySite {
         reservation: ReservationId,
         key: &str,
     ) -> Result<JobHandle, SiteError> {
-        self.accept(owner, job, Some(reservation), Some(key))
+        self.accept(owner, job, Some(reservation), Some(key), true)
     }
 
     fn status(&self, job: &JobHandle) -> Result<JobState, SiteError> {

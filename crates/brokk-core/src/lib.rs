@@ -21,6 +21,7 @@ mod effect;
 mod error;
 mod feed;
 pub mod order;
+pub mod partition;
 pub mod queue;
 mod record;
 mod runner;
@@ -38,6 +39,7 @@ pub fn planner(capacity: u32, horizon: brokk_model::Time) -> Planner {
 
 pub use effect::{Effect, Ended, Manager};
 pub use error::CoreError;
+pub use partition::{Partitions, SitePolicy};
 pub use record::{JobId, JobRecord, KeptJobs, Occupant, Submission};
 pub use runner::VirtualRunner;
 pub use site::{Launch, Published, SiteCore, SiteParams, PUBLISHED_RANGES, PUBLISHED_SPAN};

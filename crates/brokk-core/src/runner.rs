@@ -97,8 +97,11 @@ impl VirtualRunner {
     fn follow(&mut self, core: &SiteCore, id: JobId) {
         let Some(j) = core.record(id) else { return };
         if j.is_waiting() {
-            if let (Some(s), false) = (j.planned_start, self.held.contains(&id)) {
-                self.plan(id, s);
+            match (j.planned_start, self.held.contains(&id)) {
+                (Some(s), false) => self.plan(id, s),
+                // It lost its slot (a local job took its protection).
+                (None, _) => self.unplan(id),
+                _ => {}
             }
         } else {
             self.unplan(id);

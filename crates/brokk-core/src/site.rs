@@ -12,6 +12,7 @@ use brokk_planner::{
 use crate::effect::{Effect, Ended, Manager};
 use crate::error::CoreError;
 use crate::feed::Feed;
+use crate::partition::{offered, ForecastState, Partitions, SitePolicy};
 use crate::queue::Policy;
 use crate::record::{JobId, JobRecord, KeptJobs, Occupant, Submission};
 
@@ -35,8 +36,9 @@ pub struct SiteParams {
     /// How the local queue backfills: conservatively (every waiting job
     /// holds a slot; what live agents run), first come first served (starts
     /// never overtake), or protecting only the first few waiting jobs (EASY
-    /// protects one) while later ones start only where they fit at once.
-    pub policy: Policy,
+    /// protects one) while later ones start only where they fit at once;
+    /// and how the processors are partitioned ([`crate::partition`]).
+    pub policy: SitePolicy,
     /// The least time from now to a reservation's start: what the resource
     /// manager takes to have a job in place (an ARC CE hands a job to the
     /// Slurm behind it at its own cycle, so a reservation starting sooner
@@ -108,6 +110,15 @@ pub struct SiteCore {
     next_job: u64,
     /// Foreign occupants mirrored in the schedule: key -> (occupant, booking).
     foreign: HashMap<String, (Occupant, Option<ReservationId>)>,
+    /// How many waiting jobs each partition protects now: the policy's
+    /// number, or every one while the forecast policy schedules
+    /// conservatively.
+    pivots: Vec<usize>,
+    /// The forecast policy's state, when the site runs it, from its first
+    /// submission or tick on.
+    forecast: Option<ForecastState>,
+    /// Grows whenever the forecast policy changes what the site offers.
+    offers: u64,
     out: Vec<Effect>,
 }
 
@@ -136,7 +147,81 @@ impl SiteCore {
             retired: 0,
             next_job: 1,
             foreign: HashMap::new(),
+            pivots: vec![Self::protects(params.policy.queue); params.policy.partitions.count()],
+            forecast: None,
+            offers: 0,
             out: Vec::new(),
+        }
+    }
+
+    /// How many waiting jobs a queue policy protects in each partition.
+    fn protects(policy: Policy) -> usize {
+        match policy {
+            Policy::Backfill { reservations } => reservations,
+            Policy::Fcfs => usize::MAX,
+        }
+    }
+
+    /// Job `j`'s partition: by its wall time, or by whether a broker
+    /// placed it for one of its users (a grid job).
+    fn part_of(&self, j: &JobRecord) -> usize {
+        self.params
+            .policy
+            .partitions
+            .of(self.wall_time(&j.spec), j.user.is_some())
+    }
+
+    /// The forecast policy's state, begun at `now` the first time it is
+    /// needed; `None` under other policies.
+    fn forecasting(&mut self, now: Time) -> Option<&mut ForecastState> {
+        if let (Partitions::Forecast(f), None) = (self.params.policy.partitions, &self.forecast) {
+            self.forecast = Some(ForecastState::new(f, now));
+        }
+        self.forecast.as_mut()
+    }
+
+    /// When the site's policy next acts on its own (the forecast policy's
+    /// publication or reallocation check), if it does.
+    pub fn next_policy_event(&self) -> Option<Time> {
+        self.forecast.as_ref().map(ForecastState::next_event)
+    }
+
+    /// The share of its free capacity the site offers the grid now (all of
+    /// it but under the forecast policy).
+    pub fn offered_share(&self) -> f64 {
+        self.forecast.as_ref().map_or(1.0, |f| f.share)
+    }
+
+    /// Runs the forecast policy's publication or reallocation check when
+    /// one is due by `now` ([AB-avail]'s Algorithm 1).
+    fn run_policy(&mut self, now: Time) {
+        let capacity = self.params.capacity;
+        let Some(f) = self.forecasting(now) else {
+            return;
+        };
+        if f.next_event() > now {
+            return;
+        }
+        if f.next_publication <= now {
+            // getFreeTimeSlots: every waiting job gets its slot (as under
+            // conservative backfilling), then each partition protects the
+            // policy's number again, and the forecast sets the offer.
+            let base = Self::protects(self.params.policy.queue);
+            self.pivots.fill(usize::MAX);
+            self.promote(now);
+            self.pivots.fill(base);
+            if let Some(f) = self.forecast.as_mut() {
+                f.publish(now, capacity);
+            }
+            self.offers += 1;
+        } else if f.check(now, capacity) {
+            // reallocationEvent: the forecast proved low. Conservative
+            // until the next publication, the local partition first.
+            self.pivots[0] = usize::MAX;
+            self.promote(now);
+            self.pivots.fill(usize::MAX);
+            self.promote(now);
+            self.offers += 1;
         }
     }
 
@@ -200,6 +285,14 @@ impl SiteCore {
             core.jobs.insert(j.id, j);
         }
         core.ended.make_contiguous().sort_unstable();
+        let local: i64 = core
+            .active()
+            .filter(|j| j.user.is_none())
+            .map(|j| i64::from(j.spec.cpus.unwrap_or(1).max(1)))
+            .sum();
+        if let Some(f) = core.forecasting(now) {
+            f.demand_changes(now, local);
+        }
         for id in changed {
             core.touch(id);
             core.out.push(Effect::SaveJob(id));
@@ -256,7 +349,7 @@ impl SiteCore {
     /// (a job's change, a reservation made, moved or given back): equal
     /// twice, the site's information differs only by the time passed.
     pub fn published_version(&self) -> u64 {
-        self.feed.version() + self.planner.changes()
+        self.feed.version() + self.planner.changes() + self.offers
     }
 
     /// The effects of the operations so far, in order; the driver carries
@@ -354,9 +447,11 @@ impl SiteCore {
     /// slots), from the schedule as it stands at `now`: at most `most`
     /// ranges, the span ending where the last one kept ends when there are
     /// more (a consumer then reads the rest as unknown, not as taken).
-    /// `until` is clipped to the site's horizon.
+    /// `until` is clipped to the site's horizon. Under the forecast policy
+    /// each range offers the grid its share ([`SiteCore::offered_share`]).
     pub fn availability(&self, now: Time, until: Time, most: usize) -> Availability {
         let until = until.min(self.params.horizon).max(now);
+        let share = self.forecast.as_ref().map(|f| f.share);
         let mut ranges: Vec<FreeRange> = self
             .planner
             .free_slots(now, until)
@@ -364,8 +459,9 @@ impl SiteCore {
             .map(|f| FreeRange {
                 start: f.start,
                 end: f.end,
-                free: f.free,
+                free: share.map_or(f.free, |s| offered(f.free, s)),
             })
+            .filter(|r| r.free > 0)
             .collect();
         let until = match ranges.get(most) {
             Some(cut) => {
@@ -490,6 +586,7 @@ impl SiteCore {
         if self.expire(now) {
             self.compress(now);
         }
+        self.run_policy(now);
     }
 
     /// A reservation for `who`, preliminary until `hold` when given.
@@ -607,6 +704,7 @@ impl SiteCore {
         let spec = sub.spec;
         let amount = spec.cpus.unwrap_or(1).max(1);
         let wall = self.wall_time(&spec);
+        let grid = sub.on_behalf.is_some();
         if wall.0 <= 0 {
             return Err(CoreError::BadRequest("wall_time: must be positive".into()));
         }
@@ -642,7 +740,7 @@ impl SiteCore {
                 }
                 (Some(id), true, Some(r.start.max(now)))
             }
-            None => match self.place_new(now, who, amount, wall)? {
+            None => match self.place_new(now, who, amount, wall, self.params.policy.partitions.of(wall, grid))? {
                 Some((id, start)) => (Some(id), false, Some(start)),
                 None => (None, false, None),
             },
@@ -679,6 +777,16 @@ impl SiteCore {
         self.touch(id);
         if let Some(k) = sub.key {
             self.keys.insert((who.to_string(), k), id);
+        }
+        if !grid {
+            if let Some(f) = self.forecasting(now) {
+                f.demand_changes(now, i64::from(amount));
+            }
+        }
+        // Partitioned, a job that waits is protected in its turn: its
+        // partition's and, under priorities, its kind's.
+        if start.is_none() && self.params.policy.is_partitioned() {
+            self.promote(now);
         }
         Ok((id, true))
     }
@@ -880,10 +988,13 @@ impl SiteCore {
         j.reason = reason;
         j.ended = Some(now);
         let (planned, slot, claimed, release_claim) = (j.planned_start, j.slot, j.claimed, j.release_claim);
+        let local_demand = (j.user.is_none()).then(|| i64::from(j.spec.cpus.unwrap_or(1).max(1)));
         if was_running && self.active.contains(&id) {
             self.running -= 1;
         }
-        self.active.remove(&id);
+        if let (true, Some(d), Some(f)) = (self.active.remove(&id), local_demand, self.forecast.as_mut()) {
+            f.demand_changes(now, -d);
+        }
         if let Some(p) = planned {
             self.queue.remove(&(p, id));
         }
@@ -901,16 +1012,20 @@ impl SiteCore {
         who: &str,
         amount: u32,
         wall: Duration,
+        part: usize,
     ) -> Result<Option<(ReservationId, Time)>, CoreError> {
-        let earliest = match self.params.policy {
+        let protects = self.pivots[part];
+        let earliest = match self.params.policy.queue {
             // Starts never overtake: not before the last queued job's.
             Policy::Fcfs => self.queue.last().map_or(now, |&(t, _)| t.max(now)),
-            Policy::Backfill { reservations } if reservations != usize::MAX => {
+            Policy::Backfill { .. } if protects != usize::MAX => {
                 match self.book(who, amount, wall, now, now) {
                     Ok(placed) => return Ok(Some(placed)),
                     // A job that can never run here is refused, as always.
                     Err(never @ Reply::Never { .. }) => return Err(CoreError::NotGranted(never)),
-                    Err(_) if !self.waiting.is_empty() || self.protected(now) >= reservations => return Ok(None),
+                    // Partitioned, `promote` protects it in its turn.
+                    Err(_) if self.params.policy.is_partitioned() => return Ok(None),
+                    Err(_) if !self.waiting.is_empty() || self.protected(now) >= protects => return Ok(None),
                     Err(_) => now,
                 }
             }
@@ -957,7 +1072,7 @@ impl SiteCore {
     /// job ahead), then gives waiting jobs without a slot one where the
     /// policy allows.
     fn compress(&mut self, now: Time) {
-        let fcfs = self.params.policy == Policy::Fcfs;
+        let fcfs = self.params.policy.queue == Policy::Fcfs;
         let mut floor = now;
         let queued: Vec<(Time, JobId)> = self.queue.range((Time(now.0 + 1), JobId(0))..).copied().collect();
         for (old, id) in queued {
@@ -991,46 +1106,123 @@ impl SiteCore {
         self.promote(now);
     }
 
-    /// Gives waiting jobs without a slot one, in arrival order: a job that
-    /// fits at once starts now (backfilling around the protected ones); one
-    /// that does not is protected at its earliest start while fewer than
-    /// the policy's number are.
-    fn promote(&mut self, now: Time) {
-        let Policy::Backfill { reservations } = self.params.policy else {
-            return;
-        };
-        let mut protected = if self.waiting.is_empty() {
-            0
-        } else {
-            self.protected(now)
-        };
-        let mut k = 0;
-        while k < self.waiting.len() {
-            let id = self.waiting[k];
-            let Some(j) = self.jobs.get(&id).filter(|j| j.is_waiting() && j.slot.is_none()) else {
-                self.waiting.remove(k);
-                continue;
-            };
-            let (who, amount, wall) = (
-                j.owner.clone(),
-                j.spec.cpus.unwrap_or(1).max(1),
-                self.wall_time(&j.spec),
-            );
-            let latest = if protected < reservations { OPEN_END } else { now };
-            let Ok((slot, start)) = self.book(&who, amount, wall, now, latest) else {
-                k += 1;
-                continue;
-            };
-            protected += usize::from(start > now);
-            self.waiting.remove(k);
-            if let Some(j) = self.jobs.get_mut(&id) {
-                j.slot = Some(slot);
-                j.planned_start = Some(start);
+    /// Queued jobs protected by a slot later than `now`, per partition.
+    fn protected_by_partition(&self, now: Time) -> Vec<usize> {
+        let mut n = vec![0; self.pivots.len()];
+        if let [one] = n.as_mut_slice() {
+            *one = self.protected(now);
+            return n;
+        }
+        for (_, id) in self.queue.range((Time(now.0 + 1), JobId(0))..) {
+            if let Some(j) = self.jobs.get(id) {
+                n[self.part_of(j)] += 1;
             }
-            self.queue.insert((start, id));
-            self.touch(id);
-            self.out.push(Effect::SaveJob(id));
-            self.out.push(Effect::StartMoved { job: id, start });
+        }
+        n
+    }
+
+    /// The grid job protected latest in partition `part`, if any: the one
+    /// a local job displaces at least cost.
+    fn latest_protected_grid(&self, now: Time, part: usize) -> Option<JobId> {
+        self.queue
+            .range((Time(now.0 + 1), JobId(0))..)
+            .rev()
+            .map(|&(_, id)| id)
+            .find(|id| {
+                self.jobs
+                    .get(id)
+                    .is_some_and(|j| j.user.is_some() && self.part_of(j) == part)
+            })
+    }
+
+    /// Takes queued job `id`'s slot away: it waits without one again, in
+    /// its arrival place, whose index it returns.
+    fn unprotect(&mut self, id: JobId) -> usize {
+        let (slot, planned) = self
+            .jobs
+            .get_mut(&id)
+            .map_or((None, None), |j| (j.slot.take(), j.planned_start.take()));
+        if let Some(p) = planned {
+            self.queue.remove(&(p, id));
+        }
+        if let Some(slot) = slot.filter(|&s| self.planner.cancel(s).is_ok()) {
+            self.end(vec![slot], Ended::Released);
+        }
+        let at = self.waiting.partition_point(|&w| w < id);
+        self.waiting.insert(at, id);
+        self.touch(id);
+        self.out.push(Effect::SaveJob(id));
+        self.out.push(Effect::StartMoved {
+            job: id,
+            start: OPEN_END,
+        });
+        at
+    }
+
+    /// Gives waiting jobs without a slot one, in arrival order (under
+    /// priorities, local jobs before the grid's): a job that fits at once
+    /// starts now (backfilling around the protected ones); one that does
+    /// not is protected at its earliest start while its partition protects
+    /// fewer than the policy's number. Under priorities a local job that
+    /// cannot start takes the protection of its partition's latest grid
+    /// job when none is left to it.
+    fn promote(&mut self, now: Time) {
+        if !matches!(self.params.policy.queue, Policy::Backfill { .. }) || self.waiting.is_empty() {
+            return;
+        }
+        let local_first = self.params.policy.partitions.local_first();
+        let mut protected = self.protected_by_partition(now);
+        let passes: &[Option<bool>] = if local_first {
+            &[Some(false), Some(true)]
+        } else {
+            &[None]
+        };
+        for &pass in passes {
+            let mut k = 0;
+            while k < self.waiting.len() {
+                let id = self.waiting[k];
+                let Some(j) = self.jobs.get(&id).filter(|j| j.is_waiting() && j.slot.is_none()) else {
+                    self.waiting.remove(k);
+                    continue;
+                };
+                let grid = j.user.is_some();
+                if pass.is_some_and(|g| g != grid) {
+                    k += 1;
+                    continue;
+                }
+                let part = self.part_of(j);
+                let (who, amount, wall) = (
+                    j.owner.clone(),
+                    j.spec.cpus.unwrap_or(1).max(1),
+                    self.wall_time(&j.spec),
+                );
+                let may_protect = protected[part] < self.pivots[part];
+                let latest = if may_protect { OPEN_END } else { now };
+                let mut booked = self.book(&who, amount, wall, now, latest);
+                if booked.is_err() && !may_protect && local_first && !grid {
+                    if let Some(grid_job) = self.latest_protected_grid(now, part) {
+                        if self.unprotect(grid_job) <= k {
+                            k += 1;
+                        }
+                        protected[part] -= 1;
+                        booked = self.book(&who, amount, wall, now, OPEN_END);
+                    }
+                }
+                let Ok((slot, start)) = booked else {
+                    k += 1;
+                    continue;
+                };
+                protected[part] += usize::from(start > now);
+                self.waiting.remove(k);
+                if let Some(j) = self.jobs.get_mut(&id) {
+                    j.slot = Some(slot);
+                    j.planned_start = Some(start);
+                }
+                self.queue.insert((start, id));
+                self.touch(id);
+                self.out.push(Effect::SaveJob(id));
+                self.out.push(Effect::StartMoved { job: id, start });
+            }
         }
     }
 

@@ -23,6 +23,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use brokk_broker::Publishing;
+use brokk_core::SitePolicy;
 use brokk_model::{Duration, Time};
 use serde::Deserialize;
 
@@ -364,9 +365,10 @@ pub struct SweepSpec {
     pub seeds: Vec<u64>,
 }
 
-/// Parses a policy name.
-pub fn parse_policy(name: &str) -> Option<Policy> {
-    name.parse().ok()
+/// Parses a policy name: a queue policy, or a partitioned one for sites
+/// of a grid ([`SitePolicy`]).
+pub fn parse_policy(name: &str) -> Result<SitePolicy, String> {
+    name.parse()
 }
 
 /// An experiment read, checked and with its trace loaded, ready to run points.
@@ -376,7 +378,7 @@ pub struct Prepared {
     pub spec: Experiment,
     /// The series compared: each a label and a local policy, in the order
     /// of [`Prepared::routes`].
-    pub policies: Vec<(String, Policy)>,
+    pub policies: Vec<(String, SitePolicy)>,
     /// Each series' queue order (arrival order when none).
     pub orders: Vec<Option<OrderMaker>>,
     /// How each series routes jobs (the seed of random routing is the point's).
@@ -544,10 +546,15 @@ pub fn prepare_with_orders(
             Some((l, o)) => (l, Some(o)),
             None => (name.as_str(), None),
         };
-        let Some(p) = parse_policy(local) else {
-            return invalid(format!(
-                "policies: unknown policy {local:?} (fcfs, easy, conservative, backfill:K, each optionally +ORDER)"
-            ));
+        let p = match parse_policy(local) {
+            Ok(p) => p,
+            Err(e) if local.starts_with("easy-mf@") => return invalid(format!("policies: {e}")),
+            Err(_) => {
+                return invalid(format!(
+                    "policies: unknown policy {local:?} (fcfs, easy, conservative, backfill:K, each optionally \
+                     +ORDER; on a grid's sites also easy-m, conservative-m, easy-mf or easy-mf@INTERVAL)"
+                ))
+            }
         };
         let order = match order.map(|o| orders.find(o, &spec.priorities)) {
             None => None,
@@ -747,12 +754,23 @@ pub fn prepare_with_orders(
                     "policies: {pn}: queue orders apply to clusters under fixed routing; grid sites serve arrival order"
                 ));
             }
+            if policy.is_partitioned() && matches!(route, Route::Clusters(_)) {
+                return invalid(format!(
+                    "policies: {pn}: partitioned policies run on a grid's sites; add a broker routing or local_load"
+                ));
+            }
+            // The forecast policy publishes at its gateway's interval
+            // unless it names its own.
+            let policy = match interval {
+                Some(every) if !pn.contains('@') => policy.publishing_every(every),
+                _ => *policy,
+            };
             let label = match (names.len(), policies.len()) {
                 (1, _) => pn.clone(),
                 (_, 1) => n.clone(),
                 _ => format!("{n}/{pn}"),
             };
-            series.push((label, *policy));
+            series.push((label, policy));
             series_orders.push(order.clone());
             routes.push(route);
         }
@@ -970,7 +988,7 @@ impl Prepared {
             reserve_top_k: 0,
         };
         let options = GridOptions {
-            policy: Policy::EASY,
+            policy: Policy::EASY.into(),
             staleness: Staleness {
                 info_ttl: Duration(600),
                 info_delay: Duration::ZERO,
@@ -1070,7 +1088,7 @@ impl Prepared {
                     r => r,
                 };
                 let order = self.orders[point.policy].as_ref();
-                let run = simulate_platform(&self.clusters, &jobs, routing, *policy, order);
+                let run = simulate_platform(&self.clusters, &jobs, routing, policy.queue, order);
                 let all: Vec<_> = run.clusters.iter().flat_map(|c| c.outcomes.iter().copied()).collect();
                 (run, all, 0, 0, 0, None, None, Vec::new())
             }

@@ -33,6 +33,7 @@ use brokk_broker::info::FetchFailure;
 use brokk_broker::jobs::{BrokerJob, Entry, Member};
 use brokk_broker::{JobHandle, MemorySite, Publishing, Site, SiteError};
 use brokk_core::queue::Policy;
+use brokk_core::SitePolicy;
 use brokk_core::{Candidate, Change, Reply, Request, ReservationId};
 use brokk_model::{
     Benchmark, Duration, Job, JobPhase, JobPreferences, Objective, PublishedBenchmark, ResourceInfo, Time,
@@ -126,7 +127,7 @@ pub struct GridOptions {
     /// How stale the broker's information is.
     pub staleness: Staleness,
     /// The sites' local policy.
-    pub policy: Policy,
+    pub policy: SitePolicy,
     /// Queue adaptation rounds (broker routings only).
     pub adaptation: Option<Adaptation>,
     /// A job larger than every site is split into parts over several sites
@@ -157,7 +158,7 @@ impl Default for GridOptions {
     fn default() -> Self {
         GridOptions {
             staleness: Staleness::default(),
-            policy: Policy::CONSERVATIVE,
+            policy: SitePolicy::from(Policy::CONSERVATIVE),
             adaptation: None,
             coallocate: false,
             brokers: 1,
@@ -867,7 +868,7 @@ pub fn simulate_grid_with_local(
             job.wall_time = Some(scaled(j.estimate.max(Duration(1)), clusters[c].speed));
             let site = &mut grid.sites[c];
             site.advance(t);
-            if let Ok(handle) = site.submit(LOCAL, &job, None) {
+            if let Ok(handle) = site.submit_local(LOCAL, &job) {
                 let _ = site.set_run_time(&handle, scaled(j.run, clusters[c].speed));
                 site.advance(t);
                 local_placed[i] = Some((c, handle));

@@ -160,7 +160,7 @@ fn starts_both(jobs: &[SimJob], policy: Policy) -> (Starts, Starts) {
         jobs,
         GridRouting::Fixed(Routing::RoundRobin),
         GridOptions {
-            policy,
+            policy: policy.into(),
             ..GridOptions::default()
         },
     );
@@ -385,7 +385,7 @@ fn a_start_later_than_predicted_counts_as_a_violation_and_every_request_as_two_m
             &jobs,
             tts,
             GridOptions {
-                policy,
+                policy: policy.into(),
                 ..GridOptions::default()
             },
         );

@@ -235,7 +235,10 @@ impl Agent {
             horizon: Time(t.0 + config.horizon_days * 86_400),
             default_wall_time: Duration(config.default_wall_time),
             // Checked when the configuration was read.
-            policy: config.policy.parse().unwrap_or(brokk_core::queue::Policy::CONSERVATIVE),
+            policy: config
+                .policy
+                .parse()
+                .unwrap_or(brokk_core::queue::Policy::CONSERVATIVE.into()),
             lead: backend.lead(),
         };
         let reservations = store.live_reservations().await?;
@@ -942,7 +945,15 @@ impl Agent {
             }
         };
         let j = l.record;
-        let (start_tx, start_rx) = watch::channel(j.planned_start.unwrap_or_else(now));
+        // A waiting job without a slot (a backfilling policy protects only
+        // the first few) has no start until the site gives it one.
+        let never = Time(i64::MAX / 4);
+        let start = match j.planned_start {
+            Some(s) => s,
+            None if j.is_waiting() && j.slot.is_none() => never,
+            None => now(),
+        };
+        let (start_tx, start_rx) = watch::channel(start);
         let (cancel_tx, cancel_rx) = watch::channel(false);
         let (committed_tx, committed_rx) = watch::channel(l.committed);
         g.controls.insert(

@@ -82,7 +82,10 @@ pub struct Config {
     /// How the site's own queue is served between reservations: `fcfs`,
     /// `easy`, `conservative` (the default: every waiting job keeps its
     /// planned start) or `backfill:K` (K protected jobs), as the
-    /// simulator's sites run them.
+    /// simulator's sites run them; or partitioned ([AB-avail] section 4):
+    /// `easy-m`, `conservative-m` (three partitions by wall time) or
+    /// `easy-mf@INTERVAL` (the grid, whose jobs are those its delegates
+    /// submit for users, offered what a forecast of local load leaves).
     #[serde(default = "default_policy")]
     pub policy: String,
     /// Wall time assumed for jobs that state none, seconds.
@@ -322,7 +325,7 @@ impl Config {
     /// Checks ranges.
     pub fn check(&self) -> Result<(), ConfigError> {
         self.policy
-            .parse::<brokk_core::queue::Policy>()
+            .parse::<brokk_core::SitePolicy>()
             .map_err(ConfigError::Invalid)?;
         let managers = [self.slurm.is_some(), self.arc.is_some(), self.gram.is_some()];
         if managers.iter().filter(|m| **m).count() > 1 {

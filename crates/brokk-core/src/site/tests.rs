@@ -11,7 +11,7 @@ fn site(capacity: u32) -> SiteCore {
         capacity,
         horizon: Time(T0.0 + 365 * 86_400),
         default_wall_time: Duration(3600),
-        policy: crate::queue::Policy::CONSERVATIVE,
+        policy: crate::queue::Policy::CONSERVATIVE.into(),
         lead: Duration(0),
     })
 }
@@ -378,7 +378,7 @@ fn the_virtual_runner_kills_at_wall_time_and_cancels_running_jobs() {
 /// `policy`, each running its whole wall time; their starts, seconds after T0.
 fn starts_under(policy: crate::queue::Policy, jobs: &[(u32, i64)]) -> Vec<i64> {
     let mut s = SiteCore::new(SiteParams {
-        policy,
+        policy: policy.into(),
         ..site(4).params()
     });
     let mut run = VirtualRunner::new();
@@ -422,6 +422,129 @@ fn easy_protects_only_the_head_so_a_backfilled_job_may_delay_the_next() {
         starts_under(crate::queue::Policy::Backfill { reservations: 0 }, &jobs),
         [0, 100, 250, 0]
     );
+}
+
+/// A job of (cpus, wall, whether a broker placed it for a user).
+type Shaped = (u32, i64, bool);
+
+/// Jobs of `jobs` all arriving at T0, in order, on a `capacity`-processor
+/// site run by `policy` (a name), each running its whole wall time; their
+/// starts, seconds after T0.
+fn starts_with(policy: &str, capacity: u32, jobs: &[Shaped]) -> Vec<i64> {
+    let mut s = SiteCore::new(SiteParams {
+        policy: policy.parse().unwrap(),
+        ..site(capacity).params()
+    });
+    let mut run = VirtualRunner::new();
+    let ids: Vec<JobId> = jobs
+        .iter()
+        .map(|&(c, w, grid)| {
+            let sub = Submission {
+                on_behalf: grid.then(|| "ann".to_string()),
+                ..Submission::of(job(c, w))
+            };
+            s.submit(T0, "broker", sub).unwrap().0
+        })
+        .collect();
+    let e = s.drain();
+    run.apply(&mut s, T0, e);
+    while let Some(t) = run.next_event() {
+        run.advance(&mut s, t);
+        s.check_invariants();
+    }
+    ids.iter()
+        .map(|&id| s.record(id).unwrap().started.unwrap().0 - T0.0)
+        .collect()
+}
+
+#[test]
+fn each_run_time_partition_protects_its_own_first_job() {
+    // 4 processors. The first job holds 3 until 1000; the second (a
+    // medium job) is the queue's head, at 1000. The 4-wide short job
+    // behind it is the short partition's first: partitioned, it is
+    // protected at 2000, so the long 1-processor job cannot backfill past
+    // it and waits for its end; under plain EASY nothing protects it, the
+    // long job backfills at once and it waits until 2500.
+    let jobs = [(3, 1000, false), (2, 1000, false), (4, 100, false), (1, 2500, false)];
+    assert_eq!(starts_with("easy", 4, &jobs), [0, 1000, 2500, 0]);
+    assert_eq!(starts_with("easy-m", 4, &jobs), [0, 1000, 2000, 2100]);
+    assert_eq!(starts_with("conservative", 4, &jobs), [0, 1000, 2000, 2100]);
+}
+
+#[test]
+fn a_partition_borrows_what_the_others_leave_idle_without_delaying_their_first_jobs() {
+    // 6 processors, nominally 2 per partition. A long 5-wide job borrows
+    // and starts at once; the short partition's first job (2 wide) is
+    // protected at its end, 20000; a 1-wide short job fits beside both and
+    // starts at once; a long 1-wide job that would overlap the protected
+    // one's start with no room left waits until the short one ends.
+    let jobs = [(5, 20_000, false), (2, 500, false), (1, 600, false), (1, 30_000, false)];
+    assert_eq!(starts_with("easy-m", 6, &jobs), [0, 20_000, 0, 600]);
+}
+
+#[test]
+fn under_priorities_a_local_job_takes_a_grid_jobs_protection() {
+    // 4 processors; the first grid job holds them all until 500. The
+    // second (short, 2 wide) is the short partition's first, protected at
+    // 500; a local 4-wide short job arrives next. With Lawson and Smirni's
+    // priorities it takes that protection and runs at 500, the grid job
+    // after it; without priorities (ArCbM, plain EASY), arrival order.
+    let jobs = [(4, 500, true), (2, 500, true), (4, 500, false)];
+    assert_eq!(starts_with("easy-m", 4, &jobs), [0, 1000, 500]);
+    assert_eq!(starts_with("conservative-m", 4, &jobs), [0, 500, 1000]);
+    assert_eq!(starts_with("easy", 4, &jobs), [0, 500, 1000]);
+}
+
+#[test]
+fn the_forecast_policy_offers_the_grid_its_share_and_throws_the_towel_when_local_load_grows() {
+    let mut s = SiteCore::new(SiteParams {
+        policy: "easy-mf@400s".parse().unwrap(),
+        ..site(4).params()
+    });
+    let grid = |c, w| Submission {
+        on_behalf: Some("ann".into()),
+        ..Submission::of(job(c, w))
+    };
+    let offered = |s: &SiteCore, t: i64| -> Vec<u32> {
+        let at = Time(T0.0 + t);
+        s.availability(at, Time(at.0 + 100), 10)
+            .ranges
+            .iter()
+            .map(|r| r.free)
+            .collect()
+    };
+    // Half the site's processors taken by local work from the start.
+    submit(&mut s, T0, "local", job(2, 10_000));
+    s.tick(T0);
+    assert_eq!(s.next_policy_event(), Some(Time(T0.0 + 400)));
+    assert_eq!(offered(&s, 0), [2], "everything is offered before the first forecast");
+    // The first publication: the forecast is the observed 0.5, and the
+    // grid is offered half of the 2 free processors.
+    let v = s.published_version();
+    s.tick(Time(T0.0 + 400));
+    assert!((s.offered_share() - 0.5).abs() < 1e-9);
+    assert_eq!(offered(&s, 400), [1]);
+    assert!(s.published_version() > v, "a new offer is a change subscribers hear of");
+    assert_eq!(s.next_policy_event(), Some(Time(T0.0 + 500)));
+    // As forecast at the first check.
+    s.tick(Time(T0.0 + 500));
+    assert!((s.offered_share() - 0.5).abs() < 1e-9);
+    // Local load doubles: by the next check it averages 0.75 > 0.5.
+    submit(&mut s, Time(T0.0 + 500), "local", job(2, 10_000));
+    s.tick(Time(T0.0 + 600));
+    assert!((s.offered_share() - 0.25).abs() < 1e-9);
+    // Conservative until the next publication: both waiting grid jobs
+    // get a slot, at the local jobs' ends.
+    let (g1, _) = s.submit(Time(T0.0 + 600), "broker", grid(1, 100)).unwrap();
+    let (g2, _) = s.submit(Time(T0.0 + 600), "broker", grid(4, 100)).unwrap();
+    assert_eq!(s.record(g1).unwrap().planned_start, Some(Time(T0.0 + 10_000)));
+    assert_eq!(s.record(g2).unwrap().planned_start, Some(Time(T0.0 + 10_500)));
+    // At the next publication EASY again: a third waiting grid job gets
+    // no slot while the grid partition protects others.
+    s.tick(Time(T0.0 + 800));
+    let (g3, _) = s.submit(Time(T0.0 + 800), "broker", grid(4, 100)).unwrap();
+    assert_eq!(s.record(g3).unwrap().planned_start, None);
+    s.check_invariants();
 }
 
 #[test]

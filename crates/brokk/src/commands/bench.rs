@@ -317,7 +317,7 @@ fn availability(a: &PlannerArgs) -> Result<()> {
         capacity: CAPACITY,
         horizon: Time(horizon(&stream)),
         default_wall_time: Duration(3600),
-        policy: brokk_core::queue::Policy::CONSERVATIVE,
+        policy: brokk_core::queue::Policy::CONSERVATIVE.into(),
         lead: Duration(0),
     });
     let mut n = 0;
