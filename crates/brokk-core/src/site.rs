@@ -448,21 +448,36 @@ impl SiteCore {
     /// ranges, the span ending where the last one kept ends when there are
     /// more (a consumer then reads the rest as unknown, not as taken).
     /// `until` is clipped to the site's horizon. Under the forecast policy
-    /// each range offers the grid its share ([`SiteCore::offered_share`]).
+    /// the ranges up to the next publication offer the grid its share
+    /// ([`SiteCore::offered_share`]): the forecast is of the local load
+    /// over that interval, and beyond it the schedule stands as it is.
     pub fn availability(&self, now: Time, until: Time, most: usize) -> Availability {
         let until = until.min(self.params.horizon).max(now);
-        let share = self.forecast.as_ref().map(|f| f.share);
-        let mut ranges: Vec<FreeRange> = self
-            .planner
-            .free_slots(now, until)
-            .into_iter()
-            .map(|f| FreeRange {
+        let mut ranges: Vec<FreeRange> = Vec::new();
+        for f in self.planner.free_slots(now, until) {
+            let whole = FreeRange {
                 start: f.start,
                 end: f.end,
-                free: share.map_or(f.free, |s| offered(f.free, s)),
-            })
-            .filter(|r| r.free > 0)
-            .collect();
+                free: f.free,
+            };
+            match &self.forecast {
+                Some(fc) if f.start < fc.next_publication => {
+                    let cut = f.end.min(fc.next_publication);
+                    let free = offered(f.free, fc.share);
+                    if free > 0 {
+                        ranges.push(FreeRange {
+                            end: cut,
+                            free,
+                            ..whole
+                        });
+                    }
+                    if cut < f.end {
+                        ranges.push(FreeRange { start: cut, ..whole });
+                    }
+                }
+                _ => ranges.push(whole),
+            }
+        }
         let until = match ranges.get(most) {
             Some(cut) => {
                 let end = cut.start;

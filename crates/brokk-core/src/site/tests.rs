@@ -524,6 +524,14 @@ fn the_forecast_policy_offers_the_grid_its_share_and_throws_the_towel_when_local
     s.tick(Time(T0.0 + 400));
     assert!((s.offered_share() - 0.5).abs() < 1e-9);
     assert_eq!(offered(&s, 400), [1]);
+    // The forecast covers the interval to the next publication only.
+    let a = s.availability(Time(T0.0 + 400), Time(T0.0 + 1000), 10);
+    let ranges: Vec<(i64, i64, u32)> = a
+        .ranges
+        .iter()
+        .map(|r| (r.start.0 - T0.0, r.end.0 - T0.0, r.free))
+        .collect();
+    assert_eq!(ranges, [(400, 800, 1), (800, 1000, 2)]);
     assert!(s.published_version() > v, "a new offer is a change subscribers hear of");
     assert_eq!(s.next_policy_event(), Some(Time(T0.0 + 500)));
     // As forecast at the first check.
