@@ -1021,6 +1021,57 @@ fn an_agents_uploads_are_held_to_a_quota_and_go_once_no_job_needs_them() {
 }
 
 #[test]
+fn a_partitioned_site_serves_its_own_users_first() {
+    // 4 slots, all held by a local job. A grid job (a delegate's, for ann:
+    // short, 2 wide) is the short partition's first waiting job; a local
+    // 4-wide short job arrives next. Under easy-m (Lawson and Smirni's
+    // priorities) the local job takes the grid job's slot and runs first
+    // once the slots free; under plain EASY the grid job keeps its turn.
+    let first_to_run = |policy: &str| {
+        let agent = Agent::start_with(
+            &scratch(&format!("partitioned-{policy}")),
+            &format!("policy = \"{policy}\"\n[delegates]\nbroker = [\"ann\"]"),
+        );
+        let mut ann = agent.client("tok-ann");
+        let mut broker = agent.client("tok-broker");
+        broker.set_on_behalf_of(Some("ann".into()));
+        let job = |cpus: u32| Job {
+            cpus: Some(cpus),
+            wall_time: Some(Duration(300)),
+            ..shell("sleep 30")
+        };
+        let holder = ann.submit("ann", &job(4), None).unwrap();
+        wait_for(&ann, &holder, |v| v.state == JobPhase::Running);
+        let grid = broker.submit("broker", &job(2), None).unwrap();
+        let local = ann.submit("ann", &job(4), None).unwrap();
+        let planned = |site: &RemoteSite, j| site.job(j).unwrap().planned_start;
+        let (g, l) = (planned(&broker, &grid), planned(&ann, &local));
+        ann.cancel_job("ann", &holder).unwrap();
+        let t = Instant::now();
+        let first = loop {
+            if ann.job(&local).unwrap().state == JobPhase::Running {
+                break "local";
+            }
+            if broker.job(&grid).unwrap().state == JobPhase::Running {
+                break "grid";
+            }
+            assert!(
+                t.elapsed() < StdDuration::from_secs(20),
+                "{policy}: neither job started"
+            );
+            std::thread::sleep(StdDuration::from_millis(50));
+        };
+        for (site, j) in [(&mut ann, &local), (&mut broker, &grid)] {
+            let _ = site.cancel_job("ann", j);
+        }
+        (first, g.is_some(), l.is_some())
+    };
+    // The local job holds the slot and the grid job none, then the local runs.
+    assert_eq!(first_to_run("easy-m"), ("local", false, true));
+    assert_eq!(first_to_run("easy"), ("grid", true, false));
+}
+
+#[test]
 fn the_site_serves_its_queue_by_its_policy() {
     // 4 slots: 3 held by a first job for up to a minute, a 4-slot job
     // waits for them, and a 1-slot job of 10 s that ends before the wide
