@@ -167,6 +167,10 @@ pub struct BrokerJob {
     /// What it is part of: a workflow's task or a co-allocation's part.
     #[serde(default, skip_serializing_if = "Member::is_alone")]
     pub member: Member,
+    /// How it came when a neighbouring broker delegated it here: the
+    /// brokers it passed through and the hops left ([`crate::delegate`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delegated: Option<crate::delegate::Delegation>,
     /// State history.
     pub history: Vec<HistoryEntry>,
 }

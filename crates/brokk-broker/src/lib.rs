@@ -21,6 +21,7 @@ pub mod adapt;
 pub mod broker;
 mod clock;
 pub mod coalloc;
+pub mod delegate;
 pub mod info;
 pub mod jobs;
 mod memory_site;

@@ -94,7 +94,9 @@ impl Grid {
                 let info = self.sites[site].info().map_err(FetchFailure::Error);
                 core.informed(site, info, now);
             }
-            Effect::Send { job, site, wall, claim } => {
+            Effect::Send {
+                job, site, wall, claim, ..
+            } => {
                 let mut d = core.description(&job).expect("held").clone();
                 d.wall_time = wall.or(d.wall_time);
                 let owner = core.job(&job).expect("held").owner.clone();

@@ -25,6 +25,7 @@ pub struct RemoteSite {
     on_behalf_of: Option<String>,
     explicit_commit: bool,
     release_with_job: bool,
+    delegation: Option<String>,
 }
 
 impl RemoteSite {
@@ -43,7 +44,15 @@ impl RemoteSite {
             on_behalf_of: None,
             explicit_commit: false,
             release_with_job: false,
+            delegation: None,
         }
+    }
+
+    /// Sends `delegation` (a neighbouring broker's `Brokk-Delegation`:
+    /// its path and hops left) with the next submissions: the site is a
+    /// broker this one delegates them to.
+    pub fn set_delegation(&mut self, delegation: Option<String>) {
+        self.delegation = delegation;
     }
 
     /// Makes the next submissions into a hold leave it a hold: the job
@@ -351,6 +360,9 @@ impl Site for RemoteSite {
         }
         if self.release_with_job && reservation.is_some() {
             rq = rq.header("Reservation-Release", "with-job");
+        }
+        if let Some(d) = &self.delegation {
+            rq = rq.header("Brokk-Delegation", d);
         }
         let resp = self.send(rq)?;
         if resp.status().is_success() {

@@ -462,6 +462,10 @@ async fn metrics(State(app): State<App>) -> Result<Response, ApiError> {
     ] {
         let _ = writeln!(out, "# TYPE {name} counter\n{name} {}", v.load(Ordering::Relaxed));
     }
+    let _ = writeln!(out, "# TYPE brokk_delegations_total counter");
+    for (kind, n) in c.delegations.counts() {
+        let _ = writeln!(out, "brokk_delegations_total{{kind=\"{kind}\"}} {n}");
+    }
     // The information cache counts its own lookups.
     let (hits, misses) = app.service.info.hits_and_misses();
     for (name, v) in [

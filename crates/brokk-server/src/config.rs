@@ -108,6 +108,9 @@ pub struct Config {
     pub discovery: Option<crate::discovery::DiscoveryConfig>,
     /// Two brokers on one database, one active and one waiting to take over.
     pub standby: Option<Standby>,
+    /// Delegation to neighbouring brokers.
+    #[serde(default)]
+    pub delegation: DelegationSettings,
 }
 
 /// `[standby]`: this broker runs only while it holds the database's lease;
@@ -246,6 +249,33 @@ pub struct RemoteSiteConfig {
     /// of every change; the broker asks it only while the subscription is
     /// down. Absent: asked as `info_ttl_ms` says.
     pub push_every_s: Option<u64>,
+    /// When the site is a neighbouring broker (its `url` ends in `/site`,
+    /// its `name` is the name it gives itself): `sibling`, `parent` or
+    /// `child`. Such a site takes only the jobs this broker delegates
+    /// ([DMM], see `[delegation]`).
+    pub neighbour: Option<brokk_broker::delegate::Relation>,
+}
+
+/// `[delegation]`: when this broker delegates a job to its neighbouring
+/// brokers (the sites with a `neighbour`), and how far it may travel.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DelegationSettings {
+    /// A job none of this broker's own sites is predicted to start within
+    /// this many seconds is delegated ([DMM]'s delegation threshold; 0:
+    /// any job that would wait).
+    pub threshold_s: i64,
+    /// Hops a delegated job may take ([DMM]'s delegation time-to-live).
+    pub ttl: u32,
+}
+
+impl Default for DelegationSettings {
+    fn default() -> Self {
+        DelegationSettings {
+            threshold_s: 0,
+            ttl: brokk_broker::delegate::DEFAULT_TTL,
+        }
+    }
 }
 
 /// An embedded site.

@@ -110,6 +110,9 @@ const SCHEMA: &[&str] = &[
     "ALTER TABLE jobs ADD COLUMN version BIGINT",
     "ALTER TABLE jobs ADD COLUMN member TEXT",
     "ALTER TABLE jobs ADD COLUMN member_of TEXT",
+    // How a neighbouring broker delegated the job here: its path and hops
+    // left, as JSON.
+    "ALTER TABLE jobs ADD COLUMN delegated TEXT",
     "CREATE INDEX IF NOT EXISTS jobs_by_member ON jobs (member_of)",
     "CREATE INDEX IF NOT EXISTS jobs_feed ON jobs (owner, version)",
     "CREATE UNIQUE INDEX IF NOT EXISTS jobs_by_key ON jobs (owner, idem)",
@@ -149,7 +152,7 @@ const SCHEMA: &[&str] = &[
 pub type HistoryLine = (Time, Option<String>);
 
 const COLUMNS: &str = "id, owner, format, spec, prefs, warnings, state, site, site_job, predicted_tts, predicted_ttd, \
-                       submitted, started, ended, exit_code, reason, runs_as, idem, member";
+                       submitted, started, ended, exit_code, reason, runs_as, idem, member, delegated";
 
 /// Appends a history entry numbered after the job's last one.
 const ADD_HISTORY: &str = "INSERT INTO history (job, n, at, state, detail)
@@ -238,6 +241,9 @@ fn row_to_job(r: &AnyRow) -> StoredJob {
         .get::<Option<String>, _>("member")
         .and_then(|m| serde_json::from_str(&m).ok())
         .unwrap_or_default();
+    view.delegated = r
+        .get::<Option<String>, _>("delegated")
+        .and_then(|d| serde_json::from_str(&d).ok());
     if let Ok(job) = serde_json::from_str::<brokk_model::Job>(&spec) {
         view.describe(&job);
     }
@@ -360,7 +366,7 @@ impl Db {
                 last
             });
             sqlx::query(&format!(
-                "INSERT INTO jobs ({COLUMNS}, version, member_of) VALUES ($1, $2, $3, $4, $5, $6, $7, $12, $13, NULL, NULL, $8, NULL, NULL, NULL, NULL, $9, $10, $14, $11, $15)"
+                "INSERT INTO jobs ({COLUMNS}, version, member_of) VALUES ($1, $2, $3, $4, $5, $6, $7, $12, $13, NULL, NULL, $8, NULL, NULL, NULL, NULL, $9, $10, $14, $16, $11, $15)"
             ))
             .bind(&v.id)
             .bind(&v.owner)
@@ -377,6 +383,7 @@ impl Db {
             .bind(&v.site_job)
             .bind(to_json(&v.member)?)
             .bind(v.member.group())
+            .bind(v.delegated.as_ref().map(to_json).transpose()?)
             .execute(&mut *tx)
             .await?;
             sqlx::query(ADD_HISTORY)

@@ -118,8 +118,27 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
             ..brokk_broker::broker::BrokerParams::default()
         },
     );
+    let mut core = core;
+    core.delegate(brokk_broker::broker::Delegating {
+        name: config.name.clone(),
+        threshold: brokk_model::Duration(config.delegation.threshold_s.max(0)),
+        ttl: config.delegation.ttl,
+        // The configured remote sites come first, in their order.
+        neighbours: config
+            .sites
+            .iter()
+            .enumerate()
+            .filter_map(|(k, s)| s.neighbour.map(|r| (k, r)))
+            .collect(),
+    });
     let core = Arc::new(std::sync::Mutex::new(core));
     let counters = Arc::new(Counters::default());
+    let neighbours = config
+        .sites
+        .iter()
+        .filter(|s| s.neighbour.is_some())
+        .map(|s| s.name.clone())
+        .collect();
     let service = Service {
         broker: Arc::new(service::Broker::start(
             core.clone(),
@@ -154,6 +173,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
             std::thread::available_parallelism().map_or(2, |n| n.get()),
         )),
         unreachable: Arc::default(),
+        neighbours: Arc::new(neighbours),
     };
     let adopted = service.adopt_unfinished().await.map_err(|e| err(&e))?;
     tracing::debug!("the broker core follows {adopted} jobs recorded before this start");

@@ -544,6 +544,7 @@ impl Grid<'_> {
                         site: k,
                         wall,
                         claim,
+                        ..
                     } if self.latency.0 > 0 => {
                         let f = Flight::Arrive {
                             b,
@@ -559,6 +560,7 @@ impl Grid<'_> {
                         site: k,
                         wall,
                         claim,
+                        ..
                     } => {
                         let answer = self.deliver(t, b, &job, (k, wall, claim));
                         self.cores[b].sent(t, &job, k, answer);

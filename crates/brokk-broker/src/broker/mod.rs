@@ -50,6 +50,7 @@ use std::collections::{HashMap, VecDeque};
 use brokk_core::{Reply, Request, ReservationId};
 use brokk_model::{Duration, Job, JobPhase, JobPreferences, ResourceInfo, Time};
 
+use crate::delegate::{self, Delegation, Reject, Relation, Target};
 use crate::info::{booked_wall, Answer, FetchFailure};
 use crate::jobs::{self, Applied, BrokerJob, BrokerState, Change, Entry, HistoryEntry, OverLimit, Refused};
 use crate::predict::{Prediction, Predictor, STANDARD_PREDICTOR};
@@ -175,6 +176,9 @@ pub enum Effect {
         wall: Option<Duration>,
         /// The reservation it runs in.
         claim: Option<Claim>,
+        /// When the site is a neighbouring broker the job is delegated
+        /// to: its path and hops left ([`crate::delegate`]).
+        delegation: Option<Delegation>,
     },
     /// Hold a reservation for job `job` at site `site` for `owner` (the
     /// user it runs as), lapsing at `until` unless a submission claims
@@ -458,6 +462,13 @@ struct Attempt {
     trials: usize,
     /// The sites that refused it a slot.
     refused: Vec<usize>,
+    /// Whether `candidates` are in the order to ask (a delegated job:
+    /// the neighbours, then the own sites), not sorted on a refusal.
+    ordered: bool,
+    /// What goes with it to a neighbouring broker.
+    onward: Option<Delegation>,
+    /// The neighbouring brokers among the sites, by position.
+    neighbours: Vec<usize>,
 }
 
 impl Attempt {
@@ -468,14 +479,16 @@ impl Attempt {
     /// The send of candidate `next`, into its reservation when one is held.
     fn send(&self, job: &str) -> Effect {
         let c = &self.candidates[self.next];
+        let site = self.site_of[c.index];
         Effect::Send {
             job: job.to_string(),
-            site: self.site_of[c.index],
+            site,
             wall: c.prediction.requested_wall_time,
             claim: self.held.get(self.next).copied().flatten().map(|r| Claim {
                 reservation: r.0,
                 release_with_job: true,
             }),
+            delegation: self.onward.clone().filter(|_| self.neighbours.contains(&site)),
         }
     }
 
@@ -536,7 +549,35 @@ pub struct BrokerCore {
     /// Reservations of a slot it read as free that a site refused
     /// ([AB-avail] counts them as violations too).
     refused_slots: u64,
+    /// How it delegates to neighbouring brokers and takes their jobs.
+    delegating: Delegating,
     outbox: Vec<Effect>,
+}
+
+/// A broker's delegation ([`crate::delegate`]): its name on paths, when it
+/// delegates, how many hops a job it delegates may take, and which of its
+/// sites are neighbouring brokers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Delegating {
+    /// Its name, as its neighbours name it.
+    pub name: String,
+    /// A job no own site is predicted to start within this is delegated.
+    pub threshold: Duration,
+    /// Hops a job it delegates may take.
+    pub ttl: u32,
+    /// Its neighbours: site positions and how each is linked.
+    pub neighbours: HashMap<usize, Relation>,
+}
+
+impl Default for Delegating {
+    fn default() -> Self {
+        Delegating {
+            name: "brokk".into(),
+            threshold: Duration::ZERO,
+            ttl: delegate::DEFAULT_TTL,
+            neighbours: HashMap::new(),
+        }
+    }
 }
 
 /// The requests a broker makes of its sites, by kind ([AB-avail]'s
@@ -621,8 +662,36 @@ impl BrokerCore {
             requests: Requests::default(),
             violations: 0,
             refused_slots: 0,
+            delegating: Delegating::default(),
             outbox: Vec::new(),
         }
+    }
+
+    /// Sets how the broker delegates and which of its sites are
+    /// neighbouring brokers.
+    pub fn delegate(&mut self, delegating: Delegating) {
+        self.delegating = delegating;
+    }
+
+    /// Whether a job `job` delegated here with `d` is taken at `now`
+    /// ([`delegate::admit`]): not when it passed through here; yes when an
+    /// own site is predicted to start it within the threshold, or when it
+    /// may go on to a neighbour not on its path that publishes room for it.
+    pub fn admits(&self, job: &Job, prefs: &JobPreferences, d: &Delegation, now: Time) -> Result<(), Reject> {
+        let AtHand { infos, site_of, .. } = self.at_hand();
+        let ranking = assess(job, prefs, &infos, now, &STANDARD_PREDICTOR);
+        let own = |c: &&Ranked| !self.delegating.neighbours.contains_key(&site_of[c.index]);
+        let local_wait = ranking.ranked.iter().filter(own).map(|c| c.prediction.tts()).min();
+        let cpus = job.cpus.unwrap_or(1);
+        let onward = |path: &[String]| {
+            ranking.ranked.iter().any(|c| {
+                let site = site_of[c.index];
+                self.delegating.neighbours.contains_key(&site)
+                    && !path.contains(&self.sites[site].name)
+                    && infos[c.index].free_slots >= cpus
+            })
+        };
+        delegate::admit(&self.delegating.name, d, local_wait, self.delegating.threshold, onward)
     }
 
     /// The effects given out since the last drain, in order.
@@ -1543,6 +1612,7 @@ impl BrokerCore {
                     site,
                     wall: None,
                     claim: Some(claim),
+                    delegation: None,
                 });
                 let asked = Asked::Claim {
                     reservation: rid.clone(),
@@ -1634,6 +1704,41 @@ impl BrokerCore {
         let site_of = site_of.into_owned();
         let mut candidates = ranking.ranked;
         let mut failed = failed;
+        // Neighbouring brokers are candidates only for a job delegated.
+        let mut onward = None;
+        if !self.delegating.neighbours.is_empty() {
+            let d = &self.delegating;
+            let is_neighbour = |c: &Ranked| d.neighbours.contains_key(&site_of[c.index]);
+            // Reservations and deadlines stay with the own sites.
+            let plain =
+                r.job.deadline.is_none() && !(self.params.reserve_top_k > 0 && r.prefs.use_reservations == Some(true));
+            let local_wait = candidates
+                .iter()
+                .filter(|c| !is_neighbour(c))
+                .map(|c| c.prediction.tts())
+                .min();
+            let hop = Delegation::onward(r.view.delegated.as_ref(), &d.name, d.ttl)
+                .filter(|_| plain && delegate::should_delegate(local_wait, d.threshold));
+            let (neighbours, mut own): (Vec<Ranked>, Vec<Ranked>) = candidates.into_iter().partition(is_neighbour);
+            candidates = match hop {
+                Some(hop) => {
+                    let targets: Vec<Target<'_>> = neighbours
+                        .iter()
+                        .map(|c| Target {
+                            name: &self.sites[site_of[c.index]].name,
+                            relation: d.neighbours[&site_of[c.index]],
+                            free: infos[c.index].free_slots,
+                        })
+                        .collect();
+                    let ask = delegate::order(&targets, &hop.path);
+                    own.sort_by_key(|c| (c.score, c.index));
+                    onward = Some(hop);
+                    ask.into_iter().map(|i| neighbours[i].clone()).chain(own).collect()
+                }
+                None => own,
+            };
+        }
+        let ordered = onward.is_some();
         let deadline = r.job.deadline.filter(|_| self.params.reserve_deadlines);
         if let Some(d) = deadline {
             // Sites where it would not end in time are no candidates.
@@ -1669,7 +1774,11 @@ impl BrokerCore {
         drop(infos);
         // Most jobs go to the best: the rest are put in order only when it
         // refuses. Ties go to the site listed first.
-        let Some(best) = (0..candidates.len()).min_by_key(|&k| (candidates[k].score, candidates[k].index)) else {
+        let best = match ordered {
+            true => (!candidates.is_empty()).then_some(0),
+            false => (0..candidates.len()).min_by_key(|&k| (candidates[k].score, candidates[k].index)),
+        };
+        let Some(best) = best else {
             let e = SubmitError::NoSite {
                 excluded: self.by_name(ranking.excluded),
                 failed,
@@ -1708,6 +1817,9 @@ impl BrokerCore {
             deadline,
             trials: slot_attempts(self.sites.len()),
             refused: Vec::new(),
+            ordered,
+            onward,
+            neighbours: self.delegating.neighbours.keys().copied().collect(),
         };
         self.decisions += 1;
         if !reserving {
@@ -2037,7 +2149,7 @@ impl BrokerCore {
             Err(e) => {
                 a.failed.push((self.sites[site].name.clone(), e));
                 a.next += 1;
-                if a.next == 1 && !a.reserving {
+                if a.next == 1 && !a.reserving && !a.ordered {
                     a.candidates[1..].sort_by_key(|r| (r.score, r.index));
                 }
                 if a.next < a.candidates.len() && self.waits_here(id) {

@@ -464,7 +464,8 @@ fn a_job_naming_a_reservation_is_sent_into_it_at_its_site_once_read() {
             claim: Some(Claim {
                 reservation: 7,
                 release_with_job: false
-            })
+            }),
+            delegation: None,
         }]
     );
     b.sent(Time(4), "j1", 1, Ok("b-1".into()));
@@ -982,7 +983,8 @@ fn a_job_that_reserves_holds_on_its_best_sites_and_goes_where_its_hold_starts_fi
             claim: Some(Claim {
                 reservation: 9,
                 release_with_job: true
-            })
+            }),
+            delegation: None,
         }]
     );
     b.sent(Time(3), "j1", 1, Ok("b-1".into()));
@@ -1422,6 +1424,7 @@ fn a_job_with_a_deadline_reserves_its_earliest_slot_and_tries_the_next_when_it_i
                 reservation: 7,
                 release_with_job: true
             }),
+            delegation: None,
         }]
     );
     b.sent(Time(10), "j1", 1, Ok("b-1".into()));
@@ -1554,4 +1557,155 @@ fn a_job_no_site_could_ever_run_is_named_before_it_is_taken() {
     let mut c = BrokerCore::new(vec!["a".into(), "b".into()], params());
     c.informed(0, Ok(site("a", 4)), Time(0));
     assert_eq!(c.runs_nowhere(&job("big", 64).job), None);
+}
+
+/// A broker `home` over its own site `own` (2 slots) and two sibling
+/// brokers, `n1` (4 slots, 1 free) and `n2` (4 slots, 3 free), all known at 0.
+fn delegating(threshold: i64) -> BrokerCore {
+    let mut b = BrokerCore::new(vec!["n1".into(), "n2".into(), "own".into()], params());
+    b.delegate(Delegating {
+        name: "home".into(),
+        threshold: Duration(threshold),
+        ttl: 2,
+        neighbours: [(0, Relation::Sibling), (1, Relation::Sibling)].into(),
+    });
+    b.informed(
+        0,
+        Ok(ResourceInfo {
+            free_slots: 1,
+            ..site("n1", 4)
+        }),
+        Time(0),
+    );
+    b.informed(
+        1,
+        Ok(ResourceInfo {
+            free_slots: 3,
+            ..site("n2", 4)
+        }),
+        Time(0),
+    );
+    b.informed(2, Ok(site("own", 2)), Time(0));
+    b
+}
+
+#[test]
+fn a_job_the_own_sites_cannot_start_goes_to_the_freest_neighbour_then_the_next_then_home() {
+    let mut b = delegating(0);
+    // The first job fits the own site at once: no neighbour is asked.
+    b.accept(Time(1), "ann", vec![job("j1", 2)]).unwrap();
+    b.decide(Time(1), 1);
+    let out: Vec<Effect> = b.drain().collect();
+    let sent: Vec<_> = out.iter().filter(|e| matches!(e, Effect::Send { .. })).collect();
+    assert!(
+        matches!(
+            sent[..],
+            [Effect::Send {
+                site: 2,
+                delegation: None,
+                ..
+            }]
+        ),
+        "{sent:?}"
+    );
+    b.sent(Time(1), "j1", 2, Ok("own-1".into()));
+    // The second would wait at home: it goes to n2 (3 free) first, with
+    // the path and one hop less.
+    b.accept(Time(2), "ann", vec![job("j2", 1)]).unwrap();
+    b.decide(Time(2), 1);
+    let hop = Delegation {
+        ttl: 1,
+        path: vec!["home".into()],
+    };
+    let first: Vec<Effect> = b.drain().filter(|e| matches!(e, Effect::Send { .. })).collect();
+    assert_eq!(
+        first,
+        [Effect::Send {
+            job: "j2".into(),
+            site: 1,
+            wall: Some(Duration(600)),
+            claim: None,
+            delegation: Some(hop.clone()),
+        }]
+    );
+    // n2 rejects: n1 is asked next, then, rejected again, the own site.
+    let reject = |site: &str| {
+        Err(SiteError::Refused {
+            site: site.into(),
+            reason: "delegation loop".into(),
+        })
+    };
+    b.sent(Time(2), "j2", 1, reject("n2"));
+    let next: Vec<(usize, Option<Delegation>)> = b
+        .drain()
+        .filter_map(|e| match e {
+            Effect::Send { site, delegation, .. } => Some((site, delegation)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(next, [(0, Some(hop))]);
+    b.sent(Time(2), "j2", 0, reject("n1"));
+    let home: Vec<(usize, Option<Delegation>)> = b
+        .drain()
+        .filter_map(|e| match e {
+            Effect::Send { site, delegation, .. } => Some((site, delegation)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(home, [(2, None)], "the job stays home, never starving");
+    b.sent(Time(2), "j2", 2, Ok("own-2".into()));
+    assert_eq!(b.job("j2").unwrap().site.as_deref(), Some("own"));
+}
+
+#[test]
+fn a_threshold_keeps_short_waits_home_and_a_job_without_hops_is_never_delegated() {
+    // A wait of up to an hour is taken at home.
+    let mut b = delegating(3600);
+    b.accept(Time(1), "ann", vec![job("j1", 2), job("j2", 2)]).unwrap();
+    b.decide(Time(1), 2);
+    assert_eq!(sends(&mut b).iter().map(|s| s.1).collect::<Vec<_>>(), [2, 2]);
+    // A job that came with no hop left stays with the own sites.
+    let mut b = delegating(0);
+    b.accept(Time(1), "ann", vec![job("j1", 2)]).unwrap();
+    b.decide(Time(1), 1);
+    land_all(&mut b, Time(1));
+    let mut view = BrokerJob::new("j2".into(), "alpha".into(), "json".into(), Entry::Accepted, Time(2));
+    view.delegated = Some(Delegation {
+        ttl: 0,
+        path: vec!["alpha".into()],
+    });
+    view.runs_as = Some("ann".into());
+    b.adopt(view, job("j2", 1).job, JobPreferences::default());
+    b.decide(Time(2), 1);
+    assert_eq!(sends(&mut b).iter().map(|s| s.1).collect::<Vec<_>>(), [2]);
+}
+
+#[test]
+fn a_delegated_job_is_admitted_with_room_at_home_or_onward_and_never_back_along_its_path() {
+    let mut b = delegating(0);
+    let d = |ttl, path: &[&str]| Delegation {
+        ttl,
+        path: path.iter().map(|s| s.to_string()).collect(),
+    };
+    let j = job("x", 2).job;
+    let prefs = JobPreferences::default();
+    // Room at home (2 free).
+    assert_eq!(b.admits(&j, &prefs, &d(1, &["alpha"]), Time(1)), Ok(()));
+    assert_eq!(
+        b.admits(&j, &prefs, &d(1, &["alpha", "home"]), Time(1)),
+        Err(Reject::Loop("home".into()))
+    );
+    // Home full: n2 (3 free) could take it, if a hop is left and n2 is not
+    // on the path.
+    b.accept(Time(1), "ann", vec![job("j1", 2)]).unwrap();
+    b.decide(Time(1), 1);
+    land_all(&mut b, Time(1));
+    assert_eq!(b.admits(&j, &prefs, &d(1, &["alpha"]), Time(2)), Ok(()));
+    let no_room = Err(Reject::NoRoom("home".into()));
+    assert_eq!(b.admits(&j, &prefs, &d(0, &["alpha"]), Time(2)), no_room);
+    assert_eq!(
+        b.admits(&j, &prefs, &d(1, &["n2"]), Time(2)),
+        no_room,
+        "n1 has 1 free, n2 is on the path"
+    );
 }

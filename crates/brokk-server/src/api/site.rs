@@ -189,7 +189,15 @@ async fn submit(
         explicit_commit: is("reservation-commit", b"explicit"),
         release_with_job: is("reservation-release", b"with-job"),
     };
-    let (id, new) = app.service.site_submit(&who.0, job, key, on_behalf, claim).await?;
+    // A neighbouring broker delegating the job ([DMM]).
+    let delegation = text_header(&headers, brokk_broker::delegate::HEADER)?
+        .map(|d| brokk_broker::delegate::Delegation::parse(&d))
+        .transpose()
+        .map_err(|why| ApiError(StatusCode::BAD_REQUEST, why))?;
+    let (id, new) = app
+        .service
+        .site_submit(&who.0, job, key, on_behalf, claim, delegation)
+        .await?;
     let status = if new { StatusCode::CREATED } else { StatusCode::OK };
     Ok((status, Json(serde_json::json!({ "id": id }))).into_response())
 }

@@ -118,14 +118,16 @@ fn folded(name: &str, sites: &[Result<ResourceInfo, String>]) -> InfoView {
 impl Service {
     /// `GET /site/v1/info`: the sites folded into one.
     pub async fn site_info(&self, name: &str) -> InfoView {
-        folded(name, &self.resources().await)
+        folded(name, &self.reports(self.own_sites()).await)
     }
 
     /// `POST /site/v1/jobs`: accepts `job` from the broker `who` for the
     /// user `on_behalf` (`who` itself when absent); a repeated `key` is the
     /// job it made before. A job that claims a reservation goes to its site
-    /// at once; others wait for the dispatcher. Returns the job's id and
-    /// whether it is new.
+    /// at once; others wait for the dispatcher. A job a neighbouring broker
+    /// delegates (`delegation`) is taken only as the core admits it
+    /// ([`brokk_broker::broker::BrokerCore::admits`]), refused with the
+    /// reason otherwise. Returns the job's id and whether it is new.
     pub async fn site_submit(
         &self,
         who: &str,
@@ -133,6 +135,7 @@ impl Service {
         key: Option<String>,
         on_behalf: Option<String>,
         claim: Claim,
+        delegation: Option<brokk_broker::delegate::Delegation>,
     ) -> Result<(String, bool), ServiceError> {
         if let Some(k) = &key {
             if let Some(j) = self.db.by_key(who, k).await? {
@@ -143,6 +146,22 @@ impl Service {
         brokk_jdl::absorb_script_headers(std::slice::from_mut(&mut job))
             .map_err(|e| ServiceError::BadRequest(e.to_string()))?;
         brokk_broker::select::validate_at(&job, now()).map_err(|e| ServiceError::BadRequest(e.to_string()))?;
+        if let Some(d) = &delegation {
+            if job.reservation.is_some() {
+                return Err(ServiceError::BadRequest(
+                    "a delegated job cannot claim a reservation: reservations stay with their broker".into(),
+                ));
+            }
+            let admitted = self
+                .broker
+                .read(|core| core.admits(&job, &brokk_model::JobPreferences::default(), d, now()));
+            if let Err(why) = admitted {
+                self.counters.delegations.count("refused");
+                tracing::info!(from = who, path = %d.path.join(","), "delegation refused: {why}");
+                return Err(ServiceError::Conflict(why.to_string()));
+            }
+            self.counters.delegations.count("taken");
+        }
         self.take_uploads(who, &mut job, &Default::default(), &Default::default())?;
         let runs_as = on_behalf.unwrap_or_else(|| who.to_string());
         let mut view = BrokerJob::new(
@@ -154,6 +173,7 @@ impl Service {
         );
         view.warnings = brokk_broker::select::not_done_here(&job);
         view.runs_as = Some(runs_as.clone());
+        view.delegated = delegation;
         if let Some(rid) = job.reservation.take() {
             let (r, site) = self.own_site_reservation(who, &rid).await?;
             // The site's key: a repeat after a crash between the site's
@@ -205,7 +225,7 @@ impl Service {
     /// `POST /site/v1/probe`: every site's soonest candidates, the `k`
     /// soonest of all.
     pub async fn site_probe(&self, req: Request, k: usize) -> Result<Vec<Candidate>, ServiceError> {
-        let sites = self.sites();
+        let sites = self.own_sites();
         let k = k.clamp(1, 100);
         tokio::task::spawn_blocking(move || {
             // A site that cannot reserve, or does not answer, offers nothing.
@@ -244,7 +264,7 @@ impl Service {
         self.within_reserved_limit(who, i64::from(request.amount).saturating_mul(request.duration.0), t)
             .await?;
         let hold = body.hold.map(|h| t + Duration(h));
-        let (sites, info, user) = (self.sites(), self.info.clone(), who.to_string());
+        let (sites, info, user) = (self.own_sites(), self.info.clone(), who.to_string());
         let turn = self.decision_turn().await;
         let got = tokio::task::spawn_blocking(move || {
             let mut clients = cached_sites(&sites, &info, None, None, &user);

@@ -412,9 +412,13 @@ impl Service {
                     }
                     Effect::Placed { .. } | Effect::Persist { .. } => continue,
                     Effect::Status { job, site, site_job } => self.status_of(job, site, site_job).boxed(),
-                    Effect::Send { job, site, wall, claim } => {
-                        self.send(job, site, wall, claim).map(Answer::Sent).boxed()
-                    }
+                    Effect::Send {
+                        job,
+                        site,
+                        wall,
+                        claim,
+                        delegation,
+                    } => self.send(job, site, wall, claim, delegation).map(Answer::Sent).boxed(),
                     Effect::Hold {
                         job,
                         site,
@@ -626,13 +630,14 @@ impl Service {
     /// Sends job `id` to the site at position `k`, asking for `wall`, into
     /// reservation `claim` there when given: the owner's uploads first,
     /// under the job's id as the site's idempotency key, for the user it
-    /// runs for.
+    /// runs for; to a neighbouring broker with its `delegation`.
     async fn send(
         &self,
         id: String,
         k: usize,
         wall: Option<brokk_model::Duration>,
         claim: Option<brokk_broker::broker::Claim>,
+        delegation: Option<brokk_broker::delegate::Delegation>,
     ) -> SendAnswer {
         let found = {
             let core = self
@@ -662,9 +667,11 @@ impl Service {
         };
         let uploads = self.uploads.clone();
         let key = id.clone();
+        let delegated = delegation.is_some();
         let answer = tokio::task::spawn_blocking(move || {
             let mut c = site.client.clone();
             super::sites::send_uploads(&c, &uploads, &owner, &job)?;
+            c.set_delegation(delegation.map(|d| d.to_header()));
             c.set_idempotency_key(Some(key));
             c.set_on_behalf_of(Some(runs_as.unwrap_or(owner)));
             // What the broker held for this job ends with it; a user's own
@@ -675,6 +682,12 @@ impl Service {
         })
         .await
         .unwrap_or_else(|e| Err(brokk_broker::SiteError::Unavailable(e.to_string())));
+        if delegated {
+            self.counters.delegations.count(match &answer {
+                Ok(_) => "accepted",
+                Err(_) => "rejected",
+            });
+        }
         if let (Ok(_), Some(claim)) = (&answer, claim) {
             // Taken by the job: it ends with it, or is its owner's own.
             self.forget_hold(k, claim.reservation).await;

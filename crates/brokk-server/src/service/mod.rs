@@ -91,6 +91,36 @@ pub struct Counters {
     pub info_pushes: AtomicU64,
     /// How long submissions took to answer.
     pub submit_latency: std::sync::Mutex<brokk_site::metrics::Histogram>,
+    /// Delegations between brokers, by kind.
+    pub delegations: Delegations,
+}
+
+/// Delegations between brokers ([`brokk_broker::delegate`]), by kind: of
+/// the jobs this broker delegated, those its neighbours accepted and
+/// rejected; of those delegated to it, those it took and refused.
+#[derive(Debug, Default)]
+pub struct Delegations {
+    counts: [AtomicU64; 4],
+}
+
+impl Delegations {
+    /// The kinds, as `/metrics` names them.
+    pub const KINDS: [&'static str; 4] = ["accepted", "rejected", "taken", "refused"];
+
+    /// Counts one of `kind` (one of [`Delegations::KINDS`]).
+    pub fn count(&self, kind: &str) {
+        if let Some(i) = Self::KINDS.iter().position(|k| *k == kind) {
+            self.counts[i].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Each kind and its count.
+    pub fn counts(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
+        Self::KINDS
+            .iter()
+            .zip(&self.counts)
+            .map(|(k, n)| (*k, n.load(Ordering::Relaxed)))
+    }
 }
 
 /// The service, shared by its handlers and tasks.
@@ -138,6 +168,11 @@ pub struct Service {
     /// Endpoints discovery found and could not reach at its last reading:
     /// (the site name they would have, why).
     pub unreachable: Arc<std::sync::Mutex<Vec<(String, String)>>>,
+    /// The sites that are neighbouring brokers ([`brokk_broker::delegate`]),
+    /// by name: what this broker publishes and reserves as a site is its
+    /// own sites' alone (two neighbours folding each other's would ask
+    /// each other without end).
+    pub neighbours: Arc<std::collections::HashSet<String>>,
 }
 
 pub use brokk_proto::wall_clock as now;
@@ -146,6 +181,20 @@ impl Service {
     /// The sites as of now.
     pub fn sites(&self) -> Arc<Vec<SiteEntry>> {
         self.sites.read().map(|s| s.clone()).unwrap_or_default()
+    }
+
+    /// The sites but the neighbouring brokers.
+    pub fn own_sites(&self) -> Arc<Vec<SiteEntry>> {
+        let all = self.sites();
+        match self.neighbours.is_empty() {
+            true => all,
+            false => Arc::new(
+                all.iter()
+                    .filter(|s| !self.neighbours.contains(&s.name))
+                    .cloned()
+                    .collect(),
+            ),
+        }
     }
 
     /// Adds sites found at run time after the others, and makes the

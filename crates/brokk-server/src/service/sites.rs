@@ -398,7 +398,11 @@ impl Service {
 
     /// What every site reports now, in configuration order.
     pub async fn resources(&self) -> Vec<Result<ResourceInfo, String>> {
-        let sites = self.sites();
+        self.reports(self.sites()).await
+    }
+
+    /// What `sites` report now, in their order.
+    pub async fn reports(&self, sites: Arc<Vec<SiteEntry>>) -> Vec<Result<ResourceInfo, String>> {
         let names: Vec<String> = sites.iter().map(|s| s.name.clone()).collect();
         let mut answers = self.fetch_info(names).await;
         sites

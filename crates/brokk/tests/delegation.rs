@@ -1,0 +1,228 @@
+//! Delegation between brokers ([DMM]), live: three `brokk serve`, each
+//! with an embedded site of its own and the other two as sibling
+//! neighbours. A job its own broker cannot start at once runs at a
+//! neighbour's site and is followed (and its output fetched) where it was
+//! submitted; a neighbour that cannot take it rejects it; a job cannot
+//! come back along its own path; a neighbour that is down is skipped.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+mod common;
+
+const NAMES: [&str; 3] = ["alpha", "beta", "gamma"];
+
+/// The three brokers, each on a port fixed before any starts.
+struct Ring {
+    dir: PathBuf,
+    ports: [u16; 3],
+    servers: Vec<Option<common::Server>>,
+}
+
+impl Ring {
+    /// Brokers whose own sites have `cpus` slots each, with `extra` at the
+    /// end of each configuration.
+    fn new(name: &str, cpus: [u32; 3], extra: &str) -> Ring {
+        let dir = common::scratch("delegation", name);
+        let ports = [common::free_port(), common::free_port(), common::free_port()];
+        for (k, me) in NAMES.iter().enumerate() {
+            let d = dir.join(me);
+            std::fs::create_dir_all(&d).unwrap();
+            let others: Vec<usize> = (0..3).filter(|&o| o != k).collect();
+            let mut config = format!(
+                "name = \"{me}\"\nlisten = \"127.0.0.1:{}\"\ndatabase = \"broker.db\"\nstate_dir = \"sites\"\n\
+                 info_ttl_ms = 0\ndelegates = [\"{}\", \"{}\"]\n[tokens]\n\"tok-ann\" = \"ann\"\n\"tok-bob\" = \"bob\"\n",
+                ports[k], NAMES[others[0]], NAMES[others[1]]
+            );
+            for &o in &others {
+                config += &format!("\"tok-{}\" = \"{}\"\n", NAMES[o], NAMES[o]);
+            }
+            for &o in &others {
+                config += &format!(
+                    "[[sites]]\nname = \"{}\"\nurl = \"http://127.0.0.1:{}/site\"\ntoken = \"tok-{me}\"\nneighbour = \"sibling\"\n",
+                    NAMES[o], ports[o]
+                );
+            }
+            config += &format!("[[embedded]]\nname = \"{me}-a\"\ncapacity = {}\n{extra}", cpus[k]);
+            std::fs::write(d.join("broker.toml"), config).unwrap();
+        }
+        let servers = NAMES.iter().map(|n| Some(common::serve(&dir.join(n)))).collect();
+        Ring { dir, ports, servers }
+    }
+
+    fn url(&self, k: usize) -> String {
+        format!("http://127.0.0.1:{}", self.ports[k])
+    }
+
+    /// Submits `script` (one slot, up to a minute) at broker `k` for ann.
+    fn submit(&self, k: usize, file: &str, script: &str) -> String {
+        let text = format!(
+            r#"{{"executable": "/bin/sh", "arguments": ["-c", "{script}"], "wall_time": 120, "stdout": "out.txt"}}"#
+        );
+        let path = self.dir.join(file);
+        std::fs::write(&path, text).unwrap();
+        let sub = common::json(&self.url(k), "tok-ann", &["submit", "--json", path.to_str().unwrap()]);
+        sub["id"].as_str().unwrap_or_else(|| panic!("{sub}")).to_string()
+    }
+
+    fn status(&self, k: usize, id: &str) -> serde_json::Value {
+        common::json(&self.url(k), "tok-ann", &["status", "--json", id])
+    }
+
+    /// Waits until `id` at broker `k` is running somewhere.
+    fn running(&self, k: usize, id: &str) -> serde_json::Value {
+        common::wait_for_state(&self.url(k), "tok-ann", id, "running", Duration::from_secs(60));
+        self.status(k, id)
+    }
+
+    fn metric(&self, k: usize, name: &str) -> u64 {
+        let text = reqwest::blocking::get(format!("{}/metrics", self.url(k)))
+            .unwrap()
+            .text()
+            .unwrap();
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
+            .unwrap_or_else(|| panic!("{name} not in\n{text}"))
+    }
+}
+
+fn delegations(kind: &str) -> String {
+    format!("brokk_delegations_total{{kind=\"{kind}\"}}")
+}
+
+/// Waits until every broker answers.
+fn all_up(ring: &Ring) {
+    for (k, name) in NAMES.iter().enumerate() {
+        let t = std::time::Instant::now();
+        while !common::brokk(&ring.url(k), "tok-ann", &["resources"]).status.success() {
+            assert!(t.elapsed() < Duration::from_secs(20), "{name} does not answer");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+#[test]
+fn a_job_its_broker_cannot_start_runs_at_a_neighbour_and_comes_back() {
+    let ring = Ring::new("through", [1, 2, 2], "");
+    all_up(&ring);
+    // alpha's one slot is taken; the next job would wait there.
+    let holder = ring.submit(0, "holder.json", "sleep 60");
+    assert_eq!(ring.running(0, &holder)["site"], "alpha-a");
+    let id = ring.submit(0, "away.json", "echo delegated; id -un > /dev/null");
+    let end = common::wait_ended(&ring.url(0), "tok-ann", &id, Duration::from_secs(60));
+    assert_eq!(end["state"], "finished", "{end}");
+    // Both siblings have two free slots: the tie goes by name.
+    assert_eq!(end["site"], "beta", "{end}");
+    assert_eq!(common::output(&ring.url(0), "tok-ann", &id, "out.txt"), "delegated\n");
+    // At beta the job is alpha's, run for ann at beta's own site, with
+    // the path it came by.
+    let below = end["site_job"].as_str().unwrap();
+    let there = common::json(&ring.url(1), "tok-alpha", &["status", "--json", below]);
+    assert_eq!(
+        (&there["owner"], &there["runs_as"], &there["site"]),
+        (&"alpha".into(), &"ann".into(), &"beta-a".into()),
+        "{there}"
+    );
+    assert_eq!(there["delegated"]["path"], serde_json::json!(["alpha"]), "{there}");
+    // Nobody else sees it: not bob at alpha, not ann herself at beta.
+    assert!(!common::brokk(&ring.url(0), "tok-bob", &["status", &id])
+        .status
+        .success());
+    assert!(!common::brokk(&ring.url(1), "tok-ann", &["status", below])
+        .status
+        .success());
+    assert_eq!(ring.metric(0, &delegations("accepted")), 1);
+    assert_eq!(ring.metric(1, &delegations("taken")), 1);
+    let _ = common::brokk(&ring.url(0), "tok-ann", &["cancel", &holder]);
+}
+
+#[test]
+fn full_neighbours_reject_and_the_job_stays_home() {
+    // One hop: a neighbour cannot pass the job on.
+    let ring = Ring::new("full", [1, 1, 1], "[delegation]\nttl = 1\n");
+    all_up(&ring);
+    let holders: Vec<(usize, String)> = (0..3)
+        .map(|k| (k, ring.submit(k, &format!("holder-{k}.json"), "sleep 60")))
+        .collect();
+    for (k, h) in &holders {
+        assert_eq!(ring.running(*k, h)["site"], format!("{}-a", NAMES[*k]));
+    }
+    // Every broker is full: beta and gamma reject alpha's job (neither
+    // can start it, nor pass it on), and it waits at alpha's own site.
+    let id = ring.submit(0, "stays.json", "echo home");
+    let t = std::time::Instant::now();
+    while ring.metric(0, &delegations("rejected")) < 2 {
+        assert!(t.elapsed() < Duration::from_secs(30), "not rejected twice");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let t = std::time::Instant::now();
+    let v = loop {
+        let v = ring.status(0, &id);
+        if v["site"].is_string() || t.elapsed() > Duration::from_secs(30) {
+            break v;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(v["site"], "alpha-a", "{v}");
+    assert_eq!(ring.metric(1, &delegations("refused")), 1);
+    assert_eq!(ring.metric(2, &delegations("refused")), 1);
+    for (k, h) in &holders {
+        let _ = common::brokk(&ring.url(*k), "tok-ann", &["cancel", h]);
+    }
+}
+
+#[test]
+fn a_job_cannot_come_back_along_its_path_and_a_bad_delegation_is_refused() {
+    let ring = Ring::new("loop", [2, 2, 2], "");
+    all_up(&ring);
+    let http = reqwest::blocking::Client::new();
+    let post = |header: &str| {
+        let r = http
+            .post(format!("{}/site/v1/jobs", ring.url(1)))
+            .bearer_auth("tok-alpha")
+            .header("On-Behalf-Of", "ann")
+            .header("Brokk-Delegation", header)
+            .json(&serde_json::json!({"executable": "/bin/true", "wall_time": 60}))
+            .send()
+            .unwrap();
+        (r.status().as_u16(), r.text().unwrap())
+    };
+    // beta is on the path already: refused however free it is.
+    let (status, body) = post("ttl=3; path=alpha,beta");
+    assert_eq!(status, 409, "{body}");
+    assert!(body.contains("loop"), "{body}");
+    for bad in ["ttl=x; path=alpha", "path=alpha", "ttl=1; path=al pha"] {
+        let (status, body) = post(bad);
+        assert_eq!(status, 400, "{bad}: {body}");
+        assert!(body.contains("Brokk-Delegation"), "{bad}: {body}");
+    }
+    // A proper one is taken.
+    assert_eq!(post("ttl=3; path=alpha").0, 201);
+    // Only a delegate reaches the site API: ann's own token does not.
+    let r = http
+        .post(format!("{}/site/v1/jobs", ring.url(1)))
+        .bearer_auth("tok-ann")
+        .header("Brokk-Delegation", "ttl=3; path=alpha")
+        .json(&serde_json::json!({"executable": "/bin/true"}))
+        .send()
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 403);
+}
+
+#[test]
+fn a_neighbour_that_is_down_is_skipped() {
+    let mut ring = Ring::new("down", [1, 2, 2], "");
+    all_up(&ring);
+    // beta, first by name, is gone.
+    ring.servers[1] = None;
+    let holder = ring.submit(0, "holder.json", "sleep 60");
+    ring.running(0, &holder);
+    let id = ring.submit(0, "away.json", "echo around");
+    let end = common::wait_ended(&ring.url(0), "tok-ann", &id, Duration::from_secs(60));
+    assert_eq!(
+        (&end["state"], &end["site"]),
+        (&"finished".into(), &"gamma".into()),
+        "{end}"
+    );
+    let _ = common::brokk(&ring.url(0), "tok-ann", &["cancel", &holder]);
+}
