@@ -14,6 +14,7 @@
 //! the same input and seed give the same output, byte for byte.
 
 pub mod admission;
+pub mod architectures;
 pub mod cluster;
 pub mod course;
 pub mod engine;

@@ -720,6 +720,82 @@ fn probe_phase(report: &crate::admission::AdmissionReport) -> Result<Vec<(String
     Ok(out)
 }
 
+/// [DMM]'s Figs. 7, 8 and 10: each figure against the clusters' load, a
+/// series per architecture; against the delegation threshold, a series per
+/// load, when `dmm` alone is swept over thresholds.
+pub fn architectures(report: &crate::architectures::ArchitectureReport) -> Result<Vec<(String, String)>, String> {
+    use crate::architectures::SettingAggregate;
+    use crate::stats::Spread;
+    type Pick = fn(&SettingAggregate) -> Spread;
+    let figures: [(&str, &str, Pick); 6] = [
+        ("finished", "finished jobs (JF%)", |a| a.finished_pct),
+        ("awt", "average wait AWT (s)", |a| a.awt),
+        ("asd", "average slowdown ASD", |a| a.asd),
+        ("goodput", "goodput (CPU-years)", |a| a.goodput),
+        ("delegations", "delegations per job", |a| a.delegations_per_job),
+        ("messages", "delegation messages per job", |a| a.messages_per_job),
+    ];
+    let mut thresholds: Vec<f64> = report.aggregates.iter().map(|a| a.setting.threshold).collect();
+    thresholds.sort_by(f64::total_cmp);
+    thresholds.dedup();
+    let by_threshold = thresholds.len() > 1;
+    let x_of = |a: &SettingAggregate| {
+        if by_threshold {
+            a.setting.threshold
+        } else {
+            a.setting.load
+        }
+    };
+    let series_of = |a: &SettingAggregate| match by_threshold {
+        true => format!("{} at load {}", a.setting.architecture.name(), a.setting.load),
+        false => a.setting.architecture.name().to_string(),
+    };
+    let mut names: Vec<String> = Vec::new();
+    for a in &report.aggregates {
+        let n = series_of(a);
+        if !names.contains(&n) {
+            names.push(n);
+        }
+    }
+    let x = Axis {
+        label: if by_threshold {
+            "delegation threshold"
+        } else {
+            "load of the clusters"
+        },
+        log: false,
+    };
+    let mut out = Vec::new();
+    for (file, label, pick) in figures {
+        let series: Vec<Series> = names
+            .iter()
+            .enumerate()
+            .map(|(i, name)| {
+                let mine: Vec<&SettingAggregate> = report.aggregates.iter().filter(|a| &series_of(a) == name).collect();
+                Series {
+                    name: name.clone(),
+                    points: mine.iter().map(|a| (x_of(a), pick(a).mean)).collect(),
+                    bars: mine
+                        .iter()
+                        .filter_map(|a| {
+                            let v = pick(a);
+                            v.ci95.map(|ci| (x_of(a), v.mean - ci, v.mean + ci))
+                        })
+                        .collect(),
+                    colour: colour(i),
+                }
+            })
+            .collect();
+        // Waits and slowdowns span decades between the architectures.
+        let log =
+            matches!(file, "awt" | "asd") && spans_decades(series.iter().flat_map(|s| s.points.iter().map(|p| p.1)));
+        let y = Axis { label, log };
+        let svg = chart(&format!("{}: {label}", report.experiment), x, y, &series)?;
+        out.push((format!("{file}.svg"), svg));
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
