@@ -124,6 +124,17 @@ fn a_job_its_broker_cannot_start_runs_at_a_neighbour_and_comes_back() {
         "{there}"
     );
     assert_eq!(there["delegated"]["path"], serde_json::json!(["alpha"]), "{there}");
+    // Each end says so.
+    let said = |k: usize, token: &str, id: &str| {
+        String::from_utf8_lossy(&common::brokk(&ring.url(k), token, &["status", id]).stdout).to_string()
+    };
+    let home = said(0, "tok-ann", &id);
+    assert!(
+        home.contains("delegated to beta, a neighbouring broker (path alpha → beta)"),
+        "{home}"
+    );
+    let away = said(1, "tok-alpha", below);
+    assert!(away.contains("delegated here along alpha"), "{away}");
     // Nobody else sees it: not bob at alpha, not ann herself at beta.
     assert!(!common::brokk(&ring.url(0), "tok-bob", &["status", &id])
         .status
@@ -224,5 +235,41 @@ fn a_neighbour_that_is_down_is_skipped() {
         (&"finished".into(), &"gamma".into()),
         "{end}"
     );
+    let _ = common::brokk(&ring.url(0), "tok-ann", &["cancel", &holder]);
+}
+
+#[test]
+fn a_delegating_broker_killed_while_its_job_runs_away_loses_nothing_and_runs_nothing_twice() {
+    let mut ring = Ring::new("restart", [1, 2, 2], "");
+    all_up(&ring);
+    let holder = ring.submit(0, "holder.json", "sleep 60");
+    ring.running(0, &holder);
+    let id = ring.submit(0, "away.json", "sleep 3; echo survived");
+    let away = ring.running(0, &id);
+    assert_eq!(away["site"], "beta", "{away}");
+    // alpha dies (SIGKILL) while the job runs at beta, and comes back.
+    let pid = ring.servers[0].as_ref().unwrap().pid().to_string();
+    assert!(std::process::Command::new("kill")
+        .args(["-9", &pid])
+        .status()
+        .unwrap()
+        .success());
+    std::thread::sleep(Duration::from_millis(200));
+    ring.servers[0] = Some(common::serve(&ring.dir.join("alpha")));
+    let end = common::wait_ended(&ring.url(0), "tok-ann", &id, Duration::from_secs(60));
+    assert_eq!(
+        (&end["state"], &end["site"]),
+        (&"finished".into(), &"beta".into()),
+        "{end}"
+    );
+    assert_eq!(common::output(&ring.url(0), "tok-ann", &id, "out.txt"), "survived\n");
+    // At beta alpha has exactly that job: nothing was sent twice.
+    let mine = common::json(&ring.url(1), "tok-alpha", &["status", "--json"]);
+    let jobs = mine.as_array().unwrap_or_else(|| panic!("{mine}"));
+    assert_eq!(jobs.len(), 1, "{mine}");
+    // Nor does beta's own token read alpha's jobs at alpha.
+    assert!(!common::brokk(&ring.url(0), "tok-beta", &["status", &id])
+        .status
+        .success());
     let _ = common::brokk(&ring.url(0), "tok-ann", &["cancel", &holder]);
 }

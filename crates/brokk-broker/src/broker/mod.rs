@@ -2124,9 +2124,14 @@ impl BrokerCore {
                         (Change::EndMove(Some((name, site_job.clone()))), detail)
                     }
                     _ => {
-                        let detail = match a.held.get(a.next).copied().flatten() {
-                            Some(r) => format!("to {name}, in reservation {}", r.0),
-                            None => format!("to {name}"),
+                        let delegated = a.onward.as_ref().filter(|_| a.neighbours.contains(&site));
+                        let detail = match (a.held.get(a.next).copied().flatten(), delegated) {
+                            (Some(r), _) => format!("to {name}, in reservation {}", r.0),
+                            (None, Some(d)) => format!(
+                                "delegated to {name}, a neighbouring broker (path {} → {name})",
+                                d.path.join(" → ")
+                            ),
+                            (None, None) => format!("to {name}"),
                         };
                         let sent = Change::Dispatch {
                             site: name,

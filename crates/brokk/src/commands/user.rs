@@ -552,6 +552,13 @@ pub fn status(a: StatusArgs) -> Result<ExitCode> {
                 if let Some(r) = &j.reason {
                     say!("  reason: {}", listing::shown(r));
                 }
+                if let Some(d) = &j.delegated {
+                    say!(
+                        "  delegated here along {} ({} more hops allowed)",
+                        listing::shown(&d.path.join(" → ")),
+                        d.ttl
+                    );
+                }
                 for h in &j.history {
                     say!(
                         "  {} {}{}",
