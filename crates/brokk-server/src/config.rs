@@ -419,6 +419,7 @@ impl Config {
         if c.sites.is_empty() && c.embedded.is_empty() && c.discovery.is_none() {
             return Err(err("no sites: add [[sites]], [[embedded]] or [discovery]".into()));
         }
+        check_neighbours(&c).map_err(err)?;
         if let Some(d) = &c.discovery {
             if d.endpoints.is_none() && d.ldap.is_none() {
                 return Err(err(
@@ -431,4 +432,50 @@ impl Config {
         }
         Ok(c)
     }
+}
+
+/// What a broker's neighbours may be ([`brokk_broker::delegate`]): named
+/// once each and not as the broker itself (a path names brokers by name),
+/// one parent at most, and a delegation threshold and time-to-live that
+/// make sense.
+fn check_neighbours(c: &Config) -> Result<(), String> {
+    let neighbours: Vec<&RemoteSiteConfig> = c.sites.iter().filter(|s| s.neighbour.is_some()).collect();
+    let mut names: Vec<&str> = c.sites.iter().map(|s| s.name.as_str()).collect();
+    names.extend(c.embedded.iter().map(|e| e.name.as_str()));
+    for n in &neighbours {
+        if n.name == c.name {
+            return Err(format!(
+                "[[sites]] {}: a neighbour cannot have this broker's own name (`name`); name it as it names itself",
+                n.name
+            ));
+        }
+        if names.iter().filter(|&&m| m == n.name).count() > 1 {
+            return Err(format!("[[sites]] {}: named twice; a neighbour is named once", n.name));
+        }
+    }
+    let parents: Vec<&str> = neighbours
+        .iter()
+        .filter(|n| n.neighbour == Some(brokk_broker::delegate::Relation::Parent))
+        .map(|n| n.name.as_str())
+        .collect();
+    if parents.len() > 1 {
+        return Err(format!(
+            "[[sites]]: {} are all `neighbour = \"parent\"`; a broker has one parent at most",
+            parents.join(", ")
+        ));
+    }
+    if c.delegation.threshold_s < 0 {
+        return Err(format!(
+            "[delegation] threshold_s: {} is negative",
+            c.delegation.threshold_s
+        ));
+    }
+    if c.delegation.ttl > brokk_broker::delegate::MAX_PATH as u32 {
+        return Err(format!(
+            "[delegation] ttl: {} is more than {} hops",
+            c.delegation.ttl,
+            brokk_broker::delegate::MAX_PATH
+        ));
+    }
+    Ok(())
 }

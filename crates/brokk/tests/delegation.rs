@@ -273,3 +273,36 @@ fn a_delegating_broker_killed_while_its_job_runs_away_loses_nothing_and_runs_not
         .success());
     let _ = common::brokk(&ring.url(0), "tok-ann", &["cancel", &holder]);
 }
+
+#[test]
+fn a_neighbourhood_that_cannot_be_is_refused_at_start_naming_why() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = common::scratch("delegation", "bad-config");
+    let neighbour = |name: &str, relation: &str| {
+        format!("[[sites]]\nname = \"{name}\"\nurl = \"http://127.0.0.1:9/site\"\ntoken = \"t\"\nneighbour = \"{relation}\"\n")
+    };
+    let base = "name = \"alpha\"\ndatabase = \"broker.db\"\n[tokens]\n\"tok-ann\" = \"ann\"\n";
+    for (body, says) in [
+        (
+            neighbour("up1", "parent") + &neighbour("up2", "parent"),
+            "one parent at most",
+        ),
+        (neighbour("alpha", "sibling"), "this broker's own name"),
+        (neighbour("beta", "cousin"), "cousin"),
+        (
+            neighbour("beta", "sibling") + "[delegation]\nthreshold_s = -5\n",
+            "threshold_s",
+        ),
+    ] {
+        let path = dir.join("broker.toml");
+        std::fs::write(&path, format!("{base}{body}")).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_brokk"))
+            .args(["serve", "--config"])
+            .arg(&path)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success() && err.contains(says), "{says}: {err}");
+    }
+}
