@@ -60,6 +60,10 @@ pub struct ParamsSpec {
     pub ttl: u32,
     /// `koala`'s monitoring period, seconds (0: exact).
     pub monitor_s: i64,
+    /// `fcondor`'s users per cluster.
+    pub users_per_cluster: usize,
+    /// `fcondor`'s half-life of past usage, seconds.
+    pub usage_half_life_s: i64,
 }
 
 impl Default for ParamsSpec {
@@ -71,6 +75,8 @@ impl Default for ParamsSpec {
             threshold: p.threshold,
             ttl: p.ttl,
             monitor_s: p.monitor,
+            users_per_cluster: p.users_per_cluster,
+            usage_half_life_s: p.usage_half_life,
         }
     }
 }
@@ -182,9 +188,16 @@ impl ArchitectureExperiment {
             return Err("thresholds: give positive thresholds".into());
         }
         let p = e.params;
-        if p.cycle_s < 1 || p.delegation_cycle_s < 1 || p.monitor_s < 0 || p.threshold.is_nan() || p.threshold <= 0.0 {
+        if p.cycle_s < 1
+            || p.delegation_cycle_s < 1
+            || p.monitor_s < 0
+            || p.threshold.is_nan()
+            || p.threshold <= 0.0
+            || p.users_per_cluster == 0
+            || p.usage_half_life_s < 1
+        {
             return Err(
-                "params: cycles of at least a second, a positive threshold, a monitor period of 0 or more".into(),
+                "params: cycles and a usage half-life of at least a second, a positive threshold, a monitor period of 0 or more, at least one user per cluster".into(),
             );
         }
         Ok(e)
@@ -198,6 +211,8 @@ impl ArchitectureExperiment {
             threshold,
             ttl: p.ttl,
             monitor: p.monitor_s,
+            users_per_cluster: p.users_per_cluster,
+            usage_half_life: p.usage_half_life_s,
         }
     }
 

@@ -21,6 +21,11 @@ pub enum Architecture {
     /// Independent clusters that match at cycles (Condor's negotiator):
     /// jobs start only at a cluster's matchmaking instants.
     Condor,
+    /// Condor with flocking and fair share: at each round a cluster serves
+    /// the users whose jobs are there, least past usage first, every job
+    /// that fits (the rest bypassed); a user's jobs left unserved move on
+    /// to the next cluster of the user's flock list.
+    Fcondor,
     /// One central queue; a cluster with free processors pulls its head
     /// (the one free longest, on a tie).
     Cern,
@@ -35,9 +40,10 @@ pub enum Architecture {
 
 impl Architecture {
     /// Every architecture here, in [DMM]'s table order.
-    pub const ALL: [Architecture; 5] = [
+    pub const ALL: [Architecture; 6] = [
         Architecture::SepC,
         Architecture::Condor,
+        Architecture::Fcondor,
         Architecture::Cern,
         Architecture::Koala,
         Architecture::Dmm,
@@ -48,6 +54,7 @@ impl Architecture {
         match self {
             Architecture::SepC => "sep-c",
             Architecture::Condor => "condor",
+            Architecture::Fcondor => "fcondor",
             Architecture::Cern => "cern",
             Architecture::Koala => "koala",
             Architecture::Dmm => "dmm",
@@ -59,7 +66,7 @@ impl Architecture {
         Architecture::ALL
             .into_iter()
             .find(|a| a.name() == name)
-            .ok_or_else(|| format!("`{name}` is not an architecture: sep-c, condor, cern, koala or dmm"))
+            .ok_or_else(|| format!("`{name}` is not an architecture: sep-c, condor, fcondor, cern, koala or dmm"))
     }
 }
 
@@ -81,6 +88,12 @@ pub struct Params {
     pub ttl: u32,
     /// `koala`'s monitoring period, seconds (0: exact figures).
     pub monitor: i64,
+    /// `fcondor`'s users per cluster, among whom each cluster's jobs are
+    /// shared at random.
+    pub users_per_cluster: usize,
+    /// `fcondor`'s half-life of past usage, seconds (Condor's default:
+    /// a day).
+    pub usage_half_life: i64,
 }
 
 impl Default for Params {
@@ -91,6 +104,8 @@ impl Default for Params {
             threshold: 1.0,
             ttl: delegate::DEFAULT_TTL,
             monitor: 60,
+            users_per_cluster: 10,
+            usage_half_life: 86_400,
         }
     }
 }
@@ -157,6 +172,13 @@ struct State<'a> {
     requests: Vec<Request>,
     /// Each cluster's delegation cycle's phase.
     phase: Vec<i64>,
+    /// `fcondor`: each job's user, and its place in that user's flock list.
+    user: Vec<usize>,
+    flock_at: Vec<usize>,
+    /// `fcondor`: each origin's flock list (itself first).
+    flock: Vec<Vec<usize>>,
+    /// `fcondor`: each user's past usage (processor-seconds) as of a time.
+    usage: std::collections::HashMap<usize, (f64, i64)>,
     outcomes: Vec<Outcome>,
     events: EventQueue<Event>,
     messages: u64,
@@ -195,6 +217,10 @@ pub fn simulate(arch: Architecture, platform: &Platform, jobs: &[GridJob], param
             jobs.len()
         ],
         phase: vec![0; n],
+        user: Vec::new(),
+        flock_at: vec![0; jobs.len()],
+        flock: (0..n).map(|c| flock_list(platform, c)).collect(),
+        usage: std::collections::HashMap::new(),
         events: EventQueue::new(Time(0)),
         messages: 0,
         end,
@@ -204,11 +230,15 @@ pub fn simulate(arch: Architecture, platform: &Platform, jobs: &[GridJob], param
     }
     // Each cluster's cycles begin at a phase of its own.
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ 0x00d3_3d00);
+    if arch == Architecture::Fcondor {
+        let u = params.users_per_cluster.max(1);
+        s.user = jobs.iter().map(|j| j.origin * u + rng.gen_range(0..u)).collect();
+    }
     for c in platform.clusters() {
         let cycle: i64 = rng.gen_range(0..params.cycle.max(1));
         let delegation: i64 = rng.gen_range(0..params.delegation_cycle.max(1));
         match arch {
-            Architecture::Condor => s.at(cycle, Event::Cycle(c)),
+            Architecture::Condor | Architecture::Fcondor => s.at(cycle, Event::Cycle(c)),
             Architecture::Dmm => {
                 s.at(cycle, Event::Cycle(c));
                 s.at(delegation, Event::Delegation(c));
@@ -245,6 +275,11 @@ impl State<'_> {
         match (self.arch, e) {
             (_, Event::End(k)) => {
                 let c = self.outcomes[k].ran_at.unwrap_or(self.jobs[k].origin);
+                if let Some(&u) = self.user.get(k) {
+                    let used = f64::from(self.jobs[k].size) * self.jobs[k].run as f64;
+                    let now = self.usage_of(u, t);
+                    self.usage.insert(u, (now + used, t));
+                }
                 self.give(c, self.jobs[k].size, t);
                 match self.arch {
                     Architecture::SepC => self.serve(c, t),
@@ -256,7 +291,7 @@ impl State<'_> {
                         }
                     }
                     Architecture::Cern => self.pull(t),
-                    Architecture::Condor | Architecture::Dmm => {}
+                    Architecture::Condor | Architecture::Fcondor | Architecture::Dmm => {}
                 }
             }
             (Architecture::SepC, Event::Arrival(k)) => {
@@ -264,7 +299,13 @@ impl State<'_> {
                 self.queues[c].push_back(k);
                 self.serve(c, t);
             }
-            (Architecture::Condor, Event::Arrival(k)) => self.queues[self.jobs[k].origin].push_back(k),
+            (Architecture::Condor | Architecture::Fcondor, Event::Arrival(k)) => {
+                self.queues[self.jobs[k].origin].push_back(k)
+            }
+            (Architecture::Fcondor, Event::Cycle(c)) => {
+                self.round(c, t);
+                self.at(t + self.params.cycle.max(1), Event::Cycle(c));
+            }
             (Architecture::Cern, Event::Arrival(k)) => {
                 self.central.push_back(k);
                 self.pull(t);
@@ -393,6 +434,42 @@ impl State<'_> {
         }
     }
 
+    /// User `u`'s past usage decayed to `t`.
+    fn usage_of(&self, u: usize, t: i64) -> f64 {
+        self.usage.get(&u).map_or(0.0, |&(v, at)| {
+            v * 0.5f64.powf((t - at) as f64 / self.params.usage_half_life.max(1) as f64)
+        })
+    }
+
+    /// `fcondor`'s matchmaking round at cluster `c`: the users with jobs
+    /// here, least past usage first (ties: the lowest id), each job of
+    /// theirs that fits started, the others bypassed; a user's jobs left
+    /// unserved then move to the next cluster of their flock list (after
+    /// its end, home again), considered at its next round.
+    fn round(&mut self, c: usize, t: i64) {
+        let mut users: Vec<usize> = self.queues[c].iter().map(|&k| self.user[k]).collect();
+        users.sort_unstable();
+        users.dedup();
+        let mut order: Vec<(f64, usize)> = users.iter().map(|&u| (self.usage_of(u, t), u)).collect();
+        order.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        for (_, u) in order {
+            let mine: Vec<usize> = self.queues[c].iter().copied().filter(|&k| self.user[k] == u).collect();
+            for k in mine {
+                if self.jobs[k].size <= self.free[c] {
+                    self.queues[c].retain(|&q| q != k);
+                    self.start(k, c, t);
+                }
+            }
+        }
+        let left: Vec<usize> = self.queues[c].drain(..).collect();
+        for k in left {
+            let list = &self.flock[self.jobs[k].origin];
+            self.flock_at[k] = (self.flock_at[k] + 1) % list.len().max(1);
+            let next = list[self.flock_at[k]];
+            self.queues[next].push_back(k);
+        }
+    }
+
     /// `dmm`'s local load of site `c`: processors held on its own, plus
     /// those its waiting requests ask for, over its own.
     fn load(&self, c: usize) -> f64 {
@@ -490,6 +567,27 @@ impl State<'_> {
     }
 }
 
+/// `fcondor`'s flock list of the users of cluster `c` (D0.2): `c` itself,
+/// then its own grid's clusters in increasing id after it (wrapping), then
+/// the other grid's in increasing id.
+fn flock_list(platform: &Platform, c: usize) -> Vec<usize> {
+    let clusters: Vec<usize> = platform.clusters().collect();
+    let own: Vec<usize> = clusters
+        .iter()
+        .copied()
+        .filter(|&o| platform.grid[o] == platform.grid[c])
+        .collect();
+    let at = own.iter().position(|&o| o == c).unwrap_or(0);
+    let mut list: Vec<usize> = own[at..].iter().chain(&own[..at]).copied().collect();
+    list.extend(
+        clusters
+            .iter()
+            .copied()
+            .filter(|&o| platform.grid[o] != platform.grid[c]),
+    );
+    list
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -582,6 +680,32 @@ mod tests {
         // still wait asks again, 2 a request.
         let m = run.delegation_messages;
         assert!(m >= 8 && m.is_multiple_of(2), "{m}");
+    }
+
+    #[test]
+    fn flocking_moves_unserved_jobs_on_and_bypasses_what_does_not_fit() {
+        let params = Params {
+            cycle: 100,
+            ..Params::default()
+        };
+        // Cluster 0 (4) gets a 4-wide job, then a 3-wide and a 1-wide one:
+        // at its first round the first runs, the others wait; their users
+        // move them on to cluster 1 (2 processors), where the 1-wide one
+        // runs and the 3-wide one is bypassed and moves back home.
+        let jobs = [
+            job(0, 0, 1000, 4),
+            job(0, 0, 10, 3),
+            job(0, 0, 10, 1),
+            job(1, 3000, 1, 1),
+        ];
+        let run = simulate(Architecture::Fcondor, &pair(), &jobs, params, 3);
+        let o = &run.outcomes;
+        assert_eq!(o[0].ran_at, Some(0));
+        assert_eq!(o[2].ran_at, Some(1), "{o:?}");
+        assert!(o[2].start.unwrap() < 200);
+        assert_eq!(o[1].ran_at, Some(0), "{o:?}");
+        assert!(o[1].start.unwrap() >= 1000);
+        assert_eq!(flock_list(&Platform::das_g5k(), 2)[..6], [2, 3, 4, 0, 1, 5]);
     }
 
     #[test]
