@@ -246,6 +246,9 @@ async function showJob(id) {
   if (j.state === "accepted") actions.push(act("hold", `/v1/jobs/${id}/hold`, "POST"));
   if (j.state === "held") actions.push(act("release", `/v1/jobs/${id}/release`, "POST"));
   $("d-actions").replaceChildren(...actions);
+  // A job a neighbouring broker delegated here: the brokers it came through.
+  $("d-path").hidden = !j.delegated;
+  $("d-path").textContent = j.delegated ? `delegated here along ${j.delegated.path.join(" → ")} (${j.delegated.ttl} more hops allowed)` : "";
   $("d-history").replaceChildren(...j.history.map((h) => el("li", {}, `${new Date(h.at).toLocaleString()} ${h.state}${h.detail ? ": " + h.detail : ""}`)));
   const files = [...new Set([j.stdout, j.stderr, ...(j.outputs || [])].filter(Boolean))];
   $("d-files").replaceChildren(...files.map((f) => el("li", {}, el("a", { href: "#", onclick: (e) => { e.preventDefault(); showFile(id, f); } }, f))));
