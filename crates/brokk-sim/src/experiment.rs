@@ -495,6 +495,8 @@ pub fn load_with(path: &Path, traces: Option<&Path>) -> Result<Prepared, Experim
         path: path.display().to_string(),
         message: if is_admission(&text) {
             "this is a workflow admission experiment: run it with `brokk sim workflows`".into()
+        } else if is_architectures(&text) {
+            "this is an experiment over [DMM]'s architectures: run it with `brokk sim architectures`".into()
         } else {
             e.to_string()
         },
@@ -506,6 +508,12 @@ pub fn load_with(path: &Path, traces: Option<&Path>) -> Result<Prepared, Experim
 /// `schedulers`, which [`Experiment`] has not), run by [`crate::admission`].
 pub fn is_admission(text: &str) -> bool {
     toml::from_str::<toml::Table>(text).is_ok_and(|t| t.contains_key("schedulers"))
+}
+
+/// Whether an experiment file is one over [DMM]'s architectures (it names
+/// `architectures`), run by [`crate::architectures`].
+pub fn is_architectures(text: &str) -> bool {
+    toml::from_str::<toml::Table>(text).is_ok_and(|t| t.contains_key("architectures"))
 }
 
 /// Checks an experiment, resolving trace paths against `base`.

@@ -49,6 +49,12 @@ fn every_example_experiment_loads() {
                 assert!(!e.points().is_empty());
                 let err = load(&path).unwrap_err().to_string();
                 assert!(err.contains("brokk sim workflows"), "{err}");
+            } else if brokk_sim::experiment::is_architectures(&text) {
+                let e = brokk_sim::architectures::ArchitectureExperiment::from_toml(&text)
+                    .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+                assert!(!e.settings().is_empty());
+                let err = load(&path).unwrap_err().to_string();
+                assert!(err.contains("brokk sim architectures"), "{err}");
             } else {
                 let p = load(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
                 assert!(!p.points().is_empty());

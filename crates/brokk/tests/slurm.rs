@@ -451,3 +451,64 @@ fn killing_slurmctld_loses_no_accepted_job() {
     ran.sort_unstable();
     assert_eq!(ran, (0..16).collect::<Vec<_>>(), "every job ran exactly once");
 }
+
+#[test]
+#[ignore = "needs the Slurm testbed; scripts/test.sh starts it and runs this"]
+fn a_sweep_run_as_a_slurm_job_array_equals_the_local_run_byte_for_byte() {
+    let turn = turn("array");
+    let exp = turn.dir.join("small.toml");
+    std::fs::write(
+        &exp,
+        "name = \"small\"\narchitectures = [\"sep-c\", \"dmm\"]\ndays = 0.25\nloads = [0.5, 0.9]\nseeds = [1, 2, 3]\n",
+    )
+    .unwrap();
+    let brokk = |args: &[&str]| -> Output {
+        Command::new(env!("CARGO_BIN_EXE_brokk"))
+            .args(args)
+            .env("SLURM_CONF", conf(&turn.bed, 1))
+            .output()
+            .unwrap()
+    };
+    let (local, array) = (turn.dir.join("local"), turn.dir.join("array"));
+    let o = brokk(&[
+        "sim",
+        "architectures",
+        exp.to_str().unwrap(),
+        "--out",
+        local.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // Three array tasks, each a share of the six workloads, then the merge.
+    let o = brokk(&[
+        "sim",
+        "architectures",
+        exp.to_str().unwrap(),
+        "--slurm",
+        "3",
+        "--submit",
+        "--out",
+        array.to_str().unwrap(),
+    ]);
+    let said = String::from_utf8_lossy(&o.stdout).to_string() + &String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success() && said.contains("submitted array"), "{said}");
+    let merged = array.join("summary.json");
+    let t = Instant::now();
+    while !merged.exists() {
+        assert!(
+            t.elapsed() < Duration::from_secs(180),
+            "no merged result; {}",
+            slurm(&turn.bed, 1, "squeue", &[])
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    // Written once complete: the merge writes it last but one (then plots).
+    std::thread::sleep(Duration::from_millis(500));
+    for k in 0..3 {
+        assert!(array.join(format!("shard-{k}/points.json")).exists());
+    }
+    assert_eq!(
+        std::fs::read(&merged).unwrap(),
+        std::fs::read(local.join("summary.json")).unwrap(),
+        "the merged sweep differs from the local one"
+    );
+}

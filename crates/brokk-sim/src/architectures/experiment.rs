@@ -82,7 +82,7 @@ impl Default for ParamsSpec {
 }
 
 /// One compared setting.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Setting {
     /// The architecture.
     pub architecture: Architecture,
@@ -93,7 +93,7 @@ pub struct Setting {
 }
 
 /// [DMM]'s figures of one run (D0.6), over the jobs finished by its end.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Figures {
     /// Jobs in the workload.
     pub jobs: usize,
@@ -124,7 +124,7 @@ pub struct Figures {
 }
 
 /// One seed's run of one setting.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct PointResult {
     /// The setting.
     pub setting: Setting,
@@ -255,13 +255,36 @@ impl ArchitectureExperiment {
     /// calling `tick` after each (load, seed); the same output whatever
     /// the threads.
     pub fn sweep(&self, threads: usize, tick: &(dyn Fn() + Sync)) -> Result<ArchitectureReport, String> {
-        let platform = Platform::das_g5k();
-        let settings = self.settings();
-        let work: Vec<(f64, u64)> = self
-            .loads
+        let points = self.run_work(&self.work(), threads, tick)?;
+        Ok(self.report(points))
+    }
+
+    /// Every (load, seed): one workload each, which every setting of that
+    /// load runs.
+    pub fn work(&self) -> Vec<(f64, u64)> {
+        self.loads
             .iter()
             .flat_map(|&l| self.seeds().into_iter().map(move |s| (l, s)))
-            .collect();
+            .collect()
+    }
+
+    /// Share `k` of `n` of [`ArchitectureExperiment::work`] (every `n`th
+    /// item from the `k`th): what one task of a job array runs.
+    pub fn shard(&self, k: usize, n: usize) -> Vec<(f64, u64)> {
+        self.work().into_iter().skip(k).step_by(n.max(1)).collect()
+    }
+
+    /// Every setting run on the workloads of `work`, on `threads` threads,
+    /// calling `tick` after each; in no particular order ([`Self::report`]
+    /// puts them in one).
+    pub fn run_work(
+        &self,
+        work: &[(f64, u64)],
+        threads: usize,
+        tick: &(dyn Fn() + Sync),
+    ) -> Result<Vec<PointResult>, String> {
+        let platform = Platform::das_g5k();
+        let settings = self.settings();
         let span = (self.days * 86_400.0) as i64;
         let next = AtomicUsize::new(0);
         let out: Mutex<Vec<PointResult>> = Mutex::new(Vec::new());
@@ -307,7 +330,14 @@ impl ArchitectureExperiment {
         if let Some(e) = failed.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner) {
             return Err(e);
         }
-        let mut points = out.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner);
+        Ok(out.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner))
+    }
+
+    /// The report of `points` (from one run, or merged from the shards of
+    /// a job array): the same, byte for byte, however they were computed.
+    pub fn report(&self, mut points: Vec<PointResult>) -> ArchitectureReport {
+        let platform = Platform::das_g5k();
+        let settings = self.settings();
         let place = |p: &PointResult| settings.iter().position(|s| *s == p.setting).unwrap_or(usize::MAX);
         points.sort_by_key(|p| (place(p), p.seed));
         let aggregates = settings
@@ -337,12 +367,12 @@ impl ArchitectureExperiment {
                 }
             })
             .collect();
-        Ok(ArchitectureReport {
+        ArchitectureReport {
             experiment: self.name.clone(),
             clusters: platform.clusters().map(|c| platform.procs[c]).collect(),
             points,
             aggregates,
-        })
+        }
     }
 }
 
@@ -431,6 +461,14 @@ mod tests {
         let one = serde_json::to_string(&e.sweep(1, &|| {}).unwrap()).unwrap();
         let many = serde_json::to_string(&e.sweep(4, &|| {}).unwrap()).unwrap();
         assert_eq!(one, many);
+        // Shards run apart and merged through their JSON give the same.
+        let mut merged = Vec::new();
+        for k in 0..3 {
+            let part = e.run_work(&e.shard(k, 3), 1, &|| {}).unwrap();
+            let text = serde_json::to_string(&part).unwrap();
+            merged.extend(serde_json::from_str::<Vec<PointResult>>(&text).unwrap());
+        }
+        assert_eq!(serde_json::to_string(&e.report(merged)).unwrap(), one);
         let r = e.sweep(2, &|| {}).unwrap();
         let agg = |a: Architecture| r.aggregates.iter().find(|g| g.setting.architecture == a).unwrap();
         // Sharing beats independent clusters on wait; only dmm delegates.

@@ -27,7 +27,7 @@
 mod experiment;
 mod run;
 
-pub use experiment::{ArchitectureExperiment, ArchitectureReport, Setting, SettingAggregate};
+pub use experiment::{ArchitectureExperiment, ArchitectureReport, Figures, PointResult, Setting, SettingAggregate};
 pub use run::{simulate, Architecture, Outcome, Params, Run};
 
 use brokk_broker::delegate::Relation;

@@ -12,7 +12,7 @@ use super::{GridJob, Platform};
 use crate::engine::EventQueue;
 
 /// How the clusters are joined ([DMM] Table 2).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Architecture {
     /// Independent clusters: each job queues where it arrived, served

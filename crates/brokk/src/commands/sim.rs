@@ -32,7 +32,32 @@ enum What {
     /// Join clusters into one grid as [DMM]'s architectures do (independent
     /// clusters, a central queue pulled or pushing, delegated matchmaking):
     /// every architecture x load x seed.
-    Architectures(WorkflowsArgs),
+    Architectures(ArchitecturesArgs),
+}
+
+#[derive(clap::Args)]
+struct ArchitecturesArgs {
+    /// The experiment file (TOML).
+    file: PathBuf,
+    #[command(flatten)]
+    results: ResultArgs,
+    /// Run share K of N of the (load, seed) workloads only, writing their
+    /// points to `points.json` in the output directory (one task of a job
+    /// array), e.g. `--shard 3/10`.
+    #[arg(long, value_name = "K/N", conflicts_with_all = ["merge", "slurm"])]
+    shard: Option<String>,
+    /// Make the results from the `points.json` of these shard directories
+    /// instead of running: the same, byte for byte, as one local run.
+    #[arg(long, value_name = "DIR", num_args = 1.., conflicts_with = "slurm")]
+    merge: Vec<PathBuf>,
+    /// Write a Slurm job array of N tasks that runs the sweep in shards,
+    /// and a job that merges them once all succeed, into the output
+    /// directory (`sweep.sbatch`, `merge.sbatch`).
+    #[arg(long, value_name = "N")]
+    slurm: Option<usize>,
+    /// With `--slurm`: submit both (`sbatch`, the merge after the array).
+    #[arg(long, requires = "slurm")]
+    submit: bool,
 }
 
 #[derive(clap::Args)]
@@ -164,23 +189,67 @@ fn threads(asked: Option<usize>) -> usize {
     asked.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }
 
-fn architectures(a: WorkflowsArgs) -> Result<ExitCode> {
-    use brokk_sim::architectures::ArchitectureExperiment;
+fn architectures(a: ArchitecturesArgs) -> Result<ExitCode> {
+    use brokk_sim::architectures::{ArchitectureExperiment, PointResult};
     let text = std::fs::read_to_string(&a.file).with_context(|| format!("reading {}", a.file.display()))?;
     let exp = ArchitectureExperiment::from_toml(&text)
         .map_err(anyhow::Error::msg)
         .with_context(|| format!("in {}", a.file.display()))?;
-    let bar = progress(exp.loads.len() * exp.seeds.len().max(1), a.results.json);
-    let started = std::time::Instant::now();
-    let report = exp
-        .sweep(threads(a.results.threads), &|| bar.inc(1))
-        .map_err(anyhow::Error::msg)?;
-    bar.finish_and_clear();
     let out = a
         .results
         .out
+        .clone()
         .unwrap_or_else(|| PathBuf::from("sim-results").join(&exp.name));
     std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
+    if let Some(n) = a.slurm {
+        return architectures_array(&a, &out, n);
+    }
+    let started = std::time::Instant::now();
+    if let Some(shard) = &a.shard {
+        let (k, n) = shard
+            .split_once('/')
+            .and_then(|(k, n)| Some((k.parse::<usize>().ok()?, n.parse::<usize>().ok()?)))
+            .filter(|&(k, n)| n > 0 && k < n)
+            .ok_or_else(|| anyhow::anyhow!("--shard {shard}: give K/N with 0 <= K < N, e.g. 3/10"))?;
+        let work = exp.shard(k, n);
+        let points = exp
+            .run_work(&work, threads(a.results.threads), &|| {})
+            .map_err(anyhow::Error::msg)?;
+        std::fs::write(out.join("points.json"), serde_json::to_string(&points)?)?;
+        say!(
+            "shard {k}/{n}: {} workloads, {} points in {:.1} s, written to {}",
+            work.len(),
+            points.len(),
+            started.elapsed().as_secs_f64(),
+            out.join("points.json").display()
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    let report = if a.merge.is_empty() {
+        let bar = progress(exp.work().len(), a.results.json);
+        let r = exp
+            .sweep(threads(a.results.threads), &|| bar.inc(1))
+            .map_err(anyhow::Error::msg)?;
+        bar.finish_and_clear();
+        r
+    } else {
+        let mut points: Vec<PointResult> = Vec::new();
+        for dir in &a.merge {
+            let path = dir.join("points.json");
+            let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+            points.extend(
+                serde_json::from_str::<Vec<PointResult>>(&text).with_context(|| format!("in {}", path.display()))?,
+            );
+        }
+        let want = exp.settings().len() * exp.work().len() / exp.loads.len().max(1);
+        if points.len() != want {
+            anyhow::bail!(
+                "the shards hold {} points where the experiment has {want}: a shard is missing or repeated",
+                points.len()
+            );
+        }
+        exp.report(points)
+    };
     let json = serde_json::to_string_pretty(&report)?;
     std::fs::write(out.join("summary.json"), &json)?;
     for (name, svg) in brokk_sim::plots::architectures(&report).map_err(anyhow::Error::msg)? {
@@ -227,6 +296,80 @@ fn architectures(a: WorkflowsArgs) -> Result<ExitCode> {
          deleg/job: delegation hops per job; theta: dmm's delegation threshold; ± is the half-width of the 95% confidence interval over the seeds"
     );
     say!("wrote {} in {:.1} s", out.display(), started.elapsed().as_secs_f64());
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `--slurm N`: the job array that runs the sweep in `n` shards, each into
+/// `out/shard-K`, and the job that merges them into `out`; submitted when
+/// asked.
+fn architectures_array(a: &ArchitecturesArgs, out: &std::path::Path, n: usize) -> Result<ExitCode> {
+    if n == 0 {
+        anyhow::bail!("--slurm 0: give the number of array tasks, at least 1");
+    }
+    let me = std::env::current_exe().context("finding this program")?;
+    let file = std::fs::canonicalize(&a.file).with_context(|| format!("reading {}", a.file.display()))?;
+    let out = std::fs::canonicalize(out)?;
+    let q = |p: &std::path::Path| -> Result<String> {
+        let text = p.display().to_string();
+        Ok(shlex::try_quote(&text)
+            .map_err(|e| anyhow::anyhow!("{text}: {e}"))?
+            .into_owned())
+    };
+    let sweep = format!(
+        "#!/bin/sh\n#SBATCH --job-name=brokk-sweep\n#SBATCH --array=0-{last}\n#SBATCH --output={o}/shard-%a.log\n\
+         exec {me} sim architectures {file} --shard \"$SLURM_ARRAY_TASK_ID/{n}\" --threads 1 \
+         --out {o}/shard-\"$SLURM_ARRAY_TASK_ID\"\n",
+        last = n - 1,
+        o = q(&out)?,
+        me = q(&me)?,
+        file = q(&file)?,
+    );
+    let shards: Vec<String> = (0..n)
+        .map(|k| q(&out.join(format!("shard-{k}"))))
+        .collect::<Result<_>>()?;
+    let merge = format!(
+        "#!/bin/sh\n#SBATCH --job-name=brokk-merge\n#SBATCH --output={o}/merge.log\n\
+         exec {me} sim architectures {file} --out {o} --merge {shards}\n",
+        o = q(&out)?,
+        me = q(&me)?,
+        file = q(&file)?,
+        shards = shards.join(" ")
+    );
+    std::fs::write(out.join("sweep.sbatch"), sweep)?;
+    std::fs::write(out.join("merge.sbatch"), merge)?;
+    if !a.submit {
+        say!(
+            "wrote {0}/sweep.sbatch ({n} tasks) and {0}/merge.sbatch: `sbatch {0}/sweep.sbatch`, then `sbatch --dependency=afterok:ID {0}/merge.sbatch`",
+            out.display()
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    let sbatch = |args: &[String]| -> Result<String> {
+        let o = std::process::Command::new("sbatch")
+            .arg("--parsable")
+            .args(args)
+            .output()
+            .context("running sbatch")?;
+        if !o.status.success() {
+            anyhow::bail!("sbatch: {}", String::from_utf8_lossy(&o.stderr).trim());
+        }
+        // `--parsable` prints `ID` or `ID;CLUSTER`.
+        Ok(String::from_utf8_lossy(&o.stdout)
+            .trim()
+            .split(';')
+            .next()
+            .unwrap_or_default()
+            .to_string())
+    };
+    let array = sbatch(&[out.join("sweep.sbatch").display().to_string()])?;
+    let merged = sbatch(&[
+        format!("--dependency=afterok:{array}"),
+        out.join("merge.sbatch").display().to_string(),
+    ])?;
+    say!(
+        "submitted array {array} ({n} tasks) and merge {merged}: the results will be in {}",
+        out.display()
+    );
     Ok(ExitCode::SUCCESS)
 }
 
