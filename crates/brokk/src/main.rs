@@ -96,6 +96,19 @@ enum Command {
     Reserve(commands::user::ReserveArgs),
     /// Start a broker with three embedded sites, run example jobs in every language, show where they ran.
     Quickstart(commands::quickstart::Args),
+    /// Print the shell completion script for bash, zsh, fish, elvish or
+    /// powershell (`source <(brokk completions bash)`).
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Write the manual pages (`brokk.1`, `brokk-submit.1`, ...) into a
+    /// directory (`man -l DIR/brokk.1`, or install them under `man1`).
+    Man {
+        /// Where to write them.
+        #[arg(long, default_value = ".")]
+        out: std::path::PathBuf,
+    },
 }
 
 fn main() -> ExitCode {
@@ -133,6 +146,15 @@ fn main() -> ExitCode {
         Command::Coalloc(a) => commands::user::coalloc(a),
         Command::Reserve(a) => commands::user::reserve(a),
         Command::Quickstart(a) => commands::quickstart::run(a),
+        Command::Completions { shell } => {
+            let mut cmd = <Cli as clap::CommandFactory>::command();
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut cmd, "brokk", &mut script);
+            // Through `emit`, so that `| head` ends it quietly.
+            emit(format_args!("{}", String::from_utf8_lossy(&script)));
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Man { out } => man_pages(&out),
     };
     match result {
         Ok(code) => code,
@@ -141,6 +163,31 @@ fn main() -> ExitCode {
             ExitCode::from(exit_code(&e))
         }
     }
+}
+
+/// Writes the manual page of `brokk` and of each of its commands (and
+/// theirs) into `out`, generated from the command definitions.
+fn man_pages(out: &std::path::Path) -> anyhow::Result<ExitCode> {
+    use anyhow::Context;
+    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    let cmd = <Cli as clap::CommandFactory>::command();
+    fn write(out: &std::path::Path, cmd: &clap::Command, name: &str, n: &mut usize) -> anyhow::Result<()> {
+        use anyhow::Context;
+        let cmd = cmd.clone().name(name.to_string());
+        let mut page = Vec::new();
+        clap_mangen::Man::new(cmd.clone()).render(&mut page)?;
+        let path = out.join(format!("{name}.1"));
+        std::fs::write(&path, page).with_context(|| format!("writing {}", path.display()))?;
+        *n += 1;
+        for sub in cmd.get_subcommands().filter(|s| s.get_name() != "help") {
+            write(out, sub, &format!("{name}-{}", sub.get_name()), n)?;
+        }
+        Ok(())
+    }
+    let mut n = 0;
+    write(out, &cmd, "brokk", &mut n)?;
+    say!("wrote {n} manual pages into {}", out.display());
+    Ok(ExitCode::SUCCESS)
 }
 
 /// The documented exit status for an error: 2 a usage or description

@@ -1731,3 +1731,58 @@ fn watch_follows_several_jobs_across_a_broker_restart_and_status_takes_several()
         );
     }
 }
+
+/// The client configuration file names the server and a token file, so a
+/// user types neither; a token file others can read is refused, and the
+/// shell completions and manual pages come from the command definitions.
+#[test]
+fn the_client_reads_its_configuration_and_fits_the_shell() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = scratch("client-config");
+    let svc = Service::start(&dir);
+    let token = dir.join("token");
+    std::fs::write(&token, "tok-ann\n").unwrap();
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let config = dir.join("client.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "server = \"{}\"\ntoken_file = \"{}\"\n",
+            svc.server.url,
+            token.display()
+        ),
+    )
+    .unwrap();
+    let bare = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_brokk"))
+            .args(args)
+            .env_remove("BROKK_SERVER")
+            .env_remove("BROKK_TOKEN")
+            .env("BROKK_CONFIG", &config)
+            .output()
+            .unwrap()
+    };
+    let o = bare(&["resources", "--json"]);
+    assert!(o.status.success(), "{}", text(&o).1);
+    assert!(text(&o).0.contains("large"), "{}", text(&o).0);
+    // A token others could read stops the command, naming the file.
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let o = bare(&["resources"]);
+    assert!(
+        !o.status.success() && text(&o).1.contains("chmod 600"),
+        "{}",
+        text(&o).1
+    );
+    // A mistake in the file is named with its place.
+    std::fs::write(&config, "servr = \"x\"\n").unwrap();
+    let o = bare(&["resources"]);
+    assert!(!o.status.success() && text(&o).1.contains("servr"), "{}", text(&o).1);
+    // Completions and manual pages.
+    let o = bare(&["completions", "bash"]);
+    assert!(o.status.success() && text(&o).0.contains("_brokk"), "{}", text(&o).1);
+    let man = dir.join("man");
+    let o = bare(&["man", "--out", man.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o).1);
+    let page = std::fs::read_to_string(man.join("brokk-submit.1")).unwrap();
+    assert!(page.contains("brokk\\-submit") && page.contains("hold"), "{page}");
+}

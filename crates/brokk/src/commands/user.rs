@@ -1,7 +1,8 @@
 //! The user's commands against a broker service: `submit`, `status`, `watch`,
 //! `cancel`, `hold`, `release`, `output`, `get`, `resources`, `reserve`,
-//! `coalloc`. The service comes from `--server` or
-//! `BROKK_SERVER`, the token from `--token` or `BROKK_TOKEN`.
+//! `coalloc`. The service comes from `--server` or `BROKK_SERVER`, the
+//! token from `--token` or `BROKK_TOKEN`; either, when not given, from the
+//! client configuration file ([`ClientConfig`]).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -18,9 +19,10 @@ use super::listing::{self, Filter};
 #[derive(clap::Args, Clone)]
 pub struct Server {
     /// The broker service's URL; an active broker and its standby
-    /// separated by a comma.
-    #[arg(long, env = "BROKK_SERVER", default_value = "http://127.0.0.1:8440")]
-    server: String,
+    /// separated by a comma [default: the client configuration's `server`,
+    /// else http://127.0.0.1:8440].
+    #[arg(long, env = "BROKK_SERVER")]
+    server: Option<String>,
     /// Bearer token (never shown in `--help`).
     #[arg(
         long,
@@ -33,9 +35,89 @@ pub struct Server {
 }
 
 impl Server {
-    /// A client of the service as this identity.
-    pub fn client(&self) -> BrokerClient {
-        BrokerClient::new(&self.server, &self.token)
+    /// A client of the service as this identity: the server and token
+    /// given, else those of the client configuration file.
+    pub fn client(&self) -> Result<BrokerClient> {
+        let config = ClientConfig::read()?;
+        let server = self
+            .server
+            .clone()
+            .or(config.server)
+            .unwrap_or_else(|| "http://127.0.0.1:8440".into());
+        let token = match (self.token.is_empty(), &config.token_file) {
+            (true, Some(file)) => std::fs::read_to_string(file)
+                .with_context(|| {
+                    format!(
+                        "reading the token file {} (token_file in the client configuration)",
+                        file.display()
+                    )
+                })?
+                .trim()
+                .to_string(),
+            _ => self.token.clone(),
+        };
+        Ok(BrokerClient::new(&server, &token))
+    }
+}
+
+/// The client configuration file: `$BROKK_CONFIG`, else
+/// `$XDG_CONFIG_HOME/brokk/client.toml` (`~/.config/brokk/client.toml`),
+/// read when present:
+///
+/// ```toml
+/// server = "https://broker.example.org:8440"
+/// token_file = "~/.brokk/token"     # a file holding the token, readable by you alone
+/// ```
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClientConfig {
+    /// The broker service's URL.
+    pub server: Option<String>,
+    /// A file holding the bearer token (`~/` is the home directory).
+    pub token_file: Option<PathBuf>,
+}
+
+impl ClientConfig {
+    /// Where the file is looked for.
+    fn path() -> Option<PathBuf> {
+        if let Some(p) = std::env::var_os("BROKK_CONFIG") {
+            return Some(PathBuf::from(p));
+        }
+        let base = std::env::var_os("XDG_CONFIG_HOME")
+            .map(PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config")))?;
+        Some(base.join("brokk/client.toml"))
+    }
+
+    /// The file's settings; none when there is no file. A file that
+    /// `BROKK_CONFIG` names must exist; a token file others can read is
+    /// refused, as ssh refuses such a key.
+    pub fn read() -> Result<ClientConfig> {
+        let Some(path) = Self::path() else {
+            return Ok(ClientConfig::default());
+        };
+        let text = match std::fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && std::env::var_os("BROKK_CONFIG").is_none() => {
+                return Ok(ClientConfig::default())
+            }
+            Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+        };
+        let mut c: ClientConfig = toml::from_str(&text).with_context(|| format!("in {}", path.display()))?;
+        if let Some(f) = &mut c.token_file {
+            if let (Ok(rest), Some(home)) = (f.strip_prefix("~"), std::env::var_os("HOME")) {
+                *f = PathBuf::from(home).join(rest);
+            }
+            use std::os::unix::fs::PermissionsExt;
+            if std::fs::metadata(&*f).is_ok_and(|m| m.permissions().mode() & 0o077 != 0) {
+                anyhow::bail!(
+                    "{}: the token file {} can be read by others; chmod 600 it",
+                    path.display(),
+                    f.display()
+                );
+            }
+        }
+        Ok(c)
     }
 }
 
@@ -196,7 +278,7 @@ pub fn coalloc(a: CoallocArgs) -> Result<ExitCode> {
         latest,
         delta: a.delta,
     };
-    let done = a.server.client().coallocate(&req)?;
+    let done = a.server.client()?.coallocate(&req)?;
     if a.json {
         say!("{}", serde_json::to_string_pretty(&done)?);
     } else {
@@ -251,7 +333,7 @@ fn print_reservation(r: &brokk_proto::wire::BrokerReservation) {
 
 /// Runs `brokk reserve`.
 pub fn reserve(a: ReserveArgs) -> Result<ExitCode> {
-    let c = a.server.client();
+    let c = a.server.client()?;
     if a.list {
         let all = c.reservations()?;
         if a.json {
@@ -317,7 +399,7 @@ pub struct QuotaArgs {
 
 /// Runs `brokk quota`: the caller's uploads on the broker against the quota.
 pub fn quota(a: QuotaArgs) -> Result<ExitCode> {
-    let me = a.server.client().me()?;
+    let me = a.server.client()?.me()?;
     let u = &me["uploads"];
     if a.json {
         say!("{}", serde_json::to_string_pretty(u)?);
@@ -507,7 +589,7 @@ pub fn submit(a: SubmitArgs) -> Result<ExitCode> {
         .format
         .clone()
         .or_else(|| input.format(None).map(|f| f.name().to_string()));
-    let c = a.server.client();
+    let c = a.server.client()?;
     let uploads = upload_inputs(&c, &input, format.as_deref())?;
     let accepted = c.submit(&SubmitRequest {
         description: input.text.clone(),
@@ -535,7 +617,7 @@ pub fn submit(a: SubmitArgs) -> Result<ExitCode> {
 
 /// Runs `brokk status`.
 pub fn status(a: StatusArgs) -> Result<ExitCode> {
-    let c = a.server.client();
+    let c = a.server.client()?;
     let fields = listing::parse_format(&a.format)?;
     let now = brokk_proto::wall_clock();
     match a.ids.as_slice() {
@@ -618,7 +700,7 @@ pub fn status(a: StatusArgs) -> Result<ExitCode> {
 
 /// Runs `brokk watch`.
 pub fn watch_cmd(a: IdArgs) -> Result<ExitCode> {
-    watch(&a.server.client(), &a.ids, a.json)
+    watch(&a.server.client()?, &a.ids, a.json)
 }
 
 /// What `cancel`, `hold` and `release` do to one job.
@@ -645,7 +727,7 @@ impl Action {
 /// Runs `brokk cancel`, `hold` or `release` on the jobs named and those the
 /// filters pick (of those, only jobs that have not ended).
 pub fn select(a: SelectArgs, action: Action) -> Result<ExitCode> {
-    let c = a.server.client();
+    let c = a.server.client()?;
     let mut ids = a.ids.clone();
     if a.filter.is_set() {
         let (picked, _) = a.filter.fetch(&c, 0, brokk_proto::wall_clock())?;
@@ -699,7 +781,7 @@ pub fn select(a: SelectArgs, action: Action) -> Result<ExitCode> {
 /// Runs `brokk get`: every file the job leaves (its streams and output
 /// files) into a directory, as `arcget` does.
 pub fn get(a: GetArgs) -> Result<ExitCode> {
-    let c = a.server.client();
+    let c = a.server.client()?;
     let j = c.job(&a.id)?;
     let dir = a.dir.clone().unwrap_or_else(|| PathBuf::from(&j.id));
     let mut names: Vec<String> = Vec::new();
@@ -754,7 +836,7 @@ pub fn get(a: GetArgs) -> Result<ExitCode> {
 
 /// Runs `brokk output`.
 pub fn output(a: OutputArgs) -> Result<ExitCode> {
-    let c = a.server.client();
+    let c = a.server.client()?;
     let name = match a.name {
         Some(n) => n,
         None => c
@@ -769,7 +851,7 @@ pub fn output(a: OutputArgs) -> Result<ExitCode> {
 
 /// Runs `brokk resources`.
 pub fn resources(a: ResourcesArgs) -> Result<ExitCode> {
-    let all = a.server.client().resources()?;
+    let all = a.server.client()?.resources()?;
     if a.json {
         say!("{}", serde_json::to_string_pretty(&all)?);
         return Ok(ExitCode::SUCCESS);

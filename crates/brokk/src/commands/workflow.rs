@@ -272,7 +272,7 @@ fn submit(a: SubmitArgs) -> Result<ExitCode> {
     if let Some(d) = a.admit.deadline {
         wf.deadline = Some(brokk_proto::wall_clock() + d);
     }
-    let c = a.server.client();
+    let c = a.server.client()?;
     // Node files name their inputs relative to the workflow's directory;
     // an input not there is one a parent task makes.
     let base = a.file.parent().map_or_else(|| PathBuf::from("."), PathBuf::from);
@@ -374,7 +374,7 @@ fn show(w: &WorkflowView, now: Time) {
 }
 
 fn status(a: StatusArgs, cancel: bool) -> Result<ExitCode> {
-    let c = a.server.client();
+    let c = a.server.client()?;
     let w = if cancel {
         c.cancel_workflow(&a.id)?
     } else {
@@ -389,7 +389,7 @@ fn status(a: StatusArgs, cancel: bool) -> Result<ExitCode> {
 }
 
 fn list(a: ListArgs) -> Result<ExitCode> {
-    let all = a.server.client().workflows()?;
+    let all = a.server.client()?.workflows()?;
     if a.json {
         say!("{}", serde_json::to_string_pretty(&all)?);
         return Ok(ExitCode::SUCCESS);
