@@ -2,6 +2,7 @@
 # Real local Slurm clusters for Brokk's tests and benchmarks.
 #
 #   scripts/slurm-testbed.sh start [--clusters N] [--nodes N] [--cpus N] [--dir DIR] [--port P]
+#                                  [--federation NAME]
 #   scripts/slurm-testbed.sh stop  [--dir DIR]
 #   scripts/slurm-testbed.sh status [--dir DIR]
 #
@@ -13,11 +14,18 @@
 # are resumed. The last line printed is DIR, under which
 # each cluster's configuration is DIR/cN/slurm.conf. `stop` kills exactly the
 # daemons named by the pid files under DIR.
+#
+# With `--federation NAME` the clusters keep accounting in one slurmdbd
+# (MariaDB and slurmdbd from Debian's packages, installed when missing, the
+# database started by its init script, slurmdbd on port P+90) and are joined
+# into the Slurm federation NAME: `sbatch -M` reaches every cluster, and a
+# job submitted to one gets a sibling on each (the first to start wins).
+# What Brokk's delegation between brokers is measured against.
 set -euo pipefail
 
 cmd=${1:-start}
 shift || true
-clusters=2 nodes=2 cpus=8 port=17100
+clusters=2 nodes=2 cpus=8 port=17100 federation=
 dir=${BROKK_SLURM_DIR:-/tmp/brokk-slurm}
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -26,6 +34,7 @@ while [ $# -gt 0 ]; do
     --cpus) cpus=$2; shift 2 ;;
     --dir) dir=$2; shift 2 ;;
     --port) port=$2; shift 2 ;;
+    --federation) federation=$2; shift 2 ;;
     *) echo "slurm-testbed: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -36,13 +45,13 @@ alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
 
 stop_all() {
   [ -d "$dir" ] || return 0
-  for pidfile in "$dir"/c*/run/*.pid; do
+  for pidfile in "$dir"/c*/run/*.pid "$dir"/slurmdbd.pid; do
     [ -f "$pidfile" ] || continue
     if alive "$pidfile"; then
       kill "$(cat "$pidfile")" 2>/dev/null || true
     fi
   done
-  for pidfile in "$dir"/c*/run/*.pid; do
+  for pidfile in "$dir"/c*/run/*.pid "$dir"/slurmdbd.pid; do
     [ -f "$pidfile" ] || continue
     for _ in $(seq 50); do alive "$pidfile" || break; sleep 0.1; done
     alive "$pidfile" && kill -9 "$(cat "$pidfile")" 2>/dev/null || true
@@ -109,7 +118,15 @@ write_conf() {
     echo "SchedulerType=sched/backfill"
     # Reservations start, and queued jobs move, within a second.
     echo "SchedulerParameters=sched_interval=1,bf_interval=1,defer_batch=0"
-    echo "AccountingStorageType=accounting_storage/none"
+    if [ -n "$federation" ]; then
+      echo "AccountingStorageType=accounting_storage/slurmdbd"
+      echo "AccountingStorageHost=127.0.0.1"
+      echo "AccountingStoragePort=$((port + 90))"
+      # Federated job ids carry their cluster's id; the controllers talk.
+      echo "FederationParameters=fed_display"
+    else
+      echo "AccountingStorageType=accounting_storage/none"
+    fi
     echo "JobCompType=jobcomp/filetxt"
     echo "JobCompLoc=$cdir/log/jobcomp.log"
     echo "SlurmdParameters=config_overrides"
@@ -150,15 +167,15 @@ start_cluster() {
       # A crash can leave nodes drained (a launch it cut short, a job id the
       # restarted controller handed out twice): a testbed has no operator, so
       # start resumes them.
-      SLURM_CONF="$cdir/slurm.conf" sinfo -h -N -o '%N %t' 2>/dev/null | awk '$2 ~ /^(drain|drng|fail|down)$/ {print $1}' |
+      SLURM_CONF="$cdir/slurm.conf" sinfo --local -h -N -o '%N %t' 2>/dev/null | awk '$2 ~ /^(drain|drng|fail|down)$/ {print $1}' |
         while read -r node; do
           log "resuming node $node of brokk$c"
           SLURM_CONF="$cdir/slurm.conf" scontrol update nodename="$node" state=resume >&2 || true
         done
       local bad
-      bad=$(SLURM_CONF="$cdir/slurm.conf" sinfo -h -o '%t' 2>/dev/null | grep -vcE '^(idle|mix|alloc|resv)' || true)
+      bad=$(SLURM_CONF="$cdir/slurm.conf" sinfo --local -h -o '%t' 2>/dev/null | grep -vcE '^(idle|mix|alloc|resv)' || true)
       local seen
-      seen=$(SLURM_CONF="$cdir/slurm.conf" sinfo -h -N -o '%N' 2>/dev/null | sort -u | wc -l)
+      seen=$(SLURM_CONF="$cdir/slurm.conf" sinfo --local -h -N -o '%N' 2>/dev/null | sort -u | wc -l)
       if [ "$bad" = 0 ] && [ "$seen" = "$nodes" ]; then
         return 0
       fi
@@ -170,12 +187,86 @@ start_cluster() {
   exit 1
 }
 
+install_accounting() {
+  command -v slurmdbd >/dev/null && command -v mariadbd >/dev/null && return 0
+  log "installing slurmdbd and mariadb-server with apt-get"
+  local sudo=""
+  [ "$(id -u)" -ne 0 ] && sudo="sudo"
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq slurmdbd mariadb-server >&2 \
+    || { $sudo apt-get update -qq >&2; DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq slurmdbd mariadb-server >&2; }
+}
+
+# MariaDB and one slurmdbd for the clusters' accounting. slurmdbd reads its
+# slurmdbd.conf from the directory of $SLURM_CONF: DIR/dbd.
+start_accounting() {
+  mysqladmin ping >/dev/null 2>&1 || /etc/init.d/mariadb start >&2
+  mysql -e "CREATE USER IF NOT EXISTS 'slurm'@'localhost' IDENTIFIED BY 'brokk';
+            GRANT ALL ON brokk_acct.* TO 'slurm'@'localhost'; FLUSH PRIVILEGES;"
+  local ddir="$dir/dbd"
+  mkdir -p "$ddir"
+  alive "$dir/slurmdbd.pid" && return 0
+  {
+    echo "AuthType=auth/munge"
+    echo "DbdHost=localhost"
+    echo "DbdAddr=127.0.0.1"
+    echo "DbdPort=$((port + 90))"
+    echo "SlurmUser=root"
+    echo "StorageType=accounting_storage/mysql"
+    echo "StorageHost=localhost"
+    echo "StorageUser=slurm"
+    echo "StoragePass=brokk"
+    echo "StorageLoc=brokk_acct"
+    echo "PidFile=$dir/slurmdbd.pid"
+    echo "LogFile=$dir/slurmdbd.log"
+  } >"$ddir/slurmdbd.conf"
+  chmod 600 "$ddir/slurmdbd.conf"
+  touch "$ddir/slurm.conf"
+  log "starting slurmdbd on port $((port + 90))"
+  SLURM_CONF="$ddir/slurm.conf" /usr/sbin/slurmdbd
+  for _ in $(seq 100); do
+    alive "$dir/slurmdbd.pid" && (echo >"/dev/tcp/127.0.0.1/$((port + 90))") 2>/dev/null && return 0
+    sleep 0.1
+  done
+  log "slurmdbd did not start; see $dir/slurmdbd.log"; exit 1
+}
+
+# The clusters, an account and this user in the accounting, and the
+# federation; the controllers restarted to read it.
+join_federation() {
+  local conf="$dir/c1/slurm.conf" names=""
+  for c in $(seq "$clusters"); do names="$names${names:+,}brokk$c"; done
+  SLURM_CONF=$conf sacctmgr -i add cluster $(echo "$names" | tr , ' ') >&2 || true
+  SLURM_CONF=$conf sacctmgr -i add account brokk Cluster="$names" >&2 || true
+  SLURM_CONF=$conf sacctmgr -i add user "$(id -un)" Account=brokk Cluster="$names" >&2 || true
+  SLURM_CONF=$conf sacctmgr -i add federation "$federation" clusters="$names" >&2 || true
+  for c in $(seq "$clusters"); do
+    local pidfile="$dir/c$c/run/slurmctld.pid"
+    if alive "$pidfile"; then
+      kill "$(cat "$pidfile")"
+      for _ in $(seq 50); do alive "$pidfile" || break; sleep 0.1; done
+    fi
+    /usr/sbin/slurmctld -f "$dir/c$c/slurm.conf"
+  done
+  for c in $(seq "$clusters"); do
+    for _ in $(seq 150); do
+      SLURM_CONF="$dir/c$c/slurm.conf" scontrol show federation 2>/dev/null | grep -q "Self: *brokk$c" && break
+      sleep 0.2
+    done
+  done
+  SLURM_CONF=$conf scontrol show federation >&2 || true
+}
+
 case "$cmd" in
   start)
     install
     start_munge
     mkdir -p "$dir"
+    if [ -n "$federation" ]; then
+      install_accounting
+      start_accounting
+    fi
     for c in $(seq "$clusters"); do start_cluster "$c"; done
+    [ -n "$federation" ] && join_federation
     echo "$dir"
     ;;
   stop)
