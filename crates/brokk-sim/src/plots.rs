@@ -635,26 +635,7 @@ pub fn admission(report: &crate::admission::AdmissionReport) -> Result<Vec<(Stri
     };
     let mut out = Vec::new();
     for (file, label, pick) in figures {
-        let series: Vec<Series> = names
-            .iter()
-            .enumerate()
-            .map(|(i, name)| {
-                let mine: Vec<&AdmissionAggregate> =
-                    report.aggregates.iter().filter(|a| &series_of(a) == name).collect();
-                Series {
-                    name: name.clone(),
-                    points: mine.iter().map(|a| (x_of(a), pick(a).mean)).collect(),
-                    bars: mine
-                        .iter()
-                        .filter_map(|a| {
-                            let v = pick(a);
-                            v.ci95.map(|ci| (x_of(a), v.mean - ci, v.mean + ci))
-                        })
-                        .collect(),
-                    colour: colour(i),
-                }
-            })
-            .collect();
+        let series = spread_series(&names, &report.aggregates, series_of, x_of, pick);
         let y = Axis { label, log: false };
         let svg = chart(&format!("{}: {label}", report.name), x, y, &series)?;
         out.push((format!("{file}.svg"), svg));
@@ -720,6 +701,37 @@ fn probe_phase(report: &crate::admission::AdmissionReport) -> Result<Vec<(String
     Ok(out)
 }
 
+/// One series per name of `names`, from the aggregates `series_of` files
+/// under it: each at `x_of`, its mean and confidence interval as `pick`
+/// reads them.
+fn spread_series<A>(
+    names: &[String],
+    all: &[A],
+    series_of: impl Fn(&A) -> String,
+    x_of: impl Fn(&A) -> f64,
+    pick: impl Fn(&A) -> crate::stats::Spread,
+) -> Vec<Series> {
+    names
+        .iter()
+        .enumerate()
+        .map(|(i, name)| {
+            let mine: Vec<&A> = all.iter().filter(|a| &series_of(a) == name).collect();
+            Series {
+                name: name.clone(),
+                points: mine.iter().map(|a| (x_of(a), pick(a).mean)).collect(),
+                bars: mine
+                    .iter()
+                    .filter_map(|a| {
+                        let v = pick(a);
+                        v.ci95.map(|ci| (x_of(a), v.mean - ci, v.mean + ci))
+                    })
+                    .collect(),
+                colour: colour(i),
+            }
+        })
+        .collect()
+}
+
 /// [DMM]'s Figs. 7, 8 and 10: each figure against the clusters' load, a
 /// series per architecture; against the delegation threshold, a series per
 /// load, when `dmm` alone is swept over thresholds.
@@ -767,25 +779,7 @@ pub fn architectures(report: &crate::architectures::ArchitectureReport) -> Resul
     };
     let mut out = Vec::new();
     for (file, label, pick) in figures {
-        let series: Vec<Series> = names
-            .iter()
-            .enumerate()
-            .map(|(i, name)| {
-                let mine: Vec<&SettingAggregate> = report.aggregates.iter().filter(|a| &series_of(a) == name).collect();
-                Series {
-                    name: name.clone(),
-                    points: mine.iter().map(|a| (x_of(a), pick(a).mean)).collect(),
-                    bars: mine
-                        .iter()
-                        .filter_map(|a| {
-                            let v = pick(a);
-                            v.ci95.map(|ci| (x_of(a), v.mean - ci, v.mean + ci))
-                        })
-                        .collect(),
-                    colour: colour(i),
-                }
-            })
-            .collect();
+        let series = spread_series(&names, &report.aggregates, series_of, x_of, pick);
         // Waits and slowdowns span decades between the architectures.
         let log =
             matches!(file, "awt" | "asd") && spans_decades(series.iter().flat_map(|s| s.points.iter().map(|p| p.1)));

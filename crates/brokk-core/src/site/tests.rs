@@ -377,24 +377,8 @@ fn the_virtual_runner_kills_at_wall_time_and_cancels_running_jobs() {
 /// Jobs of (cpus, wall) all arriving at T0 on a 4-processor site run by
 /// `policy`, each running its whole wall time; their starts, seconds after T0.
 fn starts_under(policy: crate::queue::Policy, jobs: &[(u32, i64)]) -> Vec<i64> {
-    let mut s = SiteCore::new(SiteParams {
-        policy: policy.into(),
-        ..site(4).params()
-    });
-    let mut run = VirtualRunner::new();
-    let ids: Vec<JobId> = jobs
-        .iter()
-        .map(|&(c, w)| submit(&mut s, T0, "ann", job(c, w)))
-        .collect();
-    let e = s.drain();
-    run.apply(&mut s, T0, e);
-    while let Some(t) = run.next_event() {
-        run.advance(&mut s, t);
-        s.check_invariants();
-    }
-    ids.iter()
-        .map(|&id| s.record(id).unwrap().started.unwrap().0 - T0.0)
-        .collect()
+    let local: Vec<Shaped> = jobs.iter().map(|&(c, w)| (c, w, false)).collect();
+    starts_with(policy.into(), 4, &local)
 }
 
 #[test]
@@ -427,12 +411,17 @@ fn easy_protects_only_the_head_so_a_backfilled_job_may_delay_the_next() {
 /// A job of (cpus, wall, whether a broker placed it for a user).
 type Shaped = (u32, i64, bool);
 
+/// The site policy named `name`.
+fn named(name: &str) -> SitePolicy {
+    name.parse().unwrap()
+}
+
 /// Jobs of `jobs` all arriving at T0, in order, on a `capacity`-processor
-/// site run by `policy` (a name), each running its whole wall time; their
-/// starts, seconds after T0.
-fn starts_with(policy: &str, capacity: u32, jobs: &[Shaped]) -> Vec<i64> {
+/// site run by `policy`, each running its whole wall time; their starts,
+/// seconds after T0.
+fn starts_with(policy: SitePolicy, capacity: u32, jobs: &[Shaped]) -> Vec<i64> {
     let mut s = SiteCore::new(SiteParams {
-        policy: policy.parse().unwrap(),
+        policy,
         ..site(capacity).params()
     });
     let mut run = VirtualRunner::new();
@@ -466,9 +455,9 @@ fn each_run_time_partition_protects_its_own_first_job() {
     // it and waits for its end; under plain EASY nothing protects it, the
     // long job backfills at once and it waits until 2500.
     let jobs = [(3, 1000, false), (2, 1000, false), (4, 100, false), (1, 2500, false)];
-    assert_eq!(starts_with("easy", 4, &jobs), [0, 1000, 2500, 0]);
-    assert_eq!(starts_with("easy-m", 4, &jobs), [0, 1000, 2000, 2100]);
-    assert_eq!(starts_with("conservative", 4, &jobs), [0, 1000, 2000, 2100]);
+    assert_eq!(starts_with(named("easy"), 4, &jobs), [0, 1000, 2500, 0]);
+    assert_eq!(starts_with(named("easy-m"), 4, &jobs), [0, 1000, 2000, 2100]);
+    assert_eq!(starts_with(named("conservative"), 4, &jobs), [0, 1000, 2000, 2100]);
 }
 
 #[test]
@@ -479,7 +468,7 @@ fn a_partition_borrows_what_the_others_leave_idle_without_delaying_their_first_j
     // starts at once; a long 1-wide job that would overlap the protected
     // one's start with no room left waits until the short one ends.
     let jobs = [(5, 20_000, false), (2, 500, false), (1, 600, false), (1, 30_000, false)];
-    assert_eq!(starts_with("easy-m", 6, &jobs), [0, 20_000, 0, 600]);
+    assert_eq!(starts_with(named("easy-m"), 6, &jobs), [0, 20_000, 0, 600]);
 }
 
 #[test]
@@ -490,9 +479,9 @@ fn under_priorities_a_local_job_takes_a_grid_jobs_protection() {
     // priorities it takes that protection and runs at 500, the grid job
     // after it; without priorities (ArCbM, plain EASY), arrival order.
     let jobs = [(4, 500, true), (2, 500, true), (4, 500, false)];
-    assert_eq!(starts_with("easy-m", 4, &jobs), [0, 1000, 500]);
-    assert_eq!(starts_with("conservative-m", 4, &jobs), [0, 500, 1000]);
-    assert_eq!(starts_with("easy", 4, &jobs), [0, 500, 1000]);
+    assert_eq!(starts_with(named("easy-m"), 4, &jobs), [0, 1000, 500]);
+    assert_eq!(starts_with(named("conservative-m"), 4, &jobs), [0, 500, 1000]);
+    assert_eq!(starts_with(named("easy"), 4, &jobs), [0, 500, 1000]);
 }
 
 #[test]
