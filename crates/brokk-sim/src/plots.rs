@@ -617,13 +617,7 @@ pub fn admission(report: &crate::admission::AdmissionReport) -> Result<Vec<(Stri
         }
         name
     };
-    let mut names: Vec<String> = Vec::new();
-    for a in &report.aggregates {
-        let n = series_of(a);
-        if !names.contains(&n) {
-            names.push(n);
-        }
-    }
+    let names = series_names(&report.aggregates, series_of);
     let x = Axis {
         label: if by_hold {
             "hold of a preliminary reservation (slots)"
@@ -701,6 +695,18 @@ fn probe_phase(report: &crate::admission::AdmissionReport) -> Result<Vec<(String
     Ok(out)
 }
 
+/// The names `series_of` gives `all`, each once, in the order first met.
+fn series_names<A>(all: &[A], series_of: impl Fn(&A) -> String) -> Vec<String> {
+    let mut names: Vec<String> = Vec::new();
+    for a in all {
+        let n = series_of(a);
+        if !names.contains(&n) {
+            names.push(n);
+        }
+    }
+    names
+}
+
 /// One series per name of `names`, from the aggregates `series_of` files
 /// under it: each at `x_of`, its mean and confidence interval as `pick`
 /// reads them.
@@ -762,13 +768,7 @@ pub fn architectures(report: &crate::architectures::ArchitectureReport) -> Resul
         true => format!("{} at load {}", a.setting.architecture.name(), a.setting.load),
         false => a.setting.architecture.name().to_string(),
     };
-    let mut names: Vec<String> = Vec::new();
-    for a in &report.aggregates {
-        let n = series_of(a);
-        if !names.contains(&n) {
-            names.push(n);
-        }
-    }
+    let names = series_names(&report.aggregates, series_of);
     let x = Axis {
         label: if by_threshold {
             "delegation threshold"

@@ -462,18 +462,24 @@ struct Attempt {
     trials: usize,
     /// The sites that refused it a slot.
     refused: Vec<usize>,
-    /// Whether `candidates` are in the order to ask (a delegated job:
-    /// the neighbours, then the own sites), not sorted on a refusal.
-    ordered: bool,
-    /// What goes with it to a neighbouring broker.
+    /// What goes with it to a neighbouring broker, when it is delegated:
+    /// then `candidates` are in the order to ask (its first `neighbours`
+    /// the neighbouring brokers, then the own sites), not sorted on a
+    /// refusal.
     onward: Option<Delegation>,
-    /// The neighbouring brokers among the sites, by position.
-    neighbours: Vec<usize>,
+    /// How many of the first candidates are neighbouring brokers.
+    neighbours: usize,
 }
 
 impl Attempt {
     fn site(&self) -> usize {
         self.site_of[self.candidates[self.next].index]
+    }
+
+    /// What goes with it to the candidate being asked: the delegation when
+    /// that is a neighbouring broker.
+    fn delegation(&self) -> Option<&Delegation> {
+        self.onward.as_ref().filter(|_| self.next < self.neighbours)
     }
 
     /// The send of candidate `next`, into its reservation when one is held.
@@ -488,7 +494,7 @@ impl Attempt {
                 reservation: r.0,
                 release_with_job: true,
             }),
-            delegation: self.onward.clone().filter(|_| self.neighbours.contains(&site)),
+            delegation: self.delegation().cloned(),
         }
     }
 
@@ -1706,6 +1712,7 @@ impl BrokerCore {
         let mut failed = failed;
         // Neighbouring brokers are candidates only for a job delegated.
         let mut onward = None;
+        let mut asked = 0;
         if !self.delegating.neighbours.is_empty() {
             let d = &self.delegating;
             let is_neighbour = |c: &Ranked| d.neighbours.contains_key(&site_of[c.index]);
@@ -1731,6 +1738,7 @@ impl BrokerCore {
                         })
                         .collect();
                     let ask = delegate::order(&targets, &hop.path);
+                    asked = ask.len();
                     own.sort_by_key(|c| (c.score, c.index));
                     onward = Some(hop);
                     ask.into_iter().map(|i| neighbours[i].clone()).chain(own).collect()
@@ -1817,9 +1825,8 @@ impl BrokerCore {
             deadline,
             trials: slot_attempts(self.sites.len()),
             refused: Vec::new(),
-            ordered,
             onward,
-            neighbours: self.delegating.neighbours.keys().copied().collect(),
+            neighbours: asked,
         };
         self.decisions += 1;
         if !reserving {
@@ -2124,7 +2131,7 @@ impl BrokerCore {
                         (Change::EndMove(Some((name, site_job.clone()))), detail)
                     }
                     _ => {
-                        let delegated = a.onward.as_ref().filter(|_| a.neighbours.contains(&site));
+                        let delegated = a.delegation();
                         let detail = match (a.held.get(a.next).copied().flatten(), delegated) {
                             (Some(r), _) => format!("to {name}, in reservation {}", r.0),
                             (None, Some(d)) => format!(
@@ -2154,7 +2161,7 @@ impl BrokerCore {
             Err(e) => {
                 a.failed.push((self.sites[site].name.clone(), e));
                 a.next += 1;
-                if a.next == 1 && !a.reserving && !a.ordered {
+                if a.next == 1 && !a.reserving && a.onward.is_none() {
                     a.candidates[1..].sort_by_key(|r| (r.score, r.index));
                 }
                 if a.next < a.candidates.len() && self.waits_here(id) {
