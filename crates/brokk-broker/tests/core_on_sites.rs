@@ -165,6 +165,7 @@ impl Grid {
             prefs,
             hold: false,
             runs_as: None,
+            delegated: None,
             warnings: Vec::new(),
         };
         self.core.accept(now, "alice", vec![new]).unwrap();

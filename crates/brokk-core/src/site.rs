@@ -451,12 +451,23 @@ impl SiteCore {
     /// the ranges up to the next publication offer the grid its share
     /// ([`SiteCore::offered_share`]): the forecast is of the local load
     /// over that interval, and beyond it the schedule stands as it is.
+    /// Under FCFS nothing is free before the last queued job's start,
+    /// since no new job may start sooner.
     pub fn availability(&self, now: Time, until: Time, most: usize) -> Availability {
         let until = until.min(self.params.horizon).max(now);
+        // Under FCFS a new job starts no sooner than the last queued one
+        // (`place_new`): a hole before that is not free for it.
+        let floor = match self.params.policy.queue {
+            Policy::Fcfs => self.queue.last().map_or(now, |&(t, _)| t.max(now)),
+            Policy::Backfill { .. } => now,
+        };
         let mut ranges: Vec<FreeRange> = Vec::new();
         for f in self.planner.free_slots(now, until) {
+            if f.end <= floor {
+                continue;
+            }
             let whole = FreeRange {
-                start: f.start,
+                start: f.start.max(floor),
                 end: f.end,
                 free: f.free,
             };

@@ -224,7 +224,11 @@ pub struct PlatformSpec {
     /// `broker-ttd-reserve[:K]`, each of these
     /// with `@ask` (the sites asked before every decision) or `@INTERVAL`
     /// (`@15m`: what a site said is used until it is that old) in place
-    /// of `info_ttl` for that series. With a broker routing among them
+    /// of `info_ttl` for that series, and with several `brokers`
+    /// `+delegate` or `+delegate:THRESHOLD` (`broker-ttd+delegate:10m@15m`):
+    /// the brokers are each other's siblings and delegate a job that none
+    /// of their own sites is predicted to start within the threshold
+    /// (default zero) ([DMM], as `brokk serve` delegates). With a broker routing among them
     /// every series runs on a grid of site cores.
     #[serde(default)]
     pub routings: Vec<String>,
@@ -448,6 +452,9 @@ pub struct PointResult {
     pub prediction: Option<PredictionError>,
     /// What the brokers asked of the sites (broker routings).
     pub messages: Option<brokk_broker::broker::Requests>,
+    /// Jobs that ran under a broker other than their home's (series
+    /// whose brokers delegate).
+    pub delegated: Option<usize>,
     /// The sites' own users' jobs, all clusters together
     /// (`platform.local_load`).
     pub local: Option<Summary>,
@@ -630,6 +637,8 @@ pub fn prepare_with_orders(
     let mut grid = Vec::new();
     // Per series, how old its broker's information may grow, when it says.
     let mut intervals = Vec::new();
+    // Per series, whether and when its brokers delegate to each other.
+    let mut delegations = Vec::new();
     for n in &names {
         let (rule, interval) = match n.split_once('@') {
             Some((rule, "ask")) => (rule, Some(Duration(0))),
@@ -639,7 +648,39 @@ pub fn prepare_with_orders(
             },
             None => (n.as_str(), None),
         };
+        let (rule, delegate) = match rule.split_once("+delegate") {
+            Some((rule, "")) => (rule, Some(Duration::ZERO)),
+            Some((rule, threshold)) => match threshold.strip_prefix(':').map(Duration::parse_human) {
+                Some(Ok(d)) if d.0 >= 0 => (rule, Some(d)),
+                Some(Err(e)) => return invalid(format!("platform.routings: {n:?}: delegation threshold: {e}")),
+                _ => {
+                    return invalid(format!(
+                        "platform.routings: {n:?}: write `+delegate` or `+delegate:THRESHOLD` (`+delegate:10m`)"
+                    ))
+                }
+            },
+            None => (rule, None),
+        };
+        if let Some(threshold) = delegate {
+            if p.brokers < 2 || p.coallocate || p.adapt_every > 0 {
+                return invalid(format!(
+                    "platform.routings: {n:?}: brokers delegate to each other with brokers = 2 or more, \
+                     without coallocate or adapt_every"
+                ));
+            }
+            delegations.push(Some(crate::grid::Delegate {
+                threshold,
+                ttl: brokk_broker::delegate::DEFAULT_TTL,
+            }));
+        } else {
+            delegations.push(None);
+        }
         match GridRouting::parse(rule) {
+            Some(r) if delegate.is_some() && !r.is_broker() => {
+                return invalid(format!(
+                    "platform.routings: {n:?}: `+delegate` applies to broker routings"
+                ))
+            }
             Some(r) if interval.is_none() || r.is_broker() => {
                 grid.push(r);
                 intervals.push(interval);
@@ -651,7 +692,7 @@ pub fn prepare_with_orders(
             }
             None => {
                 return invalid(format!(
-                    "platform.routing: unknown rule {n:?} (partition, round-robin, random, broker-tts, broker-ttd, broker-least-load, broker-ttd-reserve[:K], each broker rule with @ask or @INTERVAL)"
+                    "platform.routing: unknown rule {n:?} (partition, round-robin, random, broker-tts, broker-ttd, broker-least-load, broker-ttd-reserve[:K], each broker rule with @ask or @INTERVAL, and +delegate[:THRESHOLD] with several brokers)"
                 ))
             }
         }
@@ -743,11 +784,12 @@ pub fn prepare_with_orders(
     let mut series = Vec::new();
     let mut series_orders = Vec::new();
     let mut routes = Vec::new();
-    for ((n, r), interval) in names.iter().zip(grid).zip(intervals) {
+    for (((n, r), interval), delegation) in names.iter().zip(grid).zip(intervals).zip(delegations) {
         let mut options = options;
         if let Some(every) = interval {
             options.staleness.info_ttl = every;
         }
+        options.delegation = delegation;
         let route = if on_grid {
             Route::Grid(r, options)
         } else {
@@ -1089,7 +1131,9 @@ impl Prepared {
         let (name, policy) = &self.policies[point.policy];
         // Each job once: on a grid, a co-allocated job is one job of its
         // whole size, though its parts count at their own sites.
-        let (run, all, killed, moved, coallocated, prediction, messages, local_ran) = match self.routes[point.policy] {
+        let (run, all, killed, moved, coallocated, prediction, messages, local_ran, delegated) = match self.routes
+            [point.policy]
+        {
             Route::Clusters(routing) => {
                 let routing = match routing {
                     Routing::Random(_) => Routing::Random(point.seed),
@@ -1098,7 +1142,7 @@ impl Prepared {
                 let order = self.orders[point.policy].as_ref();
                 let run = simulate_platform(&self.clusters, &jobs, routing, policy.queue, order);
                 let all: Vec<_> = run.clusters.iter().flat_map(|c| c.outcomes.iter().copied()).collect();
-                (run, all, 0, 0, 0, None, None, Vec::new())
+                (run, all, 0, 0, 0, None, None, Vec::new(), None)
             }
             Route::Grid(routing, options) => {
                 let routing = match routing {
@@ -1137,6 +1181,7 @@ impl Prepared {
                     g.prediction,
                     g.messages,
                     g.local,
+                    g.delegated,
                 )
             }
         };
@@ -1176,6 +1221,7 @@ impl Prepared {
             coallocated,
             prediction,
             messages,
+            delegated,
             local: (!local.is_empty()).then(|| summary(&local_ran, local_submitted, procs, cut, bound)),
             jobs: all,
             local_jobs: local_ran,

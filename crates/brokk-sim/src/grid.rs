@@ -22,13 +22,23 @@
 //! adaptation rounds go through the core too (holds and status questions
 //! answered at once; only jobs travel with `latency`). Co-allocation still
 //! calls the broker's rules from here, on the core's information.
+//!
+//! With several brokers and `delegation`, the brokers are each other's
+//! siblings ([DMM]): each core knows the others as sites after its own,
+//! reads each as the one site it publishes (`brokk_broker::info::fold` of
+//! that broker's view of its own sites, as `/site/v1/info` gives live),
+//! and sends it a job with the delegation that travels with it; the
+//! receiving core's `admits` takes or refuses it exactly as `brokk serve`
+//! does, and a job taken is accepted there and decided by that core. The
+//! ends its sites report go back along the chain to the home broker.
 
 use std::collections::HashMap;
 use std::ops::Range;
 
-use brokk_broker::broker::{BrokerCore, BrokerParams, Claim, Effect, NewJob, Report, Requests};
+use brokk_broker::broker::{BrokerCore, BrokerParams, Claim, Delegating, Effect, NewJob, Report, Requests};
 use brokk_broker::broker::{CoAnswer, CoSearch};
 use brokk_broker::coalloc::search as coalloc_search;
+use brokk_broker::delegate::{Delegation, Relation};
 use brokk_broker::info::FetchFailure;
 use brokk_broker::jobs::{BrokerJob, Entry, Member};
 use brokk_broker::{JobHandle, MemorySite, Publishing, Site, SiteError};
@@ -151,6 +161,18 @@ pub struct GridOptions {
     /// time ([AB-avail]); by default what live agents publish, `None` only
     /// the summary figures.
     pub published: Option<Publishing>,
+    /// Whether the brokers delegate jobs to each other, all siblings
+    /// ([DMM]; several brokers only).
+    pub delegation: Option<Delegate>,
+}
+
+/// How the brokers of a grid delegate to each other.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Delegate {
+    /// A job no own site is predicted to start within this is delegated.
+    pub threshold: Duration,
+    /// Hops a delegated job may take.
+    pub ttl: u32,
 }
 
 impl Default for GridOptions {
@@ -164,6 +186,7 @@ impl Default for GridOptions {
             brokers: 1,
             latency: Duration::ZERO,
             published: Some(Publishing::LIVE),
+            delegation: None,
         }
     }
 }
@@ -214,6 +237,9 @@ pub struct GridRun {
     /// The sites' own users' jobs that ran, in their order
     /// ([`simulate_grid_with_local`]).
     pub local: Vec<Outcome>,
+    /// Jobs that ran at a site of a broker other than their home's
+    /// (with delegation only).
+    pub delegated: Option<usize>,
 }
 
 /// A duration on a reference machine as taken on a site of `speed`.
@@ -293,13 +319,14 @@ fn viewed<'a>(sites: &'a mut [MemorySite], visible: &'a [ResourceInfo], at: Time
 enum Flight {
     /// Job `job` of broker `b` reaching its site `site` (by position in
     /// the broker's group), to run with `wall`, in reservation `claim`
-    /// there when given.
+    /// there when given; a neighbouring broker with its `delegation`.
     Arrive {
         b: usize,
         job: String,
         site: usize,
         wall: Option<Duration>,
         claim: Option<Claim>,
+        delegation: Option<Delegation>,
     },
     /// The site's answer reaching broker `b`.
     Answer {
@@ -338,6 +365,15 @@ struct Grid<'a> {
     groups: Vec<Range<usize>>,
     /// The cluster of each trace partition.
     home: HashMap<i64, usize>,
+    /// Jobs delegated, by (broker that took it, id): the broker that
+    /// sent it and the neighbour's position among that one's sites.
+    came: HashMap<(usize, String), (usize, usize)>,
+    /// Delegated jobs placed at a site, by (site, job number there): their
+    /// id, so the end the site reports goes back along the chain.
+    relay: HashMap<(usize, u64), String>,
+    /// Jobs a neighbour placed while carrying out a delegation, for the
+    /// caller that started it to collect.
+    spill: Vec<(usize, usize, JobHandle, Predicted)>,
 }
 
 /// `n` sites in `brokers` groups of consecutive sites, as even as can be
@@ -395,12 +431,15 @@ impl Grid<'_> {
             ended,
             cores,
             groups,
+            came,
+            relay,
             ..
         } = self;
         for (c, (site, kept)) in sites.iter_mut().zip(ended.iter_mut()).enumerate() {
             let b = groups.iter().position(|g| g.contains(&c));
             let mut core = b.and_then(|b| cores.get_mut(b).map(|core| (core, c - groups[b].start)));
             let name = site.endpoint().to_string();
+            let mut forward = Vec::new();
             site.retire(t, |r| {
                 kept.insert(r.id.0, Ended::of(r));
                 if let Some((core, k)) = core.as_mut() {
@@ -412,11 +451,93 @@ impl Grid<'_> {
                             exit_code: r.exit_code,
                             reason: None,
                         };
+                        if let Some(id) = relay.remove(&(c, r.id.0)) {
+                            forward.push((id, report.clone()));
+                        }
                         core.reported(t, *k, &format!("{name}/jobs/{}", r.id.0), report);
                     }
                 }
             });
+            // Each broker that delegated the job hears of its end from the
+            // one it sent it to, as from a site.
+            for (id, report) in forward {
+                let mut at = b.unwrap_or(0);
+                while let Some((from, k)) = came.remove(&(at, id.clone())) {
+                    cores[from].reported(t, k, &id, report.clone());
+                    at = from;
+                }
+            }
         }
+    }
+
+    /// How many of broker `b`'s sites are its own; those after are the
+    /// other brokers, when it delegates.
+    fn own(&self, b: usize) -> usize {
+        self.groups[b].len()
+    }
+
+    /// The broker at position `k` among broker `b`'s sites, one of the
+    /// others in order, when `k` is past its own.
+    fn neighbour(&self, b: usize, k: usize) -> Option<usize> {
+        let j = k.checked_sub(self.own(b))?;
+        Some(if j < b { j } else { j + 1 })
+    }
+
+    /// Broker `n` as the one site it publishes to its neighbours at `t`:
+    /// its view of its own sites, brought up to date as its time-to-live
+    /// allows, folded into one.
+    fn folded(&mut self, t: Time, n: usize) -> ResourceInfo {
+        self.refresh(t, n);
+        let own = self.own(n);
+        let infos: Vec<Result<ResourceInfo, String>> =
+            self.cores[n].information()[..own].iter().cloned().map(Ok).collect();
+        brokk_broker::info::fold(&broker_name(n), &infos).0
+    }
+
+    /// Job `job` of broker `b` delegated at `t` with `d` to the broker at
+    /// its position `k`: taken there as `brokk serve` takes it
+    /// (`BrokerCore::admits`, then accepted without its owner's
+    /// preferences, which a delegation does not carry) and decided at once,
+    /// or refused with the reason. The answer is the id it has there.
+    fn delegate_to(
+        &mut self,
+        t: Time,
+        b: usize,
+        job: &str,
+        k: usize,
+        d: Option<Delegation>,
+    ) -> Result<String, SiteError> {
+        let n = self.neighbour(b, k).ok_or(SiteError::Unknown)?;
+        let (Some(d), Some(description)) = (d, self.cores[b].description(job).cloned()) else {
+            return Err(SiteError::Unknown);
+        };
+        self.refresh(t, n);
+        let refused = |reason: String| SiteError::Refused {
+            site: broker_name(n),
+            reason,
+        };
+        let prefs = JobPreferences::default();
+        self.cores[n]
+            .admits(&description, &prefs, &d, t)
+            .map_err(|why| refused(why.to_string()))?;
+        let new = NewJob {
+            id: job.to_string(),
+            format: "swf".into(),
+            job: description,
+            prefs,
+            hold: false,
+            runs_as: None,
+            delegated: Some(d),
+            warnings: Vec::new(),
+        };
+        self.cores[n]
+            .accept(t, OWNER, vec![new])
+            .map_err(|e| refused(e.to_string()))?;
+        self.came.insert((n, job.to_string()), (b, k));
+        self.cores[n].decide(t, usize::MAX);
+        let placed = self.carry_out(t, n);
+        self.spill.extend(placed);
+        Ok(job.to_string())
     }
 
     /// What the run reports of job `handle` at site `c`.
@@ -446,8 +567,11 @@ impl Grid<'_> {
         t: Time,
         b: usize,
         job: &str,
-        (k, wall, claim): (usize, Option<Duration>, Option<Claim>),
+        (k, wall, claim, delegation): (usize, Option<Duration>, Option<Claim>, Option<Delegation>),
     ) -> Result<String, SiteError> {
+        if k >= self.own(b) {
+            return self.delegate_to(t, b, job, k, delegation);
+        }
         let c = self.groups[b].start + k;
         let site = &mut self.sites[c];
         site.advance(t);
@@ -482,8 +606,9 @@ impl Grid<'_> {
                     site,
                     wall,
                     claim,
+                    delegation,
                 } => {
-                    let answer = self.deliver(at, b, &job, (site, wall, claim));
+                    let answer = self.deliver(at, b, &job, (site, wall, claim, delegation));
                     let f = Flight::Answer { b, job, site, answer };
                     self.flights.push_back((at + self.latency, f));
                 }
@@ -493,6 +618,7 @@ impl Grid<'_> {
                 }
             }
         }
+        placed.append(&mut self.spill);
         placed
     }
 
@@ -509,7 +635,9 @@ impl Grid<'_> {
             }
         }
         self.cores[b].stale(t);
-        self.carry_out(t, b);
+        // Nothing is placed by asking; kept for whoever collects.
+        let placed = self.carry_out(t, b);
+        self.spill.extend(placed);
     }
 
     /// Carries out broker `b`'s effects at `t` until it has none: a fetch
@@ -522,10 +650,37 @@ impl Grid<'_> {
         loop {
             let effects: Vec<Effect> = self.cores[b].drain().collect();
             if effects.is_empty() {
+                placed.append(&mut self.spill);
                 return placed;
             }
+            let own = self.own(b);
             for e in effects {
                 match e {
+                    Effect::Fetch { site: k } if k >= own => {
+                        let n = self.neighbour(b, k).unwrap_or(b);
+                        let info = self.folded(t, n);
+                        self.cores[b].informed(k, Ok(info), t);
+                    }
+                    // Reservations stay with a broker's own sites: a
+                    // neighbour is asked for none, and answers none.
+                    Effect::Hold { job, site: k, .. } if k >= own => {
+                        let refused = SiteError::Refused {
+                            site: self.cores[b].site_name(k).to_string(),
+                            reason: "a neighbouring broker holds no reservations".into(),
+                        };
+                        self.cores[b].held(t, &job, k, Err(refused));
+                    }
+                    Effect::Release { site: k, .. } if k >= own => {}
+                    Effect::Status { job, site: k, .. } if k >= own => {
+                        let name = self.cores[b].site_name(k).to_string();
+                        self.cores[b].status(t, &job, Err(SiteError::Unavailable(name)));
+                    }
+                    Effect::Withdraw { site: k, site_job, .. } if k >= own => {
+                        let name = self.cores[b].site_name(k).to_string();
+                        let _ = self.cores[b].withdrawn(t, k, &site_job, Err(SiteError::Unavailable(name)));
+                    }
+                    // The neighbour's own placement is the one recorded.
+                    Effect::Placed { site: k, .. } if k >= own => {}
                     Effect::Fetch { site: k } => {
                         let site = &mut self.sites[start + k];
                         site.advance(t);
@@ -544,7 +699,7 @@ impl Grid<'_> {
                         site: k,
                         wall,
                         claim,
-                        ..
+                        delegation,
                     } if self.latency.0 > 0 => {
                         let f = Flight::Arrive {
                             b,
@@ -552,6 +707,7 @@ impl Grid<'_> {
                             site: k,
                             wall,
                             claim,
+                            delegation,
                         };
                         self.flights.push_back((t + self.latency, f));
                     }
@@ -560,9 +716,9 @@ impl Grid<'_> {
                         site: k,
                         wall,
                         claim,
-                        ..
+                        delegation,
                     } => {
-                        let answer = self.deliver(t, b, &job, (k, wall, claim));
+                        let answer = self.deliver(t, b, &job, (k, wall, claim, delegation));
                         self.cores[b].sent(t, &job, k, answer);
                     }
                     // Holds are answered at once, latency or not: only
@@ -610,6 +766,11 @@ impl Grid<'_> {
                     } => {
                         // Placed for the first time, or moved.
                         self.held.remove(&job);
+                        if self.came.contains_key(&(b, job.clone())) {
+                            if let Some(n) = MemorySite::job_number(&JobHandle(site_job.clone())) {
+                                self.relay.insert((start + k, n), job.clone());
+                            }
+                        }
                         if let Some(i) = index_of(&job) {
                             placed.push((
                                 i,
@@ -722,6 +883,7 @@ pub fn simulate_grid_with_local(
         brokers,
         latency,
         published,
+        delegation,
     } = options;
     let mut order: Vec<usize> = (0..jobs.len()).filter(|&i| jobs[i].size > 0).collect();
     order.sort_by_key(|&i| (jobs[i].submit, i));
@@ -762,11 +924,14 @@ pub fn simulate_grid_with_local(
         })
         .collect();
     let groups = groups(sites.len(), brokers);
-    // Each broker knows its sites as they are at the start.
+    let delegation = delegation.filter(|_| routing.is_broker() && groups.len() > 1);
+    // Each broker knows its sites as they are at the start (and the other
+    // brokers, when it delegates, once it first asks them).
     let cores = if routing.is_broker() {
         groups
             .iter()
-            .map(|g| {
+            .enumerate()
+            .map(|(b, g)| {
                 let reserve_top_k = match routing {
                     GridRouting::Broker { reserve_top_k, .. } => reserve_top_k,
                     GridRouting::Fixed(_) => 0,
@@ -780,7 +945,25 @@ pub fn simulate_grid_with_local(
                     adapt_margin: adaptation.map_or(BrokerParams::default().adapt_margin, |a| a.margin),
                     ..BrokerParams::default()
                 };
-                let mut core = BrokerCore::new(clusters[g.clone()].iter().map(|c| c.name.clone()).collect(), params);
+                let mut names: Vec<String> = clusters[g.clone()].iter().map(|c| c.name.clone()).collect();
+                if let Some(d) = delegation {
+                    let own = names.len();
+                    let others = (0..groups.len()).filter(|&o| o != b);
+                    names.extend(others.map(broker_name));
+                    let neighbours = (own..names.len()).map(|k| (k, Relation::Sibling)).collect();
+                    let mut core = BrokerCore::new(names, params);
+                    core.delegate(Delegating {
+                        name: broker_name(b),
+                        threshold: d.threshold,
+                        ttl: d.ttl,
+                        neighbours,
+                    });
+                    for (k, site) in sites[g.clone()].iter().enumerate() {
+                        core.informed(k, site.info().map_err(FetchFailure::Error), start);
+                    }
+                    return core;
+                }
+                let mut core = BrokerCore::new(names, params);
                 for (k, site) in sites[g.clone()].iter().enumerate() {
                     core.informed(k, site.info().map_err(FetchFailure::Error), start);
                 }
@@ -809,6 +992,9 @@ pub fn simulate_grid_with_local(
         specs: clusters,
         sites,
         staleness,
+        came: HashMap::new(),
+        relay: HashMap::new(),
+        spill: Vec::new(),
     };
     let mut router = match routing {
         GridRouting::Fixed(r) => Some(Router::new(clusters, r)),
@@ -941,7 +1127,20 @@ pub fn simulate_grid_with_local(
     let mut run = grid.collect(jobs, &placed, &parts, unrouted, routing);
     run.local = grid.collect_local(local, &local_placed, &mut run.clusters);
     run.moved = grid.cores.iter().map(|c| c.moved() as usize).sum();
+    run.delegated = delegation.map(|_| {
+        let away = |i: usize| {
+            placed[i]
+                .as_ref()
+                .is_some_and(|p| grid.broker_of(p.0) != grid.home_of(&jobs[i]))
+        };
+        (0..jobs.len()).filter(|&i| away(i)).count()
+    });
     run
+}
+
+/// Broker `b`'s name on delegation paths.
+fn broker_name(b: usize) -> String {
+    format!("broker{b}")
 }
 
 impl Grid<'_> {
@@ -977,6 +1176,7 @@ impl Grid<'_> {
             },
             hold: false,
             runs_as: None,
+            delegated: None,
             warnings: Vec::new(),
         };
         if self.cores[b].accept(t, OWNER, vec![new]).is_err() {
@@ -1190,6 +1390,7 @@ impl Grid<'_> {
                 all
             }),
             local: Vec::new(),
+            delegated: None,
         }
     }
 }

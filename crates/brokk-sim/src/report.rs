@@ -42,6 +42,10 @@ pub struct PointSummary<'a> {
     /// messages (requests and replies) in all (broker routings only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub messages: Option<MessagesSummary>,
+    /// Jobs that ran under a broker other than their home's (series whose
+    /// brokers delegate to each other).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub delegated: Option<usize>,
     /// The sites' own users' jobs (`platform.local_load`); `overall` is
     /// then the grid's jobs alone.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -251,6 +255,7 @@ pub fn report<'a>(prepared: &'a Prepared, results: &'a [PointResult], baseline: 
                     violations_pct: 100.0 * p.violations as f64 / p.jobs.max(1) as f64,
                     violation_tolerance_s: brokk_broker::predict::VIOLATION_TOLERANCE.0,
                 }),
+                delegated: r.delegated,
                 local: r.local,
                 improvement: prepared.spec.metrics.base.as_deref().and_then(|base| {
                     let b = results

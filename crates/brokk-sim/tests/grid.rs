@@ -2,7 +2,9 @@
 
 use brokk_model::{Duration, Time};
 use brokk_sim::cluster::{Policy, SimJob};
-use brokk_sim::grid::{simulate_grid, simulate_grid_with_local, Adaptation, GridOptions, GridRouting, Staleness};
+use brokk_sim::grid::{
+    simulate_grid, simulate_grid_with_local, Adaptation, Delegate, GridOptions, GridRouting, Staleness,
+};
 use brokk_sim::platform::{ClusterSpec, Routing};
 
 fn site(name: &str, procs: u32, speed: f64) -> ClusterSpec {
@@ -323,6 +325,98 @@ fn two_brokers_each_route_their_own_jobs_over_their_own_sites() {
     // One broker over all four sends both partitions' jobs to the fastest.
     let one = ran_at(&simulate_grid(&sites, &jobs, TTD, GridOptions::default()));
     assert!(one.iter().any(|&(id, c)| id % 2 == 0 && c >= 2), "{one:?}");
+}
+
+/// [DMM]'s delegation on the brokers' own cores: three brokers, one
+/// 4-processor site each, every job's home the first broker. Without
+/// delegation its burst of 4-wide jobs queues at its own site; with it,
+/// a job its site cannot start at once goes to a sibling with room (the
+/// most free first, then by name), and one that finds every sibling full
+/// stays home; with a threshold of an hour a job goes only from a wait
+/// beyond an hour, and only to a sibling that starts it within one.
+#[test]
+fn brokers_delegate_a_job_their_sites_cannot_start_to_a_sibling_with_room() {
+    let mut sites = [site("a", 4, 1.0), site("b", 4, 1.0), site("c", 4, 1.0)];
+    sites[0].partitions = vec![1];
+    let jobs: Vec<SimJob> = (0..5)
+        .map(|k| SimJob {
+            partition: 1,
+            ..job(k, 100 + k, 4, 3000)
+        })
+        .collect();
+    let run = |delegation| {
+        simulate_grid(
+            &sites,
+            &jobs,
+            TTD,
+            GridOptions {
+                brokers: 3,
+                delegation,
+                ..GridOptions::default()
+            },
+        )
+    };
+    let starts = |r: &brokk_sim::grid::GridRun| {
+        let mut s: Vec<(i64, String, i64)> = r
+            .clusters
+            .iter()
+            .flat_map(|c| c.outcomes.iter().map(move |o| (o.id, c.spec.name.clone(), o.start.0)))
+            .collect();
+        s.sort();
+        s
+    };
+    let a = |name: &str| name.to_string();
+    let home = run(None);
+    assert_eq!(home.delegated, None);
+    assert_eq!(
+        starts(&home),
+        [
+            (0, a("a"), 100),
+            (1, a("a"), 3100),
+            (2, a("a"), 6100),
+            (3, a("a"), 9100),
+            (4, a("a"), 12100)
+        ]
+    );
+    let at_once = run(Some(Delegate {
+        threshold: Duration::ZERO,
+        ttl: 4,
+    }));
+    // Job 1 to b, job 2 to c; 3 and 4 find both siblings full and queue
+    // at home, where each is predicted to start soonest.
+    assert_eq!(
+        starts(&at_once),
+        [
+            (0, a("a"), 100),
+            (1, a("b"), 101),
+            (2, a("c"), 102),
+            (3, a("a"), 3100),
+            (4, a("a"), 6100)
+        ]
+    );
+    assert_eq!((at_once.delegated, at_once.unrouted), (Some(2), 0));
+    // Asking the siblings is counted: their information and the jobs sent.
+    let m = at_once.messages.unwrap();
+    assert!(m.info > home.messages.unwrap().info, "{m:?}");
+    // With an hour's threshold, job 1's wait of 50 minutes keeps it home;
+    // jobs 2 and 3 would wait 100 and 150 minutes there and go; job 4
+    // would wait 200 minutes at home, and b takes it since its own site
+    // starts it within the hour.
+    let patient = run(Some(Delegate {
+        threshold: Duration::hours(1),
+        ttl: 4,
+    }));
+    assert_eq!(
+        starts(&patient),
+        [
+            (0, a("a"), 100),
+            (1, a("a"), 3100),
+            (2, a("b"), 102),
+            (3, a("c"), 103),
+            (4, a("b"), 3102)
+        ]
+    );
+    assert_eq!(patient.delegated, Some(3));
 }
 
 #[test]

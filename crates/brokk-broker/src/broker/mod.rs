@@ -339,6 +339,8 @@ pub struct NewJob {
     pub hold: bool,
     /// The user it runs for at the sites, when its owner is a broker above.
     pub runs_as: Option<String>,
+    /// How it came, when a neighbouring broker delegated it here.
+    pub delegated: Option<Delegation>,
     /// Translation warnings.
     pub warnings: Vec<String>,
 }
@@ -785,6 +787,7 @@ impl BrokerCore {
         for n in jobs {
             let mut view = BrokerJob::new(n.id, owner.to_string(), n.format, Entry::submitted(n.hold), now);
             view.runs_as = n.runs_as;
+            view.delegated = n.delegated;
             view.warnings = n.warnings;
             view.describe(&n.job);
             let line = HistoryEntry {

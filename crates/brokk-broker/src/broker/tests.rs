@@ -26,6 +26,7 @@ fn job(id: &str, cpus: u32) -> NewJob {
         prefs: JobPreferences::default(),
         hold: false,
         runs_as: None,
+        delegated: None,
         warnings: Vec::new(),
     }
 }

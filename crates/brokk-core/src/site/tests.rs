@@ -390,6 +390,36 @@ fn fcfs_never_lets_a_later_job_start_first() {
     assert_eq!(starts_under(crate::queue::Policy::Fcfs, &jobs), [0, 100, 100]);
 }
 
+/// What a broker reads of an FCFS site is what a new job could have: the
+/// processor left beside a 3-wide job is free to a conservative site's
+/// next job, but under FCFS a new job waits behind the queued 2-wide one,
+/// so the site offers nothing before that one starts.
+#[test]
+fn an_fcfs_site_publishes_nothing_before_its_last_queued_start() {
+    let published = |policy: crate::queue::Policy| {
+        let mut s = SiteCore::new(SiteParams {
+            policy: policy.into(),
+            ..site(4).params()
+        });
+        let mut run = VirtualRunner::new();
+        for (c, w) in [(3, 100), (2, 100)] {
+            s.submit(T0, "ann", Submission::of(job(c, w))).unwrap();
+        }
+        let e = s.drain();
+        run.apply(&mut s, T0, e);
+        let a = s.availability(T0, Time(T0.0 + 1000), 100);
+        a.ranges
+            .iter()
+            .map(|r| (r.start.0 - T0.0, r.end.0 - T0.0, r.free))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        published(crate::queue::Policy::CONSERVATIVE),
+        [(0, 100, 1), (100, 200, 2), (200, 1000, 4)]
+    );
+    assert_eq!(published(crate::queue::Policy::Fcfs), [(100, 200, 2), (200, 1000, 4)]);
+}
+
 #[test]
 fn easy_protects_only_the_head_so_a_backfilled_job_may_delay_the_next() {
     // The 2-processor job heads the queue (at 100); the 4-processor job

@@ -20,7 +20,8 @@ const YEAR: f64 = 365.0 * 86_400.0;
 pub struct ArchitectureExperiment {
     /// Its name: the results' directory.
     pub name: String,
-    /// The architectures compared: `sep-c`, `condor`, `cern`, `koala`, `dmm`.
+    /// The architectures compared: `sep-c`, `condor`, `fcondor`, `cern`,
+    /// `koala`, `dmm`, `brokk`.
     pub architectures: Vec<String>,
     /// Days of arrivals simulated ([DMM]: one).
     #[serde(default = "one_day")]
@@ -64,6 +65,10 @@ pub struct ParamsSpec {
     pub users_per_cluster: usize,
     /// `fcondor`'s half-life of past usage, seconds.
     pub usage_half_life_s: i64,
+    /// `brokk`'s delegation threshold, seconds.
+    pub brokk_threshold_s: i64,
+    /// `brokk`'s age of information, seconds.
+    pub info_ttl_s: i64,
 }
 
 impl Default for ParamsSpec {
@@ -77,6 +82,8 @@ impl Default for ParamsSpec {
             monitor_s: p.monitor,
             users_per_cluster: p.users_per_cluster,
             usage_half_life_s: p.usage_half_life,
+            brokk_threshold_s: p.brokk_threshold,
+            info_ttl_s: p.info_ttl,
         }
     }
 }
@@ -213,6 +220,8 @@ impl ArchitectureExperiment {
             monitor: p.monitor_s,
             users_per_cluster: p.users_per_cluster,
             usage_half_life: p.usage_half_life_s,
+            brokk_threshold: p.brokk_threshold_s,
+            info_ttl: p.info_ttl_s,
         }
     }
 

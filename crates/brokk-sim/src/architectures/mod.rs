@@ -21,9 +21,13 @@
 //! cycle; the processors lent are held from then, and the job starts on
 //! them at its own site's next delegation cycle (the paper's step 5); messages are
 //! counted for delegation only (a request and an answer per hop, a claim
-//! and a release per hop of an accepted chain). `fcondor` (flocking with
-//! fair share) is not here yet.
+//! and a release per hop of an accepted chain).
+//!
+//! Beside the paper's six, `brokk` joins the same clusters with Brokk's
+//! own brokers, one per cluster, delegating to each other with the broker
+//! core `brokk serve` runs ([`brokers`]).
 
+mod brokers;
 mod experiment;
 mod run;
 

@@ -36,17 +36,21 @@ pub enum Architecture {
     /// Delegated matchmaking: each cluster's site manager delegates what it
     /// cannot serve to its neighbours.
     Dmm,
+    /// Brokk's own brokers, one per cluster, delegating to each other as
+    /// `brokk serve` does ([`super::brokers`]).
+    Brokk,
 }
 
 impl Architecture {
     /// Every architecture here, in [DMM]'s table order.
-    pub const ALL: [Architecture; 6] = [
+    pub const ALL: [Architecture; 7] = [
         Architecture::SepC,
         Architecture::Condor,
         Architecture::Fcondor,
         Architecture::Cern,
         Architecture::Koala,
         Architecture::Dmm,
+        Architecture::Brokk,
     ];
 
     /// Its name in experiment files and tables.
@@ -58,15 +62,15 @@ impl Architecture {
             Architecture::Cern => "cern",
             Architecture::Koala => "koala",
             Architecture::Dmm => "dmm",
+            Architecture::Brokk => "brokk",
         }
     }
 
     /// The architecture named `name`.
     pub fn parse(name: &str) -> Result<Architecture, String> {
-        Architecture::ALL
-            .into_iter()
-            .find(|a| a.name() == name)
-            .ok_or_else(|| format!("`{name}` is not an architecture: sep-c, condor, fcondor, cern, koala or dmm"))
+        Architecture::ALL.into_iter().find(|a| a.name() == name).ok_or_else(|| {
+            format!("`{name}` is not an architecture: sep-c, condor, fcondor, cern, koala, dmm or brokk")
+        })
     }
 }
 
@@ -94,6 +98,12 @@ pub struct Params {
     /// `fcondor`'s half-life of past usage, seconds (Condor's default:
     /// a day).
     pub usage_half_life: i64,
+    /// `brokk`'s delegation threshold, seconds: a job its broker's
+    /// cluster is not predicted to start within this is delegated.
+    pub brokk_threshold: i64,
+    /// `brokk`'s age of information, seconds: how long a broker reuses
+    /// what its cluster and its siblings said.
+    pub info_ttl: i64,
 }
 
 impl Default for Params {
@@ -106,6 +116,8 @@ impl Default for Params {
             monitor: 60,
             users_per_cluster: 10,
             usage_half_life: 86_400,
+            brokk_threshold: 0,
+            info_ttl: 60,
         }
     }
 }
@@ -188,6 +200,9 @@ struct State<'a> {
 /// Runs `arch` over `platform` with `jobs` (in arrival order), the cycles'
 /// phases drawn from `seed`, until the last arrival.
 pub fn simulate(arch: Architecture, platform: &Platform, jobs: &[GridJob], params: Params, seed: u64) -> Run {
+    if arch == Architecture::Brokk {
+        return super::brokers::simulate(platform, jobs, params);
+    }
     let n = platform.procs.len();
     let end = jobs.iter().map(|j| j.submit).max().unwrap_or(0);
     let mut s = State {
@@ -291,9 +306,11 @@ impl State<'_> {
                         }
                     }
                     Architecture::Cern => self.pull(t),
-                    Architecture::Condor | Architecture::Fcondor | Architecture::Dmm => {}
+                    // `brokk` runs on the grid simulator instead.
+                    Architecture::Condor | Architecture::Fcondor | Architecture::Dmm | Architecture::Brokk => {}
                 }
             }
+            (Architecture::Brokk, _) => {}
             (Architecture::SepC, Event::Arrival(k)) => {
                 let c = self.jobs[k].origin;
                 self.queues[c].push_back(k);
@@ -652,6 +669,20 @@ mod tests {
         let s = starts(Architecture::Koala, &burst(), exact);
         // Worst fit: the last to the cluster with the most free.
         assert_eq!(s, [Some((0, 0)), Some((0, 1)), Some((100, 0)), Some((1000, 0))]);
+    }
+
+    #[test]
+    fn brokks_brokers_delegate_at_once_to_the_idle_cluster_and_keep_fcfs_at_home() {
+        // Cluster 0's broker starts the 4-wide job at once; the 2-wide one
+        // would wait for it, so it is delegated to cluster 1's broker,
+        // which starts it at once; the 1-wide one would wait there too
+        // (cluster 1 is full now, FCFS at home), so it stays home behind
+        // the first job's end. The last arrival runs at its own cluster.
+        let s = starts(Architecture::Brokk, &burst(), Params::default());
+        assert_eq!(s, [Some((0, 0)), Some((0, 1)), Some((100, 0)), Some((1000, 1))]);
+        let run = simulate(Architecture::Brokk, &pair(), &burst(), Params::default(), 1);
+        assert_eq!(run.outcomes.iter().map(|o| o.hops).collect::<Vec<_>>(), [0, 1, 0, 0]);
+        assert!(run.delegation_messages > 0);
     }
 
     #[test]

@@ -583,23 +583,19 @@ fn print_aggregates(results: &[PointResult]) {
 
 fn print_table(points: &[Point], results: &[PointResult]) {
     let w = results.iter().map(|r| r.policy.len()).max().unwrap_or(0).max(20);
-    say!(
+    // Jobs run away from home: a column only where brokers delegate.
+    let away = results.iter().any(|r| r.delegated.is_some());
+    let header = format!(
         "{:<w$} {:>6} {:>5} {:>8} {:>9} {:>11} {:>9} {:>7} {:>7} {:>12} {:>6}",
-        "policy",
-        "load",
-        "seed",
-        "jobs",
-        "JF%",
-        "wait (s)",
-        "bsld",
-        "util",
-        "offered",
-        "pred err (s)",
-        "viol%"
+        "policy", "load", "seed", "jobs", "JF%", "wait (s)", "bsld", "util", "offered", "pred err (s)", "viol%"
     );
+    match away {
+        true => say!("{header} {:>6}", "away%"),
+        false => say!("{header}"),
+    }
     for (p, r) in points.iter().zip(results) {
         let s = &r.overall;
-        say!(
+        let row = format!(
             "{:<w$} {:>6} {:>5} {:>8} {:>9.2} {:>11.0} {:>9.2} {:>7.3} {:>7.3} {:>12} {:>6}",
             r.policy,
             p.load.map_or("-".into(), |l| format!("{l:.2}")),
@@ -616,5 +612,15 @@ fn print_table(points: &[Point], results: &[PointResult]) {
                 100.0 * e.violations as f64 / e.jobs.max(1) as f64
             )),
         );
+        match away {
+            true => say!(
+                "{row} {:>6}",
+                r.delegated.map_or("-".into(), |d| format!(
+                    "{:.1}",
+                    100.0 * d as f64 / s.submitted.max(1) as f64
+                ))
+            ),
+            false => say!("{row}"),
+        }
     }
 }
