@@ -1,9 +1,11 @@
 //! Delegation between brokers ([DMM]), live: three `brokk serve`, each
 //! with an embedded site of its own and the other two as sibling
-//! neighbours. A job its own broker cannot start at once runs at a
-//! neighbour's site and is followed (and its output fetched) where it was
-//! submitted; a neighbour that cannot take it rejects it; a job cannot
-//! come back along its own path; a neighbour that is down is skipped.
+//! neighbours (or, in one test, under a parent). A job its own broker
+//! cannot start at once runs at a neighbour's site and is followed (and
+//! its output fetched) where it was submitted; a neighbour that cannot
+//! take it rejects it; a job cannot come back along its own path; a
+//! neighbour that is down is skipped; a job passes through a parent to the
+//! child below it, and every broker of the chain follows it to its end.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -19,10 +21,25 @@ struct Ring {
     servers: Vec<Option<common::Server>>,
 }
 
+/// How broker `k` (the row) sees broker `o` (the column), if linked.
+type Links = [[Option<&'static str>; 3]; 3];
+
+/// Every broker the others' sibling.
+const SIBLINGS: Links = [
+    [None, Some("sibling"), Some("sibling")],
+    [Some("sibling"), None, Some("sibling")],
+    [Some("sibling"), Some("sibling"), None],
+];
+
 impl Ring {
     /// Brokers whose own sites have `cpus` slots each, with `extra` at the
-    /// end of each configuration.
+    /// end of each configuration, all siblings.
     fn new(name: &str, cpus: [u32; 3], extra: &str) -> Ring {
+        Ring::linked(name, cpus, extra, SIBLINGS)
+    }
+
+    /// As [`Ring::new`], linked as `links` says.
+    fn linked(name: &str, cpus: [u32; 3], extra: &str, links: Links) -> Ring {
         let dir = common::scratch("delegation", name);
         let ports = [common::free_port(), common::free_port(), common::free_port()];
         for (k, me) in NAMES.iter().enumerate() {
@@ -38,8 +55,9 @@ impl Ring {
                 config += &format!("\"tok-{}\" = \"{}\"\n", NAMES[o], NAMES[o]);
             }
             for &o in &others {
+                let Some(relation) = links[k][o] else { continue };
                 config += &format!(
-                    "[[sites]]\nname = \"{}\"\nurl = \"http://127.0.0.1:{}/site\"\ntoken = \"tok-{me}\"\nneighbour = \"sibling\"\n",
+                    "[[sites]]\nname = \"{}\"\nurl = \"http://127.0.0.1:{}/site\"\ntoken = \"tok-{me}\"\nneighbour = \"{relation}\"\n",
                     NAMES[o], ports[o]
                 );
             }
@@ -145,6 +163,60 @@ fn a_job_its_broker_cannot_start_runs_at_a_neighbour_and_comes_back() {
     assert_eq!(ring.metric(0, &delegations("accepted")), 1);
     assert_eq!(ring.metric(1, &delegations("taken")), 1);
     let _ = common::brokk(&ring.url(0), "tok-ann", &["cancel", &holder]);
+}
+
+/// [DMM]'s hierarchy: gamma is the parent of alpha and beta, which are
+/// not linked to each other. alpha's site is full and so is gamma's: the
+/// job goes up to gamma, which cannot start it but passes it down to beta,
+/// a chain of three; its output comes back along it, and each broker of
+/// the chain sees its end.
+#[test]
+fn a_job_passes_through_the_parent_to_a_child_with_room_and_ends_along_the_chain() {
+    let tree: Links = [
+        [None, None, Some("parent")],
+        [None, None, Some("parent")],
+        [Some("child"), Some("child"), None],
+    ];
+    let ring = Ring::linked("tree", [1, 2, 1], "", tree);
+    all_up(&ring);
+    let holders: Vec<(usize, String)> = [0, 2]
+        .into_iter()
+        .map(|k| (k, ring.submit(k, &format!("holder-{k}.json"), "sleep 60")))
+        .collect();
+    for (k, h) in &holders {
+        ring.running(*k, h);
+    }
+    let id = ring.submit(0, "down.json", "echo two hops");
+    let end = common::wait_ended(&ring.url(0), "tok-ann", &id, Duration::from_secs(60));
+    assert_eq!(
+        (&end["state"], &end["site"]),
+        (&"finished".into(), &"gamma".into()),
+        "{end}"
+    );
+    assert_eq!(common::output(&ring.url(0), "tok-ann", &id, "out.txt"), "two hops\n");
+    // At gamma, alpha's job went on to beta with the path so far.
+    let at_gamma = end["site_job"].as_str().unwrap();
+    let mid = common::wait_ended(&ring.url(2), "tok-alpha", at_gamma, Duration::from_secs(30));
+    assert_eq!(
+        (&mid["state"], &mid["site"], &mid["delegated"]["path"]),
+        (&"finished".into(), &"beta".into(), &serde_json::json!(["alpha"])),
+        "{mid}"
+    );
+    // At beta it is gamma's, for ann, having come along alpha and gamma.
+    let at_beta = mid["site_job"].as_str().unwrap();
+    let low = common::wait_ended(&ring.url(1), "tok-gamma", at_beta, Duration::from_secs(30));
+    assert_eq!(
+        (&low["state"], &low["owner"], &low["runs_as"], &low["site"]),
+        (&"finished".into(), &"gamma".into(), &"ann".into(), &"beta-a".into()),
+        "{low}"
+    );
+    assert_eq!(low["delegated"]["path"], serde_json::json!(["alpha", "gamma"]), "{low}");
+    assert_eq!(ring.metric(2, &delegations("taken")), 1);
+    assert_eq!(ring.metric(2, &delegations("accepted")), 1);
+    assert_eq!(ring.metric(1, &delegations("taken")), 1);
+    for (k, h) in &holders {
+        let _ = common::brokk(&ring.url(*k), "tok-ann", &["cancel", h]);
+    }
 }
 
 #[test]

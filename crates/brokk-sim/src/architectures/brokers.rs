@@ -19,7 +19,7 @@ use brokk_model::{Duration, Time};
 use super::run::{Outcome, Params, Run};
 use super::{GridJob, Platform};
 use crate::cluster::{Policy, SimJob};
-use crate::grid::{simulate_grid, Delegate, GridOptions, GridRouting, Staleness};
+use crate::grid::{simulate_grid, Adaptation, Delegate, GridOptions, GridRouting, Staleness};
 use crate::platform::ClusterSpec;
 
 /// Runs the platform's clusters under one broker each, delegating to each
@@ -55,6 +55,10 @@ pub fn simulate(platform: &Platform, jobs: &[GridJob], params: Params) -> Run {
             ..Staleness::default()
         },
         policy: Policy::Fcfs.into(),
+        adaptation: (params.brokk_adapt > 0).then_some(Adaptation {
+            every: Duration(params.brokk_adapt),
+            margin: Duration(params.brokk_adapt),
+        }),
         brokers: specs.len(),
         delegation: Some(Delegate {
             threshold: Duration(params.brokk_threshold),

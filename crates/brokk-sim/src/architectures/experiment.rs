@@ -69,6 +69,8 @@ pub struct ParamsSpec {
     pub brokk_threshold_s: i64,
     /// `brokk`'s age of information, seconds.
     pub info_ttl_s: i64,
+    /// `brokk`'s queue adaptation period, seconds (0: none).
+    pub brokk_adapt_s: i64,
 }
 
 impl Default for ParamsSpec {
@@ -84,6 +86,7 @@ impl Default for ParamsSpec {
             usage_half_life_s: p.usage_half_life,
             brokk_threshold_s: p.brokk_threshold,
             info_ttl_s: p.info_ttl,
+            brokk_adapt_s: p.brokk_adapt,
         }
     }
 }
@@ -207,6 +210,9 @@ impl ArchitectureExperiment {
                 "params: cycles and a usage half-life of at least a second, a positive threshold, a monitor period of 0 or more, at least one user per cluster".into(),
             );
         }
+        if p.brokk_threshold_s < 0 || p.info_ttl_s < 0 || p.brokk_adapt_s < 0 {
+            return Err("params: brokk_threshold_s, info_ttl_s and brokk_adapt_s are seconds, 0 or more".into());
+        }
         Ok(e)
     }
 
@@ -222,6 +228,7 @@ impl ArchitectureExperiment {
             usage_half_life: p.usage_half_life_s,
             brokk_threshold: p.brokk_threshold_s,
             info_ttl: p.info_ttl_s,
+            brokk_adapt: p.brokk_adapt_s,
         }
     }
 
@@ -457,6 +464,7 @@ mod tests {
             (ok.replace("[0.8, 1.0]", "[0.0]"), "thresholds"),
             (format!("{ok}days = 0\n"), "days"),
             (format!("{ok}colour = 1\n"), "colour"),
+            (format!("{ok}[params]\ninfo_ttl_s = -1\n"), "info_ttl_s"),
         ] {
             let m = ArchitectureExperiment::from_toml(&bad).unwrap_err();
             assert!(m.contains(says), "{bad}: {m}");

@@ -104,6 +104,10 @@ pub struct Params {
     /// `brokk`'s age of information, seconds: how long a broker reuses
     /// what its cluster and its siblings said.
     pub info_ttl: i64,
+    /// `brokk`'s queue adaptation, seconds (0: none): how often a broker
+    /// decides its waiting jobs again, moving (or delegating) one that
+    /// would start at least that much sooner elsewhere.
+    pub brokk_adapt: i64,
 }
 
 impl Default for Params {
@@ -118,6 +122,7 @@ impl Default for Params {
             usage_half_life: 86_400,
             brokk_threshold: 0,
             info_ttl: 60,
+            brokk_adapt: 0,
         }
     }
 }
