@@ -144,6 +144,35 @@ fn name_char(c: char) -> bool {
     c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')
 }
 
+/// The chain of parents broker `me` publishes: its `parent`, then the
+/// chain that parent published (`published`), cut where it comes back to
+/// `me` (a cycle, named once) and at [`MAX_PATH`] names, so a cycle of
+/// parents cannot grow the chain without end.
+pub fn ancestors(me: &str, parent: &str, published: &[String]) -> Vec<String> {
+    let mut chain = vec![parent.to_string()];
+    for a in published {
+        if chain.len() >= MAX_PATH || chain.last().is_some_and(|l| l == me) {
+            break;
+        }
+        chain.push(a.clone());
+    }
+    chain
+}
+
+/// Why broker `me`'s `parent` cannot be used: the chain of parents it
+/// published (`published`) leads back to `me`, so the configured parent
+/// links form a cycle (the paper's hierarchy is a tree). `None` when not.
+pub fn cycle(me: &str, parent: &str, published: &[String]) -> Option<String> {
+    let back = published.iter().position(|a| a == me)?;
+    let mut chain = vec![me, parent];
+    chain.extend(published[..=back].iter().map(String::as_str));
+    Some(format!(
+        "parent links form a cycle ({}): each broker has its parent in its configuration; \
+         make one of them the root",
+        chain.join(" → ")
+    ))
+}
+
 /// Whether a job is delegated: no own site is predicted to start it within
 /// `threshold` (`local_wait` is the soonest predicted wait at the own
 /// sites; `None` when none can run it).
@@ -211,6 +240,25 @@ pub fn admit(
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_chain_of_parents_names_each_once_and_a_cycle_is_found() {
+        let v = |xs: &[&str]| xs.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        // A tree: alpha's parent is gamma, whose parent is root.
+        assert_eq!(ancestors("alpha", "gamma", &v(&["root"])), v(&["gamma", "root"]));
+        assert_eq!(cycle("alpha", "gamma", &v(&["root"])), None);
+        // A cycle alpha → gamma → beta → alpha: gamma publishes beta and
+        // alpha (and what alpha published, cut where it came back).
+        let published = v(&["beta", "alpha", "gamma"]);
+        let why = cycle("alpha", "gamma", &published).unwrap();
+        assert!(why.contains("alpha → gamma → beta → alpha"), "{why}");
+        assert_eq!(ancestors("alpha", "gamma", &published), v(&["gamma", "beta", "alpha"]));
+        // Two brokers each the other's parent.
+        assert!(cycle("a", "b", &v(&["a"])).is_some());
+        // However long the chain read, what is published is bounded.
+        let long: Vec<String> = (0..200).map(|k| format!("b{k}")).collect();
+        assert_eq!(ancestors("me", "p", &long).len(), MAX_PATH);
+    }
     use super::*;
 
     #[test]

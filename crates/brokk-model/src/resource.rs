@@ -51,6 +51,11 @@ pub struct ResourceInfo {
     /// a job's wait is then read for the job's own shape.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub availability: Option<crate::Availability>,
+    /// When it is a broker with a parent ([DMM]): its chain of parents as
+    /// it last read them, nearest first, so a broker reading its own
+    /// parent sees where that chain leads.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub ancestors: Vec<String>,
 }
 
 /// A queue / share of the resource.

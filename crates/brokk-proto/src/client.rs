@@ -250,6 +250,7 @@ pub fn resource_info(endpoint: &str, v: InfoView) -> ResourceInfo {
         health: v.health,
         lag: (!v.lag.is_zero()).then_some(v.lag),
         availability: v.availability,
+        ancestors: v.ancestors,
         ..ResourceInfo::default()
     }
 }

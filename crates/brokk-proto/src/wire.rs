@@ -180,6 +180,10 @@ pub struct InfoView {
     /// unfiltered ([AB-avail]'s published slots).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub availability: Option<brokk_model::Availability>,
+    /// A broker with a parent: its chain of parents, nearest first
+    /// ([`brokk_model::ResourceInfo::ancestors`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ancestors: Vec<String>,
 }
 
 fn yes() -> bool {

@@ -522,6 +522,7 @@ impl Agent {
             health: glue.health,
             lag: self.backend.lag(),
             availability,
+            ancestors: Vec::new(),
         }
     }
 

@@ -169,7 +169,8 @@ fn a_job_its_broker_cannot_start_runs_at_a_neighbour_and_comes_back() {
 /// not linked to each other. alpha's site is full and so is gamma's: the
 /// job goes up to gamma, which cannot start it but passes it down to beta,
 /// a chain of three; its output comes back along it, and each broker of
-/// the chain sees its end.
+/// the chain sees its end. A job cancelled at alpha is cancelled along
+/// the chain.
 #[test]
 fn a_job_passes_through_the_parent_to_a_child_with_room_and_ends_along_the_chain() {
     let tree: Links = [
@@ -214,9 +215,71 @@ fn a_job_passes_through_the_parent_to_a_child_with_room_and_ends_along_the_chain
     assert_eq!(ring.metric(2, &delegations("taken")), 1);
     assert_eq!(ring.metric(2, &delegations("accepted")), 1);
     assert_eq!(ring.metric(1, &delegations("taken")), 1);
+    // A job cancelled where it was submitted is let go all along the
+    // chain: what it held at beta's site is free again.
+    let long = ring.submit(0, "long.json", "sleep 60");
+    let away = ring.running(0, &long);
+    assert_eq!(away["site"], "gamma", "{away}");
+    assert!(common::brokk(&ring.url(0), "tok-ann", &["cancel", &long])
+        .status
+        .success());
+    let end = common::wait_ended(&ring.url(0), "tok-ann", &long, Duration::from_secs(30));
+    assert_eq!(end["state"], "cancelled", "{end}");
+    let at_gamma = away["site_job"].as_str().unwrap();
+    let mid = common::wait_ended(&ring.url(2), "tok-alpha", at_gamma, Duration::from_secs(30));
+    assert_eq!(mid["state"], "cancelled", "{mid}");
+    let at_beta = mid["site_job"].as_str().unwrap();
+    let low = common::wait_ended(&ring.url(1), "tok-gamma", at_beta, Duration::from_secs(30));
+    assert_eq!(low["state"], "cancelled", "{low}");
     for (k, h) in &holders {
         let _ = common::brokk(&ring.url(*k), "tok-ann", &["cancel", h]);
     }
+}
+
+/// Parent links that form a cycle (alpha's parent gamma, gamma's beta,
+/// beta's alpha; each configuration alone is valid) are found from the
+/// chains of parents the brokers publish: each names the cycle in its log,
+/// and no job goes up a parent link, so a job at a full alpha waits at
+/// home.
+#[test]
+fn parent_links_that_form_a_cycle_are_named_and_not_used() {
+    let cycle: Links = [
+        [None, None, Some("parent")],
+        [Some("parent"), None, None],
+        [None, Some("parent"), None],
+    ];
+    let ring = Ring::linked("cycle", [1, 2, 2], "", cycle);
+    all_up(&ring);
+    let log = |k: usize| std::fs::read_to_string(ring.dir.join(NAMES[k]).join("service.log")).unwrap_or_default();
+    let t = std::time::Instant::now();
+    while !log(0).contains("parent links form a cycle") {
+        assert!(t.elapsed() < Duration::from_secs(30), "no cycle found:\n{}", log(0));
+        // Each request for resources makes the brokers read their parents.
+        for k in 0..3 {
+            let _ = common::brokk(&ring.url(k), "tok-ann", &["resources"]);
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(log(0).contains("alpha → gamma → beta → alpha"), "{}", log(0));
+    for k in [1, 2] {
+        let t = std::time::Instant::now();
+        while !log(k).contains("parent links form a cycle") {
+            assert!(t.elapsed() < Duration::from_secs(30), "{} found no cycle", NAMES[k]);
+            let _ = common::brokk(&ring.url(k), "tok-ann", &["resources"]);
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+    let holder = ring.submit(0, "holder.json", "sleep 5");
+    ring.running(0, &holder);
+    let id = ring.submit(0, "home.json", "echo home");
+    let end = common::wait_ended(&ring.url(0), "tok-ann", &id, Duration::from_secs(60));
+    assert_eq!(
+        (&end["state"], &end["site"]),
+        (&"finished".into(), &"alpha-a".into()),
+        "{end}"
+    );
+    assert_eq!(ring.metric(0, &delegations("accepted")), 0);
+    let _ = common::brokk(&ring.url(0), "tok-ann", &["cancel", &holder]);
 }
 
 #[test]
@@ -281,6 +344,25 @@ fn a_job_cannot_come_back_along_its_path_and_a_bad_delegation_is_refused() {
     }
     // A proper one is taken.
     assert_eq!(post("ttl=3; path=alpha").0, 201);
+    // The same delegation sent again (a sender that did not hear the
+    // answer) is the job it made, not a second one.
+    let replay = || {
+        let r = http
+            .post(format!("{}/site/v1/jobs", ring.url(1)))
+            .bearer_auth("tok-alpha")
+            .header("On-Behalf-Of", "ann")
+            .header("Brokk-Delegation", "ttl=3; path=alpha")
+            .header("Idempotency-Key", "alpha-job-7")
+            .json(&serde_json::json!({"executable": "/bin/true", "wall_time": 60}))
+            .send()
+            .unwrap();
+        let status = r.status().as_u16();
+        (status, r.json::<serde_json::Value>().unwrap()["id"].clone())
+    };
+    let (first, id) = replay();
+    let (again, same) = replay();
+    assert_eq!((first, again), (201, 200));
+    assert_eq!(id, same);
     // Only a delegate reaches the site API: ann's own token does not.
     let r = http
         .post(format!("{}/site/v1/jobs", ring.url(1)))

@@ -1388,7 +1388,26 @@ impl BrokerCore {
     }
 
     /// What site `site` answered when asked for its information at `taken`.
+    /// A parent whose published chain of parents leads back here is
+    /// answered as a failure ([`delegate::cycle`]): the links are
+    /// misconfigured, and no job goes up them.
     pub fn informed(&mut self, site: usize, answer: Answer, taken: Time) {
+        let answer = answer.and_then(|info| match self.parent_cycle(site, &info) {
+            Some(reason) => {
+                // Said once, not at every reading.
+                let said = matches!(&self.sites[site].answer,
+                    Some(Err(FetchFailure::Error(SiteError::Refused { reason: r, .. }))) if *r == reason);
+                if !said {
+                    tracing::error!(parent = %self.sites[site].name, "{reason}");
+                }
+                // The chain still goes on through here, so that every
+                // broker of the cycle finds it, not only the first.
+                self.infos[site].ancestors = info.ancestors;
+                let name = self.sites[site].name.clone();
+                Err(FetchFailure::Error(SiteError::Refused { site: name, reason }))
+            }
+            None => Ok(info),
+        });
         let s = &mut self.sites[site];
         s.asked = false;
         s.taken = Some(taken);
@@ -1400,6 +1419,27 @@ impl BrokerCore {
             Err(e) => Err(e),
         });
         self.rebook(site);
+    }
+
+    /// Why site `site`, answering `info`, cannot be this broker's parent:
+    /// it is its parent, and the chain it publishes comes back here.
+    fn parent_cycle(&self, site: usize, info: &ResourceInfo) -> Option<String> {
+        let d = &self.delegating;
+        (d.neighbours.get(&site) == Some(&Relation::Parent))
+            .then(|| delegate::cycle(&d.name, &self.sites[site].name, &info.ancestors))
+            .flatten()
+    }
+
+    /// The chain of parents this broker publishes as a site
+    /// ([`delegate::ancestors`]): empty without a parent; its parent and
+    /// what that parent last published otherwise.
+    pub fn ancestors(&self) -> Vec<String> {
+        let d = &self.delegating;
+        let parent = d.neighbours.iter().find(|(_, r)| **r == Relation::Parent);
+        match parent {
+            Some((&p, _)) => delegate::ancestors(&d.name, &self.sites[p].name, &self.infos[p].ancestors),
+            None => Vec::new(),
+        }
     }
 
     /// Counts again, in the information just taken of `site`, the jobs on

@@ -112,13 +112,20 @@ fn folded(name: &str, sites: &[Result<ResourceInfo, String>]) -> InfoView {
         health: None,
         lag: info.lag.unwrap_or(Duration(0)),
         availability: info.availability,
+        ancestors: Vec::new(),
     }
 }
 
 impl Service {
-    /// `GET /site/v1/info`: the sites folded into one.
+    /// `GET /site/v1/info`: the sites folded into one, with the chain of
+    /// parents this broker knows
+    /// ([`brokk_broker::broker::BrokerCore::ancestors`]).
     pub async fn site_info(&self, name: &str) -> InfoView {
-        folded(name, &self.reports(self.own_sites()).await)
+        let mut info = folded(name, &self.reports(self.own_sites()).await);
+        // As last read, never fetched here: a parent asked for its own
+        // parent's information at each request would ask up a cycle.
+        info.ancestors = self.broker.read(|core| core.ancestors());
+        info
     }
 
     /// `POST /site/v1/jobs`: accepts `job` from the broker `who` for the

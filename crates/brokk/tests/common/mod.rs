@@ -74,7 +74,7 @@ pub fn serve(dir: &std::path::Path) -> Server {
                     .map(std::process::Stdio::from)
                     .unwrap_or(std::process::Stdio::null()),
             )
-            .env("BROKK_LOG", "brokk_server=debug,brokk_site=info"),
+            .env("BROKK_LOG", "brokk_server=debug,brokk_site=info,brokk_broker=warn"),
     )
 }
 
