@@ -1710,3 +1710,44 @@ fn a_delegated_job_is_admitted_with_room_at_home_or_onward_and_never_back_along_
         "n1 has 1 free, n2 is on the path"
     );
 }
+
+/// A parent whose published chain of parents comes back here is a
+/// misconfigured link: its answer counts as a failure, so no job goes up
+/// it, and the chain this broker publishes goes on through it (cut where
+/// it comes back), so every broker of the cycle finds it.
+#[test]
+fn a_parent_whose_chain_of_parents_comes_back_here_is_not_used() {
+    let mut b = BrokerCore::new(vec!["up".into(), "own".into()], params());
+    b.delegate(Delegating {
+        name: "home".into(),
+        threshold: Duration(0),
+        ttl: 2,
+        neighbours: [(0, Relation::Parent)].into(),
+    });
+    assert!(b.ancestors() == ["up"], "the parent alone before it answers");
+    let parent = |chain: &[&str]| ResourceInfo {
+        ancestors: chain.iter().map(|s| s.to_string()).collect(),
+        ..site("up", 4)
+    };
+    b.informed(0, Ok(parent(&["root"])), Time(0));
+    b.informed(1, Ok(site("own", 2)), Time(0));
+    assert_eq!(b.ancestors(), ["up", "root"]);
+    // Home full: the job goes up.
+    b.accept(Time(1), "ann", vec![job("j1", 2), job("j2", 2)]).unwrap();
+    b.decide(Time(1), 2);
+    let sent: Vec<usize> = b
+        .drain()
+        .filter_map(|e| match e {
+            Effect::Send { site, .. } => Some(site),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(sent, [1, 0]);
+    // Now up's chain leads back here.
+    b.informed(0, Ok(parent(&["mid", "home", "up"])), Time(2));
+    assert_eq!(b.ancestors(), ["up", "mid", "home"]);
+    b.accept(Time(3), "ann", vec![job("j3", 2)]).unwrap();
+    b.decide(Time(3), 1);
+    let to_parent = b.drain().any(|e| matches!(e, Effect::Send { site: 0, .. }));
+    assert!(!to_parent, "a job went up a cycle");
+}

@@ -30,8 +30,9 @@ enum What {
     /// ([VRM] 4.6): every scheduler x inter-arrival time x seed.
     Workflows(WorkflowsArgs),
     /// Join clusters into one grid as [DMM]'s architectures do (independent
-    /// clusters, a central queue pulled or pushing, delegated matchmaking):
-    /// every architecture x load x seed.
+    /// clusters, flocking, a central queue pulled or pushing, delegated
+    /// matchmaking) or as Brokk's own brokers do: every architecture x load
+    /// x seed.
     Architectures(ArchitecturesArgs),
 }
 
