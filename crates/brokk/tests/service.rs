@@ -1117,6 +1117,25 @@ fn held_jobs_wait_and_filters_pick_jobs_by_name_and_state() {
         lines[0].starts_with("JOB") && lines[1].contains("sweep-a") && lines[1].contains("held"),
         "{stdout}"
     );
+    // Sorted, without the heading, and as CSV for a script.
+    let sorted = svc.brokk(
+        "tok-ann",
+        &["status", "--format", "name,state", "--sort", "-name", "--noheader"],
+    );
+    let (stdout, _) = text(&sorted);
+    let names: Vec<&str> = stdout.lines().filter_map(|l| l.split_whitespace().next()).collect();
+    assert_eq!(names, ["sweep-a", "plot"], "{stdout}");
+    let csv = svc.brokk(
+        "tok-ann",
+        &["status", "--format", "id,name,state,started", "--sort", "name", "--csv"],
+    );
+    let (stdout, _) = text(&csv);
+    let rows: Vec<&str> = stdout.lines().collect();
+    assert_eq!(rows[0], "id,name,state,started", "{stdout}");
+    assert_eq!(rows[2], format!("{held},sweep-a,held,"), "{stdout}");
+    assert!(rows[1].starts_with(&format!("{other},plot,")), "{stdout}");
+    let bad = svc.brokk("tok-ann", &["status", "--sort", "colour"]);
+    assert!(!bad.status.success() && text(&bad).1.contains("--sort: unknown field `colour`"));
     // A description that says hold is held as well.
     let sub = dir.join("held.sub");
     std::fs::write(&sub, "executable = /bin/true\nhold = true\nqueue\n").unwrap();

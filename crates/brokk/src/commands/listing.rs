@@ -110,6 +110,14 @@ fn elapsed(j: &BrokerJob, now: Time) -> Option<Duration> {
     Some(j.ended.unwrap_or(now) - start)
 }
 
+/// Wall time left while the job runs.
+fn left(j: &BrokerJob, now: Time) -> Option<Duration> {
+    match (j.state(), elapsed(j, now), j.wall_time) {
+        (BrokerState::Running, Some(e), Some(w)) => Some(Duration(w) - e),
+        _ => None,
+    }
+}
+
 /// `text` as a terminal shows it safely: control characters (an escape
 /// sequence's ESC, a carriage return, a line break) as Rust writes them in
 /// a string (`\u{1b}`, `\r`, `\n`), so that a job's name or reason cannot
@@ -151,10 +159,7 @@ fn raw_cell(j: &BrokerJob, f: Field, now: Time) -> String {
             _ => "-".into(),
         },
         Field::Elapsed => or_dash(elapsed(j, now).map(Duration::human)),
-        Field::Left => match (j.state(), elapsed(j, now), j.wall_time) {
-            (BrokerState::Running, Some(e), Some(w)) => (Duration(w) - e).human(),
-            _ => "-".into(),
-        },
+        Field::Left => or_dash(left(j, now).map(Duration::human)),
         Field::Ended => or_dash(j.ended.map(|t| clock(t, now))),
         Field::Format => j.format.clone(),
         Field::Tts => or_dash(j.predicted_tts.map(|s| Duration(s).human())),
@@ -188,6 +193,141 @@ pub fn table(jobs: &[BrokerJob], fields: &[Field], now: Time) -> Vec<String> {
             cells.join("  ").trim_end().to_string()
         })
         .collect()
+}
+
+/// How `brokk status` lays its rows out: which columns, in what order,
+/// with or without the heading, as a table or as CSV (`squeue`'s
+/// `--format`, `--sort` and `--noheader`; `sacct --parsable2`'s use).
+#[derive(clap::Args, Debug, Clone)]
+pub struct Layout {
+    /// Columns, comma-separated, from: id, name, state, site, exit,
+    /// submitted, started, elapsed, left, ended, format, tts, ttd, reason.
+    #[arg(long, default_value = DEFAULT_FORMAT)]
+    pub format: String,
+    /// Order the rows by these fields, comma-separated, each ascending or,
+    /// after a `-`, descending (`--sort=-submitted,name`); by default the
+    /// newest job first.
+    #[arg(long, allow_hyphen_values = true)]
+    pub sort: Option<String>,
+    /// Leave out the heading line.
+    #[arg(long)]
+    pub noheader: bool,
+    /// Comma-separated values (RFC 4180) with the same columns, for
+    /// spreadsheets and scripts: times in RFC 3339 (UTC), durations in
+    /// seconds, an unknown value empty.
+    #[arg(long)]
+    pub csv: bool,
+}
+
+/// A field's value as rows are sorted by it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+enum Key {
+    Number(i64),
+    Text(String),
+}
+
+/// Job `j`'s value of `f` to sort by (`None` sorts last either way).
+fn key(j: &BrokerJob, f: Field, now: Time) -> Option<Key> {
+    let n = |v: Option<i64>| v.map(Key::Number);
+    match f {
+        Field::Id => Some(Key::Text(j.id.clone())),
+        Field::Name => j.name.clone().map(Key::Text),
+        Field::State => Some(Key::Text(j.state().to_string())),
+        Field::Site => j.site.clone().map(Key::Text),
+        Field::Exit => n(j.exit_code.map(i64::from)),
+        Field::Submitted => n(Some(j.submitted.0)),
+        Field::Started => n(j.started.or_else(|| predicted_start(j)).map(|t| t.0)),
+        Field::Elapsed => n(elapsed(j, now).map(|d| d.0)),
+        Field::Left => n(left(j, now).map(|d| d.0)),
+        Field::Ended => n(j.ended.map(|t| t.0)),
+        Field::Format => Some(Key::Text(j.format.clone())),
+        Field::Tts => n(j.predicted_tts),
+        Field::Ttd => n(j.predicted_ttd),
+        Field::Reason => j.reason.clone().map(Key::Text),
+    }
+}
+
+/// Parses `--sort`: fields, each with `-` before it for descending.
+fn parse_sort(spec: &str) -> Result<Vec<(Field, bool)>> {
+    let mut out = Vec::new();
+    for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (name, descending) = match part.strip_prefix('-') {
+            Some(n) => (n, true),
+            None => (part.strip_prefix('+').unwrap_or(part), false),
+        };
+        let f = parse_format(name).map_err(|_| {
+            let all: Vec<&str> = FIELDS.iter().map(|(_, n, _)| *n).collect();
+            anyhow::anyhow!("--sort: unknown field `{name}`; fields are {}", all.join(", "))
+        })?;
+        out.push((f[0], descending));
+    }
+    if out.is_empty() {
+        bail!("--sort: name at least one field");
+    }
+    Ok(out)
+}
+
+/// A cell as CSV carries it ([`Layout::csv`]).
+fn csv_cell(j: &BrokerJob, f: Field, now: Time) -> String {
+    let time = |t: Option<Time>| t.map_or(String::new(), |t| t.to_string());
+    let secs = |d: Option<i64>| d.map_or(String::new(), |d| d.to_string());
+    match f {
+        Field::Submitted => time(Some(j.submitted)),
+        Field::Started => time(j.started),
+        Field::Ended => time(j.ended),
+        Field::Elapsed => secs(elapsed(j, now).map(|d| d.0)),
+        Field::Left => secs(left(j, now).map(|d| d.0)),
+        Field::Tts => secs(j.predicted_tts),
+        Field::Ttd => secs(j.predicted_ttd),
+        Field::Exit => secs(j.exit_code.map(i64::from)),
+        Field::Name => j.name.clone().unwrap_or_default(),
+        Field::Site => j.site.clone().unwrap_or_default(),
+        Field::Reason => j.reason.clone().unwrap_or_default(),
+        Field::Id | Field::State | Field::Format => raw_cell(j, f, now),
+    }
+}
+
+impl Layout {
+    /// `jobs` laid out as asked: sorted, then as a table or CSV, each line
+    /// ending in a line feed.
+    pub fn render(&self, mut jobs: Vec<BrokerJob>, now: Time) -> Result<String> {
+        let fields = parse_format(&self.format)?;
+        if let Some(spec) = &self.sort {
+            let order = parse_sort(spec)?;
+            // Stable: rows equal in every key keep the service's order.
+            jobs.sort_by(|a, b| {
+                order
+                    .iter()
+                    .map(|&(f, descending)| match (key(a, f, now), key(b, f, now)) {
+                        (Some(x), Some(y)) if descending => y.cmp(&x),
+                        (Some(x), Some(y)) => x.cmp(&y),
+                        // An unknown value last, whichever the direction.
+                        (x, y) => x.is_none().cmp(&y.is_none()),
+                    })
+                    .find(|o| o.is_ne())
+                    .unwrap_or(std::cmp::Ordering::Equal)
+            });
+        }
+        if !self.csv {
+            let lines = table(&jobs, &fields, now);
+            let skip = usize::from(self.noheader);
+            return Ok(lines.iter().skip(skip).map(|l| format!("{l}\n")).collect());
+        }
+        let mut w = csv::WriterBuilder::new()
+            .terminator(csv::Terminator::Any(b'\n'))
+            .from_writer(Vec::new());
+        if !self.noheader {
+            let names = fields
+                .iter()
+                .map(|f| FIELDS.iter().find(|(g, ..)| g == f).map_or("", |(_, n, _)| *n));
+            w.write_record(names)?;
+        }
+        for j in &jobs {
+            w.write_record(fields.iter().map(|&f| csv_cell(j, f, now)))?;
+        }
+        let bytes = w.into_inner().map_err(|e| anyhow::anyhow!("writing CSV: {e}"))?;
+        Ok(String::from_utf8(bytes)?)
+    }
 }
 
 /// Which jobs a command takes: every filter given must hold.
@@ -372,6 +512,62 @@ mod tests {
             .contains("fields are id, name"));
         let t = table(&[j], &parse_format("id,state,left").unwrap(), now);
         assert_eq!(t, ["JOB  STATE    LEFT", "a    running  55m"]);
+    }
+
+    fn layout(format: &str, sort: Option<&str>, noheader: bool, csv: bool) -> Layout {
+        Layout {
+            format: format.into(),
+            sort: sort.map(str::to_string),
+            noheader,
+            csv,
+        }
+    }
+
+    #[test]
+    fn rows_sort_by_fields_either_way_with_unknown_values_last() {
+        let mut a = job("a", Some("zeta"), BrokerState::Finished, 300);
+        a.exit_code = Some(0);
+        let mut b = job("b", Some("alpha"), BrokerState::Failed, 100);
+        b.exit_code = Some(3);
+        let c = job("c", None, BrokerState::Running, 200);
+        let jobs = vec![a, b, c];
+        let ids = |l: &Layout| {
+            let text = l.render(jobs.clone(), Time(1000)).unwrap();
+            text.lines()
+                .map(|r| r.split_whitespace().next().unwrap().to_string())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(ids(&layout("id", Some("submitted"), true, false)), ["b", "c", "a"]);
+        assert_eq!(ids(&layout("id", Some("-submitted"), true, false)), ["a", "c", "b"]);
+        // No name sorts last, ascending or descending.
+        assert_eq!(ids(&layout("id", Some("name"), true, false)), ["b", "a", "c"]);
+        assert_eq!(ids(&layout("id", Some("-name"), true, false)), ["a", "b", "c"]);
+        // Ties go to the next field; the heading stays first without --noheader.
+        assert_eq!(
+            ids(&layout("id", Some("-exit,id"), false, false)),
+            ["JOB", "b", "a", "c"]
+        );
+        let bad = layout("id", Some("size"), false, false).render(jobs.clone(), Time(0));
+        assert!(bad.unwrap_err().to_string().contains("--sort: unknown field `size`"));
+    }
+
+    #[test]
+    fn csv_quotes_what_needs_it_and_gives_times_and_seconds_for_machines() {
+        let mut j = job("a", Some("run, \"big\""), BrokerState::Running, 0);
+        j.started = Some(Time(60));
+        j.wall_time = Some(3_600);
+        j.reason = Some("two\nlines".into());
+        let text = layout("id,name,started,elapsed,left,exit,reason", None, false, true)
+            .render(vec![j], Time(160))
+            .unwrap();
+        assert_eq!(
+            text,
+            "id,name,started,elapsed,left,exit,reason\n\
+             a,\"run, \"\"big\"\"\",1970-01-01T00:01:00Z,100,3500,,\"two\nlines\"\n"
+        );
+        let mut r = csv::Reader::from_reader(text.as_bytes());
+        let row = r.records().next().unwrap().unwrap();
+        assert_eq!((&row[1], &row[6]), ("run, \"big\"", "two\nlines"));
     }
 
     #[test]

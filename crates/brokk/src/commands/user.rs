@@ -166,10 +166,8 @@ pub struct StatusArgs {
     ids: Vec<String>,
     #[command(flatten)]
     filter: Filter,
-    /// Columns, comma-separated, from: id, name, state, site, exit,
-    /// submitted, started, elapsed, left, ended, format, tts, ttd, reason.
-    #[arg(long, default_value = listing::DEFAULT_FORMAT)]
-    format: String,
+    #[command(flatten)]
+    layout: listing::Layout,
     /// Print JSON.
     #[arg(long)]
     json: bool,
@@ -618,7 +616,8 @@ pub fn submit(a: SubmitArgs) -> Result<ExitCode> {
 /// Runs `brokk status`.
 pub fn status(a: StatusArgs) -> Result<ExitCode> {
     let c = a.server.client()?;
-    let fields = listing::parse_format(&a.format)?;
+    // A wrong column or order is said before anything is asked.
+    let _ = a.layout.render(Vec::new(), Time(0))?;
     let now = brokk_proto::wall_clock();
     match a.ids.as_slice() {
         // All that pass the filters: below.
@@ -628,8 +627,9 @@ pub fn status(a: StatusArgs) -> Result<ExitCode> {
             if a.json {
                 say!("{}", serde_json::to_string_pretty(&j)?);
             } else {
-                for line in listing::table(std::slice::from_ref(&j), &fields, now) {
-                    say!("{line}");
+                crate::emit(format_args!("{}", a.layout.render(vec![j.clone()], now)?));
+                if a.layout.csv {
+                    return Ok(ExitCode::SUCCESS);
                 }
                 if let Some(r) = &j.reason {
                     say!("  reason: {}", listing::shown(r));
@@ -673,9 +673,7 @@ pub fn status(a: StatusArgs) -> Result<ExitCode> {
             if a.json {
                 say!("{}", serde_json::to_string_pretty(&jobs)?);
             } else {
-                for line in listing::table(&jobs, &fields, now) {
-                    say!("{line}");
-                }
+                crate::emit(format_args!("{}", a.layout.render(jobs, now)?));
             }
             return Ok(if failed { ExitCode::from(1) } else { ExitCode::SUCCESS });
         }
@@ -684,9 +682,7 @@ pub fn status(a: StatusArgs) -> Result<ExitCode> {
     if a.json {
         say!("{}", serde_json::to_string_pretty(&jobs)?);
     } else {
-        for line in listing::table(&jobs, &fields, now) {
-            say!("{line}");
-        }
+        crate::emit(format_args!("{}", a.layout.render(jobs, now)?));
     }
     // After the table, where a reader's eye ends up.
     if more {
