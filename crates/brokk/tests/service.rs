@@ -421,6 +421,21 @@ fn reservations_are_made_and_claimed_on_behalf_of_their_owner() {
     assert!((0..=1).contains(&(started - at)), "started {started}, reserved {at}");
     let c = svc.json("tok-ann", &["reserve", "--cancel", &rid, "--json"]);
     assert_eq!(c["state"], "cancelled");
+    // Listed by state: cancelled now, no longer among the committed.
+    let ids = |states: &str| -> Vec<String> {
+        let v = svc.json("tok-ann", &["reserve", "--list", "--state", states, "--json"]);
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["id"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert!(ids("cancelled").contains(&rid));
+    assert!(!ids("committed,held,ended").contains(&rid));
+    let listed = text(&svc.brokk("tok-ann", &["reserve", "--list", "--state", "cancelled"])).0;
+    assert!(listed.contains(&format!("{rid} cancelled at ")), "{listed}");
+    let bad = svc.brokk("tok-ann", &["reserve", "--list", "--state", "lapsed"]);
+    assert_eq!(bad.status.code(), Some(2));
     // A request larger than a user's share of any site is refused with the limit.
     let o = svc.brokk("tok-ann", &["reserve", "--amount", "100", "--duration", "60"]);
     assert!(

@@ -310,6 +310,11 @@ pub struct ReserveArgs {
     /// List your reservations instead.
     #[arg(long, conflicts_with_all = ["earliest", "latest", "cancel", "duration"])]
     list: bool,
+    /// With `--list`: only reservations in these states (comma-separated:
+    /// held, committed, ended, cancelled; `ended` is a held or committed one
+    /// whose time is over, which the others then leave out).
+    #[arg(long, value_delimiter = ',', requires = "list")]
+    state: Vec<ReservationShown>,
     /// Print JSON.
     #[arg(long)]
     json: bool,
@@ -317,11 +322,43 @@ pub struct ReserveArgs {
     server: Server,
 }
 
-fn print_reservation(r: &brokk_proto::wire::BrokerReservation) {
+/// A reservation's state as `reserve --list` shows and filters it: the
+/// broker's, or `ended` once its time is over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum ReservationShown {
+    Held,
+    Committed,
+    Ended,
+    Cancelled,
+}
+
+impl ReservationShown {
+    /// How `r` stands at `now`.
+    fn of(r: &brokk_proto::wire::BrokerReservation, now: Time) -> ReservationShown {
+        use brokk_broker::reservations::BrokerReservationState as S;
+        match r.state() {
+            S::Cancelled => ReservationShown::Cancelled,
+            _ if r.end <= now => ReservationShown::Ended,
+            S::Held => ReservationShown::Held,
+            S::Committed => ReservationShown::Committed,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            ReservationShown::Held => "held",
+            ReservationShown::Committed => "committed",
+            ReservationShown::Ended => "ended",
+            ReservationShown::Cancelled => "cancelled",
+        }
+    }
+}
+
+fn print_reservation(r: &brokk_proto::wire::BrokerReservation, now: Time) {
     say!(
         "{} {} at {}: {} slots {} to {}",
         r.id,
-        r.state(),
+        ReservationShown::of(r, now).name(),
         r.site,
         r.amount,
         r.start,
@@ -332,13 +369,17 @@ fn print_reservation(r: &brokk_proto::wire::BrokerReservation) {
 /// Runs `brokk reserve`.
 pub fn reserve(a: ReserveArgs) -> Result<ExitCode> {
     let c = a.server.client()?;
+    let now = brokk_proto::wall_clock();
     if a.list {
-        let all = c.reservations()?;
+        let mut all = c.reservations()?;
+        if !a.state.is_empty() {
+            all.retain(|r| a.state.contains(&ReservationShown::of(r, now)));
+        }
         if a.json {
             say!("{}", serde_json::to_string_pretty(&all)?);
         } else {
             for r in &all {
-                print_reservation(r);
+                print_reservation(r, now);
             }
         }
         return Ok(ExitCode::SUCCESS);
@@ -346,7 +387,6 @@ pub fn reserve(a: ReserveArgs) -> Result<ExitCode> {
     let r = match &a.cancel {
         Some(id) => c.cancel_reservation(id)?,
         None => {
-            let now = brokk_proto::wall_clock();
             let earliest = a
                 .earliest
                 .as_deref()
@@ -370,7 +410,7 @@ pub fn reserve(a: ReserveArgs) -> Result<ExitCode> {
     if a.json {
         say!("{}", serde_json::to_string_pretty(&r)?);
     } else {
-        print_reservation(&r);
+        print_reservation(&r, now);
     }
     Ok(ExitCode::SUCCESS)
 }
