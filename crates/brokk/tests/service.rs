@@ -1037,6 +1037,23 @@ fn local_inputs_are_uploaded_and_every_output_comes_back_under_brokk_ids() {
             std::fs::read_to_string(got.join("result.txt")).unwrap(),
             format!("{k}\n")
         );
+        assert!(text(&forced).0.contains("result.txt (2 B)"), "{}", text(&forced).0);
+        // As JSON, each file with its size; a script reads what it got.
+        let json = svc.json(
+            "tok-ann",
+            &["get", id, "--dir", got.to_str().unwrap(), "--force", "--json"],
+        );
+        let result = json["files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["name"] == "result.txt");
+        assert_eq!(result.map(|f| f["bytes"].as_u64()), Some(Some(2)), "{json}");
+        assert_eq!(
+            (&json["job"], &json["missing"]),
+            (&id.clone().into(), &serde_json::json!([])),
+            "{json}"
+        );
     }
     // A file that is not there is named before anything is sent.
     std::fs::remove_file(work.join("data.txt")).unwrap();

@@ -218,8 +218,27 @@ pub struct GetArgs {
     /// before fetching anything).
     #[arg(long)]
     force: bool,
+    /// Print what was fetched as JSON: the directory, each file with its
+    /// path and size in bytes, and the files not fetched.
+    #[arg(long)]
+    json: bool,
     #[command(flatten)]
     server: Server,
+}
+
+/// A size in bytes as people read it: `512 B`, `1.5 KiB`, `3.0 MiB`.
+fn human_bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
+    if n < 1024 {
+        return format!("{n} B");
+    }
+    let mut v = n as f64 / 1024.0;
+    let mut unit = 0;
+    while v >= 1024.0 && unit + 1 < UNITS.len() {
+        v /= 1024.0;
+        unit += 1;
+    }
+    format!("{v:.1} {}", UNITS[unit])
 }
 
 /// `brokk output`.
@@ -843,6 +862,7 @@ pub fn get(a: GetArgs) -> Result<ExitCode> {
     }
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let mut missing = Vec::new();
+    let mut fetched = Vec::new();
     for name in &names {
         let rel = std::path::Path::new(name);
         if !plain(name) {
@@ -857,17 +877,38 @@ pub fn get(a: GetArgs) -> Result<ExitCode> {
                 }
                 let mut f = std::fs::File::create(&to).with_context(|| format!("creating {}", to.display()))?;
                 let n = std::io::copy(&mut body, &mut f).with_context(|| format!("fetching {name}"))?;
-                say!("{} ({n} bytes)", listing::shown(&to.display().to_string()));
+                if !a.json {
+                    say!("{} ({})", listing::shown(&to.display().to_string()), human_bytes(n));
+                }
+                fetched.push(serde_json::json!({"name": name, "path": to, "bytes": n}));
             }
             Err(e) if e.status == 404 => missing.push(listing::shown(name)),
             Err(e) => return Err(e.into()),
         }
     }
+    if a.json {
+        let report = serde_json::json!({"job": j.id, "dir": dir, "files": fetched, "missing": missing});
+        say!("{}", serde_json::to_string_pretty(&report)?);
+    }
     if !missing.is_empty() {
-        eprintln!("not fetched: {}", missing.join(", "));
+        if !a.json {
+            eprintln!("not fetched: {}", missing.join(", "));
+        }
         return Ok(ExitCode::from(1));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn sizes_read_as_people_write_them() {
+        let h = super::human_bytes;
+        assert_eq!(
+            [h(0), h(1023), h(1536), h(3 << 20)],
+            ["0 B", "1023 B", "1.5 KiB", "3.0 MiB"]
+        );
+    }
 }
 
 /// Runs `brokk output`.
