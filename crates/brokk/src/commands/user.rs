@@ -899,18 +899,6 @@ pub fn get(a: GetArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn sizes_read_as_people_write_them() {
-        let h = super::human_bytes;
-        assert_eq!(
-            [h(0), h(1023), h(1536), h(3 << 20)],
-            ["0 B", "1023 B", "1.5 KiB", "3.0 MiB"]
-        );
-    }
-}
-
 /// Runs `brokk output`.
 pub fn output(a: OutputArgs) -> Result<ExitCode> {
     let c = a.server.client()?;
@@ -973,4 +961,16 @@ pub fn resources(a: ResourcesArgs) -> Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn sizes_read_as_people_write_them() {
+        let h = super::human_bytes;
+        assert_eq!(
+            [h(0), h(1023), h(1536), h(3 << 20)],
+            ["0 B", "1023 B", "1.5 KiB", "3.0 MiB"]
+        );
+    }
 }
