@@ -481,6 +481,17 @@ async fn metrics(State(app): State<App>) -> Result<Response, ApiError> {
     Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response())
 }
 
+/// `GET /readyz`: 200 when the broker can take and place work, 503 with
+/// what is wrong otherwise (open, as `/healthz`: no one's jobs).
+async fn readyz(State(app): State<App>) -> Response {
+    let r = app.service.readiness().await;
+    let status = match r.ready {
+        true => StatusCode::OK,
+        false => StatusCode::SERVICE_UNAVAILABLE,
+    };
+    (status, Json(r)).into_response()
+}
+
 async fn not_found() -> ApiError {
     ApiError(StatusCode::NOT_FOUND, "no such endpoint".into())
 }
@@ -514,6 +525,7 @@ pub fn router(service: Service, access: Access, max_body: usize) -> Router {
         .route_layer(middleware::from_fn_with_state(app.clone(), auth));
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .route("/openapi.json", get(|| async { Json(crate::openapi::document()) }))
         .merge(crate::dashboard::router())

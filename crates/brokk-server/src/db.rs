@@ -337,6 +337,12 @@ impl Db {
         })
     }
 
+    /// Whether the database answers a query now (a readiness probe).
+    pub async fn ping(&self) -> Result<(), DbError> {
+        sqlx::query("SELECT 1").fetch_one(&self.pool).await?;
+        Ok(())
+    }
+
     /// The change feed's run (see [`Db::changes`]): one per database.
     pub fn feed_epoch(&self) -> u64 {
         self.feed_epoch

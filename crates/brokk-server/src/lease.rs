@@ -130,7 +130,12 @@ async fn standby_answer(
     use axum::response::IntoResponse;
     let url = active.read().map(|a| a.clone()).unwrap_or_default();
     let path = uri.path_and_query().map_or("/", |p| p.as_str());
-    let api = ["/v1/", "/site/", "/healthz", "/metrics", "/openapi.json"]
+    // A standby is alive (a liveness probe must not restart it) but not
+    // ready: `/readyz` falls to the 503 below.
+    if uri.path() == "/healthz" {
+        return (axum::http::StatusCode::OK, "ok (standby)\n").into_response();
+    }
+    let api = ["/v1/", "/site/", "/healthz", "/readyz", "/metrics", "/openapi.json"]
         .iter()
         .any(|p| path.starts_with(p));
     // Each answer closes its connection: a client's kept-alive connection

@@ -78,6 +78,7 @@ pub fn document() -> Value {
         "security": [{"bearer": []}],
         "paths": {
             "/healthz": {"get": {"security": [], "responses": {"200": {"description": "alive"}}}},
+            "/readyz": {"get": {"security": [], "responses": {"200": {"description": "ready to take work"}, "503": {"description": "not ready, with why"}}}},
             "/metrics": {"get": {"security": [], "responses": {"200": {"description": "Prometheus text format"}}}},
             "/v1/jobs": {
                 "get": {"description": "a page of the caller's jobs, newest first; a full page answers with a `Link` header (rel=\"next\") to the next",

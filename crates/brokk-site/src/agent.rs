@@ -314,6 +314,12 @@ impl Agent {
     }
 
     /// An error while the resource manager does not answer.
+    /// Why the site cannot take work now (its resource manager does not
+    /// answer), for `/readyz`; `None` when it can.
+    pub fn not_ready(&self) -> Option<String> {
+        self.check_available().err().map(|e| e.to_string())
+    }
+
     fn check_available(&self) -> Result<(), AgentError> {
         match self.backend.down() {
             Some(why) => Err(AgentError::Unavailable(why)),

@@ -444,6 +444,19 @@ async fn healthz() -> &'static str {
     "ok\n"
 }
 
+/// `GET /readyz`: 200 when the site can take work, 503 with why not (its
+/// resource manager does not answer), as load balancers ask.
+async fn readyz(State(agent): State<Agent>) -> Response {
+    match agent.not_ready() {
+        None => Json(serde_json::json!({"ready": true})).into_response(),
+        Some(why) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(serde_json::json!({"ready": false, "why": why})),
+        )
+            .into_response(),
+    }
+}
+
 async fn openapi() -> Response {
     Json(crate::openapi::document()).into_response()
 }
@@ -499,6 +512,7 @@ pub fn router(agent: Agent) -> Router {
         .route_layer(middleware::from_fn_with_state(agent.clone(), auth));
     Router::new()
         .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
         .route("/openapi.json", get(openapi))
         .route("/metrics", get(metrics))
         .merge(v1)

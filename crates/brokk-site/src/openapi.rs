@@ -63,6 +63,7 @@ pub fn document() -> Value {
         "security": [{"bearer": []}],
         "paths": {
             "/healthz": {"get": {"security": [], "responses": {"200": {"description": "alive"}}}},
+            "/readyz": {"get": {"security": [], "responses": {"200": {"description": "ready to take work"}, "503": {"description": "not ready, with why"}}}},
             "/metrics": {"get": {"security": [], "description": "the site's figures in Prometheus's text format: jobs by state, reservations, free slots, subscriptions, and every API call by route, method and status with its latency",
                 "responses": {"200": {"description": "text exposition", "content": {"text/plain": {"schema": {"type": "string"}}}}}}},
             "/v1/info": {"get": {"responses": {"200": ok(json!({"$ref": "#/components/schemas/Info"})),

@@ -48,6 +48,7 @@ const PATHS: &[&str] = &[
     "/v1/jobs/1/files/out.txt",
     "/v1/jobs/1/files/..",
     "/healthz",
+    "/readyz",
     "/metrics",
     "/openapi.json",
     "/nope",

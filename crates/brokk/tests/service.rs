@@ -928,6 +928,50 @@ fn a_site_that_does_not_answer_is_named_with_why() {
     let all = svc.json("tok-ann", &["resources", "--json"]);
     let ghost = all.as_array().unwrap().iter().find(|r| r["name"] == "ghost").unwrap();
     assert_eq!(ghost["available"], false, "{ghost}");
+    // Ready: the database answers and `up` can take work; `ghost` is named
+    // with why it cannot.
+    let ready = || {
+        let r = reqwest::blocking::get(format!("{}/readyz", svc.server.url)).unwrap();
+        (r.status().as_u16(), r.json::<serde_json::Value>().unwrap())
+    };
+    let t = std::time::Instant::now();
+    let (status, body) = loop {
+        let (status, body) = ready();
+        if status == 200 || t.elapsed() > Duration::from_secs(20) {
+            break (status, body);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["database"], "ok", "{body}");
+    assert!(body["sites"]["up"].as_str().unwrap().starts_with("ok"), "{body}");
+    assert!(
+        body["sites"]["ghost"].as_str().unwrap().contains("unavailable"),
+        "{body}"
+    );
+}
+
+/// A broker none of whose sites answers is alive but not ready.
+#[test]
+fn a_broker_that_can_place_nothing_is_not_ready() {
+    let dir = scratch("not-ready");
+    common::write_private(
+        &dir.join("broker.toml"),
+        "database = \"broker.db\"\n[tokens]\n\"tok-ann\" = \"ann\"\n\
+         [[sites]]\nname = \"ghost\"\nurl = \"http://127.0.0.1:9\"\ntoken = \"t\"\n",
+    );
+    let svc = Service::start(&dir);
+    let health = reqwest::blocking::get(format!("{}/healthz", svc.server.url)).unwrap();
+    assert_eq!(health.status().as_u16(), 200);
+    let r = reqwest::blocking::get(format!("{}/readyz", svc.server.url)).unwrap();
+    assert_eq!(r.status().as_u16(), 503);
+    let body: serde_json::Value = r.json().unwrap();
+    assert_eq!(
+        (&body["ready"], &body["database"]),
+        (&false.into(), &"ok".into()),
+        "{body}"
+    );
+    assert!(body["sites"]["ghost"].is_string(), "{body}");
 }
 
 #[test]

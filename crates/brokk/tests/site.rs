@@ -244,6 +244,8 @@ fn identities_are_checked() {
     assert_eq!(get("/v1/info", None), 401);
     assert_eq!(get("/v1/info", Some("wrong")), 401);
     assert_eq!(get("/healthz", None), 200);
+    // Its runner answers: ready to take work, open as `/healthz` is.
+    assert_eq!(get("/readyz", None), 200);
     let doc: serde_json::Value = http
         .get(format!("{}/openapi.json", agent.server.url))
         .send()

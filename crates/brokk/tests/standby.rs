@@ -78,13 +78,14 @@ impl Broker {
         }
     }
 
-    /// Whether it answers as the active broker.
+    /// Whether it answers as the active broker (a standby is alive too,
+    /// and says so).
     fn active(&self) -> bool {
         reqwest::blocking::Client::new()
             .get(format!("{}/healthz", self.url))
             .timeout(Duration::from_millis(500))
             .send()
-            .is_ok_and(|r| r.status().is_success())
+            .is_ok_and(|r| r.status().is_success() && r.text().is_ok_and(|t| !t.contains("standby")))
     }
 
     /// What it answers as the standby: the active broker's URL.
@@ -147,6 +148,15 @@ fn takeovers(dir: &Path, database: &str) {
         Duration::from_secs(30),
         || brokers[1].names_active().as_deref() == Some(brokers[0].url.as_str()),
     );
+    // The standby is alive, as a liveness probe asks, but not ready for work.
+    let probe = |url: &str, path: &str| {
+        let r = reqwest::blocking::get(format!("{url}{path}")).unwrap();
+        (r.status().as_u16(), r.text().unwrap())
+    };
+    let (alive, said) = probe(&brokers[1].url, "/healthz");
+    assert_eq!(alive, 200, "{said}");
+    assert!(said.contains("standby"), "{said}");
+    assert_eq!(probe(&brokers[1].url, "/readyz").0, 503);
     let both = format!("{},{}", brokers[1].url, brokers[0].url);
     let users = [BrokerClient::new(&both, "tok-ann"), BrokerClient::new(&both, "tok-bob")];
     let mut accepted = Vec::new();

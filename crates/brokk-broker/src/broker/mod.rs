@@ -1377,6 +1377,28 @@ impl BrokerCore {
         }
     }
 
+    /// How each site's information stands at `now`, for a readiness
+    /// probe: `Ok(age)` when its last answer was its information, asked
+    /// for at most three times-to-live ago (and at most a minute, where
+    /// the time-to-live is shorter), or pushed; otherwise why not (never
+    /// answered, its failure, or too old).
+    pub fn freshness(&self, now: Time) -> Vec<(String, Result<Duration, String>)> {
+        let max_age = Duration((3 * self.params.info_ttl.0).max(60));
+        self.sites
+            .iter()
+            .map(|s| {
+                let age = s.taken.map(|t| now - t);
+                let state = match (&s.answer, age) {
+                    (None, _) | (_, None) => Err("not answered yet".to_string()),
+                    (Some(Err(e)), _) => Err(e.to_string()),
+                    (Some(Ok(())), Some(a)) if a <= max_age || s.pushed => Ok(a),
+                    (Some(Ok(())), Some(a)) => Err(format!("its information is {} old", a.human())),
+                };
+                (s.name.clone(), state)
+            })
+            .collect()
+    }
+
     /// Whether site `site` pushes its information to the broker as it
     /// changes and at an interval ([AB-avail]'s publication): while it
     /// does, its pushes come in as [`BrokerCore::informed`] and it is

@@ -31,6 +31,7 @@ mod holds;
 pub mod parsing;
 mod per_site;
 mod pushed;
+mod ready;
 mod reservations;
 mod sites;
 mod turns;
