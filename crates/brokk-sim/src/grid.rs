@@ -946,24 +946,20 @@ pub fn simulate_grid_with_local(
                     ..BrokerParams::default()
                 };
                 let mut names: Vec<String> = clusters[g.clone()].iter().map(|c| c.name.clone()).collect();
+                let own = names.len();
+                if delegation.is_some() {
+                    names.extend((0..groups.len()).filter(|&o| o != b).map(broker_name));
+                }
+                let all = names.len();
+                let mut core = BrokerCore::new(names, params);
                 if let Some(d) = delegation {
-                    let own = names.len();
-                    let others = (0..groups.len()).filter(|&o| o != b);
-                    names.extend(others.map(broker_name));
-                    let neighbours = (own..names.len()).map(|k| (k, Relation::Sibling)).collect();
-                    let mut core = BrokerCore::new(names, params);
                     core.delegate(Delegating {
                         name: broker_name(b),
                         threshold: d.threshold,
                         ttl: d.ttl,
-                        neighbours,
+                        neighbours: (own..all).map(|k| (k, Relation::Sibling)).collect(),
                     });
-                    for (k, site) in sites[g.clone()].iter().enumerate() {
-                        core.informed(k, site.info().map_err(FetchFailure::Error), start);
-                    }
-                    return core;
                 }
-                let mut core = BrokerCore::new(names, params);
                 for (k, site) in sites[g.clone()].iter().enumerate() {
                     core.informed(k, site.info().map_err(FetchFailure::Error), start);
                 }

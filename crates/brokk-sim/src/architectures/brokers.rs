@@ -71,15 +71,7 @@ pub fn simulate(platform: &Platform, jobs: &[GridJob], params: Params) -> Run {
         reserve_top_k: 0,
     };
     let run = simulate_grid(&specs, &sim_jobs, routing, options);
-    let mut outcomes = vec![
-        Outcome {
-            start: None,
-            end: None,
-            ran_at: None,
-            hops: 0,
-        };
-        jobs.len()
-    ];
+    let mut outcomes = vec![Outcome::default(); jobs.len()];
     // What happened by the last arrival, as the other architectures end.
     for (k, c) in run.clusters.iter().enumerate() {
         for o in &c.outcomes {

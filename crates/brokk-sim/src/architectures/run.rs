@@ -127,8 +127,8 @@ impl Default for Params {
     }
 }
 
-/// How one job fared.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+/// How one job fared (by default: not started).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
 pub struct Outcome {
     /// When it started, if it did by the end.
     pub start: Option<i64>,
@@ -227,15 +227,7 @@ pub fn simulate(arch: Architecture, platform: &Platform, jobs: &[GridJob], param
             };
             jobs.len()
         ],
-        outcomes: vec![
-            Outcome {
-                start: None,
-                end: None,
-                ran_at: None,
-                hops: 0,
-            };
-            jobs.len()
-        ],
+        outcomes: vec![Outcome::default(); jobs.len()],
         phase: vec![0; n],
         user: Vec::new(),
         flock_at: vec![0; jobs.len()],
