@@ -1881,3 +1881,18 @@ fn the_client_reads_its_configuration_and_fits_the_shell() {
     let page = std::fs::read_to_string(man.join("brokk-submit.1")).unwrap();
     assert!(page.contains("brokk\\-submit") && page.contains("hold"), "{page}");
 }
+
+/// A job finds what its batch system would have set: the id its user sees
+/// at the broker (not the site's number), and for a Slurm script its
+/// `SLURM_JOB_ID`, `SLURM_NTASKS` and `SLURM_CPUS_PER_TASK`.
+#[test]
+fn a_job_finds_its_broker_id_and_a_slurm_script_its_slurm_variables() {
+    let dir = scratch("batch-variables");
+    let svc = Service::start(&dir);
+    let script = "#!/bin/sh\n#SBATCH --ntasks=2\n#SBATCH --cpus-per-task=2\n#SBATCH --output=out.txt\n\
+                  #SBATCH --time=1\necho \"$BROKK_JOB_ID $SLURM_JOB_ID $SLURM_NTASKS $SLURM_CPUS_PER_TASK\"\n";
+    let (id, end) = common::run_to_end(&svc.server.url, "tok-ann", &dir, "job.sh", script);
+    assert_eq!(end["state"], "finished", "{end}");
+    let out = common::output(&svc.server.url, "tok-ann", &id, "out.txt");
+    assert_eq!(out, format!("{id} {id} 2 2\n"));
+}

@@ -650,6 +650,7 @@ impl Service {
                 if wall.is_some() {
                     job.wall_time = wall;
                 }
+                brokk_broker::submit::with_batch_variables(&mut job, &id, &v.format);
                 (core.site_name(k).to_string(), v.owner.clone(), v.runs_as.clone(), job)
             })
         };
