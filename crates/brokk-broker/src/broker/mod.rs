@@ -743,6 +743,19 @@ impl BrokerCore {
         self.jobs.get(id).map(|r| &r.job)
     }
 
+    /// Job `id` as it goes to a site: its description asking for `wall`
+    /// when given, with the batch variables the broker sets
+    /// ([`crate::submit::with_batch_variables`]).
+    pub fn outgoing(&self, id: &str, wall: Option<Duration>) -> Option<Job> {
+        let r = self.jobs.get(id)?;
+        let mut job = r.job.clone();
+        if wall.is_some() {
+            job.wall_time = wall;
+        }
+        crate::submit::with_batch_variables(&mut job, id, &r.view.format);
+        Some(job)
+    }
+
     /// What the broker knows of each site, in site order (empty where
     /// nothing is known), with its own bookings since: what a rule the
     /// core does not hold yet (co-allocation, adaptation, reservations)

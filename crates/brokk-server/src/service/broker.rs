@@ -645,14 +645,9 @@ impl Service {
                 .core
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
-            core.job(&id).zip(core.description(&id)).map(|(v, d)| {
-                let mut job = d.clone();
-                if wall.is_some() {
-                    job.wall_time = wall;
-                }
-                brokk_broker::submit::with_batch_variables(&mut job, &id, &v.format);
-                (core.site_name(k).to_string(), v.owner.clone(), v.runs_as.clone(), job)
-            })
+            core.job(&id)
+                .zip(core.outgoing(&id, wall))
+                .map(|(v, job)| (core.site_name(k).to_string(), v.owner.clone(), v.runs_as.clone(), job))
         };
         let Some((name, owner, runs_as, job)) = found else {
             return (id, k, Err(brokk_broker::SiteError::Unknown));

@@ -154,15 +154,9 @@ impl Service {
         parts: &[String],
         search: CoSearch,
     ) -> Result<(CoPlaced, Vec<Effect>), ServiceError> {
-        let jobs: Vec<Job> = self.broker.read(|c| {
-            let described = |id: &String| {
-                let (view, job) = c.job(id).zip(c.description(id))?;
-                let mut job = job.clone();
-                brokk_broker::submit::with_batch_variables(&mut job, id, &view.format);
-                Some(job)
-            };
-            parts.iter().filter_map(described).collect()
-        });
+        let jobs: Vec<Job> = self
+            .broker
+            .read(|c| parts.iter().filter_map(|id| c.outgoing(id, None)).collect());
         let found = if jobs.len() < parts.len() {
             Err(ServiceError::Unavailable("a part of the co-allocation is gone".into()))
         } else {
