@@ -15,7 +15,7 @@
 //! FCFS, EASY and unprotected backfilling take a fast path (a walk over running
 //! jobs by planned end for the head's "shadow" time and spare processors).
 //! Conservative backfilling in arrival order keeps its profile between passes
-//! ([`KeptPlan`]): an arrival is planned behind the others, a start leaves the
+//! (`KeptPlan`): an arrival is planned behind the others, a start leaves the
 //! profile as it is, and only an early end or an overrun that breaks a
 //! reservation plans the waiting jobs again. Other cases plan on a profile
 //! built for the pass. Each fast path gives exactly the schedule of a profile

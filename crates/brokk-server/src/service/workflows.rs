@@ -294,7 +294,7 @@ impl Service {
     }
 
     /// Lets go of the holds of admissions a stop interrupted (see
-    /// [`super::holds`]), before the service answers anyone. A hold the
+    /// `service::holds`), before the service answers anyone. A hold the
     /// broker recorded as a reservation of its owner is left to its
     /// workflow's course. Returns how many holds the sites gave back.
     pub async fn release_stray_holds(&self) -> Result<usize, ServiceError> {

@@ -25,7 +25,7 @@
 //!
 //! Beside the paper's six, `brokk` joins the same clusters with Brokk's
 //! own brokers, one per cluster, delegating to each other with the broker
-//! core `brokk serve` runs ([`brokers`]).
+//! core `brokk serve` runs (`architectures/brokers.rs`).
 
 mod brokers;
 mod experiment;

@@ -37,7 +37,7 @@ pub enum Architecture {
     /// cannot serve to its neighbours.
     Dmm,
     /// Brokk's own brokers, one per cluster, delegating to each other as
-    /// `brokk serve` does ([`super::brokers`]).
+    /// `brokk serve` does (`architectures/brokers.rs`).
     Brokk,
 }
 

@@ -73,7 +73,7 @@ struct WorkflowsArgs {
 #[derive(clap::Args)]
 struct ResultArgs {
     /// Directory for the results (summary.json, the plots and, for job
-    /// experiments, jobs.csv) [default: sim-results/<experiment name>].
+    /// experiments, jobs.csv) [default: the experiment's name under sim-results/].
     #[arg(long)]
     out: Option<PathBuf>,
     /// Threads for a sweep [default: all cores].
