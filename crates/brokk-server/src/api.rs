@@ -426,7 +426,7 @@ async fn metrics(State(app): State<App>) -> Result<Response, ApiError> {
     let c = &app.service.counters;
     let mut out = String::new();
     let _ = writeln!(out, "# TYPE brokk_jobs gauge");
-    for (state, n) in app.service.db.count_by_state().await.map_err(ServiceError::from)? {
+    for (state, n) in app.service.db.count_by_state() {
         let _ = writeln!(out, "brokk_jobs{{state=\"{state}\"}} {n}");
     }
     // The broker core's own: the jobs it holds, and those waiting for a decision.
