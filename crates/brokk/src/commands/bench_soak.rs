@@ -122,7 +122,7 @@ pub fn trivial_submission() -> SubmitRequest {
 
 /// How many of the broker's jobs are in `state`.
 pub async fn jobs_in(running: &brokk_server::Running, state: &str) -> Result<i64> {
-    let counts = running.service.db.count_by_state().await?;
+    let counts = running.service.db.count_by_state();
     Ok(counts.iter().find(|(s, _)| s == state).map_or(0, |c| c.1))
 }
 
