@@ -495,7 +495,13 @@ fn make_job(
     job.stdout = get("output").map(|v| v.0);
     job.stderr = get("error").map(|v| v.0);
     job.working_directory = get("initialdir").map(|v| v.0);
-    job.name = get("batch_name").map(|v| v.0);
+    // `batch_name` sets the ClassAd's `JobBatchName`, which a submit file
+    // may also set itself (`+JobBatchName = "sweep"`).
+    job.name = get("batch_name").map(|v| v.0).or_else(|| {
+        get("+jobbatchname")
+            .map(|(v, _)| v.trim().trim_matches('"').to_string())
+            .filter(|v| !v.is_empty())
+    });
     job.project = get("accounting_group")
         .or_else(|| get("+projectname"))
         .map(|v| unquote(&v.0));
@@ -654,7 +660,12 @@ fn make_job(
     }
     // `+Name = value` puts an attribute into the job's ClassAd: carried as written.
     for k in &m.order {
-        if !k.starts_with('+') || matches!(k.as_str(), "+projectname" | "+maxruntime" | "+singularityimage") {
+        if !k.starts_with('+')
+            || matches!(
+                k.as_str(),
+                "+projectname" | "+maxruntime" | "+singularityimage" | "+jobbatchname"
+            )
+        {
             continue;
         }
         let Some((v, pos)) = get(k).filter(|(v, _)| !v.trim().is_empty()) else {

@@ -108,3 +108,36 @@ fn condor_macro_expansion_has_a_budget_and_long_chains_stay_linear() {
     assert!(d.message.contains("steps"), "{e}");
     assert_eq!(d.line, 24, "{e}");
 }
+
+/// A submit file that names its batch as the ClassAd does (`+JobBatchName`)
+/// names its jobs, as `batch_name` does; `batch_name` wins when both are
+/// given, as it sets the same attribute last.
+#[test]
+fn condor_jobbatchname_names_the_jobs() {
+    let named = |text: &str| {
+        read(Format::Condor, text, &ReadOptions::default()).unwrap().jobs[0]
+            .name
+            .clone()
+    };
+    assert_eq!(
+        named("executable = a\n+JobBatchName = \"sweep\"\nqueue\n").as_deref(),
+        Some("sweep")
+    );
+    assert_eq!(
+        named("executable = a\n+JobBatchName = \"sweep\"\nbatch_name = plots\nqueue\n").as_deref(),
+        Some("plots")
+    );
+    let jobs = read(
+        Format::Condor,
+        "executable = a\n+JobBatchName = \"sweep\"\nqueue\n",
+        &ReadOptions::default(),
+    )
+    .unwrap()
+    .jobs;
+    assert!(
+        jobs[0].attributes.iter().all(|a| a.name != "JobBatchName"),
+        "{:?}",
+        jobs[0].attributes
+    );
+    round_trip(Format::Condor, "executable = a\n+JobBatchName = \"sweep\"\nqueue\n");
+}
