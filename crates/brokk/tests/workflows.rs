@@ -137,6 +137,8 @@ fn a_ten_node_workflow_in_four_languages_runs_in_its_reservations() {
         assert_eq!(t["exit_code"], 0, "{t:#}");
         // It started inside its reservation, which ended by the deadline.
         let job = common::json(url, "tok-ann", &["status", t["job"].as_str().unwrap(), "--json"]);
+        // Named after its node where its description names it nothing.
+        assert!(job["name"].is_string(), "{job:#}");
         let started = secs(&job["started"]);
         assert!(
             secs(&t["start"]) <= started && started < secs(&t["end"]),
@@ -149,6 +151,8 @@ fn a_ten_node_workflow_in_four_languages_runs_in_its_reservations() {
     // numbers 1..1000, and collect gathered the counts.
     let collect = &tasks(&done)[9];
     assert_eq!(collect["task"], "collect");
+    let job = common::json(url, "tok-ann", &["status", collect["job"].as_str().unwrap(), "--json"]);
+    assert_eq!(job["name"], "collect", "{job:#}");
     let o = common::brokk(
         url,
         "tok-ann",

@@ -368,6 +368,9 @@ impl Service {
                 .await?;
             let mut job = task.job.clone().unwrap_or_default();
             job.reservation = Some(r.id.clone());
+            // Named after its node unless its description names it, as
+            // DAGMan's jobs are; a rerun keeps the name.
+            job.name.get_or_insert_with(|| task.id.clone());
             let format = format_of(task.format.as_deref());
             let job_id = format!("{id}-{k}");
             self.store_new(
