@@ -352,12 +352,34 @@ fn a_coallocation_starts_its_jobs_within_delta() {
     assert!(spread <= 5, "starts {starts:?}");
     let sites = common::strings(&done["sites"]);
     assert_eq!(sites[1], "large");
-    // A part no site can hold: refused, nothing left reserved or running.
+    // A part no site can hold: refused with each site's reason, as a usage
+    // error, and nothing stored, reserved or running.
+    let before = svc.json("tok-ann", &["status", "--json"]).as_array().unwrap().len();
     let big = dir.join("big.json");
     std::fs::write(&big, r#"{"executable": "/bin/true", "cpus": 100}"#).unwrap();
     let o = svc.brokk("tok-ann", &["coalloc", big.to_str().unwrap(), files[0].as_str()]);
-    assert!(!o.status.success());
-    assert!(text(&o).1.contains("no co-allocation"), "{}", text(&o).1);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o).1);
+    assert!(
+        text(&o)
+            .1
+            .contains("part 0: no site can run it: small: it asks for 100 processors"),
+        "{}",
+        text(&o).1
+    );
+    let after = svc.json("tok-ann", &["status", "--json"]).as_array().unwrap().len();
+    assert_eq!(before, after, "a refused co-allocation left jobs behind");
+    // Parts that fit the sites but not together in the window: refused as
+    // a conflict with what the sites hold (exit status 6), with why.
+    let wide = dir.join("wide.json");
+    std::fs::write(&wide, r#"{"executable": "/bin/true", "cpus": 8, "wall_time": 60}"#).unwrap();
+    let w = wide.to_str().unwrap();
+    let o = svc.brokk("tok-ann", &["coalloc", w, w, "--window", "0,1m", "--delta", "0"]);
+    assert_eq!(o.status.code(), Some(6), "{} {}", text(&o).0, text(&o).1);
+    assert!(
+        text(&o).1.contains("no co-allocation fits the window"),
+        "{}",
+        text(&o).1
+    );
 }
 
 #[test]

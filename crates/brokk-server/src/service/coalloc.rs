@@ -69,6 +69,15 @@ impl Service {
             self.take_uploads(owner, &mut job, &Default::default(), &Default::default())?;
             parsed.push((job, format, warnings));
         }
+        // A part no site could ever run (each runs at one site) is refused
+        // now with each site's reason, before anything is stored.
+        let nowhere = self.broker.read(|c| {
+            let mut parts = parsed.iter().enumerate();
+            parts.find_map(|(k, (job, ..))| c.runs_nowhere(job).map(|why| format!("part {k}: {why}")))
+        });
+        if let Some(why) = nowhere {
+            return Err(ServiceError::BadRequest(why));
+        }
         // Durable before anything is reserved, in a state of their own that
         // the ordinary dispatcher never takes.
         let group = format!("c{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
@@ -174,7 +183,9 @@ impl Service {
                             .collect::<Vec<_>>()
                     })
                     .map_err(|e| match e {
-                        SearchError::NoFit => ServiceError::BadRequest(e.to_string()),
+                        // The sites' schedules leave no common start: a
+                        // refusal, as a reservation no site can give is.
+                        SearchError::NoFit => ServiceError::Conflict(e.to_string()),
                         SearchError::Place(e) => ServiceError::Unavailable(e.to_string()),
                     })
             })

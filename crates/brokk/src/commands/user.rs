@@ -258,7 +258,8 @@ pub struct CoallocArgs {
     /// One description per job.
     #[arg(required = true)]
     files: Vec<String>,
-    /// Start window `EARLIEST,LATEST` (RFC 3339) [default: now to an hour from now].
+    /// Start window `EARLIEST,LATEST`, each a time (RFC 3339) or a duration
+    /// from now (`0,2h`) [default: now to an hour from now].
     #[arg(long)]
     window: Option<String>,
     /// Largest difference between the jobs' starts (`60`, `2m`).
@@ -277,7 +278,8 @@ pub fn coalloc(a: CoallocArgs) -> Result<ExitCode> {
     let (earliest, latest) = match &a.window {
         Some(w) => {
             let (e, l) = w.split_once(',').context("--window is EARLIEST,LATEST")?;
-            (Time::parse(e.trim())?, Time::parse(l.trim())?)
+            let at = |s: &str| listing::time_arg("--window", s.trim(), |d| now + d);
+            (at(e)?, at(l)?)
         }
         None => (now, now + brokk_model::Duration::hours(1)),
     };
