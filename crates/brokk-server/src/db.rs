@@ -1018,14 +1018,20 @@ mod tests {
         }
     }
 
+    /// An empty directory for test `name`'s database, and the database's path.
+    fn scratch(name: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+        let dir = std::env::temp_dir().join(format!("brokk-db-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let path = dir.join("broker.db");
+        (dir, path)
+    }
+
     /// What a job or a reservation is part of is stored with it and read
     /// back; those stored before there was a column for it get theirs,
     /// once, from their ids.
     #[tokio::test]
     async fn a_jobs_workflow_or_coallocation_is_a_field_and_older_jobs_get_theirs() {
-        let dir = std::env::temp_dir().join(format!("brokk-db-member-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let path = dir.join("broker.db");
+        let (dir, path) = scratch("member");
         let db = Db::open(path.to_str().unwrap()).await.unwrap();
         let mut task = job("t-new", "ann", BrokerState::Planned);
         task.view.member = Member::Task {
@@ -1098,9 +1104,7 @@ mod tests {
     /// Holds written down are read back after a reopen until dropped.
     #[tokio::test]
     async fn holds_are_written_down_until_dropped() {
-        let dir = std::env::temp_dir().join(format!("brokk-db-holds-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let path = dir.join("broker.db");
+        let (dir, path) = scratch("holds");
         let db = Db::open(path.to_str().unwrap()).await.unwrap();
         db.add_hold("b", 9, "j1", "ann").await.unwrap();
         db.add_hold("a", u64::from(u32::MAX) * 4, "j1", "ann").await.unwrap();
@@ -1122,9 +1126,7 @@ mod tests {
     /// ended jobs out, and is read back from the table when opened again.
     #[tokio::test]
     async fn unfinished_jobs_are_counted_per_owner_and_survive_a_reopen() {
-        let dir = std::env::temp_dir().join(format!("brokk-db-unfinished-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let path = dir.join("broker.db");
+        let (dir, path) = scratch("unfinished");
         let db = Db::open(path.to_str().unwrap()).await.unwrap();
         for (id, owner) in [("a1", "ann"), ("a2", "ann"), ("a3", "ann"), ("b1", "bob")] {
             db.insert(&job(id, owner, BrokerState::Accepted)).await.unwrap();
@@ -1173,9 +1175,7 @@ mod tests {
     /// a reopen.
     #[tokio::test]
     async fn jobs_per_state_are_kept_equal_to_the_tables_count() {
-        let dir = std::env::temp_dir().join(format!("brokk-db-states-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let path = dir.join("broker.db");
+        let (dir, path) = scratch("states");
         let db = Db::open(path.to_str().unwrap()).await.unwrap();
         for id in ["a", "b", "c", "d"] {
             db.insert(&job(id, "ann", BrokerState::Accepted)).await.unwrap();

@@ -135,7 +135,7 @@ async fn standby_answer(
     if uri.path() == "/healthz" {
         return (axum::http::StatusCode::OK, "ok (standby)\n").into_response();
     }
-    let api = ["/v1/", "/site/", "/healthz", "/readyz", "/metrics", "/openapi.json"]
+    let api = ["/v1/", "/site/", "/readyz", "/metrics", "/openapi.json"]
         .iter()
         .any(|p| path.starts_with(p));
     // Each answer closes its connection: a client's kept-alive connection

@@ -28,6 +28,17 @@ fn job(id: i64, submit: i64, size: u32, run: i64) -> SimJob {
     }
 }
 
+/// Each job that ran, as (id, site, start), in id order.
+fn starts(r: &brokk_sim::grid::GridRun) -> Vec<(i64, String, Time)> {
+    let mut s: Vec<(i64, String, Time)> = r
+        .clusters
+        .iter()
+        .flat_map(|c| c.outcomes.iter().map(move |o| (o.id, c.spec.name.clone(), o.start)))
+        .collect();
+    s.sort();
+    s
+}
+
 const TTD: GridRouting = GridRouting::Broker {
     objective: brokk_model::Objective::EarliestCompletion,
     reserve_top_k: 0,
@@ -356,26 +367,17 @@ fn brokers_delegate_a_job_their_sites_cannot_start_to_a_sibling_with_room() {
             },
         )
     };
-    let starts = |r: &brokk_sim::grid::GridRun| {
-        let mut s: Vec<(i64, String, i64)> = r
-            .clusters
-            .iter()
-            .flat_map(|c| c.outcomes.iter().map(move |o| (o.id, c.spec.name.clone(), o.start.0)))
-            .collect();
-        s.sort();
-        s
-    };
     let a = |name: &str| name.to_string();
     let home = run(None);
     assert_eq!(home.delegated, None);
     assert_eq!(
         starts(&home),
         [
-            (0, a("a"), 100),
-            (1, a("a"), 3100),
-            (2, a("a"), 6100),
-            (3, a("a"), 9100),
-            (4, a("a"), 12100)
+            (0, a("a"), Time(100)),
+            (1, a("a"), Time(3100)),
+            (2, a("a"), Time(6100)),
+            (3, a("a"), Time(9100)),
+            (4, a("a"), Time(12100))
         ]
     );
     let at_once = run(Some(Delegate {
@@ -387,11 +389,11 @@ fn brokers_delegate_a_job_their_sites_cannot_start_to_a_sibling_with_room() {
     assert_eq!(
         starts(&at_once),
         [
-            (0, a("a"), 100),
-            (1, a("b"), 101),
-            (2, a("c"), 102),
-            (3, a("a"), 3100),
-            (4, a("a"), 6100)
+            (0, a("a"), Time(100)),
+            (1, a("b"), Time(101)),
+            (2, a("c"), Time(102)),
+            (3, a("a"), Time(3100)),
+            (4, a("a"), Time(6100))
         ]
     );
     assert_eq!((at_once.delegated, at_once.unrouted), (Some(2), 0));
@@ -409,11 +411,11 @@ fn brokers_delegate_a_job_their_sites_cannot_start_to_a_sibling_with_room() {
     assert_eq!(
         starts(&patient),
         [
-            (0, a("a"), 100),
-            (1, a("a"), 3100),
-            (2, a("b"), 102),
-            (3, a("c"), 103),
-            (4, a("b"), 3102)
+            (0, a("a"), Time(100)),
+            (1, a("a"), Time(3100)),
+            (2, a("b"), Time(102)),
+            (3, a("c"), Time(103)),
+            (4, a("b"), Time(3102))
         ]
     );
     assert_eq!(patient.delegated, Some(3));
@@ -431,15 +433,6 @@ fn with_latency_a_job_starts_when_it_reaches_its_site_and_the_broker_decides_mea
     };
     let at_once = simulate_grid(&sites, &jobs, TTD, options(0));
     let far = simulate_grid(&sites, &jobs, TTD, options(30));
-    let starts = |r: &brokk_sim::grid::GridRun| {
-        let mut s: Vec<(i64, String, Time)> = r
-            .clusters
-            .iter()
-            .flat_map(|c| c.outcomes.iter().map(move |o| (o.id, c.spec.name.clone(), o.start)))
-            .collect();
-        s.sort();
-        s
-    };
     let a = |name: &str| name.to_string();
     assert_eq!(
         starts(&at_once),

@@ -31,10 +31,11 @@ impl Service {
             Ok(Err(e)) => format!("unreachable: {e}"),
             Err(_) => format!("no answer within {} s", DATABASE_TIMEOUT.as_secs()),
         };
-        let fresh = self.broker.read(|core| core.freshness(now()));
+        let mut fresh = self.broker.read(|core| core.freshness(now()));
+        fresh.retain(|(name, _)| !self.neighbours.contains(name));
+        let placeable = fresh.iter().any(|(_, state)| state.is_ok());
         let sites: std::collections::BTreeMap<String, String> = fresh
             .into_iter()
-            .filter(|(name, _)| !self.neighbours.contains(name))
             .map(|(name, state)| {
                 let said = match state {
                     Ok(age) => format!("ok ({} old)", age.human()),
@@ -43,7 +44,6 @@ impl Service {
                 (name, said)
             })
             .collect();
-        let placeable = sites.values().any(|s| s.starts_with("ok"));
         Readiness {
             ready: database == "ok" && placeable,
             database,

@@ -163,7 +163,7 @@ pub fn run(a: SubmitBenchArgs) -> Result<ExitCode> {
         lat.sort_by(f64::total_cmp);
         // Dispatched: no job is left in `accepted`.
         loop {
-            if super::bench_soak::jobs_in(&running, "accepted").await? == 0 {
+            if super::bench_soak::jobs_in(&running, "accepted") == 0 {
                 break;
             }
             if start.elapsed() > Duration::from_secs(600) {
