@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
+use brokk_broker::rescue::{Fenced, Strategy};
 use brokk_broker::workflow::{
     admit, admit_without_probing, memory_sites, remember, LinkSpec, Network, Options, Scheduler, SiteSpec, Topology,
 };
@@ -25,6 +26,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::course::{CourseConfig, CourseFigures, Courses, Grid};
 use crate::lublin;
+use crate::rescue::{fenced, Outage, RescueConfig, RescueFigures};
 use crate::stats::{spread, Spread};
 use crate::workflows::{generate, WorkflowParams};
 
@@ -91,6 +93,10 @@ pub struct AdmissionExperiment {
     /// and how (`[course]`); without it only allocation is simulated.
     #[serde(default)]
     pub course: Option<CourseConfig>,
+    /// A resource that fails during each run, and the rescue strategies
+    /// compared (`[rescue]`, [VRM] 6.4); the jobs must be atomic.
+    #[serde(default)]
+    pub rescue: Option<RescueConfig>,
     /// The workflow every arrival submits, when `workflow.file` names one
     /// (read by the caller, which knows the job languages).
     #[serde(skip)]
@@ -274,6 +280,16 @@ pub struct Setting {
     pub share: f64,
     /// Whether the monitored broker probes.
     pub probing: bool,
+    /// The rescue strategy, when a resource fails.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub strategy: Option<Strategy>,
+    /// How long it is down (slots; 0 without a failure).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub downtime: i64,
+}
+
+fn is_zero(x: &i64) -> bool {
+    *x == 0
 }
 
 /// One run's figures.
@@ -319,6 +335,9 @@ pub struct AdmissionPoint {
     /// The admitted workflows' courses, when they run (`[course]`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub course: Option<CourseFigures>,
+    /// What the rescue did, when a resource failed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rescue: Option<RescueFigures>,
 }
 
 /// The figures aggregated over seeds.
@@ -350,6 +369,12 @@ pub struct AdmissionAggregate {
     /// Share of the workflows run that finished, when they run.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub finished: Option<Spread>,
+    /// Terminated over affected jobs, every seed pooled, when a resource failed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub termination: Option<Spread>,
+    /// Moved needlessly over affected jobs, every seed pooled.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub overhead: Option<Spread>,
 }
 
 /// Everything a sweep found.
@@ -412,6 +437,16 @@ impl AdmissionExperiment {
         if let Some(c) = &self.course {
             c.check().map_err(AdmissionError::Invalid)?;
         }
+        if let Some(r) = &self.rescue {
+            r.check().map_err(AdmissionError::Invalid)?;
+            // [VRM] 6.4 moves atomic jobs: a task of a workflow would take
+            // its dependencies' transfers with it.
+            if self.workflow.tasks != [1, 1] || self.workflow.file.is_some() || self.course.is_some() {
+                return bad("rescue: the jobs are atomic (workflow.tasks = [1, 1], no workflow file, no [course])");
+            }
+            let names: Vec<(String, u32)> = self.platform()?.0.into_iter().map(|s| (s.name, s.capacity)).collect();
+            r.site_of(&names).map_err(AdmissionError::Invalid)?;
+        }
         // The generator checks its own parameters: try one workflow.
         generate(&self.params(lo, 512), "check", 0).map_err(|e| AdmissionError::Invalid(e.to_string()))?;
         self.platform()?;
@@ -424,7 +459,7 @@ impl AdmissionExperiment {
     }
 
     /// Every setting: scheduler x inter-arrival x hold x rejecters x share x
-    /// probing, in that nesting.
+    /// probing x downtime x rescue strategy, in that nesting.
     pub fn settings(&self) -> Vec<Setting> {
         let mut out = Vec::new();
         for &scheduler in &self.schedulers {
@@ -433,14 +468,30 @@ impl AdmissionExperiment {
                     for &rejecters in &self.rejecters {
                         for &share in &self.shares {
                             for &probing in &self.probing {
-                                out.push(Setting {
+                                let base = Setting {
                                     scheduler,
                                     inter_arrival,
                                     hold,
                                     rejecters,
                                     share,
                                     probing,
-                                });
+                                    strategy: None,
+                                    downtime: 0,
+                                };
+                                match &self.rescue {
+                                    None => out.push(base),
+                                    Some(r) => {
+                                        for &downtime in &r.downtime {
+                                            for &s in &r.strategies {
+                                                out.push(Setting {
+                                                    strategy: Some(s),
+                                                    downtime,
+                                                    ..base
+                                                });
+                                            }
+                                        }
+                                    }
+                                }
                             }
                         }
                     }
@@ -507,6 +558,8 @@ impl AdmissionExperiment {
                             .map_or(0.0, |c| c.finished as f64 / c.ran.max(1) as f64)
                     })
                 }),
+                termination: setting.strategy.map(|_| pooled(&of, |r| r.terminated)),
+                overhead: setting.strategy.map(|_| pooled(&of, |r| r.overhead)),
             });
         }
         Ok(AdmissionReport {
@@ -696,6 +749,7 @@ impl AdmissionExperiment {
         // for every other setting.
         let mut split = ChaCha8Rng::seed_from_u64(seed ^ 0x5eed_0046);
         let mut courses = self.course.clone().map(|c| Courses::new(c, seed));
+        let mut outage = self.outage(specs, setting, last);
         let opts_at = |now| Options {
             scheduler: setting.scheduler,
             now,
@@ -712,6 +766,9 @@ impl AdmissionExperiment {
                     opts: opts_at(now),
                 };
                 courses.until(now, &mut grid);
+            }
+            if let Some(o) = &mut outage {
+                o.until(now, &mut sites, &mut net, &topo, &opts_at(now));
             }
             for s in &mut sites {
                 s.advance(now);
@@ -735,9 +792,22 @@ impl AdmissionExperiment {
                         latest: *start + Duration(self.max_book_ahead * self.slot),
                         flexible: false,
                     };
-                    match sites[*site].reserve("local", &req, None) {
+                    // A resource that is down takes no local job either
+                    // before its rescue horizon.
+                    let from = match outage.as_ref().and_then(Outage::fence) {
+                        Some((k, from)) if k == *site => from,
+                        _ => Time(i64::MIN),
+                    };
+                    let mut fenced_site = Fenced {
+                        site: &mut sites[*site],
+                        from,
+                    };
+                    match fenced_site.reserve("local", &req, None) {
                         Ok(brokk_core::Reply::Granted { start, .. }) => {
                             count(&mut booked[0], *procs, start, start + *run);
+                            if let Some(o) = &mut outage {
+                                o.record(now, *procs, start, start + *run);
+                            }
                         }
                         _ => p.local[1] += 1,
                     }
@@ -747,7 +817,9 @@ impl AdmissionExperiment {
                     accepters[0] += usize::from(*commits);
                     tasks += wf.tasks.len() as u64;
                     let opts = opts_at(now);
-                    let mut refs: Vec<&mut dyn Site> = sites.iter_mut().map(|s| s as &mut dyn Site).collect();
+                    let (k, from) = outage.as_ref().and_then(Outage::fence).unwrap_or((0, Time(i64::MIN)));
+                    let mut fence = None;
+                    let mut refs = fenced(&mut sites, k, from, &mut fence);
                     let mine = split.gen::<f64>() < setting.share;
                     let answer = if mine && !setting.probing {
                         admit_without_probing(wf, &topo, &mut refs, &mut net, "broker", &opts, &knowledge)
@@ -780,6 +852,11 @@ impl AdmissionExperiment {
                                 // A plan lists the tasks in the workflow's order.
                                 for (t, spec) in offer.plan.tasks.iter().zip(&wf.tasks) {
                                     count(&mut booked[1], spec.cores, t.start, t.end);
+                                    if let Some(o) = &mut outage {
+                                        let window = (wf.earliest.unwrap_or(now), wf.deadline.unwrap_or(t.end));
+                                        let at = (t.site, t.reservation, t.start, t.end);
+                                        o.booked(now, at, spec.cores, spec.runtime, window);
+                                    }
                                     if mine {
                                         remember(&mut knowledge[t.site], spec.cores, t.start, t.end);
                                     }
@@ -819,6 +896,11 @@ impl AdmissionExperiment {
             courses.until(Time(i64::MAX), &mut grid);
             p.course = Some(courses.figures());
         }
+        if let Some(o) = &mut outage {
+            // The rest of the downtime, with no more arrivals.
+            o.until(Time(i64::MAX / 4), &mut sites, &mut net, &topo, &opts_at(Time(last)));
+            p.rescue = Some(o.figures());
+        }
         let capacity: f64 = specs.iter().map(|s| f64::from(s.capacity)).sum();
         let window = (steady.1 .0 - steady.0 .0).max(1) as f64 * capacity;
         let rejected = |all: usize, admitted: usize| {
@@ -844,6 +926,24 @@ impl AdmissionExperiment {
         p
     }
 
+    /// The failure a run with a rescue strategy injects: at the configured
+    /// share of the arrival span (`last` the last arrival), on a slot.
+    fn outage(&self, specs: &[SiteSpec], setting: Setting, last: i64) -> Option<Outage> {
+        let (config, strategy) = (self.rescue.as_ref()?, setting.strategy?);
+        let names: Vec<(String, u32)> = specs.iter().map(|s| (s.name.clone(), s.capacity)).collect();
+        let site = config.site_of(&names).ok()?;
+        let slot = self.slot;
+        let begins = (last as f64 * config.at / slot as f64).round() as i64 * slot;
+        Some(Outage::new(
+            site,
+            (Time(begins), Time(begins + setting.downtime * slot)),
+            Duration(slot),
+            Duration(self.max_book_ahead.max(1) * slot),
+            strategy,
+            specs.iter().map(|s| s.capacity).sum(),
+        ))
+    }
+
     fn empty(setting: Setting, seed: u64) -> AdmissionPoint {
         AdmissionPoint {
             setting,
@@ -863,8 +963,18 @@ impl AdmissionExperiment {
             local: [0, 0],
             reasons: BTreeMap::new(),
             course: None,
+            rescue: None,
         }
     }
+}
+
+/// A rescue figure over the affected jobs of every seed pooled
+/// ([`crate::stats::ratio`]): some failures find few jobs booked.
+fn pooled(of: &[&AdmissionPoint], count: fn(&RescueFigures) -> usize) -> Spread {
+    let figures: Vec<&RescueFigures> = of.iter().filter_map(|p| p.rescue.as_ref()).collect();
+    let num: Vec<f64> = figures.iter().map(|r| count(r) as f64).collect();
+    let den: Vec<f64> = figures.iter().map(|r| r.affected as f64).collect();
+    crate::stats::ratio(&num, &den)
 }
 
 /// Something arriving at the grid.

@@ -29,6 +29,7 @@ pub mod platform;
 pub mod plots;
 pub mod replay;
 pub mod report;
+pub mod rescue;
 pub mod stats;
 pub mod swf;
 pub mod transform;

@@ -597,6 +597,9 @@ pub fn admission(report: &crate::admission::AdmissionReport) -> Result<Vec<(Stri
     if distinct(|a| a.setting.share) > 1 {
         return probe_phase(report);
     }
+    if report.aggregates.iter().any(|a| a.setting.strategy.is_some()) {
+        return rescue(report);
+    }
     let by_hold = distinct(|a| a.setting.hold as f64) > 1;
     let several_arrivals = distinct(|a| a.setting.inter_arrival) > 1;
     let several_rejecters = distinct(|a| a.setting.rejecters) > 1;
@@ -691,6 +694,93 @@ fn probe_phase(report: &crate::admission::AdmissionReport) -> Result<Vec<(String
         let y = Axis { label, log: false };
         let svg = chart(&format!("{}: {label}", report.name), x, y, &series)?;
         out.push((format!("{file}.svg"), svg));
+    }
+    Ok(out)
+}
+
+/// [VRM] Figs. 6.5-6.7: the termination ratio and the overhead of each
+/// rescue strategy. Where the load-based strategy is swept over eta, a
+/// line against eta for it, and the other strategies as flat references
+/// (Figs. 6.5 and 6.6); otherwise a bar per strategy (Fig. 6.7). One chart
+/// per downtime and load.
+fn rescue(report: &crate::admission::AdmissionReport) -> Result<Vec<(String, String)>, String> {
+    use crate::admission::AdmissionAggregate;
+    use brokk_broker::rescue::Strategy;
+    type Pick = fn(&AdmissionAggregate) -> Option<crate::stats::Spread>;
+    let figures: [(&str, &str, Pick); 2] = [
+        ("termination", "terminated over affected jobs", |a| a.termination),
+        ("overhead", "jobs moved needlessly over affected jobs", |a| a.overhead),
+    ];
+    let mut cases: Vec<(i64, f64)> = Vec::new();
+    for a in &report.aggregates {
+        let c = (a.setting.downtime, a.setting.inter_arrival);
+        if !cases.contains(&c) {
+            cases.push(c);
+        }
+    }
+    let eta = |a: &AdmissionAggregate| match a.setting.strategy {
+        Some(Strategy::Load { eta }) => Some(eta),
+        _ => None,
+    };
+    let mut out = Vec::new();
+    for (downtime, arrival) in cases {
+        let mine: Vec<&AdmissionAggregate> = report
+            .aggregates
+            .iter()
+            .filter(|a| a.setting.downtime == downtime && a.setting.inter_arrival == arrival)
+            .collect();
+        let etas: Vec<f64> = mine.iter().filter_map(|a| eta(a)).collect();
+        let suffix = format!("d{downtime}-a{arrival}");
+        for (file, label, pick) in figures {
+            let title = format!(
+                "{}: {label}, down {downtime} slots, inter-arrival {arrival}",
+                report.name
+            );
+            let svg = if etas.len() > 1 {
+                let (lo, hi) = etas
+                    .iter()
+                    .fold((f64::MAX, f64::MIN), |(l, h), &e| (l.min(e), h.max(e)));
+                let swept: Vec<&&AdmissionAggregate> = mine.iter().filter(|a| eta(a).is_some()).collect();
+                let mut series = vec![Series {
+                    name: "load-based".into(),
+                    points: swept.iter().filter_map(|a| Some((eta(a)?, pick(a)?.mean))).collect(),
+                    bars: swept
+                        .iter()
+                        .filter_map(|a| {
+                            let v = pick(a)?;
+                            Some((eta(a)?, v.mean - v.ci95?, v.mean + v.ci95?))
+                        })
+                        .collect(),
+                    colour: colour(0),
+                }];
+                for (i, a) in mine.iter().filter(|a| eta(a).is_none()).enumerate() {
+                    let (Some(s), Some(v)) = (a.setting.strategy, pick(a)) else {
+                        continue;
+                    };
+                    series.push(Series {
+                        name: s.to_string(),
+                        points: vec![(lo, v.mean), (hi, v.mean)],
+                        bars: Vec::new(),
+                        colour: colour(i + 1),
+                    });
+                }
+                let x = Axis {
+                    label: "load threshold eta",
+                    log: false,
+                };
+                chart(&title, x, Axis { label, log: false }, &series)?
+            } else {
+                let values: Vec<(String, f64, Option<f64>)> = mine
+                    .iter()
+                    .filter_map(|a| {
+                        let v = pick(a)?;
+                        Some((a.setting.strategy?.to_string(), v.mean, v.ci95))
+                    })
+                    .collect();
+                bars(&title, Axis { label, log: false }, &values)?
+            };
+            out.push((format!("{file}-{suffix}.svg"), svg));
+        }
     }
     Ok(out)
 }

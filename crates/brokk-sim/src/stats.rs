@@ -50,6 +50,35 @@ pub fn spread(values: &[f64]) -> Spread {
     }
 }
 
+/// The ratio of two figures over the seeds, `sum(num) / sum(den)`, with
+/// the 95% interval of a ratio estimator (the delta method: the residuals
+/// `num - ratio * den` over the mean denominator), for shares whose
+/// denominator varies by seed: a seed with few cases then weighs little,
+/// where a mean of per-seed shares would let one case of one seed swing it.
+/// `sd` is the residuals' standard deviation over the mean denominator.
+pub fn ratio(num: &[f64], den: &[f64]) -> Spread {
+    let n = num.len().min(den.len());
+    let total: f64 = den[..n].iter().sum();
+    if n == 0 || total <= 0.0 {
+        return Spread {
+            n,
+            mean: 0.0,
+            sd: 0.0,
+            ci95: None,
+        };
+    }
+    let r = num[..n].iter().sum::<f64>() / total;
+    let residuals: Vec<f64> = num.iter().zip(den).map(|(y, x)| y - r * x).collect();
+    let s = spread(&residuals);
+    let mean_den = total / n as f64;
+    Spread {
+        n,
+        mean: r,
+        sd: s.sd / mean_den,
+        ci95: s.ci95.map(|c| c / mean_den),
+    }
+}
+
 /// The `p`-th percentiles (0 < p <= 100) of `values` by nearest rank (the
 /// smallest value with at least p% of values at or below it), reordering
 /// `values`; 0 for none.
@@ -85,6 +114,22 @@ mod tests {
         assert!((s.ci95.unwrap() - 4.302653 * 2.0 / 3.0f64.sqrt()).abs() < 1e-5);
         // One seed has no interval.
         assert_eq!(spread(&[3.0]).ci95, None);
+    }
+
+    #[test]
+    fn a_ratio_pools_the_seeds_and_its_interval_is_the_delta_methods() {
+        let r = ratio(&[1.0, 2.0, 3.0], &[2.0, 4.0, 6.0]);
+        assert_eq!((r.mean, r.ci95), (0.5, Some(0.0)));
+        // 1/2 and 3/2: ratio 1, residuals -1 and 1 (s^2 = 2), mean
+        // denominator 2: half-width t(0.975, 1) * sqrt(2 / 2) / 2.
+        let r = ratio(&[1.0, 3.0], &[2.0, 2.0]);
+        assert_eq!(r.mean, 1.0);
+        assert!((r.ci95.unwrap() - 12.706205 / 2.0).abs() < 1e-5, "{r:?}");
+        // A seed with one case weighs as one case: 64/1 beside 0/30 pools
+        // to 64/31, where the mean of shares would be 32.
+        let r = ratio(&[64.0, 0.0], &[1.0, 30.0]);
+        assert!((r.mean - 64.0 / 31.0).abs() < 1e-12);
+        assert_eq!(ratio(&[1.0], &[0.0]).mean, 0.0);
     }
 
     #[test]

@@ -213,3 +213,79 @@ fn failed_tasks_retry_are_rescued_or_fail_their_workflow() {
     let e = AdmissionExperiment::from_toml(&bad).unwrap_err();
     assert!(e.to_string().contains("course.runtime"), "{e}");
 }
+
+const RESCUE: &str = r#"
+name = "rescue"
+seeds = [1, 2, 3, 4, 5, 6]
+workflows = 1500
+schedulers = ["heftsync"]
+inter_arrival = [4]
+local_share = 0.0
+[grid]
+preset = "ediscom"
+[workflow]
+tasks = [1, 1]
+[rescue]
+strategies = ["a1", "all", "optimal", "oracle:0.5", "load:0.5", "feedback:0.9"]
+downtime = [300]
+"#;
+
+#[test]
+fn rescue_strategies_order_as_their_horizons_say() {
+    let e = AdmissionExperiment::from_toml(RESCUE).unwrap();
+    let r = e.sweep(2, &|| ()).unwrap();
+    let of = |s: &str| {
+        r.aggregates
+            .iter()
+            .find(|g| g.setting.strategy.map(|x| x.to_string()).as_deref() == Some(s))
+            .unwrap()
+    };
+    let points = |s: &str| {
+        r.points
+            .iter()
+            .filter(|p| p.setting.strategy.map(|x| x.to_string()).as_deref() == Some(s))
+            .map(|p| p.rescue.clone().unwrap())
+            .collect::<Vec<_>>()
+    };
+    // Every strategy of a seed sees the same failure: the same jobs are
+    // affected and the same are lost running, whatever happens after.
+    for seed in 0..6 {
+        let at = |s: &str| points(s)[seed].clone();
+        for s in ["a1", "all", "oracle:0.5", "load:0.5", "feedback:0.9"] {
+            assert_eq!(at(s).affected, at("optimal").affected, "{s}, seed {seed}");
+            assert_eq!(at(s).lost_running, at("optimal").lost_running, "{s}, seed {seed}");
+        }
+    }
+    let affected: usize = points("optimal").iter().map(|p| p.affected).sum();
+    assert!(affected > 50, "the failure finds jobs booked: {affected}");
+    // A1 and the oracles never move a job booked to start after the
+    // recovery; Aall books nothing at the resource while it is down.
+    for s in ["a1", "optimal", "oracle:0.5"] {
+        assert_eq!(of(s).overhead.unwrap().mean, 0.0, "{s}");
+    }
+    assert!(points("all").iter().all(|p| p.later == 0));
+    // Knowing the downtime loses the fewest; Aall, which moves everything
+    // at once, as few; moving at the last moment (A1) more; the oracle
+    // that halves the downtime and does nothing more loses the most.
+    let term = |s: &str| of(s).termination.unwrap().mean;
+    assert!(term("optimal") <= term("a1"), "{} {}", term("optimal"), term("a1"));
+    assert!(term("all") <= term("a1"));
+    assert!(term("oracle:0.5") > 2.0 * term("a1"));
+    assert!(term("load:0.5") < term("oracle:0.5") && term("feedback:0.9") < term("oracle:0.5"));
+    assert!(of("all").overhead.unwrap().mean > 0.0);
+}
+
+#[test]
+fn a_rescue_needs_atomic_jobs() {
+    let bad = RESCUE.replace("tasks = [1, 1]", "tasks = [1, 3]");
+    let e = AdmissionExperiment::from_toml(&bad).unwrap_err();
+    assert!(e.to_string().contains("atomic"), "{e}");
+    let bad = RESCUE.replace("downtime = [300]", "downtime = [0]");
+    assert!(AdmissionExperiment::from_toml(&bad).is_err());
+    let bad = RESCUE.replace("\"a1\",", "\"a2\",");
+    let e = AdmissionExperiment::from_toml(&bad).unwrap_err();
+    assert!(e.to_string().contains("a2"), "{e}");
+    let bad = RESCUE.replace("[rescue]", "[rescue]\nsite = \"Paris\"");
+    let e = AdmissionExperiment::from_toml(&bad).unwrap_err();
+    assert!(e.to_string().contains("Paris"), "{e}");
+}

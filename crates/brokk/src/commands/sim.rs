@@ -485,6 +485,50 @@ fn workflows(a: WorkflowsArgs) -> Result<ExitCode> {
         }
         say!("the admitted workflows' courses, means over the seeds: finished of those run; failures: task runs that failed; retries: that found room in their slack; rescues: the rest planned again, committed/tried; moved: reservations moved up as parents ended early; gain: how much sooner than planned a finished workflow ended");
     }
+    if exp.rescue.is_some() {
+        say!(
+            "{:<11} {:>8} {:>5} {:<13} {:>15} {:>15} {:>9} {:>6} {:>6} {:>6} {:>7} {:>5}",
+            "scheduler",
+            "arrival",
+            "down",
+            "strategy",
+            "terminated",
+            "overhead",
+            "affected",
+            "lost",
+            "later",
+            "moved",
+            "tried",
+            "run"
+        );
+        for g in &report.aggregates {
+            let of: Vec<&brokk_sim::rescue::RescueFigures> = report
+                .points
+                .iter()
+                .filter(|p| p.setting == g.setting)
+                .filter_map(|p| p.rescue.as_ref())
+                .collect();
+            let n = of.len().max(1) as f64;
+            let mean =
+                |f: fn(&brokk_sim::rescue::RescueFigures) -> usize| of.iter().map(|r| f(r) as f64).sum::<f64>() / n;
+            say!(
+                "{:<11} {:>8} {:>5} {:<13} {:>15} {:>15} {:>9.1} {:>6.1} {:>6.1} {:>6.1} {:>7.0} {:>5.1}",
+                g.setting.scheduler.name(),
+                g.setting.inter_arrival,
+                g.setting.downtime,
+                g.setting.strategy.map_or_else(String::new, |s| s.to_string()),
+                g.termination.as_ref().map_or_else(String::new, cell),
+                g.overhead.as_ref().map_or_else(String::new, cell),
+                mean(|r| r.affected),
+                mean(|r| r.terminated),
+                mean(|r| r.later),
+                mean(|r| r.moved),
+                mean(|r| r.tried),
+                mean(|r| r.lost_running)
+            );
+        }
+        say!("a resource down for `down` slots from the middle of the arrivals; affected: jobs booked there at the failure that would start while it is down; terminated (share of the affected, and lost: the number) were still there when they were to start, including jobs booked there later (later: beyond the rescue horizon while it was down); overhead: jobs moved that were booked to start after the recovery, over the affected; tried: moves attempted; run: jobs running at the failure, lost whatever the strategy; means over the seeds");
+    }
     if exp.shares.len() > 1 || exp.probing.len() > 1 {
         say!(
             "{:<11} {:>6} {:>8} {:>17} {:>17} {:>17} {:>17}",

@@ -1,0 +1,382 @@
+//! A resource failing during an admission experiment ([VRM] 6.4): the grid
+//! runs at a steady load, one resource goes down for a known time (known to
+//! the simulation, not to the broker), and the broker rescues the jobs
+//! booked there with `brokk_broker::rescue` while it goes on admitting new
+//! ones. As in the thesis's evaluation the jobs are atomic, and a moved job
+//! is admitted again over the other resources within its own window
+//! (its earliest start, not before now, and its deadline).
+//!
+//! Measured: the *affected* jobs (booked at the resource at the failure,
+//! not started, their booking inside the downtime), the *terminated* (still
+//! there when they were to start while it was down) and the *overhead*
+//! (jobs moved that were booked to start after the recovery), both over the
+//! affected. The affected are the same for every strategy of a run, since
+//! the strategies differ only from the failure on, so the ratios compare.
+//! A strategy with a short horizon lets new bookings land on the resource
+//! while it is down: those count among the terminated and the moved, and
+//! apart as `later`. Jobs running at the failure are lost and counted apart.
+
+use std::collections::BTreeMap;
+
+use brokk_broker::rescue::{booked_load, combined_load, Booked, BookingProfile, Failure, Fenced, Strategy};
+use brokk_broker::workflow::{admit, Network, Options, Topology};
+use brokk_broker::{MemorySite, Publishing, Site};
+use brokk_core::ReservationId;
+use brokk_model::workflow::{Task, Workflow};
+use brokk_model::{Duration, Time};
+use serde::{Deserialize, Serialize};
+
+/// The failure an experiment injects (`[rescue]`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RescueConfig {
+    /// The strategies compared.
+    pub strategies: Vec<Strategy>,
+    /// How long the resource is down (slots), swept.
+    pub downtime: Vec<i64>,
+    /// The resource that fails; the largest when not given.
+    #[serde(default)]
+    pub site: Option<String>,
+    /// When it fails, as a share of the arrival span (the grid has reached
+    /// its steady load by then).
+    #[serde(default = "half")]
+    pub at: f64,
+}
+
+fn half() -> f64 {
+    0.5
+}
+
+impl RescueConfig {
+    /// Checks the values.
+    pub fn check(&self) -> Result<(), String> {
+        if self.strategies.is_empty() || self.downtime.is_empty() || self.downtime.iter().any(|&d| d <= 0) {
+            return Err("rescue: at least one strategy and positive downtimes (slots)".into());
+        }
+        if !(self.at > 0.0 && self.at < 1.0) {
+            return Err("rescue.at: a share of the arrival span, between 0 and 1".into());
+        }
+        Ok(())
+    }
+
+    /// The failing resource's index among `names`.
+    pub fn site_of(&self, names: &[(String, u32)]) -> Result<usize, String> {
+        match &self.site {
+            Some(n) => names
+                .iter()
+                .position(|(m, _)| m == n)
+                .ok_or_else(|| format!("rescue.site: no site `{n}`")),
+            // The first of the largest.
+            None => Ok(names
+                .iter()
+                .enumerate()
+                .max_by_key(|&(i, (_, c))| (*c, std::cmp::Reverse(i)))
+                .map_or(0, |(i, _)| i)),
+        }
+    }
+}
+
+/// What a run's rescue did.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct RescueFigures {
+    /// Jobs booked at the resource at the failure, not started, whose
+    /// booking reaches into the downtime.
+    pub affected: usize,
+    /// Jobs still at the resource when they were to start while it was
+    /// down, whenever they were booked.
+    pub terminated: usize,
+    /// Jobs booked at the resource while it was down, beyond the horizon.
+    pub later: usize,
+    /// Jobs moved to other resources.
+    pub moved: usize,
+    /// Of those, booked to start after the recovery (moved needlessly).
+    pub overhead: usize,
+    /// Moves tried (each an admission over the other resources).
+    pub tried: usize,
+    /// Jobs running at the failure, lost.
+    pub lost_running: usize,
+    /// Terminated over affected (more than 1 where jobs booked while it
+    /// was down were lost too).
+    pub termination_ratio: f64,
+    /// Overhead over affected.
+    pub overhead_ratio: f64,
+}
+
+/// A broker job booked at the resource that fails.
+#[derive(Debug, Clone, Copy)]
+struct Held {
+    start: Time,
+    end: Time,
+    reservation: ReservationId,
+    cores: u32,
+    runtime: Duration,
+    earliest: Time,
+    deadline: Time,
+}
+
+/// One failure during a run, and the jobs it concerns.
+pub(crate) struct Outage {
+    site: usize,
+    begins: Time,
+    ends: Time,
+    step: Duration,
+    reach: Duration,
+    strategy: Strategy,
+    failure: Option<Failure>,
+    /// The next step's time.
+    next: Time,
+    held: BTreeMap<u64, Held>,
+    next_id: u64,
+    /// Booked starts of the jobs moved away and of those terminated.
+    moved: Vec<Time>,
+    affected: usize,
+    later: usize,
+    terminated: usize,
+    lost_running: usize,
+    tried: usize,
+    profile: BookingProfile,
+}
+
+impl Outage {
+    /// Resource `site` fails at `begins` and is back at `ends`; the rescue
+    /// steps every `step` and reaches `reach` ahead; `capacity` is the grid's.
+    pub fn new(
+        site: usize,
+        (begins, ends): (Time, Time),
+        step: Duration,
+        reach: Duration,
+        strategy: Strategy,
+        capacity: u32,
+    ) -> Outage {
+        let steps = (reach.0 / step.0.max(1)).max(1) as usize;
+        Outage {
+            site,
+            begins,
+            ends,
+            step,
+            reach,
+            strategy,
+            failure: None,
+            next: begins,
+            held: BTreeMap::new(),
+            next_id: 0,
+            moved: Vec::new(),
+            affected: 0,
+            later: 0,
+            terminated: 0,
+            lost_running: 0,
+            tried: 0,
+            profile: BookingProfile::new(Time(0), step, steps, capacity),
+        }
+    }
+
+    /// Where new bookings are fenced off while the resource is down: the
+    /// resource's index and the first start it may take.
+    pub fn fence(&self) -> Option<(usize, Time)> {
+        self.failure.as_ref().map(|f| (self.site, f.horizon()))
+    }
+
+    /// A booking of `cores` over `[start, end)` at `site`, made at `now`
+    /// (a local job's too: the load profile counts every booking).
+    pub fn record(&mut self, now: Time, cores: u32, start: Time, end: Time) {
+        self.profile.record(now, cores, start, end);
+    }
+
+    /// A broker job committed at `now`: `(site, reservation, start, end)`
+    /// where it went, with its shape and its window.
+    pub fn booked(
+        &mut self,
+        now: Time,
+        at: (usize, ReservationId, Time, Time),
+        cores: u32,
+        runtime: Duration,
+        window: (Time, Time),
+    ) {
+        let (site, reservation, start, end) = at;
+        self.record(now, cores, start, end);
+        if site == self.site {
+            self.later += usize::from(self.failure.is_some());
+            self.next_id += 1;
+            self.held.insert(
+                self.next_id,
+                Held {
+                    start,
+                    end,
+                    reservation,
+                    cores,
+                    runtime,
+                    earliest: window.0,
+                    deadline: window.1,
+                },
+            );
+        }
+    }
+
+    /// Runs every step due by `now`: the failure at its time, a rescue step
+    /// each slot while the resource is down, the recovery at its end.
+    pub fn until(&mut self, now: Time, sites: &mut [MemorySite], net: &mut Network, topo: &Topology, opts: &Options) {
+        while self.next <= now && self.next <= self.ends {
+            let t = self.next;
+            for s in sites.iter_mut() {
+                s.advance(t);
+            }
+            net.advance(t);
+            let site = self.site;
+            if t == self.begins {
+                // What runs at the failure is lost; what is booked stays
+                // until the rescue moves it or its start comes.
+                let lost = &mut self.lost_running;
+                self.held.retain(|_, h| {
+                    if h.start >= t {
+                        return true;
+                    }
+                    if h.end > t {
+                        *lost += 1;
+                        let _ = sites[site].cancel("broker", h.reservation);
+                    }
+                    false
+                });
+                self.affected = self.held.values().filter(|h| h.start < self.ends).count();
+                self.failure =
+                    Failure::new(self.strategy, t, self.step, self.reach, Some(self.ends - self.begins)).ok();
+                for s in sites.iter_mut() {
+                    s.publish_availability(Some(Publishing {
+                        span: self.reach + self.step,
+                        most: usize::MAX,
+                    }));
+                }
+            } else {
+                // A job whose start came while the resource was down.
+                let terminated = &mut self.terminated;
+                self.held.retain(|_, h| {
+                    if h.start >= t {
+                        return true;
+                    }
+                    *terminated += 1;
+                    let _ = sites[site].cancel("broker", h.reservation);
+                    false
+                });
+            }
+            if t == self.ends {
+                self.failure = None;
+                for s in sites.iter_mut() {
+                    s.publish_availability(None);
+                }
+                break;
+            }
+            self.rescue_step(t, sites, net, topo, opts);
+            self.next = t + self.step;
+        }
+    }
+
+    fn rescue_step(&mut self, t: Time, sites: &mut [MemorySite], net: &mut Network, topo: &Topology, opts: &Options) {
+        let Outage {
+            site,
+            step,
+            reach,
+            strategy,
+            failure,
+            held,
+            moved,
+            tried,
+            profile,
+            ..
+        } = self;
+        let Some(failure) = failure else { return };
+        let booked: Vec<Booked> = held
+            .iter()
+            .map(|(&id, h)| Booked {
+                id,
+                start: h.start,
+                end: h.end,
+            })
+            .collect();
+        // The load-based strategy reads the grid's load as the resources
+        // publish it, with what usually arrives in a step.
+        let load = matches!(strategy, Strategy::Load { .. }).then(|| {
+            let infos: Vec<_> = sites.iter().filter_map(|s| s.info().ok()).collect();
+            let published: Vec<_> = infos
+                .iter()
+                .filter_map(|i| i.availability.as_ref().map(|a| (a, i.total_slots)))
+                .collect();
+            let steps = (reach.0 / step.0.max(1)).max(1) as usize;
+            combined_load(&booked_load(t, *step, steps, &published), &profile.average(t))
+        });
+        let opts = Options { now: t, ..opts.clone() };
+        let done = failure.step(
+            t,
+            &booked,
+            || load.unwrap_or_default(),
+            |b| {
+                let Some(h) = held.get(&b.id).copied() else {
+                    return false;
+                };
+                let wf = Workflow {
+                    name: format!("rescue-{}", b.id),
+                    tasks: vec![Task {
+                        id: "job".into(),
+                        runtime: h.runtime,
+                        cores: h.cores,
+                        ..Task::default()
+                    }],
+                    earliest: Some(h.earliest.max(t)),
+                    deadline: Some(h.deadline),
+                    ..Workflow::default()
+                };
+                // Never back to the failed resource.
+                let mut fence = None;
+                let mut refs = fenced(sites, *site, Time(i64::MAX / 4), &mut fence);
+                let Ok(offer) = admit(&wf, topo, &mut refs, net, "broker", &opts) else {
+                    return false;
+                };
+                if offer.commit("broker", &mut refs, net).is_err() {
+                    offer.release("broker", &mut refs, net);
+                    return false;
+                }
+                let _ = refs[*site].cancel("broker", h.reservation);
+                for p in &offer.plan.tasks {
+                    profile.record(t, h.cores, p.start, p.end);
+                }
+                held.remove(&b.id);
+                moved.push(h.start);
+                true
+            },
+        );
+        *tried += done.tried;
+    }
+
+    /// The figures, once the resource is back.
+    pub fn figures(&self) -> RescueFigures {
+        let overhead = self.moved.iter().filter(|&&s| s >= self.ends).count();
+        let affected = self.affected;
+        let ratio = |x: usize| if affected == 0 { 0.0 } else { x as f64 / affected as f64 };
+        RescueFigures {
+            affected,
+            terminated: self.terminated,
+            later: self.later,
+            moved: self.moved.len(),
+            overhead,
+            tried: self.tried,
+            lost_running: self.lost_running,
+            termination_ratio: ratio(self.terminated),
+            overhead_ratio: ratio(overhead),
+        }
+    }
+}
+
+/// The sites as a broker's algorithms take them, site `k` fenced from
+/// `from` on (`Time(i64::MIN)` fences nothing); `slot` holds the fence.
+pub(crate) fn fenced<'a>(
+    sites: &'a mut [MemorySite],
+    k: usize,
+    from: Time,
+    slot: &'a mut Option<Fenced<'a>>,
+) -> Vec<&'a mut dyn Site> {
+    let (head, rest) = sites.split_at_mut(k.min(sites.len()));
+    let mut refs: Vec<&'a mut dyn Site> = head.iter_mut().map(|s| s as &mut dyn Site).collect();
+    if let Some((at, tail)) = rest.split_first_mut() {
+        refs.push(slot.insert(Fenced { site: at, from }));
+        refs.extend(tail.iter_mut().map(|s| s as &mut dyn Site));
+    }
+    refs
+}
