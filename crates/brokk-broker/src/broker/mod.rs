@@ -373,6 +373,23 @@ struct SiteSlot {
     /// The site pushes its information as it changes ([`BrokerCore::pushed`]):
     /// it is not asked.
     pushed: bool,
+    /// Since when it has not answered, when its last answer was no answer
+    /// ([`BrokerCore::down`]).
+    down_since: Option<Time>,
+}
+
+impl SiteSlot {
+    fn new(name: String) -> SiteSlot {
+        SiteSlot {
+            name,
+            answer: None,
+            taken: None,
+            asked: false,
+            changed: false,
+            pushed: false,
+            down_since: None,
+        }
+    }
 }
 
 /// A job the core holds: its record, its description and preferences.
@@ -642,17 +659,7 @@ impl BrokerCore {
         let n = sites.len();
         BrokerCore {
             params,
-            sites: sites
-                .into_iter()
-                .map(|name| SiteSlot {
-                    name,
-                    answer: None,
-                    taken: None,
-                    asked: false,
-                    changed: false,
-                    pushed: false,
-                })
-                .collect(),
+            sites: sites.into_iter().map(SiteSlot::new).collect(),
             infos: vec![ResourceInfo::default(); n],
             all: (0..n).collect(),
             jobs: HashMap::new(),
@@ -1313,14 +1320,7 @@ impl BrokerCore {
         if let Some(k) = self.site_position(&name) {
             return k;
         }
-        self.sites.push(SiteSlot {
-            name,
-            answer: None,
-            taken: None,
-            asked: false,
-            changed: false,
-            pushed: false,
-        });
+        self.sites.push(SiteSlot::new(name));
         self.infos.push(ResourceInfo::default());
         self.at_site.push(HashMap::new());
         self.all.push(self.all.len());
@@ -1412,6 +1412,17 @@ impl BrokerCore {
             .collect()
     }
 
+    /// The sites that are down, each with the time it was first found not
+    /// answering: what a rescue of the work booked there starts from
+    /// ([`crate::rescue`]). A site is up again at its first answer.
+    pub fn down(&self) -> Vec<(usize, Time)> {
+        self.sites
+            .iter()
+            .enumerate()
+            .filter_map(|(k, s)| s.down_since.map(|t| (k, t)))
+            .collect()
+    }
+
     /// Whether site `site` pushes its information to the broker as it
     /// changes and at an interval ([AB-avail]'s publication): while it
     /// does, its pushes come in as [`BrokerCore::informed`] and it is
@@ -1446,6 +1457,19 @@ impl BrokerCore {
         let s = &mut self.sites[site];
         s.asked = false;
         s.taken = Some(taken);
+        // A site that does not answer is down from the first time it did
+        // not ([VRM] 6.2: a failure is detected by a missed heartbeat or a
+        // timeout); one that refuses is up.
+        let silent = match &answer {
+            Err(FetchFailure::Timeout(_)) => true,
+            Err(FetchFailure::Error(e)) => e.is_unavailable(),
+            Ok(_) => false,
+        };
+        s.down_since = if silent {
+            Some(s.down_since.unwrap_or(taken))
+        } else {
+            None
+        };
         s.answer = Some(match answer {
             Ok(info) => {
                 self.infos[site] = info;

@@ -1751,3 +1751,29 @@ fn a_parent_whose_chain_of_parents_comes_back_here_is_not_used() {
     let to_parent = b.drain().any(|e| matches!(e, Effect::Send { site: 0, .. }));
     assert!(!to_parent, "a job went up a cycle");
 }
+
+#[test]
+fn a_site_is_down_from_the_first_answer_it_did_not_give_until_it_answers() {
+    let mut b = broker(params());
+    assert_eq!(b.down(), []);
+    let silent = || Err(FetchFailure::Error(SiteError::Unavailable("a".into())));
+    b.informed(0, silent(), Time(10));
+    b.informed(0, Err(FetchFailure::Timeout(Duration(5))), Time(20));
+    // Still down since the first time it was not heard.
+    assert_eq!(b.down(), [(0, Time(10))]);
+    // A refusal is an answer: the site is up, whatever it refused.
+    b.informed(
+        1,
+        Err(FetchFailure::Error(SiteError::Refused {
+            site: "b".into(),
+            reason: "no".into(),
+        })),
+        Time(20),
+    );
+    assert_eq!(b.down(), [(0, Time(10))]);
+    b.informed(0, Ok(site("a", 4)), Time(30));
+    assert_eq!(b.down(), []);
+    // Down again later: from then.
+    b.informed(0, silent(), Time(40));
+    assert_eq!(b.down(), [(0, Time(40))]);
+}

@@ -125,20 +125,7 @@ pub fn steps(wf: &Workflow, plan: &Plan, runs: &[TaskRun], now: Time) -> Vec<Ste
                 }
                 let (start, end) = (plan.tasks[k].start, plan.tasks[k].end);
                 let duration = (end - start).0;
-                // Its data leaves at its booked time and its children start
-                // at theirs: a retry fits only in the time before both.
-                let latest_end = children[k]
-                    .iter()
-                    .map(|&c| plan.tasks[c].start)
-                    .chain(
-                        plan.transfers
-                            .iter()
-                            .filter(|x| x.from_task == task.id && matches!(x.kind, super::TransferKind::Data { .. }))
-                            .map(|x| x.start),
-                    )
-                    .min()
-                    .or(wf.deadline)
-                    .unwrap_or(Time(FAR));
+                let latest_end = latest_end(wf, plan, &children[k], k);
                 if now + brokk_model::Duration(duration) > latest_end {
                     return vec![Step::Rescue {
                         task: k,
@@ -176,6 +163,84 @@ pub fn steps(wf: &Workflow, plan: &Plan, runs: &[TaskRun], now: Time) -> Vec<Ste
         out.push(Step::Finished);
     }
     out
+}
+
+/// The latest task `k` may end where its plan stands: its data leaves at
+/// its booked time and its children (`children`) start at theirs, so a
+/// retry or a move fits only in the time before both; the deadline where
+/// it has neither.
+fn latest_end(wf: &Workflow, plan: &Plan, children: &[usize], k: usize) -> Time {
+    let id = &wf.tasks[k].id;
+    children
+        .iter()
+        .map(|&c| plan.tasks[c].start)
+        .chain(
+            plan.transfers
+                .iter()
+                .filter(|x| &x.from_task == id && matches!(x.kind, super::TransferKind::Data { .. }))
+                .map(|x| x.start),
+        )
+        .min()
+        .or(wf.deadline)
+        .unwrap_or(Time(FAR))
+}
+
+/// A task booked at a site that failed, not sent yet, that may move to
+/// another site on its own ([`movable`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Movable {
+    /// The task.
+    pub task: usize,
+    /// Its booked start.
+    pub start: Time,
+    /// Its booked end.
+    pub end: Time,
+    /// Its processors for its booked length, starting no sooner than its
+    /// booked start (its parents' outputs are due then) or `now`, and ending
+    /// by its slack's end.
+    pub request: brokk_core::Request,
+}
+
+/// The tasks of `wf` (admitted as `plan`, its tasks standing as `runs`)
+/// booked at site `site` that have not been sent and can move elsewhere on
+/// their own at `now` ([VRM] 6.3: a rescue remaps a workflow's jobs one by
+/// one). A task with booked transfers or that starts together with others
+/// cannot: its bandwidth and its partners are booked where it is. Such a
+/// task stays, and if its site is still down when it is released it fails,
+/// and the course retries it or plans the rest again.
+pub fn movable(wf: &Workflow, plan: &Plan, runs: &[TaskRun], site: usize, now: Time) -> Vec<Movable> {
+    (0..wf.tasks.len())
+        .filter(|&k| runs[k].status == TaskStatus::Planned && plan.tasks[k].site == site)
+        .filter(|&k| {
+            let id = &wf.tasks[k].id;
+            !wf.coallocations.iter().any(|c| &c.a == id || &c.b == id)
+                && !plan.transfers.iter().any(|x| &x.to_task == id || &x.from_task == id)
+        })
+        .filter_map(|k| {
+            let p = &plan.tasks[k];
+            let duration = p.end - p.start;
+            let children: Vec<usize> = wf
+                .edges
+                .iter()
+                .filter(|e| e.parent == wf.tasks[k].id)
+                .filter_map(|e| wf.task(&e.child))
+                .collect();
+            let earliest = p.start.max(now);
+            let latest = latest_end(wf, plan, &children, k) - duration;
+            (latest >= earliest).then(|| Movable {
+                task: k,
+                start: p.start,
+                end: p.end,
+                request: brokk_core::Request {
+                    amount: wf.tasks[k].cores,
+                    duration,
+                    earliest,
+                    latest,
+                    flexible: false,
+                },
+            })
+        })
+        .collect()
 }
 
 /// What a rescue plans again: the failed task and every task not sent yet,

@@ -198,15 +198,7 @@ impl Course {
         }
         match granted {
             Some((site, reservation, start)) => {
-                let p = &mut self.plan.tasks[task];
-                let length = p.end - p.start;
-                *p = TaskPlan {
-                    task: p.task.clone(),
-                    site,
-                    start,
-                    end: start + length,
-                    reservation,
-                };
+                self.relocated(task, site, reservation, start);
                 self.runs[task].retried += 1;
                 Vec::new()
             }
@@ -245,6 +237,29 @@ impl Course {
                 r.why
             ))),
         }
+    }
+
+    /// The tasks booked at site `site` that may move elsewhere at `now`
+    /// ([`super::movable`]), for a rescue of a site that failed.
+    pub fn movable(&self, site: usize, now: Time) -> Vec<super::Movable> {
+        if self.ended.is_some() || self.rescue.is_some() {
+            return Vec::new();
+        }
+        super::movable(&self.wf, &self.plan, &self.runs, site, now)
+    }
+
+    /// Task `task` moved to reservation `reservation` at site `site`,
+    /// starting at `start` (its length kept): a rescue found it room there.
+    pub fn relocated(&mut self, task: usize, site: usize, reservation: ReservationId, start: Time) {
+        let p = &mut self.plan.tasks[task];
+        let length = p.end - p.start;
+        *p = TaskPlan {
+            task: p.task.clone(),
+            site,
+            start,
+            end: start + length,
+            reservation,
+        };
     }
 
     /// Task `task`'s reservation moved up to start at `start` (its length kept).
@@ -288,6 +303,43 @@ mod tests {
     fn course() -> Course {
         let (wf, plan) = diamond();
         Course::admitted(wf, plan)
+    }
+
+    #[test]
+    fn a_rescue_moves_the_tasks_not_sent_within_their_slack() {
+        let mut c = course();
+        assert_eq!(c.advance(Time(0)), [Action::Release { task: 0, early: None }]);
+        let moves = c.movable(0, Time(50));
+        // a was sent; b and c may move between their booked start and d's;
+        // d between its own and the deadline.
+        let windows: Vec<(usize, Time, Time)> = moves
+            .iter()
+            .map(|m| (m.task, m.request.earliest, m.request.latest))
+            .collect();
+        assert_eq!(
+            windows,
+            [
+                (1, Time(100), Time(400)),
+                (2, Time(100), Time(400)),
+                (3, Time(500), Time(1900))
+            ]
+        );
+        assert!(moves
+            .iter()
+            .all(|m| m.request.amount == 2 && m.request.duration.0 == 100));
+        // Nothing is booked at another site; later than the slack, nothing moves.
+        assert!(c.movable(1, Time(50)).is_empty());
+        assert_eq!(c.movable(0, Time(450)).iter().map(|m| m.task).collect::<Vec<_>>(), [3]);
+        c.relocated(1, 1, ReservationId(9), Time(150));
+        let p = &c.plan().tasks[1];
+        assert_eq!(
+            (p.site, p.start, p.end, p.reservation),
+            (1, Time(150), Time(250), ReservationId(9))
+        );
+        assert_eq!(
+            c.movable(0, Time(50)).iter().map(|m| m.task).collect::<Vec<_>>(),
+            [2, 3]
+        );
     }
 
     #[test]
