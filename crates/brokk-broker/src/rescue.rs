@@ -157,6 +157,18 @@ pub enum RescueError {
     NoOracle,
 }
 
+/// How a broker rescues: its strategy, how often it steps and how far the
+/// load-based and feedback strategies may reach.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RescueParams {
+    /// The strategy.
+    pub strategy: Strategy,
+    /// The time between steps.
+    pub step: Duration,
+    /// The farthest ahead a horizon reaches.
+    pub reach: Duration,
+}
+
 /// One failure of one resource, rescued step by step.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Failure {
@@ -166,6 +178,8 @@ pub struct Failure {
     reach: Duration,
     downtime: Option<Duration>,
     horizon: Time,
+    /// When it last stepped.
+    last: Option<Time>,
 }
 
 impl Failure {
@@ -192,12 +206,33 @@ impl Failure {
             reach: Duration(reach.0.max(step.0)),
             downtime,
             horizon: since,
+            last: None,
         })
+    }
+
+    /// Whether a step is due at `now`: the first at once, then one every step.
+    pub fn due(&self, now: Time) -> bool {
+        self.last.is_none_or(|l| now >= l + self.step)
     }
 
     /// When the resource failed.
     pub fn since(&self) -> Time {
         self.since
+    }
+
+    /// The strategy.
+    pub fn strategy(&self) -> Strategy {
+        self.strategy
+    }
+
+    /// How many steps ahead a horizon may reach.
+    pub fn steps_ahead(&self) -> usize {
+        (self.reach.0 / self.step.0).max(1) as usize
+    }
+
+    /// The time between steps.
+    pub fn every(&self) -> Duration {
+        self.step
     }
 
     /// The horizon's end so far: no new booking at the resource starts
@@ -221,6 +256,7 @@ impl Failure {
         mut remap: impl FnMut(&Booked) -> bool,
     ) -> Step {
         let floor = now + self.step;
+        self.last = Some(now);
         let mut out = Step::default();
         let mut try_range = |from: Time, to: Time, out: &mut Step| -> (usize, usize) {
             let (mut tried, mut moved) = (0, 0);
@@ -426,6 +462,28 @@ impl Site for Fenced<'_> {
         self.site.cancel_job(owner, job)
     }
 }
+
+/// The sites as a broker's algorithms take them, site `k` fenced from
+/// `from` on (`Time(i64::MIN)` fences nothing, [`NEVER`] keeps it out);
+/// `slot` holds the fence for as long as the list is used.
+pub fn fenced<'a, S: Site>(
+    sites: &'a mut [S],
+    k: usize,
+    from: Time,
+    slot: &'a mut Option<Fenced<'a>>,
+) -> Vec<&'a mut dyn Site> {
+    let (head, rest) = sites.split_at_mut(k.min(sites.len()));
+    let mut refs: Vec<&'a mut dyn Site> = head.iter_mut().map(|s| s as &mut dyn Site).collect();
+    if let Some((at, tail)) = rest.split_first_mut() {
+        refs.push(slot.insert(Fenced { site: at, from }));
+        refs.extend(tail.iter_mut().map(|s| s as &mut dyn Site));
+    }
+    refs
+}
+
+/// A fence no booking passes: a failed resource's jobs are moved to the
+/// others, never back to it.
+pub const NEVER: Time = EVERYTHING;
 
 #[cfg(test)]
 mod tests;

@@ -457,6 +457,23 @@ pub struct WorkflowTask {
     /// The job's exit code, once ended.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exit_code: Option<i32>,
+    /// Moves of its reservation away from sites that stopped answering.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub moves: Vec<TaskMove>,
+}
+
+/// A task's reservation moved by a rescue ([VRM] 6) from a site that
+/// stopped answering to another.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskMove {
+    /// When.
+    pub at: Time,
+    /// The site it left.
+    pub from: String,
+    /// The site it went to.
+    pub to: String,
+    /// Why, in words.
+    pub why: String,
 }
 
 /// Bandwidth the broker booked between two sites for a workflow.

@@ -20,6 +20,10 @@
 //! bandwidth_bytes_per_s = 125000000  # between every two sites, reserved per transfer
 //! hold_seconds = 120                 # how long an admission's holds wait for its commit
 //! admission_seconds = 10             # how long one admission may ask the sites
+//! [rescue]                           # optional: move workflow tasks off a site that stops answering
+//! strategy = "feedback:0.9"          # a1, all, load:ETA or feedback:SUCCESS ([VRM] 6)
+//! step_s = 60                        # how often the rescue looks again
+//! reach_s = 86400                    # how far ahead its horizon may reach
 //! [standby]                          # optional: one of two brokers on one database
 //! url = "http://host-a:8440"         # how clients reach this one
 //! lease_s = 10                       # a silent active broker is replaced after this
@@ -111,6 +115,42 @@ pub struct Config {
     /// Delegation to neighbouring brokers.
     #[serde(default)]
     pub delegation: DelegationSettings,
+    /// How the tasks booked at a site that stops answering are moved.
+    pub rescue: Option<RescueSettings>,
+}
+
+/// `[rescue]`: while a site does not answer, the workflow tasks booked
+/// there that have not been sent move to the other sites as the strategy's
+/// horizon reaches them ([VRM] 6).
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RescueSettings {
+    /// `a1`, `all`, `load:ETA` or `feedback:SUCCESS`.
+    pub strategy: brokk_broker::rescue::Strategy,
+    /// Seconds between two steps.
+    #[serde(default = "default_rescue_step")]
+    pub step_s: i64,
+    /// Seconds ahead the horizon may reach at most.
+    #[serde(default = "default_rescue_reach")]
+    pub reach_s: i64,
+}
+
+impl RescueSettings {
+    /// The core's parameters.
+    pub fn params(&self) -> brokk_broker::rescue::RescueParams {
+        brokk_broker::rescue::RescueParams {
+            strategy: self.strategy,
+            step: brokk_model::Duration(self.step_s),
+            reach: brokk_model::Duration(self.reach_s),
+        }
+    }
+}
+
+fn default_rescue_step() -> i64 {
+    60
+}
+fn default_rescue_reach() -> i64 {
+    86_400
 }
 
 /// `[standby]`: this broker runs only while it holds the database's lease;
@@ -420,6 +460,7 @@ impl Config {
             return Err(err("no sites: add [[sites]], [[embedded]] or [discovery]".into()));
         }
         check_neighbours(&c).map_err(err)?;
+        check_rescue(&c).map_err(err)?;
         if let Some(d) = &c.discovery {
             if d.endpoints.is_none() && d.ldap.is_none() {
                 return Err(err(
@@ -432,6 +473,25 @@ impl Config {
         }
         Ok(c)
     }
+}
+
+/// A rescue a live broker can carry out.
+fn check_rescue(c: &Config) -> Result<(), String> {
+    if let Some(r) = &c.rescue {
+        if matches!(r.strategy, brokk_broker::rescue::Strategy::Oracle { .. }) {
+            return Err(format!(
+                "[rescue] strategy: `{}` needs to know how long a site stays down, which only a simulation knows; use a1, all, load:ETA or feedback:SUCCESS",
+                r.strategy
+            ));
+        }
+        if r.step_s <= 0 || r.reach_s < r.step_s {
+            return Err(format!(
+                "[rescue]: step_s ({}) must be positive and reach_s ({}) at least as long",
+                r.step_s, r.reach_s
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// What a broker's neighbours may be ([`brokk_broker::delegate`]): named

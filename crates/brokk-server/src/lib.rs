@@ -115,6 +115,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
             info_ttl: brokk_model::Duration(config.info_ttl_ms.div_ceil(1000) as i64),
             retry_after: brokk_model::Duration(1),
             adapt_margin: brokk_model::Duration(config.adapt_margin),
+            rescue: config.rescue.map(|r| r.params()),
             ..brokk_broker::broker::BrokerParams::default()
         },
     );
@@ -226,6 +227,9 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
     let d = service.clone();
     tokio::spawn(async move {
         loop {
+            if let Err(e) = d.rescue_round().await {
+                tracing::error!("rescuing work from sites that do not answer: {e}");
+            }
             if let Err(e) = d.advance_workflows().await {
                 tracing::error!("advancing workflows: {e}");
             }

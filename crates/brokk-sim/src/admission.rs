@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-use brokk_broker::rescue::{Fenced, Strategy};
+use brokk_broker::rescue::{fenced, Fenced, Strategy};
 use brokk_broker::workflow::{
     admit, admit_without_probing, memory_sites, remember, LinkSpec, Network, Options, Scheduler, SiteSpec, Topology,
 };
@@ -26,7 +26,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::course::{CourseConfig, CourseFigures, Courses, Grid};
 use crate::lublin;
-use crate::rescue::{fenced, Outage, RescueConfig, RescueFigures};
+use crate::rescue::{Outage, RescueConfig, RescueFigures};
 use crate::stats::{spread, Spread};
 use crate::workflows::{generate, WorkflowParams};
 

@@ -18,7 +18,7 @@
 
 use std::collections::BTreeMap;
 
-use brokk_broker::rescue::{booked_load, combined_load, Booked, BookingProfile, Failure, Fenced, Strategy};
+use brokk_broker::rescue::{booked_load, combined_load, fenced, Booked, BookingProfile, Failure, Strategy, NEVER};
 use brokk_broker::workflow::{admit, Network, Options, Topology};
 use brokk_broker::{MemorySite, Publishing, Site};
 use brokk_core::ReservationId;
@@ -325,7 +325,7 @@ impl Outage {
                 };
                 // Never back to the failed resource.
                 let mut fence = None;
-                let mut refs = fenced(sites, *site, Time(i64::MAX / 4), &mut fence);
+                let mut refs = fenced(sites, *site, NEVER, &mut fence);
                 let Ok(offer) = admit(&wf, topo, &mut refs, net, "broker", &opts) else {
                     return false;
                 };
@@ -362,21 +362,4 @@ impl Outage {
             overhead_ratio: ratio(overhead),
         }
     }
-}
-
-/// The sites as a broker's algorithms take them, site `k` fenced from
-/// `from` on (`Time(i64::MIN)` fences nothing); `slot` holds the fence.
-pub(crate) fn fenced<'a>(
-    sites: &'a mut [MemorySite],
-    k: usize,
-    from: Time,
-    slot: &'a mut Option<Fenced<'a>>,
-) -> Vec<&'a mut dyn Site> {
-    let (head, rest) = sites.split_at_mut(k.min(sites.len()));
-    let mut refs: Vec<&'a mut dyn Site> = head.iter_mut().map(|s| s as &mut dyn Site).collect();
-    if let Some((at, tail)) = rest.split_first_mut() {
-        refs.push(slot.insert(Fenced { site: at, from }));
-        refs.extend(tail.iter_mut().map(|s| s as &mut dyn Site));
-    }
-    refs
 }

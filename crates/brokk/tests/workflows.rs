@@ -420,3 +420,184 @@ fn an_admission_past_its_time_is_answered_and_holds_up_no_one_else() {
     let rs = common::json(&url, "tok-ann", &["reserve", "--list", "--json"]);
     assert_eq!(rs, serde_json::json!([]), "{rs:#}");
 }
+
+/// A `brokk site` named `name` of `cpus` processors under `dir/name`, whose
+/// broker identity is `broker`; killed (SIGKILL) when dropped.
+fn agent(dir: &Path, name: &str, cpus: u32) -> common::Server {
+    let site = dir.join(name);
+    std::fs::create_dir_all(&site).unwrap();
+    common::write_private(
+        &site.join("site.toml"),
+        &format!(
+            "name = \"{name}\"\ncapacity = {cpus}\ndatabase = \"site.db\"\nworkdir = \"jobs\"\nkill_grace = 1\n\
+             [tokens]\n\"tok-broker\" = \"broker\"\n"
+        ),
+    );
+    common::spawn_listening(
+        std::process::Command::new(env!("CARGO_BIN_EXE_brokk"))
+            .args(["site", "--config"])
+            .arg(site.join("site.toml"))
+            .stderr(std::process::Stdio::null()),
+    )
+}
+
+/// A broker over two agents, north (2 processors, listed first) and south
+/// (4), that rescues with `strategy` every second.
+fn broker_over_agents(name: &str, strategy: &str) -> (PathBuf, [common::Server; 2], common::Server) {
+    let dir = common::scratch("workflows", name);
+    let (north, south) = (agent(&dir, "north", 2), agent(&dir, "south", 4));
+    std::fs::write(
+        dir.join("broker.toml"),
+        format!(
+            "database = \"broker.db\"\nstate_dir = \"sites\"\ninfo_ttl_ms = 500\n\
+             [tokens]\n\"tok-ann\" = \"ann\"\n\"tok-bob\" = \"bob\"\n[limits]\nreserved_share = 1.0\n\
+             [rescue]\nstrategy = \"{strategy}\"\nstep_s = 1\n\
+             [[sites]]\nname = \"north\"\nurl = \"{}\"\ntoken = \"tok-broker\"\n\
+             [[sites]]\nname = \"south\"\nurl = \"{}\"\ntoken = \"tok-broker\"\n",
+            north.url, south.url
+        ),
+    )
+    .unwrap();
+    let server = common::serve(&dir);
+    (dir, [north, south], server)
+}
+
+/// a (4 processors, `sleep 3`) then b (2), each booked for `booked`
+/// seconds: a fits only at south, and b is booked at north, the
+/// first-listed site, after a's booked end.
+fn a_then_b(dir: &Path, booked: u32) -> PathBuf {
+    let path = write_dag(
+        dir,
+        "JOB a a.sub\nJOB b b.sub\nPARENT a CHILD b\n",
+        &[("a", "sleep 3", "", ""), ("b", "echo b ran", "", "")],
+    );
+    for (node, cpus) in [("a", 4), ("b", 2)] {
+        let p = dir.join(format!("{node}.sub"));
+        let text = std::fs::read_to_string(&p)
+            .unwrap()
+            .replace(
+                "allowed_job_duration = 120",
+                &format!("allowed_job_duration = {booked}"),
+            )
+            .replace("queue", &format!("request_cpus = {cpus}\nqueue"));
+        std::fs::write(&p, text).unwrap();
+    }
+    path
+}
+
+/// Admits a_then_b with `deadline` at a broker rescuing with `strategy`,
+/// checks the plan, kills north, and returns the broker and south (kept
+/// running) and the workflow as it ended; `before_kill` runs first.
+fn north_dies(
+    name: &str,
+    strategy: &str,
+    booked: u32,
+    deadline: &str,
+    before_kill: impl Fn(&str),
+) -> ([common::Server; 2], Value) {
+    let (dir, [north, south], svc) = broker_over_agents(name, strategy);
+    let dag = a_then_b(&dir, booked);
+    let (code, w) = workflow(
+        &svc.url,
+        "tok-ann",
+        &["submit", dag.to_str().unwrap(), "--deadline", deadline],
+    );
+    assert_eq!(code, 0, "{w:#}");
+    let planned = tasks(&w);
+    assert_eq!(
+        (planned[0]["site"].as_str(), planned[1]["site"].as_str()),
+        (Some("south"), Some("north")),
+        "{w:#}"
+    );
+    before_kill(&svc.url);
+    // North dies while a runs at south: b's reservation there is useless.
+    drop(north);
+    let id = w["id"].as_str().unwrap().to_string();
+    let w = until_ended(&svc.url, &id);
+    ([svc, south], w)
+}
+
+/// The workflow finished inside its deadline with b moved once from north
+/// to south before it was sent, run once there.
+fn moved_and_ran(url: &str, w: &Value) {
+    assert_eq!(w["state"], "finished", "{w:#}");
+    let b = &tasks(w)[1];
+    assert_eq!(b["site"], "south", "{w:#}");
+    assert_eq!(b["retried"], 0, "moved before it was sent, not run again: {w:#}");
+    let moves = b["moves"].as_array().unwrap_or_else(|| panic!("no moves: {w:#}"));
+    assert_eq!(moves.len(), 1, "{w:#}");
+    assert_eq!(
+        (moves[0]["from"].as_str(), moves[0]["to"].as_str()),
+        (Some("north"), Some("south"))
+    );
+    assert!(
+        moves[0]["why"]
+            .as_str()
+            .unwrap()
+            .contains("north has not answered since"),
+        "{w:#}"
+    );
+    assert!(secs(&w["ended"]) <= secs(&w["deadline"]), "{w:#}");
+    let job = b["job"].as_str().unwrap();
+    assert_eq!(common::output(url, "tok-ann", job, "stdout").trim(), "b ran");
+    let status = common::json(url, "tok-ann", &["status", job, "--json"]);
+    assert_eq!(status["site"], "south", "{status:#}");
+    // Its reservation at north is given back.
+    let reservations = common::json(url, "tok-ann", &["reserve", "--list", "--json"]);
+    let at_north: Vec<&Value> = reservations
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["site"] == "north")
+        .collect();
+    assert_eq!(at_north.len(), 1, "{reservations:#}");
+    assert_eq!(at_north[0]["state"], "cancelled", "{reservations:#}");
+}
+
+#[test]
+fn a_task_booked_at_a_site_that_dies_is_moved_at_once_with_aall() {
+    let ([svc, _south], w) = north_dies("rescued-all", "all", 120, "10m", |_| {});
+    moved_and_ran(&svc.url, &w);
+}
+
+#[test]
+fn a_task_booked_at_a_site_that_dies_is_moved_when_due_with_a1() {
+    // a1 looks one step ahead: b moves once a has ended and b would go.
+    let ([svc, _south], w) = north_dies("rescued-a1", "a1", 120, "10m", |_| {});
+    moved_and_ran(&svc.url, &w);
+}
+
+#[test]
+fn a_task_that_no_other_site_can_take_in_time_fails_its_workflow_with_the_reason() {
+    // Bob holds south from the end of a's booking: b (10 s, due by 30 s)
+    // has nowhere to go once north is down.
+    let (_servers, w) = north_dies("stranded", "feedback:0.9", 10, "30s", |url| {
+        let r = common::json(
+            url,
+            "tok-bob",
+            &[
+                "reserve",
+                "--amount",
+                "4",
+                "--duration",
+                "10m",
+                "--earliest",
+                "10s",
+                "--latest",
+                "20s",
+                "--json",
+            ],
+        );
+        assert_eq!(r["site"], "south", "{r:#}");
+    });
+    assert_eq!(w["state"], "failed", "{w:#}");
+    let reason = w["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.contains("task b is booked at north, which has not answered since")
+            && reason.contains("no other site has room"),
+        "{w:#}"
+    );
+    let b = &tasks(&w)[1];
+    assert!(b["moves"].as_array().is_none_or(|m| m.is_empty()), "{w:#}");
+    assert_ne!(b["state"], "finished", "{w:#}");
+}

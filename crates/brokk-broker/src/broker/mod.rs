@@ -100,7 +100,7 @@ pub fn claimable(owner: &str, rid: &str, found: Option<&Reserved>, now: Time) ->
 }
 
 /// What a broker allows and how it paces itself.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct BrokerParams {
     /// Unfinished jobs one user may have ([`jobs::counts_toward_limit`]).
     pub limit: u64,
@@ -135,6 +135,10 @@ pub struct BrokerParams {
     /// it at its earliest predicted start ([AB-avail]'s Algorithm 2, see
     /// the module's documentation), where its best site takes reservations.
     pub reserve_deadlines: bool,
+    /// How the work booked at a site that stops answering is moved to the
+    /// others ([`crate::rescue`]); `None`: it stays, and what cannot run
+    /// there when its time comes fails.
+    pub rescue: Option<crate::rescue::RescueParams>,
 }
 
 impl Default for BrokerParams {
@@ -150,6 +154,7 @@ impl Default for BrokerParams {
             adapt_margin: Duration::minutes(10),
             ask_after_end: true,
             reserve_deadlines: true,
+            rescue: None,
         }
     }
 }
@@ -535,6 +540,8 @@ impl Attempt {
 #[derive(Debug, Clone)]
 pub struct BrokerCore {
     params: BrokerParams,
+    /// The rescue of each site that is down, when the broker rescues.
+    failures: std::collections::BTreeMap<usize, crate::rescue::Failure>,
     sites: Vec<SiteSlot>,
     /// Every site's information, in site order (empty where none is known),
     /// read by decisions without copies.
@@ -678,6 +685,7 @@ impl BrokerCore {
             violations: 0,
             refused_slots: 0,
             delegating: Delegating::default(),
+            failures: std::collections::BTreeMap::new(),
             outbox: Vec::new(),
         }
     }
@@ -1423,6 +1431,32 @@ impl BrokerCore {
             .collect()
     }
 
+    /// The rescues due at `now` ([`crate::rescue::Failure::due`]): each
+    /// site that is down with its rescue as it stands, for the driver to
+    /// step (moving the work booked there) and give back
+    /// ([`BrokerCore::rescued`]).
+    pub fn rescues_due(&self, now: Time) -> Vec<(usize, crate::rescue::Failure)> {
+        self.failures
+            .iter()
+            .filter(|(_, f)| f.due(now))
+            .map(|(&k, f)| (k, f.clone()))
+            .collect()
+    }
+
+    /// The sites being rescued: down, with a rescue under way. Work booked
+    /// there is held back rather than sent where nothing answers.
+    pub fn rescuing(&self) -> Vec<usize> {
+        self.failures.keys().copied().collect()
+    }
+
+    /// Site `site`'s rescue after a step; dropped if the site answered
+    /// again meanwhile.
+    pub fn rescued(&mut self, site: usize, failure: crate::rescue::Failure) {
+        if let Some(f) = self.failures.get_mut(&site) {
+            *f = failure;
+        }
+    }
+
     /// Whether site `site` pushes its information to the broker as it
     /// changes and at an interval ([AB-avail]'s publication): while it
     /// does, its pushes come in as [`BrokerCore::informed`] and it is
@@ -1465,11 +1499,27 @@ impl BrokerCore {
             Err(FetchFailure::Error(e)) => e.is_unavailable(),
             Ok(_) => false,
         };
+        let was = s.down_since;
         s.down_since = if silent {
             Some(s.down_since.unwrap_or(taken))
         } else {
             None
         };
+        match (was, s.down_since, self.params.rescue) {
+            (None, Some(since), Some(p)) => {
+                tracing::warn!(site = %s.name, "site does not answer; its booked work is rescued ({})", p.strategy);
+                match crate::rescue::Failure::new(p.strategy, since, p.step, p.reach, None) {
+                    Ok(f) => {
+                        self.failures.insert(site, f);
+                    }
+                    Err(e) => tracing::error!(site = %s.name, "no rescue: {e}"),
+                }
+            }
+            (Some(_), None, _) if self.failures.remove(&site).is_some() => {
+                tracing::info!(site = %s.name, "site answers again; its rescue ends");
+            }
+            _ => {}
+        }
         s.answer = Some(match answer {
             Ok(info) => {
                 self.infos[site] = info;

@@ -1777,3 +1777,39 @@ fn a_site_is_down_from_the_first_answer_it_did_not_give_until_it_answers() {
     b.informed(0, silent(), Time(40));
     assert_eq!(b.down(), [(0, Time(40))]);
 }
+
+#[test]
+fn a_broker_that_rescues_steps_each_site_that_is_down_until_it_answers() {
+    let rescue = crate::rescue::RescueParams {
+        strategy: crate::rescue::Strategy::Next,
+        step: Duration(60),
+        reach: Duration(3600),
+    };
+    let mut b = broker(BrokerParams {
+        rescue: Some(rescue),
+        ..params()
+    });
+    assert!(b.rescues_due(Time(0)).is_empty());
+    b.informed(1, Err(FetchFailure::Timeout(Duration(5))), Time(10));
+    let due = b.rescues_due(Time(10));
+    assert_eq!(due.len(), 1);
+    let (k, mut failure) = due.into_iter().next().unwrap();
+    assert_eq!((k, failure.since()), (1, Time(10)));
+    failure.step(Time(10), &[], Vec::new, |_| true);
+    b.rescued(k, failure);
+    assert!(b.rescues_due(Time(69)).is_empty(), "stepped a minute ago");
+    assert_eq!(b.rescues_due(Time(70)).len(), 1);
+    // Not heard again: the same failure, not a new one.
+    b.informed(1, Err(FetchFailure::Timeout(Duration(5))), Time(80));
+    assert_eq!(b.rescues_due(Time(80))[0].1.since(), Time(10));
+    // It answers: its rescue is over, and a step given back late is dropped.
+    let (_, late) = b.rescues_due(Time(90)).remove(0);
+    b.informed(1, Ok(site("b", 4)), Time(90));
+    b.rescued(1, late);
+    assert!(b.rescues_due(Time(1000)).is_empty());
+    // Without a strategy nothing is rescued, though the site is down.
+    let mut plain = broker(params());
+    plain.informed(0, Err(FetchFailure::Timeout(Duration(5))), Time(10));
+    assert!(plain.rescues_due(Time(10)).is_empty());
+    assert_eq!(plain.down(), [(0, Time(10))]);
+}

@@ -368,3 +368,12 @@ mod property {
         }
     }
 }
+
+#[test]
+fn a_step_is_due_at_once_and_then_once_a_step() {
+    let mut f = Failure::new(Strategy::Next, at(1), STEP, Duration(600), None).unwrap();
+    assert!(f.due(at(1)));
+    run(&mut f, at(1), &[], |_| true);
+    assert!(!f.due(at(1) + Duration(59)));
+    assert!(f.due(at(2)));
+}

@@ -32,6 +32,7 @@ pub mod parsing;
 mod per_site;
 mod pushed;
 mod ready;
+mod rescue;
 mod reservations;
 mod sites;
 mod turns;

@@ -64,6 +64,17 @@ fn status_of(v: &BrokerJob) -> TaskStatus {
     }
 }
 
+/// Where task `t` stands, from its job among `jobs`.
+pub(super) fn run_of(t: &WorkflowTask, jobs: &HashMap<String, StoredJob>) -> TaskRun {
+    TaskRun {
+        status: jobs.get(&t.job).map_or_else(
+            || TaskStatus::Failed(format!("its job {} is missing from the records", t.job)),
+            |j| status_of(&j.view),
+        ),
+        retried: t.retried,
+    }
+}
+
 impl Service {
     /// Admits a workflow against its deadline: every task reserved at a
     /// site and every transfer on the network, committed together, its
@@ -398,6 +409,7 @@ impl Service {
                 retried: 0,
                 state: BrokerState::Planned,
                 exit_code: None,
+                moves: Vec::new(),
             });
         }
         let transfers = offer
@@ -457,7 +469,7 @@ impl Service {
 
     /// Every job of workflow `id` (its tasks and their reruns), by id, in
     /// one query.
-    async fn jobs_of(&self, id: &str) -> Result<HashMap<String, StoredJob>, ServiceError> {
+    pub(super) async fn jobs_of(&self, id: &str) -> Result<HashMap<String, StoredJob>, ServiceError> {
         let jobs = self.db.members_of(id).await?;
         Ok(jobs.into_iter().map(|j| (j.view.id.clone(), j)).collect())
     }
@@ -513,7 +525,7 @@ impl Service {
 
     /// Ends a workflow in `state`: what has not ended is cancelled, the
     /// reservations not used are given back and its bandwidth released.
-    async fn end_workflow(
+    pub(super) async fn end_workflow(
         &self,
         w: &mut StoredWorkflow,
         state: WorkflowState,
@@ -569,6 +581,10 @@ impl Service {
     /// (`brokk_broker::workflow::course`), carried out.
     pub async fn advance_workflows(&self) -> Result<(), ServiceError> {
         let _course = self.workflow_lock.lock().await;
+        // A task booked at a site being rescued waits for the rescue to
+        // move it (or to end its workflow) rather than go where nothing
+        // answers.
+        let (rescuing, _, _) = self.broker.run(|c| c.rescuing());
         for mut w in self.db.workflows_in(WorkflowState::Running).await? {
             let jobs = self.jobs_of(&w.view.id).await?;
             // A parent's file fetched once for all the children released with it.
@@ -576,11 +592,8 @@ impl Service {
             let mut runs = Vec::new();
             let mut changed = false;
             for t in &mut w.view.tasks {
+                runs.push(run_of(t, &jobs));
                 let Some(j) = jobs.get(&t.job) else {
-                    runs.push(TaskRun {
-                        status: TaskStatus::Failed(format!("its job {} is missing from the records", t.job)),
-                        retried: t.retried,
-                    });
                     continue;
                 };
                 if j.view.state() != t.state {
@@ -591,10 +604,6 @@ impl Service {
                     t.state = j.view.state();
                     t.exit_code = j.view.exit_code;
                 }
-                runs.push(TaskRun {
-                    status: status_of(&j.view),
-                    retried: t.retried,
-                });
             }
             if changed {
                 self.db.save_workflow(&w).await?;
@@ -608,6 +617,7 @@ impl Service {
             let mut moved = false;
             while let Some(action) = actions.pop_front() {
                 match action {
+                    Action::Release { task, .. } if rescuing.contains(&w.plan.tasks[task].site) => {}
                     Action::Release { task, early } => {
                         if let Some(from) = early {
                             let live = match &mut live {
@@ -831,7 +841,7 @@ impl Service {
     }
 
     /// The name of site `k` of the configuration.
-    fn site_name(&self, k: usize) -> String {
+    pub(super) fn site_name(&self, k: usize) -> String {
         self.sites().get(k).map_or_else(String::new, |s| s.name.clone())
     }
 
@@ -855,7 +865,7 @@ impl Service {
     /// of the owner's), under a new job when it runs again (`rerun`, its
     /// retries counted) or else its own, in `state`. The plan is the
     /// course's to change.
-    async fn place_task(
+    pub(super) async fn place_task(
         &self,
         w: &mut StoredWorkflow,
         k: usize,
@@ -984,7 +994,11 @@ impl Service {
 
 /// The sites as their owner may use them within `share` ([`Within`]),
 /// holding `held` at each.
-fn within_share(clients: &mut [super::sites::CachedSite], share: Share, held: Vec<Vec<Span>>) -> Vec<Within<'_>> {
+pub(super) fn within_share(
+    clients: &mut [super::sites::CachedSite],
+    share: Share,
+    held: Vec<Vec<Span>>,
+) -> Vec<Within<'_>> {
     clients
         .iter_mut()
         .zip(held)

@@ -191,14 +191,63 @@ fn latest_end(wf: &Workflow, plan: &Plan, children: &[usize], k: usize) -> Time 
 pub struct Movable {
     /// The task.
     pub task: usize,
-    /// Its booked start.
+    /// When it would start: its booked start, or `now` once its parents
+    /// all succeeded (it would go now, as a released task moves up).
     pub start: Time,
-    /// Its booked end.
+    /// That start plus its booked length.
     pub end: Time,
-    /// Its processors for its booked length, starting no sooner than its
-    /// booked start (its parents' outputs are due then) or `now`, and ending
-    /// by its slack's end.
+    /// Its processors for its booked length, starting no sooner than
+    /// `start` (its parents' outputs are due then) and ending by its
+    /// slack's end.
     pub request: brokk_core::Request,
+}
+
+/// Whether every parent of task `k` succeeded.
+fn ready(wf: &Workflow, runs: &[TaskRun], k: usize) -> bool {
+    wf.edges
+        .iter()
+        .filter(|e| e.child == wf.tasks[k].id)
+        .filter_map(|e| wf.task(&e.parent))
+        .all(|p| runs[p].status == TaskStatus::Succeeded)
+}
+
+/// Whether task `k` may move to another site on its own: it has no booked
+/// transfer and starts together with no other task, whose bandwidth and
+/// partners are booked where it is.
+fn alone(wf: &Workflow, plan: &Plan, k: usize) -> bool {
+    let id = &wf.tasks[k].id;
+    !wf.coallocations.iter().any(|c| &c.a == id || &c.b == id)
+        && !plan.transfers.iter().any(|x| &x.to_task == id || &x.from_task == id)
+}
+
+/// The window task `k` may move within at `now`: its processors for its
+/// booked length, from when it would start to its slack's end; the request
+/// and that start, or `None` when the window has closed.
+fn window(wf: &Workflow, plan: &Plan, runs: &[TaskRun], k: usize, now: Time) -> Option<(brokk_core::Request, Time)> {
+    let p = &plan.tasks[k];
+    let duration = p.end - p.start;
+    let start = if ready(wf, runs, k) {
+        wf.earliest.map_or(now, |e| e.max(now))
+    } else {
+        p.start.max(now)
+    };
+    let children: Vec<usize> = wf
+        .edges
+        .iter()
+        .filter(|e| e.parent == wf.tasks[k].id)
+        .filter_map(|e| wf.task(&e.child))
+        .collect();
+    let latest = latest_end(wf, plan, &children, k) - duration;
+    (latest >= start).then_some((
+        brokk_core::Request {
+            amount: wf.tasks[k].cores,
+            duration,
+            earliest: start,
+            latest,
+            flexible: false,
+        },
+        start,
+    ))
 }
 
 /// The tasks of `wf` (admitted as `plan`, its tasks standing as `runs`)
@@ -210,36 +259,29 @@ pub struct Movable {
 /// and the course retries it or plans the rest again.
 pub fn movable(wf: &Workflow, plan: &Plan, runs: &[TaskRun], site: usize, now: Time) -> Vec<Movable> {
     (0..wf.tasks.len())
-        .filter(|&k| runs[k].status == TaskStatus::Planned && plan.tasks[k].site == site)
-        .filter(|&k| {
-            let id = &wf.tasks[k].id;
-            !wf.coallocations.iter().any(|c| &c.a == id || &c.b == id)
-                && !plan.transfers.iter().any(|x| &x.to_task == id || &x.from_task == id)
-        })
+        .filter(|&k| runs[k].status == TaskStatus::Planned && plan.tasks[k].site == site && alone(wf, plan, k))
         .filter_map(|k| {
-            let p = &plan.tasks[k];
-            let duration = p.end - p.start;
-            let children: Vec<usize> = wf
-                .edges
-                .iter()
-                .filter(|e| e.parent == wf.tasks[k].id)
-                .filter_map(|e| wf.task(&e.child))
-                .collect();
-            let earliest = p.start.max(now);
-            let latest = latest_end(wf, plan, &children, k) - duration;
-            (latest >= earliest).then(|| Movable {
+            let (request, start) = window(wf, plan, runs, k, now)?;
+            Some(Movable {
                 task: k,
-                start: p.start,
-                end: p.end,
-                request: brokk_core::Request {
-                    amount: wf.tasks[k].cores,
-                    duration,
-                    earliest,
-                    latest,
-                    flexible: false,
-                },
+                start,
+                end: start + request.duration,
+                request,
             })
         })
+        .collect()
+}
+
+/// The tasks of `wf` booked at site `site`, which is down, that are due at
+/// `now` (their parents all succeeded, or their booked start came) and
+/// cannot move: they are not alone ([`movable`]), or their window has
+/// closed. A broker that holds such tasks back rather than send them to a
+/// site that does not answer ends their workflow instead.
+pub fn stranded(wf: &Workflow, plan: &Plan, runs: &[TaskRun], site: usize, now: Time) -> Vec<usize> {
+    (0..wf.tasks.len())
+        .filter(|&k| runs[k].status == TaskStatus::Planned && plan.tasks[k].site == site)
+        .filter(|&k| ready(wf, runs, k) || now >= plan.tasks[k].start)
+        .filter(|&k| !alone(wf, plan, k) || window(wf, plan, runs, k, now).is_none())
         .collect()
 }
 

@@ -248,6 +248,15 @@ impl Course {
         super::movable(&self.wf, &self.plan, &self.runs, site, now)
     }
 
+    /// The tasks booked at site `site`, which is down, that are due at
+    /// `now` and cannot move ([`super::stranded`]).
+    pub fn stranded(&self, site: usize, now: Time) -> Vec<usize> {
+        if self.ended.is_some() || self.rescue.is_some() {
+            return Vec::new();
+        }
+        super::stranded(&self.wf, &self.plan, &self.runs, site, now)
+    }
+
     /// Task `task` moved to reservation `reservation` at site `site`,
     /// starting at `start` (its length kept): a rescue found it room there.
     pub fn relocated(&mut self, task: usize, site: usize, reservation: ReservationId, start: Time) {
@@ -340,6 +349,18 @@ mod tests {
             c.movable(0, Time(50)).iter().map(|m| m.task).collect::<Vec<_>>(),
             [2, 3]
         );
+        assert!(c.stranded(0, Time(50)).is_empty());
+        // Once a succeeded, c would go now: it moves from now on.
+        c.set(0, TaskStatus::Succeeded);
+        let m = &c.movable(0, Time(60))[0];
+        assert_eq!(
+            (m.task, m.start, m.end, m.request.earliest),
+            (2, Time(60), Time(160), Time(60))
+        );
+        // Past its slack it can no longer move, and it is due: stranded.
+        // d waits for its parents and its booked start has not come.
+        assert_eq!(c.movable(0, Time(450)).iter().map(|m| m.task).collect::<Vec<_>>(), [3]);
+        assert_eq!(c.stranded(0, Time(450)), [2]);
     }
 
     #[test]
