@@ -542,6 +542,17 @@ fn moved_and_ran(url: &str, w: &Value) {
     assert_eq!(common::output(url, "tok-ann", job, "stdout").trim(), "b ran");
     let status = common::json(url, "tok-ann", &["status", job, "--json"]);
     assert_eq!(status["site"], "south", "{status:#}");
+    let said: Vec<&str> = status["history"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|h| h["detail"].as_str())
+        .collect();
+    assert!(
+        said.iter()
+            .any(|d| d.starts_with("its reservation moved from north to south")),
+        "{status:#}"
+    );
     // Its reservation at north is given back.
     let reservations = common::json(url, "tok-ann", &["reserve", "--list", "--json"]);
     let at_north: Vec<&Value> = reservations

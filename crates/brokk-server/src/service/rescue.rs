@@ -141,11 +141,17 @@ impl Service {
                 courses[*i].relocated(k, to, reservation, start);
                 w.plan = courses[*i].plan().clone();
                 let to_name = self.site_name(to);
+                let why = format!("{name} has not answered since {since}");
+                // In its job's history too, for `brokk status` and the dashboard.
+                if let Some(j) = self.db.get(&w.view.tasks[k].job).await? {
+                    let line = format!("its reservation moved from {name} to {to_name}, starting {start}: {why}");
+                    self.db.update(&j.view, Some((t, Some(line)))).await?;
+                }
                 w.view.tasks[k].moves.push(TaskMove {
                     at: t,
                     from: name.clone(),
                     to: to_name.clone(),
-                    why: format!("{name} has not answered since {since}"),
+                    why,
                 });
                 self.let_go(&w.view.owner, &old).await?;
                 self.db.save_workflow(w).await?;

@@ -359,6 +359,11 @@ fn show(w: &WorkflowView, now: Time) {
             t.exit_code.map_or("-".to_string(), |c| c.to_string())
         );
     }
+    for t in &w.tasks {
+        for m in &t.moves {
+            say!("  {} moved from {} to {} at {}: {}", t.task, m.from, m.to, m.at, m.why);
+        }
+    }
     for x in &w.transfers {
         say!(
             "  {} -> {}: {} -> {} from {} to {} at {} bytes/s",
