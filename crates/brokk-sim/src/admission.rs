@@ -26,7 +26,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::course::{CourseConfig, CourseFigures, Courses, Grid};
 use crate::lublin;
-use crate::rescue::{Outage, RescueConfig, RescueFigures};
+use crate::rescue::{Outage, RescueConfig, RescueFigures, View};
 use crate::stats::{spread, Spread};
 use crate::workflows::{generate, WorkflowParams};
 
@@ -286,6 +286,9 @@ pub struct Setting {
     /// How long it is down (slots; 0 without a failure).
     #[serde(skip_serializing_if = "is_zero")]
     pub downtime: i64,
+    /// What the rescuing broker knows, when a resource fails.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub view: Option<View>,
 }
 
 fn is_zero(x: &i64) -> bool {
@@ -459,7 +462,7 @@ impl AdmissionExperiment {
     }
 
     /// Every setting: scheduler x inter-arrival x hold x rejecters x share x
-    /// probing x downtime x rescue strategy, in that nesting.
+    /// probing x rescue view x downtime x rescue strategy, in that nesting.
     pub fn settings(&self) -> Vec<Setting> {
         let mut out = Vec::new();
         for &scheduler in &self.schedulers {
@@ -477,17 +480,21 @@ impl AdmissionExperiment {
                                     probing,
                                     strategy: None,
                                     downtime: 0,
+                                    view: None,
                                 };
                                 match &self.rescue {
                                     None => out.push(base),
                                     Some(r) => {
-                                        for &downtime in &r.downtime {
-                                            for &s in &r.strategies {
-                                                out.push(Setting {
-                                                    strategy: Some(s),
-                                                    downtime,
-                                                    ..base
-                                                });
+                                        for &view in &r.views {
+                                            for &downtime in &r.downtime {
+                                                for &s in &r.strategies {
+                                                    out.push(Setting {
+                                                        strategy: Some(s),
+                                                        downtime,
+                                                        view: Some(view),
+                                                        ..base
+                                                    });
+                                                }
                                             }
                                         }
                                     }
@@ -806,7 +813,7 @@ impl AdmissionExperiment {
                         Ok(brokk_core::Reply::Granted { start, .. }) => {
                             count(&mut booked[0], *procs, start, start + *run);
                             if let Some(o) = &mut outage {
-                                o.record(now, *procs, start, start + *run);
+                                o.record(now, *site, *procs, start, start + *run);
                             }
                         }
                         _ => p.local[1] += 1,
@@ -940,7 +947,8 @@ impl AdmissionExperiment {
             Duration(slot),
             Duration(self.max_book_ahead.max(1) * slot),
             strategy,
-            specs.iter().map(|s| s.capacity).sum(),
+            &specs.iter().map(|s| s.capacity).collect::<Vec<_>>(),
+            setting.view.unwrap_or(View::Central),
         ))
     }
 

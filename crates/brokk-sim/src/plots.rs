@@ -711,9 +711,9 @@ fn rescue(report: &crate::admission::AdmissionReport) -> Result<Vec<(String, Str
         ("termination", "terminated over affected jobs", |a| a.termination),
         ("overhead", "jobs moved needlessly over affected jobs", |a| a.overhead),
     ];
-    let mut cases: Vec<(i64, f64)> = Vec::new();
+    let mut cases: Vec<(i64, f64, Option<crate::rescue::View>)> = Vec::new();
     for a in &report.aggregates {
-        let c = (a.setting.downtime, a.setting.inter_arrival);
+        let c = (a.setting.downtime, a.setting.inter_arrival, a.setting.view);
         if !cases.contains(&c) {
             cases.push(c);
         }
@@ -723,17 +723,23 @@ fn rescue(report: &crate::admission::AdmissionReport) -> Result<Vec<(String, Str
         _ => None,
     };
     let mut out = Vec::new();
-    for (downtime, arrival) in cases {
+    for (downtime, arrival, view) in cases {
         let mine: Vec<&AdmissionAggregate> = report
             .aggregates
             .iter()
-            .filter(|a| a.setting.downtime == downtime && a.setting.inter_arrival == arrival)
+            .filter(|a| a.setting.downtime == downtime && a.setting.inter_arrival == arrival && a.setting.view == view)
             .collect();
         let etas: Vec<f64> = mine.iter().filter_map(|a| eta(a)).collect();
-        let suffix = format!("d{downtime}-a{arrival}");
+        let local = view == Some(crate::rescue::View::Local);
+        let suffix = format!("d{downtime}-a{arrival}{}", if local { "-local" } else { "" });
         for (file, label, pick) in figures {
+            let known = if local {
+                ", the failed site's broker knowing it alone"
+            } else {
+                ""
+            };
             let title = format!(
-                "{}: {label}, down {downtime} slots, inter-arrival {arrival}",
+                "{}: {label}, down {downtime} slots, inter-arrival {arrival}{known}",
                 report.name
             );
             let svg = if etas.len() > 1 {

@@ -41,6 +41,36 @@ pub struct RescueConfig {
     /// its steady load by then).
     #[serde(default = "half")]
     pub at: f64,
+    /// What the broker that rescues knows of the grid's load, swept:
+    /// `central`, one broker over every site; `local`, [VRM] 6.4's
+    /// distributed worst case, where the failed site's own domain broker
+    /// knows only that site (its load and its bookings) and moves jobs
+    /// through the broker above to the others.
+    #[serde(default = "central")]
+    pub views: Vec<View>,
+}
+
+/// What the rescuing broker knows of the grid ([`RescueConfig::views`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum View {
+    /// Every site's load and bookings.
+    Central,
+    /// The failed site's alone.
+    Local,
+}
+
+impl std::fmt::Display for View {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            View::Central => "central",
+            View::Local => "local",
+        })
+    }
+}
+
+fn central() -> Vec<View> {
+    vec![View::Central]
 }
 
 fn half() -> f64 {
@@ -52,6 +82,9 @@ impl RescueConfig {
     pub fn check(&self) -> Result<(), String> {
         if self.strategies.is_empty() || self.downtime.is_empty() || self.downtime.iter().any(|&d| d <= 0) {
             return Err("rescue: at least one strategy and positive downtimes (slots)".into());
+        }
+        if self.views.is_empty() {
+            return Err("rescue.views: central, local or both".into());
         }
         if !(self.at > 0.0 && self.at < 1.0) {
             return Err("rescue.at: a share of the arrival span, between 0 and 1".into());
@@ -134,21 +167,29 @@ pub(crate) struct Outage {
     terminated: usize,
     lost_running: usize,
     tried: usize,
+    /// What the rescuing broker knows.
+    view: View,
     profile: BookingProfile,
 }
 
 impl Outage {
-    /// Resource `site` fails at `begins` and is back at `ends`; the rescue
-    /// steps every `step` and reaches `reach` ahead; `capacity` is the grid's.
+    /// Resource `site` of sites of `capacities` fails at `begins` and is
+    /// back at `ends`; the rescue steps every `step` and reaches `reach`
+    /// ahead, knowing the grid as `view` says.
     pub fn new(
         site: usize,
         (begins, ends): (Time, Time),
         step: Duration,
         reach: Duration,
         strategy: Strategy,
-        capacity: u32,
+        capacities: &[u32],
+        view: View,
     ) -> Outage {
         let steps = (reach.0 / step.0.max(1)).max(1) as usize;
+        let capacity = match view {
+            View::Central => capacities.iter().sum(),
+            View::Local => capacities.get(site).copied().unwrap_or(1),
+        };
         Outage {
             site,
             begins,
@@ -166,6 +207,7 @@ impl Outage {
             terminated: 0,
             lost_running: 0,
             tried: 0,
+            view,
             profile: BookingProfile::new(Time(0), step, steps, capacity),
         }
     }
@@ -177,9 +219,12 @@ impl Outage {
     }
 
     /// A booking of `cores` over `[start, end)` at `site`, made at `now`
-    /// (a local job's too: the load profile counts every booking).
-    pub fn record(&mut self, now: Time, cores: u32, start: Time, end: Time) {
-        self.profile.record(now, cores, start, end);
+    /// (a local job's too: the load profile counts every booking the
+    /// rescuing broker sees).
+    pub fn record(&mut self, now: Time, site: usize, cores: u32, start: Time, end: Time) {
+        if self.view == View::Central || site == self.site {
+            self.profile.record(now, cores, start, end);
+        }
     }
 
     /// A broker job committed at `now`: `(site, reservation, start, end)`
@@ -193,7 +238,7 @@ impl Outage {
         window: (Time, Time),
     ) {
         let (site, reservation, start, end) = at;
-        self.record(now, cores, start, end);
+        self.record(now, site, cores, start, end);
         if site == self.site {
             self.later += usize::from(self.failure.is_some());
             self.next_id += 1;
@@ -280,6 +325,7 @@ impl Outage {
             moved,
             tried,
             profile,
+            view,
             ..
         } = self;
         let Some(failure) = failure else { return };
@@ -294,7 +340,12 @@ impl Outage {
         // The load-based strategy reads the grid's load as the resources
         // publish it, with what usually arrives in a step.
         let load = matches!(strategy, Strategy::Load { .. }).then(|| {
-            let infos: Vec<_> = sites.iter().filter_map(|s| s.info().ok()).collect();
+            let infos: Vec<_> = sites
+                .iter()
+                .enumerate()
+                .filter(|&(k, _)| *view == View::Central || k == *site)
+                .filter_map(|(_, s)| s.info().ok())
+                .collect();
             let published: Vec<_> = infos
                 .iter()
                 .filter_map(|i| i.availability.as_ref().map(|a| (a, i.total_slots)))
@@ -334,8 +385,10 @@ impl Outage {
                     return false;
                 }
                 let _ = refs[*site].cancel("broker", h.reservation);
-                for p in &offer.plan.tasks {
-                    profile.record(t, h.cores, p.start, p.end);
+                if *view == View::Central {
+                    for p in &offer.plan.tasks {
+                        profile.record(t, h.cores, p.start, p.end);
+                    }
                 }
                 held.remove(&b.id);
                 moved.push(h.start);

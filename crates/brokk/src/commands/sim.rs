@@ -487,9 +487,10 @@ fn workflows(a: WorkflowsArgs) -> Result<ExitCode> {
     }
     if exp.rescue.is_some() {
         say!(
-            "{:<11} {:>8} {:>5} {:<13} {:>15} {:>15} {:>9} {:>6} {:>6} {:>6} {:>7} {:>5}",
+            "{:<11} {:>8} {:<7} {:>5} {:<13} {:>15} {:>15} {:>9} {:>6} {:>6} {:>6} {:>7} {:>5}",
             "scheduler",
             "arrival",
+            "view",
             "down",
             "strategy",
             "terminated",
@@ -512,9 +513,10 @@ fn workflows(a: WorkflowsArgs) -> Result<ExitCode> {
             let mean =
                 |f: fn(&brokk_sim::rescue::RescueFigures) -> usize| of.iter().map(|r| f(r) as f64).sum::<f64>() / n;
             say!(
-                "{:<11} {:>8} {:>5} {:<13} {:>15} {:>15} {:>9.1} {:>6.1} {:>6.1} {:>6.1} {:>7.0} {:>5.1}",
+                "{:<11} {:>8} {:<7} {:>5} {:<13} {:>15} {:>15} {:>9.1} {:>6.1} {:>6.1} {:>6.1} {:>7.0} {:>5.1}",
                 g.setting.scheduler.name(),
                 g.setting.inter_arrival,
+                g.setting.view.map_or_else(String::new, |v| v.to_string()),
                 g.setting.downtime,
                 g.setting.strategy.map_or_else(String::new, |s| s.to_string()),
                 g.termination.as_ref().map_or_else(String::new, cell),
@@ -527,7 +529,7 @@ fn workflows(a: WorkflowsArgs) -> Result<ExitCode> {
                 mean(|r| r.lost_running)
             );
         }
-        say!("a resource down for `down` slots from the middle of the arrivals; affected: jobs booked there at the failure that would start while it is down; terminated (share of the affected, and lost: the number) were still there when they were to start, including jobs booked there later (later: beyond the rescue horizon while it was down); overhead: jobs moved that were booked to start after the recovery, over the affected; tried: moves attempted; run: jobs running at the failure, lost whatever the strategy; means over the seeds");
+        say!("a resource down for `down` slots from the middle of the arrivals; view: what the rescuing broker knows of the load (central: every site; local: the failed site alone); affected: jobs booked there at the failure that would start while it is down; terminated (share of the affected, and lost: the number) were still there when they were to start, including jobs booked there later (later: beyond the rescue horizon while it was down); overhead: jobs moved that were booked to start after the recovery, over the affected; tried: moves attempted; run: jobs running at the failure, lost whatever the strategy; means over the seeds");
     }
     if exp.shares.len() > 1 || exp.probing.len() > 1 {
         say!(
