@@ -45,6 +45,14 @@ pub fn assign(format: Format, job: &mut Job, ids: Ids<'_>) {
             for s in [&mut job.stdout, &mut job.stderr, &mut job.stdin].into_iter().flatten() {
                 *s = slurm(s, ids, &name);
             }
+            // An array task finds its array's id (its submission's first
+            // job), as Slurm sets it.
+            if crate::slurm::task_of(job).is_some() && !job.environment.iter().any(|v| v.name == "SLURM_ARRAY_JOB_ID") {
+                job.environment.push(brokk_model::EnvVar {
+                    name: "SLURM_ARRAY_JOB_ID".into(),
+                    value: ids.submission.to_string(),
+                });
+            }
         }
         _ => {}
     }

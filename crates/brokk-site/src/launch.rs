@@ -203,7 +203,7 @@ pub(crate) fn site_values(launch: &Launch, site: &str, sandbox: &Path) -> Vec<(&
 /// The variables every job finds set, as batch systems set theirs.
 pub(crate) fn batch_environment(id: JobId, site: &str, job: &Job, sandbox: &Path) -> Vec<(String, String)> {
     let sandbox = std::path::absolute(sandbox).unwrap_or_else(|_| sandbox.to_path_buf());
-    vec![
+    let mut env = vec![
         ("PATH".into(), DEFAULT_PATH.into()),
         ("HOME".into(), sandbox.display().to_string()),
         ("TMPDIR".into(), sandbox.display().to_string()),
@@ -211,7 +211,14 @@ pub(crate) fn batch_environment(id: JobId, site: &str, job: &Job, sandbox: &Path
         ("BROKK_SITE".into(), site.to_string()),
         ("BROKK_CPUS".into(), job.cpus.unwrap_or(1).max(1).to_string()),
         ("BROKK_SANDBOX".into(), sandbox.display().to_string()),
-    ]
+    ];
+    // A Slurm script (its broker gave it Slurm's variables) finds where it
+    // was submitted from as its sandbox, where its inputs are: `cd
+    // "$SLURM_SUBMIT_DIR"` goes where it would on a cluster.
+    if job.environment.iter().any(|v| v.name == "SLURM_JOB_ID") {
+        env.push(("SLURM_SUBMIT_DIR".into(), sandbox.display().to_string()));
+    }
+    env
 }
 
 /// Makes a staged program executable.

@@ -1918,3 +1918,27 @@ fn a_job_finds_its_broker_id_and_a_slurm_script_its_slurm_variables() {
     let out = common::output(&svc.server.url, "tok-ann", &id, "out.txt");
     assert_eq!(out, format!("{id} {id} 2 2\n"));
 }
+
+/// An array task finds its array's id (the first task's) and its own
+/// index, and a Slurm script its submission directory, its sandbox.
+#[test]
+fn slurm_array_tasks_find_their_array_and_where_they_were_submitted() {
+    let dir = scratch("array-variables");
+    let svc = Service::start(&dir);
+    std::fs::write(
+        dir.join("array.sh"),
+        "#!/bin/sh\n#SBATCH --array=3-4\n#SBATCH --output=out-%a.txt\n#SBATCH --time=1\n\
+         cd \"$SLURM_SUBMIT_DIR\" && test \"$SLURM_SUBMIT_DIR\" = \"$BROKK_SANDBOX\" && \
+         echo \"$SLURM_ARRAY_JOB_ID $SLURM_ARRAY_TASK_ID $SLURM_JOB_ID\"\n",
+    )
+    .unwrap();
+    let sub = svc.json("tok-ann", &["submit", "--json", dir.join("array.sh").to_str().unwrap()]);
+    let ids: Vec<String> = common::strings(&sub["ids"]);
+    assert_eq!(ids.len(), 2, "{sub}");
+    for (id, task) in ids.iter().zip([3, 4]) {
+        let end = common::wait_ended(&svc.server.url, "tok-ann", id, Duration::from_secs(60));
+        assert_eq!(end["state"], "finished", "{end}");
+        let out = common::output(&svc.server.url, "tok-ann", id, &format!("out-{task}.txt"));
+        assert_eq!(out, format!("{} {task} {id}\n", ids[0]));
+    }
+}
