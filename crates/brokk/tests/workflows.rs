@@ -88,6 +88,22 @@ fn write_dag(dir: &Path, text: &str, nodes: &[(&str, &str, &str, &str)]) -> Path
     path
 }
 
+/// Gives each node's submit file of `nodes` its processors, and each a
+/// booked length of `booked` seconds.
+fn size(dir: &Path, nodes: &[(&str, u32)], booked: u32) {
+    for (node, cpus) in nodes {
+        let p = dir.join(format!("{node}.sub"));
+        let text = std::fs::read_to_string(&p)
+            .unwrap()
+            .replace(
+                "allowed_job_duration = 120",
+                &format!("allowed_job_duration = {booked}"),
+            )
+            .replace("queue", &format!("request_cpus = {cpus}\nqueue"));
+        std::fs::write(&p, text).unwrap();
+    }
+}
+
 /// Two tasks as wide as each site (north 4, south 2): a workflow of them
 /// due in a few minutes fits only if both sites are wholly free now.
 fn whole_sites(dir: &Path) -> PathBuf {
@@ -96,13 +112,7 @@ fn whole_sites(dir: &Path) -> PathBuf {
         "JOB wide north.sub\nJOB narrow south.sub\n",
         &[("north", "true", "", ""), ("south", "true", "", "")],
     );
-    for (node, cpus) in [("north", 4), ("south", 2)] {
-        let p = dir.join(format!("{node}.sub"));
-        let text = std::fs::read_to_string(&p)
-            .unwrap()
-            .replace("queue", &format!("request_cpus = {cpus}\nqueue"));
-        std::fs::write(&p, text).unwrap();
-    }
+    size(dir, &[("north", 4), ("south", 2)], 120);
     path
 }
 
@@ -471,17 +481,7 @@ fn a_then_b(dir: &Path, booked: u32) -> PathBuf {
         "JOB a a.sub\nJOB b b.sub\nPARENT a CHILD b\n",
         &[("a", "sleep 3", "", ""), ("b", "echo b ran", "", "")],
     );
-    for (node, cpus) in [("a", 4), ("b", 2)] {
-        let p = dir.join(format!("{node}.sub"));
-        let text = std::fs::read_to_string(&p)
-            .unwrap()
-            .replace(
-                "allowed_job_duration = 120",
-                &format!("allowed_job_duration = {booked}"),
-            )
-            .replace("queue", &format!("request_cpus = {cpus}\nqueue"));
-        std::fs::write(&p, text).unwrap();
-    }
+    size(dir, &[("a", 4), ("b", 2)], booked);
     path
 }
 
