@@ -26,6 +26,7 @@ pub mod info;
 pub mod jobs;
 mod memory_site;
 pub mod predict;
+pub mod reoptimize;
 pub mod rescue;
 pub mod reservations;
 pub mod reserve;

@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
+use brokk_broker::reoptimize::{self, Placed};
 use brokk_broker::rescue::{fenced, Fenced, Strategy};
 use brokk_broker::workflow::{
     admit, admit_without_probing, memory_sites, remember, LinkSpec, Network, Options, Scheduler, SiteSpec, Topology,
@@ -26,6 +27,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::course::{CourseConfig, CourseFigures, Courses, Grid};
 use crate::lublin;
+use crate::reoptimize::{ReoptimizeConfig, ReoptimizeFigures};
 use crate::rescue::{Outage, RescueConfig, RescueFigures, View};
 use crate::stats::{spread, Spread};
 use crate::workflows::{generate, WorkflowParams};
@@ -97,6 +99,11 @@ pub struct AdmissionExperiment {
     /// compared (`[rescue]`, [VRM] 6.4); the jobs must be atomic.
     #[serde(default)]
     pub rescue: Option<RescueConfig>,
+    /// A re-optimization of the admitted jobs once in the steady state,
+    /// window sizes swept (`[reoptimize]`, [VRM] 5.7.1); the jobs must be
+    /// atomic.
+    #[serde(default)]
+    pub reoptimize: Option<ReoptimizeConfig>,
     /// The workflow every arrival submits, when `workflow.file` names one
     /// (read by the caller, which knows the job languages).
     #[serde(skip)]
@@ -289,6 +296,9 @@ pub struct Setting {
     /// What the rescuing broker knows, when a resource fails.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub view: Option<View>,
+    /// The re-optimization's window size (slots; 0 none), when it runs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub window: Option<i64>,
 }
 
 fn is_zero(x: &i64) -> bool {
@@ -341,6 +351,9 @@ pub struct AdmissionPoint {
     /// What the rescue did, when a resource failed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rescue: Option<RescueFigures>,
+    /// What the re-optimization did and what came after, when it runs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reoptimized: Option<ReoptimizeFigures>,
 }
 
 /// The figures aggregated over seeds.
@@ -378,6 +391,10 @@ pub struct AdmissionAggregate {
     /// Moved needlessly over affected jobs, every seed pooled.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub overhead: Option<Spread>,
+    /// With re-optimization: the workflows admitted after it over those
+    /// the same seed's run without it admitted, less one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gain: Option<Spread>,
 }
 
 /// Everything a sweep found.
@@ -450,6 +467,15 @@ impl AdmissionExperiment {
             let names: Vec<(String, u32)> = self.platform()?.0.into_iter().map(|s| (s.name, s.capacity)).collect();
             r.site_of(&names).map_err(AdmissionError::Invalid)?;
         }
+        if let Some(r) = &self.reoptimize {
+            r.check().map_err(AdmissionError::Invalid)?;
+            if self.workflow.tasks != [1, 1] || self.workflow.file.is_some() || self.course.is_some() {
+                return bad("reoptimize: the jobs are atomic (workflow.tasks = [1, 1], no workflow file, no [course])");
+            }
+            if self.rescue.is_some() {
+                return bad("reoptimize and rescue: one or the other in an experiment");
+            }
+        }
         // The generator checks its own parameters: try one workflow.
         generate(&self.params(lo, 512), "check", 0).map_err(|e| AdmissionError::Invalid(e.to_string()))?;
         self.platform()?;
@@ -481,7 +507,17 @@ impl AdmissionExperiment {
                                     strategy: None,
                                     downtime: 0,
                                     view: None,
+                                    window: None,
                                 };
+                                if let Some(r) = &self.reoptimize {
+                                    for &w in &r.windows {
+                                        out.push(Setting {
+                                            window: Some(w),
+                                            ..base
+                                        });
+                                    }
+                                    continue;
+                                }
                                 match &self.rescue {
                                     None => out.push(base),
                                     Some(r) => {
@@ -567,6 +603,25 @@ impl AdmissionExperiment {
                 }),
                 termination: setting.strategy.map(|_| pooled(&of, |r| r.terminated)),
                 overhead: setting.strategy.map(|_| pooled(&of, |r| r.overhead)),
+                gain: setting.window.map(|_| {
+                    let gains: Vec<f64> = of
+                        .iter()
+                        .filter_map(|p| {
+                            let base = points.iter().find(|b| {
+                                b.seed == p.seed
+                                    && b.setting
+                                        == Setting {
+                                            window: Some(0),
+                                            ..p.setting
+                                        }
+                            })?;
+                            let (mine, theirs) = (p.reoptimized.as_ref()?, base.reoptimized.as_ref()?);
+                            (theirs.admitted_after > 0)
+                                .then(|| mine.admitted_after as f64 / theirs.admitted_after as f64 - 1.0)
+                        })
+                        .collect();
+                    spread(&gains)
+                }),
             });
         }
         Ok(AdmissionReport {
@@ -757,6 +812,15 @@ impl AdmissionExperiment {
         let mut split = ChaCha8Rng::seed_from_u64(seed ^ 0x5eed_0046);
         let mut courses = self.course.clone().map(|c| Courses::new(c, seed));
         let mut outage = self.outage(specs, setting, last);
+        // With re-optimization: the broker's jobs as booked, the accepters'
+        // workflow after which it runs, and what it did.
+        let mut placed: Vec<Placed> = Vec::new();
+        let reopt_at = self
+            .reoptimize
+            .as_ref()
+            .filter(|_| setting.window.is_some())
+            .map(|r| (self.workflows as f64 * r.after).round() as usize);
+        let mut reoptimized = reopt_at.map(|_| ReoptimizeFigures::default());
         let opts_at = |now| Options {
             scheduler: setting.scheduler,
             now,
@@ -784,6 +848,24 @@ impl AdmissionExperiment {
                 k.advance(now);
             }
             net.advance(now);
+            let after_point = matches!(&a.what, Arrived::Workflow { commits: true, .. })
+                && reopt_at.is_some_and(|at| accepters[0] >= at);
+            if let (Some(figures), true) = (&mut reoptimized, after_point) {
+                if figures.submitted_after == 0 {
+                    let size = Duration(setting.window.unwrap_or(0) * self.slot);
+                    if size.0 > 0 {
+                        let to = placed.iter().map(|p| p.end).max().unwrap_or(now);
+                        let mut refs: Vec<&mut dyn Site> = sites.iter_mut().map(|s| s as &mut dyn Site).collect();
+                        for w in reoptimize::windows(now, to, size) {
+                            let done = reoptimize::pass(now, w, &mut placed, &mut refs, "broker");
+                            figures.considered += done.considered;
+                            figures.moved += done.moved;
+                            figures.windows += 1;
+                        }
+                    }
+                }
+                figures.submitted_after += 1;
+            }
             match &a.what {
                 Arrived::Local {
                     site,
@@ -851,6 +933,9 @@ impl AdmissionExperiment {
                             reservations += offer.messages.reservations;
                             p.admitted += 1;
                             accepters[1] += usize::from(*commits);
+                            if let (Some(figures), true) = (&mut reoptimized, after_point) {
+                                figures.admitted_after += 1;
+                            }
                             // An accepter commits at once; a rejecter's holds lapse.
                             if !*commits {
                                 continue;
@@ -859,10 +944,21 @@ impl AdmissionExperiment {
                                 // A plan lists the tasks in the workflow's order.
                                 for (t, spec) in offer.plan.tasks.iter().zip(&wf.tasks) {
                                     count(&mut booked[1], spec.cores, t.start, t.end);
+                                    let window = (wf.earliest.unwrap_or(now), wf.deadline.unwrap_or(t.end));
                                     if let Some(o) = &mut outage {
-                                        let window = (wf.earliest.unwrap_or(now), wf.deadline.unwrap_or(t.end));
                                         let at = (t.site, t.reservation, t.start, t.end);
                                         o.booked(now, at, spec.cores, spec.runtime, window);
+                                    }
+                                    if reoptimized.is_some() {
+                                        placed.push(Placed {
+                                            site: t.site,
+                                            reservation: t.reservation,
+                                            start: t.start,
+                                            end: t.end,
+                                            amount: spec.cores,
+                                            earliest: window.0,
+                                            deadline: window.1,
+                                        });
                                     }
                                     if mine {
                                         remember(&mut knowledge[t.site], spec.cores, t.start, t.end);
@@ -882,6 +978,9 @@ impl AdmissionExperiment {
                                 offer.release("broker", &mut refs, &mut net);
                                 p.admitted -= 1;
                                 accepters[1] -= 1;
+                                if let (Some(figures), true) = (&mut reoptimized, after_point) {
+                                    figures.admitted_after -= 1;
+                                }
                             }
                         }
                         Err(r) => {
@@ -903,6 +1002,7 @@ impl AdmissionExperiment {
             courses.until(Time(i64::MAX), &mut grid);
             p.course = Some(courses.figures());
         }
+        p.reoptimized = reoptimized;
         if let Some(o) = &mut outage {
             // The rest of the downtime, with no more arrivals.
             o.until(Time(i64::MAX / 4), &mut sites, &mut net, &topo, &opts_at(Time(last)));
@@ -972,6 +1072,7 @@ impl AdmissionExperiment {
             reasons: BTreeMap::new(),
             course: None,
             rescue: None,
+            reoptimized: None,
         }
     }
 }

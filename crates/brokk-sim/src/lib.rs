@@ -27,6 +27,7 @@ pub mod metrics;
 pub mod orders;
 pub mod platform;
 pub mod plots;
+pub mod reoptimize;
 pub mod replay;
 pub mod report;
 pub mod rescue;

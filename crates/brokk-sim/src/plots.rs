@@ -600,6 +600,9 @@ pub fn admission(report: &crate::admission::AdmissionReport) -> Result<Vec<(Stri
     if report.aggregates.iter().any(|a| a.setting.strategy.is_some()) {
         return rescue(report);
     }
+    if report.aggregates.iter().any(|a| a.setting.window.is_some()) {
+        return reoptimization(report);
+    }
     let by_hold = distinct(|a| a.setting.hold as f64) > 1;
     let several_arrivals = distinct(|a| a.setting.inter_arrival) > 1;
     let several_rejecters = distinct(|a| a.setting.rejecters) > 1;
@@ -789,6 +792,32 @@ fn rescue(report: &crate::admission::AdmissionReport) -> Result<Vec<(String, Str
         }
     }
     Ok(out)
+}
+
+/// [VRM] Fig. 5.5: the gain in later admissions against the size of the
+/// optimization windows, a series per scheduler and load.
+fn reoptimization(report: &crate::admission::AdmissionReport) -> Result<Vec<(String, String)>, String> {
+    use crate::admission::AdmissionAggregate;
+    let optimized: Vec<AdmissionAggregate> = report
+        .aggregates
+        .iter()
+        .filter(|a| a.setting.window.is_some_and(|w| w > 0) && a.gain.is_some())
+        .cloned()
+        .collect();
+    let series_of = |a: &AdmissionAggregate| format!("{} a={}", a.setting.scheduler, a.setting.inter_arrival);
+    let names = series_names(&optimized, series_of);
+    let x_of = |a: &AdmissionAggregate| a.setting.window.unwrap_or(0) as f64;
+    let series = spread_series(&names, &optimized, series_of, x_of, |a| a.gain.unwrap_or_default());
+    let x = Axis {
+        label: "optimization window (slots)",
+        log: spans_decades(optimized.iter().map(x_of)),
+    };
+    let y = Axis {
+        label: "gain in later admissions (share)",
+        log: false,
+    };
+    let svg = chart(&format!("{}: gain in later admissions", report.name), x, y, &series)?;
+    Ok(vec![("gain.svg".into(), svg)])
 }
 
 /// The names `series_of` gives `all`, each once, in the order first met.

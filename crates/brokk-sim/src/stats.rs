@@ -6,7 +6,7 @@ use serde::Serialize;
 use statrs::distribution::{ContinuousCDF, StudentsT};
 
 /// A figure over the seeds of one sweep point.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize)]
 pub struct Spread {
     /// Seeds aggregated.
     pub n: usize,

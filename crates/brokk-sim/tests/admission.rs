@@ -289,3 +289,60 @@ fn a_rescue_needs_atomic_jobs() {
     let e = AdmissionExperiment::from_toml(&bad).unwrap_err();
     assert!(e.to_string().contains("Paris"), "{e}");
 }
+
+const REOPTIMIZE: &str = r#"
+name = "reoptimize"
+seeds = [1, 2]
+workflows = 400
+schedulers = ["heftsync"]
+inter_arrival = [2]
+book_ahead = 1000
+[grid]
+sites = [{ name = "a", capacity = 64, speed = 1.0 }, { name = "b", capacity = 64, speed = 1.0 }]
+links = [["a", "b"]]
+[workflow]
+tasks = [1, 1]
+[reoptimize]
+windows = [0, 400]
+"#;
+
+#[test]
+fn a_reoptimization_moves_admitted_jobs_and_is_measured_against_the_same_stream_without() {
+    let e = AdmissionExperiment::from_toml(REOPTIMIZE).unwrap();
+    let r = e.sweep(2, &|| ()).unwrap();
+    assert_eq!(
+        serde_json::to_string(&r).unwrap(),
+        serde_json::to_string(&e.sweep(1, &|| ()).unwrap()).unwrap()
+    );
+    for seed in [1, 2] {
+        let at = |w: i64| {
+            r.points
+                .iter()
+                .find(|p| p.seed == seed && p.setting.window == Some(w))
+                .and_then(|p| p.reoptimized.clone())
+                .unwrap()
+        };
+        let (none, some) = (at(0), at(400));
+        // Both see the same later stream; only one re-places jobs.
+        assert_eq!(none.submitted_after, some.submitted_after);
+        assert_eq!(none.submitted_after, 80);
+        assert_eq!((none.considered, none.windows), (0, 0));
+        assert!(
+            some.considered > 0 && some.moved > 0 && some.moved <= some.considered,
+            "{some:?}"
+        );
+    }
+    let base = r.aggregates.iter().find(|g| g.setting.window == Some(0)).unwrap();
+    assert_eq!(base.gain.unwrap().mean, 0.0);
+    // Without a baseline there is nothing to measure against.
+    let bad = REOPTIMIZE.replace("windows = [0, 400]", "windows = [400]");
+    assert!(AdmissionExperiment::from_toml(&bad)
+        .unwrap_err()
+        .to_string()
+        .contains("baseline"));
+    let bad = REOPTIMIZE.replace("tasks = [1, 1]", "tasks = [2, 3]");
+    assert!(AdmissionExperiment::from_toml(&bad)
+        .unwrap_err()
+        .to_string()
+        .contains("atomic"));
+}

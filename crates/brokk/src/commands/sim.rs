@@ -531,6 +531,43 @@ fn workflows(a: WorkflowsArgs) -> Result<ExitCode> {
         }
         say!("a resource down for `down` slots from the middle of the arrivals; view: what the rescuing broker knows of the load (central: every site; local: the failed site alone); affected: jobs booked there at the failure that would start while it is down; terminated (share of the affected, and lost: the number) were still there when they were to start, including jobs booked there later (later: beyond the rescue horizon while it was down); overhead: jobs moved that were booked to start after the recovery, over the affected; tried: moves attempted; run: jobs running at the failure, lost whatever the strategy; means over the seeds");
     }
+    if exp.reoptimize.is_some() {
+        say!(
+            "{:<11} {:>8} {:>7} {:>17} {:>9} {:>9} {:>9} {:>8}",
+            "scheduler",
+            "arrival",
+            "window",
+            "gain",
+            "admitted",
+            "taken up",
+            "moved",
+            "windows"
+        );
+        for g in &report.aggregates {
+            let of: Vec<&brokk_sim::reoptimize::ReoptimizeFigures> = report
+                .points
+                .iter()
+                .filter(|p| p.setting == g.setting)
+                .filter_map(|p| p.reoptimized.as_ref())
+                .collect();
+            let n = of.len().max(1) as f64;
+            let mean = |f: fn(&brokk_sim::reoptimize::ReoptimizeFigures) -> usize| {
+                of.iter().map(|r| f(r) as f64).sum::<f64>() / n
+            };
+            say!(
+                "{:<11} {:>8} {:>7} {:>17} {:>9.1} {:>9.1} {:>9.1} {:>8.1}",
+                g.setting.scheduler.name(),
+                g.setting.inter_arrival,
+                g.setting.window.unwrap_or(0),
+                g.gain.as_ref().map_or_else(String::new, cell),
+                mean(|r| r.admitted_after),
+                mean(|r| r.considered),
+                mean(|r| r.moved),
+                mean(|r| r.windows)
+            );
+        }
+        say!("one re-optimization of the admitted jobs once the stated share of the workflows has arrived, in windows of `window` slots overlapping by half (0: none, the baseline); gain: the workflows admitted after it over those the same seed admitted without it, less one; admitted: of the workflows after it; taken up and moved: jobs re-placed, and of those booked elsewhere or at another time; means over the seeds");
+    }
     if exp.shares.len() > 1 || exp.probing.len() > 1 {
         say!(
             "{:<11} {:>6} {:>8} {:>17} {:>17} {:>17} {:>17}",

@@ -1,0 +1,179 @@
+use super::*;
+use crate::MemorySite;
+use brokk_model::ResourceInfo;
+
+fn site(name: &str, slots: u32) -> MemorySite {
+    let info = ResourceInfo {
+        endpoint: name.into(),
+        name: name.into(),
+        total_slots: slots,
+        ..ResourceInfo::default()
+    };
+    MemorySite::new(info, Time(0), Time(1_000_000))
+}
+
+fn at(s: &mut MemorySite, owner: &str, amount: u32, start: i64, length: i64) -> ReservationId {
+    let req = Request {
+        amount,
+        duration: Duration(length),
+        earliest: Time(start),
+        latest: Time(start),
+        flexible: false,
+    };
+    match s.reserve(owner, &req, None).unwrap() {
+        Reply::Granted { id, .. } => id,
+        other => panic!("{other:?}"),
+    }
+}
+
+fn rating(s: &MemorySite, amount: u32, start: Time, length: i64) -> f64 {
+    let req = Request {
+        amount,
+        duration: Duration(length),
+        earliest: start,
+        latest: start,
+        flexible: false,
+    };
+    s.probe(&req, 1).unwrap()[0].rating
+}
+
+#[test]
+fn windows_overlap_by_half_and_cover_the_span() {
+    assert_eq!(
+        windows(Time(0), Time(250), Duration(100)),
+        [
+            (Time(0), Time(100)),
+            (Time(50), Time(150)),
+            (Time(100), Time(200)),
+            (Time(150), Time(250)),
+            (Time(200), Time(300))
+        ]
+    );
+    assert!(windows(Time(10), Time(10), Duration(100)).is_empty());
+}
+
+#[test]
+fn a_job_in_the_middle_of_a_gap_moves_to_leave_less_fragmented_room() {
+    // A local job holds the site from 100 to 200; the broker's job sits in
+    // the middle of the gap before it.
+    let mut s = site("s", 4);
+    at(&mut s, "local", 4, 100, 100);
+    let id = at(&mut s, "broker", 4, 40, 20);
+    let mut placed = [Placed {
+        site: 0,
+        reservation: id,
+        start: Time(40),
+        end: Time(60),
+        amount: 4,
+        earliest: Time(0),
+        deadline: Time(300),
+    }];
+    let mut refs: Vec<&mut dyn Site> = vec![&mut s];
+    let done = pass(Time(0), (Time(0), Time(400)), &mut placed, &mut refs, "broker");
+    assert_eq!((done.considered, done.moved), (1, 1));
+    let p = placed[0];
+    assert_ne!(p.start, Time(40));
+    assert_eq!(p.end - p.start, Duration(20));
+    assert!(p.start >= Time(0) && p.end <= Time(300));
+    // Where it went leaves no more fragmentation than where it was.
+    s.cancel("broker", p.reservation).unwrap();
+    assert!(rating(&s, 4, p.start, 20) <= rating(&s, 4, Time(40), 20));
+}
+
+#[test]
+fn a_job_packed_against_its_neighbours_stays_and_one_outside_the_window_is_not_touched() {
+    let mut s = site("s", 4);
+    at(&mut s, "local", 4, 100, 100);
+    let packed = at(&mut s, "broker", 4, 80, 20);
+    let outside = at(&mut s, "broker", 2, 500, 20);
+    let job = |reservation, start: i64, amount| Placed {
+        site: 0,
+        reservation,
+        start: Time(start),
+        end: Time(start + 20),
+        amount,
+        earliest: Time(0),
+        deadline: Time(1000),
+    };
+    let mut placed = [job(packed, 80, 4), job(outside, 500, 2)];
+    let before = placed;
+    let mut refs: Vec<&mut dyn Site> = vec![&mut s];
+    let done = pass(Time(0), (Time(0), Time(200)), &mut placed, &mut refs, "broker");
+    assert_eq!(done.moved, 0, "{placed:?}");
+    assert_eq!(placed[1], before[1]);
+    assert_eq!((placed[0].start, placed[0].end), (Time(80), Time(100)));
+    // A job that has started is not the broker's to move.
+    let done = pass(Time(85), (Time(0), Time(200)), &mut placed, &mut refs, "broker");
+    assert_eq!(done.considered, 0);
+}
+
+mod property {
+    use super::*;
+    use proptest::prelude::{prop, prop_assert, prop_assert_eq, proptest, ProptestConfig};
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// Whatever is booked: only the broker's jobs wholly inside the
+        /// window and not started are taken up, each ends where its bounds
+        /// and the window allow with its length kept, every job is booked
+        /// where `placed` says, and no site is ever over its capacity.
+        #[test]
+        fn a_pass_keeps_every_job_booked_within_its_bounds_and_overbooks_nothing(
+            local in prop::collection::vec((0usize..3, 1u32..=8, 0i64..400, 1i64..100), 0..20),
+            jobs in prop::collection::vec((0usize..3, 1u32..=8, 0i64..400, 1i64..100, 0i64..100), 1..20),
+            now in 0i64..100,
+            window in (0i64..300, 50i64..400),
+        ) {
+            let mut sites = vec![site("a", 8), site("b", 8), site("c", 8)];
+            for (k, amount, start, length) in local {
+                let req = Request { amount, duration: Duration(length), earliest: Time(start), latest: Time(start), flexible: false };
+                let _ = sites[k].reserve("local", &req, None);
+            }
+            let mut placed = Vec::new();
+            for (k, amount, start, length, slack) in jobs {
+                let req = Request { amount, duration: Duration(length), earliest: Time(start), latest: Time(start), flexible: false };
+                if let Ok(Reply::Granted { id, start }) = sites[k].reserve("broker", &req, None) {
+                    placed.push(Placed {
+                        site: k,
+                        reservation: id,
+                        start,
+                        end: start + Duration(length),
+                        amount,
+                        earliest: Time(start.0 - slack),
+                        deadline: start + Duration(length + slack),
+                    });
+                }
+            }
+            let (from, size) = window;
+            let w = (Time(from), Time(from + size));
+            let before = placed.clone();
+            for s in &mut sites {
+                s.advance(Time(now));
+            }
+            let mut refs: Vec<&mut dyn Site> = sites.iter_mut().map(|s| s as &mut dyn Site).collect();
+            let done = pass(Time(now), w, &mut placed, &mut refs, "broker");
+            let inside = before.iter().filter(|p| p.start >= Time(now).max(w.0) && p.end <= w.1).count();
+            prop_assert_eq!(done.considered, inside);
+            let mut moved = 0;
+            for (p, b) in placed.iter().zip(&before) {
+                // Booked again where it was is a new reservation, not a move.
+                if (p.site, p.start) == (b.site, b.start) {
+                    continue;
+                }
+                moved += 1;
+                prop_assert!(b.start >= Time(now).max(w.0) && b.end <= w.1, "{b:?} was not the pass's to move");
+                prop_assert_eq!(p.end - p.start, b.end - b.start);
+                prop_assert!(p.start >= b.earliest.max(w.0).max(Time(now)) && p.end <= b.deadline.min(w.1), "{p:?} from {b:?}");
+            }
+            prop_assert_eq!(done.moved, moved);
+            for p in &placed {
+                let r = sites[p.site].core().reservation_now(p.reservation);
+                prop_assert_eq!(r.map(|r| (r.start, r.end, r.amount)), Some((p.start, p.end, p.amount)));
+            }
+            for s in &sites {
+                s.core().check_invariants();
+            }
+        }
+    }
+}

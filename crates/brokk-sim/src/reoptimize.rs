@@ -1,0 +1,51 @@
+//! Re-optimization during an admission experiment ([VRM] 5.7.1, Fig. 5.5):
+//! once the grid is in its steady state the broker re-places its admitted
+//! jobs window by window (`brokk_broker::reoptimize`), and the workflows
+//! submitted afterwards are admitted on the schedule it leaves; the same
+//! stream without the optimization (window 0) is the baseline, so the gain
+//! is the share of later workflows admitted more.
+
+use serde::{Deserialize, Serialize};
+
+/// When and how the broker re-optimizes (`[reoptimize]`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReoptimizeConfig {
+    /// Window sizes (slots), swept; 0 is the run without optimization.
+    pub windows: Vec<i64>,
+    /// After which share of the workflows the optimization runs.
+    #[serde(default = "default_after")]
+    pub after: f64,
+}
+
+fn default_after() -> f64 {
+    0.8
+}
+
+impl ReoptimizeConfig {
+    /// Checks the values.
+    pub fn check(&self) -> Result<(), String> {
+        if self.windows.is_empty() || self.windows.iter().any(|&w| w < 0) || !self.windows.contains(&0) {
+            return Err("reoptimize.windows: sizes in slots, 0 (no optimization, the baseline) among them".into());
+        }
+        if !(self.after > 0.0 && self.after < 1.0) {
+            return Err("reoptimize.after: a share of the workflows, between 0 and 1".into());
+        }
+        Ok(())
+    }
+}
+
+/// What a run's optimization did, and what came after it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct ReoptimizeFigures {
+    /// Jobs taken up by some window.
+    pub considered: usize,
+    /// Of those moves, the jobs booked elsewhere or at another time.
+    pub moved: usize,
+    /// Windows passed.
+    pub windows: usize,
+    /// Workflows submitted after the optimization point.
+    pub submitted_after: usize,
+    /// Of those, admitted.
+    pub admitted_after: usize,
+}
