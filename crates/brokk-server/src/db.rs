@@ -878,6 +878,20 @@ impl Db {
         Ok(row.as_ref().map(reservation_of))
     }
 
+    /// The committed reservations at `site` that start after `after` and
+    /// belong to no workflow (users' own, and brokers' above), by start.
+    pub async fn reservations_at(&self, site: &str, after: Time) -> Result<Vec<BrokerReservation>, DbError> {
+        let rows = sqlx::query(
+            "SELECT id, owner, site, site_reservation, amount, start, stop, state, workflow FROM reservations \
+             WHERE site = $1 AND state = 'committed' AND workflow IS NULL AND start > $2 ORDER BY start, id",
+        )
+        .bind(site)
+        .bind(after.0)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows.iter().map(reservation_of).collect())
+    }
+
     /// `owner`'s reservations, by start.
     pub async fn reservations_of(&self, owner: &str) -> Result<Vec<BrokerReservation>, DbError> {
         let rows = sqlx::query(

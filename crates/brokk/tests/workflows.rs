@@ -612,3 +612,52 @@ fn a_task_that_no_other_site_can_take_in_time_fails_its_workflow_with_the_reason
     assert!(b["moves"].as_array().is_none_or(|m| m.is_empty()), "{w:#}");
     assert_ne!(b["state"], "finished", "{w:#}");
 }
+
+#[test]
+fn a_users_reservation_at_a_site_that_dies_moves_to_another_at_the_same_time_under_its_id() {
+    let (_dir, [north, _south], svc) = broker_over_agents("reservation-moved", "all");
+    let url = &svc.url;
+    let r = common::json(
+        url,
+        "tok-bob",
+        &[
+            "reserve",
+            "--amount",
+            "2",
+            "--duration",
+            "5m",
+            "--earliest",
+            "2m",
+            "--latest",
+            "2m",
+            "--json",
+        ],
+    );
+    assert_eq!(r["site"], "north", "the first-listed of two free sites: {r:#}");
+    let id = r["id"].as_str().unwrap().to_string();
+    drop(north);
+    let t = Instant::now();
+    let moved = loop {
+        let list = common::json(url, "tok-bob", &["reserve", "--list", "--json"]);
+        let mine = list
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["id"] == id.as_str())
+            .cloned()
+            .unwrap();
+        if mine["site"] == "south" {
+            break mine;
+        }
+        assert!(t.elapsed() < Duration::from_secs(30), "not moved: {mine:#}");
+        std::thread::sleep(Duration::from_millis(300));
+    };
+    assert_eq!(moved["state"], "committed", "{moved:#}");
+    assert_eq!((&moved["start"], &moved["end"]), (&r["start"], &r["end"]), "{moved:#}");
+    // Only bob sees it, wherever it is.
+    let ann = common::json(url, "tok-ann", &["reserve", "--list", "--json"]);
+    assert!(
+        ann.as_array().unwrap().iter().all(|x| x["id"] != id.as_str()),
+        "{ann:#}"
+    );
+}

@@ -4,7 +4,10 @@
 //! step this carries out: it gathers the tasks the courses say may move
 //! (`Course::movable`), lets the rule choose which the horizon reaches,
 //! reserves each at the site that starts it first within its slack and
-//! its owner's share, and gives the old reservation back.
+//! its owner's share, and gives the old reservation back. A reservation
+//! of a user's own (or of a broker above) at that site moves too, to
+//! another site at the same time, keeping its id, so the jobs that claim
+//! it go where it is.
 
 use std::collections::HashMap;
 
@@ -17,6 +20,14 @@ use brokk_proto::wire::{TaskMove, WorkflowState};
 
 use super::workflows::{run_of, within_share};
 use super::*;
+
+/// What a rescue step may move: a workflow's task (the workflow's index
+/// in the round and where the course says it may go), or a reservation
+/// that belongs to no workflow.
+enum Moving {
+    Task(usize, Movable),
+    Reserved(BrokerReservation),
+}
 
 impl Service {
     /// One step of every rescue due: the tasks of running workflows booked
@@ -56,33 +67,53 @@ impl Service {
                 self.end_workflow(w, WorkflowState::Failed, reason).await?;
                 over[i] = true;
             }
-            let movable: Vec<(usize, Movable)> = courses
+            let mut moving: Vec<Moving> = courses
                 .iter()
                 .enumerate()
                 .filter(|(i, _)| !over[*i])
-                .flat_map(|(i, c)| c.movable(site, t).into_iter().map(move |m| (i, m)))
+                .flat_map(|(i, c)| c.movable(site, t).into_iter().map(move |m| Moving::Task(i, m)))
                 .collect();
+            moving.extend(
+                self.db
+                    .reservations_at(&name, t)
+                    .await?
+                    .into_iter()
+                    .map(Moving::Reserved),
+            );
             let sites = self.sites();
+            // For each: its owner, what it asks of another site (a
+            // reservation the very span it holds), and its span.
+            let asks: Vec<(String, brokk_core::Request, Time, Time)> = moving
+                .iter()
+                .map(|m| match m {
+                    Moving::Task(i, m) => (running[*i].view.owner.clone(), m.request, m.start, m.end),
+                    Moving::Reserved(r) => {
+                        let request = brokk_core::Request {
+                            amount: r.amount,
+                            duration: r.end - r.start,
+                            earliest: r.start,
+                            latest: r.start,
+                            flexible: false,
+                        };
+                        (r.owner.clone(), request, r.start, r.end)
+                    }
+                })
+                .collect();
             // Each owner's reservations, read once for the step.
             let mut held: HashMap<String, Vec<Vec<Span>>> = HashMap::new();
-            for (i, _) in &movable {
-                let owner = &running[*i].view.owner;
+            for (owner, ..) in &asks {
                 if !held.contains_key(owner) {
                     let live = self.live_of(owner, t).await?;
                     held.insert(owner.clone(), sites.iter().map(|s| live.at(&s.name)).collect());
                 }
             }
-            let asks: Vec<(String, brokk_core::Request)> = movable
-                .iter()
-                .map(|(i, m)| (running[*i].view.owner.clone(), m.request))
-                .collect();
-            let booked: Vec<Booked> = movable
+            let booked: Vec<Booked> = asks
                 .iter()
                 .enumerate()
-                .map(|(id, (_, m))| Booked {
+                .map(|(id, &(_, _, start, end))| Booked {
                     id: id as u64,
-                    start: m.start,
-                    end: m.end,
+                    start,
+                    end,
                 })
                 .collect();
             // The grid's load as the sites publish it; a live broker keeps
@@ -103,7 +134,7 @@ impl Service {
                 };
                 let mut grants = Vec::new();
                 failure.step(t, &booked, load, |b| {
-                    let (owner, request) = &asks[b.id as usize];
+                    let (owner, request, ..) = &asks[b.id as usize];
                     let mut clients = cached_sites(&sites, &info, None, None, owner);
                     let mut views = within_share(&mut clients, share, held.get(owner).cloned().unwrap_or_default());
                     let mut fence = None;
@@ -125,7 +156,13 @@ impl Service {
             let since = failure.since();
             self.broker.run(|c| c.rescued(site, failure));
             for (id, (to, reservation, start)) in grants {
-                let (i, m) = &movable[id];
+                let (i, m) = match &moving[id] {
+                    Moving::Task(i, m) => (i, m),
+                    Moving::Reserved(r) => {
+                        self.moved_reservation(r, &name, to, reservation).await?;
+                        continue;
+                    }
+                };
                 let w = &mut running[*i];
                 let k = m.task;
                 let old = w.view.tasks[k].reservation.clone();
@@ -157,6 +194,29 @@ impl Service {
                 self.db.save_workflow(w).await?;
                 tracing::info!(workflow = %w.view.id, task = %p.task, from = %name, to = %to_name, start = %start, "task moved off a site that does not answer");
             }
+        }
+        Ok(())
+    }
+
+    /// Reservation `r`, at site `from` that does not answer, now held at
+    /// site `to` as `reservation` for the same span: the same id, so the
+    /// jobs that claim it go there; the old one given back if the site
+    /// can be told.
+    async fn moved_reservation(
+        &self,
+        r: &BrokerReservation,
+        from: &str,
+        to: usize,
+        reservation: brokk_core::ReservationId,
+    ) -> Result<(), ServiceError> {
+        let mut moved = r.clone();
+        moved.site = self.site_name(to);
+        moved.site_reservation = reservation.0;
+        self.db.save_reservation(&moved).await?;
+        tracing::info!(reservation = %r.id, owner = %r.owner, from = %from, to = %moved.site, "reservation moved off a site that does not answer");
+        if let Some(old) = self.site(from) {
+            let sid = brokk_core::ReservationId(r.site_reservation);
+            let _ = tokio::task::spawn_blocking(move || old.client.clone().cancel("broker", sid)).await;
         }
         Ok(())
     }
