@@ -79,6 +79,19 @@ pub struct Ended {
 }
 
 impl BrokerReservation {
+    /// What moving it to another site asks ([`crate::rescue`]): the very
+    /// span it holds, since its owner and the jobs that claim it count on
+    /// that time, not on the site.
+    pub fn elsewhere(&self) -> brokk_core::Request {
+        brokk_core::Request {
+            amount: self.amount,
+            duration: self.end - self.start,
+            earliest: self.start,
+            latest: self.start,
+            flexible: false,
+        }
+    }
+
     /// `owner`'s reservation `id`, just granted and committed: `amount`
     /// slots over `[start, end)` at `site`, which knows it as
     /// `site_reservation`.

@@ -87,16 +87,7 @@ impl Service {
                 .iter()
                 .map(|m| match m {
                     Moving::Task(i, m) => (running[*i].view.owner.clone(), m.request, m.start, m.end),
-                    Moving::Reserved(r) => {
-                        let request = brokk_core::Request {
-                            amount: r.amount,
-                            duration: r.end - r.start,
-                            earliest: r.start,
-                            latest: r.start,
-                            flexible: false,
-                        };
-                        (r.owner.clone(), request, r.start, r.end)
-                    }
+                    Moving::Reserved(r) => (r.owner.clone(), r.elsewhere(), r.start, r.end),
                 })
                 .collect();
             // Each owner's reservations, read once for the step.
