@@ -381,6 +381,10 @@ struct SiteSlot {
     /// Since when it has not answered, when its last answer was no answer
     /// ([`BrokerCore::down`]).
     down_since: Option<Time>,
+    /// It has said its health is other than critical: a critical health
+    /// after that is a failure (an ARC CE says critical until its first
+    /// information cycle, which is no failure).
+    healthy: bool,
 }
 
 impl SiteSlot {
@@ -393,6 +397,7 @@ impl SiteSlot {
             changed: false,
             pushed: false,
             down_since: None,
+            healthy: false,
         }
     }
 }
@@ -1493,11 +1498,23 @@ impl BrokerCore {
         s.taken = Some(taken);
         // A site that does not answer is down from the first time it did
         // not ([VRM] 6.2: a failure is detected by a missed heartbeat or a
-        // timeout); one that refuses is up.
+        // timeout); one that refuses is up. Its information still counts
+        // for decisions while it answers.
+        let critical = |info: &ResourceInfo| {
+            info.health
+                .as_deref()
+                .is_some_and(|h| h.eq_ignore_ascii_case("critical"))
+        };
         let silent = match &answer {
             Err(FetchFailure::Timeout(_)) => true,
             Err(FetchFailure::Error(e)) => e.is_unavailable(),
-            Ok(_) => false,
+            // A site whose own endpoint turns critical (GLUE 2
+            // `HealthState`, as an ARC CE publishes it) is failing.
+            Ok(info) if critical(info) => s.healthy,
+            Ok(_) => {
+                s.healthy = true;
+                false
+            }
         };
         let was = s.down_since;
         s.down_since = if silent {

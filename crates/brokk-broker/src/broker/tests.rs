@@ -1776,6 +1776,23 @@ fn a_site_is_down_from_the_first_answer_it_did_not_give_until_it_answers() {
     // Down again later: from then.
     b.informed(0, silent(), Time(40));
     assert_eq!(b.down(), [(0, Time(40))]);
+    // A site whose health turns critical (an ARC CE's GLUE 2 HealthState)
+    // is failing; one that has said nothing else yet (a CE before its
+    // first information cycle) is not.
+    let critical = |name: &str| {
+        Ok(ResourceInfo {
+            health: Some("critical".into()),
+            ..site(name, 4)
+        })
+    };
+    let mut c = BrokerCore::new(vec!["a".into(), "b".into()], params());
+    c.informed(0, critical("a"), Time(0));
+    c.informed(1, Ok(site("b", 4)), Time(0));
+    assert_eq!(c.down(), []);
+    c.informed(0, Ok(site("a", 4)), Time(10));
+    c.informed(1, critical("b"), Time(10));
+    c.informed(0, critical("a"), Time(20));
+    assert_eq!(c.down(), [(0, Time(20)), (1, Time(10))]);
 }
 
 #[test]
