@@ -364,6 +364,28 @@ mod tests {
     }
 
     #[test]
+    fn a_task_with_booked_data_does_not_move_alone_and_is_stranded_when_due() {
+        let (wf, mut plan) = diamond();
+        plan.transfers.push(crate::workflow::TransferPlan {
+            from_task: "b".into(),
+            to_task: "d".into(),
+            kind: crate::workflow::TransferKind::Data { bytes: 10 },
+            from_site: 0,
+            to_site: 0,
+            start: Time(420),
+            end: Time(430),
+            bytes_per_s: 1,
+            links: Vec::new(),
+        });
+        let mut c = Course::admitted(wf, plan);
+        c.set(0, TaskStatus::Succeeded);
+        // b sends data to d and d receives it: neither moves; c may.
+        assert_eq!(c.movable(0, Time(60)).iter().map(|m| m.task).collect::<Vec<_>>(), [2]);
+        // b is due (its parent is done) and cannot move: stranded; d is not due.
+        assert_eq!(c.stranded(0, Time(60)), [1]);
+    }
+
+    #[test]
     fn tasks_go_once_and_the_workflow_finishes() {
         let mut c = course();
         assert_eq!(c.advance(Time(0)), [Action::Release { task: 0, early: None }]);
