@@ -1794,11 +1794,7 @@ fn logs_are_json_lines_with_their_fields_when_asked() {
 fn watch_follows_several_jobs_across_a_broker_restart_and_status_takes_several() {
     let dir = scratch("watch-restart");
     // A fixed port, so the broker comes back where the watch looks.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = common::free_port();
     broker_config(&dir, &format!("listen = \"127.0.0.1:{port}\"\n"), &[("a", 2)]);
     let svc = Service::start(&dir);
     let url = svc.server.url.clone();

@@ -14,11 +14,7 @@ mod common;
 /// own (so it is found again when it restarts).
 fn department(dir: &Path, name: &str, cpus: u32) -> common::Server {
     std::fs::create_dir_all(dir).unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = common::free_port();
     let config = format!(
         "name = \"{name}\"\nlisten = \"127.0.0.1:{port}\"\ndatabase = \"broker.db\"\nstate_dir = \"sites\"\n\
          delegates = [\"top\"]\n[tokens]\n\"tok-top\" = \"top\"\n\"tok-ann\" = \"ann\"\n\

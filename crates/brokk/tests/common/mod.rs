@@ -18,14 +18,27 @@ pub fn scratch(kind: &str, name: &str) -> PathBuf {
 }
 
 /// A free port on the loopback interface, for a server that must keep its
-/// address across restarts.
+/// address across restarts. Taken below the kernel's ephemeral range
+/// (32768 up on Linux): a port the kernel hands out for port 0 (an embedded
+/// site, a client) cannot be the one a server is about to listen on, as it
+/// could be when this port came from the kernel too.
 #[allow(dead_code)] // the tests that restart servers'
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    // Spread over the range by process and time, so that test binaries
+    // running at once start from different places.
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let base = std::process::id().wrapping_mul(7919) ^ nanos;
+    loop {
+        let k = NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = 20_000 + (base.wrapping_add(k.wrapping_mul(104_729)) % 12_000) as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
 }
 
 /// A server process and where it listens; killed (SIGKILL) when dropped.
