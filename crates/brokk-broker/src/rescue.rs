@@ -220,11 +220,6 @@ impl Failure {
         self.since
     }
 
-    /// The strategy.
-    pub fn strategy(&self) -> Strategy {
-        self.strategy
-    }
-
     /// How many steps ahead a horizon may reach.
     pub fn steps_ahead(&self) -> usize {
         (self.reach.0 / self.step.0).max(1) as usize

@@ -374,6 +374,25 @@ fn architectures_array(a: &ArchitecturesArgs, out: &std::path::Path, n: usize) -
     Ok(ExitCode::SUCCESS)
 }
 
+/// The figures `pick` finds in each run of `setting` (one per seed).
+fn figures_of<'a, T>(
+    report: &'a brokk_sim::admission::AdmissionReport,
+    setting: &brokk_sim::admission::Setting,
+    pick: impl Fn(&'a brokk_sim::admission::AdmissionPoint) -> Option<&'a T>,
+) -> Vec<&'a T> {
+    report
+        .points
+        .iter()
+        .filter(|p| p.setting == *setting)
+        .filter_map(pick)
+        .collect()
+}
+
+/// The mean of `f` over `of` (0 for none).
+fn mean_of<T>(of: &[&T], f: impl Fn(&T) -> f64) -> f64 {
+    of.iter().map(|x| f(x)).sum::<f64>() / of.len().max(1) as f64
+}
+
 fn workflows(a: WorkflowsArgs) -> Result<ExitCode> {
     let text = std::fs::read_to_string(&a.file).with_context(|| format!("reading {}", a.file.display()))?;
     let mut exp = AdmissionExperiment::from_toml(&text).with_context(|| format!("in {}", a.file.display()))?;
@@ -456,14 +475,8 @@ fn workflows(a: WorkflowsArgs) -> Result<ExitCode> {
             "gain"
         );
         for g in &report.aggregates {
-            let of: Vec<&brokk_sim::course::CourseFigures> = report
-                .points
-                .iter()
-                .filter(|p| p.setting == g.setting)
-                .filter_map(|p| p.course.as_ref())
-                .collect();
-            let n = of.len().max(1) as f64;
-            let mean = |f: fn(&brokk_sim::course::CourseFigures) -> f64| of.iter().map(|c| f(c)).sum::<f64>() / n;
+            let of = figures_of(&report, &g.setting, |p| p.course.as_ref());
+            let mean = |f: fn(&brokk_sim::course::CourseFigures) -> f64| mean_of(&of, f);
             say!(
                 "{:<11} {:>8} {:>5} {:>6} {:>17} {:>7.0} {:>9.1} {:>8.1} {:>9} {:>9.1} {:>8}",
                 g.setting.scheduler.name(),
@@ -503,15 +516,8 @@ fn workflows(a: WorkflowsArgs) -> Result<ExitCode> {
             "run"
         );
         for g in &report.aggregates {
-            let of: Vec<&brokk_sim::rescue::RescueFigures> = report
-                .points
-                .iter()
-                .filter(|p| p.setting == g.setting)
-                .filter_map(|p| p.rescue.as_ref())
-                .collect();
-            let n = of.len().max(1) as f64;
-            let mean =
-                |f: fn(&brokk_sim::rescue::RescueFigures) -> usize| of.iter().map(|r| f(r) as f64).sum::<f64>() / n;
+            let of = figures_of(&report, &g.setting, |p| p.rescue.as_ref());
+            let mean = |f: fn(&brokk_sim::rescue::RescueFigures) -> usize| mean_of(&of, |r| f(r) as f64);
             say!(
                 "{:<11} {:>8} {:<7} {:>5} {:<13} {:>15} {:>15} {:>9.1} {:>6.1} {:>6.1} {:>6.1} {:>7.0} {:>5.1}",
                 g.setting.scheduler.name(),
@@ -544,16 +550,8 @@ fn workflows(a: WorkflowsArgs) -> Result<ExitCode> {
             "windows"
         );
         for g in &report.aggregates {
-            let of: Vec<&brokk_sim::reoptimize::ReoptimizeFigures> = report
-                .points
-                .iter()
-                .filter(|p| p.setting == g.setting)
-                .filter_map(|p| p.reoptimized.as_ref())
-                .collect();
-            let n = of.len().max(1) as f64;
-            let mean = |f: fn(&brokk_sim::reoptimize::ReoptimizeFigures) -> usize| {
-                of.iter().map(|r| f(r) as f64).sum::<f64>() / n
-            };
+            let of = figures_of(&report, &g.setting, |p| p.reoptimized.as_ref());
+            let mean = |f: fn(&brokk_sim::reoptimize::ReoptimizeFigures) -> usize| mean_of(&of, |r| f(r) as f64);
             say!(
                 "{:<11} {:>8} {:>7} {:>17} {:>9.1} {:>9.1} {:>9.1} {:>8.1}",
                 g.setting.scheduler.name(),
