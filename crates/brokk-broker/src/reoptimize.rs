@@ -46,13 +46,6 @@ pub struct Pass {
     pub moved: usize,
 }
 
-impl std::ops::AddAssign for Pass {
-    fn add_assign(&mut self, o: Pass) {
-        self.considered += o.considered;
-        self.moved += o.moved;
-    }
-}
-
 /// Windows of `size` covering `[from, to)`, each starting half a window
 /// after the one before, so that every span no longer than half a window
 /// lies wholly inside one ([VRM] 5.4.4: windows applied overlapping).

@@ -464,8 +464,6 @@ impl AdmissionExperiment {
             if self.workflow.tasks != [1, 1] || self.workflow.file.is_some() || self.course.is_some() {
                 return bad("rescue: the jobs are atomic (workflow.tasks = [1, 1], no workflow file, no [course])");
             }
-            let names: Vec<(String, u32)> = self.platform()?.0.into_iter().map(|s| (s.name, s.capacity)).collect();
-            r.site_of(&names).map_err(AdmissionError::Invalid)?;
         }
         if let Some(r) = &self.reoptimize {
             r.check().map_err(AdmissionError::Invalid)?;
@@ -478,7 +476,10 @@ impl AdmissionExperiment {
         }
         // The generator checks its own parameters: try one workflow.
         generate(&self.params(lo, 512), "check", 0).map_err(|e| AdmissionError::Invalid(e.to_string()))?;
-        self.platform()?;
+        let (sites, _) = self.platform()?;
+        if let Some(r) = &self.rescue {
+            r.site_of(&sites).map_err(AdmissionError::Invalid)?;
+        }
         Ok(())
     }
 
@@ -1037,8 +1038,7 @@ impl AdmissionExperiment {
     /// share of the arrival span (`last` the last arrival), on a slot.
     fn outage(&self, specs: &[SiteSpec], setting: Setting, last: i64) -> Option<Outage> {
         let (config, strategy) = (self.rescue.as_ref()?, setting.strategy?);
-        let names: Vec<(String, u32)> = specs.iter().map(|s| (s.name.clone(), s.capacity)).collect();
-        let site = config.site_of(&names).ok()?;
+        let site = config.site_of(specs).ok()?;
         let slot = self.slot;
         let begins = (last as f64 * config.at / slot as f64).round() as i64 * slot;
         Some(Outage::new(

@@ -19,7 +19,7 @@
 use std::collections::BTreeMap;
 
 use brokk_broker::rescue::{booked_load, combined_load, fenced, Booked, BookingProfile, Failure, Strategy, NEVER};
-use brokk_broker::workflow::{admit, Network, Options, Topology};
+use brokk_broker::workflow::{admit, Network, Options, SiteSpec, Topology};
 use brokk_broker::{MemorySite, Publishing, Site};
 use brokk_core::ReservationId;
 use brokk_model::workflow::{Task, Workflow};
@@ -92,18 +92,18 @@ impl RescueConfig {
         Ok(())
     }
 
-    /// The failing resource's index among `names`.
-    pub fn site_of(&self, names: &[(String, u32)]) -> Result<usize, String> {
+    /// The failing resource's index among `sites`.
+    pub fn site_of(&self, sites: &[SiteSpec]) -> Result<usize, String> {
         match &self.site {
-            Some(n) => names
+            Some(n) => sites
                 .iter()
-                .position(|(m, _)| m == n)
+                .position(|s| &s.name == n)
                 .ok_or_else(|| format!("rescue.site: no site `{n}`")),
             // The first of the largest.
-            None => Ok(names
+            None => Ok(sites
                 .iter()
                 .enumerate()
-                .max_by_key(|&(i, (_, c))| (*c, std::cmp::Reverse(i)))
+                .max_by_key(|&(i, s)| (s.capacity, std::cmp::Reverse(i)))
                 .map_or(0, |(i, _)| i)),
         }
     }
@@ -128,11 +128,6 @@ pub struct RescueFigures {
     pub tried: usize,
     /// Jobs running at the failure, lost.
     pub lost_running: usize,
-    /// Terminated over affected (more than 1 where jobs booked while it
-    /// was down were lost too).
-    pub termination_ratio: f64,
-    /// Overhead over affected.
-    pub overhead_ratio: f64,
 }
 
 /// A broker job booked at the resource that fails.
@@ -402,7 +397,6 @@ impl Outage {
     pub fn figures(&self) -> RescueFigures {
         let overhead = self.moved.iter().filter(|&&s| s >= self.ends).count();
         let affected = self.affected;
-        let ratio = |x: usize| if affected == 0 { 0.0 } else { x as f64 / affected as f64 };
         RescueFigures {
             affected,
             terminated: self.terminated,
@@ -411,8 +405,6 @@ impl Outage {
             overhead,
             tried: self.tried,
             lost_running: self.lost_running,
-            termination_ratio: ratio(self.terminated),
-            overhead_ratio: ratio(overhead),
         }
     }
 }

@@ -611,13 +611,12 @@ impl Service {
             // The course decides (`brokk_broker::workflow::course::Course`);
             // this carries out its actions and tells it the answers.
             let mut course = Course::new(w.spec.clone(), w.plan.clone(), runs);
-            let mut actions: std::collections::VecDeque<Action> = course.advance(now()).into();
+            let mut actions: std::collections::VecDeque<Action> = course.advance_holding(now(), &rescuing).into();
             // The owner's reservations, read once for the round's moves.
             let mut live = None;
             let mut moved = false;
             while let Some(action) = actions.pop_front() {
                 match action {
-                    Action::Release { task, .. } if rescuing.contains(&w.plan.tasks[task].site) => {}
                     Action::Release { task, early } => {
                         if let Some(from) = early {
                             let live = match &mut live {

@@ -149,12 +149,20 @@ impl Course {
     /// the rest planned again, and a workflow that cannot go on or is done
     /// ends. Nothing while a rescue's answer is awaited or once ended.
     pub fn advance(&mut self, now: Time) -> Vec<Action> {
+        self.advance_holding(now, &[])
+    }
+
+    /// [`Course::advance`], holding back the tasks booked at the sites of
+    /// `held` (sites being rescued, [`super::movable`]): a task is not sent
+    /// where nothing answers, and the rescue moves it or ends the workflow.
+    pub fn advance_holding(&mut self, now: Time, held: &[usize]) -> Vec<Action> {
         if self.ended.is_some() || self.rescue.is_some() {
             return Vec::new();
         }
         let mut out = Vec::new();
         for step in steps(&self.wf, &self.plan, &self.runs, now) {
             match step {
+                Step::Release { task, .. } if held.contains(&self.plan.tasks[task].site) => {}
                 Step::Release { task, early } => {
                     self.runs[task].status = TaskStatus::Sent;
                     out.push(Action::Release { task, early });
@@ -361,6 +369,15 @@ mod tests {
         // d waits for its parents and its booked start has not come.
         assert_eq!(c.movable(0, Time(450)).iter().map(|m| m.task).collect::<Vec<_>>(), [3]);
         assert_eq!(c.stranded(0, Time(450)), [2]);
+    }
+
+    #[test]
+    fn a_task_at_a_site_held_back_is_not_sent_until_its_site_is_let_go() {
+        let mut c = course();
+        // Every task of the diamond is at site 0: a waits, unsent.
+        assert_eq!(c.advance_holding(Time(0), &[0]), []);
+        assert_eq!(c.runs()[0].status, TaskStatus::Planned);
+        assert_eq!(c.advance_holding(Time(0), &[1]), [Action::Release { task: 0, early: None }]);
     }
 
     #[test]
