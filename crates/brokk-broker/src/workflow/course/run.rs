@@ -377,7 +377,10 @@ mod tests {
         // Every task of the diamond is at site 0: a waits, unsent.
         assert_eq!(c.advance_holding(Time(0), &[0]), []);
         assert_eq!(c.runs()[0].status, TaskStatus::Planned);
-        assert_eq!(c.advance_holding(Time(0), &[1]), [Action::Release { task: 0, early: None }]);
+        assert_eq!(
+            c.advance_holding(Time(0), &[1]),
+            [Action::Release { task: 0, early: None }]
+        );
     }
 
     #[test]
