@@ -63,11 +63,9 @@ if grep -nE 'jobs::apply|select::|predict::|submit::|info::book|\bbook\(' crates
   echo "invariant broken: the service's driver of the broker core decides something itself; write the rule in brokk_broker::broker"
   status=1
 fi
-# A broker job's state changes in the core alone: the service applies no
-# change itself (the broker-as-a-site's submission into a reservation,
-# `service/as_site.rs`, is the one path left, issue 34), and the
-# simulator none at all.
-if grep -rn 'jobs::apply' crates/brokk-server/src crates/brokk-sim/src --include='*.rs' | grep -v '^crates/brokk-server/src/service/as_site.rs:'; then
+# A broker job's state changes in the core alone: neither the service
+# nor the simulator applies a change itself.
+if grep -rn 'jobs::apply' crates/brokk-server/src crates/brokk-sim/src --include='*.rs'; then
   echo "invariant broken: a driver changes a broker job's state itself; ask the core (brokk_broker::broker::BrokerCore)"
   status=1
 fi

@@ -171,8 +171,25 @@ pub struct BrokerJob {
     /// brokers it passed through and the hops left ([`crate::delegate`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub delegated: Option<crate::delegate::Delegation>,
+    /// How it claims the reservation it names when a broker above sent it
+    /// through the site API with its own terms.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claim_terms: Option<ClaimTerms>,
     /// State history.
     pub history: Vec<HistoryEntry>,
+}
+
+/// How a job sent by a broker above claims its reservation: the headers
+/// the site API took it with, kept until the job reaches the site holding
+/// the reservation, since a broker above may commit, or end, the
+/// reservation itself.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClaimTerms {
+    /// `Reservation-Commit: explicit`: the job may claim a reservation
+    /// still held, and leaves it held until the broker above commits it.
+    pub explicit_commit: bool,
+    /// `Reservation-Release: with-job`: the reservation ends with the job.
+    pub release_with_job: bool,
 }
 
 /// What a job is part of beyond its owner. A field of the job, so that no

@@ -143,6 +143,8 @@ const SCHEMA: &[&str] = &[
     // How a neighbouring broker delegated the job here: its path and hops
     // left, as JSON.
     "ALTER TABLE jobs ADD COLUMN delegated TEXT",
+    // How a job a broker above sent claims its reservation, as JSON.
+    "ALTER TABLE jobs ADD COLUMN claim_terms TEXT",
     "CREATE INDEX IF NOT EXISTS jobs_by_member ON jobs (member_of)",
     "CREATE INDEX IF NOT EXISTS jobs_feed ON jobs (owner, version)",
     "CREATE UNIQUE INDEX IF NOT EXISTS jobs_by_key ON jobs (owner, idem)",
@@ -182,7 +184,7 @@ const SCHEMA: &[&str] = &[
 pub type HistoryLine = (Time, Option<String>);
 
 const COLUMNS: &str = "id, owner, format, spec, prefs, warnings, state, site, site_job, predicted_tts, predicted_ttd, \
-                       submitted, started, ended, exit_code, reason, runs_as, idem, member, delegated";
+                       submitted, started, ended, exit_code, reason, runs_as, idem, member, delegated, claim_terms";
 
 /// Appends a history entry numbered after the job's last one.
 const ADD_HISTORY: &str = "INSERT INTO history (job, n, at, state, detail)
@@ -273,6 +275,9 @@ fn row_to_job(r: &AnyRow) -> StoredJob {
         .unwrap_or_default();
     view.delegated = r
         .get::<Option<String>, _>("delegated")
+        .and_then(|d| serde_json::from_str(&d).ok());
+    view.claim_terms = r
+        .get::<Option<String>, _>("claim_terms")
         .and_then(|d| serde_json::from_str(&d).ok());
     if let Ok(job) = serde_json::from_str::<brokk_model::Job>(&spec) {
         view.describe(&job);
@@ -423,7 +428,7 @@ impl Db {
                 last
             });
             sqlx::query(&format!(
-                "INSERT INTO jobs ({COLUMNS}, version, member_of) VALUES ($1, $2, $3, $4, $5, $6, $7, $12, $13, NULL, NULL, $8, NULL, NULL, NULL, NULL, $9, $10, $14, $16, $11, $15)"
+                "INSERT INTO jobs ({COLUMNS}, version, member_of) VALUES ($1, $2, $3, $4, $5, $6, $7, $12, $13, NULL, NULL, $8, NULL, NULL, NULL, NULL, $9, $10, $14, $16, $17, $11, $15)"
             ))
             .bind(&v.id)
             .bind(&v.owner)
@@ -441,6 +446,7 @@ impl Db {
             .bind(to_json(&v.member)?)
             .bind(v.member.group())
             .bind(v.delegated.as_ref().map(to_json).transpose()?)
+            .bind(v.claim_terms.as_ref().map(to_json).transpose()?)
             .execute(&mut *tx)
             .await?;
             sqlx::query(ADD_HISTORY)

@@ -77,19 +77,30 @@ pub struct Reserved {
     pub end: Time,
     /// Committed, neither cancelled nor only held.
     pub committed: bool,
+    /// Preliminary: made with a hold its maker commits or lets lapse.
+    pub held: bool,
     /// Made by a workflow for one of its tasks: it ends with the task's
     /// job, where a user's own outlives the jobs run in it.
     pub workflow: bool,
 }
 
 /// Whether a job of `owner`'s may run at `now` in reservation `rid` as
-/// found: only in a committed one of the owner's that has not ended. A
-/// reservation of someone else's reads as one that does not exist, so a
-/// job cannot learn of others' reservations by naming them.
-pub fn claimable(owner: &str, rid: &str, found: Option<&Reserved>, now: Time) -> Result<(), String> {
+/// found: only in a committed one of the owner's that has not ended, or a
+/// held one when the job leaves the commit to its sender
+/// (`explicit_commit`, a broker above that made the hold). A reservation
+/// of someone else's reads as one that does not exist, so a job cannot
+/// learn of others' reservations by naming them.
+pub fn claimable(
+    owner: &str,
+    rid: &str,
+    found: Option<&Reserved>,
+    now: Time,
+    explicit_commit: bool,
+) -> Result<(), String> {
+    let live = |r: &Reserved| r.committed || (explicit_commit && r.held);
     match found {
-        Some(r) if r.owner == owner && r.committed && r.end > now => Ok(()),
-        Some(r) if r.owner == owner && r.committed => Err(format!(
+        Some(r) if r.owner == owner && live(r) && r.end > now => Ok(()),
+        Some(r) if r.owner == owner && live(r) => Err(format!(
             "it cannot run in reservation {rid}: the reservation ended at {}",
             r.end
         )),
@@ -327,6 +338,9 @@ pub struct Claim {
     /// Whether it ends with the job: held by the broker for this job
     /// alone, where a user's own reservation outlives it.
     pub release_with_job: bool,
+    /// Whether the site leaves a held reservation held when the job claims
+    /// it, for the broker above that made it to commit.
+    pub explicit_commit: bool,
 }
 
 /// A job being accepted.
@@ -522,6 +536,7 @@ impl Attempt {
             claim: self.held.get(self.next).copied().flatten().map(|r| Claim {
                 reservation: r.0,
                 release_with_job: true,
+                explicit_commit: false,
             }),
             delegation: self.delegation().cloned(),
         }
@@ -1763,8 +1778,9 @@ impl BrokerCore {
                 return;
             }
         };
-        let owner = &self.jobs[id].view.owner;
-        let verdict = claimable(owner, rid, found.as_ref(), now).and_then(|()| {
+        let view = &self.jobs[id].view;
+        let terms = view.claim_terms.unwrap_or_default();
+        let verdict = claimable(&view.owner, rid, found.as_ref(), now, terms.explicit_commit).and_then(|()| {
             let r = found.as_ref().ok_or_else(|| format!("no reservation {rid}"))?;
             match self.site_position(&r.site) {
                 Some(k) => Ok((k, r.site_reservation, r.start, r.workflow)),
@@ -1777,10 +1793,11 @@ impl BrokerCore {
         match verdict {
             Ok((site, site_reservation, start, workflow)) => {
                 // A user's own reservation outlives the job; a task's ends
-                // with it.
+                // with it, and so does one a broker above asked to end so.
                 let claim = Claim {
                     reservation: site_reservation,
-                    release_with_job: workflow,
+                    release_with_job: workflow || terms.release_with_job,
+                    explicit_commit: terms.explicit_commit,
                 };
                 self.outbox.push(Effect::Send {
                     job: id.to_string(),

@@ -2,6 +2,7 @@
 //! driver would see it, no site and no sleep.
 
 use super::*;
+use crate::jobs::ClaimTerms;
 
 fn site(name: &str, slots: u32) -> ResourceInfo {
     ResourceInfo {
@@ -420,6 +421,7 @@ fn anns_r1() -> Reserved {
         start: Time(100),
         end: Time(700),
         committed: true,
+        held: false,
         workflow: false,
     }
 }
@@ -464,7 +466,8 @@ fn a_job_naming_a_reservation_is_sent_into_it_at_its_site_once_read() {
             wall: None,
             claim: Some(Claim {
                 reservation: 7,
-                release_with_job: false
+                release_with_job: false,
+                explicit_commit: false
             }),
             delegation: None,
         }]
@@ -499,6 +502,17 @@ fn only_the_owners_committed_reservation_before_its_end_takes_the_job() {
         (
             Some(Reserved {
                 committed: false,
+                held: false,
+                ..anns_r1()
+            }),
+            Time(3),
+            "you hold no committed reservation r1",
+        ),
+        // Only held: claimable only by a job whose sender commits it.
+        (
+            Some(Reserved {
+                committed: false,
+                held: true,
                 ..anns_r1()
             }),
             Time(3),
@@ -524,12 +538,52 @@ fn only_the_owners_committed_reservation_before_its_end_takes_the_job() {
         assert!(sends(&mut b).is_empty(), "{found:?}");
         assert!(b.job("j1").is_none(), "failed and let go: {found:?}");
         assert_eq!(b.unfinished("ann"), 0);
-        let e = claimable("ann", "r1", found.as_ref(), at);
+        let e = claimable("ann", "r1", found.as_ref(), at, false);
         assert!(e.as_ref().map_or(true, |()| why.contains("site")), "{e:?}");
         if let Err(e) = e {
             assert!(e.contains(why), "{e}");
         }
     }
+}
+
+#[test]
+fn a_job_a_broker_above_sent_claims_its_hold_on_the_terms_it_came_with() {
+    let mut b = broker(params());
+    // Stored by the site API's handler, then handed to the core.
+    let mut view = BrokerJob::new("j1".into(), "ann".into(), "json".into(), Entry::Accepted, Time(1));
+    view.claim_terms = Some(ClaimTerms {
+        explicit_commit: true,
+        release_with_job: true,
+    });
+    b.adopt(view, in_reservation("j1", "r1").job, JobPreferences::default());
+    b.decide(Time(2), 10);
+    b.drain();
+    // Still held: the broker above commits it once it has placed all it
+    // asked for.
+    let held = Reserved {
+        committed: false,
+        held: true,
+        ..anns_r1()
+    };
+    b.resolved(Time(3), "j1", Ok(Some(held.clone())));
+    assert_eq!(
+        b.drain().collect::<Vec<_>>(),
+        [Effect::Send {
+            job: "j1".into(),
+            site: 1,
+            wall: None,
+            claim: Some(Claim {
+                reservation: 7,
+                release_with_job: true,
+                explicit_commit: true
+            }),
+            delegation: None,
+        }]
+    );
+    assert!(claimable("ann", "r1", Some(&held), Time(3), true).is_ok());
+    // Given back meanwhile, it takes no job.
+    let cancelled = Reserved { held: false, ..held };
+    assert!(claimable("ann", "r1", Some(&cancelled), Time(3), true).is_err());
 }
 
 #[test]
@@ -983,7 +1037,8 @@ fn a_job_that_reserves_holds_on_its_best_sites_and_goes_where_its_hold_starts_fi
             wall: Some(Duration(600)),
             claim: Some(Claim {
                 reservation: 9,
-                release_with_job: true
+                release_with_job: true,
+                explicit_commit: false
             }),
             delegation: None,
         }]
@@ -1143,7 +1198,8 @@ fn a_workflows_task_is_taken_when_ready_and_sent_into_its_reservation_which_ends
                 site: 1,
                 claim: Some(Claim {
                     reservation: 7,
-                    release_with_job: true
+                    release_with_job: true,
+                    explicit_commit: false
                 }),
                 ..
             }]
@@ -1423,7 +1479,8 @@ fn a_job_with_a_deadline_reserves_its_earliest_slot_and_tries_the_next_when_it_i
             wall: Some(Duration(600)),
             claim: Some(Claim {
                 reservation: 7,
-                release_with_job: true
+                release_with_job: true,
+                explicit_commit: false
             }),
             delegation: None,
         }]

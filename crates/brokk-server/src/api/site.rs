@@ -12,7 +12,7 @@ use brokk_proto::wire::{
 };
 
 use super::*;
-use crate::service::Claim;
+use brokk_broker::jobs::ClaimTerms;
 
 /// Lets only delegates through.
 async fn delegates_only(
@@ -185,7 +185,7 @@ async fn submit(
             .get(name)
             .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(value))
     };
-    let claim = Claim {
+    let claim = ClaimTerms {
         explicit_commit: is("reservation-commit", b"explicit"),
         release_with_job: is("reservation-release", b"with-job"),
     };

@@ -12,8 +12,10 @@
 //! site and keep the soonest candidates; a reservation is made (held when
 //! asked) at the site where it starts earliest, under an id of this
 //! broker's, and commits, changes and cancels go to that site; a job that
-//! claims one is passed to that site at once, with the headers it came with.
+//! claims one is the core's as any other, which sends it there on the terms
+//! it came with ([`ClaimTerms`]).
 
+use brokk_broker::jobs::ClaimTerms;
 use brokk_broker::reserve::{as_one_site, at_earliest_held, soonest};
 use brokk_broker::SiteError;
 use brokk_core::{Candidate, Change, Reply, Request, ReservationId};
@@ -24,15 +26,6 @@ use super::*;
 
 /// The most changes one feed read returns.
 const FEED_PAGE: i64 = 1000;
-
-/// How a claiming job is passed on: the headers the broker above sent.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Claim {
-    /// `Reservation-Commit: explicit`: the job waits for the commit.
-    pub explicit_commit: bool,
-    /// `Reservation-Release: with-job`: the reservation ends with the job.
-    pub release_with_job: bool,
-}
 
 /// A site's refusal as this broker's.
 fn site_failure(site: &str, e: SiteError) -> ServiceError {
@@ -130,8 +123,9 @@ impl Service {
 
     /// `POST /site/v1/jobs`: accepts `job` from the broker `who` for the
     /// user `on_behalf` (`who` itself when absent); a repeated `key` is the
-    /// job it made before. A job that claims a reservation goes to its site
-    /// at once; others wait for the dispatcher. A job a neighbouring broker
+    /// job it made before. Every job waits for the core's decision; one
+    /// that claims a reservation of `who`'s is sent into it on the terms
+    /// of `claim`. A job a neighbouring broker
     /// delegates (`delegation`) is taken only as the core admits it
     /// ([`brokk_broker::broker::BrokerCore::admits`]), refused with the
     /// reason otherwise. Returns the job's id and whether it is new.
@@ -141,7 +135,7 @@ impl Service {
         mut job: Job,
         key: Option<String>,
         on_behalf: Option<String>,
-        claim: Claim,
+        claim: ClaimTerms,
         delegation: Option<brokk_broker::delegate::Delegation>,
     ) -> Result<(String, bool), ServiceError> {
         if let Some(k) = &key {
@@ -179,36 +173,9 @@ impl Service {
             now(),
         );
         view.warnings = brokk_broker::select::not_done_here(&job);
-        view.runs_as = Some(runs_as.clone());
+        view.runs_as = Some(runs_as);
         view.delegated = delegation;
-        if let Some(rid) = job.reservation.take() {
-            let (r, site) = self.own_site_reservation(who, &rid).await?;
-            // The site's key: a repeat after a crash between the site's
-            // answer and this broker's record finds the same job there.
-            let site_key = format!("{who}-{}", key.as_deref().unwrap_or(&view.id));
-            let (uploads, owner, sent) = (self.uploads.clone(), who.to_string(), job.clone());
-            let handle = tokio::task::spawn_blocking(move || {
-                let mut c = site.client.clone();
-                super::sites::send_uploads(&c, &uploads, &owner, &sent)?;
-                c.set_on_behalf_of(Some(runs_as));
-                c.set_idempotency_key(Some(site_key));
-                c.set_explicit_commit(claim.explicit_commit);
-                c.set_release_with_job(claim.release_with_job);
-                c.submit("broker", &sent, Some(ReservationId(r.site_reservation)))
-            })
-            .await
-            .map_err(|e| ServiceError::Unavailable(e.to_string()))?
-            .map_err(|e| site_failure(&r.site, e))?;
-            let sent = jobs::Change::Dispatch {
-                site: r.site.clone(),
-                site_job: handle.0,
-                tts: None,
-                ttd: None,
-            };
-            // Not stored yet: it is stored below, already at its site.
-            jobs::apply(&mut view, sent, now()).map_err(|e| ServiceError::Conflict(e.to_string()))?;
-            job.reservation = Some(rid);
-        }
+        view.claim_terms = job.reservation.is_some().then_some(claim);
         view.describe(&job);
         let stored = StoredJob {
             view,

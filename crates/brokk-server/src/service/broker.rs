@@ -535,6 +535,7 @@ impl Service {
         let found = found.map(|r| {
             r.map(|r| brokk_broker::broker::Reserved {
                 committed: r.state() == BrokerReservationState::Committed,
+                held: r.state() == BrokerReservationState::Held,
                 owner: r.owner,
                 site: r.site,
                 site_reservation: r.site_reservation,
@@ -673,6 +674,8 @@ impl Service {
             // What the broker held for this job ends with it; a user's own
             // reservation is kept.
             c.set_release_with_job(claim.is_some_and(|c| c.release_with_job));
+            // A broker above that made the hold commits it itself.
+            c.set_explicit_commit(claim.is_some_and(|c| c.explicit_commit));
             let into = claim.map(|c| brokk_core::ReservationId(c.reservation));
             c.submit("broker", &job, into).map(|h| h.0)
         })

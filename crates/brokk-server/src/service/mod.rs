@@ -38,7 +38,6 @@ mod sites;
 mod turns;
 mod workflows;
 
-pub use as_site::Claim;
 pub use broker::Broker;
 pub use files::{FileHead, FileStream};
 pub use holds::HoldJournal;
