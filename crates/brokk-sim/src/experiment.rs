@@ -330,9 +330,12 @@ pub struct MetricsSpec {
     /// `cool-down` (default) or `steady-state`.
     #[serde(default)]
     pub horizon: Horizon,
-    /// A series to compare every other with job by job at each point:
+    /// The series every other is compared with (the first series when
+    /// none is named): seed by seed, the paired differences of every
+    /// figure (`comparisons` in the JSON report, the printed table of a
+    /// sweep, the `paired-*.svg` figures); and job by job at each point,
     /// [AB-avail]'s improvement ratio of bounded slowdowns, for the grid's
-    /// jobs and the sites' own (`improvement` in the JSON report).
+    /// jobs and the sites' own (`improvement`, only when named).
     #[serde(default)]
     pub base: Option<String>,
     /// How long after the first arrival the measured period starts

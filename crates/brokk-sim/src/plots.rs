@@ -15,7 +15,7 @@ use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 
 use crate::experiment::{Baseline, PointResult, Prepared};
-use crate::report::{aggregates, file_label, AGGREGATED};
+use crate::report::{aggregates, baseline_series, comparisons, file_label, Comparison, AGGREGATED};
 
 /// Okabe and Ito's palette without its yellow, which vanishes on white.
 const PALETTE: [RGBColor; 7] = [
@@ -401,7 +401,86 @@ pub fn write_all(
         plot(&format!("gantt-{label}.svg"), gantt(prepared, r))?;
     }
     plot("wait-cdf.svg", wait_cdf(prepared, results, baseline))?;
+    let paired = comparisons(prepared, results);
+    if paired.iter().any(|c| c.seeds > 1) {
+        for (key, label) in PLOTTED {
+            plot(
+                &format!("paired-{key}.svg"),
+                paired_chart(prepared, &paired, key, label),
+            )?;
+        }
+    }
     Ok(())
+}
+
+/// Each series minus the baseline in figure `key`, seed by seed, with the
+/// paired 95% intervals: against load over a sweep (a grey line at zero,
+/// no difference), else a bar per series.
+fn paired_chart(prepared: &Prepared, paired: &[Comparison], key: &str, label: &str) -> Result<String, String> {
+    let base = baseline_series(prepared);
+    let rows: Vec<&Comparison> = paired.iter().filter(|c| c.against == base).collect();
+    let seeds = rows.iter().map(|c| c.seeds).max().unwrap_or(1);
+    let title = format!(
+        "{}: {label}, minus {base}'s (paired over {seeds} seeds, 95% CI)",
+        prepared.spec.name
+    );
+    let difference = format!("{label}, difference");
+    let axis = Axis {
+        label: &difference,
+        log: false,
+    };
+    let mut loads: Vec<f64> = rows.iter().filter_map(|c| c.load).collect();
+    loads.sort_by(f64::total_cmp);
+    loads.dedup();
+    if loads.len() < 2 {
+        let values: Vec<(String, f64, Option<f64>)> = rows
+            .iter()
+            .filter_map(|c| {
+                let s = c.difference.get(key)?;
+                Some((format!("{} - {}", c.policy, c.against), s.mean, s.ci95))
+            })
+            .collect();
+        return bars(&title, axis, &values);
+    }
+    let mut series: Vec<Series> = Vec::new();
+    for (i, (policy, _)) in prepared.policies.iter().enumerate() {
+        let mut points = Vec::new();
+        let mut whiskers = Vec::new();
+        for c in rows.iter().filter(|c| c.policy == policy) {
+            let (Some(load), Some(s)) = (c.load, c.difference.get(key)) else {
+                continue;
+            };
+            points.push((load, s.mean));
+            if let Some(ci) = s.ci95 {
+                whiskers.push((load, s.mean - ci, s.mean + ci));
+            }
+        }
+        if points.is_empty() {
+            continue;
+        }
+        points.sort_by(|a, b| a.0.total_cmp(&b.0));
+        series.push(Series {
+            name: format!("{policy} - {base}"),
+            points,
+            bars: whiskers,
+            colour: colour(i),
+        });
+    }
+    series.push(Series {
+        name: "no difference".into(),
+        points: vec![(loads[0], 0.0), (loads[loads.len() - 1], 0.0)],
+        bars: Vec::new(),
+        colour: RGBColor(150, 150, 150),
+    });
+    chart(
+        &title,
+        Axis {
+            label: "offered load",
+            log: false,
+        },
+        axis,
+        &series,
+    )
 }
 
 /// Busy fraction of the platform per time bucket for one point.

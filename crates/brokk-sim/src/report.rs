@@ -12,7 +12,7 @@ use serde::Serialize;
 use crate::experiment::{Baseline, PointResult, Prepared};
 use crate::export::{jobs_csv, schedule_swf};
 use crate::metrics::{improvement, Horizon, Summary};
-use crate::stats::{spread, Spread};
+use crate::stats::{paired, spread, Spread};
 
 /// The summary of one point, as written to JSON.
 #[derive(Debug, Serialize)]
@@ -86,6 +86,25 @@ pub struct Aggregate<'a> {
     /// Each of [`AGGREGATED`]'s figures: mean, standard deviation and 95%
     /// confidence interval over the seeds.
     pub metrics: BTreeMap<&'static str, Spread>,
+}
+
+/// Two series at one load, seed by seed: each of [`AGGREGATED`]'s figures
+/// as the mean of `policy`'s value minus `against`'s over the seeds both
+/// ran, with the paired 95% interval ([`paired`]).
+#[derive(Debug, Serialize)]
+pub struct Comparison<'a> {
+    /// The series compared.
+    pub policy: &'a str,
+    /// The series it is compared with: the experiment's baseline
+    /// (`metrics.base`, else its first series) when the pair holds it,
+    /// else the earlier of the two.
+    pub against: &'a str,
+    /// Asked offered load, if scaled.
+    pub load: Option<f64>,
+    /// Seeds both ran.
+    pub seeds: usize,
+    /// `policy - against` per figure.
+    pub difference: BTreeMap<&'static str, Spread>,
 }
 
 /// The recorded schedule's figures, as written to JSON.
@@ -166,6 +185,10 @@ pub struct Report<'a> {
     pub points: Vec<PointSummary<'a>>,
     /// Each (policy, load) over its seeds, in sweep order.
     pub aggregates: Vec<Aggregate<'a>>,
+    /// The series every other is compared with in `comparisons`.
+    pub baseline: &'a str,
+    /// Every pair of series at every load, seed by seed ([`comparisons`]).
+    pub comparisons: Vec<Comparison<'a>>,
     /// What the trace's own system did, for a trace workload.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub as_recorded: Option<BaselineSummary>,
@@ -217,6 +240,74 @@ pub fn aggregates<'a>(results: &'a [PointResult]) -> Vec<Aggregate<'a>> {
         .collect()
 }
 
+/// The series an experiment compares the others with: `metrics.base`, or
+/// its first series.
+pub fn baseline_series(prepared: &Prepared) -> &str {
+    prepared
+        .spec
+        .metrics
+        .base
+        .as_deref()
+        .or_else(|| prepared.policies.first().map(|(name, _)| name.as_str()))
+        .unwrap_or("")
+}
+
+/// Every pair of series at every load of `results`, in sweep order, each
+/// over the seeds both ran: a series against the baseline, and two others
+/// the later against the earlier. Empty with one series.
+pub fn comparisons<'a>(prepared: &'a Prepared, results: &'a [PointResult]) -> Vec<Comparison<'a>> {
+    let base = baseline_series(prepared);
+    let mut loads: Vec<Option<f64>> = Vec::new();
+    for r in results {
+        if !loads.contains(&r.point.load) {
+            loads.push(r.point.load);
+        }
+    }
+    let names: Vec<&str> = prepared.policies.iter().map(|(n, _)| n.as_str()).collect();
+    let mut out = Vec::new();
+    for load in loads {
+        let runs = |k: usize| -> BTreeMap<u64, &PointResult> {
+            results
+                .iter()
+                .filter(|r| r.point.policy == k && r.point.load == load)
+                .map(|r| (r.point.seed, r))
+                .collect()
+        };
+        for i in 0..names.len() {
+            for j in i + 1..names.len() {
+                let (a, b) = if names[i] == base {
+                    (j, i)
+                } else if names[j] == base {
+                    (i, j)
+                } else {
+                    (j, i)
+                };
+                let (ra, rb) = (runs(a), runs(b));
+                let both: Vec<(&PointResult, &PointResult)> =
+                    ra.iter().filter_map(|(seed, x)| Some((*x, *rb.get(seed)?))).collect();
+                if both.is_empty() {
+                    continue;
+                }
+                out.push(Comparison {
+                    policy: names[a],
+                    against: names[b],
+                    load,
+                    seeds: both.len(),
+                    difference: AGGREGATED
+                        .iter()
+                        .map(|(key, value)| {
+                            let x: Vec<f64> = both.iter().map(|(x, _)| value(&x.overall)).collect();
+                            let y: Vec<f64> = both.iter().map(|(_, y)| value(&y.overall)).collect();
+                            (*key, paired(&x, &y))
+                        })
+                        .collect(),
+                });
+            }
+        }
+    }
+    out
+}
+
 /// The summary document of `results`, with the trace's recorded schedule.
 pub fn report<'a>(prepared: &'a Prepared, results: &'a [PointResult], baseline: Option<&Baseline>) -> Report<'a> {
     let groups = |g: &[(String, Summary)]| {
@@ -232,6 +323,8 @@ pub fn report<'a>(prepared: &'a Prepared, results: &'a [PointResult], baseline: 
         horizon: prepared.spec.metrics.horizon,
         warmup: prepared.spec.metrics.warmup.as_deref(),
         aggregates: aggregates(results),
+        baseline: baseline_series(prepared),
+        comparisons: comparisons(prepared, results),
         as_recorded: baseline.map(|b| BaselineSummary {
             offered_load: b.offered_load,
             summary: b.overall,

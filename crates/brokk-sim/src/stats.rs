@@ -50,6 +50,24 @@ pub fn spread(values: &[f64]) -> Spread {
     }
 }
 
+/// The paired difference `a - b` of two series run on the same workloads
+/// (`a[i]` and `b[i]` from one seed): the spread of the differences seed
+/// by seed. Every series of a point sees the same jobs, so most of the
+/// variation between seeds is the workload's and cancels in the
+/// difference: two series whose own intervals overlap can still differ
+/// significantly, which their unpaired intervals cannot show.
+pub fn paired(a: &[f64], b: &[f64]) -> Spread {
+    let diffs: Vec<f64> = a.iter().zip(b).map(|(x, y)| x - y).collect();
+    spread(&diffs)
+}
+
+impl Spread {
+    /// Whether the 95% interval leaves out zero (none with one seed).
+    pub fn excludes_zero(&self) -> bool {
+        self.ci95.is_some_and(|ci| self.mean.abs() > ci)
+    }
+}
+
 /// The ratio of two figures over the seeds, `sum(num) / sum(den)`, with
 /// the 95% interval of a ratio estimator (the delta method: the residuals
 /// `num - ratio * den` over the mean denominator), for shares whose
@@ -130,6 +148,27 @@ mod tests {
         let r = ratio(&[64.0, 0.0], &[1.0, 30.0]);
         assert!((r.mean - 64.0 / 31.0).abs() < 1e-12);
         assert_eq!(ratio(&[1.0], &[0.0]).mean, 0.0);
+    }
+
+    #[test]
+    fn a_paired_interval_as_computed_by_hand() {
+        // Two series over four seeds whose workloads differ far more than
+        // the series do: a = 100, 200, 300, 400 and b = 98, 199, 297, 398.
+        // Differences 2, 1, 3, 2: mean 2, s^2 = 2/3, t(0.975, 3) = 3.182446,
+        // half-width 3.182446 * sqrt(2/3) / 2.
+        let (a, b) = ([100.0, 200.0, 300.0, 400.0], [98.0, 199.0, 297.0, 398.0]);
+        let d = paired(&a, &b);
+        assert_eq!((d.n, d.mean), (4, 2.0));
+        let by_hand = 3.182446 * (2.0f64 / 3.0).sqrt() / 2.0;
+        assert!((d.ci95.unwrap() - by_hand).abs() < 1e-5, "{d:?} against {by_hand}");
+        assert!(d.excludes_zero());
+        // Unpaired, each series' own interval is about a hundred times as
+        // wide, and the two overlap.
+        let (sa, sb) = (spread(&a), spread(&b));
+        assert!(sa.mean - sa.ci95.unwrap() < sb.mean + sb.ci95.unwrap());
+        // Differences of both signs: the interval holds zero.
+        assert!(!paired(&[1.0, 3.0], &[2.0, 2.0]).excludes_zero());
+        assert!(!paired(&[1.0], &[0.0]).excludes_zero(), "one seed has no interval");
     }
 
     #[test]

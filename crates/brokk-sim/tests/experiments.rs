@@ -121,6 +121,40 @@ fn reports_are_written() {
     assert_eq!(aggregates.len(), 4);
     assert_eq!(aggregates[0]["seeds"], 2);
     assert!(aggregates[0]["metrics"]["mean_wait"]["ci95"].as_f64().is_some());
+    // One pair at each load, easy against the first series (fcfs, no
+    // base named), over the seeds both ran: the mean of the per-seed
+    // differences the points hold.
+    assert_eq!(summary["baseline"], "fcfs");
+    let pairs = summary["comparisons"].as_array().unwrap();
+    assert_eq!(pairs.len(), 2);
+    let wait = |policy: &str, load: f64, seed: u64| {
+        summary["points"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["policy"] == policy && p["load"] == load && p["seed"] == seed)
+            .unwrap()["overall"]["mean_wait"]
+            .as_f64()
+            .unwrap()
+    };
+    for pair in pairs {
+        assert_eq!(
+            (&pair["policy"], &pair["against"], &pair["seeds"]),
+            (&"easy".into(), &"fcfs".into(), &2.into())
+        );
+        let load = pair["load"].as_f64().unwrap();
+        let by_hand = [1, 2]
+            .iter()
+            .map(|&s| wait("easy", load, s) - wait("fcfs", load, s))
+            .sum::<f64>()
+            / 2.0;
+        let d = &pair["difference"]["mean_wait"];
+        assert!((d["mean"].as_f64().unwrap() - by_hand).abs() < 1e-6, "{d}");
+        assert!(d["ci95"].as_f64().is_some());
+    }
+    assert!(std::fs::read_to_string(dir.join("paired-mean_wait.svg"))
+        .unwrap()
+        .contains("easy - fcfs"));
     // Users are unknown in the model; sizes fall into classes.
     assert_eq!(summary["points"][0]["by_user"][0]["group"], "-1");
     assert!(!summary["points"][0]["by_size"].as_array().unwrap().is_empty());

@@ -149,6 +149,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         let seeds = prepared.spec.sweep.seeds.len();
         if sweep && seeds > 1 {
             print_aggregates(&results);
+            print_comparisons(&prepared, &results);
         } else {
             print_table(&points, &results);
         }
@@ -661,6 +662,58 @@ fn print_aggregates(results: &[PointResult]) {
         );
     }
     say!("± is the half-width of the 95% confidence interval over the seeds (Student's t)");
+}
+
+/// Each series against the baseline at each load, seed by seed: the mean
+/// difference and its paired 95% interval, starred where it leaves out
+/// zero.
+fn print_comparisons(prepared: &brokk_sim::experiment::Prepared, results: &[PointResult]) {
+    let base = report::baseline_series(prepared);
+    let rows: Vec<report::Comparison> = report::comparisons(prepared, results)
+        .into_iter()
+        .filter(|c| c.against == base)
+        .collect();
+    if rows.is_empty() {
+        return;
+    }
+    let label = |c: &report::Comparison| format!("{} - {}", c.policy, c.against);
+    let w = rows.iter().map(|c| label(c).len()).max().unwrap_or(0).max(20);
+    say!(
+        "\n{:<w$} {:>6} {:>5} {:>16} {:>18} {:>16} {:>16}",
+        "paired difference",
+        "load",
+        "seeds",
+        "JF%",
+        "wait (s)",
+        "bsld",
+        "util"
+    );
+    for c in &rows {
+        let cell = |key: &str, digits: usize| {
+            c.difference.get(key).map_or(String::new(), |s| {
+                let star = if s.excludes_zero() { "*" } else { " " };
+                match s.ci95 {
+                    Some(ci) => format!("{:+.digits$} ±{:.digits$}{star}", s.mean, ci),
+                    None => format!("{:+.digits$}{star}", s.mean),
+                }
+            })
+        };
+        say!(
+            "{:<w$} {:>6} {:>5} {:>16} {:>18} {:>16} {:>16}",
+            label(c),
+            c.load.map_or("-".into(), |l| format!("{l:.2}")),
+            c.seeds,
+            cell("finished_pct", 2),
+            cell("mean_wait", 0),
+            cell("mean_bounded_slowdown", 2),
+            cell("utilization", 3),
+        );
+    }
+    say!(
+        "A - B: A's figure minus B's on the same workload, seed by seed; ± is the paired 95% interval; \
+         * where it leaves out zero (a significant difference). JF%: jobs finished; bsld: bounded slowdown; \
+         util: utilization"
+    );
 }
 
 fn print_table(points: &[Point], results: &[PointResult]) {
