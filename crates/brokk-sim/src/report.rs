@@ -198,10 +198,13 @@ pub struct Report<'a> {
 pub type Figure = (&'static str, fn(&Summary) -> f64);
 
 /// The figures [`aggregates`] carries over seeds.
-pub const AGGREGATED: [Figure; 10] = [
+pub const AGGREGATED: [Figure; 13] = [
     ("mean_wait", |s| s.mean_wait),
     ("mean_response", |s| s.mean_response),
+    ("mean_slowdown", |s| s.mean_slowdown),
     ("mean_bounded_slowdown", |s| s.mean_bounded_slowdown),
+    ("awrt", |s| s.awrt),
+    ("awsd", |s| s.awsd),
     ("wait_p50", |s| s.wait_p50),
     ("wait_p90", |s| s.wait_p90),
     ("wait_p99", |s| s.wait_p99),
