@@ -34,7 +34,7 @@ use crate::metrics::{by_size, by_user, summary, Horizon, Summary, Window, DEFAUL
 use crate::orders::{OrderMaker, Orders};
 use crate::platform::{clusters_from_partitions, simulate_platform, ClusterRun, ClusterSpec, PlatformRun, Routing};
 use crate::swf::SwfJob;
-use crate::transform::{scale_load, window, Filter};
+use crate::transform::{allocated, scale_load, window, Filter, Processors};
 
 /// An experiment that cannot be read or run.
 #[derive(Debug, thiserror::Error)]
@@ -141,6 +141,10 @@ pub struct WorkloadSpec {
     /// `exact` or `requested` (default) run-time estimates.
     #[serde(default)]
     pub estimates: EstimateSpec,
+    /// `requested` (default) or `allocated` processors as a trace job's
+    /// size.
+    #[serde(default)]
+    pub processors: Processors,
     /// Skip malformed trace lines instead of failing.
     #[serde(default)]
     pub lenient: bool,
@@ -596,6 +600,9 @@ pub fn prepare_with_orders(
         sizes,
         header,
     } = read_trace(w, base, traces)?;
+    if w.processors == Processors::Allocated {
+        trace = allocated(&trace);
+    }
     if let Some([from, to]) = w.window {
         trace = window(&trace, from, to);
     }

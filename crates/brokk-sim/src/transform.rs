@@ -1,8 +1,38 @@
-//! Workload transformations: a time window, load scaling by compressing or
-//! stretching inter-arrival times, and job filters. Each takes records and
-//! returns new ones, so they compose in any order.
+//! Workload transformations: which processor count sizes a job, a time
+//! window, load scaling by compressing or stretching inter-arrival times,
+//! and job filters. Each takes records and returns new ones, so they
+//! compose in any order.
 
 use crate::swf::SwfJob;
+
+/// Which of a trace job's processor counts is its size
+/// (`[workload] processors`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Processors {
+    /// What the user asked for (SWF field 8), the allocated count where
+    /// the trace has none: the job as a scheduler saw it when it was
+    /// submitted. The default.
+    #[default]
+    Requested,
+    /// What the machine gave it (SWF field 5), as Alea and GridSim read a
+    /// trace ([`allocated`]).
+    Allocated,
+}
+
+/// The jobs sized by the processors the machine allocated them (SWF field
+/// 5, which then stands for the request too, field 8, so every later step
+/// reads one size). A job the trace records no allocation for, most of
+/// them cancelled before they started, is left out.
+pub fn allocated(jobs: &[SwfJob]) -> Vec<SwfJob> {
+    jobs.iter()
+        .filter(|j| j.procs > 0)
+        .map(|j| SwfJob {
+            req_procs: j.procs,
+            ..*j
+        })
+        .collect()
+}
 
 /// The jobs submitted in `[from, to)`, with submit times shifted so the window
 /// starts at 0.

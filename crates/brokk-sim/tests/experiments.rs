@@ -204,6 +204,41 @@ fn mistakes_are_reported_with_their_place() {
 }
 
 #[test]
+fn a_trace_is_read_by_requested_or_allocated_processors() {
+    // Job 1 asked for 8 processors and was given 4; job 2 asked for 2 and
+    // was cancelled before it ran (no allocation); job 3 records only its
+    // allocation, 2; job 4 asked for and got 16.
+    let swf = "\
+1 0 10 100 4 -1 -1 8 200 -1 1 1 1 -1 1 -1 -1 -1
+2 10 -1 50 -1 -1 -1 2 100 -1 5 1 1 -1 1 -1 -1 -1
+3 20 0 30 2 -1 -1 -1 60 -1 1 2 1 -1 1 -1 -1 -1
+4 30 5 40 16 -1 -1 16 60 -1 1 2 1 -1 1 -1 -1 -1
+";
+    let dir = std::env::temp_dir().join(format!("brokk-processors-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("excerpt.swf"), swf).unwrap();
+    let sizes = |processors: &str| {
+        let text = format!(
+            "name = \"p\"\n[workload]\nswf = \"excerpt.swf\"\n{processors}\n[platform]\nclusters = [{{ name = \"m\", procs = 16 }}]\n"
+        );
+        let p = prepare(toml::from_str(&text).unwrap(), &dir).unwrap();
+        let results = run_points(&p, &p.single_points(), 1, &|| {}).unwrap();
+        let mut ran: Vec<(i64, u32)> = results[0].jobs.iter().map(|o| (o.id, o.size)).collect();
+        ran.sort();
+        ran
+    };
+    assert_eq!(sizes(""), [(1, 8), (2, 2), (3, 2), (4, 16)]);
+    assert_eq!(sizes("processors = \"requested\""), sizes(""));
+    assert_eq!(sizes("processors = \"allocated\""), [(1, 4), (3, 2), (4, 16)]);
+    let bad = format!("name = \"p\"\n[workload]\nswf = \"excerpt.swf\"\nprocessors = \"used\"\n");
+    assert!(toml::from_str::<Experiment>(&bad)
+        .unwrap_err()
+        .to_string()
+        .contains("requested"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
 fn window_and_filter_shape_a_trace() {
     let text = r#"
 name = "kth-window"
