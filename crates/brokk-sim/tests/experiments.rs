@@ -230,8 +230,8 @@ fn a_trace_is_read_by_requested_or_allocated_processors() {
     assert_eq!(sizes(""), [(1, 8), (2, 2), (3, 2), (4, 16)]);
     assert_eq!(sizes("processors = \"requested\""), sizes(""));
     assert_eq!(sizes("processors = \"allocated\""), [(1, 4), (3, 2), (4, 16)]);
-    let bad = format!("name = \"p\"\n[workload]\nswf = \"excerpt.swf\"\nprocessors = \"used\"\n");
-    assert!(toml::from_str::<Experiment>(&bad)
+    let bad = "name = \"p\"\n[workload]\nswf = \"excerpt.swf\"\nprocessors = \"used\"\n";
+    assert!(toml::from_str::<Experiment>(bad)
         .unwrap_err()
         .to_string()
         .contains("requested"));
