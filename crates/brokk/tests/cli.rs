@@ -105,6 +105,8 @@ fn sim_run_writes_its_reports_and_prints_json() {
         None,
     );
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // --json prints nothing but the document.
+    assert!(o.stderr.is_empty(), "{}", String::from_utf8_lossy(&o.stderr));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let points = v["points"].as_array().unwrap();
     assert_eq!(points.len(), 3);
@@ -147,6 +149,33 @@ fn sim_run_writes_its_reports_and_prints_json() {
     );
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let swf = brokk_sim::swf::read(o.stdout.as_slice(), false).unwrap();
+    // Not on a terminal (a batch job's log), progress is plain lines, one
+    // at each tenth of the runs.
+    let o = brokk(
+        &[
+            "sim",
+            "run",
+            "examples/experiments/kth-sp2.toml",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        None,
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(
+        lines
+            .iter()
+            .map(|l| l.split(" in ").next().unwrap())
+            .collect::<Vec<_>>(),
+        [
+            "1/3 simulations (33%)",
+            "2/3 simulations (66%)",
+            "3/3 simulations (100%)"
+        ],
+        "{err}"
+    );
+    std::fs::remove_dir_all(&out).unwrap();
     assert_eq!(swf.max_procs(), Some(128));
     assert!(swf.jobs.len() > 100);
     // A broken experiment is an error naming the file and the line.

@@ -130,9 +130,9 @@ pub fn run(a: Args) -> Result<ExitCode> {
     } else {
         prepared.single_points()
     };
-    let bar = progress(points.len(), args.results.json);
-    let results = run_points(&prepared, &points, threads(args.results.threads), &|| bar.inc(1))?;
-    bar.finish_and_clear();
+    let bar = Progress::new(points.len(), args.results.json);
+    let results = run_points(&prepared, &points, threads(args.results.threads), &|| bar.inc())?;
+    bar.finish();
     let baseline = prepared.as_recorded();
     let out = args
         .results
@@ -175,16 +175,60 @@ pub fn run(a: Args) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn progress(len: usize, hidden: bool) -> indicatif::ProgressBar {
-    let bar = indicatif::ProgressBar::new(len as u64);
-    if hidden {
-        bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+/// A sweep's progress on standard error: a bar on a terminal; elsewhere
+/// (a batch job's log, CI) a plain line at each tenth of the runs, which a
+/// bar would leave empty; nothing when `quiet` (`--json`).
+struct Progress {
+    bar: Option<indicatif::ProgressBar>,
+    len: usize,
+    done: std::sync::atomic::AtomicUsize,
+    started: std::time::Instant,
+    quiet: bool,
+}
+
+impl Progress {
+    fn new(len: usize, quiet: bool) -> Progress {
+        use std::io::IsTerminal;
+        let bar = (!quiet && std::io::stderr().is_terminal()).then(|| {
+            let bar = indicatif::ProgressBar::new(len as u64);
+            bar.set_style(
+                indicatif::ProgressStyle::with_template("{elapsed_precise} [{bar:40}] {pos}/{len} simulations")
+                    .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+            );
+            bar
+        });
+        Progress {
+            bar,
+            len,
+            done: std::sync::atomic::AtomicUsize::new(0),
+            started: std::time::Instant::now(),
+            quiet,
+        }
     }
-    bar.set_style(
-        indicatif::ProgressStyle::with_template("{elapsed_precise} [{bar:40}] {pos}/{len} simulations")
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-    );
-    bar
+
+    /// One more run done.
+    fn inc(&self) {
+        if let Some(bar) = &self.bar {
+            bar.inc(1);
+            return;
+        }
+        let done = self.done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        let tenth = |n: usize| n * 10 / self.len.max(1);
+        if !self.quiet && (done == self.len || tenth(done) > tenth(done - 1)) {
+            eprintln!(
+                "{done}/{} simulations ({}%) in {:.1} s",
+                self.len,
+                done * 100 / self.len.max(1),
+                self.started.elapsed().as_secs_f64()
+            );
+        }
+    }
+
+    fn finish(&self) {
+        if let Some(bar) = &self.bar {
+            bar.finish_and_clear();
+        }
+    }
 }
 
 fn threads(asked: Option<usize>) -> usize {
@@ -228,11 +272,11 @@ fn architectures(a: ArchitecturesArgs) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let report = if a.merge.is_empty() {
-        let bar = progress(exp.work().len(), a.results.json);
+        let bar = Progress::new(exp.work().len(), a.results.json);
         let r = exp
-            .sweep(threads(a.results.threads), &|| bar.inc(1))
+            .sweep(threads(a.results.threads), &|| bar.inc())
             .map_err(anyhow::Error::msg)?;
-        bar.finish_and_clear();
+        bar.finish();
         r
     } else {
         let mut points: Vec<PointResult> = Vec::new();
@@ -405,9 +449,9 @@ fn workflows(a: WorkflowsArgs) -> Result<ExitCode> {
         }
         exp = exp.with_template(read.workflow);
     }
-    let bar = progress(exp.points().len(), a.results.json);
-    let report = exp.sweep(threads(a.results.threads), &|| bar.inc(1))?;
-    bar.finish_and_clear();
+    let bar = Progress::new(exp.points().len(), a.results.json);
+    let report = exp.sweep(threads(a.results.threads), &|| bar.inc())?;
+    bar.finish();
     let out = a
         .results
         .out
