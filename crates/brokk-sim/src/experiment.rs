@@ -1088,7 +1088,8 @@ impl Prepared {
     /// The trace's own schedule ("as recorded"): each job the simulator
     /// would run, started at its arrival plus the wait the trace recorded
     /// (jobs without a recorded wait are left out). None for a model
-    /// workload, whose jobs never ran anywhere.
+    /// workload, whose jobs never ran anywhere, and for a trace that
+    /// records no job's wait (LCG-2005-1).
     pub fn as_recorded(&self) -> Option<Baseline> {
         if self.spec.workload.lublin.is_some() {
             return None;
@@ -1113,6 +1114,9 @@ impl Prepared {
                 })
             })
             .collect();
+        if outcomes.is_empty() {
+            return None;
+        }
         let cut = self.cut(&kept);
         let overall = summary(
             &outcomes,

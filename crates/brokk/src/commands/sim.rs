@@ -163,6 +163,8 @@ pub fn run(a: Args) -> Result<ExitCode> {
                 s.utilization,
                 b.offered_load
             );
+        } else if prepared.spec.workload.lublin.is_none() {
+            say!("as recorded: none (the trace records no job's wait)");
         }
         if prepared.spec.metrics.horizon == Horizon::SteadyState {
             say!("steady-state rule: means are over the jobs ended by the last arrival, the JF% of each row");
