@@ -707,7 +707,10 @@ fn print_aggregates(results: &[PointResult]) {
             cell("utilization", 3),
         );
     }
-    say!("± is the half-width of the 95% confidence interval over the seeds (Student's t)");
+    say!(
+        "JF%: jobs finished within the measured period; wait: their mean wait; bsld: their mean bounded slowdown; \
+         util: utilization; ± is the half-width of the 95% confidence interval over the seeds (Student's t)"
+    );
 }
 
 /// Each series against the baseline at each load, seed by seed: the mean
@@ -804,4 +807,20 @@ fn print_table(points: &[Point], results: &[PointResult]) {
             false => say!("{row}"),
         }
     }
+    let broker = results.iter().any(|r| r.prediction.is_some());
+    say!(
+        "JF%: jobs finished within the measured period; wait: their mean wait; bsld: their mean bounded slowdown; \
+         util: utilization; offered: the offered load simulated{}{}",
+        if broker {
+            "; pred err: mean absolute error of the broker's predicted completions; \
+             viol%: jobs started over 20 s later than predicted ([AB-avail])"
+        } else {
+            ""
+        },
+        if away {
+            "; away%: jobs run under another broker than their home's"
+        } else {
+            ""
+        }
+    );
 }
