@@ -468,8 +468,35 @@ fn workflows(a: WorkflowsArgs) -> Result<ExitCode> {
         say!("{json}");
         return Ok(ExitCode::SUCCESS);
     }
-    say!(
-        "{:<11} {:>8} {:>5} {:>6} {:>5} {:>8} {:>17} {:>17} {:>17} {:>12} {:>12}",
+    // What else a setting varies (the tables below break them out): else
+    // two rows would read as one printed twice.
+    let others = |t: &brokk_sim::admission::Setting| -> Vec<String> {
+        vec![
+            format!("share {}", t.share),
+            if t.probing { "probing" } else { "no probing" }.to_string(),
+            t.strategy.map_or_else(String::new, |s| format!("rescue {s}")),
+            match t.downtime {
+                0 => String::new(),
+                d => format!("down {d}"),
+            },
+            t.view.map_or_else(String::new, |v| format!("view {v}")),
+            t.window.map_or_else(String::new, |w| format!("window {w}")),
+        ]
+    };
+    let all: Vec<Vec<String>> = report.aggregates.iter().map(|g| others(&g.setting)).collect();
+    let varies: Vec<bool> = (0..all.first().map_or(0, Vec::len))
+        .map(|k| all.iter().any(|o| o[k] != all[0][k]))
+        .collect();
+    let setting = |o: &[String]| -> String {
+        o.iter()
+            .zip(&varies)
+            .filter(|(v, varies)| **varies && !v.is_empty())
+            .map(|(v, _)| v.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let header = format!(
+        "{:<11} {:>8} {:>5} {:>6} {:>5} {:>8} {:>17} {:>17} {:>17} {:>12} {:>12}  {}",
         "scheduler",
         "arrival",
         "hold",
@@ -480,15 +507,17 @@ fn workflows(a: WorkflowsArgs) -> Result<ExitCode> {
         "accepters rej",
         "utilization",
         "probes/task",
-        "reserv/task"
+        "reserv/task",
+        if varies.contains(&true) { "setting" } else { "" }
     );
+    say!("{}", header.trim_end());
     let cell = |s: &brokk_sim::stats::Spread| match s.ci95 {
         Some(ci) => format!("{:.3} ±{:.3}", s.mean, ci),
         None => format!("{:.3}", s.mean),
     };
-    for g in &report.aggregates {
-        say!(
-            "{:<11} {:>8} {:>5} {:>6} {:>5} {:>8.3} {:>17} {:>17} {:>17} {:>12.2} {:>12.2}",
+    for (g, o) in report.aggregates.iter().zip(&all) {
+        let row = format!(
+            "{:<11} {:>8} {:>5} {:>6} {:>5} {:>8.3} {:>17} {:>17} {:>17} {:>12.2} {:>12.2}  {}",
             g.setting.scheduler.name(),
             g.setting.inter_arrival,
             g.setting.hold,
@@ -499,8 +528,10 @@ fn workflows(a: WorkflowsArgs) -> Result<ExitCode> {
             cell(&g.accepter_rejection_rate),
             cell(&g.utilization),
             g.probes_per_task.mean,
-            g.reservations_per_task.mean
+            g.reservations_per_task.mean,
+            setting(o)
         );
+        say!("{}", row.trim_end());
     }
     say!(
         "arrival: mean inter-arrival of the accepters' workflows and hold: of a preliminary reservation, in slots of {} s; rej: rejecters per accepter; ± is the half-width of the 95% confidence interval over the seeds",
