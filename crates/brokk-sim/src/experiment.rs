@@ -963,7 +963,8 @@ impl Prepared {
         all.iter().take(self.policies.len()).copied().collect()
     }
 
-    fn total_procs(&self) -> u32 {
+    /// The platform's processors in all.
+    pub fn total_procs(&self) -> u32 {
         self.clusters.iter().map(|c| c.procs).sum()
     }
 

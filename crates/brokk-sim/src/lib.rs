@@ -33,5 +33,6 @@ pub mod report;
 pub mod rescue;
 pub mod stats;
 pub mod swf;
+pub mod timeseries;
 pub mod transform;
 pub mod workflows;

@@ -16,6 +16,7 @@ use plotters::prelude::*;
 
 use crate::experiment::{Baseline, PointResult, Prepared};
 use crate::report::{aggregates, baseline_series, comparisons, file_label, Comparison, AGGREGATED};
+use crate::timeseries::{over_time, TimeSeries};
 
 /// Okabe and Ito's palette without its yellow, which vanishes on white.
 const PALETTE: [RGBColor; 7] = [
@@ -394,10 +395,12 @@ pub fn write_all(
     }
     for (i, r) in firsts(prepared, results).into_iter().enumerate() {
         let label = file_label(&r.policy);
+        let s = series_of(prepared, r);
         plot(
             &format!("utilization-{label}.svg"),
-            utilization_over_time(prepared, r, i),
+            utilization_over_time(prepared, r, &s, i),
         )?;
+        plot(&format!("queue-{label}.svg"), queue_over_time(prepared, r, &s, i))?;
         plot(&format!("gantt-{label}.svg"), gantt(prepared, r))?;
     }
     plot("wait-cdf.svg", wait_cdf(prepared, results, baseline))?;
@@ -483,30 +486,18 @@ fn paired_chart(prepared: &Prepared, paired: &[Comparison], key: &str, label: &s
     )
 }
 
+/// One point's state over time ([`crate::timeseries`]).
+pub fn series_of(prepared: &Prepared, r: &PointResult) -> TimeSeries {
+    over_time(
+        r.runs.iter().flat_map(|c| c.outcomes.iter()),
+        f64::from(prepared.total_procs()),
+    )
+}
+
 /// Busy fraction of the platform per time bucket for one point.
-fn utilization_over_time(prepared: &Prepared, r: &PointResult, i: usize) -> Result<String, String> {
-    let procs: f64 = prepared.clusters.iter().map(|c| f64::from(c.procs)).sum();
-    let outcomes = || r.runs.iter().flat_map(|c| c.outcomes.iter());
-    let t0 = outcomes().map(|o| o.submit.0).min().unwrap_or(0);
-    let t1 = outcomes().map(|o| o.end.0).max().unwrap_or(t0);
-    // At most ~400 buckets of whole hours: a year is drawn per day.
-    let width = ((t1 - t0) / 400 / 3600 + 1) * 3600;
-    let mut busy = vec![0.0; ((t1 - t0) / width + 1) as usize];
-    for o in outcomes() {
-        let mut t = o.start.0;
-        while t < o.end.0 {
-            let b = ((t - t0) / width) as usize;
-            let until = (t0 + (b as i64 + 1) * width).min(o.end.0);
-            busy[b] += (until - t) as f64 * f64::from(o.size);
-            t = until;
-        }
-    }
-    let points = busy
-        .iter()
-        .enumerate()
-        .map(|(b, w)| (b as f64 * width as f64 / 86_400.0, w / (width as f64 * procs)))
-        .collect();
-    let hours = width / 3600;
+fn utilization_over_time(prepared: &Prepared, r: &PointResult, s: &TimeSeries, i: usize) -> Result<String, String> {
+    let day = |b: &crate::timeseries::Bucket| b.start as f64 / 86_400.0;
+    let hours = s.width / 3600;
     chart(
         &format!("{}: utilization over time ({})", prepared.spec.name, point_title(r)),
         Axis {
@@ -519,10 +510,42 @@ fn utilization_over_time(prepared: &Prepared, r: &PointResult, i: usize) -> Resu
         },
         &[Series {
             name: r.policy.clone(),
-            points,
+            points: s.buckets.iter().map(|b| (day(b), b.utilization)).collect(),
             bars: Vec::new(),
             colour: colour(i),
         }],
+    )
+}
+
+/// Jobs waiting and running per time bucket for one point, averaged over
+/// each bucket.
+fn queue_over_time(prepared: &Prepared, r: &PointResult, s: &TimeSeries, i: usize) -> Result<String, String> {
+    let day = |b: &crate::timeseries::Bucket| b.start as f64 / 86_400.0;
+    let hours = s.width / 3600;
+    chart(
+        &format!("{}: jobs waiting and running ({})", prepared.spec.name, point_title(r)),
+        Axis {
+            label: "days from the first arrival",
+            log: false,
+        },
+        Axis {
+            label: &format!("jobs, mean per {hours} h"),
+            log: false,
+        },
+        &[
+            Series {
+                name: "waiting".into(),
+                points: s.buckets.iter().map(|b| (day(b), b.waiting)).collect(),
+                bars: Vec::new(),
+                colour: colour(i),
+            },
+            Series {
+                name: "running".into(),
+                points: s.buckets.iter().map(|b| (day(b), b.running)).collect(),
+                bars: Vec::new(),
+                colour: RGBColor(120, 120, 120),
+            },
+        ],
     )
 }
 

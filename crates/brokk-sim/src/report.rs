@@ -1,7 +1,8 @@
 //! What an experiment writes: `jobs.csv` (every job at every point, and the
 //! trace's recorded schedule), `summary.json` (every point, its groups, the
 //! sweep's aggregates over seeds and the as-recorded baseline), each
-//! series' simulated schedule as SWF, and the plots ([`crate::plots`]).
+//! series' simulated schedule as SWF and its state over time as CSV
+//! ([`crate::timeseries`]), and the plots ([`crate::plots`]).
 
 use std::collections::BTreeMap;
 use std::io;
@@ -417,7 +418,12 @@ pub fn write_all(
         let swf = schedule_swf(prepared, r).map_err(io::Error::other)?;
         let mut out = Vec::new();
         crate::swf::write(&swf, &mut out)?;
-        std::fs::write(dir.join(format!("schedule-{}.swf", file_label(&r.policy))), out)
+        std::fs::write(dir.join(format!("schedule-{}.swf", file_label(&r.policy))), out)?;
+        let series = crate::plots::series_of(prepared, r);
+        std::fs::write(
+            dir.join(format!("timeseries-{}.csv", file_label(&r.policy))),
+            series.csv(),
+        )
     };
     let plots = || crate::plots::write_all(dir, prepared, results, baseline);
     std::thread::scope(|s| {

@@ -179,6 +179,27 @@ fn reports_are_written() {
             let text = std::fs::read_to_string(dir.join(format!("{plot}-{policy}.svg"))).unwrap();
             assert!(text.contains(&format!("{policy}, load 0.5, seed 1")), "{plot}-{policy}");
         }
+        // Its state over time: the buckets' busy processor-seconds are
+        // the point's work, whatever the bucket width.
+        let csv = std::fs::read_to_string(dir.join(format!("timeseries-{policy}.csv"))).unwrap();
+        let mut lines = csv.lines();
+        assert_eq!(lines.next(), Some("time_s,waiting,running,utilization"));
+        let buckets: Vec<Vec<f64>> = lines
+            .map(|l| l.split(',').map(|v| v.parse().unwrap()).collect())
+            .collect();
+        let width = buckets[1][0] - buckets[0][0];
+        let r = results.iter().find(|r| r.policy == policy).unwrap();
+        let work: f64 = r
+            .runs
+            .iter()
+            .flat_map(|c| &c.outcomes)
+            .map(|o| (o.end - o.start).0 as f64 * f64::from(o.size))
+            .sum();
+        let busy: f64 = buckets.iter().map(|b| b[3] * width * 128.0).sum();
+        assert!((busy - work).abs() / work < 1e-4, "{busy} against {work}");
+        assert!(std::fs::read_to_string(dir.join(format!("queue-{policy}.svg")))
+            .unwrap()
+            .contains("waiting"));
         let swf = brokk_sim::swf::read_path(&dir.join(format!("schedule-{policy}.swf")), false).unwrap();
         assert_eq!(swf.jobs.len(), results[0].overall.submitted);
     }
