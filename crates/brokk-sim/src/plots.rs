@@ -33,6 +33,28 @@ fn colour(i: usize) -> RGBColor {
     PALETTE[i % PALETTE.len()]
 }
 
+/// The dash and gap lengths of the `k`-th series' line (pixels), none
+/// for a solid one: with the markers, series stay apart printed in grey.
+fn dashes(k: usize) -> Option<(u32, u32)> {
+    match k % 4 {
+        0 => None,
+        1 => Some((8, 4)),
+        2 => Some((2, 3)),
+        _ => Some((14, 4)),
+    }
+}
+
+/// The `k`-th series' marker, as a polygon around its point (pixels): an
+/// octagon, a triangle, a square, a diamond.
+fn marker(k: usize) -> Vec<(i32, i32)> {
+    match k % 4 {
+        0 => vec![(-2, -4), (2, -4), (4, -2), (4, 2), (2, 4), (-2, 4), (-4, 2), (-4, -2)],
+        1 => vec![(0, -5), (5, 4), (-5, 4)],
+        2 => vec![(-4, -4), (4, -4), (4, 4), (-4, 4)],
+        _ => vec![(0, -5), (5, 0), (0, 5), (-5, 0)],
+    }
+}
+
 /// The figures plotted, among [`AGGREGATED`]'s: (key, axis label).
 const PLOTTED: [(&str, &str); 6] = [
     ("mean_wait", "mean wait (s)"),
@@ -127,7 +149,9 @@ fn chart(title: &str, x: Axis, y: Axis, series: &[Series]) -> Result<String, Str
     };
     let (x0, x1) = if x0 < x1 { (x0, x1) } else { (x0 - 0.5, x0 + 0.5) };
     let (y0, y1) = range(ys(), y.log);
-    // An interval reaching zero or below ends at the bottom of a log axis.
+    // An interval reaching zero or below ends at the bottom of a log axis,
+    // and the figure says so.
+    let cut = y.log && series.iter().any(|s| s.bars.iter().any(|b| b.1 < y0));
     let clipped: Vec<Series>;
     let series = if y.log {
         clipped = series
@@ -174,6 +198,14 @@ fn chart(title: &str, x: Axis, y: Axis, series: &[Series]) -> Result<String, Str
                 series,
             )?,
         }
+        if cut {
+            root.draw(&Text::new(
+                "whiskers reaching zero or below end at the axis",
+                (12, 424),
+                ("sans-serif", 11).into_font().color(&RGBColor(90, 90, 90)),
+            ))
+            .map_err(err)?;
+        }
         root.present().map_err(err)?;
     }
     Ok(svg)
@@ -200,14 +232,44 @@ where
     for s in series {
         let style = s.colour.stroke_width(2);
         let colour = s.colour;
-        c.draw_series(LineSeries::new(s.points.iter().copied(), style))
-            .map_err(err)?
-            .label(s.name.as_str())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], colour.stroke_width(2)));
+        // Told apart in print too: the k-th colour's dashes and marker.
+        let k = PALETTE.iter().position(|p| *p == colour).unwrap_or(0);
+        let shape = marker(k);
+        let (left, right) = match dashes(k) {
+            Some(_) => (7, 13),
+            None => (10, 10),
+        };
+        let legend = move |(x, y): (i32, i32)| {
+            EmptyElement::at((x, y))
+                + PathElement::new(vec![(0, 0), (left, 0)], style)
+                + PathElement::new(vec![(right, 0), (20, 0)], style)
+                + Polygon::new(
+                    shape.iter().map(|&(a, b)| (a + 10, b)).collect::<Vec<_>>(),
+                    colour.filled(),
+                )
+        };
+        let points = s.points.iter().copied();
+        match dashes(k) {
+            Some((dash, gap)) => c
+                .draw_series(DashedLineSeries::new(points, dash, gap, style))
+                .map_err(err)?
+                .label(s.name.as_str())
+                .legend(legend),
+            None => c
+                .draw_series(LineSeries::new(points, style))
+                .map_err(err)?
+                .label(s.name.as_str())
+                .legend(legend),
+        };
         // Markers keep a series of one point visible.
         if s.points.len() <= 40 {
-            c.draw_series(s.points.iter().map(|&p| Circle::new(p, 3, colour.filled())))
-                .map_err(err)?;
+            let shape = marker(k);
+            c.draw_series(
+                s.points
+                    .iter()
+                    .map(|&p| EmptyElement::at(p) + Polygon::new(shape.clone(), colour.filled())),
+            )
+            .map_err(err)?;
         }
         c.draw_series(
             s.bars
