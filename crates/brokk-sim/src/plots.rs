@@ -464,6 +464,7 @@ pub fn write_all(
         )?;
         plot(&format!("queue-{label}.svg"), queue_over_time(prepared, r, &s, i))?;
         plot(&format!("gantt-{label}.svg"), gantt(prepared, r))?;
+        plot(&format!("processors-{label}.svg"), processor_gantt(prepared, r))?;
     }
     plot("wait-cdf.svg", wait_cdf(prepared, results, baseline))?;
     let paired = comparisons(prepared, results);
@@ -722,6 +723,124 @@ fn gantt(prepared: &Prepared, r: &PointResult) -> Result<String, String> {
                     [(hours(o.start.0), y0), (hours(o.end.0), y1)],
                     colour(*cluster).filled(),
                 ),
+            ]
+        }))
+        .map_err(err)?;
+        root.present().map_err(err)?;
+    }
+    Ok(svg)
+}
+
+/// Processor ranks for the jobs `outcomes` of one cluster of `procs`:
+/// each job takes the lowest ranks free at its start and gives them back
+/// at its end (ends before starts at one instant), as a resource manager
+/// without topology would. The simulators do not place jobs on processors,
+/// so any assignment that never gives one rank to two jobs at once draws
+/// the same schedule; this one is deterministic. Each job's ranks come as
+/// runs `(first, count)`; a job that finds too few free (none should) gets
+/// none.
+pub fn ranks(outcomes: &[crate::cluster::Outcome], procs: u32) -> Vec<Vec<(u32, u32)>> {
+    let mut events: Vec<(i64, bool, usize)> = Vec::with_capacity(outcomes.len() * 2);
+    for (k, o) in outcomes.iter().enumerate() {
+        events.push((o.start.0, true, k));
+        events.push((o.end.0, false, k));
+    }
+    events.sort_unstable();
+    let mut free: std::collections::BTreeSet<u32> = (0..procs).collect();
+    let mut held: Vec<Vec<u32>> = vec![Vec::new(); outcomes.len()];
+    for (_, starts, k) in events {
+        if !starts {
+            free.extend(held[k].iter().copied());
+            continue;
+        }
+        let size = outcomes[k].size as usize;
+        if free.len() < size {
+            continue;
+        }
+        let taken: Vec<u32> = free.iter().copied().take(size).collect();
+        for r in &taken {
+            free.remove(r);
+        }
+        held[k] = taken;
+    }
+    held.into_iter()
+        .map(|rs| {
+            let mut runs: Vec<(u32, u32)> = Vec::new();
+            for r in rs {
+                match runs.last_mut() {
+                    Some((first, n)) if *first + *n == r => *n += 1,
+                    _ => runs.push((r, 1)),
+                }
+            }
+            runs
+        })
+        .collect()
+}
+
+/// The schedule of one point on the processors, in the Gantt window: each
+/// job a rectangle over its ranks ([`ranks`]) from start to end, the
+/// clusters stacked, coloured by job.
+fn processor_gantt(prepared: &Prepared, r: &PointResult) -> Result<String, String> {
+    let spec = &prepared.spec.plots;
+    let t0 = r
+        .runs
+        .iter()
+        .flat_map(|c| c.outcomes.iter().map(|o| o.submit.0))
+        .min()
+        .unwrap_or(0);
+    let [from, to] = spec.gantt_window.unwrap_or([0, 86_400]);
+    let (from, to) = (t0 + from, t0 + to.max(from + 1));
+    let hours = |t: i64| (t.clamp(from, to) - from) as f64 / 3600.0;
+    let total: u32 = r.runs.iter().map(|c| c.spec.procs).sum();
+    let mut boxes: Vec<(f64, f64, f64, f64, usize)> = Vec::new();
+    let mut base = 0u32;
+    for run in &r.runs {
+        for (o, runs) in run.outcomes.iter().zip(ranks(&run.outcomes, run.spec.procs)) {
+            if o.end.0 <= from || o.start.0 >= to {
+                continue;
+            }
+            for (first, n) in runs {
+                let y0 = f64::from(base + first);
+                boxes.push((hours(o.start.0), y0, hours(o.end.0), y0 + f64::from(n), o.id as usize));
+            }
+        }
+        base += run.spec.procs;
+    }
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (860, 520)).into_drawing_area();
+        root.fill(&WHITE).map_err(err)?;
+        let mut c = ChartBuilder::on(&root)
+            .caption(
+                format!(
+                    "{}: processors from hour {} to {} ({})",
+                    prepared.spec.name,
+                    (from - t0) / 3600,
+                    (to - t0) / 3600,
+                    point_title(r)
+                ),
+                ("sans-serif", 16),
+            )
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(60)
+            .build_cartesian_2d(0.0..hours(to).max(1e-9), f64::from(total.max(1))..0.0)
+            .map_err(err)?;
+        c.configure_mesh()
+            .disable_y_mesh()
+            .y_label_formatter(&tick)
+            .x_desc("hours from the window's start")
+            .y_desc(if r.runs.len() > 1 {
+                "processor rank (clusters stacked)"
+            } else {
+                "processor rank"
+            })
+            .draw()
+            .map_err(err)?;
+        c.draw_series(boxes.iter().flat_map(|&(x0, y0, x1, y1, id)| {
+            [
+                Rectangle::new([(x0, y0), (x1, y1)], colour(id).mix(0.75).filled()),
+                Rectangle::new([(x0, y0), (x1, y1)], WHITE.stroke_width(1)),
             ]
         }))
         .map_err(err)?;
@@ -1082,6 +1201,64 @@ pub fn architectures(report: &crate::architectures::ArchitectureReport) -> Resul
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ranks_never_give_one_processor_to_two_jobs_at_once() {
+        use crate::cluster::Outcome;
+        use brokk_model::Time;
+        let o = |start: i64, end: i64, size: u32| Outcome {
+            id: 0,
+            submit: Time(0),
+            start: Time(start),
+            end: Time(end),
+            size,
+            user: -1,
+        };
+        // 4 ranks: a takes 0, b 1, c 2; when a and c end, d takes the
+        // three free, 0, 2 and 3: two runs. e, starting as b ends, takes 1.
+        let jobs = [o(0, 10, 1), o(0, 20, 1), o(0, 10, 1), o(10, 30, 3), o(20, 40, 1)];
+        let got = ranks(&jobs, 4);
+        assert_eq!(
+            got,
+            [
+                vec![(0, 1)],
+                vec![(1, 1)],
+                vec![(2, 1)],
+                vec![(0, 1), (2, 2)],
+                vec![(1, 1)]
+            ]
+        );
+        // Over a random schedule that respects the capacity, no two jobs
+        // share a rank while both run.
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
+        let runs = crate::cluster::simulate(
+            16,
+            &(0..200)
+                .map(|k| crate::cluster::SimJob {
+                    id: k,
+                    submit: Time(rng.gen_range(0..5000)),
+                    run: brokk_model::Duration(rng.gen_range(1..600)),
+                    estimate: brokk_model::Duration(600),
+                    size: rng.gen_range(1..=16),
+                    ..Default::default()
+                })
+                .collect::<Vec<_>>(),
+            crate::cluster::Policy::EASY,
+        );
+        let given = ranks(&runs, 16);
+        for (a, ra) in runs.iter().zip(&given) {
+            let n: u32 = ra.iter().map(|r| r.1).sum();
+            assert_eq!(n, a.size);
+            for (b, rb) in runs.iter().zip(&given) {
+                if std::ptr::eq(a, b) || a.end <= b.start || b.end <= a.start {
+                    continue;
+                }
+                let overlap = ra.iter().any(|x| rb.iter().any(|y| x.0 < y.0 + y.1 && y.0 < x.0 + x.1));
+                assert!(!overlap, "{a:?} and {b:?} share a rank");
+            }
+        }
+    }
 
     #[test]
     fn every_plotted_figure_is_aggregated() {
