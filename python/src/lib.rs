@@ -1,14 +1,27 @@
 //! Python bindings of Brokk's simulator: run an experiment (a TOML file, or
 //! one built in Python and passed as JSON) and hand back its summary JSON and
 //! its `jobs.csv`, from which the `brokk` Python package builds pandas
-//! DataFrames. The simulations run without holding the interpreter's lock.
+//! DataFrames. The simulations run without holding the interpreter's lock;
+//! queue orders written in Python ([`orders`]) take it for each call.
+
+mod orders;
 
 use std::path::{Path, PathBuf};
 
-use brokk_sim::experiment::{load_with, prepare_with, run_points, Experiment, Prepared};
+use brokk_sim::experiment::{load_with_orders, prepare_with_orders, run_points, Experiment, Prepared};
 use brokk_sim::{export, report};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+/// What a run's Python orders raised, as the run's error.
+fn checked(r: Result<(String, String), String>, failed: &orders::Failure) -> Result<(String, String), String> {
+    let raised = failed.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+    match raised {
+        Some(e) => Err(e),
+        None => r,
+    }
+}
 
 /// Runs every point (a sweep) or each policy's first point, writes the
 /// reports into `out` if given, and returns (summary JSON, jobs CSV).
@@ -35,9 +48,10 @@ fn run(
     Ok((summary, export::jobs_csv(prepared, &results, baseline.as_ref())))
 }
 
-/// Runs the experiment file at `path`.
+/// Runs the experiment file at `path`, whose policies may name the queue
+/// orders of `orders` (name -> function or class).
 #[pyfunction]
-#[pyo3(signature = (path, sweep=false, threads=None, traces=None, out=None))]
+#[pyo3(signature = (path, sweep=false, threads=None, traces=None, out=None, orders=None))]
 fn run_file(
     py: Python<'_>,
     path: PathBuf,
@@ -45,18 +59,21 @@ fn run_file(
     threads: Option<usize>,
     traces: Option<PathBuf>,
     out: Option<PathBuf>,
+    orders: Option<&Bound<'_, PyDict>>,
 ) -> PyResult<(String, String)> {
-    py.allow_threads(|| {
-        let prepared = load_with(&path, traces.as_deref()).map_err(|e| e.to_string())?;
+    let (own, failed) = orders::from_dict(orders)?;
+    let r = py.allow_threads(|| {
+        let prepared = load_with_orders(&path, traces.as_deref(), &own).map_err(|e| e.to_string())?;
         run(&prepared, sweep, threads, out.as_deref())
-    })
-    .map_err(PyValueError::new_err)
+    });
+    checked(r, &failed).map_err(PyValueError::new_err)
 }
 
 /// Runs an experiment given as JSON (the TOML file's keys), trace paths
-/// relative to `base`.
+/// relative to `base`, with the queue orders of `orders`.
 #[pyfunction]
-#[pyo3(signature = (spec, base, sweep=false, threads=None, traces=None, out=None))]
+#[pyo3(signature = (spec, base, sweep=false, threads=None, traces=None, out=None, orders=None))]
+#[allow(clippy::too_many_arguments)]
 fn run_spec(
     py: Python<'_>,
     spec: &str,
@@ -65,14 +82,16 @@ fn run_spec(
     threads: Option<usize>,
     traces: Option<PathBuf>,
     out: Option<PathBuf>,
+    orders: Option<&Bound<'_, PyDict>>,
 ) -> PyResult<(String, String)> {
     let spec = spec.to_string();
-    py.allow_threads(|| {
+    let (own, failed) = orders::from_dict(orders)?;
+    let r = py.allow_threads(|| {
         let spec: Experiment = serde_json::from_str(&spec).map_err(|e| format!("experiment: {e}"))?;
-        let prepared = prepare_with(spec, &base, traces.as_deref()).map_err(|e| e.to_string())?;
+        let prepared = prepare_with_orders(spec, &base, traces.as_deref(), &own).map_err(|e| e.to_string())?;
         run(&prepared, sweep, threads, out.as_deref())
-    })
-    .map_err(PyValueError::new_err)
+    });
+    checked(r, &failed).map_err(PyValueError::new_err)
 }
 
 /// The native part of the `brokk` package.
@@ -80,5 +99,6 @@ fn run_spec(
 fn _brokk(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(run_file, m)?)?;
     m.add_function(wrap_pyfunction!(run_spec, m)?)?;
+    m.add_class::<orders::PyJob>()?;
     Ok(())
 }

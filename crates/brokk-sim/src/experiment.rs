@@ -501,6 +501,12 @@ pub fn load(path: &Path) -> Result<Prepared, ExperimentError> {
 /// [`load`], looking for a trace file that is not where the experiment
 /// says by its name in `traces` too (`brokk sim --traces DIR`).
 pub fn load_with(path: &Path, traces: Option<&Path>) -> Result<Prepared, ExperimentError> {
+    load_with_orders(path, traces, &Orders::new())
+}
+
+/// [`load_with`], where the experiment may also name the queue orders in
+/// `orders` (a program's own).
+pub fn load_with_orders(path: &Path, traces: Option<&Path>, orders: &Orders) -> Result<Prepared, ExperimentError> {
     let text = std::fs::read_to_string(path).map_err(|e| ExperimentError::Toml {
         path: path.display().to_string(),
         message: e.to_string(),
@@ -515,7 +521,7 @@ pub fn load_with(path: &Path, traces: Option<&Path>) -> Result<Prepared, Experim
             e.to_string()
         },
     })?;
-    prepare_with(spec, path.parent().unwrap_or(Path::new(".")), traces)
+    prepare_with_orders(spec, path.parent().unwrap_or(Path::new(".")), traces, orders)
 }
 
 /// Whether an experiment file is a workflow admission experiment (it names

@@ -9,7 +9,8 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 
-use brokk_core::order::{ByPriority, FairShare, LongestFirst, QueueOrder, ShortestFirst, Wfp};
+pub use brokk_core::order::QueueOrder;
+use brokk_core::order::{ByPriority, FairShare, LongestFirst, ShortestFirst, Wfp};
 use brokk_model::Duration;
 
 type Make = dyn Fn() -> Box<dyn QueueOrder> + Send + Sync;

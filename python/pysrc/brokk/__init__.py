@@ -10,6 +10,21 @@ DataFrames::
     r.jobs.groupby("policy").wait.describe()
 
 Simulations run in Rust, in parallel, without holding the interpreter.
+
+A queue order can be written in Python and named in the experiment's
+policies after `+`, as the built-in ones are::
+
+    def narrowest(job, now):          # lower goes first
+        return job.size
+    r = brokk.run(exp, orders={"narrow": narrowest})   # policies = ["easy+narrow"]
+
+`job` has `id`, `submit`, `size`, `estimate`, `user`, `queue` and
+`partition`; `now` is the simulated second. An order that keeps state (fair
+share) is a class: each simulated cluster gets an instance, whose `key(job,
+now)` orders and whose optional `started(job, now)` and `ended(job, start,
+now)` hear of starts and ends. Each call takes the interpreter's lock, so a
+Python order runs far slower than a built-in one (README: its cost per
+call).
 """
 
 from __future__ import annotations
@@ -18,7 +33,7 @@ import io
 import json
 import os
 from dataclasses import dataclass
-from typing import Any, Optional, Union
+from typing import Any, Callable, Optional, Union
 
 import pandas as pd
 
@@ -48,6 +63,10 @@ class Results:
     groups: pd.DataFrame
     #: The trace's own schedule's figures, for a trace workload.
     as_recorded: Optional[dict]
+    #: One row per pair of series and load, seed by seed: `policy` minus
+    #: `against` (the baseline when the pair holds it), each figure's
+    #: `_diff` (mean difference) and `_ci95` (its paired 95% interval).
+    comparisons: pd.DataFrame
 
 
 def _points(summary: dict) -> pd.DataFrame:
@@ -82,6 +101,17 @@ def _aggregates(summary: dict) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _comparisons(summary: dict) -> pd.DataFrame:
+    rows = []
+    for c in summary.get("comparisons", []):
+        row = {"policy": c["policy"], "against": c["against"], "load": c["load"], "seeds": c["seeds"]}
+        for key, s in c["difference"].items():
+            row[f"{key}_diff"] = s["mean"]
+            row[f"{key}_ci95"] = s["ci95"]
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
 def run(
     experiment: Union[str, "os.PathLike[str]", dict],
     *,
@@ -90,22 +120,25 @@ def run(
     traces: Optional[str] = None,
     out: Optional[str] = None,
     base: Optional[str] = None,
+    orders: Optional[dict[str, Union[Callable[..., float], type]]] = None,
 ) -> Results:
     """Runs an experiment.
 
     `experiment` is a path to an experiment file, or a dict with its keys
     (trace paths relative to `base`, the current directory by default).
     `sweep` runs every load x seed x policy, else each policy's first point.
-    `out` also writes the reports and plots `brokk sim` writes. A mistake in
-    the experiment raises ValueError with the place and the reason.
+    `out` also writes the reports and plots `brokk sim` writes. `orders`
+    names queue orders written in Python (see the module's documentation).
+    A mistake in the experiment, or an exception an order raised, raises
+    ValueError with the place and the reason.
     """
     t = None if traces is None else os.fspath(traces)
     o = None if out is None else os.fspath(out)
     if isinstance(experiment, dict):
         spec = json.dumps(experiment)
-        summary, jobs = _brokk.run_spec(spec, os.fspath(base or "."), sweep, threads, t, o)
+        summary, jobs = _brokk.run_spec(spec, os.fspath(base or "."), sweep, threads, t, o, orders)
     else:
-        summary, jobs = _brokk.run_file(os.fspath(experiment), sweep, threads, t, o)
+        summary, jobs = _brokk.run_file(os.fspath(experiment), sweep, threads, t, o, orders)
     s: dict[str, Any] = json.loads(summary)
     frame = pd.read_csv(io.StringIO(jobs), dtype={"policy": str, "cluster": str, "seed": "Int64"})
     return Results(
@@ -115,4 +148,5 @@ def run(
         jobs=frame,
         groups=_groups(s),
         as_recorded=s.get("as_recorded"),
+        comparisons=_comparisons(s),
     )
