@@ -557,57 +557,70 @@ pub fn series_of(prepared: &Prepared, r: &PointResult) -> TimeSeries {
     )
 }
 
-/// Busy fraction of the platform per time bucket for one point.
-fn utilization_over_time(prepared: &Prepared, r: &PointResult, s: &TimeSeries, i: usize) -> Result<String, String> {
+/// A figure of a bucket of a point's state over time.
+type Reading = fn(&crate::timeseries::Bucket) -> f64;
+
+/// One point's state over time ([`TimeSeries`]) as a chart titled with
+/// `what`, the value axis `unit` per bucket, a line per (name, reading,
+/// colour).
+fn over_time_chart(
+    prepared: &Prepared,
+    r: &PointResult,
+    s: &TimeSeries,
+    what: &str,
+    unit: &str,
+    lines: &[(String, Reading, RGBColor)],
+) -> Result<String, String> {
     let day = |b: &crate::timeseries::Bucket| b.start as f64 / 86_400.0;
-    let hours = s.width / 3600;
+    let series: Vec<Series> = lines
+        .iter()
+        .map(|(name, read, colour)| Series {
+            name: name.clone(),
+            points: s.buckets.iter().map(|b| (day(b), read(b))).collect(),
+            bars: Vec::new(),
+            colour: *colour,
+        })
+        .collect();
     chart(
-        &format!("{}: utilization over time ({})", prepared.spec.name, point_title(r)),
+        &format!("{}: {what} ({})", prepared.spec.name, point_title(r)),
         Axis {
             label: "days from the first arrival",
             log: false,
         },
         Axis {
-            label: &format!("busy fraction per {hours} h"),
+            label: &format!("{unit} per {} h", s.width / 3600),
             log: false,
         },
-        &[Series {
-            name: r.policy.clone(),
-            points: s.buckets.iter().map(|b| (day(b), b.utilization)).collect(),
-            bars: Vec::new(),
-            colour: colour(i),
-        }],
+        &series,
+    )
+}
+
+/// Busy fraction of the platform per time bucket for one point.
+fn utilization_over_time(prepared: &Prepared, r: &PointResult, s: &TimeSeries, i: usize) -> Result<String, String> {
+    let busy: Reading = |b| b.utilization;
+    over_time_chart(
+        prepared,
+        r,
+        s,
+        "utilization over time",
+        "busy fraction",
+        &[(r.policy.clone(), busy, colour(i))],
     )
 }
 
 /// Jobs waiting and running per time bucket for one point, averaged over
 /// each bucket.
 fn queue_over_time(prepared: &Prepared, r: &PointResult, s: &TimeSeries, i: usize) -> Result<String, String> {
-    let day = |b: &crate::timeseries::Bucket| b.start as f64 / 86_400.0;
-    let hours = s.width / 3600;
-    chart(
-        &format!("{}: jobs waiting and running ({})", prepared.spec.name, point_title(r)),
-        Axis {
-            label: "days from the first arrival",
-            log: false,
-        },
-        Axis {
-            label: &format!("jobs, mean per {hours} h"),
-            log: false,
-        },
+    let (waiting, running): (Reading, Reading) = (|b| b.waiting, |b| b.running);
+    over_time_chart(
+        prepared,
+        r,
+        s,
+        "jobs waiting and running",
+        "jobs, mean",
         &[
-            Series {
-                name: "waiting".into(),
-                points: s.buckets.iter().map(|b| (day(b), b.waiting)).collect(),
-                bars: Vec::new(),
-                colour: colour(i),
-            },
-            Series {
-                name: "running".into(),
-                points: s.buckets.iter().map(|b| (day(b), b.running)).collect(),
-                bars: Vec::new(),
-                colour: RGBColor(120, 120, 120),
-            },
+            ("waiting".into(), waiting, colour(i)),
+            ("running".into(), running, RGBColor(120, 120, 120)),
         ],
     )
 }
