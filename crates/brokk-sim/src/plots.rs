@@ -683,6 +683,19 @@ fn wait_cdf(prepared: &Prepared, results: &[PointResult], baseline: Option<&Base
 
 /// A Gantt chart of a window of one point's schedule: one row per job (by
 /// start), its wait in grey and its run in its cluster's colour.
+/// The first arrival of point `r` and the Gantt charts' window
+/// (`[plots] gantt_window`, the first day by default) from it, in seconds.
+fn gantt_window(prepared: &Prepared, r: &PointResult) -> (i64, i64, i64) {
+    let t0 = r
+        .runs
+        .iter()
+        .flat_map(|c| c.outcomes.iter().map(|o| o.submit.0))
+        .min()
+        .unwrap_or(0);
+    let [from, to] = prepared.spec.plots.gantt_window.unwrap_or([0, 86_400]);
+    (t0, t0 + from, t0 + to.max(from + 1))
+}
+
 fn gantt(prepared: &Prepared, r: &PointResult) -> Result<String, String> {
     let spec = &prepared.spec.plots;
     let mut jobs: Vec<(usize, &crate::cluster::Outcome)> = r
@@ -691,9 +704,7 @@ fn gantt(prepared: &Prepared, r: &PointResult) -> Result<String, String> {
         .enumerate()
         .flat_map(|(c, run)| run.outcomes.iter().map(move |o| (c, o)))
         .collect();
-    let t0 = jobs.iter().map(|(_, o)| o.submit.0).min().unwrap_or(0);
-    let [from, to] = spec.gantt_window.unwrap_or([0, 86_400]);
-    let (from, to) = (t0 + from, t0 + to.max(from + 1));
+    let (t0, from, to) = gantt_window(prepared, r);
     jobs.retain(|(_, o)| o.end.0 > from && o.submit.0 < to);
     jobs.sort_by_key(|(_, o)| (o.start, o.id));
     jobs.truncate(spec.gantt_jobs.max(1));
@@ -794,15 +805,7 @@ pub fn ranks(outcomes: &[crate::cluster::Outcome], procs: u32) -> Vec<Vec<(u32, 
 /// job a rectangle over its ranks ([`ranks`]) from start to end, the
 /// clusters stacked, coloured by job.
 fn processor_gantt(prepared: &Prepared, r: &PointResult) -> Result<String, String> {
-    let spec = &prepared.spec.plots;
-    let t0 = r
-        .runs
-        .iter()
-        .flat_map(|c| c.outcomes.iter().map(|o| o.submit.0))
-        .min()
-        .unwrap_or(0);
-    let [from, to] = spec.gantt_window.unwrap_or([0, 86_400]);
-    let (from, to) = (t0 + from, t0 + to.max(from + 1));
+    let (t0, from, to) = gantt_window(prepared, r);
     let hours = |t: i64| (t.clamp(from, to) - from) as f64 / 3600.0;
     let total: u32 = r.runs.iter().map(|c| c.spec.procs).sum();
     let mut boxes: Vec<(f64, f64, f64, f64, usize)> = Vec::new();

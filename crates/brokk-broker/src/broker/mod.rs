@@ -75,10 +75,9 @@ pub struct Reserved {
     pub start: Time,
     /// When it ends.
     pub end: Time,
-    /// Committed, neither cancelled nor only held.
-    pub committed: bool,
-    /// Preliminary: made with a hold its maker commits or lets lapse.
-    pub held: bool,
+    /// Held (preliminary, until its maker commits it), committed, or
+    /// given back.
+    pub state: crate::reservations::BrokerReservationState,
     /// Made by a workflow for one of its tasks: it ends with the task's
     /// job, where a user's own outlives the jobs run in it.
     pub workflow: bool,
@@ -97,7 +96,8 @@ pub fn claimable(
     now: Time,
     explicit_commit: bool,
 ) -> Result<(), String> {
-    let live = |r: &Reserved| r.committed || (explicit_commit && r.held);
+    use crate::reservations::BrokerReservationState::{Committed, Held};
+    let live = |r: &Reserved| r.state == Committed || (explicit_commit && r.state == Held);
     match found {
         Some(r) if r.owner == owner && live(r) && r.end > now => Ok(()),
         Some(r) if r.owner == owner && live(r) => Err(format!(

@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::jobs::ClaimTerms;
+use crate::reservations::BrokerReservationState;
 
 fn site(name: &str, slots: u32) -> ResourceInfo {
     ResourceInfo {
@@ -420,8 +421,7 @@ fn anns_r1() -> Reserved {
         site_reservation: 7,
         start: Time(100),
         end: Time(700),
-        committed: true,
-        held: false,
+        state: BrokerReservationState::Committed,
         workflow: false,
     }
 }
@@ -501,8 +501,7 @@ fn only_the_owners_committed_reservation_before_its_end_takes_the_job() {
         ),
         (
             Some(Reserved {
-                committed: false,
-                held: false,
+                state: BrokerReservationState::Cancelled,
                 ..anns_r1()
             }),
             Time(3),
@@ -511,8 +510,7 @@ fn only_the_owners_committed_reservation_before_its_end_takes_the_job() {
         // Only held: claimable only by a job whose sender commits it.
         (
             Some(Reserved {
-                committed: false,
-                held: true,
+                state: BrokerReservationState::Held,
                 ..anns_r1()
             }),
             Time(3),
@@ -561,8 +559,7 @@ fn a_job_a_broker_above_sent_claims_its_hold_on_the_terms_it_came_with() {
     // Still held: the broker above commits it once it has placed all it
     // asked for.
     let held = Reserved {
-        committed: false,
-        held: true,
+        state: BrokerReservationState::Held,
         ..anns_r1()
     };
     b.resolved(Time(3), "j1", Ok(Some(held.clone())));
@@ -582,7 +579,10 @@ fn a_job_a_broker_above_sent_claims_its_hold_on_the_terms_it_came_with() {
     );
     assert!(claimable("ann", "r1", Some(&held), Time(3), true).is_ok());
     // Given back meanwhile, it takes no job.
-    let cancelled = Reserved { held: false, ..held };
+    let cancelled = Reserved {
+        state: BrokerReservationState::Cancelled,
+        ..held
+    };
     assert!(claimable("ann", "r1", Some(&cancelled), Time(3), true).is_err());
 }
 

@@ -534,8 +534,7 @@ impl Service {
         let found = self.db.reservation(&rid).await.map_err(|e| e.to_string());
         let found = found.map(|r| {
             r.map(|r| brokk_broker::broker::Reserved {
-                committed: r.state() == BrokerReservationState::Committed,
-                held: r.state() == BrokerReservationState::Held,
+                state: r.state(),
                 owner: r.owner,
                 site: r.site,
                 site_reservation: r.site_reservation,
