@@ -66,6 +66,7 @@ impl std::str::FromStr for Relation {
 
 /// What travels with a delegated job.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Delegation {
     /// Hops it may still take.
     pub ttl: u32,

@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 
 /// Where a job is at the broker.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "kebab-case")]
 pub enum BrokerState {
     /// Recorded; waiting to be dispatched.
@@ -106,6 +107,7 @@ impl std::str::FromStr for BrokerState {
 
 /// One entry of a broker job's state history.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct HistoryEntry {
     /// When.
     pub at: Time,
@@ -117,6 +119,7 @@ pub struct HistoryEntry {
 
 /// A job as the broker service reports it.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct BrokerJob {
     /// Id at the broker.
     pub id: String,
@@ -184,6 +187,7 @@ pub struct BrokerJob {
 /// the reservation, since a broker above may commit, or end, the
 /// reservation itself.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ClaimTerms {
     /// `Reservation-Commit: explicit`: the job may claim a reservation
     /// still held, and leaves it held until the broker above commits it.
@@ -195,6 +199,7 @@ pub struct ClaimTerms {
 /// What a job is part of beyond its owner. A field of the job, so that no
 /// rule reads it back out of the job's id.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "kebab-case", tag = "kind")]
 pub enum Member {
     /// A job of its own.

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 /// Whether a broker reservation holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "kebab-case")]
 pub enum BrokerReservationState {
     /// Preliminary at its site, until a broker above commits it or its hold
@@ -38,6 +39,7 @@ impl std::fmt::Display for BrokerReservationState {
 
 /// A reservation held by the broker service for a user.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct BrokerReservation {
     /// Id at the broker; jobs claim it with `reservation` in the submission.
     pub id: String,

@@ -9,6 +9,7 @@ use crate::time::{Duration, Time};
 
 /// Capacity free throughout `[start, end)`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct FreeRange {
     /// Start of the range.
     pub start: Time,
@@ -22,6 +23,7 @@ pub struct FreeRange {
 /// overlapping; a time inside that span and outside every range has nothing
 /// free. Beyond `until` the site said nothing.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Availability {
     /// When the site computed it.
     pub computed_at: Time,

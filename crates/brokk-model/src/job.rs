@@ -11,6 +11,7 @@ use crate::time::{Duration, Time};
 /// report what their language cannot say. The canonical JSON form is this
 /// struct through serde, with empty fields left out.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields, default)]
 pub struct Job {
     /// Human-readable job name.
@@ -145,6 +146,7 @@ pub struct Job {
 /// Mail about a job: to whom (the submitter's address where not said) and
 /// on which events (none: never).
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct Notify {
     /// The address.
@@ -157,6 +159,7 @@ pub struct Notify {
 
 /// An event worth a mail.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum NotifyOn {
     /// It started.
@@ -169,6 +172,7 @@ pub enum NotifyOn {
 
 /// A custom attribute: a name and its value as written.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct Attribute {
     /// Its name, without HTCondor's `+`.
@@ -179,6 +183,7 @@ pub struct Attribute {
 
 /// One environment variable.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct EnvVar {
     /// Variable name.
@@ -189,6 +194,7 @@ pub struct EnvVar {
 
 /// A file staged in before the job runs.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct InputFile {
     /// Name in the job's working directory.
@@ -203,6 +209,7 @@ pub struct InputFile {
 
 /// A file staged out after the job ends.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct OutputFile {
     /// Name in the job's working directory.
@@ -229,6 +236,7 @@ impl OutputFile {
 /// A benchmark triple {b, r, t}: the job takes `time` on a system where benchmark
 /// `name` scores `result` (seed 003, 3.1.1).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct Benchmark {
     /// Benchmark name, e.g. `nas-lu-c`.
@@ -241,6 +249,7 @@ pub struct Benchmark {
 
 /// A memory requirement: an amount in MiB and what it is counted per.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct Memory {
     /// Amount in MiB.
@@ -252,6 +261,7 @@ pub struct Memory {
 /// What a memory amount is counted per; languages differ and a translation
 /// converts only when the processor counts make it exact.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum MemoryScope {
     /// For the whole job (HTCondor `request_memory`, JSDL `TotalPhysicalMemory`).

@@ -4,6 +4,7 @@ use serde::{Deserialize, Serialize};
 
 /// A job's state on a site.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "kebab-case")]
 pub enum JobPhase {
     /// Recorded, nothing done yet.

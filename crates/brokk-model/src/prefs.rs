@@ -11,6 +11,7 @@ pub const DEFAULT_PENALTY_FACTOR: f64 = 1.25;
 
 /// What the broker optimizes for a job.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Objective {
     /// Earliest completion: minimize Total Time to Delivery (TTD).
@@ -25,6 +26,7 @@ pub enum Objective {
 /// A bound on the job's start: an absolute instant (RFC 3339 string in JSON) or
 /// an offset in seconds from submission (an integer in JSON).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(untagged)]
 pub enum StartBound {
     /// An absolute instant.
@@ -45,6 +47,7 @@ impl StartBound {
 
 /// The job preferences document.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields, default)]
 pub struct JobPreferences {
     /// Brokering objective; earliest completion when absent.

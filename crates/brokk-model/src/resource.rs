@@ -8,6 +8,7 @@ use crate::time::Duration;
 
 /// One computing resource (a GLUE 2 ComputingService with its manager).
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(default)]
 pub struct ResourceInfo {
     /// Endpoint the broker reaches the resource at; unique per resource.
@@ -60,6 +61,7 @@ pub struct ResourceInfo {
 
 /// A queue / share of the resource.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(default)]
 pub struct Share {
     /// Queue name as jobs name it.
@@ -72,6 +74,7 @@ pub struct Share {
 
 /// The hardware and software jobs run on.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(default)]
 pub struct Environment {
     /// Processor architecture (`x86_64`, ...).
@@ -88,6 +91,7 @@ pub struct Environment {
 
 /// A benchmark result a resource publishes (higher is faster).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct PublishedBenchmark {
     /// Benchmark name, matched against the job's benchmark names.
     pub name: String,

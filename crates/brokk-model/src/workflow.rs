@@ -10,6 +10,7 @@ use crate::time::{Duration, Time};
 
 /// A workflow as submitted.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct Workflow {
     /// Its name.
@@ -35,6 +36,7 @@ pub struct Workflow {
 
 /// One task of a workflow.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct Task {
     /// Unique within the workflow (a DAGMan node name, a WfFormat task id).
@@ -73,6 +75,7 @@ fn is_zero(n: &u32) -> bool {
 
 /// A dependency between two tasks and the data that crosses it.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct Edge {
     /// The task that runs first.
@@ -86,6 +89,7 @@ pub struct Edge {
 
 /// Two tasks that must run at the same time.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct CoAllocation {
     /// One task.

@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 
 /// A reservation's identity within one planner.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(transparent)]
 pub struct ReservationId(pub u64);
 
@@ -14,6 +15,7 @@ pub struct ReservationId(pub u64);
 /// `[earliest, latest]`. A `flexible` reservation may later be moved within that
 /// window to make room for others.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Request {
     /// Units of the resource (processors, slots, bandwidth).
     pub amount: u32,
@@ -30,6 +32,7 @@ pub struct Request {
 
 /// The answer to a reservation request: exactly one of three.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(tag = "reply", rename_all = "snake_case")]
 pub enum Reply {
     /// Reserved, starting at `start`.
@@ -54,6 +57,7 @@ pub enum Reply {
 
 /// Why a request can never be granted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum NeverReason {
     /// More units than the resource has.
@@ -78,6 +82,7 @@ pub enum NeverReason {
 /// A non-binding offer from a probe, rated by the fragmentation it would leave
 /// around itself (0 = none; lower is better).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Candidate {
     /// Where the request would start.
     pub start: Time,
@@ -87,6 +92,7 @@ pub struct Candidate {
 
 /// Whether a reservation is a preliminary hold or committed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(tag = "state", rename_all = "snake_case")]
 pub enum State {
     /// Disappears at `expires` unless committed (two-phase, soft-state reservation).
@@ -119,6 +125,7 @@ pub struct Reservation {
 
 /// A free rectangle of the schedule: `free` units from `start` to `end`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct FreeSlot {
     /// Start of the interval.
     pub start: Time,
@@ -130,6 +137,7 @@ pub struct FreeSlot {
 
 /// A change to an existing reservation; absent fields stay as they are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Change {
     /// New amount.
     pub amount: Option<u32>,
@@ -137,6 +145,7 @@ pub struct Change {
     pub duration: Option<Duration>,
     /// New start window; without one the start stays where it is (or, for a
     /// flexible reservation, within its window).
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Vec<Time>>, min_items = 2, max_items = 2))]
     pub window: Option<(Time, Time)>,
 }
 

@@ -7,6 +7,7 @@
 
 pub mod broker;
 pub mod client;
+pub mod openapi;
 pub mod wire;
 
 pub use client::RemoteSite;

@@ -21,7 +21,7 @@ pub fn from_json<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, Stri
 
 /// `POST /v1/reservations`: a planner request plus an optional hold. Spelled
 /// out rather than flattened so that a bad field is named in the error.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ReservationRequest {
     /// Units.
@@ -67,14 +67,14 @@ impl ReservationRequest {
 }
 
 /// `POST /v1/probe` answer.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ProbeResponse {
     /// Non-binding candidate starts, earliest first, with seed 004's rating.
     pub candidates: Vec<Candidate>,
 }
 
 /// A reservation's state on the wire.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ReservationState {
     /// A hold that lapses at `expires` unless committed.
@@ -84,7 +84,7 @@ pub enum ReservationState {
 }
 
 /// `201` answer to a reservation request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Granted {
     /// The reservation.
     pub id: u64,
@@ -95,7 +95,7 @@ pub struct Granted {
 }
 
 /// `409` answer: the window is full; `next_start` is the earliest start after it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Rejected {
     /// Always `"rejected"`.
     pub reply: String,
@@ -104,7 +104,7 @@ pub struct Rejected {
 }
 
 /// `422` answer: the request can never be granted.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Never {
     /// Always `"never"`.
     pub reply: String,
@@ -113,7 +113,7 @@ pub struct Never {
 }
 
 /// `GET /v1/reservations/{id}`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ReservationView {
     /// The reservation.
     pub id: u64,
@@ -130,11 +130,12 @@ pub struct ReservationView {
     /// When a preliminary hold lapses.
     pub expires: Option<Time>,
     /// The window a flexible reservation may move in.
+    #[schema(value_type = Option<Vec<Time>>, min_items = 2, max_items = 2)]
     pub window: Option<(Time, Time)>,
 }
 
 /// `GET /v1/info`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct InfoView {
     /// Site name.
     pub name: String,
@@ -191,7 +192,7 @@ fn yes() -> bool {
 }
 
 /// A resource manager's cluster as the agent last read it.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ClusterView {
     /// Which resource manager (`slurm`).
     pub manager: String,
@@ -212,7 +213,7 @@ pub struct ClusterView {
 }
 
 /// One node of a cluster.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct NodeView {
     /// Node name.
     pub name: String,
@@ -235,14 +236,14 @@ pub use brokk_broker::reservations::{BrokerReservation, BrokerReservationState};
 pub use brokk_model::JobPhase;
 
 /// `201` answer to a job submission.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Created {
     /// The job's id on the site.
     pub id: String,
 }
 
 /// `GET /v1/jobs/{id}`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct JobView {
     /// The job's id.
     pub id: String,
@@ -266,7 +267,7 @@ pub struct JobView {
 
 /// `GET /v1/jobs/changes?epoch=E&after=V`: jobs changed since version `V` of
 /// the agent's run `E`, so a broker follows many jobs with one request.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ChangeFeed {
     /// The agent's run; when it differs from the one asked about, the feed
     /// started again from the beginning.
@@ -277,8 +278,62 @@ pub struct ChangeFeed {
     pub jobs: Vec<JobView>,
 }
 
+/// `GET /readyz` at a site agent: whether it can take work, and why not.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct Readiness {
+    /// Whether the site can take work.
+    pub ready: bool,
+    /// Why not, when it cannot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub why: Option<String>,
+}
+
+/// `GET /v1/me` at the broker: who the token is, and what its upload store holds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct Me {
+    /// The identity the token maps to.
+    pub identity: String,
+    /// The identity's upload store.
+    pub uploads: UploadUsage,
+}
+
+/// What an identity's upload store holds, and how much it may.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct UploadUsage {
+    /// Bytes held.
+    pub bytes: u64,
+    /// Files held.
+    pub files: u64,
+    /// The most bytes it may hold.
+    pub quota_bytes: u64,
+    /// The most files it may hold.
+    pub quota_files: u64,
+}
+
+/// One entry of `GET /v1/resources`: a site's information, or why the
+/// broker has none.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(untagged)]
+pub enum Resource {
+    /// The site answered.
+    Site(Box<brokk_model::ResourceInfo>),
+    /// The site did not answer, or discovery found it but cannot reach it.
+    Unanswered(Unanswered),
+}
+
+/// A site the broker has no information from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct Unanswered {
+    /// The site's name.
+    pub name: String,
+    /// Always false.
+    pub available: bool,
+    /// Why there is no information.
+    pub error: String,
+}
+
 /// An error body.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ErrorBody {
     /// What went wrong.
     pub error: String,
@@ -286,7 +341,7 @@ pub struct ErrorBody {
 
 /// `POST /v1/jobs` on the broker service: a description in any supported
 /// language.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SubmitRequest {
     /// The job description text.
@@ -312,7 +367,7 @@ pub struct SubmitRequest {
 }
 
 /// `202` answer of the broker service: the job is stored.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Accepted {
     /// The job's id at the broker (the first, when the description has several).
     pub id: String,
@@ -323,7 +378,7 @@ pub struct Accepted {
 }
 
 /// A file uploaded for jobs' input, as a store holds it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct UploadView {
     /// Its SHA-256, lowercase hexadecimal: its name.
     pub sha256: String,
@@ -334,7 +389,7 @@ pub struct UploadView {
 /// `POST /v1/coallocations` on the broker service: jobs that must start
 /// together, within `delta` seconds of each other, somewhere in
 /// `[earliest, latest]` (seed 000, 3.2).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CoallocRequest {
     /// One description per job, each in any supported language.
@@ -348,7 +403,7 @@ pub struct CoallocRequest {
 }
 
 /// One job of a co-allocation.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CoallocJob {
     /// The description.
@@ -359,7 +414,7 @@ pub struct CoallocJob {
 }
 
 /// `201` answer to a co-allocation: the jobs, their sites and starts.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Coallocated {
     /// Broker job ids, in request order.
     pub ids: Vec<String>,
@@ -371,7 +426,7 @@ pub struct Coallocated {
 
 /// `POST /v1/reservations` on the broker service: a reservation made at the
 /// site where it starts earliest, on the caller's behalf.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BrokerReservationRequest {
     /// Slots.
@@ -386,7 +441,7 @@ pub struct BrokerReservationRequest {
 
 /// `POST /v1/workflows` on the broker service: a workflow to admit against
 /// its deadline and run.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct WorkflowRequest {
     /// The workflow in Brokk's canonical form (`brokk workflow validate
@@ -403,7 +458,7 @@ pub struct WorkflowRequest {
 }
 
 /// Where a workflow is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum WorkflowState {
     /// Admitted; its tasks run in their reservations.
@@ -436,7 +491,7 @@ impl std::fmt::Display for WorkflowState {
 
 /// One task of an admitted workflow: where and when it is reserved and the
 /// broker job that runs it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct WorkflowTask {
     /// The task's id in the workflow.
     pub task: String,
@@ -464,7 +519,7 @@ pub struct WorkflowTask {
 
 /// A task's reservation moved by a rescue ([VRM] 6) from a site that
 /// stopped answering to another.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct TaskMove {
     /// When.
     pub at: Time,
@@ -477,7 +532,7 @@ pub struct TaskMove {
 }
 
 /// Bandwidth the broker booked between two sites for a workflow.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct WorkflowTransfer {
     /// The task whose data it carries.
     pub from_task: String,
@@ -496,7 +551,7 @@ pub struct WorkflowTransfer {
 }
 
 /// A workflow at the broker service.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct WorkflowView {
     /// Its id.
     pub id: String,
@@ -535,7 +590,7 @@ pub struct WorkflowView {
 
 /// The answer to a workflow the broker could not admit (409): why, and
 /// the earliest finish the grid could offer instead, when one was found.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct WorkflowRefused {
     /// Why, in words (with the earliest finish).
     pub error: String,

@@ -14,10 +14,14 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Extension, Json, Router};
+use brokk_proto::openapi::Bearer;
 use brokk_proto::wire::{
-    BrokerReservationRequest, CoallocRequest, ErrorBody, SubmitRequest, WorkflowRefused, WorkflowRequest,
+    Accepted, BrokerJob, BrokerReservation, BrokerReservationRequest, CoallocRequest, Coallocated, ErrorBody, Me,
+    Resource, SubmitRequest, Unanswered, UploadUsage, UploadView, WorkflowRefused, WorkflowRequest, WorkflowView,
 };
 use serde::Deserialize;
+use utoipa::{IntoParams, OpenApi as _};
+use utoipa_axum::{router::OpenApiRouter, routes};
 
 use crate::service::{Service, ServiceError};
 
@@ -107,6 +111,18 @@ async fn auth(State(app): State<App>, mut req: Request, next: Next) -> Result<Re
     Ok(next.run(req).await)
 }
 
+/// Submits a job description in any supported language; it is stored and
+/// brokered to a site. A description that makes several jobs (HTCondor
+/// `queue N`, a JDL collection) answers every id.
+#[utoipa::path(post, path = "/v1/jobs", tag = "jobs", request_body = SubmitRequest, responses(
+    (status = 202, body = Accepted),
+    (status = 400, body = ErrorBody, description = "the description is wrong (`line:column: message`), or no site could ever run it"),
+    (status = 401, body = ErrorBody, description = "no valid token"),
+    (status = 403, body = ErrorBody, description = "the reservation or an upload is not the caller's"),
+    (status = 413, body = ErrorBody, description = "the body is over the size limit"),
+    (status = 429, body = ErrorBody, description = "the caller has as many unfinished jobs as it may"),
+    (status = 503, body = ErrorBody, description = "the broker cannot take work now"),
+))]
 async fn submit(
     State(app): State<App>,
     Extension(who): Extension<Identity>,
@@ -119,6 +135,14 @@ async fn submit(
     Ok((StatusCode::ACCEPTED, Json(accepted)).into_response())
 }
 
+/// Co-allocates several jobs for one common start within `delta` seconds of
+/// each other inside the window, across sites: all or nothing.
+#[utoipa::path(post, path = "/v1/coallocations", tag = "coallocations", request_body = CoallocRequest, responses(
+    (status = 201, body = Coallocated),
+    (status = 400, body = ErrorBody, description = "a part is wrong, or no site could ever run it (each site's reason)"),
+    (status = 401, body = ErrorBody, description = "no valid token"),
+    (status = 409, body = ErrorBody, description = "no common start in the window"),
+))]
 async fn coallocate(
     State(app): State<App>,
     Extension(who): Extension<Identity>,
@@ -129,6 +153,14 @@ async fn coallocate(
     Ok((StatusCode::CREATED, Json(done)).into_response())
 }
 
+/// Reserves processors at the site that offers the earliest start in the
+/// window; a job claims it with `reservation` at submission.
+#[utoipa::path(post, path = "/v1/reservations", tag = "reservations", request_body = BrokerReservationRequest, responses(
+    (status = 201, body = BrokerReservation),
+    (status = 400, body = ErrorBody, description = "the request is malformed; the message names the field"),
+    (status = 401, body = ErrorBody, description = "no valid token"),
+    (status = 409, body = ErrorBody, description = "no site can grant it in the window"),
+))]
 async fn reserve(
     State(app): State<App>,
     Extension(who): Extension<Identity>,
@@ -138,10 +170,21 @@ async fn reserve(
     Ok((StatusCode::CREATED, Json(app.service.reserve(&who.0, req).await?)).into_response())
 }
 
+/// The caller's reservations.
+#[utoipa::path(get, path = "/v1/reservations", tag = "reservations", responses(
+    (status = 200, body = Vec<BrokerReservation>),
+    (status = 401, body = ErrorBody, description = "no valid token"),
+))]
 async fn list_reservations(State(app): State<App>, Extension(who): Extension<Identity>) -> Result<Response, ApiError> {
     Ok(Json(app.service.reservations(&who.0).await?).into_response())
 }
 
+/// One of the caller's reservations.
+#[utoipa::path(get, path = "/v1/reservations/{id}", tag = "reservations", params(("id" = String, Path, description = "the reservation's id at the broker")), responses(
+    (status = 200, body = BrokerReservation),
+    (status = 401, body = ErrorBody, description = "no valid token"),
+    (status = 404, body = ErrorBody, description = "no such reservation of the caller's"),
+))]
 async fn show_reservation(
     State(app): State<App>,
     Extension(who): Extension<Identity>,
@@ -150,6 +193,13 @@ async fn show_reservation(
     Ok(Json(app.service.reservation(&who.0, &id).await?).into_response())
 }
 
+/// Cancels one of the caller's reservations at its site.
+#[utoipa::path(delete, path = "/v1/reservations/{id}", tag = "reservations", params(("id" = String, Path, description = "the reservation's id at the broker")), responses(
+    (status = 200, body = BrokerReservation),
+    (status = 401, body = ErrorBody, description = "no valid token"),
+    (status = 404, body = ErrorBody, description = "no such reservation of the caller's"),
+    (status = 409, body = ErrorBody, description = "a job runs in it"),
+))]
 async fn cancel_reservation(
     State(app): State<App>,
     Extension(who): Extension<Identity>,
@@ -160,6 +210,15 @@ async fn cancel_reservation(
 
 /// 201 with the admitted workflow's plan, or 409 with why not and the
 /// earliest finish on offer.
+/// Admits a workflow against its deadline: every task reserved at a site
+/// and every transfer on the network, or nothing (409 with the reason and
+/// the earliest finish on offer).
+#[utoipa::path(post, path = "/v1/workflows", tag = "workflows", request_body = WorkflowRequest, responses(
+    (status = 201, body = WorkflowView),
+    (status = 409, body = WorkflowRefused, description = "not admitted"),
+    (status = 400, body = ErrorBody, description = "the workflow is wrong; the message names the field or task"),
+    (status = 401, body = ErrorBody, description = "no valid token"),
+))]
 async fn submit_workflow(
     State(app): State<App>,
     Extension(who): Extension<Identity>,
@@ -179,10 +238,21 @@ async fn submit_workflow(
     })
 }
 
+/// The caller's workflows.
+#[utoipa::path(get, path = "/v1/workflows", tag = "workflows", responses(
+    (status = 200, body = Vec<WorkflowView>),
+    (status = 401, body = ErrorBody, description = "no valid token"),
+))]
 async fn list_workflows(State(app): State<App>, Extension(who): Extension<Identity>) -> Result<Response, ApiError> {
     Ok(Json(app.service.workflows(&who.0).await?).into_response())
 }
 
+/// One of the caller's workflows, with each task's reservation and state.
+#[utoipa::path(get, path = "/v1/workflows/{id}", tag = "workflows", params(("id" = String, Path, description = "the workflow's id")), responses(
+    (status = 200, body = WorkflowView),
+    (status = 401, body = ErrorBody, description = "no valid token"),
+    (status = 404, body = ErrorBody, description = "no such workflow of the caller's"),
+))]
 async fn show_workflow(
     State(app): State<App>,
     Extension(who): Extension<Identity>,
@@ -191,6 +261,12 @@ async fn show_workflow(
     Ok(Json(app.service.workflow(&who.0, &id).await?).into_response())
 }
 
+/// Cancels a workflow: its tasks, and every reservation left.
+#[utoipa::path(delete, path = "/v1/workflows/{id}", tag = "workflows", params(("id" = String, Path, description = "the workflow's id")), responses(
+    (status = 200, body = WorkflowView),
+    (status = 401, body = ErrorBody, description = "no valid token"),
+    (status = 404, body = ErrorBody, description = "no such workflow of the caller's"),
+))]
 async fn cancel_workflow(
     State(app): State<App>,
     Extension(who): Extension<Identity>,
@@ -200,13 +276,16 @@ async fn cancel_workflow(
 }
 
 /// `GET /v1/jobs`: a page of the caller's jobs, newest first.
-#[derive(Deserialize)]
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 struct ListQuery {
+    /// Only jobs in this state.
     state: Option<String>,
-    /// RFC 3339, or seconds since the epoch.
+    /// Only jobs submitted at or after: RFC 3339 or seconds since the epoch.
     since: Option<String>,
     /// The last job of the page before.
     before: Option<String>,
+    /// At most this many jobs (1-10,000; 1,000 by default).
     limit: Option<usize>,
 }
 
@@ -215,6 +294,13 @@ const PAGE: usize = 1000;
 /// The most jobs in a page.
 const MAX_PAGE: usize = 10_000;
 
+/// A page of the caller's jobs, newest first; a full page answers with a
+/// `Link` header (`rel="next"`) to the next.
+#[utoipa::path(get, path = "/v1/jobs", tag = "jobs", params(ListQuery), responses(
+    (status = 200, body = Vec<BrokerJob>),
+    (status = 400, body = ErrorBody, description = "a parameter is wrong; the message names it"),
+    (status = 401, body = ErrorBody, description = "no valid token"),
+))]
 async fn list(
     State(app): State<App>,
     Extension(who): Extension<Identity>,
@@ -267,6 +353,12 @@ async fn list(
     Ok(r)
 }
 
+/// One of the caller's jobs, with its history.
+#[utoipa::path(get, path = "/v1/jobs/{id}", tag = "jobs", params(("id" = String, Path, description = "the job's id at the broker")), responses(
+    (status = 200, body = BrokerJob),
+    (status = 401, body = ErrorBody, description = "no valid token"),
+    (status = 404, body = ErrorBody, description = "no such job of the caller's"),
+))]
 async fn show(
     State(app): State<App>,
     Extension(who): Extension<Identity>,
@@ -275,6 +367,12 @@ async fn show(
     Ok(Json(app.service.job(&who.0, &id).await?).into_response())
 }
 
+/// Cancels one of the caller's jobs, at its site too.
+#[utoipa::path(delete, path = "/v1/jobs/{id}", tag = "jobs", params(("id" = String, Path, description = "the job's id at the broker")), responses(
+    (status = 200, body = BrokerJob),
+    (status = 401, body = ErrorBody, description = "no valid token"),
+    (status = 404, body = ErrorBody, description = "no such job of the caller's"),
+))]
 async fn cancel(
     State(app): State<App>,
     Extension(who): Extension<Identity>,
@@ -283,6 +381,19 @@ async fn cancel(
     Ok(Json(app.service.cancel(&who.0, &id).await?).into_response())
 }
 
+/// A file of the job's (an output, stdout, stderr), fetched from its site:
+/// whole, or the byte range a `Range` header asks for.
+#[utoipa::path(get, path = "/v1/jobs/{id}/files/{*name}", tag = "jobs", params(
+    ("id" = String, Path, description = "the job's id at the broker"),
+    ("name" = String, Path, description = "the file's path in the job's directory"),
+    ("Range" = Option<String>, Header, description = "`bytes=FIRST-LAST`, `bytes=FIRST-` or `bytes=-COUNT`"),
+), responses(
+    (status = 200, content_type = "application/octet-stream", body = String, description = "the file"),
+    (status = 206, content_type = "application/octet-stream", body = String, description = "the range asked for"),
+    (status = 401, body = ErrorBody, description = "no valid token"),
+    (status = 404, body = ErrorBody, description = "no such job of the caller's, or no such file"),
+    (status = 503, body = ErrorBody, description = "the job's site does not answer"),
+))]
 async fn file(
     State(app): State<App>,
     Extension(who): Extension<Identity>,
@@ -321,6 +432,16 @@ async fn file(
     Ok(resp)
 }
 
+/// Stores a file for jobs' input under its SHA-256, which must be its name;
+/// a submission names it in `uploads`.
+#[utoipa::path(put, path = "/v1/uploads/{sha}", tag = "uploads", params(("sha" = String, Path, description = "the file's SHA-256, lowercase hexadecimal")),
+    request_body(content = String, content_type = "application/octet-stream", description = "the file's bytes"),
+    responses(
+    (status = 201, body = UploadView),
+    (status = 400, body = ErrorBody, description = "the bytes' SHA-256 is not the name"),
+    (status = 401, body = ErrorBody, description = "no valid token"),
+    (status = 413, body = ErrorBody, description = "over the size limit or the caller's quota"),
+))]
 async fn put_upload(
     State(app): State<App>,
     Extension(who): Extension<Identity>,
@@ -330,11 +451,22 @@ async fn put_upload(
     brokk_site::uploads::put_response(&app.service.uploads, &who.0, &sha, body).await
 }
 
+/// Whether the caller's store holds this file, and its size.
+#[utoipa::path(get, path = "/v1/uploads/{sha}", tag = "uploads", params(("sha" = String, Path, description = "the file's SHA-256, lowercase hexadecimal")), responses(
+    (status = 200, body = UploadView),
+    (status = 401, body = ErrorBody, description = "no valid token"),
+    (status = 404, body = ErrorBody, description = "not held"),
+))]
 async fn upload_info(State(app): State<App>, Extension(who): Extension<Identity>, Path(sha): Path<String>) -> Response {
     brokk_site::uploads::info_response(&app.service.uploads, &who.0, &sha)
 }
 
 /// `GET /v1/me`: who the caller is and what their uploads hold against the quota.
+/// Who the token is, and what its upload store holds.
+#[utoipa::path(get, path = "/v1/me", tag = "users", responses(
+    (status = 200, body = Me),
+    (status = 401, body = ErrorBody, description = "no valid token"),
+))]
 async fn me(State(app): State<App>, Extension(who): Extension<Identity>) -> Response {
     let store = app.service.uploads.clone();
     let owner = who.0.to_string();
@@ -342,13 +474,25 @@ async fn me(State(app): State<App>, Extension(who): Extension<Identity>) -> Resp
         .await
         .unwrap_or_default();
     let quota = app.service.uploads.quota();
-    Json(serde_json::json!({
-        "identity": &*who.0,
-        "uploads": { "bytes": used.bytes, "files": used.files, "quota_bytes": quota.bytes, "quota_files": quota.files },
-    }))
+    Json(Me {
+        identity: who.0.to_string(),
+        uploads: UploadUsage {
+            bytes: used.bytes,
+            files: used.files,
+            quota_bytes: quota.bytes,
+            quota_files: quota.files,
+        },
+    })
     .into_response()
 }
 
+/// Keeps a job not yet at a site from being dispatched.
+#[utoipa::path(post, path = "/v1/jobs/{id}/hold", tag = "jobs", params(("id" = String, Path, description = "the job's id at the broker")), responses(
+    (status = 200, body = BrokerJob),
+    (status = 401, body = ErrorBody, description = "no valid token"),
+    (status = 404, body = ErrorBody, description = "no such job of the caller's"),
+    (status = 409, body = ErrorBody, description = "the job is at a site already, or ended"),
+))]
 async fn hold(
     State(app): State<App>,
     Extension(who): Extension<Identity>,
@@ -357,6 +501,13 @@ async fn hold(
     Ok(Json(app.service.hold(&who.0, &id).await?).into_response())
 }
 
+/// Lets a held job be dispatched.
+#[utoipa::path(post, path = "/v1/jobs/{id}/release", tag = "jobs", params(("id" = String, Path, description = "the job's id at the broker")), responses(
+    (status = 200, body = BrokerJob),
+    (status = 401, body = ErrorBody, description = "no valid token"),
+    (status = 404, body = ErrorBody, description = "no such job of the caller's"),
+    (status = 409, body = ErrorBody, description = "the job is not held"),
+))]
 async fn release(
     State(app): State<App>,
     Extension(who): Extension<Identity>,
@@ -368,6 +519,13 @@ async fn release(
 /// `GET /v1/events`: the caller's jobs as they change, as server-sent events
 /// (`event: job`, the job as JSON); `event: resync` when this reader fell
 /// behind and should read the list again.
+/// Server-sent events: `job` with the job as JSON each time one of the
+/// caller's changes; `resync` when the reader fell behind.
+#[utoipa::path(get, path = "/v1/events", tag = "jobs", responses(
+    (status = 200, content_type = "text/event-stream", body = String, description = "the event stream"),
+    (status = 401, body = ErrorBody, description = "no valid token"),
+    (status = 429, body = ErrorBody, description = "the caller has as many streams open as it may"),
+))]
 async fn events(State(app): State<App>, Extension(who): Extension<Identity>) -> Response {
     use axum::response::sse::{Event, KeepAlive, Sse};
     let most = app.access.event_streams;
@@ -398,47 +556,129 @@ async fn events(State(app): State<App>, Extension(who): Extension<Identity>) -> 
     Sse::new(stream).keep_alive(KeepAlive::default()).into_response()
 }
 
+/// What each site reports: its information, or why there is none.
+#[utoipa::path(get, path = "/v1/resources", tag = "sites", responses(
+    (status = 200, body = Vec<Resource>),
+    (status = 401, body = ErrorBody, description = "no valid token"),
+))]
 async fn resources(State(app): State<App>) -> Response {
-    let mut all: Vec<serde_json::Value> = app
+    let unanswered = |name: String, error: String| {
+        Resource::Unanswered(Unanswered {
+            name,
+            available: false,
+            error,
+        })
+    };
+    let mut all: Vec<Resource> = app
         .service
         .resources()
         .await
         .into_iter()
         .zip(app.service.sites().iter())
         .map(|(r, site)| match r {
-            Ok(info) => serde_json::to_value(info).unwrap_or_default(),
+            Ok(info) => Resource::Site(Box::new(info)),
             // A site that did not answer is named, with why.
-            Err(e) => serde_json::json!({ "name": site.name, "available": false, "error": e }),
+            Err(e) => unanswered(site.name.clone(), e),
         })
         .collect();
     // And what discovery found but could not reach.
     let unreachable = app.service.unreachable.lock().map(|u| u.clone()).unwrap_or_default();
-    all.extend(
-        unreachable
-            .into_iter()
-            .map(|(name, why)| serde_json::json!({ "name": name, "available": false, "error": why })),
-    );
+    all.extend(unreachable.into_iter().map(|(name, why)| unanswered(name, why)));
     Json(all).into_response()
 }
 
-/// Prometheus text format.
+/// The broker's figures in Prometheus's text format (open, as `/healthz`:
+/// counts only, nobody's jobs).
+#[utoipa::path(get, path = "/metrics", tag = "operations", security(()), responses(
+    (status = 200, content_type = "text/plain", body = String, description = "the text exposition, version 0.0.4"),
+))]
 async fn metrics(State(app): State<App>) -> Result<Response, ApiError> {
+    use brokk_site::metrics::family;
     let c = &app.service.counters;
     let mut out = String::new();
-    let _ = writeln!(out, "# TYPE brokk_jobs gauge");
+    family(&mut out, "brokk_jobs", "gauge", "Jobs stored, by state.");
     for (state, n) in app.service.db.count_by_state() {
         let _ = writeln!(out, "brokk_jobs{{state=\"{state}\"}} {n}");
     }
     // The broker core's own: the jobs it holds, and those waiting for a decision.
     let (held, waiting) = app.service.broker.held_and_waiting();
-    let _ = writeln!(
-        out,
-        "# TYPE brokk_core_jobs gauge\nbrokk_core_jobs {held}\n# TYPE brokk_core_jobs_waiting gauge\nbrokk_core_jobs_waiting {waiting}"
-    );
     // What the core asked of the sites, each with a reply, and how often
     // a job started later than it predicted ([AB-avail]).
     let (requests, violations, refused) = app.service.broker.requests_and_violations();
-    let _ = writeln!(out, "# TYPE brokk_site_requests_total counter");
+    let (hits, misses) = app.service.info.hits_and_misses();
+    let load = |v: &std::sync::atomic::AtomicU64| v.load(Ordering::Relaxed);
+    for (name, kind, help, v) in [
+        ("brokk_core_jobs", "gauge", "Jobs the broker core holds.", held as u64),
+        (
+            "brokk_core_jobs_waiting",
+            "gauge",
+            "Jobs waiting for a brokering decision.",
+            waiting as u64,
+        ),
+        (
+            "brokk_start_violations_total",
+            "counter",
+            "Jobs that started later than their site's published availability promised.",
+            violations,
+        ),
+        (
+            "brokk_slot_refusals_total",
+            "counter",
+            "Published slots a site refused when the broker claimed them.",
+            refused,
+        ),
+        (
+            "brokk_jobs_accepted_total",
+            "counter",
+            "Jobs accepted from users.",
+            load(&c.accepted),
+        ),
+        (
+            "brokk_decisions_total",
+            "counter",
+            "Brokering decisions made.",
+            load(&c.decisions),
+        ),
+        (
+            "brokk_jobs_undispatchable_total",
+            "counter",
+            "Jobs no site took.",
+            load(&c.undispatchable),
+        ),
+        (
+            "brokk_site_errors_total",
+            "counter",
+            "Calls to sites that failed.",
+            load(&c.site_errors),
+        ),
+        (
+            "brokk_info_pushes_total",
+            "counter",
+            "Information pushes the sites made.",
+            load(&c.info_pushes),
+        ),
+        (
+            "brokk_info_cache_hits_total",
+            "counter",
+            "Lookups the information cache answered from fresh information.",
+            hits,
+        ),
+        (
+            "brokk_info_cache_misses_total",
+            "counter",
+            "Lookups the information cache had to fetch for.",
+            misses,
+        ),
+    ] {
+        family(&mut out, name, kind, help);
+        let _ = writeln!(out, "{name} {v}");
+    }
+    family(
+        &mut out,
+        "brokk_site_requests_total",
+        "counter",
+        "Requests the broker core made of its sites, by kind.",
+    );
     for (kind, n) in [
         ("info", requests.info),
         ("submit", requests.submit),
@@ -448,41 +688,43 @@ async fn metrics(State(app): State<App>) -> Result<Response, ApiError> {
     ] {
         let _ = writeln!(out, "brokk_site_requests_total{{kind=\"{kind}\"}} {n}");
     }
-    let _ = writeln!(
-        out,
-        "# TYPE brokk_start_violations_total counter\nbrokk_start_violations_total {violations}\n\
-         # TYPE brokk_slot_refusals_total counter\nbrokk_slot_refusals_total {refused}"
+    family(
+        &mut out,
+        "brokk_delegations_total",
+        "counter",
+        "Delegations between brokers, by kind.",
     );
-    for (name, v) in [
-        ("brokk_jobs_accepted_total", &c.accepted),
-        ("brokk_decisions_total", &c.decisions),
-        ("brokk_jobs_undispatchable_total", &c.undispatchable),
-        ("brokk_site_errors_total", &c.site_errors),
-        ("brokk_info_pushes_total", &c.info_pushes),
-    ] {
-        let _ = writeln!(out, "# TYPE {name} counter\n{name} {}", v.load(Ordering::Relaxed));
-    }
-    let _ = writeln!(out, "# TYPE brokk_delegations_total counter");
     for (kind, n) in c.delegations.counts() {
         let _ = writeln!(out, "brokk_delegations_total{{kind=\"{kind}\"}} {n}");
     }
-    // The information cache counts its own lookups.
-    let (hits, misses) = app.service.info.hits_and_misses();
-    for (name, v) in [
-        ("brokk_info_cache_hits_total", hits),
-        ("brokk_info_cache_misses_total", misses),
-    ] {
-        let _ = writeln!(out, "# TYPE {name} counter\n{name} {v}");
-    }
     app.service.per_site.write(&mut out);
-    let _ = writeln!(out, "# TYPE brokk_submit_seconds histogram");
-    let submits = c.submit_latency.lock().map(|h| h.clone()).unwrap_or_default();
-    submits.write(&mut out, "brokk_submit_seconds", "");
+    for (name, help, h) in [
+        (
+            "brokk_submit_duration_seconds",
+            "Time to answer a submission.",
+            &c.submit_latency,
+        ),
+        (
+            "brokk_decision_duration_seconds",
+            "Time the broker core took per brokering decision.",
+            &c.decision_latency,
+        ),
+    ] {
+        family(&mut out, name, "histogram", help);
+        h.lock()
+            .map(|h| h.clone())
+            .unwrap_or_default()
+            .write(&mut out, name, "");
+    }
     Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response())
 }
 
-/// `GET /readyz`: 200 when the broker can take and place work, 503 with
-/// what is wrong otherwise (open, as `/healthz`: no one's jobs).
+/// Ready: 200 when the broker can take and place work, 503 with what is
+/// wrong otherwise (open, as `/healthz`: no one's jobs).
+#[utoipa::path(get, path = "/readyz", tag = "operations", security(()), responses(
+    (status = 200, body = crate::service::Readiness, description = "ready"),
+    (status = 503, body = crate::service::Readiness, description = "not ready: each check says what it found"),
+))]
 async fn readyz(State(app): State<App>) -> Response {
     let r = app.service.readiness().await;
     let status = match r.ready {
@@ -492,45 +734,69 @@ async fn readyz(State(app): State<App>) -> Response {
     (status, Json(r)).into_response()
 }
 
+/// Alive: answers while the process serves (a standby too).
+#[utoipa::path(get, path = "/healthz", tag = "operations", security(()), responses(
+    (status = 200, content_type = "text/plain", body = String, description = "`ok`"),
+))]
+async fn healthz() -> &'static str {
+    "ok\n"
+}
+
 async fn not_found() -> ApiError {
     ApiError(StatusCode::NOT_FOUND, "no such endpoint".into())
 }
 
-/// The router: `/healthz` and `/metrics` are open, `/v1` needs a token,
-/// `/site/v1` a delegate's.
+/// The broker's document: the title and the token scheme; the paths and
+/// schemas come from the handlers as the router is built.
+#[derive(utoipa::OpenApi)]
+#[openapi(
+    info(title = "Brokk broker service", description = "Jobs in any supported job description language, brokered \
+        over the service's sites; reservations, co-allocations and workflows. Times are RFC 3339 UTC, durations whole \
+        seconds. /v1 needs `Authorization: Bearer TOKEN`; /site/v1 is the site API for the brokers this one serves \
+        as a site (`delegates`)."),
+    security(("bearer" = [])),
+    modifiers(&Bearer),
+)]
+struct BrokerApi;
+
+/// The router: `/healthz`, `/readyz`, `/metrics`, `/openapi.json` and the
+/// dashboard are open, `/v1` needs a token, `/site/v1` a delegate's.
 pub fn router(service: Service, access: Access, max_body: usize) -> Router {
     let app = App {
         service,
         access: Arc::new(access),
         streams: Arc::default(),
     };
-    let v1 = Router::new()
-        .route("/v1/jobs", get(list).post(submit))
-        .route("/v1/jobs/{id}", get(show).delete(cancel))
-        .route("/v1/jobs/{id}/files/{*name}", get(file))
-        .route("/v1/jobs/{id}/hold", axum::routing::post(hold))
-        .route("/v1/jobs/{id}/release", axum::routing::post(release))
-        .route("/v1/uploads/{sha}", get(upload_info).put(put_upload))
-        .route("/v1/resources", get(resources))
-        .route("/v1/events", get(events))
-        .route("/v1/me", get(me))
-        .route("/v1/coallocations", axum::routing::post(coallocate))
-        .route("/v1/reservations", get(list_reservations).post(reserve))
-        .route("/v1/workflows", get(list_workflows).post(submit_workflow))
-        .route("/v1/workflows/{id}", get(show_workflow).delete(cancel_workflow))
-        .route(
-            "/v1/reservations/{id}",
-            get(show_reservation).delete(cancel_reservation),
-        )
+    let v1 = OpenApiRouter::new()
+        .routes(routes!(list, submit))
+        .routes(routes!(show, cancel))
+        .routes(routes!(file))
+        .routes(routes!(hold))
+        .routes(routes!(release))
+        .routes(routes!(upload_info, put_upload))
+        .routes(routes!(resources))
+        .routes(routes!(events))
+        .routes(routes!(me))
+        .routes(routes!(coallocate))
+        .routes(routes!(list_reservations, reserve))
+        .routes(routes!(show_reservation, cancel_reservation))
+        .routes(routes!(list_workflows, submit_workflow))
+        .routes(routes!(show_workflow, cancel_workflow))
         .route_layer(middleware::from_fn_with_state(app.clone(), auth));
-    Router::new()
-        .route("/healthz", get(|| async { "ok\n" }))
-        .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics))
-        .route("/openapi.json", get(|| async { Json(crate::openapi::document()) }))
-        .merge(crate::dashboard::router())
+    let (router, doc) = OpenApiRouter::with_openapi(BrokerApi::openapi())
+        .routes(routes!(healthz))
+        .routes(routes!(readyz))
+        .routes(routes!(metrics))
         .merge(v1)
         .merge(site::router(app.clone()))
+        .split_for_parts();
+    let doc = brokk_proto::openapi::served(doc);
+    router
+        .route(
+            "/openapi.json",
+            get(move || async move { ([(header::CONTENT_TYPE, "application/json")], doc) }),
+        )
+        .merge(crate::dashboard::router())
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(max_body))
         .with_state(app)

@@ -13,7 +13,6 @@ pub mod dashboard;
 pub mod db;
 pub mod discovery;
 pub mod lease;
-pub mod openapi;
 pub mod record;
 pub mod service;
 

@@ -560,19 +560,43 @@ impl Agent {
             }
             (by_state, g.core.planner().len(), g.core.published(t).free_now)
         };
-        let mut out = String::from("# TYPE brokk_site_jobs gauge\n");
+        use crate::metrics::family;
+        let mut out = String::new();
+        family(
+            &mut out,
+            "brokk_site_jobs",
+            "gauge",
+            "Jobs at the site not yet ended, by state.",
+        );
         for state in ["accepted", "staging-in", "queued", "running", "staging-out"] {
             let n = by_state.get(state).copied().unwrap_or(0);
             let _ = writeln!(out, "brokk_site_jobs{{state=\"{state}\"}} {n}");
         }
         let open = MAX_SUBSCRIPTIONS - self.subscriptions.available_permits();
-        let _ = writeln!(
-            out,
-            "# TYPE brokk_site_reservations gauge\nbrokk_site_reservations {reservations}\n\
-             # TYPE brokk_site_free_slots gauge\nbrokk_site_free_slots {free}\n\
-             # TYPE brokk_site_subscriptions gauge\nbrokk_site_subscriptions {open}"
-        );
+        let supervisors = crate::metrics::SUPERVISORS.load(std::sync::atomic::Ordering::Relaxed);
+        for (name, help, v) in [
+            (
+                "brokk_site_reservations",
+                "Reservations the site's planner holds.",
+                reservations as u64,
+            ),
+            ("brokk_site_free_slots", "Processors free now.", u64::from(free)),
+            (
+                "brokk_site_subscriptions",
+                "Subscriptions to the site's information open now.",
+                open as u64,
+            ),
+            (
+                "brokk_site_supervisors",
+                "Job supervisors the agent follows now.",
+                supervisors,
+            ),
+        ] {
+            family(&mut out, name, "gauge", help);
+            let _ = writeln!(out, "{name} {v}");
+        }
         self.api_metrics.write(&mut out);
+        crate::metrics::BACKEND_COMMANDS.write(&mut out);
         out
     }
 

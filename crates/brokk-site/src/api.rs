@@ -8,13 +8,20 @@ use axum::extract::{DefaultBodyLimit, Path, Query, Request as HttpRequest, State
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::get;
 use axum::{Extension, Json, Router};
 use brokk_core::{Change, Reply, Request, ReservationId};
 use brokk_model::Job;
-use brokk_proto::wire::{Created, ErrorBody, Granted, Never, ProbeResponse, Rejected, ReservationRequest};
+use brokk_proto::openapi::Bearer;
+use brokk_proto::wire::{
+    ChangeFeed, Created, ErrorBody, Granted, InfoView, JobView, Never, ProbeResponse, Readiness, Rejected,
+    ReservationRequest, ReservationView, UploadView,
+};
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
+use utoipa::IntoParams;
+use utoipa::OpenApi as _;
+use utoipa_axum::{router::OpenApiRouter, routes};
 
 use brokk_core::{CoreError, JobId};
 
@@ -100,6 +107,13 @@ async fn auth(State(agent): State<Agent>, mut req: HttpRequest, next: Next) -> R
     Ok(next.run(req).await)
 }
 
+/// The site's information: its size, load, benchmarks, the resource
+/// manager's cluster and the free capacity it publishes.
+#[utoipa::path(get, path = "/v1/info", tag = "information", responses(
+    (status = 200, body = InfoView),
+    (status = 503, body = InfoView, description = "the resource manager does not answer: `available` is false and `unavailable_reason` says why"),
+    (status = 401, body = ErrorBody, description = "no valid token"),
+))]
 async fn info(State(agent): State<Agent>) -> Response {
     let info = agent.info().await;
     // Unavailable sites still say who they are and why, with a 503.
@@ -113,9 +127,12 @@ async fn info(State(agent): State<Agent>) -> Response {
 
 /// `GET /v1/info/stream`'s query, read field by field so that a bad value
 /// is refused naming its field.
-#[derive(Deserialize)]
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 struct StreamQuery {
+    /// Seconds (or a duration such as `5m`) between pushes at most; 60 by default.
     every: Option<String>,
+    /// `false` to push on the period only; `true` by default.
     on_change: Option<String>,
 }
 
@@ -133,6 +150,12 @@ const CHANGE_GAP: std::time::Duration = std::time::Duration::from_secs(1);
 /// job's, a reservation's): [AB-avail]'s publication to a gateway, which
 /// then need not ask. At most [`crate::agent::MAX_SUBSCRIPTIONS`] are
 /// open at once (503 beyond).
+#[utoipa::path(get, path = "/v1/info/stream", tag = "information", params(StreamQuery), responses(
+    (status = 200, content_type = "text/event-stream", body = String, description = "`info` events, each `/v1/info`'s body"),
+    (status = 400, body = ErrorBody, description = "a parameter is wrong; the message names it"),
+    (status = 401, body = ErrorBody, description = "no valid token"),
+    (status = 503, body = ErrorBody, description = "too many subscriptions are open"),
+))]
 async fn info_stream(State(agent): State<Agent>, Query(q): Query<StreamQuery>) -> Result<Response, ApiError> {
     use axum::response::sse::{Event, KeepAlive, Sse};
     let bad = |field: &str, e: String| error(StatusCode::BAD_REQUEST, format!("{field}: {e}"));
@@ -182,14 +205,26 @@ async fn info_stream(State(agent): State<Agent>, Query(q): Query<StreamQuery>) -
 
 /// `GET /v1/slots`'s query, read field by field so that a bad value is
 /// refused naming its field.
-#[derive(Deserialize)]
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 struct SlotsQuery {
+    /// The first instant asked about (RFC 3339); now by default.
     from: Option<String>,
+    /// The end of the span asked about (RFC 3339); a day after `from` by default.
     to: Option<String>,
+    /// Only runs of at least this many free processors; 1 by default.
     min_amount: Option<String>,
+    /// Only runs lasting at least this many seconds (or a duration such as `2h`).
     min_duration: Option<String>,
 }
 
+/// The free capacity the site publishes over a span ([AB-avail]): ranges of
+/// free processors, computed at `computed_at`.
+#[utoipa::path(get, path = "/v1/slots", tag = "information", params(SlotsQuery), responses(
+    (status = 200, body = brokk_model::Availability),
+    (status = 400, body = ErrorBody, description = "a parameter is wrong; the message names it"),
+    (status = 401, body = ErrorBody, description = "no valid token"),
+))]
 async fn slots(State(agent): State<Agent>, Query(q): Query<SlotsQuery>) -> Result<Response, ApiError> {
     let bad = |field: &str, e: String| error(StatusCode::BAD_REQUEST, format!("{field}: {e}"));
     let time = |field: &str, v: &Option<String>| {
@@ -216,17 +251,37 @@ async fn slots(State(agent): State<Agent>, Query(q): Query<SlotsQuery>) -> Resul
     Ok(Json(a).into_response())
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 struct ProbeQuery {
+    /// How many candidates at most; 3 by default.
     k: Option<usize>,
 }
 
+/// Non-binding offers for a request, each rated by the fragmentation it
+/// would leave (lower is better).
+#[utoipa::path(post, path = "/v1/probe", tag = "reservations", params(ProbeQuery), request_body = brokk_core::Request, responses(
+    (status = 200, body = ProbeResponse),
+    (status = 400, body = ErrorBody, description = "the request is malformed; the message names the field"),
+    (status = 401, body = ErrorBody, description = "no valid token"),
+    (status = 503, body = ErrorBody, description = "the resource manager does not answer"),
+))]
 async fn probe(State(agent): State<Agent>, Query(q): Query<ProbeQuery>, bytes: Bytes) -> Result<Response, ApiError> {
     let req: Request = body(&bytes)?;
     let candidates = agent.probe(&req, q.k.unwrap_or(3)).await?;
     Ok(Json(ProbeResponse { candidates }).into_response())
 }
 
+/// An advance reservation somewhere in the window, committed at once or held
+/// preliminary for `hold` seconds.
+#[utoipa::path(post, path = "/v1/reservations", tag = "reservations", request_body = ReservationRequest, responses(
+    (status = 201, body = Granted),
+    (status = 409, body = Rejected, description = "no room in the window now; `next_start` is the next start that could be granted"),
+    (status = 422, body = Never, description = "the request can never be granted here"),
+    (status = 400, body = ErrorBody, description = "the request is malformed; the message names the field"),
+    (status = 401, body = ErrorBody, description = "no valid token"),
+    (status = 503, body = ErrorBody, description = "the resource manager does not answer"),
+))]
 async fn reserve(
     State(agent): State<Agent>,
     Extension(who): Extension<Identity>,
@@ -242,6 +297,13 @@ async fn reserve(
     Ok((StatusCode::CREATED, Json(granted)).into_response())
 }
 
+/// One of the caller's reservations.
+#[utoipa::path(get, path = "/v1/reservations/{id}", tag = "reservations", params(("id" = String, Path, description = "the reservation's number")), responses(
+    (status = 200, body = ReservationView),
+    (status = 401, body = ErrorBody, description = "no valid token"),
+    (status = 403, body = ErrorBody, description = "another identity's reservation"),
+    (status = 404, body = ErrorBody, description = "no such reservation"),
+))]
 async fn get_reservation(
     State(agent): State<Agent>,
     Extension(who): Extension<Identity>,
@@ -250,6 +312,17 @@ async fn get_reservation(
     Ok(Json(agent.reservation(&who.0, reservation_id(&id)?).await?).into_response())
 }
 
+/// Changes a reservation's size, length or window; what the change leaves
+/// out stays as it is.
+#[utoipa::path(patch, path = "/v1/reservations/{id}", tag = "reservations", params(("id" = String, Path, description = "the reservation's number")), request_body = brokk_core::Change, responses(
+    (status = 200, body = ReservationView),
+    (status = 400, body = ErrorBody, description = "the change is malformed; the message names the field"),
+    (status = 401, body = ErrorBody, description = "no valid token"),
+    (status = 403, body = ErrorBody, description = "another identity's reservation"),
+    (status = 404, body = ErrorBody, description = "no such reservation"),
+    (status = 409, body = Rejected, description = "the change does not fit"),
+    (status = 422, body = Never, description = "the change can never fit here"),
+))]
 async fn modify(
     State(agent): State<Agent>,
     Extension(who): Extension<Identity>,
@@ -260,6 +333,13 @@ async fn modify(
     Ok(Json(agent.modify(&who.0, reservation_id(&id)?, change).await?).into_response())
 }
 
+/// Commits a preliminary reservation, so that it no longer lapses.
+#[utoipa::path(post, path = "/v1/reservations/{id}/commit", tag = "reservations", params(("id" = String, Path, description = "the reservation's number")), responses(
+    (status = 200, body = ReservationView),
+    (status = 401, body = ErrorBody, description = "no valid token"),
+    (status = 403, body = ErrorBody, description = "another identity's reservation"),
+    (status = 404, body = ErrorBody, description = "no such reservation, or it lapsed"),
+))]
 async fn commit(
     State(agent): State<Agent>,
     Extension(who): Extension<Identity>,
@@ -268,6 +348,14 @@ async fn commit(
     Ok(Json(agent.commit(&who.0, reservation_id(&id)?).await?).into_response())
 }
 
+/// Cancels a reservation and frees what it held.
+#[utoipa::path(delete, path = "/v1/reservations/{id}", tag = "reservations", params(("id" = String, Path, description = "the reservation's number")), responses(
+    (status = 204, description = "cancelled"),
+    (status = 401, body = ErrorBody, description = "no valid token"),
+    (status = 403, body = ErrorBody, description = "another identity's reservation"),
+    (status = 404, body = ErrorBody, description = "no such reservation"),
+    (status = 409, body = ErrorBody, description = "a job runs in it"),
+))]
 async fn cancel(
     State(agent): State<Agent>,
     Extension(who): Extension<Identity>,
@@ -277,6 +365,26 @@ async fn cancel(
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
+/// Submits a job in Brokk's canonical JSON; `reservation` claims one of the
+/// caller's reservations. An `Idempotency-Key` header makes a retry return
+/// the job it made before (200), `On-Behalf-Of` names the user a delegate
+/// submits for.
+#[utoipa::path(post, path = "/v1/jobs", tag = "jobs", request_body = brokk_model::Job, params(
+    ("Idempotency-Key" = Option<String>, Header, description = "the same key again answers the job it made"),
+    ("On-Behalf-Of" = Option<String>, Header, description = "the user a delegate submits for"),
+    ("Reservation-Commit" = Option<String>, Header, description = "`explicit`: a held reservation the job claims is committed by the job"),
+    ("Reservation-Release" = Option<String>, Header, description = "`with-job`: the reservation ends with the job"),
+), responses(
+    (status = 201, body = Created),
+    (status = 200, body = Created, description = "the job this idempotency key made before"),
+    (status = 400, body = ErrorBody, description = "the job is malformed; the message names the field"),
+    (status = 401, body = ErrorBody, description = "no valid token"),
+    (status = 403, body = ErrorBody, description = "the reservation or the account is not the caller's"),
+    (status = 404, body = ErrorBody, description = "no such reservation"),
+    (status = 409, body = ErrorBody, description = "the reservation cannot take the job"),
+    (status = 413, body = ErrorBody, description = "the body is over the size limit"),
+    (status = 503, body = ErrorBody, description = "the resource manager does not answer"),
+))]
 async fn submit(
     State(agent): State<Agent>,
     Extension(who): Extension<Identity>,
@@ -314,6 +422,13 @@ async fn submit(
     Ok((status, Json(Created { id: id.to_string() })).into_response())
 }
 
+/// One of the caller's jobs.
+#[utoipa::path(get, path = "/v1/jobs/{id}", tag = "jobs", params(("id" = String, Path, description = "the job's number at the site")), responses(
+    (status = 200, body = JobView),
+    (status = 401, body = ErrorBody, description = "no valid token"),
+    (status = 403, body = ErrorBody, description = "another identity's job"),
+    (status = 404, body = ErrorBody, description = "no such job"),
+))]
 async fn get_job(
     State(agent): State<Agent>,
     Extension(who): Extension<Identity>,
@@ -322,15 +437,26 @@ async fn get_job(
     Ok(Json(agent.job(&who.0, job_id(&id)?).await?).into_response())
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 struct ChangesQuery {
+    /// The agent's run the caller last read (0 at first).
     #[serde(default)]
     epoch: u64,
+    /// The version the caller last read (0 at first).
     #[serde(default)]
     after: u64,
+    /// At most this many jobs (1-10,000; 1,000 by default).
     limit: Option<usize>,
 }
 
+/// The caller's jobs changed after version `after` of the agent's run
+/// `epoch`: a broker follows many jobs with one request.
+#[utoipa::path(get, path = "/v1/jobs/changes", tag = "jobs", params(ChangesQuery), responses(
+    (status = 200, body = ChangeFeed),
+    (status = 400, body = ErrorBody, description = "a parameter is wrong"),
+    (status = 401, body = ErrorBody, description = "no valid token"),
+))]
 async fn changes(
     State(agent): State<Agent>,
     Extension(who): Extension<Identity>,
@@ -340,6 +466,12 @@ async fn changes(
     Ok(Json(agent.changes(&who.0, q.epoch, q.after, limit).await?).into_response())
 }
 
+/// The caller's job submitted with this `Idempotency-Key`.
+#[utoipa::path(get, path = "/v1/jobs/by-key/{key}", tag = "jobs", params(("key" = String, Path, description = "the Idempotency-Key")), responses(
+    (status = 200, body = JobView),
+    (status = 401, body = ErrorBody, description = "no valid token"),
+    (status = 404, body = ErrorBody, description = "no job of the caller's has this key"),
+))]
 async fn job_by_key(
     State(agent): State<Agent>,
     Extension(who): Extension<Identity>,
@@ -348,6 +480,13 @@ async fn job_by_key(
     Ok(Json(agent.job_by_key(&who.0, &key).await?).into_response())
 }
 
+/// Cancels one of the caller's jobs; its processes end with it.
+#[utoipa::path(delete, path = "/v1/jobs/{id}", tag = "jobs", params(("id" = String, Path, description = "the job's number at the site")), responses(
+    (status = 200, body = JobView),
+    (status = 401, body = ErrorBody, description = "no valid token"),
+    (status = 403, body = ErrorBody, description = "another identity's job"),
+    (status = 404, body = ErrorBody, description = "no such job"),
+))]
 async fn cancel_job(
     State(agent): State<Agent>,
     Extension(who): Extension<Identity>,
@@ -383,6 +522,21 @@ fn byte_range(headers: &HeaderMap, len: u64) -> Result<Option<(u64, u64)>, ()> {
     Ok(Some((first, last)))
 }
 
+/// A file of the job's working directory (its outputs, stdout, stderr),
+/// whole or the byte range a `Range` header asks for.
+#[utoipa::path(get, path = "/v1/jobs/{id}/files/{*name}", tag = "jobs", params(
+    ("id" = String, Path, description = "the job's number at the site"),
+    ("name" = String, Path, description = "the file's path in the job's directory"),
+    ("Range" = Option<String>, Header, description = "`bytes=FIRST-LAST`, `bytes=FIRST-` or `bytes=-COUNT`"),
+), responses(
+    (status = 200, content_type = "application/octet-stream", body = String, description = "the file"),
+    (status = 206, content_type = "application/octet-stream", body = String, description = "the range asked for"),
+    (status = 400, body = ErrorBody, description = "the name leaves the job's directory"),
+    (status = 401, body = ErrorBody, description = "no valid token"),
+    (status = 403, body = ErrorBody, description = "another identity's job"),
+    (status = 404, body = ErrorBody, description = "no such job or file"),
+    (status = 416, body = ErrorBody, description = "the range is outside the file"),
+))]
 async fn file(
     State(agent): State<Agent>,
     Extension(who): Extension<Identity>,
@@ -423,6 +577,15 @@ async fn file(
     Ok(resp)
 }
 
+/// Stores a file for jobs' input under its SHA-256, which must be its name.
+#[utoipa::path(put, path = "/v1/uploads/{sha}", tag = "uploads", params(("sha" = String, Path, description = "the file's SHA-256, lowercase hexadecimal")),
+    request_body(content = String, content_type = "application/octet-stream", description = "the file's bytes"),
+    responses(
+    (status = 201, body = UploadView),
+    (status = 400, body = ErrorBody, description = "the bytes' SHA-256 is not the name"),
+    (status = 401, body = ErrorBody, description = "no valid token"),
+    (status = 413, body = ErrorBody, description = "over the size limit or the caller's quota"),
+))]
 async fn put_upload(
     State(agent): State<Agent>,
     Extension(who): Extension<Identity>,
@@ -432,6 +595,12 @@ async fn put_upload(
     crate::uploads::put_response(agent.uploads(), &who.0, &sha, body).await
 }
 
+/// Whether the caller's store holds this file, and its size.
+#[utoipa::path(get, path = "/v1/uploads/{sha}", tag = "uploads", params(("sha" = String, Path, description = "the file's SHA-256, lowercase hexadecimal")), responses(
+    (status = 200, body = UploadView),
+    (status = 401, body = ErrorBody, description = "no valid token"),
+    (status = 404, body = ErrorBody, description = "not held"),
+))]
 async fn upload_info(
     State(agent): State<Agent>,
     Extension(who): Extension<Identity>,
@@ -440,33 +609,45 @@ async fn upload_info(
     crate::uploads::info_response(agent.uploads(), &who.0, &sha)
 }
 
+/// Alive: answers while the process serves.
+#[utoipa::path(get, path = "/healthz", tag = "operations", security(()), responses(
+    (status = 200, content_type = "text/plain", body = String, description = "`ok`"),
+))]
 async fn healthz() -> &'static str {
     "ok\n"
 }
 
-/// `GET /readyz`: 200 when the site can take work, 503 with why not (its
-/// resource manager does not answer), as load balancers ask.
+/// Ready: 200 when the site can take work, 503 with why not (its resource
+/// manager does not answer), as load balancers ask.
+#[utoipa::path(get, path = "/readyz", tag = "operations", security(()), responses(
+    (status = 200, body = Readiness, description = "ready"),
+    (status = 503, body = Readiness, description = "not ready; `why` says why"),
+))]
 async fn readyz(State(agent): State<Agent>) -> Response {
-    match agent.not_ready() {
-        None => Json(serde_json::json!({"ready": true})).into_response(),
-        Some(why) => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            Json(serde_json::json!({"ready": false, "why": why})),
-        )
-            .into_response(),
-    }
-}
-
-async fn openapi() -> Response {
-    Json(crate::openapi::document()).into_response()
+    let why = agent.not_ready();
+    let status = match why {
+        None => StatusCode::OK,
+        Some(_) => StatusCode::SERVICE_UNAVAILABLE,
+    };
+    (
+        status,
+        Json(Readiness {
+            ready: why.is_none(),
+            why,
+        }),
+    )
+        .into_response()
 }
 
 async fn not_found() -> ApiError {
     error(StatusCode::NOT_FOUND, "no such endpoint")
 }
 
-/// `GET /metrics`: the site's figures for Prometheus (open, as `/healthz`:
+/// The site's figures in Prometheus's text format (open, as `/healthz`:
 /// counts only, nobody's jobs).
+#[utoipa::path(get, path = "/metrics", tag = "operations", security(()), responses(
+    (status = 200, content_type = "text/plain", body = String, description = "the text exposition, version 0.0.4"),
+))]
 async fn metrics(State(agent): State<Agent>) -> Response {
     let body = agent.metrics().await;
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body).into_response()
@@ -488,36 +669,54 @@ async fn measure(State(agent): State<Agent>, req: axum::extract::Request, next: 
     resp
 }
 
-/// The router: `/healthz`, `/openapi.json` and `/metrics` are open, `/v1`
-/// needs a token.
+/// The site API's document: the title and the token scheme; the paths and
+/// schemas come from the handlers as the router is built.
+#[derive(utoipa::OpenApi)]
+#[openapi(
+    info(title = "Brokk site API", description = "A `brokk site` agent: information, advance reservations, jobs and \
+        their files. Times are RFC 3339 UTC, durations whole seconds. Every /v1 call needs `Authorization: Bearer TOKEN`."),
+    security(("bearer" = [])),
+    modifiers(&Bearer),
+)]
+struct SiteApi;
+
+/// The router: `/healthz`, `/readyz`, `/openapi.json` and `/metrics` are
+/// open, `/v1` needs a token.
 pub fn router(agent: Agent) -> Router {
+    let (router, doc) = routes(agent.clone()).split_for_parts();
+    let doc = brokk_proto::openapi::served(doc);
     let limit = agent.config().max_body_bytes;
-    let v1 = Router::new()
-        .route("/v1/info", get(info))
-        .route("/v1/info/stream", get(info_stream))
-        .route("/v1/probe", post(probe))
-        .route("/v1/slots", get(slots))
-        .route("/v1/reservations", post(reserve))
+    router
         .route(
-            "/v1/reservations/{id}",
-            get(get_reservation).patch(modify).delete(cancel),
+            "/openapi.json",
+            get(move || async move { ([(header::CONTENT_TYPE, "application/json")], doc) }),
         )
-        .route("/v1/reservations/{id}/commit", post(commit))
-        .route("/v1/jobs", post(submit))
-        .route("/v1/jobs/{id}", get(get_job).delete(cancel_job))
-        .route("/v1/jobs/by-key/{key}", get(job_by_key))
-        .route("/v1/jobs/changes", get(changes))
-        .route("/v1/jobs/{id}/files/{*name}", get(file))
-        .route("/v1/uploads/{sha}", get(upload_info).put(put_upload))
-        .route_layer(middleware::from_fn_with_state(agent.clone(), auth));
-    Router::new()
-        .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
-        .route("/openapi.json", get(openapi))
-        .route("/metrics", get(metrics))
-        .merge(v1)
         .fallback(not_found)
         .layer(middleware::from_fn_with_state(agent.clone(), measure))
         .layer(DefaultBodyLimit::max(limit))
         .with_state(agent)
+}
+
+/// Every described route: each handler brings its path and description.
+fn routes(agent: Agent) -> OpenApiRouter<Agent> {
+    let v1 = OpenApiRouter::new()
+        .routes(routes!(info))
+        .routes(routes!(info_stream))
+        .routes(routes!(probe))
+        .routes(routes!(slots))
+        .routes(routes!(reserve))
+        .routes(routes!(get_reservation, modify, cancel))
+        .routes(routes!(commit))
+        .routes(routes!(submit))
+        .routes(routes!(get_job, cancel_job))
+        .routes(routes!(job_by_key))
+        .routes(routes!(changes))
+        .routes(routes!(file))
+        .routes(routes!(upload_info, put_upload))
+        .route_layer(middleware::from_fn_with_state(agent, auth));
+    OpenApiRouter::with_openapi(SiteApi::openapi())
+        .routes(routes!(healthz))
+        .routes(routes!(readyz))
+        .routes(routes!(metrics))
+        .merge(v1)
 }

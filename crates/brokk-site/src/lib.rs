@@ -17,7 +17,6 @@ pub mod gram;
 pub mod launch;
 pub mod listener;
 pub mod metrics;
-pub mod openapi;
 pub mod reachability;
 pub mod runner;
 pub mod sandbox;

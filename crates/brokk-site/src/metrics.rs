@@ -5,8 +5,16 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
+
+/// Writes a metric family's `# HELP` and `# TYPE` lines: every family
+/// says what it counts, as Prometheus's own linter (`promtool check
+/// metrics`) asks.
+pub fn family(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+}
 
 /// Upper bounds of the latency histograms, seconds.
 pub const LATENCY_BUCKETS: [f64; 10] = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0];
@@ -22,12 +30,18 @@ pub struct Histogram {
 impl Histogram {
     /// Counts one observation of `seconds`.
     pub fn observe(&mut self, seconds: f64) {
+        self.observe_n(seconds, 1);
+    }
+
+    /// Counts `n` observations of `seconds` each (a batch's mean for each
+    /// of its members).
+    pub fn observe_n(&mut self, seconds: f64, n: u64) {
         let b = LATENCY_BUCKETS
             .iter()
             .position(|&ub| seconds <= ub)
             .unwrap_or(LATENCY_BUCKETS.len());
-        self.counts[b] += 1;
-        self.sum += seconds;
+        self.counts[b] += n;
+        self.sum += seconds * n as f64;
     }
 
     /// Its lines in the text exposition, as `name` with `labels`
@@ -80,7 +94,12 @@ impl ApiMetrics {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone();
-        let _ = writeln!(out, "# TYPE brokk_site_http_requests_total counter");
+        family(
+            out,
+            "brokk_site_http_requests_total",
+            "counter",
+            "API calls answered, by method, route and status.",
+        );
         for ((method, route), c) in &calls {
             for (status, n) in &c.statuses {
                 let _ = writeln!(
@@ -89,12 +108,101 @@ impl ApiMetrics {
                 );
             }
         }
-        let _ = writeln!(out, "# TYPE brokk_site_http_request_duration_seconds histogram");
+        family(
+            out,
+            "brokk_site_http_request_duration_seconds",
+            "histogram",
+            "Time to answer an API call's head, by method and route.",
+        );
         for ((method, route), c) in &calls {
             let labels = format!("method=\"{method}\",route=\"{route}\"");
             c.latency
                 .write(out, "brokk_site_http_request_duration_seconds", &labels);
         }
+    }
+}
+
+/// The resource manager's commands (`sbatch`, `squeue`, `globusrun`, an
+/// A-REX call) the agent ran, by backend and command: how long each took
+/// and how many failed. One per process: an agent drives one backend.
+pub static BACKEND_COMMANDS: CommandMetrics = CommandMetrics {
+    calls: Mutex::new(BTreeMap::new()),
+};
+
+/// Commands by (backend, command): failures and latency.
+#[derive(Debug)]
+pub struct CommandMetrics {
+    calls: Mutex<BTreeMap<(&'static str, String), Runs>>,
+}
+
+/// One command's runs: how many failed, and how long they all took.
+#[derive(Debug, Clone, Default)]
+struct Runs {
+    failures: u64,
+    latency: Histogram,
+}
+
+impl CommandMetrics {
+    /// Counts one run of `command` at `backend` that took `took`.
+    pub fn observe(&self, backend: &'static str, command: &str, ok: bool, took: Duration) {
+        let mut calls = self.calls.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let runs = calls.entry((backend, command.to_string())).or_default();
+        runs.failures += u64::from(!ok);
+        runs.latency.observe(took.as_secs_f64());
+    }
+
+    /// Their lines in the text exposition.
+    pub fn write(&self, out: &mut String) {
+        let calls = self
+            .calls
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        family(
+            out,
+            "brokk_site_backend_command_duration_seconds",
+            "histogram",
+            "Time the resource manager's commands took, by backend and command.",
+        );
+        for ((backend, command), runs) in &calls {
+            let labels = format!("backend=\"{backend}\",command=\"{command}\"");
+            runs.latency
+                .write(out, "brokk_site_backend_command_duration_seconds", &labels);
+        }
+        family(
+            out,
+            "brokk_site_backend_command_failures_total",
+            "counter",
+            "The resource manager's commands that failed, by backend and command.",
+        );
+        for ((backend, command), runs) in &calls {
+            let _ = writeln!(
+                out,
+                "brokk_site_backend_command_failures_total{{backend=\"{backend}\",command=\"{command}\"}} {}",
+                runs.failures
+            );
+        }
+    }
+}
+
+/// Job supervisors the agent follows now.
+pub static SUPERVISORS: AtomicU64 = AtomicU64::new(0);
+
+/// One supervisor followed, counted in [`SUPERVISORS`] until dropped.
+#[derive(Debug)]
+pub struct Supervising(());
+
+impl Supervising {
+    /// Counts one more supervisor followed.
+    pub fn start() -> Supervising {
+        SUPERVISORS.fetch_add(1, Ordering::Relaxed);
+        Supervising(())
+    }
+}
+
+impl Drop for Supervising {
+    fn drop(&mut self) {
+        SUPERVISORS.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -134,5 +242,27 @@ mod tests {
             "{out}"
         );
         assert!(out.contains("x_seconds_sum 0.5\nx_seconds_count 1\n"), "{out}");
+    }
+
+    #[test]
+    fn backend_commands_are_counted_with_their_failures() {
+        let m = CommandMetrics {
+            calls: Mutex::new(BTreeMap::new()),
+        };
+        m.observe("slurm", "sbatch", true, Duration::from_millis(20));
+        m.observe("slurm", "sbatch", false, Duration::from_millis(20));
+        m.observe("slurm", "squeue", true, Duration::from_millis(2));
+        let mut out = String::new();
+        m.write(&mut out);
+        assert!(
+            out.contains("# HELP brokk_site_backend_command_failures_total "),
+            "{out}"
+        );
+        let failures = "brokk_site_backend_command_failures_total{backend=\"slurm\",command=";
+        assert!(out.contains(&format!("{failures}\"sbatch\"}} 1\n")), "{out}");
+        assert!(out.contains(&format!("{failures}\"squeue\"}} 0\n")), "{out}");
+        assert!(
+            out.contains("brokk_site_backend_command_duration_seconds_count{backend=\"slurm\",command=\"sbatch\"} 2\n")
+        );
     }
 }

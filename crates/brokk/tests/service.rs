@@ -167,7 +167,7 @@ fn every_language_runs_through_the_broker() {
     assert!(decisions >= 8, "{metrics}");
     assert!(
         metrics.contains("brokk_info_cache_hits_total")
-            && metrics.contains("brokk_submit_seconds_bucket{le=\"+Inf\"} 8")
+            && metrics.contains("brokk_submit_duration_seconds_bucket{le=\"+Inf\"} 8")
     );
     // Resources list both sites.
     let res = svc.json("tok-ann", &["resources", "--json"]);

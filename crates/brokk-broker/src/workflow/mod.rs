@@ -254,6 +254,7 @@ pub struct Plan {
 
 /// Messages an admission sent ([VRM] 4.6.2 counts them per task).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Messages {
     /// Probe requests (sites and network).
     pub probes: u64,
@@ -308,6 +309,7 @@ impl Offer {
 
 /// Why a workflow was not admitted.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(tag = "reason", rename_all = "snake_case")]
 pub enum RejectReason {
     /// The workflow itself is wrong.
@@ -395,6 +397,7 @@ pub enum RejectReason {
 /// A rejection: why, the earliest finish the grid could have offered when
 /// asked to find it, and what the attempt cost.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Rejection {
     /// Why.
     #[serde(flatten)]

@@ -330,8 +330,15 @@ impl Service {
                 first_error.get_or_insert(e);
                 break;
             }
+            let t = std::time::Instant::now();
             let (n, effects, stored) = self.broker.run(|c| c.decide(now(), batch));
             self.counters.decisions.fetch_add(n as u64, Ordering::Relaxed);
+            if n > 0 {
+                let each = t.elapsed().as_secs_f64() / n as f64;
+                if let Ok(mut h) = self.counters.decision_latency.lock() {
+                    h.observe_n(each, n as u64);
+                }
+            }
             while batches.len() >= super::dispatch::BATCHES_IN_FLIGHT {
                 if let Some(Ok(Err(e))) = batches.join_next().await {
                     first_error.get_or_insert(e);

@@ -42,6 +42,7 @@ pub use broker::Broker;
 pub use files::{FileHead, FileStream};
 pub use holds::HoldJournal;
 pub use per_site::PerSite;
+pub use ready::Readiness;
 use sites::cached_sites;
 pub use sites::{Cursor, SiteEntry, SiteInfo};
 pub use workflows::network;
@@ -92,6 +93,8 @@ pub struct Counters {
     pub info_pushes: AtomicU64,
     /// How long submissions took to answer.
     pub submit_latency: std::sync::Mutex<brokk_site::metrics::Histogram>,
+    /// How long the core took per decision (a batch's time over its jobs).
+    pub decision_latency: std::sync::Mutex<brokk_site::metrics::Histogram>,
     /// Delegations between brokers, by kind.
     pub delegations: Delegations,
 }

@@ -48,12 +48,18 @@ impl PerSite {
 
     /// Their lines in Prometheus's text exposition.
     pub fn write(&self, out: &mut String) {
+        use brokk_site::metrics::family;
         let sites = self
             .sites
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone();
-        let _ = writeln!(out, "# TYPE brokk_site_info_fetch_duration_seconds histogram");
+        family(
+            out,
+            "brokk_site_info_fetch_duration_seconds",
+            "histogram",
+            "Time to fetch a site's information, by site.",
+        );
         for (name, s) in &sites {
             s.fetch.write(
                 out,
@@ -61,7 +67,12 @@ impl PerSite {
                 &format!("site=\"{name}\""),
             );
         }
-        let _ = writeln!(out, "# TYPE brokk_site_info_fetch_failures_total counter");
+        family(
+            out,
+            "brokk_site_info_fetch_failures_total",
+            "counter",
+            "Fetches of a site's information that failed, by site.",
+        );
         for (name, s) in &sites {
             let _ = writeln!(
                 out,
@@ -69,7 +80,12 @@ impl PerSite {
                 s.fetch_failures
             );
         }
-        let _ = writeln!(out, "# TYPE brokk_site_dispatches_total counter");
+        family(
+            out,
+            "brokk_site_dispatches_total",
+            "counter",
+            "Jobs sent to a site, by site and whether it took them.",
+        );
         for (name, s) in &sites {
             let _ = writeln!(
                 out,

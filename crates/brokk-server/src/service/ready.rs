@@ -8,7 +8,7 @@ use super::*;
 const DATABASE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// What `/readyz` answers: ready, and each check with what it found.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
 pub struct Readiness {
     /// The database answers and at least one of the broker's own sites
     /// has fresh information.

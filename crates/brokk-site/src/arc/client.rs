@@ -188,6 +188,15 @@ impl ArcClient {
     }
 
     async fn call(&self, method: Method, path: &str, body: Option<(&str, Vec<u8>)>) -> Result<Vec<u8>, ArcError> {
+        let t = std::time::Instant::now();
+        let command = command_name(&method, path);
+        let r = self.request(method, path, body).await;
+        crate::metrics::BACKEND_COMMANDS.observe("arc", &command, r.is_ok(), t.elapsed());
+        r
+    }
+
+    /// [`ArcClient::call`]'s work, which it times.
+    async fn request(&self, method: Method, path: &str, body: Option<(&str, Vec<u8>)>) -> Result<Vec<u8>, ArcError> {
         let mut req = self
             .http
             .request(method, format!("{}/{path}", self.base))
@@ -372,6 +381,18 @@ fn job_answer(bytes: &[u8]) -> Result<JobAnswer, ArcError> {
         id: job["id"].as_str().map(str::to_string),
         state: job["state"].as_str().map(str::to_string),
     })
+}
+
+/// An A-REX call as a metric names it: the method, the path's first
+/// segment and the action (`POST jobs status`), never a job's id, so the
+/// names stay few.
+fn command_name(method: &Method, path: &str) -> String {
+    let (route, query) = path.split_once('?').unwrap_or((path, ""));
+    let first = route.split('/').next().unwrap_or("");
+    match query.split('&').find_map(|kv| kv.strip_prefix("action=")) {
+        Some(action) => format!("{method} {first} {action}"),
+        None => format!("{method} {first}"),
+    }
 }
 
 #[cfg(test)]

@@ -29,7 +29,10 @@ pub(crate) async fn run<P: Progress>(site: &P, config: &Config, launch: Launch, 
         ..
     } = launch;
     let sup = supervisor::file(&config.workdir, id);
+    // Counted while it is followed, in either branch (`brokk_site_supervisors`).
+    let mut _followed = None;
     let outcome = if started && supervisor::started(&sup) {
+        _followed = Some(crate::metrics::Supervising::start());
         // Taken up again after a restart: the supervisor is followed
         // through its files.
         let waiting = supervisor::wait(&sup);
@@ -55,6 +58,7 @@ pub(crate) async fn run<P: Progress>(site: &P, config: &Config, launch: Launch, 
             Ok(child) => child,
             Err(e) => return End::Failed(format!("starting the job: {e}")),
         };
+        _followed = Some(crate::metrics::Supervising::start());
         // Its own child: its exit says at once that the outcome is on disk.
         let mut cancelled = false;
         loop {

@@ -127,6 +127,14 @@ impl GramClient {
     /// `proxy` as its credential and nothing else of the agent's
     /// environment.
     async fn run(&self, program: &str, args: &[&str], proxy: &Path, account: Option<Account>) -> Output {
+        let t = std::time::Instant::now();
+        let r = self.execute(program, args, proxy, account).await;
+        crate::metrics::BACKEND_COMMANDS.observe("gram", program, r.is_ok(), t.elapsed());
+        r
+    }
+
+    /// [`GramClient::run`]'s work, which it times.
+    async fn execute(&self, program: &str, args: &[&str], proxy: &Path, account: Option<Account>) -> Output {
         let mut cmd = Command::new(program);
         if let Some(a) = account {
             cmd.uid(a.uid).gid(a.gid);

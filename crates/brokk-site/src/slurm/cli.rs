@@ -354,6 +354,20 @@ impl SlurmCli {
         account: Option<(u32, u32)>,
         input: Option<&str>,
     ) -> Result<String, SlurmError> {
+        let t = std::time::Instant::now();
+        let r = self.execute(program, args, account, input).await;
+        crate::metrics::BACKEND_COMMANDS.observe("slurm", program, r.is_ok(), t.elapsed());
+        r
+    }
+
+    /// [`SlurmCli::run_as`]'s work, which it times.
+    async fn execute(
+        &self,
+        program: &str,
+        args: &[String],
+        account: Option<(u32, u32)>,
+        input: Option<&str>,
+    ) -> Result<String, SlurmError> {
         let path = self.bin.as_ref().map_or(PathBuf::from(program), |b| b.join(program));
         let mut cmd = Command::new(&path);
         if let Some((uid, gid)) = account {
