@@ -60,6 +60,15 @@ else
   echo "Chromium unavailable: the browser test stays ignored (see /tmp/brokk-chromium-install.log)"
 fi
 
+echo "== the contracts' tools: openapi-spec-validator and openapi-python-client (PyPI), promtool (Debian)"
+contracts=no
+if BROKK_TEST_CONTRACTS=$(scripts/contracts-tools.sh 2>/tmp/brokk-contracts-tools.log); then
+  export BROKK_TEST_CONTRACTS
+  contracts=yes
+else
+  echo "the contracts' tools are unavailable: their tests stay ignored (see /tmp/brokk-contracts-tools.log)"
+fi
+
 echo "== tests"
 if command -v cargo-nextest >/dev/null 2>&1; then
   cargo nextest run --locked --workspace --no-fail-fast
@@ -68,7 +77,7 @@ else
 fi
 cargo test --locked --workspace --doc
 
-echo "== tests that need the services started above: Slurm, chaos, ARC, GRAM, PostgreSQL, users apart (as root), the browser"
+echo "== tests that need the services and tools installed above: Slurm, chaos, ARC, GRAM, PostgreSQL, users apart (as root), the browser, the contracts"
 # A plain `cargo test` shows these as ignored; here they run.
 ignored="binary(slurm) | binary(chaos)"
 tests=(--test slurm --test chaos)
@@ -88,6 +97,10 @@ fi
 if [ "$gram" = yes ]; then
   ignored="$ignored | binary(gram)"
   tests+=(--test gram)
+fi
+if [ "$contracts" = yes ]; then
+  ignored="$ignored | binary(contracts)"
+  tests+=(--test contracts)
 fi
 if [ "$(id -u)" = 0 ]; then
   ignored="$ignored | binary(accounts)"
