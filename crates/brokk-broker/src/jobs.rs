@@ -178,6 +178,10 @@ pub struct BrokerJob {
     /// through the site API with its own terms.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub claim_terms: Option<ClaimTerms>,
+    /// How many times its owner requeued it: each run goes to the sites
+    /// under a key of its own ([`BrokerJob::site_key`]).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub requeued: u32,
     /// State history.
     pub history: Vec<HistoryEntry>,
 }
@@ -322,6 +326,23 @@ impl Entry {
     }
 }
 
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+impl BrokerJob {
+    /// The key its current run goes to a site under (the site's
+    /// idempotency key, which a restarted broker looks for): its id, then
+    /// `ID.N` after its Nth requeue, so that a site holding its last run
+    /// takes the next as a new job rather than answering the old one.
+    pub fn site_key(&self) -> String {
+        match self.requeued {
+            0 => self.id.clone(),
+            n => format!("{}.{n}", self.id),
+        }
+    }
+}
+
 /// What happens to a job: every change of its state is one of these.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Change {
@@ -331,6 +352,9 @@ pub enum Change {
     Release,
     /// Its owner cancels it (cancelled at its site first, if it has one).
     Cancel,
+    /// Its owner sends it again once it has ended (`brokk requeue`, as
+    /// Slurm's `scontrol requeue`): the same id, decided afresh.
+    Requeue,
     /// A site took it.
     Dispatch {
         /// The site's name.
@@ -429,6 +453,28 @@ pub fn apply(job: &mut BrokerJob, change: Change, now: Time) -> Result<Applied, 
             job.ended = Some(now);
             S::Cancelled
         }
+        Change::Requeue => match from {
+            // A workflow's retries and a co-allocation's all-or-nothing
+            // decide whether their members run again, never one alone.
+            _ if !job.member.is_alone() => {
+                return refuse("a workflow's task or a co-allocation's part runs again only with its whole")
+            }
+            S::Finished | S::Failed | S::Cancelled => {
+                // What its last run was is in its history; the next is planned from nothing.
+                job.site = None;
+                job.site_job = None;
+                job.predicted_tts = None;
+                job.predicted_ttd = None;
+                job.started = None;
+                job.ended = None;
+                job.exit_code = None;
+                job.reason = None;
+                job.wall_time = None;
+                job.requeued += 1;
+                S::Accepted
+            }
+            _ => return refuse("only an ended job can be requeued; it is still on its way"),
+        },
         Change::Dispatch {
             site,
             site_job,

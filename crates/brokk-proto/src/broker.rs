@@ -297,6 +297,11 @@ impl BrokerClient {
         self.call(self.request(Method::POST, &["v1", "jobs", id, "hold"]))
     }
 
+    /// Sends an ended job again, with the same id.
+    pub fn requeue(&self, id: &str) -> Result<BrokerJob, CallError> {
+        self.call(self.request(Method::POST, &["v1", "jobs", id, "requeue"]))
+    }
+
     /// Releases a held job.
     pub fn release(&self, id: &str) -> Result<BrokerJob, CallError> {
         self.call(self.request(Method::POST, &["v1", "jobs", id, "release"]))

@@ -120,7 +120,7 @@ async fn auth(State(app): State<App>, mut req: Request, next: Next) -> Result<Re
     (status = 401, body = ErrorBody, description = "no valid token"),
     (status = 403, body = ErrorBody, description = "the reservation or an upload is not the caller's"),
     (status = 413, body = ErrorBody, description = "the body is over the size limit"),
-    (status = 429, body = ErrorBody, description = "the caller has as many unfinished jobs as it may"),
+    (status = 409, body = ErrorBody, description = "the caller has as many unfinished jobs as it may"),
     (status = 503, body = ErrorBody, description = "the broker cannot take work now"),
 ))]
 async fn submit(
@@ -501,6 +501,23 @@ async fn hold(
     Ok(Json(app.service.hold(&who.0, &id).await?).into_response())
 }
 
+/// Sends an ended job (finished, failed or cancelled) again with the same
+/// id, decided afresh, as Slurm's `scontrol requeue`; its earlier run stays
+/// in its history.
+#[utoipa::path(post, path = "/v1/jobs/{id}/requeue", tag = "jobs", params(("id" = String, Path, description = "the job's id at the broker")), responses(
+    (status = 200, body = BrokerJob),
+    (status = 401, body = ErrorBody, description = "no valid token"),
+    (status = 404, body = ErrorBody, description = "no such job of the caller's"),
+    (status = 409, body = ErrorBody, description = "the job has not ended, is a workflow's task or a co-allocation's part, or the caller has as many unfinished jobs as it may"),
+))]
+async fn requeue(
+    State(app): State<App>,
+    Extension(who): Extension<Identity>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    Ok(Json(app.service.requeue(&who.0, &id).await?).into_response())
+}
+
 /// Lets a held job be dispatched.
 #[utoipa::path(post, path = "/v1/jobs/{id}/release", tag = "jobs", params(("id" = String, Path, description = "the job's id at the broker")), responses(
     (status = 200, body = BrokerJob),
@@ -773,6 +790,7 @@ pub fn router(service: Service, access: Access, max_body: usize) -> Router {
         .routes(routes!(file))
         .routes(routes!(hold))
         .routes(routes!(release))
+        .routes(routes!(requeue))
         .routes(routes!(upload_info, put_upload))
         .routes(routes!(resources))
         .routes(routes!(events))

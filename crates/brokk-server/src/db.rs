@@ -145,6 +145,8 @@ const SCHEMA: &[&str] = &[
     "ALTER TABLE jobs ADD COLUMN delegated TEXT",
     // How a job a broker above sent claims its reservation, as JSON.
     "ALTER TABLE jobs ADD COLUMN claim_terms TEXT",
+    // How many times its owner requeued it (NULL: never).
+    "ALTER TABLE jobs ADD COLUMN requeued BIGINT",
     "CREATE INDEX IF NOT EXISTS jobs_by_member ON jobs (member_of)",
     "CREATE INDEX IF NOT EXISTS jobs_feed ON jobs (owner, version)",
     "CREATE UNIQUE INDEX IF NOT EXISTS jobs_by_key ON jobs (owner, idem)",
@@ -184,7 +186,7 @@ const SCHEMA: &[&str] = &[
 pub type HistoryLine = (Time, Option<String>);
 
 const COLUMNS: &str = "id, owner, format, spec, prefs, warnings, state, site, site_job, predicted_tts, predicted_ttd, \
-                       submitted, started, ended, exit_code, reason, runs_as, idem, member, delegated, claim_terms";
+                       submitted, started, ended, exit_code, reason, runs_as, idem, member, delegated, claim_terms, requeued";
 
 /// Appends a history entry numbered after the job's last one.
 const ADD_HISTORY: &str = "INSERT INTO history (job, n, at, state, detail)
@@ -279,6 +281,9 @@ fn row_to_job(r: &AnyRow) -> StoredJob {
     view.claim_terms = r
         .get::<Option<String>, _>("claim_terms")
         .and_then(|d| serde_json::from_str(&d).ok());
+    view.requeued = r
+        .get::<Option<i64>, _>("requeued")
+        .map_or(0, |n| u32::try_from(n).unwrap_or(0));
     if let Ok(job) = serde_json::from_str::<brokk_model::Job>(&spec) {
         view.describe(&job);
     }
@@ -428,7 +433,7 @@ impl Db {
                 last
             });
             sqlx::query(&format!(
-                "INSERT INTO jobs ({COLUMNS}, version, member_of) VALUES ($1, $2, $3, $4, $5, $6, $7, $12, $13, NULL, NULL, $8, NULL, NULL, NULL, NULL, $9, $10, $14, $16, $17, $11, $15)"
+                "INSERT INTO jobs ({COLUMNS}, version, member_of) VALUES ($1, $2, $3, $4, $5, $6, $7, $12, $13, NULL, NULL, $8, NULL, NULL, NULL, NULL, $9, $10, $14, $16, $17, NULL, $11, $15)"
             ))
             .bind(&v.id)
             .bind(&v.owner)
@@ -545,7 +550,7 @@ impl Db {
             });
             sqlx::query(
                 "UPDATE jobs SET state = $1, site = $2, site_job = $3, predicted_tts = $4, predicted_ttd = $5, started = $6,
-                 ended = $7, exit_code = $8, reason = $9, version = COALESCE($11, version) WHERE id = $10",
+                 ended = $7, exit_code = $8, reason = $9, version = COALESCE($11, version), requeued = $12 WHERE id = $10",
             )
             .bind(v.state().as_str())
             .bind(&v.site)
@@ -558,6 +563,7 @@ impl Db {
             .bind(&v.reason)
             .bind(&v.id)
             .bind(version)
+            .bind((v.requeued > 0).then_some(i64::from(v.requeued)))
             .execute(&mut *tx)
             .await?;
             if let Some((at, detail)) = changed {

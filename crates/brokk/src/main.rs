@@ -82,6 +82,8 @@ enum Command {
     Hold(commands::user::SelectArgs),
     /// Let held jobs be dispatched.
     Release(commands::user::SelectArgs),
+    /// Send ended jobs (finished, failed or cancelled) again, each under its own id.
+    Requeue(commands::user::SelectArgs),
     /// Print a job's output file.
     Output(commands::user::OutputArgs),
     /// Fetch all of a job's files (its output and error streams, its output files) into a directory.
@@ -138,6 +140,7 @@ fn main() -> ExitCode {
         Command::Watch(a) => commands::user::watch_cmd(a),
         Command::Cancel(a) => commands::user::select(a, commands::user::Action::Cancel),
         Command::Hold(a) => commands::user::select(a, commands::user::Action::Hold),
+        Command::Requeue(a) => commands::user::select(a, commands::user::Action::Requeue),
         Command::Release(a) => commands::user::select(a, commands::user::Action::Release),
         Command::Get(a) => commands::user::get(a),
         Command::Output(a) => commands::user::output(a),

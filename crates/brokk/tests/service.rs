@@ -1417,6 +1417,97 @@ fn a_hold_never_crosses_a_dispatch_in_flight() {
 }
 
 #[test]
+fn requeue_sends_an_ended_job_again_under_its_own_id() {
+    let dir = scratch("requeue");
+    let svc = Service::start(&dir);
+    // Fails on its first run and succeeds on the next: the marker outlives the run.
+    let marker = dir.join("ran-once");
+    let job = dir.join("second-time.json");
+    std::fs::write(
+        &job,
+        serde_json::json!({
+            "executable": "/bin/sh",
+            "arguments": ["-c", format!("if [ -e {0} ]; then exit 0; fi; touch {0}; exit 3", marker.display())],
+            "name": "second-time",
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let id = svc.json("tok-ann", &["submit", job.to_str().unwrap(), "--json"])["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let first = common::wait_ended(&svc.server.url, "tok-ann", &id, Duration::from_secs(30));
+    assert_eq!(
+        (&first["state"], &first["exit_code"]),
+        (&"failed".into(), &3.into()),
+        "{first}"
+    );
+    // Another user may not requeue it (forbidden, as every other command on it is).
+    assert_eq!(svc.brokk("tok-bob", &["requeue", &id]).status.code(), Some(4));
+    let again = svc.json("tok-ann", &["requeue", &id, "--json"]);
+    assert_eq!(again["id"], id.as_str(), "{again}");
+    assert!(again["exit_code"].is_null() && again["ended"].is_null(), "{again}");
+    let second = common::wait_ended(&svc.server.url, "tok-ann", &id, Duration::from_secs(30));
+    assert_eq!(
+        (&second["state"], &second["exit_code"]),
+        (&"finished".into(), &0.into()),
+        "{second}"
+    );
+    // Both runs are in its history, the requeue between them.
+    let states: Vec<&str> = second["history"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["state"].as_str().unwrap())
+        .collect();
+    assert_eq!(states.iter().filter(|s| **s == "dispatched").count(), 2, "{states:?}");
+    let requeued = second["history"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .position(|h| h["detail"] == "requeued by its owner")
+        .unwrap_or_else(|| panic!("{second}"));
+    assert_eq!(states[requeued - 1], "failed", "{states:?}");
+    // A job still running is not requeued; once cancelled, a filter picks it.
+    let long = dir.join("long.json");
+    std::fs::write(
+        &long,
+        r#"{"executable": "/bin/sleep", "arguments": ["60"], "name": "long"}"#,
+    )
+    .unwrap();
+    let long_id = svc.json("tok-ann", &["submit", long.to_str().unwrap(), "--json"])["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    common::wait_for_state(&svc.server.url, "tok-ann", &long_id, "running", Duration::from_secs(30));
+    let refused = svc.brokk("tok-ann", &["requeue", &long_id]);
+    assert_eq!(refused.status.code(), Some(6), "{}", text(&refused).1);
+    assert!(
+        text(&refused).1.contains("only an ended job can be requeued"),
+        "{}",
+        text(&refused).1
+    );
+    assert!(svc.brokk("tok-ann", &["cancel", &long_id]).status.success());
+    common::wait_for_state(
+        &svc.server.url,
+        "tok-ann",
+        &long_id,
+        "cancelled",
+        Duration::from_secs(30),
+    );
+    let picked = svc.json(
+        "tok-ann",
+        &["requeue", "--name", "long", "--state", "cancelled", "--json"],
+    );
+    let picked = picked.as_array().unwrap_or_else(|| panic!("{picked}"));
+    assert_eq!(picked.len(), 1, "{picked:?}");
+    assert_eq!(picked[0]["id"], long_id.as_str());
+    common::wait_for_state(&svc.server.url, "tok-ann", &long_id, "running", Duration::from_secs(30));
+    assert!(svc.brokk("tok-ann", &["cancel", &long_id]).status.success());
+}
+
+#[test]
 fn submit_watch_follows_every_job_of_a_submission_and_says_why_one_failed() {
     let dir = scratch("watch-all");
     broker_config(&dir, "", &[("a", 4)]);

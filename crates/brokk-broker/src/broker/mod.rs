@@ -239,8 +239,9 @@ pub enum Effect {
         /// The site's id for it.
         site_job: String,
     },
-    /// Job `job`'s copy `site_job` at site `site` was let go for a move:
-    /// what the site reports of it is no longer the job's.
+    /// Job `job`'s copy `site_job` at site `site` was let go for a move,
+    /// or was its run before a requeue: what the site reports of it is no
+    /// longer the job's.
     Retired {
         /// The broker's id of the job.
         job: String,
@@ -373,6 +374,9 @@ pub enum Denied {
     /// The job's state rules it out.
     #[error(transparent)]
     Refused(#[from] Refused),
+    /// The owner has as many unfinished jobs as it may.
+    #[error(transparent)]
+    OverLimit(#[from] OverLimit),
 }
 
 /// What the broker knows of one site.
@@ -1157,6 +1161,59 @@ impl BrokerCore {
         if applied == Applied::Entered(BrokerState::Accepted) && !self.in_flight(id) {
             self.enqueue(owner, id.to_string(), false);
         }
+        Ok(applied)
+    }
+
+    /// Sends `owner`'s ended job again at `now` (`brokk requeue`, as
+    /// Slurm's `scontrol requeue`): the same id, decided afresh from the
+    /// start, within the owner's limit on unfinished jobs; its earlier run
+    /// stays in its history. `view`, `job` and `prefs` are its stored
+    /// record, since the core lets a job go when it ends; one the core
+    /// still holds has not ended.
+    pub fn requeue(
+        &mut self,
+        now: Time,
+        owner: &str,
+        mut view: BrokerJob,
+        job: Job,
+        prefs: JobPreferences,
+    ) -> Result<Applied, Denied> {
+        if view.owner != owner {
+            return Err(Denied::Unknown(view.id));
+        }
+        // Its state's rules first (the core's record when it still holds
+        // it, since then it has not ended), then the owner's limit.
+        let current = self.jobs.get(&view.id).map_or(&view, |r| &r.view);
+        jobs::check(current, Change::Requeue, now)?;
+        let p = self.params;
+        jobs::within_limits(1, p.per_request, self.unfinished(owner), p.limit)?;
+        let last_run = view
+            .site
+            .as_deref()
+            .and_then(|s| self.site_position(s))
+            .zip(view.site_job.clone());
+        let applied = jobs::apply(&mut view, Change::Requeue, now)?;
+        // What its site reports of its last run is no longer the job's.
+        if let Some((site, site_job)) = last_run {
+            self.outbox.push(Effect::Retired {
+                job: view.id.clone(),
+                site,
+                site_job,
+            });
+        }
+        let line = HistoryEntry {
+            at: now,
+            state: view.state(),
+            detail: Some("requeued by its owner".into()),
+        };
+        persist(self.params.persist, &mut self.outbox, &view, Some(line));
+        self.hold_record(Record {
+            view,
+            job,
+            prefs,
+            inherited: false,
+            predicted_start: None,
+        });
         Ok(applied)
     }
 

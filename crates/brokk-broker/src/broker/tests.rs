@@ -1887,3 +1887,97 @@ fn a_broker_that_rescues_steps_each_site_that_is_down_until_it_answers() {
     assert!(plain.rescues_due(Time(10)).is_empty());
     assert_eq!(plain.down(), [(0, Time(10))]);
 }
+
+#[test]
+fn an_ended_job_requeued_runs_again_under_its_id_with_a_key_of_its_own() {
+    let mut b = broker(BrokerParams {
+        limit: 1,
+        ..BrokerParams::default()
+    });
+    b.accept(Time(1), "ann", vec![job("j1", 1)]).unwrap();
+    b.decide(Time(1), 1);
+    land_all(&mut b, Time(1));
+    // Not ended yet: the core still holds it, and says why not.
+    let (view, spec, prefs) = {
+        let r = &b.jobs["j1"];
+        (r.view.clone(), r.job.clone(), r.prefs.clone())
+    };
+    assert!(matches!(
+        b.requeue(Time(2), "ann", view, spec.clone(), prefs.clone()),
+        Err(Denied::Refused(_))
+    ));
+    let failed = Report {
+        phase: JobPhase::Failed,
+        started: Some(Time(3)),
+        ended: Some(Time(4)),
+        exit_code: Some(3),
+        reason: Some("exited with code 3".into()),
+    };
+    b.reported(Time(5), 0, "0-0", failed);
+    // The record as the driver stored it: the core let it go.
+    let stored = b
+        .drain()
+        .filter_map(|e| match e {
+            Effect::Persist { job, .. } => Some(*job),
+            _ => None,
+        })
+        .collect::<Vec<_>>()
+        .pop()
+        .unwrap();
+    assert_eq!(
+        (stored.state(), stored.site_key()),
+        (BrokerState::Failed, "j1".to_string())
+    );
+    assert!(b.is_empty());
+    // Only its owner reaches it; the owner's limit counts it again.
+    assert_eq!(
+        b.requeue(Time(6), "bob", stored.clone(), spec.clone(), prefs.clone()),
+        Err(Denied::Unknown("j1".into()))
+    );
+    b.accept(Time(6), "ann", vec![job("j2", 1)]).unwrap();
+    assert!(matches!(
+        b.requeue(Time(6), "ann", stored.clone(), spec.clone(), prefs.clone()),
+        Err(Denied::OverLimit(_))
+    ));
+    b.cancel(Time(6), "ann", "j2").unwrap();
+    b.drain().for_each(drop);
+    assert_eq!(
+        b.requeue(Time(7), "ann", stored.clone(), spec.clone(), prefs.clone()),
+        Ok(Applied::Entered(BrokerState::Accepted))
+    );
+    let effects: Vec<Effect> = b.drain().collect();
+    // Its last run's copy is no longer the job's; its next run starts clean.
+    assert!(effects.contains(&Effect::Retired {
+        job: "j1".into(),
+        site: 0,
+        site_job: "0-0".into()
+    }));
+    let line = effects.iter().find_map(|e| match e {
+        Effect::Persist { job, line: Some(l) } => Some((job.clone(), l.clone())),
+        _ => None,
+    });
+    let (again, line) = line.unwrap();
+    assert_eq!(
+        (line.state, line.detail.as_deref()),
+        (BrokerState::Accepted, Some("requeued by its owner"))
+    );
+    assert_eq!(
+        (again.site.as_deref(), again.exit_code, again.ended),
+        (None, None, None)
+    );
+    assert_eq!(again.site_key(), "j1.1");
+    b.decide(Time(7), 1);
+    assert_eq!(sends(&mut b).len(), 1);
+    // A workflow's task runs again only with its workflow.
+    let mut task = stored;
+    task.id = "t1".into();
+    task.member = crate::jobs::Member::Task {
+        workflow: "w1".into(),
+        task: 0,
+        attempt: 0,
+    };
+    assert!(matches!(
+        b.requeue(Time(8), "ann", task, spec, prefs),
+        Err(Denied::Refused(_))
+    ));
+}

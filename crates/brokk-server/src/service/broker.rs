@@ -519,10 +519,14 @@ impl Service {
         }
     }
 
-    /// Looks for job `id` at every site under its key (it was accepted
-    /// before this process started and may have reached one).
+    /// Looks for job `id` at every site under its run's key (it was
+    /// accepted before this process started and may have reached one).
     async fn find(&self, id: String) -> Answer {
-        let found = match self.already_at(&id).await {
+        let key = self
+            .broker
+            .read(|c| c.job(&id).map(BrokerJob::site_key))
+            .unwrap_or_else(|| id.clone());
+        let found = match self.already_at(&key).await {
             Ok(Some((name, site_job))) => {
                 let k = self.broker.core.lock().ok().and_then(|c| c.site_position(&name));
                 Ok(k.map(|k| (k, site_job)))
@@ -636,7 +640,8 @@ impl Service {
 
     /// Sends job `id` to the site at position `k`, asking for `wall`, into
     /// reservation `claim` there when given: the owner's uploads first,
-    /// under the job's id as the site's idempotency key, for the user it
+    /// under the run's key (`BrokerJob::site_key`) as the site's
+    /// idempotency key, for the user it
     /// runs for; to a neighbouring broker with its `delegation`.
     async fn send(
         &self,
@@ -652,11 +657,12 @@ impl Service {
                 .core
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
-            core.job(&id)
-                .zip(core.outgoing(&id, wall))
-                .map(|(v, job)| (core.site_name(k).to_string(), v.owner.clone(), v.runs_as.clone(), job))
+            core.job(&id).zip(core.outgoing(&id, wall)).map(|(v, job)| {
+                let who = (v.owner.clone(), v.runs_as.clone());
+                (core.site_name(k).to_string(), who, v.site_key(), job)
+            })
         };
-        let Some((name, owner, runs_as, job)) = found else {
+        let Some((name, (owner, runs_as), key, job)) = found else {
             return (id, k, Err(brokk_broker::SiteError::Unknown));
         };
         let Some(site) = self.site(&name) else {
@@ -669,7 +675,6 @@ impl Service {
             );
         };
         let uploads = self.uploads.clone();
-        let key = id.clone();
         let delegated = delegation.is_some();
         let answer = tokio::task::spawn_blocking(move || {
             let mut c = site.client.clone();
@@ -738,6 +743,24 @@ impl Service {
         Some(self.owner_change(owner, id, change).await)
     }
 
+    /// Sends an ended job of `owner`'s again, with the same id (`brokk
+    /// requeue`): the core decides whether it may, from its stored record.
+    pub async fn requeue(&self, owner: &str, id: &str) -> Result<BrokerJob, ServiceError> {
+        // Its end written first, so that the record read back is its last.
+        let _ = self.broker.flush().wait().await;
+        let record = self.owned(owner, id).await?;
+        let unreadable = |e: serde_json::Error| ServiceError::Unavailable(format!("job {id}: its stored record: {e}"));
+        let job: brokk_model::Job = serde_json::from_str(&record.spec).map_err(unreadable)?;
+        let prefs: brokk_model::JobPreferences = serde_json::from_str(&record.prefs).map_err(unreadable)?;
+        let t = now();
+        let (answer, effects, stored) = self.broker.run(|c| c.requeue(t, owner, record.view, job, prefs));
+        answer.map_err(denied)?;
+        stored.wait().await?;
+        self.carry_out(effects).await?;
+        self.wake.notify_one();
+        Ok(self.owned(owner, id).await?.view)
+    }
+
     async fn owner_change(&self, owner: &str, id: &str, change: jobs::Change) -> Result<BrokerJob, ServiceError> {
         let t = now();
         let (answer, effects, stored) = self.broker.run(|c| match change {
@@ -790,5 +813,6 @@ fn denied(d: brokk_broker::broker::Denied) -> ServiceError {
     match d {
         brokk_broker::broker::Denied::Unknown(id) => ServiceError::NotFound(format!("job {id}")),
         brokk_broker::broker::Denied::Refused(r) => ServiceError::Conflict(r.to_string()),
+        brokk_broker::broker::Denied::OverLimit(e) => ServiceError::Conflict(e.to_string()),
     }
 }

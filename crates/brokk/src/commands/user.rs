@@ -769,6 +769,8 @@ pub enum Action {
     Hold,
     /// `brokk release`.
     Release,
+    /// `brokk requeue`.
+    Requeue,
 }
 
 impl Action {
@@ -777,19 +779,22 @@ impl Action {
             Action::Cancel => "cancelled",
             Action::Hold => "held",
             Action::Release => "released",
+            Action::Requeue => "requeued",
         }
     }
 }
 
-/// Runs `brokk cancel`, `hold` or `release` on the jobs named and those the
-/// filters pick (of those, only jobs that have not ended).
+/// Runs `brokk cancel`, `hold`, `release` or `requeue` on the jobs named
+/// and those the filters pick (of those, only jobs that have not ended, or
+/// for `requeue` only those that have).
 pub fn select(a: SelectArgs, action: Action) -> Result<ExitCode> {
     let c = a.server.client()?;
     let mut ids = a.ids.clone();
     if a.filter.is_set() {
         let (picked, _) = a.filter.fetch(&c, 0, brokk_proto::wall_clock())?;
         for j in picked {
-            if !j.state().is_terminal() && !ids.contains(&j.id) {
+            let wanted = j.state().is_terminal() == matches!(action, Action::Requeue);
+            if wanted && !ids.contains(&j.id) {
                 ids.push(j.id);
             }
         }
@@ -802,6 +807,7 @@ pub fn select(a: SelectArgs, action: Action) -> Result<ExitCode> {
             Action::Cancel => c.cancel(id),
             Action::Hold => c.hold(id),
             Action::Release => c.release(id),
+            Action::Requeue => c.requeue(id),
         };
         match r {
             Ok(j) => {
