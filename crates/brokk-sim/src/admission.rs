@@ -30,6 +30,7 @@ use crate::lublin;
 use crate::reoptimize::{ReoptimizeConfig, ReoptimizeFigures};
 use crate::rescue::{Outage, RescueConfig, RescueFigures, View};
 use crate::stats::{spread, Spread};
+use crate::timing::SchedulerTime;
 use crate::workflows::{generate, WorkflowParams};
 
 /// An admission experiment as its TOML file states it. Times are in slots
@@ -556,16 +557,28 @@ impl AdmissionExperiment {
     /// Runs every point on `threads` threads (`done` after each) and
     /// aggregates; the same file gives the same report whatever the threads.
     pub fn sweep(&self, threads: usize, done: &(dyn Fn() + Sync)) -> Result<AdmissionReport, AdmissionError> {
+        self.sweep_timed(threads, done).map(|(report, _)| report)
+    }
+
+    /// [`AdmissionExperiment::sweep`], and each run's admission calls with
+    /// their wall-clock time in the report's point order: kept apart from
+    /// the report, which is the same byte for byte from run to run.
+    pub fn sweep_timed(
+        &self,
+        threads: usize,
+        done: &(dyn Fn() + Sync),
+    ) -> Result<(AdmissionReport, Vec<SchedulerTime>), AdmissionError> {
         let (sites, links) = self.platform()?;
         let points = self.points();
         let next = AtomicUsize::new(0);
-        let slots: Mutex<Vec<Option<AdmissionPoint>>> = Mutex::new(vec![None; points.len()]);
+        let slots: Mutex<Vec<Option<(AdmissionPoint, SchedulerTime)>>> = Mutex::new(vec![None; points.len()]);
         std::thread::scope(|s| {
             for _ in 0..threads.clamp(1, points.len()) {
                 s.spawn(|| loop {
                     let i = next.fetch_add(1, Ordering::Relaxed);
                     let Some(&(setting, seed)) = points.get(i) else { break };
-                    let r = self.run(&sites, &links, setting, seed);
+                    let mut time = SchedulerTime::default();
+                    let r = (self.run_timed(&sites, &links, setting, seed, &mut time), time);
                     if let Ok(mut slots) = slots.lock() {
                         slots[i] = Some(r);
                     }
@@ -573,12 +586,14 @@ impl AdmissionExperiment {
                 });
             }
         });
-        let points: Vec<AdmissionPoint> = slots
+        let (points, times): (Vec<AdmissionPoint>, Vec<SchedulerTime>) = slots
             .into_inner()
             .unwrap_or_else(|e| e.into_inner())
             .into_iter()
-            .collect::<Option<_>>()
-            .ok_or_else(|| AdmissionError::Invalid("a simulation thread failed".into()))?;
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| AdmissionError::Invalid("a simulation thread failed".into()))?
+            .into_iter()
+            .unzip();
         let mut aggregates = Vec::new();
         for setting in self.settings() {
             let of: Vec<&AdmissionPoint> = points.iter().filter(|p| p.setting == setting).collect();
@@ -625,12 +640,13 @@ impl AdmissionExperiment {
                 }),
             });
         }
-        Ok(AdmissionReport {
+        let report = AdmissionReport {
             name: self.name.clone(),
             sites,
             points,
             aggregates,
-        })
+        };
+        Ok((report, times))
     }
 
     /// The arrivals of one (inter-arrival, rejecters, seed): the accepters'
@@ -776,6 +792,19 @@ impl AdmissionExperiment {
 
     /// One run.
     pub fn run(&self, specs: &[SiteSpec], links: &[LinkSpec], setting: Setting, seed: u64) -> AdmissionPoint {
+        self.run_timed(specs, links, setting, seed, &mut SchedulerTime::default())
+    }
+
+    /// One run, each workflow's admission timed into `time` (the
+    /// scheduler's own run time per workflow, [VRM]'s third figure).
+    pub fn run_timed(
+        &self,
+        specs: &[SiteSpec],
+        links: &[LinkSpec],
+        setting: Setting,
+        seed: u64,
+        time: &mut SchedulerTime,
+    ) -> AdmissionPoint {
         let arrivals = self.arrivals(specs, setting.inter_arrival, setting.rejecters, seed);
         let last = arrivals.last().map_or(0, |a| a.at.0);
         let horizon = Time(last + (self.max_book_ahead + 100 * MAX_TASK_SLOTS) * self.slot * 4);
@@ -911,11 +940,13 @@ impl AdmissionExperiment {
                     let mut fence = None;
                     let mut refs = fenced(&mut sites, k, from, &mut fence);
                     let mine = split.gen::<f64>() < setting.share;
-                    let answer = if mine && !setting.probing {
-                        admit_without_probing(wf, &topo, &mut refs, &mut net, "broker", &opts, &knowledge)
-                    } else {
-                        admit(wf, &topo, &mut refs, &mut net, "broker", &opts)
-                    };
+                    let answer = time.time(|| {
+                        if mine && !setting.probing {
+                            admit_without_probing(wf, &topo, &mut refs, &mut net, "broker", &opts, &knowledge)
+                        } else {
+                            admit(wf, &topo, &mut refs, &mut net, "broker", &opts)
+                        }
+                    });
                     if mine {
                         let m = match &answer {
                             Ok(o) => (0, o.messages),

@@ -34,6 +34,7 @@ use crate::metrics::{by_size, by_user, summary, Horizon, Summary, Window, DEFAUL
 use crate::orders::{OrderMaker, Orders};
 use crate::platform::{clusters_from_partitions, simulate_platform, ClusterRun, ClusterSpec, PlatformRun, Routing};
 use crate::swf::SwfJob;
+use crate::timing::SchedulerTime;
 use crate::transform::{allocated, scale_load, window, Filter, Processors};
 
 /// An experiment that cannot be read or run.
@@ -477,6 +478,9 @@ pub struct PointResult {
     pub by_user: Vec<(i64, Summary)>,
     /// All clusters together, per size class.
     pub by_size: Vec<(&'static str, Summary)>,
+    /// The simulation's wall-clock time, its calls the jobs simulated: not
+    /// part of the report, which is the same byte for byte from run to run.
+    pub time: SchedulerTime,
 }
 
 /// What the trace's own system did: each job started after the wait the
@@ -1150,6 +1154,9 @@ impl Prepared {
         let jobs = from_swf(&records, estimates);
         let local = self.local_jobs(point.seed, estimates)?;
         let (name, policy) = &self.policies[point.policy];
+        // The simulation's wall-clock time over its jobs: what a decision
+        // costs under this policy, apart from the simulated figures.
+        let started = std::time::Instant::now();
         // Each job once: on a grid, a co-allocated job is one job of its
         // whole size, though its parts count at their own sites.
         let (run, all, killed, moved, coallocated, prediction, messages, local_ran, delegated) = match self.routes
@@ -1206,6 +1213,10 @@ impl Prepared {
                 )
             }
         };
+        let time = SchedulerTime {
+            calls: (jobs.len() + local.len()) as u64,
+            total: started.elapsed(),
+        };
         let cut = self.cut(&jobs);
         let bound = Duration(self.spec.metrics.bound);
         let clusters = run
@@ -1247,6 +1258,7 @@ impl Prepared {
             jobs: all,
             local_jobs: local_ran,
             runs: run.clusters,
+            time,
         })
     }
 }

@@ -34,5 +34,6 @@ pub mod rescue;
 pub mod stats;
 pub mod swf;
 pub mod timeseries;
+pub mod timing;
 pub mod transform;
 pub mod workflows;

@@ -399,9 +399,23 @@ pub fn file_label(label: &str) -> String {
         .collect()
 }
 
-/// Writes `jobs.csv`, `summary.json`, each series' first schedule as
-/// `schedule-<series>.swf`, and the plots into `dir`, each file on a thread
-/// of its own.
+/// Each run's wall-clock time, named by its series, load and seed
+/// (`timings.csv`; not in the report, which is the same from run to run).
+pub fn timed(results: &[PointResult]) -> Vec<crate::timing::Timed> {
+    results
+        .iter()
+        .map(|r| crate::timing::Timed {
+            series: r.policy.clone(),
+            at: r.point.load.map_or_else(|| "-".into(), |l| l.to_string()),
+            seed: r.point.seed,
+            time: r.time,
+        })
+        .collect()
+}
+
+/// Writes `jobs.csv`, `summary.json`, `timings.csv`, each series' first
+/// schedule as `schedule-<series>.swf`, and the plots into `dir`, each file
+/// on a thread of its own.
 pub fn write_all(
     dir: &Path,
     prepared: &Prepared,
@@ -426,8 +440,9 @@ pub fn write_all(
         )
     };
     let plots = || crate::plots::write_all(dir, prepared, results, baseline);
+    let timings = || std::fs::write(dir.join("timings.csv"), crate::timing::csv(&timed(results)));
     std::thread::scope(|s| {
-        let mut writers = vec![s.spawn(csv), s.spawn(json), s.spawn(plots)];
+        let mut writers = vec![s.spawn(csv), s.spawn(json), s.spawn(plots), s.spawn(timings)];
         for r in crate::plots::firsts(prepared, results) {
             writers.push(s.spawn(move || schedule(r)));
         }

@@ -135,6 +135,15 @@ fn sim_run_writes_its_reports_and_prints_json() {
             "{f}"
         );
     }
+    // Each run's wall-clock time apart from the summary: a line per point,
+    // its calls the jobs simulated.
+    let timings = std::fs::read_to_string(out.join("timings.csv")).unwrap();
+    let lines: Vec<&str> = timings.lines().collect();
+    assert_eq!(lines[0], "series,at,seed,calls,seconds,us_per_call");
+    assert_eq!(lines.len(), 1 + points.len(), "{timings}");
+    assert!(lines[1].starts_with("fcfs,-,"), "{timings}");
+    let calls: u64 = lines[1].split(',').nth(3).unwrap().parse().unwrap();
+    assert!(calls >= 27_000, "{timings}");
     std::fs::remove_dir_all(&out).unwrap();
     // The workload of a point leaves as SWF.
     let o = brokk(
@@ -333,6 +342,11 @@ fn a_wfcommons_instance_is_read_admitted_and_simulated() {
     for p in report["points"].as_array().unwrap() {
         assert_eq!(p["submitted"], 120);
     }
+    // Each scheduler's own time, a line per run: one call per workflow.
+    let timings = std::fs::read_to_string(out_dir.join("timings.csv")).unwrap();
+    let runs: Vec<&str> = timings.lines().skip(1).collect();
+    assert_eq!(runs.len(), report["points"].as_array().unwrap().len(), "{timings}");
+    assert!(runs.iter().all(|l| l.split(',').nth(3) == Some("120")), "{timings}");
     for f in [
         "summary.json",
         "rejection-rate.svg",

@@ -9,6 +9,7 @@ use brokk_sim::admission::AdmissionExperiment;
 use brokk_sim::experiment::{load_with, run_points, Point, PointResult};
 use brokk_sim::metrics::Horizon;
 use brokk_sim::report;
+use brokk_sim::timing::{self, Timed};
 
 /// Arguments of `brokk sim`.
 #[derive(clap::Args)]
@@ -172,6 +173,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         if let Some(w) = &prepared.spec.metrics.warmup {
             say!("warm-up: jobs that arrived in the first {w} count in no figure");
         }
+        print_timings(&report::timed(&results), "µs per job");
         say!("wrote {}", out.display());
     }
     Ok(ExitCode::SUCCESS)
@@ -452,7 +454,7 @@ fn workflows(a: WorkflowsArgs) -> Result<ExitCode> {
         exp = exp.with_template(read.workflow);
     }
     let bar = Progress::new(exp.points().len(), a.results.json);
-    let report = exp.sweep(threads(a.results.threads), &|| bar.inc())?;
+    let (report, times) = exp.sweep_timed(threads(a.results.threads), &|| bar.inc())?;
     bar.finish();
     let out = a
         .results
@@ -464,6 +466,20 @@ fn workflows(a: WorkflowsArgs) -> Result<ExitCode> {
     for (name, svg) in brokk_sim::plots::admission(&report).map_err(anyhow::Error::msg)? {
         std::fs::write(out.join(&name), svg).with_context(|| format!("writing {name}"))?;
     }
+    // Each scheduler's own time per workflow ([VRM]'s third figure); the
+    // file has every run, with its inter-arrival and seed.
+    let timed: Vec<Timed> = report
+        .points
+        .iter()
+        .zip(&times)
+        .map(|(p, &time)| Timed {
+            series: p.setting.scheduler.name().to_string(),
+            at: p.setting.inter_arrival.to_string(),
+            seed: p.seed,
+            time,
+        })
+        .collect();
+    std::fs::write(out.join("timings.csv"), timing::csv(&timed)).context("writing timings.csv")?;
     if a.results.json {
         say!("{json}");
         return Ok(ExitCode::SUCCESS);
@@ -669,6 +685,7 @@ fn workflows(a: WorkflowsArgs) -> Result<ExitCode> {
         }
         say!("share: of the workflows at the monitored broker (a second broker, which probes, takes the rest); per task of the monitored broker's admitted (adm) and rejected (rej) workflows");
     }
+    print_timings(&timed, "µs per workflow");
     say!("wrote {}", out.display());
     Ok(ExitCode::SUCCESS)
 }
@@ -707,6 +724,19 @@ fn workload(w: WorkloadArgs) -> Result<ExitCode> {
 }
 
 /// Each (policy, load) over its seeds: mean and 95% confidence interval.
+/// Each series' mean wall-clock time per call, with the least and the
+/// most over its runs: measured on this machine, so unlike every figure
+/// above it varies from run to run (`timings.csv` has each run).
+fn print_timings(timed: &[Timed], unit: &str) {
+    let rows = timing::per_series(timed);
+    let width = rows.iter().map(|(s, ..)| s.len()).max().unwrap_or(0).max(6);
+    say!("{:<width$} {:>12} {:>23}", "series", unit, "least - most over runs");
+    for (series, mean, lo, hi) in rows {
+        say!("{series:<width$} {mean:>12.2} {:>23}", format!("{lo:.2} - {hi:.2}"));
+    }
+    say!("wall-clock time on this machine, runs side by side on every thread: it varies from run to run, unlike the figures above");
+}
+
 fn print_aggregates(results: &[PointResult]) {
     let aggs = report::aggregates(results);
     let w = aggs.iter().map(|a| a.policy.len()).max().unwrap_or(0).max(20);
