@@ -13,6 +13,7 @@ use axum::Router;
 const INDEX: &str = include_str!("dashboard/index.html");
 const SCRIPT: &str = include_str!("dashboard/app.js");
 const STYLE: &str = include_str!("dashboard/app.css");
+const ICON: &str = include_str!("dashboard/favicon.svg");
 
 /// A static asset with its type; the page forbids what it does not use.
 fn asset(body: &'static str, content_type: &'static str) -> Response {
@@ -39,4 +40,7 @@ pub fn router<S: Clone + Send + Sync + 'static>() -> Router<S> {
             get(|| async { asset(SCRIPT, "text/javascript; charset=utf-8") }),
         )
         .route("/ui/app.css", get(|| async { asset(STYLE, "text/css; charset=utf-8") }))
+        // Asked for by every browser that opens the page.
+        .route("/ui/favicon.svg", get(|| async { asset(ICON, "image/svg+xml") }))
+        .route("/favicon.ico", get(|| async { Redirect::to("/ui/favicon.svg") }))
 }

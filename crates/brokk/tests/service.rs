@@ -139,6 +139,10 @@ fn every_language_runs_through_the_broker() {
         .json()
         .unwrap();
     assert!(doc["paths"]["/v1/coallocations"]["post"].is_object());
+    // The dashboard's icon, which every browser asks for.
+    let icon = http.get(format!("{}/favicon.ico", svc.server.url)).send().unwrap();
+    assert_eq!(icon.status(), 200);
+    assert_eq!(icon.headers()["content-type"], "image/svg+xml");
     let metrics = http
         .get(format!("{}/metrics", svc.server.url))
         .send()
