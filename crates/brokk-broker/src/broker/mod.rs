@@ -847,14 +847,7 @@ impl BrokerCore {
                 state: view.state(),
                 detail: None,
             };
-            persist(self.params.persist, &mut self.outbox, &view, Some(line));
-            self.hold_record(Record {
-                view,
-                job: n.job,
-                prefs: n.prefs,
-                inherited: false,
-                predicted_start: None,
-            });
+            self.take_new(view, n.job, n.prefs, Some(line));
         }
         Ok(())
     }
@@ -999,14 +992,7 @@ impl BrokerCore {
             }),
             _ => None,
         };
-        persist(self.params.persist, &mut self.outbox, &view, line);
-        self.hold_record(Record {
-            view,
-            job,
-            prefs,
-            inherited: false,
-            predicted_start: None,
-        });
+        self.take_new(view, job, prefs, line);
         Ok(())
     }
 
@@ -1105,6 +1091,19 @@ impl BrokerCore {
     /// or asked about.
     fn in_flight(&self, id: &str) -> bool {
         self.sending.contains_key(id) || self.looking.contains_key(id)
+    }
+
+    /// Writes the record of a job new to the core, or new again (a
+    /// requeue), with its history `line`, and holds it.
+    fn take_new(&mut self, view: BrokerJob, job: Job, prefs: JobPreferences, line: Option<HistoryEntry>) {
+        persist(self.params.persist, &mut self.outbox, &view, line);
+        self.hold_record(Record {
+            view,
+            job,
+            prefs,
+            inherited: false,
+            predicted_start: None,
+        });
     }
 
     fn hold_record(&mut self, r: Record) {
@@ -1206,14 +1205,7 @@ impl BrokerCore {
             state: view.state(),
             detail: Some("requeued by its owner".into()),
         };
-        persist(self.params.persist, &mut self.outbox, &view, Some(line));
-        self.hold_record(Record {
-            view,
-            job,
-            prefs,
-            inherited: false,
-            predicted_start: None,
-        });
+        self.take_new(view, job, prefs, Some(line));
         Ok(applied)
     }
 
