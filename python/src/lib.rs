@@ -8,7 +8,9 @@ mod orders;
 
 use std::path::{Path, PathBuf};
 
+use brokk_sim::admission::{self, AdmissionExperiment};
 use brokk_sim::experiment::{load_with_orders, prepare_with_orders, run_points, Experiment, Prepared};
+use brokk_sim::timing;
 use brokk_sim::{export, report};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -94,11 +96,35 @@ fn run_spec(
     checked(r, &failed).map_err(PyValueError::new_err)
 }
 
+/// Runs the workflow admission experiment file at `path` ([VRM] 4.6):
+/// its summary as JSON and each run's scheduler time as CSV.
+#[pyfunction]
+#[pyo3(signature = (path, threads=None, out=None))]
+fn run_admission(
+    py: Python<'_>,
+    path: PathBuf,
+    threads: Option<usize>,
+    out: Option<PathBuf>,
+) -> PyResult<(String, String)> {
+    let r = py.allow_threads(|| {
+        let (exp, _) = AdmissionExperiment::load(&path).map_err(|e| e.to_string())?;
+        let threads = threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+        let (report, times) = exp.sweep_timed(threads, &|| {}).map_err(|e| e.to_string())?;
+        if let Some(dir) = &out {
+            admission::write_all(dir, &report, &times).map_err(|e| format!("writing {}: {e}", dir.display()))?;
+        }
+        let summary = serde_json::to_string(&report).map_err(|e| e.to_string())?;
+        Ok::<_, String>((summary, timing::csv(&admission::timed(&report, &times))))
+    });
+    r.map_err(PyValueError::new_err)
+}
+
 /// The native part of the `brokk` package.
 #[pymodule]
 fn _brokk(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(run_file, m)?)?;
     m.add_function(wrap_pyfunction!(run_spec, m)?)?;
+    m.add_function(wrap_pyfunction!(run_admission, m)?)?;
     m.add_class::<orders::PyJob>()?;
     Ok(())
 }

@@ -154,3 +154,32 @@ def test_an_order_that_raises_fails_the_run_with_its_error():
         brokk.run(dict(SWEEP, policies=["easy+broken"]), orders={"broken": broken})
     with pytest.raises(TypeError, match="give a function"):
         brokk.run(dict(SWEEP, policies=["easy+x"]), orders={"x": 3})
+
+
+def test_a_workflow_admission_experiment_gives_its_figures_and_each_schedulers_time(tmp_path):
+    exp = tmp_path / "admission.toml"
+    schedulers = (ROOT / "examples" / "experiments" / "workflow-schedulers.toml").read_text()
+    # Two seeds, two arrival rates and fewer workflows: the same file, smaller.
+    lines = []
+    for line in schedulers.splitlines():
+        key = line.split("=")[0].strip()
+        if key == "seeds":
+            line = "seeds = [1, 2]"
+        elif key == "inter_arrival":
+            line = "inter_arrival = [20, 160]"
+        elif key == "workflows":
+            line = "workflows = 60"
+        lines.append(line)
+    exp.write_text("\n".join(lines) + "\n")
+    a = brokk.admission(exp, out=tmp_path / "out")
+    runs = len(a.points)
+    assert runs == len(a.timings) == 2 * 2 * a.points.scheduler.nunique()
+    # Overload refuses more than a light load, for every scheduler.
+    rej = a.aggregates.set_index(["scheduler", "inter_arrival"]).rejection_rate_mean
+    for s in a.points.scheduler.unique():
+        assert rej[(s, 20.0)] > rej[(s, 160.0)]
+    # One admission call per workflow, timed.
+    assert (a.timings.calls == 60).all()
+    assert (a.timings.seconds > 0).all()
+    assert (tmp_path / "out" / "timings.csv").exists()
+    assert (tmp_path / "out" / "summary.json").exists()

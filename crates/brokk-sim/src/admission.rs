@@ -398,6 +398,36 @@ pub struct AdmissionAggregate {
     pub gain: Option<Spread>,
 }
 
+/// Writes `summary.json`, `timings.csv` (each run's admission calls and
+/// their wall-clock time, `times` in the report's point order) and the
+/// plots into `dir`.
+pub fn write_all(dir: &std::path::Path, report: &AdmissionReport, times: &[SchedulerTime]) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let json = serde_json::to_string_pretty(report).map_err(std::io::Error::other)?;
+    std::fs::write(dir.join("summary.json"), json)?;
+    std::fs::write(dir.join("timings.csv"), crate::timing::csv(&timed(report, times)))?;
+    for (name, svg) in crate::plots::admission(report).map_err(std::io::Error::other)? {
+        std::fs::write(dir.join(&name), svg)?;
+    }
+    Ok(())
+}
+
+/// Each run's admission time ([VRM]'s scheduler time per workflow), named
+/// by its scheduler, inter-arrival and seed.
+pub fn timed(report: &AdmissionReport, times: &[SchedulerTime]) -> Vec<crate::timing::Timed> {
+    report
+        .points
+        .iter()
+        .zip(times)
+        .map(|(p, &time)| crate::timing::Timed {
+            series: p.setting.scheduler.name().to_string(),
+            at: p.setting.inter_arrival.to_string(),
+            seed: p.seed,
+            time,
+        })
+        .collect()
+}
+
 /// Everything a sweep found.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct AdmissionReport {
@@ -412,6 +442,24 @@ pub struct AdmissionReport {
 }
 
 impl AdmissionExperiment {
+    /// The experiment file at `path`, with the workflow its
+    /// `workflow.file` names (relative to the file) read as the template
+    /// every arrival submits; the warnings of reading that workflow.
+    pub fn load(path: &std::path::Path) -> Result<(AdmissionExperiment, Vec<String>), AdmissionError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| AdmissionError::Parse(format!("reading {}: {e}", path.display())))?;
+        let mut exp = AdmissionExperiment::from_toml(&text)
+            .map_err(|e| AdmissionError::Parse(format!("in {}: {e}", path.display())))?;
+        let mut warnings = Vec::new();
+        if let Some(file) = &exp.workflow.file {
+            let at = path.parent().unwrap_or(std::path::Path::new(".")).join(file);
+            let read = brokk_jdl::workflow::read_path(&at).map_err(|e| AdmissionError::Parse(e.to_string()))?;
+            warnings = read.warnings.iter().map(ToString::to_string).collect();
+            exp = exp.with_template(read.workflow);
+        }
+        Ok((exp, warnings))
+    }
+
     /// Reads an experiment from TOML text.
     pub fn from_toml(text: &str) -> Result<AdmissionExperiment, AdmissionError> {
         let e: AdmissionExperiment = toml::from_str(text).map_err(|e| AdmissionError::Parse(e.to_string()))?;

@@ -18,6 +18,13 @@ policies after `+`, as the built-in ones are::
         return job.size
     r = brokk.run(exp, orders={"narrow": narrowest})   # policies = ["easy+narrow"]
 
+Workflow admission experiments ([VRM] 4.6, the files `brokk sim workflows`
+reads) run too, with each scheduler's own time per workflow::
+
+    a = brokk.admission("examples/experiments/workflow-schedulers.toml")
+    a.aggregates[["scheduler", "inter_arrival", "rejection_rate_mean"]]
+    a.timings.groupby("series").us_per_call.mean()
+
 `job` has `id`, `submit`, `size`, `estimate`, `user`, `queue` and
 `partition`; `now` is the simulated second. An order that keeps state (fair
 share) is a class: each simulated cluster gets an instance, whose `key(job,
@@ -39,7 +46,7 @@ import pandas as pd
 
 from . import _brokk
 
-__all__ = ["Results", "run"]
+__all__ = ["Admission", "Results", "admission", "run"]
 
 
 @dataclass
@@ -149,4 +156,56 @@ def run(
         groups=_groups(s),
         as_recorded=s.get("as_recorded"),
         comparisons=_comparisons(s),
+    )
+
+
+@dataclass
+class Admission:
+    """What a workflow admission experiment produced."""
+
+    #: The summary document, as `brokk sim workflows --json` prints it.
+    summary: dict
+    #: One row per run: its setting (scheduler, inter_arrival, hold, ...),
+    #: seed and figures (rejection_rate, utilization, probes_per_task, ...).
+    points: pd.DataFrame
+    #: One row per setting over its seeds: for each figure its `_mean` and
+    #: `_ci95` (half-width of the 95% interval).
+    aggregates: pd.DataFrame
+    #: One row per run: `series` (the scheduler), `at` (inter-arrival),
+    #: `seed`, `calls` (workflows), `seconds` and `us_per_call`: wall-clock
+    #: time, so unlike everything else it varies from run to run.
+    timings: pd.DataFrame
+
+
+def _flat(d: dict) -> dict:
+    return {k: v for k, v in d.items() if not isinstance(v, (dict, list))}
+
+
+def admission(
+    experiment: Union[str, "os.PathLike[str]"],
+    *,
+    threads: Optional[int] = None,
+    out: Optional[str] = None,
+) -> Admission:
+    """Runs a workflow admission experiment file ([VRM] 4.6).
+
+    `out` also writes what `brokk sim workflows` writes (summary.json,
+    timings.csv and the plots). A mistake in the file raises ValueError.
+    """
+    o = None if out is None else os.fspath(out)
+    summary, timings = _brokk.run_admission(os.fspath(experiment), threads, o)
+    s: dict[str, Any] = json.loads(summary)
+    aggregates = []
+    for a in s["aggregates"]:
+        row = _flat(a)
+        for key, v in a.items():
+            if isinstance(v, dict) and "mean" in v:
+                row[f"{key}_mean"] = v["mean"]
+                row[f"{key}_ci95"] = v["ci95"]
+        aggregates.append(row)
+    return Admission(
+        summary=s,
+        points=pd.DataFrame([_flat(p) for p in s["points"]]),
+        aggregates=pd.DataFrame(aggregates),
+        timings=pd.read_csv(io.StringIO(timings), dtype={"series": str, "at": str}),
     )

@@ -443,15 +443,9 @@ fn mean_of<T>(of: &[&T], f: impl Fn(&T) -> f64) -> f64 {
 }
 
 fn workflows(a: WorkflowsArgs) -> Result<ExitCode> {
-    let text = std::fs::read_to_string(&a.file).with_context(|| format!("reading {}", a.file.display()))?;
-    let mut exp = AdmissionExperiment::from_toml(&text).with_context(|| format!("in {}", a.file.display()))?;
-    if let Some(file) = &exp.workflow.file {
-        let path = a.file.parent().unwrap_or(std::path::Path::new(".")).join(file);
-        let read = brokk_jdl::workflow::read_path(&path).map_err(|e| anyhow::anyhow!("{e}"))?;
-        for w in &read.warnings {
-            eprintln!("{w}");
-        }
-        exp = exp.with_template(read.workflow);
+    let (exp, warnings) = AdmissionExperiment::load(&a.file)?;
+    for w in &warnings {
+        eprintln!("{w}");
     }
     let bar = Progress::new(exp.points().len(), a.results.json);
     let (report, times) = exp.sweep_timed(threads(a.results.threads), &|| bar.inc())?;
@@ -460,26 +454,8 @@ fn workflows(a: WorkflowsArgs) -> Result<ExitCode> {
         .results
         .out
         .unwrap_or_else(|| PathBuf::from("sim-results").join(&exp.name));
-    std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
+    brokk_sim::admission::write_all(&out, &report, &times).with_context(|| format!("writing {}", out.display()))?;
     let json = serde_json::to_string_pretty(&report)?;
-    std::fs::write(out.join("summary.json"), &json)?;
-    for (name, svg) in brokk_sim::plots::admission(&report).map_err(anyhow::Error::msg)? {
-        std::fs::write(out.join(&name), svg).with_context(|| format!("writing {name}"))?;
-    }
-    // Each scheduler's own time per workflow ([VRM]'s third figure); the
-    // file has every run, with its inter-arrival and seed.
-    let timed: Vec<Timed> = report
-        .points
-        .iter()
-        .zip(&times)
-        .map(|(p, &time)| Timed {
-            series: p.setting.scheduler.name().to_string(),
-            at: p.setting.inter_arrival.to_string(),
-            seed: p.seed,
-            time,
-        })
-        .collect();
-    std::fs::write(out.join("timings.csv"), timing::csv(&timed)).context("writing timings.csv")?;
     if a.results.json {
         say!("{json}");
         return Ok(ExitCode::SUCCESS);
@@ -685,7 +661,7 @@ fn workflows(a: WorkflowsArgs) -> Result<ExitCode> {
         }
         say!("share: of the workflows at the monitored broker (a second broker, which probes, takes the rest); per task of the monitored broker's admitted (adm) and rejected (rej) workflows");
     }
-    print_timings(&timed, "µs per workflow");
+    print_timings(&brokk_sim::admission::timed(&report, &times), "µs per workflow");
     say!("wrote {}", out.display());
     Ok(ExitCode::SUCCESS)
 }
