@@ -146,6 +146,33 @@ async fn the_dashboard_shows_jobs_live_and_reservations_on_the_gantt_chart() {
             .await?;
         assert_eq!(output.text().await?.trim(), "seen in the browser");
         c.screenshot().await.map(|png| std::fs::write(artifacts().join("dashboard.png"), png))??;
+        // Times in UTC when chosen: the history says its zone.
+        c.find(Locator::Css("#zone option[value='UTC']")).await?.click().await?;
+        c.wait()
+            .at_most(Duration::from_secs(10))
+            .for_element(Locator::XPath("//ol[@id='d-history']/li[contains(., 'UTC')]"))
+            .await?;
+        // An ended job runs again from its page, under its own id.
+        c.find(Locator::XPath("//div[@id='d-actions']/button[. = 'requeue']")).await?.click().await?;
+        c.wait()
+            .at_most(Duration::from_secs(10))
+            .for_element(Locator::XPath("//ol[@id='d-history']/li[contains(., 'requeued by its owner')]"))
+            .await?;
+        // Its second run ends as the first did, and the list follows it.
+        let t = std::time::Instant::now();
+        loop {
+            let j = common::json(&server.url, "tok-ann", &["status", &id, "--json"]);
+            let dispatched = j["history"].as_array().unwrap().iter().filter(|h| h["state"] == "dispatched").count();
+            if dispatched == 2 && j["state"] == "finished" {
+                break;
+            }
+            assert!(t.elapsed() < Duration::from_secs(30), "second run not ended: {j}");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        c.wait()
+            .at_most(Duration::from_secs(10))
+            .for_element(Locator::Css(&format!("#jobs tr[data-id='{id}'][data-state='finished']")))
+            .await?;
         assert!(!site.is_empty());
         Ok::<_, Box<dyn std::error::Error>>(())
     }

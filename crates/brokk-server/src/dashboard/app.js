@@ -38,7 +38,12 @@ function human(s) {
   if (m) return x ? `${sign}${m}m${String(x).padStart(2, "0")}s` : `${sign}${m}m`;
   return `${sign}${x}s`;
 }
-const clock = (t) => (t ? new Date(t).toLocaleTimeString() : "-");
+// Times on a 24-hour clock, in the browser's zone or in UTC as its user
+// chose (kept in this browser).
+const utc = () => localStorage.getItem("brokk-zone") === "UTC";
+const inZone = (more) => ({ hourCycle: "h23", ...(utc() ? { timeZone: "UTC" } : {}), ...more });
+const clock = (t) => (t ? new Date(t).toLocaleTimeString([], inZone(utc() ? { timeZoneName: "short" } : {})) : "-");
+const stamp = (t) => new Date(t).toLocaleString([], inZone(utc() ? { timeZoneName: "short" } : {}));
 const terminal = (s) => s === "finished" || s === "failed" || s === "cancelled";
 
 // ---- login ----------------------------------------------------------------
@@ -200,7 +205,7 @@ function renderGantt() {
   const step = [60, 300, 600, 1800, 3600, 7200, 21600].find((s) => (hi - lo) / s <= 10) || 43200;
   for (let t = Math.ceil(lo / step) * step; t <= hi; t += step) {
     root.append(svg("line", { x1: x(t), x2: x(t), y1: top - 4, y2: H, stroke: "#eee" }));
-    const tick = svg("text", { x: x(t) + 2, y: 12, class: "tick" }); tick.textContent = new Date(t * 1000).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
+    const tick = svg("text", { x: x(t) + 2, y: 12, class: "tick" }); tick.textContent = new Date(t * 1000).toLocaleTimeString([], inZone({ hour: "2-digit", minute: "2-digit" }));
     root.append(tick);
   }
   const centres = new Map();
@@ -212,7 +217,7 @@ function renderGantt() {
       const w = Math.max(3, x(i.end) - x(i.start));
       if (i.kind === "reservation") {
         root.append(svg("rect", { x: x(i.start), y: y + 3, width: w, height: rowH - 6, rx: 3, class: "bar reservation", "data-id": i.id },
-          `reservation ${i.id}: ${i.label}, ${new Date(i.start * 1000).toLocaleString()} to ${new Date(i.end * 1000).toLocaleString()}`));
+          `reservation ${i.id}: ${i.label}, ${stamp(i.start * 1000)} to ${stamp(i.end * 1000)}`));
       } else {
         root.append(svg("rect", { x: x(i.start), y: y + 8, width: w, height: rowH - 16, rx: 2, class: `bar job ${i.state}`, "data-id": i.id },
           `${i.label} (${i.id}): ${i.state}`));
@@ -245,11 +250,14 @@ async function showJob(id) {
   if (!terminal(j.state)) actions.push(act("cancel", "/v1/jobs/" + id, "DELETE"));
   if (j.state === "accepted") actions.push(act("hold", `/v1/jobs/${id}/hold`, "POST"));
   if (j.state === "held") actions.push(act("release", `/v1/jobs/${id}/release`, "POST"));
+  // An ended job of its own runs again under its id (a workflow's task or
+  // a co-allocation's part only with its whole).
+  if (terminal(j.state) && !j.member) actions.push(act("requeue", `/v1/jobs/${id}/requeue`, "POST"));
   $("d-actions").replaceChildren(...actions);
   // A job a neighbouring broker delegated here: the brokers it came through.
   $("d-path").hidden = !j.delegated;
   $("d-path").textContent = j.delegated ? `delegated here along ${j.delegated.path.join(" → ")} (${j.delegated.ttl} more hops allowed)` : "";
-  $("d-history").replaceChildren(...j.history.map((h) => el("li", {}, `${new Date(h.at).toLocaleString()} ${h.state}${h.detail ? ": " + h.detail : ""}`)));
+  $("d-history").replaceChildren(...j.history.map((h) => el("li", {}, `${stamp(h.at)} ${h.state}${h.detail ? ": " + h.detail : ""}`)));
   const files = [...new Set([j.stdout, j.stderr, ...(j.outputs || [])].filter(Boolean))];
   $("d-files").replaceChildren(...files.map((f) => el("li", {}, el("a", { href: "#", onclick: (e) => { e.preventDefault(); showFile(id, f); } }, f))));
   $("d-output").textContent = "";
@@ -271,6 +279,12 @@ async function showFile(id, name) {
 $("f-state").append(...STATES.map((s) => el("option", { value: s }, s)));
 for (const id of ["f-state", "f-name", "f-site"]) $(id).addEventListener("input", render);
 $("d-close").addEventListener("click", () => { $("detail").hidden = true; });
+$("zone").value = utc() ? "UTC" : "local";
+$("zone").addEventListener("change", () => {
+  localStorage.setItem("brokk-zone", $("zone").value);
+  render();
+  if (!$("detail").hidden) showJob($("d-id").textContent);
+});
 $("logout").addEventListener("click", () => logout());
 $("login").addEventListener("submit", (e) => {
   e.preventDefault();
