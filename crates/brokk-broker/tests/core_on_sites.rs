@@ -129,7 +129,7 @@ impl Grid {
                 let answer = self.sites[site].cancel_job(&owner, &JobHandle(site_job.clone()));
                 let _ = core.withdrawn(now, site, &site_job, answer);
             }
-            Effect::Find { job } => core.found(now, &job, Ok(None)),
+            Effect::Find { job, .. } => core.found(now, &job, Ok(None)),
             Effect::Resolve { job, .. } => core.resolved(now, &job, Ok(None)),
             Effect::Persist { job, line } => {
                 if let Some(l) = line {

@@ -626,7 +626,7 @@ impl AdmissionExperiment {
                     let i = next.fetch_add(1, Ordering::Relaxed);
                     let Some(&(setting, seed)) = points.get(i) else { break };
                     let mut time = SchedulerTime::default();
-                    let r = (self.run_timed(&sites, &links, setting, seed, &mut time), time);
+                    let r = (self.run(&sites, &links, setting, seed, &mut time), time);
                     if let Ok(mut slots) = slots.lock() {
                         slots[i] = Some(r);
                     }
@@ -838,14 +838,9 @@ impl AdmissionExperiment {
         }
     }
 
-    /// One run.
-    pub fn run(&self, specs: &[SiteSpec], links: &[LinkSpec], setting: Setting, seed: u64) -> AdmissionPoint {
-        self.run_timed(specs, links, setting, seed, &mut SchedulerTime::default())
-    }
-
     /// One run, each workflow's admission timed into `time` (the
     /// scheduler's own run time per workflow, [VRM]'s third figure).
-    pub fn run_timed(
+    pub fn run(
         &self,
         specs: &[SiteSpec],
         links: &[LinkSpec],

@@ -747,7 +747,7 @@ impl Grid<'_> {
                     // A simulated broker starts with no jobs behind it and
                     // holds no reservations of its users': neither is
                     // asked of it (nothing is found, nothing read).
-                    Effect::Find { job } => self.cores[b].found(t, &job, Ok(None)),
+                    Effect::Find { job, .. } => self.cores[b].found(t, &job, Ok(None)),
                     Effect::Status { job, site: k, site_job } => {
                         let site = &mut self.sites[start + k];
                         site.advance(t);

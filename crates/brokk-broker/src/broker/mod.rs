@@ -222,12 +222,15 @@ pub enum Effect {
         /// Whom it was held for.
         owner: String,
     },
-    /// Look for job `job` at every site under its key (its id): it was
-    /// accepted before the broker restarted and may have reached one.
-    /// Give the answer back with [`BrokerCore::found`].
+    /// Look for job `job` at every site under `key`, its current run's
+    /// ([`BrokerJob::site_key`]): it was accepted before the broker
+    /// restarted and may have reached one. Give the answer back with
+    /// [`BrokerCore::found`].
     Find {
         /// The broker's id of the job.
         job: String,
+        /// The key its current run is sent under.
+        key: String,
     },
     /// Ask site `site` where its job `site_job` (job `job`) stands, and
     /// give the answer back with [`BrokerCore::status`].
@@ -1180,18 +1183,19 @@ impl BrokerCore {
         if view.owner != owner {
             return Err(Denied::Unknown(view.id));
         }
-        // Its state's rules first (the core's record when it still holds
-        // it, since then it has not ended), then the owner's limit.
-        let current = self.jobs.get(&view.id).map_or(&view, |r| &r.view);
-        jobs::check(current, Change::Requeue, now)?;
-        let p = self.params;
-        jobs::within_limits(1, p.per_request, self.unfinished(owner), p.limit)?;
+        // Its state's rules first, then the owner's limit. One the core
+        // still holds has not ended: its live state says why not.
+        if let Some(r) = self.jobs.get(&view.id) {
+            jobs::check(&r.view, Change::Requeue, now)?;
+        }
         let last_run = view
             .site
             .as_deref()
             .and_then(|s| self.site_position(s))
             .zip(view.site_job.clone());
         let applied = jobs::apply(&mut view, Change::Requeue, now)?;
+        let p = self.params;
+        jobs::within_limits(1, p.per_request, self.unfinished(owner), p.limit)?;
         // What its site reports of its last run is no longer the job's.
         if let Some((site, site_job)) = last_run {
             self.outbox.push(Effect::Retired {
@@ -1748,7 +1752,10 @@ impl BrokerCore {
                 job: id.clone(),
                 reservation: rid.clone(),
             },
-            _ => Effect::Find { job: id.clone() },
+            _ => Effect::Find {
+                job: id.clone(),
+                key: r.view.site_key(),
+            },
         });
         self.looking.insert(id, Lookup { owner, asked });
     }

@@ -675,7 +675,7 @@ fn a_job_inherited_from_before_a_restart_is_looked_for_before_it_is_sent() {
     assert!(
         asked
             .iter()
-            .all(|e| matches!(e, Effect::Find { job } if ["j1", "j2", "j3"].contains(&job.as_str()))),
+            .all(|e| matches!(e, Effect::Find { job, .. } if ["j1", "j2", "j3"].contains(&job.as_str()))),
         "{asked:?}"
     );
     assert_eq!(asked.len(), 3);
@@ -695,7 +695,13 @@ fn a_job_inherited_from_before_a_restart_is_looked_for_before_it_is_sent() {
     assert_eq!(sends(&mut b), [("j2".to_string(), 0)]);
     assert_eq!(b.decide(Time(8), 10), 1);
     let again: Vec<Effect> = b.drain().collect();
-    assert_eq!(again, [Effect::Find { job: "j3".into() }]);
+    assert_eq!(
+        again,
+        [Effect::Find {
+            job: "j3".into(),
+            key: "j3".into()
+        }]
+    );
     // The one followed at b reports as any other.
     let done = Report {
         phase: JobPhase::Finished,

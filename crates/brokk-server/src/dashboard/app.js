@@ -42,8 +42,10 @@ function human(s) {
 // chose (kept in this browser).
 const utc = () => localStorage.getItem("brokk-zone") === "UTC";
 const inZone = (more) => ({ hourCycle: "h23", ...(utc() ? { timeZone: "UTC" } : {}), ...more });
-const clock = (t) => (t ? new Date(t).toLocaleTimeString([], inZone(utc() ? { timeZoneName: "short" } : {})) : "-");
-const stamp = (t) => new Date(t).toLocaleString([], inZone(utc() ? { timeZoneName: "short" } : {}));
+// A time that stands alone says it is UTC.
+const named = () => inZone(utc() ? { timeZoneName: "short" } : {});
+const clock = (t) => (t ? new Date(t).toLocaleTimeString([], named()) : "-");
+const stamp = (t) => new Date(t).toLocaleString([], named());
 const terminal = (s) => s === "finished" || s === "failed" || s === "cancelled";
 
 // ---- login ----------------------------------------------------------------

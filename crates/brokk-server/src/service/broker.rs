@@ -433,7 +433,7 @@ impl Service {
                         request,
                         until,
                     } => self.hold_at(job, site, owner, request, until).boxed(),
-                    Effect::Find { job } => self.find(job).boxed(),
+                    Effect::Find { job, key } => self.find(job, key).boxed(),
                     Effect::Resolve { job, reservation } => self.resolve(job, reservation).boxed(),
                 };
                 if asked.len() >= SENDS_IN_FLIGHT {
@@ -519,13 +519,9 @@ impl Service {
         }
     }
 
-    /// Looks for job `id` at every site under its run's key (it was
+    /// Looks for job `id` at every site under `key`, its run's (it was
     /// accepted before this process started and may have reached one).
-    async fn find(&self, id: String) -> Answer {
-        let key = self
-            .broker
-            .read(|c| c.job(&id).map(BrokerJob::site_key))
-            .unwrap_or_else(|| id.clone());
+    async fn find(&self, id: String, key: String) -> Answer {
         let found = match self.already_at(&key).await {
             Ok(Some((name, site_job))) => {
                 let k = self.broker.core.lock().ok().and_then(|c| c.site_position(&name));
