@@ -45,6 +45,17 @@ fn whole() -> [f64; 2] {
     [1.0, 1.0]
 }
 
+impl Default for CourseConfig {
+    /// Every run lasts its whole reservation and succeeds.
+    fn default() -> Self {
+        CourseConfig {
+            runtime: whole(),
+            failure: 0.0,
+            retries: None,
+        }
+    }
+}
+
 impl CourseConfig {
     /// Why the table cannot run as written, naming the key.
     pub fn check(&self) -> Result<(), String> {
@@ -107,6 +118,22 @@ struct Running {
     course: Course,
     planned_finish: Time,
     last_end: Time,
+    ran: Vec<TaskRan>,
+}
+
+/// One run of a task: where, from when to when, and whether it succeeded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TaskRan {
+    /// The task, by its position in the workflow.
+    pub task: usize,
+    /// The site, by its position in the grid.
+    pub site: usize,
+    /// When it started.
+    pub start: Time,
+    /// When it ended.
+    pub end: Time,
+    /// Whether it succeeded.
+    pub ok: bool,
 }
 
 /// A task's run ending: (when, order of scheduling, course, task, success).
@@ -150,10 +177,49 @@ impl Courses {
             planned_finish: plan.finish,
             last_end: now,
             course: Course::admitted(wf, plan),
+            ran: Vec::new(),
         });
         let c = self.running.len() - 1;
         let actions = self.running[c].course.advance(now);
         self.carry_out(c, now, actions, grid);
+    }
+
+    /// Admits `wf` at `now` with `scheduler` over the grid
+    /// ([`brokk_broker::workflow::admit`], as `brokk serve` admits one),
+    /// commits it and begins its course. Returns the course's number (for
+    /// [`Courses::ran`]) and its plan, or why it was refused.
+    pub fn admit(
+        &mut self,
+        now: Time,
+        wf: &Workflow,
+        scheduler: brokk_broker::workflow::Scheduler,
+        grid: &mut Grid,
+    ) -> Result<(usize, Plan), String> {
+        grid.advance(now);
+        let opts = Options {
+            scheduler,
+            now,
+            ..grid.opts.clone()
+        };
+        let mut refs: Vec<&mut dyn Site> = grid.sites.iter_mut().map(|s| s as &mut dyn Site).collect();
+        let offer = admit(wf, grid.topo, &mut refs, grid.net, OWNER, &opts).map_err(|r| r.to_string())?;
+        if let Err(e) = offer.commit(OWNER, &mut refs, grid.net) {
+            offer.release(OWNER, &mut refs, grid.net);
+            return Err(format!("its reservations could not be committed: {e}"));
+        }
+        drop(refs);
+        self.start(now, wf, offer.plan.clone(), grid);
+        Ok((self.running.len() - 1, offer.plan))
+    }
+
+    /// When the next run ends, if one is under way.
+    pub fn next_end(&self) -> Option<Time> {
+        self.endings.peek().map(|Reverse(e)| e.0)
+    }
+
+    /// Course `c`'s runs so far, in the order they started.
+    pub fn ran(&self, c: usize) -> &[TaskRan] {
+        self.running.get(c).map_or(&[], |r| &r.ran)
     }
 
     /// Every run that ends by `t`, in time order, with what follows it.
@@ -292,7 +358,7 @@ impl Courses {
     /// that began already) and its end is drawn.
     fn run(&mut self, c: usize, task: usize, t: Time) {
         let p = &self.running[c].course.plan().tasks[task];
-        let start = p.start.max(t);
+        let (start, site) = (p.start.max(t), p.site);
         let booked = (p.end - p.start).0 as f64;
         let [lo, hi] = self.config.runtime;
         let share = if hi > lo { self.rng.gen_range(lo..=hi) } else { lo };
@@ -305,6 +371,13 @@ impl Courses {
         self.figures.runs += 1;
         self.seq += 1;
         let end = start + Duration(length as i64);
+        self.running[c].ran.push(TaskRan {
+            task,
+            site,
+            start,
+            end,
+            ok,
+        });
         self.endings.push(Reverse((end, self.seq, c, task, ok)));
     }
 }

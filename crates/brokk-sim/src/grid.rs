@@ -49,7 +49,11 @@ use brokk_model::{
     Benchmark, Duration, Job, JobPhase, JobPreferences, Objective, PublishedBenchmark, ResourceInfo, Time,
 };
 
+use brokk_broker::workflow::{Network, Options, Plan, Scheduler, SiteSpec, Topology};
+use brokk_model::workflow::Workflow;
+
 use crate::cluster::{Outcome, SimJob};
+use crate::course::{self, CourseConfig, Courses, TaskRan};
 use crate::platform::{ClusterRun, ClusterSpec, Router, Routing};
 
 /// The benchmark that carries a site's relative speed.
@@ -875,6 +879,84 @@ pub fn simulate_grid_with_local(
     routing: GridRouting,
     options: GridOptions,
 ) -> GridRun {
+    let arrivals = Arrivals {
+        jobs,
+        local,
+        deadlines,
+        workflows: &[],
+        course: CourseConfig::default(),
+    };
+    run_grid(clusters, arrivals, routing, options).0
+}
+
+/// A workflow arriving at a grid: admitted at `at` by `scheduler` over
+/// every site, as `brokk serve` admits one
+/// ([`brokk_broker::workflow::admit`]), committed, and run beside the
+/// trace's jobs ([`crate::course`]): each task starts in its reservation
+/// once its parents succeeded, and what it leaves of it is given back.
+#[derive(Debug, Clone)]
+pub struct GridWorkflow {
+    /// When it arrives.
+    pub at: Time,
+    /// The workflow.
+    pub workflow: Workflow,
+    /// The scheduler that admits it.
+    pub scheduler: Scheduler,
+}
+
+/// What became of a grid's workflow.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WorkflowRun {
+    /// Its admitted plan (sites by position in the grid), or why it was refused.
+    pub plan: Result<Plan, String>,
+    /// Its tasks' runs, in the order they started.
+    pub ran: Vec<TaskRan>,
+}
+
+/// [`simulate_grid`] with `workflows` beside the jobs, run as `course`
+/// says (how long a run lasts of its reservation, failures, retries; its
+/// draws seeded with 0). A workflow arriving at the same second as jobs
+/// comes after them.
+pub fn simulate_grid_with_workflows(
+    clusters: &[ClusterSpec],
+    jobs: &[SimJob],
+    workflows: &[GridWorkflow],
+    course: CourseConfig,
+    routing: GridRouting,
+    options: GridOptions,
+) -> (GridRun, Vec<WorkflowRun>) {
+    let arrivals = Arrivals {
+        jobs,
+        local: &[],
+        deadlines: &[],
+        workflows,
+        course,
+    };
+    run_grid(clusters, arrivals, routing, options)
+}
+
+/// Everything that arrives at a grid during a run.
+struct Arrivals<'a> {
+    jobs: &'a [SimJob],
+    local: &'a [SimJob],
+    deadlines: &'a [Option<Time>],
+    workflows: &'a [GridWorkflow],
+    course: CourseConfig,
+}
+
+fn run_grid(
+    clusters: &[ClusterSpec],
+    arrivals: Arrivals<'_>,
+    routing: GridRouting,
+    options: GridOptions,
+) -> (GridRun, Vec<WorkflowRun>) {
+    let Arrivals {
+        jobs,
+        local,
+        deadlines,
+        workflows,
+        course,
+    } = arrivals;
     let GridOptions {
         staleness,
         policy,
@@ -897,7 +979,10 @@ pub fn simulate_grid_with_local(
     let mut local_order: Vec<usize> = (0..local.len()).filter(|&i| fits(&local[i])).collect();
     local_order.sort_by_key(|&i| (local[i].submit, i));
     let first = |o: &[usize], js: &[SimJob]| o.first().map(|&i| js[i].submit);
-    let start = [first(&order, jobs), first(&local_order, local)]
+    let mut workflow_order: Vec<usize> = (0..workflows.len()).collect();
+    workflow_order.sort_by_key(|&w| (workflows[w].at, w));
+    let first_workflow = workflow_order.first().map(|&w| workflows[w].at);
+    let start = [first(&order, jobs), first(&local_order, local), first_workflow]
         .into_iter()
         .flatten()
         .min()
@@ -1009,10 +1094,36 @@ pub fn simulate_grid_with_local(
     // Local jobs: where each went, and the next to arrive.
     let mut local_placed: Vec<Option<(usize, JobHandle)>> = vec![None; local.len()];
     let mut next_local = 0;
+    // Workflows: their network (no links: data stays where it is made),
+    // the sites as admission sees them, their courses and what became of
+    // each (its plan and its course's number).
+    let mut net = Network::new(clusters.len(), Vec::new(), 1, horizon).expect("a network without links");
+    let topo = Topology::new(
+        clusters
+            .iter()
+            .map(|c| SiteSpec {
+                name: c.name.clone(),
+                capacity: c.procs,
+                speed: c.speed,
+            })
+            .collect(),
+        &net,
+    );
+    let course_opts = Options {
+        scheduler: Scheduler::HeftSync,
+        now: start,
+        hold: Duration::minutes(5),
+        explain: false,
+    };
+    let mut courses = Courses::new(course, 0);
+    let mut admitted: Vec<Result<(usize, Plan), String>> = Vec::new();
+    let mut next_workflow = 0;
     loop {
         let arrival = [
             order.get(next).map(|&i| jobs[i].submit),
             local_order.get(next_local).map(|&i| local[i].submit),
+            workflow_order.get(next_workflow).map(|&w| workflows[w].at),
+            courses.next_end(),
         ]
         .into_iter()
         .flatten()
@@ -1028,6 +1139,15 @@ pub fn simulate_grid_with_local(
             break;
         };
         grid.advance(t);
+        if courses.next_end().is_some_and(|e| e <= t) {
+            let mut over = course::Grid {
+                sites: &mut grid.sites,
+                net: &mut net,
+                topo: &topo,
+                opts: course_opts.clone(),
+            };
+            courses.until(t, &mut over);
+        }
         if t >= next_harvest {
             grid.harvest(t);
             next_harvest = t + HARVEST_EVERY;
@@ -1117,6 +1237,17 @@ pub fn simulate_grid_with_local(
                 placed[k] = Some((c, handle, predicted));
             }
         }
+        while let Some(&w) = workflow_order.get(next_workflow).filter(|&&w| workflows[w].at == t) {
+            next_workflow += 1;
+            let mut over = course::Grid {
+                sites: &mut grid.sites,
+                net: &mut net,
+                topo: &topo,
+                opts: course_opts.clone(),
+            };
+            let w = &workflows[w];
+            admitted.push(courses.admit(t, &w.workflow, w.scheduler, &mut over));
+        }
     }
     // Jobs a broker still held for another try at the end never ran.
     unrouted += grid.held.len();
@@ -1131,7 +1262,20 @@ pub fn simulate_grid_with_local(
         };
         (0..jobs.len()).filter(|&i| away(i)).count()
     });
-    run
+    let workflows = admitted
+        .into_iter()
+        .map(|a| match a {
+            Ok((c, plan)) => WorkflowRun {
+                plan: Ok(plan),
+                ran: courses.ran(c).to_vec(),
+            },
+            Err(why) => WorkflowRun {
+                plan: Err(why),
+                ran: Vec::new(),
+            },
+        })
+        .collect();
+    (run, workflows)
 }
 
 /// Broker `b`'s name on delegation paths.

@@ -567,3 +567,59 @@ fn a_job_with_a_deadline_reserves_its_slot_and_a_gone_slot_is_a_violation() {
     let run = simulate_grid_with_local(&sites, &jobs, &local, &[], tts, options);
     assert_eq!(run.jobs[0].start, Time(105), "{:?}", run.jobs);
 }
+
+/// A workflow task of `cores` processors booked for `runtime` seconds.
+fn task(id: &str, cores: u32, runtime: i64) -> brokk_model::workflow::Task {
+    brokk_model::workflow::Task {
+        id: id.into(),
+        runtime: Duration(runtime),
+        cores,
+        ..Default::default()
+    }
+}
+
+#[test]
+fn a_workflow_runs_its_course_beside_the_jobs_and_gives_back_what_its_tasks_leave() {
+    use brokk_broker::workflow::Scheduler;
+    use brokk_model::workflow::{Edge, Workflow};
+    use brokk_sim::course::CourseConfig;
+    use brokk_sim::grid::{simulate_grid_with_workflows, GridWorkflow};
+
+    let sites = [site("a", 4, 1.0), site("b", 4, 1.0)];
+    // x and y side by side, z after x; every run lasts half its booking.
+    let wf = Workflow {
+        name: "w".into(),
+        tasks: vec![task("x", 4, 100), task("y", 4, 100), task("z", 4, 100)],
+        edges: vec![Edge {
+            parent: "x".into(),
+            child: "z".into(),
+            bytes: 0,
+        }],
+        ..Default::default()
+    };
+    let workflows = [GridWorkflow {
+        at: Time(100),
+        workflow: wf,
+        scheduler: Scheduler::HeftSync,
+    }];
+    let course = CourseConfig {
+        runtime: [0.5, 0.5],
+        ..CourseConfig::default()
+    };
+    // A whole-site job arrives while both sites are booked.
+    let jobs = [job(1, 120, 4, 50)];
+    let (run, wfs) = simulate_grid_with_workflows(&sites, &jobs, &workflows, course, TTD, GridOptions::default());
+    let plan = wfs[0].plan.as_ref().expect("admitted");
+    let at = |t: &str| {
+        let p = plan.tasks.iter().find(|p| p.task == t).unwrap();
+        (sites[p.site].name.as_str(), p.start.0)
+    };
+    assert_eq!([at("x"), at("y"), at("z")], [("a", 100), ("b", 100), ("a", 200)]);
+    // x ended at 150, so z moved up to it; each run took half its booking.
+    let ran: Vec<(usize, i64, i64)> = wfs[0].ran.iter().map(|r| (r.task, r.start.0, r.end.0)).collect();
+    assert_eq!(ran, [(0, 100, 150), (1, 100, 150), (2, 150, 200)]);
+    assert!(wfs[0].ran.iter().all(|r| r.ok));
+    // The job was planned after y's booking (200) on b, and moved up when
+    // y gave back the rest of it.
+    assert_eq!(starts(&run), [(1, "b".to_string(), Time(150))]);
+}
