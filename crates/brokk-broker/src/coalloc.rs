@@ -453,6 +453,10 @@ pub enum SearchError {
     /// No common start within the window on these sites.
     #[error("no co-allocation fits the window on these sites")]
     NoFit,
+    /// The parts would all run at once and no site assignment holds them
+    /// together, whatever the window: refused before any site is asked.
+    #[error("{0}")]
+    NeverTogether(String),
     /// A start was found, but the parts could not be placed into it.
     #[error(transparent)]
     Place(#[from] PlaceError),
@@ -472,6 +476,10 @@ pub fn search(
     owner: &str,
 ) -> Result<Vec<(usize, String, Time)>, SearchError> {
     let request = CoRequest::of(jobs, infos, asked.window, asked.delta, Some(asked.hold));
+    let capacities: Vec<u32> = infos.iter().map(|i| i.as_ref().map_or(0, |i| i.total_slots)).collect();
+    if let Some(why) = never_together(&request, &capacities) {
+        return Err(SearchError::NeverTogether(why));
+    }
     let plan = coallocate(&request, sites, owner).map_err(|_| SearchError::NoFit)?;
     let handles = place(&plan, jobs, keys, sites, owner)?;
     Ok(plan
@@ -480,6 +488,71 @@ pub fn search(
         .zip(handles)
         .map(|(&(site, _, start), h)| (site, h.0, start))
         .collect())
+}
+
+/// Steps the proof that parts cannot be packed may take; past it, the
+/// search over the window decides.
+const PACKING_BUDGET: u32 = 100_000;
+
+/// Why the parts of `req` can never run together on sites of `capacities`
+/// processors, if that is so: when the starts may differ by less than the
+/// shortest part lasts, every part runs at the latest start, so they must
+/// fit the sites all at once, each part whole at one site. Without this
+/// proof the search steps its window through every later start any site
+/// names until the window's end (an HTTP round trip or more per step:
+/// half a minute and more over a month) to refuse the same. `None` when
+/// they may fit, or when the proof would take more than
+/// [`PACKING_BUDGET`] steps.
+pub fn never_together(req: &CoRequest, capacities: &[u32]) -> Option<String> {
+    let shortest = req.jobs.iter().map(|j| j.duration).min()?;
+    if req.delta >= shortest {
+        return None;
+    }
+    let mut order: Vec<usize> = (0..req.jobs.len()).collect();
+    order.sort_by_key(|&j| std::cmp::Reverse(req.jobs[j].amount));
+    let mut free = capacities.to_vec();
+    let mut budget = PACKING_BUDGET;
+    if packs(req, &order, &mut free, &mut budget) != Some(false) {
+        return None;
+    }
+    let list = |v: Vec<String>| v.join(", ");
+    Some(format!(
+        "the parts ({} processors) run at the same time and no choice of sites holds them all at once (sites of {} \
+         processors): no window can change that",
+        list(req.jobs.iter().map(|j| j.amount.to_string()).collect()),
+        list(capacities.iter().map(u32::to_string).collect()),
+    ))
+}
+
+/// Whether parts `order` (largest first) fit the sites' `free`
+/// processors, each at one of its resources; `None` when the budget ran out.
+fn packs(req: &CoRequest, order: &[usize], free: &mut [u32], budget: &mut u32) -> Option<bool> {
+    let Some((&j, rest)) = order.split_first() else {
+        return Some(true);
+    };
+    let amount = req.jobs[j].amount;
+    let mut tried: Vec<(u32, Vec<bool>)> = Vec::new();
+    for &r in &req.jobs[j].resources {
+        let left = free.get(r).copied().unwrap_or(0);
+        if left < amount {
+            continue;
+        }
+        // Sites with the same room left, open to the same parts still to
+        // place, are alike for what follows: try one of them.
+        let alike = (left, rest.iter().map(|&k| req.jobs[k].resources.contains(&r)).collect());
+        if tried.contains(&alike) {
+            continue;
+        }
+        *budget = budget.checked_sub(1)?;
+        tried.push(alike);
+        free[r] -= amount;
+        let fits = packs(req, rest, free, budget);
+        free[r] += amount;
+        if fits != Some(false) {
+            return fits;
+        }
+    }
+    Some(false)
 }
 
 /// Where one part of an interrupted co-allocation was found.

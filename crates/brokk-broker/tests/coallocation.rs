@@ -2,7 +2,7 @@
 //! sites whose background load is set so that each iteration unfolds as the
 //! paper describes, and properties of co-allocation under random load.
 
-use brokk_broker::coalloc::{coallocate, CoJob, CoRequest, Event, PathStep};
+use brokk_broker::coalloc::{coallocate, never_together, CoJob, CoRequest, Event, PathStep};
 use brokk_broker::{MemorySite, Site};
 use brokk_core::{Reply, Request};
 use brokk_model::{Duration, ResourceInfo, Time};
@@ -198,4 +198,66 @@ fn cases(default: u32) -> u32 {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
+}
+
+/// Parts of `amounts` processors each lasting an hour, usable at every
+/// site big enough, started within `delta` seconds.
+fn parts(amounts: &[u32], capacities: &[u32], delta: i64) -> CoRequest {
+    CoRequest {
+        jobs: amounts
+            .iter()
+            .map(|&amount| CoJob {
+                amount,
+                duration: Duration::hours(1),
+                memory_mib: 0,
+                resources: (0..capacities.len()).filter(|&k| capacities[k] >= amount).collect(),
+            })
+            .collect(),
+        earliest: at(0),
+        latest: at(60 * 24 * 30),
+        delta: Duration(delta),
+        hold: None,
+    }
+}
+
+#[test]
+fn parts_that_cannot_run_together_anywhere_are_refused_before_any_site_is_asked() {
+    let sites = [16, 32, 48];
+    // Two parts of 40: only the 48 holds one, and it cannot hold both.
+    let why = never_together(&parts(&[40, 40], &sites, 0), &sites).expect("never together");
+    assert!(why.contains("40, 40") && why.contains("16, 32, 48"), "{why}");
+    // 32 and 32 go to the 32 and the 48.
+    assert_eq!(never_together(&parts(&[32, 32], &sites, 0), &sites), None);
+    // Two of 10 share the 20 beside one 10 each elsewhere.
+    assert_eq!(
+        never_together(&parts(&[10, 10, 10, 10], &[10, 10, 20], 0), &[10, 10, 20]),
+        None
+    );
+    // 15 and 15 take both 20s; the 10 is left without room.
+    assert!(never_together(&parts(&[15, 15, 10], &[20, 20], 0), &[20, 20]).is_some());
+    // Starts an hour apart may run one after the other on the one site.
+    assert_eq!(never_together(&parts(&[40, 40], &sites, 3600), &sites), None);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: cases(300), ..ProptestConfig::default() })]
+
+    /// The refusal before asking is sound: whenever it says the parts never
+    /// run together, the search itself over the same empty sites and a
+    /// month's window finds nothing either.
+    #[test]
+    fn a_refusal_before_asking_is_never_wrong(
+        amounts in prop::collection::vec(1u32..24, 1..5),
+        capacities in prop::collection::vec(1u32..32, 1..4),
+        delta in 0i64..7200,
+    ) {
+        let req = parts(&amounts, &capacities, delta);
+        prop_assume!(req.jobs.iter().all(|j| !j.resources.is_empty()));
+        if never_together(&req, &capacities).is_some() {
+            let mut owned: Vec<MemorySite> =
+                capacities.iter().enumerate().map(|(i, &c)| site(&format!("S{i}"), c, &[])).collect();
+            let mut sites: Vec<&mut dyn Site> = owned.iter_mut().map(|s| s as &mut dyn Site).collect();
+            prop_assert!(coallocate(&req, &mut sites, "alice").is_err(), "{amounts:?} fit {capacities:?}");
+        }
+    }
 }

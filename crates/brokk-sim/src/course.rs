@@ -223,29 +223,37 @@ impl Courses {
     }
 
     /// Every run that ends by `t`, in time order, with what follows it.
+    /// Runs ending at the same instant all end before any course decides
+    /// what follows, as a live broker's round sees them: a child moved up
+    /// into room that two parents left sees both gone.
     pub fn until(&mut self, t: Time, grid: &mut Grid) {
-        while let Some(&Reverse((at, _, c, task, ok))) = self.endings.peek() {
-            if at > t {
-                break;
-            }
-            self.endings.pop();
-            if self.running[c].course.ended().is_some() {
-                continue;
-            }
+        while let Some(at) = self.next_end().filter(|&at| at <= t) {
             grid.advance(at);
-            let r = &mut self.running[c];
-            r.last_end = r.last_end.max(at);
-            // What the task did not use of its reservation is given back.
-            let p = &r.course.plan().tasks[task];
-            let _ = grid.sites[p.site].cancel(OWNER, p.reservation);
-            let status = if ok {
-                TaskStatus::Succeeded
-            } else {
-                TaskStatus::Failed("it failed".into())
-            };
-            r.course.set(task, status);
-            let actions = r.course.advance(at);
-            self.carry_out(c, at, actions, grid);
+            let mut touched: Vec<usize> = Vec::new();
+            while let Some(&Reverse((_, _, c, task, ok))) = self.endings.peek().filter(|e| e.0 .0 == at) {
+                self.endings.pop();
+                if self.running[c].course.ended().is_some() {
+                    continue;
+                }
+                let r = &mut self.running[c];
+                r.last_end = r.last_end.max(at);
+                // What the task did not use of its reservation is given back.
+                let p = &r.course.plan().tasks[task];
+                let _ = grid.sites[p.site].cancel(OWNER, p.reservation);
+                let status = if ok {
+                    TaskStatus::Succeeded
+                } else {
+                    TaskStatus::Failed("it failed".into())
+                };
+                r.course.set(task, status);
+                if !touched.contains(&c) {
+                    touched.push(c);
+                }
+            }
+            for c in touched {
+                let actions = self.running[c].course.advance(at);
+                self.carry_out(c, at, actions, grid);
+            }
         }
     }
 

@@ -185,7 +185,7 @@ impl Service {
                     .map_err(|e| match e {
                         // The sites' schedules leave no common start: a
                         // refusal, as a reservation no site can give is.
-                        SearchError::NoFit => ServiceError::Conflict(e.to_string()),
+                        SearchError::NoFit | SearchError::NeverTogether(_) => ServiceError::Conflict(e.to_string()),
                         SearchError::Place(e) => ServiceError::Unavailable(e.to_string()),
                     })
             })
