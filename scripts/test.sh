@@ -69,6 +69,17 @@ else
   echo "the contracts' tools are unavailable: their tests stay ignored (see /tmp/brokk-contracts-tools.log)"
 fi
 
+echo "== a font for the simulator's PNG and PDF figures (fonts-dejavu-core)"
+if ! fc-list 2>/dev/null | grep -q . && [ ! -d /usr/share/fonts/truetype ]; then
+  if [ "$(id -u)" = 0 ]; then
+    { DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends fonts-dejavu-core ||
+      { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends fonts-dejavu-core; }; } \
+      >/tmp/brokk-fonts-install.log 2>&1 || echo "fonts-dejavu-core could not be installed (see /tmp/brokk-fonts-install.log)"
+  else
+    echo "no font and not root: the figure tests will say which package to install"
+  fi
+fi
+
 echo "== tests"
 if command -v cargo-nextest >/dev/null 2>&1; then
   cargo nextest run --locked --workspace --no-fail-fast

@@ -105,6 +105,9 @@ pub struct AdmissionExperiment {
     /// atomic.
     #[serde(default)]
     pub reoptimize: Option<ReoptimizeConfig>,
+    /// How the figures are written (`[plots] formats`).
+    #[serde(default)]
+    pub plots: crate::figures::FiguresSpec,
     /// The workflow every arrival submits, when `workflow.file` names one
     /// (read by the caller, which knows the job languages).
     #[serde(skip)]
@@ -407,7 +410,7 @@ pub fn write_all(dir: &std::path::Path, report: &AdmissionReport, times: &[Sched
     std::fs::write(dir.join("summary.json"), json)?;
     std::fs::write(dir.join("timings.csv"), crate::timing::csv(&timed(report, times)))?;
     for (name, svg) in crate::plots::admission(report).map_err(std::io::Error::other)? {
-        std::fs::write(dir.join(&name), svg)?;
+        crate::figures::save(dir, &name, &svg, &report.formats)?;
     }
     Ok(())
 }
@@ -439,6 +442,9 @@ pub struct AdmissionReport {
     pub points: Vec<AdmissionPoint>,
     /// Each setting over its seeds.
     pub aggregates: Vec<AdmissionAggregate>,
+    /// The files each figure is written as (`[plots] formats`).
+    #[serde(skip)]
+    pub formats: Vec<crate::figures::Format>,
 }
 
 impl AdmissionExperiment {
@@ -693,6 +699,7 @@ impl AdmissionExperiment {
             sites,
             points,
             aggregates,
+            formats: self.plots.formats.clone(),
         };
         Ok((report, times))
     }

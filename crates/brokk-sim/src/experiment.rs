@@ -107,6 +107,10 @@ pub struct PlotsSpec {
     /// At most this many jobs in a Gantt chart, the first to start.
     #[serde(default = "default_gantt_jobs")]
     pub gantt_jobs: usize,
+    /// The files each figure is written as: `svg`, `png`, `pdf` (SVG alone
+    /// by default; see [`crate::figures`]).
+    #[serde(default = "crate::figures::default_formats")]
+    pub formats: Vec<crate::figures::Format>,
 }
 
 fn default_gantt_jobs() -> usize {
@@ -119,6 +123,7 @@ impl Default for PlotsSpec {
             log_y: None,
             gantt_window: None,
             gantt_jobs: default_gantt_jobs(),
+            formats: crate::figures::default_formats(),
         }
     }
 }

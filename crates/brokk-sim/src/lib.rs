@@ -20,6 +20,7 @@ pub mod course;
 pub mod engine;
 pub mod experiment;
 pub mod export;
+pub mod figures;
 pub mod grid;
 pub mod gwf;
 pub mod lublin;

@@ -360,8 +360,9 @@ pub fn write_all(
     results: &[PointResult],
     baseline: Option<&Baseline>,
 ) -> io::Result<()> {
+    let formats = &prepared.spec.plots.formats;
     let plot = |name: &str, svg: Result<String, String>| match svg {
-        Ok(svg) => std::fs::write(dir.join(name), svg),
+        Ok(svg) => crate::figures::save(dir, name, &svg, formats),
         Err(e) => Err(io::Error::other(format!("{name}: {e}"))),
     };
     let name = &prepared.spec.name;

@@ -41,6 +41,9 @@ pub struct ArchitectureExperiment {
     /// The architectures' parameters.
     #[serde(default)]
     pub params: ParamsSpec,
+    /// How the figures are written (`[plots] formats`).
+    #[serde(default)]
+    pub plots: crate::figures::FiguresSpec,
 }
 
 fn one_day() -> f64 {

@@ -303,7 +303,7 @@ fn architectures(a: ArchitecturesArgs) -> Result<ExitCode> {
     let json = serde_json::to_string_pretty(&report)?;
     std::fs::write(out.join("summary.json"), &json)?;
     for (name, svg) in brokk_sim::plots::architectures(&report).map_err(anyhow::Error::msg)? {
-        std::fs::write(out.join(&name), svg).with_context(|| format!("writing {name}"))?;
+        brokk_sim::figures::save(&out, &name, &svg, &exp.plots.formats).with_context(|| format!("writing {name}"))?;
     }
     if a.results.json {
         say!("{json}");
