@@ -12,7 +12,7 @@ export CARGO_TARGET_DIR="$repo/target/python/cargo"
 "$venv/bin/pip" install --quiet --upgrade pip
 "$venv/bin/pip" install --quiet "$repo/python[test]"
 cd "$repo/python"
-"$venv/bin/python" -m pytest -q tests
+"$venv/bin/python" -m pytest -q -rP tests
 "$venv/bin/jupyter" nbconvert --to notebook --execute examples/kth-sp2.ipynb \
   --output-dir "$repo/target/python" --ExecutePreprocessor.timeout=600
 echo "python: package built, tests passed, notebook executed ($repo/target/python/kth-sp2.ipynb)"

@@ -5,6 +5,7 @@
 //! queue orders written in Python ([`orders`]) take it for each call.
 
 mod orders;
+mod routers;
 
 use std::path::{Path, PathBuf};
 
@@ -51,9 +52,11 @@ fn run(
 }
 
 /// Runs the experiment file at `path`, whose policies may name the queue
-/// orders of `orders` (name -> function or class).
+/// orders of `orders` and whose routings the grid routers of `routers`
+/// (each name -> function or class).
 #[pyfunction]
-#[pyo3(signature = (path, sweep=false, threads=None, traces=None, out=None, orders=None))]
+#[pyo3(signature = (path, sweep=false, threads=None, traces=None, out=None, orders=None, routers=None))]
+#[allow(clippy::too_many_arguments)]
 fn run_file(
     py: Python<'_>,
     path: PathBuf,
@@ -62,8 +65,10 @@ fn run_file(
     traces: Option<PathBuf>,
     out: Option<PathBuf>,
     orders: Option<&Bound<'_, PyDict>>,
+    routers: Option<&Bound<'_, PyDict>>,
 ) -> PyResult<(String, String)> {
     let (own, failed) = orders::from_dict(orders)?;
+    let own = routers::with_dict(own, routers, &failed)?;
     let r = py.allow_threads(|| {
         let prepared = load_with_orders(&path, traces.as_deref(), &own).map_err(|e| e.to_string())?;
         run(&prepared, sweep, threads, out.as_deref())
@@ -72,9 +77,10 @@ fn run_file(
 }
 
 /// Runs an experiment given as JSON (the TOML file's keys), trace paths
-/// relative to `base`, with the queue orders of `orders`.
+/// relative to `base`, with the queue orders of `orders` and the grid
+/// routers of `routers`.
 #[pyfunction]
-#[pyo3(signature = (spec, base, sweep=false, threads=None, traces=None, out=None, orders=None))]
+#[pyo3(signature = (spec, base, sweep=false, threads=None, traces=None, out=None, orders=None, routers=None))]
 #[allow(clippy::too_many_arguments)]
 fn run_spec(
     py: Python<'_>,
@@ -85,9 +91,11 @@ fn run_spec(
     traces: Option<PathBuf>,
     out: Option<PathBuf>,
     orders: Option<&Bound<'_, PyDict>>,
+    routers: Option<&Bound<'_, PyDict>>,
 ) -> PyResult<(String, String)> {
     let spec = spec.to_string();
     let (own, failed) = orders::from_dict(orders)?;
+    let own = routers::with_dict(own, routers, &failed)?;
     let r = py.allow_threads(|| {
         let spec: Experiment = serde_json::from_str(&spec).map_err(|e| format!("experiment: {e}"))?;
         let prepared = prepare_with_orders(spec, &base, traces.as_deref(), &own).map_err(|e| e.to_string())?;
@@ -126,5 +134,6 @@ fn _brokk(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(run_spec, m)?)?;
     m.add_function(wrap_pyfunction!(run_admission, m)?)?;
     m.add_class::<orders::PyJob>()?;
+    m.add_class::<routers::PySite>()?;
     Ok(())
 }

@@ -156,6 +156,69 @@ def test_an_order_that_raises_fails_the_run_with_its_error():
         brokk.run(dict(SWEEP, policies=["easy+x"]), orders={"x": 3})
 
 
+def test_a_grid_router_written_in_python_routes_as_the_same_rule_in_rust(tmp_path):
+    import pandas as pd
+
+    calls = 0
+
+    class RoundRobin:
+        """The built-in round robin: the next site after the last one used that is large enough."""
+
+        def __init__(self):
+            self.turn = 0
+
+        def route(self, job, sites, now):
+            nonlocal calls
+            calls += 1
+            for k in range(len(sites)):
+                c = (self.turn + k) % len(sites)
+                if sites[c].procs >= job.size:
+                    self.turn = c + 1
+                    return c
+            return None
+
+    exp = dict(SWEEP, policies=["easy"], sweep={"loads": [0.7], "seeds": [1]})
+    exp["platform"] = {
+        "clusters": [{"name": "a", "procs": 32}, {"name": "b", "procs": 64}],
+        "routings": ["round-robin", "rr"],
+    }
+    r = brokk.run(exp, sweep=True, threads=1, routers={"rr": RoundRobin}, out=tmp_path)
+    jobs = r.jobs[r.jobs.policy != "as-recorded"]
+    placed = lambda p: jobs[jobs.policy == p].set_index("job")[["cluster", "start"]].sort_index()
+    assert len(placed("rr")) > 1000
+    assert placed("rr").equals(placed("round-robin"))
+    assert set(placed("rr").cluster) == {"a", "b"}
+    # Each series' wall time over the same jobs: what a Python call costs.
+    t = pd.read_csv(tmp_path / "timings.csv").set_index("series").seconds
+    per_call = (t["rr"] - t["round-robin"]) / calls
+    print(f"python router: {calls} calls, {per_call * 1e6:.2f} us per call more than Rust's round robin")
+
+
+def test_a_router_reads_the_sites_and_one_that_raises_fails_the_run():
+    seen = []
+
+    def most_free(job, sites, now):
+        seen.append([(s.name, s.procs, s.free, s.running, s.waiting) for s in sites])
+        fits = [k for k, s in enumerate(sites) if s.procs >= job.size]
+        return max(fits, key=lambda k: sites[k].free, default=None)
+
+    exp = dict(SWEEP, policies=["easy"], workload={"lublin": {"days": 2}, "estimates": "exact"})
+    exp["platform"] = {"clusters": [{"name": "a", "procs": 32}, {"name": "b", "procs": 64}], "routings": ["free"]}
+    r = brokk.run(exp, threads=1, routers={"free": most_free})
+    assert int(r.points.finished.iloc[0]) > 0
+    assert {s[0] for s in seen[0]} == {"a", "b"} and seen[0][0][1] == 32
+    # The sites' state changes as jobs arrive: not every call sees them empty.
+    assert any(a[2] < a[1] or b[2] < b[1] for a, b in seen)
+
+    def broken(job, sites, now):
+        raise RuntimeError("nowhere")
+
+    with pytest.raises(ValueError, match="router boom: RuntimeError: nowhere"):
+        brokk.run(dict(exp, platform=dict(exp["platform"], routings=["boom"])), routers={"boom": broken})
+    with pytest.raises(TypeError, match="give a function route"):
+        brokk.run(exp, routers={"free": 3})
+
+
 def test_a_workflow_admission_experiment_gives_its_figures_and_each_schedulers_time(tmp_path):
     exp = tmp_path / "admission.toml"
     schedulers = (ROOT / "examples" / "experiments" / "workflow-schedulers.toml").read_text()

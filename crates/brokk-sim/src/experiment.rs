@@ -28,11 +28,14 @@ use brokk_model::{Duration, Time};
 use serde::Deserialize;
 
 use crate::cluster::{from_swf, Estimates, Outcome, Policy, SimJob};
-use crate::grid::{simulate_grid_with_local, Adaptation, GridOptions, GridRouting, PredictionError, Staleness};
+use crate::grid::{
+    simulate_grid_routed, simulate_grid_with_local, Adaptation, GridOptions, GridRouting, PredictionError, Staleness,
+};
 use crate::lublin;
 use crate::metrics::{by_size, by_user, summary, Horizon, Summary, Window, DEFAULT_BOUND};
 use crate::orders::{OrderMaker, Orders};
 use crate::platform::{clusters_from_partitions, simulate_platform, ClusterRun, ClusterSpec, PlatformRun, Routing};
+use crate::routers::RouterMaker;
 use crate::swf::SwfJob;
 use crate::timing::SchedulerTime;
 use crate::transform::{allocated, scale_load, window, Filter, Processors};
@@ -400,6 +403,8 @@ pub struct Prepared {
     pub orders: Vec<Option<OrderMaker>>,
     /// How each series routes jobs (the seed of random routing is the point's).
     pub routes: Vec<Route>,
+    /// The program's own routers that [`GridRouting::Own`] routes name.
+    pub routers: Vec<RouterMaker>,
     /// The platform's clusters.
     pub clusters: Vec<ClusterSpec>,
     /// Trace records after window and filter (empty for the model).
@@ -660,6 +665,8 @@ pub fn prepare_with_orders(
         p.routings.clone()
     };
     let mut grid = Vec::new();
+    // The program's own routers the routings name, in order of first use.
+    let mut routers: Vec<RouterMaker> = Vec::new();
     // Per series, how old its broker's information may grow, when it says.
     let mut intervals = Vec::new();
     // Per series, whether and when its brokers delegate to each other.
@@ -700,7 +707,19 @@ pub fn prepare_with_orders(
         } else {
             delegations.push(None);
         }
-        match GridRouting::parse(rule) {
+        // A program's own router, by its name (never a built-in's).
+        let own = || {
+            let maker = orders.router(rule)?;
+            let k = routers
+                .iter()
+                .position(|m: &RouterMaker| m.name() == rule)
+                .unwrap_or_else(|| {
+                    routers.push(maker.clone());
+                    routers.len() - 1
+                });
+            Some(GridRouting::Own(k))
+        };
+        match GridRouting::parse(rule).or_else(own) {
             Some(r) if delegate.is_some() && !r.is_broker() => {
                 return invalid(format!(
                     "platform.routings: {n:?}: `+delegate` applies to broker routings"
@@ -717,12 +736,14 @@ pub fn prepare_with_orders(
             }
             None => {
                 return invalid(format!(
-                    "platform.routing: unknown rule {n:?} (partition, round-robin, random, broker-tts, broker-ttd, broker-least-load, broker-ttd-reserve[:K], each broker rule with @ask or @INTERVAL, and +delegate[:THRESHOLD] with several brokers)"
+                    "platform.routing: unknown rule {n:?} (partition, round-robin, random, broker-tts, broker-ttd, broker-least-load, broker-ttd-reserve[:K], each broker rule with @ask or @INTERVAL, and +delegate[:THRESHOLD] with several brokers; or a router the program registered, such as Python's `routers=`)"
                 ))
             }
         }
     }
-    let on_grid = grid.iter().any(|r| r.is_broker());
+    // Brokers and a program's routers read the sites as they run: the
+    // whole platform is then a grid of site cores.
+    let on_grid = grid.iter().any(|r| !matches!(r, GridRouting::Fixed(_)));
     if !on_grid && clusters.iter().any(|c| c.speed != 1.0) {
         return invalid("platform.clusters: speed applies to grid runs; add a broker routing to routings".into());
     }
@@ -820,7 +841,7 @@ pub fn prepare_with_orders(
         } else {
             match r {
                 GridRouting::Fixed(r) => Route::Clusters(r),
-                GridRouting::Broker { .. } => Route::Grid(r, options),
+                GridRouting::Broker { .. } | GridRouting::Own(_) => Route::Grid(r, options),
             }
         };
         for (pn, policy, order) in &policies {
@@ -864,6 +885,7 @@ pub fn prepare_with_orders(
         spec,
         policies,
         orders: series_orders,
+        routers,
         routes,
         clusters,
         trace,
@@ -1200,7 +1222,13 @@ impl Prepared {
                     }
                     None => Default::default(),
                 };
-                let g = simulate_grid_with_local(&self.clusters, &jobs, &local, &deadlines, routing, options);
+                let g = match routing {
+                    GridRouting::Own(k) => {
+                        let mut router = self.routers[k].make();
+                        simulate_grid_routed(&self.clusters, &jobs, &local, &deadlines, router.as_mut(), options)
+                    }
+                    _ => simulate_grid_with_local(&self.clusters, &jobs, &local, &deadlines, routing, options),
+                };
                 let run = PlatformRun {
                     clusters: g.clusters,
                     unrouted: g.unrouted,

@@ -55,6 +55,7 @@ use brokk_model::workflow::Workflow;
 use crate::cluster::{Outcome, SimJob};
 use crate::course::{self, CourseConfig, Courses, TaskRan};
 use crate::platform::{ClusterRun, ClusterSpec, Router, Routing};
+use crate::routers::{GridRouter, SiteView};
 
 /// The benchmark that carries a site's relative speed.
 const SPEED: &str = "speed";
@@ -78,6 +79,9 @@ pub enum GridRouting {
         /// Sites to reserve on before choosing.
         reserve_top_k: usize,
     },
+    /// A program's own router ([`crate::routers`]), by its position among
+    /// those the run is given ([`simulate_grid_routed`]).
+    Own(usize),
 }
 
 impl GridRouting {
@@ -885,6 +889,7 @@ pub fn simulate_grid_with_local(
         deadlines,
         workflows: &[],
         course: CourseConfig::default(),
+        own: None,
     };
     run_grid(clusters, arrivals, routing, options).0
 }
@@ -931,17 +936,42 @@ pub fn simulate_grid_with_workflows(
         deadlines: &[],
         workflows,
         course,
+        own: None,
     };
     run_grid(clusters, arrivals, routing, options)
 }
 
-/// Everything that arrives at a grid during a run.
+/// Everything that arrives at a grid during a run, and the program's own
+/// router when the routing is [`GridRouting::Own`].
 struct Arrivals<'a> {
     jobs: &'a [SimJob],
     local: &'a [SimJob],
     deadlines: &'a [Option<Time>],
     workflows: &'a [GridWorkflow],
     course: CourseConfig,
+    own: Option<&'a mut dyn GridRouter>,
+}
+
+/// [`simulate_grid_with_local`] with each arrival sent where `router`
+/// says ([`crate::routers`]), reading what every site publishes at that
+/// moment.
+pub fn simulate_grid_routed(
+    clusters: &[ClusterSpec],
+    jobs: &[SimJob],
+    local: &[SimJob],
+    deadlines: &[Option<Time>],
+    router: &mut dyn GridRouter,
+    options: GridOptions,
+) -> GridRun {
+    let arrivals = Arrivals {
+        jobs,
+        local,
+        deadlines,
+        workflows: &[],
+        course: CourseConfig::default(),
+        own: Some(router),
+    };
+    run_grid(clusters, arrivals, GridRouting::Own(0), options).0
 }
 
 fn run_grid(
@@ -956,6 +986,7 @@ fn run_grid(
         deadlines,
         workflows,
         course,
+        mut own,
     } = arrivals;
     let GridOptions {
         staleness,
@@ -1019,7 +1050,7 @@ fn run_grid(
             .map(|(b, g)| {
                 let reserve_top_k = match routing {
                     GridRouting::Broker { reserve_top_k, .. } => reserve_top_k,
-                    GridRouting::Fixed(_) => 0,
+                    GridRouting::Fixed(_) | GridRouting::Own(_) => 0,
                 };
                 let params = BrokerParams {
                     info_ttl: staleness.info_ttl,
@@ -1079,7 +1110,7 @@ fn run_grid(
     };
     let mut router = match routing {
         GridRouting::Fixed(r) => Some(Router::new(clusters, r)),
-        GridRouting::Broker { .. } => None,
+        GridRouting::Broker { .. } | GridRouting::Own(_) => None,
     };
     // Per job: (site, handle, predicted start and completion).
     let mut placed: Vec<Option<(usize, JobHandle, Option<Predicted>)>> = vec![None; jobs.len()];
@@ -1203,12 +1234,15 @@ fn run_grid(
             // them as its jobs reach their sites).
             let (now_placed, waits, timed) = match (&mut router, routing) {
                 (Some(router), _) => {
-                    let one = router.route(j).and_then(|c| {
-                        let mut job = job_of(j);
-                        job.wall_time = Some(scaled(j.estimate, clusters[c].speed));
-                        grid.sites[c].advance(t);
-                        let handle = grid.sites[c].submit(OWNER, &job, None).ok()?;
-                        Some((i, c, handle, None))
+                    let one = router.route(j).and_then(|c| grid.submit_at(i, j, c, t));
+                    (one.into_iter().collect(), false, false)
+                }
+                (None, GridRouting::Own(_)) => {
+                    let one = own.as_deref_mut().and_then(|r| {
+                        let views = grid.views(t);
+                        let c = r.route(j, &views, t)?;
+                        clusters.get(c).filter(|s| s.procs >= j.size)?;
+                        grid.submit_at(i, j, c, t)
                     });
                     (one.into_iter().collect(), false, false)
                 }
@@ -1284,6 +1318,43 @@ fn broker_name(b: usize) -> String {
 }
 
 impl Grid<'_> {
+    /// Job `i` (`j`) submitted at `t` to site `c`, which a fixed rule or
+    /// the program's router chose: (trace index, site, handle, no prediction).
+    fn submit_at(
+        &mut self,
+        i: usize,
+        j: &SimJob,
+        c: usize,
+        t: Time,
+    ) -> Option<(usize, usize, JobHandle, Option<Predicted>)> {
+        let mut job = job_of(j);
+        job.wall_time = Some(scaled(j.estimate, self.specs[c].speed));
+        self.sites[c].advance(t);
+        let handle = self.sites[c].submit(OWNER, &job, None).ok()?;
+        Some((i, c, handle, None))
+    }
+
+    /// What every site publishes at `t`, as a program's router reads it.
+    fn views(&mut self, t: Time) -> Vec<SiteView> {
+        self.sites
+            .iter_mut()
+            .zip(self.specs)
+            .map(|(site, spec)| {
+                site.advance(t);
+                let p = site.core().published(t);
+                SiteView {
+                    name: spec.name.clone(),
+                    procs: spec.procs,
+                    speed: spec.speed,
+                    free: p.free_now,
+                    running: p.running,
+                    waiting: p.waiting,
+                    estimated_wait: p.estimated_wait.map(|d| d.0),
+                }
+            })
+            .collect()
+    }
+
     /// Job `i` (`j`) arriving at `t` at its home broker `b`, which accepts
     /// it, decides and sends it as `brokk serve` does, by `objective`,
     /// holding reservations on its best sites first when it `reserves`.

@@ -32,6 +32,7 @@ pub mod reoptimize;
 pub mod replay;
 pub mod report;
 pub mod rescue;
+pub mod routers;
 pub mod stats;
 pub mod swf;
 pub mod timeseries;

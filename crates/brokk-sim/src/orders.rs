@@ -49,10 +49,12 @@ impl fmt::Debug for OrderMaker {
     }
 }
 
-/// User-defined orders by name, beside the built-in ones.
+/// A program's own queue orders and grid routers by name, beside the
+/// built-in ones.
 #[derive(Clone, Debug, Default)]
 pub struct Orders {
     own: Vec<OrderMaker>,
+    routers: Vec<crate::routers::RouterMaker>,
 }
 
 impl Orders {
@@ -70,6 +72,22 @@ impl Orders {
     ) -> Self {
         self.own.push(OrderMaker::new(name, make));
         self
+    }
+
+    /// Adds a grid router the experiment's `routings` can name `name`
+    /// ([`crate::routers`]); a built-in routing's name cannot be taken.
+    pub fn with_router(
+        mut self,
+        name: impl Into<String>,
+        make: impl Fn() -> Box<dyn crate::routers::GridRouter> + Send + Sync + 'static,
+    ) -> Self {
+        self.routers.push(crate::routers::RouterMaker::new(name, make));
+        self
+    }
+
+    /// The router named `name`, if the program gave one.
+    pub fn router(&self, name: &str) -> Option<&crate::routers::RouterMaker> {
+        self.routers.iter().find(|r| r.name() == name)
     }
 
     /// The order `name` names (`ORDER` or `ORDER:PARAMETER`), with queue

@@ -18,6 +18,20 @@ policies after `+`, as the built-in ones are::
         return job.size
     r = brokk.run(exp, orders={"narrow": narrowest})   # policies = ["easy+narrow"]
 
+A grid routing policy can be written in Python too and named in the
+experiment's `routings` beside the built-in rules; it reads what every
+site publishes when a job arrives and returns the chosen site's position
+(or None to leave the job unrouted)::
+
+    def most_free(job, sites, now):
+        fits = [k for k, s in enumerate(sites) if s.procs >= job.size]
+        return max(fits, key=lambda k: sites[k].free, default=None)
+    r = brokk.run(exp, routers={"most-free": most_free})   # routings = ["most-free"]
+
+Each site has `name`, `procs`, `speed`, `free`, `running`, `waiting` and
+`estimated_wait` (seconds, or None). A router that keeps state is a class
+with a `route(job, sites, now)` method; each simulation gets an instance.
+
 Workflow admission experiments ([VRM] 4.6, the files `brokk sim workflows`
 reads) run too, with each scheduler's own time per workflow::
 
@@ -128,6 +142,7 @@ def run(
     out: Optional[str] = None,
     base: Optional[str] = None,
     orders: Optional[dict[str, Union[Callable[..., float], type]]] = None,
+    routers: Optional[dict[str, Union[Callable[..., Optional[int]], type]]] = None,
 ) -> Results:
     """Runs an experiment.
 
@@ -135,17 +150,18 @@ def run(
     (trace paths relative to `base`, the current directory by default).
     `sweep` runs every load x seed x policy, else each policy's first point.
     `out` also writes the reports and plots `brokk sim` writes. `orders`
-    names queue orders written in Python (see the module's documentation).
-    A mistake in the experiment, or an exception an order raised, raises
-    ValueError with the place and the reason.
+    names queue orders and `routers` grid routing policies written in
+    Python (see the module's documentation). A mistake in the experiment,
+    or an exception an order or a router raised, raises ValueError with
+    the place and the reason.
     """
     t = None if traces is None else os.fspath(traces)
     o = None if out is None else os.fspath(out)
     if isinstance(experiment, dict):
         spec = json.dumps(experiment)
-        summary, jobs = _brokk.run_spec(spec, os.fspath(base or "."), sweep, threads, t, o, orders)
+        summary, jobs = _brokk.run_spec(spec, os.fspath(base or "."), sweep, threads, t, o, orders, routers)
     else:
-        summary, jobs = _brokk.run_file(os.fspath(experiment), sweep, threads, t, o, orders)
+        summary, jobs = _brokk.run_file(os.fspath(experiment), sweep, threads, t, o, orders, routers)
     s: dict[str, Any] = json.loads(summary)
     frame = pd.read_csv(io.StringIO(jobs), dtype={"policy": str, "cluster": str, "seed": "Int64"})
     return Results(
