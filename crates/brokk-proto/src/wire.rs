@@ -531,6 +531,15 @@ pub struct TaskMove {
     pub why: String,
 }
 
+/// A dependency between two tasks of a workflow.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct WorkflowEdge {
+    /// The task that runs first.
+    pub parent: String,
+    /// The task that waits for it.
+    pub child: String,
+}
+
 /// Bandwidth the broker booked between two sites for a workflow.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct WorkflowTransfer {
@@ -583,6 +592,9 @@ pub struct WorkflowView {
     /// Bandwidth booked between sites.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub transfers: Vec<WorkflowTransfer>,
+    /// Which task waits for which (filled in when shown).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub edges: Vec<WorkflowEdge>,
     /// What the broker does not carry out of what the workflow asks.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,

@@ -1,7 +1,8 @@
 //! The web dashboard in a real browser: Debian's headless Chromium driven
 //! through chromedriver (WebDriver) against a real `brokk serve`. It logs in
 //! with a token, sees a job submitted through the API appear and finish
-//! without a reload, and sees a reservation on its site's Gantt row.
+//! without a reload, and sees a reservation on its site's Gantt row and in
+//! the reservations view, and a workflow's graph and tasks to its end.
 //! Screenshots go to `target/browser-artifacts/`.
 
 use std::path::PathBuf;
@@ -174,6 +175,90 @@ async fn the_dashboard_shows_jobs_live_and_reservations_on_the_gantt_chart() {
             .for_element(Locator::Css(&format!("#jobs tr[data-id='{id}'][data-state='finished']")))
             .await?;
         assert!(!site.is_empty());
+
+        // The reservations view lists the reservation, at its site; a
+        // state filter it does not match hides it.
+        let row = c
+            .wait()
+            .at_most(Duration::from_secs(15))
+            .for_element(Locator::Css(&format!("#reservations tr[data-id='{rid}']")))
+            .await?;
+        let text = row.text().await?;
+        assert!(text.contains(&site) && text.contains('2'), "{text}");
+        let kept = row.attr("data-state").await?.unwrap_or_default();
+        assert!(kept == "held" || kept == "committed", "{kept}");
+        c.find(Locator::Css("#r-state option[value='cancelled']")).await?.click().await?;
+        assert!(c.find(Locator::Css(&format!("#reservations tr[data-id='{rid}']"))).await.is_err());
+        c.find(Locator::Css(&format!("#r-state option[value='{kept}']"))).await?.click().await?;
+        c.find(Locator::Css(&format!("#reservations tr[data-id='{rid}']"))).await?;
+
+        // A workflow: its row, then its graph (a diamond: four tasks, four
+        // dependencies) and its tasks, followed to its end.
+        for (node, after) in [("a", ""), ("b", "a"), ("c", "a"), ("d", "b c")] {
+            std::fs::write(
+                dir.join(format!("{node}.sub")),
+                format!("executable = /bin/sh\narguments = \"-c 'sleep 1; echo {node} {after}'\"\nallowed_job_duration = 120\nqueue\n"),
+            )?;
+        }
+        std::fs::write(
+            dir.join("diamond.dag"),
+            "JOB a a.sub\nJOB b b.sub\nJOB c c.sub\nJOB d d.sub\nPARENT a CHILD b c\nPARENT b c CHILD d\n",
+        )?;
+        let w = common::json(
+            &server.url,
+            "tok-ann",
+            &["workflow", "submit", dir.join("diamond.dag").to_str().unwrap(), "--json"],
+        );
+        let wid = w["id"].as_str().unwrap_or_else(|| panic!("not admitted: {w}")).to_string();
+        c.wait()
+            .at_most(Duration::from_secs(20))
+            .for_element(Locator::Css(&format!("#workflows tr[data-id='{wid}']")))
+            .await?
+            .click()
+            .await?;
+        c.wait()
+            .at_most(Duration::from_secs(10))
+            .for_element(Locator::Css("#w-graph svg.dag g.task[data-task='d']"))
+            .await?;
+        assert_eq!(c.find_all(Locator::Css("#w-graph svg.dag g.task")).await?.len(), 4);
+        assert_eq!(c.find_all(Locator::Css("#w-graph svg.dag line.edge")).await?.len(), 4);
+        // d is drawn two layers below a.
+        let y = |task: &'static str| {
+            let c = c.clone();
+            async move {
+                let rect = c
+                    .find(Locator::Css(&format!("#w-graph g.task[data-task='{task}'] rect")))
+                    .await?;
+                Ok::<f64, Box<dyn std::error::Error>>(rect.attr("y").await?.unwrap_or_default().parse()?)
+            }
+        };
+        let (ya, yb, yd) = (y("a").await?, y("b").await?, y("d").await?);
+        assert!(ya < yb && yb < yd, "layers {ya} {yb} {yd}");
+        c.wait()
+            .at_most(Duration::from_secs(60))
+            .for_element(Locator::Css(&format!("#workflows tr[data-id='{wid}'][data-state='finished']")))
+            .await?;
+        c.wait()
+            .at_most(Duration::from_secs(15))
+            .for_element(Locator::Css("#w-graph g.task.state-finished[data-task='d']"))
+            .await?;
+        c.execute("document.getElementById('wf-detail').scrollIntoView(); return 1;", vec![])
+            .await?;
+        let graph = c.find(Locator::Css("#wf-detail")).await?;
+        graph.screenshot().await.map(|png| std::fs::write(artifacts().join("dashboard-workflow.png"), png))??;
+        c.execute(
+            "document.getElementById('reservations').closest('section').scrollIntoView(); return 1;",
+            vec![],
+        )
+        .await?;
+        let view = c.find(Locator::Css("#reservations")).await?.find(Locator::XPath("./..")).await?;
+        view.screenshot().await.map(|png| std::fs::write(artifacts().join("dashboard-reservations.png"), png))??;
+        // A task's row opens its job.
+        c.find(Locator::Css("#w-tasks tr[data-task='d']")).await?.click().await?;
+        c.wait()
+            .at_most(Duration::from_secs(10))
+            .for_element(Locator::XPath("//pre[@id='d-output'][contains(., 'd b c')]"))
+            .await?;
         Ok::<_, Box<dyn std::error::Error>>(())
     }
     .await;

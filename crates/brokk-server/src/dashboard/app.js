@@ -4,7 +4,7 @@
 "use strict";
 
 const STATES = ["accepted", "held", "planned", "reserving", "moving", "dispatched", "running", "finished", "failed", "cancelled"];
-const state = { token: sessionStorage.getItem("brokk-token"), jobs: new Map(), sites: [], reservations: [] };
+const state = { token: sessionStorage.getItem("brokk-token"), jobs: new Map(), sites: [], reservations: [], workflows: [] };
 const $ = (id) => document.getElementById(id);
 
 function el(tag, attrs = {}, ...children) {
@@ -58,10 +58,11 @@ async function login(token) {
   $("login-view").hidden = true;
   $("app-view").hidden = false;
   $("logout").hidden = false;
-  await Promise.all([loadJobs(), loadSites(), loadReservations()]);
+  await Promise.all([loadJobs(), loadSites(), loadReservations(), loadWorkflows()]);
   listen();
   setInterval(loadSites, 5000);
   setInterval(loadReservations, 10000);
+  setInterval(loadWorkflows, 10000);
   setInterval(render, 1000); // elapsed times and "now" move
 }
 
@@ -92,6 +93,13 @@ async function loadSites() {
 async function loadReservations() {
   try { state.reservations = await (await api("/v1/reservations")).json(); } catch (_) { return; }
   renderGantt();
+  renderReservations();
+}
+
+async function loadWorkflows() {
+  try { state.workflows = await (await api("/v1/workflows")).json(); } catch (_) { return; }
+  renderWorkflows();
+  if (!$("wf-detail").hidden) showWorkflow($("w-id").textContent);
 }
 
 // Server-sent events over fetch, so the token travels in a header, not a URL.
@@ -239,6 +247,72 @@ function renderGantt() {
   $("gantt").replaceChildren(root);
 }
 
+// Newest first; a row opens the workflow's graph and tasks.
+function renderWorkflows() {
+  const rows = [...state.workflows].reverse().map((w) => {
+    const done = w.tasks.filter((t) => t.state === "finished").length;
+    return el("tr", { "data-id": w.id, "data-state": w.state, onclick: () => showWorkflow(w.id) },
+      el("td", {}, w.id), el("td", {}, w.name), el("td", { class: "state state-" + w.state }, w.state),
+      el("td", {}, w.scheduler), el("td", {}, `${done}/${w.tasks.length}`), el("td", {}, stamp(w.start)),
+      el("td", {}, stamp(w.finish)), el("td", { class: "reason" }, w.reason || ""));
+  });
+  $("workflows").tBodies[0].replaceChildren(...rows);
+}
+
+// A reservation whose end has passed is hidden unless asked for.
+function renderReservations() {
+  const st = $("r-state").value, past = $("r-past").checked, now = Date.now() / 1000;
+  const rows = state.reservations
+    .filter((r) => (!st || r.state === st) && (past || secs(r.end) > now))
+    .sort((a, b) => secs(a.start) - secs(b.start))
+    .map((r) => el("tr", { "data-id": r.id, "data-state": r.state },
+      el("td", {}, r.id), el("td", {}, r.site), el("td", {}, r.amount), el("td", {}, stamp(r.start)),
+      el("td", {}, stamp(r.end)), el("td", { class: "state state-" + r.state }, r.state), el("td", {}, r.workflow || "")));
+  $("reservations").tBodies[0].replaceChildren(...rows);
+}
+
+// The workflow's graph, its tasks in layers by dependency (a task one layer
+// below its deepest parent), each box its task, site and state; and its
+// tasks' table. A task's row opens its job.
+async function showWorkflow(id) {
+  const w = await (await api("/v1/workflows/" + encodeURIComponent(id))).json();
+  $("wf-detail").hidden = false;
+  $("w-id").textContent = w.id;
+  $("w-summary").textContent = `${w.name}: ${w.state} (${w.scheduler}), planned ${stamp(w.start)} to ${stamp(w.finish)}` +
+    (w.deadline ? `, due ${stamp(w.deadline)}` : "") + (w.reason ? ` — ${w.reason}` : "");
+  const edges = w.edges || [];
+  const layer = new Map(w.tasks.map((t) => [t.task, 0]));
+  for (let pass = 0; pass < w.tasks.length; pass++) {
+    for (const e of edges) layer.set(e.child, Math.max(layer.get(e.child), layer.get(e.parent) + 1));
+  }
+  const layers = [];
+  for (const t of w.tasks) (layers[layer.get(t.task)] ||= []).push(t);
+  const bw = 150, bh = 44, gx = 24, gy = 36;
+  const width = Math.max(...layers.map((l) => l.length)) * (bw + gx) + gx, height = layers.length * (bh + gy) + gy;
+  const root = svg("svg", { width, height, class: "dag" });
+  const at = new Map();
+  layers.forEach((l, k) => l.forEach((t, i) => at.set(t.task, { x: gx + i * (bw + gx), y: gy / 2 + k * (bh + gy) })));
+  for (const e of edges) {
+    const a = at.get(e.parent), b = at.get(e.child);
+    root.append(svg("line", { x1: a.x + bw / 2, y1: a.y + bh, x2: b.x + bw / 2, y2: b.y, class: "edge" }, `${e.parent} before ${e.child}`));
+  }
+  for (const t of w.tasks) {
+    const p = at.get(t.task);
+    const g = svg("g", { class: "task state-" + t.state, "data-task": t.task }, `${t.task}: ${t.state} at ${t.site}, reservation ${t.reservation}`);
+    g.append(svg("rect", { x: p.x, y: p.y, width: bw, height: bh, rx: 5 }));
+    const label = svg("text", { x: p.x + 8, y: p.y + 18 });
+    label.textContent = t.task;
+    const sub = svg("text", { x: p.x + 8, y: p.y + 36, class: "sub" });
+    sub.textContent = `${t.site} · ${t.state}`;
+    g.append(label, sub);
+    root.append(g);
+  }
+  $("w-graph").replaceChildren(root);
+  $("w-tasks").tBodies[0].replaceChildren(...w.tasks.map((t) => el("tr", { "data-task": t.task, onclick: () => showJob(t.job) },
+    el("td", {}, t.task), el("td", {}, t.job), el("td", { class: "state state-" + t.state }, t.state), el("td", {}, t.site),
+    el("td", {}, t.reservation), el("td", {}, stamp(t.start)), el("td", {}, stamp(t.end)), el("td", {}, t.exit_code ?? "-"))));
+}
+
 async function showJob(id) {
   const j = await (await api("/v1/jobs/" + encodeURIComponent(id))).json();
   state.jobs.set(j.id, j);
@@ -281,11 +355,16 @@ async function showFile(id, name) {
 $("f-state").append(...STATES.map((s) => el("option", { value: s }, s)));
 for (const id of ["f-state", "f-name", "f-site"]) $(id).addEventListener("input", render);
 $("d-close").addEventListener("click", () => { $("detail").hidden = true; });
+$("w-close").addEventListener("click", () => { $("wf-detail").hidden = true; });
+for (const id of ["r-state", "r-past"]) $(id).addEventListener("change", renderReservations);
 $("zone").value = utc() ? "UTC" : "local";
 $("zone").addEventListener("change", () => {
   localStorage.setItem("brokk-zone", $("zone").value);
   render();
+  renderWorkflows();
+  renderReservations();
   if (!$("detail").hidden) showJob($("d-id").textContent);
+  if (!$("wf-detail").hidden) showWorkflow($("w-id").textContent);
 });
 $("logout").addEventListener("click", () => logout());
 $("login").addEventListener("submit", (e) => {

@@ -11,7 +11,7 @@ use brokk_broker::workflow::course::{Action, Course, Outcome, TaskRun, TaskStatu
 use brokk_broker::workflow::{admit, LinkSpec, Network, Offer, Options, RejectReason, Rejection, Scheduler};
 use brokk_broker::workflow::{SiteSpec, TaskPlan, Topology};
 use brokk_model::workflow::Workflow;
-use brokk_proto::wire::{WorkflowRequest, WorkflowState, WorkflowTask, WorkflowTransfer, WorkflowView};
+use brokk_proto::wire::{WorkflowEdge, WorkflowRequest, WorkflowState, WorkflowTask, WorkflowTransfer, WorkflowView};
 
 use super::reservations::Live;
 use super::*;
@@ -441,6 +441,7 @@ impl Service {
                 reason: None,
                 tasks,
                 transfers,
+                edges: Vec::new(),
                 warnings: wf
                     .tasks
                     .iter()
@@ -474,6 +475,22 @@ impl Service {
         Ok(jobs.into_iter().map(|j| (j.view.id.clone(), j)).collect())
     }
 
+    /// What its owner is shown of `w`: its view as it is now, with the
+    /// dependencies between its tasks.
+    async fn shown(&self, w: StoredWorkflow) -> Result<WorkflowView, ServiceError> {
+        let mut view = self.current(w.view).await?;
+        view.edges = w
+            .spec
+            .edges
+            .iter()
+            .map(|e| WorkflowEdge {
+                parent: e.parent.clone(),
+                child: e.child.clone(),
+            })
+            .collect();
+        Ok(view)
+    }
+
     /// The view with each task's state as its job's is now.
     async fn current(&self, mut view: WorkflowView) -> Result<WorkflowView, ServiceError> {
         let jobs = self.jobs_of(&view.id).await?;
@@ -489,14 +506,14 @@ impl Service {
     /// A workflow of `owner`'s, with its tasks as they are.
     pub async fn workflow(&self, owner: &str, id: &str) -> Result<WorkflowView, ServiceError> {
         let w = self.owned_workflow(owner, id).await?;
-        self.current(w.view).await
+        self.shown(w).await
     }
 
     /// `owner`'s workflows, oldest first.
     pub async fn workflows(&self, owner: &str) -> Result<Vec<WorkflowView>, ServiceError> {
         let mut out = Vec::new();
         for w in self.db.workflows_of(owner).await? {
-            out.push(self.current(w.view).await?);
+            out.push(self.shown(w).await?);
         }
         Ok(out)
     }
@@ -510,7 +527,7 @@ impl Service {
             self.end_workflow(&mut w, WorkflowState::Cancelled, "cancelled by its owner".into())
                 .await?;
         }
-        self.current(w.view).await
+        self.shown(w).await
     }
 
     /// Records task reservation `id` as ended: the site gives it back with
