@@ -259,6 +259,62 @@ async fn the_dashboard_shows_jobs_live_and_reservations_on_the_gantt_chart() {
             .at_most(Duration::from_secs(10))
             .for_element(Locator::XPath("//pre[@id='d-output'][contains(., 'd b c')]"))
             .await?;
+
+        // Five thousand jobs (five arrays, held): the list shows them a
+        // page of a hundred at a time, in the service's order.
+        let array = dir.join("array.sh");
+        std::fs::write(&array, "#!/bin/sh\n#SBATCH --array=1-1000\n#SBATCH --time=1\necho $SLURM_ARRAY_TASK_ID\n")?;
+        for _ in 0..5 {
+            common::json(&server.url, "tok-ann", &["submit", "--hold", array.to_str().unwrap(), "--json"]);
+        }
+        c.refresh().await?;
+        c.wait()
+            .at_most(Duration::from_secs(20))
+            .for_element(Locator::XPath("//span[@id='page'][. = 'jobs 1-100']"))
+            .await?;
+        for _ in 0..3 {
+            c.find(Locator::Css("#older")).await?.click().await?;
+        }
+        c.wait()
+            .at_most(Duration::from_secs(20))
+            .for_element(Locator::XPath("//span[@id='page'][. = 'jobs 301-400']"))
+            .await?;
+        // Read at once: the rows are redrawn every second.
+        let shown: Vec<String> = serde_json::from_value(
+            c.execute(
+                "return [...document.querySelectorAll('#jobs tbody tr')].map((r) => r.dataset.id);",
+                vec![],
+            )
+            .await?,
+        )?;
+        let listed = common::json(&server.url, "tok-ann", &["status", "--json", "--limit", "400"]);
+        let expected: Vec<String> = listed.as_array().unwrap()[300..400]
+            .iter()
+            .map(|j| j["id"].as_str().unwrap().to_string())
+            .collect();
+        assert_eq!(shown, expected, "page 4 is not the service's jobs 301-400");
+        c.find(Locator::Css("#newer")).await?.click().await?;
+        c.wait()
+            .at_most(Duration::from_secs(20))
+            .for_element(Locator::XPath("//span[@id='page'][. = 'jobs 201-300']"))
+            .await?;
+
+        // The schedule zooms in around its centre and pans.
+        let span = |c: fantoccini::Client| async move {
+            let g = c.find(Locator::Css("#gantt")).await?;
+            Ok::<(f64, f64), Box<dyn std::error::Error>>((
+                g.attr("data-span").await?.unwrap_or_default().parse()?,
+                g.attr("data-mid").await?.unwrap_or_default().parse()?,
+            ))
+        };
+        let (before, mid) = span(c.clone()).await?;
+        c.find(Locator::Css("#zoom-in")).await?.click().await?;
+        let (zoomed, same_mid) = span(c.clone()).await?;
+        assert!((zoomed - before / 2.0).abs() <= 1.0, "{before} -> {zoomed}");
+        assert!((same_mid - mid).abs() <= 1.0);
+        c.find(Locator::Css("#pan-right")).await?.click().await?;
+        let (_, later) = span(c.clone()).await?;
+        assert!((later - (mid + zoomed / 2.0)).abs() <= 1.0, "{mid} -> {later}");
         Ok::<_, Box<dyn std::error::Error>>(())
     }
     .await;

@@ -78,10 +78,34 @@ function logout(message) {
 
 // ---- data -----------------------------------------------------------------
 
+// The jobs list is paged by the service (newest first, PAGE at a time, the
+// state filter applied there), so it stays quick however many jobs are
+// stored; `pages` holds the cursor of each page before this one.
+const PAGE = 100;
+state.pages = [];
+state.more = false;
+
 async function loadJobs() {
-  const jobs = await (await api("/v1/jobs")).json();
+  const q = new URLSearchParams({ limit: PAGE });
+  if ($("f-state").value) q.set("state", $("f-state").value);
+  const before = state.pages[state.pages.length - 1];
+  if (before) q.set("before", before);
+  const r = await api("/v1/jobs?" + q);
+  const jobs = await r.json();
+  state.more = (r.headers.get("Link") || "").includes('rel="next"');
   state.jobs = new Map(jobs.map((j) => [j.id, j]));
   render();
+}
+
+function pageTo(delta) {
+  if (delta > 0) {
+    const shown = visibleOrder();
+    if (!state.more || !shown.length) return;
+    state.pages.push(shown[shown.length - 1].id);
+  } else if (state.pages.length) {
+    state.pages.pop();
+  }
+  loadJobs();
 }
 
 async function loadSites() {
@@ -133,20 +157,41 @@ async function listen() {
 function onEvent(job) {
   const old = state.jobs.get(job.id);
   if (old && old.history && job.history.length === 0) job.history = old.history;
+  // A job not on this page comes in only on the first page, and only if
+  // the service's filter would list it.
+  const wanted = !$("f-state").value || job.state === $("f-state").value;
+  if (!old && (state.pages.length || !wanted)) return;
   state.jobs.set(job.id, job);
-  render();
+  // The first page keeps its length: what a new job pushes off is on the next.
+  if (!old && state.jobs.size > PAGE) {
+    for (const j of visibleOrder().slice(PAGE)) state.jobs.delete(j.id);
+    state.more = true;
+  }
+  soon(render);
   if (!$("detail").hidden && $("d-id").textContent === job.id) showJob(job.id);
-  if (job.state === "dispatched" || terminal(job.state)) loadReservations();
+  if (job.state === "dispatched" || terminal(job.state)) soon(loadReservations);
 }
 
 // ---- views ----------------------------------------------------------------
 
+// Runs `f` once at the next frame however often it is asked for before:
+// a burst of events (an array of thousands) redraws once, not per event.
+const asked = new Set();
+function soon(f) {
+  if (asked.has(f)) return;
+  asked.add(f);
+  requestAnimationFrame(() => { asked.delete(f); f(); });
+}
+
+// This page's jobs in the service's order: newest first, ties by id, ascending.
+function visibleOrder() {
+  return [...state.jobs.values()].sort((a, b) => Date.parse(b.submitted) - Date.parse(a.submitted) || (a.id < b.id ? -1 : 1));
+}
+
 function visibleJobs() {
   const st = $("f-state").value, site = $("f-site").value, name = $("f-name").value.trim();
   const re = name ? new RegExp("^" + name.split("*").map((p) => p.replace(/[.+?^${}()|[\]\\]/g, "\\$&")).join(".*") + "$") : null;
-  return [...state.jobs.values()]
-    .filter((j) => (!st || j.state === st) && (!site || j.site === site) && (!re || re.test(j.name || "")))
-    .sort((a, b) => Date.parse(b.submitted) - Date.parse(a.submitted));
+  return visibleOrder().filter((j) => (!st || j.state === st) && (!site || j.site === site) && (!re || re.test(j.name || "")));
 }
 
 function render() {
@@ -163,6 +208,10 @@ function render() {
       el("td", {}, elapsed), el("td", { class: "reason" }, j.reason || ""));
   });
   $("jobs").tBodies[0].replaceChildren(...rows);
+  const first = state.pages.length * PAGE + 1;
+  $("page").textContent = state.jobs.size ? `jobs ${first}-${first + state.jobs.size - 1}${state.more ? "" : " (the last)"}` : "no jobs";
+  $("newer").disabled = !state.pages.length;
+  $("older").disabled = !state.more;
   renderGantt();
 }
 
@@ -208,6 +257,13 @@ function renderGantt() {
   let lo = now - 600, hi = now + 1800;
   for (const i of items) { lo = Math.min(lo, i.start); hi = Math.max(hi, i.end); }
   lo = Math.max(lo, now - 7200); hi = Math.min(hi, now + 86400);
+  // Zoomed: the chosen span around its centre, panned by its offset.
+  if (state.zoom) {
+    const mid = (state.zoom.centre ?? (lo + hi) / 2) + state.zoom.pan, half = state.zoom.span / 2;
+    lo = mid - half; hi = mid + half;
+  }
+  $("gantt").dataset.span = Math.round(hi - lo);
+  $("gantt").dataset.mid = Math.round((lo + hi) / 2);
   const W = Math.max(600, $("gantt").clientWidth || 900), left = 110, rowH = 34, top = 22;
   const H = top + rowH * Math.max(1, names.length) + 8;
   const x = (t) => left + (Math.min(Math.max(t, lo), hi) - lo) / (hi - lo) * (W - left - 10);
@@ -231,6 +287,12 @@ function renderGantt() {
       } else {
         root.append(svg("rect", { x: x(i.start), y: y + 8, width: w, height: rowH - 16, rx: 2, class: `bar job ${i.state}`, "data-id": i.id },
           `${i.label} (${i.id}): ${i.state}`));
+        // A bar wide enough carries its job's name.
+        if (w > 7 * i.label.length + 8) {
+          const t = svg("text", { x: x(i.start) + 4, y: y + rowH / 2 + 4, class: "bar-label", "data-for": i.id });
+          t.textContent = i.label;
+          root.append(t);
+        }
         if (i.group) centres.set(i.id, [i.group, x(i.start), y + rowH / 2]);
       }
     }
@@ -353,7 +415,11 @@ async function showFile(id, name) {
 // ---- wiring -----------------------------------------------------------------
 
 $("f-state").append(...STATES.map((s) => el("option", { value: s }, s)));
-for (const id of ["f-state", "f-name", "f-site"]) $(id).addEventListener("input", render);
+for (const id of ["f-name", "f-site"]) $(id).addEventListener("input", render);
+// The state filter is the service's: back to the first page.
+$("f-state").addEventListener("change", () => { state.pages = []; loadJobs(); });
+$("older").addEventListener("click", () => pageTo(1));
+$("newer").addEventListener("click", () => pageTo(-1));
 $("d-close").addEventListener("click", () => { $("detail").hidden = true; });
 $("w-close").addEventListener("click", () => { $("wf-detail").hidden = true; });
 for (const id of ["r-state", "r-past"]) $(id).addEventListener("change", renderReservations);
@@ -367,6 +433,21 @@ $("zone").addEventListener("change", () => {
   if (!$("wf-detail").hidden) showWorkflow($("w-id").textContent);
 });
 $("logout").addEventListener("click", () => logout());
+// Zoom the schedule in and out around its centre, pan it by half a span.
+function zoomBy(factor, pan = 0) {
+  const z = state.zoom || { span: Number($("gantt").dataset.span) || 2400, pan: 0, centre: null };
+  if (z.centre == null) z.centre = Number($("gantt").dataset.mid) || Date.now() / 1000;
+  z.span = Math.max(60, Math.min(7 * 86400, z.span * factor));
+  z.pan += pan * z.span / 2;
+  state.zoom = z;
+  renderGantt();
+}
+$("zoom-in").addEventListener("click", () => zoomBy(0.5));
+$("zoom-out").addEventListener("click", () => zoomBy(2));
+$("pan-left").addEventListener("click", () => zoomBy(1, -1));
+$("pan-right").addEventListener("click", () => zoomBy(1, 1));
+$("zoom-reset").addEventListener("click", () => { state.zoom = null; renderGantt(); });
+$("gantt").addEventListener("wheel", (e) => { if (!e.ctrlKey) return; e.preventDefault(); zoomBy(e.deltaY < 0 ? 0.8 : 1.25); }, { passive: false });
 $("login").addEventListener("submit", (e) => {
   e.preventDefault();
   login($("token").value.trim()).catch((err) => { $("login-error").textContent = err.message === "unauthorized" ? "That token is not known here." : err.message; });
