@@ -119,25 +119,29 @@ impl QueueOrder for PyOrder {
     }
 }
 
+/// What a policy written in Python is called with: `value` itself when it
+/// is a function, or a new instance when it is a class (a class whose
+/// construction raises leaves its error, under `what`, in `failed`, and
+/// `value` in its place). Returns it and whether it is an instance.
+pub fn instance_of<'py>(value: &Bound<'py, PyAny>, what: &str, failed: &Failure) -> (Bound<'py, PyAny>, bool) {
+    if !value.is_instance_of::<PyType>() {
+        return (value.clone(), false);
+    }
+    match value.call0() {
+        Ok(o) => (o, true),
+        Err(e) => {
+            let mut f = failed.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            f.get_or_insert_with(|| format!("{what}: {e}"));
+            (value.clone(), false)
+        }
+    }
+}
+
 /// Makes one cluster's instance of the order `value` (a function or a
 /// class) named `name`.
 fn make(name: &str, value: &Py<PyAny>, failed: &Failure) -> Box<dyn QueueOrder> {
     Python::with_gil(|py| {
-        let v = value.bind(py);
-        let order = if v.is_instance_of::<PyType>() {
-            match v.call0() {
-                Ok(o) => Some(o),
-                Err(e) => {
-                    let mut f = failed.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-                    f.get_or_insert_with(|| format!("queue order {name}: {e}"));
-                    None
-                }
-            }
-        } else {
-            None
-        };
-        let instance = order.is_some();
-        let order = order.unwrap_or_else(|| v.clone());
+        let (order, instance) = instance_of(value.bind(py), &format!("queue order {name}"), failed);
         let has = |m: &str| instance && order.hasattr(m).unwrap_or(false);
         Box::new(PyOrder {
             name: name.to_string(),

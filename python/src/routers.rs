@@ -10,9 +10,9 @@ use brokk_sim::cluster::SimJob;
 use brokk_sim::orders::Orders;
 use brokk_sim::routers::{GridRouter, SiteView};
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyType};
+use pyo3::types::PyDict;
 
-use crate::orders::{Failure, PyJob};
+use crate::orders::{instance_of, Failure, PyJob};
 
 /// A site as a router sees it at an arrival.
 #[pyclass(frozen, name = "Site", module = "brokk")]
@@ -98,23 +98,10 @@ impl GridRouter for PyRouter {
 /// class) named `name`.
 fn make(name: &str, value: &Py<PyAny>, failed: &Failure) -> Box<dyn GridRouter> {
     Python::with_gil(|py| {
-        let v = value.bind(py);
-        let made = if v.is_instance_of::<PyType>() {
-            match v.call0() {
-                Ok(o) => Some(o),
-                Err(e) => {
-                    let mut f = failed.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-                    f.get_or_insert_with(|| format!("router {name}: {e}"));
-                    None
-                }
-            }
-        } else {
-            None
-        };
-        let instance = made.is_some();
+        let (router, instance) = instance_of(value.bind(py), &format!("router {name}"), failed);
         Box::new(PyRouter {
             name: name.to_string(),
-            router: made.unwrap_or_else(|| v.clone()).unbind(),
+            router: router.unbind(),
             instance,
             failed: failed.clone(),
         }) as Box<dyn GridRouter>

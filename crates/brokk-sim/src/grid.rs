@@ -883,15 +883,7 @@ pub fn simulate_grid_with_local(
     routing: GridRouting,
     options: GridOptions,
 ) -> GridRun {
-    let arrivals = Arrivals {
-        jobs,
-        local,
-        deadlines,
-        workflows: &[],
-        course: CourseConfig::default(),
-        own: None,
-    };
-    run_grid(clusters, arrivals, routing, options).0
+    run_grid(clusters, Arrivals::of(jobs, local, deadlines), routing, options).0
 }
 
 /// A workflow arriving at a grid: admitted at `at` by `scheduler` over
@@ -931,12 +923,9 @@ pub fn simulate_grid_with_workflows(
     options: GridOptions,
 ) -> (GridRun, Vec<WorkflowRun>) {
     let arrivals = Arrivals {
-        jobs,
-        local: &[],
-        deadlines: &[],
         workflows,
         course,
-        own: None,
+        ..Arrivals::of(jobs, &[], &[])
     };
     run_grid(clusters, arrivals, routing, options)
 }
@@ -952,6 +941,21 @@ struct Arrivals<'a> {
     own: Option<&'a mut dyn GridRouter>,
 }
 
+impl<'a> Arrivals<'a> {
+    /// The trace's jobs, the sites' own users' jobs and the deadlines,
+    /// without workflows or a router of the program's.
+    fn of(jobs: &'a [SimJob], local: &'a [SimJob], deadlines: &'a [Option<Time>]) -> Self {
+        Arrivals {
+            jobs,
+            local,
+            deadlines,
+            workflows: &[],
+            course: CourseConfig::default(),
+            own: None,
+        }
+    }
+}
+
 /// [`simulate_grid_with_local`] with each arrival sent where `router`
 /// says ([`crate::routers`]), reading what every site publishes at that
 /// moment.
@@ -964,12 +968,8 @@ pub fn simulate_grid_routed(
     options: GridOptions,
 ) -> GridRun {
     let arrivals = Arrivals {
-        jobs,
-        local,
-        deadlines,
-        workflows: &[],
-        course: CourseConfig::default(),
         own: Some(router),
+        ..Arrivals::of(jobs, local, deadlines)
     };
     run_grid(clusters, arrivals, GridRouting::Own(0), options).0
 }
