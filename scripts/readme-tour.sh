@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs README's tour as a new user would: in a clean clone of this
-# repository (committed files only), every `$ ` line of the code block that
-# follows the `<!-- tour: ... -->` marker, in order, in one shell, with the
+# repository (committed files only), every `$ ` line of each code block that
+# follows a `<!-- tour: ... -->` marker, in order, in one shell, with the
 # `brokk` built here first on PATH. A command that fails fails the script.
 # Servers started with `&` get a moment to listen (a user types slower than
 # a script); they are stopped at the end. Needs ports 8440 and 8441 free.
@@ -12,7 +12,7 @@ work=$(mktemp -d)
 git clone --quiet "$repo" "$work/brokk"
 commands=$(awk '
   /<!-- tour:/ { marked = 1; next }
-  marked && /^```/ { if (inside) exit; inside = 1; next }
+  marked && /^```/ { if (inside) { inside = 0; marked = 0 } else inside = 1; next }
   inside && /^\$ / { sub(/^\$ /, ""); print }
 ' "$repo/README.md")
 [ -n "$commands" ] || { echo "readme-tour: no tour found in README.md" >&2; exit 1; }
