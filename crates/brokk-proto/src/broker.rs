@@ -200,10 +200,17 @@ impl BrokerClient {
             status: 0,
             message: format!("{}: {e}", path.display()),
         })?;
+        self.upload_from(sha256, reqwest::blocking::Body::from(f))
+    }
+
+    /// Uploads `body` under its SHA-256 `sha256`, streamed: a file's
+    /// content read through whatever the caller wraps it in (a progress
+    /// bar), sized so the service can check it against the quota first.
+    pub fn upload_from(&self, sha256: &str, body: reqwest::blocking::Body) -> Result<UploadView, CallError> {
         self.call(
             self.request(Method::PUT, &["v1", "uploads", sha256])
                 .timeout(std::time::Duration::from_secs(3600))
-                .body(f),
+                .body(body),
         )
     }
 

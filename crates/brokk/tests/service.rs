@@ -1068,11 +1068,7 @@ fn local_inputs_are_uploaded_and_every_output_comes_back_under_brokk_ids() {
     .unwrap();
     let out = svc.brokk("tok-ann", &["submit", submit.to_str().unwrap(), "--json"]);
     assert!(out.status.success(), "{}", text(&out).1);
-    assert!(
-        text(&out).1.contains("uploading data.txt (32 bytes)"),
-        "{}",
-        text(&out).1
-    );
+    assert!(text(&out).1.contains("uploading data.txt (32 B)"), "{}", text(&out).1);
     let accepted: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let ids = common::strings(&accepted["ids"]);
     // The same file again is not sent again: the broker keeps it by content.

@@ -226,6 +226,24 @@ pub struct GetArgs {
     server: Server,
 }
 
+/// Files at least this large show their transfer's progress.
+const SHOWN_TRANSFER: u64 = 8 << 20;
+
+/// A progress bar for a transfer of `len` bytes on standard error: drawn
+/// only for a large file and only on a terminal (indicatif draws nothing
+/// elsewhere), so scripts and logs read the same lines as before.
+fn transfer_bar(len: u64) -> indicatif::ProgressBar {
+    if len < SHOWN_TRANSFER {
+        return indicatif::ProgressBar::hidden();
+    }
+    let bar = indicatif::ProgressBar::new(len);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("  {bytes}/{total_bytes} {wide_bar} {bytes_per_sec}, {eta} left")
+            .expect("a fixed template"),
+    );
+    bar
+}
+
 /// A size in bytes as people read it: `512 B`, `1.5 KiB`, `3.0 MiB`.
 fn human_bytes(n: u64) -> String {
     const UNITS: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
@@ -625,9 +643,13 @@ pub fn upload_files<'a>(
         let (sha, size) = brokk_site::uploads::digest_file(&path)
             .with_context(|| format!("input file {}: reading {}", f.name, path.display()))?;
         if !c.has_upload(&sha)? {
-            eprintln!("uploading {} ({size} bytes)", f.name);
-            c.upload(&sha, &path)
+            eprintln!("uploading {} ({})", f.name, human_bytes(size));
+            let file = std::fs::File::open(&path).with_context(|| format!("reading {}", path.display()))?;
+            let bar = transfer_bar(size);
+            let body = reqwest::blocking::Body::sized(bar.wrap_read(file), size);
+            c.upload_from(&sha, body)
                 .with_context(|| format!("uploading {}", path.display()))?;
+            bar.finish_and_clear();
         }
         out.insert(f.name.clone(), sha);
     }
@@ -884,7 +906,10 @@ pub fn get(a: GetArgs) -> Result<ExitCode> {
                     std::fs::create_dir_all(parent)?;
                 }
                 let mut f = std::fs::File::create(&to).with_context(|| format!("creating {}", to.display()))?;
-                let n = std::io::copy(&mut body, &mut f).with_context(|| format!("fetching {name}"))?;
+                let bar = transfer_bar(body.content_length().unwrap_or(0));
+                let n =
+                    std::io::copy(&mut bar.wrap_read(&mut body), &mut f).with_context(|| format!("fetching {name}"))?;
+                bar.finish_and_clear();
                 if !a.json {
                     say!("{} ({})", listing::shown(&to.display().to_string()), human_bytes(n));
                 }
