@@ -379,15 +379,18 @@ fn a_coallocation_starts_its_jobs_within_delta() {
     );
     let after = svc.json("tok-ann", &["status", "--json"]).as_array().unwrap().len();
     assert_eq!(before, after, "a refused co-allocation left jobs behind");
-    // Parts that fit the sites but not together in the window: refused as
-    // a conflict with what the sites hold (exit status 6), with why.
+    // Parts that each fit a site but can never run together (only one site
+    // holds eight): refused at once as a conflict (exit status 6), saying
+    // why and the sites' sizes, whatever the window.
     let wide = dir.join("wide.json");
     std::fs::write(&wide, r#"{"executable": "/bin/true", "cpus": 8, "wall_time": 60}"#).unwrap();
     let w = wide.to_str().unwrap();
-    let o = svc.brokk("tok-ann", &["coalloc", w, w, "--window", "0,1m", "--delta", "0"]);
+    let o = svc.brokk("tok-ann", &["coalloc", w, w, "--window", "0,30d", "--delta", "0"]);
     assert_eq!(o.status.code(), Some(6), "{} {}", text(&o).0, text(&o).1);
     assert!(
-        text(&o).1.contains("no co-allocation fits the window"),
+        text(&o)
+            .1
+            .contains("the parts (8, 8 processors) run at the same time and no choice of sites holds them all"),
         "{}",
         text(&o).1
     );
