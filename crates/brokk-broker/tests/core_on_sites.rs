@@ -437,11 +437,16 @@ fn a_coallocation_that_fits_nowhere_leaves_nothing_and_fails_every_part() {
     let sites = vec![site("a", 100.0), site("b", 100.0)];
     let mut g = Grid::new(sites, BrokerParams::default());
     let parts = coallocate(&mut g, 3);
+    // Three parts as wide as each of two sites never run together: each
+    // part fails with why, before any site is asked.
     for v in &parts {
         assert_eq!(v.state(), BrokerState::Failed);
         assert_eq!(
             v.reason.as_deref(),
-            Some("no co-allocation fits the window on these sites")
+            Some(
+                "the parts (16, 16, 16 processors) run at the same time and no choice of sites holds them all \
+                 at once (sites of 16, 16 processors): no window can change that"
+            )
         );
     }
     assert!(g.sites.iter().all(|s| s.planner().is_empty()), "nothing stays held");
