@@ -70,11 +70,7 @@ struct PyOrder {
 
 impl PyOrder {
     fn fail(&self, py: Python<'_>, e: PyErr) {
-        let mut f = self.failed.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if f.is_none() {
-            let at = e.traceback(py).and_then(|t| t.format().ok()).unwrap_or_default();
-            *f = Some(format!("queue order {}: {e}\n{at}", self.name));
-        }
+        raised(&self.failed, py, &format!("queue order {}", self.name), e);
     }
 
     fn call<'py>(&self, py: Python<'py>, method: &str, args: impl IntoPyObject<'py, Target = PyTuple>) {
@@ -116,6 +112,16 @@ impl QueueOrder for PyOrder {
         if self.hooks.1 {
             Python::with_gil(|py| self.call(py, "ended", (PyJob::from(job), start.0, now.0)));
         }
+    }
+}
+
+/// Keeps `e`, which the policy `what` raised, with its traceback, unless
+/// an earlier error is kept already: the run raises the first.
+pub fn raised(failed: &Failure, py: Python<'_>, what: &str, e: PyErr) {
+    let mut f = failed.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    if f.is_none() {
+        let at = e.traceback(py).and_then(|t| t.format().ok()).unwrap_or_default();
+        *f = Some(format!("{what}: {e}\n{at}"));
     }
 }
 

@@ -12,7 +12,7 @@ use brokk_sim::routers::{GridRouter, SiteView};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use crate::orders::{instance_of, Failure, PyJob};
+use crate::orders::{instance_of, raised, Failure, PyJob};
 
 /// A site as a router sees it at an arrival.
 #[pyclass(frozen, name = "Site", module = "brokk")]
@@ -66,11 +66,7 @@ struct PyRouter {
 
 impl PyRouter {
     fn fail(&self, py: Python<'_>, e: PyErr) {
-        let mut f = self.failed.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if f.is_none() {
-            let at = e.traceback(py).and_then(|t| t.format().ok()).unwrap_or_default();
-            *f = Some(format!("router {}: {e}\n{at}", self.name));
-        }
+        raised(&self.failed, py, &format!("router {}", self.name), e);
     }
 }
 

@@ -70,6 +70,20 @@ impl CourseConfig {
     }
 }
 
+/// `wf` admitted over the grid with `opts` and committed: its plan, or
+/// why not (nothing of it is left held).
+fn committed(wf: &Workflow, grid: &mut Grid, opts: &Options) -> Result<Plan, Unplanned> {
+    let mut refs: Vec<&mut dyn Site> = grid.sites.iter_mut().map(|s| s as &mut dyn Site).collect();
+    let offer = admit(wf, grid.topo, &mut refs, grid.net, OWNER, opts).map_err(|r| Unplanned::NoFit(r.to_string()))?;
+    match offer.commit(OWNER, &mut refs, grid.net) {
+        Ok(()) => Ok(offer.plan),
+        Err(e) => {
+            offer.release(OWNER, &mut refs, grid.net);
+            Err(Unplanned::NotCommitted(e.to_string()))
+        }
+    }
+}
+
 /// What the admitted workflows' courses came to in one run.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct CourseFigures {
@@ -201,15 +215,12 @@ impl Courses {
             now,
             ..grid.opts.clone()
         };
-        let mut refs: Vec<&mut dyn Site> = grid.sites.iter_mut().map(|s| s as &mut dyn Site).collect();
-        let offer = admit(wf, grid.topo, &mut refs, grid.net, OWNER, &opts).map_err(|r| r.to_string())?;
-        if let Err(e) = offer.commit(OWNER, &mut refs, grid.net) {
-            offer.release(OWNER, &mut refs, grid.net);
-            return Err(format!("its reservations could not be committed: {e}"));
-        }
-        drop(refs);
-        self.start(now, wf, offer.plan.clone(), grid);
-        Ok((self.running.len() - 1, offer.plan))
+        let plan = committed(wf, grid, &opts).map_err(|u| match u {
+            Unplanned::NoFit(why) => why,
+            Unplanned::NotCommitted(e) => format!("its reservations could not be committed: {e}"),
+        })?;
+        self.start(now, wf, plan.clone(), grid);
+        Ok((self.running.len() - 1, plan))
     }
 
     /// When the next run ends, if one is under way.
@@ -316,17 +327,7 @@ impl Courses {
                         now: t,
                         ..grid.opts.clone()
                     };
-                    let mut refs: Vec<&mut dyn Site> = grid.sites.iter_mut().map(|s| s as &mut dyn Site).collect();
-                    let answer = match admit(&part, grid.topo, &mut refs, grid.net, OWNER, &opts) {
-                        Ok(offer) => match offer.commit(OWNER, &mut refs, grid.net) {
-                            Ok(()) => Ok(offer.plan),
-                            Err(e) => {
-                                offer.release(OWNER, &mut refs, grid.net);
-                                Err(Unplanned::NotCommitted(e.to_string()))
-                            }
-                        },
-                        Err(r) => Err(Unplanned::NoFit(r.to_string())),
-                    };
+                    let answer = committed(&part, grid, &opts);
                     let placed = answer.is_ok();
                     queue.extend(course.replanned(task, answer));
                     if placed {

@@ -382,6 +382,8 @@ struct Grid<'a> {
     /// Jobs a neighbour placed while carrying out a delegation, for the
     /// caller that started it to collect.
     spill: Vec<(usize, usize, JobHandle, Predicted)>,
+    /// The sites as a program's router sees them, kept between arrivals.
+    views: Vec<SiteView>,
 }
 
 /// `n` sites in `brokers` groups of consecutive sites, as even as can be
@@ -1107,6 +1109,7 @@ fn run_grid(
         came: HashMap::new(),
         relay: HashMap::new(),
         spill: Vec::new(),
+        views: Vec::new(),
     };
     let mut router = match routing {
         GridRouting::Fixed(r) => Some(Router::new(clusters, r)),
@@ -1239,8 +1242,7 @@ fn run_grid(
                 }
                 (None, GridRouting::Own(_)) => {
                     let one = own.as_deref_mut().and_then(|r| {
-                        let views = grid.views(t);
-                        let c = r.route(j, &views, t)?;
+                        let c = r.route(j, grid.views(t), t)?;
                         clusters.get(c).filter(|s| s.procs >= j.size)?;
                         grid.submit_at(i, j, c, t)
                     });
@@ -1334,25 +1336,33 @@ impl Grid<'_> {
         Some((i, c, handle, None))
     }
 
-    /// What every site publishes at `t`, as a program's router reads it.
-    fn views(&mut self, t: Time) -> Vec<SiteView> {
-        self.sites
-            .iter_mut()
-            .zip(self.specs)
-            .map(|(site, spec)| {
-                site.advance(t);
-                let p = site.core().published(t);
-                SiteView {
+    /// What every site publishes at `t`, as a program's router reads it:
+    /// the sites' fixed figures are set once, the rest at each arrival.
+    fn views(&mut self, t: Time) -> &[SiteView] {
+        if self.views.is_empty() {
+            self.views = self
+                .specs
+                .iter()
+                .map(|spec| SiteView {
                     name: spec.name.clone(),
                     procs: spec.procs,
                     speed: spec.speed,
-                    free: p.free_now,
-                    running: p.running,
-                    waiting: p.waiting,
-                    estimated_wait: p.estimated_wait.map(|d| d.0),
-                }
-            })
-            .collect()
+                    free: 0,
+                    running: 0,
+                    waiting: 0,
+                    estimated_wait: None,
+                })
+                .collect();
+        }
+        for (site, view) in self.sites.iter_mut().zip(&mut self.views) {
+            site.advance(t);
+            let p = site.core().published(t);
+            view.free = p.free_now;
+            view.running = p.running;
+            view.waiting = p.waiting;
+            view.estimated_wait = p.estimated_wait.map(|d| d.0);
+        }
+        &self.views
     }
 
     /// Job `i` (`j`) arriving at `t` at its home broker `b`, which accepts
