@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration as StdDuration;
 
 use brokk_jdl::Format;
-use brokk_model::{Duration, Job};
+use brokk_model::{Duration, Job, Time};
 use tokio::sync::watch;
 
 use super::cli::{JobEnd, SlurmError};
@@ -158,17 +158,29 @@ fn run_once(script: &str, control: &Path) -> String {
     out
 }
 
-/// How Slurm's final record ends the job for Brokk.
-fn outcome(end: &JobEnd, cancelled: bool, wall: i64) -> End {
-    match end.state.as_str() {
+/// How Slurm's final record ends the job for Brokk. `own` is the exit status
+/// the script itself wrote in its run-once mark, with when it wrote it.
+///
+/// A TIMEOUT or NODE_FAIL whose script had already written its status within
+/// its wall time is Slurm's bookkeeping, not the job's end: a slurmctld
+/// killed after it took a job's completion, but before it saved it, comes
+/// back with the job still running and ends it at its time limit (seen in
+/// the chaos test: a 2-second job ended TIMEOUT 60 s later). The script's
+/// own status is then the truth.
+fn outcome(end: &JobEnd, cancelled: bool, wall: i64, own: Option<(i32, Time)>) -> End {
+    let own = own
+        .filter(|&(_, at)| end.start.is_some_and(|s| at.0 < s.0 + wall))
+        .map(|(code, _)| code);
+    match (end.state.as_str(), own) {
         _ if cancelled => End::Cancelled,
-        "COMPLETED" | "FAILED" => End::Exited(end.exit_code.unwrap_or(-1)),
-        "TIMEOUT" => End::Failed(format!(
+        ("COMPLETED" | "FAILED", _) => End::Exited(end.exit_code.unwrap_or(-1)),
+        ("TIMEOUT" | "NODE_FAIL", Some(code)) => End::Exited(code),
+        ("TIMEOUT", _) => End::Failed(format!(
             "wall time of {wall} s exceeded; Slurm ended job {} (TIMEOUT)",
             end.id
         )),
-        "CANCELLED" => End::Failed(format!("Slurm job {} was cancelled outside Brokk", end.id)),
-        other => End::Failed(format!(
+        ("CANCELLED", _) => End::Failed(format!("Slurm job {} was cancelled outside Brokk", end.id)),
+        (other, _) => End::Failed(format!(
             "Slurm job {} ended {other}{}",
             end.id,
             if end.reason.is_empty() || end.reason == "None" {
@@ -222,7 +234,7 @@ pub(crate) async fn execute<P: Progress>(agent: &P, slurm: &Slurm, mut launch: L
             },
         };
         agent.record_submitted(launch.id, id).await;
-        let followed = follow(agent, slurm, &mut launch, id, &mut readings).await;
+        let followed = follow(agent, slurm, &mut launch, id, &mut readings, &control).await;
         slurm.unfollow(id, launch.id);
         let started = match followed {
             Followed::End(end) => return end,
@@ -260,15 +272,21 @@ enum Mark {
     None,
 }
 
+/// The exit status the script wrote in its mark and when it wrote it.
+fn own_exit(control: &Path) -> Option<(i32, Time)> {
+    let mut f = crate::sandbox::open_read(control, "ran/exit").ok()?;
+    let mut s = String::new();
+    std::io::Read::read_to_string(&mut f, &mut s).ok()?;
+    let at = f.metadata().ok()?.modified().ok()?;
+    let at = at.duration_since(std::time::UNIX_EPOCH).ok()?.as_secs();
+    Some((s.trim().parse().ok()?, Time(i64::try_from(at).ok()?)))
+}
+
 fn ran_mark(control: &Path) -> Mark {
-    let dir = control.join("ran");
-    match crate::sandbox::open_read(control, "ran/exit").and_then(|mut f| {
-        let mut s = String::new();
-        std::io::Read::read_to_string(&mut f, &mut s).map(|_| s)
-    }) {
-        Ok(code) => code.trim().parse().map_or(Mark::Interrupted, Mark::Exited),
-        Err(_) if dir.is_dir() => Mark::Interrupted,
-        Err(_) => Mark::None,
+    match own_exit(control) {
+        Some((code, _)) => Mark::Exited(code),
+        None if control.join("ran").is_dir() => Mark::Interrupted,
+        None => Mark::None,
     }
 }
 
@@ -328,6 +346,7 @@ async fn follow<P: Progress>(
     launch: &mut Launch,
     slurm_id: u64,
     readings: &mut watch::Receiver<std::sync::Arc<super::Snapshot>>,
+    control: &Path,
 ) -> Followed {
     let uid = uid_of(launch);
     let mut cancelled = false;
@@ -395,7 +414,7 @@ async fn follow<P: Progress>(
     if let (false, Some(start)) = (running, end.start) {
         agent.mark_running(launch.id, start).await;
     }
-    Followed::End(outcome(&end, cancelled, launch.wall))
+    Followed::End(outcome(&end, cancelled, launch.wall, own_exit(control)))
 }
 
 #[cfg(test)]
@@ -413,17 +432,67 @@ mod tests {
             start: None,
             reason: "None".into(),
         };
-        assert!(matches!(outcome(&end("COMPLETED", Some(0)), false, 60), End::Exited(0)));
-        assert!(matches!(outcome(&end("FAILED", Some(3)), false, 60), End::Exited(3)));
-        assert!(matches!(outcome(&end("CANCELLED", None), true, 60), End::Cancelled));
-        match outcome(&end("TIMEOUT", None), false, 60) {
+        assert!(matches!(
+            outcome(&end("COMPLETED", Some(0)), false, 60, None),
+            End::Exited(0)
+        ));
+        assert!(matches!(
+            outcome(&end("FAILED", Some(3)), false, 60, None),
+            End::Exited(3)
+        ));
+        assert!(matches!(
+            outcome(&end("CANCELLED", None), true, 60, None),
+            End::Cancelled
+        ));
+        match outcome(&end("TIMEOUT", None), false, 60, None) {
             End::Failed(m) => assert!(m.contains("wall time of 60 s"), "{m}"),
             _ => panic!("TIMEOUT must fail the job"),
         }
-        match outcome(&end("NODE_FAIL", None), false, 60) {
+        match outcome(&end("NODE_FAIL", None), false, 60, None) {
             End::Failed(m) => assert_eq!(m, "Slurm job 7 ended NODE_FAIL"),
             _ => panic!("NODE_FAIL must fail the job"),
         }
+    }
+
+    #[test]
+    fn a_status_the_script_wrote_within_its_wall_time_outweighs_a_late_timeout() {
+        let end = |state: &str| JobEnd {
+            id: 7,
+            uid: Some(0),
+            name: "brokk-a-1".into(),
+            state: state.into(),
+            exit_code: None,
+            start: Some(Time(1_000)),
+            reason: "None".into(),
+        };
+        // Written 2 s after the start: the script ended by itself.
+        assert!(matches!(
+            outcome(&end("TIMEOUT"), false, 60, Some((0, Time(1_002)))),
+            End::Exited(0)
+        ));
+        assert!(matches!(
+            outcome(&end("NODE_FAIL"), false, 60, Some((4, Time(1_002)))),
+            End::Exited(4)
+        ));
+        // Written when the limit had passed (a trap run by the kill): a timeout.
+        assert!(matches!(
+            outcome(&end("TIMEOUT"), false, 60, Some((143, Time(1_060)))),
+            End::Failed(_)
+        ));
+        // No start on record: nothing to measure the status against.
+        let unstarted = JobEnd {
+            start: None,
+            ..end("TIMEOUT")
+        };
+        assert!(matches!(
+            outcome(&unstarted, false, 60, Some((0, Time(1_002)))),
+            End::Failed(_)
+        ));
+        // Another state keeps its meaning.
+        assert!(matches!(
+            outcome(&end("CANCELLED"), false, 60, Some((0, Time(1_002)))),
+            End::Failed(_)
+        ));
     }
 }
 
