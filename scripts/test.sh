@@ -6,16 +6,19 @@ cd "$(dirname "$0")/.."
 # A one-off build gains nothing from incremental caches, which are most of
 # the target directory's size.
 export CARGO_INCREMENTAL=${CARGO_INCREMENTAL:-0}
+# Each stage's title carries the time since the start, so that a slow stage
+# shows in CI's log.
+stage() { printf '== %s [%dm%02ds]\n' "$1" $((SECONDS / 60)) $((SECONDS % 60)); }
 
-echo "== format and lint"
+stage "format and lint"
 cargo fmt --all -- --check
 cargo fmt --manifest-path python/Cargo.toml -- --check
 cargo clippy --locked --workspace --all-targets -- -D warnings
 
-echo "== architecture invariants"
+stage "architecture invariants"
 scripts/check-invariants.sh
 
-echo "== PostgreSQL for the persistence tests"
+stage "PostgreSQL for the persistence tests"
 if url=$(scripts/postgres.sh); then
   export BROKK_TEST_POSTGRES="$url"
   echo "PostgreSQL at $url"
@@ -23,12 +26,12 @@ else
   echo "PostgreSQL unavailable: its persistence tests are skipped"
 fi
 
-echo "== Slurm: two local clusters for the Slurm backend's tests"
+stage "Slurm: two local clusters for the Slurm backend's tests"
 BROKK_TEST_SLURM=$(scripts/slurm-testbed.sh start --clusters 2 --nodes 2 --cpus 8)
 export BROKK_TEST_SLURM
 echo "Slurm clusters under $BROKK_TEST_SLURM"
 
-echo "== ARC: two local compute elements (A-REX, test CA; one fork, one on the second Slurm cluster) for the ARC backend's tests"
+stage "ARC: two local compute elements (A-REX, test CA; one fork, one on the second Slurm cluster) for the ARC backend's tests"
 arc=no
 if [ "$(id -u)" = 0 ] && BROKK_TEST_ARC=$(scripts/arc-testbed.sh start --slurm "$BROKK_TEST_SLURM/c2/slurm.conf"); then
   export BROKK_TEST_ARC
@@ -38,7 +41,7 @@ else
   echo "no ARC CE (it needs root and Debian's packages): the ARC tests stay ignored"
 fi
 
-echo "== GRAM: a local Globus GRAM5 gatekeeper (fork job manager, its own CA) for the GRAM backend's tests"
+stage "GRAM: a local Globus GRAM5 gatekeeper (fork job manager, its own CA) for the GRAM backend's tests"
 gram=no
 if [ "$(id -u)" = 0 ] && BROKK_TEST_GRAM=$(scripts/gram-testbed.sh start); then
   export BROKK_TEST_GRAM
@@ -48,7 +51,7 @@ else
   echo "no GRAM gatekeeper (it needs root and Debian's packages): the GRAM tests stay ignored"
 fi
 
-echo "== Chromium and ChromeDriver for the dashboard's browser test"
+stage "Chromium and ChromeDriver for the dashboard's browser test"
 browser=no
 if command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1; then
   browser=yes
@@ -60,7 +63,7 @@ else
   echo "Chromium unavailable: the browser test stays ignored (see /tmp/brokk-chromium-install.log)"
 fi
 
-echo "== the contracts' tools: openapi-spec-validator and openapi-python-client (PyPI), promtool (Debian)"
+stage "the contracts' tools: openapi-spec-validator and openapi-python-client (PyPI), promtool (Debian)"
 contracts=no
 if BROKK_TEST_CONTRACTS=$(scripts/contracts-tools.sh 2>/tmp/brokk-contracts-tools.log); then
   export BROKK_TEST_CONTRACTS
@@ -69,7 +72,7 @@ else
   echo "the contracts' tools are unavailable: their tests stay ignored (see /tmp/brokk-contracts-tools.log)"
 fi
 
-echo "== a font for the simulator's PNG and PDF figures (fonts-dejavu-core)"
+stage "a font for the simulator's PNG and PDF figures (fonts-dejavu-core)"
 if ! fc-list 2>/dev/null | grep -q . && [ ! -d /usr/share/fonts/truetype ]; then
   if [ "$(id -u)" = 0 ]; then
     { DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends fonts-dejavu-core ||
@@ -80,7 +83,7 @@ if ! fc-list 2>/dev/null | grep -q . && [ ! -d /usr/share/fonts/truetype ]; then
   fi
 fi
 
-echo "== tests"
+stage "tests"
 if command -v cargo-nextest >/dev/null 2>&1; then
   cargo nextest run --locked --workspace --no-fail-fast
 else
@@ -88,7 +91,7 @@ else
 fi
 cargo test --locked --workspace --doc
 
-echo "== tests that need the services and tools installed above: Slurm, chaos, ARC, GRAM, PostgreSQL, users apart (as root), the browser, the contracts"
+stage "tests that need the services and tools installed above: Slurm, chaos, ARC, GRAM, PostgreSQL, users apart (as root), the browser, the contracts"
 # A plain `cargo test` shows these as ignored; here they run.
 ignored="binary(slurm) | binary(chaos)"
 tests=(--test slurm --test chaos)
@@ -129,25 +132,25 @@ else
   if [ -n "${BROKK_TEST_POSTGRES:-}" ]; then cargo test --locked -p brokk --test service --test standby -- --ignored; fi
 fi
 
-echo "== load test: a hostile user and an ordinary one at once against one broker"
+stage "load test: a hostile user and an ordinary one at once against one broker"
 # The ordinary user's status and submit p99 alone and under attack, and the
 # broker's memory before, during and after; fails if the ordinary user is
 # refused or left unanswered, or an attack gets past a limit.
 cargo run --locked -q -p brokk -- bench attack --seconds 15
 
-echo "== README's tour, command by command, in a clean clone"
+stage "README's tour, command by command, in a clean clone"
 scripts/readme-tour.sh
 
-echo "== ClassAd cross-check against HTCondor's own evaluator"
+stage "ClassAd cross-check against HTCondor's own evaluator"
 scripts/classad-crosscheck.sh
 
-echo "== simulator cross-check against AccaSim"
+stage "simulator cross-check against AccaSim"
 scripts/accasim-crosscheck.sh
 
-echo "== WfCommons instances from the wfcommons package's recipes: read, admitted and simulated"
+stage "WfCommons instances from the wfcommons package's recipes: read, admitted and simulated"
 scripts/wfcommons-check.sh
 
-echo "== the Python package: built with pip into a fresh virtual environment, pytest, the example notebook"
+stage "the Python package: built with pip into a fresh virtual environment, pytest, the example notebook"
 # Its lock file is tracked: a change of the workspace's crates must update
 # it here, not in a user's `pip install ./python`.
 if ! cargo metadata --locked --format-version 1 --manifest-path python/Cargo.toml > /dev/null; then
@@ -160,4 +163,4 @@ else
   echo "python3 not found: the Python package's tests are skipped"
 fi
 
-echo "== all tests passed"
+stage "all tests passed"

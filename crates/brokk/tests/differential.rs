@@ -63,8 +63,8 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 /// Jobs of the plain stream, and of the stream that reserves.
-const JOBS: usize = 160;
-const RESERVING_JOBS: usize = 60;
+const JOBS: usize = 100;
+const RESERVING_JOBS: usize = 40;
 /// The shortest run: every job is dispatched before the first can end.
 const MIN_RUN: i64 = 16;
 /// Jobs are submitted only this early in a second, so that a decision (tens
