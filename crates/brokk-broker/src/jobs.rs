@@ -184,6 +184,25 @@ pub struct BrokerJob {
     pub requeued: u32,
     /// State history.
     pub history: Vec<HistoryEntry>,
+    /// The outputs of its last run the broker keeps, so that they can be
+    /// fetched while its site is down or after the site cleaned up (shown
+    /// with one job, not in lists).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub kept: Vec<KeptOutput>,
+}
+
+/// One output of an ended job as the broker kept it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct KeptOutput {
+    /// Its name in the job's directory.
+    pub name: String,
+    /// Its size, when kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<u64>,
+    /// Why it was not kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
 /// How a job sent by a broker above claims its reservation: the headers

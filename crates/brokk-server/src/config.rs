@@ -233,6 +233,14 @@ pub struct Limits {
     pub upload_quota_files: u64,
     /// Seconds an upload no unfinished job needs is kept.
     pub upload_retention_s: u64,
+    /// Bytes the outputs the broker keeps of one user's ended jobs may
+    /// hold (0: the broker keeps none, and outputs are fetched from the
+    /// sites only).
+    pub output_quota_bytes: u64,
+    /// Files they may be.
+    pub output_quota_files: u64,
+    /// Seconds a kept output is kept after its job ended.
+    pub output_retention_s: u64,
     /// Event streams (`/v1/events`, `brokk watch`) open at once per user.
     pub event_streams: usize,
     /// Connections open at once (default: half the open files the process
@@ -267,6 +275,9 @@ impl Default for Limits {
             upload_quota_bytes: 10 << 30,
             upload_quota_files: 10_000,
             upload_retention_s: 7 * 86_400,
+            output_quota_bytes: 10 << 30,
+            output_quota_files: 100_000,
+            output_retention_s: 7 * 86_400,
             event_streams: 32,
             connections: None,
             connections_per_client: None,

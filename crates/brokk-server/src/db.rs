@@ -98,6 +98,10 @@ pub struct Db {
     /// Jobs per state, kept as they are written, for `/metrics`: counting
     /// the table took 80-120 ms with a million jobs stored.
     states: Arc<Mutex<StateCounts>>,
+    /// Sites whose jobs' outputs stay where they are rather than being kept
+    /// by the broker: its embedded sites, whose sandboxes are on its own
+    /// disk and live as long as it does.
+    outputs_stay: Arc<std::sync::RwLock<HashSet<String>>>,
 }
 
 /// Jobs per state, and the state of each job not yet ended (the only ones
@@ -180,7 +184,27 @@ const SCHEMA: &[&str] = &[
     "CREATE TABLE IF NOT EXISTS holds (
         site TEXT NOT NULL, reservation BIGINT NOT NULL, job TEXT NOT NULL, owner TEXT NOT NULL)",
     "CREATE INDEX IF NOT EXISTS holds_by_site ON holds (site, reservation)",
+    // Ended jobs whose outputs the broker has still to fetch from their
+    // site (written with the end, so a stop loses none), and when to try.
+    "CREATE TABLE IF NOT EXISTS keep (job TEXT PRIMARY KEY, due BIGINT NOT NULL)",
+    "CREATE INDEX IF NOT EXISTS keep_by_due ON keep (due)",
+    // The outputs kept: each file's digest in the owner's output store, or
+    // why it was not kept; `ended` is the run's end (a requeued job's new
+    // run replaces them).
+    "CREATE TABLE IF NOT EXISTS outputs (
+        job TEXT NOT NULL, ended BIGINT NOT NULL, name TEXT NOT NULL, sha TEXT, bytes BIGINT, note TEXT)",
+    "CREATE INDEX IF NOT EXISTS outputs_by_job ON outputs (job, name)",
 ];
+
+/// One output of an ended job as the broker kept it: its digest in the
+/// owner's output store beside what the job's view shows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeptFile {
+    /// Name, size when kept, why not.
+    pub shown: brokk_broker::jobs::KeptOutput,
+    /// Its digest in the owner's output store, when kept.
+    pub sha: Option<String>,
+}
 
 /// A line for a job's history: when it entered its new state, and why.
 pub type HistoryLine = (Time, Option<String>);
@@ -395,6 +419,7 @@ impl Db {
             feed_epoch: epoch as u64,
             unfinished: Arc::new(Mutex::new(unfinished)),
             states: Arc::new(Mutex::new(states)),
+            outputs_stay: Arc::default(),
         })
     }
 
@@ -572,6 +597,25 @@ impl Db {
                     .bind(at.0)
                     .bind(v.state().as_str())
                     .bind(detail)
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            // An end at a site leaves files there: the broker keeps them.
+            let leaves = v.stdout.is_some() || v.stderr.is_some() || !v.outputs.is_empty();
+            let stay = |site: &String| {
+                let stay = self
+                    .outputs_stay
+                    .read()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                stay.contains(site)
+            };
+            let away = v.site.as_ref().is_some_and(|s| !stay(s));
+            if let (true, true, true, Some(_), Some(ended)) =
+                (v.state().is_terminal(), leaves, away, &v.site_job, v.ended)
+            {
+                sqlx::query("INSERT INTO keep (job, due) VALUES ($1, $2) ON CONFLICT (job) DO NOTHING")
+                    .bind(&v.id)
+                    .bind(ended.0)
                     .execute(&mut *tx)
                     .await?;
             }
@@ -808,6 +852,104 @@ impl Db {
             .execute(&self.pool)
             .await?;
         Ok(())
+    }
+
+    /// Leaves the outputs of the jobs of `sites` where they are: the
+    /// broker does not keep copies of them.
+    pub fn outputs_stay_at(&self, sites: impl IntoIterator<Item = String>) {
+        let mut stay = self
+            .outputs_stay
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        stay.extend(sites);
+    }
+
+    /// Up to `limit` ended jobs whose outputs are due to be kept at `now`,
+    /// the longest waiting first.
+    pub async fn to_keep(&self, now: Time, limit: i64) -> Result<Vec<String>, DbError> {
+        let rows = sqlx::query("SELECT job FROM keep WHERE due <= $1 ORDER BY due LIMIT $2")
+            .bind(now.0)
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await?;
+        Ok(rows.iter().map(|r| r.get::<String, _>(0)).collect())
+    }
+
+    /// Tries keeping job `id`'s outputs again at `due`.
+    pub async fn keep_later(&self, id: &str, due: Time) -> Result<(), DbError> {
+        sqlx::query("UPDATE keep SET due = $1 WHERE job = $2")
+            .bind(due.0)
+            .bind(id)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// Records what was kept of the outputs of job `id`'s run that ended at
+    /// `ended` (each file's digest and size, or why not), replacing an
+    /// earlier run's, and takes the job off the list to keep. With no
+    /// files, only the latter.
+    pub async fn kept(&self, id: &str, ended: Time, files: &[KeptFile]) -> Result<(), DbError> {
+        let mut tx = self.pool.begin().await?;
+        if !files.is_empty() {
+            sqlx::query("DELETE FROM outputs WHERE job = $1")
+                .bind(id)
+                .execute(&mut *tx)
+                .await?;
+        }
+        for f in files {
+            sqlx::query("INSERT INTO outputs (job, ended, name, sha, bytes, note) VALUES ($1, $2, $3, $4, $5, $6)")
+                .bind(id)
+                .bind(ended.0)
+                .bind(&f.shown.name)
+                .bind(&f.sha)
+                .bind(f.shown.bytes.and_then(|b| i64::try_from(b).ok()))
+                .bind(&f.shown.note)
+                .execute(&mut *tx)
+                .await?;
+        }
+        sqlx::query("DELETE FROM keep WHERE job = $1")
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// What was kept of file `name` of job `id`'s run that ended at
+    /// `ended`, if its outputs were kept.
+    pub async fn kept_file(&self, id: &str, ended: Time, name: &str) -> Result<Option<KeptFile>, DbError> {
+        let row = sqlx::query("SELECT sha, bytes, note FROM outputs WHERE job = $1 AND name = $2 AND ended = $3")
+            .bind(id)
+            .bind(name)
+            .bind(ended.0)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(row.map(|r| KeptFile {
+            shown: brokk_broker::jobs::KeptOutput {
+                name: name.to_string(),
+                bytes: r.get::<Option<i64>, _>(1).and_then(|b| u64::try_from(b).ok()),
+                note: r.get(2),
+            },
+            sha: r.get(0),
+        }))
+    }
+
+    /// What was kept of the outputs of job `id`'s run that ended at `ended`.
+    pub async fn kept_of(&self, id: &str, ended: Time) -> Result<Vec<brokk_broker::jobs::KeptOutput>, DbError> {
+        let rows = sqlx::query("SELECT name, bytes, note FROM outputs WHERE job = $1 AND ended = $2 ORDER BY name")
+            .bind(id)
+            .bind(ended.0)
+            .fetch_all(&self.pool)
+            .await?;
+        Ok(rows
+            .iter()
+            .map(|r| brokk_broker::jobs::KeptOutput {
+                name: r.get(0),
+                bytes: r.get::<Option<i64>, _>(1).and_then(|b| u64::try_from(b).ok()),
+                note: r.get(2),
+            })
+            .collect())
     }
 
     /// Whether a site's job was left behind by a move.

@@ -79,6 +79,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         None => listener,
     };
     let db = db::Db::open(&config.database).await.map_err(|e| err(&e))?;
+    db.outputs_stay_at(config.embedded.iter().map(|e| e.name.clone()));
     let inherited = db
         .in_states(&[
             brokk_broker::jobs::BrokerState::Accepted,
@@ -162,6 +163,11 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
             .with_quota(brokk_site::uploads::Quota {
                 bytes: config.limits.upload_quota_bytes,
                 files: config.limits.upload_quota_files,
+            }),
+        outputs: brokk_site::uploads::Uploads::new(config.state_dir.join("outputs"), config.limits.output_quota_bytes)
+            .with_quota(brokk_site::uploads::Quota {
+                bytes: config.limits.output_quota_bytes,
+                files: config.limits.output_quota_files,
             }),
         record,
         network: Arc::new(std::sync::Mutex::new(network)),
@@ -249,6 +255,32 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
             every.tick().await;
             if let Err(e) = u.sweep_uploads(retention).await {
                 tracing::warn!("deleting old uploads: {e}");
+            }
+        }
+    });
+    // The outputs of ended jobs, kept from their sites as they end; those
+    // past their retention deleted.
+    let k = service.clone();
+    tokio::spawn(async move {
+        loop {
+            match k.keep_outputs().await {
+                Ok(true) => continue,
+                Ok(false) => {}
+                Err(e) => tracing::warn!("keeping ended jobs' outputs: {e}"),
+            }
+            tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        }
+    });
+    let o = service.clone();
+    let kept_for = std::time::Duration::from_secs(config.limits.output_retention_s);
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(
+            kept_for.clamp(std::time::Duration::from_secs(1), std::time::Duration::from_secs(3600)),
+        );
+        loop {
+            every.tick().await;
+            if let Err(e) = o.sweep_outputs(kept_for).await {
+                tracing::warn!("deleting old kept outputs: {e}");
             }
         }
     });

@@ -495,15 +495,13 @@ async fn cancel_job(
     Ok(Json(agent.cancel_job(&who.0, job_id(&id)?).await?).into_response())
 }
 
-/// The byte range a `Range: bytes=...` header asks of a file of `len`
-/// bytes: `Ok(None)` for the whole file (no header, or a form this endpoint
-/// does not serve, such as several ranges), `Err` when it cannot be met.
-fn byte_range(headers: &HeaderMap, len: u64) -> Result<Option<(u64, u64)>, ()> {
-    let Some(spec) = headers
-        .get(header::RANGE)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("bytes="))
-    else {
+/// The byte range a `Range: bytes=...` header (`header`) asks of a file of
+/// `len` bytes: `Ok(None)` for the whole file (no header, or a form not
+/// served here, such as several ranges), `Err` when it cannot be met. The
+/// broker serves the outputs it keeps by the same rule.
+#[allow(clippy::result_unit_err)]
+pub fn byte_range(header: Option<&str>, len: u64) -> Result<Option<(u64, u64)>, ()> {
+    let Some(spec) = header.and_then(|v| v.strip_prefix("bytes=")) else {
         return Ok(None);
     };
     if spec.contains(',') {
@@ -550,7 +548,7 @@ async fn file(
         .metadata()
         .map_err(|e| error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
         .len();
-    let range = byte_range(&headers, len)
+    let range = byte_range(headers.get(header::RANGE).and_then(|v| v.to_str().ok()), len)
         .map_err(|()| error(StatusCode::RANGE_NOT_SATISFIABLE, format!("the file has {len} bytes")))?;
     let (status, first, count) = match range {
         Some((a, b)) => (StatusCode::PARTIAL_CONTENT, a, b - a + 1),

@@ -1660,7 +1660,7 @@ fn broker_over_an_agent(dir: &Path, info_ttl_ms: u64, extra: &str) -> (common::S
         &dir.join("broker.toml"),
         &format!(
             "database = \"broker.db\"\nstate_dir = \"sites\"\ninfo_ttl_ms = {info_ttl_ms}\n\
-             [tokens]\n\"tok-ann\" = \"ann\"\n\
+             [tokens]\n\"tok-ann\" = \"ann\"\n\"tok-bob\" = \"bob\"\n\
              [[sites]]\nname = \"a\"\nurl = \"{}\"\ntoken = \"tok-broker\"\n{extra}",
             site.url
         ),
@@ -2038,4 +2038,169 @@ fn slurm_array_tasks_find_their_array_and_where_they_were_submitted() {
         let out = common::output(&svc.server.url, "tok-ann", id, &format!("out-{task}.txt"));
         assert_eq!(out, format!("{} {task} {id}\n", ids[0]));
     }
+}
+
+/// Waits until the broker says what it kept of job `id`'s outputs; the
+/// job as `status --json` shows it then.
+fn kept(svc: &Service, id: &str) -> serde_json::Value {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let j = svc.json("tok-ann", &["status", id, "--json"]);
+        if j["kept"].as_array().is_some_and(|k| !k.is_empty()) {
+            return j;
+        }
+        assert!(std::time::Instant::now() < deadline, "nothing kept: {j}");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn outputs_kept_by_the_broker_are_fetched_while_the_site_is_down() {
+    // arcget users fetch a job's files from the CE's session directory;
+    // here the broker keeps them as the job ends, so a site that is down
+    // (or cleaned up) takes nothing from its owner.
+    let dir = scratch("kept-outputs");
+    let (site, svc) = broker_over_an_agent(&dir, 0, "");
+    let work = dir.join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    let submit = work.join("job.sub");
+    std::fs::write(
+        &submit,
+        "executable = /bin/sh\n\
+         arguments = \"-c 'echo hello; echo complaint >&2; yes x | head -c 100000 > big.dat'\"\n\
+         transfer_output_files = big.dat, never.dat\n\
+         output = out.txt\n\
+         error = err.txt\n\
+         queue\n",
+    )
+    .unwrap();
+    let out = svc.brokk("tok-ann", &["submit", submit.to_str().unwrap(), "--json"]);
+    assert!(out.status.success(), "{}", text(&out).1);
+    let id = serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()["ids"][0]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let j = common::wait_ended(&svc.server.url, "tok-ann", &id, std::time::Duration::from_secs(60));
+    assert_eq!(j["state"], "finished", "{j}");
+    let j = kept(&svc, &id);
+    let sizes: Vec<(String, serde_json::Value)> = j["kept"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| (k["name"].as_str().unwrap().to_string(), k["bytes"].clone()))
+        .collect();
+    assert_eq!(
+        sizes,
+        [
+            ("big.dat".to_string(), serde_json::json!(100_000)),
+            ("err.txt".to_string(), serde_json::json!(10)),
+            ("never.dat".to_string(), serde_json::Value::Null),
+            ("out.txt".to_string(), serde_json::json!(6)),
+        ],
+        "{j}"
+    );
+
+    // The site goes away: everything it left is still there.
+    drop(site);
+    let got = dir.join("got");
+    let fetched = svc.brokk("tok-ann", &["get", &id, "--dir", got.to_str().unwrap()]);
+    // never.dat was never written: said, and the rest fetched.
+    assert_eq!(fetched.status.code(), Some(1), "{}", text(&fetched).1);
+    assert!(
+        text(&fetched).1.contains("not fetched: never.dat"),
+        "{}",
+        text(&fetched).1
+    );
+    assert_eq!(std::fs::read_to_string(got.join("out.txt")).unwrap(), "hello\n");
+    assert_eq!(std::fs::read_to_string(got.join("err.txt")).unwrap(), "complaint\n");
+    assert_eq!(
+        std::fs::read_to_string(got.join("big.dat")).unwrap(),
+        "x\n".repeat(50_000)
+    );
+    let shown = svc.brokk("tok-ann", &["output", &id]);
+    assert_eq!(text(&shown).0, "hello\n", "{}", text(&shown).1);
+    // A range of a kept file, as a follower of a growing output asks.
+    let part = reqwest::blocking::Client::new()
+        .get(format!("{}/v1/jobs/{id}/files/big.dat", svc.server.url))
+        .bearer_auth("tok-ann")
+        .header("Range", "bytes=99990-")
+        .send()
+        .unwrap();
+    assert_eq!(part.status().as_u16(), 206);
+    assert_eq!(part.headers()["content-range"], "bytes 99990-99999/100000");
+    assert_eq!(part.bytes().unwrap().len(), 10);
+    let human = svc.brokk("tok-ann", &["status", &id]);
+    assert!(
+        text(&human).0.contains("output big.dat: kept by the broker (97.7 KiB)"),
+        "{}",
+        text(&human).0
+    );
+    // Nobody else's: another user sees no such job, kept or not.
+    let other = reqwest::blocking::Client::new()
+        .get(format!("{}/v1/jobs/{id}/files/out.txt", svc.server.url))
+        .bearer_auth("tok-bob")
+        .send()
+        .unwrap();
+    assert!(matches!(other.status().as_u16(), 403 | 404), "{}", other.status());
+}
+
+#[test]
+fn an_output_over_the_owners_quota_is_not_kept_and_comes_from_the_site() {
+    let dir = scratch("kept-quota");
+    let (site, svc) = broker_over_an_agent(&dir, 0, "[limits]\noutput_quota_bytes = 50000\n");
+    let work = dir.join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    let submit = work.join("job.sub");
+    std::fs::write(
+        &submit,
+        "executable = /bin/sh\n\
+         arguments = \"-c 'echo small; head -c 100000 /dev/zero > big.dat'\"\n\
+         transfer_output_files = big.dat\n\
+         output = out.txt\n\
+         queue\n",
+    )
+    .unwrap();
+    let out = svc.brokk("tok-ann", &["submit", submit.to_str().unwrap(), "--json"]);
+    assert!(out.status.success(), "{}", text(&out).1);
+    let id = serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()["ids"][0]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let j = common::wait_ended(&svc.server.url, "tok-ann", &id, std::time::Duration::from_secs(60));
+    assert_eq!(j["state"], "finished", "{j}");
+    let j = kept(&svc, &id);
+    let big = j["kept"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|k| k["name"] == "big.dat")
+        .unwrap();
+    assert!(big["bytes"].is_null(), "{j}");
+    assert!(big["note"].as_str().unwrap().contains("over your quota"), "{j}");
+    let small = j["kept"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|k| k["name"] == "out.txt")
+        .unwrap();
+    assert_eq!(small["bytes"], 6, "{j}");
+    // The site still has it: fetched from there.
+    let got = dir.join("got");
+    let fetched = svc.brokk("tok-ann", &["get", &id, "--dir", got.to_str().unwrap()]);
+    assert!(fetched.status.success(), "{}", text(&fetched).1);
+    assert_eq!(std::fs::read(got.join("big.dat")).unwrap().len(), 100_000);
+    // With the site down, what was not kept is refused in words a user
+    // reads, not the site's address and job number.
+    drop(site);
+    let shown = svc.brokk("tok-ann", &["output", &id, "big.dat"]);
+    assert!(!shown.status.success());
+    assert!(
+        text(&shown)
+            .1
+            .contains("site a does not answer, and the broker keeps no copy of big.dat"),
+        "{}",
+        text(&shown).1
+    );
+    assert!(!text(&shown).1.contains("127.0.0.1"), "{}", text(&shown).1);
+    assert_eq!(text(&svc.brokk("tok-ann", &["output", &id])).0, "small\n");
 }

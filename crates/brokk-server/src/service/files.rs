@@ -27,6 +27,28 @@ pub struct FileStream {
     pub chunks: tokio::sync::mpsc::Receiver<std::io::Result<Vec<u8>>>,
 }
 
+/// Reads `r` to its end into `tx` in chunks, on a blocking thread; an
+/// error is sent as the last item, and a receiver gone (the client went
+/// away) stops it.
+pub(super) fn pump(mut r: impl std::io::Read, tx: &tokio::sync::mpsc::Sender<std::io::Result<Vec<u8>>>) {
+    loop {
+        let mut buf = vec![0u8; FILE_CHUNK];
+        match r.read(&mut buf) {
+            Ok(0) => return,
+            Ok(n) => {
+                buf.truncate(n);
+                if tx.blocking_send(Ok(buf)).is_err() {
+                    return;
+                }
+            }
+            Err(e) => {
+                let _ = tx.blocking_send(Err(e));
+                return;
+            }
+        }
+    }
+}
+
 impl Service {
     /// A file from the job's sandbox at its site, streamed: the site's answer
     /// is read in chunks on a blocking thread and handed over through a small
@@ -41,17 +63,22 @@ impl Service {
     ) -> Result<FileStream, ServiceError> {
         brokk_site::sandbox::components(name).map_err(|m| ServiceError::BadRequest(format!("name: {m}")))?;
         let j = self.owned(owner, id).await?.view;
+        // What the broker keeps of an ended job is served whether or not
+        // its site answers.
+        if let Some(kept) = self.kept_file(&j, name, range.as_deref()).await? {
+            return Ok(kept);
+        }
         let (Some(site), Some(handle)) = (j.site.and_then(|s| self.site(&s)), j.site_job) else {
             return Err(ServiceError::NotFound(format!(
                 "file {name} of job {id} (not dispatched yet)"
             )));
         };
+        let site_name = site.name.clone();
         let (head_tx, head_rx) = tokio::sync::oneshot::channel();
         let (tx, chunks) = tokio::sync::mpsc::channel(FILE_CHUNKS_IN_FLIGHT);
         let fname = name.to_string();
         tokio::task::spawn_blocking(move || {
-            use std::io::Read;
-            let mut resp = match site.client.file(&JobHandle(handle), &fname, range.as_deref()) {
+            let resp = match site.client.file(&JobHandle(handle), &fname, range.as_deref()) {
                 Ok(r) => r,
                 Err(e) => {
                     let _ = head_tx.send(Err(e));
@@ -67,28 +94,19 @@ impl Service {
             if head_tx.send(Ok(head)).is_err() {
                 return;
             }
-            loop {
-                let mut buf = vec![0u8; FILE_CHUNK];
-                match resp.read(&mut buf) {
-                    Ok(0) => return,
-                    Ok(n) => {
-                        buf.truncate(n);
-                        if tx.blocking_send(Ok(buf)).is_err() {
-                            return; // the client went away
-                        }
-                    }
-                    Err(e) => {
-                        let _ = tx.blocking_send(Err(e));
-                        return;
-                    }
-                }
-            }
+            pump(resp, &tx);
         });
         let head = head_rx
             .await
             .map_err(|e| ServiceError::Unavailable(e.to_string()))?
             .map_err(|e| match e {
-                brokk_broker::SiteError::Unavailable(m) => ServiceError::Unavailable(m),
+                // The site's own address and job number mean nothing to its user.
+                brokk_broker::SiteError::Unavailable(m) => {
+                    tracing::debug!("file {name} of job {id}: {m}");
+                    ServiceError::Unavailable(format!(
+                        "site {site_name} does not answer, and the broker keeps no copy of {name} of job {id}"
+                    ))
+                }
                 brokk_broker::SiteError::Refused { reason, .. } => ServiceError::BadRequest(reason),
                 _ => ServiceError::NotFound(format!("file {name} of job {id}")),
             })?;

@@ -28,6 +28,7 @@ mod dispatch;
 mod files;
 mod follow;
 mod holds;
+mod outputs;
 pub mod parsing;
 mod per_site;
 mod pushed;
@@ -151,6 +152,8 @@ pub struct Service {
     pub limits: crate::config::Limits,
     /// Files users uploaded for their jobs' input.
     pub uploads: brokk_site::uploads::Uploads,
+    /// The outputs kept of users' ended jobs ([`outputs`]), under their own quota.
+    pub outputs: brokk_site::uploads::Uploads,
     /// Where accepted jobs and their ends are recorded for replay, if
     /// configured.
     pub record: Option<Arc<crate::record::Recorder>>,
@@ -527,7 +530,9 @@ impl Service {
 
     /// A job with its history.
     pub async fn job(&self, owner: &str, id: &str) -> Result<BrokerJob, ServiceError> {
-        Ok(self.owned(owner, id).await?.view)
+        let mut v = self.owned(owner, id).await?.view;
+        v.kept = self.kept_of(&v).await?;
+        Ok(v)
     }
 
     /// A page of the owner's jobs, newest first, and whether more follow.

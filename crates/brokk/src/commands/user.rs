@@ -737,6 +737,15 @@ pub fn status(a: StatusArgs) -> Result<ExitCode> {
                 for w in &j.warnings {
                     say!("  warning: {}", listing::shown(w));
                 }
+                // What `brokk get` can fetch whether or not the site answers.
+                for k in &j.kept {
+                    let what = match (k.bytes, &k.note) {
+                        (Some(n), _) => format!("kept by the broker ({})", human_bytes(n)),
+                        (None, Some(note)) => listing::shown(note),
+                        (None, None) => "not kept".into(),
+                    };
+                    say!("  output {}: {what}", listing::shown(&k.name));
+                }
             }
             return Ok(ExitCode::SUCCESS);
         }
