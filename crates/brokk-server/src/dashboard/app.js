@@ -397,9 +397,23 @@ async function showJob(id) {
   $("d-path").textContent = j.delegated ? `delegated here along ${j.delegated.path.join(" → ")} (${j.delegated.ttl} more hops allowed)` : "";
   $("d-history").replaceChildren(...j.history.map((h) => el("li", {}, `${stamp(h.at)} ${h.state}${h.detail ? ": " + h.detail : ""}`)));
   const files = [...new Set([j.stdout, j.stderr, ...(j.outputs || [])].filter(Boolean))];
-  $("d-files").replaceChildren(...files.map((f) => el("li", {}, el("a", { href: "#", onclick: (e) => { e.preventDefault(); showFile(id, f); } }, f))));
+  // Beside each file, whether the broker keeps it (then it is there while the site is down).
+  const kept = new Map((j.kept || []).map((k) => [k.name, k]));
+  const keptText = (k) => !k ? "" : k.bytes != null ? ` kept by the broker (${size(k.bytes)})` : ` ${k.note || "not kept"}`;
+  $("d-files").replaceChildren(...files.map((f) => el("li", {},
+    el("a", { href: "#", onclick: (e) => { e.preventDefault(); showFile(id, f); } }, f),
+    el("span", { class: "kept" }, keptText(kept.get(f))))));
   $("d-output").textContent = "";
   if (j.stdout && terminal(j.state)) showFile(id, j.stdout);
+}
+
+// A size in bytes as people read it, as the CLI writes it.
+function size(n) {
+  if (n < 1024) return `${n} B`;
+  const units = ["KiB", "MiB", "GiB", "TiB"];
+  let v = n / 1024, u = 0;
+  while (v >= 1024 && u + 1 < units.length) { v /= 1024; u++; }
+  return `${v.toFixed(1)} ${units[u]}`;
 }
 
 // The first 64 KiB of a file, shown in the page.
