@@ -7,7 +7,8 @@
 # a script); they are stopped at the end. Needs ports 8440 and 8441 free.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
-(cd "$repo" && cargo build --locked --quiet -p brokk)
+# The workspace's binaries, as the tests build them: nothing compiled twice.
+(cd "$repo" && cargo build --locked --quiet --workspace --bins)
 work=$(mktemp -d)
 git clone --quiet "$repo" "$work/brokk"
 commands=$(awk '

@@ -73,6 +73,15 @@ impl MemorySite {
         }
     }
 
+    /// Serves the site's waiting jobs in `order` ([`SiteCore::serve_in`]);
+    /// refused under a policy that plans every job's start as it arrives.
+    pub fn serve_in(&mut self, order: Box<dyn brokk_core::order::QueueOrder>) -> Result<(), SiteError> {
+        self.core.serve_in(order).map_err(|e| SiteError::Refused {
+            site: self.info.endpoint.clone(),
+            reason: e.to_string(),
+        })
+    }
+
     /// Makes the site's information carry its free capacity over time
     /// ([`SiteCore::availability`]) as `publishes` says; `None`, only the
     /// summary figures, as an ARC CE or a GRAM gatekeeper publishes.

@@ -138,6 +138,72 @@ impl QueueOrder for ByPriority {
     }
 }
 
+/// A built-in order by name, as a value (what a site's configuration and a
+/// grid experiment's sites are given; each site makes its own).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Named {
+    /// `sjf`: [`ShortestFirst`].
+    ShortestFirst,
+    /// `ljf`: [`LongestFirst`].
+    LongestFirst,
+    /// `wfp`: [`Wfp`].
+    Wfp,
+    /// `fairshare[:HALF_LIFE_S]`: [`FairShare`], a week by default.
+    FairShare {
+        /// Use halves every this long.
+        half_life: Duration,
+    },
+}
+
+impl std::str::FromStr for Named {
+    type Err = String;
+
+    /// `sjf`, `ljf`, `wfp` or `fairshare[:HALF_LIFE_S]`; an error says what
+    /// is wrong. The names a live site's `order` and an experiment's
+    /// policies take alike (an experiment adds `priority`, over its
+    /// trace's queues, and orders of the program's own).
+    fn from_str(name: &str) -> Result<Named, String> {
+        let (base, parameter) = match name.split_once(':') {
+            Some((b, p)) => (b, Some(p)),
+            None => (name, None),
+        };
+        let plain = |o: Named| match parameter {
+            None => Ok(o),
+            Some(_) => Err(format!("queue order {base:?} takes no parameter")),
+        };
+        match base {
+            "sjf" => plain(Named::ShortestFirst),
+            "ljf" => plain(Named::LongestFirst),
+            "wfp" => plain(Named::Wfp),
+            "fairshare" => match parameter.map(str::parse::<i64>) {
+                None => Ok(Named::FairShare {
+                    half_life: Duration(7 * 86_400),
+                }),
+                Some(Ok(s)) if s > 0 => Ok(Named::FairShare { half_life: Duration(s) }),
+                Some(_) => Err(format!(
+                    "fairshare:{}: the half-life is a positive number of seconds",
+                    parameter.unwrap_or_default()
+                )),
+            },
+            _ => Err(format!(
+                "unknown queue order {name:?} (sjf, ljf, wfp, fairshare[:HALF_LIFE_S])"
+            )),
+        }
+    }
+}
+
+impl Named {
+    /// A fresh order of this kind (with no use counted yet).
+    pub fn make(self) -> Box<dyn QueueOrder> {
+        match self {
+            Named::ShortestFirst => Box::new(ShortestFirst),
+            Named::LongestFirst => Box::new(LongestFirst),
+            Named::Wfp => Box::new(Wfp),
+            Named::FairShare { half_life } => Box::new(FairShare::new(half_life)),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

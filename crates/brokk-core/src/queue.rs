@@ -62,6 +62,16 @@ pub enum Policy {
     },
 }
 
+impl Policy {
+    /// Whether jobs may wait without a start planned for them (EASY and
+    /// `backfill:K`): only then does a site's queue order decide who goes
+    /// next ([`crate::SiteCore::serve_in`]); FCFS and conservative
+    /// backfilling plan each job's start as it arrives.
+    pub fn leaves_jobs_waiting(self) -> bool {
+        matches!(self, Policy::Backfill { reservations } if reservations != usize::MAX)
+    }
+}
+
 impl std::str::FromStr for Policy {
     type Err = String;
 

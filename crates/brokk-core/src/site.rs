@@ -12,8 +12,9 @@ use brokk_planner::{
 use crate::effect::{Effect, Ended, Manager};
 use crate::error::CoreError;
 use crate::feed::Feed;
+use crate::order::QueueOrder;
 use crate::partition::{offered, ForecastState, Partitions, SitePolicy};
-use crate::queue::Policy;
+use crate::queue::{Policy, QueueJob};
 use crate::record::{JobId, JobRecord, KeptJobs, Occupant, Submission};
 
 /// The owner of what the schedule mirrors from a resource manager; no
@@ -119,7 +120,56 @@ pub struct SiteCore {
     forecast: Option<ForecastState>,
     /// Grows whenever the forecast policy changes what the site offers.
     offers: u64,
+    /// The order waiting jobs without a slot are served in, when not
+    /// arrival order ([`SiteCore::serve_in`]).
+    order: Option<Ordering>,
     out: Vec<Effect>,
+}
+
+/// Why a site refuses a queue order under FCFS or conservative backfilling.
+pub const ORDER_NEEDS_WAITING: &str = "order: a queue order applies under easy or backfill:K; fcfs and \
+     conservative backfilling give each job its start as it arrives";
+
+/// A queue order a site serves its waiting jobs in, with what it needs to
+/// know of them: when each arrived, and a number per user (an order such
+/// as fair share tells users apart by number).
+#[derive(Clone)]
+struct Ordering {
+    /// Shared by a site's copies: a copy is a view of the same site.
+    order: std::sync::Arc<std::sync::Mutex<Box<dyn QueueOrder>>>,
+    arrived: HashMap<JobId, Time>,
+    users: HashMap<String, i64>,
+}
+
+impl std::fmt::Debug for Ordering {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "a queue order over {} waiting jobs", self.arrived.len())
+    }
+}
+
+impl Ordering {
+    /// Job `j` as the order sees it: arrival, size, wall time and user.
+    fn queue_job(&mut self, j: &JobRecord, wall: Duration, now: Time) -> QueueJob {
+        let next = self.users.len() as i64;
+        let user = *self.users.entry(j.user().to_string()).or_insert(next);
+        QueueJob {
+            id: j.id.0 as i64,
+            // A job restored after a restart waits from the first time
+            // the order sees it.
+            submit: *self.arrived.entry(j.id).or_insert(now),
+            run: Duration(0),
+            size: j.spec.cpus.unwrap_or(1).max(1),
+            estimate: wall,
+            partition: -1,
+            user,
+            queue: -1,
+        }
+    }
+
+    fn with<T>(&self, f: impl FnOnce(&mut dyn QueueOrder) -> T) -> T {
+        let mut order = self.order.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        f(order.as_mut())
+    }
 }
 
 fn runs(p: JobPhase) -> bool {
@@ -150,8 +200,28 @@ impl SiteCore {
             pivots: vec![Self::protects(params.policy.queue); params.policy.partitions.count()],
             forecast: None,
             offers: 0,
+            order: None,
             out: Vec::new(),
         }
+    }
+
+    /// The same site serving its waiting jobs in `order` rather than in
+    /// arrival order: the next job protected, and the order backfilling
+    /// tries them in, is the order's first. Only a policy that leaves jobs
+    /// waiting without a slot has an order to apply (EASY and
+    /// `backfill:K`): FCFS and conservative backfilling give every job its
+    /// start as it arrives, and a promised start is not taken back for a
+    /// job that comes later, so they refuse one.
+    pub fn serve_in(&mut self, order: Box<dyn QueueOrder>) -> Result<(), CoreError> {
+        if !self.params.policy.queue.leaves_jobs_waiting() {
+            return Err(CoreError::BadRequest(ORDER_NEEDS_WAITING.into()));
+        }
+        self.order = Some(Ordering {
+            order: std::sync::Arc::new(std::sync::Mutex::new(order)),
+            arrived: HashMap::new(),
+            users: HashMap::new(),
+        });
+        Ok(())
     }
 
     /// How many waiting jobs a queue policy protects in each partition.
@@ -791,6 +861,9 @@ impl SiteCore {
             user: sub.on_behalf,
         };
         self.out.push(Effect::SaveJob(id));
+        if let Some(o) = self.order.as_mut() {
+            o.arrived.insert(id, now);
+        }
         self.jobs.insert(id, record);
         self.active.insert(id);
         match (start, claimed) {
@@ -931,10 +1004,16 @@ impl SiteCore {
         let Some(j) = self.jobs.get_mut(&id).filter(|j| !j.state.is_terminal()) else {
             return false;
         };
+        let first = !runs(j.state) && j.started.is_none();
         self.running += u32::from(!runs(j.state));
         j.state = JobPhase::Running;
         j.started = Some(start);
         let (slot, claimed, planned) = (j.slot, j.claimed, j.planned_start);
+        if let (true, Some(o)) = (first, self.order.as_mut()) {
+            let wall = j.spec.wall_time.unwrap_or(self.params.default_wall_time);
+            let q = o.queue_job(j, wall, start);
+            o.with(|order| order.started(&q, start));
+        }
         if let Some(p) = planned {
             self.queue.remove(&(p, id));
         }
@@ -1013,6 +1092,14 @@ impl SiteCore {
         j.exit_code = exit_code;
         j.reason = reason;
         j.ended = Some(now);
+        if let Some(o) = self.order.as_mut() {
+            if let Some(start) = j.started {
+                let wall = j.spec.wall_time.unwrap_or(self.params.default_wall_time);
+                let q = o.queue_job(j, wall, start);
+                o.with(|order| order.ended(&q, start, now));
+            }
+            o.arrived.remove(&id);
+        }
         let (planned, slot, claimed, release_claim) = (j.planned_start, j.slot, j.claimed, j.release_claim);
         let local_demand = (j.user.is_none()).then(|| i64::from(j.spec.cpus.unwrap_or(1).max(1)));
         if was_running && self.active.contains(&id) {
@@ -1196,6 +1283,7 @@ impl SiteCore {
         if !matches!(self.params.policy.queue, Policy::Backfill { .. }) || self.waiting.is_empty() {
             return;
         }
+        self.sort_waiting(now);
         let local_first = self.params.policy.partitions.local_first();
         let mut protected = self.protected_by_partition(now);
         let passes: &[Option<bool>] = if local_first {
@@ -1250,6 +1338,21 @@ impl SiteCore {
                 self.out.push(Effect::StartMoved { job: id, start });
             }
         }
+    }
+
+    /// Puts the waiting jobs without a slot in the order's order at `now`
+    /// (lower keys first, ties in arrival order); without an order they
+    /// stay in arrival order.
+    fn sort_waiting(&mut self, now: Time) {
+        let Some(o) = self.order.as_mut() else { return };
+        let mut keyed: Vec<(f64, JobId)> = Vec::with_capacity(self.waiting.len());
+        for &id in &self.waiting {
+            let Some(j) = self.jobs.get(&id) else { continue };
+            let q = o.queue_job(j, j.spec.wall_time.unwrap_or(self.params.default_wall_time), now);
+            keyed.push((o.with(|order| order.key(&q, now)), id));
+        }
+        keyed.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        self.waiting = keyed.into_iter().map(|(_, id)| id).collect();
     }
 
     /// Brings the mirror of what occupies the resource manager without the

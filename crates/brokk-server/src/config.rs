@@ -380,6 +380,9 @@ pub struct EmbeddedSiteConfig {
     /// How the site serves its own queue (see the site agent's `policy`).
     #[serde(default = "brokk_site::config::default_policy")]
     pub policy: String,
+    /// The order its waiting jobs are served in (see the site agent's `order`).
+    #[serde(default)]
+    pub order: Option<String>,
 }
 
 impl EmbeddedSiteConfig {
@@ -402,6 +405,7 @@ impl EmbeddedSiteConfig {
             min_job_age_s: brokk_site::config::default_min_job_age(),
             job_processes: brokk_site::config::default_job_processes(),
             policy: brokk_site::config::default_policy(),
+            order: None,
         }
     }
 }

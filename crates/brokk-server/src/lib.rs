@@ -329,6 +329,7 @@ fn embedded_agent(config: &Config, e: &config::EmbeddedSiteConfig, token: &str) 
         horizon_days: 365,
         default_wall_time: 3600,
         policy: e.policy.clone(),
+        order: e.order.clone(),
         kill_grace: 5,
         min_job_age_s: e.min_job_age_s,
         job_processes: e.job_processes,

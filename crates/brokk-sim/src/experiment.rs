@@ -845,10 +845,21 @@ pub fn prepare_with_orders(
             }
         };
         for (pn, policy, order) in &policies {
-            if order.is_some() && matches!(route, Route::Grid(..)) {
-                return invalid(format!(
-                    "policies: {pn}: queue orders apply to clusters under fixed routing; grid sites serve arrival order"
-                ));
+            // A grid's sites are site cores: each serves a built-in order
+            // of its own under a policy that leaves jobs waiting.
+            let mut route = route;
+            if let (Some(o), Route::Grid(_, options)) = (order, &mut route) {
+                let named: brokk_core::order::Named = o.name().parse().map_err(|_| {
+                    ExperimentError::Invalid(format!(
+                        "policies: {pn}: a grid's sites serve the built-in queue orders (sjf, ljf, wfp, \
+                         fairshare[:HALF_LIFE_S]); {:?} runs on clusters under fixed routing",
+                        o.name()
+                    ))
+                })?;
+                if !policy.queue.leaves_jobs_waiting() {
+                    return invalid(format!("policies: {pn}: {}", brokk_core::ORDER_NEEDS_WAITING));
+                }
+                options.order = Some(named);
             }
             if policy.is_partitioned() && matches!(route, Route::Clusters(_)) {
                 return invalid(format!(

@@ -172,6 +172,10 @@ pub struct GridOptions {
     /// Whether the brokers delegate jobs to each other, all siblings
     /// ([DMM]; several brokers only).
     pub delegation: Option<Delegate>,
+    /// The order each site serves its waiting jobs in (each its own, as
+    /// live sites' `order`); `policy` must leave jobs waiting (EASY or
+    /// `backfill:K`, [`brokk_core::queue::Policy::leaves_jobs_waiting`]).
+    pub order: Option<brokk_core::order::Named>,
 }
 
 /// How the brokers of a grid delegate to each other.
@@ -195,6 +199,7 @@ impl Default for GridOptions {
             latency: Duration::ZERO,
             published: Some(Publishing::LIVE),
             delegation: None,
+            order: None,
         }
     }
 }
@@ -999,6 +1004,7 @@ fn run_grid(
         latency,
         published,
         delegation,
+        order: queue_order,
     } = options;
     let mut order: Vec<usize> = (0..jobs.len()).filter(|&i| jobs[i].size > 0).collect();
     order.sort_by_key(|&i| (jobs[i].submit, i));
@@ -1038,6 +1044,10 @@ fn run_grid(
             };
             let mut site = MemorySite::with_policy(info, start, horizon, policy);
             site.publish_availability(published);
+            if let Some(o) = queue_order {
+                site.serve_in(o.make())
+                    .expect("GridOptions::order needs a policy that leaves jobs waiting");
+            }
             site
         })
         .collect();

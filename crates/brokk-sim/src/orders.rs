@@ -9,9 +9,8 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 
+use brokk_core::order::ByPriority;
 pub use brokk_core::order::QueueOrder;
-use brokk_core::order::{ByPriority, FairShare, LongestFirst, ShortestFirst, Wfp};
-use brokk_model::Duration;
 
 type Make = dyn Fn() -> Box<dyn QueueOrder> + Send + Sync;
 
@@ -100,25 +99,10 @@ impl Orders {
             Some((b, p)) => (b, Some(p)),
             None => (name, None),
         };
-        let no_parameter = |m: OrderMaker| match parameter {
-            None => Ok(m),
-            Some(_) => Err(format!("queue order {base:?} takes no parameter")),
-        };
         match base {
-            "sjf" => no_parameter(OrderMaker::new(name, || Box::new(ShortestFirst))),
-            "ljf" => no_parameter(OrderMaker::new(name, || Box::new(LongestFirst))),
-            "wfp" => no_parameter(OrderMaker::new(name, || Box::new(Wfp))),
-            "fairshare" => {
-                let half_life = match parameter {
-                    None => 7 * 86_400,
-                    Some(p) => match p.parse::<i64>() {
-                        Ok(s) if s > 0 => s,
-                        _ => return Err(format!("fairshare:{p}: the half-life is a positive number of seconds")),
-                    },
-                };
-                Ok(OrderMaker::new(name, move || {
-                    Box::new(FairShare::new(Duration(half_life)))
-                }))
+            "sjf" | "ljf" | "wfp" | "fairshare" => {
+                let named: brokk_core::order::Named = name.parse()?;
+                Ok(OrderMaker::new(name, move || named.make()))
             }
             "priority" => {
                 if priorities.is_empty() {
@@ -131,7 +115,10 @@ impl Orders {
                         .map_err(|_| format!("priorities: {queue:?} is not a queue number"))?;
                     table.push((q, p));
                 }
-                no_parameter(OrderMaker::new(name, move || Box::new(ByPriority::new(table.clone()))))
+                match parameter {
+                    None => Ok(OrderMaker::new(name, move || Box::new(ByPriority::new(table.clone())))),
+                    Some(_) => Err(format!("queue order {base:?} takes no parameter")),
+                }
             }
             _ => Err(format!(
                 "unknown queue order {name:?} (sjf, ljf, wfp, fairshare[:HALF_LIFE_S], priority{})",

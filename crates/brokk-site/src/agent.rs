@@ -251,7 +251,12 @@ impl Agent {
             Backend::Slurm(_) | Backend::Arc(_) | Backend::Gram(_) => j.backend_id.is_some(),
             Backend::NullForBenchmarks => false,
         };
-        let (core, resume) = SiteCore::restore(params, t, &reservations, next_reservation, kept, followable);
+        let (mut core, resume) = SiteCore::restore(params, t, &reservations, next_reservation, kept, followable);
+        if let Some(o) = &config.order {
+            let order: brokk_core::order::Named = o.parse().map_err(AgentError::Internal)?;
+            core.serve_in(order.make())
+                .map_err(|e| AgentError::Internal(e.to_string()))?;
+        }
         let agent = Agent {
             commits: GroupCommit::start(store.clone()),
             store,

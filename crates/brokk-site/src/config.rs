@@ -88,6 +88,11 @@ pub struct Config {
     /// submit for users, offered what a forecast of local load leaves).
     #[serde(default = "default_policy")]
     pub policy: String,
+    /// The order waiting jobs are served in under `easy` or `backfill:K`
+    /// (arrival order when absent): `sjf`, `ljf`, `wfp` or
+    /// `fairshare[:HALF_LIFE_S]`, as the simulator's queue orders.
+    #[serde(default)]
+    pub order: Option<String>,
     /// Wall time assumed for jobs that state none, seconds.
     #[serde(default = "default_wall_time")]
     pub default_wall_time: i64,
@@ -324,9 +329,21 @@ impl Config {
 
     /// Checks ranges.
     pub fn check(&self) -> Result<(), ConfigError> {
-        self.policy
+        let policy = self
+            .policy
             .parse::<brokk_core::SitePolicy>()
             .map_err(ConfigError::Invalid)?;
+        if let Some(o) = &self.order {
+            o.parse::<brokk_core::order::Named>()
+                .map_err(|e| ConfigError::Invalid(format!("order: {e}")))?;
+            if !policy.queue.leaves_jobs_waiting() {
+                return Err(ConfigError::Invalid(format!(
+                    "{} (policy is {:?})",
+                    brokk_core::ORDER_NEEDS_WAITING,
+                    self.policy
+                )));
+            }
+        }
         let managers = [self.slurm.is_some(), self.arc.is_some(), self.gram.is_some()];
         if managers.iter().filter(|m| **m).count() > 1 {
             return Err(ConfigError::Invalid(
@@ -395,6 +412,25 @@ mod tests {
             read += 1;
         }
         assert!(read >= 4, "{read} examples");
+    }
+
+    #[test]
+    fn a_queue_order_is_read_where_jobs_wait_without_a_start() {
+        let base = "name = \"s\"\ncapacity = 4\ndatabase = \"s.db\"\nworkdir = \"jobs\"\n";
+        let tokens = "[tokens]\n\"t\" = \"broker\"\n";
+        let read = |extra: &str| -> Config { toml::from_str(&format!("{base}{extra}{tokens}")).unwrap() };
+        read("policy = \"easy\"\norder = \"fairshare:3600\"\n").check().unwrap();
+        read("policy = \"backfill:3\"\norder = \"sjf\"\n").check().unwrap();
+        let e = read("order = \"sjf\"\n").check().unwrap_err().to_string();
+        assert!(
+            e.contains("applies under easy or backfill:K") && e.contains("conservative"),
+            "{e}"
+        );
+        let e = read("policy = \"easy\"\norder = \"shortest\"\n")
+            .check()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("unknown queue order \"shortest\""), "{e}");
     }
 
     #[test]

@@ -450,10 +450,23 @@ fn named(name: &str) -> SitePolicy {
 /// site run by `policy`, each running its whole wall time; their starts,
 /// seconds after T0.
 fn starts_with(policy: SitePolicy, capacity: u32, jobs: &[Shaped]) -> Vec<i64> {
+    starts_in_order(policy, None, capacity, jobs)
+}
+
+/// [`starts_with`], the waiting jobs served in `order` when one is given.
+fn starts_in_order(
+    policy: SitePolicy,
+    order: Option<Box<dyn crate::order::QueueOrder>>,
+    capacity: u32,
+    jobs: &[Shaped],
+) -> Vec<i64> {
     let mut s = SiteCore::new(SiteParams {
         policy,
         ..site(capacity).params()
     });
+    if let Some(o) = order {
+        s.serve_in(o).unwrap();
+    }
     let mut run = VirtualRunner::new();
     let ids: Vec<JobId> = jobs
         .iter()
@@ -474,6 +487,38 @@ fn starts_with(policy: SitePolicy, capacity: u32, jobs: &[Shaped]) -> Vec<i64> {
     ids.iter()
         .map(|&id| s.record(id).unwrap().started.unwrap().0 - T0.0)
         .collect()
+}
+
+#[test]
+fn under_easy_a_queue_order_picks_the_next_protected_job() {
+    // A runs; B is protected behind it; C and D wait without a slot. When
+    // A ends, the next protected job is C in arrival order, D (the
+    // shorter) under shortest-job-first.
+    let jobs: [Shaped; 4] = [(4, 100, false), (4, 50, false), (4, 30, false), (4, 10, false)];
+    assert_eq!(starts_with(named("easy"), 4, &jobs), [0, 100, 150, 180]);
+    let sjf = Box::new(crate::order::ShortestFirst);
+    assert_eq!(starts_in_order(named("easy"), Some(sjf), 4, &jobs), [0, 100, 160, 150]);
+    let ljf = Box::new(crate::order::LongestFirst);
+    assert_eq!(starts_in_order(named("easy"), Some(ljf), 4, &jobs), [0, 100, 150, 180]);
+    // Fair share: the site's own user's last job goes before ann's second
+    // one, since ann's first has used the site and theirs has not ended.
+    let mixed = [(4, 100, true), (4, 50, false), (4, 30, true), (4, 10, false)];
+    let fair = Box::new(crate::order::FairShare::new(Duration(86_400)));
+    let starts = starts_in_order(named("easy"), Some(fair), 4, &mixed);
+    assert_eq!(starts[..2], [0, 100]);
+    assert!(starts[3] < starts[2], "{starts:?}");
+}
+
+#[test]
+fn an_order_is_refused_where_every_job_is_given_its_start_as_it_arrives() {
+    for p in ["conservative", "fcfs"] {
+        let mut s = SiteCore::new(SiteParams {
+            policy: named(p),
+            ..site(4).params()
+        });
+        let e = s.serve_in(Box::new(crate::order::ShortestFirst)).unwrap_err();
+        assert!(e.to_string().contains("easy or backfill:K"), "{e}");
+    }
 }
 
 #[test]
