@@ -35,14 +35,19 @@ fn starts(trace: &str, policies: &[&str], extra: &str, orders: &Orders) -> Resul
     let prepared = prepare_with_orders(spec, &dir, None, orders).map_err(|e| e.to_string())?;
     let results = run_points(&prepared, &prepared.points(), 1, &|| {}).map_err(|e| e.to_string())?;
     let _ = std::fs::remove_dir_all(&dir);
-    Ok(results
+    Ok(starts_of(&results))
+}
+
+/// Each point's starts per job id, in id order.
+fn starts_of(results: &[brokk_sim::experiment::PointResult]) -> Vec<Vec<(i64, i64)>> {
+    results
         .iter()
         .map(|r| {
             let mut s: Vec<(i64, i64)> = r.runs[0].outcomes.iter().map(|o| (o.id, o.start.0)).collect();
             s.sort();
             s
         })
-        .collect())
+        .collect()
 }
 
 /// J1 holds the whole machine until 10; three jobs of 5 processors queue
@@ -175,14 +180,7 @@ fn grid_starts(trace: &str, policies: &[&str]) -> Result<Vec<Vec<(i64, i64)>>, S
     let _ = std::fs::remove_dir_all(&dir);
     let prepared = prepared?;
     let results = run_points(&prepared, &prepared.points(), 1, &|| {}).map_err(|e| e.to_string())?;
-    Ok(results
-        .iter()
-        .map(|r| {
-            let mut s: Vec<(i64, i64)> = r.runs[0].outcomes.iter().map(|o| (o.id, o.start.0)).collect();
-            s.sort();
-            s
-        })
-        .collect())
+    Ok(starts_of(&results))
 }
 
 #[test]

@@ -2054,26 +2054,14 @@ fn kept(svc: &Service, id: &str) -> serde_json::Value {
     }
 }
 
-#[test]
-fn outputs_kept_by_the_broker_are_fetched_while_the_site_is_down() {
-    // arcget users fetch a job's files from the CE's session directory;
-    // here the broker keeps them as the job ends, so a site that is down
-    // (or cleaned up) takes nothing from its owner.
-    let dir = scratch("kept-outputs");
-    let (site, svc) = broker_over_an_agent(&dir, 0, "");
+/// Submits HTCondor description `description` as ann from `dir/work`, waits for
+/// the job to finish and then for what the broker kept of it; the job's id
+/// and its view then.
+fn ended_and_kept(svc: &Service, dir: &Path, description: &str) -> (String, serde_json::Value) {
     let work = dir.join("work");
     std::fs::create_dir_all(&work).unwrap();
     let submit = work.join("job.sub");
-    std::fs::write(
-        &submit,
-        "executable = /bin/sh\n\
-         arguments = \"-c 'echo hello; echo complaint >&2; yes x | head -c 100000 > big.dat'\"\n\
-         transfer_output_files = big.dat, never.dat\n\
-         output = out.txt\n\
-         error = err.txt\n\
-         queue\n",
-    )
-    .unwrap();
+    std::fs::write(&submit, description).unwrap();
     let out = svc.brokk("tok-ann", &["submit", submit.to_str().unwrap(), "--json"]);
     assert!(out.status.success(), "{}", text(&out).1);
     let id = serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()["ids"][0]
@@ -2082,7 +2070,27 @@ fn outputs_kept_by_the_broker_are_fetched_while_the_site_is_down() {
         .to_string();
     let j = common::wait_ended(&svc.server.url, "tok-ann", &id, std::time::Duration::from_secs(60));
     assert_eq!(j["state"], "finished", "{j}");
-    let j = kept(&svc, &id);
+    let j = kept(svc, &id);
+    (id, j)
+}
+
+#[test]
+fn outputs_kept_by_the_broker_are_fetched_while_the_site_is_down() {
+    // arcget users fetch a job's files from the CE's session directory;
+    // here the broker keeps them as the job ends, so a site that is down
+    // (or cleaned up) takes nothing from its owner.
+    let dir = scratch("kept-outputs");
+    let (site, svc) = broker_over_an_agent(&dir, 0, "");
+    let (id, j) = ended_and_kept(
+        &svc,
+        &dir,
+        "executable = /bin/sh\n\
+         arguments = \"-c 'echo hello; echo complaint >&2; yes x | head -c 100000 > big.dat'\"\n\
+         transfer_output_files = big.dat, never.dat\n\
+         output = out.txt\n\
+         error = err.txt\n\
+         queue\n",
+    );
     let sizes: Vec<(String, serde_json::Value)> = j["kept"]
         .as_array()
         .unwrap()
@@ -2148,27 +2156,15 @@ fn outputs_kept_by_the_broker_are_fetched_while_the_site_is_down() {
 fn an_output_over_the_owners_quota_is_not_kept_and_comes_from_the_site() {
     let dir = scratch("kept-quota");
     let (site, svc) = broker_over_an_agent(&dir, 0, "[limits]\noutput_quota_bytes = 50000\n");
-    let work = dir.join("work");
-    std::fs::create_dir_all(&work).unwrap();
-    let submit = work.join("job.sub");
-    std::fs::write(
-        &submit,
+    let (id, j) = ended_and_kept(
+        &svc,
+        &dir,
         "executable = /bin/sh\n\
          arguments = \"-c 'echo small; head -c 100000 /dev/zero > big.dat'\"\n\
          transfer_output_files = big.dat\n\
          output = out.txt\n\
          queue\n",
-    )
-    .unwrap();
-    let out = svc.brokk("tok-ann", &["submit", submit.to_str().unwrap(), "--json"]);
-    assert!(out.status.success(), "{}", text(&out).1);
-    let id = serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()["ids"][0]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let j = common::wait_ended(&svc.server.url, "tok-ann", &id, std::time::Duration::from_secs(60));
-    assert_eq!(j["state"], "finished", "{j}");
-    let j = kept(&svc, &id);
+    );
     let big = j["kept"]
         .as_array()
         .unwrap()
