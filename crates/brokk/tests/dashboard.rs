@@ -2,8 +2,9 @@
 //! through chromedriver (WebDriver) against a real `brokk serve`. It logs in
 //! with a token, sees a job submitted through the API appear and finish
 //! without a reload, and sees a reservation on its site's Gantt row and in
-//! the reservations view, and a workflow's graph and tasks to its end.
-//! Screenshots go to `target/browser-artifacts/`.
+//! the reservations view, and a workflow's graph and tasks to its end. With
+//! a million jobs stored, the first page is drawn within a second of the
+//! login. Screenshots go to `target/browser-artifacts/`.
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -54,6 +55,23 @@ fn artifacts() -> PathBuf {
     dir
 }
 
+/// A WebDriver session in headless Chromium.
+async fn session(driver: &Driver) -> fantoccini::Client {
+    let mut caps = serde_json::Map::new();
+    caps.insert(
+        "goog:chromeOptions".into(),
+        serde_json::json!({
+            "binary": CHROMIUM,
+            "args": ["--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu", "--window-size=1400,1000"],
+        }),
+    );
+    ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
+        .capabilities(caps)
+        .connect(&driver.url)
+        .await
+        .expect("a WebDriver session in headless Chromium")
+}
+
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "needs Debian's chromium and chromium-driver; scripts/test.sh installs them and runs this"]
 async fn the_dashboard_shows_jobs_live_and_reservations_on_the_gantt_chart() {
@@ -66,19 +84,7 @@ async fn the_dashboard_shows_jobs_live_and_reservations_on_the_gantt_chart() {
     .unwrap();
     let server = common::serve(&dir);
     let driver = chromedriver();
-    let mut caps = serde_json::Map::new();
-    caps.insert(
-        "goog:chromeOptions".into(),
-        serde_json::json!({
-            "binary": CHROMIUM,
-            "args": ["--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu", "--window-size=1400,1000"],
-        }),
-    );
-    let c = ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
-        .capabilities(caps)
-        .connect(&driver.url)
-        .await
-        .expect("a WebDriver session in headless Chromium");
+    let c = session(&driver).await;
     let result = async {
         // A wrong token is refused on the page.
         c.goto(&format!("{}/ui/", server.url)).await?;
@@ -319,6 +325,87 @@ async fn the_dashboard_shows_jobs_live_and_reservations_on_the_gantt_chart() {
     }
     .await;
     let _ = c.close().await;
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+}
+
+/// Jobs a long-lived broker holds: a million, as the soak leaves them.
+const MILLION: u32 = 1_000_000;
+
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs Debian's chromium and chromium-driver; scripts/test.sh installs them and runs this"]
+async fn the_first_page_of_a_million_stored_jobs_renders_within_a_second() {
+    let dir = common::scratch("dashboard", "million");
+    std::fs::write(
+        dir.join("broker.toml"),
+        "database = \"broker.db\"\nstate_dir = \"sites\"\n[tokens]\n\"tok-ann\" = \"ann\"\n\
+         [[embedded]]\nname = \"alpha\"\ncapacity = 4\n",
+    )
+    .unwrap();
+    // The broker makes its schema; a million ended jobs of ann's then go
+    // straight into its table, one a second, as a soak leaves them.
+    drop(common::serve(&dir));
+    let written = std::time::Instant::now();
+    let db = sqlx::SqlitePool::connect(&format!("sqlite://{}", dir.join("broker.db").display()))
+        .await
+        .unwrap();
+    sqlx::query(&format!(
+        "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < {MILLION})
+         INSERT INTO jobs (id, owner, format, spec, prefs, warnings, state, site, site_job, submitted, started, ended,
+                           exit_code, member)
+         SELECT printf('%016x', i), 'ann', 'json', '{{\"name\": \"soak\", \"executable\": \"/bin/true\"}}', '{{}}', '[]',
+                'finished', 'alpha', CAST(i AS TEXT), 1700000000 + i, 1700000000 + i, 1700000001 + i, 0,
+                '{{\"kind\":\"alone\"}}' FROM n"
+    ))
+    .execute(&db)
+    .await
+    .unwrap();
+    db.close().await;
+    eprintln!("{MILLION} jobs written in {:.1?}", written.elapsed());
+    let started = std::time::Instant::now();
+    let server = common::serve(&dir);
+    eprintln!("the broker answers {:.1?} after its start", started.elapsed());
+    let driver = chromedriver();
+    let c = session(&driver).await;
+    let result = async {
+        c.goto(&format!("{}/ui/", server.url)).await?;
+        c.find(Locator::Css("#token")).await?.send_keys("tok-ann").await?;
+        let asked = std::time::Instant::now();
+        c.find(Locator::Css("#login-button")).await?.click().await?;
+        // The newest job first: the millionth.
+        let newest = format!("{MILLION:016x}");
+        c.wait()
+            .at_most(Duration::from_secs(30))
+            .for_element(Locator::Css(&format!("#jobs tbody tr[data-id='{newest}']")))
+            .await?;
+        let first = asked.elapsed();
+        c.wait()
+            .at_most(Duration::from_secs(10))
+            .for_element(Locator::XPath("//span[@id='page'][. = 'jobs 1-100']"))
+            .await?;
+        // Deep pages are as quick: each asks for the jobs after the last shown.
+        let paged = std::time::Instant::now();
+        for _ in 0..3 {
+            c.find(Locator::Css("#older")).await?.click().await?;
+        }
+        c.wait()
+            .at_most(Duration::from_secs(30))
+            .for_element(Locator::XPath("//span[@id='page'][. = 'jobs 301-400']"))
+            .await?;
+        let three = paged.elapsed();
+        let last = format!("{:016x}", MILLION - 399);
+        c.find(Locator::Css(&format!("#jobs tbody tr[data-id='{last}']")))
+            .await?;
+        eprintln!("with {MILLION} jobs stored: first page {first:.2?} after the login, three pages older {three:.2?}");
+        assert!(first < Duration::from_secs(1), "the first page took {first:?}");
+        Ok::<_, Box<dyn std::error::Error>>(())
+    }
+    .await;
+    let _ = c.close().await;
+    // A quarter of a gigabyte: not left behind.
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
     if let Err(e) = result {
         panic!("{e}");
     }
