@@ -102,6 +102,9 @@ pub struct Db {
     /// by the broker: its embedded sites, whose sandboxes are on its own
     /// disk and live as long as it does.
     outputs_stay: Arc<std::sync::RwLock<HashSet<String>>>,
+    /// Told when an end puts a job on the list to keep, so its outputs are
+    /// fetched at once rather than at the keeper's next look.
+    keep_due: Arc<tokio::sync::Notify>,
 }
 
 /// Jobs per state, and the state of each job not yet ended (the only ones
@@ -420,6 +423,7 @@ impl Db {
             unfinished: Arc::new(Mutex::new(unfinished)),
             states: Arc::new(Mutex::new(states)),
             outputs_stay: Arc::default(),
+            keep_due: Arc::default(),
         })
     }
 
@@ -568,6 +572,7 @@ impl Db {
         };
         let mut last = feed.as_deref().copied().unwrap_or(0);
         let mut tx = self.pool.begin().await?;
+        let mut to_keep = false;
         for (v, changed) in writes {
             let version = v.runs_as.is_some().then(|| {
                 last += 1;
@@ -618,9 +623,13 @@ impl Db {
                     .bind(ended.0)
                     .execute(&mut *tx)
                     .await?;
+                to_keep = true;
             }
         }
         tx.commit().await?;
+        if to_keep {
+            self.keep_due.notify_one();
+        }
         if let Some(g) = feed.as_mut() {
             **g = last;
         }
@@ -862,6 +871,12 @@ impl Db {
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         stay.extend(sites);
+    }
+
+    /// Waits until an end puts a job on the list to keep (at once when one
+    /// did since the last wait).
+    pub async fn keep_due(&self) {
+        self.keep_due.notified().await;
     }
 
     /// Up to `limit` ended jobs whose outputs are due to be kept at `now`,

@@ -268,7 +268,8 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
                 Ok(false) => {}
                 Err(e) => tracing::warn!("keeping ended jobs' outputs: {e}"),
             }
-            tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+            // At once when a job ends; a site asked again when it is due.
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(1), k.db.keep_due()).await;
         }
     });
     let o = service.clone();
