@@ -33,10 +33,7 @@ fn error_of(r: Response) -> CallError {
 /// innermost cause (`Connection refused`), and for a refused or failed
 /// connection where to look.
 fn unreachable_message(url: &str, e: &reqwest::Error) -> String {
-    let mut cause: &dyn std::error::Error = e;
-    while let Some(inner) = cause.source() {
-        cause = inner;
-    }
+    let cause = crate::innermost(e);
     if e.is_connect() {
         return format!("cannot reach the broker at {url}: {cause} (is `brokk serve` running there? BROKK_SERVER or --server names it)");
     }

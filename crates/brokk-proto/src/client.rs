@@ -90,7 +90,7 @@ impl RemoteSite {
     fn send(&self, req: RequestBuilder) -> Result<Response, SiteError> {
         req.bearer_auth(&self.token)
             .send()
-            .map_err(|e| SiteError::Unavailable(format!("{}: {e}", self.endpoint)))
+            .map_err(|e| SiteError::Unavailable(format!("{} ({})", self.endpoint, transport_reason(&e))))
     }
 
     /// Maps a non-success status to the trait's errors.
@@ -229,6 +229,18 @@ impl RemoteSite {
             Err(self.fail(resp))
         }
     }
+}
+
+/// Why a request got no answer, in the words of its deepest cause
+/// (`connection refused`) rather than "error sending request for url
+/// (...)", which repeats the URL.
+fn transport_reason(e: &reqwest::Error) -> String {
+    if e.is_timeout() {
+        return "no answer in time".into();
+    }
+    let why = crate::innermost(e).to_string();
+    // `Connection refused (os error 111)`: the number says nothing more.
+    why.split(" (os error").next().unwrap_or(&why).to_lowercase()
 }
 
 /// What an agent's information (`/v1/info`'s body, or one event of

@@ -31,6 +31,16 @@ pub(crate) fn url_with(base: &reqwest::Url, segments: &[&str]) -> reqwest::Url {
     url
 }
 
+/// The deepest cause of a transport error (`Connection refused (os error
+/// 111)`): what a user can act on, without the wrapping that repeats the URL.
+pub(crate) fn innermost(e: &reqwest::Error) -> &(dyn std::error::Error + 'static) {
+    let mut cause: &(dyn std::error::Error + 'static) = e;
+    while let Some(inner) = cause.source() {
+        cause = inner;
+    }
+    cause
+}
+
 /// The wall clock in whole seconds: what the service, the agents and the CLI
 /// read (the broker's algorithms and the simulator take time as an argument).
 pub fn wall_clock() -> brokk_model::Time {

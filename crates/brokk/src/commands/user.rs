@@ -988,16 +988,24 @@ pub fn resources(a: ResourcesArgs) -> Result<ExitCode> {
                 i.running_jobs,
                 i.waiting_jobs,
                 i.estimated_wait.map_or("-".into(), |d| d.0.to_string()),
-                i.health.as_deref().unwrap_or("-"),
+                // A site that answers and says nothing of its health is up, as the dashboard shows it.
+                i.health.as_deref().unwrap_or("up"),
                 if i.shares.is_empty() {
                     "-".to_string()
                 } else {
                     i.shares.iter().map(|s| s.name.as_str()).collect::<Vec<_>>().join(",")
                 }
             ),
+            // In the table's columns, the reason where the queues go.
             None => say!(
-                "{:<12} unavailable: {}",
+                "{:<12} {:>6} {:>6} {:>8} {:>8} {:>10}  {:<8} {}",
                 r["name"].as_str().unwrap_or("?"),
+                "-",
+                "-",
+                "-",
+                "-",
+                "-",
+                "down",
                 r["error"].as_str().unwrap_or("no answer")
             ),
         }
