@@ -246,16 +246,12 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
     });
     // Uploads no unfinished job needs go after their retention.
     let u = service.clone();
-    let retention = std::time::Duration::from_secs(config.limits.upload_retention_s);
-    tokio::spawn(async move {
-        let mut every = tokio::time::interval(
-            retention.clamp(std::time::Duration::from_secs(1), std::time::Duration::from_secs(3600)),
-        );
-        loop {
-            every.tick().await;
-            if let Err(e) = u.sweep_uploads(retention).await {
-                tracing::warn!("deleting old uploads: {e}");
-            }
+    sweep_every(config.limits.upload_retention_s, move |kept_for| {
+        let u = u.clone();
+        async move {
+            u.sweep_uploads(kept_for)
+                .await
+                .map_err(|e| format!("deleting old uploads: {e}"))
         }
     });
     // The outputs of ended jobs, kept from their sites as they end; those
@@ -273,16 +269,12 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         }
     });
     let o = service.clone();
-    let kept_for = std::time::Duration::from_secs(config.limits.output_retention_s);
-    tokio::spawn(async move {
-        let mut every = tokio::time::interval(
-            kept_for.clamp(std::time::Duration::from_secs(1), std::time::Duration::from_secs(3600)),
-        );
-        loop {
-            every.tick().await;
-            if let Err(e) = o.sweep_outputs(kept_for).await {
-                tracing::warn!("deleting old kept outputs: {e}");
-            }
+    sweep_every(config.limits.output_retention_s, move |kept_for| {
+        let o = o.clone();
+        async move {
+            o.sweep_outputs(kept_for)
+                .await
+                .map_err(|e| format!("deleting old kept outputs: {e}"))
         }
     });
     // Sites that push their information, each followed by a task of its own.
@@ -315,6 +307,28 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
     );
     let server = tokio::spawn(brokk_site::listener::serve(listener, app, bounds));
     Ok(Running { addr, service, server })
+}
+
+/// Runs `sweep` with the retention of `retention_s` seconds as often as
+/// that (at least every hour, at most every second) on a task of its own;
+/// what fails is logged and tried again at the next turn.
+fn sweep_every<F, Fut>(retention_s: u64, sweep: F)
+where
+    F: Fn(std::time::Duration) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = Result<usize, String>> + Send,
+{
+    let retention = std::time::Duration::from_secs(retention_s);
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(
+            retention.clamp(std::time::Duration::from_secs(1), std::time::Duration::from_secs(3600)),
+        );
+        loop {
+            every.tick().await;
+            if let Err(e) = sweep(retention).await {
+                tracing::warn!("{e}");
+            }
+        }
+    });
 }
 
 /// The site agent settings of embedded site `e`, its state under the
