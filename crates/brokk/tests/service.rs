@@ -1140,6 +1140,40 @@ fn local_inputs_are_uploaded_and_every_output_comes_back_under_brokk_ids() {
             "{json}"
         );
     }
+    // Several jobs at once, as arcget takes them: each into a directory of
+    // its own; one that is not there is said and the others fetched.
+    let both = dir.join("both");
+    let mut args = vec![
+        "get",
+        ids[0].as_str(),
+        "nosuchjob",
+        ids[1].as_str(),
+        "--dir",
+        both.to_str().unwrap(),
+    ];
+    let partly = svc.brokk("tok-ann", &args);
+    assert!(!partly.status.success());
+    assert!(
+        text(&partly).1.contains("1 of 3 jobs were not fetched"),
+        "{}",
+        text(&partly).1
+    );
+    for (k, id) in ids.iter().enumerate() {
+        assert_eq!(
+            std::fs::read_to_string(both.join(id).join("result.txt")).unwrap(),
+            format!("{k}\n")
+        );
+    }
+    args.remove(2);
+    args.extend(["--force", "--json"]);
+    let reports = svc.json("tok-ann", &args);
+    let jobs: Vec<&str> = reports
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["job"].as_str().unwrap())
+        .collect();
+    assert_eq!(jobs, [ids[0].as_str(), ids[1].as_str()], "{reports}");
     // A file that is not there is named before anything is sent.
     std::fs::remove_file(work.join("data.txt")).unwrap();
     let missing = svc.brokk("tok-ann", &["submit", submit.to_str().unwrap()]);

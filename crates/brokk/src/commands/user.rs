@@ -209,9 +209,12 @@ pub struct SelectArgs {
 /// `brokk get`.
 #[derive(clap::Args)]
 pub struct GetArgs {
-    /// The job.
-    id: String,
-    /// Where to put its files [default: a directory named after the job].
+    /// The jobs (each into a directory of its own, as arcget does).
+    #[arg(required = true)]
+    ids: Vec<String>,
+    /// Where to put its files [default: a directory named after the job];
+    /// with several jobs, each job's go into a directory named after it
+    /// there.
     #[arg(long)]
     dir: Option<PathBuf>,
     /// Replace files that are there already (without it, `get` refuses
@@ -872,12 +875,62 @@ pub fn select(a: SelectArgs, action: Action) -> Result<ExitCode> {
     }
 }
 
-/// Runs `brokk get`: every file the job leaves (its streams and output
-/// files) into a directory, as `arcget` does.
+/// Runs `brokk get`: every file each job leaves (its streams and output
+/// files) into a directory of the job's, as `arcget` does. A job that
+/// cannot be fetched is said and the others fetched; the exit status is
+/// then the first failure's (1 when files were missing).
 pub fn get(a: GetArgs) -> Result<ExitCode> {
     let c = a.server.client()?;
-    let j = c.job(&a.id)?;
-    let dir = a.dir.clone().unwrap_or_else(|| PathBuf::from(&j.id));
+    let several = a.ids.len() > 1;
+    let mut reports = Vec::new();
+    let mut status = ExitCode::SUCCESS;
+    let mut first_error = None;
+    for id in &a.ids {
+        let dir = match (&a.dir, several) {
+            (Some(d), true) => Some(d.join(id)),
+            (d, _) => d.clone(),
+        };
+        match get_one(&c, id, dir, a.force, a.json) {
+            Ok((report, complete)) => {
+                if !complete {
+                    status = ExitCode::from(1);
+                }
+                reports.push(report);
+            }
+            Err(e) if several => {
+                eprintln!("error: {id}: {e:#}");
+                first_error.get_or_insert(e);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    if a.json {
+        match reports.as_slice() {
+            [one] if !several => say!("{}", serde_json::to_string_pretty(one)?),
+            all => say!("{}", serde_json::to_string_pretty(all)?),
+        }
+    }
+    match first_error {
+        Some(e) => Err(e.context(format!(
+            "{} of {} jobs were not fetched",
+            a.ids.len() - reports.len(),
+            a.ids.len()
+        ))),
+        None => Ok(status),
+    }
+}
+
+/// Fetches job `id`'s files into `dir` (its id by default); the report
+/// `--json` prints and whether every file came.
+fn get_one(
+    c: &BrokerClient,
+    id: &str,
+    dir: Option<PathBuf>,
+    force: bool,
+    json: bool,
+) -> Result<(serde_json::Value, bool)> {
+    let j = c.job(id)?;
+    let dir = dir.unwrap_or_else(|| PathBuf::from(&j.id));
     let mut names: Vec<String> = Vec::new();
     for n in j.stdout.iter().chain(j.stderr.iter()).chain(j.outputs.iter()) {
         if !names.contains(n) {
@@ -889,7 +942,7 @@ pub fn get(a: GetArgs) -> Result<ExitCode> {
         let rel = std::path::Path::new(name);
         !rel.is_absolute() && rel.components().all(|p| matches!(p, std::path::Component::Normal(_)))
     };
-    if !a.force {
+    if !force {
         let there: Vec<String> = names
             .iter()
             .filter(|n| plain(n) && dir.join(n).symlink_metadata().is_ok())
@@ -919,7 +972,7 @@ pub fn get(a: GetArgs) -> Result<ExitCode> {
                 let n =
                     std::io::copy(&mut bar.wrap_read(&mut body), &mut f).with_context(|| format!("fetching {name}"))?;
                 bar.finish_and_clear();
-                if !a.json {
+                if !json {
                     say!("{} ({})", listing::shown(&to.display().to_string()), human_bytes(n));
                 }
                 fetched.push(serde_json::json!({"name": name, "path": to, "bytes": n}));
@@ -928,17 +981,12 @@ pub fn get(a: GetArgs) -> Result<ExitCode> {
             Err(e) => return Err(e.into()),
         }
     }
-    if a.json {
-        let report = serde_json::json!({"job": j.id, "dir": dir, "files": fetched, "missing": missing});
-        say!("{}", serde_json::to_string_pretty(&report)?);
+    if !missing.is_empty() && !json {
+        eprintln!("not fetched: {}", missing.join(", "));
     }
-    if !missing.is_empty() {
-        if !a.json {
-            eprintln!("not fetched: {}", missing.join(", "));
-        }
-        return Ok(ExitCode::from(1));
-    }
-    Ok(ExitCode::SUCCESS)
+    let complete = missing.is_empty();
+    let report = serde_json::json!({"job": j.id, "dir": dir, "files": fetched, "missing": missing});
+    Ok((report, complete))
 }
 
 /// Runs `brokk output`.
