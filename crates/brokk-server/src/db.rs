@@ -209,6 +209,18 @@ pub struct KeptFile {
     pub sha: Option<String>,
 }
 
+/// A row of `outputs` (name, sha, bytes, note) as the file it records.
+fn kept_row(r: &AnyRow) -> KeptFile {
+    KeptFile {
+        shown: brokk_broker::jobs::KeptOutput {
+            name: r.get(0),
+            bytes: r.get::<Option<i64>, _>(2).and_then(|b| u64::try_from(b).ok()),
+            note: r.get(3),
+        },
+        sha: r.get(1),
+    }
+}
+
 /// A line for a job's history: when it entered its new state, and why.
 pub type HistoryLine = (Time, Option<String>);
 
@@ -934,37 +946,25 @@ impl Db {
     /// What was kept of file `name` of job `id`'s run that ended at
     /// `ended`, if its outputs were kept.
     pub async fn kept_file(&self, id: &str, ended: Time, name: &str) -> Result<Option<KeptFile>, DbError> {
-        let row = sqlx::query("SELECT sha, bytes, note FROM outputs WHERE job = $1 AND name = $2 AND ended = $3")
+        let row = sqlx::query("SELECT name, sha, bytes, note FROM outputs WHERE job = $1 AND name = $2 AND ended = $3")
             .bind(id)
             .bind(name)
             .bind(ended.0)
             .fetch_optional(&self.pool)
             .await?;
-        Ok(row.map(|r| KeptFile {
-            shown: brokk_broker::jobs::KeptOutput {
-                name: name.to_string(),
-                bytes: r.get::<Option<i64>, _>(1).and_then(|b| u64::try_from(b).ok()),
-                note: r.get(2),
-            },
-            sha: r.get(0),
-        }))
+        Ok(row.as_ref().map(kept_row))
     }
 
-    /// What was kept of the outputs of job `id`'s run that ended at `ended`.
-    pub async fn kept_of(&self, id: &str, ended: Time) -> Result<Vec<brokk_broker::jobs::KeptOutput>, DbError> {
-        let rows = sqlx::query("SELECT name, bytes, note FROM outputs WHERE job = $1 AND ended = $2 ORDER BY name")
-            .bind(id)
-            .bind(ended.0)
-            .fetch_all(&self.pool)
-            .await?;
-        Ok(rows
-            .iter()
-            .map(|r| brokk_broker::jobs::KeptOutput {
-                name: r.get(0),
-                bytes: r.get::<Option<i64>, _>(1).and_then(|b| u64::try_from(b).ok()),
-                note: r.get(2),
-            })
-            .collect())
+    /// What was kept of the outputs of job `id`'s run that ended at `ended`,
+    /// by name.
+    pub async fn kept_of(&self, id: &str, ended: Time) -> Result<Vec<KeptFile>, DbError> {
+        let rows =
+            sqlx::query("SELECT name, sha, bytes, note FROM outputs WHERE job = $1 AND ended = $2 ORDER BY name")
+                .bind(id)
+                .bind(ended.0)
+                .fetch_all(&self.pool)
+                .await?;
+        Ok(rows.iter().map(kept_row).collect())
     }
 
     /// Whether a site's job was left behind by a move.

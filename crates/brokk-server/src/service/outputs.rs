@@ -130,18 +130,22 @@ impl Service {
         let Some(ended) = v.ended.filter(|_| v.state().is_terminal()) else {
             return Ok(Vec::new());
         };
-        let mut kept = self.db.kept_of(&v.id, ended).await?;
-        for k in kept.iter_mut().filter(|k| k.bytes.is_some()) {
-            let sha = self.db.kept_file(&v.id, ended, &k.name).await?.and_then(|f| f.sha);
-            let there = sha
-                .and_then(|s| self.outputs.path(&v.owner, &s).ok())
-                .is_some_and(|p| p.is_file());
-            if !there {
-                k.bytes = None;
-                k.note = Some("deleted after its retention".into());
-            }
-        }
-        Ok(kept)
+        let kept = self.db.kept_of(&v.id, ended).await?;
+        Ok(kept
+            .into_iter()
+            .map(|f| {
+                let mut k = f.shown;
+                let there = f
+                    .sha
+                    .and_then(|s| self.outputs.path(&v.owner, &s).ok())
+                    .is_some_and(|p| p.is_file());
+                if k.bytes.is_some() && !there {
+                    k.bytes = None;
+                    k.note = Some("deleted after its retention".into());
+                }
+                k
+            })
+            .collect())
     }
 
     /// Kept output `name` of ended job `v`, streamed from the owner's output
