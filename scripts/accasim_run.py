@@ -4,6 +4,11 @@ writes its schedule as CSV (job,submit,start,end), for comparison with
 
 AccaSim 1.1.3 predates Python 3.10; its one incompatibility (collections.Mapping)
 is bridged here, without touching the package.
+
+Brokk simulates processors only, so the trace's memory fields (SWF fields 7 and
+10) are blanked in a copy first. Without that AccaSim would allocate memory too,
+and it fails (KeyError: 'mem') on a trace where some jobs record memory and
+others do not.
 """
 import argparse
 import collections
@@ -22,6 +27,18 @@ from accasim.base.scheduler_class import EASYBackfilling, FirstInFirstOut  # noq
 from accasim.base.simulator_class import Simulator  # noqa: E402
 
 
+def without_memory(swf, copy):
+    """Writes SWF `swf` to `copy` with every job's memory fields set to -1."""
+    with open(swf) as src, open(copy, "w") as dst:
+        for line in src:
+            fields = line.split()
+            if line.startswith(";") or len(fields) < 10:
+                dst.write(line)
+                continue
+            fields[6] = fields[9] = "-1"
+            dst.write(" ".join(fields) + "\n")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--swf", required=True, help="uncompressed SWF trace")
@@ -35,6 +52,8 @@ def main():
         # One single-core node per processor: SWF sizes are processors.
         json.dump({"groups": {"p": {"core": 1}}, "resources": {"p": a.procs},
                    "equivalence": {"processor": {"core": 1}}, "start_time": 0}, f)
+    trace = os.path.join(work, "trace.swf")
+    without_memory(a.swf, trace)
     allocator = FirstFit()
     dispatcher = FirstInFirstOut(allocator) if a.policy == "fcfs" else EASYBackfilling(allocator)
     schedule = {
@@ -46,7 +65,7 @@ def main():
             "end_time": ("end_time", "int"),
         },
     }
-    sim = Simulator(a.swf, config, dispatcher, RESULTS_FOLDER_PATH=work, SCHEDULE_OUTPUT=schedule,
+    sim = Simulator(trace, config, dispatcher, RESULTS_FOLDER_PATH=work, SCHEDULE_OUTPUT=schedule,
                     statistics_output=False, show_statistics=False, LOG_LEVEL="ERROR")
     t0 = time.perf_counter()
     sim.start_simulation()
