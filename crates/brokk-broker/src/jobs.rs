@@ -81,6 +81,7 @@ impl BrokerState {
     pub fn of_phase(p: JobPhase) -> BrokerState {
         match p {
             JobPhase::Accepted | JobPhase::StagingIn | JobPhase::Queued => BrokerState::Dispatched,
+            JobPhase::Held => BrokerState::Held,
             JobPhase::Running | JobPhase::StagingOut => BrokerState::Running,
             JobPhase::Finished => BrokerState::Finished,
             JobPhase::Failed => BrokerState::Failed,
@@ -457,10 +458,13 @@ pub fn apply(job: &mut BrokerJob, change: Change, now: Time) -> Result<Applied, 
         Change::Hold => match from {
             S::Held => return Ok(Applied::Unchanged),
             S::Accepted => S::Held,
-            _ => return refuse("only a job not yet sent to a site can be held; cancel it instead"),
+            S::Running => return refuse("a job that has started cannot be held; cancel it instead"),
+            S::Dispatched => return refuse("its site holds it, when asked (`BrokerCore::hold`)"),
+            _ => return refuse("only a job that waits can be held; cancel it instead"),
         },
         Change::Release => match from {
             S::Accepted => return Ok(Applied::Unchanged),
+            S::Held if job.site.is_some() => return refuse("its site releases it, when asked (`BrokerCore::release`)"),
             S::Held => S::Accepted,
             _ => return refuse("only a held job can be released"),
         },
@@ -550,7 +554,7 @@ pub fn apply(job: &mut BrokerJob, change: Change, now: Time) -> Result<Applied, 
         } => {
             // An ended job's record is final; a job being moved is the
             // adaptation's to record (the cancel at its old site is no end).
-            if !matches!(from, S::Dispatched | S::Running) {
+            if !matches!(from, S::Dispatched | S::Running) && !at_its_site(job) {
                 return Ok(Applied::Unchanged);
             }
             let to = BrokerState::of_phase(phase);
@@ -569,6 +573,32 @@ pub fn apply(job: &mut BrokerJob, change: Change, now: Time) -> Result<Applied, 
     };
     job.state = to;
     Ok(Applied::Entered(to))
+}
+
+/// Whether `job` is held at its site (rather than kept back by the
+/// broker): what its site reports of it is its state.
+pub fn at_its_site(job: &BrokerJob) -> bool {
+    job.state == BrokerState::Held && job.site.is_some()
+}
+
+/// Whether its owner's hold (`hold` true) or release of `job` is its
+/// site's to carry out: a job that waits at a site is held there, where it
+/// gives its slot back (as `scontrol uhold` does), and released there; a
+/// workflow's task and a co-allocation's part wait in reservations made
+/// for their whole, so they are not held alone.
+pub fn hold_goes_to_site(job: &BrokerJob, hold: bool) -> Result<bool, Refused> {
+    let goes = match hold {
+        true => job.state == BrokerState::Dispatched && job.site.is_some(),
+        false => at_its_site(job),
+    };
+    if goes && hold && !job.member.is_alone() {
+        return Err(Refused {
+            id: job.id.clone(),
+            state: job.state,
+            why: "a workflow's task or a co-allocation's part waits in a reservation made for its whole; it is not held alone",
+        });
+    }
+    Ok(goes)
 }
 
 /// Whether a job in `state` counts toward its owner's limit of unfinished
@@ -654,7 +684,7 @@ mod tests {
     }
 
     #[test]
-    fn only_a_job_not_yet_at_a_site_is_held_and_only_a_held_one_released() {
+    fn a_job_is_held_by_the_broker_before_it_reaches_a_site_and_by_its_site_after() {
         let mut j = job(Entry::Accepted);
         assert_eq!(
             apply(&mut j, Change::Hold, Time(101)),
@@ -669,12 +699,37 @@ mod tests {
             Ok(Applied::Entered(BrokerState::Accepted))
         );
         apply(&mut j, dispatch(), Time(105)).unwrap();
-        let e = apply(&mut j, Change::Hold, Time(106)).unwrap_err();
-        assert_eq!(e.state, BrokerState::Dispatched);
+        // At a site, its site holds it: the broker records what the site says.
+        assert_eq!(hold_goes_to_site(&j, true), Ok(true));
+        assert_eq!(hold_goes_to_site(&j, false), Ok(false));
+        assert!(apply(&mut j, Change::Hold, Time(106)).is_err());
+        assert_eq!(
+            apply(&mut j, report(JobPhase::Held, None), Time(106)),
+            Ok(Applied::Entered(BrokerState::Held))
+        );
+        assert!(at_its_site(&j) && !counts_toward_limit(j.state()));
+        assert_eq!(hold_goes_to_site(&j, false), Ok(true));
+        assert!(apply(&mut j, Change::Release, Time(107)).is_err(), "released by its site");
+        assert_eq!(
+            apply(&mut j, report(JobPhase::Queued, None), Time(107)),
+            Ok(Applied::Entered(BrokerState::Dispatched))
+        );
+        // Once it runs, nothing holds it.
+        apply(&mut j, report(JobPhase::Running, Some(108)), Time(108)).unwrap();
+        assert_eq!(hold_goes_to_site(&j, true), Ok(false));
+        let e = apply(&mut j, Change::Hold, Time(109)).unwrap_err();
+        assert_eq!(e.state, BrokerState::Running);
         assert!(e.to_string().contains("cancel it instead"), "{e}");
-        assert!(apply(&mut j, Change::Release, Time(106)).is_err());
-        assert_eq!(j.state(), BrokerState::Dispatched);
+        // A co-allocation's part waits in a reservation made for all parts.
+        let mut part = job(Entry::Reserving);
+        part.member = Member::Part {
+            coallocation: "c".into(),
+            index: 0,
+        };
+        apply(&mut part, dispatch(), Time(110)).unwrap();
+        assert!(hold_goes_to_site(&part, true).is_err());
     }
+
 
     #[test]
     fn a_dispatch_records_the_site_and_keeps_earlier_predictions_it_lacks() {

@@ -212,6 +212,20 @@ impl MemorySite {
 }
 
 impl MemorySite {
+    /// Holds (`hold` true) or releases `owner`'s job, as a site agent's
+    /// `POST /v1/jobs/{id}/hold` and `.../release` do: the job as the site
+    /// now has it.
+    pub fn hold_job(&mut self, owner: &str, job: &JobHandle, hold: bool) -> Result<crate::broker::Report, SiteError> {
+        let id = handle_id(job)?;
+        self.op(|core, now| {
+            let j = match hold {
+                true => core.hold_job(now, owner, id)?,
+                false => core.release_job(now, owner, id)?,
+            };
+            Ok(crate::broker::Report::of(j))
+        })
+    }
+
     /// A submission into `reservation` when given; with `held_under`, the
     /// claimed hold stays a hold until committed, the key naming it.
     fn accept(

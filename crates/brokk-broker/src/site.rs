@@ -43,7 +43,7 @@ impl JobState {
         now: Time,
     ) -> JobState {
         match phase {
-            JobPhase::Accepted | JobPhase::StagingIn | JobPhase::Queued => JobState::Queued {
+            JobPhase::Accepted | JobPhase::StagingIn | JobPhase::Queued | JobPhase::Held => JobState::Queued {
                 expected_start: planned_start,
             },
             JobPhase::Running | JobPhase::StagingOut => JobState::Running {

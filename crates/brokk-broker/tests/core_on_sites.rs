@@ -129,6 +129,15 @@ impl Grid {
                 let answer = self.sites[site].cancel_job(&owner, &JobHandle(site_job.clone()));
                 let _ = core.withdrawn(now, site, &site_job, answer);
             }
+            Effect::HoldAtSite {
+                site,
+                site_job,
+                owner,
+                hold,
+            } => {
+                let answer = self.sites[site].hold_job(&owner, &JobHandle(site_job.clone()), hold);
+                let _ = core.held_at_site(now, site, &site_job, answer);
+            }
             Effect::Find { job, .. } => core.found(now, &job, Ok(None)),
             Effect::Resolve { job, .. } => core.resolved(now, &job, Ok(None)),
             Effect::Persist { job, line } => {
@@ -451,4 +460,74 @@ fn a_coallocation_that_fits_nowhere_leaves_nothing_and_fails_every_part() {
     }
     assert!(g.sites.iter().all(|s| s.planner().is_empty()), "nothing stays held");
     assert_eq!(g.core.unfinished("alice"), 0);
+}
+
+#[test]
+fn a_job_waiting_at_its_site_is_held_there_and_the_queue_moves_up_into_its_slot() {
+    // One site, busy for an hour: j1 and j2 (16 CPUs, an hour each) wait
+    // there, j1 first.
+    let mut a = site("a", 100.0);
+    busy(&mut a, 1);
+    let mut g = Grid::new(vec![a], BrokerParams::default());
+    let whole = Job {
+        cpus: Some(16),
+        benchmarks: vec![Benchmark {
+            name: "app".into(),
+            result: 100.0,
+            time: Duration::hours(1),
+        }],
+        ..job()
+    };
+    let v1 = g.submit("j1", whole.clone(), JobPreferences::default(), NOW);
+    let v2 = g.submit("j2", whole, JobPreferences::default(), NOW);
+    let (h1, h2) = (JobHandle(v1.site_job.unwrap()), JobHandle(v2.site_job.unwrap()));
+    let start = |g: &Grid, h: &JobHandle| match g.sites[0].status(h) {
+        Ok(JobState::Queued { expected_start }) => expected_start,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(
+        (start(&g, &h1), start(&g, &h2)),
+        (Some(NOW + Duration::hours(1)), Some(NOW + Duration::hours(2)))
+    );
+
+    // Another user cannot hold it.
+    assert!(g.core.hold(NOW, "mallory", "j1").is_err());
+    // Held: recorded held once its site says so, its slot given to j2.
+    let t = NOW + Duration::minutes(10);
+    assert_eq!(
+        g.core.hold(t, "alice", "j1"),
+        Ok(brokk_broker::jobs::Applied::Unchanged)
+    );
+    g.settle(t);
+    let held = &g.records["j1"];
+    assert_eq!((held.state(), held.site.as_deref()), (BrokerState::Held, Some("a")));
+    let line = g.lines.iter().rev().find(|l| l.0 == "j1").unwrap();
+    assert_eq!(
+        (line.1, line.2.as_deref()),
+        (BrokerState::Held, Some("held by its owner"))
+    );
+    assert_eq!(start(&g, &h1), None);
+    assert_eq!(start(&g, &h2), Some(NOW + Duration::hours(1)));
+    // It holds no slot, so it does not count toward alice's limit, and
+    // nothing starts it while the site's time passes.
+    g.sites[0].advance(NOW + Duration::hours(3));
+    assert_eq!(g.sites[0].record(&h1).unwrap().state, brokk_model::JobPhase::Held);
+
+    // Released: placed again as an arrival is, after j2.
+    let t = NOW + Duration::hours(3);
+    assert_eq!(
+        g.core.release(t, "alice", "j1"),
+        Ok(brokk_broker::jobs::Applied::Unchanged)
+    );
+    g.settle(t);
+    assert_eq!(g.records["j1"].state(), BrokerState::Dispatched);
+    g.sites[0].advance(t);
+    assert_eq!(g.sites[0].status(&h1), Ok(JobState::Running { since: t }));
+    // Once it runs, its site refuses to hold it, and it runs on.
+    g.core.hold(t, "alice", "j1").unwrap();
+    g.settle(t);
+    assert_eq!(g.records["j1"].state(), BrokerState::Dispatched);
+    assert_eq!(g.sites[0].status(&h1), Ok(JobState::Running { since: t }));
+    let answer = g.sites[0].hold_job("alice", &h1, true).unwrap_err();
+    assert!(answer.to_string().contains("has started"), "{answer}");
 }

@@ -41,6 +41,10 @@ pub enum Manager {
     },
     /// Delete the resource manager's reservations of these ids.
     Release(Vec<ReservationId>),
+    /// Hold this job in the resource manager, once it is there.
+    HoldJob(JobId),
+    /// Release this job, held in the resource manager.
+    ReleaseJob(JobId),
 }
 
 /// One thing the driver must do, in order.

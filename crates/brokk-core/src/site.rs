@@ -934,7 +934,7 @@ impl SiteCore {
     pub fn cancel_job(&mut self, now: Time, who: &str, id: JobId) -> Result<&JobRecord, CoreError> {
         let j = self.job(who, id)?;
         if !j.state.is_terminal() {
-            let waiting = j.is_waiting();
+            let waiting = j.is_waiting() || j.state == JobPhase::Held;
             self.out.push(Effect::Stop(id));
             if waiting {
                 self.close(
@@ -947,6 +947,103 @@ impl SiteCore {
             }
         }
         self.job(who, id)
+    }
+
+    /// Holds `who`'s job `id` (`brokk hold`, Slurm's `scontrol uhold`): a
+    /// job that has not started gives its slot back, so the queue moves up
+    /// into it, and waits without a start until released. A job in a
+    /// reservation it claimed keeps it for its owner; one that has started
+    /// or ended cannot be held.
+    pub fn hold_job(&mut self, now: Time, who: &str, id: JobId) -> Result<&JobRecord, CoreError> {
+        let j = self.job(who, id)?;
+        match j.state {
+            JobPhase::Held => return self.job(who, id),
+            s if s.is_terminal() => return Err(CoreError::Conflict(format!("job {id} has ended"))),
+            _ if runs(j.state) || j.started.is_some() => {
+                return Err(CoreError::Conflict(format!(
+                    "job {id} has started: only a job that waits can be held; cancel it instead"
+                )))
+            }
+            _ if j.claimed => {
+                return Err(CoreError::Conflict(format!(
+                    "job {id} runs in a reservation of its own: held, it would leave the reservation idle; \
+                     cancel it or modify the reservation instead"
+                )))
+            }
+            _ => {}
+        }
+        let (planned, slot) = (j.planned_start, j.slot);
+        if let Some(p) = planned {
+            self.queue.remove(&(p, id));
+        }
+        self.waiting.retain(|&w| w != id);
+        self.release_slot_of(slot, false, false);
+        let j = self.jobs.get_mut(&id).expect("checked above");
+        j.slot = None;
+        j.planned_start = None;
+        j.state = JobPhase::Held;
+        j.reason = Some("held by its owner".into());
+        self.touch(id);
+        self.out.push(Effect::SaveJob(id));
+        self.out.push(Effect::StartMoved {
+            job: id,
+            start: OPEN_END,
+        });
+        self.out.push(Effect::Manager(Manager::HoldJob(id)));
+        // What it held is free for the jobs behind it.
+        self.compress(now);
+        self.job(who, id)
+    }
+
+    /// Releases `who`'s held job `id` (`brokk release`): it is placed again
+    /// as an arrival at `now` is, keeping its place in a queue order. A job
+    /// not held is left as it is.
+    pub fn release_job(&mut self, now: Time, who: &str, id: JobId) -> Result<&JobRecord, CoreError> {
+        let j = self.job(who, id)?;
+        if j.state.is_terminal() {
+            return Err(CoreError::Conflict(format!("job {id} has ended")));
+        }
+        if j.state != JobPhase::Held {
+            return self.job(who, id);
+        }
+        self.unhold(now, id)?;
+        self.out.push(Effect::Manager(Manager::ReleaseJob(id)));
+        self.job(who, id)
+    }
+
+    /// Places held job `id` again from `now`, queued (or waiting for a
+    /// slot, as a new arrival may).
+    fn unhold(&mut self, now: Time, id: JobId) -> Result<(), CoreError> {
+        let j = &self.jobs[&id];
+        let (owner, amount, wall, part) = (
+            j.owner.clone(),
+            j.spec.cpus.unwrap_or(1).max(1),
+            self.wall_time(&j.spec),
+            self.part_of(j),
+        );
+        let placed = self.place_new(now, &owner, amount, wall, part)?;
+        let j = self.jobs.get_mut(&id).expect("checked above");
+        j.state = JobPhase::Queued;
+        j.reason = None;
+        match placed {
+            Some((slot, start)) => {
+                j.slot = Some(slot);
+                j.planned_start = Some(start);
+                self.queue.insert((start, id));
+                self.out.push(Effect::StartMoved { job: id, start });
+            }
+            // In its arrival place, as a job that lost its slot waits.
+            None => {
+                let at = self.waiting.partition_point(|&w| w < id);
+                self.waiting.insert(at, id);
+            }
+        }
+        self.touch(id);
+        self.out.push(Effect::SaveJob(id));
+        if placed.is_none() {
+            self.promote(now);
+        }
+        Ok(())
     }
 
     /// Takes job `id` up for running, or `None` when it has ended.
@@ -971,7 +1068,10 @@ impl SiteCore {
             return;
         }
         j.backend_id = Some(backend_id);
-        if j.state != JobPhase::Running {
+        if j.state == JobPhase::Held {
+            // Held while it was being handed over: the manager holds it too.
+            self.out.push(Effect::Manager(Manager::HoldJob(id)));
+        } else if j.state != JobPhase::Running {
             if runs(j.state) {
                 self.running -= 1;
             }
@@ -985,12 +1085,18 @@ impl SiteCore {
     /// ended. Only `running` is persisted: after a restart a job recorded in
     /// an earlier phase is simply staged and queued again.
     pub fn set_phase(&mut self, now: Time, id: JobId, phase: JobPhase) -> bool {
+        let held = self.jobs.get(&id).is_some_and(|j| j.state == JobPhase::Held);
         if phase == JobPhase::Running {
-            return self.mark_running(id, now);
+            // A held job's runner waits for its release to start it.
+            return !held && self.mark_running(id, now);
         }
         let Some(j) = self.jobs.get_mut(&id).filter(|j| !j.state.is_terminal()) else {
             return false;
         };
+        if held {
+            // Its staging goes on; it stays held.
+            return true;
+        }
         self.running = self.running + u32::from(runs(phase)) - u32::from(runs(j.state));
         j.state = phase;
         self.touch(id);
@@ -1001,6 +1107,11 @@ impl SiteCore {
     /// manager's own start, or now); its slot moves there so predictions
     /// follow what happened. False if it has ended.
     pub fn mark_running(&mut self, id: JobId, start: Time) -> bool {
+        // The resource manager started it before a hold reached it: it runs,
+        // in a slot of its own again.
+        if self.jobs.get(&id).is_some_and(|j| j.state == JobPhase::Held) && self.unhold(start, id).is_err() {
+            tracing::warn!(job = %id, "a held job started and no slot is left for it");
+        }
         let Some(j) = self.jobs.get_mut(&id).filter(|j| !j.state.is_terminal()) else {
             return false;
         };

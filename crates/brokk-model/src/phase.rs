@@ -13,6 +13,9 @@ pub enum JobPhase {
     StagingIn,
     /// Waiting for its planned start.
     Queued,
+    /// Kept back by its owner (`brokk hold`): it holds no slot and does not
+    /// start until released.
+    Held,
     /// Its process runs.
     Running,
     /// Output files are being delivered.

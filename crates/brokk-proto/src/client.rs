@@ -186,6 +186,18 @@ impl RemoteSite {
         }
     }
 
+    /// `POST /v1/jobs/{id}/hold` (`hold`) or `.../release`: the job as the
+    /// site now has it.
+    pub fn hold_job(&self, job: &JobHandle, hold: bool) -> Result<JobView, SiteError> {
+        let verb = if hold { "hold" } else { "release" };
+        let resp = self.send(self.http.post(self.url(&["v1", "jobs", &job.0, verb])))?;
+        if resp.status().is_success() {
+            self.json(resp)
+        } else {
+            Err(self.fail(resp))
+        }
+    }
+
     /// `GET /v1/jobs/changes`: this client's jobs changed since a version.
     pub fn changes(&self, epoch: u64, after: u64) -> Result<ChangeFeed, SiteError> {
         let resp = self.send(

@@ -486,12 +486,15 @@ async fn me(State(app): State<App>, Extension(who): Extension<Identity>) -> Resp
     .into_response()
 }
 
-/// Keeps a job not yet at a site from being dispatched.
+/// Keeps a job from starting until it is released: one not yet at a site
+/// is not dispatched; one waiting at a site is held there, giving its slot
+/// back (as Slurm's `scontrol uhold`).
 #[utoipa::path(post, path = "/v1/jobs/{id}/hold", tag = "jobs", params(("id" = String, Path, description = "the job's id at the broker")), responses(
     (status = 200, body = BrokerJob),
     (status = 401, body = ErrorBody, description = "no valid token"),
     (status = 404, body = ErrorBody, description = "no such job of the caller's"),
-    (status = 409, body = ErrorBody, description = "the job is at a site already, or ended"),
+    (status = 409, body = ErrorBody, description = "the job has started or ended, is a workflow's task or a co-allocation's part at a site, or its site cannot hold it"),
+    (status = 503, body = ErrorBody, description = "the job's site does not answer"),
 ))]
 async fn hold(
     State(app): State<App>,
@@ -518,12 +521,14 @@ async fn requeue(
     Ok(Json(app.service.requeue(&who.0, &id).await?).into_response())
 }
 
-/// Lets a held job be dispatched.
+/// Lets a held job go: dispatched, or at its site placed again as an
+/// arrival is.
 #[utoipa::path(post, path = "/v1/jobs/{id}/release", tag = "jobs", params(("id" = String, Path, description = "the job's id at the broker")), responses(
     (status = 200, body = BrokerJob),
     (status = 401, body = ErrorBody, description = "no valid token"),
     (status = 404, body = ErrorBody, description = "no such job of the caller's"),
     (status = 409, body = ErrorBody, description = "the job is not held"),
+    (status = 503, body = ErrorBody, description = "the job's site does not answer"),
 ))]
 async fn release(
     State(app): State<App>,

@@ -806,6 +806,14 @@ impl Grid<'_> {
                     Effect::CoAllocate {
                         group, parts, search, ..
                     } => self.search(t, b, &group, &parts, search),
+                    // No simulated owner holds a job once it is sent.
+                    Effect::HoldAtSite { site: k, site_job, .. } => {
+                        let refused = SiteError::Refused {
+                            site: self.cores[b].site_name(k).to_string(),
+                            reason: "a simulated site holds no job".into(),
+                        };
+                        let _ = self.cores[b].held_at_site(t, k, &site_job, Err(refused));
+                    }
                     Effect::Persist { .. } => {}
                 }
             }

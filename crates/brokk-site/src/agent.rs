@@ -68,8 +68,13 @@ pub(crate) struct Inner {
 #[derive(Debug)]
 enum Command {
     Create(Reservation),
-    Modify { old: Reservation, new: Reservation },
+    Modify {
+        old: Reservation,
+        new: Reservation,
+    },
     Delete(Vec<ReservationId>),
+    /// Hold (true) or release the resource manager's job of this id.
+    Hold(u64, bool),
 }
 
 /// The agent: share it by cloning.
@@ -426,6 +431,14 @@ impl Agent {
                         let _ = c.committed.send(true);
                     }
                 }
+                // A job not yet in the resource manager is held there once
+                // it is (`SiteCore::record_submitted`).
+                Effect::Manager(Manager::HoldJob(id) | Manager::ReleaseJob(id)) => {
+                    let hold = matches!(e, Effect::Manager(Manager::HoldJob(_)));
+                    if let Some(b) = g.core.record(id).and_then(|j| j.backend_id) {
+                        commands.push(Command::Hold(b, hold));
+                    }
+                }
                 Effect::Manager(b) if self.backend.reserves() => commands.push(match b {
                     Manager::Reserve(id) => match g.core.reservation_now(id) {
                         Some(r) => Command::Create(r),
@@ -436,6 +449,7 @@ impl Agent {
                         None => continue,
                     },
                     Manager::Release(ids) => Command::Delete(ids),
+                    Manager::HoldJob(_) | Manager::ReleaseJob(_) => continue,
                 }),
                 Effect::Manager(_) => {}
             }
@@ -487,6 +501,7 @@ impl Agent {
                 self.backend.release(ids).await;
                 Ok(())
             }
+            Command::Hold(id, hold) => self.backend.hold_job(*id, *hold).await,
         }
     }
 
@@ -945,6 +960,36 @@ impl Agent {
         }
     }
 
+    /// `POST /v1/jobs/{id}/hold`: a job that waits gives its slot back and
+    /// does not start until released; held in the resource manager too,
+    /// where that refuses (the job started meanwhile) the hold is undone
+    /// and refused.
+    pub async fn hold_job(&self, who: &str, id: JobId) -> Result<JobView, AgentError> {
+        if let Some(why) = self.backend.cannot_hold() {
+            return Err(CoreError::Conflict(format!("job {id}: {why}; cancel it instead")).into());
+        }
+        let (view, commands) = self.op(|core, t| core.hold_job(t, who, id).map(job_view)).await?;
+        for c in &commands {
+            if let Err(e) = self.command(c).await {
+                self.op_now(|core, t| core.release_job(t, who, id).map(drop)).await?;
+                return Err(CoreError::Conflict(format!("job {id} could not be held: {e}")).into());
+            }
+        }
+        Ok(view)
+    }
+
+    /// `POST /v1/jobs/{id}/release`: a held job is placed again as an
+    /// arrival is; one not held is left as it is.
+    pub async fn release_job(&self, who: &str, id: JobId) -> Result<JobView, AgentError> {
+        let (view, commands) = self.op(|core, t| core.release_job(t, who, id).map(job_view)).await?;
+        for c in &commands {
+            self.command(c)
+                .await
+                .map_err(|e| AgentError::Unavailable(format!("releasing job {id}: {e}")))?;
+        }
+        Ok(view)
+    }
+
     /// The sandbox of job `id`.
     pub fn sandbox(&self, id: JobId) -> PathBuf {
         self.config.workdir.join(format!("job-{id}"))
@@ -986,7 +1031,7 @@ impl Agent {
         let never = Time(i64::MAX / 4);
         let start = match j.planned_start {
             Some(s) => s,
-            None if j.is_waiting() && j.slot.is_none() => never,
+            None if (j.is_waiting() || j.state == JobPhase::Held) && j.slot.is_none() => never,
             None => now(),
         };
         let (start_tx, start_rx) = watch::channel(start);

@@ -495,6 +495,40 @@ async fn cancel_job(
     Ok(Json(agent.cancel_job(&who.0, job_id(&id)?).await?).into_response())
 }
 
+/// Holds one of the caller's jobs that has not started: it gives its slot
+/// back and does not start until released (Slurm's `scontrol uhold`).
+#[utoipa::path(post, path = "/v1/jobs/{id}/hold", tag = "jobs", params(("id" = String, Path, description = "the job's number at the site")), responses(
+    (status = 200, body = JobView),
+    (status = 401, body = ErrorBody, description = "no valid token"),
+    (status = 403, body = ErrorBody, description = "another identity's job"),
+    (status = 404, body = ErrorBody, description = "no such job"),
+    (status = 409, body = ErrorBody, description = "it has started or ended, claims a reservation, or the resource manager cannot hold it"),
+))]
+async fn hold_job(
+    State(agent): State<Agent>,
+    Extension(who): Extension<Identity>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    Ok(Json(agent.hold_job(&who.0, job_id(&id)?).await?).into_response())
+}
+
+/// Releases one of the caller's held jobs: it is placed again as an
+/// arrival is. A job not held is answered as it is.
+#[utoipa::path(post, path = "/v1/jobs/{id}/release", tag = "jobs", params(("id" = String, Path, description = "the job's number at the site")), responses(
+    (status = 200, body = JobView),
+    (status = 401, body = ErrorBody, description = "no valid token"),
+    (status = 403, body = ErrorBody, description = "another identity's job"),
+    (status = 404, body = ErrorBody, description = "no such job"),
+    (status = 409, body = ErrorBody, description = "it has ended"),
+))]
+async fn release_job(
+    State(agent): State<Agent>,
+    Extension(who): Extension<Identity>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    Ok(Json(agent.release_job(&who.0, job_id(&id)?).await?).into_response())
+}
+
 /// The byte range a `Range: bytes=...` header (`header`) asks of a file of
 /// `len` bytes: `Ok(None)` for the whole file (no header, or a form not
 /// served here, such as several ranges), `Err` when it cannot be met. The
@@ -707,6 +741,8 @@ fn routes(agent: Agent) -> OpenApiRouter<Agent> {
         .routes(routes!(commit))
         .routes(routes!(submit))
         .routes(routes!(get_job, cancel_job))
+        .routes(routes!(hold_job))
+        .routes(routes!(release_job))
         .routes(routes!(job_by_key))
         .routes(routes!(changes))
         .routes(routes!(file))

@@ -248,3 +248,22 @@ pub(crate) async fn wait_for_start(c: &mut Controls) -> bool {
         }
     }
 }
+
+/// Waits for job `id`'s planned start and records it running, before any
+/// process exists (after a crash, a job not recorded as running never
+/// started, so resuming it cannot run it twice). A job held meanwhile had
+/// its start moved away and waits for its release; false when it was
+/// cancelled or has ended.
+pub(crate) async fn start_when_due<P: Progress>(site: &P, id: JobId, c: &mut Controls) -> bool {
+    loop {
+        if !wait_for_start(c).await {
+            return false;
+        }
+        if site.set_phase(id, JobPhase::Running).await {
+            return true;
+        }
+        if *c.start.borrow() <= brokk_proto::wall_clock() {
+            return false;
+        }
+    }
+}

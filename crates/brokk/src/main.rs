@@ -78,9 +78,10 @@ enum Command {
     Watch(commands::user::IdArgs),
     /// Cancel jobs, named or picked by filters.
     Cancel(commands::user::SelectArgs),
-    /// Keep jobs not yet dispatched from being dispatched.
+    /// Keep jobs from starting until released: not dispatched yet, or held
+    /// at their site (giving their slot back, as `scontrol uhold`).
     Hold(commands::user::SelectArgs),
-    /// Let held jobs be dispatched.
+    /// Let held jobs go: dispatched, or placed again at their site.
     Release(commands::user::SelectArgs),
     /// Send ended jobs (finished, failed or cancelled) again, each under its own id.
     Requeue(commands::user::SelectArgs),

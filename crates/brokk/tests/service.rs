@@ -1250,15 +1250,19 @@ fn held_jobs_wait_and_filters_pick_jobs_by_name_and_state() {
     std::thread::sleep(Duration::from_millis(1500));
     let j = svc.json("tok-ann", &["status", &held, "--json"]);
     assert_eq!((j["state"].as_str(), j["site"].as_str()), (Some("held"), None), "{j}");
-    // A dispatched job cannot be held: it is at a site already.
+    // A job that has started cannot be held: its site says so.
     let t = Instant::now();
-    while svc.json("tok-ann", &["status", &other, "--json"])["site"].is_null() {
+    while svc.json("tok-ann", &["status", &other, "--json"])["state"] != "running" {
         assert!(t.elapsed() < Duration::from_secs(20));
         std::thread::sleep(Duration::from_millis(100));
     }
     let refused = svc.brokk("tok-ann", &["hold", &other]);
     assert_eq!(refused.status.code(), Some(6), "{}", text(&refused).1);
-    assert!(text(&refused).1.contains("cancel it instead"), "{}", text(&refused).1);
+    let said = text(&refused).1;
+    assert!(
+        said.contains("has started") && said.contains("cancel it instead"),
+        "{said}"
+    );
     // The table, filtered by name, in the columns asked for.
     let table = svc.brokk("tok-ann", &["status", "--name", "sweep-*", "--format", "id,name,state"]);
     let (stdout, _) = text(&table);
@@ -2242,4 +2246,94 @@ fn an_output_over_the_owners_quota_is_not_kept_and_comes_from_the_site() {
     );
     assert!(!text(&shown).1.contains("127.0.0.1"), "{}", text(&shown).1);
     assert_eq!(text(&svc.brokk("tok-ann", &["output", &id])).0, "small\n");
+}
+
+#[test]
+fn a_job_waiting_at_its_site_is_held_there_and_released_there() {
+    let dir = scratch("hold-at-site");
+    broker_config(&dir, "", &[("a", 2)]);
+    let svc = Service::start(&dir);
+    let long_job = written(
+        &dir,
+        "long.json",
+        r#"{"name": "long", "executable": "/bin/sleep", "arguments": ["60"], "cpus": 2, "wall_time": 90}"#,
+    );
+    let next = written(
+        &dir,
+        "next.json",
+        r#"{"name": "next", "executable": "/bin/true", "cpus": 2, "wall_time": 30}"#,
+    );
+    let long = svc.json("tok-ann", &["submit", &long_job, "--json"])["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let id = svc.json("tok-ann", &["submit", &next, "--json"])["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let until = |id: &str, state: &str| {
+        let t = Instant::now();
+        loop {
+            let j = svc.json("tok-ann", &["status", id, "--json"]);
+            if j["state"] == state {
+                return j;
+            }
+            assert!(t.elapsed() < Duration::from_secs(20), "not {state}: {j}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    until(&long, "running");
+    // Waiting at a behind the long job: held there, not taken back.
+    until(&id, "dispatched");
+    let held = svc.json("tok-ann", &["hold", &id, "--json"]);
+    assert_eq!(
+        (held["state"].as_str(), held["site"].as_str()),
+        (Some("held"), Some("a")),
+        "{held}"
+    );
+    let line = held["history"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(
+        (line["state"].as_str(), line["detail"].as_str()),
+        (Some("held"), Some("held by its owner"))
+    );
+    // Another user can neither hold nor release it.
+    assert_eq!(svc.brokk("tok-bob", &["release", &id]).status.code(), Some(4));
+    // Its site no longer plans a start for it: nothing starts it when the
+    // long job ends.
+    svc.json("tok-ann", &["cancel", &long, "--json"]);
+    until(&long, "cancelled");
+    std::thread::sleep(Duration::from_millis(1500));
+    let j = svc.json("tok-ann", &["status", &id, "--json"]);
+    assert_eq!(
+        (j["state"].as_str(), j["started"].as_i64()),
+        (Some("held"), None),
+        "{j}"
+    );
+    // Released at its site, it runs there.
+    let released = svc.json("tok-ann", &["release", &id, "--json"]);
+    assert_eq!(released["site"], "a", "{released}");
+    let done = until(&id, "finished");
+    assert_eq!(done["site"], "a");
+    let states: Vec<&str> = done["history"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|h| h["state"].as_str())
+        .collect();
+    assert!(states.windows(2).any(|w| w == ["held", "dispatched"]), "{states:?}");
+    // Cancelled while held at its site: it ends there at once.
+    let long = svc.json("tok-ann", &["submit", &long_job, "--json"]);
+    until(long["id"].as_str().unwrap(), "running");
+    let other = svc.json("tok-ann", &["submit", &next, "--json"])["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    until(&other, "dispatched");
+    assert_eq!(svc.json("tok-ann", &["hold", &other, "--json"])["state"], "held");
+    let gone = svc.json("tok-ann", &["cancel", &other, "--json"]);
+    assert_eq!(
+        (gone["state"].as_str(), gone["site"].as_str()),
+        (Some("cancelled"), Some("a")),
+        "{gone}"
+    );
 }

@@ -514,3 +514,87 @@ fn a_sweep_run_as_a_slurm_job_array_equals_the_local_run_byte_for_byte() {
         "the merged sweep differs from the local one"
     );
 }
+
+#[test]
+#[ignore = "needs the Slurm testbed; scripts/test.sh starts it and runs this"]
+fn a_job_pending_in_slurm_is_held_there_and_released() {
+    let turn = turn("hold");
+    let (bed, dir) = (&turn.bed, &turn.dir);
+    let svc = serve(dir, bed, "hold");
+    let write = |name: &str, text: &str| {
+        let f = dir.join(name);
+        std::fs::write(&f, text).unwrap();
+        f.to_str().unwrap().to_string()
+    };
+    // Both clusters taken for a minute, then a job of the same size waits.
+    let long = write(
+        "long.json",
+        r#"{"executable": "/bin/sleep", "arguments": ["60"], "cpus": 16, "wall_time": 120}"#,
+    );
+    let next = write(
+        "next.json",
+        r#"{"executable": "/bin/true", "cpus": 16, "wall_time": 60}"#,
+    );
+    let state_of = |id: &str| json(&svc.url, &["status", id, "--json"]);
+    let until = |id: &str, state: &str| {
+        let t = Instant::now();
+        loop {
+            let j = state_of(id);
+            if j["state"] == state {
+                return j;
+            }
+            assert!(t.elapsed() < Duration::from_secs(60), "not {state}: {j}");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    };
+    let longs: Vec<String> = (0..2)
+        .map(|_| {
+            json(&svc.url, &["submit", &long, "--json"])["id"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    for id in &longs {
+        until(id, "running");
+    }
+    let id = json(&svc.url, &["submit", &next, "--json"])["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let site = until(&id, "dispatched")["site"].as_str().unwrap().to_string();
+    let c: u32 = site.trim_start_matches("hold").parse().unwrap();
+    // Pending in Slurm, behind the long job.
+    let pending = || slurm(bed, c, "squeue", &["-h", "-t", "PENDING", "-o", "%j|%r"]);
+    let t = Instant::now();
+    while !pending().contains(&format!("brokk-{site}-")) {
+        assert!(t.elapsed() < Duration::from_secs(30), "not in Slurm: {}", pending());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // Held: Slurm holds it as its owner would (`scontrol uhold`).
+    let held = json(&svc.url, &["hold", &id, "--json"]);
+    assert_eq!(
+        (held["state"].as_str(), held["site"].as_str()),
+        (Some("held"), Some(site.as_str())),
+        "{held}"
+    );
+    let rows = pending();
+    assert!(rows.contains("|JobHeldUser"), "squeue: {rows}");
+    // Released: Slurm may start it again.
+    let released = json(&svc.url, &["release", &id, "--json"]);
+    assert_eq!(released["state"], "dispatched", "{released}");
+    let rows = pending();
+    assert!(
+        rows.contains(&format!("brokk-{site}-")) && !rows.contains("JobHeldUser"),
+        "squeue: {rows}"
+    );
+    for job in longs.iter().chain([&id]) {
+        brokk(&svc.url, &["cancel", job]);
+    }
+    for job in longs.iter().chain([&id]) {
+        assert_eq!(
+            wait_finished(&svc.url, job, Duration::from_secs(60))["state"],
+            "cancelled"
+        );
+    }
+}

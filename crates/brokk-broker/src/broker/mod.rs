@@ -261,6 +261,19 @@ pub enum Effect {
         /// The broker's id of the reservation.
         reservation: String,
     },
+    /// Hold (`hold` true) or release job `site_job` at site `site`, where
+    /// it runs as `owner`: its owner's hold of a job waiting there. Give
+    /// the site's answer back with [`BrokerCore::held_at_site`].
+    HoldAtSite {
+        /// The site, by position.
+        site: usize,
+        /// The site's id for the job.
+        site_job: String,
+        /// Whom it runs as at the site.
+        owner: String,
+        /// Hold, or release.
+        hold: bool,
+    },
     /// Cancel job `site_job` at site `site`, where it runs as `owner`
     /// (its owner, or the user a broker above sent it for): the broker no
     /// longer wants it there.
@@ -665,9 +678,11 @@ impl Requests {
             Effect::Send { .. } => self.submit += 1,
             Effect::Hold { .. } | Effect::CoAllocate { .. } => self.reserve += 1,
             Effect::Release { .. } => self.release += 1,
-            Effect::Withdraw { .. } | Effect::Status { .. } | Effect::Find { .. } | Effect::Resolve { .. } => {
-                self.other += 1
-            }
+            Effect::Withdraw { .. }
+            | Effect::HoldAtSite { .. }
+            | Effect::Status { .. }
+            | Effect::Find { .. }
+            | Effect::Resolve { .. } => self.other += 1,
             Effect::Placed { .. } | Effect::Persist { .. } | Effect::Retired { .. } => {}
         }
     }
@@ -1149,21 +1164,62 @@ impl BrokerCore {
 
     /// Keeps `owner`'s job `id` back (`brokk hold`). A job already decided
     /// and on its way is held all the same: a site that takes it is asked
-    /// to give it back.
+    /// to give it back. One waiting at a site is held there
+    /// ([`Effect::HoldAtSite`]), and recorded held once the site says so.
     pub fn hold(&mut self, now: Time, owner: &str, id: &str) -> Result<Applied, Denied> {
-        self.owned(owner, id)?;
+        if self.ask_its_site(owner, id, true)? {
+            return Ok(Applied::Unchanged);
+        }
         Ok(self.change(id, Change::Hold, now, None)?)
     }
 
-    /// Lets `owner`'s held job `id` go (`brokk release`): it is decided
-    /// again from the start.
+    /// Lets `owner`'s held job `id` go (`brokk release`): one the broker
+    /// kept back is decided again from the start; one held at its site is
+    /// released there.
     pub fn release(&mut self, now: Time, owner: &str, id: &str) -> Result<Applied, Denied> {
-        self.owned(owner, id)?;
+        if self.ask_its_site(owner, id, false)? {
+            return Ok(Applied::Unchanged);
+        }
         let applied = self.change(id, Change::Release, now, None)?;
         if applied == Applied::Entered(BrokerState::Accepted) && !self.in_flight(id) {
             self.enqueue(owner, id.to_string(), false);
         }
         Ok(applied)
+    }
+
+    /// Asks `owner`'s job `id`'s site to hold (or release) it when that is
+    /// the site's to do ([`jobs::hold_goes_to_site`]); whether it was.
+    fn ask_its_site(&mut self, owner: &str, id: &str, hold: bool) -> Result<bool, Denied> {
+        let r = self.owned(owner, id)?;
+        if !jobs::hold_goes_to_site(&r.view, hold)? {
+            return Ok(false);
+        }
+        let site = r.view.site.as_deref().and_then(|s| self.site_position(s));
+        let (Some(site), Some(site_job)) = (site, r.view.site_job.clone()) else {
+            return Ok(false);
+        };
+        let owner = r.view.runs_as.clone().unwrap_or_else(|| owner.to_string());
+        self.outbox.push(Effect::HoldAtSite {
+            site,
+            site_job,
+            owner,
+            hold,
+        });
+        Ok(true)
+    }
+
+    /// What site `site` answered at `now` when asked to hold or release its
+    /// job `site_job`: the job as the site now has it, recorded as any
+    /// report of it is; a refusal is its owner's answer.
+    pub fn held_at_site(
+        &mut self,
+        now: Time,
+        site: usize,
+        site_job: &str,
+        answer: Result<Report, SiteError>,
+    ) -> Result<(), SiteError> {
+        self.reported(now, site, site_job, answer?);
+        Ok(())
     }
 
     /// Sends `owner`'s ended job again at `now` (`brokk requeue`, as
@@ -1220,7 +1276,7 @@ impl BrokerCore {
     /// cancelled now and withdrawn from the site that takes it.
     pub fn cancel(&mut self, now: Time, owner: &str, id: &str) -> Result<Applied, Denied> {
         let r = self.owned(owner, id)?;
-        if let (Some(site), Some(site_job), BrokerState::Dispatched | BrokerState::Running) =
+        if let (Some(site), Some(site_job), BrokerState::Dispatched | BrokerState::Running | BrokerState::Held) =
             (&r.view.site, &r.view.site_job, r.view.state())
         {
             if let Some(k) = self.site_position(site) {
@@ -2526,4 +2582,17 @@ pub struct Report {
     pub exit_code: Option<i32>,
     /// Why it failed or was cancelled.
     pub reason: Option<String>,
+}
+
+impl Report {
+    /// What a site's record of a job reports.
+    pub fn of(j: &brokk_core::JobRecord) -> Report {
+        Report {
+            phase: j.state,
+            started: j.started,
+            ended: j.ended,
+            exit_code: j.exit_code,
+            reason: j.reason.clone(),
+        }
+    }
 }

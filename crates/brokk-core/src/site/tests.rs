@@ -701,3 +701,99 @@ fn a_full_site_publishes_none_free() {
     assert_eq!((p.free_now, p.estimated_wait), (0, Some(Duration(99))));
     assert_eq!(s.published(Time(T0.0 + 100)).free_now, 2);
 }
+
+#[test]
+fn a_held_job_gives_its_slot_to_the_queue_and_is_placed_again_when_released() {
+    let mut s = site(4);
+    let a = submit(&mut s, T0, "ann", job(4, 100));
+    let b = submit(&mut s, T0, "ann", job(4, 100));
+    let c = submit(&mut s, T0, "bob", job(4, 100));
+    assert!(s.mark_running(a, T0));
+    s.drain();
+    // Only its owner holds it; a running job cannot be held.
+    assert!(matches!(s.hold_job(T0, "bob", b), Err(CoreError::Forbidden(_))));
+    assert!(matches!(s.hold_job(T0, "ann", a), Err(CoreError::Conflict(m)) if m.contains("has started")));
+    let t = Time(T0.0 + 10);
+    let held = s.hold_job(t, "ann", b).unwrap();
+    assert_eq!(
+        (held.state, held.slot, held.planned_start),
+        (JobPhase::Held, None, None)
+    );
+    let effects = s.drain();
+    assert!(effects.contains(&Effect::Manager(Manager::HoldJob(b))));
+    assert!(effects.contains(&Effect::StartMoved {
+        job: b,
+        start: OPEN_END
+    }));
+    // Bob's job moves up into the slot b gave back.
+    assert!(effects.contains(&Effect::StartMoved {
+        job: c,
+        start: Time(T0.0 + 100)
+    }));
+    s.check_invariants();
+    // Held, it waits: its runner's start is not recorded, its staging goes on.
+    assert!(!s.set_phase(t, b, JobPhase::Running));
+    assert!(s.set_phase(t, b, JobPhase::Queued));
+    assert_eq!(s.record(b).unwrap().state, JobPhase::Held);
+    assert_eq!(s.launch(b).map(|l| l.record.planned_start), Some(None));
+    // Holding it again changes nothing.
+    s.hold_job(t, "ann", b).unwrap();
+    assert!(s.drain().is_empty());
+
+    // Released, it is placed as an arrival would be: behind bob's job.
+    let released = s.release_job(Time(T0.0 + 20), "ann", b).unwrap();
+    assert_eq!(
+        (released.state, released.planned_start),
+        (JobPhase::Queued, Some(Time(T0.0 + 200)))
+    );
+    let effects = s.drain();
+    assert!(effects.contains(&Effect::Manager(Manager::ReleaseJob(b))));
+    assert!(effects.contains(&Effect::StartMoved {
+        job: b,
+        start: Time(T0.0 + 200)
+    }));
+    let queue: Vec<JobId> = s.queued().map(|q| q.1).collect();
+    assert_eq!(queue, vec![c, b]);
+    s.check_invariants();
+}
+
+#[test]
+fn a_held_job_survives_a_restart_held_and_ends_at_once_when_cancelled() {
+    let mut s = site(4);
+    let a = submit(&mut s, T0, "ann", job(4, 100));
+    let b = submit(&mut s, T0, "ann", job(4, 100));
+    s.mark_running(a, T0);
+    s.hold_job(T0, "ann", b).unwrap();
+    // Handed to the resource manager while held: held there too.
+    s.drain();
+    s.record_submitted(b, 77);
+    assert!(s.drain().contains(&Effect::Manager(Manager::HoldJob(b))));
+    assert_eq!(s.record(b).unwrap().state, JobPhase::Held);
+    let records: Vec<JobRecord> = [a, b].iter().map(|id| s.record(*id).unwrap().clone()).collect();
+    let reservations = s.planner().reservations();
+    let later = Time(T0.0 + 10);
+    let (mut back, resume) = SiteCore::restore(s.params(), later, &reservations, 100, KeptJobs::all(records), |_| true);
+    assert_eq!(resume, vec![a, b]);
+    assert_eq!(back.record(b).unwrap().state, JobPhase::Held);
+    assert_eq!(back.queued().count(), 0, "a held job has no place in the queue");
+    back.check_invariants();
+    // Cancelled while held: it has no process, so it ends at once.
+    let cancelled = back.cancel_job(later, "ann", b).unwrap();
+    assert_eq!(cancelled.state, JobPhase::Cancelled);
+    back.check_invariants();
+}
+
+#[test]
+fn a_held_job_the_resource_manager_started_anyway_runs_in_a_slot_of_its_own() {
+    let mut s = site(4);
+    let a = submit(&mut s, T0, "ann", job(2, 100));
+    s.hold_job(T0, "ann", a).unwrap();
+    assert_eq!(s.published(T0).free_now, 4);
+    // Slurm started it before its hold reached it: its start is the truth.
+    assert!(s.mark_running(a, Time(T0.0 + 5)));
+    let j = s.record(a).unwrap();
+    assert_eq!((j.state, j.started), (JobPhase::Running, Some(Time(T0.0 + 5))));
+    assert!(j.slot.is_some());
+    assert_eq!(s.published(Time(T0.0 + 6)).free_now, 2);
+    s.check_invariants();
+}

@@ -309,6 +309,41 @@ async fn cancel_job(
     Ok(Json(app.service.site_job(&who.0, &id).await?).into_response())
 }
 
+/// Holds one of the caller's jobs that has not started, along its chain of
+/// brokers too.
+#[utoipa::path(post, path = "/site/v1/jobs/{id}/hold", operation_id = "site_hold_job", tag = "as a site", params(("id" = String, Path, description = "the job's id at this broker")), responses(
+    (status = 200, body = JobView),
+    (status = 401, body = ErrorBody, description = "no valid token"),
+    (status = 403, body = ErrorBody, description = "the caller is not a broker this one serves as a site (`delegates`)"),
+    (status = 404, body = ErrorBody, description = "no such job of the caller's"),
+    (status = 409, body = ErrorBody, description = "it has started or ended, or where it is cannot hold it"),
+))]
+async fn hold_job(
+    State(app): State<App>,
+    Extension(who): Extension<Identity>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    app.service.hold(&who.0, &id).await?;
+    Ok(Json(app.service.site_job(&who.0, &id).await?).into_response())
+}
+
+/// Releases one of the caller's held jobs, along its chain of brokers too.
+#[utoipa::path(post, path = "/site/v1/jobs/{id}/release", operation_id = "site_release_job", tag = "as a site", params(("id" = String, Path, description = "the job's id at this broker")), responses(
+    (status = 200, body = JobView),
+    (status = 401, body = ErrorBody, description = "no valid token"),
+    (status = 403, body = ErrorBody, description = "the caller is not a broker this one serves as a site (`delegates`)"),
+    (status = 404, body = ErrorBody, description = "no such job of the caller's"),
+    (status = 409, body = ErrorBody, description = "it has ended"),
+))]
+async fn release_job(
+    State(app): State<App>,
+    Extension(who): Extension<Identity>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    app.service.release(&who.0, &id).await?;
+    Ok(Json(app.service.site_job(&who.0, &id).await?).into_response())
+}
+
 /// The caller's job submitted with this `Idempotency-Key`.
 #[utoipa::path(get, path = "/site/v1/jobs/by-key/{key}", operation_id = "site_job_by_key", tag = "as a site", params(("key" = String, Path, description = "the Idempotency-Key")), responses(
     (status = 200, body = JobView),
@@ -412,6 +447,8 @@ pub(super) fn router(app: App) -> OpenApiRouter<App> {
         .routes(routes!(changes))
         .routes(routes!(job_by_key))
         .routes(routes!(job, cancel_job))
+        .routes(routes!(hold_job))
+        .routes(routes!(release_job))
         .routes(routes!(file))
         .routes(routes!(upload_info, put_upload))
         .route_layer(middleware::from_fn_with_state(app.clone(), delegates_only))

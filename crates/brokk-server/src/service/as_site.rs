@@ -60,7 +60,8 @@ fn new_reservation_number() -> u64 {
 /// Where a job is, as a site agent names it.
 fn phase_of(s: BrokerState) -> JobPhase {
     match s {
-        BrokerState::Accepted | BrokerState::Held | BrokerState::Planned | BrokerState::Reserving => JobPhase::Accepted,
+        BrokerState::Accepted | BrokerState::Planned | BrokerState::Reserving => JobPhase::Accepted,
+        BrokerState::Held => JobPhase::Held,
         BrokerState::Moving | BrokerState::Dispatched => JobPhase::Queued,
         BrokerState::Running => JobPhase::Running,
         BrokerState::Finished => JobPhase::Finished,

@@ -395,6 +395,16 @@ impl Service {
                         last = stored;
                         continue;
                     }
+                    Effect::HoldAtSite {
+                        site,
+                        site_job,
+                        owner,
+                        hold,
+                    } => {
+                        let (_, stored) = self.hold_at_site(site, site_job, owner, hold).await;
+                        last = stored;
+                        continue;
+                    }
                     Effect::Release {
                         site,
                         reservation,
@@ -719,6 +729,24 @@ impl Service {
         self.broker.run(|c| c.withdrawn(now(), k, &site_job, answer))
     }
 
+    /// Asks the site at position `k` to hold (or release) its job
+    /// `site_job`, and gives the answer to the core.
+    async fn hold_at_site(
+        &self,
+        k: usize,
+        site_job: String,
+        owner: String,
+        hold: bool,
+    ) -> (Result<(), brokk_broker::SiteError>, Stored) {
+        let handle = JobHandle(site_job.clone());
+        let answer = self
+            .at_site(k, owner, move |c| c.hold_job(&handle, hold))
+            .await
+            .map(|v| super::follow::report_of(&v));
+        let (done, _, stored) = self.broker.run(|c| c.held_at_site(now(), k, &site_job, answer));
+        (done, stored)
+    }
+
     /// `owner`'s job `id` held, released or cancelled by the core, when the
     /// core holds it: `None` when it does not (the caller's own path).
     pub(super) async fn owner_request(
@@ -767,12 +795,31 @@ impl Service {
         answer.map_err(denied)?;
         stored.wait().await?;
         for e in effects {
-            if let Effect::Withdraw { site, site_job, owner } = e {
-                // Its site lets it go first: one that cannot leaves it running.
-                let (gone, more, stored) = self.withdraw(site, site_job, owner).await;
-                gone.map_err(|e| ServiceError::Unavailable(format!("cancelling at the site: {e}")))?;
-                self.carry_out(more).await?;
-                stored.wait().await?;
+            match e {
+                Effect::Withdraw { site, site_job, owner } => {
+                    // Its site lets it go first: one that cannot leaves it running.
+                    let (gone, more, stored) = self.withdraw(site, site_job, owner).await;
+                    gone.map_err(|e| ServiceError::Unavailable(format!("cancelling at the site: {e}")))?;
+                    self.carry_out(more).await?;
+                    stored.wait().await?;
+                }
+                Effect::HoldAtSite {
+                    site,
+                    site_job,
+                    owner,
+                    hold,
+                } => {
+                    let (done, stored) = self.hold_at_site(site, site_job, owner, hold).await;
+                    let verb = if hold { "holding" } else { "releasing" };
+                    done.map_err(|e| match e {
+                        brokk_broker::SiteError::Refused { site, reason } => {
+                            ServiceError::Conflict(format!("site {site} refused: {reason}"))
+                        }
+                        e => ServiceError::Unavailable(format!("{verb} at the site: {e}")),
+                    })?;
+                    stored.wait().await?;
+                }
+                _ => {}
             }
         }
         self.wake.notify_one();

@@ -57,13 +57,7 @@ impl Service {
             // once that is stored.
             let mut held_ended = false;
             for a in &feed.jobs {
-                let report = brokk_broker::broker::Report {
-                    phase: a.state,
-                    started: a.started,
-                    ended: a.ended,
-                    exit_code: a.exit_code,
-                    reason: a.reason.clone(),
-                };
+                let report = report_of(a);
                 let ends = a.state.is_terminal();
                 if let Some(stored) = self.report_held(&site.name, &a.id, report) {
                     held = Some(stored);
@@ -101,5 +95,16 @@ impl Service {
             }
         }
         Ok(())
+    }
+}
+
+/// What a site's view of a job reports to the broker's core.
+pub(super) fn report_of(a: &brokk_proto::wire::JobView) -> brokk_broker::broker::Report {
+    brokk_broker::broker::Report {
+        phase: a.state,
+        started: a.started,
+        ended: a.ended,
+        exit_code: a.exit_code,
+        reason: a.reason.clone(),
     }
 }

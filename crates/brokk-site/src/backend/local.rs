@@ -6,12 +6,12 @@ use brokk_core::JobId;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
-use brokk_model::{Job, JobPhase};
+use brokk_model::Job;
 
 use crate::accounts::Account;
 use crate::config::Config;
 use crate::launch::{
-    batch_environment, make_executable, plain_name, wait_cancel, wait_for_start, End, Launch, Progress,
+    batch_environment, make_executable, plain_name, start_when_due, wait_cancel, End, Launch, Progress,
 };
 use crate::supervisor;
 
@@ -46,12 +46,7 @@ pub(crate) async fn run<P: Progress>(site: &P, config: &Config, launch: Launch, 
         }
     } else {
         // Wait for the planned start, which may move earlier, or a cancel.
-        if !wait_for_start(&mut c).await {
-            return End::Cancelled;
-        }
-        // Recorded as running before the process exists: after a crash, a job
-        // not recorded as running never started, so resuming it cannot run it twice.
-        if !site.set_phase(id, JobPhase::Running).await {
+        if !start_when_due(site, id, &mut c).await {
             return End::Cancelled;
         }
         let mut child = match start_supervised(config, id, &job, sandbox, wall, &sup, account).await {

@@ -174,6 +174,27 @@ impl Backend {
         }
     }
 
+    /// Why the site cannot hold a job it has taken, where it cannot: an
+    /// ARC CE and a GRAM gatekeeper have no hold a client may use.
+    pub fn cannot_hold(&self) -> Option<&'static str> {
+        match self {
+            Backend::Arc(_) => Some("this site's ARC compute element cannot hold a job it has taken"),
+            Backend::Gram(_) => Some("this site's GRAM gatekeeper cannot hold a job it has taken"),
+            _ => None,
+        }
+    }
+
+    /// Holds (or releases) the resource manager's job `id`: Slurm's
+    /// `scontrol uhold` and `release`. The embedded runner needs nothing:
+    /// a held job's start is moved away.
+    pub async fn hold_job(&self, id: u64, hold: bool) -> Result<(), SlurmError> {
+        match self {
+            Backend::Slurm(s) if hold => s.cli.hold(id).await,
+            Backend::Slurm(s) => s.cli.release(id).await,
+            _ => Ok(()),
+        }
+    }
+
     /// Takes note of a failure to reach the resource manager.
     pub fn note(&self, e: &SlurmError) {
         if let Some(s) = self.slurm() {

@@ -476,6 +476,19 @@ impl SlurmCli {
         self.run("scancel", &[id.to_string()]).await.map(drop)
     }
 
+    /// `scontrol uhold ID`: held as its owner holds a job (`JobHeldUser`),
+    /// so that its owner may release it with Slurm's own tools too.
+    pub async fn hold(&self, id: u64) -> Result<(), SlurmError> {
+        self.run("scontrol", &["uhold".into(), id.to_string()]).await.map(drop)
+    }
+
+    /// `scontrol release ID`.
+    pub async fn release(&self, id: u64) -> Result<(), SlurmError> {
+        self.run("scontrol", &["release".into(), id.to_string()])
+            .await
+            .map(drop)
+    }
+
     /// Every reservation slurmctld holds.
     pub async fn reservations(&self) -> Result<Vec<ResRow>, SlurmError> {
         let args = ["show", "res", "-o"].map(String::from);
