@@ -709,7 +709,10 @@ mod tests {
         );
         assert!(at_its_site(&j) && !counts_toward_limit(j.state()));
         assert_eq!(hold_goes_to_site(&j, false), Ok(true));
-        assert!(apply(&mut j, Change::Release, Time(107)).is_err(), "released by its site");
+        assert!(
+            apply(&mut j, Change::Release, Time(107)).is_err(),
+            "released by its site"
+        );
         assert_eq!(
             apply(&mut j, report(JobPhase::Queued, None), Time(107)),
             Ok(Applied::Entered(BrokerState::Dispatched))
@@ -729,7 +732,6 @@ mod tests {
         apply(&mut part, dispatch(), Time(110)).unwrap();
         assert!(hold_goes_to_site(&part, true).is_err());
     }
-
 
     #[test]
     fn a_dispatch_records_the_site_and_keeps_earlier_predictions_it_lacks() {

@@ -296,7 +296,7 @@ impl BrokerClient {
         self.call(rq)
     }
 
-    /// Holds a job that has not been dispatched.
+    /// Holds a job that has not started: at the broker, or at its site.
     pub fn hold(&self, id: &str) -> Result<BrokerJob, CallError> {
         self.call(self.request(Method::POST, &["v1", "jobs", id, "hold"]))
     }

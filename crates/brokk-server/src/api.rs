@@ -275,7 +275,7 @@ async fn cancel_workflow(
     Ok(Json(app.service.cancel_workflow(&who.0, &id).await?).into_response())
 }
 
-/// `GET /v1/jobs`: a page of the caller's jobs, newest first.
+/// `GET /v1/jobs`: a page of the caller's jobs, newest first unless sorted.
 #[derive(Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 struct ListQuery {
@@ -287,6 +287,10 @@ struct ListQuery {
     before: Option<String>,
     /// At most this many jobs (1-10,000; 1,000 by default).
     limit: Option<usize>,
+    /// The order: `submitted`, `started` or `ended`, oldest first, or
+    /// newest first after a `-` (`-ended`); `-submitted` by default. A job
+    /// not started (or not ended) comes before every start (or end).
+    sort: Option<String>,
 }
 
 /// Jobs in a page when the caller does not say.
@@ -294,8 +298,8 @@ const PAGE: usize = 1000;
 /// The most jobs in a page.
 const MAX_PAGE: usize = 10_000;
 
-/// A page of the caller's jobs, newest first; a full page answers with a
-/// `Link` header (`rel="next"`) to the next.
+/// A page of the caller's jobs, newest first or in the order asked for; a
+/// full page answers with a `Link` header (`rel="next"`) to the next.
 #[utoipa::path(get, path = "/v1/jobs", tag = "jobs", params(ListQuery), responses(
     (status = 200, body = Vec<BrokerJob>),
     (status = 400, body = ErrorBody, description = "a parameter is wrong; the message names it"),
@@ -323,11 +327,16 @@ async fn list(
     if !(1..=MAX_PAGE).contains(&limit) {
         return Err(bad(format!("limit: {limit} is not between 1 and {MAX_PAGE}")));
     }
+    let sort = match q.sort.as_deref() {
+        Some(s) => s.parse().map_err(|e: String| bad(format!("sort: {e}")))?,
+        None => crate::db::JobSort::default(),
+    };
     let page = crate::db::JobPage {
         state,
         since,
         before: q.before.clone(),
         limit,
+        sort,
     };
     let (jobs, more) = app.service.jobs(&who.0, &page).await?;
     let mut r = Json(&jobs).into_response();
@@ -341,6 +350,9 @@ async fn list(
             }
             if let Some(s) = &q.since {
                 pairs.append_pair("since", s);
+            }
+            if let Some(s) = &q.sort {
+                pairs.append_pair("sort", s);
             }
             pairs.append_pair("before", &last.id);
             pairs.append_pair("limit", &limit.to_string());

@@ -288,3 +288,70 @@ fn a_department_killed_and_restarted_loses_nothing_the_top_sent_it() {
     );
     assert_eq!(again["state"], "finished", "{again}");
 }
+
+#[test]
+fn a_hold_reaches_through_both_levels_to_the_site_where_the_job_waits() {
+    let (dir, h) = Hierarchy::new("hold");
+    let job = |name: &str, text: &str| {
+        std::fs::write(dir.join(name), text).unwrap();
+        dir.join(name).display().to_string()
+    };
+    // Both departments taken (4 and 2 slots), then a job that waits below.
+    let wide = job(
+        "wide.json",
+        r#"{"executable": "/bin/sleep", "arguments": ["292"], "cpus": 4, "wall_time": 600}"#,
+    );
+    let narrow = job(
+        "narrow.json",
+        r#"{"executable": "/bin/sleep", "arguments": ["292"], "cpus": 2, "wall_time": 600}"#,
+    );
+    let next = job(
+        "next.json",
+        r#"{"executable": "/bin/true", "cpus": 2, "wall_time": 60}"#,
+    );
+    let submit = |f: &str| {
+        common::json(&h.top.url, "tok-ann", &["submit", "--json", f])["id"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let busy = [submit(&wide), submit(&narrow)];
+    for id in &busy {
+        common::wait_for_state(&h.top.url, "tok-ann", id, "running", Duration::from_secs(60));
+    }
+    let id = submit(&next);
+    common::wait_for_state(&h.top.url, "tok-ann", &id, "dispatched", Duration::from_secs(60));
+    let status = |url: &str, token: &str, id: &str| common::json(url, token, &["status", id, "--json"]);
+    let below = status(&h.top.url, "tok-ann", &id);
+    let (site, below) = (
+        below["site"].as_str().unwrap().to_string(),
+        below["site_job"].as_str().unwrap().to_string(),
+    );
+    common::wait_for_state(
+        &h.dept(&site).url,
+        "tok-top",
+        &below,
+        "dispatched",
+        Duration::from_secs(60),
+    );
+    // Held from the top: the department holds it at its own site.
+    let held = common::json(&h.top.url, "tok-ann", &["hold", &id, "--json"]);
+    assert_eq!(
+        (held["state"].as_str(), held["site"].as_str()),
+        (Some("held"), Some(site.as_str())),
+        "{held}"
+    );
+    let low = status(&h.dept(&site).url, "tok-top", &below);
+    assert_eq!(
+        (low["state"].as_str(), low["site"].as_str()),
+        (Some("held"), Some(format!("{site}-a").as_str())),
+        "{low}"
+    );
+    // Released from the top, released below.
+    let released = common::json(&h.top.url, "tok-ann", &["release", &id, "--json"]);
+    assert_eq!(released["state"], "dispatched", "{released}");
+    assert_eq!(status(&h.dept(&site).url, "tok-top", &below)["state"], "dispatched");
+    for job in busy.iter().chain([&id]) {
+        common::brokk(&h.top.url, "tok-ann", &["cancel", job]);
+    }
+}

@@ -78,15 +78,17 @@ function logout(message) {
 
 // ---- data -----------------------------------------------------------------
 
-// The jobs list is paged by the service (newest first, PAGE at a time, the
-// state filter applied there), so it stays quick however many jobs are
-// stored; `pages` holds the cursor of each page before this one.
+// The jobs list is paged and sorted by the service (newest first unless a
+// time's heading is clicked, PAGE at a time, the state filter applied
+// there), so it stays quick however many jobs are stored; `pages` holds
+// the cursor of each page before this one.
 const PAGE = 100;
 state.pages = [];
 state.more = false;
+state.sort = "-submitted";
 
 async function loadJobs() {
-  const q = new URLSearchParams({ limit: PAGE });
+  const q = new URLSearchParams({ limit: PAGE, sort: state.sort });
   if ($("f-state").value) q.set("state", $("f-state").value);
   const before = state.pages[state.pages.length - 1];
   if (before) q.set("before", before);
@@ -157,10 +159,10 @@ async function listen() {
 function onEvent(job) {
   const old = state.jobs.get(job.id);
   if (old && old.history && job.history.length === 0) job.history = old.history;
-  // A job not on this page comes in only on the first page, and only if
-  // the service's filter would list it.
+  // A job not on this page comes in only on the first page of the newest
+  // first, and only if the service's filter would list it.
   const wanted = !$("f-state").value || job.state === $("f-state").value;
-  if (!old && (state.pages.length || !wanted)) return;
+  if (!old && (state.pages.length || !wanted || state.sort !== "-submitted")) return;
   state.jobs.set(job.id, job);
   // The first page keeps its length: what a new job pushes off is on the next.
   if (!old && state.jobs.size > PAGE) {
@@ -183,9 +185,24 @@ function soon(f) {
   requestAnimationFrame(() => { asked.delete(f); f(); });
 }
 
-// This page's jobs in the service's order: newest first, ties by id, ascending.
+// This page's jobs in the service's order: by the sort's time (a time not
+// reached yet before every other), ties by id, ascending.
 function visibleOrder() {
-  return [...state.jobs.values()].sort((a, b) => Date.parse(b.submitted) - Date.parse(a.submitted) || (a.id < b.id ? -1 : 1));
+  const desc = state.sort.startsWith("-"), key = state.sort.replace(/^-/, "");
+  const at = (j) => secs(j[key]) ?? -1;
+  return [...state.jobs.values()].sort((a, b) => (desc ? at(b) - at(a) : at(a) - at(b)) || (a.id < b.id ? -1 : 1));
+}
+
+// A time's heading sorts by it, newest first; clicked again, oldest first.
+function sortBy(key) {
+  state.sort = state.sort === "-" + key ? key : "-" + key;
+  state.pages = [];
+  for (const th of document.querySelectorAll("#jobs th[data-sort]")) {
+    const on = state.sort.replace(/^-/, "") === th.dataset.sort;
+    th.classList.toggle("sorted", on);
+    th.textContent = th.dataset.sort + (on ? (state.sort.startsWith("-") ? " ▼" : " ▲") : "");
+  }
+  loadJobs();
 }
 
 function visibleJobs() {
@@ -205,7 +222,7 @@ function render() {
       el("td", {}, j.id), el("td", {}, j.name || "-"),
       el("td", { class: "state state-" + j.state }, j.state), el("td", {}, j.site || "-"),
       el("td", {}, j.exit_code ?? "-"), el("td", {}, clock(j.submitted)), el("td", {}, startCell),
-      el("td", {}, elapsed), el("td", { class: "reason" }, j.reason || ""));
+      el("td", {}, elapsed), el("td", {}, j.ended ? clock(j.ended) : "-"), el("td", { class: "reason" }, j.reason || ""));
   });
   $("jobs").tBodies[0].replaceChildren(...rows);
   const first = state.pages.length * PAGE + 1;
@@ -386,7 +403,8 @@ async function showJob(id) {
   } }, label);
   const actions = [];
   if (!terminal(j.state)) actions.push(act("cancel", "/v1/jobs/" + id, "DELETE"));
-  if (j.state === "accepted") actions.push(act("hold", `/v1/jobs/${id}/hold`, "POST"));
+  // Held at the broker before it reaches a site, at its site while it waits there.
+  if (j.state === "accepted" || (j.state === "dispatched" && !j.member)) actions.push(act("hold", `/v1/jobs/${id}/hold`, "POST"));
   if (j.state === "held") actions.push(act("release", `/v1/jobs/${id}/release`, "POST"));
   // An ended job of its own runs again under its id (a workflow's task or
   // a co-allocation's part only with its whole).
@@ -432,6 +450,7 @@ $("f-state").append(...STATES.map((s) => el("option", { value: s }, s)));
 for (const id of ["f-name", "f-site"]) $(id).addEventListener("input", render);
 // The state filter is the service's: back to the first page.
 $("f-state").addEventListener("change", () => { state.pages = []; loadJobs(); });
+for (const th of document.querySelectorAll("#jobs th[data-sort]")) th.addEventListener("click", () => sortBy(th.dataset.sort));
 $("older").addEventListener("click", () => pageTo(1));
 $("newer").addEventListener("click", () => pageTo(-1));
 $("d-close").addEventListener("click", () => { $("detail").hidden = true; });
