@@ -178,7 +178,8 @@ pub fn fetch(endpoints: &[String], source: &dyn InfoSource, opts: FetchOptions) 
 /// slots (a job runs at one site, so that bounds what one job may ask),
 /// the most free at one site, every site's running and waiting jobs, the
 /// shortest wait, each benchmark's best value, the widest bandwidth and the
-/// shortest lag; reservations when any site takes them; the fold of their
+/// shortest lag; reservations when any site takes them; what any of them
+/// can run (`Environment::union`); the fold of their
 /// free capacity over time when every one publishes it. `sites` are each
 /// site's information or why it has none; with none answering, the
 /// reason names every site's failure.
@@ -215,6 +216,7 @@ pub fn fold(name: &str, sites: &[Result<ResourceInfo, String>]) -> (ResourceInfo
         reservations: up.iter().any(|i| i.reservations),
         lag: Some(up.iter().filter_map(|i| i.lag).min().unwrap_or(Duration(0))),
         availability: published.and_then(|p| brokk_model::Availability::fold(&p)),
+        environment: brokk_model::Environment::union(up.iter().map(|i| &i.environment)),
         ..ResourceInfo::default()
     };
     (info, unavailable)

@@ -12,11 +12,6 @@ pub enum Invalid {
     /// Neither an executable nor a script.
     #[error("the job has nothing to run: give it an executable or a script")]
     NothingToRun,
-    /// It runs in a container image; no site of Brokk's runs containers.
-    #[error(
-        "the job runs in the container image {0}; Brokk's sites do not run containers, so it would run without it"
-    )]
-    Container(String),
     /// Zero processors or nodes asked for.
     #[error("the job asks for zero processors or nodes; ask for at least one")]
     ZeroProcessors,
@@ -34,19 +29,6 @@ pub enum Invalid {
     /// Its deadline has already passed.
     #[error("the job's deadline ({0}) has already passed")]
     DeadlinePassed(Time),
-    /// An input comes from where no site can fetch it.
-    #[error(
-        "input {name} comes from {from}, which Brokk's sites cannot fetch: they stage file://, http:// and https:// \
-         URLs and files uploaded with the job{hint}"
-    )]
-    UnfetchableInput {
-        /// The input's name in the job's directory.
-        name: String,
-        /// Where it says the file is.
-        from: String,
-        /// What to do instead, where there is more to say.
-        hint: &'static str,
-    },
     /// A file or directory name that leaves the job's directory.
     #[error("{field}: `{name}` {why}; name it relative to the job's directory, without `..`")]
     OutsideDirectory {
@@ -80,16 +62,10 @@ fn inside(field: &'static str, name: &str) -> Result<(), Invalid> {
     })
 }
 
-/// Sources Brokk's sites stage from (`upload:` is a file the client sent).
-const FETCHABLE: [&str; 4] = ["file://", "http://", "https://", "upload:"];
-
 /// Checks the attributes every job needs.
 pub fn validate(job: &Job) -> Result<(), Invalid> {
     if job.executable.is_none() && job.script.is_none() {
         return Err(Invalid::NothingToRun);
-    }
-    if let Some(image) = &job.container_image {
-        return Err(Invalid::Container(image.clone()));
     }
     if job.cpus == Some(0) || job.nodes == Some(0) || job.cpus_per_node == Some(0) {
         return Err(Invalid::ZeroProcessors);
@@ -121,21 +97,6 @@ pub fn validate(job: &Job) -> Result<(), Invalid> {
     }
     for f in &job.input_files {
         inside("input file", &f.name)?;
-    }
-    for f in &job.input_files {
-        let Some(source) = &f.source else { continue };
-        if !FETCHABLE.iter().any(|p| source.to_ascii_lowercase().starts_with(p)) {
-            let hint = if source.to_ascii_lowercase().starts_with("lfn:") {
-                " (an LFN names a DIRAC file-catalogue entry: give the URL of one of its replicas)"
-            } else {
-                ""
-            };
-            return Err(Invalid::UnfetchableInput {
-                name: f.name.clone(),
-                from: source.clone(),
-                hint,
-            });
-        }
     }
     Ok(())
 }
@@ -218,6 +179,31 @@ pub enum Mismatch {
         /// The job's project, if it names one.
         project: Option<String>,
     },
+    /// An input or output at a URL of a scheme the site does not stage.
+    #[error("{what} {name} is at {url}; the site stages {} only{hint}", staged.join(", "))]
+    Staging {
+        /// `input` or `output`.
+        what: &'static str,
+        /// The file's name in the job's directory.
+        name: String,
+        /// Where it is to come from or go to.
+        url: String,
+        /// The schemes the site stages.
+        staged: Vec<String>,
+        /// What to do instead, where there is more to say.
+        hint: &'static str,
+    },
+    /// A container image, where the site runs no container runtime.
+    #[error("it runs in the container image {0}; the site runs no containers")]
+    Container(String),
+    /// More GPUs per node than the site has.
+    #[error("it asks for {wanted} GPUs, the site has {offered} per node")]
+    Gpus {
+        /// GPUs wanted.
+        wanted: u32,
+        /// GPUs per node offered.
+        offered: u32,
+    },
     /// The wall time exceeds the queue's limit.
     #[error("it asks for {} s of wall time, the queue allows {} s", wanted.0, limit.0)]
     WallTime {
@@ -289,7 +275,60 @@ pub fn mismatches(job: &Job, resource: &ResourceInfo) -> Vec<Mismatch> {
             out.push(Mismatch::WallTime { wanted: w, limit });
         }
     }
+    out.extend(staging(job, env));
+    if let (Some(image), true) = (&job.container_image, env.containers.is_empty()) {
+        out.push(Mismatch::Container(image.clone()));
+    }
+    if let Some(wanted) = job.gpus.filter(|&g| g > 0) {
+        let offered = env.gpus_per_node.unwrap_or(0);
+        if wanted > offered {
+            out.push(Mismatch::Gpus { wanted, offered });
+        }
+    }
     out
+}
+
+/// The scheme of a URL (`gsiftp` of `gsiftp://host/file`), lower case;
+/// `None` for a plain name.
+fn scheme(url: &str) -> Option<String> {
+    let (scheme, _) = url.split_once(':')?;
+    let plain = !scheme.is_empty() && scheme.chars().all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c));
+    plain.then(|| scheme.to_ascii_lowercase())
+}
+
+/// The job's inputs and outputs at URLs whose scheme `env` does not stage.
+/// A file uploaded with the job (`upload:`) comes from the broker, and an
+/// output without a target stays in the job's directory: any site takes
+/// those.
+fn staging(job: &Job, env: &brokk_model::Environment) -> Vec<Mismatch> {
+    let inputs = job
+        .input_files
+        .iter()
+        .filter_map(|f| Some(("input", &f.name, f.source.as_ref()?)));
+    let outputs = job
+        .output_files
+        .iter()
+        .filter_map(|f| Some(("output", &f.name, f.target.as_ref()?)));
+    inputs
+        .chain(outputs)
+        .filter_map(|(what, name, url)| {
+            let s = scheme(url)?;
+            if s == "upload" || env.stages(&s) {
+                return None;
+            }
+            let hint = match s.as_str() {
+                "lfn" => " (an LFN names a DIRAC file-catalogue entry: give the URL of one of its replicas)",
+                _ => "",
+            };
+            Some(Mismatch::Staging {
+                what,
+                name: name.clone(),
+                url: url.clone(),
+                staged: env.staged(),
+                hint,
+            })
+        })
+        .collect()
 }
 
 /// Chooses the order of resources from their predictions and what they

@@ -111,7 +111,7 @@ fn names_that_leave_the_jobs_directory_are_refused_with_their_field() {
 }
 
 #[test]
-fn an_input_no_site_can_fetch_is_refused_with_what_to_give_instead() {
+fn an_input_a_site_cannot_fetch_leaves_it_out_with_what_to_give_instead() {
     let with = |source: &str| Job {
         input_files: vec![brokk_model::InputFile {
             name: "data.root".into(),
@@ -120,19 +120,20 @@ fn an_input_no_site_can_fetch_is_refused_with_what_to_give_instead() {
         }],
         ..job()
     };
+    let s = site("a", 100.0, 0);
     for ok in [
         "https://example.org/d",
         "file:///srv/d",
         "upload:ab12",
         "HTTP://example.org/d",
     ] {
-        assert_eq!(validate(&with(ok)), Ok(()), "{ok}");
+        assert_eq!(mismatches(&with(ok), &s), vec![], "{ok}");
     }
-    let e = validate(&with("LFN:/vo/user/a/data.root")).unwrap_err().to_string();
-    assert!(e.contains("input data.root comes from LFN:/vo/user/a/data.root"), "{e}");
+    let e = mismatches(&with("LFN:/vo/user/a/data.root"), &s)[0].to_string();
+    assert!(e.contains("input data.root is at LFN:/vo/user/a/data.root"), "{e}");
     assert!(e.contains("give the URL of one of its replicas"), "{e}");
-    let e = validate(&with("srm://se.example.org/d")).unwrap_err().to_string();
-    assert!(e.contains("they stage file://, http:// and https:// URLs"), "{e}");
+    let e = mismatches(&with("srm://se.example.org/d"), &s)[0].to_string();
+    assert!(e.contains("the site stages file, http, https only"), "{e}");
 }
 
 #[test]
@@ -222,15 +223,56 @@ fn what_the_broker_carries_but_does_not_do_is_said() {
 }
 
 #[test]
-fn a_container_job_is_refused_rather_than_run_without_its_image() {
+fn a_job_goes_only_where_its_container_schemes_and_gpus_are_published() {
+    use brokk_broker::select::{mismatches, Mismatch};
     let job = brokk_model::Job {
         executable: Some("/usr/bin/python3".into()),
         container_image: Some("python:3.12".into()),
+        gpus: Some(2),
+        input_files: vec![
+            brokk_model::InputFile {
+                name: "in.root".into(),
+                source: Some("root://eos.example.org//data/in.root".into()),
+                size: None,
+            },
+            brokk_model::InputFile {
+                name: "local.csv".into(),
+                source: Some("upload:0f0f".into()),
+                size: None,
+            },
+        ],
+        output_files: vec![brokk_model::OutputFile {
+            name: "out.dat".into(),
+            target: Some("gsiftp://se.example.org/out.dat".into()),
+            size_estimate: None,
+        }],
         ..Default::default()
     };
-    let e = validate(&job).unwrap_err();
-    assert_eq!(e, Invalid::Container("python:3.12".into()));
-    assert!(e.to_string().contains("do not run containers"));
+    // Valid as a description: what it needs is the sites' to offer.
+    assert_eq!(validate(&job), Ok(()));
+    // A site that publishes nothing stages what every Brokk site stages.
+    let plain = site("plain", 100.0, 0);
+    let why: Vec<String> = mismatches(&job, &plain).iter().map(ToString::to_string).collect();
+    assert_eq!(
+        why,
+        [
+            "input in.root is at root://eos.example.org//data/in.root; the site stages file, http, https only",
+            "output out.dat is at gsiftp://se.example.org/out.dat; the site stages file, http, https only",
+            "it runs in the container image python:3.12; the site runs no containers",
+            "it asks for 2 GPUs, the site has 0 per node",
+        ]
+    );
+    // One that publishes all of it takes it.
+    let mut grid = site("grid", 100.0, 0);
+    grid.environment.staging = vec!["https".into(), "root".into(), "gsiftp".into()];
+    grid.environment.containers = vec!["apptainer".into()];
+    grid.environment.gpus_per_node = Some(4);
+    assert_eq!(mismatches(&job, &grid), Vec::<Mismatch>::new());
+    // Folded into one by a broker above: the union of what its sites offer.
+    let (folded, _) = brokk_broker::info::fold("dept", &[Ok(plain), Ok(grid)]);
+    assert!(folded.environment.stages("file") && folded.environment.stages("GSIFTP"));
+    assert_eq!(folded.environment.gpus_per_node, Some(4));
+    assert!(mismatches(&job, &folded).is_empty());
 }
 
 /// [AB-avail]'s base gateway policy: the site with the smallest share of

@@ -85,8 +85,61 @@ pub struct Environment {
     pub cpus_per_node: Option<u32>,
     /// Memory per node in MiB.
     pub memory_mib_per_node: Option<u64>,
-    /// Installed runtime environments / software.
+    /// Installed runtime environments / software (GLUE 2
+    /// `ApplicationEnvironment`).
     pub runtime_environments: Vec<String>,
+    /// The URL schemes the site stages inputs from and outputs to (GLUE 2
+    /// data staging capabilities: `file`, `http`, `https`, ...); empty when
+    /// the site publishes none, read as [`Environment::STAGING`].
+    pub staging: Vec<String>,
+    /// The container runtimes jobs may run in (`podman`, `apptainer`);
+    /// empty: none.
+    pub containers: Vec<String>,
+    /// GPUs per node; `None`: none.
+    pub gpus_per_node: Option<u32>,
+}
+
+impl Environment {
+    /// What every Brokk site stages, and so what a site that publishes no
+    /// list is taken to stage.
+    pub const STAGING: [&'static str; 3] = ["file", "http", "https"];
+
+    /// Whether the site stages URLs of `scheme` (any case).
+    pub fn stages(&self, scheme: &str) -> bool {
+        match self.staging.is_empty() {
+            true => Self::STAGING.iter().any(|s| s.eq_ignore_ascii_case(scheme)),
+            false => self.staging.iter().any(|s| s.eq_ignore_ascii_case(scheme)),
+        }
+    }
+
+    /// The schemes it stages, as [`Environment::stages`] reads them.
+    pub fn staged(&self) -> Vec<String> {
+        match self.staging.is_empty() {
+            true => Self::STAGING.iter().map(|s| s.to_string()).collect(),
+            false => self.staging.clone(),
+        }
+    }
+
+    /// What several sites can do between them, as a broker above sees
+    /// them folded into one: every scheme, runtime, environment and the
+    /// most GPUs any has (each job still goes to one of them that can).
+    pub fn union<'a>(all: impl IntoIterator<Item = &'a Environment>) -> Environment {
+        let mut out = Environment::default();
+        let add = |into: &mut Vec<String>, from: &[String]| {
+            for x in from {
+                if !into.iter().any(|y| y.eq_ignore_ascii_case(x)) {
+                    into.push(x.clone());
+                }
+            }
+        };
+        for e in all {
+            add(&mut out.runtime_environments, &e.runtime_environments);
+            add(&mut out.staging, &e.staged());
+            add(&mut out.containers, &e.containers);
+            out.gpus_per_node = out.gpus_per_node.max(e.gpus_per_node);
+        }
+        out
+    }
 }
 
 /// A benchmark result a resource publishes (higher is faster).

@@ -275,6 +275,7 @@ pub fn resource_info(endpoint: &str, v: InfoView) -> ResourceInfo {
         lag: (!v.lag.is_zero()).then_some(v.lag),
         availability: v.availability,
         ancestors: v.ancestors,
+        environment: v.environment,
         ..ResourceInfo::default()
     }
 }

@@ -185,6 +185,10 @@ pub struct InfoView {
     /// ([`brokk_model::ResourceInfo::ancestors`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ancestors: Vec<String>,
+    /// What jobs may ask of it: the URL schemes it stages, container
+    /// runtimes, runtime environments, GPUs.
+    #[serde(default)]
+    pub environment: brokk_model::Environment,
 }
 
 fn yes() -> bool {

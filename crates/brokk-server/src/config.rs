@@ -383,6 +383,10 @@ pub struct EmbeddedSiteConfig {
     /// The order its waiting jobs are served in (see the site agent's `order`).
     #[serde(default)]
     pub order: Option<String>,
+    /// What it offers jobs beyond processors (see the site agent's
+    /// `[capabilities]`).
+    #[serde(default)]
+    pub capabilities: brokk_site::config::Capabilities,
 }
 
 impl EmbeddedSiteConfig {
@@ -402,6 +406,7 @@ impl EmbeddedSiteConfig {
             stage_out_dirs: Vec::new(),
             stage_hosts: Vec::new(),
             null_backend_for_benchmarks: false,
+            capabilities: Default::default(),
             min_job_age_s: brokk_site::config::default_min_job_age(),
             job_processes: brokk_site::config::default_job_processes(),
             policy: brokk_site::config::default_policy(),

@@ -367,6 +367,7 @@ fn embedded_agent(config: &Config, e: &config::EmbeddedSiteConfig, token: &str) 
         arc: e.arc.clone(),
         gram: e.gram.clone(),
         null_backend_for_benchmarks: e.null_backend_for_benchmarks,
+        capabilities: e.capabilities.clone(),
     }
 }
 

@@ -549,6 +549,7 @@ impl Agent {
             lag: self.backend.lag(),
             availability,
             ancestors: Vec::new(),
+            environment: self.config.capabilities.environment(),
         }
     }
 

@@ -167,6 +167,42 @@ pub struct Config {
     /// and finish at once. For benchmarks of the broker and the agent only.
     #[serde(default)]
     pub null_backend_for_benchmarks: bool,
+    /// What jobs may ask of the site beyond its size, published in its
+    /// information (`[capabilities]`).
+    #[serde(default)]
+    pub capabilities: Capabilities,
+}
+
+/// What a site offers jobs beyond processors, as it publishes it: a
+/// broker sends a job only where everything it asks for is published.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Capabilities {
+    /// Runtime environments (software) installed for jobs, GLUE 2's
+    /// `ApplicationEnvironment`: a job naming one (xRSL
+    /// `runtimeenvironment`, JSDL and JDL alike) goes only to a site that
+    /// publishes it.
+    #[serde(default)]
+    pub runtime_environments: Vec<String>,
+    /// GPUs per node, for jobs that ask for GPUs (none by default).
+    pub gpus_per_node: Option<u32>,
+}
+
+impl Capabilities {
+    /// What the site publishes of itself: these, and the URL schemes its
+    /// staging fetches and delivers (file, http, https; no container
+    /// runtime yet).
+    pub fn environment(&self) -> brokk_model::Environment {
+        brokk_model::Environment {
+            runtime_environments: self.runtime_environments.clone(),
+            gpus_per_node: self.gpus_per_node,
+            staging: brokk_model::Environment::STAGING
+                .iter()
+                .map(|s| s.to_string())
+                .collect(),
+            ..brokk_model::Environment::default()
+        }
+    }
 }
 
 /// The Slurm backend's settings.

@@ -2337,3 +2337,59 @@ fn a_job_waiting_at_its_site_is_held_there_and_released_there() {
         "{gone}"
     );
 }
+
+#[test]
+fn a_job_goes_to_the_one_site_that_publishes_what_it_needs_or_is_refused_with_every_reason() {
+    let dir = scratch("capabilities");
+    std::fs::write(
+        dir.join("broker.toml"),
+        "database = \"broker.db\"\nstate_dir = \"sites\"\n[tokens]\n\"tok-ann\" = \"ann\"\n\
+         [[embedded]]\nname = \"a\"\ncapacity = 2\nbenchmarks = [{ name = \"specint2006\", value = 90.0 }]\n\
+         [[embedded]]\nname = \"b\"\ncapacity = 2\nbenchmarks = [{ name = \"specint2006\", value = 80.0 }]\n\
+         [[embedded]]\nname = \"c\"\ncapacity = 2\n\
+         [embedded.capabilities]\nruntime_environments = [\"APPS/BIO/BLAST-2.14\"]\ngpus_per_node = 2\n",
+    )
+    .unwrap();
+    let svc = Service::start(&dir);
+    // The faster sites lack the software and the GPUs: only c takes it.
+    let blast = written(
+        &dir,
+        "blast.json",
+        r#"{"executable": "/bin/true", "runtime_environments": ["APPS/BIO/BLAST-2.14"], "gpus": 1, "wall_time": 60}"#,
+    );
+    let done = svc.json("tok-ann", &["submit", &blast, "--watch", "--json"]);
+    assert_eq!(
+        (done["state"].as_str(), done["site"].as_str()),
+        (Some("finished"), Some("c")),
+        "{done}"
+    );
+    // A container runs nowhere here: refused at submission, each site's reason said.
+    let boxed = written(
+        &dir,
+        "boxed.json",
+        r#"{"executable": "/bin/true", "container_image": "docker://python:3.12", "wall_time": 60}"#,
+    );
+    let refused = svc.brokk("tok-ann", &["submit", &boxed]);
+    let said = text(&refused).1;
+    assert!(!refused.status.success(), "{said}");
+    for site in ["a", "b", "c"] {
+        assert!(
+            said.contains(&format!(
+                "{site}: it runs in the container image docker://python:3.12; the site runs no containers"
+            )),
+            "{said}"
+        );
+    }
+    // The sites say what they offer.
+    let c = svc.json("tok-ann", &["resources", "--json"]);
+    let c = c.as_array().unwrap().iter().find(|s| s["name"] == "c").unwrap().clone();
+    assert_eq!(
+        c["environment"]["runtime_environments"][0], "APPS/BIO/BLAST-2.14",
+        "{c}"
+    );
+    assert_eq!(
+        c["environment"]["staging"],
+        serde_json::json!(["file", "http", "https"]),
+        "{c}"
+    );
+}

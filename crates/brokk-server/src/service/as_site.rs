@@ -107,6 +107,7 @@ fn folded(name: &str, sites: &[Result<ResourceInfo, String>]) -> InfoView {
         lag: info.lag.unwrap_or(Duration(0)),
         availability: info.availability,
         ancestors: Vec::new(),
+        environment: info.environment,
     }
 }
 

@@ -39,8 +39,11 @@ pub fn run(a: Args) -> Result<ExitCode> {
                 Some(fmt) => match read(fmt, &input.text, &input.opts) {
                     // What the broker would refuse at submission is an error
                     // here too.
-                    Ok(p) => match broker_refusals(&p) {
-                        errors if errors.is_empty() => (Some(fmt), Ok((p, input))),
+                    Ok(mut p) => match broker_refusals(&p) {
+                        errors if errors.is_empty() => {
+                            p.warnings.extend(needs_a_site_that_publishes(&p));
+                            (Some(fmt), Ok((p, input)))
+                        }
                         errors => (Some(fmt), Err((errors, Some(input)))),
                     },
                     Err(e) => (Some(fmt), Err((e.diagnostics, Some(input)))),
@@ -67,6 +70,39 @@ fn broker_refusals(p: &brokk_jdl::Parsed) -> Vec<Diagnostic> {
             } else {
                 format!("job {}: the broker would refuse it: {why}", k + 1)
             }))
+        })
+        .collect()
+}
+
+/// What a job asks that a site must publish before a broker sends it
+/// there (a URL scheme beyond file and http(s), a container runtime,
+/// GPUs, a runtime environment, an architecture): correct in its language,
+/// but offline `validate` cannot know the user's sites, so it says so as
+/// warnings rather than errors.
+fn needs_a_site_that_publishes(p: &brokk_jdl::Parsed) -> Vec<Diagnostic> {
+    let plain_site = brokk_model::ResourceInfo {
+        total_slots: u32::MAX,
+        ..Default::default()
+    };
+    p.jobs
+        .iter()
+        .enumerate()
+        .flat_map(|(k, job)| {
+            let whose = if p.jobs.len() == 1 {
+                String::new()
+            } else {
+                format!("job {}: ", k + 1)
+            };
+            brokk_broker::select::mismatches(job, &plain_site)
+                .into_iter()
+                .map(move |m| Diagnostic {
+                    severity: brokk_jdl::Severity::Warning,
+                    line: 1,
+                    column: 1,
+                    message: format!(
+                        "{whose}a site that publishes no more than every Brokk site does would not take it: {m}"
+                    ),
+                })
         })
         .collect()
 }
