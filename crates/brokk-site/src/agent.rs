@@ -545,7 +545,7 @@ impl Agent {
                     max_slots_per_job: None,
                 })
                 .collect(),
-            health: glue.health,
+            health: glue.health.or_else(|| self.backend.health()),
             lag: self.backend.lag(),
             availability,
             ancestors: Vec::new(),

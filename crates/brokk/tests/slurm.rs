@@ -598,3 +598,67 @@ fn a_job_pending_in_slurm_is_held_there_and_released() {
         );
     }
 }
+
+/// Resumes cluster `c`'s nodes when dropped, so a failing test leaves the
+/// shared testbed as it found it.
+struct Drained<'a>(&'a Path, u32);
+
+impl Drop for Drained<'_> {
+    fn drop(&mut self) {
+        let nodes = format!("c{}n[1-2]", self.1);
+        slurm(
+            self.0,
+            self.1,
+            "scontrol",
+            &["update", &format!("nodename={nodes}"), "state=resume"],
+        );
+    }
+}
+
+#[test]
+#[ignore = "needs the Slurm testbed; scripts/test.sh starts it and runs this"]
+fn a_cluster_whose_nodes_are_all_drained_is_published_critical() {
+    let turn = turn("drain");
+    let (bed, dir) = (&turn.bed, &turn.dir);
+    let svc = serve(dir, bed, "drain");
+    let health = |site: &str| {
+        let all = json(&svc.url, &["resources", "--json"]);
+        all.as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["name"] == site)
+            .map(|s| s["health"].clone())
+    };
+    let until = |site: &str, want: &str| {
+        let t = Instant::now();
+        while health(site) != Some(serde_json::json!(want)) {
+            assert!(
+                t.elapsed() < Duration::from_secs(60),
+                "{site} is not {want}: {:?}",
+                health(site)
+            );
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    };
+    until("drain2", "ok");
+    // One node drained: the cluster still runs work.
+    let _resumed = Drained(bed, 2);
+    slurm(
+        bed,
+        2,
+        "scontrol",
+        &["update", "nodename=c2n1", "state=drain", "reason=brokk-test"],
+    );
+    until("drain2", "warning");
+    // Both: nothing starts there, which a broker reads as a failure.
+    slurm(
+        bed,
+        2,
+        "scontrol",
+        &["update", "nodename=c2n2", "state=drain", "reason=brokk-test"],
+    );
+    until("drain2", "critical");
+    assert_eq!(health("drain1"), Some(serde_json::json!("ok")));
+    slurm(bed, 2, "scontrol", &["update", "nodename=c2n[1-2]", "state=resume"]);
+    until("drain2", "ok");
+}

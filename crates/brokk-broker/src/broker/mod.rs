@@ -1727,7 +1727,10 @@ impl BrokerCore {
     /// The information a decision reads: every site known, in site order
     /// (without a copy when all are), and the sites that cannot be read.
     fn at_hand(&self) -> AtHand<'_> {
-        let known = |s: &SiteSlot| matches!(s.answer, Some(Ok(_)));
+        // A site that answers but says its health turned critical (every
+        // node of its cluster down or drained, an ARC CE failing) would
+        // start nothing: it is left out as one that does not answer is.
+        let known = |s: &SiteSlot| matches!(s.answer, Some(Ok(_))) && s.down_since.is_none();
         if self.sites.iter().all(known) {
             return AtHand {
                 infos: self.infos[..].into(),
@@ -1738,6 +1741,10 @@ impl BrokerCore {
         let (mut infos, mut site_of, mut failed) = (Vec::new(), Vec::new(), Vec::new());
         for (k, s) in self.sites.iter().enumerate() {
             match &s.answer {
+                Some(Ok(_)) if s.down_since.is_some() => failed.push((
+                    s.name.clone(),
+                    SiteError::Unavailable(format!("{}: its health is critical", s.name)),
+                )),
                 Some(Ok(_)) => {
                     infos.push(self.infos[k].clone());
                     site_of.push(k);

@@ -1856,6 +1856,11 @@ fn a_site_is_down_from_the_first_answer_it_did_not_give_until_it_answers() {
     c.informed(1, critical("b"), Time(10));
     c.informed(0, critical("a"), Time(20));
     assert_eq!(c.down(), [(0, Time(20)), (1, Time(10))]);
+    // A site that turned critical gets no new work; one that is well again does.
+    c.informed(0, Ok(site("a", 4)), Time(30));
+    c.accept(Time(30), "ann", vec![job("j1", 1), job("j2", 1)]).unwrap();
+    c.decide(Time(30), usize::MAX);
+    assert_eq!(sends(&mut c), [("j1".to_string(), 0), ("j2".to_string(), 0)]);
 }
 
 #[test]

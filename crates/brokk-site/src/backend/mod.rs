@@ -92,6 +92,19 @@ impl Backend {
         self.slurm().and_then(|s| s.cluster())
     }
 
+    /// A Slurm cluster's health from its nodes, GLUE 2's `HealthState`
+    /// ([`crate::slurm::health`]); an ARC CE publishes its own
+    /// ([`Backend::published`]).
+    pub fn health(&self) -> Option<String> {
+        match self {
+            Backend::Slurm(s) => s
+                .cluster()
+                .and_then(|c| crate::slurm::health(&c.nodes))
+                .map(str::to_string),
+            _ => None,
+        }
+    }
+
     /// What the resource manager publishes of itself, where it does: an
     /// ARC CE's GLUE 2 reading.
     pub fn published(&self) -> Option<crate::arc::glue2::Glue2> {

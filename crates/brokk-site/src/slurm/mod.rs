@@ -132,6 +132,30 @@ fn reservation_users(
     }
 }
 
+/// Whether a node in `state` (sinfo's compact `%t`) takes no new work:
+/// down, drained or draining, failed or failing, or unknown to slurmctld.
+fn node_unusable(state: &str) -> bool {
+    let s = state.trim_end_matches(['*', '~', '#', '!', '%', '$', '@', '^', '-']);
+    ["down", "drain", "drng", "fail", "inval", "unk"]
+        .iter()
+        .any(|p| s.starts_with(p))
+}
+
+/// The cluster's health as GLUE 2's `HealthState` says it, from its
+/// nodes: `critical` when none takes new work (every node down or
+/// drained: a broker reads it as the site failing and rescues what it
+/// booked there), `warning` when some do not, `ok` when all do; `None`
+/// before the nodes are read.
+pub fn health(nodes: &[brokk_proto::wire::NodeView]) -> Option<&'static str> {
+    let down = nodes.iter().filter(|n| node_unusable(&n.state)).count();
+    match down {
+        _ if nodes.is_empty() => None,
+        0 => Some("ok"),
+        d if d == nodes.len() => Some("critical"),
+        _ => Some("warning"),
+    }
+}
+
 /// Job states in which a job holds CPUs.
 fn holds_cpus(state: &str) -> bool {
     matches!(
@@ -583,6 +607,23 @@ impl Slurm {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_cluster_whose_nodes_all_take_no_work_is_critical() {
+        let nodes = |states: &[&str]| {
+            let text: String = states
+                .iter()
+                .enumerate()
+                .map(|(k, s)| format!("n{k}|{s}|8|0/8/0/8|4000|0.00|batch\n"))
+                .collect();
+            cli::parse_nodes(&text)
+        };
+        assert_eq!(health(&nodes(&["idle", "mix", "alloc"])), Some("ok"));
+        assert_eq!(health(&nodes(&["idle", "drain"])), Some("warning"));
+        assert_eq!(health(&nodes(&["down*", "drng", "fail"])), Some("critical"));
+        assert_eq!(health(&nodes(&["drained", "down~"])), Some("critical"));
+        assert_eq!(health(&[]), None);
+    }
 
     /// A controller that lost its state gives a lost job's id to the next
     /// job: the runner of the lost one stops following the id as soon as
