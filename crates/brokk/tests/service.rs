@@ -2277,17 +2277,8 @@ fn a_job_waiting_at_its_site_is_held_there_and_released_there() {
         .as_str()
         .unwrap()
         .to_string();
-    let until = |id: &str, state: &str| {
-        let t = Instant::now();
-        loop {
-            let j = svc.json("tok-ann", &["status", id, "--json"]);
-            if j["state"] == state {
-                return j;
-            }
-            assert!(t.elapsed() < Duration::from_secs(20), "not {state}: {j}");
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    };
+    let until =
+        |id: &str, state: &str| common::wait_for_state(&svc.server.url, "tok-ann", id, state, Duration::from_secs(20));
     until(&long, "running");
     // Waiting at a behind the long job: held there, not taken back.
     until(&id, "dispatched");

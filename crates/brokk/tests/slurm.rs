@@ -535,18 +535,7 @@ fn a_job_pending_in_slurm_is_held_there_and_released() {
         "next.json",
         r#"{"executable": "/bin/true", "cpus": 16, "wall_time": 60}"#,
     );
-    let state_of = |id: &str| json(&svc.url, &["status", id, "--json"]);
-    let until = |id: &str, state: &str| {
-        let t = Instant::now();
-        loop {
-            let j = state_of(id);
-            if j["state"] == state {
-                return j;
-            }
-            assert!(t.elapsed() < Duration::from_secs(60), "not {state}: {j}");
-            std::thread::sleep(Duration::from_millis(200));
-        }
-    };
+    let until = |id: &str, state: &str| common::wait_for_state(&svc.url, "tok-ann", id, state, Duration::from_secs(60));
     let longs: Vec<String> = (0..2)
         .map(|_| {
             json(&svc.url, &["submit", &long, "--json"])["id"]

@@ -182,12 +182,12 @@ pub fn site_available(url: &str, token: &str, site: &str) -> bool {
 
 /// Waits until job `id` is in `state`, reading it as `token`'s user.
 #[allow(dead_code)] // the grid middleware tests'
-pub fn wait_for_state(url: &str, token: &str, id: &str, state: &str, within: std::time::Duration) {
+pub fn wait_for_state(url: &str, token: &str, id: &str, state: &str, within: std::time::Duration) -> serde_json::Value {
     let deadline = std::time::Instant::now() + within;
     loop {
         let job = json(url, token, &["status", "--json", id]);
         if job["state"] == state {
-            return;
+            return job;
         }
         assert!(std::time::Instant::now() < deadline, "never {state}: {job}");
         std::thread::sleep(std::time::Duration::from_millis(300));
