@@ -2293,6 +2293,10 @@ fn a_job_waiting_at_its_site_is_held_there_and_released_there() {
         (line["state"].as_str(), line["detail"].as_str()),
         (Some("held"), Some("held by its owner"))
     );
+    // Its reason said once, in the column asked for (and in its history).
+    let shown = text(&svc.brokk("tok-ann", &["status", &id, "--format", "id,state,site,reason"])).0;
+    assert_eq!(shown.matches("held by its owner").count(), 2, "{shown}");
+    assert!(!shown.contains("reason: held"), "{shown}");
     // Another user can neither hold nor release it.
     assert_eq!(svc.brokk("tok-bob", &["release", &id]).status.code(), Some(4));
     // Its site no longer plans a start for it: nothing starts it when the

@@ -219,6 +219,13 @@ pub struct Layout {
     pub csv: bool,
 }
 
+impl Layout {
+    /// Whether the table shows column `name`.
+    pub fn shows(&self, name: &str) -> bool {
+        self.format.split(',').any(|c| c.trim().eq_ignore_ascii_case(name))
+    }
+}
+
 /// A field's value as rows are sorted by it.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 enum Key {

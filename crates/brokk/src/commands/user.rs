@@ -717,7 +717,8 @@ pub fn status(a: StatusArgs) -> Result<ExitCode> {
                 if a.layout.csv {
                     return Ok(ExitCode::SUCCESS);
                 }
-                if let Some(r) = &j.reason {
+                // Said once: on a line of its own unless the table shows it.
+                if let (Some(r), false) = (&j.reason, a.layout.shows("reason")) {
                     say!("  reason: {}", listing::shown(r));
                 }
                 if let Some(d) = &j.delegated {
