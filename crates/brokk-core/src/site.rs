@@ -972,23 +972,13 @@ impl SiteCore {
             }
             _ => {}
         }
-        let (planned, slot) = (j.planned_start, j.slot);
-        if let Some(p) = planned {
-            self.queue.remove(&(p, id));
-        }
+        self.give_up_slot(id);
         self.waiting.retain(|&w| w != id);
-        self.release_slot_of(slot, false, false);
         let j = self.jobs.get_mut(&id).expect("checked above");
-        j.slot = None;
-        j.planned_start = None;
         j.state = JobPhase::Held;
         j.reason = Some("held by its owner".into());
         self.touch(id);
         self.out.push(Effect::SaveJob(id));
-        self.out.push(Effect::StartMoved {
-            job: id,
-            start: OPEN_END,
-        });
         self.out.push(Effect::Manager(Manager::HoldJob(id)));
         // What it held is free for the jobs behind it.
         self.compress(now);
@@ -1034,8 +1024,7 @@ impl SiteCore {
             }
             // In its arrival place, as a job that lost its slot waits.
             None => {
-                let at = self.waiting.partition_point(|&w| w < id);
-                self.waiting.insert(at, id);
+                self.wait_in_arrival_place(id);
             }
         }
         self.touch(id);
@@ -1362,6 +1351,17 @@ impl SiteCore {
     /// Takes queued job `id`'s slot away: it waits without one again, in
     /// its arrival place, whose index it returns.
     fn unprotect(&mut self, id: JobId) -> usize {
+        self.give_up_slot(id);
+        let at = self.wait_in_arrival_place(id);
+        self.touch(id);
+        self.out.push(Effect::SaveJob(id));
+        at
+    }
+
+    /// Takes waiting job `id` out of the queue and gives its own slot back
+    /// (what it frees is the queue's at the next compression); its runner's
+    /// start moves away until it has a slot again.
+    fn give_up_slot(&mut self, id: JobId) {
         let (slot, planned) = self
             .jobs
             .get_mut(&id)
@@ -1372,14 +1372,17 @@ impl SiteCore {
         if let Some(slot) = slot.filter(|&s| self.planner.cancel(s).is_ok()) {
             self.end(vec![slot], Ended::Released);
         }
-        let at = self.waiting.partition_point(|&w| w < id);
-        self.waiting.insert(at, id);
-        self.touch(id);
-        self.out.push(Effect::SaveJob(id));
         self.out.push(Effect::StartMoved {
             job: id,
             start: OPEN_END,
         });
+    }
+
+    /// Puts job `id` among the jobs waiting without a slot, in arrival
+    /// order (ids are issued in that order); returns its index.
+    fn wait_in_arrival_place(&mut self, id: JobId) -> usize {
+        let at = self.waiting.partition_point(|&w| w < id);
+        self.waiting.insert(at, id);
         at
     }
 

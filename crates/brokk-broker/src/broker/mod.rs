@@ -422,6 +422,13 @@ struct SiteSlot {
 }
 
 impl SiteSlot {
+    /// Whether decisions may send it work: it answered, and its health has
+    /// not turned critical since (a cluster with every node down or
+    /// drained, an ARC CE failing, would start nothing).
+    fn usable(&self) -> bool {
+        matches!(self.answer, Some(Ok(_))) && self.down_since.is_none()
+    }
+
     fn new(name: String) -> SiteSlot {
         SiteSlot {
             name,
@@ -1727,11 +1734,7 @@ impl BrokerCore {
     /// The information a decision reads: every site known, in site order
     /// (without a copy when all are), and the sites that cannot be read.
     fn at_hand(&self) -> AtHand<'_> {
-        // A site that answers but says its health turned critical (every
-        // node of its cluster down or drained, an ARC CE failing) would
-        // start nothing: it is left out as one that does not answer is.
-        let known = |s: &SiteSlot| matches!(s.answer, Some(Ok(_))) && s.down_since.is_none();
-        if self.sites.iter().all(known) {
+        if self.sites.iter().all(SiteSlot::usable) {
             return AtHand {
                 infos: self.infos[..].into(),
                 site_of: self.all[..].into(),
@@ -1741,14 +1744,15 @@ impl BrokerCore {
         let (mut infos, mut site_of, mut failed) = (Vec::new(), Vec::new(), Vec::new());
         for (k, s) in self.sites.iter().enumerate() {
             match &s.answer {
-                Some(Ok(_)) if s.down_since.is_some() => failed.push((
-                    s.name.clone(),
-                    SiteError::Unavailable(format!("{}: its health is critical", s.name)),
-                )),
-                Some(Ok(_)) => {
+                Some(Ok(_)) if s.usable() => {
                     infos.push(self.infos[k].clone());
                     site_of.push(k);
                 }
+                // Answering, but left out as one that does not answer is.
+                Some(Ok(_)) => failed.push((
+                    s.name.clone(),
+                    SiteError::Unavailable(format!("{}: its health is critical", s.name)),
+                )),
                 Some(Err(e)) => failed.push((s.name.clone(), SiteError::Unavailable(e.to_string()))),
                 None => failed.push((s.name.clone(), SiteError::Unavailable("no information yet".into()))),
             }
