@@ -36,6 +36,34 @@ fn turn(name: &str) -> Turn {
     }
 }
 
+impl Drop for Turn {
+    /// Whatever a failed test left queued or running is cancelled, so the
+    /// next test finds the clusters empty rather than waiting behind it.
+    fn drop(&mut self) {
+        for c in [1, 2] {
+            let ids = slurm(&self.bed, c, "squeue", &["-h", "-o", "%i"]);
+            let ids: Vec<&str> = ids.split_whitespace().collect();
+            if !ids.is_empty() {
+                slurm(&self.bed, c, "scancel", &ids);
+            }
+        }
+    }
+}
+
+/// What both clusters say of their jobs and nodes, for a failure's message.
+fn slurm_view(bed: &Path) -> String {
+    [1, 2]
+        .iter()
+        .map(|&c| {
+            format!(
+                "cluster {c}:\n{}{}",
+                slurm(bed, c, "squeue", &["-a", "-o", "%i %j %T %r"]),
+                slurm(bed, c, "sinfo", &["-N", "-h", "-o", "%N %T %E"])
+            )
+        })
+        .collect()
+}
+
 fn conf(bed: &Path, c: u32) -> PathBuf {
     bed.join(format!("c{c}/slurm.conf"))
 }
@@ -535,7 +563,21 @@ fn a_job_pending_in_slurm_is_held_there_and_released() {
         "next.json",
         r#"{"executable": "/bin/true", "cpus": 16, "wall_time": 60}"#,
     );
-    let until = |id: &str, state: &str| common::wait_for_state(&svc.url, "tok-ann", id, state, Duration::from_secs(60));
+    let until = |id: &str, state: &str| {
+        let t = Instant::now();
+        loop {
+            let job = json(&svc.url, &["status", "--json", id]);
+            if job["state"] == state {
+                return job;
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(60),
+                "never {state}: {job}\n{}",
+                slurm_view(bed)
+            );
+            std::thread::sleep(Duration::from_millis(300));
+        }
+    };
     let longs: Vec<String> = (0..2)
         .map(|_| {
             json(&svc.url, &["submit", &long, "--json"])["id"]
