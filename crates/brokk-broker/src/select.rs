@@ -197,7 +197,7 @@ pub enum Mismatch {
     #[error("it runs in the container image {0}; the site runs no containers")]
     Container(String),
     /// More GPUs per node than the site has.
-    #[error("it asks for {wanted} GPUs, the site has {offered} per node")]
+    #[error("it asks for {wanted} GPU{} per node, the site has {offered}", if *wanted == 1 { "" } else { "s" })]
     Gpus {
         /// GPUs wanted.
         wanted: u32,

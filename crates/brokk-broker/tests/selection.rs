@@ -259,7 +259,7 @@ fn a_job_goes_only_where_its_container_schemes_and_gpus_are_published() {
             "input in.root is at root://eos.example.org//data/in.root; the site stages file, http, https only",
             "output out.dat is at gsiftp://se.example.org/out.dat; the site stages file, http, https only",
             "it runs in the container image python:3.12; the site runs no containers",
-            "it asks for 2 GPUs, the site has 0 per node",
+            "it asks for 2 GPUs per node, the site has 0",
         ]
     );
     // One that publishes all of it takes it.

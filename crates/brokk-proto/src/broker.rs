@@ -4,7 +4,7 @@ use reqwest::blocking::{Client, RequestBuilder, Response};
 use reqwest::Method;
 
 use crate::wire::{
-    Accepted, BrokerJob, BrokerReservation, BrokerReservationRequest, CoallocRequest, Coallocated, ErrorBody,
+    Accepted, BrokerJob, BrokerReservation, BrokerReservationRequest, Checked, CoallocRequest, Coallocated, ErrorBody,
     SubmitRequest, UploadView, WorkflowRefused, WorkflowRequest, WorkflowView,
 };
 
@@ -180,6 +180,12 @@ impl BrokerClient {
     /// named, optionally held or into a reservation made through the broker).
     pub fn submit(&self, req: &SubmitRequest) -> Result<Accepted, CallError> {
         self.call(self.request(Method::POST, &["v1", "jobs"]).json(req))
+    }
+
+    /// What the broker would do with a description's jobs if they were
+    /// submitted now, each site's answer; nothing is stored.
+    pub fn check(&self, req: &SubmitRequest) -> Result<Checked, CallError> {
+        self.call(self.request(Method::POST, &["v1", "jobs", "check"]).json(req))
     }
 
     /// Whether the caller's upload store holds the file with this SHA-256.

@@ -381,6 +381,46 @@ pub struct Accepted {
     pub warnings: Vec<String>,
 }
 
+/// `200` answer of `POST /v1/jobs/check`: what the broker would do with a
+/// description's jobs if they were submitted now; nothing is stored.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct Checked {
+    /// One entry per job the description makes, in order.
+    pub jobs: Vec<JobCheck>,
+    /// Translation warnings, `line:column: message`.
+    pub warnings: Vec<String>,
+}
+
+/// Every site's answer for one job.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct JobCheck {
+    /// The job's name in its description, if it has one.
+    pub name: Option<String>,
+    /// The site a decision now would send it to; none when no site takes it.
+    pub site: Option<String>,
+    /// Every site, those that take it best first, then those that cannot,
+    /// then those the broker cannot ask now.
+    pub sites: Vec<SiteCheck>,
+}
+
+/// One site's answer for a job.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct SiteCheck {
+    /// The site's name.
+    pub site: String,
+    /// `takes`, `cannot` or `unavailable`.
+    pub answer: String,
+    /// Predicted seconds until it would start there (`takes`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tts: Option<i64>,
+    /// Predicted seconds until its results would be back (`takes`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttd: Option<i64>,
+    /// Why it cannot, or why the broker cannot ask it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reasons: Vec<String>,
+}
+
 /// A file uploaded for jobs' input, as a store holds it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct UploadView {

@@ -16,8 +16,8 @@ use axum::routing::get;
 use axum::{Extension, Json, Router};
 use brokk_proto::openapi::Bearer;
 use brokk_proto::wire::{
-    Accepted, BrokerJob, BrokerReservation, BrokerReservationRequest, CoallocRequest, Coallocated, ErrorBody, Me,
-    Resource, SubmitRequest, Unanswered, UploadUsage, UploadView, WorkflowRefused, WorkflowRequest, WorkflowView,
+    Accepted, BrokerJob, BrokerReservation, BrokerReservationRequest, Checked, CoallocRequest, Coallocated, ErrorBody,
+    Me, Resource, SubmitRequest, Unanswered, UploadUsage, UploadView, WorkflowRefused, WorkflowRequest, WorkflowView,
 };
 use serde::Deserialize;
 use utoipa::{IntoParams, OpenApi as _};
@@ -133,6 +133,27 @@ async fn submit(
     let accepted = app.service.accept(&who.0, req).await?;
     app.service.observe_submit(t.elapsed().as_secs_f64());
     Ok((StatusCode::ACCEPTED, Json(accepted)).into_response())
+}
+
+/// Answers what the broker would do with a description's jobs if they were
+/// submitted now, as `sbatch --test-only` does: each site's answer (it takes
+/// the job, with the predicted start and delivery; it cannot, with every
+/// reason; it cannot be asked now) and the site a decision would choose.
+/// Nothing is stored; uploads are not looked for.
+#[utoipa::path(post, path = "/v1/jobs/check", tag = "jobs", request_body = SubmitRequest, responses(
+    (status = 200, body = Checked),
+    (status = 400, body = ErrorBody, description = "the description is wrong (`line:column: message`)"),
+    (status = 401, body = ErrorBody, description = "no valid token"),
+    (status = 403, body = ErrorBody, description = "the reservation is not the caller's"),
+    (status = 409, body = ErrorBody, description = "the caller has as many unfinished jobs as it may"),
+))]
+async fn check(
+    State(app): State<App>,
+    Extension(who): Extension<Identity>,
+    bytes: Bytes,
+) -> Result<Json<Checked>, ApiError> {
+    let req: SubmitRequest = body(&bytes)?;
+    Ok(Json(app.service.check(&who.0, req).await?))
 }
 
 /// Co-allocates several jobs for one common start within `delta` seconds of
@@ -803,6 +824,7 @@ pub fn router(service: Service, access: Access, max_body: usize) -> Router {
     };
     let v1 = OpenApiRouter::new()
         .routes(routes!(list, submit))
+        .routes(routes!(check))
         .routes(routes!(show, cancel))
         .routes(routes!(file))
         .routes(routes!(hold))

@@ -2358,6 +2358,25 @@ fn a_job_goes_to_the_one_site_that_publishes_what_it_needs_or_is_refused_with_ev
         "blast.json",
         r#"{"executable": "/bin/true", "runtime_environments": ["APPS/BIO/BLAST-2.14"], "gpus": 1, "wall_time": 60}"#,
     );
+    // Asked first without submitting: c takes it, the others say why not,
+    // and nothing is stored.
+    let dry = svc.json("tok-ann", &["submit", &blast, "--dry-run", "--json"]);
+    assert_eq!(dry["jobs"][0]["site"], "c", "{dry}");
+    let answers: Vec<(&str, &str)> = dry["jobs"][0]["sites"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| (s["site"].as_str().unwrap(), s["answer"].as_str().unwrap()))
+        .collect();
+    assert_eq!(answers, [("c", "takes"), ("a", "cannot"), ("b", "cannot")], "{dry}");
+    assert!(
+        dry["jobs"][0]["sites"][1]["reasons"][0]
+            .as_str()
+            .unwrap()
+            .contains("APPS/BIO/BLAST-2.14"),
+        "{dry}"
+    );
+    assert_eq!(svc.json("tok-ann", &["status", "--json"]), serde_json::json!([]));
     let done = svc.json("tok-ann", &["submit", &blast, "--watch", "--json"]);
     assert_eq!(
         (done["state"].as_str(), done["site"].as_str()),
@@ -2381,6 +2400,17 @@ fn a_job_goes_to_the_one_site_that_publishes_what_it_needs_or_is_refused_with_ev
             "{said}"
         );
     }
+    // `validate` answers both questions: correct in its language, and taken
+    // by none of this broker's sites.
+    let checked = svc.brokk("tok-ann", &["validate", "--broker", &boxed]);
+    let (out, err) = text(&checked);
+    assert_eq!(checked.status.code(), Some(1), "{out}{err}");
+    assert!(out.contains("boxed.json: ok (json, 1 job)"), "{out}");
+    assert!(
+        out.contains("boxed.json: no site of the broker would take it now"),
+        "{out}"
+    );
+    assert!(out.contains("the site runs no containers"), "{out}");
     // The sites say what they offer.
     let c = svc.json("tok-ann", &["resources", "--json"]);
     let c = c.as_array().unwrap().iter().find(|s| s["name"] == "c").unwrap().clone();

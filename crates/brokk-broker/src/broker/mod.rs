@@ -59,8 +59,11 @@ use crate::site::SiteError;
 use crate::submit::hold_request;
 use crate::submit::SubmitError;
 
+mod check;
 #[cfg(test)]
 mod tests;
+
+pub use check::{SiteAnswer, Verdict};
 
 /// A broker reservation as a job that names it finds it.
 #[derive(Debug, Clone, PartialEq, Eq)]

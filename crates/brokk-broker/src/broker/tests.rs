@@ -1992,3 +1992,49 @@ fn an_ended_job_requeued_runs_again_under_its_id_with_a_key_of_its_own() {
         Err(Denied::Refused(_))
     ));
 }
+
+#[test]
+fn a_dry_run_answers_as_a_decision_would_and_changes_nothing() {
+    let mut b = BrokerCore::new(vec!["a".into(), "b".into(), "c".into()], params());
+    b.informed(0, Ok(site("a", 4)), Time(0));
+    b.informed(1, Ok(site("b", 8)), Time(0));
+    b.drain().for_each(drop);
+    // j1 fills a (first listed of two equally good sites).
+    b.accept(Time(0), "ann", vec![job("j1", 4)]).unwrap();
+    b.decide(Time(0), 1);
+    assert_eq!(sends(&mut b), [("j1".to_string(), 0)]);
+    let v = b.verdict(&job("j2", 4).job, &JobPreferences::default(), Time(1));
+    assert_eq!(v.chosen(), Some("b"));
+    let names: Vec<&str> = v.sites.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, ["b", "a", "c"], "{v:?}");
+    assert_eq!(
+        v.sites[0].1,
+        SiteAnswer::Takes {
+            tts: Duration(0),
+            ttd: Duration(600)
+        }
+    );
+    // a takes it once j1 has ended there.
+    let SiteAnswer::Takes { tts, .. } = v.sites[1].1 else {
+        panic!("{v:?}")
+    };
+    assert!(tts > Duration(500), "{v:?}");
+    assert!(
+        matches!(&v.sites[2].1, SiteAnswer::Unavailable(why) if why.contains("no information")),
+        "{v:?}"
+    );
+    // Too wide for a: its reason, and b alone takes it.
+    let wide = b.verdict(&job("wide", 6).job, &JobPreferences::default(), Time(1));
+    assert_eq!(
+        wide.sites[1],
+        (
+            "a".to_string(),
+            SiteAnswer::Cannot(vec!["it asks for 6 processors, the site has at most 4".into()])
+        )
+    );
+    // Nothing was recorded or sent, and a decision goes where it said.
+    assert_eq!(b.drain().count(), 0);
+    b.accept(Time(1), "ann", vec![job("j2", 4)]).unwrap();
+    b.decide(Time(1), 1);
+    assert_eq!(sends(&mut b), [("j2".to_string(), 1)]);
+}

@@ -10,11 +10,11 @@ use brokk_broker::jobs::{self, Change, Entry, Member};
 use brokk_broker::reservations::ReservationChange;
 use brokk_broker::reserve::at_earliest;
 use brokk_broker::{JobHandle, Site};
-use brokk_jdl::{detect, read, Format, ReadOptions};
+use brokk_jdl::{detect, read, Format, Parsed, ReadOptions};
 use brokk_model::{Job, JobPreferences, ResourceInfo, Time};
 use brokk_proto::wire::{
-    Accepted, BrokerJob, BrokerReservation, BrokerReservationRequest, BrokerReservationState, BrokerState,
-    CoallocRequest, Coallocated, SubmitRequest,
+    Accepted, BrokerJob, BrokerReservation, BrokerReservationRequest, BrokerReservationState, BrokerState, Checked,
+    CoallocRequest, Coallocated, JobCheck, SiteCheck, SubmitRequest,
 };
 use brokk_proto::RemoteSite;
 use tokio::sync::Notify;
@@ -244,8 +244,10 @@ impl Service {
         }
     }
 
-    /// Translates and stores a description's jobs; they are dispatched later.
-    pub async fn accept(&self, owner: &str, req: SubmitRequest) -> Result<Accepted, ServiceError> {
+    /// Reads a submission's description as `owner`'s, with the checks
+    /// every job must pass before any site is asked: its language, the
+    /// per-request and queued-job limits, the broker's own validation.
+    async fn read_submission(&self, owner: &str, req: &SubmitRequest) -> Result<(Format, Parsed), ServiceError> {
         let format = match &req.format {
             Some(f) => f
                 .parse::<Format>()
@@ -268,34 +270,63 @@ impl Service {
         for job in &parsed.jobs {
             brokk_broker::select::validate_at(job, now()).map_err(|e| ServiceError::BadRequest(e.to_string()))?;
         }
+        if req.reservation.is_some() && parsed.jobs.len() != 1 {
+            return Err(ServiceError::BadRequest(
+                "reservation: one reservation holds one job".into(),
+            ));
+        }
+        // One named inside the description (JSON `reservation`, `#SBATCH
+        // --reservation=`) is checked like one given beside it.
+        let named = parsed.jobs.iter().filter_map(|j| j.reservation.as_ref());
+        for rid in req.reservation.iter().chain(named) {
+            self.own_committed_reservation(owner, rid).await?;
+        }
+        Ok((format, parsed))
+    }
+
+    /// What the broker would do with a submission's jobs now, each site's
+    /// answer for each ([`brokk_broker::broker::BrokerCore::verdict`]);
+    /// nothing is stored or sent. The same checks as [`Service::accept`]
+    /// refuse what it would refuse, except that uploads are not looked for.
+    pub async fn check(&self, owner: &str, req: SubmitRequest) -> Result<Checked, ServiceError> {
+        let (_, parsed) = self.read_submission(owner, &req).await?;
+        let prefs = req.preferences.clone().unwrap_or_default();
+        let at = now();
+        let verdicts: Vec<_> = self
+            .broker
+            .read(|c| parsed.jobs.iter().map(|j| c.verdict(j, &prefs, at)).collect());
+        let jobs = parsed
+            .jobs
+            .iter()
+            .zip(verdicts)
+            .map(|(job, v)| JobCheck {
+                name: job.name.clone(),
+                site: v.chosen().map(str::to_string),
+                sites: v
+                    .sites
+                    .into_iter()
+                    .map(|(site, answer)| site_check(site, answer))
+                    .collect(),
+            })
+            .collect();
+        Ok(Checked {
+            jobs,
+            warnings: warnings_of(&parsed),
+        })
+    }
+
+    /// Translates and stores a description's jobs; they are dispatched later.
+    pub async fn accept(&self, owner: &str, req: SubmitRequest) -> Result<Accepted, ServiceError> {
+        let (format, parsed) = self.read_submission(owner, &req).await?;
         // One no site could ever run is refused now, with each site's
         // reason: the core read once for the whole submission.
         if let Some(why) = self.broker.read(|c| parsed.jobs.iter().find_map(|j| c.runs_nowhere(j))) {
             return Err(ServiceError::BadRequest(why));
         }
-        let mut warnings: Vec<String> = parsed.warnings.iter().map(|d| d.to_string()).collect();
-        for job in &parsed.jobs {
-            for w in brokk_broker::select::not_done_here(job) {
-                if !warnings.contains(&w) {
-                    warnings.push(w);
-                }
-            }
-        }
+        let warnings = warnings_of(&parsed);
         let mut jobs = parsed.jobs;
         if let Some(rid) = &req.reservation {
-            if jobs.len() != 1 {
-                return Err(ServiceError::BadRequest(
-                    "reservation: one reservation holds one job".into(),
-                ));
-            }
             jobs[0].reservation = Some(rid.clone());
-        }
-        // A reservation named inside the description (JSON `reservation`,
-        // `#SBATCH --reservation=`) is checked like one given beside it.
-        for job in &jobs {
-            if let Some(rid) = &job.reservation {
-                self.own_committed_reservation(owner, rid).await?;
-            }
         }
         let preferences = req.preferences.unwrap_or_default();
         let prefs = serde_json::to_string(&preferences).map_err(|e| ServiceError::BadRequest(e.to_string()))?;
@@ -636,5 +667,36 @@ fn not_held(j: &BrokerJob, change: Change) -> ServiceError {
     match jobs::check(j, change, now()) {
         Err(refused) => ServiceError::Conflict(refused.to_string()),
         Ok(()) => ServiceError::Conflict(format!("job {}: its co-allocation is being placed; try again", j.id)),
+    }
+}
+
+/// The warnings a submission answers: its translation's, then what no
+/// site does (each once).
+fn warnings_of(parsed: &Parsed) -> Vec<String> {
+    let mut warnings: Vec<String> = parsed.warnings.iter().map(|d| d.to_string()).collect();
+    for job in &parsed.jobs {
+        for w in brokk_broker::select::not_done_here(job) {
+            if !warnings.contains(&w) {
+                warnings.push(w);
+            }
+        }
+    }
+    warnings
+}
+
+/// A site's answer in the API's words.
+fn site_check(site: String, answer: brokk_broker::broker::SiteAnswer) -> SiteCheck {
+    use brokk_broker::broker::SiteAnswer;
+    let (word, tts, ttd, reasons) = match answer {
+        SiteAnswer::Takes { tts, ttd } => ("takes", Some(tts.0), Some(ttd.0), Vec::new()),
+        SiteAnswer::Cannot(why) => ("cannot", None, None, why),
+        SiteAnswer::Unavailable(why) => ("unavailable", None, None, vec![why]),
+    };
+    SiteCheck {
+        site,
+        answer: word.into(),
+        tts,
+        ttd,
+        reasons,
     }
 }

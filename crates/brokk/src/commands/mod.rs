@@ -7,6 +7,7 @@ pub mod bench_site;
 pub mod bench_soak;
 pub mod bench_submit;
 pub mod bench_workflow;
+pub mod check;
 pub mod listing;
 pub mod quickstart;
 pub mod serve;

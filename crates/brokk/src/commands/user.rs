@@ -13,6 +13,7 @@ use brokk_model::{JobPreferences, Time};
 use brokk_proto::broker::BrokerClient;
 use brokk_proto::wire::{BrokerState, SubmitRequest};
 
+use super::check;
 use super::listing::{self, Filter};
 
 /// Where the service is and who we are.
@@ -151,6 +152,11 @@ pub struct SubmitArgs {
     /// status is 0 only if every one finished with exit code 0).
     #[arg(long)]
     watch: bool,
+    /// Submit nothing: ask the broker where it would send the jobs now and
+    /// what each site answers, as `sbatch --test-only` does (the status is
+    /// 1 if a job has no site that takes it).
+    #[arg(long, visible_alias = "test-only", conflicts_with_all = ["watch", "hold"])]
+    dry_run: bool,
     /// Print JSON.
     #[arg(long)]
     json: bool,
@@ -674,15 +680,20 @@ pub fn submit(a: SubmitArgs) -> Result<ExitCode> {
         .clone()
         .or_else(|| input.format(None).map(|f| f.name().to_string()));
     let c = a.server.client()?;
-    let uploads = upload_inputs(&c, &input, format.as_deref())?;
-    let accepted = c.submit(&SubmitRequest {
+    let mut request = SubmitRequest {
         description: input.text.clone(),
         format,
         preferences: prefs,
         reservation: a.reservation.clone(),
-        uploads,
+        uploads: Default::default(),
         hold: a.hold,
-    })?;
+    };
+    if a.dry_run {
+        let checked = c.check(&request).map_err(|e| anyhow::anyhow!("{}: {e}", input.name))?;
+        return Ok(check::show(&input.name, &checked, a.json));
+    }
+    request.uploads = upload_inputs(&c, &input, request.format.as_deref())?;
+    let accepted = c.submit(&request)?;
     for w in &accepted.warnings {
         eprintln!("warning: {}: {w}", input.name);
     }

@@ -4,6 +4,7 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 use brokk_jdl::{read, Diagnostic, Format};
+use brokk_proto::wire::{Checked, SubmitRequest};
 use serde_json::json;
 
 use super::Input;
@@ -17,9 +18,15 @@ pub struct Args {
     /// Print one JSON object per file: file, format, ok, jobs, errors[], warnings[].
     #[arg(long)]
     json: bool,
+    /// Also ask the broker whether its sites would take each correct file's
+    /// jobs now, with each site's answer (as `brokk submit --dry-run`).
+    #[arg(long)]
+    broker: bool,
     /// Files to check (`-` for standard input).
     #[arg(required = true)]
     files: Vec<String>,
+    #[command(flatten)]
+    server: super::user::Server,
 }
 
 /// Checks every file and reports each one.
@@ -41,7 +48,11 @@ pub fn run(a: Args) -> Result<ExitCode> {
                     // here too.
                     Ok(mut p) => match broker_refusals(&p) {
                         errors if errors.is_empty() => {
-                            p.warnings.extend(needs_a_site_that_publishes(&p));
+                            // Asked of the broker, the question has its
+                            // answer from the sites themselves.
+                            if !a.broker {
+                                p.warnings.extend(needs_a_site_that_publishes(&p));
+                            }
                             (Some(fmt), Ok((p, input)))
                         }
                         errors => (Some(fmt), Err((errors, Some(input)))),
@@ -51,7 +62,23 @@ pub fn run(a: Args) -> Result<ExitCode> {
             },
         };
         all_ok &= outcome.is_ok();
-        report(f, format, &outcome, a.json);
+        // The second question, asked only of a file that is correct.
+        let checked = match (&outcome, a.broker) {
+            (Ok((_, input)), true) => {
+                let c = a.server.client()?;
+                let checked = c.check(&SubmitRequest {
+                    description: input.text.clone(),
+                    format: format.map(|f| f.name().to_string()),
+                    ..Default::default()
+                });
+                Some(checked.map_err(|e| anyhow::anyhow!("{f}: asking the broker: {e}"))?)
+            }
+            _ => None,
+        };
+        report(f, format, &outcome, a.json, checked.as_ref());
+        if let Some(checked) = &checked {
+            all_ok &= super::check::status(checked) == ExitCode::SUCCESS;
+        }
     }
     Ok(if all_ok { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }
@@ -118,12 +145,15 @@ fn plain(message: String) -> Diagnostic {
     }
 }
 
-fn report(file: &str, format: Option<Format>, outcome: &Outcome, as_json: bool) {
+fn report(file: &str, format: Option<Format>, outcome: &Outcome, as_json: bool, checked: Option<&Checked>) {
     match (outcome, as_json) {
-        (Ok((p, _)), true) => say!(
-            "{}",
-            json!({"file": file, "format": format, "ok": true, "jobs": p.jobs.len(), "errors": [], "warnings": p.warnings})
-        ),
+        (Ok((p, _)), true) => {
+            let mut v = json!({"file": file, "format": format, "ok": true, "jobs": p.jobs.len(), "errors": [], "warnings": p.warnings});
+            if let Some(c) = checked {
+                v["broker"] = json!(c);
+            }
+            say!("{v}")
+        }
         (Err((errors, _)), true) => {
             say!(
                 "{}",
@@ -140,6 +170,16 @@ fn report(file: &str, format: Option<Format>, outcome: &Outcome, as_json: bool) 
                 format.map_or("?", |f| f.name()),
                 if n == 1 { "" } else { "s" }
             );
+            if let Some(c) = checked {
+                // Those the reading above has not said already.
+                let said: Vec<String> = p.warnings.iter().map(ToString::to_string).collect();
+                for w in c.warnings.iter().filter(|w| !said.contains(w)) {
+                    eprintln!("warning: {file}: {w}");
+                }
+                for line in super::check::lines(file, c) {
+                    say!("{line}");
+                }
+            }
         }
         (Err((errors, input)), false) => {
             for e in errors {
