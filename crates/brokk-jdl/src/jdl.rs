@@ -90,22 +90,7 @@ pub(crate) fn read(src: &str) -> Result<Parsed, ParseError> {
                         Diagnostic::error_at(src, item.start, "expected a job record `[ ... ]` in `Nodes`").into(),
                     );
                 };
-                let own: Vec<Entry> = fields
-                    .iter()
-                    .map(|(n, e)| Entry {
-                        name: n.clone(),
-                        name_pos: e.start,
-                        expr: e.clone(),
-                    })
-                    .collect();
-                // A node inherits the collection's attributes unless it sets its own.
-                let mut merged: Vec<&Entry> = own.iter().collect();
-                for e in &entries {
-                    if !own.iter().any(|o| o.name.eq_ignore_ascii_case(&e.name)) {
-                        merged.push(e);
-                    }
-                }
-                jobs.push(read_job(src, &merged, &mut warnings)?);
+                jobs.push(record_job(src, fields, &entries, &mut warnings)?);
             }
             jobs
         }
@@ -114,8 +99,8 @@ pub(crate) fn read(src: &str) -> Result<Parsed, ParseError> {
             return Err(Diagnostic::error_at(
                 src,
                 pos,
-                "Type `DAG` is a workflow of dependent jobs; Brokk does not run workflows yet \
-                 (submit the nodes as jobs, or a Collection when they do not depend on each other)",
+                "Type `DAG` is a workflow of dependent jobs: `brokk workflow submit FILE` runs it \
+                 (`brokk workflow validate FILE` reads it)",
             )
             .into());
         }
@@ -130,6 +115,32 @@ pub(crate) fn read(src: &str) -> Result<Parsed, ParseError> {
         }
     };
     Ok(Parsed { jobs, warnings })
+}
+
+/// The job a record `[ ... ]` of `fields` describes (a Collection's node,
+/// a DAG node's `description`): it inherits the enclosing `outer`
+/// attributes it does not set itself.
+pub(crate) fn record_job(
+    src: &str,
+    fields: &[(String, Expr)],
+    outer: &[Entry],
+    warnings: &mut Vec<Diagnostic>,
+) -> Result<Job, ParseError> {
+    let own: Vec<Entry> = fields
+        .iter()
+        .map(|(n, e)| Entry {
+            name: n.clone(),
+            name_pos: e.start,
+            expr: e.clone(),
+        })
+        .collect();
+    let mut merged: Vec<&Entry> = own.iter().collect();
+    for e in outer {
+        if !own.iter().any(|o| o.name.eq_ignore_ascii_case(&e.name)) {
+            merged.push(e);
+        }
+    }
+    read_job(src, &merged, warnings)
 }
 
 /// The text of `e` when it is a bare word: attribute names joined by `.`,

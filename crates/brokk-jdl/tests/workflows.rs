@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use brokk_jdl::workflow::{dagman, read_json, read_path, wfformat, WorkflowError};
+use brokk_jdl::workflow::{dagman, jdl_dag, read_json, read_path, wfformat, WorkflowError};
 use brokk_model::workflow::Workflow;
 use brokk_model::Duration;
 use proptest::prelude::*;
@@ -174,6 +174,99 @@ const WF15: &str = r#"{
     }
   }
 }"#;
+
+/// A gLite JDL DAG read with node files from a map.
+fn jdl_dag(text: &str, files: &[(&str, &str)]) -> Result<brokk_jdl::workflow::ReadWorkflow, WorkflowError> {
+    let files: HashMap<PathBuf, String> = files.iter().map(|(p, t)| (PathBuf::from(p), t.to_string())).collect();
+    let load = move |p: &Path| {
+        files
+            .get(p)
+            .cloned()
+            .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))
+    };
+    jdl_dag::read("test.jdl", text, "test", &load)
+}
+
+#[test]
+fn a_glite_dag_reads_its_nodes_inline_and_from_files_with_every_dependency() {
+    // The WMS's first form: dependencies inside `nodes`, a side may be a
+    // list, and the DAG's own attributes are the nodes' unless they set
+    // their own.
+    let text = r#"[
+  Type = "dag";
+  VirtualOrganisation = "biomed";
+  max_nodes_running = 2;
+  DefaultNodeRetryCount = 2;
+  Requirements = other.GlueCEPolicyMaxWallClockTime >= 30;
+  InputSandbox = {"common.tar"};
+  nodes = [
+    prepare = [ description = [ Executable = "prep.sh"; RetryCount = 1; ]; ];
+    Left = [ description = [ Executable = "left.sh"; CpuNumber = 4; ]; ];
+    right = [ file = "right.jdl"; ];
+    merge = [ description = [ Executable = "merge.sh"; InputSandbox = {"merge.py"}; ]; ];
+    dependencies = { {prepare, {left, right}}, {{left, right}, merge} };
+  ];
+]"#;
+    let right = "[ Executable = \"right.sh\"; Arguments = \"-n 3\"; ]";
+    let read = jdl_dag(text, &[("right.jdl", right)]).unwrap_or_else(|e| panic!("{e}"));
+    let w = &read.workflow;
+    let ids: Vec<&str> = w.tasks.iter().map(|t| t.id.as_str()).collect();
+    assert_eq!(ids, ["prepare", "Left", "right", "merge"]);
+    let mut e: Vec<(&str, &str)> = w.edges.iter().map(|e| (e.parent.as_str(), e.child.as_str())).collect();
+    e.sort_unstable();
+    assert_eq!(
+        e,
+        [
+            ("Left", "merge"),
+            ("prepare", "Left"),
+            ("prepare", "right"),
+            ("right", "merge")
+        ]
+    );
+    let task = |id: &str| &w.tasks[w.task(id).unwrap()];
+    let job = |id: &str| task(id).job.as_ref().unwrap();
+    // Inherited: the wall time the requirement gives, the sandbox.
+    assert_eq!(task("prepare").runtime, Duration(30 * 60));
+    assert_eq!(job("prepare").input_files[0].name, "common.tar");
+    // A node's own sandbox replaces the DAG's.
+    let merged: Vec<&str> = job("merge").input_files.iter().map(|f| f.name.as_str()).collect();
+    assert_eq!(merged, ["merge.py"]);
+    assert_eq!(task("Left").cores, 4);
+    assert_eq!(job("right").arguments, ["-n", "3"]);
+    assert_eq!(task("right").format.as_deref(), Some("jdl"));
+    // Its own retry count, else the DAG's default.
+    assert_eq!((task("prepare").retries, task("merge").retries), (1, 2));
+    assert!(
+        read.warnings
+            .iter()
+            .any(|d| d.to_string().contains("max_nodes_running")),
+        "{:?}",
+        read.warnings
+    );
+}
+
+#[test]
+fn a_glite_dag_with_dependencies_beside_its_nodes_and_its_mistakes_placed() {
+    // The later form: `Nodes` and `Dependencies` side by side.
+    let text = "[\n Type = \"DAG\";\n Nodes = [ a = [ description = [ Executable = \"a\"; ]; ];\n b = [ description = [ Executable = \"b\"; ]; ]; ];\n Dependencies = { {a, b} };\n]";
+    let w = jdl_dag(text, &[]).unwrap().workflow;
+    assert_eq!(w.edges.len(), 1);
+    // A node without its job, a file that is not there, an unknown node
+    // in a dependency: each named where it is.
+    let text = "[\n Type = \"DAG\";\n Nodes = [ a = [ retrycount = 1; ];\n b = [ file = \"b.jdl\"; ];\n c = [ description = [ Executable = \"c\"; ]; ]; ];\n Dependencies = { {c, d} };\n]";
+    let e = jdl_dag(text, &[]).unwrap_err().to_string();
+    assert!(e.contains("test.jdl:3:16: error: node `a` needs its job"), "{e}");
+    assert!(e.contains("test.jdl:4:15: error: node `b`: cannot read b.jdl"), "{e}");
+    // The unknown node is found by `check`, after the nodes read.
+    let text =
+        "[ Type = \"DAG\"; Nodes = [ c = [ description = [ Executable = \"c\"; ]; ]; ]; Dependencies = { {c, d} }; ]";
+    let e = jdl_dag(text, &[]).unwrap_err().to_string();
+    assert!(e.contains("no task \"d\" (a child of \"c\")"), "{e}");
+    // A cycle is refused as in every workflow format.
+    let text = "[ Type = \"DAG\"; Nodes = [ a = [ description = [ Executable = \"a\"; ]; ]; b = [ description = [ Executable = \"b\"; ]; ]; ]; Dependencies = { {a, b}, {b, a} }; ]";
+    let e = jdl_dag(text, &[]).unwrap_err().to_string();
+    assert!(e.contains("cycle"), "{e}");
+}
 
 #[test]
 fn wfformat_instances_of_both_schemas_read_with_their_data_on_edges() {

@@ -186,6 +186,29 @@ fn a_ten_node_workflow_in_four_languages_runs_in_its_reservations() {
 }
 
 #[test]
+fn a_glite_dag_is_admitted_and_its_nodes_run_on_their_parents_outputs() {
+    let (_dir, svc) = broker("glite");
+    let url = &svc.url;
+    let dag = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/workflows/glite/count.jdl");
+    let (code, admitted) = workflow(url, "tok-ann", &["submit", dag, "--deadline", "2h"]);
+    assert_eq!(code, 0, "{admitted:#}");
+    let done = until_ended(url, admitted["id"].as_str().unwrap());
+    assert_eq!(done["state"], "finished", "{done:#}");
+    let gather = tasks(&done)
+        .into_iter()
+        .find(|t| t["task"] == "gather")
+        .expect("a gather task");
+    // Of 1..100, 20 numbers hold a 1 and 19 a 2: each side read what
+    // `numbers` wrote, and `gather` both counts.
+    let o = common::brokk(
+        url,
+        "tok-ann",
+        &["output", gather["job"].as_str().unwrap(), "counts.txt"],
+    );
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "20\n19\n");
+}
+
+#[test]
 fn an_impossible_deadline_is_refused_with_the_earliest_finish_and_leaves_nothing_reserved() {
     let (_dir, svc) = broker("refused");
     let url = &svc.url;

@@ -1,10 +1,12 @@
 //! Workflows in the formats users have: HTCondor DAGMan files ([`dagman`]),
-//! WfCommons WfFormat instances ([`wfformat`]) and Brokk's canonical JSON
+//! gLite JDL DAGs ([`jdl_dag`]), WfCommons WfFormat instances ([`wfformat`])
+//! and Brokk's canonical JSON
 //! (`brokk_model::workflow`). Every reader ends in [`check`]: ids unique,
 //! edges between known tasks, and no cycle (a cycle is refused with its
 //! tasks named in order). Errors carry the file, line and column.
 
 pub mod dagman;
+pub mod jdl_dag;
 pub mod wfformat;
 
 use std::fmt;
@@ -67,8 +69,9 @@ pub struct ReadWorkflow {
 }
 
 /// Reads the workflow file `path` in its format, reading the files it names
-/// (DAGMan node files) relative to it: a JSON object with a `workflow`
-/// member is a WfFormat instance, another JSON object Brokk's own, anything
+/// (DAGMan node files, a JDL DAG's node files) relative to it: a JSON
+/// object with a `workflow` member is a WfFormat instance, another JSON
+/// object Brokk's own, a JDL record of `Type = "DAG"` a gLite DAG, anything
 /// else DAGMan.
 pub fn read_path(path: &Path) -> Result<ReadWorkflow, WorkflowError> {
     let file = path.display().to_string();
@@ -88,7 +91,11 @@ pub fn read_path(path: &Path) -> Result<ReadWorkflow, WorkflowError> {
         .map_or("workflow".into(), |s| s.to_string_lossy().into_owned());
     if !text.trim_start().starts_with('{') {
         let base = path.parent().unwrap_or(Path::new("."));
-        return dagman::read(&file, &text, &name, &|p| std::fs::read_to_string(base.join(p)));
+        let load = |p: &Path| std::fs::read_to_string(base.join(p));
+        if jdl_dag::is_dag(&text) {
+            return jdl_dag::read(&file, &text, &name, &load);
+        }
+        return dagman::read(&file, &text, &name, &load);
     }
     match serde_json::from_str::<serde_json::Value>(&text) {
         Ok(doc) if doc.get("workflow").is_some() => wfformat::read_value(&file, &text, &doc),

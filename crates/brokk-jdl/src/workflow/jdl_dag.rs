@@ -1,0 +1,322 @@
+//! gLite JDL workflows: a record of `Type = "DAG"` whose `Nodes` record
+//! names each node, with its job inline (`description = [ ... ]`) or in a
+//! JDL file of its own (`file = "a.jdl"`), and whose `Dependencies` (inside
+//! `Nodes`, as the WMS's first form writes it, or beside it) list pairs
+//! `{parent, child}`, either side a node or a list of nodes. Nodes inherit
+//! the DAG's own job attributes (its sandbox, its requirements) unless they
+//! set their own, as the WMS does.
+
+use std::io;
+use std::path::Path;
+
+use brokk_model::workflow::{Edge, Task, Workflow};
+use brokk_model::Duration;
+
+use super::{check, ReadWorkflow, WorkflowDiagnostic, WorkflowError};
+use crate::classad::{eval, Entry, Env, Expr, Kind, Parser, Value};
+use crate::diag::{Diagnostic, Severity};
+use crate::Format;
+
+/// Attributes of the DAG itself, read here or ignored, never inherited by
+/// its nodes.
+const OF_THE_DAG: &[&str] = &[
+    "type",
+    "nodes",
+    "dependencies",
+    "max_nodes_running",
+    "nodescollocation",
+    "defaultnoderetrycount",
+    "defaultnodeshallowretrycount",
+    "subjobs",
+];
+
+/// Whether `text` is a JDL record whose `Type` is `DAG`.
+pub fn is_dag(text: &str) -> bool {
+    let Ok(mut p) = Parser::new(text, 0, text.len()) else {
+        return false;
+    };
+    p.bare_list_items = true;
+    let bracketed = p.at_bracket();
+    p.entries(bracketed).is_ok_and(|entries| {
+        entries.iter().any(|e| {
+            e.name.eq_ignore_ascii_case("type")
+                && matches!(eval(&e.expr, Env::new(None, None, 0)), Value::Str(s) if s.eq_ignore_ascii_case("dag"))
+        })
+    })
+}
+
+/// Reads the DAG `text` of `file` as workflow `name`; `load` reads a node's
+/// `file` relative to the DAG.
+pub fn read(
+    file: &str,
+    text: &str,
+    name: &str,
+    load: &dyn Fn(&Path) -> io::Result<String>,
+) -> Result<ReadWorkflow, WorkflowError> {
+    let here = |d: Diagnostic| WorkflowDiagnostic {
+        file: file.to_string(),
+        diagnostic: d,
+    };
+    let fail = |d: Diagnostic| WorkflowError { errors: vec![here(d)] };
+    let mut p = Parser::new(text, 0, text.len()).map_err(fail)?;
+    p.bare_list_items = true;
+    let bracketed = p.at_bracket();
+    let entries = p.entries(bracketed).map_err(fail)?;
+    p.finish().map_err(fail)?;
+    let get = |n: &str| entries.iter().find(|e| e.name.eq_ignore_ascii_case(n));
+    let constant = |e: &Entry| eval(&e.expr, Env::new(None, None, 0));
+    let Some(nodes) = get("nodes") else {
+        return Err(fail(Diagnostic::error_at(
+            text,
+            0,
+            "a DAG needs `Nodes = [ name = [ description = [ ... ]; ]; ... ]`",
+        )));
+    };
+    let Kind::Record(fields) = &nodes.expr.kind else {
+        return Err(fail(Diagnostic::error_at(
+            text,
+            nodes.expr.start,
+            "`Nodes` of a DAG is a record of named nodes `[ a = [ ... ]; b = [ ... ]; ]`",
+        )));
+    };
+    let retries = match get("defaultnoderetrycount").map(constant) {
+        Some(Value::Int(n)) => u32::try_from(n).unwrap_or(0),
+        _ => 0,
+    };
+    let outer: Vec<Entry> = entries
+        .iter()
+        .filter(|e| !OF_THE_DAG.iter().any(|d| e.name.eq_ignore_ascii_case(d)))
+        .map(|e| Entry {
+            name: e.name.clone(),
+            name_pos: e.name_pos,
+            expr: e.expr.clone(),
+        })
+        .collect();
+    let mut errors: Vec<WorkflowDiagnostic> = Vec::new();
+    let mut warnings: Vec<WorkflowDiagnostic> = Vec::new();
+    // The attributes every node inherits, read once here so that their
+    // mistakes are placed in this file, not in each node's.
+    if let Err(e) = crate::jdl::record_job(text, &[], &outer, &mut Vec::new()) {
+        return Err(WorkflowError {
+            errors: e.diagnostics.into_iter().map(here).collect(),
+        });
+    }
+    for attr in ["max_nodes_running", "nodescollocation"] {
+        if let Some(e) = get(attr) {
+            warnings.push(here(Diagnostic::warning_at(
+                text,
+                e.name_pos,
+                format!("`{}` shapes how the WMS runs the DAG and is ignored", e.name),
+            )));
+        }
+    }
+    let mut tasks = Vec::new();
+    let mut dependencies = get("dependencies").map(|e| &e.expr);
+    for (node, expr) in fields {
+        if node.eq_ignore_ascii_case("dependencies") {
+            dependencies = Some(expr);
+            continue;
+        }
+        match node_task(file, text, node, expr, &outer, load) {
+            Ok((mut task, said)) => {
+                if task.retries == 0 {
+                    task.retries = retries;
+                }
+                warnings.extend(said);
+                tasks.push(task);
+            }
+            Err(e) => errors.extend(e),
+        }
+    }
+    let mut edges = Vec::new();
+    if let Some(deps) = dependencies {
+        match pairs(text, deps) {
+            Ok(pairs) => {
+                for (parents, children) in pairs {
+                    for p in &parents {
+                        for c in &children {
+                            let edge = Edge {
+                                parent: p.clone(),
+                                child: c.clone(),
+                                bytes: 0,
+                            };
+                            if !edges.contains(&edge) {
+                                edges.push(edge);
+                            }
+                        }
+                    }
+                }
+            }
+            Err(d) => errors.push(here(d)),
+        }
+    }
+    if !errors.is_empty() {
+        return Err(WorkflowError { errors });
+    }
+    // Attribute names are not case-sensitive: a dependency names a node
+    // as the node's own entry spells it.
+    for e in &mut edges {
+        for end in [&mut e.parent, &mut e.child] {
+            if let Some(t) = tasks.iter().find(|t| t.id.eq_ignore_ascii_case(end)) {
+                end.clone_from(&t.id);
+            }
+        }
+    }
+    let workflow = Workflow {
+        name: name.to_string(),
+        tasks,
+        edges,
+        ..Workflow::default()
+    };
+    check(file, text, &workflow)?;
+    Ok(ReadWorkflow { workflow, warnings })
+}
+
+/// What a node's reading says, each with its file.
+type Said = Vec<WorkflowDiagnostic>;
+
+/// One node as a task: its job read from its `description` or its `file`,
+/// with the warnings its reading gave.
+fn node_task(
+    file: &str,
+    text: &str,
+    node: &str,
+    expr: &Expr,
+    outer: &[Entry],
+    load: &dyn Fn(&Path) -> io::Result<String>,
+) -> Result<(Task, Said), Said> {
+    let at = |f: &str, d: Diagnostic| WorkflowDiagnostic {
+        file: f.to_string(),
+        diagnostic: d,
+    };
+    let Kind::Record(attrs) = &expr.kind else {
+        return Err(vec![at(
+            file,
+            Diagnostic::error_at(
+                text,
+                expr.start,
+                format!("node `{node}` is a record `[ description = [ ... ]; ]`"),
+            ),
+        )]);
+    };
+    let find = |n: &str| attrs.iter().find(|(a, _)| a.eq_ignore_ascii_case(n)).map(|(_, e)| e);
+    let mut said = Vec::new();
+    let job = match (find("description"), find("file")) {
+        (Some(d), _) => {
+            let Kind::Record(fields) = &d.kind else {
+                return Err(vec![at(
+                    file,
+                    Diagnostic::error_at(
+                        text,
+                        d.start,
+                        format!("node `{node}`: `description` is a job record `[ ... ]`"),
+                    ),
+                )]);
+            };
+            let mut warnings = Vec::new();
+            let job = crate::jdl::record_job(text, fields, outer, &mut warnings)
+                .map_err(|e| e.diagnostics.into_iter().map(|d| at(file, d)).collect::<Vec<_>>())?;
+            said.extend(warnings.into_iter().map(|d| at(file, d)));
+            job
+        }
+        (None, Some(f)) => {
+            let path = match eval(f, Env::new(None, None, 0)) {
+                Value::Str(s) => s,
+                _ => {
+                    return Err(vec![at(
+                        file,
+                        Diagnostic::error_at(text, f.start, format!("node `{node}`: `file` is a quoted path")),
+                    )])
+                }
+            };
+            let source = load(Path::new(&path)).map_err(|e| {
+                vec![at(
+                    file,
+                    Diagnostic::error_at(text, f.start, format!("node `{node}`: cannot read {path}: {e}")),
+                )]
+            })?;
+            // The node's file is a job record of its own, which inherits
+            // as an inline description does.
+            let in_file = |d: Diagnostic| vec![at(&path, d)];
+            let mut p = Parser::new(&source, 0, source.len()).map_err(in_file)?;
+            p.bare_list_items = true;
+            let bracketed = p.at_bracket();
+            let entries = p.entries(bracketed).map_err(in_file)?;
+            p.finish().map_err(in_file)?;
+            let fields: Vec<(String, Expr)> = entries.into_iter().map(|e| (e.name, e.expr)).collect();
+            let mut warnings = Vec::new();
+            let job = crate::jdl::record_job(&source, &fields, outer, &mut warnings)
+                .map_err(|e| e.diagnostics.into_iter().map(|d| at(&path, d)).collect::<Vec<_>>())?;
+            said.extend(warnings.into_iter().map(|d| at(&path, d)));
+            job
+        }
+        (None, None) => {
+            return Err(vec![at(
+                file,
+                Diagnostic::error_at(
+                    text,
+                    expr.start,
+                    format!("node `{node}` needs its job: `description = [ ... ]` or `file = \"node.jdl\"`"),
+                ),
+            )])
+        }
+    };
+    let task = Task {
+        id: node.to_string(),
+        runtime: job.wall_time.unwrap_or(Duration(0)),
+        cores: job.cpus.unwrap_or(1).max(1),
+        retries: job.retries.unwrap_or(0),
+        format: Some(Format::Jdl.name().to_string()),
+        job: Some(job),
+        ..Task::default()
+    };
+    Ok((
+        task,
+        said.into_iter()
+            .filter(|d| d.diagnostic.severity == Severity::Warning)
+            .collect(),
+    ))
+}
+
+/// One dependency: its parents and its children.
+type Pair = (Vec<String>, Vec<String>);
+
+/// The `{parent, child}` pairs of `Dependencies`, each side as its nodes.
+fn pairs(text: &str, deps: &Expr) -> Result<Vec<Pair>, Diagnostic> {
+    let Kind::List(items) = &deps.kind else {
+        return Err(Diagnostic::error_at(
+            text,
+            deps.start,
+            "`Dependencies` is a list of pairs `{ {a, b}, {a, {c, d}} }`",
+        ));
+    };
+    items
+        .iter()
+        .map(|item| match &item.kind {
+            Kind::List(pair) if pair.len() == 2 => Ok((side(text, &pair[0])?, side(text, &pair[1])?)),
+            _ => Err(Diagnostic::error_at(
+                text,
+                item.start,
+                "a dependency is a pair `{parent, child}`, either side a node or a list of nodes",
+            )),
+        })
+        .collect()
+}
+
+/// One side of a dependency: a node's name, or a list of them.
+fn side(text: &str, e: &Expr) -> Result<Vec<String>, Diagnostic> {
+    match &e.kind {
+        Kind::Attr(None, name) => Ok(vec![name.clone()]),
+        Kind::Lit(Value::Str(name)) => Ok(vec![name.clone()]),
+        Kind::List(items) => items
+            .iter()
+            .map(|i| side(text, i))
+            .collect::<Result<Vec<_>, _>>()
+            .map(|v| v.concat()),
+        _ => Err(Diagnostic::error_at(
+            text,
+            e.start,
+            "expected a node's name or a list of them",
+        )),
+    }
+}
