@@ -320,7 +320,11 @@ pub(crate) fn read(src: &str, opts: &ReadOptions) -> Result<Parsed, ParseError> 
     if jobs.is_empty() {
         return Err(Diagnostic::error_at(src, src.len(), "no `queue` statement: the file submits no job").into());
     }
-    Ok(Parsed { jobs, warnings })
+    Ok(Parsed {
+        jobs,
+        warnings,
+        together: false,
+    })
 }
 
 struct QueueItems {

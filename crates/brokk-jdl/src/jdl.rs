@@ -114,7 +114,11 @@ pub(crate) fn read(src: &str) -> Result<Parsed, ParseError> {
             .into());
         }
     };
-    Ok(Parsed { jobs, warnings })
+    Ok(Parsed {
+        jobs,
+        warnings,
+        together: false,
+    })
 }
 
 /// The job a record `[ ... ]` of `fields` describes (a Collection's node,

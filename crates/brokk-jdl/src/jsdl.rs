@@ -165,6 +165,7 @@ pub(crate) fn read(src: &str) -> Result<Parsed, ParseError> {
     Ok(Parsed {
         jobs: vec![r.job],
         warnings: r.warnings,
+        together: false,
     })
 }
 

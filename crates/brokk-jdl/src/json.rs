@@ -18,6 +18,7 @@ pub(crate) fn read(src: &str) -> Result<Parsed, ParseError> {
     Ok(Parsed {
         jobs,
         warnings: Vec::new(),
+        together: false,
     })
 }
 

@@ -136,6 +136,9 @@ pub struct Parsed {
     pub jobs: Vec<Job>,
     /// Things that were read but ignored or guessed.
     pub warnings: Vec<Diagnostic>,
+    /// The jobs must start together, a co-allocation of them (a Slurm
+    /// heterogeneous job's components).
+    pub together: bool,
 }
 
 /// A description that could not be read.

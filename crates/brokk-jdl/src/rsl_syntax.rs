@@ -483,7 +483,11 @@ pub(crate) mod lower {
         if !errors.is_empty() {
             return Err(crate::ParseError { diagnostics: errors });
         }
-        Ok(crate::Parsed { jobs, warnings })
+        Ok(crate::Parsed {
+            jobs,
+            warnings,
+            together: false,
+        })
     }
 
     /// Writes jobs with `write_job`; several become a `+` multi-request.

@@ -185,7 +185,9 @@ fn gpu_count(v: &str) -> Option<u32> {
     v.rsplit(':').next()?.trim().parse().ok()
 }
 
-/// Reads one batch script.
+/// Reads one batch script. A heterogeneous job (`#SBATCH hetjob` between
+/// the components' options) gives one job per component, each running the
+/// script, that must start together ([`Parsed::together`]).
 pub(crate) fn read(src: &str) -> Result<Parsed, ParseError> {
     let mut job = Job::default();
     let mut warnings = Vec::new();
@@ -194,7 +196,8 @@ pub(crate) fn read(src: &str) -> Result<Parsed, ParseError> {
     let mut body_start = None;
     // Every directive is read, so that one pass reports every error.
     let mut errors: Vec<Diagnostic> = Vec::new();
-    let mut heterogeneous = false;
+    // The components before the current one.
+    let mut before: Vec<(Job, Opts)> = Vec::new();
     for (i, line) in src.split_inclusive('\n').enumerate() {
         let t = line.trim();
         let here = offset;
@@ -205,24 +208,15 @@ pub(crate) fn read(src: &str) -> Result<Parsed, ParseError> {
         if let Some(rest) = t.strip_prefix("#SBATCH") {
             let lead = line.len() - line.trim_start().len();
             let at = here + lead + "#SBATCH".len();
-            if heterogeneous {
-                // The next components' options are their own: not read against the first's.
-                continue;
-            }
-            if rest.trim() == "hetjob" || rest.trim() == "packjob" {
-                heterogeneous = true;
-                errors.push(Diagnostic::error_at(
-                    src,
-                    at + 1,
-                    "a heterogeneous job (`#SBATCH hetjob`) has components of different shapes that start together; \
-                     Brokk has no such job: submit the components with `brokk coalloc`",
-                ));
-            } else if body_start.is_some() {
+            if body_start.is_some() {
                 warnings.push(Diagnostic::warning_at(
                     src,
                     here,
                     "#SBATCH after the first command is ignored, as sbatch does",
                 ));
+            } else if rest.trim() == "hetjob" || rest.trim() == "packjob" {
+                // The options that follow are the next component's own.
+                before.push((std::mem::take(&mut job), std::mem::take(&mut o)));
             } else if let Err(e) = directive(src, rest, at, &mut job, &mut o, &mut warnings) {
                 errors.push(e);
             }
@@ -232,9 +226,90 @@ pub(crate) fn read(src: &str) -> Result<Parsed, ParseError> {
             body_start = Some(here);
         }
     }
+    before.push((job, o));
+    let together = before.len() > 1;
+    if together {
+        if let Some((_, at)) = before.iter().find_map(|(_, o)| o.array.as_ref()) {
+            errors.push(Diagnostic::error_at(
+                src,
+                *at,
+                "a heterogeneous job cannot be an array (sbatch refuses it too)",
+            ));
+        }
+    }
     if !errors.is_empty() {
         return Err(ParseError { diagnostics: errors });
     }
+    let body = body_start.map(|start| program(src, start));
+    if let Some(at) = body_start.filter(|&b| together && src[b..].contains("--het-group")) {
+        warnings.push(Diagnostic::warning_at(
+            src,
+            at + src[at..].find("--het-group").unwrap_or(0),
+            "each component runs this script at its own site, where `srun --het-group` cannot reach the others: \
+             branch on BROKK_HET_GROUP (0, 1, ...) instead",
+        ));
+    }
+    let n = before.len();
+    let first = before[0].0.clone();
+    let mut jobs = Vec::new();
+    for (k, (mut job, o)) in before.into_iter().enumerate() {
+        shape(src, &mut job, &o, &mut warnings);
+        if let Some((executable, arguments, script)) = &body {
+            job.executable.clone_from(executable);
+            job.arguments.clone_from(arguments);
+            job.script.clone_from(script);
+        }
+        if together {
+            if k > 0 {
+                inherit_whole_job(&mut job, &first);
+            }
+            // Each component runs the script; these say which it is.
+            job.environment.push(EnvVar {
+                name: "SLURM_HET_SIZE".into(),
+                value: n.to_string(),
+            });
+            job.environment.push(EnvVar {
+                name: "BROKK_HET_GROUP".into(),
+                value: k.to_string(),
+            });
+        }
+        match &o.array {
+            None => jobs.push(job),
+            Some((indices, _)) => jobs.extend(array_jobs(&job, indices)),
+        }
+    }
+    Ok(Parsed {
+        jobs,
+        warnings,
+        together,
+    })
+}
+
+/// What the body from `start` runs: a simple command as executable and
+/// arguments, or else the body as a script (with the interpreter line,
+/// which says what runs it).
+fn program(src: &str, start: usize) -> (Option<String>, Vec<String>, Option<String>) {
+    let body = &src[start..];
+    match simple_command(body) {
+        Some(mut words) => {
+            let executable = words.remove(0);
+            (Some(executable), words, None)
+        }
+        None => {
+            let shebang = src.lines().next().filter(|l| l.starts_with("#!"));
+            let text = body.trim_end().to_string() + "\n";
+            let script = match shebang {
+                Some(l) => format!("{}\n{text}", l.trim_end()),
+                None => text,
+            };
+            (None, Vec::new(), Some(script))
+        }
+    }
+}
+
+/// A component's processors, GPUs and memory from the options that shape
+/// them together.
+fn shape(src: &str, job: &mut Job, o: &Opts, warnings: &mut Vec<Diagnostic>) {
     if o.ntasks.is_some() || o.cpt.is_some() || o.tasks_per_node.is_some() {
         let cpt = o.cpt.unwrap_or(1);
         let tasks = match (o.ntasks, o.tasks_per_node, job.nodes) {
@@ -270,29 +345,32 @@ pub(crate) fn read(src: &str) -> Result<Parsed, ParseError> {
             )),
         }
     }
-    if let Some(start) = body_start {
-        let body = &src[start..];
-        match simple_command(body) {
-            Some(mut words) => {
-                job.executable = Some(words.remove(0));
-                job.arguments = words;
-            }
-            // The interpreter line stays with the body: it says what runs it.
-            None => {
-                let shebang = src.lines().next().filter(|l| l.starts_with("#!"));
-                let text = body.trim_end().to_string() + "\n";
-                job.script = Some(match shebang {
-                    Some(l) => format!("{}\n{text}", l.trim_end()),
-                    None => text,
-                });
-            }
+}
+
+/// What sbatch takes from a heterogeneous job's first component for the
+/// whole job (its name, files, directory, account, mail, environment,
+/// hold, time bounds) where a later component does not set it; resources
+/// stay each component's own.
+fn inherit_whole_job(job: &mut Job, first: &Job) {
+    fn keep<T: Clone>(mine: &mut Option<T>, theirs: &Option<T>) {
+        if mine.is_none() {
+            mine.clone_from(theirs);
         }
     }
-    let jobs = match o.array {
-        None => vec![job],
-        Some((indices, _)) => array_jobs(&job, &indices),
-    };
-    Ok(Parsed { jobs, warnings })
+    keep(&mut job.name, &first.name);
+    keep(&mut job.stdout, &first.stdout);
+    keep(&mut job.stderr, &first.stderr);
+    keep(&mut job.stdin, &first.stdin);
+    keep(&mut job.working_directory, &first.working_directory);
+    keep(&mut job.project, &first.project);
+    keep(&mut job.notify, &first.notify);
+    keep(&mut job.wall_time, &first.wall_time);
+    keep(&mut job.earliest_start, &first.earliest_start);
+    keep(&mut job.deadline, &first.deadline);
+    if job.environment.is_empty() {
+        job.environment.clone_from(&first.environment);
+    }
+    job.hold |= first.hold;
 }
 
 /// One job per array task, each with the variables Slurm sets for it (its

@@ -31,6 +31,9 @@ fn load(path: &Path) -> (Format, String, ReadOptions) {
 struct Lowered {
     jobs: Vec<Job>,
     warnings: Vec<String>,
+    /// Shown only where the jobs must start together.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    together: bool,
 }
 
 #[test]
@@ -43,7 +46,8 @@ fn valid_descriptions_lower_to_the_expected_jobs() {
         let warnings = parsed.warnings.iter().map(Diagnostic::to_string).collect();
         insta::assert_json_snapshot!(Lowered {
             jobs: parsed.jobs,
-            warnings
+            warnings,
+            together: parsed.together,
         });
     });
 }

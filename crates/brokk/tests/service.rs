@@ -363,6 +363,28 @@ fn a_coallocation_starts_its_jobs_within_delta() {
     assert!(spread <= 5, "starts {starts:?}");
     let sites = common::strings(&done["sites"]);
     assert_eq!(sites[1], "large");
+    // A Slurm heterogeneous job submitted alone is the same co-allocation:
+    // its components start together, each at its site, each told which it is.
+    let het = dir.join("het.sh");
+    std::fs::write(
+        &het,
+        "#!/bin/sh\n#SBATCH --ntasks=2 --time=1\n#SBATCH hetjob\n#SBATCH --ntasks=6\necho \"$BROKK_HET_GROUP of $SLURM_HET_SIZE\"\n",
+    )
+    .unwrap();
+    let accepted = svc.json("tok-ann", &["submit", het.to_str().unwrap(), "--json"]);
+    let ids = common::strings(&accepted["ids"]);
+    assert_eq!(ids.len(), 2, "{accepted}");
+    let mut starts = Vec::new();
+    for (k, id) in ids.iter().enumerate() {
+        let j = common::wait_ended(&svc.server.url, "tok-ann", id, Duration::from_secs(30));
+        assert_eq!(j["state"], "finished", "{j}");
+        // The second component inherits the first's time limit.
+        assert_eq!(j["wall_time"], 60, "{j}");
+        starts.push(brokk_model::Time::parse(j["started"].as_str().unwrap()).unwrap().0);
+        let out = svc.brokk("tok-ann", &["output", id]);
+        assert_eq!(text(&out).0, format!("{k} of 2\n"));
+    }
+    assert!(starts[1].abs_diff(starts[0]) <= 5, "starts {starts:?}");
     // A part no site can hold: refused with each site's reason, as a usage
     // error, and nothing stored, reserved or running.
     let before = svc.json("tok-ann", &["status", "--json"]).as_array().unwrap().len();

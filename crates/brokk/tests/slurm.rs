@@ -401,6 +401,43 @@ fn a_coallocation_across_two_slurm_clusters_starts_together() {
 
 #[test]
 #[ignore = "needs the Slurm testbed; scripts/test.sh starts it and runs this"]
+fn a_heterogeneous_job_is_coallocated_across_the_two_clusters() {
+    let turn = turn("hetjob");
+    let (bed, dir) = (&turn.bed, &turn.dir);
+    let svc = serve(dir, bed, "het");
+    // Two components of 12 CPUs: no cluster of 16 holds both.
+    let het = dir.join("het.sh");
+    std::fs::write(
+        &het,
+        "#!/bin/sh\n#SBATCH --ntasks=12 --time=1\n#SBATCH hetjob\n#SBATCH --ntasks=12\nsleep 2\n",
+    )
+    .unwrap();
+    let ids = common::strings(&json(&svc.url, &["submit", het.to_str().unwrap(), "--json"])["ids"]);
+    assert_eq!(ids.len(), 2);
+    let mut sites = Vec::new();
+    for id in &ids {
+        let j = wait_finished(&svc.url, id, Duration::from_secs(90));
+        assert_eq!(j["state"], "finished", "{j}");
+        let site = j["site"].as_str().unwrap().to_string();
+        let c: u32 = site.trim_start_matches("het").parse().unwrap();
+        let name = format!("brokk-{site}-{}", j["site_job"].as_str().unwrap());
+        let log = std::fs::read_to_string(bed.join(format!("c{c}/log/jobcomp.log"))).unwrap();
+        let row = log
+            .lines()
+            .rfind(|l| l.contains(&format!(" Name={name} ")))
+            .unwrap_or_else(|| panic!("no Slurm job {name}"));
+        assert!(row.contains("ReservationName=brokk-"), "ran in its reservation: {row}");
+        sites.push(site);
+    }
+    assert_ne!(sites[0], sites[1]);
+    drop(svc);
+    for c in [1, 2] {
+        drop_reservations(bed, c, "brokk-het");
+    }
+}
+
+#[test]
+#[ignore = "needs the Slurm testbed; scripts/test.sh starts it and runs this"]
 fn killing_slurmctld_loses_no_accepted_job() {
     let turn = turn("failover");
     let (bed, dir) = (&turn.bed, &turn.dir);

@@ -61,13 +61,30 @@ impl Service {
         let mut parsed = Vec::new();
         for j in &req.jobs {
             let (description, format) = (j.description.clone(), j.format.clone());
-            let (mut job, format, warnings) = self
+            let part = self
                 .parsing
                 .run(owner, move || Self::one_job(&description, format.as_deref()))
                 .await??;
+            parsed.push(part);
+        }
+        self.coallocate_parts(owner, parsed, (req.earliest, req.latest), req.delta)
+            .await
+    }
+
+    /// Co-allocates `parsed` jobs (each with its language and warnings),
+    /// read and validated, for a common start within `delta` inside
+    /// `window`: the part of [`Service::coallocate`] after the reading,
+    /// which a Slurm heterogeneous job submitted alone takes too.
+    pub(super) async fn coallocate_parts(
+        &self,
+        owner: &str,
+        mut parsed: Vec<(Job, Format, Vec<String>)>,
+        window: (Time, Time),
+        delta: brokk_model::Duration,
+    ) -> Result<Coallocated, ServiceError> {
+        for (job, ..) in &mut parsed {
             // Co-allocated jobs take no uploads: a local input is refused, not lost.
-            self.take_uploads(owner, &mut job, &Default::default(), &Default::default())?;
-            parsed.push((job, format, warnings));
+            self.take_uploads(owner, job, &Default::default(), &Default::default())?;
         }
         // A part no site could ever run (each runs at one site) is refused
         // now with each site's reason, before anything is stored.
@@ -111,8 +128,8 @@ impl Service {
         // The core's from now on: it asks for the search, and records
         // where each part went or why none runs.
         let search = CoSearch {
-            window: (req.earliest, req.latest),
-            delta: req.delta,
+            window,
+            delta,
             hold: now() + COALLOC_HOLD,
         };
         let ids: Vec<String> = stored.iter().map(|v| v.id.clone()).collect();

@@ -315,9 +315,45 @@ impl Service {
         })
     }
 
+    /// A Slurm heterogeneous job's components, co-allocated for the same
+    /// start (as Slurm starts them) within [`HETEROGENEOUS_WINDOW`], each
+    /// in a reservation of its own: neither held nor put into another.
+    async fn heterogeneous(
+        &self,
+        owner: &str,
+        req: &SubmitRequest,
+        format: Format,
+        parsed: Parsed,
+    ) -> Result<Accepted, ServiceError> {
+        let named = parsed.jobs.iter().any(|j| j.reservation.is_some()) || req.reservation.is_some();
+        if req.hold || parsed.jobs.iter().any(|j| j.hold) || named {
+            return Err(ServiceError::BadRequest(
+                "a heterogeneous job's components start together in reservations the broker makes: \
+                 it can be neither held nor run in another reservation"
+                    .into(),
+            ));
+        }
+        self.within_job_limits(owner, parsed.jobs.len(), self.limits.coallocation_jobs)
+            .await?;
+        let warnings = warnings_of(&parsed);
+        let parts = parsed.jobs.into_iter().map(|j| (j, format, warnings.clone())).collect();
+        let at = now();
+        let done = self
+            .coallocate_parts(owner, parts, (at, at + HETEROGENEOUS_WINDOW), brokk_model::Duration(0))
+            .await?;
+        Ok(Accepted {
+            id: done.ids[0].clone(),
+            ids: done.ids,
+            warnings,
+        })
+    }
+
     /// Translates and stores a description's jobs; they are dispatched later.
     pub async fn accept(&self, owner: &str, req: SubmitRequest) -> Result<Accepted, ServiceError> {
         let (format, parsed) = self.read_submission(owner, &req).await?;
+        if parsed.together {
+            return self.heterogeneous(owner, &req, format, parsed).await;
+        }
         // One no site could ever run is refused now, with each site's
         // reason: the core read once for the whole submission.
         if let Some(why) = self.broker.read(|c| parsed.jobs.iter().find_map(|j| c.runs_nowhere(j))) {
@@ -669,6 +705,10 @@ fn not_held(j: &BrokerJob, change: Change) -> ServiceError {
         Ok(()) => ServiceError::Conflict(format!("job {}: its co-allocation is being placed; try again", j.id)),
     }
 }
+
+/// How far ahead a heterogeneous job's common start is looked for: a day,
+/// where Slurm would keep it queued until its components fit together.
+pub const HETEROGENEOUS_WINDOW: brokk_model::Duration = brokk_model::Duration(24 * 3600);
 
 /// The warnings a submission answers: its translation's, then what no
 /// site does (each once).

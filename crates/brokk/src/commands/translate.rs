@@ -43,7 +43,15 @@ pub fn run(a: Args) -> Result<ExitCode> {
             return Ok(ExitCode::from(1));
         }
     };
-    let written = write(a.to, &parsed.jobs)?;
+    let mut written = write(a.to, &parsed.jobs)?;
+    if parsed.together {
+        // Written as separate jobs, the components no longer wait for each other.
+        written.dropped.push(format!(
+            "the {} jobs start together (a heterogeneous job): written as separate jobs, they do not; \
+             `brokk submit` co-allocates them",
+            parsed.jobs.len()
+        ));
+    }
     if a.json {
         let v = json!({
             "ok": true,
