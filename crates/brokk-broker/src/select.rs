@@ -204,6 +204,10 @@ pub enum Mismatch {
         /// GPUs per node offered.
         offered: u32,
     },
+    /// The job names a grid resource (HTCondor's `grid_resource`) the
+    /// site does not front.
+    #[error("it names the grid resource `{0}`, which the site does not front")]
+    GridResource(String),
     /// The wall time exceeds the queue's limit.
     #[error("it asks for {} s of wall time, the queue allows {} s", wanted.0, limit.0)]
     WallTime {
@@ -284,6 +288,9 @@ pub fn mismatches(job: &Job, resource: &ResourceInfo) -> Vec<Mismatch> {
         if wanted > offered {
             out.push(Mismatch::Gpus { wanted, offered });
         }
+    }
+    if let Some(named) = job.grid_resource.as_ref().filter(|r| !env.fronts(r)) {
+        out.push(Mismatch::GridResource(named.clone()));
     }
     out
 }

@@ -584,6 +584,9 @@ fn make_job(
         .map(|(v, _)| v.trim().to_string())
         .or_else(|| get("+singularityimage").map(|(v, _)| v.trim().trim_matches('"').to_string()))
         .filter(|v| !v.is_empty());
+    job.grid_resource = get("grid_resource")
+        .map(|(v, _)| v.split_whitespace().collect::<Vec<_>>().join(" "))
+        .filter(|v| !v.is_empty());
     if let Some((v, pos)) = get("universe") {
         keep(universe(&v, pos, src, &mut job, warnings), &mut errors);
     }
@@ -725,6 +728,7 @@ fn make_job(
                 | "hold"
                 | "container_image"
                 | "docker_image"
+                | "grid_resource"
                 | "max_retries"
                 | "priority"
                 | "notification"
@@ -776,9 +780,10 @@ fn keep<T>(r: Result<T, Diagnostic>, errors: &mut Vec<Diagnostic>) -> Option<T> 
 /// parallel universes are what Brokk runs; a java job runs its class with
 /// `java` (the class file staged with it); local and scheduler jobs run on a
 /// grid site like any other (said); a container job is its image (the
-/// model's `container_image`); a universe that needs what Brokk's model
-/// cannot carry (a virtual machine, a grid resource) is refused rather than
-/// run without it.
+/// model's `container_image`); a grid job names the resource it runs on
+/// (`grid_resource`, which only a site fronting it takes); a universe that
+/// needs what Brokk's model cannot carry (a virtual machine) is refused
+/// rather than run without it.
 fn universe(v: &str, pos: usize, src: &str, job: &mut Job, warnings: &mut Vec<Diagnostic>) -> Result<(), Diagnostic> {
     match v.trim().to_ascii_lowercase().as_str() {
         "vanilla" | "parallel" => {}
@@ -789,6 +794,27 @@ fn universe(v: &str, pos: usize, src: &str, job: &mut Job, warnings: &mut Vec<Di
                 pos,
                 format!("universe = {v} needs `container_image` (or `docker_image`)"),
             ))
+        }
+        "grid" => {
+            let Some(resource) = &job.grid_resource else {
+                return Err(Diagnostic::error_at(
+                    src,
+                    pos,
+                    "universe = grid needs `grid_resource` (`arc https://ce.example.org/arex`, \
+                     `gt5 host/jobmanager-slurm`, `batch slurm`)",
+                ));
+            };
+            let kind = resource.split_whitespace().next().unwrap_or("").to_ascii_lowercase();
+            if !["arc", "nordugrid", "gt2", "gt5", "gram", "condor", "batch"].contains(&kind.as_str()) {
+                return Err(Diagnostic::error_at(
+                    src,
+                    pos,
+                    format!(
+                        "grid_resource of type `{kind}`: grid sites front ARC CEs (arc, nordugrid), \
+                         GRAM gatekeepers (gt2, gt5), HTCondor-CEs (condor) and batch systems (batch)"
+                    ),
+                ));
+            }
         }
         "local" | "scheduler" => warnings.push(Diagnostic::warning_at(
             src,
@@ -826,7 +852,7 @@ fn universe(v: &str, pos: usize, src: &str, job: &mut Job, warnings: &mut Vec<Di
                 pos,
                 format!(
                     "universe = {other}: Brokk cannot run it as HTCondor would (it has no place for a virtual \
-                     machine or a grid resource); use the vanilla or container universe"
+                     machine); use the vanilla, container or grid universe"
                 ),
             ))
         }
@@ -1214,6 +1240,10 @@ fn commands(job: &Job, d: &mut Dropped) -> Vec<(&'static str, String)> {
     if let Some(image) = &job.container_image {
         c.push(("universe", "container".into()));
         c.push(("container_image", image.clone()));
+    }
+    if let Some(resource) = &job.grid_resource {
+        c.push(("universe", "grid".into()));
+        c.push(("grid_resource", resource.clone()));
     }
     if let Some(n) = job.retries {
         c.push(("max_retries", n.to_string()));

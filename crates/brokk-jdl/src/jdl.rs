@@ -614,6 +614,7 @@ fn body(job: &Job, d: &mut Dropped, ind: &str) -> String {
         job,
         &[
             "container_image",
+            "grid_resource",
             "priority",
             "notify",
             "name",

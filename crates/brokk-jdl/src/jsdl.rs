@@ -597,6 +597,7 @@ pub(crate) fn write(job: &Job) -> Written {
         job,
         &[
             "container_image",
+            "grid_resource",
             "retries",
             "priority",
             "notify",

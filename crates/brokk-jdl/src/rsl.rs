@@ -242,6 +242,7 @@ fn write_job(job: &Job, dropped: &mut Dropped) -> String {
         job,
         &[
             "container_image",
+            "grid_resource",
             "retries",
             "priority",
             "notify",

@@ -1184,6 +1184,7 @@ pub(crate) fn write(job: &Job) -> Written {
         job,
         &[
             "container_image",
+            "grid_resource",
             "retries",
             "attributes",
             "input_files",

@@ -427,6 +427,7 @@ fn write_job(job: &Job, dropped: &mut Dropped) -> String {
         job,
         &[
             "container_image",
+            "grid_resource",
             "priority",
             "script",
             "working_directory",

@@ -109,6 +109,12 @@ pub struct Job {
     /// `+SingularityImage`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub container_image: Option<String>,
+    /// The grid resource it names to run on, `TYPE CONTACT` as HTCondor's
+    /// grid universe writes it (`arc https://ce.example.org/arex`, `gt5
+    /// host/jobmanager-slurm`, `batch slurm`): only a site that fronts it
+    /// takes the job ([`crate::Environment::fronts`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grid_resource: Option<String>,
     /// Times it may run again after failing (HTCondor `max_retries`, JDL
     /// `RetryCount`, xRSL `rerun`).
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -97,6 +97,11 @@ pub struct Environment {
     pub containers: Vec<String>,
     /// GPUs per node; `None`: none.
     pub gpus_per_node: Option<u32>,
+    /// The grid endpoints it fronts, each `TYPE CONTACT` as HTCondor's
+    /// `grid_resource` names one (`arc https://ce.example.org/arex`, `gt5
+    /// host:2119/jobmanager-fork`, `batch slurm`); GLUE 2's
+    /// `ComputingEndpoint`s.
+    pub endpoints: Vec<String>,
 }
 
 impl Environment {
@@ -120,6 +125,17 @@ impl Environment {
         }
     }
 
+    /// Whether it fronts `grid_resource` (`TYPE CONTACT`): one of its
+    /// endpoints is of the same kind (ARC's `arc` and `nordugrid` alike,
+    /// GRAM's `gt2`, `gt5` and `gram` alike) and names the same host, any
+    /// port (for `batch`, the same batch system).
+    pub fn fronts(&self, grid_resource: &str) -> bool {
+        let wanted = GridResource::parse(grid_resource);
+        self.endpoints
+            .iter()
+            .any(|e| wanted.is_some() && GridResource::parse(e) == wanted)
+    }
+
     /// What several sites can do between them, as a broker above sees
     /// them folded into one: every scheme, runtime, environment and the
     /// most GPUs any has (each job still goes to one of them that can).
@@ -136,9 +152,40 @@ impl Environment {
             add(&mut out.runtime_environments, &e.runtime_environments);
             add(&mut out.staging, &e.staged());
             add(&mut out.containers, &e.containers);
+            add(&mut out.endpoints, &e.endpoints);
             out.gpus_per_node = out.gpus_per_node.max(e.gpus_per_node);
         }
         out
+    }
+}
+
+/// A grid resource as two endpoints compare: its kind and host, lowercase.
+#[derive(Debug, PartialEq, Eq)]
+struct GridResource {
+    kind: &'static str,
+    host: String,
+}
+
+impl GridResource {
+    /// `TYPE CONTACT`; `None` for a type Brokk's sites never front.
+    fn parse(text: &str) -> Option<GridResource> {
+        let mut words = text.split_whitespace();
+        let kind = match words.next()?.to_ascii_lowercase().as_str() {
+            "arc" | "nordugrid" => "arc",
+            "gt2" | "gt5" | "gram" => "gram",
+            "condor" => "condor",
+            "batch" => "batch",
+            _ => return None,
+        };
+        let contact = words.next()?;
+        // A URL's or a GRAM contact's host: after any scheme, before any
+        // port or path.
+        let rest = contact.split_once("://").map_or(contact, |(_, r)| r);
+        let host = rest.split(['/', ':']).next().unwrap_or(rest);
+        Some(GridResource {
+            kind,
+            host: host.to_ascii_lowercase(),
+        })
     }
 }
 
@@ -150,4 +197,41 @@ pub struct PublishedBenchmark {
     pub name: String,
     /// The resource's result.
     pub value: f64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Environment;
+
+    #[test]
+    fn a_grid_resource_is_fronted_by_the_endpoint_of_its_kind_and_host() {
+        let site = Environment {
+            endpoints: vec![
+                "arc https://CE.example.org:443/arex".into(),
+                "gt5 gk.example.org:2119/jobmanager-slurm".into(),
+                "batch slurm".into(),
+            ],
+            ..Environment::default()
+        };
+        for named in [
+            "arc https://ce.example.org/arex",
+            "nordugrid ce.example.org",
+            "gt2 gk.example.org/jobmanager-fork",
+            "gt5 gk.example.org",
+            "batch SLURM",
+        ] {
+            assert!(site.fronts(named), "{named}");
+        }
+        for other in [
+            "arc https://other.example.org/arex",
+            "condor ce.example.org ce.example.org:9619",
+            "batch pbs",
+            "ec2 https://ec2.amazonaws.com/",
+            "arc",
+        ] {
+            assert!(!site.fronts(other), "{other}");
+        }
+        // Folded into a broker above, its endpoints are the broker's too.
+        assert!(Environment::union([&Environment::default(), &site]).fronts("nordugrid ce.example.org"));
+    }
 }

@@ -549,7 +549,10 @@ impl Agent {
             lag: self.backend.lag(),
             availability,
             ancestors: Vec::new(),
-            environment: self.config.capabilities.environment(),
+            environment: brokk_model::Environment {
+                endpoints: self.backend.endpoints(),
+                ..self.config.capabilities.environment()
+            },
         }
     }
 

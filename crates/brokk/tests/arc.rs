@@ -554,3 +554,52 @@ fn two_users_at_one_ce_run_as_their_own_accounts_there() {
     );
     assert_eq!(end["state"], "failed", "{end}");
 }
+
+#[test]
+#[ignore = "needs a local ARC CE: scripts/arc-testbed.sh (scripts/test.sh starts it)"]
+fn a_grid_universe_job_goes_to_the_site_fronting_the_ce_it_names() {
+    let bed = bed();
+    let dir = common::scratch("arctest", "grid-universe");
+    // A faster embedded site beside the CE's: plain jobs would go there.
+    let config = format!(
+        "database = \"broker.db\"\nstate_dir = \"sites\"\n[tokens]\n\"tok-ann\" = \"ann\"\n\
+         [[embedded]]\nname = \"local\"\ncapacity = 4\nbenchmarks = [{{ name = \"specint2006\", value = 90.0 }}]\n\
+         [[embedded]]\nname = \"arc1\"\n[embedded.arc]\n{}",
+        arc_table(&bed, &bed.join("user.pem"), &bed.join("user.key"))
+    );
+    std::fs::write(dir.join("broker.toml"), config).unwrap();
+    let server = common::serve(&dir);
+    let url = std::fs::read_to_string(bed.join("url")).unwrap();
+    let job = |resource: &str| {
+        format!(
+            "universe = grid\ngrid_resource = {resource}\nexecutable = /bin/echo\narguments = via HTCondor-G\n\
+             output = out.txt\n+MaxWallTime = 300\nqueue\n"
+        )
+    };
+    let (_, end) = common::run_to_end(
+        &server.url,
+        "tok-ann",
+        &dir,
+        "g.sub",
+        &job(&format!("arc {}", url.trim())),
+    );
+    assert_eq!(
+        (end["state"].as_str(), end["site"].as_str()),
+        (Some("finished"), Some("arc1")),
+        "{end}"
+    );
+    // A CE no site fronts: refused, each site's reason naming it.
+    let other = dir.join("other.sub");
+    std::fs::write(&other, job("nordugrid ce.elsewhere.example.org")).unwrap();
+    let o = common::brokk(&server.url, "tok-ann", &["submit", other.to_str().unwrap()]);
+    let said = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(!o.status.success(), "{said}");
+    for site in ["local", "arc1"] {
+        assert!(
+            said.contains(&format!(
+                "{site}: it names the grid resource `nordugrid ce.elsewhere.example.org`, which the site does not front"
+            )),
+            "{said}"
+        );
+    }
+}

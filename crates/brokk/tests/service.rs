@@ -2422,6 +2422,19 @@ fn a_job_goes_to_the_one_site_that_publishes_what_it_needs_or_is_refused_with_ev
             "{said}"
         );
     }
+    // HTCondor-G naming a CE none of these sites fronts: refused, naming it.
+    let grid = written(
+        &dir,
+        "grid.sub",
+        "universe = grid\ngrid_resource = arc https://ce.example.org/arex\nexecutable = /bin/true\nqueue\n",
+    );
+    let refused = svc.brokk("tok-ann", &["submit", &grid]);
+    let said = text(&refused).1;
+    assert!(!refused.status.success(), "{said}");
+    assert!(
+        said.contains("c: it names the grid resource `arc https://ce.example.org/arex`, which the site does not front"),
+        "{said}"
+    );
     // `validate` answers both questions: correct in its language, and taken
     // by none of this broker's sites.
     let checked = svc.brokk("tok-ann", &["validate", "--broker", &boxed]);

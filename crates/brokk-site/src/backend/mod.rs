@@ -105,6 +105,19 @@ impl Backend {
         }
     }
 
+    /// The grid endpoints the site fronts, as HTCondor's `grid_resource`
+    /// names them: an ARC CE's A-REX URL, a GRAM gatekeeper's contact, a
+    /// Slurm cluster as a batch system (what a grid-universe job naming
+    /// one needs, [`brokk_model::Environment::fronts`]).
+    pub fn endpoints(&self) -> Vec<String> {
+        match self {
+            Backend::Arc(a) => vec![format!("arc {}", a.config.url)],
+            Backend::Gram(g) => vec![format!("gt5 {}", g.config.contact)],
+            Backend::Slurm(_) => vec!["batch slurm".into()],
+            _ => Vec::new(),
+        }
+    }
+
     /// What the resource manager publishes of itself, where it does: an
     /// ARC CE's GLUE 2 reading.
     pub fn published(&self) -> Option<crate::arc::glue2::Glue2> {
