@@ -10,7 +10,7 @@ use crate::predict::{Prediction, Predictor};
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Invalid {
     /// Neither an executable nor a script.
-    #[error("the job has nothing to run: give it an executable or a script")]
+    #[error("the job has nothing to run: give it an executable, a script or an application")]
     NothingToRun,
     /// Zero processors or nodes asked for.
     #[error("the job asks for zero processors or nodes; ask for at least one")]
@@ -64,7 +64,7 @@ fn inside(field: &'static str, name: &str) -> Result<(), Invalid> {
 
 /// Checks the attributes every job needs.
 pub fn validate(job: &Job) -> Result<(), Invalid> {
-    if job.executable.is_none() && job.script.is_none() {
+    if job.executable.is_none() && job.script.is_none() && job.application.is_none() {
         return Err(Invalid::NothingToRun);
     }
     if job.cpus == Some(0) || job.nodes == Some(0) || job.cpus_per_node == Some(0) {
@@ -204,6 +204,9 @@ pub enum Mismatch {
         /// GPUs per node offered.
         offered: u32,
     },
+    /// The job names an application the site does not publish.
+    #[error("it runs the application {0}, which the site does not publish")]
+    Application(String),
     /// The job names a grid resource (HTCondor's `grid_resource`) the
     /// site does not front.
     #[error("it names the grid resource `{0}`, which the site does not front")]
@@ -287,6 +290,11 @@ pub fn mismatches(job: &Job, resource: &ResourceInfo) -> Vec<Mismatch> {
         let offered = env.gpus_per_node.unwrap_or(0);
         if wanted > offered {
             out.push(Mismatch::Gpus { wanted, offered });
+        }
+    }
+    if let Some(app) = &job.application {
+        if !env.applications.iter().any(|a| app.is(a)) {
+            out.push(Mismatch::Application(app.to_string()));
         }
     }
     if let Some(named) = job.grid_resource.as_ref().filter(|r| !env.fronts(r)) {

@@ -1272,6 +1272,7 @@ fn commands(job: &Job, d: &mut Dropped) -> Vec<(&'static str, String)> {
         job,
         &[
             "script",
+            "application",
             "cpus_per_task",
             "cpu_time",
             "runtime_environments",

@@ -615,6 +615,7 @@ fn body(job: &Job, d: &mut Dropped, ind: &str) -> String {
         &[
             "container_image",
             "grid_resource",
+            "application",
             "priority",
             "notify",
             "name",

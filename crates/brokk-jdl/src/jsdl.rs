@@ -219,14 +219,37 @@ impl JsdlReader<'_> {
     }
 
     fn application(&mut self, app: &Element) -> Result<(), Diagnostic> {
+        let (mut name, mut version) = (None, None);
         for el in &app.children {
             match (el.ns.as_str(), el.name.as_str()) {
                 (NS_POSIX, "POSIXApplication") | (NS_HPCPA, "HPCProfileApplication") | (NS_SPMD, "SPMDApplication") => {
                     self.posix(el)?
                 }
-                (NS_JSDL, "ApplicationName" | "ApplicationVersion" | "Description") => {}
+                // UNICORE's: the site resolves them to its own executable.
+                (NS_JSDL, "ApplicationName") => name = Some(el.text().trim().to_string()).filter(|n| !n.is_empty()),
+                (NS_JSDL, "ApplicationVersion") => {
+                    version = Some((el.text().trim().to_string(), el.pos)).filter(|(v, _)| !v.is_empty())
+                }
+                (NS_JSDL, "Description") => {}
                 _ => self.ignore(el),
             }
+        }
+        match (name, version) {
+            // With an executable of its own, the name only describes it
+            // (the JSDL specification's own gnuplot example).
+            (Some(_), _) if self.job.executable.is_some() => {}
+            (Some(name), version) => {
+                self.job.application = Some(brokk_model::Application {
+                    name,
+                    version: version.map(|v| v.0),
+                })
+            }
+            (None, Some((_, pos))) => self.warnings.push(Diagnostic::warning_at(
+                self.src,
+                pos,
+                "<ApplicationVersion> without <ApplicationName> names no application; ignored",
+            )),
+            (None, None) => {}
         }
         Ok(())
     }
@@ -482,7 +505,14 @@ pub(crate) fn write(job: &Job) -> Written {
         }
         x.push_str("    </jsdl:JobIdentification>\n");
     }
-    x.push_str("    <jsdl:Application>\n      <jsdl-posix:POSIXApplication>\n");
+    x.push_str("    <jsdl:Application>\n");
+    if let Some(app) = &job.application {
+        el(&mut x, 6, "jsdl:ApplicationName", &app.name);
+        if let Some(v) = &app.version {
+            el(&mut x, 6, "jsdl:ApplicationVersion", v);
+        }
+    }
+    x.push_str("      <jsdl-posix:POSIXApplication>\n");
     if let Some(e) = &job.executable {
         el(&mut x, 8, "jsdl-posix:Executable", e);
     }

@@ -379,6 +379,7 @@ fn field_is_set(job: &Job, field: &str) -> bool {
         "retries" => job.retries.is_some(),
         "container_image" => job.container_image.is_some(),
         "grid_resource" => job.grid_resource.is_some(),
+        "application" => job.application.is_some(),
         "priority" => job.priority.is_some(),
         "notify" => job.notify.is_some(),
         "benchmarks" => !job.benchmarks.is_empty(),

@@ -243,6 +243,7 @@ fn write_job(job: &Job, dropped: &mut Dropped) -> String {
         &[
             "container_image",
             "grid_resource",
+            "application",
             "retries",
             "priority",
             "notify",

@@ -1185,6 +1185,7 @@ pub(crate) fn write(job: &Job) -> Written {
         &[
             "container_image",
             "grid_resource",
+            "application",
             "retries",
             "attributes",
             "input_files",

@@ -428,6 +428,7 @@ fn write_job(job: &Job, dropped: &mut Dropped) -> String {
         &[
             "container_image",
             "grid_resource",
+            "application",
             "priority",
             "script",
             "working_directory",

@@ -109,6 +109,12 @@ pub struct Job {
     /// `+SingularityImage`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub container_image: Option<String>,
+    /// An application the site resolves to its own executable (UNICORE's
+    /// and JSDL's `ApplicationName` and `ApplicationVersion`): the job's
+    /// program when it names no executable, run with its `arguments`; only
+    /// a site that publishes it takes the job.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub application: Option<Application>,
     /// The grid resource it names to run on, `TYPE CONTACT` as HTCondor's
     /// grid universe writes it (`arc https://ce.example.org/arex`, `gt5
     /// host/jobmanager-slurm`, `batch slurm`): only a site that fronts it
@@ -147,6 +153,44 @@ pub struct Job {
     /// in a job's strings is the job's own text.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub site_variables: bool,
+}
+
+/// An application by name, and version when one is asked for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct Application {
+    /// Its name (`BLAST`, `Gaussian`).
+    pub name: String,
+    /// Its version; any the site has when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+}
+
+impl Application {
+    /// Whether a site's application published as `NAME` or `NAME/VERSION`
+    /// is this one: the same name (any case) and, where a version is asked
+    /// for, that version.
+    pub fn is(&self, published: &str) -> bool {
+        let (name, version) = match published.split_once('/') {
+            Some((n, v)) => (n, Some(v)),
+            None => (published, None),
+        };
+        name.trim().eq_ignore_ascii_case(self.name.trim())
+            && self
+                .version
+                .as_deref()
+                .is_none_or(|v| version.is_some_and(|pv| pv.trim() == v.trim()))
+    }
+}
+
+impl std::fmt::Display for Application {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.version {
+            Some(v) => write!(f, "{} {v}", self.name),
+            None => f.write_str(&self.name),
+        }
+    }
 }
 
 /// Mail about a job: to whom (the submitter's address where not said) and

@@ -13,7 +13,9 @@ mod time;
 pub mod workflow;
 
 pub use availability::{Availability, FreeRange};
-pub use job::{Attribute, Benchmark, EnvVar, InputFile, Job, Memory, MemoryScope, Notify, NotifyOn, OutputFile};
+pub use job::{
+    Application, Attribute, Benchmark, EnvVar, InputFile, Job, Memory, MemoryScope, Notify, NotifyOn, OutputFile,
+};
 pub use phase::JobPhase;
 pub use prefs::{JobPreferences, Objective, StartBound, DEFAULT_PENALTY_FACTOR};
 pub use resource::{Environment, PublishedBenchmark, ResourceInfo, Share};

@@ -97,6 +97,10 @@ pub struct Environment {
     pub containers: Vec<String>,
     /// GPUs per node; `None`: none.
     pub gpus_per_node: Option<u32>,
+    /// The applications it resolves to its own executables, `NAME` or
+    /// `NAME/VERSION` (GLUE 2's `ApplicationEnvironment` with its
+    /// `AppName` and `AppVersion`; UNICORE's application database).
+    pub applications: Vec<String>,
     /// The grid endpoints it fronts, each `TYPE CONTACT` as HTCondor's
     /// `grid_resource` names one (`arc https://ce.example.org/arex`, `gt5
     /// host:2119/jobmanager-fork`, `batch slurm`); GLUE 2's
@@ -153,6 +157,7 @@ impl Environment {
             add(&mut out.staging, &e.staged());
             add(&mut out.containers, &e.containers);
             add(&mut out.endpoints, &e.endpoints);
+            add(&mut out.applications, &e.applications);
             out.gpus_per_node = out.gpus_per_node.max(e.gpus_per_node);
         }
         out

@@ -840,6 +840,15 @@ impl Agent {
         {
             return Err(CoreError::Forbidden(why).into());
         }
+        // An application named without an executable is the site's to
+        // resolve, from its own list, before anything else reads the job.
+        if let (None, None, Some(app)) = (&spec.executable, &spec.script, &spec.application) {
+            let exe =
+                self.config.capabilities.resolve(app).ok_or_else(|| {
+                    CoreError::BadRequest(format!("the application {app}: this site does not have it"))
+                })?;
+            spec.executable = Some(exe.to_string());
+        }
         // Every backend gets these names as they are (sbatch would take an
         // absolute or `..` one at its word): each stays inside the sandbox.
         for (what, name) in [

@@ -186,9 +186,24 @@ pub struct Capabilities {
     pub runtime_environments: Vec<String>,
     /// GPUs per node, for jobs that ask for GPUs (none by default).
     pub gpus_per_node: Option<u32>,
+    /// Applications the site runs by name, UNICORE's application database:
+    /// `"NAME/VERSION"` (or `"NAME"`) = the executable that runs it. A job
+    /// naming an application and no executable runs it with its arguments;
+    /// without a version asked, the last version listed in name order.
+    #[serde(default)]
+    pub applications: std::collections::BTreeMap<String, String>,
 }
 
 impl Capabilities {
+    /// The executable that runs `app` here, if the site has it.
+    pub fn resolve(&self, app: &brokk_model::Application) -> Option<&str> {
+        self.applications
+            .iter()
+            .rev()
+            .find(|(published, _)| app.is(published))
+            .map(|(_, exe)| exe.as_str())
+    }
+
     /// What the site publishes of itself: these, and the URL schemes its
     /// staging fetches and delivers (file, http, https; no container
     /// runtime yet).
@@ -196,6 +211,7 @@ impl Capabilities {
         brokk_model::Environment {
             runtime_environments: self.runtime_environments.clone(),
             gpus_per_node: self.gpus_per_node,
+            applications: self.applications.keys().cloned().collect(),
             staging: brokk_model::Environment::STAGING
                 .iter()
                 .map(|s| s.to_string())

@@ -2370,7 +2370,8 @@ fn a_job_goes_to_the_one_site_that_publishes_what_it_needs_or_is_refused_with_ev
          [[embedded]]\nname = \"a\"\ncapacity = 2\nbenchmarks = [{ name = \"specint2006\", value = 90.0 }]\n\
          [[embedded]]\nname = \"b\"\ncapacity = 2\nbenchmarks = [{ name = \"specint2006\", value = 80.0 }]\n\
          [[embedded]]\nname = \"c\"\ncapacity = 2\n\
-         [embedded.capabilities]\nruntime_environments = [\"APPS/BIO/BLAST-2.14\"]\ngpus_per_node = 2\n",
+         [embedded.capabilities]\nruntime_environments = [\"APPS/BIO/BLAST-2.14\"]\ngpus_per_node = 2\n\
+         applications = { \"ECHO/1.0\" = \"/bin/echo\" }\n",
     )
     .unwrap();
     let svc = Service::start(&dir);
@@ -2422,6 +2423,35 @@ fn a_job_goes_to_the_one_site_that_publishes_what_it_needs_or_is_refused_with_ev
             "{said}"
         );
     }
+    // A UNICORE job names its application, which c resolves to its echo;
+    // a version c does not have is refused with each site's reason.
+    let unicore = |version: &str| {
+        format!(
+            r#"<jsdl:JobDefinition xmlns:jsdl="http://schemas.ggf.org/jsdl/2005/11/jsdl" xmlns:hpcpa="http://schemas.ggf.org/jsdl/2006/07/jsdl-hpcpa">
+  <jsdl:JobDescription><jsdl:Application>
+    <jsdl:ApplicationName>echo</jsdl:ApplicationName><jsdl:ApplicationVersion>{version}</jsdl:ApplicationVersion>
+    <hpcpa:HPCProfileApplication><hpcpa:Argument>resolved</hpcpa:Argument><hpcpa:Argument>by c</hpcpa:Argument></hpcpa:HPCProfileApplication>
+  </jsdl:Application></jsdl:JobDescription>
+</jsdl:JobDefinition>"#
+        )
+    };
+    let app = written(&dir, "app.jsdl", &unicore("1.0"));
+    let done = svc.json("tok-ann", &["submit", &app, "--watch", "--json"]);
+    assert_eq!(
+        (done["state"].as_str(), done["site"].as_str()),
+        (Some("finished"), Some("c")),
+        "{done}"
+    );
+    let out = svc.brokk("tok-ann", &["output", done["id"].as_str().unwrap()]);
+    assert_eq!(text(&out).0, "resolved by c\n");
+    let newer = written(&dir, "newer.jsdl", &unicore("2.0"));
+    let refused = svc.brokk("tok-ann", &["submit", &newer]);
+    let said = text(&refused).1;
+    assert!(!refused.status.success(), "{said}");
+    assert!(
+        said.contains("c: it runs the application echo 2.0, which the site does not publish"),
+        "{said}"
+    );
     // HTCondor-G naming a CE none of these sites fronts: refused, naming it.
     let grid = written(
         &dir,
