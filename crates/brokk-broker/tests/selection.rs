@@ -117,6 +117,7 @@ fn an_input_a_site_cannot_fetch_leaves_it_out_with_what_to_give_instead() {
             name: "data.root".into(),
             source: Some(source.into()),
             size: None,
+            local: None,
         }],
         ..job()
     };
@@ -234,11 +235,13 @@ fn a_job_goes_only_where_its_container_schemes_and_gpus_are_published() {
                 name: "in.root".into(),
                 source: Some("root://eos.example.org//data/in.root".into()),
                 size: None,
+                local: None,
             },
             brokk_model::InputFile {
                 name: "local.csv".into(),
                 source: Some("upload:0f0f".into()),
                 size: None,
+                local: None,
             },
         ],
         output_files: vec![brokk_model::OutputFile {

@@ -472,6 +472,7 @@ impl JsdlReader<'_> {
                 name: name.clone(),
                 source,
                 size: None,
+                local: None,
             });
         }
         if has("Target") || !has("Source") {

@@ -342,6 +342,7 @@ pub(crate) fn sandbox_input(entry: &str) -> brokk_model::InputFile {
         name,
         source,
         size: None,
+        local: None,
     }
 }
 

@@ -107,6 +107,7 @@ fn read_job(src: &str, rels: &[Relation], warnings: &mut Vec<Diagnostic>) -> Res
                         name,
                         source: Some(source),
                         size: None,
+                        local: None,
                     });
                 }
             }
@@ -132,12 +133,80 @@ fn read_job(src: &str, rels: &[Relation], warnings: &mut Vec<Diagnostic>) -> Res
         }
         Ok(())
     })?;
+    from_the_submitter(src, &mut job, warnings);
     // RSL defines GRAM's substitutions: the site fills in those the job uses.
     let text = serde_json::to_string(&job).unwrap_or_default();
     job.site_variables = crate::assign::GRAM_VARIABLES
         .iter()
         .any(|v| text.contains(&format!("$({v})")));
     Ok(job)
+}
+
+/// The submitting machine's path a value names through globusrun's GASS
+/// server (`$(GLOBUSRUN_GASS_URL) # /home/ann/in.dat`), if it does.
+fn gass_path(value: &str) -> Option<&str> {
+    value
+        .strip_prefix(&format!("$({})", lower::GASS_URL))
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+}
+
+/// The name a submitting machine's `path` has in the job's directory.
+fn base_name(path: &str) -> String {
+    path.rsplit('/').find(|p| !p.is_empty()).unwrap_or(path).to_string()
+}
+
+/// Files on the submitting machine, as globusrun serves them to the job
+/// over GASS, become what Brokk's client does with them: those read
+/// (executable, stdin, staged in) are uploaded from there at submission,
+/// those written (stdout, stderr, staged out) are kept for `brokk get`.
+fn from_the_submitter(src: &str, job: &mut Job, warnings: &mut Vec<Diagnostic>) {
+    let mut uploads = Vec::new();
+    for field in [&mut job.executable, &mut job.stdin] {
+        if let Some(path) = field.as_deref().and_then(gass_path).map(str::to_string) {
+            *field = Some(base_name(&path));
+            uploads.push((base_name(&path), path));
+        }
+    }
+    for f in &mut job.input_files {
+        if let Some(path) = f.source.as_deref().and_then(gass_path).map(str::to_string) {
+            f.source = None;
+            f.local = Some(path);
+        }
+    }
+    for (name, path) in uploads {
+        if !job.input_files.iter().any(|f| f.name == name) {
+            job.input_files.push(InputFile {
+                name,
+                source: None,
+                size: None,
+                local: Some(path),
+            });
+        }
+    }
+    let mut kept = Vec::new();
+    for field in [&mut job.stdout, &mut job.stderr] {
+        if let Some(path) = field.as_deref().and_then(gass_path).map(str::to_string) {
+            *field = Some(base_name(&path));
+            kept.push(path);
+        }
+    }
+    for f in &mut job.output_files {
+        if let Some(path) = f.target.as_deref().and_then(gass_path).map(str::to_string) {
+            f.target = None;
+            kept.push(path);
+        }
+    }
+    if !kept.is_empty() {
+        warnings.push(Diagnostic::warning_at(
+            src,
+            src.find(lower::GASS_URL).map_or(0, |p| p.saturating_sub(2)),
+            format!(
+                "{} to the submitting machine through globusrun: kept with the job, `brokk get ID` fetches them",
+                kept.join(", ")
+            ),
+        ));
+    }
 }
 
 fn minutes(src: &str, rel: &Relation, vars: &Vars) -> Result<brokk_model::Duration, Diagnostic> {

@@ -510,6 +510,12 @@ pub(crate) mod lower {
         dropped.finish(text)
     }
 
+    /// The variable globusrun defines as its own GASS server, which serves
+    /// the submitting machine's files to the job: `$(GLOBUSRUN_GASS_URL) #
+    /// /home/ann/in.dat` is that machine's file (kept as written here, and
+    /// read as an upload by the RSL reader).
+    pub const GASS_URL: &str = "GLOBUSRUN_GASS_URL";
+
     /// Variables from `rsl_substitution` relations, resolved in order.
     #[derive(Default)]
     pub struct Vars(HashMap<String, String>);
@@ -537,7 +543,7 @@ pub(crate) mod lower {
                             Part::Var(name) => match self.0.get(name) {
                                 Some(val) => out.push_str(val),
                                 // GRAM's own: the site that runs the job fills it in.
-                                None if crate::assign::GRAM_VARIABLES.contains(&name.as_str()) => {
+                                None if crate::assign::GRAM_VARIABLES.contains(&name.as_str()) || name == GASS_URL => {
                                     out.push_str(&format!("$({name})"))
                                 }
                                 None => {

@@ -149,7 +149,12 @@ fn read_job(src: &str, rels: &[Relation], warnings: &mut Vec<Diagnostic>) -> Res
                         Some(s) => Some(size_value(src, s, &vars)?),
                         None => None,
                     };
-                    job.input_files.push(InputFile { name, source, size });
+                    job.input_files.push(InputFile {
+                        name,
+                        source,
+                        size,
+                        local: None,
+                    });
                 }
             }
             "outputfiles" => {

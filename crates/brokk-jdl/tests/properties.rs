@@ -57,12 +57,14 @@ fn sandbox_inputs() -> impl Strategy<Value = Vec<InputFile>> {
             word().prop_map(|name| InputFile {
                 name,
                 source: None,
-                size: None
+                size: None,
+                local: None,
             }),
             ("[a-z]{1,6}", "[a-z][a-z0-9_.]{0,8}").prop_map(|(host, name)| InputFile {
                 source: Some(format!("https://{host}.example.org/d/{name}")),
                 name,
-                size: None
+                size: None,
+                local: None,
             }),
         ],
         0..3,
@@ -115,7 +117,12 @@ fn xrsl_job() -> impl Strategy<Value = Job> {
                 environment,
                 input_files: ins
                     .into_iter()
-                    .map(|(name, source, size)| InputFile { name, source, size })
+                    .map(|(name, source, size)| InputFile {
+                        name,
+                        source,
+                        size,
+                        local: None,
+                    })
                     .collect(),
                 output_files: outs
                     .into_iter()
@@ -180,6 +187,7 @@ fn rsl_job() -> impl Strategy<Value = Job> {
                         name,
                         source: Some(s),
                         size: None,
+                        local: None,
                     })
                     .collect(),
                 output_files: outs
@@ -256,6 +264,7 @@ fn jsdl_job() -> impl Strategy<Value = Job> {
                         name,
                         source: Some(s),
                         size: None,
+                        local: None,
                     })
                     .collect(),
                 output_files: outs

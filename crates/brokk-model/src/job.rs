@@ -255,6 +255,11 @@ pub struct InputFile {
     /// Size in bytes, when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub size: Option<u64>,
+    /// For a file uploaded by the client, where it is on the submitting
+    /// machine when that is not `name` beside the description (RSL's
+    /// `$(GLOBUSRUN_GASS_URL) # /home/ann/in.dat`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub local: Option<String>,
 }
 
 /// A file staged out after the job ends.

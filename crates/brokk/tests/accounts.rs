@@ -204,6 +204,7 @@ fn each_users_jobs_run_as_their_own_account_and_stay_apart() {
             name: "in.txt".into(),
             source: Some(format!("file://{}", dir.join("inputs").join(name).display())),
             size: None,
+            local: None,
         }];
         job
     };

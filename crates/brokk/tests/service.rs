@@ -2489,3 +2489,43 @@ fn a_job_goes_to_the_one_site_that_publishes_what_it_needs_or_is_refused_with_ev
         "{c}"
     );
 }
+
+#[test]
+fn an_rsl_job_reading_the_submitters_files_through_globusrun_uploads_them() {
+    let dir = scratch("gass");
+    let svc = Service::start(&dir);
+    // The files live elsewhere on this machine, named by absolute paths
+    // as globusrun -s serves them.
+    let home = dir.join("home");
+    std::fs::create_dir_all(home.join("bin")).unwrap();
+    std::fs::write(
+        home.join("bin/count"),
+        "#!/bin/sh\nwc -l < events.dat > summary.txt\ncat\n",
+    )
+    .unwrap();
+    std::fs::write(home.join("events.dat"), "a\nb\nc\n").unwrap();
+    std::fs::write(home.join("params.txt"), "from stdin\n").unwrap();
+    let h = home.display();
+    let rsl = written(
+        &dir,
+        "job.rsl",
+        &format!(
+            "&(executable = $(GLOBUSRUN_GASS_URL) # \"{h}/bin/count\")\n\
+             (stdin = $(GLOBUSRUN_GASS_URL) # \"{h}/params.txt\")\n\
+             (stdout = $(GLOBUSRUN_GASS_URL) # \"{h}/count.out\")\n\
+             (file_stage_in = ($(GLOBUSRUN_GASS_URL) # \"{h}/events.dat\" \"events.dat\"))\n\
+             (file_stage_out = (\"summary.txt\" $(GLOBUSRUN_GASS_URL) # \"{h}/summary.txt\"))\n\
+             (maxWallTime = 1)\n"
+        ),
+    );
+    let done = svc.json("tok-ann", &["submit", &rsl, "--watch", "--json"]);
+    assert_eq!(done["state"], "finished", "{done}");
+    assert_eq!(done["exit_code"], 0, "{done}");
+    let id = done["id"].as_str().unwrap();
+    // What globusrun would have written back, kept with the job.
+    assert_eq!(
+        text(&svc.brokk("tok-ann", &["output", id, "count.out"])).0,
+        "from stdin\n"
+    );
+    assert_eq!(text(&svc.brokk("tok-ann", &["output", id, "summary.txt"])).0, "3\n");
+}

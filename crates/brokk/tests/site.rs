@@ -420,16 +420,19 @@ fn jobs_run_as_real_processes_with_staging() {
             name: "local.txt".into(),
             source: Some(format!("file://{}", local.display())),
             size: None,
+            local: None,
         },
         InputFile {
             name: "remote.txt".into(),
             source: Some(format!("{server}/data")),
             size: None,
+            local: None,
         },
         InputFile {
             name: "in.txt".into(),
             source: Some(format!("file://{}", local.display())),
             size: None,
+            local: None,
         },
     ];
     job.output_files = vec![
@@ -461,6 +464,7 @@ fn jobs_run_as_real_processes_with_staging() {
         name: "x".into(),
         source: Some(format!("file://{}/does-not-exist", dir.display())),
         size: None,
+        local: None,
     }];
     let h = ann.submit("ann", &bad, None).unwrap();
     let v = wait_for(&ann, &h, terminal);
@@ -498,6 +502,7 @@ fn jobs_stay_inside_their_sandbox_and_the_sites_staging_rules() {
             name: "in.txt".into(),
             source: Some(source),
             size: None,
+            local: None,
         }];
         fails_with(&mut bob, job, "only in the directories its configuration allows");
     }
@@ -520,6 +525,7 @@ fn jobs_stay_inside_their_sandbox_and_the_sites_staging_rules() {
             name: "in.txt".into(),
             source: Some(source.into()),
             size: None,
+            local: None,
         }];
         fails_with(&mut bob, job, words);
     }
@@ -690,6 +696,7 @@ fn staging_reaches_no_service_of_the_sites_own_host_unless_allowed() {
             name: "in.txt".into(),
             source: Some(source.clone()),
             size: None,
+            local: None,
         }];
         let h = ann.submit("ann", &job, None).unwrap();
         let v = wait_for(&ann, &h, terminal);
@@ -754,6 +761,7 @@ fn jobs_cancel_in_every_state() {
         name: "x".into(),
         source: Some(format!("{server}/hang")),
         size: None,
+        local: None,
     }];
     let staging_in = ann.submit("ann", &stuck_in, None).unwrap();
     wait_for(&ann, &staging_in, |v| v.state == JobPhase::StagingIn);

@@ -45,6 +45,7 @@ fn prepare(arc: &ArcCe, launch: &Launch, sandbox: &Path) -> Result<(String, Vec<
             name: name.clone(),
             source: None,
             size: None,
+            local: None,
         })
         .collect();
     // Everything the owner may fetch is kept on the CE until the agent has

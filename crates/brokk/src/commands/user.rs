@@ -645,7 +645,9 @@ pub fn upload_files<'a>(
         if f.source.is_some() || out.contains_key(&f.name) {
             continue;
         }
-        let path = base.join(&f.name);
+        // Where the description says it is on this machine, else its name
+        // beside the description.
+        let path = base.join(f.local.as_deref().unwrap_or(&f.name));
         if !wanted(&path) {
             continue;
         }
