@@ -31,6 +31,7 @@ for n in 50 101 257 1000 20000; do
   { printf '#!/bin/sh\n#SBATCH --time=1\n'; rep '$((' $n; printf 'true\n'; } > "$seeds/read_slurm/deep-$n"
   { rep 'JOB N a.sub\n' 1; python3 -c "import sys; n=int(sys.argv[1]); print(''.join(f'JOB N{i} a.sub\nPARENT N{i} CHILD N{i+1}\n' for i in range(n)))" $n; } > "$seeds/read_workflow/chain-$n"
   { printf '{"name": "d", "tasks": [{"id": "a", "runtime": 1, "x": '; rep '[' $n; rep ']' $n; printf '}]}'; } > "$seeds/read_workflow/deep-$n"
+  { printf '[ Type = "dag"; Nodes = [ a = [ description = [ Executable = "a"; ]; ]; b = [ file = "b.jdl"; ]; ]; Dependencies = { {a, '; rep '{' $n; printf b; rep '}' $n; printf '} }; ]'; } > "$seeds/read_workflow/jdl-dag-$n"
 done
 ulimit -s 8192
 cd fuzz

@@ -62,16 +62,20 @@ fn the_example_pipeline_reads_with_every_node_in_its_language() {
     assert!(edges(w).contains(&("part4", "collect", 0)));
 }
 
-/// A DAG read with node files from a map.
-fn dag(text: &str, files: &[(&str, &str)]) -> Result<Workflow, WorkflowError> {
+/// Node files from a map, as a reader's `load` reads them.
+fn loader(files: &[(&str, &str)]) -> impl Fn(&Path) -> io::Result<String> {
     let files: HashMap<PathBuf, String> = files.iter().map(|(p, t)| (PathBuf::from(p), t.to_string())).collect();
-    let load = move |p: &Path| {
+    move |p: &Path| {
         files
             .get(p)
             .cloned()
             .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))
-    };
-    dagman::read("test.dag", text, "test", &load).map(|r| r.workflow)
+    }
+}
+
+/// A DAG read with node files from a map.
+fn dag(text: &str, files: &[(&str, &str)]) -> Result<Workflow, WorkflowError> {
+    dagman::read("test.dag", text, "test", &loader(files)).map(|r| r.workflow)
 }
 
 const SUB: &str = "executable = /bin/true\nallowed_job_duration = 60\nqueue\n";
@@ -177,14 +181,7 @@ const WF15: &str = r#"{
 
 /// A gLite JDL DAG read with node files from a map.
 fn jdl_dag(text: &str, files: &[(&str, &str)]) -> Result<brokk_jdl::workflow::ReadWorkflow, WorkflowError> {
-    let files: HashMap<PathBuf, String> = files.iter().map(|(p, t)| (PathBuf::from(p), t.to_string())).collect();
-    let load = move |p: &Path| {
-        files
-            .get(p)
-            .cloned()
-            .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))
-    };
-    jdl_dag::read("test.jdl", text, "test", &load)
+    jdl_dag::read("test.jdl", text, "test", &loader(files))
 }
 
 #[test]

@@ -50,6 +50,19 @@ impl Drop for Turn {
     }
 }
 
+/// Slurm's completion record of broker job `j`, which ran at the site
+/// `{prefix}N` on cluster N.
+fn completed(bed: &Path, prefix: &str, j: &serde_json::Value) -> String {
+    let site = j["site"].as_str().unwrap();
+    let c: u32 = site.trim_start_matches(prefix).parse().unwrap();
+    let name = format!("brokk-{site}-{}", j["site_job"].as_str().unwrap());
+    let log = std::fs::read_to_string(bed.join(format!("c{c}/log/jobcomp.log"))).unwrap();
+    log.lines()
+        .rfind(|l| l.contains(&format!(" Name={name} ")) && l.contains("JobState=COMPLETED"))
+        .unwrap_or_else(|| panic!("no completed Slurm job {name}"))
+        .to_string()
+}
+
 /// What both clusters say of their jobs and nodes, for a failure's message.
 fn slurm_view(bed: &Path) -> String {
     [1, 2]
@@ -362,20 +375,14 @@ fn a_coallocation_across_two_slurm_clusters_starts_together() {
         let j = wait_finished(&svc.url, id, Duration::from_secs(90));
         assert_eq!(j["state"], "finished", "{j}");
         let site = j["site"].as_str().unwrap();
-        let c: u32 = site.trim_start_matches("co").parse().unwrap();
-        let name = format!("brokk-{site}-{}", j["site_job"].as_str().unwrap());
         // Slurm's own record of the job as it completed (the reservation
         // has gone since, and with it the name squeue would show).
-        let log = std::fs::read_to_string(bed.join(format!("c{c}/log/jobcomp.log"))).unwrap();
-        let row = log
-            .lines()
-            .rfind(|l| l.contains(&format!(" Name={name} ")) && l.contains("JobState=COMPLETED"))
-            .unwrap_or_else(|| panic!("no completed Slurm job {name}"));
+        let row = completed(bed, "co", &j);
         assert!(
             row.contains(&format!("ReservationName=brokk-{site}-r")),
             "ran in its reservation: {row}"
         );
-        starts.push(common::slurm_time(common::field(row, "StartTime")));
+        starts.push(common::slurm_time(common::field(&row, "StartTime")));
     }
     let spread = starts.iter().max().unwrap() - starts.iter().min().unwrap();
     assert!(spread <= 5, "Slurm's starts {starts:?}");
@@ -418,16 +425,9 @@ fn a_heterogeneous_job_is_coallocated_across_the_two_clusters() {
     for id in &ids {
         let j = wait_finished(&svc.url, id, Duration::from_secs(90));
         assert_eq!(j["state"], "finished", "{j}");
-        let site = j["site"].as_str().unwrap().to_string();
-        let c: u32 = site.trim_start_matches("het").parse().unwrap();
-        let name = format!("brokk-{site}-{}", j["site_job"].as_str().unwrap());
-        let log = std::fs::read_to_string(bed.join(format!("c{c}/log/jobcomp.log"))).unwrap();
-        let row = log
-            .lines()
-            .rfind(|l| l.contains(&format!(" Name={name} ")))
-            .unwrap_or_else(|| panic!("no Slurm job {name}"));
+        let row = completed(bed, "het", &j);
         assert!(row.contains("ReservationName=brokk-"), "ran in its reservation: {row}");
-        sites.push(site);
+        sites.push(j["site"].as_str().unwrap().to_string());
     }
     assert_ne!(sites[0], sites[1]);
     drop(svc);
