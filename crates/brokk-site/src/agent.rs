@@ -551,6 +551,7 @@ impl Agent {
             ancestors: Vec::new(),
             environment: brokk_model::Environment {
                 endpoints: self.backend.endpoints(),
+                staging: self.backend.staging(),
                 ..self.config.capabilities.environment()
             },
         }

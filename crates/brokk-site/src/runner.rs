@@ -66,7 +66,10 @@ async fn drive(agent: &Agent, mut launch: Launch, sandbox: &Path) -> End {
             return End::Cancelled;
         }
         for f in &launch.job.input_files {
-            let Some(source) = &f.source else { continue };
+            // What the resource manager fetches itself is left to it.
+            let Some(source) = f.source.as_ref().filter(|s| !agent.backend().stages(s)) else {
+                continue;
+            };
             let name = plain_name(&f.name);
             let upload = crate::uploads::digest_of(source).map(|sha| agent.uploads().path(&launch.owner, sha));
             let staged = async {
@@ -105,7 +108,9 @@ async fn drive(agent: &Agent, mut launch: Launch, sandbox: &Path) -> End {
         return End::Cancelled;
     }
     for f in &outputs {
-        let Some(target) = &f.target else { continue };
+        let Some(target) = f.target.as_ref().filter(|t| !agent.backend().stages(t)) else {
+            continue;
+        };
         let name = plain_name(&f.name);
         tokio::select! {
             r = crate::staging::stage_out(&http, allowed, sandbox, &name, target, account) => {

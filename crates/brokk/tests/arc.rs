@@ -603,3 +603,27 @@ fn a_grid_universe_job_goes_to_the_site_fronting_the_ce_it_names() {
         );
     }
 }
+
+#[test]
+#[ignore = "needs a local ARC CE: scripts/arc-testbed.sh (scripts/test.sh starts it)"]
+fn a_file_at_a_url_the_ce_stages_is_moved_by_the_ce_not_the_site() {
+    let (dir, server) = broker("handed-over");
+    // On this host's loopback, which the site agent itself never reaches:
+    // only the CE's own data staging can fetch and deliver these.
+    let (files, uploaded) = common::file_server();
+    let xrsl = format!(
+        r#"&(executable="/bin/sh")(arguments="-c" "tr a-z A-Z < in.txt > out.txt")
+ (inputfiles=("in.txt" "{files}/data"))(outputfiles=("out.txt" "{files}/up"))(walltime="5")"#
+    );
+    let (_, end) = common::run_to_end(&server.url, "tok-ann", &dir, "job.xrsl", &xrsl);
+    assert_eq!(
+        (end["state"].as_str(), end["exit_code"].as_i64()),
+        (Some("finished"), Some(0)),
+        "{end}"
+    );
+    assert_eq!(String::from_utf8_lossy(&uploaded.lock().unwrap()), "STAGED OVER HTTP\n");
+    // The site publishes what its CE stages.
+    let sites = common::json(&server.url, "tok-ann", &["resources", "--json"]);
+    let staged = &sites[0]["environment"]["staging"];
+    assert!(staged.as_array().unwrap().iter().any(|s| s == "gsiftp"), "{staged}");
+}

@@ -2,11 +2,9 @@
 //! ephemeral port with its own SQLite file and sandboxes, and the tests drive
 //! it through the Rust client (the broker's `Site` trait) and raw HTTP.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpListener;
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration as StdDuration, Instant};
 
 use brokk_broker::{JobHandle, Site, SiteError};
@@ -348,59 +346,11 @@ fn bad_requests_get_clear_errors() {
     assert!(ok.status().is_success());
 }
 
-/// A tiny HTTP server for staging: GET /data, PUT /up, and /hang, which never answers.
-fn file_server() -> (String, Arc<Mutex<Vec<u8>>>) {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    let uploaded = Arc::new(Mutex::new(Vec::new()));
-    let up = uploaded.clone();
-    std::thread::spawn(move || {
-        for stream in listener.incoming().flatten() {
-            let up = up.clone();
-            std::thread::spawn(move || {
-                let mut s = stream;
-                let mut reader = BufReader::new(s.try_clone().unwrap());
-                let mut first = String::new();
-                reader.read_line(&mut first).unwrap_or(0);
-                let mut len = 0usize;
-                loop {
-                    let mut h = String::new();
-                    if reader.read_line(&mut h).unwrap_or(0) == 0 || h == "\r\n" {
-                        break;
-                    }
-                    if let Some(v) = h.to_ascii_lowercase().strip_prefix("content-length:") {
-                        len = v.trim().parse().unwrap_or(0);
-                    }
-                }
-                if first.contains(" /hang") {
-                    std::thread::sleep(StdDuration::from_secs(60));
-                    return;
-                }
-                if first.starts_with("PUT /up") {
-                    let mut body = vec![0; len];
-                    reader.read_exact(&mut body).unwrap();
-                    *up.lock().unwrap() = body;
-                    let _ = s.write_all(b"HTTP/1.1 201 Created\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
-                    return;
-                }
-                let body = b"staged over http\n";
-                let _ = write!(
-                    s,
-                    "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
-                    body.len()
-                );
-                let _ = s.write_all(body);
-            });
-        }
-    });
-    (url, uploaded)
-}
-
 #[test]
 fn jobs_run_as_real_processes_with_staging() {
     let dir = scratch("run");
     let agent = Agent::start(&dir);
-    let (server, uploaded) = file_server();
+    let (server, uploaded) = common::file_server();
     let local = dir.join("local-input.txt");
     std::fs::write(&local, "staged from a file\n").unwrap();
     let delivered = dir.join("delivered/result.txt");
@@ -681,7 +631,7 @@ fn nothing_outlives_its_job() {
 #[test]
 fn staging_reaches_no_service_of_the_sites_own_host_unless_allowed() {
     let agent = Agent::start_with(&scratch("egress"), "");
-    let (server, _) = file_server();
+    let (server, _) = common::file_server();
     let mut ann = agent.client("tok-ann");
     let port = agent.server.url.rsplit(':').next().unwrap().to_string();
     for source in [
@@ -744,7 +694,7 @@ fn a_fork_loop_stops_at_the_jobs_process_limit() {
 #[test]
 fn jobs_cancel_in_every_state() {
     let agent = Agent::start(&scratch("cancel"));
-    let (server, _) = file_server();
+    let (server, _) = common::file_server();
     let mut ann = agent.client("tok-ann");
     // Running.
     let running = ann.submit("ann", &shell("sleep 30"), None).unwrap();

@@ -31,12 +31,20 @@ fn prepare(arc: &ArcCe, launch: &Launch, sandbox: &Path) -> Result<(String, Vec<
     if let Some(q) = &arc.config.queue {
         job.queue = Some(q.clone());
     }
-    // Inputs were staged into the sandbox by the runner; the CE gets them
+    // Inputs at a URL the CE's data staging fetches are left to it; the
+    // rest were staged into the sandbox by the runner, and the CE gets them
     // from the agent's upload.
-    let mut uploads: Vec<String> = job.input_files.iter().map(|f| plain_name(&f.name)).collect();
+    let handed = |url: &Option<String>| url.as_deref().is_some_and(|u| arc.config.stages(u));
+    let (fetched, staged): (Vec<InputFile>, Vec<InputFile>) =
+        job.input_files.iter().cloned().partition(|f| handed(&f.source));
+    let mut uploads: Vec<String> = staged.iter().map(|f| plain_name(&f.name)).collect();
     if let (None, Some(exe)) = (&job.script, &job.executable) {
+        let fetched_exe = fetched.iter().any(|f| plain_name(&f.name) == plain_name(exe));
         if !exe.contains('/') && sandbox.join(plain_name(exe)).is_file() && !uploads.contains(&plain_name(exe)) {
             uploads.push(plain_name(exe));
+        } else if fetched_exe {
+            // Run from the session directory, where A-REX puts it.
+            job.executable = Some(format!("./{}", plain_name(exe)));
         }
     }
     job.input_files = uploads
@@ -47,14 +55,28 @@ fn prepare(arc: &ArcCe, launch: &Launch, sandbox: &Path) -> Result<(String, Vec<
             size: None,
             local: None,
         })
+        .chain(fetched.into_iter().map(|f| InputFile {
+            name: plain_name(&f.name),
+            ..f
+        }))
         .collect();
-    // Everything the owner may fetch is kept on the CE until the agent has
-    // fetched it (A-REX deletes what `outputfiles` does not list).
-    let mut keep: Vec<String> = job.output_files.iter().map(|f| plain_name(&f.name)).collect();
+    // Outputs for a URL the CE's data staging delivers go there from the
+    // CE; everything else the owner may fetch is kept on the CE until the
+    // agent has fetched it (A-REX deletes what `outputfiles` does not list).
+    let (delivered, kept): (Vec<OutputFile>, Vec<OutputFile>) =
+        job.output_files.iter().cloned().partition(|f| handed(&f.target));
+    let mut keep: Vec<String> = kept.iter().map(|f| plain_name(&f.name)).collect();
     keep.extend(job.stdout.iter().chain(job.stderr.iter()).map(|n| plain_name(n)));
     keep.sort();
     keep.dedup();
-    job.output_files = keep.into_iter().map(OutputFile::kept).collect();
+    job.output_files = keep
+        .into_iter()
+        .map(OutputFile::kept)
+        .chain(delivered.into_iter().map(|f| OutputFile {
+            name: plain_name(&f.name),
+            ..f
+        }))
+        .collect();
     let mut xrsl = brokk_jdl::write(Format::Xrsl, std::slice::from_ref(&job))
         .map_err(|e| e.to_string())?
         .text;

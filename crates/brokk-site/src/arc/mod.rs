@@ -71,6 +71,22 @@ pub struct ArcConfig {
     /// site's one identity, which a site with `[accounts]` refuses.
     #[serde(default)]
     pub users: std::collections::BTreeMap<String, Credential>,
+    /// The URL schemes the CE's own data staging (A-REX's) fetches inputs
+    /// from and delivers outputs to: a job's file at such a URL is handed to
+    /// the CE in its description rather than moved by the agent, and the
+    /// site publishes the schemes.
+    #[serde(default = "default_staging")]
+    pub staging: Vec<String>,
+}
+
+impl ArcConfig {
+    /// Whether the CE moves the file at `url` itself (its scheme is one of
+    /// [`ArcConfig::staging`]; a `file://` path, the agent's own, never).
+    pub fn stages(&self, url: &str) -> bool {
+        url.split_once("://").is_some_and(|(scheme, _)| {
+            !scheme.eq_ignore_ascii_case("file") && self.staging.iter().any(|s| s.eq_ignore_ascii_case(scheme))
+        })
+    }
 }
 
 /// A certificate (or proxy) and its key, as a grid client presents them.
@@ -129,6 +145,12 @@ fn default_timeout_s() -> u64 {
 }
 fn default_state_lag_s() -> u64 {
     60
+}
+/// What A-REX's data staging moves with the plugins a CE ordinarily has.
+fn default_staging() -> Vec<String> {
+    ["http", "https", "gsiftp", "srm", "root", "davs", "s3"]
+        .map(String::from)
+        .to_vec()
 }
 fn default_reservation_rte() -> String {
     "ENV/SLURM-RESERVATION".into()

@@ -118,6 +118,24 @@ impl Backend {
         }
     }
 
+    /// Whether the resource manager moves the file at `url` itself (an ARC
+    /// CE's data staging), so the agent neither stages it in nor out.
+    pub fn stages(&self, url: &str) -> bool {
+        self.arc().is_some_and(|a| a.config.stages(url))
+    }
+
+    /// The URL schemes the site stages: the agent's own and those its
+    /// resource manager moves itself.
+    pub fn staging(&self) -> Vec<String> {
+        let mut all: Vec<String> = brokk_model::Environment::STAGING.map(String::from).to_vec();
+        for s in self.arc().map(|a| a.config.staging.clone()).unwrap_or_default() {
+            if !all.iter().any(|x| x.eq_ignore_ascii_case(&s)) {
+                all.push(s);
+            }
+        }
+        all
+    }
+
     /// What the resource manager publishes of itself, where it does: an
     /// ARC CE's GLUE 2 reading.
     pub fn published(&self) -> Option<crate::arc::glue2::Glue2> {

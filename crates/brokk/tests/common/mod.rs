@@ -300,3 +300,76 @@ pub fn write_private(path: &std::path::Path, text: &str) {
     std::fs::write(path, text).unwrap();
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).unwrap();
 }
+
+/// A tiny HTTP server for staging: GET /data, PUT /up (with `Expect:
+/// 100-continue` as ARC's clients send it), and /hang, which never answers.
+#[allow(dead_code)] // the staging tests'
+pub fn file_server() -> (String, std::sync::Arc<std::sync::Mutex<Vec<u8>>>) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let uploaded = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let up = uploaded.clone();
+    use std::io::{BufRead, Read, Write};
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let up = up.clone();
+            std::thread::spawn(move || {
+                let mut s = stream;
+                let mut reader = std::io::BufReader::new(s.try_clone().unwrap());
+                let mut first = String::new();
+                reader.read_line(&mut first).unwrap_or(0);
+                let (mut len, mut expects) = (0usize, false);
+                loop {
+                    let mut h = String::new();
+                    if reader.read_line(&mut h).unwrap_or(0) == 0 || h == "\r\n" {
+                        break;
+                    }
+                    let h = h.to_ascii_lowercase();
+                    if let Some(v) = h.strip_prefix("content-length:") {
+                        len = v.trim().parse().unwrap_or(0);
+                    }
+                    expects |= h.starts_with("expect:") && h.contains("100-continue");
+                }
+                if first.contains(" /hang") {
+                    std::thread::sleep(std::time::Duration::from_secs(60));
+                    return;
+                }
+                // ARC's clients name the whole URL and wait to be asked
+                // for the body.
+                if first.starts_with("PUT ") && first.contains("/up ") {
+                    if expects {
+                        let _ = s.write_all(b"HTTP/1.1 100 Continue\r\n\r\n");
+                    }
+                    let mut body = vec![0; len];
+                    reader.read_exact(&mut body).unwrap();
+                    *up.lock().unwrap() = body;
+                    let _ = s.write_all(b"HTTP/1.1 201 Created\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
+                    return;
+                }
+                // Nothing but /data is there (ARC's data staging asks
+                // whether a destination exists before it writes it), and
+                // WebDAV's methods are not spoken (it falls back on HEAD).
+                let (get, head) = (first.starts_with("GET "), first.starts_with("HEAD "));
+                if !(get || head) {
+                    let _ =
+                        s.write_all(b"HTTP/1.1 501 Not Implemented\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
+                    return;
+                }
+                if !first.contains("/data ") {
+                    let _ = s.write_all(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
+                    return;
+                }
+                let body = b"staged over http\n";
+                let _ = write!(
+                    s,
+                    "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                    body.len()
+                );
+                if get {
+                    let _ = s.write_all(body);
+                }
+            });
+        }
+    });
+    (url, uploaded)
+}
