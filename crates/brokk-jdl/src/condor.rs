@@ -126,9 +126,19 @@ impl Macros {
     fn set(&mut self, name: &str, value: String, pos: usize) {
         let k = name.to_ascii_lowercase();
         // A macro that names itself means its previous value, as in HTCondor (`PATH = $(PATH):/x`).
-        let value = if value.to_ascii_lowercase().contains(&format!("$({k})")) {
+        let own = format!("$({k})");
+        let times = value.to_ascii_lowercase().matches(&own).count();
+        let value = if times > 0 {
             let old = self.vars.get(&k).map(|(v, _)| v.clone()).unwrap_or_default();
-            replace_ignore_case(&value, &format!("$({k})"), &old)
+            // Each such line can multiply the value (`T = $(T)$(T)`): past
+            // what an expansion ever copies, the description has spent its
+            // budget and is refused as one whose expansion did.
+            if old.len().saturating_mul(times).saturating_add(value.len()) > MAX_EXPANSION {
+                self.work.set(MAX_WORK + 1);
+                value
+            } else {
+                replace_ignore_case(&value, &own, &old)
+            }
         } else {
             value
         };
@@ -584,9 +594,11 @@ fn make_job(
         .map(|(v, _)| v.trim().to_string())
         .or_else(|| get("+singularityimage").map(|(v, _)| v.trim().trim_matches('"').to_string()))
         .filter(|v| !v.is_empty());
+    // A grid resource means something only to a grid-universe job.
+    let grid = get("universe").is_some_and(|(v, _)| v.trim().eq_ignore_ascii_case("grid"));
     job.grid_resource = get("grid_resource")
         .map(|(v, _)| v.split_whitespace().collect::<Vec<_>>().join(" "))
-        .filter(|v| !v.is_empty());
+        .filter(|v| grid && !v.is_empty());
     if let Some((v, pos)) = get("universe") {
         keep(universe(&v, pos, src, &mut job, warnings), &mut errors);
     }

@@ -107,6 +107,29 @@ fn condor_macro_expansion_has_a_budget_and_long_chains_stay_linear() {
     let d = &e.diagnostics[0];
     assert!(d.message.contains("steps"), "{e}");
     assert_eq!(d.line, 24, "{e}");
+    // A macro that names itself takes its previous value: tripling itself
+    // line after line (found by fuzzing: 3.4 GB asked for by a 2.8 kB file)
+    // is refused at the `queue` line once it outgrows any expansion.
+    let mut tripling = String::from(
+        "executable = /bin/true
+tag = x
+",
+    );
+    for _ in 0..40 {
+        tripling.push_str(
+            "tag = $(tag)-$(tag)-$(tag)
+",
+        );
+    }
+    tripling.push_str(
+        "arguments = $(tag)
+queue
+",
+    );
+    let e = read(Format::Condor, &tripling, &ReadOptions::default()).unwrap_err();
+    let d = &e.diagnostics[0];
+    assert!(d.message.contains("steps"), "{e}");
+    assert_eq!(d.line, 44, "{e}");
 }
 
 /// A submit file that names its batch as the ClassAd does (`+JobBatchName`)

@@ -132,16 +132,26 @@ pub fn read(
     if let Some(deps) = dependencies {
         match pairs(text, deps) {
             Ok(pairs) => {
+                // Each once, however often the pairs repeat it: a set, so
+                // that lists on both sides cost their product, no more.
+                // Attribute names are not case-sensitive: a dependency
+                // names a node as the node's own entry spells it.
+                let spelt: std::collections::HashMap<String, &str> = tasks
+                    .iter()
+                    .map(|t| (t.id.to_ascii_lowercase(), t.id.as_str()))
+                    .collect();
+                let as_spelt = |n: &String| spelt.get(&n.to_ascii_lowercase()).map_or(n.clone(), |s| s.to_string());
+                let mut seen = std::collections::HashSet::new();
                 for (parents, children) in pairs {
-                    for p in &parents {
+                    let children: Vec<String> = children.iter().map(as_spelt).collect();
+                    for p in parents.iter().map(as_spelt) {
                         for c in &children {
-                            let edge = Edge {
-                                parent: p.clone(),
-                                child: c.clone(),
-                                bytes: 0,
-                            };
-                            if !edges.contains(&edge) {
-                                edges.push(edge);
+                            if seen.insert((p.clone(), c.clone())) {
+                                edges.push(Edge {
+                                    parent: p.clone(),
+                                    child: c.clone(),
+                                    bytes: 0,
+                                });
                             }
                         }
                     }
@@ -152,15 +162,6 @@ pub fn read(
     }
     if !errors.is_empty() {
         return Err(WorkflowError { errors });
-    }
-    // Attribute names are not case-sensitive: a dependency names a node
-    // as the node's own entry spells it.
-    for e in &mut edges {
-        for end in [&mut e.parent, &mut e.child] {
-            if let Some(t) = tasks.iter().find(|t| t.id.eq_ignore_ascii_case(end)) {
-                end.clone_from(&t.id);
-            }
-        }
     }
     let workflow = Workflow {
         name: name.to_string(),
