@@ -303,14 +303,6 @@ pub fn mismatches(job: &Job, resource: &ResourceInfo) -> Vec<Mismatch> {
     out
 }
 
-/// The scheme of a URL (`gsiftp` of `gsiftp://host/file`), lower case;
-/// `None` for a plain name.
-fn scheme(url: &str) -> Option<String> {
-    let (scheme, _) = url.split_once(':')?;
-    let plain = !scheme.is_empty() && scheme.chars().all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c));
-    plain.then(|| scheme.to_ascii_lowercase())
-}
-
 /// The job's inputs and outputs at URLs whose scheme `env` does not stage.
 /// A file uploaded with the job (`upload:`) comes from the broker, and an
 /// output without a target stays in the job's directory: any site takes
@@ -327,7 +319,7 @@ fn staging(job: &Job, env: &brokk_model::Environment) -> Vec<Mismatch> {
     inputs
         .chain(outputs)
         .filter_map(|(what, name, url)| {
-            let s = scheme(url)?;
+            let s = brokk_model::url_scheme(url)?;
             if s == "upload" || env.stages(&s) {
                 return None;
             }

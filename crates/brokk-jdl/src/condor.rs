@@ -817,7 +817,7 @@ fn universe(v: &str, pos: usize, src: &str, job: &mut Job, warnings: &mut Vec<Di
                 ));
             };
             let kind = resource.split_whitespace().next().unwrap_or("").to_ascii_lowercase();
-            if !["arc", "nordugrid", "gt2", "gt5", "gram", "condor", "batch"].contains(&kind.as_str()) {
+            if brokk_model::grid_kind(&kind).is_none() {
                 return Err(Diagnostic::error_at(
                     src,
                     pos,

@@ -48,13 +48,20 @@ const IGNORED: &[&str] = &[
     "edgrequirements",
 ];
 
-/// Reads a JDL description (with or without the enclosing brackets).
-pub(crate) fn read(src: &str) -> Result<Parsed, ParseError> {
+/// The `name = expr` entries of a JDL record (with or without the
+/// enclosing brackets).
+pub(crate) fn entries(src: &str) -> Result<Vec<Entry>, Diagnostic> {
     let mut p = Parser::new(src, 0, src.len())?;
     p.bare_list_items = true;
     let bracketed = p.at_bracket();
     let entries = p.entries(bracketed)?;
     p.finish()?;
+    Ok(entries)
+}
+
+/// Reads a JDL description (with or without the enclosing brackets).
+pub(crate) fn read(src: &str) -> Result<Parsed, ParseError> {
+    let entries = entries(src)?;
     let mut warnings = Vec::new();
     let get = |name: &str| entries.iter().find(|e| e.name.eq_ignore_ascii_case(name));
     let konst = |e: &Entry| eval(&e.expr, Env::new(None, None, 0));
@@ -83,6 +90,7 @@ pub(crate) fn read(src: &str) -> Result<Parsed, ParseError> {
                     Diagnostic::error_at(src, nodes.expr.start, "`Nodes` must be a list of job records").into(),
                 );
             };
+            let outer: Vec<&Entry> = entries.iter().collect();
             let mut jobs = Vec::new();
             for item in items {
                 let Kind::Record(fields) = &item.kind else {
@@ -90,7 +98,7 @@ pub(crate) fn read(src: &str) -> Result<Parsed, ParseError> {
                         Diagnostic::error_at(src, item.start, "expected a job record `[ ... ]` in `Nodes`").into(),
                     );
                 };
-                jobs.push(record_job(src, fields, &entries, &mut warnings)?);
+                jobs.push(record_job(src, &record_entries(fields), &outer, &mut warnings)?);
             }
             jobs
         }
@@ -121,25 +129,29 @@ pub(crate) fn read(src: &str) -> Result<Parsed, ParseError> {
     })
 }
 
-/// The job a record `[ ... ]` of `fields` describes (a Collection's node,
-/// a DAG node's `description`): it inherits the enclosing `outer`
-/// attributes it does not set itself.
-pub(crate) fn record_job(
-    src: &str,
-    fields: &[(String, Expr)],
-    outer: &[Entry],
-    warnings: &mut Vec<Diagnostic>,
-) -> Result<Job, ParseError> {
-    let own: Vec<Entry> = fields
+/// The entries of a record `[ ... ]` written inside another (a
+/// Collection's node, a DAG node's `description`).
+pub(crate) fn record_entries(fields: &[(String, Expr)]) -> Vec<Entry> {
+    fields
         .iter()
         .map(|(n, e)| Entry {
             name: n.clone(),
             name_pos: e.start,
             expr: e.clone(),
         })
-        .collect();
+        .collect()
+}
+
+/// The job entries `own` describe (a Collection's node, a DAG node): it
+/// inherits the enclosing `outer` attributes it does not set itself.
+pub(crate) fn record_job(
+    src: &str,
+    own: &[Entry],
+    outer: &[&Entry],
+    warnings: &mut Vec<Diagnostic>,
+) -> Result<Job, ParseError> {
     let mut merged: Vec<&Entry> = own.iter().collect();
-    for e in outer {
+    for &e in outer {
         if !own.iter().any(|o| o.name.eq_ignore_ascii_case(&e.name)) {
             merged.push(e);
         }

@@ -196,8 +196,8 @@ pub(crate) fn read(src: &str) -> Result<Parsed, ParseError> {
     let mut body_start = None;
     // Every directive is read, so that one pass reports every error.
     let mut errors: Vec<Diagnostic> = Vec::new();
-    // The components before the current one.
-    let mut before: Vec<(Job, Opts)> = Vec::new();
+    // The components read so far, the current one last once all is read.
+    let mut components: Vec<(Job, Opts)> = Vec::new();
     for (i, line) in src.split_inclusive('\n').enumerate() {
         let t = line.trim();
         let here = offset;
@@ -216,7 +216,7 @@ pub(crate) fn read(src: &str) -> Result<Parsed, ParseError> {
                 ));
             } else if rest.trim() == "hetjob" || rest.trim() == "packjob" {
                 // The options that follow are the next component's own.
-                before.push((std::mem::take(&mut job), std::mem::take(&mut o)));
+                components.push((std::mem::take(&mut job), std::mem::take(&mut o)));
             } else if let Err(e) = directive(src, rest, at, &mut job, &mut o, &mut warnings) {
                 errors.push(e);
             }
@@ -226,10 +226,10 @@ pub(crate) fn read(src: &str) -> Result<Parsed, ParseError> {
             body_start = Some(here);
         }
     }
-    before.push((job, o));
-    let together = before.len() > 1;
+    components.push((job, o));
+    let together = components.len() > 1;
     if together {
-        if let Some((_, at)) = before.iter().find_map(|(_, o)| o.array.as_ref()) {
+        if let Some((_, at)) = components.iter().find_map(|(_, o)| o.array.as_ref()) {
             errors.push(Diagnostic::error_at(
                 src,
                 *at,
@@ -241,27 +241,31 @@ pub(crate) fn read(src: &str) -> Result<Parsed, ParseError> {
         return Err(ParseError { diagnostics: errors });
     }
     let body = body_start.map(|start| program(src, start));
-    if let Some(at) = body_start.filter(|&b| together && src[b..].contains("--het-group")) {
+    let het_group = body_start
+        .filter(|_| together)
+        .and_then(|b| Some(b + src[b..].find("--het-group")?));
+    if let Some(at) = het_group {
         warnings.push(Diagnostic::warning_at(
             src,
-            at + src[at..].find("--het-group").unwrap_or(0),
+            at,
             "each component runs this script at its own site, where `srun --het-group` cannot reach the others: \
              branch on BROKK_HET_GROUP (0, 1, ...) instead",
         ));
     }
-    let n = before.len();
-    let first = before[0].0.clone();
+    let n = components.len();
+    // What later components take from the first, copied only when there are any.
+    let first = together.then(|| components[0].0.clone());
     let mut jobs = Vec::new();
-    for (k, (mut job, o)) in before.into_iter().enumerate() {
+    for (k, (mut job, o)) in components.into_iter().enumerate() {
         shape(src, &mut job, &o, &mut warnings);
         if let Some((executable, arguments, script)) = &body {
             job.executable.clone_from(executable);
             job.arguments.clone_from(arguments);
             job.script.clone_from(script);
         }
-        if together {
+        if let Some(first) = &first {
             if k > 0 {
-                inherit_whole_job(&mut job, &first);
+                inherit_whole_job(&mut job, first);
             }
             // Each component runs the script; these say which it is.
             job.environment.push(EnvVar {

@@ -164,6 +164,27 @@ impl Environment {
     }
 }
 
+/// The scheme of a URL (`gsiftp` of `gsiftp://host/file`), lower case;
+/// `None` for a plain name: what a site's staging list is read against.
+pub fn url_scheme(url: &str) -> Option<String> {
+    let (scheme, _) = url.split_once(':')?;
+    let plain = !scheme.is_empty() && scheme.chars().all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c));
+    plain.then(|| scheme.to_ascii_lowercase())
+}
+
+/// The kind of endpoint a `grid_resource` type names (HTCondor's `arc`
+/// and `nordugrid` are both ARC, `gt2`, `gt5` and `gram` GRAM), any case;
+/// `None` for a type no grid site fronts (`ec2`, `boinc`, ...).
+pub fn grid_kind(grid_type: &str) -> Option<&'static str> {
+    match grid_type.to_ascii_lowercase().as_str() {
+        "arc" | "nordugrid" => Some("arc"),
+        "gt2" | "gt5" | "gram" => Some("gram"),
+        "condor" => Some("condor"),
+        "batch" => Some("batch"),
+        _ => None,
+    }
+}
+
 /// A grid resource as two endpoints compare: its kind and host, lowercase.
 #[derive(Debug, PartialEq, Eq)]
 struct GridResource {
@@ -175,13 +196,7 @@ impl GridResource {
     /// `TYPE CONTACT`; `None` for a type Brokk's sites never front.
     fn parse(text: &str) -> Option<GridResource> {
         let mut words = text.split_whitespace();
-        let kind = match words.next()?.to_ascii_lowercase().as_str() {
-            "arc" | "nordugrid" => "arc",
-            "gt2" | "gt5" | "gram" => "gram",
-            "condor" => "condor",
-            "batch" => "batch",
-            _ => return None,
-        };
+        let kind = grid_kind(words.next()?)?;
         let contact = words.next()?;
         // A URL's or a GRAM contact's host: after any scheme, before any
         // port or path.

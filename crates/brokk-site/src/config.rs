@@ -204,18 +204,14 @@ impl Capabilities {
             .map(|(_, exe)| exe.as_str())
     }
 
-    /// What the site publishes of itself: these, and the URL schemes its
-    /// staging fetches and delivers (file, http, https; no container
+    /// What the site publishes of itself from these (its backend adds the
+    /// URL schemes it stages and the endpoints it fronts; no container
     /// runtime yet).
     pub fn environment(&self) -> brokk_model::Environment {
         brokk_model::Environment {
             runtime_environments: self.runtime_environments.clone(),
             gpus_per_node: self.gpus_per_node,
             applications: self.applications.keys().cloned().collect(),
-            staging: brokk_model::Environment::STAGING
-                .iter()
-                .map(|s| s.to_string())
-                .collect(),
             ..brokk_model::Environment::default()
         }
     }

@@ -37,8 +37,8 @@ fn turn(name: &str) -> Turn {
 }
 
 impl Drop for Turn {
-    /// Whatever a failed test left queued or running is cancelled, so the
-    /// next test finds the clusters empty rather than waiting behind it.
+    /// Whatever a test left queued, running or reserved is cancelled, so
+    /// the next test finds the clusters empty rather than waiting behind it.
     fn drop(&mut self) {
         for c in [1, 2] {
             let ids = slurm(&self.bed, c, "squeue", &["-h", "-o", "%i"]);
@@ -46,6 +46,7 @@ impl Drop for Turn {
             if !ids.is_empty() {
                 slurm(&self.bed, c, "scancel", &ids);
             }
+            drop_reservations(&self.bed, c, "");
         }
     }
 }
@@ -398,12 +399,6 @@ fn a_coallocation_across_two_slurm_clusters_starts_together() {
             std::thread::sleep(Duration::from_millis(200));
         }
     }
-    // The parts' reservations ended with them; whatever a failed run left
-    // is removed, so the next test has the clusters.
-    drop(svc);
-    for c in [1, 2] {
-        drop_reservations(bed, c, "brokk-co");
-    }
 }
 
 #[test]
@@ -430,10 +425,6 @@ fn a_heterogeneous_job_is_coallocated_across_the_two_clusters() {
         sites.push(j["site"].as_str().unwrap().to_string());
     }
     assert_ne!(sites[0], sites[1]);
-    drop(svc);
-    for c in [1, 2] {
-        drop_reservations(bed, c, "brokk-het");
-    }
 }
 
 #[test]

@@ -14,10 +14,10 @@ use std::collections::{HashMap, HashSet};
 use std::io;
 use std::path::Path;
 
-use brokk_model::workflow::{Edge, Task, Workflow};
+use brokk_model::workflow::{Edge, Task};
 use brokk_model::Duration;
 
-use super::{check, ReadWorkflow, WorkflowDiagnostic, WorkflowError};
+use super::{ReadWorkflow, WorkflowDiagnostic, WorkflowError};
 use crate::diag::Diagnostic;
 use crate::{detect, ReadOptions};
 
@@ -381,14 +381,7 @@ pub fn read(
     if !failures.is_empty() {
         return Err(WorkflowError { errors: failures });
     }
-    let workflow = Workflow {
-        name: name.to_string(),
-        tasks,
-        edges,
-        ..Workflow::default()
-    };
-    check(file, text, &workflow)?;
     let mut warnings: Vec<WorkflowDiagnostic> = warnings.into_iter().map(here).collect();
     warnings.extend(node_warnings);
-    Ok(ReadWorkflow { workflow, warnings })
+    ReadWorkflow::checked((file, text, name), tasks, edges, warnings)
 }

@@ -6,15 +6,16 @@
 //! the DAG's own job attributes (its sandbox, its requirements) unless they
 //! set their own, as the WMS does.
 
+use std::borrow::Cow;
 use std::io;
 use std::path::Path;
 
-use brokk_model::workflow::{Edge, Task, Workflow};
+use brokk_model::workflow::{Edge, Task};
 use brokk_model::Duration;
 
-use super::{check, ReadWorkflow, WorkflowDiagnostic, WorkflowError};
-use crate::classad::{eval, Entry, Env, Expr, Kind, Parser, Value};
-use crate::diag::{Diagnostic, Severity};
+use super::{ReadWorkflow, WorkflowDiagnostic, WorkflowError};
+use crate::classad::{eval, Entry, Env, Expr, Kind, Value};
+use crate::diag::Diagnostic;
 use crate::Format;
 
 /// Attributes of the DAG itself, read here or ignored, never inherited by
@@ -32,12 +33,7 @@ const OF_THE_DAG: &[&str] = &[
 
 /// Whether `text` is a JDL record whose `Type` is `DAG`.
 pub fn is_dag(text: &str) -> bool {
-    let Ok(mut p) = Parser::new(text, 0, text.len()) else {
-        return false;
-    };
-    p.bare_list_items = true;
-    let bracketed = p.at_bracket();
-    p.entries(bracketed).is_ok_and(|entries| {
+    crate::jdl::entries(text).is_ok_and(|entries| {
         entries.iter().any(|e| {
             e.name.eq_ignore_ascii_case("type")
                 && matches!(eval(&e.expr, Env::new(None, None, 0)), Value::Str(s) if s.eq_ignore_ascii_case("dag"))
@@ -58,11 +54,7 @@ pub fn read(
         diagnostic: d,
     };
     let fail = |d: Diagnostic| WorkflowError { errors: vec![here(d)] };
-    let mut p = Parser::new(text, 0, text.len()).map_err(fail)?;
-    p.bare_list_items = true;
-    let bracketed = p.at_bracket();
-    let entries = p.entries(bracketed).map_err(fail)?;
-    p.finish().map_err(fail)?;
+    let entries = crate::jdl::entries(text).map_err(fail)?;
     let get = |n: &str| entries.iter().find(|e| e.name.eq_ignore_ascii_case(n));
     let constant = |e: &Entry| eval(&e.expr, Env::new(None, None, 0));
     let Some(nodes) = get("nodes") else {
@@ -83,14 +75,9 @@ pub fn read(
         Some(Value::Int(n)) => u32::try_from(n).unwrap_or(0),
         _ => 0,
     };
-    let outer: Vec<Entry> = entries
+    let outer: Vec<&Entry> = entries
         .iter()
         .filter(|e| !OF_THE_DAG.iter().any(|d| e.name.eq_ignore_ascii_case(d)))
-        .map(|e| Entry {
-            name: e.name.clone(),
-            name_pos: e.name_pos,
-            expr: e.expr.clone(),
-        })
         .collect();
     let mut errors: Vec<WorkflowDiagnostic> = Vec::new();
     let mut warnings: Vec<WorkflowDiagnostic> = Vec::new();
@@ -117,11 +104,8 @@ pub fn read(
             dependencies = Some(expr);
             continue;
         }
-        match node_task(file, text, node, expr, &outer, load) {
-            Ok((mut task, said)) => {
-                if task.retries == 0 {
-                    task.retries = retries;
-                }
+        match node_task(file, text, (node, expr), (&outer, retries), load) {
+            Ok((task, said)) => {
                 warnings.extend(said);
                 tasks.push(task);
             }
@@ -163,120 +147,79 @@ pub fn read(
     if !errors.is_empty() {
         return Err(WorkflowError { errors });
     }
-    let workflow = Workflow {
-        name: name.to_string(),
-        tasks,
-        edges,
-        ..Workflow::default()
-    };
-    check(file, text, &workflow)?;
-    Ok(ReadWorkflow { workflow, warnings })
+    ReadWorkflow::checked((file, text, name), tasks, edges, warnings)
 }
 
 /// What a node's reading says, each with its file.
 type Said = Vec<WorkflowDiagnostic>;
 
 /// One node as a task: its job read from its `description` or its `file`,
+/// inheriting `outer` and, unless it sets its own, the DAG's retry count;
 /// with the warnings its reading gave.
 fn node_task(
     file: &str,
     text: &str,
-    node: &str,
-    expr: &Expr,
-    outer: &[Entry],
+    (node, expr): (&str, &Expr),
+    (outer, retries): (&[&Entry], u32),
     load: &dyn Fn(&Path) -> io::Result<String>,
 ) -> Result<(Task, Said), Said> {
     let at = |f: &str, d: Diagnostic| WorkflowDiagnostic {
         file: f.to_string(),
         diagnostic: d,
     };
+    let here = |offset: usize, message: String| vec![at(file, Diagnostic::error_at(text, offset, message))];
     let Kind::Record(attrs) = &expr.kind else {
-        return Err(vec![at(
-            file,
-            Diagnostic::error_at(
-                text,
-                expr.start,
-                format!("node `{node}` is a record `[ description = [ ... ]; ]`"),
-            ),
-        )]);
+        return Err(here(
+            expr.start,
+            format!("node `{node}` is a record `[ description = [ ... ]; ]`"),
+        ));
     };
     let find = |n: &str| attrs.iter().find(|(a, _)| a.eq_ignore_ascii_case(n)).map(|(_, e)| e);
-    let mut said = Vec::new();
-    let job = match (find("description"), find("file")) {
+    // The job's entries, with the text and the file they are placed in.
+    let (source, shown, own): (Cow<'_, str>, String, Vec<Entry>) = match (find("description"), find("file")) {
         (Some(d), _) => {
             let Kind::Record(fields) = &d.kind else {
-                return Err(vec![at(
-                    file,
-                    Diagnostic::error_at(
-                        text,
-                        d.start,
-                        format!("node `{node}`: `description` is a job record `[ ... ]`"),
-                    ),
-                )]);
+                return Err(here(
+                    d.start,
+                    format!("node `{node}`: `description` is a job record `[ ... ]`"),
+                ));
             };
-            let mut warnings = Vec::new();
-            let job = crate::jdl::record_job(text, fields, outer, &mut warnings)
-                .map_err(|e| e.diagnostics.into_iter().map(|d| at(file, d)).collect::<Vec<_>>())?;
-            said.extend(warnings.into_iter().map(|d| at(file, d)));
-            job
+            (
+                Cow::Borrowed(text),
+                file.to_string(),
+                crate::jdl::record_entries(fields),
+            )
         }
         (None, Some(f)) => {
-            let path = match eval(f, Env::new(None, None, 0)) {
-                Value::Str(s) => s,
-                _ => {
-                    return Err(vec![at(
-                        file,
-                        Diagnostic::error_at(text, f.start, format!("node `{node}`: `file` is a quoted path")),
-                    )])
-                }
+            let Value::Str(path) = eval(f, Env::new(None, None, 0)) else {
+                return Err(here(f.start, format!("node `{node}`: `file` is a quoted path")));
             };
-            let source = load(Path::new(&path)).map_err(|e| {
-                vec![at(
-                    file,
-                    Diagnostic::error_at(text, f.start, format!("node `{node}`: cannot read {path}: {e}")),
-                )]
-            })?;
-            // The node's file is a job record of its own, which inherits
-            // as an inline description does.
-            let in_file = |d: Diagnostic| vec![at(&path, d)];
-            let mut p = Parser::new(&source, 0, source.len()).map_err(in_file)?;
-            p.bare_list_items = true;
-            let bracketed = p.at_bracket();
-            let entries = p.entries(bracketed).map_err(in_file)?;
-            p.finish().map_err(in_file)?;
-            let fields: Vec<(String, Expr)> = entries.into_iter().map(|e| (e.name, e.expr)).collect();
-            let mut warnings = Vec::new();
-            let job = crate::jdl::record_job(&source, &fields, outer, &mut warnings)
-                .map_err(|e| e.diagnostics.into_iter().map(|d| at(&path, d)).collect::<Vec<_>>())?;
-            said.extend(warnings.into_iter().map(|d| at(&path, d)));
-            job
+            let source =
+                load(Path::new(&path)).map_err(|e| here(f.start, format!("node `{node}`: cannot read {path}: {e}")))?;
+            // A job record of its own, which inherits as a description does.
+            let own = crate::jdl::entries(&source).map_err(|d| vec![at(&path, d)])?;
+            (Cow::Owned(source), path, own)
         }
         (None, None) => {
-            return Err(vec![at(
-                file,
-                Diagnostic::error_at(
-                    text,
-                    expr.start,
-                    format!("node `{node}` needs its job: `description = [ ... ]` or `file = \"node.jdl\"`"),
-                ),
-            )])
+            return Err(here(
+                expr.start,
+                format!("node `{node}` needs its job: `description = [ ... ]` or `file = \"node.jdl\"`"),
+            ))
         }
     };
+    let mut warnings = Vec::new();
+    let job = crate::jdl::record_job(&source, &own, outer, &mut warnings)
+        .map_err(|e| e.diagnostics.into_iter().map(|d| at(&shown, d)).collect::<Vec<_>>())?;
     let task = Task {
         id: node.to_string(),
         runtime: job.wall_time.unwrap_or(Duration(0)),
         cores: job.cpus.unwrap_or(1).max(1),
-        retries: job.retries.unwrap_or(0),
+        retries: job.retries.unwrap_or(retries),
         format: Some(Format::Jdl.name().to_string()),
         job: Some(job),
         ..Task::default()
     };
-    Ok((
-        task,
-        said.into_iter()
-            .filter(|d| d.diagnostic.severity == Severity::Warning)
-            .collect(),
-    ))
+    Ok((task, warnings.into_iter().map(|d| at(&shown, d)).collect()))
 }
 
 /// One dependency: its parents and its children.

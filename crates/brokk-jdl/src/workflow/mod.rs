@@ -12,7 +12,7 @@ pub mod wfformat;
 use std::fmt;
 use std::path::Path;
 
-use brokk_model::workflow::Workflow;
+use brokk_model::workflow::{Edge, Task, Workflow};
 use petgraph::graph::DiGraph;
 
 use crate::diag::{Diagnostic, Severity};
@@ -66,6 +66,26 @@ pub struct ReadWorkflow {
     pub workflow: Workflow,
     /// Warnings, each with its file.
     pub warnings: Vec<WorkflowDiagnostic>,
+}
+
+impl ReadWorkflow {
+    /// Workflow `name` of `tasks` and `edges` read from `text` (a DAG
+    /// reader's result), checked ([`check`]), with its `warnings`.
+    fn checked(
+        (file, text, name): (&str, &str, &str),
+        tasks: Vec<Task>,
+        edges: Vec<Edge>,
+        warnings: Vec<WorkflowDiagnostic>,
+    ) -> Result<Self, WorkflowError> {
+        let workflow = Workflow {
+            name: name.to_string(),
+            tasks,
+            edges,
+            ..Workflow::default()
+        };
+        check(file, text, &workflow)?;
+        Ok(ReadWorkflow { workflow, warnings })
+    }
 }
 
 /// Reads the workflow file `path` in its format, reading the files it names

@@ -83,6 +83,15 @@ impl Service {
         delta: brokk_model::Duration,
     ) -> Result<Coallocated, ServiceError> {
         for (job, ..) in &mut parsed {
+            // A part starts in the reservation the co-allocation makes for
+            // it, when its partners start.
+            if job.reservation.is_some() || job.hold {
+                return Err(ServiceError::BadRequest(
+                    "a co-allocated job runs in the reservation the co-allocation makes, when its partners \
+                     start: remove its own reservation or hold"
+                        .into(),
+                ));
+            }
             // Co-allocated jobs take no uploads: a local input is refused, not lost.
             self.take_uploads(owner, job, &Default::default(), &Default::default())?;
         }

@@ -248,28 +248,16 @@ impl Service {
     /// every job must pass before any site is asked: its language, the
     /// per-request and queued-job limits, the broker's own validation.
     async fn read_submission(&self, owner: &str, req: &SubmitRequest) -> Result<(Format, Parsed), ServiceError> {
-        let format = match &req.format {
-            Some(f) => f
-                .parse::<Format>()
-                .map_err(|e| ServiceError::BadRequest(e.to_string()))?,
-            None => detect(&req.description, None).ok_or_else(|| {
-                ServiceError::BadRequest("format: cannot tell the description's language; give `format`".into())
-            })?,
-        };
-        let description = req.description.clone();
-        let parsed = self
+        let (description, format) = (req.description.clone(), req.format.clone());
+        let (format, parsed) = self
             .parsing
-            .run(owner, move || read(format, &description, &ReadOptions::default()))
-            .await?
-            .map_err(|e| ServiceError::BadRequest(format!("description ({format}): {e}")))?;
+            .run(owner, move || parse_description(&description, format.as_deref()))
+            .await??;
         if parsed.jobs.is_empty() {
             return Err(ServiceError::BadRequest("description: it describes no job".into()));
         }
         self.within_job_limits(owner, parsed.jobs.len(), self.limits.jobs_per_submission)
             .await?;
-        for job in &parsed.jobs {
-            brokk_broker::select::validate_at(job, now()).map_err(|e| ServiceError::BadRequest(e.to_string()))?;
-        }
         if req.reservation.is_some() && parsed.jobs.len() != 1 {
             return Err(ServiceError::BadRequest(
                 "reservation: one reservation holds one job".into(),
@@ -325,8 +313,8 @@ impl Service {
         format: Format,
         parsed: Parsed,
     ) -> Result<Accepted, ServiceError> {
-        let named = parsed.jobs.iter().any(|j| j.reservation.is_some()) || req.reservation.is_some();
-        if req.hold || parsed.jobs.iter().any(|j| j.hold) || named {
+        // What the description itself asks is refused by the co-allocation.
+        if req.hold || req.reservation.is_some() {
             return Err(ServiceError::BadRequest(
                 "a heterogeneous job's components start together in reservations the broker makes: \
                  it can be neither held nor run in another reservation"
@@ -626,25 +614,12 @@ impl Service {
 
     /// Parses one description that must hold exactly one job.
     fn one_job(description: &str, format: Option<&str>) -> Result<(Job, Format, Vec<String>), ServiceError> {
-        let format = match format {
-            Some(f) => f
-                .parse::<Format>()
-                .map_err(|e| ServiceError::BadRequest(e.to_string()))?,
-            None => detect(description, None)
-                .ok_or_else(|| ServiceError::BadRequest("format: cannot tell the description's language".into()))?,
-        };
-        let parsed = read(format, description, &ReadOptions::default())
-            .map_err(|e| ServiceError::BadRequest(format!("description ({format}): {e}")))?;
+        let (format, parsed) = parse_description(description, format)?;
+        let warnings = warnings_of(&parsed);
         let [job] = <[Job; 1]>::try_from(parsed.jobs).map_err(|v| {
             ServiceError::BadRequest(format!("a co-allocated description must hold one job, not {}", v.len()))
         })?;
-        brokk_broker::select::validate_at(&job, now()).map_err(|e| ServiceError::BadRequest(e.to_string()))?;
-        if job.reservation.is_some() {
-            return Err(ServiceError::BadRequest(
-                "reservation: a co-allocated job runs in the reservation the co-allocation makes; remove it".into(),
-            ));
-        }
-        Ok((job, format, parsed.warnings.iter().map(|d| d.to_string()).collect()))
+        Ok((job, format, warnings))
     }
 
     /// Keeps an accepted job from being dispatched until it is released.
@@ -704,6 +679,25 @@ fn not_held(j: &BrokerJob, change: Change) -> ServiceError {
         Err(refused) => ServiceError::Conflict(refused.to_string()),
         Ok(()) => ServiceError::Conflict(format!("job {}: its co-allocation is being placed; try again", j.id)),
     }
+}
+
+/// Reads a description in `format` (detected when absent), every job it
+/// makes checked by the broker's own validation.
+fn parse_description(description: &str, format: Option<&str>) -> Result<(Format, Parsed), ServiceError> {
+    let format = match format {
+        Some(f) => f
+            .parse::<Format>()
+            .map_err(|e| ServiceError::BadRequest(e.to_string()))?,
+        None => detect(description, None).ok_or_else(|| {
+            ServiceError::BadRequest("format: cannot tell the description's language; give `format`".into())
+        })?,
+    };
+    let parsed = read(format, description, &ReadOptions::default())
+        .map_err(|e| ServiceError::BadRequest(format!("description ({format}): {e}")))?;
+    for job in &parsed.jobs {
+        brokk_broker::select::validate_at(job, now()).map_err(|e| ServiceError::BadRequest(e.to_string()))?;
+    }
+    Ok((format, parsed))
 }
 
 /// How far ahead a heterogeneous job's common start is looked for: a day,

@@ -83,9 +83,8 @@ impl ArcConfig {
     /// Whether the CE moves the file at `url` itself (its scheme is one of
     /// [`ArcConfig::staging`]; a `file://` path, the agent's own, never).
     pub fn stages(&self, url: &str) -> bool {
-        url.split_once("://").is_some_and(|(scheme, _)| {
-            !scheme.eq_ignore_ascii_case("file") && self.staging.iter().any(|s| s.eq_ignore_ascii_case(scheme))
-        })
+        brokk_model::url_scheme(url)
+            .is_some_and(|scheme| scheme != "file" && self.staging.iter().any(|s| s.eq_ignore_ascii_case(&scheme)))
     }
 }
 

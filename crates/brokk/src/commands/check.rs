@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use brokk_model::Duration;
 use brokk_proto::wire::{Checked, SiteCheck};
 
-use super::listing::shown;
+use super::listing::{aligned, shown};
 
 /// The lines that show `checked` for the description `file`: per job, where
 /// a decision now would send it, then each site's answer aligned in columns.
@@ -30,31 +30,17 @@ pub fn lines(file: &str, checked: &Checked) -> Vec<String> {
             ),
             None => format!("{which}: no site of the broker would take it now"),
         });
-        let rows: Vec<[String; 5]> = job.sites.iter().map(row).collect();
-        let head = ["SITE", "ANSWER", "START", "RESULTS", "REASON"].map(String::from);
-        let widths: Vec<usize> = (0..4)
-            .map(|c| {
-                rows.iter()
-                    .chain([&head])
-                    .map(|r| r[c].chars().count())
-                    .max()
-                    .unwrap_or(0)
-            })
-            .collect();
-        for r in [&head].into_iter().chain(&rows) {
-            let mut line = String::from("  ");
-            for (c, w) in widths.iter().enumerate() {
-                line.push_str(&format!("{:<w$}  ", r[c], w = *w));
-            }
-            line.push_str(&r[4]);
-            out.push(line.trim_end().to_string());
-        }
+        let head = ["SITE", "ANSWER", "START", "RESULTS", "REASON"]
+            .map(String::from)
+            .to_vec();
+        let rows: Vec<Vec<String>> = std::iter::once(head).chain(job.sites.iter().map(row)).collect();
+        out.extend(aligned(&rows).into_iter().map(|line| format!("  {line}")));
     }
     out
 }
 
 /// One site's answer as table cells.
-fn row(s: &SiteCheck) -> [String; 5] {
+fn row(s: &SiteCheck) -> Vec<String> {
     let secs = |v: Option<i64>| v.map_or("-".to_string(), |v| Duration(v).human());
     [
         shown(&s.site),
@@ -63,6 +49,7 @@ fn row(s: &SiteCheck) -> [String; 5] {
         secs(s.ttd),
         shown(&s.reasons.join("; ")),
     ]
+    .to_vec()
 }
 
 /// "now" or "in 9m" for a prediction in seconds from now.
@@ -90,9 +77,14 @@ pub fn show(file: &str, checked: &Checked, json: bool) -> ExitCode {
     status(checked)
 }
 
+/// Whether every job has a site that takes it.
+pub fn all_placed(checked: &Checked) -> bool {
+    checked.jobs.iter().all(|j| j.site.is_some())
+}
+
 /// 0 when every job has a site that takes it, else 1.
 pub fn status(checked: &Checked) -> ExitCode {
-    if checked.jobs.iter().all(|j| j.site.is_some()) {
+    if all_placed(checked) {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)

@@ -184,8 +184,21 @@ pub fn table(jobs: &[BrokerJob], fields: &[Field], now: Time) -> Vec<String> {
     let rows: Vec<Vec<String>> = std::iter::once(heading)
         .chain(jobs.iter().map(|j| fields.iter().map(|&f| cell(j, f, now)).collect()))
         .collect();
-    let widths: Vec<usize> = (0..fields.len())
-        .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
+    aligned(&rows)
+}
+
+/// `rows` (a heading first, if any) as lines whose columns are as wide as
+/// their widest cell, two spaces apart.
+pub fn aligned(rows: &[Vec<String>]) -> Vec<String> {
+    let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..columns)
+        .map(|c| {
+            rows.iter()
+                .filter_map(|r| r.get(c))
+                .map(|s| s.chars().count())
+                .max()
+                .unwrap_or(0)
+        })
         .collect();
     rows.iter()
         .map(|r| {

@@ -31,6 +31,7 @@ pub struct Args {
 
 /// Checks every file and reports each one.
 pub fn run(a: Args) -> Result<ExitCode> {
+    let client = a.broker.then(|| a.server.client()).transpose()?;
     let mut all_ok = true;
     for f in &a.files {
         let (format, outcome) = match Input::load(f) {
@@ -63,9 +64,8 @@ pub fn run(a: Args) -> Result<ExitCode> {
         };
         all_ok &= outcome.is_ok();
         // The second question, asked only of a file that is correct.
-        let checked = match (&outcome, a.broker) {
-            (Ok((_, input)), true) => {
-                let c = a.server.client()?;
+        let checked = match (&outcome, &client) {
+            (Ok((_, input)), Some(c)) => {
                 let checked = c.check(&SubmitRequest {
                     description: input.text.clone(),
                     format: format.map(|f| f.name().to_string()),
@@ -76,9 +76,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
             _ => None,
         };
         report(f, format, &outcome, a.json, checked.as_ref());
-        if let Some(checked) = &checked {
-            all_ok &= super::check::status(checked) == ExitCode::SUCCESS;
-        }
+        all_ok &= checked.as_ref().is_none_or(super::check::all_placed);
     }
     Ok(if all_ok { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }
