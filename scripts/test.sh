@@ -51,6 +51,16 @@ else
   echo "no GRAM gatekeeper (it needs root and Debian's packages): the GRAM tests stay ignored"
 fi
 
+stage "grid data: an XRootD server and a GridFTP server (the GRAM testbed's CA) for the grid transfers' tests"
+griddata=no
+if [ "$gram" = yes ] && BROKK_TEST_GRIDDATA=$(scripts/griddata-testbed.sh start); then
+  export BROKK_TEST_GRIDDATA
+  griddata=yes
+  echo "XRootD at $(cat "$BROKK_TEST_GRIDDATA/root"), GridFTP at $(cat "$BROKK_TEST_GRIDDATA/gsiftp")"
+else
+  echo "no grid data servers (they need root, Debian's packages and the GRAM testbed): their tests stay ignored"
+fi
+
 stage "Chromium and ChromeDriver for the dashboard's browser test"
 browser=no
 if command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1; then
@@ -111,6 +121,10 @@ fi
 if [ "$gram" = yes ]; then
   ignored="$ignored | binary(gram)"
   tests+=(--test gram)
+fi
+if [ "$griddata" = yes ]; then
+  ignored="$ignored | binary(griddata)"
+  tests+=(--test griddata)
 fi
 if [ "$contracts" = yes ]; then
   ignored="$ignored | binary(contracts)"

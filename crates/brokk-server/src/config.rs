@@ -365,6 +365,10 @@ pub struct EmbeddedSiteConfig {
     /// the site agent's `stage_hosts`).
     #[serde(default)]
     pub stage_hosts: Vec<String>,
+    /// Grid transfers by the protocols' own clients (see the site agent's
+    /// `[transfers]`).
+    #[serde(default)]
+    pub transfers: brokk_site::gridcopy::TransfersConfig,
     /// Run nothing (jobs are planned and finish at their planned start):
     /// for benchmarks of the broker only.
     #[serde(default)]
@@ -405,6 +409,7 @@ impl EmbeddedSiteConfig {
             stage_in_dirs: Vec::new(),
             stage_out_dirs: Vec::new(),
             stage_hosts: Vec::new(),
+            transfers: Default::default(),
             null_backend_for_benchmarks: false,
             capabilities: Default::default(),
             min_job_age_s: brokk_site::config::default_min_job_age(),
@@ -469,6 +474,7 @@ impl Config {
             if let Some(g) = &mut e.gram {
                 g.resolve(base);
             }
+            e.transfers.resolve(base);
             for d in e.stage_in_dirs.iter_mut().chain(e.stage_out_dirs.iter_mut()) {
                 *d = base.join(&*d);
             }

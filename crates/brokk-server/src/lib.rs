@@ -363,6 +363,7 @@ fn embedded_agent(config: &Config, e: &config::EmbeddedSiteConfig, token: &str) 
         stage_in_dirs: e.stage_in_dirs.clone(),
         stage_out_dirs: e.stage_out_dirs.clone(),
         stage_hosts: e.stage_hosts.clone(),
+        transfers: e.transfers.clone(),
         slurm: e.slurm.clone(),
         arc: e.arc.clone(),
         gram: e.gram.clone(),

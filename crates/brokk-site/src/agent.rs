@@ -278,6 +278,7 @@ impl Agent {
                 workdir: config.workdir.clone(),
                 hosts: config.stage_hosts.clone(),
                 own: Some(config.listen.ip()).filter(|ip| !ip.is_unspecified()),
+                grid: crate::gridcopy::GridCopy::new(&config.transfers).map_err(AgentError::Internal)?,
             }),
             // One identity's uploads cannot fill the disk the others share.
             uploads: crate::uploads::Uploads::new(config.workdir.join(".uploads"), config.max_upload_bytes).with_quota(
@@ -551,7 +552,7 @@ impl Agent {
             ancestors: Vec::new(),
             environment: brokk_model::Environment {
                 endpoints: self.backend.endpoints(),
-                staging: self.backend.staging(),
+                staging: self.backend.staging(&self.staging.grid.schemes()),
                 ..self.config.capabilities.environment()
             },
         }

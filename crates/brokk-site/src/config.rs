@@ -155,6 +155,11 @@ pub struct Config {
     /// address): none by default.
     #[serde(default)]
     pub stage_hosts: Vec<String>,
+    /// Grid transfers (`root://`, `gsiftp://`) by the protocols' own
+    /// clients ([`crate::gridcopy`]); by default those installed, GridFTP
+    /// only with a credential.
+    #[serde(default)]
+    pub transfers: crate::gridcopy::TransfersConfig,
     /// The Slurm backend; without it jobs run as local processes.
     pub slurm: Option<SlurmConfig>,
     /// Front this ARC compute element instead of running jobs as local
@@ -365,6 +370,7 @@ impl Config {
         if let Some(a) = &mut c.arc {
             a.resolve(base);
         }
+        c.transfers.resolve(base);
         if let Some(g) = &mut c.gram {
             g.resolve(base);
         }

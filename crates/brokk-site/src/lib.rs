@@ -14,6 +14,7 @@ pub mod config;
 pub mod containment;
 pub mod delegates;
 pub mod gram;
+pub mod gridcopy;
 pub mod launch;
 pub mod listener;
 pub mod metrics;

@@ -55,7 +55,7 @@ async fn drive(agent: &Agent, mut launch: Launch, sandbox: &Path) -> End {
     // Made only when a file moves over HTTP: building a client is not free.
     let allowed = agent.staging();
     let http = std::sync::LazyLock::new(|| allowed.client());
-    let account = launch.account;
+    let (user, account) = (launch.user.clone(), launch.account);
     // A job already handed to the resource manager, or started, was staged
     // before; a backend that runs nothing needs no sandbox.
     if launch.backend_id.is_none() && !launch.started && agent.backend().runs_jobs() {
@@ -78,7 +78,7 @@ async fn drive(agent: &Agent, mut launch: Launch, sandbox: &Path) -> End {
                         let path = path.map_err(|e| e.to_string())?;
                         crate::staging::copy_in(path, sandbox, &name, account).await
                     }
-                    None => crate::staging::stage_in(&http, allowed, source, sandbox, &name, account).await,
+                    None => crate::staging::stage_in(&http, allowed, source, sandbox, &name, (&user, account)).await,
                 }
             };
             tokio::select! {
@@ -113,7 +113,7 @@ async fn drive(agent: &Agent, mut launch: Launch, sandbox: &Path) -> End {
         };
         let name = plain_name(&f.name);
         tokio::select! {
-            r = crate::staging::stage_out(&http, allowed, sandbox, &name, target, account) => {
+            r = crate::staging::stage_out(&http, allowed, sandbox, &name, target, (&user, account)) => {
                 if let Err(e) = r {
                     return End::Failed(format!("staging out {}: {e}", f.name));
                 }

@@ -8,6 +8,8 @@
 //! or not), and the job's side of every
 //! transfer only inside its own sandbox, opened without following links, so
 //! a job cannot make the agent read or write a file its owner could not.
+//! `dav(s)://` is HTTP(S); grid URLs (`root://`, `gsiftp://`) go by the
+//! protocol's own client under the same host rule ([`crate::gridcopy`]).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -29,6 +31,8 @@ pub struct Allowed {
     pub hosts: Vec<String>,
     /// The agent's own listening address.
     pub own: Option<std::net::IpAddr>,
+    /// The grid clients that move `root://`, `gsiftp://` and the like.
+    pub grid: crate::gridcopy::GridCopy,
 }
 
 impl Allowed {
@@ -73,6 +77,30 @@ impl Allowed {
             None => Err(format!("{url}: no host")),
             _ => Ok(()),
         }
+    }
+
+    /// Refuses a grid URL whose host is, or resolves to any address that
+    /// is, one a transfer may not reach: the client resolves the name again
+    /// itself, so every address must be one it may reach.
+    async fn check_grid_url(&self, raw: &str) -> Result<(), String> {
+        let url = reqwest::Url::parse(raw).map_err(|e| format!("{raw}: {e}"))?;
+        let host = match url.host() {
+            Some(url::Host::Ipv6(ip)) => ip.to_string(),
+            Some(h) => h.to_string(),
+            None => return Err(format!("{raw}: no host")),
+        };
+        let all: Vec<std::net::SocketAddr> = tokio::net::lookup_host((host.as_str(), 0))
+            .await
+            .map_err(|e| format!("{raw}: {host}: {e}"))?
+            .collect();
+        let shown = url.host_str().unwrap_or(&host);
+        if all.iter().any(|a| !self.may_reach(shown, a.ip())) {
+            return Err(format!(
+                "{raw}: this site does not fetch from or send to its own host's services (loopback, link-local, \
+                 its own address); a site may allow a host in `stage_hosts`"
+            ));
+        }
+        Ok(())
     }
 
     /// The HTTP client of transfers: names resolve only to addresses a
@@ -197,17 +225,33 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T, String> + Sen
     tokio::task::spawn_blocking(f).await.map_err(|e| e.to_string())?
 }
 
-/// Copies `source` into the sandbox as `name`, owned by `account`.
+/// A WebDAV URL as the HTTP URL it is: a file is read with GET and
+/// written with PUT alike.
+fn dav_as_http(url: &str) -> std::borrow::Cow<'_, str> {
+    match brokk_model::url_scheme(url).as_deref() {
+        Some("davs") => format!("https{}", &url[4..]).into(),
+        Some("dav") => format!("http{}", &url[3..]).into(),
+        _ => url.into(),
+    }
+}
+
+/// Copies `source` into the sandbox as `name`, owned by `account`, for
+/// `user` (whose grid credential a grid transfer uses).
 pub async fn stage_in(
     http: &reqwest::Client,
     allowed: &Arc<Allowed>,
     source: &str,
     sandbox_dir: &Path,
     name: &str,
-    account: Option<Account>,
+    (user, account): (&str, Option<Account>),
 ) -> Result<(), String> {
     let (dir, owned) = (sandbox_dir.to_path_buf(), name.to_string());
     let mut to = blocking(move || create_owned(&dir, &owned, account).map_err(|e| format!("{owned}: {e}"))).await?;
+    if allowed.grid.moves(source) {
+        allowed.check_grid_url(source).await?;
+        return allowed.grid.fetch(source, user, account.is_some(), to).await;
+    }
+    let source = &*dav_as_http(source);
     if let Some(rest) = source.strip_prefix("file://") {
         let (allowed, path) = (allowed.clone(), local_path(source, rest)?);
         return blocking(move || {
@@ -235,7 +279,7 @@ pub async fn stage_in(
         }
         return to.flush().await.map_err(|e| e.to_string());
     }
-    Err(format!("{source}: only file:// and http(s):// sources are supported"))
+    Err(format!("{source}: this site does not fetch from such a URL"))
 }
 
 /// Copies the agent's own file `from` (an upload) into the sandbox as
@@ -251,20 +295,26 @@ pub async fn copy_in(from: PathBuf, sandbox_dir: &Path, name: &str, account: Opt
     .await
 }
 
-/// Sends the sandbox's file `name` (which must belong to `account`) to `target`.
+/// Sends the sandbox's file `name` (which must belong to `account`) to
+/// `target`, for `user` (whose grid credential a grid transfer uses).
 pub async fn stage_out(
     http: &reqwest::Client,
     allowed: &Arc<Allowed>,
     sandbox_dir: &Path,
     name: &str,
     target: &str,
-    account: Option<Account>,
+    (user, account): (&str, Option<Account>),
 ) -> Result<(), String> {
     let (dir, owned) = (sandbox_dir.to_path_buf(), name.to_string());
     let mut from = blocking(move || {
         sandbox::open_read_owned(&dir, &owned, account.map(|a| a.uid)).map_err(|e| format!("{owned}: {e}"))
     })
     .await?;
+    if allowed.grid.moves(target) {
+        allowed.check_grid_url(target).await?;
+        return allowed.grid.send(from, target, user, account.is_some()).await;
+    }
+    let target = &*dav_as_http(target);
     if let Some(rest) = target.strip_prefix("file://") {
         let (allowed, path) = (allowed.clone(), local_path(target, rest)?);
         return blocking(move || {
@@ -322,5 +372,5 @@ pub async fn stage_out(
         }
         return Ok(());
     }
-    Err(format!("{target}: only file:// and http(s):// targets are supported"))
+    Err(format!("{target}: this site does not send to such a URL"))
 }

@@ -124,11 +124,14 @@ impl Backend {
         self.arc().is_some_and(|a| a.config.stages(url))
     }
 
-    /// The URL schemes the site stages: the agent's own and those its
+    /// The URL schemes the site stages: the agent's own (HTTP's, WebDAV's
+    /// as HTTP, and `grid`'s, those its grid clients move) and those its
     /// resource manager moves itself.
-    pub fn staging(&self) -> Vec<String> {
+    pub fn staging(&self, grid: &[String]) -> Vec<String> {
         let mut all: Vec<String> = brokk_model::Environment::STAGING.map(String::from).to_vec();
-        for s in self.arc().map(|a| a.config.staging.clone()).unwrap_or_default() {
+        all.extend(["dav", "davs"].map(String::from));
+        let manager = self.arc().map(|a| a.config.staging.clone()).unwrap_or_default();
+        for s in grid.iter().cloned().chain(manager) {
             if !all.iter().any(|x| x.eq_ignore_ascii_case(&s)) {
                 all.push(s);
             }
