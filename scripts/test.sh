@@ -61,6 +61,16 @@ else
   echo "no grid data servers (they need root, Debian's packages and the GRAM testbed): their tests stay ignored"
 fi
 
+stage "containers: rootless podman, an image store with a busybox image, and an account for container jobs"
+containers=no
+if [ "$(id -u)" = 0 ] && BROKK_TEST_CONTAINERS=$(scripts/container-testbed.sh start); then
+  export BROKK_TEST_CONTAINERS
+  containers=yes
+  echo "container image $(cat "$BROKK_TEST_CONTAINERS/image") in $BROKK_TEST_CONTAINERS/store"
+else
+  echo "no podman testbed (it needs root and Debian's packages): the container tests stay ignored"
+fi
+
 stage "Chromium and ChromeDriver for the dashboard's browser test"
 browser=no
 if command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1; then
@@ -125,6 +135,10 @@ fi
 if [ "$griddata" = yes ]; then
   ignored="$ignored | binary(griddata)"
   tests+=(--test griddata)
+fi
+if [ "$containers" = yes ]; then
+  ignored="$ignored | binary(containers)"
+  tests+=(--test containers)
 fi
 if [ "$contracts" = yes ]; then
   ignored="$ignored | binary(contracts)"

@@ -196,6 +196,9 @@ pub enum Mismatch {
     /// A container image, where the site runs no container runtime.
     #[error("it runs in the container image {0}; the site runs no containers")]
     Container(String),
+    /// A container image the site neither holds nor pulls.
+    #[error("it runs in the container image {0}, which the site neither holds nor pulls")]
+    Image(String),
     /// More GPUs per node than the site has.
     #[error("it asks for {wanted} GPU{} per node, the site has {offered}", if *wanted == 1 { "" } else { "s" })]
     Gpus {
@@ -283,8 +286,12 @@ pub fn mismatches(job: &Job, resource: &ResourceInfo) -> Vec<Mismatch> {
         }
     }
     out.extend(staging(job, env));
-    if let (Some(image), true) = (&job.container_image, env.containers.is_empty()) {
-        out.push(Mismatch::Container(image.clone()));
+    if let Some(image) = &job.container_image {
+        if env.containers.is_empty() {
+            out.push(Mismatch::Container(image.clone()));
+        } else if !env.holds_image(image) {
+            out.push(Mismatch::Image(image.clone()));
+        }
     }
     if let Some(wanted) = job.gpus.filter(|&g| g > 0) {
         let offered = env.gpus_per_node.unwrap_or(0);

@@ -268,8 +268,18 @@ fn a_job_goes_only_where_its_container_schemes_and_gpus_are_published() {
     // One that publishes all of it takes it.
     let mut grid = site("grid", 100.0, 0);
     grid.environment.staging = vec!["https".into(), "root".into(), "gsiftp".into()];
-    grid.environment.containers = vec!["apptainer".into()];
+    grid.environment.containers = vec!["podman".into()];
     grid.environment.gpus_per_node = Some(4);
+    // A runtime alone is not the image: it must be held, or pulled from
+    // the image's registry.
+    assert_eq!(
+        mismatches(&job, &grid)
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>(),
+        ["it runs in the container image python:3.12, which the site neither holds nor pulls"]
+    );
+    grid.environment.images = vec!["docker.io/*".into()];
     assert_eq!(mismatches(&job, &grid), Vec::<Mismatch>::new());
     // Folded into one by a broker above: the union of what its sites offer.
     let (folded, _) = brokk_broker::info::fold("dept", &[Ok(plain), Ok(grid)]);

@@ -698,7 +698,7 @@ fn make_job(
             warnings.push(Diagnostic::warning_at(
                 src,
                 pos,
-                format!("`+{name}` is carried as an attribute, but Brokk's sites do not run jobs in containers"),
+                format!("`+{name}` is carried as an attribute; the image a job runs in is `container_image` (or `+SingularityImage`)"),
             ));
         }
         job.attributes.push(Attribute {

@@ -95,6 +95,10 @@ pub struct Environment {
     /// The container runtimes jobs may run in (`podman`, `apptainer`);
     /// empty: none.
     pub containers: Vec<String>,
+    /// The container images it holds (`REGISTRY/REPOSITORY:TAG`, as
+    /// [`image_name`] writes them) and the registries it pulls from
+    /// (`REGISTRY/*`).
+    pub images: Vec<String>,
     /// GPUs per node; `None`: none.
     pub gpus_per_node: Option<u32>,
     /// The applications it resolves to its own executables, `NAME` or
@@ -140,6 +144,16 @@ impl Environment {
             .any(|e| wanted.is_some() && GridResource::parse(e) == wanted)
     }
 
+    /// Whether it holds the container image `reference`, or pulls it from
+    /// a registry it names.
+    pub fn holds_image(&self, reference: &str) -> bool {
+        let wanted = image_name(reference);
+        self.images.iter().any(|held| match held.strip_suffix("/*") {
+            Some(registry) => wanted.strip_prefix(registry).is_some_and(|rest| rest.starts_with('/')),
+            None => image_name(held) == wanted,
+        })
+    }
+
     /// What several sites can do between them, as a broker above sees
     /// them folded into one: every scheme, runtime, environment and the
     /// most GPUs any has (each job still goes to one of them that can).
@@ -156,12 +170,35 @@ impl Environment {
             add(&mut out.runtime_environments, &e.runtime_environments);
             add(&mut out.staging, &e.staged());
             add(&mut out.containers, &e.containers);
+            add(&mut out.images, &e.images);
             add(&mut out.endpoints, &e.endpoints);
             add(&mut out.applications, &e.applications);
             out.gpus_per_node = out.gpus_per_node.max(e.gpus_per_node);
         }
         out
     }
+}
+
+/// A container image reference in full, as registries and `podman`
+/// read it: `docker://` (HTCondor's and Apptainer's prefix) dropped,
+/// `docker.io` where no registry is named (`library/` for a bare name), and
+/// `:latest` where neither a tag nor a digest is: `busybox` is
+/// `docker.io/library/busybox:latest`.
+pub fn image_name(reference: &str) -> String {
+    let r = reference.trim();
+    let r = r.strip_prefix("docker://").unwrap_or(r);
+    let (first, _) = r.split_once('/').unwrap_or((r, ""));
+    let registry = r.contains('/') && (first.contains('.') || first.contains(':') || first == "localhost");
+    let mut full = match (registry, r.contains('/')) {
+        (true, _) => r.to_string(),
+        (false, true) => format!("docker.io/{r}"),
+        (false, false) => format!("docker.io/library/{r}"),
+    };
+    let last = full.rsplit('/').next().unwrap_or_default();
+    if !last.contains(':') && !last.contains('@') {
+        full.push_str(":latest");
+    }
+    full
 }
 
 /// The scheme of a URL (`gsiftp` of `gsiftp://host/file`), lower case;
@@ -253,5 +290,45 @@ mod tests {
         }
         // Folded into a broker above, its endpoints are the broker's too.
         assert!(Environment::union([&Environment::default(), &site]).fronts("nordugrid ce.example.org"));
+    }
+}
+
+#[cfg(test)]
+mod image_tests {
+    use super::*;
+
+    #[test]
+    fn an_image_reference_is_read_in_full_as_registries_read_it() {
+        for (given, full) in [
+            ("busybox", "docker.io/library/busybox:latest"),
+            ("docker://busybox:1.36", "docker.io/library/busybox:1.36"),
+            (
+                "opensciencegrid/osgvo-el9",
+                "docker.io/opensciencegrid/osgvo-el9:latest",
+            ),
+            ("localhost/brokk-busybox", "localhost/brokk-busybox:latest"),
+            ("registry.example.org:5000/a/b:2", "registry.example.org:5000/a/b:2"),
+            ("quay.io/x/y@sha256:ab12", "quay.io/x/y@sha256:ab12"),
+        ] {
+            assert_eq!(image_name(given), full, "{given}");
+        }
+    }
+
+    #[test]
+    fn a_site_holds_its_images_in_any_spelling_and_pulls_only_from_its_registries() {
+        let env = Environment {
+            images: vec![
+                "localhost/brokk-busybox:latest".into(),
+                "docker.io/library/debian:12".into(),
+                "quay.io/*".into(),
+            ],
+            ..Environment::default()
+        };
+        assert!(env.holds_image("localhost/brokk-busybox"));
+        assert!(env.holds_image("docker://debian:12"));
+        assert!(!env.holds_image("debian"), "debian:latest is not debian:12");
+        assert!(env.holds_image("quay.io/org/tool:3"));
+        assert!(!env.holds_image("quay.io.evil.example/org/tool"));
+        assert!(!env.holds_image("busybox"));
     }
 }

@@ -369,6 +369,9 @@ pub struct EmbeddedSiteConfig {
     /// `[transfers]`).
     #[serde(default)]
     pub transfers: brokk_site::gridcopy::TransfersConfig,
+    /// Container jobs under rootless podman (see the site agent's
+    /// `[containers]`).
+    pub containers: Option<brokk_site::container::ContainersConfig>,
     /// Run nothing (jobs are planned and finish at their planned start):
     /// for benchmarks of the broker only.
     #[serde(default)]
@@ -410,6 +413,7 @@ impl EmbeddedSiteConfig {
             stage_out_dirs: Vec::new(),
             stage_hosts: Vec::new(),
             transfers: Default::default(),
+            containers: None,
             null_backend_for_benchmarks: false,
             capabilities: Default::default(),
             min_job_age_s: brokk_site::config::default_min_job_age(),
@@ -475,6 +479,9 @@ impl Config {
                 g.resolve(base);
             }
             e.transfers.resolve(base);
+            if let Some(k) = &mut e.containers {
+                k.resolve(base);
+            }
             for d in e.stage_in_dirs.iter_mut().chain(e.stage_out_dirs.iter_mut()) {
                 *d = base.join(&*d);
             }

@@ -364,6 +364,7 @@ fn embedded_agent(config: &Config, e: &config::EmbeddedSiteConfig, token: &str) 
         stage_out_dirs: e.stage_out_dirs.clone(),
         stage_hosts: e.stage_hosts.clone(),
         transfers: e.transfers.clone(),
+        containers: e.containers.clone(),
         slurm: e.slurm.clone(),
         arc: e.arc.clone(),
         gram: e.gram.clone(),

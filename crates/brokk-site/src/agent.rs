@@ -94,6 +94,9 @@ pub struct Agent {
     accounts: Accounts,
     /// Where `file://` staging may go.
     staging: Arc<crate::staging::Allowed>,
+    /// The container images the site holds or pulls, as it publishes them
+    /// (read at its start); `None` without `[containers]`.
+    images: Option<Vec<String>>,
     /// Files uploaded for jobs' input.
     uploads: crate::uploads::Uploads,
     /// Room for brokers' subscriptions to the site's information
@@ -233,6 +236,13 @@ impl Agent {
         if !config.accounts.is_empty() {
             crate::accounts::traversable(&config.workdir).map_err(AgentError::Internal)?;
         }
+        let images = match &config.containers {
+            Some(c) => {
+                let as_root = config.accounts.is_empty() && nix::unistd::geteuid().is_root();
+                Some(c.published(as_root).map_err(AgentError::Internal)?)
+            }
+            None => None,
+        };
         let store = Store::open(&config.database).await?;
         let t = now();
         let params = SiteParams {
@@ -272,6 +282,7 @@ impl Agent {
             })),
             backend,
             accounts,
+            images,
             staging: Arc::new(crate::staging::Allowed {
                 read: config.stage_in_dirs.clone(),
                 write: config.stage_out_dirs.clone(),
@@ -553,6 +564,8 @@ impl Agent {
             environment: brokk_model::Environment {
                 endpoints: self.backend.endpoints(),
                 staging: self.backend.staging(&self.staging.grid.schemes()),
+                containers: self.images.iter().map(|_| "podman".to_string()).collect(),
+                images: self.images.clone().unwrap_or_default(),
                 ..self.config.capabilities.environment()
             },
         }
@@ -841,6 +854,29 @@ impl Agent {
             .shared_identity_refusal(user, !self.config.accounts.is_empty())
         {
             return Err(CoreError::Forbidden(why).into());
+        }
+        // A container job runs only in an image the site holds or pulls:
+        // anywhere else it would run on the host, outside its image.
+        if let Some(image) = &spec.container_image {
+            let env = brokk_model::Environment {
+                images: self.images.clone().unwrap_or_default(),
+                ..Default::default()
+            };
+            match &self.images {
+                None => {
+                    return Err(CoreError::BadRequest(format!(
+                        "the container image {image}: this site runs no containers"
+                    ))
+                    .into())
+                }
+                Some(_) if !env.holds_image(image) => {
+                    return Err(CoreError::BadRequest(format!(
+                        "the container image {image}: this site neither holds nor pulls it"
+                    ))
+                    .into())
+                }
+                Some(_) => {}
+            }
         }
         // An application named without an executable is the site's to
         // resolve, from its own list, before anything else reads the job.

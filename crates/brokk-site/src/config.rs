@@ -160,6 +160,9 @@ pub struct Config {
     /// only with a credential.
     #[serde(default)]
     pub transfers: crate::gridcopy::TransfersConfig,
+    /// Container jobs under rootless podman ([`crate::container`]); none
+    /// run without it.
+    pub containers: Option<crate::container::ContainersConfig>,
     /// The Slurm backend; without it jobs run as local processes.
     pub slurm: Option<SlurmConfig>,
     /// Front this ARC compute element instead of running jobs as local
@@ -371,6 +374,9 @@ impl Config {
             a.resolve(base);
         }
         c.transfers.resolve(base);
+        if let Some(k) = &mut c.containers {
+            k.resolve(base);
+        }
         if let Some(g) = &mut c.gram {
             g.resolve(base);
         }
@@ -402,6 +408,12 @@ impl Config {
         if managers.iter().filter(|m| **m).count() > 1 {
             return Err(ConfigError::Invalid(
                 "an agent fronts one of Slurm, an ARC CE or a GRAM gatekeeper, not several".into(),
+            ));
+        }
+        if self.containers.is_some() && managers.iter().any(|m| *m) {
+            return Err(ConfigError::Invalid(
+                "[containers]: container jobs run at a site that runs its jobs itself, not through Slurm, ARC or GRAM"
+                    .into(),
             ));
         }
         if let Some(g) = &self.gram {

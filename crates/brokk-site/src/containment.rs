@@ -133,6 +133,13 @@ impl JobCgroup {
                 let _ = std::fs::write(own.join("cgroup.subtree_control"), "+pids +memory");
             }
             if std::fs::create_dir(&dir).is_ok() {
+                // Searchable by the job's account, writable only by the
+                // supervisor: a rootless container runtime inside (podman's
+                // runc) then finds it cannot make a cgroup here and runs in
+                // this one, rather than failing on a directory it may not
+                // even look into.
+                use std::os::unix::fs::PermissionsExt;
+                let _ = std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755));
                 dirs.push((kind, dir));
             }
         }

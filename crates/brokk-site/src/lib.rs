@@ -11,6 +11,7 @@ pub mod api;
 pub mod arc;
 pub mod backend;
 pub mod config;
+pub mod container;
 pub mod containment;
 pub mod delegates;
 pub mod gram;

@@ -2371,7 +2371,8 @@ fn a_job_goes_to_the_one_site_that_publishes_what_it_needs_or_is_refused_with_ev
          [[embedded]]\nname = \"b\"\ncapacity = 2\nbenchmarks = [{ name = \"specint2006\", value = 80.0 }]\n\
          [[embedded]]\nname = \"c\"\ncapacity = 2\n\
          [embedded.capabilities]\nruntime_environments = [\"APPS/BIO/BLAST-2.14\"]\ngpus_per_node = 2\n\
-         applications = { \"ECHO/1.0\" = \"/bin/echo\" }\n",
+         applications = { \"ECHO/1.0\" = \"/bin/echo\" }\n\
+         [embedded.transfers]\nclients = {}\n",
     )
     .unwrap();
     let svc = Service::start(&dir);
@@ -2483,9 +2484,10 @@ fn a_job_goes_to_the_one_site_that_publishes_what_it_needs_or_is_refused_with_ev
         c["environment"]["runtime_environments"][0], "APPS/BIO/BLAST-2.14",
         "{c}"
     );
+    // Its own transfers (no grid client here, by its configuration).
     assert_eq!(
         c["environment"]["staging"],
-        serde_json::json!(["file", "http", "https"]),
+        serde_json::json!(["file", "http", "https", "dav", "davs"]),
         "{c}"
     );
 }

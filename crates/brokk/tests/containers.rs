@@ -1,0 +1,143 @@
+//! Container jobs at an embedded site: rootless podman as the job's
+//! account, with the image store, image and account that
+//! `scripts/container-testbed.sh` makes (named by the directory in
+//! `BROKK_TEST_CONTAINERS`). They need podman and root (to run jobs as the
+//! account), so a plain `cargo test` skips them (ignored);
+//! `scripts/test.sh` makes the testbed and runs them.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+mod common;
+
+fn bed() -> PathBuf {
+    PathBuf::from(
+        std::env::var_os("BROKK_TEST_CONTAINERS").expect("BROKK_TEST_CONTAINERS: scripts/test.sh makes the testbed"),
+    )
+}
+
+fn read(name: &str) -> String {
+    std::fs::read_to_string(bed().join(name)).unwrap().trim().to_string()
+}
+
+/// A broker with two embedded sites: `plain`, larger and faster, which runs
+/// no containers, and `pod`, whose jobs run as the testbed's account and in
+/// its images.
+fn broker(name: &str) -> (PathBuf, common::Server) {
+    let dir = common::scratch("containers", name);
+    // The account passes through to its sandboxes, and lists nothing here.
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o711)).unwrap();
+    let runtime = match read("oci_runtime") {
+        r if r.is_empty() => String::new(),
+        r => format!("oci_runtime = \"{r}\"\n"),
+    };
+    let config = format!(
+        "database = \"broker.db\"\nstate_dir = \"sites\"\n[tokens]\n\"tok-ann\" = \"ann\"\n\
+         [[embedded]]\nname = \"plain\"\ncapacity = 16\n[[embedded.benchmarks]]\nname = \"specint2006\"\nvalue = 40.0\n\
+         [[embedded]]\nname = \"pod\"\ncapacity = 2\n[[embedded.benchmarks]]\nname = \"specint2006\"\nvalue = 10.0\n\
+         [embedded.accounts]\nann = \"{account}\"\n[embedded.containers]\nstore = \"{store}\"\n{runtime}",
+        account = read("account"),
+        store = bed().join("store").display(),
+    );
+    common::write_private(&dir.join("broker.toml"), &config);
+    let server = common::serve(&dir);
+    (dir, server)
+}
+
+/// The processes the account has now.
+fn processes_of(account: &str) -> Vec<String> {
+    let out = Command::new("pgrep").args(["-a", "-u", account]).output().unwrap();
+    String::from_utf8_lossy(&out.stdout).lines().map(String::from).collect()
+}
+
+#[test]
+#[ignore = "needs rootless podman and root: scripts/container-testbed.sh (scripts/test.sh makes it)"]
+fn a_container_job_runs_in_its_image_as_its_account_and_only_where_the_image_is() {
+    let (dir, server) = broker("runs");
+    let image = read("image");
+    std::fs::write(dir.join("in.txt"), "one\ntwo\nthree\n").unwrap();
+    // The container universe's own kind: a shell of the image's, the job's
+    // input in its sandbox, its output written there.
+    let sub = format!(
+        "universe = container\ncontainer_image = {image}\nexecutable = /bin/sh\n\
+         arguments = \"-c 'test -d /usr && echo on the host || echo in the image; id -un; wc -l < in.txt > count.txt; echo $GREETING'\"\n\
+         transfer_executable = false\nenvironment = \"GREETING=hello\"\n\
+         transfer_input_files = in.txt\noutput = out.txt\nerror = err.txt\nqueue\n"
+    );
+    let (id, end) = common::run_to_end(&server.url, "tok-ann", &dir, "job.sub", &sub);
+    assert_eq!(
+        (end["state"].as_str(), end["exit_code"].as_i64()),
+        (Some("finished"), Some(0)),
+        "{end}: {}",
+        common::output(&server.url, "tok-ann", &id, "err.txt")
+    );
+    // Only `pod` runs it, though `plain` is larger and faster.
+    assert_eq!(end["site"], "pod", "{end}");
+    let out = common::output(&server.url, "tok-ann", &id, "out.txt");
+    // The image has no /usr; the job is its account inside, with its environment.
+    assert_eq!(out, format!("in the image\n{}\nhello\n", read("account")), "{out}");
+    assert_eq!(common::output(&server.url, "tok-ann", &id, "count.txt").trim(), "3");
+    // The site publishes podman and its image.
+    let sites = common::json(&server.url, "tok-ann", &["resources", "--json"]);
+    let pod = sites.as_array().unwrap().iter().find(|s| s["name"] == "pod").unwrap();
+    assert_eq!(common::strings(&pod["environment"]["containers"]), ["podman"], "{pod}");
+    assert!(common::strings(&pod["environment"]["images"]).contains(&image), "{pod}");
+
+    // An image no site holds is refused at submission, with every site's reason.
+    let other = "universe = container\ncontainer_image = docker.io/library/debian:12\nexecutable = /bin/true\n\
+                 transfer_executable = false\nqueue\n";
+    std::fs::write(dir.join("other.sub"), other).unwrap();
+    let refused = common::brokk(
+        &server.url,
+        "tok-ann",
+        &["submit", &dir.join("other.sub").display().to_string()],
+    );
+    assert!(!refused.status.success());
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        said.contains("pod") && said.contains("neither holds nor pulls"),
+        "{said}"
+    );
+    assert!(said.contains("plain") && said.contains("runs no containers"), "{said}");
+}
+
+#[test]
+#[ignore = "needs rootless podman and root: scripts/container-testbed.sh (scripts/test.sh makes it)"]
+fn a_cancelled_container_job_leaves_no_process_behind() {
+    let (dir, server) = broker("cancel");
+    let account = read("account");
+    let sub = format!(
+        "universe = container\ncontainer_image = {}\nexecutable = /bin/sh\n\
+         arguments = \"-c 'sleep 300 & sleep 301; wait'\"\ntransfer_executable = false\nqueue\n",
+        read("image")
+    );
+    std::fs::write(dir.join("job.sub"), &sub).unwrap();
+    let sub = common::json(
+        &server.url,
+        "tok-ann",
+        &["submit", "--json", &dir.join("job.sub").display().to_string()],
+    );
+    let id = sub["id"].as_str().unwrap().to_string();
+    common::wait_for_state(&server.url, "tok-ann", &id, "running", Duration::from_secs(60));
+    // The container's sleeps are up, as the account.
+    let t = Instant::now();
+    while !processes_of(&account).iter().any(|p| p.contains("sleep 301")) {
+        assert!(t.elapsed() < Duration::from_secs(30), "{:?}", processes_of(&account));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let cancel = common::brokk(&server.url, "tok-ann", &["cancel", &id]);
+    assert!(cancel.status.success(), "{}", String::from_utf8_lossy(&cancel.stderr));
+    let end = common::watch_end(&server.url, "tok-ann", &id);
+    assert_eq!(end["state"], "cancelled", "{end}");
+    // Podman, conmon and the container's processes are the job's: all gone.
+    let t = Instant::now();
+    while !processes_of(&account).is_empty() {
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "left behind: {:?}",
+            processes_of(&account)
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}

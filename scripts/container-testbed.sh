@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Rootless podman for the container jobs' tests, from Debian's packages: a
+# site image store holding a small image (Debian's static busybox imported
+# with `podman import`), and a local account with subordinate ids for jobs
+# to run as. Needs root.
+#
+#   scripts/container-testbed.sh start   # prints the directory with store/
+#                                        # (the image store), image (its
+#                                        # image's name), account (the
+#                                        # account's name) and oci_runtime
+#   scripts/container-testbed.sh stop    # nothing runs between tests
+#
+# What it relies on (measured on this machine kind): the packages install in
+# about 15 s; crun refuses a host with cgroup v1 and v2 mounted together
+# ("cgroups in hybrid mode not supported"), runc runs there, so the testbed
+# names runc where the host is hybrid; rootless podman needs newuidmap
+# (uidmap) and /etc/subuid and /etc/subgid ranges for the account.
+set -euo pipefail
+BASE=${BROKK_CONTAINERS_BASE:-/var/tmp/brokk-containers}
+ACCOUNT=brokkpod
+IMAGE=localhost/brokk-busybox:1
+log() { echo "container-testbed: $*" >&2; }
+
+install_packages() {
+  command -v podman >/dev/null 2>&1 && command -v runc >/dev/null 2>&1 && command -v newuidmap >/dev/null 2>&1 &&
+    [ -x /bin/busybox ] && command -v slirp4netns >/dev/null 2>&1 && return 0
+  [ "$(id -u)" = 0 ] || { log "installing podman needs root"; return 1; }
+  local pkgs="podman runc uidmap slirp4netns busybox-static"
+  # shellcheck disable=SC2086
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $pkgs >"$BASE/install.log" 2>&1 ||
+    { apt-get update -q >>"$BASE/install.log" 2>&1 &&
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $pkgs >>"$BASE/install.log" 2>&1; } ||
+    { log "apt-get failed; see $BASE/install.log"; return 1; }
+}
+
+start() {
+  mkdir -p "$BASE"
+  install_packages
+  id "$ACCOUNT" >/dev/null 2>&1 || useradd -m -s /bin/sh "$ACCOUNT"
+  local f
+  for f in /etc/subuid /etc/subgid; do
+    grep -q "^$ACCOUNT:" "$f" 2>/dev/null || echo "$ACCOUNT:1300000:65536" >>"$f"
+  done
+  # The image: a static busybox and its commands, nothing else.
+  if ! podman --root "$BASE/store" --runroot "$BASE/run" --storage-driver overlay image exists "$IMAGE" 2>/dev/null; then
+    local root="$BASE/rootfs"
+    # /srv, where a job's sandbox is mounted, as in every FHS image.
+    rm -rf "$root" && mkdir -p "$root/bin" "$root/tmp" "$root/srv" && chmod 1777 "$root/tmp"
+    cp /bin/busybox "$root/bin/busybox"
+    for f in sh cat echo id tr sleep ls wc pwd env; do ln -sf busybox "$root/bin/$f"; done
+    tar -C "$root" -cf "$BASE/rootfs.tar" .
+    podman --root "$BASE/store" --runroot "$BASE/run" --storage-driver overlay import "$BASE/rootfs.tar" "$IMAGE" \
+      >"$BASE/import.log" 2>&1 || { log "podman import failed; see $BASE/import.log"; return 1; }
+  fi
+  # Jobs' podman, as their accounts, read the store.
+  chmod -R a+rX "$BASE/store"
+  echo "$IMAGE" >"$BASE/image"
+  echo "$ACCOUNT" >"$BASE/account"
+  if grep -q " - cgroup2 " /proc/self/mountinfo && grep -q " - cgroup " /proc/self/mountinfo; then
+    echo runc >"$BASE/oci_runtime"
+  else
+    : >"$BASE/oci_runtime"
+  fi
+  echo "$BASE"
+}
+
+case "${1:-start}" in
+start) start ;;
+stop) ;;
+*) log "usage: $0 start|stop"; exit 2 ;;
+esac
