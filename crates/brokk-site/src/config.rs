@@ -410,9 +410,10 @@ impl Config {
                 "an agent fronts one of Slurm, an ARC CE or a GRAM gatekeeper, not several".into(),
             ));
         }
-        if self.containers.is_some() && managers.iter().any(|m| *m) {
+        if self.containers.is_some() && (self.arc.is_some() || self.gram.is_some()) {
             return Err(ConfigError::Invalid(
-                "[containers]: container jobs run at a site that runs its jobs itself, not through Slurm, ARC or GRAM"
+                "[containers]: container jobs run at a site that runs its jobs itself or through Slurm, not through \
+                 ARC or GRAM"
                     .into(),
             ));
         }

@@ -124,18 +124,6 @@ impl ContainersConfig {
     }
 }
 
-/// What runs a container job: the program, its arguments and its own
-/// environment, in place of the job's.
-#[derive(Debug)]
-pub struct Wrapped {
-    /// Podman.
-    pub program: PathBuf,
-    /// `run` and its options, the image, the job's program and arguments.
-    pub args: Vec<String>,
-    /// Podman's environment (where it keeps its state).
-    pub env: Vec<(String, String)>,
-}
-
 /// Where the sandbox is inside the container.
 pub const INSIDE: &str = "/srv";
 
@@ -148,21 +136,23 @@ fn inside(text: &str, sandbox: &str) -> String {
     }
 }
 
-/// Podman's command for running `program args` in `image`, with the job's
-/// environment `env`, working in `cwd`, from `sandbox`, as `account`.
-/// Makes podman's directories and the environment file in the sandbox,
-/// owned by the account.
-#[allow(clippy::too_many_arguments)]
-pub fn wrap(
+/// Makes `job` (to run from `sandbox` as `account`) the podman command
+/// that runs it in its image, whatever backend then starts that command:
+/// the job's program (a script written into the sandbox and run by the
+/// interpreter its `#!` names, a staged program by its path there, a bare
+/// name as the image's `PATH` finds it), its arguments, and its
+/// environment with `batch` (the site's batch variables) in a file private
+/// to the account. Podman's own directories are made in the sandbox.
+pub fn into_podman(
     c: &ContainersConfig,
-    image: &str,
-    program: &Path,
-    args: &[String],
-    env: &[(String, String)],
-    cwd: &Path,
+    job: &mut brokk_model::Job,
+    batch: Vec<(String, String)>,
     sandbox: &Path,
     account: Option<Account>,
-) -> io::Result<Wrapped> {
+) -> io::Result<()> {
+    let Some(image) = job.container_image.take() else {
+        return Ok(());
+    };
     let me = nix::unistd::geteuid().as_raw();
     if account.map_or(me, |a| a.uid) == 0 {
         return Err(io::Error::other(
@@ -171,6 +161,30 @@ pub fn wrap(
     }
     let sandbox = std::path::absolute(sandbox)?;
     let sandbox_text = sandbox.display().to_string();
+    let (program, args) = match (job.script.take(), job.executable.take()) {
+        (Some(script), _) => {
+            let mut f = crate::staging::create_owned(&sandbox, "job-script.sh", account)?;
+            std::io::Write::write_all(&mut f, script.as_bytes())?;
+            let (program, arg) = brokk_jdl::program::interpreter(&script);
+            let mut args: Vec<String> = arg.into_iter().collect();
+            args.push(format!("{INSIDE}/job-script.sh"));
+            args.extend(job.arguments.iter().cloned());
+            (program, args)
+        }
+        (None, Some(exe)) => {
+            let staged = sandbox.join(crate::launch::plain_name(&exe));
+            let program = if !exe.contains('/') && staged.exists() {
+                let mut perm = std::fs::metadata(&staged)?.permissions();
+                std::os::unix::fs::PermissionsExt::set_mode(&mut perm, 0o755);
+                std::fs::set_permissions(&staged, perm)?;
+                format!("{INSIDE}/{}", crate::launch::plain_name(&exe))
+            } else {
+                exe
+            };
+            (program, job.arguments.clone())
+        }
+        (None, None) => return Err(io::Error::other("no executable")),
+    };
     let own = |p: &Path| -> io::Result<()> {
         match account {
             Some(a) => std::os::unix::fs::chown(p, Some(a.uid), Some(a.gid)),
@@ -188,13 +202,16 @@ pub fn wrap(
     own(&dir("")?)?;
     let (storage, run, tmp, home) = (dir("storage")?, dir("run")?, dir("tmp")?, dir("home")?);
     let mut lines = String::new();
+    let env = batch
+        .into_iter()
+        .chain(job.environment.iter().map(|v| (v.name.clone(), v.value.clone())));
     for (name, value) in env {
         if value.contains('\n') || name.contains('=') || name.contains('\n') {
             return Err(io::Error::other(format!(
                 "the environment variable {name} holds a line break, which a container's environment file cannot carry"
             )));
         }
-        lines.push_str(&format!("{name}={}\n", inside(value, &sandbox_text)));
+        lines.push_str(&format!("{name}={}\n", inside(&value, &sandbox_text)));
     }
     let env_file = state.join("environment");
     {
@@ -230,10 +247,15 @@ pub fn wrap(
             .collect(),
         ..Default::default()
     };
-    let pull = if pulled.holds_image(image) {
+    let pull = if pulled.holds_image(&image) {
         "--pull=missing"
     } else {
         "--pull=never"
+    };
+    let cwd = match &job.working_directory {
+        Some(d) if d.starts_with('/') => inside(d, &sandbox_text),
+        Some(d) => format!("{INSIDE}/{d}"),
+        None => INSIDE.to_string(),
     };
     a.extend(
         [
@@ -245,9 +267,12 @@ pub fn wrap(
             "--volume",
             &format!("{sandbox_text}:{INSIDE}"),
             "--workdir",
-            &inside(&s(&std::path::absolute(cwd)?), &sandbox_text),
+            &cwd,
             "--env-file",
             &s(&env_file),
+            // What a batch system sets when the job starts (Slurm's
+            // SLURM_JOB_ID, ...) reaches the container as it is.
+            "--env=SLURM_*",
         ]
         .map(String::from),
     );
@@ -256,13 +281,8 @@ pub fn wrap(
     }
     // The image by its full name, so no configured search list picks a
     // look-alike from another registry.
-    a.push(brokk_model::image_name(image));
-    // A program staged in the sandbox by its path there; a bare name as
-    // the image's PATH finds it.
-    a.push(match program.components().count() {
-        1 => s(program),
-        _ => inside(&s(&std::path::absolute(program)?), &sandbox_text),
-    });
+    a.push(brokk_model::image_name(&image));
+    a.push(inside(&program, &sandbox_text));
     a.extend(args.iter().map(|x| inside(x, &sandbox_text)));
     let podman = match c.podman.components().count() {
         1 => std::env::split_paths(crate::launch::DEFAULT_PATH)
@@ -271,18 +291,24 @@ pub fn wrap(
             .ok_or_else(|| io::Error::other(format!("{}: not found", c.podman.display())))?,
         _ => c.podman.clone(),
     };
-    Ok(Wrapped {
-        program: podman,
-        args: a,
-        env: vec![
-            ("PATH".into(), crate::launch::DEFAULT_PATH.into()),
-            ("HOME".into(), s(&home)),
-            ("XDG_RUNTIME_DIR".into(), s(&run)),
-            ("XDG_CONFIG_HOME".into(), s(&home.join(".config"))),
-            ("XDG_DATA_HOME".into(), s(&home.join(".local/share"))),
-            ("TMPDIR".into(), s(&tmp)),
-        ],
+    job.executable = Some(s(&podman));
+    job.arguments = a;
+    // Podman's own environment; the job's is in the file.
+    job.environment = [
+        ("PATH", crate::launch::DEFAULT_PATH.to_string()),
+        ("HOME", s(&home)),
+        ("XDG_RUNTIME_DIR", s(&run)),
+        ("XDG_CONFIG_HOME", s(&home.join(".config"))),
+        ("XDG_DATA_HOME", s(&home.join(".local/share"))),
+        ("TMPDIR", s(&tmp)),
+    ]
+    .into_iter()
+    .map(|(name, value)| brokk_model::EnvVar {
+        name: name.into(),
+        value,
     })
+    .collect();
+    Ok(())
 }
 
 #[cfg(test)]
@@ -315,17 +341,12 @@ mod tests {
             network: false,
         };
         let root = Some(Account { uid: 0, gid: 0 });
-        let e = wrap(
-            &c,
-            "busybox",
-            Path::new("sh"),
-            &[],
-            &[],
-            Path::new("/"),
-            Path::new("/nonexistent"),
-            root,
-        )
-        .unwrap_err();
+        let mut job = brokk_model::Job {
+            executable: Some("sh".into()),
+            container_image: Some("busybox".into()),
+            ..Default::default()
+        };
+        let e = into_podman(&c, &mut job, Vec::new(), Path::new("/nonexistent"), root).unwrap_err();
         assert!(e.to_string().contains("rootless"), "{e}");
         assert!(c.published(true).unwrap_err().contains("[accounts]"));
     }

@@ -90,6 +90,14 @@ async fn drive(agent: &Agent, mut launch: Launch, sandbox: &Path) -> End {
                 _ = wait_cancel(&mut cancel) => return End::Cancelled,
             }
         }
+        // A container job becomes the podman command that runs it, for
+        // whichever backend starts it.
+        if let (Some(c), Some(_)) = (&agent.config().containers, &launch.job.container_image) {
+            let batch = crate::launch::batch_environment(id, &agent.config().name, &launch.job, sandbox);
+            if let Err(e) = crate::container::into_podman(c, &mut launch.job, batch, sandbox, account) {
+                return End::Failed(format!("preparing the container: {e}"));
+            }
+        }
         if !matches!(agent.set_phase(id, JobPhase::Queued).await, Ok(true)) {
             return End::Cancelled;
         }

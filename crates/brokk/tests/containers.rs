@@ -141,3 +141,57 @@ fn a_cancelled_container_job_leaves_no_process_behind() {
         std::thread::sleep(Duration::from_millis(200));
     }
 }
+
+#[test]
+#[ignore = "needs rootless podman, root and the Slurm testbed: scripts/container-testbed.sh and scripts/slurm-testbed.sh (scripts/test.sh starts both)"]
+fn slurm_runs_a_container_job_in_its_image_as_its_account() {
+    let slurm = PathBuf::from(std::env::var_os("BROKK_TEST_SLURM").expect("BROKK_TEST_SLURM: the Slurm testbed"));
+    let dir = common::scratch("containers", "slurm");
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o711)).unwrap();
+    let runtime = match read("oci_runtime") {
+        r if r.is_empty() => String::new(),
+        r => format!("oci_runtime = \"{r}\"\n"),
+    };
+    let conf = slurm.join("c1/slurm.conf");
+    common::write_private(
+        &dir.join("broker.toml"),
+        &format!(
+            "database = \"broker.db\"\nstate_dir = \"sites\"\n[tokens]\n\"tok-ann\" = \"ann\"\n\
+             [[embedded]]\nname = \"cluster\"\nslurm = {{ conf = \"{}\" }}\n\
+             [embedded.accounts]\nann = \"{}\"\n[embedded.containers]\nstore = \"{}\"\n{runtime}",
+            conf.display(),
+            read("account"),
+            bed().join("store").display(),
+        ),
+    );
+    let server = common::serve(&dir);
+    let sub = format!(
+        "universe = container\ncontainer_image = {}\nexecutable = /bin/sh\n\
+         arguments = \"-c 'test -d /usr && echo on the host || echo in the image; id -un; echo slurm job $SLURM_JOB_ID; pwd'\"\n\
+         transfer_executable = false\noutput = out.txt\nerror = err.txt\nqueue\n",
+        read("image")
+    );
+    let (id, end) = common::run_to_end(&server.url, "tok-ann", &dir, "job.sub", &sub);
+    let out = common::output(&server.url, "tok-ann", &id, "out.txt");
+    // Nothing of this test stays queued for the next.
+    let left = common::slurm_command(&conf, "squeue", &["-h", "-o", "%i"]);
+    let left: Vec<&str> = left.split_whitespace().collect();
+    if !left.is_empty() {
+        common::slurm_command(&conf, "scancel", &left);
+    }
+    assert_eq!(
+        (end["state"].as_str(), end["exit_code"].as_i64()),
+        (Some("finished"), Some(0)),
+        "{end}: {}",
+        common::output(&server.url, "tok-ann", &id, "err.txt")
+    );
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines[..2], ["in the image", read("account").as_str()], "{out}");
+    // Slurm's own variables reach the container; the sandbox is /srv there.
+    let slurm_id = lines[2].strip_prefix("slurm job ").unwrap_or_default();
+    assert!(
+        !slurm_id.is_empty() && slurm_id.chars().all(|c| c.is_ascii_digit()),
+        "{out}"
+    );
+    assert_eq!(lines[3], "/srv", "{out}");
+}

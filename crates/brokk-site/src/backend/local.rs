@@ -105,7 +105,7 @@ async fn start_supervised(
             let program: PathBuf = if !exe.contains('/') && staged.exists() {
                 make_executable(&staged).await?;
                 staged
-            } else if !exe.contains('/') && job.container_image.is_none() {
+            } else if !exe.contains('/') {
                 // A bare command (`seq`, a one-line script's) is looked up on
                 // the job's PATH, as a shell would.
                 let path = job
@@ -131,16 +131,6 @@ async fn start_supervised(
     // password) reaches the job: only the batch variables and what it asked for.
     let mut env = batch_environment(id, &config.name, job, sandbox);
     env.extend(job.environment.iter().map(|v| (v.name.clone(), v.value.clone())));
-    // In a container the image's programs run, and the job's environment
-    // is the container's; podman itself is what the supervisor starts.
-    let (program, args, env) = match (&job.container_image, &config.containers) {
-        (Some(image), Some(c)) => {
-            let w = crate::container::wrap(c, image, &program, &args, &env, &cwd, sandbox, account)?;
-            (w.program, w.args, w.env)
-        }
-        (Some(image), None) => return Err(std::io::Error::other(format!("{image}: this site runs no containers"))),
-        (None, _) => (program, args, env),
-    };
     let file = |name: &Option<String>, out: bool| -> std::io::Result<Stdio> {
         match name {
             None => Ok(Stdio::null()),
