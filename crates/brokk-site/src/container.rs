@@ -124,6 +124,21 @@ impl ContainersConfig {
     }
 }
 
+/// The shell around podman (run as `sh -c AROUND_PODMAN PAUSE_FILE PODMAN
+/// ARGS...`): podman in the background with the job's standard input (a
+/// background command's is `/dev/null` otherwise), signals passed on, its
+/// status kept, and its pause process (whose pid podman writes in
+/// `--tmpdir`) ended after it.
+const AROUND_PODMAN: &str = r#"exec 3<&0
+"$@" <&3 3<&- &
+p=$!
+trap 'kill -TERM $p 2>/dev/null' TERM INT HUP
+wait $p
+s=$?
+if kill -0 $p 2>/dev/null; then wait $p; s=$?; fi
+kill "$(cat "$0" 2>/dev/null)" 2>/dev/null
+exit $s"#;
+
 /// Where the sandbox is inside the container.
 pub const INSIDE: &str = "/srv";
 
@@ -291,8 +306,21 @@ pub fn into_podman(
             .ok_or_else(|| io::Error::other(format!("{}: not found", c.podman.display())))?,
         _ => c.podman.clone(),
     };
-    job.executable = Some(s(&podman));
-    job.arguments = a;
+    // Run by a shell that, once podman is done, ends podman's pause
+    // process (which keeps the account's user namespace and leaves the
+    // job's process tree): a batch system that tracks processes by descent
+    // (Slurm's proctrack/linuxproc) would leave it behind. A signal to the
+    // shell is passed on to podman, which passes it to the container.
+    job.executable = Some("/bin/sh".into());
+    job.arguments = [
+        "-c".to_string(),
+        AROUND_PODMAN.into(),
+        s(&tmp.join("pause.pid")),
+        s(&podman),
+    ]
+    .into_iter()
+    .chain(a)
+    .collect();
     // Podman's own environment; the job's is in the file.
     job.environment = [
         ("PATH", crate::launch::DEFAULT_PATH.to_string()),

@@ -194,4 +194,15 @@ fn slurm_runs_a_container_job_in_its_image_as_its_account() {
         "{out}"
     );
     assert_eq!(lines[3], "/srv", "{out}");
+    // Podman's pause process, which leaves the job's process tree, ended
+    // with it: a batch system tracking processes by descent would miss it.
+    let t = Instant::now();
+    while !processes_of(&read("account")).is_empty() {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "left behind: {:?}",
+            processes_of(&read("account"))
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }
