@@ -62,7 +62,6 @@ const IGNORED: &[&str] = &[
     "cluster-constraint",
     "clusters",
     "M",
-    "container",
     "container-id",
     "contiguous",
     "core-spec",
@@ -655,6 +654,8 @@ fn directive(
             "i" | "input" => job.stdin = Some(value.clone()),
             "p" | "partition" => job.queue = Some(value.clone()),
             "reservation" => job.reservation = Some(value.clone()),
+            // Slurm's OCI support runs the job in the bundle at this path.
+            "container" => job.container_image = Some(value.clone()),
             "A" | "account" => job.project = Some(value.clone()),
             "D" | "chdir" => job.working_directory = Some(value.clone()),
             "b" | "begin" => match Time::parse(&value) {
@@ -1077,6 +1078,13 @@ fn options(job: &Job, d: &mut Dropped) -> Vec<(&'static str, String)> {
             opt(k, v);
         }
     }
+    match &job.container_image {
+        Some(bundle) if bundle.starts_with('/') => opt("container", bundle),
+        Some(image) => d.note(format!(
+            "container_image {image}: Slurm's --container takes an OCI bundle's path, not an image; not written"
+        )),
+        None => {}
+    }
     if let Some(t) = job.earliest_start {
         opt("begin", &t.to_naive_string().replace(' ', "T"));
     }
@@ -1187,7 +1195,6 @@ pub(crate) fn write(job: &Job) -> Written {
         "Slurm",
         job,
         &[
-            "container_image",
             "grid_resource",
             "application",
             "retries",

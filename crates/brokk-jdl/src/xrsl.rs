@@ -39,6 +39,10 @@ const IGNORED: &[&str] = &[
     "migrateactivityidentifier",
 ];
 
+/// ARC's runtime environment that runs the job in the container image its
+/// first argument names (`(runtimeenvironment="ENV/SINGULARITY" "IMAGE")`).
+const CONTAINER_RTE: &str = "ENV/SINGULARITY";
+
 /// Reads an xRSL description (one job, or several joined by `+`).
 pub(crate) fn read(src: &str) -> Result<Parsed, ParseError> {
     lower::read_jobs(src, |rels, warnings| read_job(src, rels, warnings))
@@ -122,13 +126,32 @@ fn read_job(src: &str, rels: &[Relation], warnings: &mut Vec<Diagnostic>) -> Res
                 // environment as its arguments (a site's choice, such as a
                 // reservation); the job model keeps the name only.
                 if let Some((name, args)) = rel.values.split_first() {
-                    job.runtime_environments.push(vars.text(src, name)?);
-                    if !args.is_empty() {
-                        warnings.push(Diagnostic::warning_at(
-                            src,
-                            rel.pos,
-                            "the runtime environment's arguments are not kept (only its name)",
-                        ));
+                    let name = vars.text(src, name)?;
+                    // ARC's container runtime environment names the image
+                    // first (then an executable of its own, which a site
+                    // chooses here): the image is the job's requirement.
+                    if name.eq_ignore_ascii_case(CONTAINER_RTE) && !args.is_empty() {
+                        job.container_image = Some(vars.text(src, &args[0])?);
+                        if args[1..]
+                            .iter()
+                            .any(|a| !matches!(vars.text(src, a).as_deref(), Ok("")))
+                        {
+                            warnings.push(Diagnostic::warning_at(
+                                src,
+                                rel.pos,
+                                "the container runtime environment's arguments after the image are not kept; the site \
+                                 chooses its own runtime",
+                            ));
+                        }
+                    } else {
+                        job.runtime_environments.push(name);
+                        if !args.is_empty() {
+                            warnings.push(Diagnostic::warning_at(
+                                src,
+                                rel.pos,
+                                "the runtime environment's arguments are not kept (only its name)",
+                            ));
+                        }
                     }
                 }
             }
@@ -390,6 +413,12 @@ fn write_job(job: &Job, dropped: &mut Dropped) -> String {
     for r in &job.runtime_environments {
         rel("runtimeenvironment", quote(r));
     }
+    if let Some(image) = &job.container_image {
+        rel(
+            "runtimeenvironment",
+            format!("{} {}", quote(CONTAINER_RTE), quote(image)),
+        );
+    }
     if let Some(v) = &job.queue {
         rel("queue", quote(v));
     }
@@ -431,7 +460,6 @@ fn write_job(job: &Job, dropped: &mut Dropped) -> String {
         "xRSL",
         job,
         &[
-            "container_image",
             "grid_resource",
             "application",
             "priority",

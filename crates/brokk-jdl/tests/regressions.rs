@@ -164,3 +164,55 @@ fn condor_jobbatchname_names_the_jobs() {
     );
     round_trip(Format::Condor, "executable = a\n+JobBatchName = \"sweep\"\nqueue\n");
 }
+
+#[test]
+fn arcs_container_runtime_environment_is_the_jobs_image_and_is_written_back() {
+    let text = r#"&(executable="/bin/sh")(arguments="-c" "cat /etc/os-release")
+ (runtimeenvironment="ENV/SINGULARITY" "docker://centos:7" "" "/usr/bin/singularity")
+ (runtimeenvironment="APPS/HEP/ATLAS-SITE")"#;
+    let parsed = read(Format::Xrsl, text, &ReadOptions::default()).unwrap();
+    let job = &parsed.jobs[0];
+    assert_eq!(job.container_image.as_deref(), Some("docker://centos:7"));
+    // The container is not a software requirement of its own.
+    assert_eq!(job.runtime_environments, ["APPS/HEP/ATLAS-SITE"]);
+    assert!(
+        parsed
+            .warnings
+            .iter()
+            .any(|w| w.message.contains("after the image are not kept")),
+        "{:?}",
+        parsed.warnings
+    );
+    // HTCondor's image reaches an ARC CE as the same runtime environment.
+    let sub = "universe = container\ncontainer_image = docker://centos:7\nexecutable = /bin/true\nqueue\n";
+    let condor = read(Format::Condor, sub, &ReadOptions::default()).unwrap();
+    let xrsl = write(Format::Xrsl, &condor.jobs).unwrap();
+    assert!(
+        xrsl.text
+            .contains(r#"(runtimeenvironment = "ENV/SINGULARITY" "docker://centos:7")"#),
+        "{}",
+        xrsl.text
+    );
+    round_trip(Format::Xrsl, text);
+}
+
+#[test]
+fn slurms_container_option_is_the_jobs_bundle_and_only_a_bundle_is_written_back() {
+    let script = "#!/bin/sh\n#SBATCH --container=/shared/bundles/centos7\n#SBATCH --time=10\nhostname\n";
+    let parsed = read(Format::Slurm, script, &ReadOptions::default()).unwrap();
+    assert_eq!(
+        parsed.jobs[0].container_image.as_deref(),
+        Some("/shared/bundles/centos7")
+    );
+    round_trip(Format::Slurm, script);
+    // A registry image is no bundle: said, not written as one.
+    let sub = "universe = container\ncontainer_image = centos:7\nexecutable = /bin/true\nqueue\n";
+    let condor = read(Format::Condor, sub, &ReadOptions::default()).unwrap();
+    let written = write(Format::Slurm, &condor.jobs).unwrap();
+    assert!(!written.text.contains("--container"), "{}", written.text);
+    assert!(
+        written.dropped.iter().any(|n| n.contains("OCI bundle")),
+        "{:?}",
+        written.dropped
+    );
+}

@@ -187,6 +187,10 @@ impl Environment {
 pub fn image_name(reference: &str) -> String {
     let r = reference.trim();
     let r = r.strip_prefix("docker://").unwrap_or(r);
+    // A path is an image (or OCI bundle) on the site's file system.
+    if r.starts_with('/') {
+        return r.to_string();
+    }
     let (first, _) = r.split_once('/').unwrap_or((r, ""));
     let registry = r.contains('/') && (first.contains('.') || first.contains(':') || first == "localhost");
     let mut full = match (registry, r.contains('/')) {
@@ -309,6 +313,7 @@ mod image_tests {
             ("localhost/brokk-busybox", "localhost/brokk-busybox:latest"),
             ("registry.example.org:5000/a/b:2", "registry.example.org:5000/a/b:2"),
             ("quay.io/x/y@sha256:ab12", "quay.io/x/y@sha256:ab12"),
+            ("/cvmfs/unpacked.cern.ch/centos7", "/cvmfs/unpacked.cern.ch/centos7"),
         ] {
             assert_eq!(image_name(given), full, "{given}");
         }
