@@ -30,11 +30,12 @@ log() { echo "arc-testbed: $*" >&2; }
 listening() { ss -ltn 2>/dev/null | grep -q ":$1 "; }
 
 install_packages() {
-  command -v arcctl >/dev/null 2>&1 && [ -x /etc/init.d/arc-arex-ws ] && [ -x /etc/init.d/arc-infosys-ldap ] && return 0
+  command -v arcctl >/dev/null 2>&1 && [ -x /etc/init.d/arc-arex-ws ] && [ -x /etc/init.d/arc-infosys-ldap ] &&
+    dpkg -s nordugrid-arc-plugins-xrootd >/dev/null 2>&1 && return 0
   [ "$(id -u)" = 0 ] || { log "installing ARC needs root"; return 1; }
   local pkgs="nordugrid-arc-arex nordugrid-arc-arcctl nordugrid-arc-arcctl-service
     nordugrid-arc-plugins-arcrest nordugrid-arc-plugins-needed nordugrid-arc-client
-    nordugrid-arc-infosys-ldap ldap-utils"
+    nordugrid-arc-infosys-ldap ldap-utils nordugrid-arc-plugins-xrootd"
   # shellcheck disable=SC2086
   DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $pkgs >"$BASE/install.log" 2>&1 ||
     { apt-get update -q >>"$BASE/install.log" 2>&1 &&

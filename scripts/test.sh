@@ -125,7 +125,12 @@ else
   echo "no PostgreSQL: its crash test stays ignored"
 fi
 if [ "$arc" = yes ]; then
-  ignored="$ignored | binary(arc) | binary(arc_slurm)"
+  if [ "$griddata" = yes ]; then
+    ignored="$ignored | binary(arc) | binary(arc_slurm)"
+  else
+    # Its one test of root:// through A-REX needs the XRootD server.
+    ignored="$ignored | (binary(arc) & !test(/ces_own_data_staging/)) | binary(arc_slurm)"
+  fi
   tests+=(--test arc --test arc_slurm)
 fi
 if [ "$gram" = yes ]; then

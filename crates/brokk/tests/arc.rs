@@ -627,3 +627,29 @@ fn a_file_at_a_url_the_ce_stages_is_moved_by_the_ce_not_the_site() {
     let staged = &sites[0]["environment"]["staging"];
     assert!(staged.as_array().unwrap().iter().any(|s| s == "gsiftp"), "{staged}");
 }
+
+#[test]
+#[ignore = "needs a local ARC CE and the grid data servers: scripts/arc-testbed.sh and scripts/griddata-testbed.sh (scripts/test.sh starts both)"]
+fn a_root_file_is_fetched_and_delivered_by_the_ces_own_data_staging() {
+    let data = PathBuf::from(
+        std::env::var_os("BROKK_TEST_GRIDDATA").expect("BROKK_TEST_GRIDDATA: scripts/test.sh starts the servers"),
+    );
+    let root = std::fs::read_to_string(data.join("root")).unwrap().trim().to_string();
+    let (dir, server) = broker("root-staged");
+    let tag = format!("{}-{}", std::process::id(), brokk_proto::wall_clock().0);
+    std::fs::write(data.join("xrootd").join(format!("in-{tag}")), "read by a-rex\n").unwrap();
+    // On this host, which the site agent itself does not reach: only A-REX
+    // (with ARC's XRootD plugin) moves these.
+    let xrsl = format!(
+        r#"&(executable="/bin/sh")(arguments="-c" "tr a-z A-Z < in.txt > out.txt")
+ (inputfiles=("in.txt" "{root}/in-{tag}"))(outputfiles=("out.txt" "{root}/out-{tag}"))(walltime="5")"#
+    );
+    let (_, end) = common::run_to_end(&server.url, "tok-ann", &dir, "job.xrsl", &xrsl);
+    assert_eq!(
+        (end["state"].as_str(), end["exit_code"].as_i64()),
+        (Some("finished"), Some(0)),
+        "{end}"
+    );
+    let out = std::fs::read_to_string(data.join("xrootd").join(format!("out-{tag}"))).unwrap();
+    assert_eq!(out, "READ BY A-REX\n");
+}

@@ -372,9 +372,10 @@ fn jobs_run_as_real_processes_with_staging() {
             size: None,
             local: None,
         },
+        // WebDAV's URL is HTTP's.
         InputFile {
             name: "remote.txt".into(),
-            source: Some(format!("{server}/data")),
+            source: Some(format!("dav{}/data", server.trim_start_matches("http"))),
             size: None,
             local: None,
         },
