@@ -20,6 +20,8 @@
 # endpoint is published as critical for a minute; A-REX picks job state
 # changes up at its own cycles, so a job's state can lag by up to a minute.
 set -euo pipefail
+# shellcheck source=lib/apt.sh
+. "$(dirname "$0")/lib/apt.sh"
 BASE=${BROKK_ARC_BASE:-/var/tmp/brokk-arc}
 USER_NAME=brokkgrid
 USER2_NAME=brokkgrid2
@@ -37,10 +39,7 @@ install_packages() {
     nordugrid-arc-plugins-arcrest nordugrid-arc-plugins-needed nordugrid-arc-client
     nordugrid-arc-infosys-ldap ldap-utils nordugrid-arc-plugins-xrootd"
   # shellcheck disable=SC2086
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $pkgs >"$BASE/install.log" 2>&1 ||
-    { apt-get update -q >>"$BASE/install.log" 2>&1 &&
-      DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $pkgs >>"$BASE/install.log" 2>&1; } ||
-    { log "apt-get failed; see $BASE/install.log"; return 1; }
+  apt_install "$BASE/install.log" $pkgs
   [ -f /etc/grid-security/testCA-hostcert.pem ] || { arcctl test-ca init && arcctl test-ca hostcert; }
 }
 

@@ -16,6 +16,8 @@
 # names runc where the host is hybrid; rootless podman needs newuidmap
 # (uidmap) and /etc/subuid and /etc/subgid ranges for the account.
 set -euo pipefail
+# shellcheck source=lib/apt.sh
+. "$(dirname "$0")/lib/apt.sh"
 BASE=${BROKK_CONTAINERS_BASE:-/var/tmp/brokk-containers}
 ACCOUNT=brokkpod
 IMAGE=localhost/brokk-busybox:1
@@ -27,10 +29,7 @@ install_packages() {
   [ "$(id -u)" = 0 ] || { log "installing podman needs root"; return 1; }
   local pkgs="podman runc uidmap slirp4netns busybox-static"
   # shellcheck disable=SC2086
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $pkgs >"$BASE/install.log" 2>&1 ||
-    { apt-get update -q >>"$BASE/install.log" 2>&1 &&
-      DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $pkgs >>"$BASE/install.log" 2>&1; } ||
-    { log "apt-get failed; see $BASE/install.log"; return 1; }
+  apt_install "$BASE/install.log" $pkgs
 }
 
 start() {

@@ -18,6 +18,8 @@
 # certificate and signing policy in /etc/grid-security/certificates under
 # its subject hash.
 set -euo pipefail
+# shellcheck source=lib/apt.sh
+. "$(dirname "$0")/lib/apt.sh"
 BASE=${BROKK_GRAM_BASE:-/var/tmp/brokk-gram}
 USER_NAME=brokkgram
 USER2_NAME=brokkgram2
@@ -32,10 +34,7 @@ install_packages() {
   local pkgs="globus-gatekeeper globus-gram-job-manager globus-gram-job-manager-fork-setup-poll
     globus-gram-client-tools globus-proxy-utils globus-gsi-cert-utils-progs"
   # shellcheck disable=SC2086
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $pkgs >"$BASE/install.log" 2>&1 ||
-    { apt-get update -q >>"$BASE/install.log" 2>&1 &&
-      DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $pkgs >>"$BASE/install.log" 2>&1; } ||
-    { log "apt-get failed; see $BASE/install.log"; return 1; }
+  apt_install "$BASE/install.log" $pkgs
 }
 
 # A CA of the testbed's own, trusted by GSI, signing the host's certificate

@@ -17,6 +17,8 @@
 # file:///dev/stdout; globus-url-copy authenticates with a certificate and
 # key (X509_USER_CERT, X509_USER_KEY) as well as with a proxy.
 set -euo pipefail
+# shellcheck source=lib/apt.sh
+. "$(dirname "$0")/lib/apt.sh"
 BASE=${BROKK_GRIDDATA_BASE:-/var/tmp/brokk-griddata}
 GRAM=${BROKK_GRAM_BASE:-/var/tmp/brokk-gram}
 XROOTD_PORT=11094
@@ -31,10 +33,7 @@ install_packages() {
   [ "$(id -u)" = 0 ] || { log "installing the servers needs root"; return 1; }
   local pkgs="xrootd-server xrootd-client globus-gridftp-server-progs globus-gass-copy-progs"
   # shellcheck disable=SC2086
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $pkgs >"$BASE/install.log" 2>&1 ||
-    { apt-get update -q >>"$BASE/install.log" 2>&1 &&
-      DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $pkgs >>"$BASE/install.log" 2>&1; } ||
-    { log "apt-get failed; see $BASE/install.log"; return 1; }
+  apt_install "$BASE/install.log" $pkgs
 }
 
 start() {
