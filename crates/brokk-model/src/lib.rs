@@ -18,5 +18,7 @@ pub use job::{
 };
 pub use phase::JobPhase;
 pub use prefs::{JobPreferences, Objective, StartBound, DEFAULT_PENALTY_FACTOR};
-pub use resource::{grid_kind, image_name, url_scheme, Environment, PublishedBenchmark, ResourceInfo, Share};
+pub use resource::{
+    grid_kind, image_held, image_name, url_scheme, Environment, PublishedBenchmark, ResourceInfo, Share,
+};
 pub use time::{Duration, Time, TimeParseError};

@@ -147,11 +147,7 @@ impl Environment {
     /// Whether it holds the container image `reference`, or pulls it from
     /// a registry it names.
     pub fn holds_image(&self, reference: &str) -> bool {
-        let wanted = image_name(reference);
-        self.images.iter().any(|held| match held.strip_suffix("/*") {
-            Some(registry) => wanted.strip_prefix(registry).is_some_and(|rest| rest.starts_with('/')),
-            None => image_name(held) == wanted,
-        })
+        image_held(&self.images, reference)
     }
 
     /// What several sites can do between them, as a broker above sees
@@ -177,6 +173,16 @@ impl Environment {
         }
         out
     }
+}
+
+/// Whether `images` (references and `REGISTRY/*` patterns, as
+/// [`Environment::images`] lists them) hold the image `reference`.
+pub fn image_held(images: &[String], reference: &str) -> bool {
+    let wanted = image_name(reference);
+    images.iter().any(|held| match held.strip_suffix("/*") {
+        Some(registry) => wanted.strip_prefix(registry).is_some_and(|rest| rest.starts_with('/')),
+        None => image_name(held) == wanted,
+    })
 }
 
 /// A container image reference in full, as registries and `podman`

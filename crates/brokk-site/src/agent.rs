@@ -858,10 +858,6 @@ impl Agent {
         // A container job runs only in an image the site holds or pulls:
         // anywhere else it would run on the host, outside its image.
         if let Some(image) = &spec.container_image {
-            let env = brokk_model::Environment {
-                images: self.images.clone().unwrap_or_default(),
-                ..Default::default()
-            };
             match &self.images {
                 None => {
                     return Err(CoreError::BadRequest(format!(
@@ -869,7 +865,7 @@ impl Agent {
                     ))
                     .into())
                 }
-                Some(_) if !env.holds_image(image) => {
+                Some(images) if !brokk_model::image_held(images, image) => {
                     return Err(CoreError::BadRequest(format!(
                         "the container image {image}: this site neither holds nor pulls it"
                     ))

@@ -80,6 +80,14 @@ impl ContainersConfig {
         }
     }
 
+    /// The registries it pulls from, as images are listed: `REGISTRY/*`.
+    fn pulled(&self) -> Vec<String> {
+        self.registries
+            .iter()
+            .map(|r| format!("{}/*", r.trim_end_matches('/')))
+            .collect()
+    }
+
     /// What the site publishes: the images of its store (read with
     /// podman, at the agent's start) and `REGISTRY/*` for each registry.
     /// An error when podman cannot read the store, or when the site would
@@ -117,7 +125,7 @@ impl ContainersConfig {
                     .map(brokk_model::image_name),
             );
         }
-        images.extend(self.registries.iter().map(|r| format!("{}/*", r.trim_end_matches('/'))));
+        images.extend(self.pulled());
         images.sort();
         images.dedup();
         Ok(images)
@@ -176,30 +184,9 @@ pub fn into_podman(
     }
     let sandbox = std::path::absolute(sandbox)?;
     let sandbox_text = sandbox.display().to_string();
-    let (program, args) = match (job.script.take(), job.executable.take()) {
-        (Some(script), _) => {
-            let mut f = crate::staging::create_owned(&sandbox, "job-script.sh", account)?;
-            std::io::Write::write_all(&mut f, script.as_bytes())?;
-            let (program, arg) = brokk_jdl::program::interpreter(&script);
-            let mut args: Vec<String> = arg.into_iter().collect();
-            args.push(format!("{INSIDE}/job-script.sh"));
-            args.extend(job.arguments.iter().cloned());
-            (program, args)
-        }
-        (None, Some(exe)) => {
-            let staged = sandbox.join(crate::launch::plain_name(&exe));
-            let program = if !exe.contains('/') && staged.exists() {
-                let mut perm = std::fs::metadata(&staged)?.permissions();
-                std::os::unix::fs::PermissionsExt::set_mode(&mut perm, 0o755);
-                std::fs::set_permissions(&staged, perm)?;
-                format!("{INSIDE}/{}", crate::launch::plain_name(&exe))
-            } else {
-                exe
-            };
-            (program, job.arguments.clone())
-        }
-        (None, None) => return Err(io::Error::other("no executable")),
-    };
+    // A bare name is the image's to find on its own PATH.
+    let (program, args) = crate::launch::program_of(job, &sandbox, account, |exe| PathBuf::from(exe))?;
+    job.script = None;
     let own = |p: &Path| -> io::Result<()> {
         match account {
             Some(a) => std::os::unix::fs::chown(p, Some(a.uid), Some(a.gid)),
@@ -254,15 +241,7 @@ pub fn into_podman(
         a.push("--runtime".into());
         a.push(r.clone());
     }
-    let pulled = brokk_model::Environment {
-        images: c
-            .registries
-            .iter()
-            .map(|r| format!("{}/*", r.trim_end_matches('/')))
-            .collect(),
-        ..Default::default()
-    };
-    let pull = if pulled.holds_image(&image) {
+    let pull = if brokk_model::image_held(&c.pulled(), &image) {
         "--pull=missing"
     } else {
         "--pull=never"
@@ -297,12 +276,10 @@ pub fn into_podman(
     // The image by its full name, so no configured search list picks a
     // look-alike from another registry.
     a.push(brokk_model::image_name(&image));
-    a.push(inside(&program, &sandbox_text));
+    a.push(inside(&s(&program), &sandbox_text));
     a.extend(args.iter().map(|x| inside(x, &sandbox_text)));
     let podman = match c.podman.components().count() {
-        1 => std::env::split_paths(crate::launch::DEFAULT_PATH)
-            .map(|d| d.join(&c.podman))
-            .find(|p| p.is_file())
+        1 => crate::launch::on_path(&c.podman.to_string_lossy(), crate::launch::DEFAULT_PATH)
             .ok_or_else(|| io::Error::other(format!("{}: not found", c.podman.display())))?,
         _ => c.podman.clone(),
     };

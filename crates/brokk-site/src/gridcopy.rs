@@ -122,10 +122,9 @@ pub struct GridCopy {
     config: TransfersConfig,
 }
 
-/// Finds `name` on `PATH`.
+/// Finds the executable `name` on the agent's own `PATH`.
 fn on_path(name: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path).map(|d| d.join(name)).find(|p| p.is_file())
+    crate::launch::on_path(name, &std::env::var("PATH").unwrap_or_default())
 }
 
 impl GridCopy {

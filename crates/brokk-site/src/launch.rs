@@ -3,7 +3,7 @@
 //! backends, which know nothing of the agent itself.
 
 use std::future::Future;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use brokk_core::{JobId, Occupant, ReservationId};
 use brokk_model::{Job, JobPhase, Time};
@@ -222,11 +222,48 @@ pub(crate) fn batch_environment(id: JobId, site: &str, job: &Job, sandbox: &Path
 }
 
 /// Makes a staged program executable.
-pub(crate) async fn make_executable(path: &Path) -> std::io::Result<()> {
+pub(crate) fn make_executable(path: &Path) -> std::io::Result<()> {
     use std::os::unix::fs::PermissionsExt;
-    let mut perm = tokio::fs::metadata(path).await?.permissions();
+    let mut perm = std::fs::metadata(path)?.permissions();
     perm.set_mode(perm.mode() | 0o755);
-    tokio::fs::set_permissions(path, perm).await
+    std::fs::set_permissions(path, perm)
+}
+
+/// The program that runs `job` from `sandbox` and its arguments: a script
+/// written into the sandbox (owned by `account`) and run by the interpreter
+/// its `#!` line names, as sbatch reads it; a program staged into the
+/// sandbox, made executable; a bare command as `bare` finds it; any other
+/// path as it is.
+pub(crate) fn program_of(
+    job: &Job,
+    sandbox: &Path,
+    account: Option<Account>,
+    bare: impl Fn(&str) -> PathBuf,
+) -> std::io::Result<(PathBuf, Vec<String>)> {
+    match (&job.script, &job.executable) {
+        (Some(script), _) => {
+            let mut f = crate::staging::create_owned(sandbox, "job-script.sh", account)?;
+            std::io::Write::write_all(&mut f, script.as_bytes())?;
+            let (program, arg) = brokk_jdl::program::interpreter(script);
+            let mut args: Vec<String> = arg.into_iter().collect();
+            args.push(sandbox.join("job-script.sh").display().to_string());
+            args.extend(job.arguments.iter().cloned());
+            Ok((PathBuf::from(program), args))
+        }
+        (None, Some(exe)) => {
+            let staged = sandbox.join(plain_name(exe));
+            let program = if !exe.contains('/') && staged.exists() {
+                make_executable(&staged)?;
+                staged
+            } else if !exe.contains('/') {
+                bare(exe)
+            } else {
+                PathBuf::from(exe)
+            };
+            Ok((program, job.arguments.clone()))
+        }
+        (None, None) => Err(std::io::Error::other("no executable")),
+    }
 }
 
 /// Waits for the planned start, which may move earlier; false when
@@ -266,4 +303,13 @@ pub(crate) async fn start_when_due<P: Progress>(site: &P, id: JobId, c: &mut Con
             return false;
         }
     }
+}
+
+/// The first executable file named `name` in the directories of `path`.
+pub(crate) fn on_path(name: &str, path: &str) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    path.split(':')
+        .filter(|d| d.starts_with('/'))
+        .map(|d| Path::new(d).join(name))
+        .find(|p| std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0))
 }

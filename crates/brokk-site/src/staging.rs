@@ -60,12 +60,7 @@ impl Allowed {
     /// Refuses `url` when its host is an address a transfer may not reach
     /// (names are checked as they resolve, by [`Allowed::client`]).
     fn check_url(&self, url: &reqwest::Url) -> Result<(), String> {
-        let refused = || {
-            format!(
-                "{url}: this site does not fetch from or send to its own host's services (loopback, link-local, \
-                 its own address); a site may allow a host in `stage_hosts`"
-            )
-        };
+        let refused = || own_host_refused(url.as_str());
         match url.host() {
             Some(url::Host::Ipv4(ip)) if !self.may_reach(&ip.to_string(), ip.into()) => Err(refused()),
             Some(url::Host::Ipv6(ip)) if !self.may_reach(&format!("[{ip}]"), ip.into()) => Err(refused()),
@@ -95,10 +90,7 @@ impl Allowed {
             .collect();
         let shown = url.host_str().unwrap_or(&host);
         if all.iter().any(|a| !self.may_reach(shown, a.ip())) {
-            return Err(format!(
-                "{raw}: this site does not fetch from or send to its own host's services (loopback, link-local, \
-                 its own address); a site may allow a host in `stage_hosts`"
-            ));
+            return Err(own_host_refused(raw));
         }
         Ok(())
     }
@@ -121,6 +113,14 @@ impl Allowed {
             .build()
             .unwrap_or_default()
     }
+}
+
+/// Why a transfer to `url` is refused: its host is this host's own.
+fn own_host_refused(url: &str) -> String {
+    format!(
+        "{url}: this site does not fetch from or send to its own host's services (loopback, link-local, its own \
+         address); a site may allow a host in `stage_hosts`"
+    )
 }
 
 /// Name resolution that leaves out the addresses transfers may not reach.

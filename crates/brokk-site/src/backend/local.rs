@@ -10,9 +10,7 @@ use brokk_model::Job;
 
 use crate::accounts::Account;
 use crate::config::Config;
-use crate::launch::{
-    batch_environment, make_executable, plain_name, start_when_due, wait_cancel, End, Launch, Progress,
-};
+use crate::launch::{batch_environment, plain_name, start_when_due, wait_cancel, End, Launch, Progress};
 use crate::supervisor;
 
 /// Waits for the planned start and runs the process under its
@@ -89,39 +87,17 @@ async fn start_supervised(
     sup: &Path,
     account: Option<Account>,
 ) -> std::io::Result<tokio::process::Child> {
-    let (program, args) = match (&job.script, &job.executable) {
-        (Some(script), _) => {
-            let mut f = crate::staging::create_owned(sandbox, "job-script.sh", account)?;
-            std::io::Write::write_all(&mut f, script.as_bytes())?;
-            // Its `#!` line names what runs it, as sbatch reads it.
-            let (program, arg) = brokk_jdl::program::interpreter(script);
-            let mut args: Vec<String> = arg.into_iter().collect();
-            args.push(sandbox.join("job-script.sh").display().to_string());
-            args.extend(job.arguments.iter().cloned());
-            (PathBuf::from(program), args)
-        }
-        (None, Some(exe)) => {
-            let staged = sandbox.join(plain_name(exe));
-            let program: PathBuf = if !exe.contains('/') && staged.exists() {
-                make_executable(&staged).await?;
-                staged
-            } else if !exe.contains('/') {
-                // A bare command (`seq`, a one-line script's) is looked up on
-                // the job's PATH, as a shell would.
-                let path = job
-                    .environment
-                    .iter()
-                    .rev()
-                    .find(|v| v.name == "PATH")
-                    .map_or(crate::launch::DEFAULT_PATH, |v| v.value.as_str());
-                on_path(exe, path).unwrap_or_else(|| PathBuf::from(exe))
-            } else {
-                PathBuf::from(exe)
-            };
-            (program, job.arguments.clone())
-        }
-        (None, None) => return Err(std::io::Error::other("no executable")),
-    };
+    // A bare command (`seq`, a one-line script's) is looked up on the
+    // job's PATH, as a shell would.
+    let (program, args) = crate::launch::program_of(job, sandbox, account, |exe| {
+        let path = job
+            .environment
+            .iter()
+            .rev()
+            .find(|v| v.name == "PATH")
+            .map_or(crate::launch::DEFAULT_PATH, |v| v.value.as_str());
+        crate::launch::on_path(exe, path).unwrap_or_else(|| PathBuf::from(exe))
+    })?;
     // Relative, inside the sandbox: the agent refused anything else at submission.
     let cwd = match &job.working_directory {
         Some(d) => sandbox.join(d),
@@ -184,13 +160,4 @@ async fn start_supervised(
         .map_err(std::io::Error::other)??;
     let [stdin, stdout, stderr] = stdio;
     cmd.stdin(stdin).stdout(stdout).stderr(stderr).spawn()
-}
-
-/// The first executable file named `name` in the directories of `path`.
-fn on_path(name: &str, path: &str) -> Option<PathBuf> {
-    use std::os::unix::fs::PermissionsExt;
-    path.split(':')
-        .filter(|d| d.starts_with('/'))
-        .map(|d| Path::new(d).join(name))
-        .find(|p| std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0))
 }

@@ -78,9 +78,7 @@ async fn for_slurm(slurm: &Slurm, launch: &Launch, sandbox: &Path) -> Result<Job
         // A program staged into the sandbox runs from there.
         let staged = sandbox.join(plain_name(exe));
         if !exe.contains('/') && staged.exists() {
-            make_executable(&staged)
-                .await
-                .map_err(|e| format!("{}: {e}", staged.display()))?;
+            make_executable(&staged).map_err(|e| format!("{}: {e}", staged.display()))?;
             job.executable = Some(format!("./{}", plain_name(exe)));
         }
     }
