@@ -33,11 +33,11 @@ listening() { ss -ltn 2>/dev/null | grep -q ":$1 "; }
 
 install_packages() {
   command -v arcctl >/dev/null 2>&1 && [ -x /etc/init.d/arc-arex-ws ] && [ -x /etc/init.d/arc-infosys-ldap ] &&
-    dpkg -s nordugrid-arc-plugins-xrootd >/dev/null 2>&1 && return 0
+    dpkg -s nordugrid-arc-plugins-xrootd nordugrid-arc-plugins-gridftp >/dev/null 2>&1 && return 0
   [ "$(id -u)" = 0 ] || { log "installing ARC needs root"; return 1; }
   local pkgs="nordugrid-arc-arex nordugrid-arc-arcctl nordugrid-arc-arcctl-service
     nordugrid-arc-plugins-arcrest nordugrid-arc-plugins-needed nordugrid-arc-client
-    nordugrid-arc-infosys-ldap ldap-utils nordugrid-arc-plugins-xrootd"
+    nordugrid-arc-infosys-ldap ldap-utils nordugrid-arc-plugins-xrootd nordugrid-arc-plugins-gridftp"
   # shellcheck disable=SC2086
   apt_install "$BASE/install.log" $pkgs
   [ -f /etc/grid-security/testCA-hostcert.pem ] || { arcctl test-ca init && arcctl test-ca hostcert; }

@@ -7,7 +7,8 @@
 #   scripts/container-testbed.sh start   # prints the directory with store/
 #                                        # (the image store), image (its
 #                                        # image's name), account (the
-#                                        # account's name) and oci_runtime
+#                                        # account's name), oci_runtime and
+#                                        # bundles/ (OCI bundles for Slurm)
 #   scripts/container-testbed.sh stop    # nothing runs between tests
 #
 # What it relies on (measured on this machine kind): the packages install in
@@ -53,6 +54,20 @@ start() {
   fi
   # Jobs' podman, as their accounts, read the store.
   chmod -R a+rX "$BASE/store"
+  # The same files as an OCI bundle, for the Slurm testbed's own OCI
+  # support (its oci.conf): a read-only root file system with the mount
+  # points a rootless runc needs, and runc's rootless configuration, which
+  # the site copies for each job with its account's ids.
+  local bundle="$BASE/bundles/busybox"
+  if [ ! -f "$bundle/config.json" ]; then
+    rm -rf "$bundle" && mkdir -p "$bundle/rootfs/bin" "$bundle/rootfs/etc"
+    (cd "$bundle/rootfs" && mkdir -p tmp srv proc sys dev)
+    cp /bin/busybox "$bundle/rootfs/bin/busybox"
+    for f in sh cat echo id tr sleep ls wc pwd env; do ln -sf busybox "$bundle/rootfs/bin/$f"; done
+    echo "in the bundle" >"$bundle/rootfs/etc/brokk-bundle"
+    (cd "$bundle" && runc spec --rootless)
+  fi
+  chmod -R a+rX "$BASE/bundles"
   echo "$IMAGE" >"$BASE/image"
   echo "$ACCOUNT" >"$BASE/account"
   if grep -q " - cgroup2 " /proc/self/mountinfo && grep -q " - cgroup " /proc/self/mountinfo; then

@@ -2,8 +2,9 @@
 # Two grid data servers for the tests of grid transfers, from Debian's
 # packages: an XRootD server (anonymous, as public data is served) and a
 # GridFTP server (GSI, trusting the GRAM testbed's CA and host certificate,
-# mapping its test user to brokkgram). Needs root and a started GRAM
-# testbed (scripts/gram-testbed.sh), whose credentials it uses.
+# mapping its test user, and the ARC testbed's when one was started first,
+# to brokkgram). Needs root and a started GRAM testbed
+# (scripts/gram-testbed.sh), whose credentials it uses.
 #
 #   scripts/griddata-testbed.sh start   # prints the directory with root
 #                                       # (the XRootD URL), gsiftp (the
@@ -21,6 +22,7 @@ set -euo pipefail
 . "$(dirname "$0")/lib/apt.sh"
 BASE=${BROKK_GRIDDATA_BASE:-/var/tmp/brokk-griddata}
 GRAM=${BROKK_GRAM_BASE:-/var/tmp/brokk-gram}
+ARC=${BROKK_ARC_BASE:-/var/tmp/brokk-arc}
 XROOTD_PORT=11094
 GRIDFTP_PORT=12811
 log() { echo "griddata-testbed: $*" >&2; }
@@ -57,6 +59,13 @@ CFG
   # names (brokkgram for the test user), whose directory $BASE/gridftp is.
   mkdir -p "$BASE/gridftp"
   chown brokkgram "$BASE/gridftp"
+  # The ARC testbed's user, when there is one, is that account too: A-REX
+  # moves its gsiftp files with the proxy Brokk delegates to it.
+  if [ -f "$ARC/user.pem" ]; then
+    local dn
+    dn=$(openssl x509 -in "$ARC/user.pem" -noout -subject -nameopt compat | sed 's/^subject=//')
+    grep -qF "\"$dn\"" /etc/grid-security/grid-mapfile || echo "\"$dn\" brokkgram" >>/etc/grid-security/grid-mapfile
+  fi
   env -i PATH="$PATH" globus-gridftp-server -S -p "$GRIDFTP_PORT" -d error,warn -l "$BASE/gridftp.log" \
     -pidfile "$BASE/gridftp.pid"
   for _ in $(seq 1 50); do listening "$XROOTD_PORT" && listening "$GRIDFTP_PORT" && break; sleep 0.2; done

@@ -146,6 +146,16 @@ write_conf() {
     echo "PartitionName=batch Nodes=$list Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO"
   } >"$cdir/slurm.conf.new"
   mv "$cdir/slurm.conf.new" "$cdir/slurm.conf"
+  # Slurm's own OCI support, for jobs that name a bundle (--container):
+  # runc, rootless, as the job's user. Slurm 22.05 knows %u (the user's
+  # name) but not %U. runc's `run` rather than create and start: with
+  # create, the container never started here.
+  cat >"$cdir/oci.conf" <<'OCI'
+RunTimeQuery="runc --rootless=true --root=/tmp/runc-%u state %n.%u.%j.%s.%t"
+RunTimeRun="runc --rootless=true --root=/tmp/runc-%u run %n.%u.%j.%s.%t -b %b"
+RunTimeKill="runc --rootless=true --root=/tmp/runc-%u kill -a %n.%u.%j.%s.%t"
+RunTimeDelete="runc --rootless=true --root=/tmp/runc-%u delete --force %n.%u.%j.%s.%t"
+OCI
 }
 
 start_cluster() {

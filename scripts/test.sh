@@ -128,8 +128,8 @@ if [ "$arc" = yes ]; then
   if [ "$griddata" = yes ]; then
     ignored="$ignored | binary(arc) | binary(arc_slurm)"
   else
-    # Its one test of root:// through A-REX needs the XRootD server.
-    ignored="$ignored | (binary(arc) & !test(/ces_own_data_staging/)) | binary(arc_slurm)"
+    # Its tests of root:// and gsiftp:// through A-REX need the servers.
+    ignored="$ignored | (binary(arc) & !test(/ces_own_data_staging|delegated_proxy/)) | binary(arc_slurm)"
   fi
   tests+=(--test arc --test arc_slurm)
 fi

@@ -94,9 +94,13 @@ pub struct Agent {
     accounts: Accounts,
     /// Where `file://` staging may go.
     staging: Arc<crate::staging::Allowed>,
-    /// The container images the site holds or pulls, as it publishes them
-    /// (read at its start); `None` without `[containers]`.
+    /// The container images the site holds or pulls, and its Slurm
+    /// cluster's bundles, as it publishes them (read at its start); `None`
+    /// where it runs no containers.
     images: Option<Vec<String>>,
+    /// What runs them: `podman` (`[containers]`), `slurm-oci` (the
+    /// cluster's own OCI support, `[slurm] oci_bundles`).
+    runtimes: Vec<String>,
     /// Files uploaded for jobs' input.
     uploads: crate::uploads::Uploads,
     /// Room for brokers' subscriptions to the site's information
@@ -236,13 +240,23 @@ impl Agent {
         if !config.accounts.is_empty() {
             crate::accounts::traversable(&config.workdir).map_err(AgentError::Internal)?;
         }
-        let images = match &config.containers {
-            Some(c) => {
-                let as_root = config.accounts.is_empty() && nix::unistd::geteuid().is_root();
-                Some(c.published(as_root).map_err(AgentError::Internal)?)
-            }
+        let as_root = config.accounts.is_empty() && nix::unistd::geteuid().is_root();
+        let held = match &config.containers {
+            Some(c) => Some(c.published(as_root).map_err(AgentError::Internal)?),
             None => None,
         };
+        let bundles = config.slurm.as_ref().map(|s| s.bundle_images()).unwrap_or_default();
+        if !bundles.is_empty() && as_root {
+            return Err(AgentError::Internal(crate::container::refused_as_root(
+                "[slurm] oci_bundles",
+            )));
+        }
+        let runtimes: Vec<String> = [(held.is_some(), "podman"), (!bundles.is_empty(), "slurm-oci")]
+            .iter()
+            .filter(|(on, _)| *on)
+            .map(|(_, r)| r.to_string())
+            .collect();
+        let images = (!runtimes.is_empty()).then(|| held.into_iter().flatten().chain(bundles).collect());
         let store = Store::open(&config.database).await?;
         let t = now();
         let params = SiteParams {
@@ -283,6 +297,7 @@ impl Agent {
             backend,
             accounts,
             images,
+            runtimes,
             staging: Arc::new(crate::staging::Allowed {
                 read: config.stage_in_dirs.clone(),
                 write: config.stage_out_dirs.clone(),
@@ -564,7 +579,7 @@ impl Agent {
             environment: brokk_model::Environment {
                 endpoints: self.backend.endpoints(),
                 staging: self.backend.staging(&self.staging.grid.schemes()),
-                containers: self.images.iter().map(|_| "podman".to_string()).collect(),
+                containers: self.runtimes.clone(),
                 images: self.images.clone().unwrap_or_default(),
                 ..self.config.capabilities.environment()
             },

@@ -246,6 +246,13 @@ pub struct SlurmConfig {
     /// not start thousands of processes against slurmctld.
     #[serde(default = "default_submitters")]
     pub submitters: usize,
+    /// Directories of OCI bundles that the cluster runs through Slurm's
+    /// own OCI support (its `oci.conf`): a job naming a bundle in one
+    /// (`#SBATCH --container=DIR/NAME`) is given to `sbatch` with a copy of
+    /// it made for the job ([`crate::slurm::bundle`]), and the site
+    /// publishes `DIR/*` among the images it runs.
+    #[serde(default)]
+    pub oci_bundles: Vec<PathBuf>,
 }
 
 impl SlurmConfig {
@@ -254,6 +261,7 @@ impl SlurmConfig {
     pub fn resolve(&mut self, base: &Path) {
         self.conf = base.join(&self.conf);
         self.bin_dir = self.bin_dir.as_ref().map(|b| base.join(b));
+        self.oci_bundles = self.oci_bundles.iter().map(|d| base.join(d)).collect();
     }
 
     fn check(&self, section: &str) -> Result<(), ConfigError> {
@@ -263,6 +271,30 @@ impl SlurmConfig {
             )));
         }
         Ok(())
+    }
+
+    /// The images this cluster's OCI support runs, as a site publishes
+    /// them: `DIR/*` for each bundle directory.
+    pub fn bundle_images(&self) -> Vec<String> {
+        self.oci_bundles
+            .iter()
+            .map(|d| format!("{}/*", d.display().to_string().trim_end_matches('/')))
+            .collect()
+    }
+
+    /// The bundle `image` names, when it is one directly inside a bundle
+    /// directory (a name, not a path climbing out of it).
+    pub fn bundle(&self, image: &str) -> Option<PathBuf> {
+        let path = Path::new(image);
+        let name = path.file_name()?.to_str()?;
+        if name.starts_with('.') {
+            return None;
+        }
+        let dir = path.parent()?;
+        self.oci_bundles
+            .iter()
+            .any(|d| d.components().eq(dir.components()))
+            .then(|| path.to_path_buf())
     }
 }
 

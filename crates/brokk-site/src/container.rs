@@ -59,6 +59,16 @@ pub struct ContainersConfig {
     pub network: bool,
 }
 
+/// Why a site that would run jobs as root runs no containers (`setting`
+/// names what asked for them): a rootless container is the account's, a
+/// container as root would be root's.
+pub fn refused_as_root(setting: &str) -> String {
+    format!(
+        "{setting}: container jobs run rootless, as their own account; this site would run them as root: \
+         map identities to accounts ([accounts]) or run the agent as another user"
+    )
+}
+
 fn default_podman() -> PathBuf {
     PathBuf::from("podman")
 }
@@ -94,11 +104,7 @@ impl ContainersConfig {
     /// run jobs as root (`runs_as_root`: no `[accounts]`, agent root).
     pub fn published(&self, runs_as_root: bool) -> Result<Vec<String>, String> {
         if runs_as_root {
-            return Err(
-                "[containers]: container jobs run rootless, as their own account; this site would run \
-                 them as root: map identities to accounts ([accounts]) or run the agent as another user"
-                    .into(),
-            );
+            return Err(refused_as_root("[containers]"));
         }
         let mut images = Vec::new();
         if let Some(store) = &self.store {

@@ -91,9 +91,16 @@ async fn drive(agent: &Agent, mut launch: Launch, sandbox: &Path) -> End {
             }
         }
         // A container job becomes the podman command that runs it, for
-        // whichever backend starts it.
-        if let (Some(c), Some(_)) = (&agent.config().containers, &launch.job.container_image) {
-            let batch = crate::launch::batch_environment(id, &agent.config().name, &launch.job, sandbox);
+        // whichever backend starts it; one in the Slurm cluster's own
+        // bundles is given to sbatch as it is (slurm::bundle).
+        let config = agent.config();
+        let bundled = |image: &str| config.slurm.as_ref().and_then(|s| s.bundle(image)).is_some();
+        let podman = match (&config.containers, &launch.job.container_image) {
+            (Some(c), Some(image)) if !bundled(image) => Some(c),
+            _ => None,
+        };
+        if let Some(c) = podman {
+            let batch = crate::launch::batch_environment(id, &config.name, &launch.job, sandbox);
             if let Err(e) = crate::container::into_podman(c, &mut launch.job, batch, sandbox, account) {
                 return End::Failed(format!("preparing the container: {e}"));
             }

@@ -630,6 +630,38 @@ fn a_file_at_a_url_the_ce_stages_is_moved_by_the_ce_not_the_site() {
 
 #[test]
 #[ignore = "needs a local ARC CE and the grid data servers: scripts/arc-testbed.sh and scripts/griddata-testbed.sh (scripts/test.sh starts both)"]
+fn a_gsiftp_file_is_moved_by_the_ce_as_its_owner_through_a_delegated_proxy() {
+    let data = PathBuf::from(
+        std::env::var_os("BROKK_TEST_GRIDDATA").expect("BROKK_TEST_GRIDDATA: scripts/test.sh starts the servers"),
+    );
+    let gsiftp = std::fs::read_to_string(data.join("gsiftp")).unwrap().trim().to_string();
+    let (dir, server) = broker("gsiftp-staged");
+    let tag = format!("{}-{}", std::process::id(), brokk_proto::wall_clock().0);
+    let input = data.join("gridftp").join(format!("in-{tag}"));
+    std::fs::write(&input, "moved as its owner\n").unwrap();
+    // The GridFTP server maps the user's name, not the CE's: A-REX moves
+    // these only with the proxy Brokk delegates in the user's name.
+    let xrsl = format!(
+        r#"&(executable="/bin/sh")(arguments="-c" "tr a-z A-Z < in.txt > out.txt")
+ (inputfiles=("in.txt" "{gsiftp}in-{tag}"))(outputfiles=("out.txt" "{gsiftp}out-{tag}"))(walltime="5")"#
+    );
+    let (_, end) = common::run_to_end(&server.url, "tok-ann", &dir, "job.xrsl", &xrsl);
+    assert_eq!(
+        (end["state"].as_str(), end["exit_code"].as_i64()),
+        (Some("finished"), Some(0)),
+        "{end}"
+    );
+    let out = data.join("gridftp").join(format!("out-{tag}"));
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), "MOVED AS ITS OWNER\n");
+    // Written by the account the server maps the user to.
+    use std::os::unix::fs::MetadataExt;
+    let owner = std::fs::metadata(&out).unwrap().uid();
+    let brokkgram = Command::new("id").args(["-u", "brokkgram"]).output().unwrap();
+    assert_eq!(owner.to_string(), String::from_utf8_lossy(&brokkgram.stdout).trim());
+}
+
+#[test]
+#[ignore = "needs a local ARC CE and the grid data servers: scripts/arc-testbed.sh and scripts/griddata-testbed.sh (scripts/test.sh starts both)"]
 fn a_root_file_is_fetched_and_delivered_by_the_ces_own_data_staging() {
     let data = PathBuf::from(
         std::env::var_os("BROKK_TEST_GRIDDATA").expect("BROKK_TEST_GRIDDATA: scripts/test.sh starts the servers"),

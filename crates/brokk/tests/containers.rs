@@ -206,3 +206,75 @@ fn slurm_runs_a_container_job_in_its_image_as_its_account() {
         std::thread::sleep(Duration::from_millis(200));
     }
 }
+
+#[test]
+#[ignore = "needs runc, root and the Slurm testbed: scripts/container-testbed.sh and scripts/slurm-testbed.sh (scripts/test.sh starts both)"]
+fn slurm_runs_a_job_in_one_of_its_oci_bundles_with_its_sandbox_as_its_account() {
+    let slurm = PathBuf::from(std::env::var_os("BROKK_TEST_SLURM").expect("BROKK_TEST_SLURM: the Slurm testbed"));
+    let dir = common::scratch("containers", "slurm-oci");
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o711)).unwrap();
+    let conf = slurm.join("c1/slurm.conf");
+    let bundles = bed().join("bundles");
+    // Slurm's own OCI support alone: no podman at this site.
+    common::write_private(
+        &dir.join("broker.toml"),
+        &format!(
+            "database = \"broker.db\"\nstate_dir = \"sites\"\n[tokens]\n\"tok-ann\" = \"ann\"\n\
+             [[embedded]]\nname = \"cluster\"\nslurm = {{ conf = \"{}\", oci_bundles = [\"{}\"] }}\n\
+             [embedded.accounts]\nann = \"{}\"\n",
+            conf.display(),
+            bundles.display(),
+            read("account"),
+        ),
+    );
+    let server = common::serve(&dir);
+    std::fs::write(dir.join("in.txt"), "staged in\n").unwrap();
+    let sub = format!(
+        "universe = container\ncontainer_image = {}\nexecutable = /bin/sh\n\
+         arguments = \"-c 'cat /etc/brokk-bundle; pwd; cat in.txt; echo slurm job $SLURM_JOB_ID; echo made > made.txt'\"\n\
+         transfer_executable = false\ntransfer_input_files = in.txt\ntransfer_output_files = made.txt\n\
+         output = out.txt\nerror = err.txt\nqueue\n",
+        bundles.join("busybox").display()
+    );
+    let (id, end) = common::run_to_end(&server.url, "tok-ann", &dir, "job.sub", &sub);
+    let out = common::output(&server.url, "tok-ann", &id, "out.txt");
+    let left = common::slurm_command(&conf, "squeue", &["-h", "-o", "%i"]);
+    let left: Vec<&str> = left.split_whitespace().collect();
+    if !left.is_empty() {
+        common::slurm_command(&conf, "scancel", &left);
+    }
+    assert_eq!(
+        (end["state"].as_str(), end["exit_code"].as_i64()),
+        (Some("finished"), Some(0)),
+        "{end}: {out} {}",
+        common::output(&server.url, "tok-ann", &id, "err.txt")
+    );
+    let lines: Vec<&str> = out.lines().collect();
+    // The bundle's files, the sandbox as its working directory, the staged
+    // input, and Slurm's own variables.
+    assert_eq!(lines[..3], ["in the bundle", "/srv", "staged in"], "{out}");
+    let slurm_id = lines[3].strip_prefix("slurm job ").unwrap_or_default();
+    assert!(
+        !slurm_id.is_empty() && slurm_id.chars().all(|c| c.is_ascii_digit()),
+        "{out}"
+    );
+    assert_eq!(common::output(&server.url, "tok-ann", &id, "made.txt"), "made\n");
+    // A bundle outside the site's bundle directories is refused with the
+    // site's reason.
+    let elsewhere = sub.replace(
+        &bundles.join("busybox").display().to_string(),
+        "/var/tmp/elsewhere/busybox",
+    );
+    std::fs::write(dir.join("elsewhere.sub"), elsewhere).unwrap();
+    let refused = common::brokk(
+        &server.url,
+        "tok-ann",
+        &["submit", &dir.join("elsewhere.sub").display().to_string()],
+    );
+    assert!(!refused.status.success());
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        said.contains("/var/tmp/elsewhere/busybox") && said.contains("cluster"),
+        "{said}"
+    );
+}

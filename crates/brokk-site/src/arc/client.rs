@@ -7,6 +7,7 @@ use reqwest::{Method, StatusCode};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use super::delegation::Delegator;
 use super::glue2::Glue2;
 use super::ArcConfig;
 
@@ -77,6 +78,9 @@ pub struct ArcClient {
     base: String,
     /// The TLS set-up, kept for [`ArcClient::refused_certificate`].
     tls: std::sync::Arc<rustls::ClientConfig>,
+    /// What signs the proxies this identity delegates to the CE, or why
+    /// its credential cannot (only a job that needs one fails on it).
+    delegator: std::sync::Arc<Result<Delegator, String>>,
 }
 
 fn read(path: &std::path::Path) -> Result<Vec<u8>, ArcError> {
@@ -132,6 +136,7 @@ impl ArcClient {
             http,
             base: format!("{}/rest/1.0", config.url.trim_end_matches('/')),
             tls: std::sync::Arc::new(tls),
+            delegator: std::sync::Arc::new(Delegator::from_pem(&pem)),
         })
     }
 
@@ -197,6 +202,16 @@ impl ArcClient {
 
     /// [`ArcClient::call`]'s work, which it times.
     async fn request(&self, method: Method, path: &str, body: Option<(&str, Vec<u8>)>) -> Result<Vec<u8>, ArcError> {
+        self.request_located(method, path, body).await.map(|(bytes, _)| bytes)
+    }
+
+    /// A request's answer with the `Location` it names, if any.
+    async fn request_located(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<(&str, Vec<u8>)>,
+    ) -> Result<(Vec<u8>, Option<String>), ArcError> {
         let mut req = self
             .http
             .request(method, format!("{}/{path}", self.base))
@@ -206,6 +221,11 @@ impl ArcClient {
         }
         let resp = req.send().await.map_err(transport)?;
         let status = resp.status();
+        let location = resp
+            .headers()
+            .get(reqwest::header::LOCATION)
+            .and_then(|l| l.to_str().ok())
+            .map(str::to_string);
         let bytes = resp.bytes().await.map_err(transport)?.to_vec();
         if status == StatusCode::UNAUTHORIZED || status == StatusCode::FORBIDDEN {
             return Err(ArcError::Authentication(format!(
@@ -219,7 +239,45 @@ impl ArcClient {
                 message: String::from_utf8_lossy(&bytes).trim().chars().take(500).collect(),
             });
         }
-        Ok(bytes)
+        Ok((bytes, location))
+    }
+
+    /// Delegates a proxy of this client's identity to the CE (A-REX's
+    /// two-step REST delegation: a new delegation answers with the CE's
+    /// certificate request and its place, the signed proxy is put there);
+    /// the delegation's id, which a job names to act with it.
+    pub async fn delegate(&self) -> Result<String, ArcError> {
+        let delegator = self.delegator.as_ref().as_ref().map_err(|e| {
+            ArcError::Credentials(format!("delegating to the CE needs an RSA certificate and key: {e}"))
+        })?;
+        let t = std::time::Instant::now();
+        let r = async {
+            let (request, location) = self
+                .request_located(Method::POST, "delegations?action=new", None)
+                .await?;
+            let id = location
+                .as_deref()
+                .and_then(|l| l.trim_end_matches('/').rsplit('/').next())
+                .filter(|id| !id.is_empty() && !id.contains('?'))
+                .map(str::to_string)
+                .ok_or_else(|| ArcError::Refused {
+                    status: 201,
+                    message: format!("a new delegation without its place ({location:?})"),
+                })?;
+            let proxy = delegator
+                .sign(&String::from_utf8_lossy(&request), std::time::SystemTime::now())
+                .map_err(ArcError::Credentials)?;
+            self.request(
+                Method::PUT,
+                &format!("delegations/{}", escape(&id)),
+                Some(("application/x-pem-file", proxy.into_bytes())),
+            )
+            .await?;
+            Ok(id)
+        }
+        .await;
+        crate::metrics::BACKEND_COMMANDS.observe("arc", "delegate", r.is_ok(), t.elapsed());
+        r
     }
 
     /// The CE's GLUE 2 document, summarised.

@@ -20,8 +20,10 @@ use crate::launch::{pause, plain_name, retrying, End, Launch, Progress};
 /// restarted follows the job again instead of submitting it twice.
 const ID_FILE: &str = ".brokk-arc-id";
 
-/// The job as the CE is given it, and the sandbox files to upload.
-fn prepare(arc: &ArcCe, launch: &Launch, sandbox: &Path) -> Result<(String, Vec<String>), String> {
+/// The job as the CE is given it, the sandbox files to upload, and whether
+/// the CE's data staging moves any of its files (it then acts with a proxy
+/// delegated to it, as the job's owner).
+fn prepare(arc: &ArcCe, launch: &Launch, sandbox: &Path) -> Result<(String, Vec<String>, bool), String> {
     let mut job: Job = launch.job.clone();
     job.earliest_start = None;
     job.deadline = None;
@@ -65,6 +67,7 @@ fn prepare(arc: &ArcCe, launch: &Launch, sandbox: &Path) -> Result<(String, Vec<
     // agent has fetched it (A-REX deletes what `outputfiles` does not list).
     let (delivered, kept): (Vec<OutputFile>, Vec<OutputFile>) =
         job.output_files.iter().cloned().partition(|f| handed(&f.target));
+    let moves = job.input_files.iter().any(|f| f.source.is_some()) || !delivered.is_empty();
     let mut keep: Vec<String> = kept.iter().map(|f| plain_name(&f.name)).collect();
     keep.extend(job.stdout.iter().chain(job.stderr.iter()).map(|n| plain_name(n)));
     keep.sort();
@@ -94,7 +97,7 @@ fn prepare(arc: &ArcCe, launch: &Launch, sandbox: &Path) -> Result<(String, Vec<
             xrsl.trim_end()
         );
     }
-    Ok((xrsl, uploads))
+    Ok((xrsl, uploads, moves))
 }
 
 /// The interval between two readings of a job's state.
@@ -133,8 +136,24 @@ pub(crate) async fn execute<P: Progress>(agent: &P, arc: &ArcCe, mut launch: Lau
 /// its id in the sandbox and uploads its inputs; a job whose inputs cannot
 /// all be uploaded is killed on the CE.
 async fn submit(arc: &ArcCe, launch: &mut Launch, sandbox: &Path) -> Result<String, End> {
-    let (xrsl, uploads) =
+    let (mut xrsl, uploads, moves) =
         prepare(arc, launch, sandbox).map_err(|e| End::Failed(format!("writing the xRSL description: {e}")))?;
+    if moves {
+        // The CE fetches and delivers as the job's owner: a GridFTP or SRM
+        // server knows the owner, not the CE.
+        let client = arc.client_for(&launch.user);
+        let id = retrying(launch, period(arc), "delegating to the ARC CE", || client.delegate())
+            .await
+            .map_err(|e| match e {
+                None => End::Cancelled,
+                Some(e) => End::Failed(format!("delegating a proxy to the ARC CE: {e}")),
+            })?;
+        xrsl = format!(
+            "{}\n {}\n",
+            xrsl.trim_end(),
+            brokk_jdl::xrsl_relation("delegationid", &[&id])
+        );
+    }
     // A CE that read the job and refused it is asked again a few times (its
     // refusal may pass, as a full session directory does), then believed.
     let mut refusals = 0;

@@ -11,6 +11,7 @@
 //! script A-REX writes.
 
 pub mod client;
+pub mod delegation;
 pub(crate) mod exec;
 pub mod glue2;
 pub mod ldap;

@@ -93,9 +93,31 @@ async fn prepare(
     sandbox: &Path,
     control: &Path,
 ) -> Result<(String, Vec<String>), String> {
-    let job = for_slurm(slurm, launch, sandbox).await?;
-    let written = brokk_jdl::write(Format::Slurm, std::slice::from_ref(&job)).map_err(|e| e.to_string())?;
-    let text = run_once(&written.text, control);
+    let mut job = for_slurm(slurm, launch, sandbox).await?;
+    // A job in one of the site's OCI bundles runs in its own copy of it,
+    // where the control directory has a path of its own.
+    let mut mark_dir = control.to_path_buf();
+    if let Some(bundle) = job.container_image.as_deref().and_then(|i| slurm.config.bundle(i)) {
+        let (uid, gid) = launch.account.map_or_else(
+            || (nix::unistd::getuid().as_raw(), nix::unistd::getgid().as_raw()),
+            |a| (a.uid, a.gid),
+        );
+        // Beside the control directory, where the job cannot write: it is
+        // made fresh as the agent's own.
+        let dir = control.with_extension("bundle");
+        let copy = super::bundle::for_job(&bundle, &dir, sandbox, control, uid, gid)?;
+        job.container_image = Some(copy.display().to_string());
+        mark_dir = PathBuf::from(super::bundle::CONTROL);
+    }
+    let mut written = brokk_jdl::write(Format::Slurm, std::slice::from_ref(&job)).map_err(|e| e.to_string())?;
+    if mark_dir != control && job.script.is_none() {
+        // The writer's line for a program runs it with bash, which an
+        // image need not have; the line itself is POSIX.
+        if let Some(rest) = written.text.strip_prefix("#!/bin/bash\n") {
+            written.text = format!("#!/bin/sh\n{rest}");
+        }
+    }
+    let text = run_once(&written.text, &mark_dir);
     let copy = control.join("job.sbatch");
     let mut f = crate::sandbox::create_write(control, "job.sbatch").map_err(|e| format!("{}: {e}", copy.display()))?;
     std::io::Write::write_all(&mut f, text.as_bytes()).map_err(|e| format!("{}: {e}", copy.display()))?;
@@ -119,6 +141,8 @@ fn sh_quote(s: &str) -> String {
 /// one. Only shell scripts get the guard: another interpreter's script is
 /// left as it is (its directives were read into the job at submission).
 fn run_once(script: &str, control: &Path) -> String {
+    // `control` is where the script sees its control directory: the host's
+    // path, or a container's mount of it.
     let shell = match script.lines().next() {
         Some(l) if l.starts_with("#!") => {
             let interp = l.trim_start_matches("#!").split_whitespace().last().unwrap_or("");

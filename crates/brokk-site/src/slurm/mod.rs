@@ -5,6 +5,7 @@
 //! mirroring what occupies the cluster that Brokk did not put there, and
 //! marks the site unavailable while slurmctld does not answer.
 
+pub mod bundle;
 pub mod cli;
 pub mod exec;
 
