@@ -7,8 +7,10 @@
 #   scripts/container-testbed.sh start   # prints the directory with store/
 #                                        # (the image store), image (its
 #                                        # image's name), account (the
-#                                        # account's name), oci_runtime and
-#                                        # bundles/ (OCI bundles for Slurm)
+#                                        # account's name), oci_runtime,
+#                                        # bundles/ (OCI bundles for Slurm),
+#                                        # registry (a registry on this host)
+#                                        # and pulled (an image only there)
 #   scripts/container-testbed.sh stop    # nothing runs between tests
 #
 # What it relies on (measured on this machine kind): the packages install in
@@ -22,13 +24,18 @@ set -euo pipefail
 BASE=${BROKK_CONTAINERS_BASE:-/var/tmp/brokk-containers}
 ACCOUNT=brokkpod
 IMAGE=localhost/brokk-busybox:1
+# A registry on this host (Debian's docker-registry, plain HTTP), holding
+# the same image under another name, for jobs that pull.
+REGISTRY=localhost:15000
+PULLED=$REGISTRY/brokk/busybox:1
 log() { echo "container-testbed: $*" >&2; }
 
 install_packages() {
   command -v podman >/dev/null 2>&1 && command -v runc >/dev/null 2>&1 && command -v newuidmap >/dev/null 2>&1 &&
-    [ -x /bin/busybox ] && command -v slirp4netns >/dev/null 2>&1 && return 0
+    [ -x /bin/busybox ] && command -v slirp4netns >/dev/null 2>&1 && command -v docker-registry >/dev/null 2>&1 &&
+    return 0
   [ "$(id -u)" = 0 ] || { log "installing podman needs root"; return 1; }
-  local pkgs="podman runc uidmap slirp4netns busybox-static"
+  local pkgs="podman runc uidmap slirp4netns busybox-static docker-registry"
   # shellcheck disable=SC2086
   apt_install "$BASE/install.log" $pkgs
 }
@@ -69,6 +76,9 @@ start() {
   fi
   chmod -R a+rX "$BASE/bundles"
   echo "$IMAGE" >"$BASE/image"
+  start_registry
+  echo "$REGISTRY" >"$BASE/registry"
+  echo "$PULLED" >"$BASE/pulled"
   echo "$ACCOUNT" >"$BASE/account"
   if grep -q " - cgroup2 " /proc/self/mountinfo && grep -q " - cgroup " /proc/self/mountinfo; then
     echo runc >"$BASE/oci_runtime"
@@ -76,6 +86,33 @@ start() {
     : >"$BASE/oci_runtime"
   fi
   echo "$BASE"
+}
+
+listening() { ss -ltn 2>/dev/null | grep -q ":$1 "; }
+
+# The registry, started once and left running; every account's podman
+# reaches it over plain HTTP (a drop-in of the system's registries.conf).
+start_registry() {
+  mkdir -p /etc/containers/registries.conf.d
+  printf '[[registry]]\nlocation = "%s"\ninsecure = true\n' "$REGISTRY" \
+    >/etc/containers/registries.conf.d/50-brokk-testbed.conf
+  if ! listening "${REGISTRY##*:}"; then
+    mkdir -p "$BASE/registry-data"
+    cat >"$BASE/registry.yml" <<YML
+version: 0.1
+storage:
+  filesystem:
+    rootdirectory: $BASE/registry-data
+http:
+  addr: 127.0.0.1:${REGISTRY##*:}
+YML
+    setsid docker-registry serve "$BASE/registry.yml" >"$BASE/registry.log" 2>&1 </dev/null &
+    echo $! >"$BASE/registry.pid"
+    for _ in $(seq 1 50); do listening "${REGISTRY##*:}" && break; sleep 0.2; done
+    listening "${REGISTRY##*:}" || { log "the registry is not listening; see $BASE/registry.log"; return 1; }
+  fi
+  podman --root "$BASE/store" --runroot "$BASE/run" --storage-driver overlay push --tls-verify=false \
+    "$IMAGE" "$PULLED" >"$BASE/push.log" 2>&1 || { log "podman push failed; see $BASE/push.log"; return 1; }
 }
 
 case "${1:-start}" in

@@ -25,6 +25,11 @@ fn read(name: &str) -> String {
 /// no containers, and `pod`, whose jobs run as the testbed's account and in
 /// its images.
 fn broker(name: &str) -> (PathBuf, common::Server) {
+    broker_with(name, "")
+}
+
+/// [`broker`] with more of `pod`'s `[containers]` settings.
+fn broker_with(name: &str, containers: &str) -> (PathBuf, common::Server) {
     let dir = common::scratch("containers", name);
     // The account passes through to its sandboxes, and lists nothing here.
     std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o711)).unwrap();
@@ -36,7 +41,7 @@ fn broker(name: &str) -> (PathBuf, common::Server) {
         "database = \"broker.db\"\nstate_dir = \"sites\"\n[tokens]\n\"tok-ann\" = \"ann\"\n\
          [[embedded]]\nname = \"plain\"\ncapacity = 16\n[[embedded.benchmarks]]\nname = \"specint2006\"\nvalue = 40.0\n\
          [[embedded]]\nname = \"pod\"\ncapacity = 2\n[[embedded.benchmarks]]\nname = \"specint2006\"\nvalue = 10.0\n\
-         [embedded.accounts]\nann = \"{account}\"\n[embedded.containers]\nstore = \"{store}\"\n{runtime}",
+         [embedded.accounts]\nann = \"{account}\"\n[embedded.containers]\nstore = \"{store}\"\n{runtime}{containers}",
         account = read("account"),
         store = bed().join("store").display(),
     );
@@ -100,6 +105,61 @@ fn a_container_job_runs_in_its_image_as_its_account_and_only_where_the_image_is(
         "{said}"
     );
     assert!(said.contains("plain") && said.contains("runs no containers"), "{said}");
+}
+
+#[test]
+#[ignore = "needs rootless podman, root and a registry: scripts/container-testbed.sh (scripts/test.sh makes it)"]
+fn an_image_from_a_registry_the_site_names_is_pulled_for_the_job_alone() {
+    let registry = read("registry");
+    let (dir, server) = broker_with("pulls", &format!("registries = [\"{registry}\"]\n"));
+    // An image only the registry has: not in the site's store.
+    let pulled = read("pulled");
+    let in_store = |image: &str| {
+        let bed = bed();
+        Command::new("podman")
+            .args(["--root", &bed.join("store").display().to_string()])
+            .args(["--runroot", &bed.join("run").display().to_string()])
+            .args(["--storage-driver", "overlay", "image", "exists", image])
+            .status()
+            .unwrap()
+            .success()
+    };
+    assert!(!in_store(&pulled));
+    let sub = format!(
+        "universe = container\ncontainer_image = {pulled}\nexecutable = /bin/sh\n\
+         arguments = \"-c 'test -d /usr && echo on the host || echo in the image; id -un'\"\n\
+         transfer_executable = false\noutput = out.txt\nerror = err.txt\nqueue\n"
+    );
+    let (id, end) = common::run_to_end(&server.url, "tok-ann", &dir, "job.sub", &sub);
+    assert_eq!(
+        (end["state"].as_str(), end["exit_code"].as_i64()),
+        (Some("finished"), Some(0)),
+        "{end}: {}",
+        common::output(&server.url, "tok-ann", &id, "err.txt")
+    );
+    assert_eq!(end["site"], "pod", "{end}");
+    let out = common::output(&server.url, "tok-ann", &id, "out.txt");
+    assert_eq!(out, format!("in the image\n{}\n", read("account")), "{out}");
+    // Pulled into the job's own storage: the site's store is as it was.
+    assert!(!in_store(&pulled));
+    // The site publishes the registry, as a pattern of images.
+    let sites = common::json(&server.url, "tok-ann", &["resources", "--json"]);
+    let pod = sites.as_array().unwrap().iter().find(|s| s["name"] == "pod").unwrap();
+    assert!(
+        common::strings(&pod["environment"]["images"]).contains(&format!("{registry}/*")),
+        "{pod}"
+    );
+    // The same image at a registry the site does not name is refused.
+    let elsewhere = sub.replace(&registry, "registry.example.org");
+    std::fs::write(dir.join("elsewhere.sub"), elsewhere).unwrap();
+    let refused = common::brokk(
+        &server.url,
+        "tok-ann",
+        &["submit", &dir.join("elsewhere.sub").display().to_string()],
+    );
+    assert!(!refused.status.success());
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(said.contains("neither holds nor pulls"), "{said}");
 }
 
 #[test]
