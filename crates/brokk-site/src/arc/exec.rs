@@ -140,19 +140,21 @@ async fn submit(arc: &ArcCe, launch: &mut Launch, sandbox: &Path) -> Result<Stri
         prepare(arc, launch, sandbox).map_err(|e| End::Failed(format!("writing the xRSL description: {e}")))?;
     if moves {
         // The CE fetches and delivers as the job's owner: a GridFTP or SRM
-        // server knows the owner, not the CE.
+        // server knows the owner, not the CE. A credential that cannot sign
+        // a proxy (not RSA) leaves the CE to move what needs none, as before.
         let client = arc.client_for(&launch.user);
-        let id = retrying(launch, period(arc), "delegating to the ARC CE", || client.delegate())
-            .await
-            .map_err(|e| match e {
-                None => End::Cancelled,
-                Some(e) => End::Failed(format!("delegating a proxy to the ARC CE: {e}")),
-            })?;
-        xrsl = format!(
-            "{}\n {}\n",
-            xrsl.trim_end(),
-            brokk_jdl::xrsl_relation("delegationid", &[&id])
-        );
+        match retrying(launch, period(arc), "delegating to the ARC CE", || client.delegate()).await {
+            Ok(id) => {
+                xrsl = format!(
+                    "{}\n {}\n",
+                    xrsl.trim_end(),
+                    brokk_jdl::xrsl_relation("delegationid", &[&id])
+                )
+            }
+            Err(None) => return Err(End::Cancelled),
+            Err(Some(ArcError::Credentials(e))) => tracing::warn!(job = %launch.id, "no proxy delegated: {e}"),
+            Err(Some(e)) => return Err(End::Failed(format!("delegating a proxy to the ARC CE: {e}"))),
+        }
     }
     // A CE that read the job and refused it is asked again a few times (its
     // refusal may pass, as a full session directory does), then believed.
