@@ -50,6 +50,26 @@ fn broker_with(name: &str, containers: &str) -> (PathBuf, common::Server) {
     (dir, server)
 }
 
+/// Runs `sub` to its end through the broker at `url` on the Slurm cluster
+/// of `conf`, leaving nothing of it queued there for the next test; it must
+/// finish with 0. Its id and standard output.
+fn run_on_slurm(url: &str, dir: &std::path::Path, conf: &std::path::Path, sub: &str) -> (String, String) {
+    let (id, end) = common::run_to_end(url, "tok-ann", dir, "job.sub", sub);
+    let out = common::output(url, "tok-ann", &id, "out.txt");
+    let left = common::slurm_command(conf, "squeue", &["-h", "-o", "%i"]);
+    let left: Vec<&str> = left.split_whitespace().collect();
+    if !left.is_empty() {
+        common::slurm_command(conf, "scancel", &left);
+    }
+    assert_eq!(
+        (end["state"].as_str(), end["exit_code"].as_i64()),
+        (Some("finished"), Some(0)),
+        "{end}: {out} {}",
+        common::output(url, "tok-ann", &id, "err.txt")
+    );
+    (id, out)
+}
+
 /// The processes the account has now.
 fn processes_of(account: &str) -> Vec<String> {
     let out = Command::new("pgrep").args(["-a", "-u", account]).output().unwrap();
@@ -231,20 +251,7 @@ fn slurm_runs_a_container_job_in_its_image_as_its_account() {
          transfer_executable = false\noutput = out.txt\nerror = err.txt\nqueue\n",
         read("image")
     );
-    let (id, end) = common::run_to_end(&server.url, "tok-ann", &dir, "job.sub", &sub);
-    let out = common::output(&server.url, "tok-ann", &id, "out.txt");
-    // Nothing of this test stays queued for the next.
-    let left = common::slurm_command(&conf, "squeue", &["-h", "-o", "%i"]);
-    let left: Vec<&str> = left.split_whitespace().collect();
-    if !left.is_empty() {
-        common::slurm_command(&conf, "scancel", &left);
-    }
-    assert_eq!(
-        (end["state"].as_str(), end["exit_code"].as_i64()),
-        (Some("finished"), Some(0)),
-        "{end}: {}",
-        common::output(&server.url, "tok-ann", &id, "err.txt")
-    );
+    let (_, out) = run_on_slurm(&server.url, &dir, &conf, &sub);
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(lines[..2], ["in the image", read("account").as_str()], "{out}");
     // Slurm's own variables reach the container; the sandbox is /srv there.
@@ -296,19 +303,7 @@ fn slurm_runs_a_job_in_one_of_its_oci_bundles_with_its_sandbox_as_its_account() 
          output = out.txt\nerror = err.txt\nqueue\n",
         bundles.join("busybox").display()
     );
-    let (id, end) = common::run_to_end(&server.url, "tok-ann", &dir, "job.sub", &sub);
-    let out = common::output(&server.url, "tok-ann", &id, "out.txt");
-    let left = common::slurm_command(&conf, "squeue", &["-h", "-o", "%i"]);
-    let left: Vec<&str> = left.split_whitespace().collect();
-    if !left.is_empty() {
-        common::slurm_command(&conf, "scancel", &left);
-    }
-    assert_eq!(
-        (end["state"].as_str(), end["exit_code"].as_i64()),
-        (Some("finished"), Some(0)),
-        "{end}: {out} {}",
-        common::output(&server.url, "tok-ann", &id, "err.txt")
-    );
+    let (id, out) = run_on_slurm(&server.url, &dir, &conf, &sub);
     let lines: Vec<&str> = out.lines().collect();
     // The bundle's files, the sandbox as its working directory, the staged
     // input, and Slurm's own variables.
