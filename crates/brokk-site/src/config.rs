@@ -24,6 +24,7 @@
 //! conf = "/etc/slurm/slurm.conf"  # the cluster's slurm.conf
 //! partition = "batch"             # default: the whole cluster
 //! user = "brokk"                  # Slurm user the jobs run as; default: the agent's
+//! oci_bundles = ["/shared/bundles"] # OCI bundles the cluster's oci.conf runs (--container)
 //!
 //! # Or an ARC CE (see `arc::ArcConfig`), with the Slurm cluster behind it
 //! # when the site may reserve there.
