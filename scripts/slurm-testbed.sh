@@ -147,9 +147,8 @@ write_conf() {
   } >"$cdir/slurm.conf.new"
   mv "$cdir/slurm.conf.new" "$cdir/slurm.conf"
   # Slurm's own OCI support, for jobs that name a bundle (--container):
-  # runc, rootless, as the job's user. Slurm 22.05 knows %u (the user's
-  # name) but not %U. runc's `run` rather than create and start: with
-  # create, the container never started here.
+  # runc, rootless, as the job's user, in one `run`. Slurm 22.05 knows %u
+  # (the user's name) but not %U.
   cat >"$cdir/oci.conf" <<'OCI'
 RunTimeQuery="runc --rootless=true --root=/tmp/runc-%u state %n.%u.%j.%s.%t"
 RunTimeRun="runc --rootless=true --root=/tmp/runc-%u run %n.%u.%j.%s.%t -b %b"
