@@ -283,19 +283,18 @@ impl SlurmConfig {
             .collect()
     }
 
-    /// The bundle `image` names, when it is one directly inside a bundle
-    /// directory (a name, not a path climbing out of it).
-    pub fn bundle(&self, image: &str) -> Option<PathBuf> {
+    /// Whether `image` names a bundle directly inside a bundle directory
+    /// (a name, not a path climbing out of it).
+    pub fn runs_bundle(&self, image: &str) -> bool {
         let path = Path::new(image);
-        let name = path.file_name()?.to_str()?;
-        if name.starts_with('.') {
-            return None;
-        }
-        let dir = path.parent()?;
-        self.oci_bundles
-            .iter()
-            .any(|d| d.components().eq(dir.components()))
-            .then(|| path.to_path_buf())
+        let named = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| !n.starts_with('.'));
+        named
+            && path
+                .parent()
+                .is_some_and(|dir| self.oci_bundles.iter().any(|d| d.components().eq(dir.components())))
     }
 }
 

@@ -94,7 +94,7 @@ async fn drive(agent: &Agent, mut launch: Launch, sandbox: &Path) -> End {
         // whichever backend starts it; one in the Slurm cluster's own
         // bundles is given to sbatch as it is (slurm::bundle).
         let config = agent.config();
-        let bundled = |image: &str| config.slurm.as_ref().and_then(|s| s.bundle(image)).is_some();
+        let bundled = |image: &str| config.slurm.as_ref().is_some_and(|s| s.runs_bundle(image));
         let podman = match (&config.containers, &launch.job.container_image) {
             (Some(c), Some(image)) if !bundled(image) => Some(c),
             _ => None,

@@ -70,6 +70,15 @@ fn run_on_slurm(url: &str, dir: &std::path::Path, conf: &std::path::Path, sub: &
     (id, out)
 }
 
+/// What the broker at `url` says when it refuses the submission `text`
+/// (written to `dir/name`); the test fails if it takes it.
+fn refused(url: &str, dir: &std::path::Path, name: &str, text: &str) -> String {
+    std::fs::write(dir.join(name), text).unwrap();
+    let o = common::brokk(url, "tok-ann", &["submit", &dir.join(name).display().to_string()]);
+    assert!(!o.status.success(), "{name} was taken");
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
 /// The processes the account has now.
 fn processes_of(account: &str) -> Vec<String> {
     let out = Command::new("pgrep").args(["-a", "-u", account]).output().unwrap();
@@ -112,14 +121,7 @@ fn a_container_job_runs_in_its_image_as_its_account_and_only_where_the_image_is(
     // An image no site holds is refused at submission, with every site's reason.
     let other = "universe = container\ncontainer_image = docker.io/library/debian:12\nexecutable = /bin/true\n\
                  transfer_executable = false\nqueue\n";
-    std::fs::write(dir.join("other.sub"), other).unwrap();
-    let refused = common::brokk(
-        &server.url,
-        "tok-ann",
-        &["submit", &dir.join("other.sub").display().to_string()],
-    );
-    assert!(!refused.status.success());
-    let said = String::from_utf8_lossy(&refused.stderr);
+    let said = refused(&server.url, &dir, "other.sub", other);
     assert!(
         said.contains("pod") && said.contains("neither holds nor pulls"),
         "{said}"
@@ -171,14 +173,7 @@ fn an_image_from_a_registry_the_site_names_is_pulled_for_the_job_alone() {
     );
     // The same image at a registry the site does not name is refused.
     let elsewhere = sub.replace(&registry, "registry.example.org");
-    std::fs::write(dir.join("elsewhere.sub"), elsewhere).unwrap();
-    let refused = common::brokk(
-        &server.url,
-        "tok-ann",
-        &["submit", &dir.join("elsewhere.sub").display().to_string()],
-    );
-    assert!(!refused.status.success());
-    let said = String::from_utf8_lossy(&refused.stderr);
+    let said = refused(&server.url, &dir, "elsewhere.sub", &elsewhere);
     assert!(said.contains("neither holds nor pulls"), "{said}");
 }
 
@@ -320,14 +315,7 @@ fn slurm_runs_a_job_in_one_of_its_oci_bundles_with_its_sandbox_as_its_account() 
         &bundles.join("busybox").display().to_string(),
         "/var/tmp/elsewhere/busybox",
     );
-    std::fs::write(dir.join("elsewhere.sub"), elsewhere).unwrap();
-    let refused = common::brokk(
-        &server.url,
-        "tok-ann",
-        &["submit", &dir.join("elsewhere.sub").display().to_string()],
-    );
-    assert!(!refused.status.success());
-    let said = String::from_utf8_lossy(&refused.stderr);
+    let said = refused(&server.url, &dir, "elsewhere.sub", &elsewhere);
     assert!(
         said.contains("/var/tmp/elsewhere/busybox") && said.contains("cluster"),
         "{said}"

@@ -97,7 +97,7 @@ async fn prepare(
     // A job in one of the site's OCI bundles runs in its own copy of it,
     // where the control directory has a path of its own.
     let mut mark_dir = control.to_path_buf();
-    if let Some(bundle) = job.container_image.as_deref().and_then(|i| slurm.config.bundle(i)) {
+    if let Some(bundle) = job.container_image.clone().filter(|i| slurm.config.runs_bundle(i)) {
         let (uid, gid) = launch.account.map_or_else(
             || (nix::unistd::getuid().as_raw(), nix::unistd::getgid().as_raw()),
             |a| (a.uid, a.gid),
@@ -105,7 +105,7 @@ async fn prepare(
         // Beside the control directory, where the job cannot write: it is
         // made fresh as the agent's own.
         let dir = control.with_extension("bundle");
-        let copy = super::bundle::for_job(&bundle, &dir, sandbox, control, uid, gid)?;
+        let copy = super::bundle::for_job(Path::new(&bundle), &dir, sandbox, control, uid, gid)?;
         job.container_image = Some(copy.display().to_string());
         mark_dir = PathBuf::from(super::bundle::CONTROL);
     }
