@@ -628,22 +628,27 @@ fn a_file_at_a_url_the_ce_stages_is_moved_by_the_ce_not_the_site() {
     assert!(staged.as_array().unwrap().iter().any(|s| s == "gsiftp"), "{staged}");
 }
 
-#[test]
-#[ignore = "needs a local ARC CE and the grid data servers: scripts/arc-testbed.sh and scripts/griddata-testbed.sh (scripts/test.sh starts both)"]
-fn a_gsiftp_file_is_moved_by_the_ce_as_its_owner_through_a_delegated_proxy() {
+/// Runs a job at the CE that upper-cases `text`, read from and written back
+/// to the grid data server whose URL the testbed keeps in `url_file` (each
+/// file's URL is the prefix `url` and its name) and whose files are in
+/// `files`: the job must finish; the output's path on the server's disk.
+fn upper_cased_by_the_ce(url_file: &str, files: &str, name: &str, text: &str) -> PathBuf {
     let data = PathBuf::from(
         std::env::var_os("BROKK_TEST_GRIDDATA").expect("BROKK_TEST_GRIDDATA: scripts/test.sh starts the servers"),
     );
-    let gsiftp = std::fs::read_to_string(data.join("gsiftp")).unwrap().trim().to_string();
-    let (dir, server) = broker("gsiftp-staged");
+    let url = std::fs::read_to_string(data.join(url_file)).unwrap().trim().to_string();
+    // XRootD's absolute paths begin after a second slash.
+    let url = if url.starts_with("root:") {
+        format!("{url}/")
+    } else {
+        url
+    };
+    let (dir, server) = broker(name);
     let tag = format!("{}-{}", std::process::id(), brokk_proto::wall_clock().0);
-    let input = data.join("gridftp").join(format!("in-{tag}"));
-    std::fs::write(&input, "moved as its owner\n").unwrap();
-    // The GridFTP server maps the user's name, not the CE's: A-REX moves
-    // these only with the proxy Brokk delegates in the user's name.
+    std::fs::write(data.join(files).join(format!("in-{tag}")), text).unwrap();
     let xrsl = format!(
         r#"&(executable="/bin/sh")(arguments="-c" "tr a-z A-Z < in.txt > out.txt")
- (inputfiles=("in.txt" "{gsiftp}in-{tag}"))(outputfiles=("out.txt" "{gsiftp}out-{tag}"))(walltime="5")"#
+ (inputfiles=("in.txt" "{url}in-{tag}"))(outputfiles=("out.txt" "{url}out-{tag}"))(walltime="5")"#
     );
     let (_, end) = common::run_to_end(&server.url, "tok-ann", &dir, "job.xrsl", &xrsl);
     assert_eq!(
@@ -651,7 +656,15 @@ fn a_gsiftp_file_is_moved_by_the_ce_as_its_owner_through_a_delegated_proxy() {
         (Some("finished"), Some(0)),
         "{end}"
     );
-    let out = data.join("gridftp").join(format!("out-{tag}"));
+    data.join(files).join(format!("out-{tag}"))
+}
+
+#[test]
+#[ignore = "needs a local ARC CE and the grid data servers: scripts/arc-testbed.sh and scripts/griddata-testbed.sh (scripts/test.sh starts both)"]
+fn a_gsiftp_file_is_moved_by_the_ce_as_its_owner_through_a_delegated_proxy() {
+    // The GridFTP server maps the user's name, not the CE's: A-REX moves
+    // these only with the proxy Brokk delegates in the user's name.
+    let out = upper_cased_by_the_ce("gsiftp", "gridftp", "gsiftp-staged", "moved as its owner\n");
     assert_eq!(std::fs::read_to_string(&out).unwrap(), "MOVED AS ITS OWNER\n");
     // Written by the account the server maps the user to.
     use std::os::unix::fs::MetadataExt;
@@ -663,25 +676,8 @@ fn a_gsiftp_file_is_moved_by_the_ce_as_its_owner_through_a_delegated_proxy() {
 #[test]
 #[ignore = "needs a local ARC CE and the grid data servers: scripts/arc-testbed.sh and scripts/griddata-testbed.sh (scripts/test.sh starts both)"]
 fn a_root_file_is_fetched_and_delivered_by_the_ces_own_data_staging() {
-    let data = PathBuf::from(
-        std::env::var_os("BROKK_TEST_GRIDDATA").expect("BROKK_TEST_GRIDDATA: scripts/test.sh starts the servers"),
-    );
-    let root = std::fs::read_to_string(data.join("root")).unwrap().trim().to_string();
-    let (dir, server) = broker("root-staged");
-    let tag = format!("{}-{}", std::process::id(), brokk_proto::wall_clock().0);
-    std::fs::write(data.join("xrootd").join(format!("in-{tag}")), "read by a-rex\n").unwrap();
     // On this host, which the site agent itself does not reach: only A-REX
     // (with ARC's XRootD plugin) moves these.
-    let xrsl = format!(
-        r#"&(executable="/bin/sh")(arguments="-c" "tr a-z A-Z < in.txt > out.txt")
- (inputfiles=("in.txt" "{root}/in-{tag}"))(outputfiles=("out.txt" "{root}/out-{tag}"))(walltime="5")"#
-    );
-    let (_, end) = common::run_to_end(&server.url, "tok-ann", &dir, "job.xrsl", &xrsl);
-    assert_eq!(
-        (end["state"].as_str(), end["exit_code"].as_i64()),
-        (Some("finished"), Some(0)),
-        "{end}"
-    );
-    let out = std::fs::read_to_string(data.join("xrootd").join(format!("out-{tag}"))).unwrap();
-    assert_eq!(out, "READ BY A-REX\n");
+    let out = upper_cased_by_the_ce("root", "xrootd", "root-staged", "read by a-rex\n");
+    assert_eq!(std::fs::read_to_string(out).unwrap(), "READ BY A-REX\n");
 }
