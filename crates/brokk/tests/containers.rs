@@ -50,16 +50,23 @@ fn broker_with(name: &str, containers: &str) -> (PathBuf, common::Server) {
     (dir, server)
 }
 
-/// Runs `sub` to its end through the broker at `url` on the Slurm cluster
-/// of `conf`, leaving nothing of it queued there for the next test; it must
-/// finish with 0. Its id and standard output.
-fn run_on_slurm(url: &str, dir: &std::path::Path, conf: &std::path::Path, sub: &str) -> (String, String) {
+/// Runs `sub` to its end through the broker at `url`; with `slurm` (a
+/// cluster's `slurm.conf`), nothing of it is left queued there for the next
+/// test. It must finish with 0. Its id, its end and its standard output.
+fn run_finished(
+    url: &str,
+    dir: &std::path::Path,
+    sub: &str,
+    slurm: Option<&std::path::Path>,
+) -> (String, serde_json::Value, String) {
     let (id, end) = common::run_to_end(url, "tok-ann", dir, "job.sub", sub);
     let out = common::output(url, "tok-ann", &id, "out.txt");
-    let left = common::slurm_command(conf, "squeue", &["-h", "-o", "%i"]);
-    let left: Vec<&str> = left.split_whitespace().collect();
-    if !left.is_empty() {
-        common::slurm_command(conf, "scancel", &left);
+    if let Some(conf) = slurm {
+        let left = common::slurm_command(conf, "squeue", &["-h", "-o", "%i"]);
+        let left: Vec<&str> = left.split_whitespace().collect();
+        if !left.is_empty() {
+            common::slurm_command(conf, "scancel", &left);
+        }
     }
     assert_eq!(
         (end["state"].as_str(), end["exit_code"].as_i64()),
@@ -67,7 +74,7 @@ fn run_on_slurm(url: &str, dir: &std::path::Path, conf: &std::path::Path, sub: &
         "{end}: {out} {}",
         common::output(url, "tok-ann", &id, "err.txt")
     );
-    (id, out)
+    (id, end, out)
 }
 
 /// What the broker at `url` says when it refuses the submission `text`
@@ -99,16 +106,9 @@ fn a_container_job_runs_in_its_image_as_its_account_and_only_where_the_image_is(
          transfer_executable = false\nenvironment = \"GREETING=hello\"\n\
          transfer_input_files = in.txt\noutput = out.txt\nerror = err.txt\nqueue\n"
     );
-    let (id, end) = common::run_to_end(&server.url, "tok-ann", &dir, "job.sub", &sub);
-    assert_eq!(
-        (end["state"].as_str(), end["exit_code"].as_i64()),
-        (Some("finished"), Some(0)),
-        "{end}: {}",
-        common::output(&server.url, "tok-ann", &id, "err.txt")
-    );
+    let (id, end, out) = run_finished(&server.url, &dir, &sub, None);
     // Only `pod` runs it, though `plain` is larger and faster.
     assert_eq!(end["site"], "pod", "{end}");
-    let out = common::output(&server.url, "tok-ann", &id, "out.txt");
     // The image has no /usr; the job is its account inside, with its environment.
     assert_eq!(out, format!("in the image\n{}\nhello\n", read("account")), "{out}");
     assert_eq!(common::output(&server.url, "tok-ann", &id, "count.txt").trim(), "3");
@@ -152,15 +152,8 @@ fn an_image_from_a_registry_the_site_names_is_pulled_for_the_job_alone() {
          arguments = \"-c 'test -d /usr && echo on the host || echo in the image; id -un'\"\n\
          transfer_executable = false\noutput = out.txt\nerror = err.txt\nqueue\n"
     );
-    let (id, end) = common::run_to_end(&server.url, "tok-ann", &dir, "job.sub", &sub);
-    assert_eq!(
-        (end["state"].as_str(), end["exit_code"].as_i64()),
-        (Some("finished"), Some(0)),
-        "{end}: {}",
-        common::output(&server.url, "tok-ann", &id, "err.txt")
-    );
+    let (_, end, out) = run_finished(&server.url, &dir, &sub, None);
     assert_eq!(end["site"], "pod", "{end}");
-    let out = common::output(&server.url, "tok-ann", &id, "out.txt");
     assert_eq!(out, format!("in the image\n{}\n", read("account")), "{out}");
     // Pulled into the job's own storage: the site's store is as it was.
     assert!(!in_store(&pulled));
@@ -246,7 +239,7 @@ fn slurm_runs_a_container_job_in_its_image_as_its_account() {
          transfer_executable = false\noutput = out.txt\nerror = err.txt\nqueue\n",
         read("image")
     );
-    let (_, out) = run_on_slurm(&server.url, &dir, &conf, &sub);
+    let (_, _, out) = run_finished(&server.url, &dir, &sub, Some(&conf));
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(lines[..2], ["in the image", read("account").as_str()], "{out}");
     // Slurm's own variables reach the container; the sandbox is /srv there.
@@ -298,7 +291,7 @@ fn slurm_runs_a_job_in_one_of_its_oci_bundles_with_its_sandbox_as_its_account() 
          output = out.txt\nerror = err.txt\nqueue\n",
         bundles.join("busybox").display()
     );
-    let (id, out) = run_on_slurm(&server.url, &dir, &conf, &sub);
+    let (id, _, out) = run_finished(&server.url, &dir, &sub, Some(&conf));
     let lines: Vec<&str> = out.lines().collect();
     // The bundle's files, the sandbox as its working directory, the staged
     // input, and Slurm's own variables.
