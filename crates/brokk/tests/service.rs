@@ -873,7 +873,10 @@ fn holds_a_stopped_broker_had_for_jobs_not_sent_are_given_back_when_it_starts_ag
     std::fs::write(&job, r#"{"executable": "/bin/true", "cpus": 4, "wall_time": 600}"#).unwrap();
     let held = {
         let svc = Service::start(&dir);
-        let now = brokk_proto::wall_clock().to_string();
+        // The window runs a minute from now: its latest start must still be
+        // ahead when the broker reads it, a second boundary later or not.
+        let now = brokk_proto::wall_clock();
+        let (earliest, latest) = (now.to_string(), (now + brokk_model::Duration(60)).to_string());
         let r = svc.json(
             "tok-ann",
             &[
@@ -883,9 +886,9 @@ fn holds_a_stopped_broker_had_for_jobs_not_sent_are_given_back_when_it_starts_ag
                 "--duration",
                 "3600",
                 "--earliest",
-                &now,
+                &earliest,
                 "--latest",
-                &now,
+                &latest,
                 "--json",
             ],
         );
