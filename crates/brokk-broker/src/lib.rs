@@ -27,6 +27,7 @@ pub mod jobs;
 mod memory_site;
 pub mod predict;
 pub mod reoptimize;
+pub mod reroute;
 pub mod rescue;
 pub mod reservations;
 pub mod reserve;

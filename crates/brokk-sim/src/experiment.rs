@@ -531,6 +531,8 @@ pub fn load_with_orders(path: &Path, traces: Option<&Path>, orders: &Orders) -> 
             "this is a workflow admission experiment: run it with `brokk sim workflows`".into()
         } else if is_architectures(&text) {
             "this is an experiment over [DMM]'s architectures: run it with `brokk sim architectures`".into()
+        } else if is_network(&text) {
+            "this is a network rerouting experiment: run it with `brokk sim network`".into()
         } else {
             e.to_string()
         },
@@ -548,6 +550,12 @@ pub fn is_admission(text: &str) -> bool {
 /// `architectures`), run by [`crate::architectures`].
 pub fn is_architectures(text: &str) -> bool {
     toml::from_str::<toml::Table>(text).is_ok_and(|t| t.contains_key("architectures"))
+}
+
+/// Whether an experiment file is one of a network manager's bandwidth
+/// requests (it names `requests`), run by [`crate::network`].
+pub fn is_network(text: &str) -> bool {
+    toml::from_str::<toml::Table>(text).is_ok_and(|t| t.contains_key("requests"))
 }
 
 /// Checks an experiment, resolving trace paths against `base`.

@@ -25,6 +25,7 @@ pub mod grid;
 pub mod gwf;
 pub mod lublin;
 pub mod metrics;
+pub mod network;
 pub mod orders;
 pub mod platform;
 pub mod plots;

@@ -1120,6 +1120,40 @@ fn reoptimization(report: &crate::admission::AdmissionReport) -> Result<Vec<(Str
     Ok(vec![("gain.svg".into(), svg)])
 }
 
+/// [VRM] Fig. 5.6: the share of requests each network manager accepts
+/// against the offered load, the rerouting one with and without the
+/// requests it saved.
+pub fn network(report: &crate::network::NetworkReport) -> Result<Vec<(String, String)>, String> {
+    use crate::network::NetworkAggregate;
+    type Pick = fn(&NetworkAggregate) -> crate::stats::Spread;
+    let picks: [(&str, Pick); 3] = [
+        ("fewest hops", |a| a.min_hop),
+        ("rerouting", |a| a.rerouting),
+        ("rerouting, saved left out", |a| a.rerouting_unsaved),
+    ];
+    let x_of = |a: &NetworkAggregate| a.offered_load.mean;
+    let series: Vec<Series> = picks
+        .iter()
+        .enumerate()
+        .map(|(i, &(name, pick))| {
+            let names = [name.to_string()];
+            let mut s = spread_series(&names, &report.aggregates, |_| name.to_string(), x_of, pick).remove(0);
+            s.colour = colour(i);
+            s
+        })
+        .collect();
+    let x = Axis {
+        label: "offered load (fewest-hop bandwidth over capacity)",
+        log: false,
+    };
+    let y = Axis {
+        label: "accepted requests (share)",
+        log: false,
+    };
+    let svg = chart(&format!("{}: acceptance", report.name), x, y, &series)?;
+    Ok(vec![("acceptance.svg".into(), svg)])
+}
+
 /// The names `series_of` gives `all`, each once, in the order first met.
 fn series_names<A>(all: &[A], series_of: impl Fn(&A) -> String) -> Vec<String> {
     let mut names: Vec<String> = Vec::new();

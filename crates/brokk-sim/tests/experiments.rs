@@ -55,6 +55,12 @@ fn every_example_experiment_loads() {
                 assert!(!e.settings().is_empty());
                 let err = load(&path).unwrap_err().to_string();
                 assert!(err.contains("brokk sim architectures"), "{err}");
+            } else if brokk_sim::experiment::is_network(&text) {
+                let e = brokk_sim::network::NetworkExperiment::from_toml(&text)
+                    .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+                assert!(!e.points().is_empty());
+                let err = load(&path).unwrap_err().to_string();
+                assert!(err.contains("brokk sim network"), "{err}");
             } else {
                 let p = load(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
                 assert!(!p.points().is_empty());

@@ -30,6 +30,10 @@ enum What {
     /// Admit streams of workflows with deadlines by advance reservation
     /// ([VRM] 4.6): every scheduler x inter-arrival time x seed.
     Workflows(WorkflowsArgs),
+    /// Admit bandwidth requests at a network manager by the fewest hops,
+    /// and at one that reroutes degraded slots by maximum concurrent flow
+    /// ([VRM] 5.7.2): every inter-arrival time x seed.
+    Network(WorkflowsArgs),
     /// Join clusters into one grid as [DMM]'s architectures do (independent
     /// clusters, flocking, a central queue pulled or pushing, delegated
     /// matchmaking) or as Brokk's own brokers do: every architecture x load
@@ -123,6 +127,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         What::Sweep(r) => (r, true),
         What::Workload(w) => return workload(w),
         What::Workflows(w) => return workflows(w),
+        What::Network(w) => return network(w),
         What::Architectures(w) => return architectures(w),
     };
     let prepared = load_with(&args.file, args.traces.as_deref())?;
@@ -440,6 +445,57 @@ fn figures_of<'a, T>(
 /// The mean of `f` over `of` (0 for none).
 fn mean_of<T>(of: &[&T], f: impl Fn(&T) -> f64) -> f64 {
     of.iter().map(|x| f(x)).sum::<f64>() / of.len().max(1) as f64
+}
+
+fn network(a: WorkflowsArgs) -> Result<ExitCode> {
+    use brokk_sim::network::{self, NetworkExperiment};
+    let exp = NetworkExperiment::load(&a.file)?;
+    let bar = Progress::new(exp.points().len(), a.results.json);
+    let (report, times) = exp.sweep(threads(a.results.threads), &|| bar.inc())?;
+    bar.finish();
+    let out = a
+        .results
+        .out
+        .unwrap_or_else(|| PathBuf::from("sim-results").join(&exp.name));
+    network::write_all(&out, &report, &times).with_context(|| format!("writing {}", out.display()))?;
+    if a.results.json {
+        say!("{}", serde_json::to_string_pretty(&report)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let cell = |s: &brokk_sim::stats::Spread| match s.ci95 {
+        Some(ci) => format!("{:.3} ±{:.3}", s.mean, ci),
+        None => format!("{:.3}", s.mean),
+    };
+    say!(
+        "{:>8} {:>5} {:>14} {:>14} {:>14} {:>14} {:>14}",
+        "arrival",
+        "seeds",
+        "offered",
+        "fewest hops",
+        "rerouting",
+        "saved left out",
+        "slots moved"
+    );
+    for g in &report.aggregates {
+        say!(
+            "{:>8} {:>5} {:>14} {:>14} {:>14} {:>14} {:>14}",
+            g.inter_arrival,
+            g.min_hop.n,
+            cell(&g.offered_load),
+            cell(&g.min_hop),
+            cell(&g.rerouting),
+            cell(&g.rerouting_unsaved),
+            cell(&g.rerouted_share)
+        );
+    }
+    say!(
+        "accepted shares of requests; slots moved: of the degraded slots, those routed again ({} paths, epsilon {})",
+        report.paths,
+        report.epsilon
+    );
+    print_timings(&network::timed(&report, &times), "µs per slot");
+    say!("wrote {}", out.display());
+    Ok(ExitCode::SUCCESS)
 }
 
 fn workflows(a: WorkflowsArgs) -> Result<ExitCode> {
