@@ -454,8 +454,14 @@ impl AdmissionExperiment {
     pub fn load(path: &std::path::Path) -> Result<(AdmissionExperiment, Vec<String>), AdmissionError> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| AdmissionError::Parse(format!("reading {}: {e}", path.display())))?;
-        let mut exp = AdmissionExperiment::from_toml(&text)
-            .map_err(|e| AdmissionError::Parse(format!("in {}: {e}", path.display())))?;
+        let mut exp = AdmissionExperiment::from_toml(&text).map_err(|e| {
+            let e = if crate::experiment::is_network(&text) {
+                "this is a network rerouting experiment: run it with `brokk sim network`".to_string()
+            } else {
+                e.to_string()
+            };
+            AdmissionError::Parse(format!("in {}: {e}", path.display()))
+        })?;
         let mut warnings = Vec::new();
         if let Some(file) = &exp.workflow.file {
             let at = path.parent().unwrap_or(std::path::Path::new(".")).join(file);

@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::admission::GridConfig;
 use crate::lublin;
-use crate::stats::{spread, Spread};
+use crate::stats::{paired, spread, Spread};
 use crate::timing::SchedulerTime;
 
 /// A rerouting experiment as its TOML file states it (times in slots).
@@ -37,9 +37,9 @@ pub struct NetworkExperiment {
     pub requests: usize,
     /// Mean inter-arrival times of requests (slots), swept: lower is more load.
     pub inter_arrival: Vec<f64>,
-    /// Candidate paths per endpoint pair (the `k` fewest hops).
+    /// Candidate paths per endpoint pair (the `k` fewest hops), swept.
     #[serde(default = "default_paths")]
-    pub paths: usize,
+    pub paths: Vec<usize>,
     /// The concurrent flow's approximation (within `1 - epsilon`).
     #[serde(default = "default_epsilon")]
     pub epsilon: f64,
@@ -62,8 +62,8 @@ pub struct NetworkExperiment {
     pub plots: crate::figures::FiguresSpec,
 }
 
-fn default_paths() -> usize {
-    3
+fn default_paths() -> Vec<usize> {
+    vec![3]
 }
 fn default_epsilon() -> f64 {
     0.1
@@ -92,9 +92,11 @@ pub enum NetworkExperimentError {
     Invalid(String),
 }
 
-/// One run: a load level and a seed, both managers.
+/// One run: a number of paths, a load level and a seed, both managers.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct NetworkPoint {
+    /// Candidate paths per pair.
+    pub paths: usize,
     /// Mean inter-arrival (slots).
     pub inter_arrival: f64,
     /// The seed.
@@ -118,9 +120,11 @@ pub struct NetworkPoint {
     pub unsplittable: usize,
 }
 
-/// One load level over its seeds.
+/// One number of paths and load level over its seeds.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct NetworkAggregate {
+    /// Candidate paths per pair.
+    pub paths: usize,
     /// Mean inter-arrival (slots).
     pub inter_arrival: f64,
     /// Offered load.
@@ -131,6 +135,12 @@ pub struct NetworkAggregate {
     pub rerouting: Spread,
     /// Its acceptance without the requests it saved.
     pub rerouting_unsaved: Spread,
+    /// Rerouting's acceptance less the fewest-hop manager's, seed by seed
+    /// on the same requests.
+    pub gain: Spread,
+    /// The same without the saved requests: what rerouting did for the
+    /// requests after it.
+    pub gain_unsaved: Spread,
     /// Share of degraded slots routed again.
     pub rerouted_share: Spread,
 }
@@ -140,8 +150,6 @@ pub struct NetworkAggregate {
 pub struct NetworkReport {
     /// The experiment's name.
     pub name: String,
-    /// Candidate paths per pair.
-    pub paths: usize,
     /// The flow's approximation.
     pub epsilon: f64,
     /// Every run.
@@ -158,8 +166,14 @@ impl NetworkExperiment {
     pub fn load(path: &std::path::Path) -> Result<NetworkExperiment, NetworkExperimentError> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| NetworkExperimentError::Parse(format!("reading {}: {e}", path.display())))?;
-        NetworkExperiment::from_toml(&text)
-            .map_err(|e| NetworkExperimentError::Parse(format!("in {}: {e}", path.display())))
+        NetworkExperiment::from_toml(&text).map_err(|e| {
+            let e = if crate::experiment::is_admission(&text) {
+                "this is a workflow admission experiment: run it with `brokk sim workflows`".to_string()
+            } else {
+                e.to_string()
+            };
+            NetworkExperimentError::Parse(format!("in {}: {e}", path.display()))
+        })
     }
 
     /// Reads an experiment from TOML text.
@@ -177,8 +191,8 @@ impl NetworkExperiment {
         if self.inter_arrival.is_empty() || self.inter_arrival.iter().any(|a| !(*a > 0.0 && a.is_finite())) {
             return bad("inter_arrival: positive slot counts");
         }
-        if self.paths == 0 || !(self.epsilon > 0.0 && self.epsilon <= 0.5) {
-            return bad("paths: at least 1; epsilon: above 0, at most 0.5");
+        if self.paths.is_empty() || self.paths.contains(&0) || !(self.epsilon > 0.0 && self.epsilon <= 0.5) {
+            return bad("paths: counts of at least 1; epsilon: above 0, at most 0.5");
         }
         if !(self.book_ahead >= 0.0 && self.book_ahead.is_finite())
             || self.max_bandwidth == 0
@@ -187,12 +201,15 @@ impl NetworkExperiment {
         {
             return bad("book_ahead, max_bandwidth, max_duration and slot are positive");
         }
-        self.network()?;
+        for &k in &self.paths {
+            self.network(k)?;
+        }
         Ok(())
     }
 
-    /// The network manager's empty schedule, and the number of cities.
-    fn network(&self) -> Result<(SlottedNetwork, usize), NetworkExperimentError> {
+    /// The network manager's empty schedule with `k` paths per pair, and
+    /// the number of cities.
+    fn network(&self, k: usize) -> Result<(SlottedNetwork, usize), NetworkExperimentError> {
         let (sites, links) = self
             .grid
             .platform()
@@ -200,16 +217,24 @@ impl NetworkExperiment {
         if sites.len() < 2 {
             return Err(NetworkExperimentError::Invalid("grid: at least two cities".into()));
         }
-        let net = SlottedNetwork::new(sites.len(), &links, self.paths)
-            .map_err(|e| NetworkExperimentError::Invalid(e.to_string()))?;
+        let net =
+            SlottedNetwork::new(sites.len(), &links, k).map_err(|e| NetworkExperimentError::Invalid(e.to_string()))?;
         Ok((net, sites.len()))
     }
 
-    /// Every (inter-arrival, seed) run, in the order they are reported.
-    pub fn points(&self) -> Vec<(f64, u64)> {
-        self.inter_arrival
+    /// Every (paths, inter-arrival, seed) run, in the order they are reported.
+    pub fn points(&self) -> Vec<(usize, f64, u64)> {
+        self.settings()
+            .into_iter()
+            .flat_map(|(k, a)| self.seeds.iter().map(move |&s| (k, a, s)))
+            .collect()
+    }
+
+    /// Every (paths, inter-arrival) pair, each aggregated over the seeds.
+    fn settings(&self) -> Vec<(usize, f64)> {
+        self.paths
             .iter()
-            .flat_map(|&a| self.seeds.iter().map(move |&s| (a, s)))
+            .flat_map(|&k| self.inter_arrival.iter().map(move |&a| (k, a)))
             .collect()
     }
 
@@ -245,12 +270,18 @@ impl NetworkExperiment {
 
     /// One run of both managers, and the wall time the rerouting took (one
     /// call per degraded slot).
-    pub fn run(&self, inter_arrival: f64, seed: u64) -> Result<(NetworkPoint, SchedulerTime), NetworkExperimentError> {
-        let (empty, cities) = self.network()?;
+    pub fn run(
+        &self,
+        paths: usize,
+        inter_arrival: f64,
+        seed: u64,
+    ) -> Result<(NetworkPoint, SchedulerTime), NetworkExperimentError> {
+        let (empty, cities) = self.network(paths)?;
         let requests = self.requests(cities, inter_arrival, seed);
         let (mut plain, mut rerouting) = (empty.clone(), empty);
         let mut time = SchedulerTime::default();
         let mut p = NetworkPoint {
+            paths,
             inter_arrival,
             seed,
             requests: requests.len(),
@@ -303,8 +334,8 @@ impl NetworkExperiment {
             for _ in 0..threads.clamp(1, points.len()) {
                 s.spawn(|| loop {
                     let i = next.fetch_add(1, Ordering::Relaxed);
-                    let Some(&(a, seed)) = points.get(i) else { break };
-                    let r = self.run(a, seed);
+                    let Some(&(k, a, seed)) = points.get(i) else { break };
+                    let r = self.run(k, a, seed);
                     if let Ok(mut slots) = slots.lock() {
                         slots[i] = Some(r);
                     }
@@ -321,18 +352,25 @@ impl NetworkExperiment {
             .into_iter()
             .unzip();
         let aggregates = self
-            .inter_arrival
-            .iter()
-            .map(|&a| {
-                let of: Vec<&NetworkPoint> = points.iter().filter(|p| p.inter_arrival == a).collect();
-                let over = |f: &dyn Fn(&NetworkPoint) -> f64| spread(&of.iter().map(|p| f(p)).collect::<Vec<_>>());
+            .settings()
+            .into_iter()
+            .map(|(k, a)| {
+                let of: Vec<&NetworkPoint> = points.iter().filter(|p| p.paths == k && p.inter_arrival == a).collect();
+                let each = |f: &dyn Fn(&NetworkPoint) -> f64| of.iter().map(|p| f(p)).collect::<Vec<_>>();
+                let over = |f: &dyn Fn(&NetworkPoint) -> f64| spread(&each(f));
                 let share = |n: usize, p: &NetworkPoint| n as f64 / p.requests.max(1) as f64;
+                let min_hop = each(&|p| share(p.accepted_min_hop, p));
+                let rerouting = each(&|p| share(p.accepted_rerouting, p));
+                let unsaved = each(&|p| share(p.accepted_rerouting - p.saved, p));
                 NetworkAggregate {
+                    paths: k,
                     inter_arrival: a,
                     offered_load: over(&|p| p.offered_load),
-                    min_hop: over(&|p| share(p.accepted_min_hop, p)),
-                    rerouting: over(&|p| share(p.accepted_rerouting, p)),
-                    rerouting_unsaved: over(&|p| share(p.accepted_rerouting - p.saved, p)),
+                    min_hop: spread(&min_hop),
+                    rerouting: spread(&rerouting),
+                    rerouting_unsaved: spread(&unsaved),
+                    gain: paired(&rerouting, &min_hop),
+                    gain_unsaved: paired(&unsaved, &min_hop),
                     rerouted_share: over(&|p| {
                         let degraded = p.rerouted + p.short_flow + p.unsplittable;
                         p.rerouted as f64 / degraded.max(1) as f64
@@ -343,7 +381,6 @@ impl NetworkExperiment {
         Ok((
             NetworkReport {
                 name: self.name.clone(),
-                paths: self.paths,
                 epsilon: self.epsilon,
                 points,
                 aggregates,
@@ -374,7 +411,7 @@ pub fn timed(report: &NetworkReport, times: &[SchedulerTime]) -> Vec<crate::timi
         .iter()
         .zip(times)
         .map(|(p, &time)| crate::timing::Timed {
-            series: "rerouting".into(),
+            series: format!("rerouting, {} paths", p.paths),
             at: p.inter_arrival.to_string(),
             seed: p.seed,
             time,

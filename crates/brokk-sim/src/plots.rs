@@ -1122,7 +1122,7 @@ fn reoptimization(report: &crate::admission::AdmissionReport) -> Result<Vec<(Str
 
 /// [VRM] Fig. 5.6: the share of requests each network manager accepts
 /// against the offered load, the rerouting one with and without the
-/// requests it saved.
+/// requests it saved; a figure per number of candidate paths.
 pub fn network(report: &crate::network::NetworkReport) -> Result<Vec<(String, String)>, String> {
     use crate::network::NetworkAggregate;
     type Pick = fn(&NetworkAggregate) -> crate::stats::Spread;
@@ -1131,27 +1131,38 @@ pub fn network(report: &crate::network::NetworkReport) -> Result<Vec<(String, St
         ("rerouting", |a| a.rerouting),
         ("rerouting, saved left out", |a| a.rerouting_unsaved),
     ];
+    let mut ks: Vec<usize> = report.aggregates.iter().map(|a| a.paths).collect();
+    ks.dedup();
     let x_of = |a: &NetworkAggregate| a.offered_load.mean;
-    let series: Vec<Series> = picks
-        .iter()
-        .enumerate()
-        .map(|(i, &(name, pick))| {
-            let names = [name.to_string()];
-            let mut s = spread_series(&names, &report.aggregates, |_| name.to_string(), x_of, pick).remove(0);
-            s.colour = colour(i);
-            s
-        })
-        .collect();
-    let x = Axis {
-        label: "offered load (fewest-hop bandwidth over capacity)",
-        log: false,
-    };
-    let y = Axis {
-        label: "accepted requests (share)",
-        log: false,
-    };
-    let svg = chart(&format!("{}: acceptance", report.name), x, y, &series)?;
-    Ok(vec![("acceptance.svg".into(), svg)])
+    let mut figures = Vec::new();
+    for &k in &ks {
+        let mine: Vec<NetworkAggregate> = report.aggregates.iter().filter(|a| a.paths == k).cloned().collect();
+        let series: Vec<Series> = picks
+            .iter()
+            .enumerate()
+            .map(|(i, &(name, pick))| {
+                let names = [name.to_string()];
+                let mut s = spread_series(&names, &mine, |_| name.to_string(), x_of, pick).remove(0);
+                s.colour = colour(i);
+                s
+            })
+            .collect();
+        let x = Axis {
+            label: "offered load (fewest-hop bandwidth over capacity)",
+            log: false,
+        };
+        let y = Axis {
+            label: "accepted requests (share)",
+            log: false,
+        };
+        let title = format!("{}: acceptance, {k} paths per pair", report.name);
+        let file = match ks.len() {
+            1 => "acceptance.svg".to_string(),
+            _ => format!("acceptance-k{k}.svg"),
+        };
+        figures.push((file, chart(&title, x, y, &series)?));
+    }
+    Ok(figures)
 }
 
 /// The names `series_of` gives `all`, each once, in the order first met.

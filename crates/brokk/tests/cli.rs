@@ -198,6 +198,53 @@ fn sim_run_writes_its_reports_and_prints_json() {
 }
 
 #[test]
+fn sim_network_compares_the_two_managers_and_writes_a_figure_per_path_count() {
+    let dir = std::env::temp_dir().join(format!("brokk-cli-network-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("net.toml");
+    std::fs::write(
+        &file,
+        "name = \"net\"\nseeds = [1, 2]\nrequests = 150\nmax_bandwidth = 50\ninter_arrival = [0.25]\npaths = [2, 3]\n\n[grid]\npreset = \"ediscom\"\nbandwidth = 50\n",
+    )
+    .unwrap();
+    let out = dir.join("out");
+    let o = brokk(
+        &["sim", "network", file.to_str().unwrap(), "--out", out.to_str().unwrap()],
+        None,
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let table = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        table.contains("fewest hops") && table.contains("gain, saved out"),
+        "{table}"
+    );
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    let aggregates = summary["aggregates"].as_array().unwrap();
+    assert_eq!(aggregates.len(), 2, "{summary}");
+    for a in aggregates {
+        for key in ["min_hop", "rerouting", "rerouting_unsaved", "gain", "gain_unsaved"] {
+            assert_eq!(a[key]["n"], 2, "{key}: {a}");
+        }
+    }
+    assert!(out.join("acceptance-k2.svg").exists() && out.join("acceptance-k3.svg").exists());
+    let timings = std::fs::read_to_string(out.join("timings.csv")).unwrap();
+    assert_eq!(timings.lines().count(), 1 + 4, "{timings}");
+    // An admission experiment is not one, and says which command runs it.
+    let o = brokk(
+        &["sim", "network", "examples/experiments/reoptimize-windows.toml"],
+        None,
+    );
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("brokk sim workflows"), "{err}");
+    let o = brokk(&["sim", "workflows", file.to_str().unwrap()], None);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("brokk sim network"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
 fn a_reader_that_closes_the_pipe_ends_the_command_quietly() {
     // `brokk ... | head -1`: the reader is gone before the command writes.
     let (reader, writer) = std::io::pipe().unwrap();

@@ -45,7 +45,7 @@ fn rerouting_saves_requests_and_accepts_more_under_load() {
     // Both managers see the same requests; on this stream the rerouting
     // one saves some and accepts more in all.
     let exp = NetworkExperiment::from_toml(SMALL).unwrap();
-    let (p, _) = exp.run(0.25, 1).unwrap();
+    let (p, _) = exp.run(3, 0.25, 1).unwrap();
     assert!(
         p.accepted_min_hop < p.requests,
         "the stream must load the network: {p:?}"
@@ -61,7 +61,7 @@ fn bad_values_are_named() {
         Ok(_) => panic!("{to} accepted"),
     };
     assert!(bad("inter_arrival = [0.25]", "inter_arrival = [0.0]").contains("inter_arrival"));
-    assert!(bad("requests = 500", "requests = 500\npaths = 0").contains("paths"));
+    assert!(bad("requests = 500", "requests = 500\npaths = [2, 0]").contains("paths"));
     assert!(bad("requests = 500", "requests = 500\nepsilon = 0.9").contains("epsilon"));
     assert!(bad("\nbandwidth = 50", "\nbandwidth = 0").contains("link"));
     assert!(bad("requests = 500", "requests = 500\nwindows = 3").contains("windows"));

@@ -466,31 +466,40 @@ fn network(a: WorkflowsArgs) -> Result<ExitCode> {
         Some(ci) => format!("{:.3} ±{:.3}", s.mean, ci),
         None => format!("{:.3}", s.mean),
     };
+    let gain = |s: &brokk_sim::stats::Spread| match s.ci95 {
+        Some(ci) => format!("{:+.3} ±{:.3}", s.mean, ci),
+        None => format!("{:+.3}", s.mean),
+    };
     say!(
-        "{:>8} {:>5} {:>14} {:>14} {:>14} {:>14} {:>14}",
+        "{:>5} {:>7} {:>5} {:>13} {:>13} {:>13} {:>13} {:>14} {:>14} {:>13}",
+        "paths",
         "arrival",
         "seeds",
         "offered",
         "fewest hops",
         "rerouting",
-        "saved left out",
+        "saved out",
+        "gain",
+        "gain, saved out",
         "slots moved"
     );
     for g in &report.aggregates {
         say!(
-            "{:>8} {:>5} {:>14} {:>14} {:>14} {:>14} {:>14}",
+            "{:>5} {:>7} {:>5} {:>13} {:>13} {:>13} {:>13} {:>14} {:>14} {:>13}",
+            g.paths,
             g.inter_arrival,
             g.min_hop.n,
             cell(&g.offered_load),
             cell(&g.min_hop),
             cell(&g.rerouting),
             cell(&g.rerouting_unsaved),
+            gain(&g.gain),
+            gain(&g.gain_unsaved),
             cell(&g.rerouted_share)
         );
     }
     say!(
-        "accepted shares of requests; slots moved: of the degraded slots, those routed again ({} paths, epsilon {})",
-        report.paths,
+        "accepted shares of requests; gains paired seed by seed against the fewest hops; slots moved: of the degraded slots, those routed again (epsilon {})",
         report.epsilon
     );
     print_timings(&network::timed(&report, &times), "µs per slot");
