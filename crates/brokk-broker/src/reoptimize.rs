@@ -61,6 +61,34 @@ pub fn windows(from: Time, to: Time, size: Duration) -> Vec<(Time, Time)> {
     out
 }
 
+/// The grid's rating over `window` as probe answers give it ([VRM]
+/// 5.4.2 (b)): one minus the sites' mean fragmentation there. Each site
+/// is probed for a job of one processor over the window's middle third,
+/// whose rating is the fragmentation of exactly the window with that job
+/// in it, so a free site rates just under 1 (the probe's own job cuts its
+/// room by one processor: 0.875 at 4, 0.99 at 64); a site with no room
+/// there at all has nothing left to fragment and rates 1.
+pub fn window_rating(window: (Time, Time), sites: &[&mut dyn Site]) -> f64 {
+    let third = Duration(((window.1 - window.0).0 / 3).max(1));
+    let probe = Request {
+        amount: 1,
+        duration: third,
+        earliest: window.0 + third,
+        latest: window.0 + third,
+        flexible: false,
+    };
+    let fragmented: f64 = sites
+        .iter()
+        .map(|s| {
+            s.probe(&probe, 1)
+                .ok()
+                .and_then(|c| c.first().map(|c| c.rating))
+                .unwrap_or(0.0)
+        })
+        .sum();
+    1.0 - fragmented / sites.len().max(1) as f64
+}
+
 /// Candidates probed per site for a job being re-placed.
 const CANDIDATES: usize = 8;
 

@@ -942,7 +942,13 @@ impl AdmissionExperiment {
                     if size.0 > 0 {
                         let to = placed.iter().map(|p| p.end).max().unwrap_or(now);
                         let mut refs: Vec<&mut dyn Site> = sites.iter_mut().map(|s| s as &mut dyn Site).collect();
+                        let trigger = self.reoptimize.as_ref().and_then(|r| r.trigger);
                         for w in reoptimize::windows(now, to, size) {
+                            if trigger.is_some_and(|t| reoptimize::window_rating(w, &refs) >= t) {
+                                figures.windows += 1;
+                                figures.skipped += 1;
+                                continue;
+                            }
                             let done = reoptimize::pass(now, w, &mut placed, &mut refs, "broker");
                             figures.considered += done.considered;
                             figures.moved += done.moved;

@@ -16,6 +16,11 @@ pub struct ReoptimizeConfig {
     /// After which share of the workflows the optimization runs.
     #[serde(default = "default_after")]
     pub after: f64,
+    /// Optimize a window only when the grid's rating there, from the
+    /// sites' probe answers, is below this ([VRM] 5.4.2's degradation
+    /// detection; the V8 proposal's 0.45); every window when absent.
+    #[serde(default)]
+    pub trigger: Option<f64>,
 }
 
 fn default_after() -> f64 {
@@ -31,6 +36,9 @@ impl ReoptimizeConfig {
         if !(self.after > 0.0 && self.after < 1.0) {
             return Err("reoptimize.after: a share of the workflows, between 0 and 1".into());
         }
+        if self.trigger.is_some_and(|t| !(t > 0.0 && t <= 1.0)) {
+            return Err("reoptimize.trigger: a rating above 0, at most 1".into());
+        }
         Ok(())
     }
 }
@@ -44,6 +52,8 @@ pub struct ReoptimizeFigures {
     pub moved: usize,
     /// Windows passed.
     pub windows: usize,
+    /// Of those, left alone: the grid rated them at or above the trigger.
+    pub skipped: usize,
     /// Workflows submitted after the optimization point.
     pub submitted_after: usize,
     /// Of those, admitted.

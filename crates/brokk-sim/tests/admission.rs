@@ -346,3 +346,34 @@ fn a_reoptimization_moves_admitted_jobs_and_is_measured_against_the_same_stream_
         .to_string()
         .contains("atomic"));
 }
+
+#[test]
+fn with_a_trigger_only_the_windows_the_grid_rates_below_it_are_optimized() {
+    let with = |trigger: f64| {
+        let text = REOPTIMIZE.replace(
+            "windows = [0, 400]",
+            &format!("windows = [0, 400]\ntrigger = {trigger}"),
+        );
+        let r = AdmissionExperiment::from_toml(&text).unwrap().sweep(2, &|| ()).unwrap();
+        r.points
+            .iter()
+            .filter(|p| p.setting.window == Some(400))
+            .map(|p| p.reoptimized.clone().unwrap())
+            .collect::<Vec<_>>()
+    };
+    // Nothing rates below the least rating: every window is left alone.
+    for f in with(0.01) {
+        assert_eq!(f.skipped, f.windows, "{f:?}");
+        assert_eq!((f.considered, f.moved), (0, 0), "{f:?}");
+    }
+    // Everything rates below 1 but the windows no job cuts: some are
+    // optimized, some not.
+    let all = with(1.0);
+    assert!(all.iter().all(|f| f.skipped < f.windows), "{all:?}");
+    assert!(all.iter().any(|f| f.considered > 0), "{all:?}");
+    let bad = REOPTIMIZE.replace("windows = [0, 400]", "windows = [0, 400]\ntrigger = 1.5");
+    assert!(AdmissionExperiment::from_toml(&bad)
+        .unwrap_err()
+        .to_string()
+        .contains("trigger"));
+}

@@ -177,3 +177,32 @@ mod property {
         }
     }
 }
+
+#[test]
+fn the_grids_rating_falls_as_a_window_is_cut_into_pieces() {
+    let (mut a, mut b) = (site("a", 4), site("b", 4));
+    let window = (Time(0), Time(300));
+    let whole = {
+        let sites: Vec<&mut dyn Site> = vec![&mut a, &mut b];
+        window_rating(window, &sites)
+    };
+    // The probe's own processor of four is all that cuts a free site.
+    assert!((whole - 0.875).abs() < 1e-9, "{whole}");
+    // Jobs scattered through the window at one site leave its free room in
+    // pieces: the grid rates lower.
+    for start in [20, 90, 160, 230] {
+        at(&mut a, "broker", 2, start, 30);
+    }
+    let cut = {
+        let sites: Vec<&mut dyn Site> = vec![&mut a, &mut b];
+        window_rating(window, &sites)
+    };
+    assert!(cut < whole, "{cut} against {whole}");
+    // A site full over the window has nothing left to fragment.
+    at(&mut b, "local", 4, 0, 300);
+    let full = {
+        let sites: Vec<&mut dyn Site> = vec![&mut b];
+        window_rating(window, &sites)
+    };
+    assert!((full - 1.0).abs() < 1e-9, "{full}");
+}

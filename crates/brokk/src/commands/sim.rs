@@ -674,7 +674,7 @@ fn workflows(a: WorkflowsArgs) -> Result<ExitCode> {
     }
     if exp.reoptimize.is_some() {
         say!(
-            "{:<11} {:>8} {:>7} {:>17} {:>9} {:>9} {:>9} {:>8}",
+            "{:<11} {:>8} {:>7} {:>17} {:>9} {:>9} {:>9} {:>8} {:>8}",
             "scheduler",
             "arrival",
             "window",
@@ -682,13 +682,14 @@ fn workflows(a: WorkflowsArgs) -> Result<ExitCode> {
             "admitted",
             "taken up",
             "moved",
-            "windows"
+            "windows",
+            "skipped"
         );
         for g in &report.aggregates {
             let of = figures_of(&report, &g.setting, |p| p.reoptimized.as_ref());
             let mean = |f: fn(&brokk_sim::reoptimize::ReoptimizeFigures) -> usize| mean_of(&of, |r| f(r) as f64);
             say!(
-                "{:<11} {:>8} {:>7} {:>17} {:>9.1} {:>9.1} {:>9.1} {:>8.1}",
+                "{:<11} {:>8} {:>7} {:>17} {:>9.1} {:>9.1} {:>9.1} {:>8.1} {:>8.1}",
                 g.setting.scheduler.name(),
                 g.setting.inter_arrival,
                 g.setting.window.unwrap_or(0),
@@ -696,10 +697,11 @@ fn workflows(a: WorkflowsArgs) -> Result<ExitCode> {
                 mean(|r| r.admitted_after),
                 mean(|r| r.considered),
                 mean(|r| r.moved),
-                mean(|r| r.windows)
+                mean(|r| r.windows),
+                mean(|r| r.skipped)
             );
         }
-        say!("one re-optimization of the admitted jobs once the stated share of the workflows has arrived, in windows of `window` slots overlapping by half (0: none, the baseline); gain: the workflows admitted after it over those the same seed admitted without it, less one; admitted: of the workflows after it; taken up and moved: jobs re-placed, and of those booked elsewhere or at another time; means over the seeds");
+        say!("one re-optimization of the admitted jobs once the stated share of the workflows has arrived, in windows of `window` slots overlapping by half (0: none, the baseline); gain: the workflows admitted after it over those the same seed admitted without it, less one; admitted: of the workflows after it; taken up and moved: jobs re-placed, and of those booked elsewhere or at another time; skipped: windows the grid rated at or above the trigger, left alone; means over the seeds");
     }
     if exp.shares.len() > 1 || exp.probing.len() > 1 {
         say!(
