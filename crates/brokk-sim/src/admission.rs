@@ -8,8 +8,6 @@
 //! rejection rate, utilization of the steady phase, and messages per task.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
 
 use brokk_broker::reoptimize::{self, Placed};
 use brokk_broker::rescue::{fenced, Fenced, Strategy};
@@ -630,25 +628,11 @@ impl AdmissionExperiment {
     ) -> Result<(AdmissionReport, Vec<SchedulerTime>), AdmissionError> {
         let (sites, links) = self.platform()?;
         let points = self.points();
-        let next = AtomicUsize::new(0);
-        let slots: Mutex<Vec<Option<(AdmissionPoint, SchedulerTime)>>> = Mutex::new(vec![None; points.len()]);
-        std::thread::scope(|s| {
-            for _ in 0..threads.clamp(1, points.len()) {
-                s.spawn(|| loop {
-                    let i = next.fetch_add(1, Ordering::Relaxed);
-                    let Some(&(setting, seed)) = points.get(i) else { break };
-                    let mut time = SchedulerTime::default();
-                    let r = (self.run(&sites, &links, setting, seed, &mut time), time);
-                    if let Ok(mut slots) = slots.lock() {
-                        slots[i] = Some(r);
-                    }
-                    done();
-                });
-            }
-        });
-        let (points, times): (Vec<AdmissionPoint>, Vec<SchedulerTime>) = slots
-            .into_inner()
-            .unwrap_or_else(|e| e.into_inner())
+        let (points, times): (Vec<AdmissionPoint>, Vec<SchedulerTime>) =
+            crate::parallel::in_order(&points, threads, done, |&(setting, seed)| {
+                let mut time = SchedulerTime::default();
+                (self.run(&sites, &links, setting, seed, &mut time), time)
+            })
             .into_iter()
             .collect::<Option<Vec<_>>>()
             .ok_or_else(|| AdmissionError::Invalid("a simulation thread failed".into()))?

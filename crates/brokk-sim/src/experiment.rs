@@ -19,7 +19,6 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use brokk_broker::Publishing;
@@ -1323,24 +1322,7 @@ pub fn run_points(
     threads: usize,
     done: &(dyn Fn() + Sync),
 ) -> Result<Vec<PointResult>, ExperimentError> {
-    let next = AtomicUsize::new(0);
-    let slots: Mutex<Vec<Option<Result<PointResult, ExperimentError>>>> =
-        Mutex::new((0..points.len()).map(|_| None).collect());
-    std::thread::scope(|s| {
-        for _ in 0..threads.clamp(1, points.len().max(1)) {
-            s.spawn(|| loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                let Some(&p) = points.get(i) else { break };
-                let r = prepared.run(p);
-                if let Ok(mut slots) = slots.lock() {
-                    slots[i] = Some(r);
-                }
-                done();
-            });
-        }
-    });
-    let slots = slots.into_inner().unwrap_or_else(|e| e.into_inner());
-    slots
+    crate::parallel::in_order(points, threads, done, |&p| prepared.run(p))
         .into_iter()
         .map(|r| r.unwrap_or_else(|| Err(ExperimentError::Invalid("a simulation thread failed".into()))))
         .collect()

@@ -27,6 +27,7 @@ pub mod lublin;
 pub mod metrics;
 pub mod network;
 pub mod orders;
+pub mod parallel;
 pub mod platform;
 pub mod plots;
 pub mod reoptimize;

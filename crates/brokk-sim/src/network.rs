@@ -11,9 +11,6 @@
 //! size draw capped at the largest request, its run time in slots as the
 //! duration, between two distinct cities chosen at random.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
-
 use brokk_broker::reroute::{Rerouted, SlottedNetwork, Transfer};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -327,30 +324,13 @@ impl NetworkExperiment {
         done: &(dyn Fn() + Sync),
     ) -> Result<(NetworkReport, Vec<SchedulerTime>), NetworkExperimentError> {
         let points = self.points();
-        let next = AtomicUsize::new(0);
-        type Slot = Option<Result<(NetworkPoint, SchedulerTime), NetworkExperimentError>>;
-        let slots: Mutex<Vec<Slot>> = Mutex::new((0..points.len()).map(|_| None).collect());
-        std::thread::scope(|s| {
-            for _ in 0..threads.clamp(1, points.len()) {
-                s.spawn(|| loop {
-                    let i = next.fetch_add(1, Ordering::Relaxed);
-                    let Some(&(k, a, seed)) = points.get(i) else { break };
-                    let r = self.run(k, a, seed);
-                    if let Ok(mut slots) = slots.lock() {
-                        slots[i] = Some(r);
-                    }
-                    done();
-                });
-            }
-        });
-        let (points, times): (Vec<NetworkPoint>, Vec<SchedulerTime>) = slots
-            .into_inner()
-            .unwrap_or_else(|e| e.into_inner())
-            .into_iter()
-            .map(|r| r.unwrap_or_else(|| Err(NetworkExperimentError::Invalid("a simulation thread failed".into()))))
-            .collect::<Result<Vec<_>, _>>()?
-            .into_iter()
-            .unzip();
+        let (points, times): (Vec<NetworkPoint>, Vec<SchedulerTime>) =
+            crate::parallel::in_order(&points, threads, done, |&(k, a, seed)| self.run(k, a, seed))
+                .into_iter()
+                .map(|r| r.unwrap_or_else(|| Err(NetworkExperimentError::Invalid("a simulation thread failed".into()))))
+                .collect::<Result<Vec<_>, _>>()?
+                .into_iter()
+                .unzip();
         let aggregates = self
             .settings()
             .into_iter()

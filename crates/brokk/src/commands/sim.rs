@@ -442,6 +442,15 @@ fn figures_of<'a, T>(
         .collect()
 }
 
+/// A figure over seeds as a table cell: its mean and, over several seeds,
+/// its 95% interval, to three decimals.
+fn spread_cell(s: &brokk_sim::stats::Spread) -> String {
+    match s.ci95 {
+        Some(ci) => format!("{:.3} ±{:.3}", s.mean, ci),
+        None => format!("{:.3}", s.mean),
+    }
+}
+
 /// The mean of `f` over `of` (0 for none).
 fn mean_of<T>(of: &[&T], f: impl Fn(&T) -> f64) -> f64 {
     of.iter().map(|x| f(x)).sum::<f64>() / of.len().max(1) as f64
@@ -462,10 +471,7 @@ fn network(a: WorkflowsArgs) -> Result<ExitCode> {
         say!("{}", serde_json::to_string_pretty(&report)?);
         return Ok(ExitCode::SUCCESS);
     }
-    let cell = |s: &brokk_sim::stats::Spread| match s.ci95 {
-        Some(ci) => format!("{:.3} ±{:.3}", s.mean, ci),
-        None => format!("{:.3}", s.mean),
-    };
+    let cell = spread_cell;
     let gain = |s: &brokk_sim::stats::Spread| match s.ci95 {
         Some(ci) => format!("{:+.3} ±{:.3}", s.mean, ci),
         None => format!("{:+.3}", s.mean),
@@ -568,10 +574,7 @@ fn workflows(a: WorkflowsArgs) -> Result<ExitCode> {
         if varies.contains(&true) { "setting" } else { "" }
     );
     say!("{}", header.trim_end());
-    let cell = |s: &brokk_sim::stats::Spread| match s.ci95 {
-        Some(ci) => format!("{:.3} ±{:.3}", s.mean, ci),
-        None => format!("{:.3}", s.mean),
-    };
+    let cell = spread_cell;
     for (g, o) in report.aggregates.iter().zip(&all) {
         let row = format!(
             "{:<11} {:>8} {:>5} {:>6} {:>5} {:>8.3} {:>17} {:>17} {:>17} {:>12.2} {:>12.2}  {}",
