@@ -111,6 +111,16 @@ impl<'s, 'x> Booking<'s, 'x> {
         earliest
     }
 
+    /// The free capacity site `site` publishes over time, where it
+    /// publishes one (one information request); none for a broker that
+    /// does not probe, which answers from what it knows instead.
+    pub fn published_free(&self, site: usize) -> Option<brokk_model::Availability> {
+        if self.knowledge.is_some() {
+            return None;
+        }
+        self.sites.get(site)?.info().ok()?.availability
+    }
+
     /// Number of sites.
     pub fn site_count(&self) -> usize {
         self.sites.len().min(self.topo.sites.len())

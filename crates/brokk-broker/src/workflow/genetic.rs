@@ -6,7 +6,8 @@
 //! a chromosome picks one candidate per task; its fitness is the number of
 //! violated constraints (precedence with transfer time at the mean
 //! bandwidth, co-allocated tasks in different windows, more processors at a site than it
-//! has among the chosen candidates), plus a bound on the ratings, when it
+//! has among the chosen candidates, or than it publishes free where chosen
+//! candidates overlap), plus a bound on the ratings, when it
 //! violates any, else the sum of the candidates' ratings (the fragmentation
 //! each leaves). The first string without violations is booked task by
 //! task with its transfers; a booking the sites refuse (their local load
@@ -31,6 +32,8 @@
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
+
+use brokk_model::Availability;
 
 use super::booking::Booking;
 use super::RejectReason;
@@ -88,6 +91,64 @@ fn over_capacity(chosen: &[(usize, i64, i64, u32)], capacity: &[u32]) -> usize {
         .iter()
         .filter(|&&(site, start, _, _)| by(&starts[site], start) - by(&ends[site], start) > u64::from(capacity[site]))
         .count()
+}
+
+/// How many stretches of time at a site see two or more of the `chosen`
+/// tasks (site, start, duration, cores) together use more processors than
+/// the site publishes free there (`free[site]`, its capacity beyond what
+/// it publishes). Each candidate alone fits where it was probed, so only
+/// where chosen tasks overlap can they fail together: the thesis's check
+/// against free capacity, which the total capacity above cannot make.
+fn over_free(chosen: &[(usize, i64, i64, u32)], free: &[Option<(Availability, u32)>]) -> usize {
+    let mut count = 0;
+    for (site, published) in free.iter().enumerate() {
+        let Some((av, capacity)) = published else { continue };
+        let mut edges: Vec<(i64, i64)> = chosen
+            .iter()
+            .filter(|c| c.0 == site && c.2 > 0)
+            .flat_map(|&(_, start, d, cores)| [(start, i64::from(cores)), (start + d, -i64::from(cores))])
+            .collect();
+        if edges.len() < 4 {
+            continue;
+        }
+        edges.sort_unstable();
+        let (mut load, mut active) = (0i64, 0usize);
+        for (i, &(t, delta)) in edges.iter().enumerate() {
+            load += delta;
+            active = if delta > 0 { active + 1 } else { active - 1 };
+            let next = edges.get(i + 1).map_or(t, |e| e.0);
+            if active >= 2 && next > t && load > i64::from(min_free(av, t, next, *capacity)) {
+                count += 1;
+            }
+        }
+    }
+    count
+}
+
+/// The least free over `[from, to)` as `av` publishes it: nothing in a gap
+/// between its ranges, `capacity` beyond its end.
+fn min_free(av: &Availability, from: i64, to: i64, capacity: u32) -> u32 {
+    let end = to.min(av.until.0);
+    if from >= end {
+        return capacity;
+    }
+    let (mut at, mut least) = (from, capacity);
+    let first = av.ranges.partition_point(|r| r.end.0 <= from);
+    for r in &av.ranges[first..] {
+        if r.start.0 > at || r.start.0 >= end {
+            break;
+        }
+        least = least.min(r.free);
+        at = r.end.0;
+        if at >= end {
+            break;
+        }
+    }
+    if at < end {
+        0
+    } else {
+        least
+    }
 }
 
 /// Searches for `generations` generations (seeded by `seed`) and books the
@@ -207,6 +268,10 @@ pub(super) fn schedule(b: &mut Booking, generations: usize, seed: u64) -> bool {
         .flat_map(|m| m.windows(2).map(|w| (w[0], w[1])))
         .collect();
     let capacity: Vec<u32> = (0..b.site_count()).map(|s| b.topo.sites[s].capacity).collect();
+    // What each site publishes free, once for the whole search.
+    let free: Vec<Option<(Availability, u32)>> = (0..b.site_count())
+        .map(|s| b.published_free(s).map(|av| (av, capacity[s])))
+        .collect();
     let violations = |genes: &[usize]| -> usize {
         let at = |t: usize| options[t][genes[t]];
         let mut v = 0;
@@ -227,6 +292,7 @@ pub(super) fn schedule(b: &mut Booking, generations: usize, seed: u64) -> bool {
             })
             .collect();
         v += over_capacity(&chosen, &capacity);
+        v += over_free(&chosen, &free);
         v
     };
     let bound = n as f64 + 1.0;
@@ -375,8 +441,46 @@ fn book(b: &mut Booking, options: &[Vec<Candidate>], genes: &[usize]) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::over_capacity;
+    use super::{min_free, over_capacity, over_free};
+    use brokk_model::{Availability, FreeRange, Time};
     use proptest::prelude::*;
+
+    /// 4 free on [0, 10), 2 on [10, 20), nothing on [20, 30), published to 40.
+    fn published() -> Availability {
+        let range = |start, end, free| FreeRange {
+            start: Time(start),
+            end: Time(end),
+            free,
+        };
+        Availability {
+            computed_at: Time(0),
+            until: Time(40),
+            ranges: vec![range(0, 10, 4), range(10, 20, 2), range(30, 40, 8)],
+        }
+    }
+
+    #[test]
+    fn the_least_free_reads_ranges_gaps_and_beyond() {
+        let av = published();
+        assert_eq!(min_free(&av, 0, 10, 8), 4);
+        assert_eq!(min_free(&av, 5, 15, 8), 2);
+        assert_eq!(min_free(&av, 15, 25, 8), 0, "a gap has nothing free");
+        assert_eq!(min_free(&av, 30, 50, 8), 8);
+        assert_eq!(min_free(&av, 45, 50, 8), 8, "beyond what is published: the capacity");
+    }
+
+    #[test]
+    fn overlapping_candidates_are_held_to_what_the_site_publishes_free() {
+        let free = vec![Some((published(), 8)), None];
+        // Two tasks of 2 over [0, 10): 4 free, they fit together.
+        assert_eq!(over_free(&[(0, 0, 10, 2), (0, 5, 5, 2)], &free), 0);
+        // Into [10, 20), where 2 are free: together they do not.
+        assert_eq!(over_free(&[(0, 5, 10, 2), (0, 8, 10, 2)], &free), 1);
+        // Back to back they never overlap.
+        assert_eq!(over_free(&[(0, 10, 5, 2), (0, 15, 5, 2)], &free), 0);
+        // A site that publishes nothing is left to the capacity check.
+        assert_eq!(over_free(&[(1, 0, 10, 5), (1, 0, 10, 5)], &free), 0);
+    }
 
     /// The definition, task by task against every other.
     fn naive(chosen: &[(usize, i64, i64, u32)], capacity: &[u32]) -> usize {

@@ -63,7 +63,15 @@ pub fn memory_sites(specs: &[SiteSpec], horizon: Time) -> Vec<crate::MemorySite>
                 total_slots: s.capacity,
                 ..brokk_model::ResourceInfo::default()
             };
-            crate::MemorySite::new(info, Time(0), horizon)
+            let mut site = crate::MemorySite::new(info, Time(0), horizon);
+            // Their free capacity over the whole horizon, as a live agent
+            // publishes its next day's: the genetic search checks its
+            // overlapping candidates against it.
+            site.publish_availability(Some(crate::Publishing {
+                span: horizon - Time(0),
+                most: brokk_core::PUBLISHED_RANGES,
+            }));
+            site
         })
         .collect()
 }
