@@ -96,10 +96,11 @@ pub struct SlottedNetwork {
     /// links, fewest hops first.
     paths: Vec<Vec<Vec<usize>>>,
     slots: BTreeMap<i64, Slot>,
-    /// The last slot's reservations routed again, and their new paths (or
-    /// why not): the next slots of a long request mostly carry the same
-    /// reservations, and the answer depends on nothing else.
-    last: Option<(Vec<Carried>, Routing)>,
+    /// The last slot's reservations routed again, the approximation asked,
+    /// and their new paths (or why not): the next slots of a long request
+    /// mostly carry the same reservations, and the answer depends on
+    /// nothing else.
+    last: Option<(Vec<Carried>, f64, Routing)>,
 }
 
 /// Each reservation's new path, in the order given, or why there is none.
@@ -237,10 +238,10 @@ impl SlottedNetwork {
         let mut key: Vec<Carried> = s.carried.iter().map(|&c| Carried { path: 0, ..c }).collect();
         key.sort_unstable_by_key(|c| c.transfer);
         let routed = match &self.last {
-            Some((k, routed)) if *k == key => routed.clone(),
+            Some((k, e, routed)) if *k == key && *e == epsilon => routed.clone(),
             _ => {
                 let routed = route_again(&self.capacity, &self.paths, &key, epsilon);
-                self.last = Some((key.clone(), routed.clone()));
+                self.last = Some((key.clone(), epsilon, routed.clone()));
                 routed
             }
         };
