@@ -274,16 +274,15 @@ fn route_again(capacity: &[u32], paths: &[Vec<Vec<usize>>], all: &[Carried], eps
     let mut pairs: Vec<usize> = all.iter().map(|c| c.pair).collect();
     pairs.sort_unstable();
     pairs.dedup();
-    let demand = |pair: usize| -> f64 {
-        all.iter()
-            .filter(|c| c.pair == pair)
-            .map(|c| f64::from(c.bandwidth))
-            .sum()
-    };
+    let mut demand = vec![0.0; pairs.len()];
+    for c in all {
+        demand[pairs.binary_search(&c.pair).expect("every pair is listed")] += f64::from(c.bandwidth);
+    }
     let commodities: Vec<flow::Commodity<'_>> = pairs
         .iter()
-        .map(|&p| flow::Commodity {
-            demand: demand(p),
+        .zip(&demand)
+        .map(|(&p, &demand)| flow::Commodity {
+            demand,
             paths: &paths[p],
         })
         .collect();

@@ -148,6 +148,32 @@ impl Availability {
         })
     }
 
+    /// The least free over `[from, to)`: nothing in a gap between ranges,
+    /// `capacity` beyond what the site published.
+    pub fn least_free(&self, from: Time, to: Time, capacity: u32) -> u32 {
+        let end = to.min(self.until);
+        if from >= end {
+            return capacity;
+        }
+        let (mut at, mut least) = (from, capacity);
+        let first = self.ranges.partition_point(|r| r.end <= from);
+        for r in &self.ranges[first..] {
+            if r.start > at || r.start >= end {
+                break;
+            }
+            least = least.min(r.free);
+            at = r.end;
+            if at >= end {
+                break;
+            }
+        }
+        if at < end {
+            0
+        } else {
+            least
+        }
+    }
+
     /// The ranges within `[from, to)` with at least `min_amount` free, in
     /// runs of such ranges that last at least `min_duration`: what a
     /// consumer looking for room of that size wants to see.
@@ -205,6 +231,21 @@ mod tests {
             until: Time(1000),
             ranges: vec![r(0, 100, 6), r(100, 300, 8), r(400, 1000, 8)],
         }
+    }
+
+    #[test]
+    fn the_least_free_reads_ranges_gaps_and_beyond() {
+        let av = Availability {
+            computed_at: Time(0),
+            until: Time(40),
+            ranges: vec![r(0, 10, 4), r(10, 20, 2), r(30, 40, 8)],
+        };
+        let least = |from, to| av.least_free(Time(from), Time(to), 8);
+        assert_eq!(least(0, 10), 4);
+        assert_eq!(least(5, 15), 2);
+        assert_eq!(least(15, 25), 0, "a gap has nothing free");
+        assert_eq!(least(30, 50), 8);
+        assert_eq!(least(45, 50), 8, "beyond what is published: the capacity");
     }
 
     #[test]

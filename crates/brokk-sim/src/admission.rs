@@ -453,11 +453,7 @@ impl AdmissionExperiment {
         let text = std::fs::read_to_string(path)
             .map_err(|e| AdmissionError::Parse(format!("reading {}: {e}", path.display())))?;
         let mut exp = AdmissionExperiment::from_toml(&text).map_err(|e| {
-            let e = if crate::experiment::is_network(&text) {
-                "this is a network rerouting experiment: run it with `brokk sim network`".to_string()
-            } else {
-                e.to_string()
-            };
+            let e = crate::experiment::run_elsewhere(&text, Some("workflows")).unwrap_or_else(|| e.to_string());
             AdmissionError::Parse(format!("in {}: {e}", path.display()))
         })?;
         let mut warnings = Vec::new();

@@ -526,17 +526,25 @@ pub fn load_with_orders(path: &Path, traces: Option<&Path>, orders: &Orders) -> 
     })?;
     let spec: Experiment = toml::from_str(&text).map_err(|e| ExperimentError::Toml {
         path: path.display().to_string(),
-        message: if is_admission(&text) {
-            "this is a workflow admission experiment: run it with `brokk sim workflows`".into()
-        } else if is_architectures(&text) {
-            "this is an experiment over [DMM]'s architectures: run it with `brokk sim architectures`".into()
-        } else if is_network(&text) {
-            "this is a network rerouting experiment: run it with `brokk sim network`".into()
-        } else {
-            e.to_string()
-        },
+        message: run_elsewhere(&text, None).unwrap_or_else(|| e.to_string()),
     })?;
     prepare_with_orders(spec, path.parent().unwrap_or(Path::new(".")), traces, orders)
+}
+
+/// Why an experiment file that does not read as one for `brokk sim own`
+/// (`None`: a trace sweep's `run` or `sweep`) is of another kind, naming
+/// the command that runs it; `None` when it is of that kind after all.
+pub fn run_elsewhere(text: &str, own: Option<&str>) -> Option<String> {
+    let (command, kind) = if is_admission(text) {
+        ("workflows", "a workflow admission experiment")
+    } else if is_architectures(text) {
+        ("architectures", "an experiment over [DMM]'s architectures")
+    } else if is_network(text) {
+        ("network", "a network rerouting experiment")
+    } else {
+        return None;
+    };
+    (Some(command) != own).then(|| format!("this is {kind}: run it with `brokk sim {command}`"))
 }
 
 /// Whether an experiment file is a workflow admission experiment (it names

@@ -164,11 +164,7 @@ impl NetworkExperiment {
         let text = std::fs::read_to_string(path)
             .map_err(|e| NetworkExperimentError::Parse(format!("reading {}: {e}", path.display())))?;
         NetworkExperiment::from_toml(&text).map_err(|e| {
-            let e = if crate::experiment::is_admission(&text) {
-                "this is a workflow admission experiment: run it with `brokk sim workflows`".to_string()
-            } else {
-                e.to_string()
-            };
+            let e = crate::experiment::run_elsewhere(&text, Some("network")).unwrap_or_else(|| e.to_string());
             NetworkExperimentError::Parse(format!("in {}: {e}", path.display()))
         })
     }

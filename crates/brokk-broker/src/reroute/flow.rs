@@ -52,8 +52,20 @@ pub fn max_concurrent_flow(caps: &[f64], commodities: &[Commodity<'_>], epsilon:
             phases: 0,
         };
     }
-    let usable = |p: &Vec<usize>| !p.is_empty() && p.iter().all(|&e| caps.get(e).is_some_and(|&c| c > 0.0));
-    if live.iter().any(|&j| !commodities[j].paths.iter().any(usable)) {
+    // Each commodity's paths over links that have capacity, with their
+    // bottlenecks: read once, not at every step of the phases.
+    let routes: Vec<Vec<(usize, f64)>> = commodities
+        .iter()
+        .map(|c| {
+            c.paths
+                .iter()
+                .enumerate()
+                .filter(|(_, p)| !p.is_empty() && p.iter().all(|&e| caps.get(e).is_some_and(|&c| c > 0.0)))
+                .map(|(i, p)| (i, p.iter().map(|&e| caps[e]).fold(f64::INFINITY, f64::min)))
+                .collect()
+        })
+        .collect();
+    if live.iter().any(|&j| routes[j].is_empty()) {
         return ConcurrentFlow {
             ratio: 0.0,
             flows,
@@ -63,18 +75,15 @@ pub fn max_concurrent_flow(caps: &[f64], commodities: &[Commodity<'_>], epsilon:
     // The links any path touches: only they take part.
     let mut touched: Vec<usize> = live
         .iter()
-        .flat_map(|&j| commodities[j].paths.iter().filter(|p| usable(p)).flatten().copied())
+        .flat_map(|&j| {
+            routes[j]
+                .iter()
+                .flat_map(move |&(i, _)| commodities[j].paths[i].iter().copied())
+        })
         .collect();
     touched.sort_unstable();
     touched.dedup();
     let m = touched.len() as f64;
-    let bottleneck = |p: &Vec<usize>| {
-        if usable(p) {
-            p.iter().map(|&e| caps[e]).fold(f64::INFINITY, f64::min)
-        } else {
-            0.0
-        }
-    };
     // The demands as given: a network manager asks for the reservations it
     // already carries, so the optimum is at least 1, where the scheme's
     // bound holds. Demands that do not fit end it early with a ratio
@@ -104,18 +113,15 @@ pub fn max_concurrent_flow(caps: &[f64], commodities: &[Commodity<'_>], epsilon:
                 if volume >= 1.0 {
                     break 'phases;
                 }
-                let (p, _) = c
-                    .paths
+                let (p, bottleneck, _) = routes[j]
                     .iter()
-                    .enumerate()
-                    .filter(|(_, p)| usable(p))
-                    .map(|(i, p)| (i, p.iter().map(|&e| length[e]).sum::<f64>()))
+                    .map(|&(i, b)| (i, b, c.paths[i].iter().map(|&e| length[e]).sum::<f64>()))
                     .fold(
-                        (usize::MAX, f64::INFINITY),
-                        |best, x| if x.1 < best.1 { x } else { best },
+                        (usize::MAX, 0.0, f64::INFINITY),
+                        |best, x| if x.2 < best.2 { x } else { best },
                     );
                 let path = &c.paths[p];
-                let u = left.min(bottleneck(path));
+                let u = left.min(bottleneck);
                 flows[j][p] += u;
                 left -= u;
                 for &e in path {

@@ -33,7 +33,7 @@
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use brokk_model::Availability;
+use brokk_model::{Availability, Time};
 
 use super::booking::Booking;
 use super::RejectReason;
@@ -117,38 +117,12 @@ fn over_free(chosen: &[(usize, i64, i64, u32)], free: &[Option<(Availability, u3
             load += delta;
             active = if delta > 0 { active + 1 } else { active - 1 };
             let next = edges.get(i + 1).map_or(t, |e| e.0);
-            if active >= 2 && next > t && load > i64::from(min_free(av, t, next, *capacity)) {
+            if active >= 2 && next > t && load > i64::from(av.least_free(Time(t), Time(next), *capacity)) {
                 count += 1;
             }
         }
     }
     count
-}
-
-/// The least free over `[from, to)` as `av` publishes it: nothing in a gap
-/// between its ranges, `capacity` beyond its end.
-fn min_free(av: &Availability, from: i64, to: i64, capacity: u32) -> u32 {
-    let end = to.min(av.until.0);
-    if from >= end {
-        return capacity;
-    }
-    let (mut at, mut least) = (from, capacity);
-    let first = av.ranges.partition_point(|r| r.end.0 <= from);
-    for r in &av.ranges[first..] {
-        if r.start.0 > at || r.start.0 >= end {
-            break;
-        }
-        least = least.min(r.free);
-        at = r.end.0;
-        if at >= end {
-            break;
-        }
-    }
-    if at < end {
-        0
-    } else {
-        least
-    }
 }
 
 /// Searches for `generations` generations (seeded by `seed`) and books the
@@ -441,7 +415,7 @@ fn book(b: &mut Booking, options: &[Vec<Candidate>], genes: &[usize]) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::{min_free, over_capacity, over_free};
+    use super::{over_capacity, over_free};
     use brokk_model::{Availability, FreeRange, Time};
     use proptest::prelude::*;
 
@@ -457,16 +431,6 @@ mod tests {
             until: Time(40),
             ranges: vec![range(0, 10, 4), range(10, 20, 2), range(30, 40, 8)],
         }
-    }
-
-    #[test]
-    fn the_least_free_reads_ranges_gaps_and_beyond() {
-        let av = published();
-        assert_eq!(min_free(&av, 0, 10, 8), 4);
-        assert_eq!(min_free(&av, 5, 15, 8), 2);
-        assert_eq!(min_free(&av, 15, 25, 8), 0, "a gap has nothing free");
-        assert_eq!(min_free(&av, 30, 50, 8), 8);
-        assert_eq!(min_free(&av, 45, 50, 8), 8, "beyond what is published: the capacity");
     }
 
     #[test]
