@@ -84,9 +84,11 @@ impl MemorySite {
 
     /// Makes the site's information carry its free capacity over time
     /// ([`SiteCore::availability`]) as `publishes` says; `None`, only the
-    /// summary figures, as an ARC CE or a GRAM gatekeeper publishes.
-    pub fn publish_availability(&mut self, publishes: Option<Publishing>) {
-        self.publishes = publishes;
+    /// summary figures, as an ARC CE or a GRAM gatekeeper publishes. Gives
+    /// back what it published before, for a caller that changes it for a
+    /// while.
+    pub fn publish_availability(&mut self, publishes: Option<Publishing>) -> Option<Publishing> {
+        std::mem::replace(&mut self.publishes, publishes)
     }
 
     /// Moves the site's clock to `now`: jobs start and end on the way, and

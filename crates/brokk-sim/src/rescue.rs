@@ -165,6 +165,9 @@ pub(crate) struct Outage {
     /// What the rescuing broker knows.
     view: View,
     profile: BookingProfile,
+    /// What each site published before the failure made it publish the
+    /// rescue's span, given back at the recovery.
+    published_before: Vec<Option<Publishing>>,
 }
 
 impl Outage {
@@ -204,6 +207,7 @@ impl Outage {
             tried: 0,
             view,
             profile: BookingProfile::new(Time(0), step, steps, capacity),
+            published_before: Vec::new(),
         }
     }
 
@@ -279,12 +283,15 @@ impl Outage {
                 self.affected = self.held.values().filter(|h| h.start < self.ends).count();
                 self.failure =
                     Failure::new(self.strategy, t, self.step, self.reach, Some(self.ends - self.begins)).ok();
-                for s in sites.iter_mut() {
-                    s.publish_availability(Some(Publishing {
-                        span: self.reach + self.step,
-                        most: usize::MAX,
-                    }));
-                }
+                self.published_before = sites
+                    .iter_mut()
+                    .map(|s| {
+                        s.publish_availability(Some(Publishing {
+                            span: self.reach + self.step,
+                            most: usize::MAX,
+                        }))
+                    })
+                    .collect();
             } else {
                 // A job whose start came while the resource was down.
                 let terminated = &mut self.terminated;
@@ -299,8 +306,8 @@ impl Outage {
             }
             if t == self.ends {
                 self.failure = None;
-                for s in sites.iter_mut() {
-                    s.publish_availability(None);
+                for (s, before) in sites.iter_mut().zip(std::mem::take(&mut self.published_before)) {
+                    s.publish_availability(before);
                 }
                 break;
             }
