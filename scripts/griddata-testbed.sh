@@ -3,8 +3,10 @@
 # packages: an XRootD server (anonymous, as public data is served) and a
 # GridFTP server (GSI, trusting the GRAM testbed's CA and host certificate,
 # mapping its test user, and the ARC testbed's when one was started first,
-# to brokkgram). Needs root and a started GRAM testbed
-# (scripts/gram-testbed.sh), whose credentials it uses.
+# to brokkgram); with the clients a site moves files with (xrdcp,
+# globus-url-copy, and gfal2's with its XRootD, GridFTP and SRM plugins).
+# Needs root and a started GRAM testbed (scripts/gram-testbed.sh), whose
+# credentials it uses.
 #
 #   scripts/griddata-testbed.sh start   # prints the directory with root
 #                                       # (the XRootD URL), gsiftp (the
@@ -16,7 +18,10 @@
 # about 20 s and both servers listen within a second; xrdcp reads `-` as
 # standard input or output, globus-url-copy file:///dev/stdin and
 # file:///dev/stdout; globus-url-copy authenticates with a certificate and
-# key (X509_USER_CERT, X509_USER_KEY) as well as with a proxy.
+# key (X509_USER_CERT, X509_USER_KEY) as well as with a proxy; gfal-cat and
+# gfal-save move a file over standard output and input, gfal-save into an
+# existing directory only; the gfal scripts need Debian's own python3 on
+# PATH (they find the gfal2 module there).
 set -euo pipefail
 # shellcheck source=lib/apt.sh
 . "$(dirname "$0")/lib/apt.sh"
@@ -31,9 +36,11 @@ listening() { ss -ltn 2>/dev/null | grep -q ":$1 "; }
 
 install_packages() {
   command -v xrootd >/dev/null 2>&1 && command -v xrdcp >/dev/null 2>&1 &&
-    command -v globus-gridftp-server >/dev/null 2>&1 && command -v globus-url-copy >/dev/null 2>&1 && return 0
+    command -v globus-gridftp-server >/dev/null 2>&1 && command -v globus-url-copy >/dev/null 2>&1 &&
+    command -v gfal-copy >/dev/null 2>&1 && return 0
   [ "$(id -u)" = 0 ] || { log "installing the servers needs root"; return 1; }
-  local pkgs="xrootd-server xrootd-client globus-gridftp-server-progs globus-gass-copy-progs"
+  local pkgs="xrootd-server xrootd-client globus-gridftp-server-progs globus-gass-copy-progs
+    gfal2-util-scripts python3-gfal2-util gfal2-plugin-xrootd gfal2-plugin-gridftp gfal2-plugin-srm"
   # shellcheck disable=SC2086
   apt_install "$BASE/install.log" $pkgs
 }

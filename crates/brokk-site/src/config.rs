@@ -156,9 +156,9 @@ pub struct Config {
     /// address): none by default.
     #[serde(default)]
     pub stage_hosts: Vec<String>,
-    /// Grid transfers (`root://`, `gsiftp://`) by the protocols' own
-    /// clients ([`crate::gridcopy`]); by default those installed, GridFTP
-    /// only with a credential.
+    /// Grid transfers (`root://`, `gsiftp://`, `srm://`) by the protocols'
+    /// own clients or gfal2's ([`crate::gridcopy`]); by default those
+    /// installed, GridFTP and SRM only with a credential.
     #[serde(default)]
     pub transfers: crate::gridcopy::TransfersConfig,
     /// Container jobs under rootless podman ([`crate::container`]); none

@@ -1,10 +1,12 @@
 //! Files at grid URLs moved by the protocol's own client: `root://` (and
 //! `xroot://`) by XRootD's `xrdcp`, `gsiftp://` by the Grid Community
-//! Toolkit's `globus-url-copy`.
+//! Toolkit's `globus-url-copy`, `srm://` (which has no client of its own)
+//! by gfal2's `gfal-cat` and `gfal-save`, which a site may also name for
+//! the others.
 //!
 //! ```toml
 //! [transfers]
-//! clients = { root = "xrdcp", gsiftp = "/usr/bin/globus-url-copy" }  # default: those on PATH
+//! clients = { root = "xrdcp", gsiftp = "/usr/bin/globus-url-copy", srm = "gfal-copy" }  # default: those on PATH
 //! ca_dir = "/etc/grid-security/certificates"
 //! [transfers.credential]            # the site's own, for a site without [accounts]
 //! cert = "usercert.pem"
@@ -38,10 +40,12 @@ use crate::arc::Credential;
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TransfersConfig {
-    /// URL scheme -> the program that moves it (`xrdcp` or
-    /// `globus-url-copy`, by name on `PATH` or by path). Absent: `root`
-    /// and `xroot` by `xrdcp`, `gsiftp` by `globus-url-copy`, each where
-    /// it is installed; `{}` turns grid transfers off.
+    /// URL scheme -> the program that moves it (`xrdcp`,
+    /// `globus-url-copy`, or gfal2's `gfal-copy`, `gfal-cat` or
+    /// `gfal-save` for the pair beside it; by name on `PATH` or by path).
+    /// Absent: `root` and `xroot` by `xrdcp`, `gsiftp` by
+    /// `globus-url-copy`, `srm` by gfal2 where its SRM plugin is there,
+    /// each where it is installed; `{}` turns grid transfers off.
     pub clients: Option<BTreeMap<String, PathBuf>>,
     /// The site's grid credential, for GridFTP; used only at a site that
     /// runs every job as the agent (no `[accounts]`).
@@ -77,6 +81,10 @@ enum Kind {
     Xrdcp,
     /// `globus-url-copy`: `file:///dev/stdin` and `file:///dev/stdout`.
     GlobusUrlCopy,
+    /// gfal2's clients, which read the protocol from the URL: `gfal-cat`
+    /// writes a file to standard output, `gfal-save` stores standard
+    /// input (the path given names either; its sibling is the other).
+    Gfal,
 }
 
 impl Kind {
@@ -84,35 +92,80 @@ impl Kind {
         match program.file_name()?.to_str()? {
             "xrdcp" => Some(Kind::Xrdcp),
             "globus-url-copy" => Some(Kind::GlobusUrlCopy),
+            "gfal-copy" | "gfal-cat" | "gfal-save" => Some(Kind::Gfal),
             _ => None,
         }
     }
 
-    /// Whether the protocol authenticates with a grid credential.
-    fn needs_credential(self) -> bool {
-        self == Kind::GlobusUrlCopy
-    }
-
-    fn fetch_args(self, url: &str) -> Vec<String> {
-        match self {
-            Kind::Xrdcp => vec!["--nopbar".into(), url.into(), "-".into()],
-            Kind::GlobusUrlCopy => vec![url.into(), "file:///dev/stdout".into()],
+    /// The program that takes `step`: gfal2 has one for each, beside the
+    /// one named; the others do everything.
+    fn program(self, named: &Path, step: Step) -> PathBuf {
+        match (self, step) {
+            (Kind::Gfal, Step::Fetch) => named.with_file_name("gfal-cat"),
+            (Kind::Gfal, Step::Send) => named.with_file_name("gfal-save"),
+            (Kind::Gfal, Step::MakeDirs) => named.with_file_name("gfal-mkdir"),
+            _ => named.to_path_buf(),
         }
     }
 
-    fn send_args(self, url: &str) -> Vec<String> {
-        match self {
+    /// The arguments of `step` on `url`: a file fetched to standard
+    /// output, one sent from standard input, a directory made with its
+    /// parents.
+    fn args(self, step: Step, url: &str) -> Vec<String> {
+        let words: &[&str] = match (self, step) {
+            (Kind::Xrdcp, Step::Fetch) => &["--nopbar", url, "-"],
             // Replaces a file there and makes the directories on the way.
-            Kind::Xrdcp => vec![
-                "--nopbar".into(),
-                "--force".into(),
-                "--path".into(),
-                "-".into(),
-                url.into(),
-            ],
-            Kind::GlobusUrlCopy => vec!["-cd".into(), "file:///dev/stdin".into(), url.into()],
-        }
+            (Kind::Xrdcp, Step::Send) => &["--nopbar", "--force", "--path", "-", url],
+            (Kind::GlobusUrlCopy, Step::Fetch) => &[url, "file:///dev/stdout"],
+            (Kind::GlobusUrlCopy, Step::Send) => &["-cd", "file:///dev/stdin", url],
+            (Kind::Gfal, Step::MakeDirs) => &["-p", url],
+            (_, Step::MakeDirs) => &[],
+            (Kind::Gfal, _) => &[url],
+        };
+        words.iter().map(|w| w.to_string()).collect()
     }
+}
+
+/// What a client is run for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Step {
+    Fetch,
+    Send,
+    /// Only gfal2 needs the directories made before `gfal-save`: `xrdcp
+    /// --path` and `globus-url-copy -cd` make them themselves.
+    MakeDirs,
+}
+
+/// The directory holding the file at `url`, where the URL's path has one
+/// below the server's root.
+fn parent_url(url: &str) -> Option<&str> {
+    let path_from = url.find("://")? + 3;
+    let host_end = path_from + url[path_from..].find('/')?;
+    let last = url.rfind('/')?;
+    let parent = &url[..last];
+    // `...?SFN=/f` has its file at the root too.
+    (last > host_end && !url[host_end..last].trim_matches('/').is_empty() && !parent.ends_with('=')).then_some(parent)
+}
+
+/// Whether a scheme's servers authenticate the client with a grid
+/// credential: GridFTP and SRM always do; XRootD serves public data
+/// anonymously.
+fn needs_credential(scheme: &str) -> bool {
+    matches!(scheme, "gsiftp" | "srm")
+}
+
+/// Whether gfal2's SRM plugin is installed, in the directory gfal2 reads
+/// its plugins from on Debian and on RPM systems: without it `gfal-cat`
+/// cannot reach an SRM, and the site does not offer `srm://`.
+fn gfal_has_srm() -> bool {
+    let dirs = [
+        "/usr/lib/x86_64-linux-gnu",
+        "/usr/lib/aarch64-linux-gnu",
+        "/usr/lib64",
+        "/usr/lib",
+    ];
+    dirs.iter()
+        .any(|d| Path::new(d).join("gfal2-plugins/libgfal_plugin_srm.so").is_file())
 }
 
 /// The grid transfers a site makes, from its `[transfers]` section.
@@ -134,17 +187,22 @@ impl GridCopy {
     pub fn new(config: &TransfersConfig) -> Result<GridCopy, String> {
         let named: BTreeMap<String, PathBuf> = match &config.clients {
             Some(c) => c.clone(),
-            None => [("root", "xrdcp"), ("xroot", "xrdcp"), ("gsiftp", "globus-url-copy")]
-                .into_iter()
-                .filter(|(_, p)| on_path(p).is_some())
-                .map(|(s, p)| (s.to_string(), PathBuf::from(p)))
-                .collect(),
+            None => [
+                ("root", "xrdcp"),
+                ("xroot", "xrdcp"),
+                ("gsiftp", "globus-url-copy"),
+                ("srm", "gfal-copy"),
+            ]
+            .into_iter()
+            .filter(|(s, p)| on_path(p).is_some() && (*s != "srm" || gfal_has_srm()))
+            .map(|(s, p)| (s.to_string(), PathBuf::from(p)))
+            .collect(),
         };
         let mut clients = BTreeMap::new();
         for (scheme, program) in named {
             let kind = Kind::of(&program).ok_or_else(|| {
                 format!(
-                    "transfers.clients.{scheme}: {} is neither xrdcp nor globus-url-copy",
+                    "transfers.clients.{scheme}: {} is none of xrdcp, globus-url-copy, gfal-copy",
                     program.display()
                 )
             })?;
@@ -152,7 +210,14 @@ impl GridCopy {
                 1 => on_path(&program.to_string_lossy()),
                 _ => program.is_file().then(|| program.clone()),
             };
-            let found = found.ok_or_else(|| format!("transfers.clients.{scheme}: {} not found", program.display()))?;
+            // gfal2's pair must both be there.
+            let found = found
+                .filter(|f| {
+                    [Step::Fetch, Step::Send, Step::MakeDirs]
+                        .iter()
+                        .all(|s| kind.program(f, *s).is_file())
+                })
+                .ok_or_else(|| format!("transfers.clients.{scheme}: {} not found", program.display()))?;
             clients.insert(scheme.to_ascii_lowercase(), (kind, found));
         }
         Ok(GridCopy {
@@ -167,7 +232,7 @@ impl GridCopy {
         let credentials = self.config.credential.is_some() || !self.config.users.is_empty();
         self.clients
             .iter()
-            .filter(|(_, (kind, _))| credentials || !kind.needs_credential())
+            .filter(|(scheme, _)| credentials || !needs_credential(scheme))
             .map(|(s, _)| s.clone())
             .collect()
     }
@@ -196,24 +261,18 @@ impl GridCopy {
 
     /// The client's command for `url`, as `user` with or without an
     /// account of their own, with a clean environment.
-    fn command(
-        &self,
-        url: &str,
-        user: &str,
-        own_account: bool,
-        args: impl Fn(Kind) -> Vec<String>,
-    ) -> Result<tokio::process::Command, String> {
+    fn command(&self, url: &str, user: &str, own_account: bool, step: Step) -> Result<tokio::process::Command, String> {
         let scheme = brokk_model::url_scheme(url).unwrap_or_default();
         let Some((kind, program)) = self.clients.get(&scheme) else {
             return Err(format!("{url}: this site has no client for {scheme}://"));
         };
-        let mut cmd = tokio::process::Command::new(program);
-        cmd.args(args(*kind))
+        let mut cmd = tokio::process::Command::new(kind.program(program, step));
+        cmd.args(kind.args(step, url))
             .env_clear()
             .env("PATH", "/usr/local/bin:/usr/bin:/bin")
             .kill_on_drop(true)
             .stderr(Stdio::piped());
-        if kind.needs_credential() {
+        if needs_credential(&scheme) {
             match self.credential(user, own_account)? {
                 Some(Credential { cert, key: Some(key) }) => {
                     cmd.env("X509_USER_CERT", cert).env("X509_USER_KEY", key);
@@ -232,14 +291,20 @@ impl GridCopy {
 
     /// Fetches `url` into `to` (the job's file, opened by the agent).
     pub async fn fetch(&self, url: &str, user: &str, own_account: bool, to: std::fs::File) -> Result<(), String> {
-        let mut cmd = self.command(url, user, own_account, |k| k.fetch_args(url))?;
+        let mut cmd = self.command(url, user, own_account, Step::Fetch)?;
         cmd.stdin(Stdio::null()).stdout(to);
         finish(url, cmd).await
     }
 
     /// Sends `from` (the job's file, opened by the agent) to `url`.
     pub async fn send(&self, from: std::fs::File, url: &str, user: &str, own_account: bool) -> Result<(), String> {
-        let mut cmd = self.command(url, user, own_account, |k| k.send_args(url))?;
+        let gfal = self.clients.get(&brokk_model::url_scheme(url).unwrap_or_default());
+        if let (Some((Kind::Gfal, _)), Some(parent)) = (gfal, parent_url(url)) {
+            let mut cmd = self.command(parent, user, own_account, Step::MakeDirs)?;
+            cmd.stdin(Stdio::null()).stdout(Stdio::null());
+            finish(parent, cmd).await?;
+        }
+        let mut cmd = self.command(url, user, own_account, Step::Send)?;
         cmd.stdin(from).stdout(Stdio::null());
         finish(url, cmd).await
     }
@@ -278,17 +343,19 @@ async fn finish(url: &str, mut cmd: tokio::process::Command) -> Result<(), Strin
 mod tests {
     use super::*;
 
-    /// A directory with stand-ins for both clients: each prints its
-    /// arguments and what it read from its input, and fails for a URL
-    /// holding `missing`, as the real ones do for a file not there.
+    /// A directory with stand-ins for the clients: each notes its name and
+    /// arguments in `calls`, prints its arguments and what it read from its
+    /// input, and fails for a URL holding `missing`, as the real ones do
+    /// for a file not there.
     fn stand_ins() -> PathBuf {
         let dir = std::env::temp_dir().join(format!("brokk-gridcopy-{}", uuid::Uuid::new_v4().simple()));
         std::fs::create_dir_all(&dir).unwrap();
-        for name in ["xrdcp", "globus-url-copy"] {
+        for name in ["xrdcp", "globus-url-copy", "gfal-cat", "gfal-save", "gfal-mkdir"] {
             let path = dir.join(name);
             std::fs::write(
                 &path,
                 "#!/bin/sh\ncase \"$*\" in *missing*) echo \"[ERROR] no such file\" >&2; exit 54;; esac\n\
+                 echo \"${0##*/} $*\" >> \"${0%/*}/calls\"\n\
                  echo \"args: $*\"; echo \"cert: $X509_USER_CERT proxy: $X509_USER_PROXY home: $HOME\"; cat\n",
             )
             .unwrap();
@@ -300,7 +367,7 @@ mod tests {
     fn config(dir: &Path, credential: bool) -> TransfersConfig {
         TransfersConfig {
             clients: Some(
-                [("root", "xrdcp"), ("gsiftp", "globus-url-copy")]
+                [("root", "xrdcp"), ("gsiftp", "globus-url-copy"), ("srm", "gfal-cat")]
                     .map(|(s, p)| (s.to_string(), dir.join(p)))
                     .into(),
             ),
@@ -321,7 +388,7 @@ mod tests {
     }
 
     #[test]
-    fn a_client_is_xrdcp_or_globus_url_copy_and_must_be_there() {
+    fn a_client_is_xrdcp_globus_url_copy_or_gfal_and_must_be_there() {
         let dir = stand_ins();
         let other = TransfersConfig {
             clients: Some([("root".to_string(), PathBuf::from("/bin/cp"))].into()),
@@ -329,12 +396,20 @@ mod tests {
         };
         assert!(GridCopy::new(&other)
             .unwrap_err()
-            .contains("neither xrdcp nor globus-url-copy"));
+            .contains("none of xrdcp, globus-url-copy, gfal-copy"));
         let gone = TransfersConfig {
             clients: Some([("root".to_string(), dir.join("nowhere/xrdcp"))].into()),
             ..TransfersConfig::default()
         };
         assert!(GridCopy::new(&gone).unwrap_err().contains("not found"));
+        // gfal2's clients come as a set: gfal-cat alone cannot send.
+        let lone = stand_ins();
+        std::fs::remove_file(lone.join("gfal-save")).unwrap();
+        let half = TransfersConfig {
+            clients: Some([("srm".to_string(), lone.join("gfal-cat"))].into()),
+            ..TransfersConfig::default()
+        };
+        assert!(GridCopy::new(&half).unwrap_err().contains("not found"));
         let none = TransfersConfig {
             clients: Some(BTreeMap::new()),
             ..TransfersConfig::default()
@@ -343,14 +418,14 @@ mod tests {
     }
 
     #[test]
-    fn gridftp_is_published_only_with_a_credential_to_authenticate_with() {
+    fn gridftp_and_srm_are_published_only_with_a_credential_to_authenticate_with() {
         let dir = stand_ins();
         let mut bare = config(&dir, false);
         bare.users.clear();
         assert_eq!(GridCopy::new(&bare).unwrap().schemes(), ["root"]);
         assert_eq!(
             GridCopy::new(&config(&dir, true)).unwrap().schemes(),
-            ["gsiftp", "root"]
+            ["gsiftp", "root", "srm"]
         );
         let grid = GridCopy::new(&bare).unwrap();
         assert!(grid.moves("ROOT://h//f") && grid.moves("gsiftp://h/f") && !grid.moves("https://h/f"));
@@ -395,9 +470,7 @@ mod tests {
         grid.send(std::fs::File::open(&from).unwrap(), "gsiftp://h/o.txt", "ann", true)
             .await
             .unwrap();
-        let mut cmd = grid
-            .command("gsiftp://h/o.txt", "ann", true, |k| k.send_args("gsiftp://h/o.txt"))
-            .unwrap();
+        let mut cmd = grid.command("gsiftp://h/o.txt", "ann", true, Step::Send).unwrap();
         cmd.stdin(std::fs::File::open(&from).unwrap())
             .stdout(std::fs::File::create(&sink).unwrap());
         finish("gsiftp://h/o.txt", cmd).await.unwrap();
@@ -414,5 +487,61 @@ mod tests {
         let to = std::fs::File::create(&out).unwrap();
         let e = grid.fetch("root://h//missing", "bob", false, to).await.unwrap_err();
         assert!(e.contains("xrdcp failed") && e.contains("no such file"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn gfal_fetches_with_gfal_cat_and_sends_with_gfal_save_into_directories_it_made() {
+        let dir = stand_ins();
+        let grid = GridCopy::new(&config(&dir, true)).unwrap();
+        let url = "srm://se.example.org:8446/srm/managerv2?SFN=/data/in.txt";
+        let out = dir.join("fetched");
+        grid.fetch(url, "ann", true, std::fs::File::create(&out).unwrap())
+            .await
+            .unwrap();
+        let fetched = std::fs::read_to_string(&out).unwrap();
+        // SRM authenticates: the user's own proxy goes with it.
+        assert!(
+            fetched.starts_with(&format!("args: {url}\n")) && fetched.contains("proxy: /ann/proxy.pem"),
+            "{fetched}"
+        );
+        let from = dir.join("sent");
+        std::fs::write(&from, "result\n").unwrap();
+        let to = "srm://se.example.org:8446/srm/managerv2?SFN=/data/run/7/out.txt";
+        grid.send(std::fs::File::open(&from).unwrap(), to, "ann", true)
+            .await
+            .unwrap();
+        let calls = std::fs::read_to_string(dir.join("calls")).unwrap();
+        assert_eq!(
+            calls.lines().collect::<Vec<_>>(),
+            [
+                format!("gfal-cat {url}"),
+                "gfal-mkdir -p srm://se.example.org:8446/srm/managerv2?SFN=/data/run/7".to_string(),
+                format!("gfal-save {to}"),
+            ]
+        );
+        // A directory that cannot be made is the send's failure.
+        let e = grid
+            .send(
+                std::fs::File::open(&from).unwrap(),
+                "srm://se/missing/o.txt",
+                "ann",
+                true,
+            )
+            .await
+            .unwrap_err();
+        assert!(e.contains("gfal-mkdir failed") && e.contains("no such file"), "{e}");
+    }
+
+    #[test]
+    fn a_files_directory_is_the_url_up_to_its_last_slash_below_the_servers_root() {
+        assert_eq!(parent_url("root://h:1094//data/a/f.txt"), Some("root://h:1094//data/a"));
+        assert_eq!(parent_url("gsiftp://h/f.txt"), None);
+        assert_eq!(parent_url("root://h//f.txt"), None);
+        assert_eq!(
+            parent_url("srm://h/srm/managerv2?SFN=/d/f"),
+            Some("srm://h/srm/managerv2?SFN=/d")
+        );
+        assert_eq!(parent_url("srm://h/srm/managerv2?SFN=/f"), None);
+        assert_eq!(parent_url("not a url"), None);
     }
 }

@@ -32,9 +32,10 @@ fn host() -> String {
 }
 
 /// A broker with two embedded sites: `plain`, larger and faster, with no
-/// grid client, and `grid`, with the installed clients and the GRAM
-/// testbed's user as its credential; `stage_hosts` for `grid` when `allow`.
-fn broker(name: &str, allow: bool) -> (PathBuf, common::Server) {
+/// grid client, and `grid`, with the GRAM testbed's user as its credential
+/// and the installed clients, or those `clients` names (a TOML table);
+/// `stage_hosts` for `grid` when `allow`.
+fn broker(name: &str, allow: bool, clients: Option<&str>) -> (PathBuf, common::Server) {
     let gram = bed("BROKK_TEST_GRAM");
     let dir = common::scratch("griddata", name);
     let hosts = if allow {
@@ -42,12 +43,13 @@ fn broker(name: &str, allow: bool) -> (PathBuf, common::Server) {
     } else {
         String::new()
     };
+    let clients = clients.map(|c| format!("clients = {c}\n")).unwrap_or_default();
     let config = format!(
         "database = \"broker.db\"\nstate_dir = \"sites\"\n[tokens]\n\"tok-ann\" = \"ann\"\n\
          [[embedded]]\nname = \"plain\"\ncapacity = 16\n[[embedded.benchmarks]]\nname = \"specint2006\"\nvalue = 40.0\n\
          [embedded.transfers]\nclients = {{}}\n\
          [[embedded]]\nname = \"grid\"\ncapacity = 2\n{hosts}[[embedded.benchmarks]]\nname = \"specint2006\"\nvalue = 10.0\n\
-         [embedded.transfers]\nca_dir = \"{ca}\"\n[embedded.transfers.credential]\ncert = \"{cert}\"\nkey = \"{key}\"\n",
+         [embedded.transfers]\n{clients}ca_dir = \"{ca}\"\n[embedded.transfers.credential]\ncert = \"{cert}\"\nkey = \"{key}\"\n",
         ca = gram.join("ca").display(),
         cert = gram.join("user.pem").display(),
         key = gram.join("user.key").display(),
@@ -65,7 +67,7 @@ fn unique(what: &str) -> String {
 #[test]
 #[ignore = "needs the grid data servers: scripts/griddata-testbed.sh (scripts/test.sh starts it)"]
 fn root_and_gsiftp_files_are_fetched_and_sent_by_the_protocols_own_clients() {
-    let (dir, server) = broker("both", true);
+    let (dir, server) = broker("both", true, None);
     let data = bed("BROKK_TEST_GRIDDATA");
     let (root, gsiftp) = (url("root"), url("gsiftp"));
     let (a, b, out) = (unique("a"), unique("b"), unique("out"));
@@ -114,7 +116,7 @@ fn root_and_gsiftp_files_are_fetched_and_sent_by_the_protocols_own_clients() {
 #[test]
 #[ignore = "needs the grid data servers: scripts/griddata-testbed.sh (scripts/test.sh starts it)"]
 fn a_grid_server_on_the_sites_own_host_is_reached_only_when_the_site_allows_it() {
-    let (dir, server) = broker("own-host", false);
+    let (dir, server) = broker("own-host", false, None);
     let data = bed("BROKK_TEST_GRIDDATA");
     let a = unique("a");
     std::fs::write(data.join("xrootd").join(&a), "private\n").unwrap();
@@ -129,4 +131,55 @@ fn a_grid_server_on_the_sites_own_host_is_reached_only_when_the_site_allows_it()
         let reason = end["reason"].as_str().unwrap_or_default();
         assert!(reason.contains("own host's services"), "{source}: {reason}");
     }
+}
+
+#[test]
+#[ignore = "needs the grid data servers: scripts/griddata-testbed.sh (scripts/test.sh starts it)"]
+fn gfal2_moves_root_and_gsiftp_files_and_is_the_sites_way_to_srm() {
+    let gfal = "{ root = \"gfal-copy\", gsiftp = \"gfal-copy\", srm = \"gfal-copy\" }";
+    let (dir, server) = broker("gfal", true, Some(gfal));
+    let data = bed("BROKK_TEST_GRIDDATA");
+    let (root, gsiftp) = (url("root"), url("gsiftp"));
+    let (a, b, out) = (unique("a"), unique("b"), unique("out"));
+    std::fs::write(data.join("xrootd").join(&a), "through gfal\n").unwrap();
+    std::fs::write(data.join("gridftp").join(&b), "and gridftp\n").unwrap();
+    // The outputs go into directories not there yet: gfal2 makes them.
+    let xrsl = format!(
+        r#"&(executable="/bin/sh")(arguments="-c" "cat a.txt b.txt > both.txt; tr a-z A-Z < both.txt > up.txt")
+ (inputfiles=("a.txt" "{root}/{a}")("b.txt" "{gsiftp}{b}"))
+ (outputfiles=("both.txt" "{root}/{out}/x/both.txt")("up.txt" "{gsiftp}{out}/y/up.txt"))(walltime="5")"#
+    );
+    let (_, end) = common::run_to_end(&server.url, "tok-ann", &dir, "job.xrsl", &xrsl);
+    assert_eq!(
+        (end["state"].as_str(), end["exit_code"].as_i64(), end["site"].as_str()),
+        (Some("finished"), Some(0), Some("grid")),
+        "{end}"
+    );
+    let both = std::fs::read_to_string(data.join("xrootd").join(&out).join("x/both.txt")).unwrap();
+    assert_eq!(both, "through gfal\nand gridftp\n");
+    let up = std::fs::read_to_string(data.join("gridftp").join(&out).join("y/up.txt")).unwrap();
+    assert_eq!(up, "THROUGH GFAL\nAND GRIDFTP\n");
+    // Only the gfal2 site publishes srm, so an SRM job goes there; no SRM
+    // server runs here, and gfal2's own words say what it met.
+    let sites = common::json(&server.url, "tok-ann", &["resources", "--json"]);
+    let grid = sites.as_array().unwrap().iter().find(|s| s["name"] == "grid").unwrap();
+    assert!(
+        common::strings(&grid["environment"]["staging"])
+            .iter()
+            .any(|s| s == "srm"),
+        "{sites}"
+    );
+    let srm = format!(
+        r#"&(executable="/bin/cat")(arguments="in.txt")(inputfiles=("in.txt" "srm://{}:1/srm/managerv2?SFN=/data/{}"))(walltime="5")"#,
+        host(),
+        unique("in")
+    );
+    let (_, end) = common::run_to_end(&server.url, "tok-ann", &dir, "srm.xrsl", &srm);
+    assert_eq!(
+        (end["state"].as_str(), end["site"].as_str()),
+        (Some("failed"), Some("grid")),
+        "{end}"
+    );
+    let reason = end["reason"].as_str().unwrap_or_default();
+    assert!(reason.contains("gfal-cat failed"), "{reason}");
 }
