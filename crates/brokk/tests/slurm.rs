@@ -721,3 +721,103 @@ fn a_cluster_whose_nodes_are_all_drained_is_published_critical() {
     slurm(bed, 2, "scontrol", &["update", "nodename=c2n[1-2]", "state=resume"]);
     until("drain2", "ok");
 }
+
+#[test]
+#[ignore = "needs the Slurm testbed; scripts/test.sh starts it and runs this"]
+fn a_workflows_later_task_moves_off_a_cluster_drained_before_it_starts() {
+    let turn = turn("rescue");
+    let (bed, dir) = (&turn.bed, &turn.dir);
+    // The serve() sites, with a rescue that looks every second, fresh
+    // information, and one user allowed to reserve a whole cluster.
+    let mut config = String::from(
+        "database = \"broker.db\"\nstate_dir = \"sites\"\ninfo_ttl_ms = 500\n[tokens]\n\"tok-ann\" = \"ann\"\n\
+         [limits]\nreserved_share = 1.0\n[rescue]\nstrategy = \"all\"\nstep_s = 1\n",
+    );
+    for c in [1, 2] {
+        config += &format!(
+            "[[embedded]]\nname = \"rescue{c}\"\nbenchmarks = [{{ name = \"specint2006\", value = {}.0 }}]\n\
+             slurm = {{ conf = \"{}\" }}\n",
+            60 / c,
+            conf(bed, c).display()
+        );
+    }
+    std::fs::write(dir.join("broker.toml"), config).unwrap();
+    let svc = spawn(dir, &["serve", "--config", "broker.toml"]);
+    // a then b, each a whole cluster (16 CPUs) wide: both are booked at
+    // the faster first cluster, b after a's booked end.
+    for (node, command) in [("a", "sleep 8"), ("b", "echo b ran")] {
+        std::fs::write(
+            dir.join(format!("{node}.sub")),
+            format!(
+                "executable = /bin/sh\narguments = \"-c '{command}'\"\nallowed_job_duration = 60\n\
+                 request_cpus = 16\nqueue\n"
+            ),
+        )
+        .unwrap();
+    }
+    std::fs::write(dir.join("flow.dag"), "JOB a a.sub\nJOB b b.sub\nPARENT a CHILD b\n").unwrap();
+    let o = common::brokk(
+        &svc.url,
+        "tok-ann",
+        &[
+            "workflow",
+            "submit",
+            dir.join("flow.dag").to_str().unwrap(),
+            "--deadline",
+            "10m",
+            "--json",
+        ],
+    );
+    let w = common::printed(&o.stdout);
+    assert!(o.status.success(), "{w:#}");
+    let planned: Vec<&str> = w["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["site"].as_str().unwrap())
+        .collect();
+    assert_eq!(planned, ["rescue1", "rescue1"], "{w:#}");
+    let id = w["id"].as_str().unwrap().to_string();
+    let a = w["tasks"][0]["job"].as_str().unwrap().to_string();
+    common::wait_for_state(&svc.url, "tok-ann", &a, "running", Duration::from_secs(60));
+    // Both of cluster 1's nodes drained while a runs there: a ends, but
+    // nothing new would start, so b's reservation is useless.
+    let _resumed = Drained(bed, 1);
+    slurm(
+        bed,
+        1,
+        "scontrol",
+        &["update", "nodename=c1n[1-2]", "state=drain", "reason=brokk-test"],
+    );
+    let t = Instant::now();
+    let ended = loop {
+        let o = common::brokk(&svc.url, "tok-ann", &["workflow", "status", &id, "--json"]);
+        let w = common::printed(&o.stdout);
+        if w["state"] != "running" {
+            break w;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(180),
+            "still running: {w:#}\n{}",
+            slurm_view(bed)
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    assert_eq!(ended["state"], "finished", "{ended:#}\n{}", slurm_view(bed));
+    let (ta, tb) = (&ended["tasks"][0], &ended["tasks"][1]);
+    assert_eq!(ta["site"], "rescue1", "a ran where it was: {ended:#}");
+    assert_eq!(tb["site"], "rescue2", "{ended:#}");
+    assert_eq!(tb["retried"], 0, "moved before it was sent, not run again: {ended:#}");
+    let moves = tb["moves"].as_array().unwrap_or_else(|| panic!("no moves: {ended:#}"));
+    assert_eq!(
+        (moves.len(), moves[0]["from"].as_str(), moves[0]["to"].as_str()),
+        (1, Some("rescue1"), Some("rescue2")),
+        "{ended:#}"
+    );
+    let b = tb["job"].as_str().unwrap();
+    assert_eq!(common::output(&svc.url, "tok-ann", b, "stdout").trim(), "b ran");
+    // Slurm itself ran b on the second cluster, in the reservation it moved to.
+    let job = json(&svc.url, &["status", b, "--json"]);
+    let record = completed(bed, "rescue", &job);
+    assert!(record.contains("ReservationName=brokk-rescue2-r"), "{record}");
+}
