@@ -315,6 +315,11 @@ impl Site for MemorySite {
         self.op(|core, now| core.commit(now, owner, id)).map(|_| ())
     }
 
+    fn endangered(&self, owner: &str) -> Result<Vec<ReservationId>, SiteError> {
+        self.up()?;
+        Ok(self.core.endangered_of(self.now, owner).iter().map(|r| r.id).collect())
+    }
+
     fn cancel(&mut self, owner: &str, id: ReservationId) -> Result<(), SiteError> {
         self.op(|core, now| core.cancel(now, owner, id))
     }

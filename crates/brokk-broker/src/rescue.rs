@@ -180,6 +180,9 @@ pub struct Failure {
     horizon: Time,
     /// When it last stepped.
     last: Option<Time>,
+    /// The resource lost only a part (a node down or drained): only the
+    /// reservations it can no longer hold move, and it takes work still.
+    partial: bool,
 }
 
 impl Failure {
@@ -207,7 +210,20 @@ impl Failure {
             downtime,
             horizon: since,
             last: None,
+            partial: false,
         })
+    }
+
+    /// The same failure of a part of the resource only
+    /// ([`Failure::is_partial`]).
+    pub fn of_a_part(self) -> Failure {
+        Failure { partial: true, ..self }
+    }
+
+    /// Whether the resource lost only a part: it answers and takes work,
+    /// and what moves is what it says it can no longer hold.
+    pub fn is_partial(&self) -> bool {
+        self.partial
     }
 
     /// Whether a step is due at `now`: the first at once, then one every step.

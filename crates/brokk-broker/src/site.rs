@@ -130,6 +130,14 @@ pub trait Site {
             reason: "this site cannot keep a job in a hold".into(),
         })
     }
+    /// `owner`'s reservations the site can no longer hold, part of it
+    /// being lost (a node down or drained): those the site's information
+    /// counts in `endangered_reservations`. A site that loses nothing
+    /// partly (the default) has none.
+    fn endangered(&self, owner: &str) -> Result<Vec<ReservationId>, SiteError> {
+        let _ = owner;
+        Ok(Vec::new())
+    }
     /// A job's state.
     fn status(&self, job: &JobHandle) -> Result<JobState, SiteError>;
     /// Cancels a job.

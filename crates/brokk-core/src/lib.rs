@@ -25,6 +25,7 @@ pub mod partition;
 pub mod queue;
 mod record;
 mod runner;
+mod shortfall;
 mod site;
 
 pub use brokk_planner::{Candidate, Change, FreeSlot, NeverReason, Reply, Request, Reservation, ReservationId, State};
@@ -42,4 +43,5 @@ pub use error::CoreError;
 pub use partition::{Partitions, SitePolicy};
 pub use record::{JobId, JobRecord, KeptJobs, Occupant, Submission};
 pub use runner::VirtualRunner;
+pub use shortfall::overflowing;
 pub use site::{Launch, Published, SiteCore, SiteParams, ORDER_NEEDS_WAITING, PUBLISHED_RANGES, PUBLISHED_SPAN};

@@ -2,7 +2,7 @@
 //! their phases, conservative backfilling of the local queue, idempotency
 //! keys, the change feed and the mirror of foreign occupancy.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 
 use brokk_model::{Availability, Duration, FreeRange, Job, JobPhase, Time};
 use brokk_planner::{
@@ -59,6 +59,10 @@ pub struct Published {
     /// The wait a one-processor, one-hour job would see; `None` when it
     /// cannot be placed within the horizon.
     pub estimated_wait: Option<Duration>,
+    /// How many clients' reservations it can no longer hold
+    /// ([`SiteCore::endangered`]): a count, so that no client learns of
+    /// another's; each asks after its own.
+    pub endangered: u32,
 }
 
 /// How far ahead a site's information carries its free capacity over
@@ -510,6 +514,7 @@ impl SiteCore {
             running,
             waiting: self.active.len() as u32 - running,
             estimated_wait: self.planner.earliest_start(&probe).ok().flatten().map(|s| s - now),
+            endangered: self.endangered(now).len() as u32,
         }
     }
 
@@ -1475,10 +1480,12 @@ impl SiteCore {
     /// queued jobs move up into what was released.
     pub fn mirror(&mut self, now: Time, occupants: Vec<Occupant>) {
         let wanted: HashMap<String, Occupant> = occupants.into_iter().map(|o| (o.key.clone(), o)).collect();
+        // One mirrored short (the site had booked that share already) is
+        // booked again, so that it grows as what it overlapped moves away.
         let stale: Vec<String> = self
             .foreign
             .iter()
-            .filter(|(k, (o, _))| wanted.get(*k) != Some(o))
+            .filter(|(k, (o, id))| wanted.get(*k) != Some(o) || self.mirrored(o, *id) < o.cpus)
             .map(|(k, _)| k.clone())
             .collect();
         let released = !stale.is_empty();
@@ -1522,6 +1529,64 @@ impl SiteCore {
         if released {
             self.compress(now);
         }
+    }
+
+    /// How much of occupant `o` is booked in the schedule (its booking `id`).
+    fn mirrored(&self, o: &Occupant, id: Option<ReservationId>) -> u32 {
+        match o.end > o.start {
+            true => id.and_then(|id| self.planner.get(id)).map_or(0, |r| r.amount),
+            false => o.cpus,
+        }
+    }
+
+    /// The clients' reservations that start after `now` and that the site
+    /// can no longer hold: where a foreign occupant (a node down or drained,
+    /// a job the resource manager started on its own) is mirrored short of
+    /// its size, the reservations that do not fit beside it at its full
+    /// size and what has started ([`crate::overflowing`]: the earliest
+    /// stay). A broker holding one moves it ([VRM] 6); none while every
+    /// occupant is mirrored whole.
+    pub fn endangered(&self, now: Time) -> Vec<ReservationId> {
+        if self.foreign.values().all(|(o, id)| self.mirrored(o, *id) >= o.cpus) {
+            return Vec::new();
+        }
+        // Jobs' own slots not yet started are the queue's, which plans
+        // them again itself; the foreign ones count at their full size.
+        let slots: HashSet<ReservationId> = self
+            .active
+            .iter()
+            .filter_map(|id| self.jobs.get(id))
+            .filter(|j| !j.claimed)
+            .filter_map(|j| j.slot)
+            .collect();
+        let mut fixed: Vec<(Time, Time, u32)> = self
+            .foreign
+            .values()
+            .map(|(o, _)| (o.start.max(now), o.end, o.cpus))
+            .collect();
+        let mut movable = Vec::new();
+        for r in self.planner.reservations() {
+            match (r.owner.as_ref() == FOREIGN, r.start > now, slots.contains(&r.id)) {
+                (true, ..) => {}
+                (false, false, _) => fixed.push((now, r.end, r.amount)),
+                (false, true, true) => {}
+                (false, true, false) => movable.push((r.id, r.start, r.end, r.amount)),
+            }
+        }
+        crate::overflowing(self.params.capacity, &fixed, &movable)
+    }
+
+    /// `who`'s reservations among those the site can no longer hold
+    /// ([`SiteCore::endangered`]), by start.
+    pub fn endangered_of(&self, now: Time, who: &str) -> Vec<Reservation> {
+        let mut mine: Vec<Reservation> = self
+            .endangered(now)
+            .into_iter()
+            .filter_map(|id| self.planner.get(id))
+            .filter(|r| r.owner.as_ref() == who)
+            .collect();
+        mine.sort_by_key(|r| (r.start, r.id));
+        mine
     }
 
     /// Of resource-manager job ids, those this site submitted for a job

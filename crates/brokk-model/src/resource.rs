@@ -44,6 +44,11 @@ pub struct ResourceInfo {
     /// `HealthState`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub health: Option<String>,
+    /// How many reservations it can no longer hold, part of it being lost
+    /// (a node down or drained): a broker holding some asks which are its
+    /// own and moves them ([VRM] 6).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub endangered_reservations: u32,
     /// The delay its middleware adds before a job starts, and again before
     /// the job's end is known (an ARC CE's state cycle).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -57,6 +62,10 @@ pub struct ResourceInfo {
     /// parent sees where that chain leads.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub ancestors: Vec<String>,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// A queue / share of the resource.

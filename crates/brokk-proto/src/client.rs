@@ -272,6 +272,7 @@ pub fn resource_info(endpoint: &str, v: InfoView) -> ResourceInfo {
         reservations: v.reservations,
         shares: v.shares,
         health: v.health,
+        endangered_reservations: v.endangered,
         lag: (!v.lag.is_zero()).then_some(v.lag),
         availability: v.availability,
         ancestors: v.ancestors,
@@ -345,6 +346,15 @@ impl Site for RemoteSite {
         } else {
             Err(self.fail(resp))
         }
+    }
+
+    fn endangered(&self, _owner: &str) -> Result<Vec<ReservationId>, SiteError> {
+        let resp = self.send(self.http.get(self.url(&["v1", "reservations", "endangered"])))?;
+        if !resp.status().is_success() {
+            return Err(self.fail(resp));
+        }
+        let views = self.json::<Vec<crate::wire::ReservationView>>(resp)?;
+        Ok(views.into_iter().map(|v| ReservationId(v.id)).collect())
     }
 
     fn cancel(&mut self, _owner: &str, id: ReservationId) -> Result<(), SiteError> {

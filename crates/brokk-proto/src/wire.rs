@@ -173,6 +173,11 @@ pub struct InfoView {
     /// one (GLUE 2 `HealthState`: `ok`, `warning`, `critical`, ...).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub health: Option<String>,
+    /// How many clients' reservations the site can no longer hold (part
+    /// of it lost: a node down or drained); each client asks
+    /// `GET /v1/reservations/endangered` for its own.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub endangered: u32,
     /// The delay the resource manager adds before a job starts, and again
     /// before its end is known, seconds (an ARC CE's state cycle).
     #[serde(default, skip_serializing_if = "Duration::is_zero")]
@@ -189,6 +194,10 @@ pub struct InfoView {
     /// runtimes, runtime environments, GPUs.
     #[serde(default)]
     pub environment: brokk_model::Environment,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 fn yes() -> bool {

@@ -573,6 +573,7 @@ impl Agent {
                 })
                 .collect(),
             health: glue.health.or_else(|| self.backend.health()),
+            endangered: p.endangered,
             lag: self.backend.lag(),
             availability,
             ancestors: Vec::new(),
@@ -739,6 +740,13 @@ impl Agent {
         self.op_now(|core, t| core.reservation(t, who, id))
             .await
             .map(|r| view(&r))
+    }
+
+    /// `GET /v1/reservations/endangered`: `who`'s reservations the site
+    /// can no longer hold, part of it being lost.
+    pub async fn endangered(&self, who: &str) -> Vec<ReservationView> {
+        let t = now();
+        self.read().await.core.endangered_of(t, who).iter().map(view).collect()
     }
 
     /// `PATCH /v1/reservations/{id}`: atomic; on failure nothing changes.

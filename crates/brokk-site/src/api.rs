@@ -312,6 +312,17 @@ async fn get_reservation(
     Ok(Json(agent.reservation(&who.0, reservation_id(&id)?).await?).into_response())
 }
 
+/// The caller's reservations the site can no longer hold, part of it being
+/// lost (a node down or drained), by start: what a broker moves elsewhere
+/// ([VRM] 6). The site's information says how many there are in all.
+#[utoipa::path(get, path = "/v1/reservations/endangered", tag = "reservations", responses(
+    (status = 200, body = Vec<ReservationView>),
+    (status = 401, body = ErrorBody, description = "no valid token"),
+))]
+async fn endangered(State(agent): State<Agent>, Extension(who): Extension<Identity>) -> Response {
+    Json(agent.endangered(&who.0).await).into_response()
+}
+
 /// Changes a reservation's size, length or window; what the change leaves
 /// out stays as it is.
 #[utoipa::path(patch, path = "/v1/reservations/{id}", tag = "reservations", params(("id" = String, Path, description = "the reservation's number")), request_body = brokk_core::Change, responses(
@@ -737,6 +748,7 @@ fn routes(agent: Agent) -> OpenApiRouter<Agent> {
         .routes(routes!(probe))
         .routes(routes!(slots))
         .routes(routes!(reserve))
+        .routes(routes!(endangered))
         .routes(routes!(get_reservation, modify, cancel))
         .routes(routes!(commit))
         .routes(routes!(submit))

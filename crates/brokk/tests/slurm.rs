@@ -659,7 +659,9 @@ fn a_job_pending_in_slurm_is_held_there_and_released() {
 }
 
 /// Resumes cluster `c`'s nodes when dropped, so a failing test leaves the
-/// shared testbed as it found it.
+/// shared testbed as it found it, and waits (up to 20 s) until slurmctld
+/// hears from them again: a resumed node is not responding (`idle*`) for
+/// a second or two, and a reservation asking for it fails meanwhile.
 struct Drained<'a>(&'a Path, u32);
 
 impl Drop for Drained<'_> {
@@ -671,6 +673,17 @@ impl Drop for Drained<'_> {
             "scontrol",
             &["update", &format!("nodename={nodes}"), "state=resume"],
         );
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_secs(20) {
+            let states = slurm(self.0, self.1, "sinfo", &["-N", "-h", "-o", "%T"]);
+            if states
+                .split_whitespace()
+                .all(|s| !s.ends_with('*') && !s.starts_with("drain"))
+            {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
     }
 }
 
@@ -722,27 +735,31 @@ fn a_cluster_whose_nodes_are_all_drained_is_published_critical() {
     until("drain2", "ok");
 }
 
-#[test]
-#[ignore = "needs the Slurm testbed; scripts/test.sh starts it and runs this"]
-fn a_workflows_later_task_moves_off_a_cluster_drained_before_it_starts() {
-    let turn = turn("rescue");
-    let (bed, dir) = (&turn.bed, &turn.dir);
-    // The serve() sites, with a rescue that looks every second, fresh
-    // information, and one user allowed to reserve a whole cluster.
+/// [`serve`]'s sites, with a rescue that looks every second, fresh
+/// information, and one user allowed to reserve a whole cluster.
+fn serve_rescuing(dir: &Path, bed: &Path, prefix: &str) -> common::Server {
     let mut config = String::from(
         "database = \"broker.db\"\nstate_dir = \"sites\"\ninfo_ttl_ms = 500\n[tokens]\n\"tok-ann\" = \"ann\"\n\
          [limits]\nreserved_share = 1.0\n[rescue]\nstrategy = \"all\"\nstep_s = 1\n",
     );
     for c in [1, 2] {
         config += &format!(
-            "[[embedded]]\nname = \"rescue{c}\"\nbenchmarks = [{{ name = \"specint2006\", value = {}.0 }}]\n\
+            "[[embedded]]\nname = \"{prefix}{c}\"\nbenchmarks = [{{ name = \"specint2006\", value = {}.0 }}]\n\
              slurm = {{ conf = \"{}\" }}\n",
             60 / c,
             conf(bed, c).display()
         );
     }
     std::fs::write(dir.join("broker.toml"), config).unwrap();
-    let svc = spawn(dir, &["serve", "--config", "broker.toml"]);
+    spawn(dir, &["serve", "--config", "broker.toml"])
+}
+
+#[test]
+#[ignore = "needs the Slurm testbed; scripts/test.sh starts it and runs this"]
+fn a_workflows_later_task_moves_off_a_cluster_drained_before_it_starts() {
+    let turn = turn("rescue");
+    let (bed, dir) = (&turn.bed, &turn.dir);
+    let svc = serve_rescuing(dir, bed, "rescue");
     // a then b, each a whole cluster (16 CPUs) wide: both are booked at
     // the faster first cluster, b after a's booked end.
     for (node, command) in [("a", "sleep 8"), ("b", "echo b ran")] {
@@ -820,4 +837,91 @@ fn a_workflows_later_task_moves_off_a_cluster_drained_before_it_starts() {
     let job = json(&svc.url, &["status", b, "--json"]);
     let record = completed(bed, "rescue", &job);
     assert!(record.contains("ReservationName=brokk-rescue2-r"), "{record}");
+}
+
+#[test]
+#[ignore = "needs the Slurm testbed; scripts/test.sh starts it and runs this"]
+fn a_reservation_a_cluster_can_no_longer_hold_after_one_node_drains_moves_under_its_id() {
+    let turn = turn("shrunk");
+    let (bed, dir) = (&turn.bed, &turn.dir);
+    let svc = serve_rescuing(dir, bed, "shrunk");
+    let reserve = |amount: &str| {
+        json(
+            &svc.url,
+            &[
+                "reserve",
+                "--amount",
+                amount,
+                "--duration",
+                "5m",
+                "--earliest",
+                "3m",
+                "--latest",
+                "3m",
+                "--json",
+            ],
+        )
+    };
+    // The whole first cluster, 3 minutes from now.
+    let r = reserve("16");
+    assert_eq!(r["site"], "shrunk1", "the faster cluster: {r:#}");
+    let id = r["id"].as_str().unwrap().to_string();
+    let site_name = |r: &serde_json::Value| format!("brokk-{}-r{}", r["site"].as_str().unwrap(), r["site_reservation"]);
+    assert!(
+        slurm_reservation(bed, 1, &site_name(&r)).is_some(),
+        "{}",
+        slurm_view(bed)
+    );
+    // One of its two nodes drained: half the cluster is lost, and the
+    // reservation no longer fits there.
+    let _resumed = Drained(bed, 1);
+    slurm(
+        bed,
+        1,
+        "scontrol",
+        &["update", "nodename=c1n2", "state=drain", "reason=brokk-test"],
+    );
+    let t = Instant::now();
+    let moved = loop {
+        let list = json(&svc.url, &["reserve", "--list", "--json"]);
+        let mine = list
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["id"] == id.as_str())
+            .cloned()
+            .unwrap();
+        if mine["site"] == "shrunk2" {
+            break mine;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(90),
+            "not moved: {mine:#}\n{}",
+            slurm_view(bed)
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    // The same span under the same id, held by Slurm on the second cluster
+    // and given back on the first.
+    assert_eq!(moved["state"], "committed", "{moved:#}");
+    assert_eq!((&moved["start"], &moved["end"]), (&r["start"], &r["end"]), "{moved:#}");
+    assert!(
+        slurm_reservation(bed, 2, &site_name(&moved)).is_some(),
+        "{}",
+        slurm_view(bed)
+    );
+    assert!(
+        slurm_reservation(bed, 1, &site_name(&r)).is_none(),
+        "{}",
+        slurm_view(bed)
+    );
+    // The first cluster still takes what fits on its other node, and no
+    // longer what needs both.
+    let half = reserve("8");
+    assert_eq!(half["site"], "shrunk1", "{half:#}");
+    for r in [id.as_str(), half["id"].as_str().unwrap()] {
+        assert!(brokk(&svc.url, &["reserve", "--cancel", r]).status.success());
+    }
+    let whole = reserve("16");
+    assert_eq!(whole["site"], "shrunk2", "{whole:#}");
 }

@@ -1583,9 +1583,14 @@ impl BrokerCore {
     }
 
     /// The sites being rescued: down, with a rescue under way. Work booked
-    /// there is held back rather than sent where nothing answers.
+    /// there is held back rather than sent where nothing answers (a site
+    /// that lost only a part still takes what it holds).
     pub fn rescuing(&self) -> Vec<usize> {
-        self.failures.keys().copied().collect()
+        self.failures
+            .iter()
+            .filter(|(_, f)| !f.is_partial())
+            .map(|(&k, _)| k)
+            .collect()
     }
 
     /// Site `site`'s rescue after a step; dropped if the site answered
@@ -1670,6 +1675,29 @@ impl BrokerCore {
                 tracing::info!(site = %s.name, "site answers again; its rescue ends");
             }
             _ => {}
+        }
+        // A site that answers but has lost a part (a node down or drained)
+        // and says it can no longer hold some reservations: those are
+        // rescued, the rest of it still takes work.
+        let endangered = matches!(&answer, Ok(info) if info.endangered_reservations > 0);
+        if s.down_since.is_none() {
+            let partial = self.failures.get(&site).map(crate::rescue::Failure::is_partial);
+            match (endangered, partial, self.params.rescue) {
+                (true, None, Some(p)) => {
+                    tracing::warn!(site = %s.name, "site can no longer hold some reservations; they are rescued ({})", p.strategy);
+                    match crate::rescue::Failure::new(p.strategy, taken, p.step, p.reach, None) {
+                        Ok(f) => {
+                            self.failures.insert(site, f.of_a_part());
+                        }
+                        Err(e) => tracing::error!(site = %s.name, "no rescue: {e}"),
+                    }
+                }
+                (false, Some(true), _) => {
+                    self.failures.remove(&site);
+                    tracing::info!(site = %s.name, "site holds every reservation again; its rescue ends");
+                }
+                _ => {}
+            }
         }
         s.answer = Some(match answer {
             Ok(info) => {

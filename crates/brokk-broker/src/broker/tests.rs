@@ -1900,6 +1900,56 @@ fn a_broker_that_rescues_steps_each_site_that_is_down_until_it_answers() {
 }
 
 #[test]
+fn a_site_that_can_no_longer_hold_some_reservations_is_rescued_for_those_and_still_takes_work() {
+    let rescue = crate::rescue::RescueParams {
+        strategy: crate::rescue::Strategy::All,
+        step: Duration(60),
+        reach: Duration(3600),
+    };
+    let mut b = broker(BrokerParams {
+        rescue: Some(rescue),
+        ..params()
+    });
+    let shrunk = |n: u32| {
+        Ok(ResourceInfo {
+            endangered_reservations: n,
+            health: Some("warning".into()),
+            ..site("a", 4)
+        })
+    };
+    b.informed(0, Ok(site("a", 4)), Time(0));
+    b.informed(1, Ok(site("b", 4)), Time(0));
+    assert!(b.rescues_due(Time(0)).is_empty());
+    // A node drained at a: it says two reservations no longer fit.
+    b.informed(0, shrunk(2), Time(10));
+    let due = b.rescues_due(Time(10));
+    assert_eq!(due.len(), 1);
+    assert!(due[0].1.is_partial() && due[0].0 == 0 && due[0].1.since() == Time(10));
+    // Not down: work still goes there, and nothing booked there waits.
+    assert_eq!(b.down(), []);
+    assert!(b.rescuing().is_empty());
+    b.accept(Time(10), "ann", vec![job("j1", 1)]).unwrap();
+    b.decide(Time(10), usize::MAX);
+    assert_eq!(sends(&mut b), [("j1".to_string(), 0)]);
+    // Still endangered: the same rescue goes on.
+    b.informed(0, shrunk(1), Time(20));
+    assert_eq!(b.rescues_due(Time(20))[0].1.since(), Time(10));
+    // Down altogether: the rescue is of the whole site from then.
+    b.informed(0, Err(FetchFailure::Timeout(Duration(5))), Time(30));
+    let (k, whole) = b.rescues_due(Time(30)).remove(0);
+    assert!(k == 0 && !whole.is_partial() && whole.since() == Time(30));
+    assert_eq!(b.rescuing(), [0]);
+    // Back, with every reservation held: no rescue at all.
+    b.informed(0, shrunk(0), Time(40));
+    assert!(b.rescues_due(Time(40)).is_empty());
+    // Back from being down with some endangered: rescued for those.
+    b.informed(0, Err(FetchFailure::Timeout(Duration(5))), Time(50));
+    b.informed(0, shrunk(1), Time(60));
+    let due = b.rescues_due(Time(60));
+    assert!(due.len() == 1 && due[0].1.is_partial() && due[0].1.since() == Time(60));
+}
+
+#[test]
 fn an_ended_job_requeued_runs_again_under_its_id_with_a_key_of_its_own() {
     let mut b = broker(BrokerParams {
         limit: 1,

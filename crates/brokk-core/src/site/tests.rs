@@ -331,6 +331,52 @@ fn the_mirror_books_only_what_fits_beside_the_sites_own() {
 }
 
 #[test]
+fn a_drained_nodes_share_endangers_the_later_reservations_until_they_move() {
+    let mut s = site(16);
+    let node = || Occupant {
+        key: "node:c1n2".into(),
+        start: T0,
+        end: Time(T0.0 + 86_400),
+        cpus: 8,
+    };
+    let half = s.reserve(T0, "ann", &at(8, 60, Time(T0.0 + 100)), None).unwrap();
+    let whole = s.reserve(T0, "bob", &at(16, 600, Time(T0.0 + 200)), None).unwrap();
+    assert!(s.endangered(T0).is_empty());
+    // A node of 8 drained: it fits nowhere beside both, so it is mirrored
+    // short, and the later, whole-cluster reservation can no longer be held.
+    s.mirror(T0, vec![node()]);
+    assert_eq!(s.endangered(T0), [whole.id]);
+    assert_eq!(s.published(T0).endangered, 1);
+    // Once it has moved away, the node's share is booked whole at the next
+    // reading, and nothing new is granted into it.
+    s.cancel(T0, "bob", whole.id).unwrap();
+    s.mirror(Time(T0.0 + 5), vec![node()]);
+    assert!(s.endangered(Time(T0.0 + 5)).is_empty());
+    assert_eq!(s.published(Time(T0.0 + 5)).endangered, 0);
+    assert!(matches!(
+        s.reserve(Time(T0.0 + 5), "bob", &at(16, 600, Time(T0.0 + 200)), None),
+        Err(CoreError::NotGranted(_))
+    ));
+    assert!(s
+        .reserve(Time(T0.0 + 5), "bob", &at(8, 60, Time(T0.0 + 1000)), None)
+        .is_ok());
+    // The reservation that fitted beside it was never touched.
+    assert!(s.holds_reservation(half.id));
+    // A job the cluster starts on its own while ann's reservation is under
+    // way is mirrored short, but a reservation under way stays, and the
+    // later one fits once that job has ended.
+    let job = Occupant {
+        key: "job:9".into(),
+        start: Time(T0.0 + 150),
+        end: Time(T0.0 + 900),
+        cpus: 8,
+    };
+    s.mirror(Time(T0.0 + 150), vec![node(), job]);
+    assert!(s.endangered(Time(T0.0 + 150)).is_empty());
+    s.check_invariants();
+}
+
+#[test]
 fn the_virtual_runner_runs_jobs_for_their_run_time_and_moves_the_queue_up() {
     let mut s = site(4);
     let mut run = VirtualRunner::new();

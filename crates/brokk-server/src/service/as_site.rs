@@ -104,6 +104,9 @@ fn folded(name: &str, sites: &[Result<ResourceInfo, String>]) -> InfoView {
         cluster: None,
         shares: Vec::new(),
         health: None,
+        // A broker moves what its own sites can no longer hold itself
+        // (its rescue), so a broker above has nothing to move.
+        endangered: 0,
         lag: info.lag.unwrap_or(Duration(0)),
         availability: info.availability,
         ancestors: Vec::new(),

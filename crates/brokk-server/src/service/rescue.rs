@@ -1,5 +1,6 @@
-//! The rescue of workflow tasks booked at a site that stops answering
-//! ([VRM] 6). The core finds the site down and keeps its rescue
+//! The rescue of workflow tasks booked at a site that stops answering, or
+//! that lost a part (a node down or drained) and can no longer hold some
+//! reservations ([VRM] 6). The core finds the site down and keeps its rescue
 //! (`brokk_broker::rescue::Failure`, stepped as the strategy says); each
 //! step this carries out: it gathers the tasks the courses say may move
 //! (`Course::movable`), lets the rule choose which the horizon reaches,
@@ -9,7 +10,7 @@
 //! another site at the same time, keeping its id, so the jobs that claim
 //! it go where it is.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use brokk_broker::rescue::{booked_load, fenced, Booked, NEVER};
 use brokk_broker::reserve::at_earliest;
@@ -31,7 +32,8 @@ enum Moving {
 
 impl Service {
     /// One step of every rescue due: the tasks of running workflows booked
-    /// at a site that does not answer, moved as far as the horizon reaches.
+    /// at a site that does not answer, or that can no longer hold their
+    /// reservations (part of it lost), moved as far as the horizon reaches.
     pub async fn rescue_round(&self) -> Result<(), ServiceError> {
         let t = now();
         let (due, _, _) = self.broker.run(|c| c.rescues_due(t));
@@ -51,10 +53,39 @@ impl Service {
         let mut over = vec![false; running.len()];
         for (site, failure) in due {
             let name = self.site_name(site);
+            // A site that lost a part says which of the broker's
+            // reservations it can no longer hold: only those move.
+            let endangered: Option<HashSet<u64>> = match (failure.is_partial(), self.site(&name)) {
+                (false, _) => None,
+                (true, Some(s)) => {
+                    let client = s.client.clone();
+                    match tokio::task::spawn_blocking(move || client.endangered("broker")).await {
+                        Ok(Ok(ids)) => Some(ids.into_iter().map(|r| r.0).collect()),
+                        Ok(Err(e)) => {
+                            tracing::warn!(site = %name, "which reservations it can no longer hold: {e}");
+                            continue;
+                        }
+                        Err(e) => return Err(ServiceError::Unavailable(e.to_string())),
+                    }
+                }
+                (true, None) => continue,
+            };
+            let reached = |r: u64| endangered.as_ref().is_none_or(|e| e.contains(&r));
+            let why = match failure.is_partial() {
+                false => format!("{name} has not answered since {}", failure.since()),
+                true => format!(
+                    "{name} can no longer hold its reservation (part of it lost, a node down or drained, since {})",
+                    failure.since()
+                ),
+            };
             // What is due there and cannot move ends its workflow, with why.
             for (i, c) in courses.iter().enumerate() {
                 let stuck = c.stranded(site, t);
-                let Some(&k) = stuck.first().filter(|_| !over[i]) else {
+                let Some(&k) = stuck
+                    .iter()
+                    .find(|&&k| reached(c.plan().tasks[k].reservation.0))
+                    .filter(|_| !over[i])
+                else {
                     continue;
                 };
                 let w = &mut running[i];
@@ -63,6 +94,14 @@ impl Service {
                     w.spec.tasks[k].id,
                     failure.since()
                 );
+                let reason = match failure.is_partial() {
+                    false => reason,
+                    true => format!(
+                        "task {} is booked at {name}, which can no longer hold it (part of it lost since {}), and no other site has room for it in time",
+                        w.spec.tasks[k].id,
+                        failure.since()
+                    ),
+                };
                 tracing::warn!(workflow = %w.view.id, "{reason}");
                 self.end_workflow(w, WorkflowState::Failed, reason).await?;
                 over[i] = true;
@@ -71,13 +110,19 @@ impl Service {
                 .iter()
                 .enumerate()
                 .filter(|(i, _)| !over[*i])
-                .flat_map(|(i, c)| c.movable(site, t).into_iter().map(move |m| Moving::Task(i, m)))
+                .flat_map(|(i, c)| {
+                    c.movable(site, t)
+                        .into_iter()
+                        .filter(|m| reached(c.plan().tasks[m.task].reservation.0))
+                        .map(move |m| Moving::Task(i, m))
+                })
                 .collect();
             moving.extend(
                 self.db
                     .reservations_at(&name, t)
                     .await?
                     .into_iter()
+                    .filter(|r| reached(r.site_reservation))
                     .map(Moving::Reserved),
             );
             let sites = self.sites();
@@ -144,7 +189,6 @@ impl Service {
             .await
             .map_err(|e| ServiceError::Unavailable(e.to_string()))?;
             drop(turn);
-            let since = failure.since();
             self.broker.run(|c| c.rescued(site, failure));
             for (id, (to, reservation, start)) in grants {
                 let (i, m) = match &moving[id] {
@@ -169,7 +213,6 @@ impl Service {
                 courses[*i].relocated(k, to, reservation, start);
                 w.plan = courses[*i].plan().clone();
                 let to_name = self.site_name(to);
-                let why = format!("{name} has not answered since {since}");
                 // In its job's history too, for `brokk status` and the dashboard.
                 if let Some(j) = self.db.get(&w.view.tasks[k].job).await? {
                     let line = format!("its reservation moved from {name} to {to_name}, starting {start}: {why}");
@@ -179,17 +222,17 @@ impl Service {
                     at: t,
                     from: name.clone(),
                     to: to_name.clone(),
-                    why,
+                    why: why.clone(),
                 });
                 self.let_go(&w.view.owner, &old).await?;
                 self.db.save_workflow(w).await?;
-                tracing::info!(workflow = %w.view.id, task = %p.task, from = %name, to = %to_name, start = %start, "task moved off a site that does not answer");
+                tracing::info!(workflow = %w.view.id, task = %p.task, from = %name, to = %to_name, start = %start, "task moved off its site: {why}");
             }
         }
         Ok(())
     }
 
-    /// Reservation `r`, at site `from` that does not answer, now held at
+    /// Reservation `r`, at site `from` that does not answer or cannot hold it, now held at
     /// site `to` as `reservation` for the same span: the same id, so the
     /// jobs that claim it go there; the old one given back if the site
     /// can be told.
@@ -204,7 +247,7 @@ impl Service {
         moved.site = self.site_name(to);
         moved.site_reservation = reservation.0;
         self.db.save_reservation(&moved).await?;
-        tracing::info!(reservation = %r.id, owner = %r.owner, from = %from, to = %moved.site, "reservation moved off a site that does not answer");
+        tracing::info!(reservation = %r.id, owner = %r.owner, from = %from, to = %moved.site, "reservation moved to another site");
         if let Some(old) = self.site(from) {
             let sid = brokk_core::ReservationId(r.site_reservation);
             let _ = tokio::task::spawn_blocking(move || old.client.clone().cancel("broker", sid)).await;

@@ -75,6 +75,9 @@ pub struct Slurm {
     cluster: Mutex<ClusterView>,
     /// Reservations Brokk did not make, as last read.
     foreign_reservations: Mutex<Vec<Occupant>>,
+    /// Since when each node that takes no new work has been seen so, so
+    /// that its occupant stays the same from reading to reading.
+    lost_since: Mutex<HashMap<String, Time>>,
     /// Bounds the `sbatch` commands running at once.
     pub submitters: tokio::sync::Semaphore,
     /// Whether others' running jobs are mirrored into the planner: not
@@ -157,6 +160,32 @@ pub fn health(nodes: &[brokk_proto::wire::NodeView]) -> Option<&'static str> {
     }
 }
 
+/// The idle CPUs of each node that takes no new work, as occupants
+/// (`node:NAME`) for the schedule's `span` from when it was first seen so
+/// (`since`, kept up to date here; `now` for a node newly lost): the same
+/// occupant from reading to reading, not booked again at each.
+fn lost_nodes(
+    nodes: &[brokk_proto::wire::NodeView],
+    since: &mut HashMap<String, Time>,
+    now: Time,
+    span: brokk_model::Duration,
+) -> Vec<Occupant> {
+    since.retain(|name, _| nodes.iter().any(|n| &n.name == name && node_unusable(&n.state)));
+    nodes
+        .iter()
+        .filter(|n| node_unusable(&n.state))
+        .filter_map(|n| {
+            let from = *since.entry(n.name.clone()).or_insert(now);
+            (n.cpus > n.cpus_allocated).then(|| Occupant {
+                key: format!("node:{}", n.name),
+                start: from,
+                end: from + span,
+                cpus: n.cpus - n.cpus_allocated,
+            })
+        })
+        .collect()
+}
+
 /// Job states in which a job holds CPUs.
 fn holds_cpus(state: &str) -> bool {
     matches!(
@@ -200,6 +229,7 @@ impl Slurm {
             completion_log: cli::completion_log(conf_text),
             log_offset: AtomicU64::new(0),
             foreign_reservations: Mutex::new(Vec::new()),
+            lost_since: Mutex::new(HashMap::new()),
             submitters: tokio::sync::Semaphore::new(config.submitters),
             mirrors_jobs: true,
             cluster: Mutex::new(ClusterView {
@@ -459,6 +489,14 @@ impl Slurm {
         if let Ok(last) = self.foreign_reservations.lock() {
             occupants.extend(last.iter().filter(|o| o.end > t).cloned());
         }
+        // A node that takes no new work is lost from now on: its idle CPUs
+        // are an occupant to the horizon (those its jobs hold are theirs,
+        // mirrored with them, and join it as the jobs end). Where the site
+        // had booked that share, the reservations that no longer fit are
+        // published as endangered, for their brokers to move.
+        if let (Ok(c), Ok(mut since)) = (self.cluster.lock(), self.lost_since.lock()) {
+            occupants.extend(lost_nodes(&c.nodes, &mut since, t, horizon - t));
+        }
         if let Ok(mut c) = self.cluster.lock() {
             c.running_jobs = running;
             c.pending_jobs = pending;
@@ -624,6 +662,31 @@ mod tests {
         assert_eq!(health(&nodes(&["down*", "drng", "fail"])), Some("critical"));
         assert_eq!(health(&nodes(&["drained", "down~"])), Some("critical"));
         assert_eq!(health(&[]), None);
+    }
+
+    #[test]
+    fn a_drained_nodes_idle_cpus_are_lost_from_when_it_was_first_seen_so() {
+        // n0 takes work; n1 drains with 3 of its 8 CPUs still allocated.
+        let text = "n0|idle|8|0/8/0/8|4000|0.00|batch\nn1|drng|8|3/5/0/8|4000|0.00|batch\n";
+        let nodes = cli::parse_nodes(text);
+        let mut since = HashMap::new();
+        let span = brokk_model::Duration(86_400);
+        let first = lost_nodes(&nodes, &mut since, Time(100), span);
+        assert_eq!(
+            first,
+            [Occupant {
+                key: "node:n1".into(),
+                start: Time(100),
+                end: Time(86_500),
+                cpus: 5
+            }]
+        );
+        // The next reading gives the same occupant, not one from its own time.
+        assert_eq!(lost_nodes(&nodes, &mut since, Time(130), span), first);
+        // Resumed, it is forgotten; drained again later, lost from then.
+        let resumed = cli::parse_nodes("n0|idle|8|0/8/0/8|4000|0.00|batch\nn1|idle|8|0/8/0/8|4000|0.00|batch\n");
+        assert!(lost_nodes(&resumed, &mut since, Time(160), span).is_empty());
+        assert_eq!(lost_nodes(&nodes, &mut since, Time(200), span)[0].start, Time(200));
     }
 
     /// A controller that lost its state gives a lost job's id to the next
