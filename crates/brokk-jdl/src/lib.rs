@@ -38,7 +38,7 @@ use brokk_model::Job;
 use serde::Serialize;
 
 pub use detect::detect;
-pub use diag::{line_col, Diagnostic, Severity};
+pub use diag::{line_col, render_all, Diagnostic, Severity};
 
 /// One xRSL relation, `(attribute="value" ...)`, for what a site adds to a
 /// written description that the job model does not hold (a runtime
@@ -188,6 +188,7 @@ pub enum WriteError {
 
 /// Reads a description in `format`.
 pub fn read(format: Format, text: &str, opts: &ReadOptions) -> Result<Parsed, ParseError> {
+    let _lines = diag::indexed(text);
     let mut parsed = read_only(format, text, opts)?;
     // A script's own #SBATCH header is the job's too (see `header`).
     match header::absorb(text, &mut parsed.jobs) {

@@ -69,6 +69,7 @@ pub fn read(
     name: &str,
     load: &dyn Fn(&Path) -> io::Result<String>,
 ) -> Result<ReadWorkflow, WorkflowError> {
+    let _lines = crate::diag::indexed(text);
     let mut errors: Vec<Diagnostic> = Vec::new();
     let mut warnings: Vec<Diagnostic> = Vec::new();
     let mut nodes: Vec<Node> = Vec::new();

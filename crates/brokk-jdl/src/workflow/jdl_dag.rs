@@ -49,6 +49,7 @@ pub fn read(
     name: &str,
     load: &dyn Fn(&Path) -> io::Result<String>,
 ) -> Result<ReadWorkflow, WorkflowError> {
+    let _lines = crate::diag::indexed(text);
     let here = |d: Diagnostic| WorkflowDiagnostic {
         file: file.to_string(),
         diagnostic: d,

@@ -125,6 +125,7 @@ pub fn read_path(path: &Path) -> Result<ReadWorkflow, WorkflowError> {
 
 /// Reads Brokk's canonical workflow JSON.
 pub fn read_json(file: &str, text: &str) -> Result<ReadWorkflow, WorkflowError> {
+    let _lines = crate::diag::indexed(text);
     let workflow: Workflow = serde_json::from_str(text).map_err(|e| json_error(file, &e))?;
     check(file, text, &workflow)?;
     Ok(ReadWorkflow {

@@ -47,6 +47,7 @@ pub fn read(file: &str, text: &str) -> Result<ReadWorkflow, WorkflowError> {
 /// Reads a WfFormat instance already parsed from `text` (which places the
 /// errors).
 pub fn read_value(file: &str, text: &str, doc: &Value) -> Result<ReadWorkflow, WorkflowError> {
+    let _lines = crate::diag::indexed(text);
     let mut errors: Vec<Diagnostic> = Vec::new();
     let fail = |errors: &mut Vec<Diagnostic>, name: &str, m: String| {
         if errors.len() >= super::MAX_ERRORS {

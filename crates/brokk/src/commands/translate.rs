@@ -36,9 +36,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
             if a.json {
                 say!("{}", json!({ "ok": false, "format": format, "errors": e.diagnostics }));
             } else {
-                for d in &e.diagnostics {
-                    eprint!("{}", d.render(&input.name, &input.text));
-                }
+                eprint!("{}", brokk_jdl::render_all(&e.diagnostics, &input.name, &input.text));
             }
             return Ok(ExitCode::from(1));
         }
@@ -64,9 +62,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         });
         say!("{}", serde_json::to_string_pretty(&v)?);
     } else {
-        for w in &parsed.warnings {
-            eprint!("{}", w.render(&input.name, &input.text));
-        }
+        eprint!("{}", brokk_jdl::render_all(&parsed.warnings, &input.name, &input.text));
         for d in &written.dropped {
             eprintln!("warning: not translated to {}: {d}", a.to);
         }

@@ -159,9 +159,7 @@ fn report(file: &str, format: Option<Format>, outcome: &Outcome, as_json: bool, 
             )
         }
         (Ok((p, input)), false) => {
-            for w in &p.warnings {
-                eprint!("{}", w.render(file, &input.text));
-            }
+            eprint!("{}", brokk_jdl::render_all(&p.warnings, file, &input.text));
             let n = p.jobs.len();
             say!(
                 "{file}: ok ({}, {n} job{})",
@@ -180,11 +178,9 @@ fn report(file: &str, format: Option<Format>, outcome: &Outcome, as_json: bool, 
             }
         }
         (Err((errors, input)), false) => {
-            for e in errors {
-                match input {
-                    Some(i) => eprint!("{}", e.render(file, &i.text)),
-                    None => eprintln!("{file}: error: {}", e.message),
-                }
+            match input {
+                Some(i) => eprint!("{}", brokk_jdl::render_all(errors, file, &i.text)),
+                None => errors.iter().for_each(|e| eprintln!("{file}: error: {}", e.message)),
             }
             say!("{file}: invalid");
         }
