@@ -3,9 +3,13 @@
 //! each the site's first free slot from one of its predecessors' candidate
 //! ends (with the transfer between two sites), so that candidates chain as
 //! a schedule would rather than spread over the window;
+//! a co-allocated task is probed for its class's window and for frames
+//! twice as long (Fig. 4.5), so that members at sites whose free times
+//! differ can still start together where their frames overlap;
 //! a chromosome picks one candidate per task; its fitness is the number of
 //! violated constraints (precedence with transfer time at the mean
-//! bandwidth, co-allocated tasks in different windows, more processors at a site than it
+//! bandwidth, a co-allocated task whose frame does not hold it from its
+//! class's common start, more processors at a site than it
 //! has among the chosen candidates, or than it publishes free where chosen
 //! candidates overlap), plus a bound on the ratings, when it
 //! violates any, else the sum of the candidates' ratings (the fragmentation
@@ -44,6 +48,11 @@ const CROSSOVER: f64 = 0.9;
 /// Generations the search goes on after its first string without
 /// violations, for a better rating.
 const REFINE: usize = 20;
+/// A co-allocated task is also probed for frames this many times its
+/// class's window ([VRM] Fig. 4.5): two sites rarely offer the very same
+/// start, but longer frames that overlap by the window hold the
+/// co-allocation where they overlap.
+const STRETCH: i64 = 2;
 
 /// One candidate placement of a task.
 #[derive(Debug, Clone, Copy)]
@@ -52,6 +61,27 @@ struct Candidate {
     start: i64,
     duration: i64,
     rating: f64,
+    /// How long the site holds free from `start`: `duration`, or a longer
+    /// frame inside which a co-allocated task may start later.
+    frame: i64,
+}
+
+/// Where the chosen candidates (`at`) start: each at its own start, a
+/// co-allocation's members together at the latest of theirs ([VRM]
+/// Fig. 4.5: where their frames overlap). With the number of members
+/// whose frame does not hold its task from that start.
+fn effective_starts(classes: &[Vec<usize>], n: usize, at: impl Fn(usize) -> Candidate) -> (Vec<i64>, usize) {
+    let mut starts: Vec<i64> = (0..n).map(|t| at(t).start).collect();
+    let mut outside = 0;
+    for members in classes.iter().filter(|m| m.len() > 1) {
+        let together = members.iter().map(|&m| at(m).start).max().unwrap_or(0);
+        for &m in members {
+            let x = at(m);
+            outside += usize::from(x.start + x.frame < together + x.duration);
+            starts[m] = together;
+        }
+    }
+    (starts, outside)
 }
 
 /// How many of the `chosen` tasks (site, start, duration, cores) start at a
@@ -195,17 +225,22 @@ pub(super) fn schedule(b: &mut Booking, generations: usize, seed: u64) -> bool {
                 let Some(own) = b.duration(t, site) else { continue };
                 let d = if members.len() > 1 { window[class] } else { own };
                 let latest = b.latest_start(d);
-                let mut starts: Vec<i64> = Vec::new();
-                for &from in &picked {
-                    for (start, rating) in b.probe_many(t, site, d, from, latest, 1) {
-                        if !starts.contains(&start) {
-                            starts.push(start);
-                            options[t].push(Candidate {
-                                site,
-                                start,
-                                duration: d,
-                                rating,
-                            });
+                // A co-allocated task: its window, and longer frames.
+                let frames: &[i64] = if members.len() > 1 { &[d, STRETCH * d] } else { &[d] };
+                for &frame in frames {
+                    let mut starts: Vec<i64> = Vec::new();
+                    for &from in &picked {
+                        for (start, rating) in b.probe_many(t, site, frame, from, latest, 1) {
+                            if !starts.contains(&start) {
+                                starts.push(start);
+                                options[t].push(Candidate {
+                                    site,
+                                    start,
+                                    duration: d,
+                                    rating,
+                                    frame,
+                                });
+                            }
                         }
                     }
                 }
@@ -222,6 +257,7 @@ pub(super) fn schedule(b: &mut Booking, generations: usize, seed: u64) -> bool {
                 start,
                 duration,
                 rating,
+                frame: duration,
             });
         }
         if mine.is_empty() {
@@ -235,12 +271,6 @@ pub(super) fn schedule(b: &mut Booking, generations: usize, seed: u64) -> bool {
         .flat_map(|c| dag.nodes[c].parents.iter().map(move |&(p, bytes)| (p, c, bytes)))
         .map(|(p, c, bytes)| (p, c, transfer(bytes)))
         .collect();
-    let pairs: Vec<(usize, usize)> = dag
-        .classes
-        .iter()
-        .filter(|m| m.len() > 1)
-        .flat_map(|m| m.windows(2).map(|w| (w[0], w[1])))
-        .collect();
     let capacity: Vec<u32> = (0..b.site_count()).map(|s| b.topo.sites[s].capacity).collect();
     // What each site publishes free, once for the whole search.
     let free: Vec<Option<(Availability, u32)>> = (0..b.site_count())
@@ -248,21 +278,18 @@ pub(super) fn schedule(b: &mut Booking, generations: usize, seed: u64) -> bool {
         .collect();
     let violations = |genes: &[usize]| -> usize {
         let at = |t: usize| options[t][genes[t]];
-        let mut v = 0;
+        // Co-allocated tasks start together, each inside its frame.
+        let (starts, outside) = effective_starts(&dag.classes, n, at);
+        let mut v = outside;
         for &(p, c, move_time) in &edges {
             let (a, z) = (at(p), at(c));
             let gap = if a.site == z.site { 0 } else { move_time };
-            v += usize::from(a.start + a.duration + gap > z.start);
-        }
-        // Co-allocated tasks share one window: the same start and length
-        // (HEFTSync's plan gives its own length, the probes the class's).
-        for &(x, y) in &pairs {
-            v += usize::from(at(x).start != at(y).start || at(x).duration != at(y).duration);
+            v += usize::from(starts[p] + a.duration + gap > starts[c]);
         }
         let chosen: Vec<(usize, i64, i64, u32)> = (0..n)
             .map(|t| {
                 let x = at(t);
-                (x.site, x.start, x.duration, dag.nodes[t].cores)
+                (x.site, starts[t], x.duration, dag.nodes[t].cores)
             })
             .collect();
         v += over_capacity(&chosen, &capacity);
@@ -391,14 +418,17 @@ fn heftsync_plan(b: &mut Booking) -> Option<Vec<(usize, i64, i64)>> {
     plan
 }
 
-/// Books the chosen candidates in dependency order with their data.
+/// Books the chosen candidates in dependency order with their data, a
+/// co-allocation's members where their frames overlap.
 fn book(b: &mut Booking, options: &[Vec<Candidate>], genes: &[usize]) -> bool {
     let dag = b.dag;
+    let (starts, _) = effective_starts(&dag.classes, dag.nodes.len(), |t| options[t][genes[t]]);
     for c in dag.topological(|c| -(c as f64)) {
         for &t in &dag.classes[c] {
             let x = options[t][genes[t]];
-            let placed = b.book_inputs(t, x.site, x.start, x.start).is_some()
-                && b.reserve_task(t, x.site, x.duration, x.start, x.start).is_some()
+            let start = starts[t];
+            let placed = b.book_inputs(t, x.site, start, start).is_some()
+                && b.reserve_task(t, x.site, x.duration, start, start).is_some()
                 && b.book_streams(t);
             if !placed {
                 if b.failure.is_none() {
@@ -415,7 +445,7 @@ fn book(b: &mut Booking, options: &[Vec<Candidate>], genes: &[usize]) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::{over_capacity, over_free};
+    use super::{effective_starts, over_capacity, over_free, Candidate};
     use brokk_model::{Availability, FreeRange, Time};
     use proptest::prelude::*;
 
@@ -431,6 +461,29 @@ mod tests {
             until: Time(40),
             ranges: vec![range(0, 10, 4), range(10, 20, 2), range(30, 40, 8)],
         }
+    }
+
+    #[test]
+    fn a_coallocation_starts_together_where_its_members_frames_overlap() {
+        let c = |start, duration, frame| Candidate {
+            site: 0,
+            start,
+            duration,
+            rating: 0.0,
+            frame,
+        };
+        // Tasks 0 and 2 are co-allocated; 1 is alone.
+        let classes = vec![vec![0, 2], vec![1]];
+        // 0 free from 10 for 40 (a frame twice its 20), 2 from 25 for 20:
+        // together from 25, which 0's frame still holds.
+        let chosen = [c(10, 20, 40), c(5, 7, 7), c(25, 20, 20)];
+        assert_eq!(effective_starts(&classes, 3, |t| chosen[t]), (vec![25, 5, 25], 0));
+        // From 35 it would not: 0's frame ends at 50, before 35 + 20.
+        let late = [c(10, 20, 40), c(5, 7, 7), c(35, 20, 20)];
+        assert_eq!(effective_starts(&classes, 3, |t| late[t]), (vec![35, 5, 35], 1));
+        // Exact windows must start at the same time, as before.
+        let exact = [c(10, 20, 20), c(5, 7, 7), c(11, 20, 20)];
+        assert_eq!(effective_starts(&classes, 3, |t| exact[t]).1, 1);
     }
 
     #[test]
