@@ -64,10 +64,13 @@ fn unique(what: &str) -> String {
     format!("{what}-{}-{}", std::process::id(), brokk_proto::wall_clock().0)
 }
 
-#[test]
-#[ignore = "needs the grid data servers: scripts/griddata-testbed.sh (scripts/test.sh starts it)"]
-fn root_and_gsiftp_files_are_fetched_and_sent_by_the_protocols_own_clients() {
-    let (dir, server) = broker("both", true, None);
+/// A job at `grid` (its transfers by `clients`, or those installed) that
+/// reads one input from each server and writes one output to each, into
+/// `{out}/{sub}` there, run to its end and its outputs read on the
+/// servers' disks: only `grid` moves these, the larger, faster site
+/// publishing neither.
+fn both_ways(name: &str, clients: Option<&str>, sub: &str) -> (PathBuf, common::Server) {
+    let (dir, server) = broker(name, true, clients);
     let data = bed("BROKK_TEST_GRIDDATA");
     let (root, gsiftp) = (url("root"), url("gsiftp"));
     let (a, b, out) = (unique("a"), unique("b"), unique("out"));
@@ -76,20 +79,26 @@ fn root_and_gsiftp_files_are_fetched_and_sent_by_the_protocols_own_clients() {
     let xrsl = format!(
         r#"&(executable="/bin/sh")(arguments="-c" "cat a.txt b.txt > both.txt; tr a-z A-Z < both.txt > up.txt")
  (inputfiles=("a.txt" "{root}/{a}")("b.txt" "{gsiftp}{b}"))
- (outputfiles=("both.txt" "{root}/{out}/both.txt")("up.txt" "{gsiftp}{out}/up.txt"))(walltime="5")"#
+ (outputfiles=("both.txt" "{root}/{out}/{sub}both.txt")("up.txt" "{gsiftp}{out}/{sub}up.txt"))(walltime="5")"#
     );
     let (_, end) = common::run_to_end(&server.url, "tok-ann", &dir, "job.xrsl", &xrsl);
     assert_eq!(
-        (end["state"].as_str(), end["exit_code"].as_i64()),
-        (Some("finished"), Some(0)),
+        (end["state"].as_str(), end["exit_code"].as_i64(), end["site"].as_str()),
+        (Some("finished"), Some(0), Some("grid")),
         "{end}"
     );
-    // Only `grid` moves these: the larger, faster site publishes neither.
-    assert_eq!(end["site"], "grid", "{end}");
-    let both = std::fs::read_to_string(data.join("xrootd").join(&out).join("both.txt")).unwrap();
+    let both = std::fs::read_to_string(data.join("xrootd").join(&out).join(sub).join("both.txt")).unwrap();
     assert_eq!(both, "over xrootd\nover gridftp\n");
-    let up = std::fs::read_to_string(data.join("gridftp").join(&out).join("up.txt")).unwrap();
+    let up = std::fs::read_to_string(data.join("gridftp").join(&out).join(sub).join("up.txt")).unwrap();
     assert_eq!(up, "OVER XROOTD\nOVER GRIDFTP\n");
+    (dir, server)
+}
+
+#[test]
+#[ignore = "needs the grid data servers: scripts/griddata-testbed.sh (scripts/test.sh starts it)"]
+fn root_and_gsiftp_files_are_fetched_and_sent_by_the_protocols_own_clients() {
+    let (dir, server) = both_ways("both", None, "");
+    let root = url("root");
     let sites = common::json(&server.url, "tok-ann", &["resources", "--json"]);
     let staging = |name: &str| {
         let site = sites.as_array().unwrap().iter().find(|s| s["name"] == name).unwrap();
@@ -137,28 +146,8 @@ fn a_grid_server_on_the_sites_own_host_is_reached_only_when_the_site_allows_it()
 #[ignore = "needs the grid data servers: scripts/griddata-testbed.sh (scripts/test.sh starts it)"]
 fn gfal2_moves_root_and_gsiftp_files_and_is_the_sites_way_to_srm() {
     let gfal = "{ root = \"gfal-copy\", gsiftp = \"gfal-copy\", srm = \"gfal-copy\" }";
-    let (dir, server) = broker("gfal", true, Some(gfal));
-    let data = bed("BROKK_TEST_GRIDDATA");
-    let (root, gsiftp) = (url("root"), url("gsiftp"));
-    let (a, b, out) = (unique("a"), unique("b"), unique("out"));
-    std::fs::write(data.join("xrootd").join(&a), "through gfal\n").unwrap();
-    std::fs::write(data.join("gridftp").join(&b), "and gridftp\n").unwrap();
     // The outputs go into directories not there yet: gfal2 makes them.
-    let xrsl = format!(
-        r#"&(executable="/bin/sh")(arguments="-c" "cat a.txt b.txt > both.txt; tr a-z A-Z < both.txt > up.txt")
- (inputfiles=("a.txt" "{root}/{a}")("b.txt" "{gsiftp}{b}"))
- (outputfiles=("both.txt" "{root}/{out}/x/both.txt")("up.txt" "{gsiftp}{out}/y/up.txt"))(walltime="5")"#
-    );
-    let (_, end) = common::run_to_end(&server.url, "tok-ann", &dir, "job.xrsl", &xrsl);
-    assert_eq!(
-        (end["state"].as_str(), end["exit_code"].as_i64(), end["site"].as_str()),
-        (Some("finished"), Some(0), Some("grid")),
-        "{end}"
-    );
-    let both = std::fs::read_to_string(data.join("xrootd").join(&out).join("x/both.txt")).unwrap();
-    assert_eq!(both, "through gfal\nand gridftp\n");
-    let up = std::fs::read_to_string(data.join("gridftp").join(&out).join("y/up.txt")).unwrap();
-    assert_eq!(up, "THROUGH GFAL\nAND GRIDFTP\n");
+    let (dir, server) = both_ways("gfal", Some(gfal), "x/y/");
     // Only the gfal2 site publishes srm, so an SRM job goes there; no SRM
     // server runs here, and gfal2's own words say what it met.
     let sites = common::json(&server.url, "tok-ann", &["resources", "--json"]);

@@ -118,7 +118,13 @@ fn spawn(dir: &Path, args: &[&str]) -> common::Server {
 /// `{prefix}1` and `{prefix}2`; the first publishes the faster benchmark, so
 /// work goes there first.
 fn serve(dir: &Path, bed: &Path, prefix: &str) -> common::Server {
-    let mut config = String::from("database = \"broker.db\"\nstate_dir = \"sites\"\n[tokens]\n\"tok-ann\" = \"ann\"\n");
+    serve_with(dir, bed, prefix, "")
+}
+
+/// [`serve`] with `settings` (top-level keys, then tables) before its own.
+fn serve_with(dir: &Path, bed: &Path, prefix: &str, settings: &str) -> common::Server {
+    let mut config =
+        format!("database = \"broker.db\"\nstate_dir = \"sites\"\n{settings}[tokens]\n\"tok-ann\" = \"ann\"\n");
     for c in [1, 2] {
         config += &format!(
             "[[embedded]]\nname = \"{prefix}{c}\"\nbenchmarks = [{{ name = \"specint2006\", value = {}.0 }}]\n\
@@ -738,20 +744,8 @@ fn a_cluster_whose_nodes_are_all_drained_is_published_critical() {
 /// [`serve`]'s sites, with a rescue that looks every second, fresh
 /// information, and one user allowed to reserve a whole cluster.
 fn serve_rescuing(dir: &Path, bed: &Path, prefix: &str) -> common::Server {
-    let mut config = String::from(
-        "database = \"broker.db\"\nstate_dir = \"sites\"\ninfo_ttl_ms = 500\n[tokens]\n\"tok-ann\" = \"ann\"\n\
-         [limits]\nreserved_share = 1.0\n[rescue]\nstrategy = \"all\"\nstep_s = 1\n",
-    );
-    for c in [1, 2] {
-        config += &format!(
-            "[[embedded]]\nname = \"{prefix}{c}\"\nbenchmarks = [{{ name = \"specint2006\", value = {}.0 }}]\n\
-             slurm = {{ conf = \"{}\" }}\n",
-            60 / c,
-            conf(bed, c).display()
-        );
-    }
-    std::fs::write(dir.join("broker.toml"), config).unwrap();
-    spawn(dir, &["serve", "--config", "broker.toml"])
+    let settings = "info_ttl_ms = 500\n[limits]\nreserved_share = 1.0\n[rescue]\nstrategy = \"all\"\nstep_s = 1\n";
+    serve_with(dir, bed, prefix, settings)
 }
 
 #[test]
@@ -883,14 +877,7 @@ fn a_reservation_a_cluster_can_no_longer_hold_after_one_node_drains_moves_under_
     );
     let t = Instant::now();
     let moved = loop {
-        let list = json(&svc.url, &["reserve", "--list", "--json"]);
-        let mine = list
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|x| x["id"] == id.as_str())
-            .cloned()
-            .unwrap();
+        let mine = common::listed_reservation(&svc.url, "tok-ann", &id);
         if mine["site"] == "shrunk2" {
             break mine;
         }

@@ -661,14 +661,7 @@ fn a_users_reservation_at_a_site_that_dies_moves_to_another_at_the_same_time_und
     drop(north);
     let t = Instant::now();
     let moved = loop {
-        let list = common::json(url, "tok-bob", &["reserve", "--list", "--json"]);
-        let mine = list
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|x| x["id"] == id.as_str())
-            .cloned()
-            .unwrap();
+        let mine = common::listed_reservation(url, "tok-bob", &id);
         if mine["site"] == "south" {
             break mine;
         }

@@ -124,6 +124,16 @@ pub fn json(url: &str, token: &str, args: &[&str]) -> serde_json::Value {
     printed(&o.stdout)
 }
 
+/// `token`'s broker reservation `id` as `brokk reserve --list` shows it.
+#[allow(dead_code)] // the rescue tests'
+pub fn listed_reservation(url: &str, token: &str, id: &str) -> serde_json::Value {
+    let list = json(url, token, &["reserve", "--list", "--json"]);
+    list.as_array()
+        .and_then(|all| all.iter().find(|x| x["id"] == id))
+        .cloned()
+        .unwrap_or_else(|| panic!("reservation {id} is not listed: {list:#}"))
+}
+
 /// What a `--json` command printed: one document, or an event stream
 /// (`watch`) whose last line carries the job as it ended.
 #[allow(dead_code)] // not every test binary drives a service
