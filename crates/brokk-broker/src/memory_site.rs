@@ -140,6 +140,7 @@ impl MemorySite {
         info.running_jobs = p.running;
         info.waiting_jobs = p.waiting;
         info.estimated_wait = p.estimated_wait;
+        info.endangered_reservations = p.endangered;
         info.reservations = true;
         info.availability = self
             .publishes

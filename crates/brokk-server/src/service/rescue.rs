@@ -89,19 +89,17 @@ impl Service {
                     continue;
                 };
                 let w = &mut running[i];
-                let reason = format!(
-                    "task {} is booked at {name}, which has not answered since {}, and no other site has room for it in time",
-                    w.spec.tasks[k].id,
-                    failure.since()
-                );
-                let reason = match failure.is_partial() {
-                    false => reason,
+                let cause = match failure.is_partial() {
+                    false => format!("which has not answered since {}", failure.since()),
                     true => format!(
-                        "task {} is booked at {name}, which can no longer hold it (part of it lost since {}), and no other site has room for it in time",
-                        w.spec.tasks[k].id,
+                        "which can no longer hold it (part of it lost since {})",
                         failure.since()
                     ),
                 };
+                let reason = format!(
+                    "task {} is booked at {name}, {cause}, and no other site has room for it in time",
+                    w.spec.tasks[k].id
+                );
                 tracing::warn!(workflow = %w.view.id, "{reason}");
                 self.end_workflow(w, WorkflowState::Failed, reason).await?;
                 over[i] = true;
@@ -232,10 +230,10 @@ impl Service {
         Ok(())
     }
 
-    /// Reservation `r`, at site `from` that does not answer or cannot hold it, now held at
-    /// site `to` as `reservation` for the same span: the same id, so the
-    /// jobs that claim it go there; the old one given back if the site
-    /// can be told.
+    /// Reservation `r`, at site `from` that does not answer or cannot hold
+    /// it, now held at site `to` as `reservation` for the same span: the
+    /// same id, so the jobs that claim it go there; the old one given back
+    /// if the site can be told.
     async fn moved_reservation(
         &self,
         r: &BrokerReservation,
