@@ -91,6 +91,14 @@ impl MemorySite {
         std::mem::replace(&mut self.publishes, publishes)
     }
 
+    /// What occupies the site besides its own bookings, as a resource
+    /// manager's mirror says ([`SiteCore::mirror`]): a simulated node down
+    /// or drained is one occupant of its CPUs.
+    pub fn mirror(&mut self, occupants: Vec<brokk_core::Occupant>) {
+        self.core.mirror(self.now, occupants);
+        self.settle();
+    }
+
     /// Moves the site's clock to `now`: jobs start and end on the way, and
     /// holds that lapse by then are released.
     pub fn advance(&mut self, now: Time) {

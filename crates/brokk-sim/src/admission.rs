@@ -1122,6 +1122,9 @@ impl AdmissionExperiment {
             strategy,
             &specs.iter().map(|s| s.capacity).collect::<Vec<_>>(),
             setting.view.unwrap_or(View::Central),
+            config
+                .lost
+                .map(|l| ((f64::from(specs[site].capacity) * l).round() as u32).max(1)),
         ))
     }
 

@@ -21,7 +21,7 @@ use std::collections::BTreeMap;
 use brokk_broker::rescue::{booked_load, combined_load, fenced, Booked, BookingProfile, Failure, Strategy, NEVER};
 use brokk_broker::workflow::{admit, Network, Options, SiteSpec, Topology};
 use brokk_broker::{MemorySite, Publishing, Site};
-use brokk_core::ReservationId;
+use brokk_core::{Occupant, ReservationId};
 use brokk_model::workflow::{Task, Workflow};
 use brokk_model::{Duration, Time};
 use serde::{Deserialize, Serialize};
@@ -48,6 +48,11 @@ pub struct RescueConfig {
     /// through the broker above to the others.
     #[serde(default = "central")]
     pub views: Vec<View>,
+    /// The share of the resource's processors lost (a node down or
+    /// drained): it goes on taking work into the rest, and only the
+    /// bookings it can no longer hold are rescued; absent, all of it.
+    #[serde(default)]
+    pub lost: Option<f64>,
 }
 
 /// What the rescuing broker knows of the grid ([`RescueConfig::views`]).
@@ -88,6 +93,9 @@ impl RescueConfig {
         }
         if !(self.at > 0.0 && self.at < 1.0) {
             return Err("rescue.at: a share of the arrival span, between 0 and 1".into());
+        }
+        if self.lost.is_some_and(|l| !(l > 0.0 && l <= 1.0)) {
+            return Err("rescue.lost: a share of the resource's processors, above 0 and at most 1".into());
         }
         Ok(())
     }
@@ -168,12 +176,16 @@ pub(crate) struct Outage {
     /// What each site published before the failure made it publish the
     /// rescue's span, given back at the recovery.
     published_before: Vec<Option<Publishing>>,
+    /// Processors lost when only a part of the resource fails.
+    lost: Option<u32>,
 }
 
 impl Outage {
     /// Resource `site` of sites of `capacities` fails at `begins` and is
-    /// back at `ends`; the rescue steps every `step` and reaches `reach`
-    /// ahead, knowing the grid as `view` says.
+    /// back at `ends`, wholly or losing `lost` of its processors; the
+    /// rescue steps every `step` and reaches `reach` ahead, knowing the
+    /// grid as `view` says.
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         site: usize,
         (begins, ends): (Time, Time),
@@ -182,6 +194,7 @@ impl Outage {
         strategy: Strategy,
         capacities: &[u32],
         view: View,
+        lost: Option<u32>,
     ) -> Outage {
         let steps = (reach.0 / step.0.max(1)).max(1) as usize;
         let capacity = match view {
@@ -208,13 +221,31 @@ impl Outage {
             view,
             profile: BookingProfile::new(Time(0), step, steps, capacity),
             published_before: Vec::new(),
+            lost,
         }
+    }
+
+    /// The held jobs the resource can no longer hold: every one when it is
+    /// down, those its site names when it lost a part.
+    fn reached(&self, sites: &[MemorySite]) -> Option<std::collections::BTreeSet<ReservationId>> {
+        self.lost?;
+        Some(
+            sites[self.site]
+                .endangered("broker")
+                .unwrap_or_default()
+                .into_iter()
+                .collect(),
+        )
     }
 
     /// Where new bookings are fenced off while the resource is down: the
     /// resource's index and the first start it may take.
     pub fn fence(&self) -> Option<(usize, Time)> {
-        self.failure.as_ref().map(|f| (self.site, f.horizon()))
+        // A resource that lost a part takes work into the rest.
+        self.failure
+            .as_ref()
+            .filter(|f| !f.is_partial())
+            .map(|f| (self.site, f.horizon()))
     }
 
     /// A booking of `cores` over `[start, end)` at `site`, made at `now`
@@ -239,7 +270,7 @@ impl Outage {
         let (site, reservation, start, end) = at;
         self.record(now, site, cores, start, end);
         if site == self.site {
-            self.later += usize::from(self.failure.is_some());
+            self.later += usize::from(self.fence().is_some());
             self.next_id += 1;
             self.held.insert(
                 self.next_id,
@@ -266,23 +297,41 @@ impl Outage {
             }
             net.advance(t);
             let site = self.site;
+            // The part lost, mirrored at every step as a live site mirrors
+            // at every reading: it grows into what the rescue moved away.
+            if let (Some(cpus), true) = (self.lost, t < self.ends) {
+                sites[site].mirror(vec![Occupant {
+                    key: "node:lost".into(),
+                    start: self.begins,
+                    end: self.ends,
+                    cpus,
+                }]);
+            }
             if t == self.begins {
-                // What runs at the failure is lost; what is booked stays
-                // until the rescue moves it or its start comes.
+                // What runs at the failure is lost (not where only a part
+                // is: its jobs run on); what is booked stays until the
+                // rescue moves it or its start comes.
+                let partial = self.lost.is_some();
                 let lost = &mut self.lost_running;
                 self.held.retain(|_, h| {
                     if h.start >= t {
                         return true;
                     }
-                    if h.end > t {
+                    if h.end > t && !partial {
                         *lost += 1;
                         let _ = sites[site].cancel("broker", h.reservation);
                     }
                     false
                 });
-                self.affected = self.held.values().filter(|h| h.start < self.ends).count();
-                self.failure =
-                    Failure::new(self.strategy, t, self.step, self.reach, Some(self.ends - self.begins)).ok();
+                let reached = self.reached(sites);
+                self.affected = self
+                    .held
+                    .values()
+                    .filter(|h| h.start < self.ends && reached.as_ref().is_none_or(|r| r.contains(&h.reservation)))
+                    .count();
+                self.failure = Failure::new(self.strategy, t, self.step, self.reach, Some(self.ends - self.begins))
+                    .ok()
+                    .map(|f| if partial { f.of_a_part() } else { f });
                 self.published_before = sites
                     .iter_mut()
                     .map(|s| {
@@ -293,19 +342,26 @@ impl Outage {
                     })
                     .collect();
             } else {
-                // A job whose start came while the resource was down.
+                // A job whose start came while the resource was down, or
+                // could not hold it; one it holds runs.
+                let reached = self.reached(sites);
                 let terminated = &mut self.terminated;
                 self.held.retain(|_, h| {
                     if h.start >= t {
                         return true;
                     }
-                    *terminated += 1;
-                    let _ = sites[site].cancel("broker", h.reservation);
+                    if reached.as_ref().is_none_or(|r| r.contains(&h.reservation)) {
+                        *terminated += 1;
+                        let _ = sites[site].cancel("broker", h.reservation);
+                    }
                     false
                 });
             }
             if t == self.ends {
                 self.failure = None;
+                if self.lost.is_some() {
+                    sites[site].mirror(Vec::new());
+                }
                 for (s, before) in sites.iter_mut().zip(std::mem::take(&mut self.published_before)) {
                     s.publish_availability(before);
                 }
@@ -328,11 +384,21 @@ impl Outage {
             tried,
             profile,
             view,
+            lost,
             ..
         } = self;
         let Some(failure) = failure else { return };
+        // Where a part is lost, the jobs its site can no longer hold.
+        let reached: Option<std::collections::BTreeSet<ReservationId>> = lost.is_some().then(|| {
+            sites[*site]
+                .endangered("broker")
+                .unwrap_or_default()
+                .into_iter()
+                .collect()
+        });
         let booked: Vec<Booked> = held
             .iter()
+            .filter(|(_, h)| reached.as_ref().is_none_or(|r| r.contains(&h.reservation)))
             .map(|(&id, h)| Booked {
                 id,
                 start: h.start,

@@ -276,6 +276,41 @@ fn rescue_strategies_order_as_their_horizons_say() {
 }
 
 #[test]
+fn a_resource_that_loses_half_its_processors_has_fewer_jobs_rescued_and_none_lost_running() {
+    let strategies = "strategies = [\"a1\", \"all\", \"optimal\", \"oracle:0.5\", \"load:0.5\", \"feedback:0.9\"]";
+    let whole = RESCUE.replace(strategies, "strategies = [\"all\"]");
+    let half = whole.replace("downtime = [300]", "downtime = [300]\nlost = 0.5");
+    let run = |text: &str| {
+        let e = AdmissionExperiment::from_toml(text).unwrap();
+        let r = e.sweep(2, &|| ()).unwrap();
+        r.points.iter().map(|p| p.rescue.clone().unwrap()).collect::<Vec<_>>()
+    };
+    let (all, part) = (run(&whole), run(&half));
+    for (seed, (a, p)) in all.iter().zip(&part).enumerate() {
+        // Only what the rest cannot hold is reached, and what runs goes on.
+        assert!(p.affected < a.affected, "seed {seed}: {p:?} against {a:?}");
+        assert_eq!(p.lost_running, 0, "seed {seed}");
+        // The resource goes on taking work into the rest: nothing is
+        // counted as booked there by mistake.
+        assert_eq!(p.later, 0, "seed {seed}");
+        assert!(p.terminated <= p.affected + p.moved, "seed {seed}: {p:?}");
+    }
+    let affected: usize = part.iter().map(|p| p.affected).sum();
+    let moved: usize = part.iter().map(|p| p.moved).sum();
+    assert!(
+        affected > 0 && moved > 0,
+        "half a resource lost still reaches jobs: {part:?}"
+    );
+    // The same run again gives the same figures.
+    assert_eq!(run(&half), part);
+    let bad = half.replace("lost = 0.5", "lost = 1.5");
+    assert!(AdmissionExperiment::from_toml(&bad)
+        .unwrap_err()
+        .to_string()
+        .contains("rescue.lost"));
+}
+
+#[test]
 fn a_rescue_needs_atomic_jobs() {
     let bad = RESCUE.replace("tasks = [1, 1]", "tasks = [1, 3]");
     let e = AdmissionExperiment::from_toml(&bad).unwrap_err();
