@@ -114,7 +114,9 @@ pub struct SiteCore {
     retired: u64,
     next_job: u64,
     /// Foreign occupants mirrored in the schedule: key -> (occupant, booking).
-    foreign: HashMap<String, (Occupant, Option<ReservationId>)>,
+    /// Each occupant is booked where the schedule has room for it, in as
+    /// many pieces as the free capacity changes over its span.
+    foreign: HashMap<String, (Occupant, Vec<ReservationId>)>,
     /// How many waiting jobs each partition protects now: the policy's
     /// number, or every one while the forecast policy schedules
     /// conservatively.
@@ -1476,8 +1478,9 @@ impl SiteCore {
 
     /// Brings the mirror of what occupies the resource manager without the
     /// site up to date: new occupants are booked (as much of them as fits
-    /// beside the site's own bookings), gone or changed ones released, and
-    /// queued jobs move up into what was released.
+    /// beside the site's own bookings, at each moment of their span), gone
+    /// or changed ones released, and queued jobs move up into what was
+    /// released.
     pub fn mirror(&mut self, now: Time, occupants: Vec<Occupant>) {
         let wanted: HashMap<String, Occupant> = occupants.into_iter().map(|o| (o.key.clone(), o)).collect();
         // One mirrored short (the site had booked that share already) is
@@ -1485,58 +1488,64 @@ impl SiteCore {
         let stale: Vec<String> = self
             .foreign
             .iter()
-            .filter(|(k, (o, id))| wanted.get(*k) != Some(o) || self.mirrored(o, *id) < o.cpus)
+            .filter(|(k, (o, ids))| wanted.get(*k) != Some(o) || self.short(o, ids))
             .map(|(k, _)| k.clone())
             .collect();
         let released = !stale.is_empty();
+        // Those booked again as they were: said once, when first seen.
+        let mut again = HashSet::new();
         for k in stale {
-            if let Some((_, Some(id))) = self.foreign.remove(&k) {
-                let _ = self.planner.cancel(id);
+            if let Some((o, ids)) = self.foreign.remove(&k) {
+                if wanted.get(&k) == Some(&o) {
+                    again.insert(k);
+                }
+                for id in ids {
+                    let _ = self.planner.cancel(id);
+                }
             }
         }
         for (k, o) in wanted {
             if self.foreign.contains_key(&k) {
                 continue;
             }
-            let free = self
-                .planner
-                .free_slots(o.start, o.end)
-                .iter()
-                .map(|f| f.free)
-                .min()
-                .unwrap_or(0);
-            let amount = o.cpus.min(free);
-            if amount < o.cpus {
+            // Piece by piece where the free capacity changes, so the part
+            // that fits is held everywhere it fits.
+            let mut ids = Vec::new();
+            for f in self.planner.free_slots(o.start, o.end) {
+                let req = Request {
+                    amount: o.cpus.min(f.free),
+                    duration: f.end - f.start,
+                    earliest: f.start,
+                    latest: f.start,
+                    flexible: false,
+                };
+                if let Reply::Granted { id, .. } = self.planner.reserve(FOREIGN, &req, None) {
+                    ids.push(id);
+                }
+            }
+            if self.short(&o, &ids) && !again.contains(&k) {
                 tracing::warn!(
                     occupant = %k,
-                    "the cluster holds {} CPUs the site did not book where it planned; mirrored {amount}",
+                    "the cluster holds {} CPUs the site did not book where it planned; mirrored where they fit",
                     o.cpus
                 );
             }
-            let req = Request {
-                amount,
-                duration: o.end - o.start,
-                earliest: o.start,
-                latest: o.start,
-                flexible: false,
-            };
-            let id = match (amount > 0 && o.end > o.start).then(|| self.planner.reserve(FOREIGN, &req, None)) {
-                Some(Reply::Granted { id, .. }) => Some(id),
-                _ => None,
-            };
-            self.foreign.insert(k, (o, id));
+            self.foreign.insert(k, (o, ids));
         }
         if released {
             self.compress(now);
         }
     }
 
-    /// How much of occupant `o` is booked in the schedule (its booking `id`).
-    fn mirrored(&self, o: &Occupant, id: Option<ReservationId>) -> u32 {
-        match o.end > o.start {
-            true => id.and_then(|id| self.planner.get(id)).map_or(0, |r| r.amount),
-            false => o.cpus,
-        }
+    /// Whether occupant `o` is booked short of its size somewhere in its
+    /// span (its bookings `ids` hold less than its CPUs over its span).
+    fn short(&self, o: &Occupant, ids: &[ReservationId]) -> bool {
+        let held: i64 = ids
+            .iter()
+            .filter_map(|&id| self.planner.get(id))
+            .map(|r| i64::from(r.amount) * (r.end - r.start).0)
+            .sum();
+        held < i64::from(o.cpus) * (o.end - o.start).0.max(0)
     }
 
     /// The clients' reservations that start after `now` and that the site
@@ -1547,7 +1556,7 @@ impl SiteCore {
     /// stay). A broker holding one moves it ([VRM] 6); none while every
     /// occupant is mirrored whole.
     pub fn endangered(&self, now: Time) -> Vec<ReservationId> {
-        if self.foreign.values().all(|(o, id)| self.mirrored(o, *id) >= o.cpus) {
+        if !self.foreign.values().any(|(o, ids)| self.short(o, ids)) {
             return Vec::new();
         }
         // Jobs' own slots not yet started are the queue's, which plans

@@ -347,6 +347,12 @@ fn a_drained_nodes_share_endangers_the_later_reservations_until_they_move() {
     s.mirror(T0, vec![node()]);
     assert_eq!(s.endangered(T0), [whole.id]);
     assert_eq!(s.published(T0).endangered, 1);
+    // Short only where the whole-cluster reservation is: elsewhere the
+    // lost half is held, and nothing new is granted into it.
+    assert!(matches!(
+        s.reserve(T0, "cy", &at(16, 60, Time(T0.0 + 5000)), None),
+        Err(CoreError::NotGranted(_))
+    ));
     // Once it has moved away, the node's share is booked whole at the next
     // reading, and nothing new is granted into it.
     s.cancel(T0, "bob", whole.id).unwrap();
