@@ -66,22 +66,24 @@ struct Candidate {
     frame: i64,
 }
 
-/// Where the chosen candidates (`at`) start: each at its own start, a
-/// co-allocation's members together at the latest of theirs ([VRM]
-/// Fig. 4.5: where their frames overlap). With the number of members
-/// whose frame does not hold its task from that start.
-fn effective_starts(classes: &[Vec<usize>], n: usize, at: impl Fn(usize) -> Candidate) -> (Vec<i64>, usize) {
-    let mut starts: Vec<i64> = (0..n).map(|t| at(t).start).collect();
+/// Where and how long the chosen candidates (`at`) run: each from its own
+/// start for its own length; a co-allocation's members in one window, from
+/// the latest of their starts ([VRM] Fig. 4.5: where their frames overlap)
+/// for the longest of their lengths. With the number of members whose
+/// frame does not hold that window.
+fn effective_starts(classes: &[Vec<usize>], n: usize, at: impl Fn(usize) -> Candidate) -> (Vec<(i64, i64)>, usize) {
+    let mut placed: Vec<(i64, i64)> = (0..n).map(|t| (at(t).start, at(t).duration)).collect();
     let mut outside = 0;
     for members in classes.iter().filter(|m| m.len() > 1) {
         let together = members.iter().map(|&m| at(m).start).max().unwrap_or(0);
+        let length = members.iter().map(|&m| at(m).duration).max().unwrap_or(0);
         for &m in members {
             let x = at(m);
-            outside += usize::from(x.start + x.frame < together + x.duration);
-            starts[m] = together;
+            outside += usize::from(x.start + x.frame < together + length);
+            placed[m] = (together, length);
         }
     }
-    (starts, outside)
+    (placed, outside)
 }
 
 /// How many of the `chosen` tasks (site, start, duration, cores) start at a
@@ -279,18 +281,14 @@ pub(super) fn schedule(b: &mut Booking, generations: usize, seed: u64) -> bool {
     let violations = |genes: &[usize]| -> usize {
         let at = |t: usize| options[t][genes[t]];
         // Co-allocated tasks start together, each inside its frame.
-        let (starts, outside) = effective_starts(&dag.classes, n, at);
+        let (placed, outside) = effective_starts(&dag.classes, n, at);
         let mut v = outside;
         for &(p, c, move_time) in &edges {
-            let (a, z) = (at(p), at(c));
-            let gap = if a.site == z.site { 0 } else { move_time };
-            v += usize::from(starts[p] + a.duration + gap > starts[c]);
+            let gap = if at(p).site == at(c).site { 0 } else { move_time };
+            v += usize::from(placed[p].0 + placed[p].1 + gap > placed[c].0);
         }
         let chosen: Vec<(usize, i64, i64, u32)> = (0..n)
-            .map(|t| {
-                let x = at(t);
-                (x.site, starts[t], x.duration, dag.nodes[t].cores)
-            })
+            .map(|t| (at(t).site, placed[t].0, placed[t].1, dag.nodes[t].cores))
             .collect();
         v += over_capacity(&chosen, &capacity);
         v += over_free(&chosen, &free);
@@ -422,13 +420,13 @@ fn heftsync_plan(b: &mut Booking) -> Option<Vec<(usize, i64, i64)>> {
 /// co-allocation's members where their frames overlap.
 fn book(b: &mut Booking, options: &[Vec<Candidate>], genes: &[usize]) -> bool {
     let dag = b.dag;
-    let (starts, _) = effective_starts(&dag.classes, dag.nodes.len(), |t| options[t][genes[t]]);
+    let (placed, _) = effective_starts(&dag.classes, dag.nodes.len(), |t| options[t][genes[t]]);
     for c in dag.topological(|c| -(c as f64)) {
         for &t in &dag.classes[c] {
             let x = options[t][genes[t]];
-            let start = starts[t];
+            let (start, length) = placed[t];
             let placed = b.book_inputs(t, x.site, start, start).is_some()
-                && b.reserve_task(t, x.site, x.duration, start, start).is_some()
+                && b.reserve_task(t, x.site, length, start, start).is_some()
                 && b.book_streams(t);
             if !placed {
                 if b.failure.is_none() {
@@ -475,15 +473,28 @@ mod tests {
         // Tasks 0 and 2 are co-allocated; 1 is alone.
         let classes = vec![vec![0, 2], vec![1]];
         // 0 free from 10 for 40 (a frame twice its 20), 2 from 25 for 20:
-        // together from 25, which 0's frame still holds.
+        // together from 25 for 20, which 0's frame still holds.
         let chosen = [c(10, 20, 40), c(5, 7, 7), c(25, 20, 20)];
-        assert_eq!(effective_starts(&classes, 3, |t| chosen[t]), (vec![25, 5, 25], 0));
+        assert_eq!(
+            effective_starts(&classes, 3, |t| chosen[t]),
+            (vec![(25, 20), (5, 7), (25, 20)], 0)
+        );
         // From 35 it would not: 0's frame ends at 50, before 35 + 20.
         let late = [c(10, 20, 40), c(5, 7, 7), c(35, 20, 20)];
-        assert_eq!(effective_starts(&classes, 3, |t| late[t]), (vec![35, 5, 35], 1));
+        assert_eq!(
+            effective_starts(&classes, 3, |t| late[t]),
+            (vec![(35, 20), (5, 7), (35, 20)], 1)
+        );
         // Exact windows must start at the same time, as before.
         let exact = [c(10, 20, 20), c(5, 7, 7), c(11, 20, 20)];
         assert_eq!(effective_starts(&classes, 3, |t| exact[t]).1, 1);
+        // One window for all: the longest, which a shorter exact window
+        // (HEFTSync's own length) does not hold.
+        let mixed = [c(10, 20, 40), c(5, 7, 7), c(10, 10, 10)];
+        assert_eq!(
+            effective_starts(&classes, 3, |t| mixed[t]),
+            (vec![(10, 20), (5, 7), (10, 20)], 1)
+        );
     }
 
     #[test]
