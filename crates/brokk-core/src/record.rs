@@ -101,11 +101,11 @@ impl Submission {
 }
 
 /// What occupies a resource manager's cluster without the site having put
-/// it there: a running job (until its time limit) or a reservation someone
-/// else made.
+/// it there: a running job (until its time limit), a reservation someone
+/// else made, or a node that takes no new work.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Occupant {
-    /// `job:ID` or `res:NAME`.
+    /// `job:ID`, `res:NAME` or `node:NAME`.
     pub key: String,
     /// From.
     pub start: Time,
@@ -113,6 +113,14 @@ pub struct Occupant {
     pub end: Time,
     /// CPUs.
     pub cpus: u32,
+}
+
+impl Occupant {
+    /// The end of an occupant whose end nobody knows (a job past or without
+    /// a time limit, a node down or drained): it holds until it is seen
+    /// gone, the schedule holding it to its own horizon. The same at every
+    /// reading, so the occupant is not booked again at each.
+    pub const UNTIL_GONE: Time = Time(i64::MAX / 4);
 }
 
 /// What a restart reloads of a site's jobs from its store: those not yet

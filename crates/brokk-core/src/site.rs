@@ -25,6 +25,17 @@ const FOREIGN: &str = "(resource manager)";
 /// from overflow when a duration is added.
 const OPEN_END: Time = Time(i64::MAX / 4);
 
+/// A foreign occupant as the schedule holds it: booked where the schedule
+/// has room for it, in as many pieces as the free capacity changes over
+/// its span (up to the horizon), and whether that is short of its size
+/// somewhere (the site had booked that share already).
+#[derive(Debug, Clone)]
+struct Mirrored {
+    occupant: Occupant,
+    pieces: Vec<ReservationId>,
+    short: bool,
+}
+
 /// A site's fixed parameters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SiteParams {
@@ -113,10 +124,8 @@ pub struct SiteCore {
     /// has missed changes the core no longer holds.
     retired: u64,
     next_job: u64,
-    /// Foreign occupants mirrored in the schedule: key -> (occupant, booking).
-    /// Each occupant is booked where the schedule has room for it, in as
-    /// many pieces as the free capacity changes over its span.
-    foreign: HashMap<String, (Occupant, Vec<ReservationId>)>,
+    /// Foreign occupants mirrored in the schedule, by key.
+    foreign: HashMap<String, Mirrored>,
     /// How many waiting jobs each partition protects now: the policy's
     /// number, or every one while the forecast policy schedules
     /// conservatively.
@@ -1488,18 +1497,18 @@ impl SiteCore {
         let stale: Vec<String> = self
             .foreign
             .iter()
-            .filter(|(k, (o, ids))| wanted.get(*k) != Some(o) || self.short(o, ids))
+            .filter(|(k, m)| wanted.get(*k) != Some(&m.occupant) || m.short)
             .map(|(k, _)| k.clone())
             .collect();
         let released = !stale.is_empty();
         // Those booked again as they were: said once, when first seen.
         let mut again = HashSet::new();
         for k in stale {
-            if let Some((o, ids)) = self.foreign.remove(&k) {
-                if wanted.get(&k) == Some(&o) {
+            if let Some(m) = self.foreign.remove(&k) {
+                if wanted.get(&k) == Some(&m.occupant) {
                     again.insert(k);
                 }
-                for id in ids {
+                for id in m.pieces {
                     let _ = self.planner.cancel(id);
                 }
             }
@@ -1509,9 +1518,11 @@ impl SiteCore {
                 continue;
             }
             // Piece by piece where the free capacity changes, so the part
-            // that fits is held everywhere it fits.
-            let mut ids = Vec::new();
-            for f in self.planner.free_slots(o.start, o.end) {
+            // that fits is held everywhere it fits; nothing is planned past
+            // the horizon, where an occupant with no end known stops too.
+            let end = o.end.min(self.params.horizon);
+            let (mut pieces, mut held) = (Vec::new(), 0i64);
+            for f in self.planner.free_slots(o.start, end) {
                 let req = Request {
                     amount: o.cpus.min(f.free),
                     duration: f.end - f.start,
@@ -1520,32 +1531,30 @@ impl SiteCore {
                     flexible: false,
                 };
                 if let Reply::Granted { id, .. } = self.planner.reserve(FOREIGN, &req, None) {
-                    ids.push(id);
+                    pieces.push(id);
+                    held += i64::from(req.amount) * req.duration.0;
                 }
             }
-            if self.short(&o, &ids) && !again.contains(&k) {
+            let short = held < i64::from(o.cpus) * (end - o.start).0.max(0);
+            if short && !again.contains(&k) {
                 tracing::warn!(
                     occupant = %k,
                     "the cluster holds {} CPUs the site did not book where it planned; mirrored where they fit",
                     o.cpus
                 );
             }
-            self.foreign.insert(k, (o, ids));
+            self.foreign.insert(
+                k,
+                Mirrored {
+                    occupant: o,
+                    pieces,
+                    short,
+                },
+            );
         }
         if released {
             self.compress(now);
         }
-    }
-
-    /// Whether occupant `o` is booked short of its size somewhere in its
-    /// span (its bookings `ids` hold less than its CPUs over its span).
-    fn short(&self, o: &Occupant, ids: &[ReservationId]) -> bool {
-        let held: i64 = ids
-            .iter()
-            .filter_map(|&id| self.planner.get(id))
-            .map(|r| i64::from(r.amount) * (r.end - r.start).0)
-            .sum();
-        held < i64::from(o.cpus) * (o.end - o.start).0.max(0)
     }
 
     /// The clients' reservations that start after `now` and that the site
@@ -1556,7 +1565,7 @@ impl SiteCore {
     /// stay). A broker holding one moves it ([VRM] 6); none while every
     /// occupant is mirrored whole.
     pub fn endangered(&self, now: Time) -> Vec<ReservationId> {
-        if !self.foreign.values().any(|(o, ids)| self.short(o, ids)) {
+        if !self.foreign.values().any(|m| m.short) {
             return Vec::new();
         }
         // Jobs' own slots not yet started are the queue's, which plans
@@ -1571,7 +1580,7 @@ impl SiteCore {
         let mut fixed: Vec<(Time, Time, u32)> = self
             .foreign
             .values()
-            .map(|(o, _)| (o.start.max(now), o.end, o.cpus))
+            .map(|m| (m.occupant.start.max(now), m.occupant.end, m.occupant.cpus))
             .collect();
         let mut movable = Vec::new();
         for r in self.planner.reservations() {

@@ -16,7 +16,7 @@
 //! while it is down: those count among the terminated and the moved, and
 //! apart as `later`. Jobs running at the failure are lost and counted apart.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use brokk_broker::rescue::{booked_load, combined_load, fenced, Booked, BookingProfile, Failure, Strategy, NEVER};
 use brokk_broker::workflow::{admit, Network, Options, SiteSpec, Topology};
@@ -138,6 +138,13 @@ pub struct RescueFigures {
     pub lost_running: usize,
 }
 
+/// The held jobs a resource that fails can no longer hold: every one
+/// (`None`) when it is down, those its `site` names when it `lost` a part.
+fn reached(lost: Option<u32>, site: &MemorySite) -> Option<BTreeSet<ReservationId>> {
+    lost?;
+    Some(site.endangered("broker").unwrap_or_default().into_iter().collect())
+}
+
 /// A broker job booked at the resource that fails.
 #[derive(Debug, Clone, Copy)]
 struct Held {
@@ -225,19 +232,6 @@ impl Outage {
         }
     }
 
-    /// The held jobs the resource can no longer hold: every one when it is
-    /// down, those its site names when it lost a part.
-    fn reached(&self, sites: &[MemorySite]) -> Option<std::collections::BTreeSet<ReservationId>> {
-        self.lost?;
-        Some(
-            sites[self.site]
-                .endangered("broker")
-                .unwrap_or_default()
-                .into_iter()
-                .collect(),
-        )
-    }
-
     /// Where new bookings are fenced off while the resource is down: the
     /// resource's index and the first start it may take.
     pub fn fence(&self) -> Option<(usize, Time)> {
@@ -323,7 +317,7 @@ impl Outage {
                     }
                     false
                 });
-                let reached = self.reached(sites);
+                let reached = reached(self.lost, &sites[site]);
                 self.affected = self
                     .held
                     .values()
@@ -344,7 +338,7 @@ impl Outage {
             } else {
                 // A job whose start came while the resource was down, or
                 // could not hold it; one it holds runs.
-                let reached = self.reached(sites);
+                let reached = reached(self.lost, &sites[site]);
                 let terminated = &mut self.terminated;
                 self.held.retain(|_, h| {
                     if h.start >= t {
@@ -389,13 +383,7 @@ impl Outage {
         } = self;
         let Some(failure) = failure else { return };
         // Where a part is lost, the jobs its site can no longer hold.
-        let reached: Option<std::collections::BTreeSet<ReservationId>> = lost.is_some().then(|| {
-            sites[*site]
-                .endangered("broker")
-                .unwrap_or_default()
-                .into_iter()
-                .collect()
-        });
+        let reached = reached(*lost, &sites[*site]);
         let booked: Vec<Booked> = held
             .iter()
             .filter(|(_, h)| reached.as_ref().is_none_or(|r| r.contains(&h.reservation)))

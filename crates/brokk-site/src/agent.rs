@@ -161,7 +161,7 @@ impl Agent {
     pub async fn open(mut config: Config) -> Result<(Agent, Vec<JobId>), AgentError> {
         let backend = match config.slurm.clone() {
             Some(sc) => {
-                let (slurm, cpus) = Slurm::connect(&config.name, sc, config.horizon_days)
+                let (slurm, cpus) = Slurm::connect(&config.name, sc)
                     .await
                     .map_err(|e| AgentError::Unavailable(format!("reading the Slurm cluster: {e}")))?;
                 if config.capacity == 0 {
@@ -180,14 +180,9 @@ impl Agent {
                     // reserve: its cores are what the site plans.
                     let slurm = match ac.slurm.clone() {
                         Some(sc) => {
-                            let (slurm, cpus) =
-                                Slurm::connect(&config.name, sc, config.horizon_days)
-                                    .await
-                                    .map_err(|e| {
-                                        AgentError::Unavailable(format!(
-                                            "reading the Slurm cluster behind the ARC CE: {e}"
-                                        ))
-                                    })?;
+                            let (slurm, cpus) = Slurm::connect(&config.name, sc).await.map_err(|e| {
+                                AgentError::Unavailable(format!("reading the Slurm cluster behind the ARC CE: {e}"))
+                            })?;
                             if config.capacity == 0 {
                                 config.capacity = cpus;
                             }

@@ -8,8 +8,8 @@
 //! differ can still start together where their frames overlap;
 //! a chromosome picks one candidate per task; its fitness is the number of
 //! violated constraints (precedence with transfer time at the mean
-//! bandwidth, a co-allocated task whose frame does not hold it from its
-//! class's common start, more processors at a site than it
+//! bandwidth, a co-allocated task whose frame does not hold its class's
+//! one window, more processors at a site than it
 //! has among the chosen candidates, or than it publishes free where chosen
 //! candidates overlap), plus a bound on the ratings, when it
 //! violates any, else the sum of the candidates' ratings (the fragmentation
@@ -71,7 +71,7 @@ struct Candidate {
 /// the latest of their starts ([VRM] Fig. 4.5: where their frames overlap)
 /// for the longest of their lengths. With the number of members whose
 /// frame does not hold that window.
-fn effective_starts(classes: &[Vec<usize>], n: usize, at: impl Fn(usize) -> Candidate) -> (Vec<(i64, i64)>, usize) {
+fn placements(classes: &[Vec<usize>], n: usize, at: impl Fn(usize) -> Candidate) -> (Vec<(i64, i64)>, usize) {
     let mut placed: Vec<(i64, i64)> = (0..n).map(|t| (at(t).start, at(t).duration)).collect();
     let mut outside = 0;
     for members in classes.iter().filter(|m| m.len() > 1) {
@@ -281,7 +281,7 @@ pub(super) fn schedule(b: &mut Booking, generations: usize, seed: u64) -> bool {
     let violations = |genes: &[usize]| -> usize {
         let at = |t: usize| options[t][genes[t]];
         // Co-allocated tasks start together, each inside its frame.
-        let (placed, outside) = effective_starts(&dag.classes, n, at);
+        let (placed, outside) = placements(&dag.classes, n, at);
         let mut v = outside;
         for &(p, c, move_time) in &edges {
             let gap = if at(p).site == at(c).site { 0 } else { move_time };
@@ -420,7 +420,7 @@ fn heftsync_plan(b: &mut Booking) -> Option<Vec<(usize, i64, i64)>> {
 /// co-allocation's members where their frames overlap.
 fn book(b: &mut Booking, options: &[Vec<Candidate>], genes: &[usize]) -> bool {
     let dag = b.dag;
-    let (placed, _) = effective_starts(&dag.classes, dag.nodes.len(), |t| options[t][genes[t]]);
+    let (placed, _) = placements(&dag.classes, dag.nodes.len(), |t| options[t][genes[t]]);
     for c in dag.topological(|c| -(c as f64)) {
         for &t in &dag.classes[c] {
             let x = options[t][genes[t]];
@@ -443,7 +443,7 @@ fn book(b: &mut Booking, options: &[Vec<Candidate>], genes: &[usize]) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::{effective_starts, over_capacity, over_free, Candidate};
+    use super::{over_capacity, over_free, placements, Candidate};
     use brokk_model::{Availability, FreeRange, Time};
     use proptest::prelude::*;
 
@@ -476,23 +476,23 @@ mod tests {
         // together from 25 for 20, which 0's frame still holds.
         let chosen = [c(10, 20, 40), c(5, 7, 7), c(25, 20, 20)];
         assert_eq!(
-            effective_starts(&classes, 3, |t| chosen[t]),
+            placements(&classes, 3, |t| chosen[t]),
             (vec![(25, 20), (5, 7), (25, 20)], 0)
         );
         // From 35 it would not: 0's frame ends at 50, before 35 + 20.
         let late = [c(10, 20, 40), c(5, 7, 7), c(35, 20, 20)];
         assert_eq!(
-            effective_starts(&classes, 3, |t| late[t]),
+            placements(&classes, 3, |t| late[t]),
             (vec![(35, 20), (5, 7), (35, 20)], 1)
         );
         // Exact windows must start at the same time, as before.
         let exact = [c(10, 20, 20), c(5, 7, 7), c(11, 20, 20)];
-        assert_eq!(effective_starts(&classes, 3, |t| exact[t]).1, 1);
+        assert_eq!(placements(&classes, 3, |t| exact[t]).1, 1);
         // One window for all: the longest, which a shorter exact window
         // (HEFTSync's own length) does not hold.
         let mixed = [c(10, 20, 40), c(5, 7, 7), c(10, 10, 10)];
         assert_eq!(
-            effective_starts(&classes, 3, |t| mixed[t]),
+            placements(&classes, 3, |t| mixed[t]),
             (vec![(10, 20), (5, 7), (10, 20)], 1)
         );
     }

@@ -331,6 +331,33 @@ fn the_mirror_books_only_what_fits_beside_the_sites_own() {
 }
 
 #[test]
+fn an_occupant_with_no_end_known_holds_to_the_horizon() {
+    let mut s = site(16);
+    let node = Occupant {
+        key: "node:c1n2".into(),
+        start: Time(T0.0 - 50),
+        end: Occupant::UNTIL_GONE,
+        cpus: 8,
+    };
+    s.mirror(T0, vec![node.clone()]);
+    // Held whole to the horizon: nothing is short, and a whole-cluster
+    // request finds no room anywhere, a half-cluster one does.
+    assert!(s.endangered(T0).is_empty());
+    assert!(matches!(
+        s.reserve(T0, "ann", &at(16, 60, Time(T0.0 + 300 * 86_400)), None),
+        Err(CoreError::NotGranted(_))
+    ));
+    assert!(s
+        .reserve(T0, "ann", &at(8, 60, Time(T0.0 + 300 * 86_400)), None)
+        .is_ok());
+    // The next reading with the same occupant changes nothing.
+    s.drain();
+    s.mirror(Time(T0.0 + 5), vec![node]);
+    assert!(s.drain().is_empty());
+    s.check_invariants();
+}
+
+#[test]
 fn a_drained_nodes_share_endangers_the_later_reservations_until_they_move() {
     let mut s = site(16);
     let node = || Occupant {

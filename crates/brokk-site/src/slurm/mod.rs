@@ -56,9 +56,6 @@ pub struct Slurm {
     delegates: crate::delegates::Delegates,
     /// Names of Brokk's jobs and reservations on this cluster start with it.
     prefix: String,
-    /// How far ahead the site plans, days: what a foreign job without a
-    /// time limit is taken to hold.
-    horizon_days: i64,
     /// Why slurmctld does not answer; `None` while it does.
     down: Mutex<Option<String>>,
     snapshot: watch::Sender<Arc<Snapshot>>,
@@ -161,15 +158,10 @@ pub fn health(nodes: &[brokk_proto::wire::NodeView]) -> Option<&'static str> {
 }
 
 /// The idle CPUs of each node that takes no new work, as occupants
-/// (`node:NAME`) for the schedule's `span` from when it was first seen so
-/// (`since`, kept up to date here; `now` for a node newly lost): the same
+/// (`node:NAME`) from when it was first seen so (`since`, kept up to date
+/// here; `now` for a node newly lost) until it is seen back: the same
 /// occupant from reading to reading, not booked again at each.
-fn lost_nodes(
-    nodes: &[brokk_proto::wire::NodeView],
-    since: &mut HashMap<String, Time>,
-    now: Time,
-    span: brokk_model::Duration,
-) -> Vec<Occupant> {
+fn lost_nodes(nodes: &[brokk_proto::wire::NodeView], since: &mut HashMap<String, Time>, now: Time) -> Vec<Occupant> {
     since.retain(|name, _| nodes.iter().any(|n| &n.name == name && node_unusable(&n.state)));
     nodes
         .iter()
@@ -179,7 +171,7 @@ fn lost_nodes(
             (n.cpus > n.cpus_allocated).then(|| Occupant {
                 key: format!("node:{}", n.name),
                 start: from,
-                end: from + span,
+                end: Occupant::UNTIL_GONE,
                 cpus: n.cpus - n.cpus_allocated,
             })
         })
@@ -197,16 +189,16 @@ fn holds_cpus(state: &str) -> bool {
 impl Slurm {
     /// The backend for `site` as configured; reads the cluster's nodes once so
     /// the agent knows its size (an error when slurmctld does not answer).
-    pub async fn connect(site: &str, config: SlurmConfig, horizon_days: i64) -> Result<(Slurm, u32), SlurmError> {
+    pub async fn connect(site: &str, config: SlurmConfig) -> Result<(Slurm, u32), SlurmError> {
         let conf_text = std::fs::read_to_string(&config.conf)
             .map_err(|e| SlurmError::Refused(format!("{}: {e}", config.conf.display())))?;
-        let slurm = Slurm::new(site, config, &conf_text, horizon_days);
+        let slurm = Slurm::new(site, config, &conf_text);
         let cpus = slurm.read_nodes().await?;
         Ok((slurm, cpus))
     }
 
     /// The backend before it has read anything from the cluster.
-    fn new(site: &str, config: SlurmConfig, conf_text: &str, horizon_days: i64) -> Slurm {
+    fn new(site: &str, config: SlurmConfig, conf_text: &str) -> Slurm {
         let cli = SlurmCli::new(config.conf.clone(), config.bin_dir.clone());
         let user = match &config.user {
             Some(u) => u.clone(),
@@ -221,7 +213,6 @@ impl Slurm {
             accounts: Default::default(),
             delegates: Default::default(),
             prefix: format!("brokk-{site}-"),
-            horizon_days,
             down: Mutex::new(None),
             snapshot: watch::channel(Arc::new(Snapshot::default())).0,
             ended: Mutex::new(HashMap::new()),
@@ -436,7 +427,6 @@ impl Slurm {
             self.read_nodes().await?;
         }
         let t = now();
-        let horizon = Time(t.0 + self.horizon_days * 86_400);
         let mut occupants = Vec::new();
         let mut jobs = HashMap::new();
         let (mut running, mut pending) = (0, 0);
@@ -453,7 +443,7 @@ impl Slurm {
                 occupants.push(Occupant {
                     key: format!("job:{}", row.id),
                     start: row.start.unwrap_or(t).min(t),
-                    end: row.end.filter(|e| *e > t).unwrap_or(horizon),
+                    end: row.end.filter(|e| *e > t).unwrap_or(Occupant::UNTIL_GONE),
                     cpus: row.cpus,
                 });
             }
@@ -490,12 +480,12 @@ impl Slurm {
             occupants.extend(last.iter().filter(|o| o.end > t).cloned());
         }
         // A node that takes no new work is lost from now on: its idle CPUs
-        // are an occupant to the horizon (those its jobs hold are theirs,
+        // are an occupant until it is back (those its jobs hold are theirs,
         // mirrored with them, and join it as the jobs end). Where the site
         // had booked that share, the reservations that no longer fit are
         // published as endangered, for their brokers to move.
         if let (Ok(c), Ok(mut since)) = (self.cluster.lock(), self.lost_since.lock()) {
-            occupants.extend(lost_nodes(&c.nodes, &mut since, t, horizon - t));
+            occupants.extend(lost_nodes(&c.nodes, &mut since, t));
         }
         if let Ok(mut c) = self.cluster.lock() {
             c.running_jobs = running;
@@ -670,23 +660,22 @@ mod tests {
         let text = "n0|idle|8|0/8/0/8|4000|0.00|batch\nn1|drng|8|3/5/0/8|4000|0.00|batch\n";
         let nodes = cli::parse_nodes(text);
         let mut since = HashMap::new();
-        let span = brokk_model::Duration(86_400);
-        let first = lost_nodes(&nodes, &mut since, Time(100), span);
+        let first = lost_nodes(&nodes, &mut since, Time(100));
         assert_eq!(
             first,
             [Occupant {
                 key: "node:n1".into(),
                 start: Time(100),
-                end: Time(86_500),
+                end: Occupant::UNTIL_GONE,
                 cpus: 5
             }]
         );
         // The next reading gives the same occupant, not one from its own time.
-        assert_eq!(lost_nodes(&nodes, &mut since, Time(130), span), first);
+        assert_eq!(lost_nodes(&nodes, &mut since, Time(130)), first);
         // Resumed, it is forgotten; drained again later, lost from then.
         let resumed = cli::parse_nodes("n0|idle|8|0/8/0/8|4000|0.00|batch\nn1|idle|8|0/8/0/8|4000|0.00|batch\n");
-        assert!(lost_nodes(&resumed, &mut since, Time(160), span).is_empty());
-        assert_eq!(lost_nodes(&nodes, &mut since, Time(200), span)[0].start, Time(200));
+        assert!(lost_nodes(&resumed, &mut since, Time(160)).is_empty());
+        assert_eq!(lost_nodes(&nodes, &mut since, Time(200))[0].start, Time(200));
     }
 
     /// A controller that lost its state gives a lost job's id to the next
@@ -696,7 +685,7 @@ mod tests {
     #[test]
     fn an_id_handed_out_again_belongs_to_the_new_job() {
         let config: SlurmConfig = toml::from_str("conf = \"/nonexistent/slurm.conf\"").unwrap();
-        let slurm = Slurm::new("a", config, "JobCompLoc=/nonexistent/jobcomp.log\n", 30);
+        let slurm = Slurm::new("a", config, "JobCompLoc=/nonexistent/jobcomp.log\n");
         let (lost, next) = (JobId(1), JobId(2));
         slurm.claim(20, lost);
         let old = completed("JobId=20 UserId=root(0) Name=brokk-a-1 JobState=COMPLETED ExitCode=0:0").unwrap();
