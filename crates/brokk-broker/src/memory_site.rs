@@ -293,6 +293,10 @@ impl Site for MemorySite {
         &self.info.endpoint
     }
 
+    fn fragmentation(&self, window: (Time, Time)) -> f64 {
+        self.planner().fragmentation(window.0, window.1)
+    }
+
     fn info(&self) -> Result<ResourceInfo, SiteError> {
         let mut info = self.info.clone();
         self.refresh_info(&mut info)?;

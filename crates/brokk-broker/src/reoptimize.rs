@@ -4,17 +4,31 @@
 //! the sites rate the result least fragmented, so that later requests find
 //! room. Local jobs are the sites' own and stay where they are.
 //!
-//! This is the thesis's cheapest search, re-placement sub-job by sub-job:
-//! each job wholly inside the window is taken off its site and probed for
-//! at every site within the window and its own bounds, its old place among
-//! the candidates, and booked at the best rated; a tie keeps it where it
-//! was. Since its old place is free again when it is probed, a job always
-//! has somewhere to go, and the schedule is never worse for admissions
-//! already made: the shadow schedule and its two-phase switch reduce to
-//! one move at a time for a single broker.
+//! Two searches ([`Search`]):
+//! - [`pass`], the thesis's cheapest, re-placement sub-job by sub-job:
+//!   each job wholly inside the window is taken off its site and probed for
+//!   at every site within the window and its own bounds, its old place
+//!   among the candidates, and booked at the best rated; a tie keeps it
+//!   where it was. Since its old place is free again when it is probed, a
+//!   job always has somewhere to go.
+//! - [`full_pass`], the full search of [VRM] 5.4.3 inside the window: every
+//!   job inside is taken off at once, and combinations of the places the
+//!   sites answer for them are booked and rated by the sites as a whole
+//!   ([`grid_fragmentation`]), since answers each rated well can add up to
+//!   a schedule rated worse (the thesis's Fig. 5.1). The best combination
+//!   is booked, the old schedule unless one is strictly less fragmented.
+//!
+//! Either way the schedule is never worse for admissions already made. The
+//! thesis's shadow schedules let a broker try combinations while the old
+//! schedule stays binding, and switch all sites at once by a two-phase
+//! commit. A pass here runs between two events of one broker's sites, so
+//! nothing else books meanwhile: the trial bookings, made and given back,
+//! are the shadow, and booking the chosen combination, or the old schedule
+//! again if any site refuses a part of it, is the switch.
 
 use brokk_core::{Reply, Request, ReservationId};
 use brokk_model::{Duration, Time};
+use serde::{Deserialize, Serialize};
 
 use crate::site::Site;
 
@@ -37,6 +51,25 @@ pub struct Placed {
     pub deadline: Time,
 }
 
+/// How a window's jobs are searched for better places.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Search {
+    /// Sub-job by sub-job, each at its best rated place ([`pass`]).
+    #[default]
+    Each,
+    /// Combinations of every job's places, rated by the grid ([`full_pass`]).
+    Full,
+}
+
+impl Search {
+    /// Whether this is the sub-job by sub-job search (the default, which
+    /// a report leaves unsaid).
+    pub fn is_each(&self) -> bool {
+        *self == Search::Each
+    }
+}
+
 /// What one window's pass did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Pass {
@@ -44,6 +77,9 @@ pub struct Pass {
     pub considered: usize,
     /// Of those, booked elsewhere or at another time.
     pub moved: usize,
+    /// A full search stopped at its budget before it had rated every
+    /// combination.
+    pub cut_short: bool,
 }
 
 /// Windows of `size` covering `[from, to)`, each starting half a window
@@ -69,6 +105,14 @@ pub fn windows(from: Time, to: Time, size: Duration) -> Vec<(Time, Time)> {
 /// room by one processor: 0.875 at 4, 0.99 at 64); a site with no room
 /// there at all has nothing left to fragment and rates 1.
 pub fn window_rating(window: (Time, Time), sites: &[&mut dyn Site]) -> f64 {
+    let fragmented: f64 = sites.iter().map(|s| probed_fragmentation(&**s, window)).sum();
+    1.0 - fragmented / sites.len().max(1) as f64
+}
+
+/// A site's fragmentation over `window` as its answer to a probe of one
+/// processor over the window's middle third rates it (0 where it has no
+/// room there).
+pub fn probed_fragmentation<S: Site + ?Sized>(site: &S, window: (Time, Time)) -> f64 {
     let third = Duration(((window.1 - window.0).0 / 3).max(1));
     let probe = Request {
         amount: 1,
@@ -77,16 +121,18 @@ pub fn window_rating(window: (Time, Time), sites: &[&mut dyn Site]) -> f64 {
         latest: window.0 + third,
         flexible: false,
     };
-    let fragmented: f64 = sites
-        .iter()
-        .map(|s| {
-            s.probe(&probe, 1)
-                .ok()
-                .and_then(|c| c.first().map(|c| c.rating))
-                .unwrap_or(0.0)
-        })
-        .sum();
-    1.0 - fragmented / sites.len().max(1) as f64
+    site.probe(&probe, 1)
+        .ok()
+        .and_then(|c| c.first().map(|c| c.rating))
+        .unwrap_or(0.0)
+}
+
+/// The sites' mean fragmentation over `window`, each as it rates its own
+/// schedule there ([`Site::fragmentation`]): what a full search compares
+/// combinations by.
+pub fn grid_fragmentation(window: (Time, Time), sites: &[&mut dyn Site]) -> f64 {
+    let fragmented: f64 = sites.iter().map(|s| s.fragmentation(window)).sum();
+    fragmented / sites.len().max(1) as f64
 }
 
 /// Candidates probed per site for a job being re-placed.
@@ -97,34 +143,22 @@ const CANDIDATES: usize = 8;
 /// they go.
 pub fn pass(now: Time, window: (Time, Time), placed: &mut [Placed], sites: &mut [&mut dyn Site], owner: &str) -> Pass {
     let mut out = Pass::default();
-    let mut inside: Vec<usize> = (0..placed.len())
-        .filter(|&i| placed[i].start >= now.max(window.0) && placed[i].end <= window.1)
-        .collect();
-    inside.sort_by_key(|&i| (placed[i].start, i));
-    for i in inside {
+    for i in inside(now, window, placed) {
         let p = placed[i];
         let duration = p.end - p.start;
-        let earliest = p.earliest.max(now).max(window.0);
-        let latest = Time(p.deadline.min(window.1).0 - duration.0);
+        let (earliest, latest) = bounds(now, window, &p);
         if sites[p.site].cancel(owner, p.reservation).is_err() {
             continue;
         }
         out.considered += 1;
-        let request = |earliest: Time, latest: Time| Request {
-            amount: p.amount,
-            duration,
-            earliest,
-            latest,
-            flexible: false,
-        };
         // Its old place first: a tie keeps it there.
         let mut best: Option<(f64, usize, Time)> = sites[p.site]
-            .probe(&request(p.start, p.start), 1)
+            .probe(&p.request(p.start, p.start), 1)
             .ok()
             .and_then(|c| c.first().map(|c| (c.rating, p.site, c.start)));
         if latest >= earliest {
             for (k, site) in sites.iter().enumerate() {
-                for c in site.probe(&request(earliest, latest), CANDIDATES).unwrap_or_default() {
+                for c in site.probe(&p.request(earliest, latest), CANDIDATES).unwrap_or_default() {
                     if best.is_none_or(|(r, ..)| c.rating < r) {
                         best = Some((c.rating, k, c.start));
                     }
@@ -133,7 +167,7 @@ pub fn pass(now: Time, window: (Time, Time), placed: &mut [Placed], sites: &mut 
         }
         let targets = best.into_iter().map(|(_, k, s)| (k, s)).chain([(p.site, p.start)]);
         for (k, start) in targets {
-            if let Ok(Reply::Granted { id, start }) = sites[k].reserve(owner, &request(start, start), None) {
+            if let Ok(Reply::Granted { id, start }) = sites[k].reserve(owner, &p.request(start, start), None) {
                 if (k, start) != (p.site, p.start) {
                     out.moved += 1;
                 }
@@ -149,6 +183,225 @@ pub fn pass(now: Time, window: (Time, Time), placed: &mut [Placed], sites: &mut 
         }
     }
     out
+}
+
+impl Placed {
+    /// A request for this job's processors and length, starting between
+    /// `earliest` and `latest`.
+    fn request(&self, earliest: Time, latest: Time) -> Request {
+        Request {
+            amount: self.amount,
+            duration: self.end - self.start,
+            earliest,
+            latest,
+            flexible: false,
+        }
+    }
+}
+
+/// The jobs of `placed` wholly inside `window` that have not started at
+/// `now`, earliest first.
+fn inside(now: Time, window: (Time, Time), placed: &[Placed]) -> Vec<usize> {
+    let mut inside: Vec<usize> = (0..placed.len())
+        .filter(|&i| placed[i].start >= now.max(window.0) && placed[i].end <= window.1)
+        .collect();
+    inside.sort_by_key(|&i| (placed[i].start, i));
+    inside
+}
+
+/// The earliest and latest start job `p` may be given inside `window`.
+fn bounds(now: Time, window: (Time, Time), p: &Placed) -> (Time, Time) {
+    let earliest = p.earliest.max(now).max(window.0);
+    let latest = Time(p.deadline.min(window.1).0 - (p.end - p.start).0);
+    (earliest, latest)
+}
+
+/// Reservations a full search makes in one window, trials included, before
+/// it stops and books the best it has rated.
+pub const FULL_BUDGET: usize = 20_000;
+
+/// The full search of [VRM] 5.4.3 over the jobs of `placed` wholly inside
+/// `window` that have not started at `now`, over `sites`, as `owner`,
+/// making at most `budget` trial reservations; `placed` is updated where
+/// they go.
+///
+/// Every such job is taken off first, the schedule that holds is booked
+/// and rated once, as the one to beat, and given back. Then the jobs are
+/// booked one after another, earliest first, each at one of the places the
+/// sites answer for it where the jobs before it were put (within the
+/// window and its bounds, its old place among them), best rated first.
+/// Combinations are tried by how many jobs take a place other than their
+/// first that fits (none, then one, then two: a limited discrepancy
+/// search), so that a budget spent before the end has tried the
+/// combinations nearest the sites' own choices; each whole combination is
+/// rated by the sites' mean fragmentation over the window and given back.
+/// The best is booked, the old schedule unless one is strictly less
+/// fragmented.
+pub fn full_pass(
+    now: Time,
+    window: (Time, Time),
+    placed: &mut [Placed],
+    sites: &mut [&mut dyn Site],
+    owner: &str,
+    budget: usize,
+) -> Pass {
+    let taken: Vec<usize> = inside(now, window, placed)
+        .into_iter()
+        .filter(|&i| sites[placed[i].site].cancel(owner, placed[i].reservation).is_ok())
+        .collect();
+    let jobs: Vec<Placed> = taken.iter().map(|&i| placed[i]).collect();
+    let mut out = Pass {
+        considered: jobs.len(),
+        ..Pass::default()
+    };
+    if jobs.is_empty() {
+        return out;
+    }
+    let old: Vec<(usize, Time)> = jobs.iter().map(|p| (p.site, p.start)).collect();
+    let mut search = Combinations {
+        jobs: &jobs,
+        now,
+        window,
+        owner,
+        budget,
+        made: 0,
+        chosen: old.clone(),
+        best: None,
+    };
+    // The schedule that holds is the one to beat.
+    if let Some(ids) = book(sites, &jobs, &old, owner) {
+        search.made += ids.len();
+        search.best = Some((grid_fragmentation(window, sites), old.clone()));
+        for (&(site, _), id) in old.iter().zip(ids) {
+            let _ = sites[site].cancel(owner, id);
+        }
+    }
+    for away in 0..jobs.len() {
+        search.visit(sites, 0, away);
+        if search.made >= budget {
+            out.cut_short = true;
+            break;
+        }
+    }
+    let choice = search.best.map_or(old.clone(), |(_, c)| c);
+    // The switch: the chosen combination whole, or the old schedule.
+    let (choice, booked) = match book(sites, &jobs, &choice, owner) {
+        Some(ids) => (choice, ids),
+        None => {
+            let ids = book(sites, &jobs, &old, owner).unwrap_or_default();
+            (old, ids)
+        }
+    };
+    for (((&i, j), &(site, start)), id) in taken.iter().zip(&jobs).zip(&choice).zip(booked) {
+        if (site, start) != (j.site, j.start) {
+            out.moved += 1;
+        }
+        placed[i] = Placed {
+            site,
+            reservation: id,
+            start,
+            end: start + (j.end - j.start),
+            ..*j
+        };
+    }
+    out
+}
+
+/// Books every job of `jobs` at its place in `choice`, all or none; the
+/// reservations in job order.
+fn book(
+    sites: &mut [&mut dyn Site],
+    jobs: &[Placed],
+    choice: &[(usize, Time)],
+    owner: &str,
+) -> Option<Vec<ReservationId>> {
+    let mut booked: Vec<(usize, ReservationId)> = Vec::new();
+    for (j, &(site, start)) in jobs.iter().zip(choice) {
+        match sites[site].reserve(owner, &j.request(start, start), None) {
+            Ok(Reply::Granted { id, .. }) => booked.push((site, id)),
+            _ => {
+                for (site, id) in booked {
+                    let _ = sites[site].cancel(owner, id);
+                }
+                return None;
+            }
+        }
+    }
+    Some(booked.into_iter().map(|(_, id)| id).collect())
+}
+
+/// A full search's state: the combination being built and the best so far.
+struct Combinations<'a> {
+    jobs: &'a [Placed],
+    now: Time,
+    window: (Time, Time),
+    owner: &'a str,
+    budget: usize,
+    /// Trial reservations made.
+    made: usize,
+    /// The place each job has in the combination being built.
+    chosen: Vec<(usize, Time)>,
+    /// The least fragmented combination, with its fragmentation.
+    best: Option<(f64, Vec<(usize, Time)>)>,
+}
+
+impl Combinations<'_> {
+    /// Job `j`'s places where the jobs before it are booked now, best
+    /// rated first, its old place among them where it fits.
+    fn places(&self, sites: &[&mut dyn Site], j: usize) -> Vec<(usize, Time)> {
+        let p = &self.jobs[j];
+        let (earliest, latest) = bounds(self.now, self.window, p);
+        let mut rated: Vec<(f64, usize, Time)> = Vec::new();
+        for (k, site) in sites.iter().enumerate() {
+            let mut answers = Vec::new();
+            if k == p.site {
+                answers = site.probe(&p.request(p.start, p.start), 1).unwrap_or_default();
+            }
+            if latest >= earliest {
+                answers.extend(site.probe(&p.request(earliest, latest), CANDIDATES).unwrap_or_default());
+            }
+            rated.extend(answers.into_iter().map(|c| (c.rating, k, c.start)));
+        }
+        rated.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
+        let mut places: Vec<(usize, Time)> = Vec::new();
+        for (_, k, start) in rated {
+            if !places.contains(&(k, start)) {
+                places.push((k, start));
+            }
+        }
+        places
+    }
+
+    /// Books job `j` and the jobs after it at each combination of places in
+    /// which exactly `away` of them take a place other than their first
+    /// that fits, rating each whole combination.
+    fn visit(&mut self, sites: &mut [&mut dyn Site], j: usize, away: usize) {
+        let left = self.jobs.len() - j;
+        if left == 0 {
+            let fragmented = grid_fragmentation(self.window, sites);
+            if self.best.as_ref().is_none_or(|(f, _)| fragmented < *f) {
+                self.best = Some((fragmented, self.chosen.clone()));
+            }
+            return;
+        }
+        let mut fitted = false;
+        for (site, start) in self.places(sites, j) {
+            let moves = usize::from(fitted);
+            if moves > away || self.made >= self.budget {
+                return;
+            }
+            self.made += 1;
+            let request = self.jobs[j].request(start, start);
+            if let Ok(Reply::Granted { id, .. }) = sites[site].reserve(self.owner, &request, None) {
+                fitted = true;
+                if away - moves < left {
+                    self.chosen[j] = (site, start);
+                    self.visit(sites, j + 1, away - moves);
+                }
+                let _ = sites[site].cancel(self.owner, id);
+            }
+        }
+    }
 }
 
 #[cfg(test)]

@@ -138,6 +138,14 @@ pub trait Site {
         let _ = owner;
         Ok(Vec::new())
     }
+    /// How fragmented the site's free capacity is over `window` ([VRM]
+    /// 2.2.3: 0 for one free block, or none): the rating of its schedule
+    /// there that the thesis's shadow schedules answer. A site that cannot
+    /// say (the default) is read from its answer to a probe of one
+    /// processor over the window's middle third.
+    fn fragmentation(&self, window: (Time, Time)) -> f64 {
+        crate::reoptimize::probed_fragmentation(self, window)
+    }
     /// A job's state.
     fn status(&self, job: &JobHandle) -> Result<JobState, SiteError>;
     /// Cancels a job.

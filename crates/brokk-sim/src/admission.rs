@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 
-use brokk_broker::reoptimize::{self, Placed};
+use brokk_broker::reoptimize::{self, Placed, Search};
 use brokk_broker::rescue::{fenced, Fenced, Strategy};
 use brokk_broker::workflow::{
     admit, admit_without_probing, memory_sites, remember, LinkSpec, Network, Options, Scheduler, SiteSpec, Topology,
@@ -301,6 +301,9 @@ pub struct Setting {
     /// The re-optimization's window size (slots; 0 none), when it runs.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub window: Option<i64>,
+    /// The re-optimization's search inside a window (`each` unsaid).
+    #[serde(skip_serializing_if = "Search::is_each")]
+    pub search: Search,
 }
 
 fn is_zero(x: &i64) -> bool {
@@ -564,13 +567,18 @@ impl AdmissionExperiment {
                                     downtime: 0,
                                     view: None,
                                     window: None,
+                                    search: Search::Each,
                                 };
                                 if let Some(r) = &self.reoptimize {
+                                    // The baseline (window 0) once, whatever the search.
                                     for &w in &r.windows {
-                                        out.push(Setting {
-                                            window: Some(w),
-                                            ..base
-                                        });
+                                        for &search in &r.searches[..if w == 0 { 1 } else { r.searches.len() }] {
+                                            out.push(Setting {
+                                                window: Some(w),
+                                                search: if w == 0 { Search::Each } else { search },
+                                                ..base
+                                            });
+                                        }
                                     }
                                     continue;
                                 }
@@ -668,6 +676,7 @@ impl AdmissionExperiment {
                                     && b.setting
                                         == Setting {
                                             window: Some(0),
+                                            search: Search::Each,
                                             ..p.setting
                                         }
                             })?;
@@ -923,13 +932,18 @@ impl AdmissionExperiment {
                         let to = placed.iter().map(|p| p.end).max().unwrap_or(now);
                         let mut refs: Vec<&mut dyn Site> = sites.iter_mut().map(|s| s as &mut dyn Site).collect();
                         let trigger = self.reoptimize.as_ref().and_then(|r| r.trigger);
+                        let budget = self.reoptimize.as_ref().map_or(reoptimize::FULL_BUDGET, |r| r.budget);
                         for w in reoptimize::windows(now, to, size) {
                             if trigger.is_some_and(|t| reoptimize::window_rating(w, &refs) >= t) {
                                 figures.windows += 1;
                                 figures.skipped += 1;
                                 continue;
                             }
-                            let done = reoptimize::pass(now, w, &mut placed, &mut refs, "broker");
+                            let done = match setting.search {
+                                Search::Each => reoptimize::pass(now, w, &mut placed, &mut refs, "broker"),
+                                Search::Full => reoptimize::full_pass(now, w, &mut placed, &mut refs, "broker", budget),
+                            };
+                            figures.cut_short += usize::from(done.cut_short);
                             figures.considered += done.considered;
                             figures.moved += done.moved;
                             figures.windows += 1;

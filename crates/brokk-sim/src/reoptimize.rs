@@ -5,6 +5,7 @@
 //! stream without the optimization (window 0) is the baseline, so the gain
 //! is the share of later workflows admitted more.
 
+use brokk_broker::reoptimize::Search;
 use serde::{Deserialize, Serialize};
 
 /// When and how the broker re-optimizes (`[reoptimize]`).
@@ -13,6 +14,15 @@ use serde::{Deserialize, Serialize};
 pub struct ReoptimizeConfig {
     /// Window sizes (slots), swept; 0 is the run without optimization.
     pub windows: Vec<i64>,
+    /// The searches inside each window, swept: `each` (sub-job by
+    /// sub-job, the default) and `full` (every combination of the jobs'
+    /// places, [VRM] 5.4.3, up to `budget` trial reservations a window).
+    #[serde(default = "default_searches")]
+    pub searches: Vec<Search>,
+    /// Trial reservations a full search makes in one window before it
+    /// books the best it has rated.
+    #[serde(default = "default_budget")]
+    pub budget: usize,
     /// After which share of the workflows the optimization runs.
     #[serde(default = "default_after")]
     pub after: f64,
@@ -21,6 +31,14 @@ pub struct ReoptimizeConfig {
     /// detection; the V8 proposal's 0.45); every window when absent.
     #[serde(default)]
     pub trigger: Option<f64>,
+}
+
+fn default_budget() -> usize {
+    brokk_broker::reoptimize::FULL_BUDGET
+}
+
+fn default_searches() -> Vec<Search> {
+    vec![Search::Each]
 }
 
 fn default_after() -> f64 {
@@ -32,6 +50,12 @@ impl ReoptimizeConfig {
     pub fn check(&self) -> Result<(), String> {
         if self.windows.is_empty() || self.windows.iter().any(|&w| w < 0) || !self.windows.contains(&0) {
             return Err("reoptimize.windows: sizes in slots, 0 (no optimization, the baseline) among them".into());
+        }
+        if self.budget == 0 {
+            return Err("reoptimize.budget: trial reservations a window, at least 1".into());
+        }
+        if self.searches.is_empty() {
+            return Err("reoptimize.searches: one or more of \"each\" and \"full\"".into());
         }
         if !(self.after > 0.0 && self.after < 1.0) {
             return Err("reoptimize.after: a share of the workflows, between 0 and 1".into());
@@ -54,8 +78,15 @@ pub struct ReoptimizeFigures {
     pub windows: usize,
     /// Of those, left alone: the grid rated them at or above the trigger.
     pub skipped: usize,
+    /// Of those, searched in full until the budget ended the search.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub cut_short: usize,
     /// Workflows submitted after the optimization point.
     pub submitted_after: usize,
     /// Of those, admitted.
     pub admitted_after: usize,
+}
+
+fn is_zero(x: &usize) -> bool {
+    *x == 0
 }

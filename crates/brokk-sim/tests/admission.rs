@@ -1,6 +1,7 @@
 //! Workflow admission experiments: determinism, the grid preset, load
 //! against rejections, and the critical path by hand.
 
+use brokk_broker::reoptimize::Search;
 use brokk_model::workflow::{Edge, Task, Workflow};
 use brokk_model::Duration;
 use brokk_sim::admission::{critical_path, ediscom, AdmissionExperiment};
@@ -411,4 +412,54 @@ fn with_a_trigger_only_the_windows_the_grid_rates_below_it_are_optimized() {
         .unwrap_err()
         .to_string()
         .contains("trigger"));
+}
+
+#[test]
+fn a_full_search_is_a_series_of_its_own_measured_against_the_one_baseline() {
+    let text = REOPTIMIZE.replace(
+        "windows = [0, 400]",
+        "windows = [0, 100]\nsearches = [\"each\", \"full\"]\nbudget = 500",
+    );
+    let e = AdmissionExperiment::from_toml(&text).unwrap();
+    let r = e.sweep(2, &|| ()).unwrap();
+    // One baseline, then the window under each search.
+    let series: Vec<(Option<i64>, Search)> = r
+        .aggregates
+        .iter()
+        .map(|g| (g.setting.window, g.setting.search))
+        .collect();
+    assert_eq!(
+        series,
+        [
+            (Some(0), Search::Each),
+            (Some(100), Search::Each),
+            (Some(100), Search::Full)
+        ]
+    );
+    for seed in [1, 2] {
+        let at = |search: Search| {
+            r.points
+                .iter()
+                .find(|p| p.seed == seed && p.setting.window == Some(100) && p.setting.search == search)
+                .and_then(|p| p.reoptimized.clone())
+                .unwrap()
+        };
+        let (each, full) = (at(Search::Each), at(Search::Full));
+        // The same windows over the same schedule; what is taken up in a
+        // window depends on where the windows before it moved jobs.
+        assert_eq!(each.windows, full.windows, "{each:?} {full:?}");
+        assert!(full.considered > 0, "{full:?}");
+        assert!(full.moved > 0 && full.moved <= full.considered, "{full:?}");
+    }
+    // `search` is written only where it is not the default.
+    let json = serde_json::to_string(&r).unwrap();
+    assert!(json.contains("\"search\":\"full\""));
+    assert!(!json.contains("\"search\":\"each\""));
+    let bad = text.replace("\"full\"]", "\"all\"]");
+    assert!(AdmissionExperiment::from_toml(&bad).is_err());
+    let bad = text.replace("budget = 500", "budget = 0");
+    assert!(AdmissionExperiment::from_toml(&bad)
+        .unwrap_err()
+        .to_string()
+        .contains("budget"));
 }

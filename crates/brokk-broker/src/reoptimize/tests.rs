@@ -124,6 +124,7 @@ mod property {
             jobs in prop::collection::vec((0usize..3, 1u32..=8, 0i64..400, 1i64..100, 0i64..100), 1..20),
             now in 0i64..100,
             window in (0i64..300, 50i64..400),
+            full in proptest::bool::ANY,
         ) {
             let mut sites = vec![site("a", 8), site("b", 8), site("c", 8)];
             for (k, amount, start, length) in local {
@@ -152,7 +153,18 @@ mod property {
                 s.advance(Time(now));
             }
             let mut refs: Vec<&mut dyn Site> = sites.iter_mut().map(|s| s as &mut dyn Site).collect();
-            let done = pass(Time(now), w, &mut placed, &mut refs, "broker");
+            let fragmented_before = grid_fragmentation(w, &refs);
+            let done = if full {
+                // A small budget, so that searches cut short are checked too.
+                full_pass(Time(now), w, &mut placed, &mut refs, "broker", 300)
+            } else {
+                pass(Time(now), w, &mut placed, &mut refs, "broker")
+            };
+            if full {
+                // The sites never rate the window more fragmented than
+                // the schedule the full search started from.
+                prop_assert!(grid_fragmentation(w, &refs) <= fragmented_before);
+            }
             let inside = before.iter().filter(|p| p.start >= Time(now).max(w.0) && p.end <= w.1).count();
             prop_assert_eq!(done.considered, inside);
             let mut moved = 0;
@@ -205,4 +217,82 @@ fn the_grids_rating_falls_as_a_window_is_cut_into_pieces() {
         window_rating(window, &sites)
     };
     assert!((full - 1.0).abs() < 1e-9, "{full}");
+}
+
+#[test]
+fn the_full_search_books_together_what_each_job_alone_would_scatter() {
+    // [VRM] Fig. 5.1's point: places each rated well alone can add up to a
+    // fragmented grid. Two sites of 4; a local job holds 2 processors of a
+    // from 150 to 210; the broker's two 2-processor jobs (60 and 90 long,
+    // anywhere in [0, 300)) sit at a from 120 and at b from 170.
+    let build = || {
+        let (mut a, mut b) = (site("a", 4), site("b", 4));
+        at(&mut a, "local", 2, 150, 60);
+        let job = |site, reservation, start: i64, length: i64| Placed {
+            site,
+            reservation,
+            start: Time(start),
+            end: Time(start + length),
+            amount: 2,
+            earliest: Time(0),
+            deadline: Time(300),
+        };
+        let first = job(0, at(&mut a, "broker", 2, 120, 60), 120, 60);
+        let second = job(1, at(&mut b, "broker", 2, 170, 90), 170, 90);
+        (a, b, [first, second])
+    };
+    let window = (Time(0), Time(300));
+    let (mut a, mut b, mut each) = build();
+    let after_each = {
+        let mut refs: Vec<&mut dyn Site> = vec![&mut a, &mut b];
+        pass(Time(0), window, &mut each, &mut refs, "broker");
+        grid_fragmentation(window, &refs)
+    };
+    let (mut a, mut b, mut full) = build();
+    let mut refs: Vec<&mut dyn Site> = vec![&mut a, &mut b];
+    let done = full_pass(Time(0), window, &mut full, &mut refs, "broker", FULL_BUDGET);
+    assert_eq!((done.considered, done.moved, done.cut_short), (2, 2, false));
+    // Both at a, where they leave a's free room one block for every
+    // demand, and b free throughout: the grid is not fragmented at all.
+    let places: Vec<(usize, i64, i64)> = full.iter().map(|p| (p.site, p.start.0, p.end.0)).collect();
+    assert_eq!(places, [(0, 0, 60), (0, 210, 300)]);
+    assert_eq!(grid_fragmentation(window, &refs), 0.0);
+    assert!(after_each > 0.2, "{after_each}");
+    for p in &full {
+        let r = a.core().reservation_now(p.reservation).unwrap();
+        assert_eq!((r.start, r.end), (p.start, p.end));
+    }
+}
+
+#[test]
+fn a_full_search_cut_short_keeps_the_schedule_it_had_when_nothing_better_was_rated() {
+    // A budget that only books the old schedule itself: the jobs stay.
+    let mut s = site("s", 4);
+    at(&mut s, "local", 4, 100, 100);
+    let id = at(&mut s, "broker", 4, 40, 20);
+    let p = Placed {
+        site: 0,
+        reservation: id,
+        start: Time(40),
+        end: Time(60),
+        amount: 4,
+        earliest: Time(0),
+        deadline: Time(300),
+    };
+    let mut placed = [p];
+    let mut refs: Vec<&mut dyn Site> = vec![&mut s];
+    let done = full_pass(Time(0), (Time(0), Time(400)), &mut placed, &mut refs, "broker", 1);
+    assert_eq!((done.considered, done.moved, done.cut_short), (1, 0, true));
+    assert_eq!((placed[0].start, placed[0].end), (Time(40), Time(60)));
+    // With room to search, it leaves the middle of the gap.
+    let done = full_pass(
+        Time(0),
+        (Time(0), Time(400)),
+        &mut placed,
+        &mut refs,
+        "broker",
+        FULL_BUDGET,
+    );
+    assert_eq!((done.moved, done.cut_short), (1, false));
+    assert_ne!(placed[0].start, Time(40));
 }
