@@ -324,7 +324,7 @@ fn route_again(capacity: &[u32], paths: &[Vec<Vec<usize>>], all: &[Carried], eps
 
 /// Up to `k` loopless paths from `from` to `to` by hop count, as directed
 /// links, fewest hops first (Yen's algorithm).
-fn fewest_hops(adjacent: &[Vec<(usize, usize)>], from: usize, to: usize, k: usize) -> Vec<Vec<usize>> {
+pub(crate) fn fewest_hops(adjacent: &[Vec<(usize, usize)>], from: usize, to: usize, k: usize) -> Vec<Vec<usize>> {
     let found = pathfinding::directed::yen::yen(
         &from,
         |&n| adjacent[n].iter().map(|&(m, _)| (m, 1u32)).collect::<Vec<_>>(),

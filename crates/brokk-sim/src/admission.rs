@@ -133,6 +133,15 @@ pub struct GridConfig {
     /// unit is one byte per second for one slot).
     #[serde(default = "default_bandwidth")]
     pub bandwidth: u64,
+    /// Routes a transfer may take between two sites, fewest hops first, it
+    /// going by whichever delivers first ([`Network::with_paths`]), swept
+    /// (1: the fewest-hop route alone, the default).
+    #[serde(default = "default_paths")]
+    pub paths: Vec<usize>,
+}
+
+fn default_paths() -> Vec<usize> {
+    vec![1]
 }
 
 impl GridConfig {
@@ -174,6 +183,11 @@ impl GridConfig {
             })
             .collect::<Result<Vec<_>, AdmissionError>>()?;
         Network::new(sites.len(), links.clone(), 1, Time(1)).map_err(|e| AdmissionError::Invalid(e.to_string()))?;
+        if g.paths.is_empty() || g.paths.contains(&0) {
+            return Err(AdmissionError::Invalid(
+                "grid.paths: routes per pair of sites, each at least 1".into(),
+            ));
+        }
         Ok((sites, links))
     }
 }
@@ -304,6 +318,13 @@ pub struct Setting {
     /// The re-optimization's search inside a window (`each` unsaid).
     #[serde(skip_serializing_if = "Search::is_each")]
     pub search: Search,
+    /// Routes a transfer may take between two sites (1 unsaid).
+    #[serde(skip_serializing_if = "is_one")]
+    pub paths: usize,
+}
+
+fn is_one(x: &usize) -> bool {
+    *x == 1
 }
 
 fn is_zero(x: &i64) -> bool {
@@ -550,50 +571,53 @@ impl AdmissionExperiment {
     /// probing x rescue view x downtime x rescue strategy, in that nesting.
     pub fn settings(&self) -> Vec<Setting> {
         let mut out = Vec::new();
-        for &scheduler in &self.schedulers {
-            for &inter_arrival in &self.inter_arrival {
-                for &hold in &self.hold {
-                    for &rejecters in &self.rejecters {
-                        for &share in &self.shares {
-                            for &probing in &self.probing {
-                                let base = Setting {
-                                    scheduler,
-                                    inter_arrival,
-                                    hold,
-                                    rejecters,
-                                    share,
-                                    probing,
-                                    strategy: None,
-                                    downtime: 0,
-                                    view: None,
-                                    window: None,
-                                    search: Search::Each,
-                                };
-                                if let Some(r) = &self.reoptimize {
-                                    // The baseline (window 0) once, whatever the search.
-                                    for &w in &r.windows {
-                                        for &search in &r.searches[..if w == 0 { 1 } else { r.searches.len() }] {
-                                            out.push(Setting {
-                                                window: Some(w),
-                                                search: if w == 0 { Search::Each } else { search },
-                                                ..base
-                                            });
+        for &paths in &self.grid.paths {
+            for &scheduler in &self.schedulers {
+                for &inter_arrival in &self.inter_arrival {
+                    for &hold in &self.hold {
+                        for &rejecters in &self.rejecters {
+                            for &share in &self.shares {
+                                for &probing in &self.probing {
+                                    let base = Setting {
+                                        scheduler,
+                                        inter_arrival,
+                                        hold,
+                                        rejecters,
+                                        share,
+                                        probing,
+                                        strategy: None,
+                                        downtime: 0,
+                                        view: None,
+                                        window: None,
+                                        search: Search::Each,
+                                        paths,
+                                    };
+                                    if let Some(r) = &self.reoptimize {
+                                        // The baseline (window 0) once, whatever the search.
+                                        for &w in &r.windows {
+                                            for &search in &r.searches[..if w == 0 { 1 } else { r.searches.len() }] {
+                                                out.push(Setting {
+                                                    window: Some(w),
+                                                    search: if w == 0 { Search::Each } else { search },
+                                                    ..base
+                                                });
+                                            }
                                         }
+                                        continue;
                                     }
-                                    continue;
-                                }
-                                match &self.rescue {
-                                    None => out.push(base),
-                                    Some(r) => {
-                                        for &view in &r.views {
-                                            for &downtime in &r.downtime {
-                                                for &s in &r.strategies {
-                                                    out.push(Setting {
-                                                        strategy: Some(s),
-                                                        downtime,
-                                                        view: Some(view),
-                                                        ..base
-                                                    });
+                                    match &self.rescue {
+                                        None => out.push(base),
+                                        Some(r) => {
+                                            for &view in &r.views {
+                                                for &downtime in &r.downtime {
+                                                    for &s in &r.strategies {
+                                                        out.push(Setting {
+                                                            strategy: Some(s),
+                                                            downtime,
+                                                            view: Some(view),
+                                                            ..base
+                                                        });
+                                                    }
                                                 }
                                             }
                                         }
@@ -854,9 +878,10 @@ impl AdmissionExperiment {
         let last = arrivals.last().map_or(0, |a| a.at.0);
         let horizon = Time(last + (self.max_book_ahead + 100 * MAX_TASK_SLOTS) * self.slot * 4);
         let mut sites = memory_sites(specs, horizon);
-        let Ok(mut net) = Network::new(specs.len(), links.to_vec(), 1, horizon) else {
+        let Ok(net) = Network::new(specs.len(), links.to_vec(), 1, horizon) else {
             return Self::empty(setting, seed);
         };
+        let mut net = net.with_paths(setting.paths);
         let topo = Topology::new(specs.to_vec(), &net);
         let steady = (Time(last / 10), Time(last));
         let mut booked = [0.0f64; 2];

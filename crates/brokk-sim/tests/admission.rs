@@ -60,6 +60,9 @@ fn bad_experiments_are_refused_with_the_key() {
     assert!(e.to_string().contains("nowhere"), "{e}");
     let bad = SMALL.replace("[\"heftsync\", \"single\"]", "[\"heft\"]");
     assert!(AdmissionExperiment::from_toml(&bad).is_err());
+    let bad = SMALL.replace("heterogeneous = true", "heterogeneous = true\npaths = [1, 0]");
+    let e = AdmissionExperiment::from_toml(&bad).unwrap_err();
+    assert!(e.to_string().contains("grid.paths"), "{e}");
 }
 
 #[test]
@@ -462,4 +465,33 @@ fn a_full_search_is_a_series_of_its_own_measured_against_the_one_baseline() {
         .unwrap_err()
         .to_string()
         .contains("budget"));
+}
+
+#[test]
+fn more_routes_between_sites_refuse_fewer_workflows_for_the_network() {
+    // The busy load of the small experiment, its fewest-hop routes alone
+    // and up to three routes a pair: the same stream, fewer workflows
+    // refused because a transfer found no room.
+    let text = SMALL
+        .replace("inter_arrival = [20, 200]", "inter_arrival = [40]")
+        .replace("[\"heftsync\", \"single\"]", "[\"heftsync\"]")
+        .replace("seeds = [1, 2]", "seeds = [1, 2, 3]")
+        .replace("heterogeneous = true", "heterogeneous = true\npaths = [1, 3]");
+    let r = AdmissionExperiment::from_toml(&text).unwrap().sweep(2, &|| ()).unwrap();
+    let network = |paths: usize| -> usize {
+        r.points
+            .iter()
+            .filter(|p| p.setting.paths == paths)
+            .map(|p| p.reasons.get("network").copied().unwrap_or(0))
+            .sum()
+    };
+    let (one, three) = (network(1), network(3));
+    assert!(
+        one > 0 && three < one,
+        "refused for the network: {one} with one route, {three} with three"
+    );
+    assert_eq!(r.aggregates.len(), 2);
+    // `paths` is written only where it is not 1.
+    let json = serde_json::to_string(&r).unwrap();
+    assert!(json.contains("\"paths\":3") && !json.contains("\"paths\":1"));
 }

@@ -393,7 +393,12 @@ impl<'s, 'x> Booking<'s, 'x> {
             let (a, b, start, end) = (me.site, them.site, me.start, me.end.max(them.end));
             let units = self.net.units_for(bw);
             self.messages.reservations += 1;
-            let slot = Slot { start, end, units };
+            let slot = Slot {
+                start,
+                end,
+                units,
+                route: 0,
+            };
             let Some(links) = self.net.book(self.owner, a, b, slot, Some(self.hold)) else {
                 self.messages.refused += 1;
                 self.fail_network(t, other);

@@ -4,6 +4,12 @@
 //! link on its route, all or none. Data transfers are moldable: the same
 //! bytes at a lower bandwidth take longer, and the broker takes the
 //! bandwidth that delivers them first.
+//!
+//! A pair of sites is joined by its fewest-hop route and, where the network
+//! is built [`Network::with_paths`], by its next fewest-hop ones (Yen's, as
+//! [`crate::reroute`] takes them): a transfer that a busy link holds up on
+//! the first route goes by another when that one delivers first, as the
+//! network managers [VRM] 5.6.1 compares against route each reservation.
 
 use std::collections::VecDeque;
 
@@ -39,6 +45,9 @@ pub(crate) struct Slot {
     pub end: Time,
     /// Bandwidth units.
     pub units: u32,
+    /// The pair's route it was found on (0, the fewest hops, when none
+    /// was searched): booked there first.
+    pub route: usize,
 }
 
 /// The network's schedule.
@@ -52,6 +61,11 @@ pub struct Network {
     /// `routes[a][b]`: directed links from site a to site b (empty when a == b
     /// or unreachable).
     routes: Vec<Vec<Option<Vec<usize>>>>,
+    /// `others[a][b]`: the pair's next fewest-hop routes, when the network
+    /// takes more than one ([`Network::with_paths`]).
+    others: Vec<Vec<Vec<Vec<usize>>>>,
+    /// Each site's links: (the site at the other end, the directed link).
+    adjacent: Vec<Vec<(usize, usize)>>,
 }
 
 /// A network that cannot be built as described.
@@ -106,7 +120,44 @@ impl Network {
             unit,
             planners,
             routes,
+            others: Vec::new(),
+            adjacent,
         })
+    }
+
+    /// The same network, each pair joined by up to `k` routes, fewest hops
+    /// first: the first is the one [`Network::route`] gives, the others
+    /// Yen's next loopless ones. A transfer is booked on whichever
+    /// delivers first.
+    pub fn with_paths(mut self, k: usize) -> Network {
+        let n = self.adjacent.len();
+        self.others = (0..n)
+            .map(|a| {
+                (0..n)
+                    .map(|b| {
+                        let first = self.route(a, b).filter(|r| !r.is_empty()).map(<[usize]>::to_vec);
+                        let Some(first) = first.filter(|_| k > 1) else {
+                            return Vec::new();
+                        };
+                        let mut more: Vec<Vec<usize>> = crate::reroute::fewest_hops(&self.adjacent, a, b, k)
+                            .into_iter()
+                            .filter(|r| *r != first)
+                            .collect();
+                        more.truncate(k - 1);
+                        more
+                    })
+                    .collect()
+            })
+            .collect();
+        self
+    }
+
+    /// The routes from `a` to `b` in the order they are tried: the fewest
+    /// hops first.
+    fn routes_between(&self, a: usize, b: usize) -> Vec<&[usize]> {
+        let first = self.route(a, b).filter(|r| !r.is_empty());
+        let others = self.others.get(a).and_then(|o| o.get(b)).into_iter().flatten();
+        first.into_iter().chain(others.map(Vec::as_slice)).collect()
     }
 
     /// Bytes per second per booking unit.
@@ -209,8 +260,20 @@ impl Network {
     }
 
     fn find(&self, a: usize, b: usize, bytes: u64, after: Time, by: Time, aim: Aim) -> Option<Slot> {
+        let mut best: Option<Slot> = None;
+        for (k, route) in self.routes_between(a, b).into_iter().enumerate() {
+            if let Some(slot) = self.find_on(route, k, bytes, after, by, aim) {
+                if best.is_none_or(|b| aim.prefers(&slot, &b)) {
+                    best = Some(slot);
+                }
+            }
+        }
+        best
+    }
+
+    /// [`Network::find`] on one route, the pair's `k`th.
+    fn find_on(&self, route: &[usize], k: usize, bytes: u64, after: Time, by: Time, aim: Aim) -> Option<Slot> {
         let late = aim == Aim::Latest;
-        let route = self.route(a, b).filter(|r| !r.is_empty())?;
         let full = self.bottleneck(route);
         let at = if late { by - Duration(1) } else { after };
         let free_then = route
@@ -241,22 +304,19 @@ impl Network {
                 start: Time(start),
                 end: Time(start + d),
                 units,
+                route: k,
             };
-            let better = match (best, aim) {
-                (None, _) => true,
-                (Some(b), Aim::Latest) => slot.start > b.start || (slot.start == b.start && units > b.units),
-                (Some(b), Aim::Earliest) => slot.end < b.end || (slot.end == b.end && units < b.units),
-                (Some(b), Aim::Narrowest) => units < b.units,
-            };
-            if better {
+            if best.is_none_or(|b| aim.prefers(&slot, &b)) {
                 best = Some(slot);
             }
         }
         best
     }
 
-    /// Books `slot.units` on every link from `a` to `b` over the slot,
-    /// preliminary until `hold` when given; all links or none.
+    /// Books `slot.units` on every link of a route from `a` to `b` over the
+    /// slot, preliminary until `hold` when given: the slot's own route
+    /// first, then the others in their order; all links of one route or
+    /// none.
     pub(crate) fn book(
         &mut self,
         owner: &str,
@@ -265,7 +325,18 @@ impl Network {
         slot: Slot,
         hold: Option<Time>,
     ) -> Option<Vec<LinkBooking>> {
-        let route: Vec<usize> = self.route(a, b)?.to_vec();
+        if a == b {
+            return Some(Vec::new());
+        }
+        let routes: Vec<Vec<usize>> = self.routes_between(a, b).into_iter().map(<[usize]>::to_vec).collect();
+        let order = std::iter::once(slot.route).chain((0..routes.len()).filter(|&k| k != slot.route));
+        order
+            .filter_map(|k| routes.get(k))
+            .find_map(|route| self.book_on(owner, route, slot, hold))
+    }
+
+    /// [`Network::book`] on one route.
+    fn book_on(&mut self, owner: &str, route: &[usize], slot: Slot, hold: Option<Time>) -> Option<Vec<LinkBooking>> {
         let req = Request {
             amount: slot.units,
             duration: slot.end - slot.start,
@@ -274,7 +345,7 @@ impl Network {
             flexible: false,
         };
         let mut made = Vec::with_capacity(route.len());
-        for l in route {
+        for &l in route {
             match self.planners[l].reserve(owner, &req, hold) {
                 Reply::Granted { id, .. } => made.push(LinkBooking {
                     link: l,
@@ -336,8 +407,19 @@ impl Network {
     /// Books `units` from `a` to `b` directly (traffic the broker does not
     /// manage, in simulations), committed.
     pub fn book_background(&mut self, a: usize, b: usize, units: u32, start: Time, end: Time) -> bool {
-        self.book("background", a, b, Slot { start, end, units }, None)
-            .is_some()
+        self.book(
+            "background",
+            a,
+            b,
+            Slot {
+                start,
+                end,
+                units,
+                route: 0,
+            },
+            None,
+        )
+        .is_some()
     }
 }
 
@@ -347,6 +429,18 @@ enum Aim {
     Earliest,
     Latest,
     Narrowest,
+}
+
+impl Aim {
+    /// Whether `slot` serves this aim better than `best` (a tie keeps
+    /// `best`, found first: on an earlier route or at the full bandwidth).
+    fn prefers(self, slot: &Slot, best: &Slot) -> bool {
+        match self {
+            Aim::Latest => slot.start > best.start || (slot.start == best.start && slot.units > best.units),
+            Aim::Earliest => slot.end < best.end || (slot.end == best.end && slot.units < best.units),
+            Aim::Narrowest => slot.units < best.units,
+        }
+    }
 }
 
 /// Whole seconds to move `bytes` at `bytes_per_s` (at least one).
@@ -442,6 +536,48 @@ mod tests {
             (Time(5), 4),
             "the lapsed hold is free again"
         );
+    }
+
+    #[test]
+    fn a_transfer_held_up_on_the_direct_link_goes_round_when_the_network_takes_two_routes() {
+        // A triangle of 10-unit links: 0 - 2 directly, or by 1.
+        let triangle = || {
+            let link = |a, b| LinkSpec { a, b, bandwidth: 10 };
+            Network::new(3, vec![link(0, 2), link(0, 1), link(1, 2)], 1, Time(1_000_000)).unwrap()
+        };
+        for paths in [1, 2] {
+            let mut n = triangle().with_paths(paths);
+            // The direct link is full until t = 100.
+            assert!(n.book_background(0, 2, 10, Time(0), Time(100)));
+            let s = n.find_transfer(0, 2, 40, Time(0), Time(10_000)).unwrap();
+            let links = n.book("u", 0, 2, s, None).unwrap();
+            let by: Vec<usize> = links.iter().map(|b| b.link).collect();
+            if paths == 1 {
+                // One route: the transfer waits for it.
+                assert_eq!((s.start, s.end, s.route), (Time(100), Time(104), 0));
+                assert_eq!(by, [0]);
+            } else {
+                // Round by site 1 (0 -> 1, then 1 -> 2), at once.
+                assert_eq!((s.start, s.end, s.route), (Time(0), Time(4), 1));
+                assert_eq!(by, [2, 4]);
+            }
+        }
+        // A route with room is taken even for a slot found on another: a
+        // stream booked over the direct link's busy span goes round.
+        let mut n = triangle().with_paths(2);
+        assert!(n.book_background(0, 2, 10, Time(0), Time(100)));
+        let stream = Slot {
+            start: Time(10),
+            end: Time(20),
+            units: 5,
+            route: 0,
+        };
+        let links = n.book("u", 0, 2, stream, None).unwrap();
+        assert_eq!(links.iter().map(|b| b.link).collect::<Vec<_>>(), [2, 4]);
+        // With one route it is refused.
+        let mut one = triangle();
+        assert!(one.book_background(0, 2, 10, Time(0), Time(100)));
+        assert!(one.book("u", 0, 2, stream, None).is_none());
     }
 
     #[test]

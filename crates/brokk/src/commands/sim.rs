@@ -544,6 +544,7 @@ fn workflows(a: WorkflowsArgs) -> Result<ExitCode> {
             },
             t.view.map_or_else(String::new, |v| format!("view {v}")),
             t.window.map_or_else(String::new, |w| format!("window {w}")),
+            format!("paths {}", t.paths),
         ]
     };
     let all: Vec<Vec<String>> = report.aggregates.iter().map(|g| others(&g.setting)).collect();
