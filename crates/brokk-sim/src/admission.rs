@@ -567,8 +567,9 @@ impl AdmissionExperiment {
         self.grid.platform()
     }
 
-    /// Every setting: scheduler x inter-arrival x hold x rejecters x share x
-    /// probing x rescue view x downtime x rescue strategy, in that nesting.
+    /// Every setting: routes x scheduler x inter-arrival x hold x rejecters
+    /// x share x probing x (rescue view x downtime x rescue strategy, or
+    /// re-optimization window x search), in that nesting.
     pub fn settings(&self) -> Vec<Setting> {
         let mut out = Vec::new();
         for &paths in &self.grid.paths {
@@ -593,12 +594,13 @@ impl AdmissionExperiment {
                                         paths,
                                     };
                                     if let Some(r) = &self.reoptimize {
-                                        // The baseline (window 0) once, whatever the search.
                                         for &w in &r.windows {
-                                            for &search in &r.searches[..if w == 0 { 1 } else { r.searches.len() }] {
+                                            // The baseline (window 0) once, whatever the search.
+                                            let searches = if w == 0 { &[Search::Each][..] } else { &r.searches };
+                                            for &search in searches {
                                                 out.push(Setting {
                                                     window: Some(w),
-                                                    search: if w == 0 { Search::Each } else { search },
+                                                    search,
                                                     ..base
                                                 });
                                             }

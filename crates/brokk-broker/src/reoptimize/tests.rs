@@ -52,14 +52,14 @@ fn windows_overlap_by_half_and_cover_the_span() {
     assert!(windows(Time(10), Time(10), Duration(100)).is_empty());
 }
 
-#[test]
-fn a_job_in_the_middle_of_a_gap_moves_to_leave_less_fragmented_room() {
-    // A local job holds the site from 100 to 200; the broker's job sits in
-    // the middle of the gap before it.
+/// A site where a local job holds every processor from 100 to 200 and the
+/// broker's job (4 processors for 20, anywhere in [0, 300)) sits in the
+/// middle of the gap before it, from 40.
+fn in_the_middle_of_a_gap() -> (MemorySite, [Placed; 1]) {
     let mut s = site("s", 4);
     at(&mut s, "local", 4, 100, 100);
     let id = at(&mut s, "broker", 4, 40, 20);
-    let mut placed = [Placed {
+    let placed = [Placed {
         site: 0,
         reservation: id,
         start: Time(40),
@@ -68,6 +68,12 @@ fn a_job_in_the_middle_of_a_gap_moves_to_leave_less_fragmented_room() {
         earliest: Time(0),
         deadline: Time(300),
     }];
+    (s, placed)
+}
+
+#[test]
+fn a_job_in_the_middle_of_a_gap_moves_to_leave_less_fragmented_room() {
+    let (mut s, mut placed) = in_the_middle_of_a_gap();
     let mut refs: Vec<&mut dyn Site> = vec![&mut s];
     let done = pass(Time(0), (Time(0), Time(400)), &mut placed, &mut refs, "broker");
     assert_eq!((done.considered, done.moved), (1, 1));
@@ -266,20 +272,8 @@ fn the_full_search_books_together_what_each_job_alone_would_scatter() {
 
 #[test]
 fn a_full_search_cut_short_keeps_the_schedule_it_had_when_nothing_better_was_rated() {
-    // A budget that only books the old schedule itself: the jobs stay.
-    let mut s = site("s", 4);
-    at(&mut s, "local", 4, 100, 100);
-    let id = at(&mut s, "broker", 4, 40, 20);
-    let p = Placed {
-        site: 0,
-        reservation: id,
-        start: Time(40),
-        end: Time(60),
-        amount: 4,
-        earliest: Time(0),
-        deadline: Time(300),
-    };
-    let mut placed = [p];
+    // A budget that only books the old schedule itself: the job stays.
+    let (mut s, mut placed) = in_the_middle_of_a_gap();
     let mut refs: Vec<&mut dyn Site> = vec![&mut s];
     let done = full_pass(Time(0), (Time(0), Time(400)), &mut placed, &mut refs, "broker", 1);
     assert_eq!((done.considered, done.moved, done.cut_short), (1, 0, true));
