@@ -438,14 +438,18 @@ pub fn write_all(dir: &std::path::Path, report: &AdmissionReport, times: &[Sched
 }
 
 /// Each run's admission time ([VRM]'s scheduler time per workflow), named
-/// by its scheduler, inter-arrival and seed.
+/// by its scheduler (and its routes per pair of sites, where more than
+/// one), inter-arrival and seed.
 pub fn timed(report: &AdmissionReport, times: &[SchedulerTime]) -> Vec<crate::timing::Timed> {
     report
         .points
         .iter()
         .zip(times)
         .map(|(p, &time)| crate::timing::Timed {
-            series: p.setting.scheduler.name().to_string(),
+            series: match p.setting.paths {
+                1 => p.setting.scheduler.name().to_string(),
+                k => format!("{} {k} routes", p.setting.scheduler.name()),
+            },
             at: p.setting.inter_arrival.to_string(),
             seed: p.seed,
             time,
