@@ -276,7 +276,7 @@ pub fn full_pass(
             let _ = sites[site].cancel(owner, id);
         }
     }
-    for away in 0..jobs.len() {
+    for away in 0..=jobs.len() {
         search.visit(sites, 0, away);
         if search.made >= budget {
             out.cut_short = true;

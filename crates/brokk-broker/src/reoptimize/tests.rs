@@ -120,6 +120,60 @@ mod property {
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(64))]
 
+        /// One job searched in full with room to finish: it ends where the
+        /// grid is least fragmented among every place the sites answer for
+        /// it (each tried alone), its first choice or not.
+        #[test]
+        fn a_full_search_that_finishes_finds_the_least_fragmenting_place(
+            local in prop::collection::vec((0usize..2, 1u32..=4, 0i64..300, 10i64..100), 0..6),
+            (home, amount, start, length) in (0usize..2, 1u32..=4, 0i64..200, 10i64..80),
+        ) {
+            let mut sites = vec![site("a", 4), site("b", 4)];
+            for (k, amount, start, length) in local {
+                let req = Request { amount, duration: Duration(length), earliest: Time(start), latest: Time(start), flexible: false };
+                let _ = sites[k].reserve("local", &req, None);
+            }
+            let req = Request { amount, duration: Duration(length), earliest: Time(start), latest: Time(start), flexible: false };
+            let Ok(Reply::Granted { id, .. }) = sites[home].reserve("broker", &req, None) else {
+                return Ok(());
+            };
+            let p = Placed {
+                site: home,
+                reservation: id,
+                start: Time(start),
+                end: Time(start + length),
+                amount,
+                earliest: Time(0),
+                deadline: Time(300),
+            };
+            let window = (Time(0), Time(300));
+            // Every place, tried alone on copies of the sites.
+            let mut least = f64::INFINITY;
+            let mut bare = sites.clone();
+            bare[home].cancel("broker", id).unwrap();
+            let (earliest, latest) = bounds(Time(0), window, &p);
+            for k in 0..2 {
+                let mut places = bare[k].probe(&p.request(earliest, latest), CANDIDATES).unwrap_or_default();
+                places.extend(bare[k].probe(&p.request(p.start, p.start), 1).unwrap_or_default());
+                for c in places {
+                    let mut tried = bare.clone();
+                    if let Ok(Reply::Granted { .. }) = tried[k].reserve("broker", &p.request(c.start, c.start), None) {
+                        let refs: Vec<&mut dyn Site> = tried.iter_mut().map(|s| s as &mut dyn Site).collect();
+                        least = least.min(grid_fragmentation(window, &refs));
+                    }
+                }
+            }
+            let mut placed = [p];
+            let mut refs: Vec<&mut dyn Site> = sites.iter_mut().map(|s| s as &mut dyn Site).collect();
+            let done = full_pass(Time(0), window, &mut placed, &mut refs, "broker", FULL_BUDGET);
+            prop_assert!(!done.cut_short);
+            prop_assert!((grid_fragmentation(window, &refs) - least).abs() < 1e-12, "{} against {least}", grid_fragmentation(window, &refs));
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
         /// Whatever is booked: only the broker's jobs wholly inside the
         /// window and not started are taken up, each ends where its bounds
         /// and the window allow with its length kept, every job is booked
