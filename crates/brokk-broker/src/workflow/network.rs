@@ -64,8 +64,6 @@ pub struct Network {
     /// `others[a][b]`: the pair's next fewest-hop routes, when the network
     /// takes more than one ([`Network::with_paths`]).
     others: Vec<Vec<Vec<Vec<usize>>>>,
-    /// Each site's links: (the site at the other end, the directed link).
-    adjacent: Vec<Vec<(usize, usize)>>,
 }
 
 /// A network that cannot be built as described.
@@ -93,7 +91,6 @@ impl Network {
     pub fn new(sites: usize, links: Vec<LinkSpec>, unit: u64, horizon: Time) -> Result<Network, NetworkError> {
         let unit = unit.max(1);
         let mut planners = Vec::with_capacity(links.len() * 2);
-        let mut adjacent: Vec<Vec<(usize, usize)>> = vec![Vec::new(); sites];
         for (i, l) in links.iter().enumerate() {
             for s in [l.a, l.b] {
                 if s >= sites {
@@ -111,9 +108,8 @@ impl Network {
             for _ in 0..2 {
                 planners.push(brokk_core::planner(units as u32, horizon));
             }
-            adjacent[l.a].push((l.b, 2 * i));
-            adjacent[l.b].push((l.a, 2 * i + 1));
         }
+        let adjacent = adjacency(sites, &links);
         let routes = (0..sites).map(|from| shortest_routes(&adjacent, from)).collect();
         Ok(Network {
             links,
@@ -121,7 +117,6 @@ impl Network {
             planners,
             routes,
             others: Vec::new(),
-            adjacent,
         })
     }
 
@@ -130,7 +125,8 @@ impl Network {
     /// Yen's next loopless ones. A transfer is booked on whichever
     /// delivers first.
     pub fn with_paths(mut self, k: usize) -> Network {
-        let n = self.adjacent.len();
+        let n = self.routes.len();
+        let adjacent = adjacency(n, &self.links);
         self.others = (0..n)
             .map(|a| {
                 (0..n)
@@ -139,7 +135,7 @@ impl Network {
                         let Some(first) = first.filter(|_| k > 1) else {
                             return Vec::new();
                         };
-                        let mut more: Vec<Vec<usize>> = crate::reroute::fewest_hops(&self.adjacent, a, b, k)
+                        let mut more: Vec<Vec<usize>> = crate::reroute::fewest_hops(&adjacent, a, b, k)
                             .into_iter()
                             .filter(|r| *r != first)
                             .collect();
@@ -446,6 +442,17 @@ impl Aim {
 /// Whole seconds to move `bytes` at `bytes_per_s` (at least one).
 fn seconds(bytes: u64, bytes_per_s: u64) -> i64 {
     bytes.div_ceil(bytes_per_s.max(1)).clamp(1, i64::MAX as u64 / 4) as i64
+}
+
+/// Each site's links as (the site at the other end, the directed link
+/// `2 * link + direction`).
+fn adjacency(sites: usize, links: &[LinkSpec]) -> Vec<Vec<(usize, usize)>> {
+    let mut adjacent: Vec<Vec<(usize, usize)>> = vec![Vec::new(); sites];
+    for (i, l) in links.iter().enumerate() {
+        adjacent[l.a].push((l.b, 2 * i));
+        adjacent[l.b].push((l.a, 2 * i + 1));
+    }
+    adjacent
 }
 
 /// Breadth-first routes from `from` to every site, as directed link lists.
