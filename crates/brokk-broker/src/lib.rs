@@ -39,4 +39,4 @@ pub mod workflow;
 
 pub use clock::{Clock, ManualClock};
 pub use memory_site::{MemorySite, Publishing};
-pub use site::{JobHandle, JobState, Site, SiteError};
+pub use site::{JobHandle, JobState, Shadows, Site, SiteError};

@@ -10,7 +10,7 @@ use brokk_core::{
 };
 use brokk_model::{Duration, Job, ResourceInfo, Time};
 
-use crate::site::{JobHandle, JobState, Site, SiteError};
+use crate::site::{JobHandle, JobState, Shadows, Site, SiteError};
 
 /// Wall time assumed for a job that states none.
 const DEFAULT_WALL_TIME: Duration = Duration::hours(1);
@@ -351,6 +351,14 @@ impl Site for MemorySite {
         self.accept(owner, job, Some(reservation), Some(key), true)
     }
 
+    fn shadows(&self) -> Option<&dyn Shadows> {
+        Some(self)
+    }
+
+    fn shadows_mut(&mut self) -> Option<&mut dyn Shadows> {
+        Some(self)
+    }
+
     fn status(&self, job: &JobHandle) -> Result<JobState, SiteError> {
         self.up()?;
         let j = self.core.record(handle_id(job)?).ok_or(SiteError::Unknown)?;
@@ -366,5 +374,51 @@ impl Site for MemorySite {
     fn cancel_job(&mut self, owner: &str, job: &JobHandle) -> Result<(), SiteError> {
         let id = handle_id(job)?;
         self.op(|core, now| core.cancel_job(now, owner, id).map(|_| ()))
+    }
+}
+
+impl Shadows for MemorySite {
+    fn open_shadow(&mut self, owner: &str) -> Result<(), SiteError> {
+        self.op(|core, now| core.shadow_open(now, owner))
+    }
+
+    fn probe_shadow(&self, owner: &str, req: &Request, k: usize) -> Result<Vec<Candidate>, SiteError> {
+        self.up()?;
+        match self.core.shadow_probe(self.now, owner, req, k) {
+            Err(CoreError::NotGranted(_)) => Ok(Vec::new()),
+            other => other.map_err(|e| self.error(e)),
+        }
+    }
+
+    fn reserve_in_shadow(&mut self, owner: &str, req: &Request) -> Result<Reply, SiteError> {
+        match self.op(|core, now| core.shadow_reserve(now, owner, req)) {
+            Ok(r) => Ok(Reply::Granted {
+                id: r.id,
+                start: r.start,
+            }),
+            Err(SiteError::NotGranted(reply)) => Ok(reply),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn cancel_in_shadow(&mut self, owner: &str, id: ReservationId) -> Result<(), SiteError> {
+        self.op(|core, now| core.shadow_cancel(now, owner, id))
+    }
+
+    fn rate_shadow(&self, owner: &str, window: (Time, Time)) -> Result<f64, SiteError> {
+        self.up()?;
+        self.core.shadow_fragmentation(owner, window).map_err(|e| self.error(e))
+    }
+
+    fn prepare_switch(&mut self, owner: &str) -> Result<Vec<(ReservationId, ReservationId)>, SiteError> {
+        self.op(|core, now| core.shadow_prepare(now, owner))
+    }
+
+    fn switch(&mut self, owner: &str) -> Result<(), SiteError> {
+        self.op(|core, now| core.shadow_switch(now, owner))
+    }
+
+    fn abandon_shadow(&mut self, owner: &str) -> Result<(), SiteError> {
+        self.op(|core, now| core.shadow_abandon(now, owner))
     }
 }

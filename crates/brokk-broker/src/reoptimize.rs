@@ -18,19 +18,27 @@
 //!   a schedule rated worse (the thesis's Fig. 5.1). The best combination
 //!   is booked, the old schedule unless one is strictly less fragmented.
 //!
-//! Either way the schedule is never worse for admissions already made. The
-//! thesis's shadow schedules let a broker try combinations while the old
-//! schedule stays binding, and switch all sites at once by a two-phase
-//! commit. A pass here runs between two events of one broker's sites, so
-//! nothing else books meanwhile: the trial bookings, made and given back,
-//! are the shadow, and booking the chosen combination, or the old schedule
-//! again if any site refuses a part of it, is the switch.
+//! Either way the schedule is never worse for admissions already made.
+//!
+//! Both search in the sites' shadow schedules ([VRM] 5.4.1, [`Shadows`]):
+//! each site answers in the broker's shadow as if the broker's old
+//! reservations there were gone, while they stay binding for everyone
+//! else, who keep booking meanwhile. What a search leaves in the shadows
+//! waits as a [`Trial`] until [`Trial::switch`]: every site prepares (books
+//! the new reservations beside the old, or votes no where something booked
+//! since no longer lets them fit), and only if all agree do all switch;
+//! otherwise all abandon and the old schedule holds everywhere. [`pass`]
+//! and [`full_pass`] switch at once, as one broker between two of its
+//! events does; [`try_each`] and [`try_full`] leave the switch to the
+//! caller, so that others may book in between. A site that keeps no
+//! shadows is searched directly: its trial bookings are real, made
+//! between two of the broker's events, and the switch has nothing to do.
 
-use brokk_core::{Reply, Request, ReservationId};
-use brokk_model::{Duration, Time};
+use brokk_core::{Candidate, Change, Reply, Request, ReservationId};
+use brokk_model::{Duration, Job, ResourceInfo, Time};
 use serde::{Deserialize, Serialize};
 
-use crate::site::Site;
+use crate::site::{JobHandle, JobState, Shadows, Site, SiteError};
 
 /// One of the broker's jobs as booked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -80,6 +88,9 @@ pub struct Pass {
     /// A full search stopped at its budget before it had rated every
     /// combination.
     pub cut_short: bool,
+    /// A site voted no to the switch, and the old schedule held: nothing
+    /// moved.
+    pub vetoed: bool,
 }
 
 /// Windows of `size` covering `[from, to)`, each starting half a window
@@ -139,9 +150,27 @@ pub fn grid_fragmentation(window: (Time, Time), sites: &[&mut dyn Site]) -> f64 
 const CANDIDATES: usize = 8;
 
 /// Re-places, at `now`, the jobs of `placed` wholly inside `window` that
-/// have not started, over `sites`, as `owner`; `placed` is updated where
-/// they go.
+/// have not started, over `sites`, as `owner`, and switches to the result;
+/// `placed` is updated where they go.
 pub fn pass(now: Time, window: (Time, Time), placed: &mut [Placed], sites: &mut [&mut dyn Site], owner: &str) -> Pass {
+    try_each(now, window, placed, sites, owner).switch(placed, sites, owner)
+}
+
+/// [`pass`]'s search, left in the sites' shadows to be switched to.
+pub fn try_each(
+    now: Time,
+    window: (Time, Time),
+    placed: &mut [Placed],
+    sites: &mut [&mut dyn Site],
+    owner: &str,
+) -> Trial {
+    trial(placed, sites, owner, |placed, sites| {
+        each(now, window, placed, sites, owner)
+    })
+}
+
+/// [`pass`]'s search over `sites` as given.
+fn each(now: Time, window: (Time, Time), placed: &mut [Placed], sites: &mut [&mut dyn Site], owner: &str) -> Pass {
     let mut out = Pass::default();
     for i in inside(now, window, placed) {
         let p = placed[i];
@@ -222,8 +251,34 @@ pub const FULL_BUDGET: usize = 20_000;
 
 /// The full search of [VRM] 5.4.3 over the jobs of `placed` wholly inside
 /// `window` that have not started at `now`, over `sites`, as `owner`,
-/// making at most `budget` trial reservations; `placed` is updated where
-/// they go.
+/// making at most `budget` trial reservations, and the switch to the
+/// result; `placed` is updated where they go.
+pub fn full_pass(
+    now: Time,
+    window: (Time, Time),
+    placed: &mut [Placed],
+    sites: &mut [&mut dyn Site],
+    owner: &str,
+    budget: usize,
+) -> Pass {
+    try_full(now, window, placed, sites, owner, budget).switch(placed, sites, owner)
+}
+
+/// [`full_pass`]'s search, left in the sites' shadows to be switched to.
+pub fn try_full(
+    now: Time,
+    window: (Time, Time),
+    placed: &mut [Placed],
+    sites: &mut [&mut dyn Site],
+    owner: &str,
+    budget: usize,
+) -> Trial {
+    trial(placed, sites, owner, |placed, sites| {
+        full(now, window, placed, sites, owner, budget)
+    })
+}
+
+/// [`full_pass`]'s search over `sites` as given.
 ///
 /// Every such job is taken off first, the schedule that holds is booked
 /// and rated once, as the one to beat, and given back. Then the jobs are
@@ -237,7 +292,7 @@ pub const FULL_BUDGET: usize = 20_000;
 /// rated by the sites' mean fragmentation over the window and given back.
 /// The best is booked, the old schedule unless one is strictly less
 /// fragmented.
-pub fn full_pass(
+fn full(
     now: Time,
     window: (Time, Time),
     placed: &mut [Placed],
@@ -401,6 +456,158 @@ impl Combinations<'_> {
                 let _ = sites[site].cancel(self.owner, id);
             }
         }
+    }
+}
+
+/// A search's result, waiting in the sites' shadows for the switch.
+#[must_use = "a trial holds the sites' shadows open until it is switched"]
+#[derive(Debug)]
+pub struct Trial {
+    /// The jobs as they were booked before the search.
+    before: Vec<Placed>,
+    /// What the search did.
+    pass: Pass,
+    /// Whether it searched in shadows (else its bookings are real already).
+    shadowed: bool,
+}
+
+/// Opens `owner`'s shadow at every site and runs `search` in them; where a
+/// site keeps no shadows, `search` runs on the sites themselves.
+fn trial(
+    placed: &mut [Placed],
+    sites: &mut [&mut dyn Site],
+    owner: &str,
+    search: impl FnOnce(&mut [Placed], &mut [&mut dyn Site]) -> Pass,
+) -> Trial {
+    let before = placed.to_vec();
+    let mut opened = 0;
+    for s in sites.iter_mut() {
+        match s.shadows_mut().map(|sh| sh.open_shadow(owner)) {
+            Some(Ok(())) => opened += 1,
+            _ => break,
+        }
+    }
+    let shadowed = opened == sites.len();
+    let pass = if shadowed {
+        let mut views: Vec<InShadow> = sites.iter_mut().map(|s| InShadow { site: &mut **s, owner }).collect();
+        let mut views: Vec<&mut dyn Site> = views.iter_mut().map(|v| v as &mut dyn Site).collect();
+        search(placed, &mut views)
+    } else {
+        abandon(&mut sites[..opened], owner);
+        search(placed, sites)
+    };
+    Trial { before, pass, shadowed }
+}
+
+fn abandon(sites: &mut [&mut dyn Site], owner: &str) {
+    for s in sites {
+        if let Some(sh) = s.shadows_mut() {
+            let _ = sh.abandon_shadow(owner);
+        }
+    }
+}
+
+impl Trial {
+    /// Switches every site to what the search left in `owner`'s shadows by
+    /// a two-phase commit: all prepare, then all switch and `placed` takes
+    /// the new reservations' ids; if one votes no (or cannot be reached),
+    /// all abandon and the jobs `placed` had at the search are as they were
+    /// (it may have grown since: jobs booked meanwhile stay as they are).
+    pub fn switch(self, placed: &mut [Placed], sites: &mut [&mut dyn Site], owner: &str) -> Pass {
+        let mut out = self.pass;
+        if !self.shadowed {
+            return out;
+        }
+        let mut ids = Vec::with_capacity(sites.len());
+        for s in sites.iter_mut() {
+            match s.shadows_mut().map(|sh| sh.prepare_switch(owner)) {
+                Some(Ok(map)) => ids.push(map),
+                _ => break,
+            }
+        }
+        if ids.len() < sites.len() {
+            abandon(sites, owner);
+            placed[..self.before.len()].copy_from_slice(&self.before);
+            out.moved = 0;
+            out.vetoed = true;
+            return out;
+        }
+        for s in sites.iter_mut() {
+            // Cannot fail for want of room: prepare booked both schedules.
+            if let Some(sh) = s.shadows_mut() {
+                let _ = sh.switch(owner);
+            }
+        }
+        for p in placed.iter_mut() {
+            if let Some(&(_, id)) = ids[p.site].iter().find(|(trial, _)| *trial == p.reservation) {
+                p.reservation = id;
+            }
+        }
+        out
+    }
+}
+
+/// `owner`'s shadow at a site, as the searches see a site: probes,
+/// reservations, cancellations and the rating go to the shadow.
+struct InShadow<'a> {
+    site: &'a mut dyn Site,
+    owner: &'a str,
+}
+
+impl InShadow<'_> {
+    fn shadows(&self) -> Result<&dyn Shadows, SiteError> {
+        self.site.shadows().ok_or_else(|| self.only())
+    }
+
+    fn shadows_mut(&mut self) -> Result<&mut dyn Shadows, SiteError> {
+        let refused = self.only();
+        self.site.shadows_mut().ok_or(refused)
+    }
+
+    fn only(&self) -> SiteError {
+        SiteError::Refused {
+            site: self.site.endpoint().to_string(),
+            reason: "a shadow schedule takes only probes, reservations and cancellations".into(),
+        }
+    }
+}
+
+impl Site for InShadow<'_> {
+    fn endpoint(&self) -> &str {
+        self.site.endpoint()
+    }
+    fn info(&self) -> Result<ResourceInfo, SiteError> {
+        self.site.info()
+    }
+    fn probe(&self, req: &Request, k: usize) -> Result<Vec<Candidate>, SiteError> {
+        self.shadows()?.probe_shadow(self.owner, req, k)
+    }
+    fn reserve(&mut self, owner: &str, req: &Request, _hold: Option<Time>) -> Result<Reply, SiteError> {
+        self.shadows_mut()?.reserve_in_shadow(owner, req)
+    }
+    fn modify(&mut self, _: &str, _: ReservationId, _: Change) -> Result<Time, SiteError> {
+        Err(self.only())
+    }
+    fn commit(&mut self, _: &str, _: ReservationId) -> Result<(), SiteError> {
+        Err(self.only())
+    }
+    fn cancel(&mut self, owner: &str, id: ReservationId) -> Result<(), SiteError> {
+        self.shadows_mut()?.cancel_in_shadow(owner, id)
+    }
+    fn submit(&mut self, _: &str, _: &Job, _: Option<ReservationId>) -> Result<JobHandle, SiteError> {
+        Err(self.only())
+    }
+    fn fragmentation(&self, window: (Time, Time)) -> f64 {
+        match self.shadows().and_then(|s| s.rate_shadow(self.owner, window)) {
+            Ok(f) => f,
+            Err(_) => self.site.fragmentation(window),
+        }
+    }
+    fn status(&self, _: &JobHandle) -> Result<JobState, SiteError> {
+        Err(self.only())
+    }
+    fn cancel_job(&mut self, _: &str, _: &JobHandle) -> Result<(), SiteError> {
+        Err(self.only())
     }
 }
 

@@ -146,8 +146,45 @@ pub trait Site {
     fn fragmentation(&self, window: (Time, Time)) -> f64 {
         crate::reoptimize::probed_fragmentation(self, window)
     }
+    /// The site's shadow schedules, where it keeps them ([`Shadows`]); a
+    /// site that keeps none (the default) is re-optimized directly.
+    fn shadows(&self) -> Option<&dyn Shadows> {
+        None
+    }
+    /// [`Site::shadows`], to change them.
+    fn shadows_mut(&mut self) -> Option<&mut dyn Shadows> {
+        None
+    }
     /// A job's state.
     fn status(&self, job: &JobHandle) -> Result<JobState, SiteError>;
     /// Cancels a job.
     fn cancel_job(&mut self, owner: &str, job: &JobHandle) -> Result<(), SiteError>;
+}
+
+/// Shadow schedules and the two-phase switch ([VRM] 5.4.1), as a site that
+/// keeps them answers (`brokk_core::SiteCore`'s `shadow_*`): in its
+/// shadow an owner takes its own reservations off and tries others, against
+/// everything else the site holds but never the old ones, which stay
+/// binding until every site it touched has agreed to switch.
+pub trait Shadows {
+    /// Opens `owner`'s shadow: a copy of the schedule now.
+    fn open_shadow(&mut self, owner: &str) -> Result<(), SiteError>;
+    /// Candidates for `req` in `owner`'s shadow.
+    fn probe_shadow(&self, owner: &str, req: &Request, k: usize) -> Result<Vec<Candidate>, SiteError>;
+    /// A trial reservation in `owner`'s shadow.
+    fn reserve_in_shadow(&mut self, owner: &str, req: &Request) -> Result<Reply, SiteError>;
+    /// Takes a reservation off `owner`'s shadow: a trial one, or one of the
+    /// real schedule's, which stays binding until the switch.
+    fn cancel_in_shadow(&mut self, owner: &str, id: ReservationId) -> Result<(), SiteError>;
+    /// How fragmented `owner`'s shadow is over `window`.
+    fn rate_shadow(&self, owner: &str, window: (Time, Time)) -> Result<f64, SiteError>;
+    /// The first phase of the switch: books the shadow's new reservations
+    /// beside the old ones and answers each one's id, by its id in the
+    /// shadow; or refuses, changing nothing.
+    fn prepare_switch(&mut self, owner: &str) -> Result<Vec<(ReservationId, ReservationId)>, SiteError>;
+    /// The second phase: the old reservations end.
+    fn switch(&mut self, owner: &str) -> Result<(), SiteError>;
+    /// Closes `owner`'s shadow without switching; the old schedule is as
+    /// it was.
+    fn abandon_shadow(&mut self, owner: &str) -> Result<(), SiteError>;
 }

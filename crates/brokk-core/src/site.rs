@@ -138,6 +138,8 @@ pub struct SiteCore {
     /// The order waiting jobs without a slot are served in, when not
     /// arrival order ([`SiteCore::serve_in`]).
     order: Option<Ordering>,
+    /// Clients' shadow schedules, by client ([`shadow`]).
+    shadows: HashMap<String, shadow::Shadow>,
     out: Vec<Effect>,
 }
 
@@ -216,6 +218,7 @@ impl SiteCore {
             forecast: None,
             offers: 0,
             order: None,
+            shadows: HashMap::new(),
             out: Vec::new(),
         }
     }
@@ -1673,6 +1676,8 @@ impl SiteCore {
         self.queue.iter().copied()
     }
 }
+
+mod shadow;
 
 #[cfg(test)]
 mod tests;

@@ -318,6 +318,10 @@ pub struct Setting {
     /// The re-optimization's search inside a window (`each` unsaid).
     #[serde(skip_serializing_if = "Search::is_each")]
     pub search: Search,
+    /// How long each window's search and switch take (slots; 0 unsaid):
+    /// what arrives meanwhile is booked against the schedule that holds.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub delay: i64,
     /// Routes a transfer may take between two sites (1 unsaid).
     #[serde(skip_serializing_if = "is_one")]
     pub paths: usize,
@@ -573,7 +577,7 @@ impl AdmissionExperiment {
 
     /// Every setting: routes x scheduler x inter-arrival x hold x rejecters
     /// x share x probing x (rescue view x downtime x rescue strategy, or
-    /// re-optimization window x search), in that nesting.
+    /// re-optimization window x search x delay), in that nesting.
     pub fn settings(&self) -> Vec<Setting> {
         let mut out = Vec::new();
         for &paths in &self.grid.paths {
@@ -595,18 +599,25 @@ impl AdmissionExperiment {
                                         view: None,
                                         window: None,
                                         search: Search::Each,
+                                        delay: 0,
                                         paths,
                                     };
                                     if let Some(r) = &self.reoptimize {
                                         for &w in &r.windows {
                                             // The baseline (window 0) once, whatever the search.
-                                            let searches = if w == 0 { &[Search::Each][..] } else { &r.searches };
+                                            let (searches, delays) = match w {
+                                                0 => (&[Search::Each][..], &[0][..]),
+                                                _ => (&r.searches[..], &r.delays[..]),
+                                            };
                                             for &search in searches {
-                                                out.push(Setting {
-                                                    window: Some(w),
-                                                    search,
-                                                    ..base
-                                                });
+                                                for &delay in delays {
+                                                    out.push(Setting {
+                                                        window: Some(w),
+                                                        search,
+                                                        delay,
+                                                        ..base
+                                                    });
+                                                }
                                             }
                                         }
                                         continue;
@@ -707,6 +718,7 @@ impl AdmissionExperiment {
                                         == Setting {
                                             window: Some(0),
                                             search: Search::Each,
+                                            delay: 0,
                                             ..p.setting
                                         }
                             })?;
@@ -927,6 +939,10 @@ impl AdmissionExperiment {
             .filter(|_| setting.window.is_some())
             .map(|r| (self.workflows as f64 * r.after).round() as usize);
         let mut reoptimized = reopt_at.map(|_| ReoptimizeFigures::default());
+        // The windows not yet searched, and the one being searched with
+        // when its switch is due.
+        let mut unsearched: std::collections::VecDeque<(Time, Time)> = Default::default();
+        let mut searching: Option<(reoptimize::Trial, Time)> = None;
         let opts_at = |now| Options {
             scheduler: setting.scheduler,
             now,
@@ -961,27 +977,48 @@ impl AdmissionExperiment {
                     let size = Duration(setting.window.unwrap_or(0) * self.slot);
                     if size.0 > 0 {
                         let to = placed.iter().map(|p| p.end).max().unwrap_or(now);
-                        let mut refs: Vec<&mut dyn Site> = sites.iter_mut().map(|s| s as &mut dyn Site).collect();
-                        let trigger = self.reoptimize.as_ref().and_then(|r| r.trigger);
-                        let budget = self.reoptimize.as_ref().map_or(reoptimize::FULL_BUDGET, |r| r.budget);
-                        for w in reoptimize::windows(now, to, size) {
+                        unsearched = reoptimize::windows(now, to, size).into();
+                    }
+                }
+                figures.submitted_after += 1;
+            }
+            if let Some(figures) = &mut reoptimized {
+                let mut refs: Vec<&mut dyn Site> = sites.iter_mut().map(|s| s as &mut dyn Site).collect();
+                let delay = Duration(setting.delay * self.slot);
+                let trigger = self.reoptimize.as_ref().and_then(|r| r.trigger);
+                let budget = self.reoptimize.as_ref().map_or(reoptimize::FULL_BUDGET, |r| r.budget);
+                // One window at a time: its search opens the broker's
+                // shadows, and its switch comes `delay` later, after the
+                // arrivals in between were booked on what still holds.
+                loop {
+                    match searching.take() {
+                        Some((trial, due)) if due <= now => {
+                            let done = trial.switch(&mut placed, &mut refs, "broker");
+                            figures.cut_short += usize::from(done.cut_short);
+                            figures.vetoed += usize::from(done.vetoed);
+                            figures.considered += done.considered;
+                            figures.moved += done.moved;
+                            figures.windows += 1;
+                        }
+                        Some(pending) => {
+                            searching = Some(pending);
+                            break;
+                        }
+                        None => {
+                            let Some(w) = unsearched.pop_front() else { break };
                             if trigger.is_some_and(|t| reoptimize::window_rating(w, &refs) >= t) {
                                 figures.windows += 1;
                                 figures.skipped += 1;
                                 continue;
                             }
-                            let done = match setting.search {
-                                Search::Each => reoptimize::pass(now, w, &mut placed, &mut refs, "broker"),
-                                Search::Full => reoptimize::full_pass(now, w, &mut placed, &mut refs, "broker", budget),
+                            let trial = match setting.search {
+                                Search::Each => reoptimize::try_each(now, w, &mut placed, &mut refs, "broker"),
+                                Search::Full => reoptimize::try_full(now, w, &mut placed, &mut refs, "broker", budget),
                             };
-                            figures.cut_short += usize::from(done.cut_short);
-                            figures.considered += done.considered;
-                            figures.moved += done.moved;
-                            figures.windows += 1;
+                            searching = Some((trial, now + delay));
                         }
                     }
                 }
-                figures.submitted_after += 1;
             }
             match &a.what {
                 Arrived::Local {

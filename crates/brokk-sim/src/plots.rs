@@ -1095,7 +1095,7 @@ fn rescue(report: &crate::admission::AdmissionReport) -> Result<Vec<(String, Str
 }
 
 /// [VRM] Fig. 5.5: the gain in later admissions against the size of the
-/// optimization windows, a series per scheduler and load.
+/// optimization windows, a series per scheduler, load, search and delay.
 fn reoptimization(report: &crate::admission::AdmissionReport) -> Result<Vec<(String, String)>, String> {
     use crate::admission::AdmissionAggregate;
     let optimized: Vec<AdmissionAggregate> = report
@@ -1104,7 +1104,16 @@ fn reoptimization(report: &crate::admission::AdmissionReport) -> Result<Vec<(Str
         .filter(|a| a.setting.window.is_some_and(|w| w > 0) && a.gain.is_some())
         .cloned()
         .collect();
-    let series_of = |a: &AdmissionAggregate| format!("{} a={}", a.setting.scheduler, a.setting.inter_arrival);
+    let series_of = |a: &AdmissionAggregate| {
+        let mut name = format!("{} a={}", a.setting.scheduler, a.setting.inter_arrival);
+        if !a.setting.search.is_each() {
+            name.push_str(" full");
+        }
+        if a.setting.delay > 0 {
+            name.push_str(&format!(" delay={}", a.setting.delay));
+        }
+        name
+    };
     let names = series_names(&optimized, series_of);
     let x_of = |a: &AdmissionAggregate| a.setting.window.unwrap_or(0) as f64;
     let series = spread_series(&names, &optimized, series_of, x_of, |a| a.gain.unwrap_or_default());

@@ -23,6 +23,12 @@ pub struct ReoptimizeConfig {
     /// books the best it has rated.
     #[serde(default = "default_budget")]
     pub budget: usize,
+    /// How long each window's search and switch take, in slots, swept:
+    /// local jobs and workflows arriving meanwhile are booked against the
+    /// schedule that still holds, and a site votes no to the switch where
+    /// they took what the search chose ([VRM] 5.4.1).
+    #[serde(default = "default_delays")]
+    pub delays: Vec<i64>,
     /// After which share of the workflows the optimization runs.
     #[serde(default = "default_after")]
     pub after: f64,
@@ -35,6 +41,10 @@ pub struct ReoptimizeConfig {
 
 fn default_budget() -> usize {
     brokk_broker::reoptimize::FULL_BUDGET
+}
+
+fn default_delays() -> Vec<i64> {
+    vec![0]
 }
 
 fn default_searches() -> Vec<Search> {
@@ -53,6 +63,9 @@ impl ReoptimizeConfig {
         }
         if self.budget == 0 {
             return Err("reoptimize.budget: trial reservations a window, at least 1".into());
+        }
+        if self.delays.is_empty() || self.delays.iter().any(|&d| d < 0) {
+            return Err("reoptimize.delays: slots each window's search and switch take, 0 or more".into());
         }
         if self.searches.is_empty() {
             return Err("reoptimize.searches: one or more of \"each\" and \"full\"".into());
@@ -81,6 +94,10 @@ pub struct ReoptimizeFigures {
     /// Of those, searched in full until the budget ended the search.
     #[serde(skip_serializing_if = "is_zero")]
     pub cut_short: usize,
+    /// Of those, searched but not switched to: a site voted no, something
+    /// booked meanwhile having taken what the search chose.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub vetoed: usize,
     /// Workflows submitted after the optimization point.
     pub submitted_after: usize,
     /// Of those, admitted.

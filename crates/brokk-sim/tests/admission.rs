@@ -468,6 +468,47 @@ fn a_full_search_is_a_series_of_its_own_measured_against_the_one_baseline() {
 }
 
 #[test]
+fn a_switch_that_waits_while_others_book_is_refused_where_they_took_its_places() {
+    let text = REOPTIMIZE
+        .replace("windows = [0, 400]", "windows = [0, 100]\ndelays = [0, 20]")
+        .replace("book_ahead = 1000", "book_ahead = 1000\nlocal_share = 0.8")
+        .replace("seeds = [1, 2]", "seeds = [1, 2, 3]");
+    let e = AdmissionExperiment::from_toml(&text).unwrap();
+    let r = e.sweep(2, &|| ()).unwrap();
+    let series: Vec<(Option<i64>, i64)> = r
+        .aggregates
+        .iter()
+        .map(|g| (g.setting.window, g.setting.delay))
+        .collect();
+    assert_eq!(series, [(Some(0), 0), (Some(100), 0), (Some(100), 20)]);
+    let of = |delay: i64| -> Vec<_> {
+        r.points
+            .iter()
+            .filter(|p| p.setting.window == Some(100) && p.setting.delay == delay)
+            .map(|p| p.reoptimized.clone().unwrap())
+            .collect()
+    };
+    // At once, nothing books between the search and the switch.
+    for f in of(0) {
+        assert_eq!(f.vetoed, 0, "{f:?}");
+    }
+    // Waiting, the local jobs and workflows booked meanwhile take some of
+    // the places the searches chose: those switches are refused.
+    let waited = of(20);
+    assert!(waited.iter().any(|f| f.vetoed > 0), "{waited:?}");
+    for f in &waited {
+        assert!(f.vetoed + f.skipped <= f.windows && f.moved <= f.considered, "{f:?}");
+    }
+    let json = serde_json::to_string(&r).unwrap();
+    assert!(json.contains("\"delay\":20") && !json.contains("\"delay\":0"));
+    let bad = text.replace("delays = [0, 20]", "delays = [-1]");
+    assert!(AdmissionExperiment::from_toml(&bad)
+        .unwrap_err()
+        .to_string()
+        .contains("delays"));
+}
+
+#[test]
 fn more_routes_between_sites_refuse_fewer_workflows_for_the_network() {
     // The busy load of the small experiment, its fewest-hop routes alone
     // and up to three routes a pair: the same stream, fewer workflows

@@ -185,6 +185,7 @@ mod property {
             now in 0i64..100,
             window in (0i64..300, 50i64..400),
             full in proptest::bool::ANY,
+            others in prop::collection::vec((0usize..3, 1u32..=8, 0i64..400, 1i64..100), 0..4),
         ) {
             let mut sites = vec![site("a", 8), site("b", 8), site("c", 8)];
             for (k, amount, start, length) in local {
@@ -214,13 +215,32 @@ mod property {
             }
             let mut refs: Vec<&mut dyn Site> = sites.iter_mut().map(|s| s as &mut dyn Site).collect();
             let fragmented_before = grid_fragmentation(w, &refs);
-            let done = if full {
+            let trial = if full {
                 // A small budget, so that searches cut short are checked too.
-                full_pass(Time(now), w, &mut placed, &mut refs, "broker", 300)
+                try_full(Time(now), w, &mut placed, &mut refs, "broker", 300)
             } else {
-                pass(Time(now), w, &mut placed, &mut refs, "broker")
+                try_each(Time(now), w, &mut placed, &mut refs, "broker")
             };
-            if full {
+            // Another broker books between the search and the switch,
+            // against the schedule that still holds.
+            let mut theirs = Vec::new();
+            for &(k, amount, start, length) in &others {
+                let req = Request { amount, duration: Duration(length), earliest: Time(start.max(now)), latest: Time(start.max(now)), flexible: false };
+                if let Ok(Reply::Granted { id, start }) = refs[k].reserve("other", &req, None) {
+                    theirs.push((k, id, start, start + Duration(length), amount));
+                }
+            }
+            let done = trial.switch(&mut placed, &mut refs, "broker");
+            for &(k, id, start, end, amount) in &theirs {
+                let r = sites[k].core().reservation_now(id);
+                prop_assert_eq!(r.map(|r| (r.start, r.end, r.amount)), Some((start, end, amount)), "the other broker's booking stands");
+            }
+            let refs: Vec<&mut dyn Site> = sites.iter_mut().map(|s| s as &mut dyn Site).collect();
+            if done.vetoed {
+                prop_assert!(!theirs.is_empty(), "only a booking made since can make a site vote no");
+                prop_assert_eq!(&placed, &before, "a vetoed switch leaves the old schedule");
+            }
+            if full && theirs.is_empty() {
                 // The sites never rate the window more fragmented than
                 // the schedule the full search started from.
                 prop_assert!(grid_fragmentation(w, &refs) <= fragmented_before);
@@ -343,4 +363,67 @@ fn a_full_search_cut_short_keeps_the_schedule_it_had_when_nothing_better_was_rat
     );
     assert_eq!((done.moved, done.cut_short), (1, false));
     assert_ne!(placed[0].start, Time(40));
+}
+
+#[test]
+fn the_old_schedule_binds_others_until_the_switch_and_one_site_voting_no_keeps_it_everywhere() {
+    // The Fig. 5.1 case again: the full search would book both jobs at a,
+    // from 0 and from 210.
+    let (mut a, mut b) = (site("a", 4), site("b", 4));
+    at(&mut a, "local", 2, 150, 60);
+    let job = |site, reservation, start: i64, length: i64| Placed {
+        site,
+        reservation,
+        start: Time(start),
+        end: Time(start + length),
+        amount: 2,
+        earliest: Time(0),
+        deadline: Time(300),
+    };
+    let mut placed = [
+        job(0, at(&mut a, "broker", 2, 120, 60), 120, 60),
+        job(1, at(&mut b, "broker", 2, 170, 90), 170, 90),
+    ];
+    let before = placed;
+    let window = (Time(0), Time(300));
+    let mut refs: Vec<&mut dyn Site> = vec![&mut a, &mut b];
+    let trial = try_full(Time(0), window, &mut placed, &mut refs, "broker", FULL_BUDGET);
+    // While the search waits, the old places bind everyone else: a has no
+    // room over [150, 180) and b none over [170, 260) for 3.
+    let over = |from: i64, to: i64| Request {
+        amount: 3,
+        duration: Duration(to - from),
+        earliest: Time(from),
+        latest: Time(from),
+        flexible: false,
+    };
+    assert!(refs[0].probe(&over(150, 180), 1).unwrap().is_empty());
+    assert!(refs[1].probe(&over(170, 260), 1).unwrap().is_empty());
+    // Another broker takes a from 0 to 60, where the search put a job.
+    let theirs = match refs[0].reserve("other", &over(0, 60), None).unwrap() {
+        Reply::Granted { id, .. } => id,
+        other => panic!("{other:?}"),
+    };
+    let done = trial.switch(&mut placed, &mut refs, "broker");
+    assert!(done.vetoed && done.moved == 0, "{done:?}");
+    assert_eq!(placed, before);
+    for (s, p) in [(&a, placed[0]), (&b, placed[1])] {
+        let r = s.core().reservation_now(p.reservation).unwrap();
+        assert_eq!(
+            (r.start, r.end),
+            (p.start, p.end),
+            "the old schedule holds at both sites"
+        );
+        s.core().check_invariants();
+    }
+    assert!(a.core().reservation_now(theirs).is_some());
+    // Searched again on what is booked now, the switch goes through.
+    let mut refs: Vec<&mut dyn Site> = vec![&mut a, &mut b];
+    let done = full_pass(Time(0), window, &mut placed, &mut refs, "broker", FULL_BUDGET);
+    assert!(!done.vetoed);
+    for p in &placed {
+        let s = if p.site == 0 { &a } else { &b };
+        let r = s.core().reservation_now(p.reservation).unwrap();
+        assert_eq!((r.start, r.end), (p.start, p.end));
+    }
 }

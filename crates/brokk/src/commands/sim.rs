@@ -678,24 +678,26 @@ fn workflows(a: WorkflowsArgs) -> Result<ExitCode> {
     }
     if exp.reoptimize.is_some() {
         say!(
-            "{:<11} {:>8} {:>7} {:>6} {:>17} {:>9} {:>9} {:>9} {:>8} {:>8} {:>5}",
+            "{:<11} {:>8} {:>7} {:>6} {:>6} {:>17} {:>9} {:>9} {:>9} {:>8} {:>8} {:>5} {:>7}",
             "scheduler",
             "arrival",
             "window",
             "search",
+            "delay",
             "gain",
             "admitted",
             "taken up",
             "moved",
             "windows",
             "skipped",
-            "cut"
+            "cut",
+            "vetoed"
         );
         for g in &report.aggregates {
             let of = figures_of(&report, &g.setting, |p| p.reoptimized.as_ref());
             let mean = |f: fn(&brokk_sim::reoptimize::ReoptimizeFigures) -> usize| mean_of(&of, |r| f(r) as f64);
             say!(
-                "{:<11} {:>8} {:>7} {:>6} {:>17} {:>9.1} {:>9.1} {:>9.1} {:>8.1} {:>8.1} {:>5.1}",
+                "{:<11} {:>8} {:>7} {:>6} {:>6} {:>17} {:>9.1} {:>9.1} {:>9.1} {:>8.1} {:>8.1} {:>5.1} {:>7.1}",
                 g.setting.scheduler.name(),
                 g.setting.inter_arrival,
                 g.setting.window.unwrap_or(0),
@@ -703,16 +705,18 @@ fn workflows(a: WorkflowsArgs) -> Result<ExitCode> {
                     brokk_broker::reoptimize::Search::Each => "each",
                     brokk_broker::reoptimize::Search::Full => "full",
                 },
+                g.setting.delay,
                 g.gain.as_ref().map_or_else(String::new, cell),
                 mean(|r| r.admitted_after),
                 mean(|r| r.considered),
                 mean(|r| r.moved),
                 mean(|r| r.windows),
                 mean(|r| r.skipped),
-                mean(|r| r.cut_short)
+                mean(|r| r.cut_short),
+                mean(|r| r.vetoed)
             );
         }
-        say!("one re-optimization of the admitted jobs once the stated share of the workflows has arrived, in windows of `window` slots overlapping by half (0: none, the baseline); search: each job alone at its best rated place, or every combination of the jobs' places rated by the sites' fragmentation (full, cut: windows where the budget ended it); gain: the workflows admitted after it over those the same seed admitted without it, less one; admitted: of the workflows after it; taken up and moved: jobs re-placed, and of those booked elsewhere or at another time; skipped: windows the grid rated at or above the trigger, left alone; means over the seeds");
+        say!("one re-optimization of the admitted jobs once the stated share of the workflows has arrived, in windows of `window` slots overlapping by half (0: none, the baseline); search: each job alone at its best rated place, or every combination of the jobs' places rated by the sites' fragmentation (full, cut: windows where the budget ended it); delay: slots each window's search and switch take, while arrivals are booked on the schedule that holds (vetoed: windows whose switch a site refused, an arrival having taken what the search chose); gain: the workflows admitted after it over those the same seed admitted without it, less one; admitted: of the workflows after it; taken up and moved: jobs re-placed, and of those booked elsewhere or at another time; skipped: windows the grid rated at or above the trigger, left alone; means over the seeds");
     }
     if exp.shares.len() > 1 || exp.probing.len() > 1 {
         say!(
