@@ -508,6 +508,11 @@ fn abandon(sites: &mut [&mut dyn Site], owner: &str) {
 }
 
 impl Trial {
+    /// Jobs the search took up: none, and the switch has nothing to do.
+    pub fn considered(&self) -> usize {
+        self.pass.considered
+    }
+
     /// Switches every site to what the search left in `owner`'s shadows by
     /// a two-phase commit: all prepare, then all switch and `placed` takes
     /// the new reservations' ids; if one votes no (or cannot be reached),

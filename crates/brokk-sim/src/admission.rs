@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 
 use brokk_broker::reoptimize::{self, Placed, Search};
-use brokk_broker::rescue::{fenced, Fenced, Strategy};
+use brokk_broker::rescue::{fenced, Fenced, Strategy, NEVER};
 use brokk_broker::workflow::{
     admit, admit_without_probing, memory_sites, remember, LinkSpec, Network, Options, Scheduler, SiteSpec, Topology,
 };
@@ -318,6 +318,10 @@ pub struct Setting {
     /// The re-optimization's search inside a window (`each` unsaid).
     #[serde(skip_serializing_if = "Search::is_each")]
     pub search: Search,
+    /// The failed resource's load against the grid's, with every resource
+    /// a domain of its own ([`RescueConfig::imbalance`]); none unsaid.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub imbalance: Option<f64>,
     /// How long each window's search and switch take (slots; 0 unsaid):
     /// what arrives meanwhile is booked against the schedule that holds.
     #[serde(skip_serializing_if = "is_zero")]
@@ -565,7 +569,11 @@ impl AdmissionExperiment {
         generate(&self.params(lo, 512), "check", 0).map_err(|e| AdmissionError::Invalid(e.to_string()))?;
         let (sites, _) = self.platform()?;
         if let Some(r) = &self.rescue {
-            r.site_of(&sites).map_err(AdmissionError::Invalid)?;
+            let failed = r.site_of(&sites).map_err(AdmissionError::Invalid)?;
+            let capacities: Vec<u32> = sites.iter().map(|s| s.capacity).collect();
+            for &x in &r.imbalance {
+                RescueConfig::domain_shares(&capacities, failed, x).map_err(AdmissionError::Invalid)?;
+            }
         }
         Ok(())
     }
@@ -576,7 +584,8 @@ impl AdmissionExperiment {
     }
 
     /// Every setting: routes x scheduler x inter-arrival x hold x rejecters
-    /// x share x probing x (rescue view x downtime x rescue strategy, or
+    /// x share x probing x (rescue view x imbalance x downtime x rescue
+    /// strategy, or
     /// re-optimization window x search x delay), in that nesting.
     pub fn settings(&self) -> Vec<Setting> {
         let mut out = Vec::new();
@@ -600,6 +609,7 @@ impl AdmissionExperiment {
                                         window: None,
                                         search: Search::Each,
                                         delay: 0,
+                                        imbalance: None,
                                         paths,
                                     };
                                     if let Some(r) = &self.reoptimize {
@@ -625,15 +635,22 @@ impl AdmissionExperiment {
                                     match &self.rescue {
                                         None => out.push(base),
                                         Some(r) => {
+                                            let imbalances: Vec<Option<f64>> = match r.imbalance.is_empty() {
+                                                true => vec![None],
+                                                false => r.imbalance.iter().copied().map(Some).collect(),
+                                            };
                                             for &view in &r.views {
-                                                for &downtime in &r.downtime {
-                                                    for &s in &r.strategies {
-                                                        out.push(Setting {
-                                                            strategy: Some(s),
-                                                            downtime,
-                                                            view: Some(view),
-                                                            ..base
-                                                        });
+                                                for &imbalance in &imbalances {
+                                                    for &downtime in &r.downtime {
+                                                        for &s in &r.strategies {
+                                                            out.push(Setting {
+                                                                strategy: Some(s),
+                                                                downtime,
+                                                                view: Some(view),
+                                                                imbalance,
+                                                                ..base
+                                                            });
+                                                        }
                                                     }
                                                 }
                                             }
@@ -930,6 +947,15 @@ impl AdmissionExperiment {
         let mut split = ChaCha8Rng::seed_from_u64(seed ^ 0x5eed_0046);
         let mut courses = self.course.clone().map(|c| Courses::new(c, seed));
         let mut outage = self.outage(specs, setting, last);
+        // Each site's share of the jobs as a domain of its own, and the
+        // draw that gives each job its domain: a stream of its own, the
+        // same whatever the imbalance.
+        let mut domains = setting.imbalance.and_then(|x| {
+            let failed = self.rescue.as_ref()?.site_of(specs).ok()?;
+            let capacities: Vec<u32> = specs.iter().map(|s| s.capacity).collect();
+            let shares = RescueConfig::domain_shares(&capacities, failed, x).ok()?;
+            Some((shares, ChaCha8Rng::seed_from_u64(seed ^ 0xd0_3a15)))
+        });
         // With re-optimization: the broker's jobs as booked, the accepters'
         // workflow after which it runs, and what it did.
         let mut placed: Vec<Placed> = Vec::new();
@@ -963,6 +989,20 @@ impl AdmissionExperiment {
             if let Some(o) = &mut outage {
                 o.until(now, &mut sites, &mut net, &topo, &opts_at(now));
             }
+            // A window's switch comes at its time, before what arrives
+            // after it.
+            if let (Some(figures), Some((_, due))) = (&mut reoptimized, &searching) {
+                if *due <= now {
+                    let due = *due;
+                    for s in &mut sites {
+                        s.advance(due);
+                    }
+                    let mut refs: Vec<&mut dyn Site> = sites.iter_mut().map(|s| s as &mut dyn Site).collect();
+                    if let Some((trial, _)) = searching.take() {
+                        figures.switched(trial.switch(&mut placed, &mut refs, "broker"));
+                    }
+                }
+            }
             for s in &mut sites {
                 s.advance(now);
             }
@@ -982,42 +1022,31 @@ impl AdmissionExperiment {
                 }
                 figures.submitted_after += 1;
             }
-            if let Some(figures) = &mut reoptimized {
+            if let (Some(figures), None) = (&mut reoptimized, &searching) {
                 let mut refs: Vec<&mut dyn Site> = sites.iter_mut().map(|s| s as &mut dyn Site).collect();
                 let delay = Duration(setting.delay * self.slot);
                 let trigger = self.reoptimize.as_ref().and_then(|r| r.trigger);
                 let budget = self.reoptimize.as_ref().map_or(reoptimize::FULL_BUDGET, |r| r.budget);
-                // One window at a time: its search opens the broker's
-                // shadows, and its switch comes `delay` later, after the
-                // arrivals in between were booked on what still holds.
-                loop {
-                    match searching.take() {
-                        Some((trial, due)) if due <= now => {
-                            let done = trial.switch(&mut placed, &mut refs, "broker");
-                            figures.cut_short += usize::from(done.cut_short);
-                            figures.vetoed += usize::from(done.vetoed);
-                            figures.considered += done.considered;
-                            figures.moved += done.moved;
-                            figures.windows += 1;
-                        }
-                        Some(pending) => {
-                            searching = Some(pending);
-                            break;
-                        }
-                        None => {
-                            let Some(w) = unsearched.pop_front() else { break };
-                            if trigger.is_some_and(|t| reoptimize::window_rating(w, &refs) >= t) {
-                                figures.windows += 1;
-                                figures.skipped += 1;
-                                continue;
-                            }
-                            let trial = match setting.search {
-                                Search::Each => reoptimize::try_each(now, w, &mut placed, &mut refs, "broker"),
-                                Search::Full => reoptimize::try_full(now, w, &mut placed, &mut refs, "broker", budget),
-                            };
-                            searching = Some((trial, now + delay));
-                        }
+                // One window at a time. Its search opens the broker's
+                // shadows and plans for when its switch comes, `delay`
+                // later, after the arrivals in between were booked on what
+                // still holds; only jobs that start after that move.
+                while let Some(w) = unsearched.pop_front() {
+                    if trigger.is_some_and(|t| reoptimize::window_rating(w, &refs) >= t) {
+                        figures.windows += 1;
+                        figures.skipped += 1;
+                        continue;
                     }
+                    let due = now + delay;
+                    let trial = match setting.search {
+                        Search::Each => reoptimize::try_each(due, w, &mut placed, &mut refs, "broker"),
+                        Search::Full => reoptimize::try_full(due, w, &mut placed, &mut refs, "broker", budget),
+                    };
+                    if due > now && trial.considered() > 0 {
+                        searching = Some((trial, due));
+                        break;
+                    }
+                    figures.switched(trial.switch(&mut placed, &mut refs, "broker"));
                 }
             }
             match &a.what {
@@ -1061,16 +1090,45 @@ impl AdmissionExperiment {
                     tasks += wf.tasks.len() as u64;
                     let opts = opts_at(now);
                     let (k, from) = outage.as_ref().and_then(Outage::fence).unwrap_or((0, Time(i64::MIN)));
+                    // With domains, a job is tried at its own domain's
+                    // resource first, and through the grid after.
+                    let home = domains
+                        .as_mut()
+                        .map(|(shares, draw)| domain_of(shares, draw.gen::<f64>()));
+                    let at_home = home.map(|d| {
+                        let mut views: Vec<Fenced> = sites
+                            .iter_mut()
+                            .enumerate()
+                            .map(|(i, site)| Fenced {
+                                site,
+                                from: match i {
+                                    _ if i != d => NEVER,
+                                    _ if i == k => from,
+                                    _ => Time(i64::MIN),
+                                },
+                            })
+                            .collect();
+                        let mut refs: Vec<&mut dyn Site> = views.iter_mut().map(|v| v as &mut dyn Site).collect();
+                        time.time(|| admit(wf, &topo, &mut refs, &mut net, "broker", &opts))
+                    });
                     let mut fence = None;
                     let mut refs = fenced(&mut sites, k, from, &mut fence);
                     let mine = split.gen::<f64>() < setting.share;
-                    let answer = time.time(|| {
-                        if mine && !setting.probing {
-                            admit_without_probing(wf, &topo, &mut refs, &mut net, "broker", &opts, &knowledge)
-                        } else {
-                            admit(wf, &topo, &mut refs, &mut net, "broker", &opts)
+                    let answer = match at_home {
+                        Some(Ok(offer)) => Ok(offer),
+                        Some(Err(refused)) => {
+                            probes += refused.messages.probes;
+                            reservations += refused.messages.reservations;
+                            time.more(|| admit(wf, &topo, &mut refs, &mut net, "broker", &opts))
                         }
-                    });
+                        None => time.time(|| {
+                            if mine && !setting.probing {
+                                admit_without_probing(wf, &topo, &mut refs, &mut net, "broker", &opts, &knowledge)
+                            } else {
+                                admit(wf, &topo, &mut refs, &mut net, "broker", &opts)
+                            }
+                        }),
+                    };
                     if mine {
                         let m = match &answer {
                             Ok(o) => (0, o.messages),
@@ -1366,4 +1424,16 @@ pub fn ediscom(heterogeneous: bool) -> (Vec<SiteSpec>, Vec<[String; 2]>) {
     .map(|&(a, b)| [a.to_string(), b.to_string()])
     .collect();
     (sites, links)
+}
+
+/// The domain a draw `u` in [0, 1) falls in, by the domains' shares.
+fn domain_of(shares: &[f64], u: f64) -> usize {
+    let mut upto = 0.0;
+    for (i, share) in shares.iter().enumerate() {
+        upto += share;
+        if u < upto {
+            return i;
+        }
+    }
+    shares.len() - 1
 }

@@ -1005,7 +1005,7 @@ fn probe_phase(report: &crate::admission::AdmissionReport) -> Result<Vec<(String
 /// rescue strategy. Where the load-based strategy is swept over eta, a
 /// line against eta for it, and the other strategies as flat references
 /// (Figs. 6.5 and 6.6); otherwise a bar per strategy (Fig. 6.7). One chart
-/// per downtime and load.
+/// per downtime, load, view and imbalance.
 fn rescue(report: &crate::admission::AdmissionReport) -> Result<Vec<(String, String)>, String> {
     use crate::admission::AdmissionAggregate;
     use brokk_broker::rescue::Strategy;
@@ -1014,9 +1014,15 @@ fn rescue(report: &crate::admission::AdmissionReport) -> Result<Vec<(String, Str
         ("termination", "terminated over affected jobs", |a| a.termination),
         ("overhead", "jobs moved needlessly over affected jobs", |a| a.overhead),
     ];
-    let mut cases: Vec<(i64, f64, Option<crate::rescue::View>)> = Vec::new();
+    type Case = (i64, f64, Option<crate::rescue::View>, Option<f64>);
+    let mut cases: Vec<Case> = Vec::new();
     for a in &report.aggregates {
-        let c = (a.setting.downtime, a.setting.inter_arrival, a.setting.view);
+        let c = (
+            a.setting.downtime,
+            a.setting.inter_arrival,
+            a.setting.view,
+            a.setting.imbalance,
+        );
         if !cases.contains(&c) {
             cases.push(c);
         }
@@ -1026,23 +1032,37 @@ fn rescue(report: &crate::admission::AdmissionReport) -> Result<Vec<(String, Str
         _ => None,
     };
     let mut out = Vec::new();
-    for (downtime, arrival, view) in cases {
+    for (downtime, arrival, view, imbalance) in cases {
         let mine: Vec<&AdmissionAggregate> = report
             .aggregates
             .iter()
-            .filter(|a| a.setting.downtime == downtime && a.setting.inter_arrival == arrival && a.setting.view == view)
+            .filter(|a| {
+                (
+                    a.setting.downtime,
+                    a.setting.inter_arrival,
+                    a.setting.view,
+                    a.setting.imbalance,
+                ) == (downtime, arrival, view, imbalance)
+            })
             .collect();
         let etas: Vec<f64> = mine.iter().filter_map(|a| eta(a)).collect();
         let local = view == Some(crate::rescue::View::Local);
-        let suffix = format!("d{downtime}-a{arrival}{}", if local { "-local" } else { "" });
+        let suffix = format!(
+            "d{downtime}-a{arrival}{}{}",
+            if local { "-local" } else { "" },
+            imbalance.map_or_else(String::new, |x| format!("-i{x}"))
+        );
         for (file, label, pick) in figures {
             let known = if local {
                 ", the failed site's broker knowing it alone"
             } else {
                 ""
             };
+            let loaded = imbalance.map_or_else(String::new, |x| {
+                format!(", its load {:+.0}% against the grid's", x * 100.0)
+            });
             let title = format!(
-                "{}: {label}, down {downtime} slots, inter-arrival {arrival}{known}",
+                "{}: {label}, down {downtime} slots, inter-arrival {arrival}{known}{loaded}",
                 report.name
             );
             let svg = if etas.len() > 1 {

@@ -104,6 +104,17 @@ pub struct ReoptimizeFigures {
     pub admitted_after: usize,
 }
 
+impl ReoptimizeFigures {
+    /// Counts a window's pass, switched to or not.
+    pub fn switched(&mut self, done: brokk_broker::reoptimize::Pass) {
+        self.cut_short += usize::from(done.cut_short);
+        self.vetoed += usize::from(done.vetoed);
+        self.considered += done.considered;
+        self.moved += done.moved;
+        self.windows += 1;
+    }
+}
+
 fn is_zero(x: &usize) -> bool {
     *x == 0
 }

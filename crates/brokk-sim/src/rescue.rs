@@ -53,6 +53,16 @@ pub struct RescueConfig {
     /// bookings it can no longer hold are rescued; absent, all of it.
     #[serde(default)]
     pub lost: Option<f64>,
+    /// The failed resource's offered load against its processors' share
+    /// of the grid's, as a relative difference, swept ([VRM] 6.4's
+    /// imbalance: 0.5 is half as much again, -0.5 half as much). With it
+    /// every resource is a domain of its own, whose jobs are tried there
+    /// first and through the grid after; the failed one's domain takes
+    /// that much more (or less) of the jobs than its processors' share,
+    /// the others the rest by theirs. Absent, one broker places every job
+    /// over the whole grid.
+    #[serde(default)]
+    pub imbalance: Vec<f64>,
 }
 
 /// What the rescuing broker knows of the grid ([`RescueConfig::views`]).
@@ -97,7 +107,35 @@ impl RescueConfig {
         if self.lost.is_some_and(|l| !(l > 0.0 && l <= 1.0)) {
             return Err("rescue.lost: a share of the resource's processors, above 0 and at most 1".into());
         }
+        if self.imbalance.iter().any(|x| !(*x > -1.0 && x.is_finite())) {
+            return Err("rescue.imbalance: relative differences of load, above -1".into());
+        }
         Ok(())
+    }
+
+    /// Each site's share of the jobs, as domains, when the failed site
+    /// `failed` is offered `1 + imbalance` times its processors' share and
+    /// the others split the rest by theirs; refused where the failed site
+    /// would take more than every job.
+    pub fn domain_shares(capacities: &[u32], failed: usize, imbalance: f64) -> Result<Vec<f64>, String> {
+        let total: f64 = capacities.iter().map(|&c| f64::from(c)).sum();
+        let own = f64::from(capacities[failed]) / total;
+        let share = (1.0 + imbalance) * own;
+        if share > 1.0 {
+            return Err(format!(
+                "rescue.imbalance: {imbalance} would give the failed site {:.0}% of the jobs",
+                share * 100.0
+            ));
+        }
+        Ok(capacities
+            .iter()
+            .enumerate()
+            .map(|(i, &c)| match i == failed {
+                true => share,
+                false if own < 1.0 => (1.0 - share) * f64::from(c) / (total - f64::from(capacities[failed])),
+                false => 0.0,
+            })
+            .collect())
     }
 
     /// The failing resource's index among `sites`.

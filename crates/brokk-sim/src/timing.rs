@@ -25,6 +25,15 @@ impl SchedulerTime {
         r
     }
 
+    /// Runs `f` as more of the call before it (a workflow tried again
+    /// elsewhere): its time counts, not as a call of its own.
+    pub fn more<T>(&mut self, f: impl FnOnce() -> T) -> T {
+        let t = Instant::now();
+        let r = f();
+        self.total += t.elapsed();
+        r
+    }
+
     /// Mean microseconds per call (0 for none).
     pub fn micros_per_call(&self) -> f64 {
         self.total.as_secs_f64() * 1e6 / self.calls.max(1) as f64

@@ -280,6 +280,45 @@ fn rescue_strategies_order_as_their_horizons_say() {
 }
 
 #[test]
+fn a_failed_resource_whose_domain_is_loaded_more_has_more_jobs_to_rescue() {
+    let strategies = "strategies = [\"a1\", \"all\", \"optimal\", \"oracle:0.5\", \"load:0.5\", \"feedback:0.9\"]";
+    let text = RESCUE.replace(strategies, "strategies = [\"all\"]\nimbalance = [-0.5, 0.5]");
+    let e = AdmissionExperiment::from_toml(&text).unwrap();
+    let r = e.sweep(2, &|| ()).unwrap();
+    let at = |x: f64| -> Vec<_> {
+        r.points
+            .iter()
+            .filter(|p| p.setting.imbalance == Some(x))
+            .map(|p| p.rescue.clone().unwrap())
+            .collect()
+    };
+    let (less, more) = (at(-0.5), at(0.5));
+    assert_eq!((less.len(), more.len()), (6, 6));
+    // Its own domain's jobs go to it first: loaded half as much again, it
+    // holds more of them when it fails than loaded half as much.
+    let affected = |f: &[brokk_sim::rescue::RescueFigures]| f.iter().map(|p| p.affected).sum::<usize>();
+    assert!(
+        affected(&more) > affected(&less) * 3 / 2,
+        "{} against {}",
+        affected(&more),
+        affected(&less)
+    );
+    let json = serde_json::to_string(&r).unwrap();
+    assert!(json.contains("\"imbalance\":0.5"));
+    // Shares of the jobs by domain: the failed site's as asked, the rest
+    // by processors.
+    let shares = brokk_sim::rescue::RescueConfig::domain_shares(&[100, 300, 100], 1, 0.5).unwrap();
+    assert!(
+        (shares[1] - 0.9).abs() < 1e-12 && (shares[0] - 0.05).abs() < 1e-12,
+        "{shares:?}"
+    );
+    for bad in ["imbalance = [-1]", "imbalance = [3]"] {
+        let e = AdmissionExperiment::from_toml(&text.replace("imbalance = [-0.5, 0.5]", bad)).unwrap_err();
+        assert!(e.to_string().contains("imbalance"), "{e}");
+    }
+}
+
+#[test]
 fn a_resource_that_loses_half_its_processors_has_fewer_jobs_rescued_and_none_lost_running() {
     let strategies = "strategies = [\"a1\", \"all\", \"optimal\", \"oracle:0.5\", \"load:0.5\", \"feedback:0.9\"]";
     let whole = RESCUE.replace(strategies, "strategies = [\"all\"]");

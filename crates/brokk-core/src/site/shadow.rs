@@ -199,6 +199,13 @@ impl SiteCore {
                 self.free_of_jobs(r.id, "now taken up by")?;
             }
         }
+        // The switch moves nothing that has begun, and to nothing past.
+        if let Some(r) = removed.iter().chain(&added).find(|r| r.start < now) {
+            return Err(CoreError::Conflict(format!(
+                "the shadow moves a reservation from or to {}, which has passed",
+                r.start
+            )));
+        }
         // The old reservations come off the real schedule, the new ones go
         // in at their exact places, and the old ones' capacity the new do
         // not cover is held again.

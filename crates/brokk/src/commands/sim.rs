@@ -543,6 +543,7 @@ fn workflows(a: WorkflowsArgs) -> Result<ExitCode> {
                 d => format!("down {d}"),
             },
             t.view.map_or_else(String::new, |v| format!("view {v}")),
+            t.imbalance.map_or_else(String::new, |x| format!("imbalance {x}")),
             t.window.map_or_else(String::new, |w| format!("window {w}")),
             format!("paths {}", t.paths),
         ]
@@ -639,10 +640,11 @@ fn workflows(a: WorkflowsArgs) -> Result<ExitCode> {
     }
     if exp.rescue.is_some() {
         say!(
-            "{:<11} {:>8} {:<7} {:>5} {:<13} {:>15} {:>15} {:>9} {:>6} {:>6} {:>6} {:>7} {:>5}",
+            "{:<11} {:>8} {:<7} {:>9} {:>5} {:<13} {:>15} {:>15} {:>9} {:>6} {:>6} {:>6} {:>7} {:>5}",
             "scheduler",
             "arrival",
             "view",
+            "imbalance",
             "down",
             "strategy",
             "terminated",
@@ -658,10 +660,11 @@ fn workflows(a: WorkflowsArgs) -> Result<ExitCode> {
             let of = figures_of(&report, &g.setting, |p| p.rescue.as_ref());
             let mean = |f: fn(&brokk_sim::rescue::RescueFigures) -> usize| mean_of(&of, |r| f(r) as f64);
             say!(
-                "{:<11} {:>8} {:<7} {:>5} {:<13} {:>15} {:>15} {:>9.1} {:>6.1} {:>6.1} {:>6.1} {:>7.0} {:>5.1}",
+                "{:<11} {:>8} {:<7} {:>9} {:>5} {:<13} {:>15} {:>15} {:>9.1} {:>6.1} {:>6.1} {:>6.1} {:>7.0} {:>5.1}",
                 g.setting.scheduler.name(),
                 g.setting.inter_arrival,
                 g.setting.view.map_or_else(String::new, |v| v.to_string()),
+                g.setting.imbalance.map_or_else(String::new, |x| format!("{x:+}")),
                 g.setting.downtime,
                 g.setting.strategy.map_or_else(String::new, |s| s.to_string()),
                 g.termination.as_ref().map_or_else(String::new, cell),
@@ -674,7 +677,7 @@ fn workflows(a: WorkflowsArgs) -> Result<ExitCode> {
                 mean(|r| r.lost_running)
             );
         }
-        say!("a resource down for `down` slots from the middle of the arrivals; view: what the rescuing broker knows of the load (central: every site; local: the failed site alone); affected: jobs booked there at the failure that would start while it is down; terminated (share of the affected, and lost: the number) were still there when they were to start, including jobs booked there later (later: beyond the rescue horizon while it was down); overhead: jobs moved that were booked to start after the recovery, over the affected; tried: moves attempted; run: jobs running at the failure, lost whatever the strategy; means over the seeds");
+        say!("a resource down for `down` slots from the middle of the arrivals; view: what the rescuing broker knows of the load (central: every site; local: the failed site alone); imbalance: every site a domain whose jobs try it first, the failed site's offered load that much above (or below) its processors' share; affected: jobs booked there at the failure that would start while it is down; terminated (share of the affected, and lost: the number) were still there when they were to start, including jobs booked there later (later: beyond the rescue horizon while it was down); overhead: jobs moved that were booked to start after the recovery, over the affected; tried: moves attempted; run: jobs running at the failure, lost whatever the strategy; means over the seeds");
     }
     if exp.reoptimize.is_some() {
         say!(

@@ -198,3 +198,20 @@ fn two_clients_switch_at_one_site_each_in_its_own_shadow() {
     assert!(room(&s, 4, 500, 600) && !room(&s, 5, 500, 600));
     s.check_invariants();
 }
+
+#[test]
+fn a_switch_that_would_move_a_reservation_begun_meanwhile_is_refused() {
+    // Ann's old reservation starts at 100; by 150 it has begun, and the
+    // site refuses to move it.
+    let (mut s, old, _) = moved();
+    let vote = s.shadow_prepare(Time(T0.0 + 150), "ann");
+    assert!(
+        matches!(vote, Err(CoreError::Conflict(ref m)) if m.contains("passed")),
+        "{vote:?}"
+    );
+    assert_eq!(
+        s.reservation(Time(T0.0 + 150), "ann", old).unwrap().start,
+        Time(T0.0 + 100)
+    );
+    s.check_invariants();
+}
