@@ -585,8 +585,8 @@ impl AdmissionExperiment {
 
     /// Every setting: routes x scheduler x inter-arrival x hold x rejecters
     /// x share x probing x (rescue view x imbalance x downtime x rescue
-    /// strategy, or
-    /// re-optimization window x search x delay), in that nesting.
+    /// strategy, or re-optimization window x search x delay), in that
+    /// nesting.
     pub fn settings(&self) -> Vec<Setting> {
         let mut out = Vec::new();
         for &paths in &self.grid.paths {

@@ -299,36 +299,38 @@ fn the_grids_rating_falls_as_a_window_is_cut_into_pieces() {
     assert!((full - 1.0).abs() < 1e-9, "{full}");
 }
 
+/// [VRM] Fig. 5.1's case: two sites of 4; a local job holds 2 processors
+/// of a from 150 to 210; the broker's two 2-processor jobs (60 and 90
+/// long, anywhere in [0, 300)) sit at a from 120 and at b from 170.
+fn fig_5_1() -> (MemorySite, MemorySite, [Placed; 2]) {
+    let (mut a, mut b) = (site("a", 4), site("b", 4));
+    at(&mut a, "local", 2, 150, 60);
+    let job = |site, reservation, start: i64, length: i64| Placed {
+        site,
+        reservation,
+        start: Time(start),
+        end: Time(start + length),
+        amount: 2,
+        earliest: Time(0),
+        deadline: Time(300),
+    };
+    let first = job(0, at(&mut a, "broker", 2, 120, 60), 120, 60);
+    let second = job(1, at(&mut b, "broker", 2, 170, 90), 170, 90);
+    (a, b, [first, second])
+}
+
 #[test]
 fn the_full_search_books_together_what_each_job_alone_would_scatter() {
     // [VRM] Fig. 5.1's point: places each rated well alone can add up to a
-    // fragmented grid. Two sites of 4; a local job holds 2 processors of a
-    // from 150 to 210; the broker's two 2-processor jobs (60 and 90 long,
-    // anywhere in [0, 300)) sit at a from 120 and at b from 170.
-    let build = || {
-        let (mut a, mut b) = (site("a", 4), site("b", 4));
-        at(&mut a, "local", 2, 150, 60);
-        let job = |site, reservation, start: i64, length: i64| Placed {
-            site,
-            reservation,
-            start: Time(start),
-            end: Time(start + length),
-            amount: 2,
-            earliest: Time(0),
-            deadline: Time(300),
-        };
-        let first = job(0, at(&mut a, "broker", 2, 120, 60), 120, 60);
-        let second = job(1, at(&mut b, "broker", 2, 170, 90), 170, 90);
-        (a, b, [first, second])
-    };
+    // fragmented grid.
     let window = (Time(0), Time(300));
-    let (mut a, mut b, mut each) = build();
+    let (mut a, mut b, mut each) = fig_5_1();
     let after_each = {
         let mut refs: Vec<&mut dyn Site> = vec![&mut a, &mut b];
         pass(Time(0), window, &mut each, &mut refs, "broker");
         grid_fragmentation(window, &refs)
     };
-    let (mut a, mut b, mut full) = build();
+    let (mut a, mut b, mut full) = fig_5_1();
     let mut refs: Vec<&mut dyn Site> = vec![&mut a, &mut b];
     let done = full_pass(Time(0), window, &mut full, &mut refs, "broker", FULL_BUDGET);
     assert_eq!((done.considered, done.moved, done.cut_short), (2, 2, false));
@@ -369,21 +371,7 @@ fn a_full_search_cut_short_keeps_the_schedule_it_had_when_nothing_better_was_rat
 fn the_old_schedule_binds_others_until_the_switch_and_one_site_voting_no_keeps_it_everywhere() {
     // The Fig. 5.1 case again: the full search would book both jobs at a,
     // from 0 and from 210.
-    let (mut a, mut b) = (site("a", 4), site("b", 4));
-    at(&mut a, "local", 2, 150, 60);
-    let job = |site, reservation, start: i64, length: i64| Placed {
-        site,
-        reservation,
-        start: Time(start),
-        end: Time(start + length),
-        amount: 2,
-        earliest: Time(0),
-        deadline: Time(300),
-    };
-    let mut placed = [
-        job(0, at(&mut a, "broker", 2, 120, 60), 120, 60),
-        job(1, at(&mut b, "broker", 2, 170, 90), 170, 90),
-    ];
+    let (mut a, mut b, mut placed) = fig_5_1();
     let before = placed;
     let window = (Time(0), Time(300));
     let mut refs: Vec<&mut dyn Site> = vec![&mut a, &mut b];

@@ -4,9 +4,10 @@
 use super::*;
 use crate::runner::VirtualRunner;
 
-const T0: Time = Time(1_000_000);
+pub(super) const T0: Time = Time(1_000_000);
 
-fn site(capacity: u32) -> SiteCore {
+/// An empty conservative site of `capacity` processors at `T0`.
+pub(super) fn site(capacity: u32) -> SiteCore {
     SiteCore::new(SiteParams {
         capacity,
         horizon: Time(T0.0 + 365 * 86_400),

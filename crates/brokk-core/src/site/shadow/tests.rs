@@ -1,18 +1,7 @@
 //! Shadow schedules and the two-phase switch on virtual time.
 
+use super::super::tests::{site, T0};
 use super::super::*;
-
-const T0: Time = Time(1_000_000);
-
-fn site(capacity: u32) -> SiteCore {
-    SiteCore::new(SiteParams {
-        capacity,
-        horizon: Time(T0.0 + 365 * 86_400),
-        default_wall_time: Duration(3600),
-        policy: crate::queue::Policy::CONSERVATIVE.into(),
-        lead: Duration(0),
-    })
-}
 
 fn at(amount: u32, from: i64, to: i64) -> Request {
     Request {
