@@ -1,7 +1,8 @@
-//! The information layer (seed 000, 2.2): a ResourceFinder lists endpoints from an
-//! index, an InformationFetcher queries them with bounded concurrency and a
+//! The information layer (seed 000, 2.2): an InformationFetcher queries the
+//! configured sites with bounded concurrency and a
 //! per-site timeout, an InformationConverter turns what each backend publishes
-//! into the GLUE 2 subset, and a cache keeps answers for a time-to-live.
+//! into the GLUE 2 subset; the broker core keeps each site's last answer
+//! for its time-to-live (`BrokerCore::informed`, `BrokerCore::stale`).
 //!
 //! The fetch here runs on virtual time: each answer says how long it took, slow or
 //! failing sites are excluded and reported, and the elapsed time is what
@@ -9,27 +10,9 @@
 //! the same steps with real requests; the rules (timeout, exclusion, ordering) live
 //! here so that both behave alike.
 
-use std::collections::HashMap;
-
 use brokk_model::{Duration, Environment, ResourceInfo, Share, Time};
 
 use crate::site::SiteError;
-
-/// Lists the endpoints an index knows (seed 000's ResourceFinder).
-pub trait ResourceIndex {
-    /// Endpoints, in any order.
-    fn endpoints(&self) -> Vec<String>;
-}
-
-/// An index given as a fixed list, e.g. from the configuration.
-#[derive(Debug, Clone, Default)]
-pub struct StaticIndex(pub Vec<String>);
-
-impl ResourceIndex for StaticIndex {
-    fn endpoints(&self) -> Vec<String> {
-        self.0.clone()
-    }
-}
 
 /// Information as a backend publishes it, before conversion.
 #[derive(Debug, Clone, PartialEq)]
@@ -263,132 +246,5 @@ pub fn booked_wall(prediction: &crate::predict::Prediction) -> Duration {
 /// Default time-to-live of cached information (seed 000, section 5).
 pub const DEFAULT_TTL: Duration = Duration(60);
 
-/// A moment the cache ages its entries by: virtual seconds in the
-/// simulator, a monotonic instant in the service.
-pub trait Moment: Copy {
-    /// The span between two moments.
-    type Span: Copy + Ord;
-    /// How long after `earlier` this moment is (zero if it is not after).
-    fn since(self, earlier: Self) -> Self::Span;
-}
-
-impl Moment for Time {
-    type Span = Duration;
-    fn since(self, earlier: Time) -> Duration {
-        (self - earlier).max(Duration::ZERO)
-    }
-}
-
-impl Moment for std::time::Instant {
-    type Span = std::time::Duration;
-    fn since(self, earlier: std::time::Instant) -> std::time::Duration {
-        self.saturating_duration_since(earlier)
-    }
-}
-
 /// What a fetch learned of a site: its information, or why there is none.
 pub type Answer = Result<ResourceInfo, FetchFailure>;
-
-/// The last answer of every site, kept for a time-to-live, with hit and
-/// miss counters. Failures are kept too: a site that did not answer is not
-/// asked again, and waited for, by every decision within the time-to-live.
-#[derive(Debug, Clone)]
-pub struct InfoCache<M: Moment = Time> {
-    ttl: M::Span,
-    entries: HashMap<String, (Answer, M)>,
-    /// Lookups answered from the cache.
-    pub hits: u64,
-    /// Lookups that needed a fetch.
-    pub misses: u64,
-}
-
-impl Default for InfoCache<Time> {
-    fn default() -> Self {
-        InfoCache::new(DEFAULT_TTL)
-    }
-}
-
-impl<M: Moment> InfoCache<M> {
-    /// An empty cache whose entries live for `ttl`.
-    pub fn new(ttl: M::Span) -> Self {
-        InfoCache {
-            ttl,
-            entries: HashMap::new(),
-            hits: 0,
-            misses: 0,
-        }
-    }
-
-    /// Which of `sites` must be fetched at `now` (no answer yet, or one
-    /// older than the time-to-live), sorted and without repeats; counts the
-    /// hits and misses.
-    pub fn stale(&mut self, sites: &[String], now: M) -> Vec<String> {
-        let mut sorted: Vec<&String> = sites.iter().collect();
-        sorted.sort();
-        sorted.dedup();
-        let mut stale = Vec::new();
-        for site in sorted {
-            match self.entries.get(site) {
-                Some((_, at)) if now.since(*at) < self.ttl => self.hits += 1,
-                _ => {
-                    self.misses += 1;
-                    stale.push(site.clone());
-                }
-            }
-        }
-        stale
-    }
-
-    /// Keeps what a fetch of `site` at `now` returned.
-    pub fn store(&mut self, site: &str, answer: Answer, now: M) {
-        self.entries.insert(site.to_string(), (answer, now));
-    }
-
-    /// Drops what is known of `site`, so the next decision asks it again:
-    /// for a site the broker itself has just changed (a job submitted, a
-    /// reservation made or cancelled).
-    pub fn forget(&mut self, site: &str) {
-        self.entries.remove(site);
-    }
-
-    /// The last answer of `site`, however old.
-    pub fn get(&self, site: &str) -> Option<&Answer> {
-        self.entries.get(site).map(|(a, _)| a)
-    }
-}
-
-impl InfoCache<Time> {
-    /// The fresh information of every endpoint the index lists at `now`,
-    /// fetching only what is missing or stale, sorted by endpoint. Failures
-    /// are reported, never fatal.
-    pub fn resources(
-        &mut self,
-        index: &dyn ResourceIndex,
-        source: &dyn InfoSource,
-        now: Time,
-        opts: FetchOptions,
-    ) -> (Vec<ResourceInfo>, Vec<(String, FetchFailure)>) {
-        let mut endpoints = index.endpoints();
-        let stale = self.stale(&endpoints, now);
-        let report = fetch(&stale, source, opts);
-        for info in report.infos {
-            let endpoint = info.endpoint.clone();
-            self.store(&endpoint, Ok(info), now);
-        }
-        for (endpoint, failure) in report.failures {
-            self.store(&endpoint, Err(failure), now);
-        }
-        endpoints.sort();
-        endpoints.dedup();
-        let mut infos = Vec::new();
-        let mut failures = Vec::new();
-        for e in endpoints {
-            match self.get(&e) {
-                Some(Ok(info)) => infos.push(info.clone()),
-                Some(Err(f)) => failures.push((e, f.clone())),
-                None => {}
-            }
-        }
-        (infos, failures)
-    }
-}

@@ -1,14 +1,11 @@
 //! The information layer on virtual time: timeouts isolate slow sites, failures
-//! are reported, the cache expires after its time-to-live, and nothing depends on
-//! the order the index lists sites in.
+//! are reported, and nothing depends on the order the index lists sites in.
 
 use std::cell::Cell;
 use std::collections::HashMap;
 
-use brokk_broker::info::{
-    fetch, BatchSummary, FetchFailure, FetchOptions, InfoCache, InfoSource, RawInfo, StaticIndex,
-};
-use brokk_broker::{Clock, ManualClock, SiteError};
+use brokk_broker::info::{fetch, BatchSummary, FetchFailure, FetchOptions, InfoSource, RawInfo};
+use brokk_broker::SiteError;
 use brokk_model::{Duration, FreeRange, ResourceInfo, Time};
 
 /// An information service answering from a table, with a latency per site.
@@ -110,30 +107,6 @@ fn batch_system_summaries_become_glue() {
 }
 
 #[test]
-fn the_cache_answers_until_its_time_to_live_runs_out() {
-    let src = Answers::new(&[("a", Some(8), 1), ("b", Some(16), 1)]);
-    let index = StaticIndex(names(&["a", "b"]));
-    let clock = ManualClock::new(Time(0));
-    let mut cache = InfoCache::default();
-    let (infos, failures) = cache.resources(&index, &src, clock.now(), FetchOptions::default());
-    assert_eq!((infos.len(), failures.len(), src.queries.get()), (2, 0, 2));
-    clock.advance(Duration(59));
-    cache.resources(&index, &src, clock.now(), FetchOptions::default());
-    assert_eq!(
-        (cache.hits, cache.misses, src.queries.get()),
-        (2, 2, 2),
-        "fresh entries come from the cache"
-    );
-    clock.advance(Duration(1));
-    cache.resources(&index, &src, clock.now(), FetchOptions::default());
-    assert_eq!(
-        (cache.hits, cache.misses, src.queries.get()),
-        (2, 4, 4),
-        "after 60 s they are fetched again"
-    );
-}
-
-#[test]
 fn the_order_of_the_index_does_not_matter() {
     let src = Answers::new(&[
         ("a", Some(8), 1),
@@ -146,20 +119,6 @@ fn the_order_of_the_index_does_not_matter() {
     for order in [["d", "c", "b", "a"], ["b", "d", "a", "c"], ["c", "a", "d", "b"]] {
         assert_eq!(fetch(&names(&order), &src, opts), one);
     }
-}
-
-#[test]
-fn a_site_that_did_not_answer_is_not_asked_again_until_its_time_to_live_runs_out() {
-    let src = Answers::new(&[("a", Some(8), 1), ("down", None, 0)]);
-    let index = StaticIndex(names(&["down", "a"]));
-    let mut cache = InfoCache::new(Duration(10));
-    let (infos, failures) = cache.resources(&index, &src, Time(0), FetchOptions::default());
-    assert_eq!((infos.len(), failures.len(), src.queries.get()), (1, 1, 2));
-    let (_, failures) = cache.resources(&index, &src, Time(9), FetchOptions::default());
-    assert_eq!(failures.len(), 1, "still reported from the cache");
-    assert_eq!(src.queries.get(), 2, "not asked again within the time-to-live");
-    cache.resources(&index, &src, Time(10), FetchOptions::default());
-    assert_eq!(src.queries.get(), 4, "both asked again after it");
 }
 
 /// Jobs the broker sends count in what it knows of a site until the site
@@ -227,13 +186,6 @@ fn the_brokers_own_jobs_count_until_the_site_answers_again() {
     book(&mut info, 4, Duration(200), now);
     assert_eq!(queue_wait(&info, 6, Duration(60), None, now, load), Duration(200));
     assert_eq!(queue_wait(&info, 2, Duration(60), None, now, load), Duration(0));
-
-    // The next answer replaces the cache's entry.
-    let mut cache = InfoCache::new(Duration(10));
-    cache.store("a", Ok(info.clone()), now);
-    cache.store("a", Ok(fresh.clone()), now + Duration(10));
-    assert_eq!(cache.get("a").unwrap().as_ref().unwrap(), &fresh);
-    assert!(cache.get("unknown").is_none());
 }
 
 fn folded_site(name: &str, total: u32, free: u32, wait: i64, bench: f64) -> Result<ResourceInfo, String> {

@@ -715,13 +715,13 @@ async fn metrics(State(app): State<App>) -> Result<Response, ApiError> {
         (
             "brokk_info_cache_hits_total",
             "counter",
-            "Lookups the information cache answered from fresh information.",
+            "Looks at a site's information, before a decision, that found it fresh.",
             hits,
         ),
         (
             "brokk_info_cache_misses_total",
             "counter",
-            "Lookups the information cache had to fetch for.",
+            "Looks at a site's information, before a decision, that asked the site again.",
             misses,
         ),
     ] {

@@ -92,7 +92,8 @@ pub struct Config {
     #[serde(default = "default_adapt_margin")]
     pub adapt_margin: i64,
     /// Milliseconds a site's information is reused for brokering decisions
-    /// (0: every decision asks the sites).
+    /// (0: every decision asks the sites); the broker core counts it in
+    /// whole seconds, rounded up.
     #[serde(default = "default_info_ttl_ms")]
     pub info_ttl_ms: u64,
     /// Append what the service accepts and how each job ends to this JSON

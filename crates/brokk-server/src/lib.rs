@@ -150,7 +150,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         db,
         sites: Arc::new(std::sync::RwLock::new(Arc::new(sites))),
         info: Arc::new(SiteInfo::new(
-            std::time::Duration::from_millis(config.info_ttl_ms),
+            config.info_ttl_ms == 0,
             brokk_broker::info::FetchOptions::default(),
             core,
         )),

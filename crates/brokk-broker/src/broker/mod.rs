@@ -631,6 +631,9 @@ pub struct BrokerCore {
     /// Reservations of a slot it read as free that a site refused
     /// ([AB-avail] counts them as violations too).
     refused_slots: u64,
+    /// Sites whose information a look at the sites ([`BrokerCore::stale`])
+    /// found fresh, and those it asked again.
+    lookups: (u64, u64),
     /// How it delegates to neighbouring brokers and takes their jobs.
     delegating: Delegating,
     outbox: Vec<Effect>,
@@ -735,6 +738,7 @@ impl BrokerCore {
             decisions: 0,
             requests: Requests::default(),
             violations: 0,
+            lookups: (0, 0),
             refused_slots: 0,
             delegating: Delegating::default(),
             failures: std::collections::BTreeMap::new(),
@@ -829,6 +833,22 @@ impl BrokerCore {
     /// reads.
     pub fn information(&self) -> &[ResourceInfo] {
         &self.infos
+    }
+
+    /// Site `site`'s last answer, with the broker's own bookings there
+    /// since: its information, or why there is none; `None` before its
+    /// first. What a rule the core does not hold yet reads a site by.
+    pub fn answer(&self, site: usize) -> Option<Answer> {
+        Some(match self.sites.get(site)?.answer.as_ref()? {
+            Ok(()) => Ok(self.infos[site].clone()),
+            Err(e) => Err(e.clone()),
+        })
+    }
+
+    /// How many times a look at the sites found a site's information
+    /// fresh, and how many times it asked again.
+    pub fn lookups(&self) -> (u64, u64) {
+        self.lookups
     }
 
     /// Site `site` was changed by the broker outside a decision (a
@@ -1532,7 +1552,10 @@ impl BrokerCore {
                 s.asked = true;
                 s.changed = false;
                 s.taken = Some(now);
+                self.lookups.1 += 1;
                 self.outbox.push(Effect::Fetch { site: k });
+            } else {
+                self.lookups.0 += 1;
             }
         }
     }

@@ -336,6 +336,20 @@ fn information_is_asked_for_when_missing_old_or_changed_and_never_twice_at_once(
     assert_eq!(b.drain().count(), 0);
     b.stale(Time(60));
     assert_eq!(b.drain().count(), 2);
+    // A site that did not answer is not asked again, nor waited for, by
+    // every look within the time-to-live; its failure is its answer.
+    b.informed(0, Ok(site("a", 4)), Time(60));
+    let down = FetchFailure::Error(SiteError::Unavailable("b".into()));
+    b.informed(1, Err(down.clone()), Time(60));
+    b.stale(Time(119));
+    assert_eq!(b.drain().count(), 0);
+    assert_eq!(b.answer(1), Some(Err(down)));
+    assert_eq!(b.answer(0).unwrap().unwrap().total_slots, 4);
+    b.stale(Time(120));
+    assert_eq!(b.drain().count(), 2);
+    // Looks that found a site fresh, and fetches.
+    assert_eq!(b.lookups(), (6, 6));
+    assert_eq!(b.answer(7), None);
 }
 
 #[test]

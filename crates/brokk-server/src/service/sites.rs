@@ -1,7 +1,8 @@
 //! The sites as the service sees them: their clients, change-feed cursors
-//! and the information cache brokering decisions read through.
+//! and the broker core's information, which brokering decisions read
+//! through.
 
-use brokk_broker::info::{convert, Answer, FetchFailure, FetchOptions, InfoCache, RawInfo};
+use brokk_broker::info::{convert, Answer, FetchFailure, FetchOptions, RawInfo};
 use brokk_site::uploads::Uploads;
 
 use super::*;
@@ -41,16 +42,16 @@ impl SiteEntry {
     }
 }
 
-/// What the sites last published, as every brokering decision reads it: one
-/// cache for all sites, refreshed under the broker's fetch rules (stale
-/// sites only, all at once up to a bound, each within a timeout, a site
-/// that did not answer left out until its answer is stale too).
+/// What the sites last published, as every brokering decision reads it:
+/// the broker core's information (one answer per site, refreshed under the
+/// core's rule: stale, changed by the broker or never asked, and not while
+/// a site pushes its own), fetched under the fetch rules (all at once up to
+/// a bound, each within a timeout).
 #[derive(Debug)]
 pub struct SiteInfo {
-    cache: std::sync::Mutex<InfoCache<std::time::Instant>>,
-    /// The broker core, which keeps the same answers for its decisions
-    /// and is told of every change the service's own handlers make at a
-    /// site.
+    /// The broker core, which keeps the answers for every decision, its
+    /// own and those of the rules the service still holds, and is told of
+    /// every change the service's own handlers make at a site.
     core: Arc<std::sync::Mutex<brokk_broker::broker::BrokerCore>>,
     fetch: FetchOptions,
     /// One brokering decision at a time, from its refresh to its last call
@@ -64,18 +65,18 @@ pub struct SiteInfo {
 }
 
 impl SiteInfo {
-    /// An empty cache whose answers live for `ttl`, beside `core`'s.
+    /// The core's information, fetched under `fetch`; `exact` when it
+    /// lives for no time at all.
     pub fn new(
-        ttl: std::time::Duration,
+        exact: bool,
         fetch: FetchOptions,
         core: Arc<std::sync::Mutex<brokk_broker::broker::BrokerCore>>,
     ) -> SiteInfo {
         SiteInfo {
-            cache: std::sync::Mutex::new(InfoCache::new(ttl)),
             core,
             fetch,
             turn: Arc::default(),
-            exact: ttl.is_zero(),
+            exact,
         }
     }
 
@@ -84,20 +85,23 @@ impl SiteInfo {
         self.exact
     }
 
-    /// Lookups the cache answered, and lookups that needed a fetch.
+    fn core(&self) -> std::sync::MutexGuard<'_, brokk_broker::broker::BrokerCore> {
+        self.core.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Looks at the sites that found their information fresh, and those
+    /// that asked again.
     pub fn hits_and_misses(&self) -> (u64, u64) {
-        self.cache.lock().map_or((0, 0), |c| (c.hits, c.misses))
+        self.core().lookups()
     }
 
     fn get(&self, site: &str) -> Option<Answer> {
-        self.cache.lock().ok()?.get(site).cloned()
+        let core = self.core();
+        core.answer(core.site_position(site)?)
     }
 
     pub(super) fn forget(&self, site: &str) {
-        if let Ok(mut cache) = self.cache.lock() {
-            cache.forget(site);
-        }
-        let mut core = self.core.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut core = self.core();
         if let Some(k) = core.site_position(site) {
             core.changed(k);
         }
@@ -107,22 +111,18 @@ impl SiteInfo {
     /// answer, and tells the core it pushes (or, `answer` being `None`,
     /// that its stream is down: it is asked again).
     pub(super) fn pushed(&self, site: &str, answer: Option<&Answer>, taken: Time) {
-        if let Some(answer) = answer {
-            self.store(site, answer, std::time::Instant::now(), taken);
-        }
-        let mut core = self.core.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut core = self.core();
         if let Some(k) = core.site_position(site) {
+            if let Some(answer) = answer {
+                core.informed(k, answer.clone(), taken);
+            }
             core.pushed(k, answer.is_some());
         }
     }
 
-    /// Keeps what `site` answered when asked at `asked` (`taken` by the
-    /// wall clock), in the cache and in the core.
-    fn store(&self, site: &str, answer: &Answer, asked: std::time::Instant, taken: Time) {
-        if let Ok(mut cache) = self.cache.lock() {
-            cache.store(site, answer.clone(), asked);
-        }
-        let mut core = self.core.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    /// Keeps what `site` answered when asked at `taken`.
+    fn store(&self, site: &str, answer: &Answer, taken: Time) {
+        let mut core = self.core();
         if let Some(k) = core.site_position(site) {
             core.informed(k, answer.clone(), taken);
         }
@@ -345,16 +345,12 @@ impl Service {
         self.info.turn.clone().lock_owned().await
     }
 
-    /// Fetches, all at once, the information of every site whose cached
-    /// answer is stale; called with the turn held.
+    /// Fetches, all at once, the information of every site the core finds
+    /// stale; called with the turn held.
     pub(super) async fn refresh_stale(&self) {
-        let names: Vec<String> = self.sites().iter().map(|s| s.name.clone()).collect();
-        let stale = match self.info.cache.lock() {
-            Ok(mut cache) => cache.stale(&names, std::time::Instant::now()),
-            Err(_) => return,
-        };
-        if !stale.is_empty() {
-            self.fetch_info(stale).await;
+        let (_, effects, _) = self.broker.run(|c| c.stale(now()));
+        if let Err(e) = self.carry_out(effects).await {
+            tracing::warn!("refreshing the sites' information: {e}");
         }
     }
 
@@ -365,7 +361,7 @@ impl Service {
         let rules = self.info.fetch;
         let timeout = std::time::Duration::from_secs(rules.timeout.0.max(1).unsigned_abs());
         let sites: Vec<SiteEntry> = names.iter().filter_map(|n| self.site(n)).collect();
-        let (asked, taken) = (std::time::Instant::now(), now());
+        let taken = now();
         let answers: Vec<(String, Answer)> = futures_util::stream::iter(sites)
             .map(|s| async move {
                 let client = s.client.clone();
@@ -385,7 +381,7 @@ impl Service {
             .collect()
             .await;
         for (name, answer) in &answers {
-            self.info.store(name, answer, asked, taken);
+            self.info.store(name, answer, taken);
         }
         if let Some(record) = &self.record {
             let at = now();
