@@ -72,6 +72,16 @@ async fn session(driver: &Driver) -> fantoccini::Client {
         .expect("a WebDriver session in headless Chromium")
 }
 
+/// Runs `script` on the element `css` selects (`e` in it), in the page in
+/// one step: the lists and the chart are redrawn every second, so an
+/// element found in one call may be gone by the next ("stale element").
+/// `null` when nothing matches.
+async fn on(c: &fantoccini::Client, css: &str, script: &str) -> Result<serde_json::Value, Box<dyn std::error::Error>> {
+    let select = serde_json::to_string(css)?;
+    let script = format!("const e = document.querySelector({select}); return e ? ({script}) : null;");
+    Ok(c.execute(&script, vec![]).await?)
+}
+
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "needs Debian's chromium and chromium-driver; scripts/test.sh installs them and runs this"]
 async fn the_dashboard_shows_jobs_live_and_reservations_on_the_gantt_chart() {
@@ -136,16 +146,17 @@ async fn the_dashboard_shows_jobs_live_and_reservations_on_the_gantt_chart() {
         let mark = c.execute("return window.brokkMark;", vec![]).await?;
         assert_eq!(mark, serde_json::json!("no reload"), "the page was reloaded");
         // The reservation is drawn on its site's row of the Gantt chart.
-        let bar = c
-            .wait()
+        let bar = format!("#gantt rect.bar.reservation[data-id='{rid}']");
+        c.wait()
             .at_most(Duration::from_secs(15))
-            .for_element(Locator::Css(&format!("#gantt rect.bar.reservation[data-id='{rid}']")))
+            .for_element(Locator::Css(&bar))
             .await?;
-        assert!(bar.html(false).await?.contains(&rid));
-        let job_bar = c.find(Locator::Css(&format!("#gantt rect.bar.job[data-id='{id}']"))).await?;
-        assert!(job_bar.attr("class").await?.unwrap_or_default().contains("finished"));
+        let html = on(&c, &bar, "e.outerHTML").await?;
+        assert!(html.as_str().is_some_and(|h| h.contains(&rid)), "{html}");
+        let class = on(&c, &format!("#gantt rect.bar.job[data-id='{id}']"), "e.getAttribute('class')").await?;
+        assert!(class.as_str().is_some_and(|c| c.contains("finished")), "{class}");
         // The job's page shows its history and its output.
-        c.find(Locator::Css(&format!("#jobs tr[data-id='{id}']"))).await?.click().await?;
+        on(&c, &format!("#jobs tr[data-id='{id}']"), "(e.click(), 1)").await?;
         let output = c
             .wait()
             .at_most(Duration::from_secs(10))
@@ -184,14 +195,15 @@ async fn the_dashboard_shows_jobs_live_and_reservations_on_the_gantt_chart() {
 
         // The reservations view lists the reservation, at its site; a
         // state filter it does not match hides it.
-        let row = c
-            .wait()
+        let row = format!("#reservations tr[data-id='{rid}']");
+        c.wait()
             .at_most(Duration::from_secs(15))
-            .for_element(Locator::Css(&format!("#reservations tr[data-id='{rid}']")))
+            .for_element(Locator::Css(&row))
             .await?;
-        let text = row.text().await?;
+        let seen = on(&c, &row, "[e.innerText, e.dataset.state]").await?;
+        let text = seen[0].as_str().unwrap_or_default();
         assert!(text.contains(&site) && text.contains('2'), "{text}");
-        let kept = row.attr("data-state").await?.unwrap_or_default();
+        let kept = seen[1].as_str().unwrap_or_default().to_string();
         assert!(kept == "held" || kept == "committed", "{kept}");
         c.find(Locator::Css("#r-state option[value='cancelled']")).await?.click().await?;
         assert!(c.find(Locator::Css(&format!("#reservations tr[data-id='{rid}']"))).await.is_err());
@@ -216,12 +228,12 @@ async fn the_dashboard_shows_jobs_live_and_reservations_on_the_gantt_chart() {
             &["workflow", "submit", dir.join("diamond.dag").to_str().unwrap(), "--json"],
         );
         let wid = w["id"].as_str().unwrap_or_else(|| panic!("not admitted: {w}")).to_string();
+        let wrow = format!("#workflows tr[data-id='{wid}']");
         c.wait()
             .at_most(Duration::from_secs(20))
-            .for_element(Locator::Css(&format!("#workflows tr[data-id='{wid}']")))
-            .await?
-            .click()
+            .for_element(Locator::Css(&wrow))
             .await?;
+        on(&c, &wrow, "(e.click(), 1)").await?;
         c.wait()
             .at_most(Duration::from_secs(10))
             .for_element(Locator::Css("#w-graph svg.dag g.task[data-task='d']"))
@@ -232,10 +244,9 @@ async fn the_dashboard_shows_jobs_live_and_reservations_on_the_gantt_chart() {
         let y = |task: &'static str| {
             let c = c.clone();
             async move {
-                let rect = c
-                    .find(Locator::Css(&format!("#w-graph g.task[data-task='{task}'] rect")))
-                    .await?;
-                Ok::<f64, Box<dyn std::error::Error>>(rect.attr("y").await?.unwrap_or_default().parse()?)
+                let css = format!("#w-graph g.task[data-task='{task}'] rect");
+                let y = on(&c, &css, "e.getAttribute('y')").await?;
+                Ok::<f64, Box<dyn std::error::Error>>(y.as_str().unwrap_or_default().parse()?)
             }
         };
         let (ya, yb, yd) = (y("a").await?, y("b").await?, y("d").await?);
