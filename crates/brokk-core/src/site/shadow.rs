@@ -74,22 +74,30 @@ fn holder(who: &str) -> String {
 }
 
 impl Shadow {
-    /// `real` with this shadow's changes in it; also the first trial that
-    /// no longer fits there.
-    fn made(&self, real: &Planner<BTree>) -> (Planner<BTree>, Option<Reservation>) {
-        let (removed, added) = (&self.removed, &self.added);
+    /// `real` with this shadow's changes in it; also the trials that no
+    /// longer fit there (left out of it).
+    fn made(&self, real: &Planner<BTree>) -> (Planner<BTree>, Vec<ReservationId>) {
         let mut schedule = real.clone();
         schedule.issue_ids_from(self.next_trial);
-        for r in removed {
+        for r in &self.removed {
             let _ = schedule.cancel(r.id);
         }
-        let mut misfit = None;
-        for a in added {
-            if schedule.restore(a).is_err() && misfit.is_none() {
-                misfit = Some(a.clone());
-            }
+        let misfits = self
+            .added
+            .iter()
+            .filter(|a| schedule.restore(a).is_err())
+            .map(|a| a.id)
+            .collect();
+        (schedule, misfits)
+    }
+
+    /// The shadow as it stands against `real`: its own copy while the
+    /// real schedule has not changed since it was made, else made again.
+    fn current(&self, real: &Planner<BTree>) -> std::borrow::Cow<'_, Planner<BTree>> {
+        match self.synced == real.changes() {
+            true => std::borrow::Cow::Borrowed(&self.schedule),
+            false => std::borrow::Cow::Owned(self.made(real).0),
         }
-        (schedule, misfit)
     }
 }
 
@@ -125,11 +133,7 @@ impl SiteCore {
         let Ok(req) = self.after_lead(now, req) else {
             return Ok(Vec::new());
         };
-        let answer = if shadow.synced == self.planner.changes() {
-            shadow.schedule.probe(&req, k.clamp(1, 100))
-        } else {
-            shadow.made(&self.planner).0.probe(&req, k.clamp(1, 100))
-        };
+        let answer = shadow.current(&self.planner).probe(&req, k.clamp(1, 100));
         answer.map_err(|reason| CoreError::NotGranted(Reply::Never { reason }))
     }
 
@@ -176,11 +180,7 @@ impl SiteCore {
     /// rating of the shadow the thesis's broker asks for.
     pub fn shadow_fragmentation(&self, who: &str, window: (Time, Time)) -> Result<f64, CoreError> {
         let shadow = self.open_shadow(who)?;
-        Ok(if shadow.synced == self.planner.changes() {
-            shadow.schedule.fragmentation(window.0, window.1)
-        } else {
-            shadow.made(&self.planner).0.fragmentation(window.0, window.1)
-        })
+        Ok(shadow.current(&self.planner).fragmentation(window.0, window.1))
     }
 
     /// The first phase of the switch to `who`'s shadow: books its new
@@ -260,19 +260,19 @@ impl SiteCore {
     /// The second phase: `who`'s old reservations end and the new ones
     /// prepared stand alone.
     pub fn shadow_switch(&mut self, now: Time, who: &str) -> Result<(), CoreError> {
-        let prepared = self.open_shadow(who)?.prepared.is_some();
-        if !prepared {
-            return Err(CoreError::Conflict(format!(
-                "{who}'s shadow is not prepared: prepare it first"
-            )));
-        }
-        let Some(Shadow {
-            removed,
-            prepared: Some(p),
-            ..
-        }) = self.shadows.remove(who)
-        else {
-            return Ok(());
+        let (removed, p) = match self.shadows.remove(who) {
+            None => return Err(no_shadow(who)),
+            Some(Shadow {
+                removed,
+                prepared: Some(p),
+                ..
+            }) => (removed, p),
+            Some(unprepared) => {
+                self.shadows.insert(who.to_string(), unprepared);
+                return Err(CoreError::Conflict(format!(
+                    "{who}'s shadow is not prepared: prepare it first"
+                )));
+            }
         };
         for id in p.held {
             let _ = self.planner.cancel(id);
@@ -340,11 +340,8 @@ impl SiteCore {
         let changes = self.planner.changes();
         let shadow = self.shadows.get_mut(who).ok_or_else(|| no_shadow(who))?;
         if shadow.synced != changes && shadow.prepared.is_none() {
-            let (mut schedule, mut misfit) = shadow.made(&self.planner);
-            while let Some(m) = misfit {
-                shadow.added.retain(|a| a.id != m.id);
-                (schedule, misfit) = shadow.made(&self.planner);
-            }
+            let (schedule, misfits) = shadow.made(&self.planner);
+            shadow.added.retain(|a| !misfits.contains(&a.id));
             shadow.schedule = schedule;
             shadow.synced = changes;
         }
