@@ -1022,7 +1022,7 @@ impl AdmissionExperiment {
                 }
                 figures.submitted_after += 1;
             }
-            if let (Some(figures), None) = (&mut reoptimized, &searching) {
+            if let (Some(figures), None, false) = (&mut reoptimized, &searching, unsearched.is_empty()) {
                 let mut refs: Vec<&mut dyn Site> = sites.iter_mut().map(|s| s as &mut dyn Site).collect();
                 let delay = Duration(setting.delay * self.slot);
                 let trigger = self.reoptimize.as_ref().and_then(|r| r.trigger);
