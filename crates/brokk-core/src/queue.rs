@@ -10,16 +10,28 @@
 //! - the estimate is used only for planning, and a job is never killed at it;
 //! - a running job that overruns its estimate is planned as ending one second
 //!   from now, and every planned duration is at least one second;
-//! - reservations are recomputed at every scheduling pass, in queue order.
+//! - in arrival order, a protected job keeps its reservation from pass to
+//!   pass and moves it up when room frees before it (compression, in order of
+//!   planned start), never later, as a site core keeps a queued job's slot
+//!   ([`crate::SiteCore`]); under a queue order, the protected jobs are
+//!   planned again at every pass in the order's order.
+//!
+//! In arrival order every policy gives the site core's schedule, which a
+//! property test checks (`brokk-sim/tests/grid.rs`); this queue is the fast
+//! path of the same rules for trace runs, without the core's reservations,
+//! owners, records and effects.
 //!
 //! FCFS, EASY and unprotected backfilling take a fast path (a walk over running
-//! jobs by planned end for the head's "shadow" time and spare processors).
-//! Conservative backfilling in arrival order keeps its profile between passes
-//! (`KeptPlan`): an arrival is planned behind the others, a start leaves the
-//! profile as it is, and only an early end or an overrun that breaks a
-//! reservation plans the waiting jobs again. Other cases plan on a profile
-//! built for the pass. Each fast path gives exactly the schedule of a profile
-//! built for every pass, which the `on_profile` switch lets the tests check.
+//! jobs by planned end for the head's "shadow" time and spare processors),
+//! which gives exactly the schedule of a profile built for every pass (the
+//! `on_profile` switch lets the tests check). K protected jobs and
+//! conservative backfilling in arrival order keep their reservations on one
+//! profile between passes (`KeptPlan`): an arrival starts now if it fits
+//! around them, else is reserved at its earliest start while fewer than K
+//! hold one, else waits; an end moves the reservations up and gives the
+//! waiting jobs their turn; only an overrun that breaks a reservation plans
+//! the waiting jobs again from scratch. Queue orders plan on a profile built
+//! for the pass.
 
 use std::collections::BTreeSet;
 
@@ -153,11 +165,20 @@ struct KeptPlan {
     /// The earliest start of a waiting job's reservation (`i64::MAX` for
     /// none).
     next_start: i64,
-    /// Waiting jobs without a reservation yet, in queue order.
+    /// Arrivals not placed yet, in queue order.
     unplanned: Vec<usize>,
-    /// Usage fell where a reservation could move to (an early end), or grew
-    /// where one was (an overrun): the waiting jobs are planned again.
+    /// Waiting jobs left without a reservation (the first `protects` have
+    /// one), in arrival order.
+    unprotected: Vec<usize>,
+    /// How many waiting jobs hold a reservation (`usize::MAX`:
+    /// conservative, all).
+    protects: usize,
+    /// Usage grew where a reservation was (an overrun): the waiting jobs
+    /// are planned again.
     stale: bool,
+    /// Usage fell where a reservation could move to (an early end): each
+    /// reservation moves up as far as it now fits, never later.
+    compress: bool,
     /// The running jobs' spans alone, kept up to date while re-plans come
     /// often (users' estimates: nearly every end is early), so a re-plan
     /// starts from a copy; dropped after [`KEEP_RUNNING_FOR`] ends without
@@ -213,13 +234,16 @@ impl Usage {
 }
 
 impl KeptPlan {
-    fn new(jobs: usize) -> Self {
+    fn new(jobs: usize, protects: usize) -> Self {
         KeptPlan {
+            unprotected: Vec::new(),
+            protects,
             used: Usage::Flat(Steps::new()),
             span: vec![None; jobs],
             next_start: i64::MAX,
             unplanned: Vec::new(),
             stale: true,
+            compress: false,
             running: None,
             quiet: 0,
         }
@@ -239,15 +263,100 @@ impl KeptPlan {
         self.set_span(i, size, span);
     }
 
-    /// Reserves job `i` at its earliest start from `now`.
-    fn plan(&mut self, i: usize, job: &QueueJob, procs: u32, now: Time) {
+    /// Reserves job `i` at its earliest start from `now`, or (`now_only`)
+    /// only if it can start now; whether it got a reservation.
+    fn plan(&mut self, i: usize, job: &QueueJob, procs: u32, now: Time, now_only: bool) -> bool {
         let d = job.estimate.0.max(1);
         let thr = procs as i32 - job.size as i32;
-        let latest = now.0.saturating_add(HORIZON) - d;
-        if let Some(s) = self.used.get().add_at_earliest(thr, d, now.0, latest, job.size as i32) {
-            self.span[i] = Some((s, s + d));
-            self.next_start = self.next_start.min(s);
+        let latest = if now_only {
+            now.0
+        } else {
+            now.0.saturating_add(HORIZON) - d
+        };
+        let Some(s) = self.used.get().add_at_earliest(thr, d, now.0, latest, job.size as i32) else {
+            return false;
+        };
+        self.span[i] = Some((s, s + d));
+        self.next_start = self.next_start.min(s);
+        true
+    }
+
+    /// Places arrival `i` as a site core places a new job: it starts now if
+    /// it fits around the reservations; else it is reserved at its earliest
+    /// start while fewer than `protects` waiting jobs hold one and none
+    /// waits unprotected before it; else it waits unprotected.
+    fn place(&mut self, i: usize, job: &QueueJob, procs: u32, now: Time, protected: &mut usize) {
+        if self.protects == usize::MAX {
+            self.plan(i, job, procs, now, false);
+            return;
         }
+        if self.plan(i, job, procs, now, true) {
+            return;
+        }
+        if self.unprotected.is_empty() && *protected < self.protects && self.plan(i, job, procs, now, false) {
+            *protected += 1;
+            return;
+        }
+        self.unprotected.push(i);
+    }
+
+    /// The unprotected waiting jobs, in arrival order, start now where they
+    /// fit around the reservations, or are reserved while fewer than
+    /// `protects` hold one: a site core's promotion after a release.
+    fn promote(&mut self, jobs: &[QueueJob], procs: u32, now: Time, protected: &mut usize) {
+        let waiting = std::mem::take(&mut self.unprotected);
+        for i in waiting {
+            let may_protect = *protected < self.protects;
+            if self.plan(i, &jobs[i], procs, now, !may_protect) {
+                *protected += usize::from(self.span[i].is_some_and(|(s, _)| s > now.0));
+            } else {
+                self.unprotected.push(i);
+            }
+        }
+    }
+
+    /// Waiting jobs whose reservation starts later than `now`.
+    fn protected(&self, waiting: &[usize], now: Time) -> usize {
+        if self.protects == usize::MAX {
+            return 0;
+        }
+        waiting
+            .iter()
+            .filter(|&&i| self.span[i].is_some_and(|(s, _)| s > now.0))
+            .count()
+    }
+
+    /// Moves each reservation of the `waiting` jobs as early as it now fits
+    /// from `now`, never later than it was, in order of planned start (ties
+    /// in arrival order): conservative backfilling's compression after an
+    /// early end, as a site core moves its queued jobs' slots up.
+    fn move_up(&mut self, waiting: &[usize], jobs: &[QueueJob], procs: u32, now: Time) {
+        let mut queued: Vec<(i64, usize)> = waiting
+            .iter()
+            .filter_map(|&i| self.span[i].map(|(s, _)| (s, i)))
+            .filter(|&(s, _)| s > now.0)
+            .collect();
+        queued.sort_unstable();
+        for (old, i) in queued {
+            let size = jobs[i].size as i32;
+            let Some((_, end)) = self.span[i] else { continue };
+            let d = end - old;
+            let used = self.used.get();
+            used.remove(old, end, size);
+            // Its own old place is free, so it always fits by then.
+            let s = used
+                .add_at_earliest(procs as i32 - size, d, now.0, old, size)
+                .unwrap_or_else(|| {
+                    used.add(old, end, size);
+                    old
+                });
+            self.span[i] = Some((s, s + d));
+        }
+        self.next_start = waiting
+            .iter()
+            .filter_map(|&i| self.span[i].map(|(s, _)| s))
+            .min()
+            .unwrap_or(i64::MAX);
     }
 
     /// Sets job `i`'s span in the profile to `span`.
@@ -317,8 +426,11 @@ impl<'a> LocalQueue<'a> {
         self.running.remove(&((s + j.estimate).0, i));
         self.free += j.size;
         if let Some(k) = &mut self.kept {
-            if k.span[i].is_some_and(|(_, e)| now.0 < e) && !self.waiting.is_empty() {
-                k.stale = true;
+            // An early end frees room reservations move up into; any end
+            // frees processors an unprotected job may start on.
+            let early = k.span[i].is_some_and(|(_, e)| now.0 < e);
+            if (early || !k.unprotected.is_empty()) && !self.waiting.is_empty() {
+                k.compress = true;
             }
             k.set_running_span(i, j.size, None);
             k.quiet += 1;
@@ -366,8 +478,10 @@ impl<'a> LocalQueue<'a> {
 
     /// Starts what the policy allows now; returns the started jobs.
     pub fn schedule(&mut self, now: Time, policy: Policy) -> Vec<usize> {
-        if policy == Policy::CONSERVATIVE && self.order.is_none() && !self.on_profile {
-            return self.schedule_on_kept_plan(now);
+        if let Policy::Backfill { reservations } = policy {
+            if reservations > 1 && self.order.is_none() && !self.on_profile {
+                return self.schedule_on_kept_plan(now, reservations);
+            }
         }
         self.kept = None;
         self.sort_waiting(now);
@@ -418,14 +532,16 @@ impl<'a> LocalQueue<'a> {
         });
     }
 
-    /// Conservative backfilling in arrival order on the kept profile: overruns
-    /// are extended to end a second from now, new arrivals planned behind the
-    /// others (everyone again when the plan went stale), and every job whose
-    /// reservation begins now starts; its reservation is its planned run.
-    fn schedule_on_kept_plan(&mut self, now: Time) -> Vec<usize> {
+    /// Backfilling with `protects` protected jobs (conservative: all) in
+    /// arrival order on the kept profile: overruns are extended to end a
+    /// second from now, reservations moved up after an end, new arrivals
+    /// placed (everyone again when an overrun broke the plan), and every job
+    /// whose reservation begins now starts; its reservation is its planned
+    /// run.
+    fn schedule_on_kept_plan(&mut self, now: Time, protects: usize) -> Vec<usize> {
         let jobs = self.jobs;
         let procs = self.procs;
-        let k = self.kept.get_or_insert_with(|| KeptPlan::new(jobs.len()));
+        let k = self.kept.get_or_insert_with(|| KeptPlan::new(jobs.len(), protects));
         for &(end, i) in &self.running {
             if end > now.0 {
                 break;
@@ -485,16 +601,29 @@ impl<'a> LocalQueue<'a> {
                 k.span[i] = None;
             }
             k.unplanned.clone_from(&self.waiting);
+            k.unprotected.clear();
             k.stale = false;
+            k.compress = false;
+        }
+        let compress = std::mem::take(&mut k.compress);
+        if compress {
+            k.move_up(&self.waiting, jobs, procs, now);
+        }
+        let mut protected = k.protected(&self.waiting, now);
+        if compress {
+            k.promote(jobs, procs, now, &mut protected);
         }
         for i in std::mem::take(&mut k.unplanned) {
-            k.plan(i, &jobs[i], procs, now);
+            k.place(i, &jobs[i], procs, now, &mut protected);
         }
         if k.next_start > now.0 {
             return Vec::new();
         }
         let mut starting = Vec::new();
         k.next_start = i64::MAX;
+        if !k.unprotected.is_empty() {
+            k.unprotected.retain(|&i| k.span[i].is_none());
+        }
         for &i in &self.waiting {
             match k.span[i] {
                 Some((s, _)) if s == now.0 => starting.push(i),

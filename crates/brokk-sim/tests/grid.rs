@@ -190,14 +190,13 @@ fn starts_both(jobs: &[SimJob], policy: Policy) -> (Starts, Starts) {
 proptest::proptest! {
     #![proptest_config(proptest::prelude::ProptestConfig::with_cases(200))]
 
-    /// The site core's FCFS and EASY schedule a stream exactly as the trace
-    /// queue does (estimates at least the run times, so no job is killed).
-    /// Conservative backfilling is the one variant where they differ by
-    /// design: the site core keeps every job's slot and moves it up
-    /// (compression, as live sites must, having promised starts), while
-    /// the trace queue plans the whole queue afresh at every pass.
+    /// The site core schedules a stream exactly as the trace queue does
+    /// (estimates at least the run times, so no job is killed), under every
+    /// policy in arrival order: FCFS, backfilling without protection, EASY,
+    /// K protected jobs and conservative backfilling (both keep a protected
+    /// job's reservation and move it up after an early end, never later).
     #[test]
-    fn the_site_core_and_the_trace_queue_agree_on_fcfs_and_easy(
+    fn the_site_core_and_the_trace_queue_agree_on_every_policy(
         raw in proptest::collection::vec((0i64..400, 1u32..=8, 1i64..200, 0i64..100), 1..40)
     ) {
         let mut jobs: Vec<SimJob> = raw
@@ -209,7 +208,14 @@ proptest::proptest! {
             })
             .collect();
         jobs.sort_by_key(|j| (j.submit, j.id));
-        for policy in [Policy::Fcfs, Policy::EASY] {
+        for policy in [
+            Policy::Fcfs,
+            Policy::Backfill { reservations: 0 },
+            Policy::EASY,
+            Policy::Backfill { reservations: 2 },
+            Policy::Backfill { reservations: 3 },
+            Policy::CONSERVATIVE,
+        ] {
             let (core, queue) = starts_both(&jobs, policy);
             proptest::prop_assert_eq!(core, queue, "{:?}", policy);
         }
