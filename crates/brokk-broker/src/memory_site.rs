@@ -73,13 +73,9 @@ impl MemorySite {
         }
     }
 
-    /// Serves the site's waiting jobs in `order` ([`SiteCore::serve_in`]);
-    /// refused under a policy that plans every job's start as it arrives.
-    pub fn serve_in(&mut self, order: Box<dyn brokk_core::order::QueueOrder>) -> Result<(), SiteError> {
-        self.core.serve_in(order).map_err(|e| SiteError::Refused {
-            site: self.info.endpoint.clone(),
-            reason: e.to_string(),
-        })
+    /// Serves the site's waiting jobs in `order` ([`SiteCore::serve_in`]).
+    pub fn serve_in(&mut self, order: Box<dyn brokk_core::order::QueueOrder>) {
+        self.core.serve_in(order);
     }
 
     /// Makes the site's information carry its free capacity over time

@@ -44,4 +44,4 @@ pub use partition::{Partitions, SitePolicy};
 pub use record::{JobId, JobRecord, KeptJobs, Occupant, Submission};
 pub use runner::VirtualRunner;
 pub use shortfall::overflowing;
-pub use site::{Launch, Published, SiteCore, SiteParams, ORDER_NEEDS_WAITING, PUBLISHED_RANGES, PUBLISHED_SPAN};
+pub use site::{Launch, Published, SiteCore, SiteParams, PUBLISHED_RANGES, PUBLISHED_SPAN};

@@ -74,16 +74,6 @@ pub enum Policy {
     },
 }
 
-impl Policy {
-    /// Whether jobs may wait without a start planned for them (EASY and
-    /// `backfill:K`): only then does a site's queue order decide who goes
-    /// next ([`crate::SiteCore::serve_in`]); FCFS and conservative
-    /// backfilling plan each job's start as it arrives.
-    pub fn leaves_jobs_waiting(self) -> bool {
-        matches!(self, Policy::Backfill { reservations } if reservations != usize::MAX)
-    }
-}
-
 impl std::str::FromStr for Policy {
     type Err = String;
 
@@ -695,9 +685,9 @@ impl<'a> LocalQueue<'a> {
         out
     }
 
-    /// The general rule: the first `reservations` queued jobs are reserved at
-    /// their earliest starts on an availability profile, in queue order, and any
-    /// other may start now if it fits around them.
+    /// The general rule: in queue order, each job starts now if it fits, and
+    /// is reserved at its earliest start while fewer than `reservations` hold
+    /// a later one; any other may start now if it fits around them.
     fn backfill_on_profile(&self, now: Time, reservations: usize) -> Vec<usize> {
         let jobs = self.jobs;
         let horizon = Time(now.0.saturating_add(1 << 40));
@@ -713,9 +703,16 @@ impl<'a> LocalQueue<'a> {
             let _ = plan.reserve("running", &req, None);
         }
         let mut out = Vec::new();
-        for (k, &i) in self.waiting.iter().enumerate() {
+        // Protected: those reserved later than now (a job that starts now
+        // protects nothing), as the site core counts them.
+        let mut protected = 0;
+        for &i in &self.waiting {
             let d = jobs[i].estimate.max(Duration(1));
-            let latest = if k < reservations { Time(horizon.0 - d.0) } else { now };
+            let latest = if protected < reservations {
+                Time(horizon.0 - d.0)
+            } else {
+                now
+            };
             let req = Request {
                 amount: jobs[i].size,
                 duration: d,
@@ -726,6 +723,8 @@ impl<'a> LocalQueue<'a> {
             if let Reply::Granted { start, .. } = plan.reserve("queued", &req, None) {
                 if start == now {
                     out.push(i);
+                } else {
+                    protected += 1;
                 }
             }
         }

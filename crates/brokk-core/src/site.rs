@@ -143,10 +143,6 @@ pub struct SiteCore {
     out: Vec<Effect>,
 }
 
-/// Why a site refuses a queue order under FCFS or conservative backfilling.
-pub const ORDER_NEEDS_WAITING: &str = "order: a queue order applies under easy or backfill:K; fcfs and \
-     conservative backfilling give each job its start as it arrives";
-
 /// A queue order a site serves its waiting jobs in, with what it needs to
 /// know of them: when each arrived, and a number per user (an order such
 /// as fair share tells users apart by number).
@@ -224,22 +220,17 @@ impl SiteCore {
     }
 
     /// The same site serving its waiting jobs in `order` rather than in
-    /// arrival order: the next job protected, and the order backfilling
-    /// tries them in, is the order's first. Only a policy that leaves jobs
-    /// waiting without a slot has an order to apply (EASY and
-    /// `backfill:K`): FCFS and conservative backfilling give every job its
-    /// start as it arrives, and a promised start is not taken back for a
-    /// job that comes later, so they refuse one.
-    pub fn serve_in(&mut self, order: Box<dyn QueueOrder>) -> Result<(), CoreError> {
-        if !self.params.policy.queue.leaves_jobs_waiting() {
-            return Err(CoreError::BadRequest(ORDER_NEEDS_WAITING.into()));
-        }
+    /// arrival order, under any policy: the jobs not started are planned
+    /// again in the order's order at every arrival and release
+    /// ([`SiteCore::replan`]), so a job the order puts first may take a
+    /// later one's start. Partitioned policies keep their own protections
+    /// and serve only their unprotected jobs in the order.
+    pub fn serve_in(&mut self, order: Box<dyn QueueOrder>) {
         self.order = Some(Ordering {
             order: std::sync::Arc::new(std::sync::Mutex::new(order)),
             arrived: HashMap::new(),
             users: HashMap::new(),
         });
-        Ok(())
     }
 
     /// How many waiting jobs a queue policy protects in each partition.
@@ -906,6 +897,9 @@ impl SiteCore {
         if start.is_none() && self.params.policy.is_partitioned() {
             self.promote(now);
         }
+        if self.replans() && !claimed {
+            self.replan(now);
+        }
         Ok((id, true))
     }
 
@@ -1048,7 +1042,9 @@ impl SiteCore {
         }
         self.touch(id);
         self.out.push(Effect::SaveJob(id));
-        if placed.is_none() {
+        if self.replans() {
+            self.replan(now);
+        } else if placed.is_none() {
             self.promote(now);
         }
         Ok(())
@@ -1304,6 +1300,10 @@ impl SiteCore {
     /// job ahead), then gives waiting jobs without a slot one where the
     /// policy allows.
     fn compress(&mut self, now: Time) {
+        if self.replans() {
+            self.replan(now);
+            return;
+        }
         let fcfs = self.params.policy.queue == Policy::Fcfs;
         let mut floor = now;
         let queued: Vec<(Time, JobId)> = self.queue.range((Time(now.0 + 1), JobId(0))..).copied().collect();
@@ -1469,6 +1469,109 @@ impl SiteCore {
                 self.touch(id);
                 self.out.push(Effect::SaveJob(id));
                 self.out.push(Effect::StartMoved { job: id, start });
+            }
+        }
+    }
+
+    /// Whether the jobs not started are planned again at every arrival and
+    /// release: under a queue order, unless the policy partitions the
+    /// processors (its partitions keep their own protections).
+    fn replans(&self) -> bool {
+        self.order.is_some() && !self.params.policy.is_partitioned()
+    }
+
+    /// Plans the jobs not started again in the order's order (ties in
+    /// arrival order), the trace queue's rule under an order: under FCFS
+    /// each no earlier than the one before it; under backfilling each
+    /// starts now where it fits, and is given its earliest start while
+    /// fewer than the policy's number hold a later one (conservative: all),
+    /// else waits without a slot. A job keeps its slot's id wherever the
+    /// slot moves, earlier or later.
+    fn replan(&mut self, now: Time) {
+        let later: Vec<(Time, JobId)> = self.queue.range((Time(now.0 + 1), JobId(0))..).copied().collect();
+        let mut ids: Vec<JobId> = later.iter().map(|&(_, id)| id).collect();
+        ids.extend(self.waiting.drain(..));
+        let mut slots: HashMap<JobId, Reservation> = HashMap::with_capacity(later.len());
+        for (start, id) in later {
+            self.queue.remove(&(start, id));
+            let slot = self.jobs.get(&id).and_then(|j| j.slot);
+            if let Some(r) = slot.and_then(|slot| self.planner.cancel(slot).ok()) {
+                slots.insert(id, r);
+            }
+        }
+        ids.retain(|id| self.jobs.get(id).is_some_and(JobRecord::is_waiting));
+        if let Some(o) = self.order.as_mut() {
+            let mut keyed: Vec<(f64, JobId)> = Vec::with_capacity(ids.len());
+            for &id in &ids {
+                let j = &self.jobs[&id];
+                let q = o.queue_job(j, j.spec.wall_time.unwrap_or(self.params.default_wall_time), now);
+                keyed.push((o.with(|order| order.key(&q, now)), id));
+            }
+            keyed.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+            ids = keyed.into_iter().map(|(_, id)| id).collect();
+        }
+        let fcfs = self.params.policy.queue == Policy::Fcfs;
+        let protects = self.pivots[0];
+        let (mut floor, mut protected) = (now, 0);
+        for id in ids {
+            let j = &self.jobs[&id];
+            let (amount, wall) = (j.spec.cpus.unwrap_or(1).max(1), self.wall_time(&j.spec));
+            let (earliest, latest) = match fcfs {
+                true => (floor, OPEN_END),
+                false if protected < protects => (now, OPEN_END),
+                false => (now, now),
+            };
+            let req = Request {
+                amount,
+                duration: wall,
+                earliest,
+                latest,
+                flexible: false,
+            };
+            let start = self.planner.earliest_start(&req).ok().flatten();
+            let old = j.planned_start;
+            let slot = match (start, slots.remove(&id)) {
+                (Some(start), Some(mut r)) => {
+                    (r.start, r.end) = (start, start + wall);
+                    match self.planner.restore(&r) {
+                        Ok(()) => Some(r.id),
+                        Err(_) => {
+                            self.end(vec![r.id], Ended::Released);
+                            None
+                        }
+                    }
+                }
+                (Some(start), None) => {
+                    let owner = j.owner.clone();
+                    self.book(&owner, amount, wall, start, start).ok().map(|(id, _)| id)
+                }
+                (None, Some(r)) => {
+                    self.end(vec![r.id], Ended::Released);
+                    None
+                }
+                (None, None) => None,
+            };
+            let start = start.filter(|_| slot.is_some());
+            if let Some(s) = start {
+                floor = s;
+                protected += usize::from(s > now);
+                self.queue.insert((s, id));
+            } else {
+                self.waiting.push_back(id);
+            }
+            let j = self.jobs.get_mut(&id).expect("listed above");
+            j.slot = slot;
+            j.planned_start = start;
+            if start != old {
+                if let Some(slot) = slot {
+                    self.out.push(Effect::SaveReservation(slot));
+                }
+                self.touch(id);
+                self.out.push(Effect::SaveJob(id));
+                self.out.push(Effect::StartMoved {
+                    job: id,
+                    start: start.unwrap_or(OPEN_END),
+                });
             }
         }
     }

@@ -861,7 +861,7 @@ pub fn prepare_with_orders(
         };
         for (pn, policy, order) in &policies {
             // A grid's sites are site cores: each serves a built-in order
-            // of its own under a policy that leaves jobs waiting.
+            // of its own.
             let mut route = route;
             if let (Some(o), Route::Grid(_, options)) = (order, &mut route) {
                 let named: brokk_core::order::Named = o.name().parse().map_err(|_| {
@@ -871,9 +871,6 @@ pub fn prepare_with_orders(
                         o.name()
                     ))
                 })?;
-                if !policy.queue.leaves_jobs_waiting() {
-                    return invalid(format!("policies: {pn}: {}", brokk_core::ORDER_NEEDS_WAITING));
-                }
                 options.order = Some(named);
             }
             if policy.is_partitioned() && matches!(route, Route::Clusters(_)) {

@@ -1,5 +1,6 @@
 //! Grids of site cores with arrivals routed by fixed rules or by the broker.
 
+use brokk_core::order::Named;
 use brokk_model::{Duration, Time};
 use brokk_sim::cluster::{Policy, SimJob};
 use brokk_sim::grid::{
@@ -166,25 +167,36 @@ fn a_grid_run_is_the_same_every_time() {
 type Starts = Vec<(i64, Time)>;
 
 /// The starts on a one-site grid (the site core) and on the trace queue
-/// that platform runs use.
-fn starts_both(jobs: &[SimJob], policy: Policy) -> (Starts, Starts) {
+/// that platform runs use, with the waiting jobs served in `order` (arrival
+/// order when none), and whether any job arrived at the second another
+/// arrived or ended on the trace queue.
+fn starts_both(jobs: &[SimJob], policy: Policy, order: Option<Named>) -> (Starts, Starts, bool) {
     let grid = simulate_grid(
         &[site("a", 8, 1.0)],
         jobs,
         GridRouting::Fixed(Routing::RoundRobin),
         GridOptions {
             policy: policy.into(),
+            order,
             ..GridOptions::default()
         },
     );
     let mut core: Starts = grid.clusters[0].outcomes.iter().map(|o| (o.id, o.start)).collect();
-    let mut queue: Starts = brokk_sim::cluster::simulate(8, jobs, policy)
+    let trace = match order {
+        Some(o) => brokk_sim::cluster::simulate_in_order(8, jobs, policy, o.make()),
+        None => brokk_sim::cluster::simulate(8, jobs, policy),
+    };
+    let mut seconds: Vec<Time> = jobs
         .iter()
-        .map(|o| (o.id, o.start))
+        .map(|j| j.submit)
+        .chain(trace.iter().map(|o| o.end))
         .collect();
+    seconds.sort();
+    let together = seconds.windows(2).any(|w| w[0] == w[1]);
+    let mut queue: Starts = trace.iter().map(|o| (o.id, o.start)).collect();
     core.sort();
     queue.sort();
-    (core, queue)
+    (core, queue, together)
 }
 
 proptest::proptest! {
@@ -216,8 +228,34 @@ proptest::proptest! {
             Policy::Backfill { reservations: 3 },
             Policy::CONSERVATIVE,
         ] {
-            let (core, queue) = starts_both(&jobs, policy);
+            let (core, queue, _) = starts_both(&jobs, policy, None);
             proptest::prop_assert_eq!(core, queue, "{:?}", policy);
+        }
+    }
+
+    /// Under a queue order too, where no two events share a second: the
+    /// trace queue decides once per second after all of its events, the
+    /// site core at each, so a job arriving at the second another ends may
+    /// find that one's successor already started.
+    #[test]
+    fn the_site_core_and_the_trace_queue_agree_on_every_policy_in_every_order(
+        raw in proptest::collection::vec((0i64..4000, 1u32..=8, 1i64..2000, 0i64..1000), 1..30)
+    ) {
+        let mut jobs: Vec<SimJob> = raw
+            .iter()
+            .enumerate()
+            .map(|(k, &(submit, size, run, slack))| SimJob {
+                estimate: Duration(run + slack),
+                ..job(k as i64, submit, size, run)
+            })
+            .collect();
+        jobs.sort_by_key(|j| (j.submit, j.id));
+        for policy in [Policy::Fcfs, Policy::EASY, Policy::Backfill { reservations: 2 }, Policy::CONSERVATIVE] {
+            for order in [Named::ShortestFirst, Named::LongestFirst] {
+                let (core, queue, together) = starts_both(&jobs, policy, Some(order));
+                proptest::prop_assume!(!together);
+                proptest::prop_assert_eq!(core, queue, "{:?} {:?}", policy, order);
+            }
         }
     }
 }

@@ -278,8 +278,7 @@ impl Agent {
         let (mut core, resume) = SiteCore::restore(params, t, &reservations, next_reservation, kept, followable);
         if let Some(o) = &config.order {
             let order: brokk_core::order::Named = o.parse().map_err(AgentError::Internal)?;
-            core.serve_in(order.make())
-                .map_err(|e| AgentError::Internal(e.to_string()))?;
+            core.serve_in(order.make());
         }
         let agent = Agent {
             commits: GroupCommit::start(store.clone()),

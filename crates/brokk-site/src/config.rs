@@ -421,20 +421,12 @@ impl Config {
 
     /// Checks ranges.
     pub fn check(&self) -> Result<(), ConfigError> {
-        let policy = self
-            .policy
+        self.policy
             .parse::<brokk_core::SitePolicy>()
             .map_err(ConfigError::Invalid)?;
         if let Some(o) = &self.order {
             o.parse::<brokk_core::order::Named>()
                 .map_err(|e| ConfigError::Invalid(format!("order: {e}")))?;
-            if !policy.queue.leaves_jobs_waiting() {
-                return Err(ConfigError::Invalid(format!(
-                    "{} (policy is {:?})",
-                    brokk_core::ORDER_NEEDS_WAITING,
-                    self.policy
-                )));
-            }
         }
         let managers = [self.slurm.is_some(), self.arc.is_some(), self.gram.is_some()];
         if managers.iter().filter(|m| **m).count() > 1 {
@@ -514,17 +506,14 @@ mod tests {
     }
 
     #[test]
-    fn a_queue_order_is_read_where_jobs_wait_without_a_start() {
+    fn a_queue_order_is_read_under_every_policy() {
         let base = "name = \"s\"\ncapacity = 4\ndatabase = \"s.db\"\nworkdir = \"jobs\"\n";
         let tokens = "[tokens]\n\"t\" = \"broker\"\n";
         let read = |extra: &str| -> Config { toml::from_str(&format!("{base}{extra}{tokens}")).unwrap() };
         read("policy = \"easy\"\norder = \"fairshare:3600\"\n").check().unwrap();
         read("policy = \"backfill:3\"\norder = \"sjf\"\n").check().unwrap();
-        let e = read("order = \"sjf\"\n").check().unwrap_err().to_string();
-        assert!(
-            e.contains("applies under easy or backfill:K") && e.contains("conservative"),
-            "{e}"
-        );
+        read("order = \"sjf\"\n").check().unwrap();
+        read("policy = \"fcfs\"\norder = \"wfp\"\n").check().unwrap();
         let e = read("policy = \"easy\"\norder = \"shortest\"\n")
             .check()
             .unwrap_err()

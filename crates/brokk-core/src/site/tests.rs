@@ -545,7 +545,7 @@ fn starts_in_order(
         ..site(capacity).params()
     });
     if let Some(o) = order {
-        s.serve_in(o).unwrap();
+        s.serve_in(o);
     }
     let mut run = VirtualRunner::new();
     let ids: Vec<JobId> = jobs
@@ -571,13 +571,14 @@ fn starts_in_order(
 
 #[test]
 fn under_easy_a_queue_order_picks_the_next_protected_job() {
-    // A runs; B is protected behind it; C and D wait without a slot. When
-    // A ends, the next protected job is C in arrival order, D (the
-    // shorter) under shortest-job-first.
+    // A runs. In arrival order B is protected behind it and C and D wait
+    // without a slot, each protected in its turn. Under shortest-job-first
+    // the protection goes to the order's first at every arrival and end:
+    // D (the shortest) takes B's, then C, then B.
     let jobs: [Shaped; 4] = [(4, 100, false), (4, 50, false), (4, 30, false), (4, 10, false)];
     assert_eq!(starts_with(named("easy"), 4, &jobs), [0, 100, 150, 180]);
     let sjf = Box::new(crate::order::ShortestFirst);
-    assert_eq!(starts_in_order(named("easy"), Some(sjf), 4, &jobs), [0, 100, 160, 150]);
+    assert_eq!(starts_in_order(named("easy"), Some(sjf), 4, &jobs), [0, 140, 110, 100]);
     let ljf = Box::new(crate::order::LongestFirst);
     assert_eq!(starts_in_order(named("easy"), Some(ljf), 4, &jobs), [0, 100, 150, 180]);
     // Fair share: the site's own user's last job goes before ann's second
@@ -590,14 +591,15 @@ fn under_easy_a_queue_order_picks_the_next_protected_job() {
 }
 
 #[test]
-fn an_order_is_refused_where_every_job_is_given_its_start_as_it_arrives() {
+fn an_order_plans_the_queue_again_under_fcfs_and_conservative_backfilling() {
+    // The first job fills the site until 100; in arrival order the 50 s
+    // job goes first, under SJF the 10 s one takes its place, and the
+    // 50 s job's start moves later.
+    let jobs = [(4, 100, false), (4, 50, false), (4, 10, false)];
     for p in ["conservative", "fcfs"] {
-        let mut s = SiteCore::new(SiteParams {
-            policy: named(p),
-            ..site(4).params()
-        });
-        let e = s.serve_in(Box::new(crate::order::ShortestFirst)).unwrap_err();
-        assert!(e.to_string().contains("easy or backfill:K"), "{e}");
+        assert_eq!(starts_with(named(p), 4, &jobs), [0, 100, 150], "{p}");
+        let sjf = Box::new(crate::order::ShortestFirst);
+        assert_eq!(starts_in_order(named(p), Some(sjf), 4, &jobs), [0, 110, 100], "{p}");
     }
 }
 
