@@ -1500,16 +1500,7 @@ impl SiteCore {
             }
         }
         ids.retain(|id| self.jobs.get(id).is_some_and(JobRecord::is_waiting));
-        if let Some(o) = self.order.as_mut() {
-            let mut keyed: Vec<(f64, JobId)> = Vec::with_capacity(ids.len());
-            for &id in &ids {
-                let j = &self.jobs[&id];
-                let q = o.queue_job(j, j.spec.wall_time.unwrap_or(self.params.default_wall_time), now);
-                keyed.push((o.with(|order| order.key(&q, now)), id));
-            }
-            keyed.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-            ids = keyed.into_iter().map(|(_, id)| id).collect();
-        }
+        let ids = self.in_order(ids, now);
         let fcfs = self.params.policy.queue == Policy::Fcfs;
         let protects = self.pivots[0];
         let (mut floor, mut protected) = (now, 0);
@@ -1580,15 +1571,24 @@ impl SiteCore {
     /// (lower keys first, ties in arrival order); without an order they
     /// stay in arrival order.
     fn sort_waiting(&mut self, now: Time) {
-        let Some(o) = self.order.as_mut() else { return };
-        let mut keyed: Vec<(f64, JobId)> = Vec::with_capacity(self.waiting.len());
-        for &id in &self.waiting {
+        let waiting: Vec<JobId> = self.waiting.drain(..).collect();
+        self.waiting = self.in_order(waiting, now).into();
+    }
+
+    /// `ids` in the order's order at `now` (lower keys first, ties in
+    /// arrival order), leaving out jobs the site no longer has; as they
+    /// are without an order.
+    fn in_order(&mut self, mut ids: Vec<JobId>, now: Time) -> Vec<JobId> {
+        let Some(o) = self.order.as_mut() else { return ids };
+        let mut keyed: Vec<(f64, JobId)> = Vec::with_capacity(ids.len());
+        for id in ids.drain(..) {
             let Some(j) = self.jobs.get(&id) else { continue };
             let q = o.queue_job(j, j.spec.wall_time.unwrap_or(self.params.default_wall_time), now);
             keyed.push((o.with(|order| order.key(&q, now)), id));
         }
         keyed.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-        self.waiting = keyed.into_iter().map(|(_, id)| id).collect();
+        ids.extend(keyed.into_iter().map(|(_, id)| id));
+        ids
     }
 
     /// Brings the mirror of what occupies the resource manager without the
