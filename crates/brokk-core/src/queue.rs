@@ -160,8 +160,8 @@ struct KeptPlan {
     /// Waiting jobs left without a reservation (the first `protects` have
     /// one), in arrival order.
     unprotected: Vec<usize>,
-    /// How many waiting jobs hold a reservation (`usize::MAX`:
-    /// conservative, all).
+    /// How many waiting jobs may hold a reservation that starts later than
+    /// now (`usize::MAX`: conservative, all).
     protects: usize,
     /// Usage grew where a reservation was (an overrun): the waiting jobs
     /// are planned again.
