@@ -199,6 +199,21 @@ fn starts_both(jobs: &[SimJob], policy: Policy, order: Option<Named>) -> (Starts
     (core, queue, together)
 }
 
+/// Jobs of (submit, size, run, slack) in (time, id) order, each estimated
+/// at its run time plus the slack, so no job is killed at its estimate.
+fn stream(raw: &[(i64, u32, i64, i64)]) -> Vec<SimJob> {
+    let mut jobs: Vec<SimJob> = raw
+        .iter()
+        .enumerate()
+        .map(|(k, &(submit, size, run, slack))| SimJob {
+            estimate: Duration(run + slack),
+            ..job(k as i64, submit, size, run)
+        })
+        .collect();
+    jobs.sort_by_key(|j| (j.submit, j.id));
+    jobs
+}
+
 proptest::proptest! {
     #![proptest_config(proptest::prelude::ProptestConfig::with_cases(200))]
 
@@ -211,15 +226,7 @@ proptest::proptest! {
     fn the_site_core_and_the_trace_queue_agree_on_every_policy(
         raw in proptest::collection::vec((0i64..400, 1u32..=8, 1i64..200, 0i64..100), 1..40)
     ) {
-        let mut jobs: Vec<SimJob> = raw
-            .iter()
-            .enumerate()
-            .map(|(k, &(submit, size, run, slack))| SimJob {
-                estimate: Duration(run + slack),
-                ..job(k as i64, submit, size, run)
-            })
-            .collect();
-        jobs.sort_by_key(|j| (j.submit, j.id));
+        let jobs = stream(&raw);
         for policy in [
             Policy::Fcfs,
             Policy::Backfill { reservations: 0 },
@@ -241,15 +248,7 @@ proptest::proptest! {
     fn the_site_core_and_the_trace_queue_agree_on_every_policy_in_every_order(
         raw in proptest::collection::vec((0i64..4000, 1u32..=8, 1i64..2000, 0i64..1000), 1..30)
     ) {
-        let mut jobs: Vec<SimJob> = raw
-            .iter()
-            .enumerate()
-            .map(|(k, &(submit, size, run, slack))| SimJob {
-                estimate: Duration(run + slack),
-                ..job(k as i64, submit, size, run)
-            })
-            .collect();
-        jobs.sort_by_key(|j| (j.submit, j.id));
+        let jobs = stream(&raw);
         for policy in [Policy::Fcfs, Policy::EASY, Policy::Backfill { reservations: 2 }, Policy::CONSERVATIVE] {
             for order in [Named::ShortestFirst, Named::LongestFirst] {
                 let (core, queue, together) = starts_both(&jobs, policy, Some(order));
