@@ -611,9 +611,6 @@ impl<'a> LocalQueue<'a> {
         }
         let mut starting = Vec::new();
         k.next_start = i64::MAX;
-        if !k.unprotected.is_empty() {
-            k.unprotected.retain(|&i| k.span[i].is_none());
-        }
         for &i in &self.waiting {
             match k.span[i] {
                 Some((s, _)) if s == now.0 => starting.push(i),

@@ -185,6 +185,18 @@ impl Ordering {
     }
 }
 
+/// A job's own slot: `amount` for `wall`, starting in `[earliest, latest]`,
+/// fixed once booked.
+fn slot_request(amount: u32, wall: Duration, earliest: Time, latest: Time) -> Request {
+    Request {
+        amount,
+        duration: wall,
+        earliest,
+        latest,
+        flexible: false,
+    }
+}
+
 fn runs(p: JobPhase) -> bool {
     matches!(p, JobPhase::Running | JobPhase::StagingOut)
 }
@@ -1274,14 +1286,10 @@ impl SiteCore {
         earliest: Time,
         latest: Time,
     ) -> Result<(ReservationId, Time), Reply> {
-        let req = Request {
-            amount,
-            duration: wall,
-            earliest,
-            latest,
-            flexible: false,
-        };
-        match self.planner.reserve(who, &req, None) {
+        match self
+            .planner
+            .reserve(who, &slot_request(amount, wall, earliest, latest), None)
+        {
             Reply::Granted { id, start } => {
                 self.out.push(Effect::SaveReservation(id));
                 Ok((id, start))
@@ -1512,14 +1520,11 @@ impl SiteCore {
                 false if protected < protects => (now, OPEN_END),
                 false => (now, now),
             };
-            let req = Request {
-                amount,
-                duration: wall,
-                earliest,
-                latest,
-                flexible: false,
-            };
-            let start = self.planner.earliest_start(&req).ok().flatten();
+            let start = self
+                .planner
+                .earliest_start(&slot_request(amount, wall, earliest, latest))
+                .ok()
+                .flatten();
             let old = j.planned_start;
             let slot = match (start, slots.remove(&id)) {
                 (Some(start), Some(mut r)) => {
