@@ -1,4 +1,4 @@
-//! Co-allocation for a simultaneous start (seed 000, 3.2: Algorithms 1 and 2).
+//! Co-allocation for a simultaneous start ([ET-interop], 3.2: Algorithms 1 and 2).
 //!
 //! A window [te, tl] of width delta slides through [Te, Tl]. In each iteration
 //! every job without a reservation starting in the window has its old one moved

@@ -1,91 +1,22 @@
-//! The information layer (seed 000, 2.2): an InformationFetcher queries the
-//! configured sites with bounded concurrency and a
-//! per-site timeout, an InformationConverter turns what each backend publishes
-//! into the GLUE 2 subset; the broker core keeps each site's last answer
-//! for its time-to-live (`BrokerCore::informed`, `BrokerCore::stale`).
-//!
-//! The fetch here runs on virtual time: each answer says how long it took, slow or
-//! failing sites are excluded and reported, and the elapsed time is what
-//! `concurrency` parallel workers would have needed. The service's driver performs
-//! the same steps with real requests; the rules (timeout, exclusion, ordering) live
-//! here so that both behave alike.
+//! The information layer ([ET-interop], 2.2): the service's driver queries the
+//! sites with bounded concurrency and a per-site timeout (`FetchOptions`), a
+//! failure or a timeout is kept as the site's answer (`FetchFailure`), and
+//! the broker core keeps each site's last answer for its time-to-live
+//! (`BrokerCore::informed`, `BrokerCore::stale`). Here too: the fold of a
+//! broker's sites into one, and the bookings the broker counts in a site's
+//! information until the site answers again.
 
-use brokk_model::{Duration, Environment, ResourceInfo, Share, Time};
+use brokk_model::{Duration, ResourceInfo, Time};
 
 use crate::site::SiteError;
 
-/// Information as a backend publishes it, before conversion.
-#[derive(Debug, Clone, PartialEq)]
-pub enum RawInfo {
-    /// Already in the GLUE 2 subset (Brokk site agents publish this).
-    Glue(Box<ResourceInfo>),
-    /// A batch system's summary (what `sinfo` / `squeue` give).
-    BatchSummary(BatchSummary),
-}
-
-/// The counts a batch system reports.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct BatchSummary {
-    /// Cluster name.
-    pub name: String,
-    /// Nodes.
-    pub nodes: u32,
-    /// Processors per node.
-    pub cpus_per_node: u32,
-    /// Idle processors.
-    pub cpus_idle: u32,
-    /// Memory per node in MiB.
-    pub memory_mib_per_node: u64,
-    /// Partitions and their time limits.
-    pub partitions: Vec<(String, Option<Duration>)>,
-    /// Running jobs.
-    pub running: u32,
-    /// Pending jobs.
-    pub pending: u32,
-}
-
-/// Converts raw information into the GLUE 2 subset (seed 000's InformationConverter).
-pub fn convert(endpoint: &str, raw: RawInfo) -> ResourceInfo {
-    match raw {
-        RawInfo::Glue(mut info) => {
-            info.endpoint = endpoint.to_string();
-            *info
-        }
-        RawInfo::BatchSummary(b) => {
-            let total = b.nodes.saturating_mul(b.cpus_per_node);
-            ResourceInfo {
-                endpoint: endpoint.to_string(),
-                name: b.name,
-                shares: b
-                    .partitions
-                    .into_iter()
-                    .map(|(name, max_wall_time)| Share {
-                        name,
-                        max_wall_time,
-                        max_slots_per_job: None,
-                    })
-                    .collect(),
-                environment: Environment {
-                    cpus_per_node: Some(b.cpus_per_node),
-                    memory_mib_per_node: Some(b.memory_mib_per_node),
-                    ..Environment::default()
-                },
-                total_slots: total,
-                free_slots: b.cpus_idle.min(total),
-                used_slots: total - b.cpus_idle.min(total),
-                running_jobs: b.running,
-                waiting_jobs: b.pending,
-                ..ResourceInfo::default()
-            }
-        }
-    }
-}
-
-/// Answers information queries: the seam the service implements over HTTP and
-/// the simulator in memory.
-pub trait InfoSource {
-    /// The raw information of `endpoint` and how long the query took.
-    fn query(&self, endpoint: &str) -> Result<(RawInfo, Duration), SiteError>;
+/// Stamps a site's published information (already in the GLUE 2 subset,
+/// as every Brokk backend publishes it) with the endpoint it was read from
+/// ([ET-interop]'s InformationConverter: the one place a site's answer
+/// becomes what the broker keeps).
+pub fn convert(endpoint: &str, mut info: ResourceInfo) -> ResourceInfo {
+    info.endpoint = endpoint.to_string();
+    info
 }
 
 /// Why a site's information is missing from a fetch.
@@ -99,7 +30,8 @@ pub enum FetchFailure {
     Timeout(Duration),
 }
 
-/// How to fetch.
+/// How the service fetches: queries in flight at once and the time after
+/// which a site is left out of a refresh and reported.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FetchOptions {
     /// Queries in flight at once.
@@ -115,45 +47,6 @@ impl Default for FetchOptions {
             timeout: Duration(10),
         }
     }
-}
-
-/// The outcome of one fetch.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct FetchReport {
-    /// Converted information, by endpoint order.
-    pub infos: Vec<ResourceInfo>,
-    /// Sites left out, with the reason, by endpoint order.
-    pub failures: Vec<(String, FetchFailure)>,
-    /// How long the fetch took with `concurrency` workers (a timed-out query
-    /// occupies its worker for the timeout, then is abandoned).
-    pub elapsed: Duration,
-}
-
-/// Queries `endpoints`, excluding failing and slow sites (seed 000's InformationFetcher).
-/// The result is sorted by endpoint, whatever order the index gave or answers came in.
-pub fn fetch(endpoints: &[String], source: &dyn InfoSource, opts: FetchOptions) -> FetchReport {
-    let mut sorted: Vec<&String> = endpoints.iter().collect();
-    sorted.sort();
-    sorted.dedup();
-    let mut report = FetchReport::default();
-    let mut workers = vec![Duration::ZERO; opts.concurrency.max(1)];
-    for e in sorted {
-        let (took, outcome) = match source.query(e) {
-            Ok((_, took)) if took > opts.timeout => (opts.timeout, Err(FetchFailure::Timeout(took))),
-            Ok((raw, took)) => (took, Ok(raw)),
-            Err(err) => (Duration::ZERO, Err(FetchFailure::Error(err))),
-        };
-        // List scheduling: the next query goes to the worker that frees up first.
-        if let Some(w) = workers.iter_mut().min() {
-            *w = *w + took;
-        }
-        match outcome {
-            Ok(raw) => report.infos.push(convert(e, raw)),
-            Err(f) => report.failures.push((e.clone(), f)),
-        }
-    }
-    report.elapsed = workers.into_iter().max().unwrap_or_default();
-    report
 }
 
 /// A broker's sites as one site, as a broker serving another as a site
@@ -243,7 +136,7 @@ pub fn booked_wall(prediction: &crate::predict::Prediction) -> Duration {
     prediction.requested_wall_time.unwrap_or(Duration::hours(1))
 }
 
-/// Default time-to-live of cached information (seed 000, section 5).
+/// Default time-to-live of cached information ([ET-interop], section 5).
 pub const DEFAULT_TTL: Duration = Duration(60);
 
 /// What a fetch learned of a site: its information, or why there is none.

@@ -7,7 +7,7 @@
 //! reads the wall clock; time comes from a [`Clock`] or as an argument.
 //!
 //! So far: the clock seam; the [`Site`] trait and [`MemorySite`], an in-memory
-//! site on the planner; the predictors of seed 003, 3.1 (benchmark-scaled
+//! site on the planner; the predictors of [ET-brokering], 3.1 (benchmark-scaled
 //! execution time, file transfer time, queue wait, TTD and TTS); selection
 //! (validation, filtering with reasons, TTD and TTS selectors); the broker
 //! core, whose submission falls back past refusals and gives back unused

@@ -1,4 +1,4 @@
-//! Predictors of the Total Time to Delivery (seed 003, 3.1; seed 000, 3.1).
+//! Predictors of the Total Time to Delivery ([ET-brokering], 3.1; [ET-interop], 3.1).
 //!
 //! TTD = waiting + execution + stage-out, where waiting is the larger of the
 //! stage-in time and the queue wait (the job cannot start before both are over),
@@ -84,7 +84,7 @@ pub fn stage_in(job: &Job, resource: &ResourceInfo) -> Option<Duration> {
 }
 
 /// Stage-out from the user's output size estimates; `None` when there are none
-/// (seed 003 then leaves stage-out out of the TTD).
+/// ([ET-brokering] then leaves stage-out out of the TTD).
 pub fn stage_out(job: &Job, resource: &ResourceInfo) -> Option<Duration> {
     let sizes: Vec<u64> = job.output_files.iter().filter_map(|f| f.size_estimate).collect();
     if sizes.is_empty() {
@@ -116,7 +116,7 @@ impl Default for LoadModel {
 /// job wider than the slots free now waits at least the coarse estimate
 /// below; else zero when enough slots are free and nothing waits; else the
 /// time for the resource to work through the waiting jobs at its full
-/// width, `waiting * mean_job_runtime / total_slots` (coarse, as seed 003,
+/// width, `waiting * mean_job_runtime / total_slots` (coarse, as [ET-brokering],
 /// 3.1.3 warns).
 pub fn queue_wait(
     resource: &ResourceInfo,
@@ -230,7 +230,7 @@ pub fn predict(
 }
 
 /// Predicts a job's delivery on one resource: the pluggable part of ranking,
-/// chosen by configuration (seed 000, 3.1: Selectors over Predictors).
+/// chosen by configuration ([ET-interop], 3.1: Selectors over Predictors).
 pub trait Predictor {
     /// The prediction for `job` with `prefs` on `resource` at `now`, with the start
     /// of a reservation when one is held.

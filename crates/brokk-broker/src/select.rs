@@ -1,4 +1,4 @@
-//! Selection (seed 000, 3.1; seed 003, Algorithm 1 steps 5-8): validate the job,
+//! Selection ([ET-interop], 3.1; [ET-brokering], Algorithm 1 steps 5-8): validate the job,
 //! filter out resources that cannot run it, predict on the rest, rank them by the
 //! user's objective. A resource that is left out is left out with its reasons.
 

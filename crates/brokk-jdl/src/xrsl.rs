@@ -1,5 +1,5 @@
 //! NorduGrid ARC xRSL: the attributes of the ARC manual that map to the model,
-//! plus seed 003's `benchmarks` and `outputfilesizes`.
+//! plus [ET-brokering]'s `benchmarks` and `outputfilesizes`.
 
 use brokk_model::{Benchmark, EnvVar, InputFile, Job, Memory, MemoryScope, Notify, NotifyOn, OutputFile, Time};
 
@@ -277,7 +277,7 @@ fn size_value(src: &str, v: &crate::rsl_syntax::Value, vars: &Vars) -> Result<u6
     })
 }
 
-/// `(name result:minutes)` as in seed 003's Figure 3, or `(name result minutes)`.
+/// `(name result:minutes)` as in [ET-brokering]'s Figure 3, or `(name result minutes)`.
 fn benchmark(src: &str, v: &crate::rsl_syntax::Value, vars: &Vars) -> Result<Benchmark, Diagnostic> {
     let f = seq(src, v, 2, 3, "(name result:time)")?;
     let name = vars.text(src, &f[0])?;

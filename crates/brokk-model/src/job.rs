@@ -289,7 +289,7 @@ impl OutputFile {
 }
 
 /// A benchmark triple {b, r, t}: the job takes `time` on a system where benchmark
-/// `name` scores `result` (seed 003, 3.1.1).
+/// `name` scores `result` ([ET-brokering], 3.1.1).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]

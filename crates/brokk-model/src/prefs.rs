@@ -1,4 +1,4 @@
-//! The optional job preferences document (seed 000, 2.4): brokering objective,
+//! The optional job preferences document ([ET-interop], 2.4): brokering objective,
 //! acceptable start window, benchmarks and switches. Every field is optional.
 
 use serde::{Deserialize, Serialize};
@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use crate::job::Benchmark;
 use crate::time::{Duration, Time};
 
-/// Penalty factor c for benchmarks a resource does not publish (seed 003, 3.1.1).
+/// Penalty factor c for benchmarks a resource does not publish ([ET-brokering], 3.1.1).
 pub const DEFAULT_PENALTY_FACTOR: f64 = 1.25;
 
 /// What the broker optimizes for a job.

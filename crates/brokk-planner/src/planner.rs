@@ -1,5 +1,5 @@
 //! Reservation bookkeeping over a [`Profile`]: the provider side of the
-//! reservation protocol (seed 000, 2.3; seed 003, 3.2).
+//! reservation protocol ([ET-interop], 2.3; [ET-brokering], 3.2).
 //!
 //! **Flexible reservations.** When a request does not fit its window, the planner
 //! tries to make room by moving one flexible reservation: candidates are tried in

@@ -1,4 +1,4 @@
-//! The slotted-time baseline of seed 004 (section 2.2.2): a ring buffer of
+//! The slotted-time baseline of [VRM] (section 2.2.2): a ring buffer of
 //! fixed-width slots over a finite horizon, each holding the usage in it.
 //!
 //! Every operation walks the slots it touches, so cost grows with durations and

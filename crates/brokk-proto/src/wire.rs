@@ -69,7 +69,7 @@ impl ReservationRequest {
 /// `POST /v1/probe` answer.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ProbeResponse {
-    /// Non-binding candidate starts, earliest first, with seed 004's rating.
+    /// Non-binding candidate starts, earliest first, with [VRM]'s rating.
     pub candidates: Vec<Candidate>,
 }
 
@@ -441,7 +441,7 @@ pub struct UploadView {
 
 /// `POST /v1/coallocations` on the broker service: jobs that must start
 /// together, within `delta` seconds of each other, somewhere in
-/// `[earliest, latest]` (seed 000, 3.2).
+/// `[earliest, latest]` ([ET-interop], 3.2).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CoallocRequest {

@@ -83,7 +83,7 @@ pub struct Config {
     /// Largest request body, bytes.
     #[serde(default = "default_max_body")]
     pub max_body_bytes: usize,
-    /// Seconds between queue-adaptation rounds (seed 003, 3.3) for jobs that
+    /// Seconds between queue-adaptation rounds ([ET-brokering], 3.3) for jobs that
     /// ask for it.
     #[serde(default = "default_adapt_every")]
     pub adapt_every: u64,

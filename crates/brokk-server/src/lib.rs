@@ -1,6 +1,6 @@
 //! Brokk's broker service (`brokk serve`), the seeds' JobSubmissionService:
 //! users send jobs in their own language, the service stores them, brokers
-//! them over its sites with the broker core (seed 003's Algorithm 1) and
+//! them over its sites with the broker core ([ET-brokering]'s Algorithm 1) and
 //! follows them to the end. Sites are remote `brokk site` agents or embedded
 //! ones the service starts in-process.
 

@@ -1,7 +1,7 @@
 //! A cluster of N processors under a local policy: FCFS without backfilling
-//! (seed 001, assumption 3), or backfilling with a number of reservations for the
+//! ([DMM], assumption 3), or backfilling with a number of reservations for the
 //! jobs at the head of the queue (1 is EASY, Maui-style pivots; unbounded is
-//! conservative, as seed 002 uses it). The rules are the scheduling core's
+//! conservative, as [AB-avail] uses it). The rules are the scheduling core's
 //! [`LocalQueue`]; this module is its event loop over a trace.
 //!
 //! Semantics, where the trace format leaves them open:

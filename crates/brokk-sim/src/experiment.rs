@@ -204,7 +204,7 @@ pub enum EstimateSpec {
 pub struct LublinSpec {
     /// Days of arrivals.
     pub days: f64,
-    /// Override of SERIAL_PROB (seed 001 uses 0.95).
+    /// Override of SERIAL_PROB ([DMM] uses 0.95).
     pub serial_prob: Option<f64>,
     /// Hour of day of the first arrival.
     #[serde(default)]

@@ -1,6 +1,6 @@
 //! The Lublin-Feitelson workload model with its typeless parameters, the
-//! seeds' synthetic workload (seed 001 with a serial probability of 0.95, seed
-//! 002 for local jobs).
+//! papers' synthetic workload ([DMM] with a serial probability of 0.95,
+//! [AB-avail] for local jobs).
 //!
 //! Choices the published model leaves to the implementation:
 //! - the daily cycle's Gamma(ANUM, BNUM) is evaluated at the half-hour bucket's

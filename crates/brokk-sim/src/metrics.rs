@@ -1,14 +1,14 @@
 //! The seeds' metrics over simulated outcomes: wait, response, slowdown, bounded
-//! slowdown (threshold 10 s by default, seed 002), utilization, makespan,
-//! goodput and the percentage of finished jobs (seed 001), with or without
-//! seed 001's steady-state cut at the last arrival.
+//! slowdown (threshold 10 s by default, [AB-avail]), utilization, makespan,
+//! goodput and the percentage of finished jobs ([DMM]), with or without
+//! [DMM]'s steady-state cut at the last arrival.
 
 use brokk_model::{Duration, Time};
 
 use crate::cluster::Outcome;
 use crate::stats::percentiles;
 
-/// Bounded-slowdown threshold of seed 002.
+/// Bounded-slowdown threshold of [AB-avail].
 pub const DEFAULT_BOUND: Duration = Duration(10);
 
 /// Per-job figures.
@@ -78,7 +78,7 @@ pub struct Summary {
     pub submitted: usize,
     /// Jobs that finished within the horizon; the averages are over these.
     pub finished: usize,
-    /// Finished jobs as a percentage of submitted ones (seed 001's JF%).
+    /// Finished jobs as a percentage of submitted ones ([DMM]'s JF%).
     pub finished_pct: f64,
     /// Mean wait in seconds.
     pub mean_wait: f64,
@@ -114,7 +114,7 @@ pub struct Summary {
     pub bounded_slowdown_p90: f64,
     /// 99th percentile of bounded slowdown.
     pub bounded_slowdown_p99: f64,
-    /// Processor-seconds of the finished jobs (seed 001's goodput).
+    /// Processor-seconds of the finished jobs ([DMM]'s goodput).
     pub goodput: f64,
     /// First arrival to the end of the measured period, seconds.
     pub makespan: i64,

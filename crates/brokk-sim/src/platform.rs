@@ -1,5 +1,5 @@
 //! Platforms of several clusters and the rule that routes each job to one:
-//! by the trace's partition field (independent clusters, seed 001's `sep-c`),
+//! by the trace's partition field (independent clusters, [DMM]'s `sep-c`),
 //! round robin, or uniformly at random from a seed. Each cluster then runs its
 //! own local policy on the jobs it received.
 

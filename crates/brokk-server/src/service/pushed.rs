@@ -3,7 +3,7 @@
 //! site's answer, as if the broker had asked; while the stream is up the
 //! core does not ask the site ([`brokk_broker::broker::BrokerCore::pushed`]).
 
-use brokk_broker::info::{convert, FetchFailure, RawInfo};
+use brokk_broker::info::{convert, FetchFailure};
 use brokk_proto::wire::InfoView;
 
 use super::*;
@@ -79,7 +79,7 @@ impl Service {
                     let answer = match serde_json::from_str::<InfoView>(&data) {
                         Ok(v) if v.available => {
                             let info = brokk_proto::client::resource_info(endpoint, v);
-                            Ok(convert(endpoint, RawInfo::Glue(Box::new(info))))
+                            Ok(convert(endpoint, info))
                         }
                         Ok(v) => Err(FetchFailure::Error(brokk_broker::SiteError::Unavailable(format!(
                             "{endpoint}: {}",
