@@ -17,8 +17,9 @@
 # about 20 s; the package's postinst makes the test CA and the host
 # certificate; without systemd the Debian SysV scripts start A-REX; the REST
 # front end must listen before the first information-provider run, or the
-# endpoint is published as critical for a minute; A-REX picks job state
-# changes up at its own cycles, so a job's state can lag by up to a minute.
+# endpoint is published as critical for a minute; a job's state on the REST
+# interface changes at the information provider's runs, here every 10 s
+# (see info_period).
 set -euo pipefail
 # shellcheck source=lib/apt.sh
 . "$(dirname "$0")/lib/apt.sh"
@@ -97,6 +98,25 @@ EOF
   } >/etc/arc.conf
 }
 
+# A job's state on the REST interface changes only when A-REX's
+# information provider runs, once a minute by default, so that every ARC
+# test waited most of a minute for each state it follows (about 60 s per
+# test, 10 min in all). The period is a setting of A-REX's service
+# configuration (`InfoproviderWakeupPeriod`, in tenths of a second: the
+# default 600 gave one run a minute here), which the SysV start script
+# writes without it: it is patched to write it. A run takes about 2 s; at
+# 10 s the ARC tests take 20-25 s each. Only the core A-REX's collector
+# feeds the states: the same setting in the REST front end's start script
+# made a second collector that ran every few seconds.
+INFO_PERIOD=100
+info_period() {
+  local f
+  for f in /usr/share/arc/arc-arex-start; do
+    grep -q "InfoproviderWakeupPeriod" "$f" && continue
+    sed -i "s|^\(\s*\)<arex:gmconfig>\\\$ARC_RUNTIME_CONFIG</arex:gmconfig>|&\n\1<arex:InfoproviderWakeupPeriod>$INFO_PERIOD</arex:InfoproviderWakeupPeriod>|" "$f"
+  done
+}
+
 # ARC's LDAP information system (slapd fed by bdii-update) with the two
 # fixes Debian 12 needs, measured in GRID-MIDDLEWARE.md: slapd 2.5's mdb
 # back end refuses the hdb-only `cachesize` that ARC's slapd configuration
@@ -108,14 +128,25 @@ start_ldap() {
   /etc/init.d/arc-infosys-ldap stop >/dev/null 2>&1 || true
   # A pid file whose process died (a machine stopped uncleanly) makes the
   # init script refuse to start: only live ones are kept.
-  local pidfile
+  local pidfile alive=no
   for pidfile in /run/arc/bdii/bdii-update.pid /run/arc/bdii/db/slapd.pid; do
     if [ -f "$pidfile" ] && ! kill -0 "$(cat "$pidfile")" 2>/dev/null; then rm -f "$pidfile"; fi
+    [ -f "$pidfile" ] && alive=yes
   done
+  # Its lock files, left when its processes died without a stop, make the
+  # start ask for a status that fails ("no pid file") and give up (seen
+  # here, after the machine's previous run).
+  if [ "$alive" = no ]; then
+    rm -f /run/lock/subsys/arc-infosys-ldap-slapd /run/lock/subsys/arc-infosys-ldap-bdii \
+      /run/lock/arc-infosys-ldap-slapd /run/lock/arc-infosys-ldap-bdii
+  fi
   # After such a stop the first start may fail while slapd's old database
   # is released (seen here): once more before giving up.
-  /etc/init.d/arc-infosys-ldap start >>"$BASE/start.log" 2>&1 ||
-    { sleep 2; /etc/init.d/arc-infosys-ldap start >>"$BASE/start.log" 2>&1; }
+  if ! /etc/init.d/arc-infosys-ldap start >>"$BASE/start.log" 2>&1; then
+    sleep 2
+    /etc/init.d/arc-infosys-ldap start >>"$BASE/start.log" 2>&1 ||
+      { log "ARC's LDAP information system did not start; see $BASE/start.log"; return 1; }
+  fi
   for _ in $(seq 1 100); do listening 2135 && break; sleep 0.2; done
   listening 2135 || { log "ARC's LDAP information system is not listening on 2135; see $BASE/start.log"; return 1; }
   echo "ldap://127.0.0.1:2135" >"$BASE/ldap"
@@ -229,6 +260,7 @@ start() {
   credentials
   # Again, now that the second user's subject is known.
   configure
+  info_period
   rm -f "$BASE/slurm-url"
   if [ -n "$slurm_conf" ]; then
     configure_slurm_ce "$slurm_conf"
@@ -263,6 +295,10 @@ stop() {
     ARC_CONFIG=$SLURM_CE /etc/init.d/arc-arex-ws stop >/dev/null 2>&1 || true
     ARC_CONFIG=$SLURM_CE /etc/init.d/arc-arex stop >/dev/null 2>&1 || true
   fi
+  # An information-provider run outlives A-REX's stop when it waits to
+  # hand its LDIF to an information system that is gone; left, it holds
+  # the next start's hand-over.
+  pkill -9 -f /usr/share/arc/CEinfo.pl 2>/dev/null || true
 }
 
 case "${1:-start}" in
