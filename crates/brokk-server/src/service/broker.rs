@@ -41,8 +41,13 @@ enum Answer {
     Held(String, usize, Result<brokk_core::Reply, brokk_broker::SiteError>),
     /// Where the job stands at its site.
     Status(String, Result<brokk_broker::JobState, brokk_broker::SiteError>),
-    /// Where the job was found under its key, if anywhere.
-    Found(String, Result<Option<(usize, String)>, String>),
+    /// Where the job was found under its key, if anywhere, with what its
+    /// site reports of it there.
+    Found(
+        String,
+        Result<Option<(usize, String)>, String>,
+        Option<brokk_broker::broker::Report>,
+    ),
     /// The reservation the job names, as stored.
     Resolved(String, Result<Option<brokk_broker::broker::Reserved>, String>),
 }
@@ -505,7 +510,17 @@ impl Service {
                 }
                 self.broker.run(|c| c.status(t, &id, state))
             }
-            Answer::Found(id, found) => self.broker.run(|c| c.found(t, &id, found)),
+            Answer::Found(id, found, report) => self.broker.run(|c| {
+                let at = found.clone();
+                c.found(t, &id, found);
+                // What the site reports of it now, as its change feed would:
+                // a job that ended there before this start has no change
+                // left in the feed of the site's new run (CI saw one wait
+                // in `dispatched` for good).
+                if let (Ok(Some((k, site_job))), Some(report)) = (at, report) {
+                    c.reported(t, k, &site_job, report);
+                }
+            }),
             Answer::Resolved(id, r) => self.broker.run(|c| c.resolved(t, &id, r)),
         };
         (more, stored)
@@ -532,10 +547,12 @@ impl Service {
     /// Looks for job `id` at every site under `key`, its run's (it was
     /// accepted before this process started and may have reached one).
     async fn find(&self, id: String, key: String) -> Answer {
+        let mut report = None;
         let found = match self.already_at(&key).await {
-            Ok(Some((name, site_job))) => {
+            Ok(Some((name, view))) => {
                 let k = self.broker.core.lock().ok().and_then(|c| c.site_position(&name));
-                Ok(k.map(|k| (k, site_job)))
+                report = Some(super::follow::report_of(&view));
+                Ok(k.map(|k| (k, view.id)))
             }
             Ok(None) => Ok(None),
             Err(e) => {
@@ -543,7 +560,7 @@ impl Service {
                 Err(e.to_string())
             }
         };
-        Answer::Found(id, found)
+        Answer::Found(id, found, report)
     }
 
     /// Reads the broker reservation `rid` job `id` names.

@@ -259,7 +259,7 @@ impl Service {
                 .iter()
                 .map(|f| {
                     let (name, job) = f.as_ref()?;
-                    Some((self.sites().iter().position(|s| &s.name == name)?, job.clone()))
+                    Some((self.sites().iter().position(|s| &s.name == name)?, job.id.clone()))
                 })
                 .collect();
             let (sites, info) = (self.sites(), self.info.clone());
@@ -276,7 +276,7 @@ impl Service {
                 let answer = match found.into_iter().collect::<Option<Vec<_>>>() {
                     Some(all) if completed => CoAnswer::Completed(
                         all.into_iter()
-                            .map(|(name, job)| (c.site_position(&name).unwrap_or(usize::MAX), job))
+                            .map(|(name, job)| (c.site_position(&name).unwrap_or(usize::MAX), job.id))
                             .collect(),
                     ),
                     _ => {

@@ -50,14 +50,17 @@ impl Service {
     }
 
     /// For a job accepted before this process started: the site that already
-    /// has it under its idempotency key, if any, with the site's id for it.
-    pub(super) async fn already_at(&self, key: &str) -> Result<Option<(String, String)>, ServiceError> {
+    /// has it under its idempotency key, if any, with the site's view of it.
+    pub(super) async fn already_at(
+        &self,
+        key: &str,
+    ) -> Result<Option<(String, brokk_proto::wire::JobView)>, ServiceError> {
         let sites = self.sites();
         let key = key.to_string();
         tokio::task::spawn_blocking(move || {
             for s in sites.iter() {
                 match s.client.job_by_key(&key) {
-                    Ok(Some(v)) => return Ok(Some((s.name.clone(), v.id))),
+                    Ok(Some(v)) => return Ok(Some((s.name.clone(), v))),
                     Ok(None) => {}
                     // Unsure: do not risk a second copy; try again next round.
                     Err(e) => return Err(ServiceError::Unavailable(format!("asking {}: {e}", s.name))),
