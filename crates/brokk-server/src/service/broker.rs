@@ -513,10 +513,11 @@ impl Service {
             Answer::Found(id, found, report) => self.broker.run(|c| {
                 let at = found.clone();
                 c.found(t, &id, found);
-                // What the site reports of it now, as its change feed would:
-                // a job that ended there before this start has no change
-                // left in the feed of the site's new run (CI saw one wait
-                // in `dispatched` for good).
+                // What the site reports of it now, as its change feed would,
+                // so that a job that ended there around this start is known
+                // ended at once: the feed can hold its change back, up to
+                // `STALL_LIMIT`, behind a change for a job not recorded yet
+                // (CI saw one stay `dispatched` for 30 s after a restart).
                 if let (Ok(Some((k, site_job))), Some(report)) = (at, report) {
                     c.reported(t, k, &site_job, report);
                 }
