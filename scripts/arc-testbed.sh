@@ -110,11 +110,9 @@ EOF
 # made a second collector that ran every few seconds.
 INFO_PERIOD=100
 info_period() {
-  local f
-  for f in /usr/share/arc/arc-arex-start; do
-    grep -q "InfoproviderWakeupPeriod" "$f" && continue
-    sed -i "s|^\(\s*\)<arex:gmconfig>\\\$ARC_RUNTIME_CONFIG</arex:gmconfig>|&\n\1<arex:InfoproviderWakeupPeriod>$INFO_PERIOD</arex:InfoproviderWakeupPeriod>|" "$f"
-  done
+  local f=/usr/share/arc/arc-arex-start
+  grep -q "InfoproviderWakeupPeriod" "$f" && return 0
+  sed -i "s|^\(\s*\)<arex:gmconfig>\\\$ARC_RUNTIME_CONFIG</arex:gmconfig>|&\n\1<arex:InfoproviderWakeupPeriod>$INFO_PERIOD</arex:InfoproviderWakeupPeriod>|" "$f"
 }
 
 # ARC's LDAP information system (slapd fed by bdii-update) with the two

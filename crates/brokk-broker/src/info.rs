@@ -1,5 +1,7 @@
 //! The information layer ([ET-interop], 2.2): the service's driver queries the
-//! sites with bounded concurrency and a per-site timeout (`FetchOptions`), a
+//! sites with bounded concurrency and a per-site timeout (`FetchOptions`),
+//! each answering in the GLUE 2 subset already (`brokk_proto::client::resource_info`
+//! is the InformationConverter, stamping the endpoint asked), a
 //! failure or a timeout is kept as the site's answer (`FetchFailure`), and
 //! the broker core keeps each site's last answer for its time-to-live
 //! (`BrokerCore::informed`, `BrokerCore::stale`). Here too: the fold of a
@@ -9,15 +11,6 @@
 use brokk_model::{Duration, ResourceInfo, Time};
 
 use crate::site::SiteError;
-
-/// Stamps a site's published information (already in the GLUE 2 subset,
-/// as every Brokk backend publishes it) with the endpoint it was read from
-/// ([ET-interop]'s InformationConverter: the one place a site's answer
-/// becomes what the broker keeps).
-pub fn convert(endpoint: &str, mut info: ResourceInfo) -> ResourceInfo {
-    info.endpoint = endpoint.to_string();
-    info
-}
 
 /// Why a site's information is missing from a fetch.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -1882,11 +1882,13 @@ impl BrokerCore {
     }
 
     /// What the sites answered at `now` when job `id` was looked for:
-    /// the site that has it and its id there, none, or why they could not
-    /// say (then it is looked for again after `retry_after`, never sent
-    /// while unsure). One found is dispatched there; one not found is
-    /// decided as any other.
-    pub fn found(&mut self, now: Time, id: &str, answer: Result<Option<(usize, String)>, String>) {
+    /// the site that has it, its id there and what the site reports of it,
+    /// none, or why they could not say (then it is looked for again after
+    /// `retry_after`, never sent while unsure). One found is dispatched
+    /// there and takes the site's report at once, as a change from its feed
+    /// (a job that ended there around a restart is known ended whatever the
+    /// feed holds back); one not found is decided as any other.
+    pub fn found(&mut self, now: Time, id: &str, answer: Result<Option<(usize, String, Report)>, String>) {
         let Some(look) = self.looking.remove(id) else { return };
         if look.asked != Asked::Find {
             self.looking.insert(id.to_string(), look);
@@ -1908,7 +1910,7 @@ impl BrokerCore {
                     self.enqueue(&self.jobs[id].view.owner.clone(), id.to_string(), true);
                 }
             }
-            Ok(Some((site, site_job))) => {
+            Ok(Some((site, site_job, report))) => {
                 if let Some(r) = self.jobs.get_mut(id) {
                     r.inherited = false;
                 }
@@ -1928,8 +1930,9 @@ impl BrokerCore {
                     tts: None,
                     ttd: None,
                 };
-                self.landed(id, site, site_job, (found, now, detail));
+                self.landed(id, site, site_job.clone(), (found, now, detail));
                 self.sites[site].changed = true;
+                self.reported(now, site, &site_job, report);
             }
         }
     }

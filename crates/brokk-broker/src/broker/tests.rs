@@ -694,7 +694,14 @@ fn a_job_inherited_from_before_a_restart_is_looked_for_before_it_is_sent() {
     );
     assert_eq!(asked.len(), 3);
     // j1 reached b before the restart: followed there, never sent again.
-    b.found(Time(3), "j1", Ok(Some((1, "b-9".into()))));
+    let queued = Report {
+        phase: JobPhase::Queued,
+        started: None,
+        ended: None,
+        exit_code: None,
+        reason: None,
+    };
+    b.found(Time(3), "j1", Ok(Some((1, "b-9".into(), queued))));
     assert!(sends(&mut b).is_empty());
     let v = b.job("j1").unwrap();
     assert_eq!(
@@ -724,7 +731,26 @@ fn a_job_inherited_from_before_a_restart_is_looked_for_before_it_is_sent() {
         exit_code: Some(0),
         reason: None,
     };
-    assert!(b.reported(Time(4), 1, "b-9", done));
+    assert!(b.reported(Time(4), 1, "b-9", done.clone()));
+    // j3 had already ended where it is found: ended at once, whatever the
+    // site's feed still holds back, and never sent.
+    b.found(Time(9), "j3", Ok(Some((1, "b-10".into(), done))));
+    let out: Vec<Effect> = b.drain().collect();
+    assert!(!out.iter().any(|e| matches!(e, Effect::Send { .. })), "{out:?}");
+    let stored: Vec<(BrokerState, Option<String>, Option<i32>)> = out
+        .into_iter()
+        .filter_map(|e| match e {
+            Effect::Persist { job, line: Some(l) } if job.id == "j3" => Some((l.state, job.site_job, job.exit_code)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        stored,
+        [
+            (BrokerState::Dispatched, Some("b-10".into()), None),
+            (BrokerState::Finished, Some("b-10".into()), Some(0)),
+        ]
+    );
 }
 
 /// Co-allocation `c1`'s `n` parts of ann's, stored as reserving.

@@ -45,8 +45,7 @@ enum Answer {
     /// site reports of it there.
     Found(
         String,
-        Result<Option<(usize, String)>, String>,
-        Option<brokk_broker::broker::Report>,
+        Result<Option<(usize, String, brokk_broker::broker::Report)>, String>,
     ),
     /// The reservation the job names, as stored.
     Resolved(String, Result<Option<brokk_broker::broker::Reserved>, String>),
@@ -510,18 +509,7 @@ impl Service {
                 }
                 self.broker.run(|c| c.status(t, &id, state))
             }
-            Answer::Found(id, found, report) => self.broker.run(|c| {
-                let at = found.clone();
-                c.found(t, &id, found);
-                // What the site reports of it now, as its change feed would,
-                // so that a job that ended there around this start is known
-                // ended at once: the feed can hold its change back, up to
-                // `STALL_LIMIT`, behind a change for a job not recorded yet
-                // (CI saw one stay `dispatched` for 30 s after a restart).
-                if let (Ok(Some((k, site_job))), Some(report)) = (at, report) {
-                    c.reported(t, k, &site_job, report);
-                }
-            }),
+            Answer::Found(id, found) => self.broker.run(|c| c.found(t, &id, found)),
             Answer::Resolved(id, r) => self.broker.run(|c| c.resolved(t, &id, r)),
         };
         (more, stored)
@@ -548,12 +536,11 @@ impl Service {
     /// Looks for job `id` at every site under `key`, its run's (it was
     /// accepted before this process started and may have reached one).
     async fn find(&self, id: String, key: String) -> Answer {
-        let mut report = None;
         let found = match self.already_at(&key).await {
             Ok(Some((name, view))) => {
                 let k = self.broker.core.lock().ok().and_then(|c| c.site_position(&name));
-                report = Some(super::follow::report_of(&view));
-                Ok(k.map(|k| (k, view.id)))
+                let report = super::follow::report_of(&view);
+                Ok(k.map(|k| (k, view.id, report)))
             }
             Ok(None) => Ok(None),
             Err(e) => {
@@ -561,7 +548,7 @@ impl Service {
                 Err(e.to_string())
             }
         };
-        Answer::Found(id, found, report)
+        Answer::Found(id, found)
     }
 
     /// Reads the broker reservation `rid` job `id` names.

@@ -3,7 +3,7 @@
 //! site's answer, as if the broker had asked; while the stream is up the
 //! core does not ask the site ([`brokk_broker::broker::BrokerCore::pushed`]).
 
-use brokk_broker::info::{convert, FetchFailure};
+use brokk_broker::info::FetchFailure;
 use brokk_proto::wire::InfoView;
 
 use super::*;
@@ -77,10 +77,7 @@ impl Service {
                 let event: String = text.drain(..end + 2).collect();
                 if let Some(data) = info_event(&event) {
                     let answer = match serde_json::from_str::<InfoView>(&data) {
-                        Ok(v) if v.available => {
-                            let info = brokk_proto::client::resource_info(endpoint, v);
-                            Ok(convert(endpoint, info))
-                        }
+                        Ok(v) if v.available => Ok(brokk_proto::client::resource_info(endpoint, v)),
                         Ok(v) => Err(FetchFailure::Error(brokk_broker::SiteError::Unavailable(format!(
                             "{endpoint}: {}",
                             v.unavailable_reason.unwrap_or_else(|| "unavailable".into())

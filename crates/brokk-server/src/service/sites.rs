@@ -2,7 +2,7 @@
 //! and the broker core's information, which brokering decisions read
 //! through.
 
-use brokk_broker::info::{convert, Answer, FetchFailure, FetchOptions};
+use brokk_broker::info::{Answer, FetchFailure, FetchOptions};
 use brokk_site::uploads::Uploads;
 
 use super::*;
@@ -370,7 +370,7 @@ impl Service {
                 let ok = matches!(asked, Ok(Ok(Ok(_))));
                 self.per_site.fetched(&s.name, started.elapsed(), ok);
                 let answer = match asked {
-                    Ok(Ok(Ok(info))) => Ok(convert(s.client.endpoint(), info)),
+                    Ok(Ok(Ok(info))) => Ok(info),
                     Ok(Ok(Err(e))) => Err(FetchFailure::Error(e)),
                     Ok(Err(e)) => Err(FetchFailure::Error(brokk_broker::SiteError::Unavailable(e.to_string()))),
                     Err(_) => Err(FetchFailure::Timeout(rules.timeout)),
